@@ -1,0 +1,47 @@
+// Kernel table per weight type: dequantize, quantize (reference), and the fused dot product
+// against activations quantized the way GGML's CPU path does (vec_dot_type). SIMD variants
+// (AVX2, AVX-512) are chosen once at runtime; each has a scalar twin with the same signature.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/types.h"
+
+namespace lamina {
+
+// y[0..k) = dequantized x; k a multiple of the block size.
+using DequantizeRowFn = void (*)(const void* x, float* y, int64_t k);
+// Quantizes k floats into blocks of the type (for activations: the GGML CPU rounding).
+using QuantizeRowFn = void (*)(const float* x, void* y, int64_t k);
+// *s = dot(w_row, act_row) for k elements; w in the weight type, act in vec_dot_type.
+using VecDotFn = void (*)(int64_t k, float* s, const void* w_row, const void* act_row);
+// out[j] = dot(w_row, act_j) for j < n_act (1..kMaxMultiDot); act_j at act + j * act_row_bytes.
+// Lets a matrix-matrix kernel decode a weight row once for several activation rows.
+using VecDotMultiFn = void (*)(int64_t k, const void* w_row, const void* act, size_t act_row_bytes,
+                               int n_act, float* out);
+constexpr int kMaxMultiDot = 8;
+
+enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+const char* IsaName(Isa isa);
+// The best ISA this CPU supports (detected once).
+Isa DetectIsa();
+
+struct TypeKernels {
+  GgmlType type;
+  GgmlType vec_dot_type;       // activation format the dot product expects
+  DequantizeRowFn dequantize;  // nullptr for none (e.g. Q8_1, which is activation-only)
+  QuantizeRowFn quantize;      // nullptr if lamina has no quantizer for this type
+  VecDotFn vec_dot;            // nullptr for activation-only types (Q8_1, Q8_K)
+  VecDotMultiFn vec_dot_multi;
+};
+
+// Kernels for `type` at the best ISA of this CPU.
+const TypeKernels& GetKernels(GgmlType type);
+// Kernels for `type` at a given ISA (tests and benchmarks); entries an ISA lacks fall back to
+// the scalar ones. Asking for an ISA the CPU lacks is a broken invariant.
+const TypeKernels& GetKernels(GgmlType type, Isa isa);
+// True when lamina can run matmuls with weights of this type.
+bool IsSupportedWeightType(GgmlType type);
+
+}  // namespace lamina

@@ -1,0 +1,149 @@
+// GGML tensor types and their POD block layouts. Numeric enum values match ggml/GGUF so that a
+// type read from a file can be cast after IsKnownGgmlType(). Every block has a size static_assert.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "util/fp16.h"
+
+namespace lamina {
+
+enum class GgmlType : uint32_t {
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ8_0 = 8,
+  kQ8_1 = 9,
+  kQ2_K = 10,
+  kQ3_K = 11,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kQ8_K = 15,
+  kBF16 = 30,
+};
+
+constexpr int64_t kQK = 32;    // elements per block of the legacy quants
+constexpr int64_t kQK_K = 256;  // elements per super-block of the K-quants
+constexpr int kKScaleSize = 12;
+
+// 32 values: x = d * (q - 8); q low nibble holds element i, high nibble element i + 16.
+struct BlockQ4_0 {
+  fp16_t d;
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockQ4_0) == 18);
+
+// 32 values: x = d * q + m; nibble layout as Q4_0.
+struct BlockQ4_1 {
+  fp16_t d;
+  fp16_t m;
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockQ4_1) == 20);
+
+// 32 values: x = d * (q - 16); 4 low bits in qs (as Q4_0), bit 4 of element i in qh bit i.
+struct BlockQ5_0 {
+  fp16_t d;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockQ5_0) == 22);
+
+// 32 values: x = d * q + m; bits as Q5_0.
+struct BlockQ5_1 {
+  fp16_t d;
+  fp16_t m;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockQ5_1) == 24);
+
+// 32 values: x = d * q.
+struct BlockQ8_0 {
+  fp16_t d;
+  int8_t qs[kQK];
+};
+static_assert(sizeof(BlockQ8_0) == 34);
+
+// 32 values: x = d * q; s = d * sum(q) (activation type for Q4_1 / Q5_1 dots).
+struct BlockQ8_1 {
+  fp16_t d;
+  fp16_t s;
+  int8_t qs[kQK];
+};
+static_assert(sizeof(BlockQ8_1) == 36);
+
+// 256 values in 16 groups of 16: x = d * scale4 * q2 - dmin * min4; scales byte = min4<<4 | scale4.
+struct BlockQ2_K {
+  uint8_t scales[kQK_K / 16];
+  uint8_t qs[kQK_K / 4];
+  fp16_t d;
+  fp16_t dmin;
+};
+static_assert(sizeof(BlockQ2_K) == 84);
+
+// 256 values in 16 groups of 16: x = d * (scale6 - 32) * (q2 + 4*hbit - 4); 6-bit scales packed in 12 bytes.
+struct BlockQ3_K {
+  uint8_t hmask[kQK_K / 8];
+  uint8_t qs[kQK_K / 4];
+  uint8_t scales[12];
+  fp16_t d;
+};
+static_assert(sizeof(BlockQ3_K) == 110);
+
+// 256 values in 8 groups of 32: x = d * scale6 * q4 - dmin * min6; scales/mins 6-bit packed in 12 bytes.
+struct BlockQ4_K {
+  fp16_t d;
+  fp16_t dmin;
+  uint8_t scales[kKScaleSize];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockQ4_K) == 144);
+
+// As Q4_K with a fifth bit per value in qh.
+struct BlockQ5_K {
+  fp16_t d;
+  fp16_t dmin;
+  uint8_t scales[kKScaleSize];
+  uint8_t qh[kQK_K / 8];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockQ5_K) == 176);
+
+// 256 values in 16 groups of 16: x = d * scale8 * (q6 - 32); 4 low bits in ql, 2 high bits in qh.
+struct BlockQ6_K {
+  uint8_t ql[kQK_K / 2];
+  uint8_t qh[kQK_K / 4];
+  int8_t scales[kQK_K / 16];
+  fp16_t d;
+};
+static_assert(sizeof(BlockQ6_K) == 210);
+
+// 256 values: x = d * q (activation type for the K-quant dots); bsums = sums of 16-value groups.
+struct BlockQ8_K {
+  float d;
+  int8_t qs[kQK_K];
+  int16_t bsums[kQK_K / 16];
+};
+static_assert(sizeof(BlockQ8_K) == 292);
+
+struct TypeTraits {
+  const char* name;
+  int64_t block_size;  // elements per block
+  size_t type_size;    // bytes per block
+  bool is_quantized;
+};
+
+// Known to lamina (every type above). Values read from files must pass this before the cast.
+bool IsKnownGgmlType(uint32_t raw);
+const TypeTraits& GetTypeTraits(GgmlType type);
+const char* GgmlTypeName(GgmlType type);
+// Bytes for a row of n elements; n must be a multiple of the block size (checked).
+size_t RowSize(GgmlType type, int64_t n);
+
+}  // namespace lamina
