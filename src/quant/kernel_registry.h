@@ -1,0 +1,24 @@
+// Internal to src/quant: each kernel file fills the entries it implements into a table indexed
+// by the GgmlType value; quant.cpp builds one table per ISA (scalar first, then the ISA's
+// overrides for the entries it implements) and picks the best once.
+#pragma once
+
+#include "quant/quant.h"
+
+namespace lamina::quant_internal {
+
+constexpr int kTypeTableSize = 32;  // > largest GgmlType value used (BF16 = 30)
+
+using KernelTable = TypeKernels[kTypeTableSize];
+
+// Scalar reference kernels (the twins). Fill every field they implement.
+void RegisterScalarLegacy(KernelTable& table);   // F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1
+void RegisterScalarKQuants(KernelTable& table);  // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K
+// SIMD overrides: set only vec_dot / vec_dot_multi / dequantize / quantize fields they implement,
+// leave the others untouched.
+void RegisterAvx2Legacy(KernelTable& table);
+void RegisterAvx2KQuants(KernelTable& table);
+void RegisterAvx512Legacy(KernelTable& table);
+void RegisterAvx512KQuants(KernelTable& table);
+
+}  // namespace lamina::quant_internal

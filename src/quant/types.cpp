@@ -1,0 +1,55 @@
+// Type traits table for the GGML types lamina knows.
+#include "quant/types.h"
+
+#include "util/check.h"
+
+namespace lamina {
+
+namespace {
+struct Entry {
+  GgmlType type;
+  TypeTraits traits;
+};
+constexpr Entry kEntries[] = {
+    {GgmlType::kF32, {"F32", 1, 4, false}},
+    {GgmlType::kF16, {"F16", 1, 2, false}},
+    {GgmlType::kBF16, {"BF16", 1, 2, false}},
+    {GgmlType::kQ4_0, {"Q4_0", kQK, sizeof(BlockQ4_0), true}},
+    {GgmlType::kQ4_1, {"Q4_1", kQK, sizeof(BlockQ4_1), true}},
+    {GgmlType::kQ5_0, {"Q5_0", kQK, sizeof(BlockQ5_0), true}},
+    {GgmlType::kQ5_1, {"Q5_1", kQK, sizeof(BlockQ5_1), true}},
+    {GgmlType::kQ8_0, {"Q8_0", kQK, sizeof(BlockQ8_0), true}},
+    {GgmlType::kQ8_1, {"Q8_1", kQK, sizeof(BlockQ8_1), true}},
+    {GgmlType::kQ2_K, {"Q2_K", kQK_K, sizeof(BlockQ2_K), true}},
+    {GgmlType::kQ3_K, {"Q3_K", kQK_K, sizeof(BlockQ3_K), true}},
+    {GgmlType::kQ4_K, {"Q4_K", kQK_K, sizeof(BlockQ4_K), true}},
+    {GgmlType::kQ5_K, {"Q5_K", kQK_K, sizeof(BlockQ5_K), true}},
+    {GgmlType::kQ6_K, {"Q6_K", kQK_K, sizeof(BlockQ6_K), true}},
+    {GgmlType::kQ8_K, {"Q8_K", kQK_K, sizeof(BlockQ8_K), true}},
+};
+}  // namespace
+
+bool IsKnownGgmlType(uint32_t raw) {
+  for (const Entry& e : kEntries) {
+    if (static_cast<uint32_t>(e.type) == raw) return true;
+  }
+  return false;
+}
+
+const TypeTraits& GetTypeTraits(GgmlType type) {
+  for (const Entry& e : kEntries) {
+    if (e.type == type) return e.traits;
+  }
+  LAMINA_CHECK(false && "unknown GgmlType");
+  return kEntries[0].traits;
+}
+
+const char* GgmlTypeName(GgmlType type) { return GetTypeTraits(type).name; }
+
+size_t RowSize(GgmlType type, int64_t n) {
+  const TypeTraits& t = GetTypeTraits(type);
+  LAMINA_CHECK(n >= 0 && n % t.block_size == 0);
+  return static_cast<size_t>(n / t.block_size) * t.type_size;
+}
+
+}  // namespace lamina
