@@ -3,6 +3,7 @@
 //   (malformed GGUF, unsupported model or type, unreadable text file).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace lamina::cli {
@@ -18,5 +19,51 @@ struct InspectOptions {
 };
 // `lamina inspect MODEL`: metadata and a tensor table (name, type, shape, bytes).
 int RunInspect(const InspectOptions& options);
+
+struct CommonOptions {
+  std::string model_path;
+  int n_ctx = 0;        // 0: model default (capped)
+  int n_threads = 0;    // 0: all cores
+  std::string kv = "f16";
+};
+
+struct RunOptions {
+  CommonOptions common;
+  std::string prompt;
+  std::string prompt_file;
+  int n_predict = 128;
+  float temperature = 0.8f;
+  int top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  uint64_t seed = 0;
+  bool ignore_eos = false;
+  bool json = false;
+  int prompt_chunk = 0;  // 0: the whole prompt in one batch
+};
+// `lamina run`: stream a continuation of the prompt.
+int RunGenerate(const RunOptions& options);
+
+struct ScoreOptions {
+  CommonOptions common;
+  std::string text_file;
+  std::string save_logits;
+  std::string kl_base;
+  bool json = false;
+};
+// `lamina score`: teacher-forced perplexity, logits dump and KL divergence against a dump.
+int RunScore(const ScoreOptions& options);
+
+struct BenchOptions {
+  CommonOptions common;
+  int n_prompt = 512;
+  int n_gen = 64;
+  int depth = 0;
+  int reps = 3;
+  bool json = false;
+};
+// `lamina bench`: prompt-processing and generation throughput, llama-bench style.
+int RunBench(const BenchOptions& options);
 
 }  // namespace lamina::cli

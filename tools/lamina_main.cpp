@@ -1,13 +1,58 @@
-// The `lamina` command line: run, score, inspect, bench.
+// The `lamina` command line: run, score, bench, inspect. Exit codes: see cli_commands.h.
 #include <CLI/CLI.hpp>
 
 #include "cli_commands.h"
 
+namespace {
+void AddCommon(CLI::App* cmd, lamina::cli::CommonOptions& c, bool model_required) {
+  auto* m = cmd->add_option("-m,--model", c.model_path, "GGUF model file");
+  if (model_required) m->required();
+  cmd->add_option("-c,--ctx-size", c.n_ctx, "Context size in tokens (0: the model's, capped at 4096)");
+  cmd->add_option("-t,--threads", c.n_threads, "Threads (0: all cores)");
+  cmd->add_option("--kv", c.kv, "KV cache type: f32 or f16");
+}
+}  // namespace
+
 int main(int argc, char** argv) {
+  using namespace lamina::cli;
   CLI::App app{"lamina: LLM inference for GGUF models"};
   app.require_subcommand(1);
 
-  lamina::cli::InspectOptions inspect;
+  RunOptions run;
+  CLI::App* run_cmd = app.add_subcommand("run", "Generate a continuation of a prompt");
+  AddCommon(run_cmd, run.common, true);
+  run_cmd->add_option("-p,--prompt", run.prompt, "Prompt text");
+  run_cmd->add_option("-f,--file", run.prompt_file, "Read the prompt from a file");
+  run_cmd->add_option("-n,--n-predict", run.n_predict, "Tokens to generate");
+  run_cmd->add_option("--temp", run.temperature, "Temperature (0: greedy)");
+  run_cmd->add_option("--top-k", run.top_k, "Top-k (0: off)");
+  run_cmd->add_option("--top-p", run.top_p, "Top-p (1: off)");
+  run_cmd->add_option("--min-p", run.min_p, "Min-p (0: off)");
+  run_cmd->add_option("--repeat-penalty", run.repeat_penalty, "Repetition penalty (1: off)");
+  run_cmd->add_option("--seed", run.seed, "RNG seed");
+  run_cmd->add_flag("--ignore-eos", run.ignore_eos, "Do not stop at end-of-generation tokens");
+  run_cmd->add_flag("--json", run.json, "Print one JSON object instead of streaming text");
+  run_cmd->add_option("--prompt-chunk", run.prompt_chunk,
+                      "Process the prompt in chunks of N tokens (0: one batch, 1: token by token)");
+
+  ScoreOptions score;
+  CLI::App* score_cmd = app.add_subcommand("score", "Teacher-forced perplexity and KL divergence");
+  AddCommon(score_cmd, score.common, true);
+  score_cmd->add_option("-f,--file", score.text_file, "Text file to score")->required();
+  score_cmd->add_option("--save-logits", score.save_logits, "Write every position's logits here");
+  score_cmd->add_option("--kl-base", score.kl_base, "Compare against logits saved by --save-logits");
+  score_cmd->add_flag("--json", score.json, "Print one JSON object");
+
+  BenchOptions bench;
+  CLI::App* bench_cmd = app.add_subcommand("bench", "Prompt and generation throughput");
+  AddCommon(bench_cmd, bench.common, true);
+  bench_cmd->add_option("-p,--n-prompt", bench.n_prompt, "Prompt tokens (pp test)");
+  bench_cmd->add_option("-n,--n-gen", bench.n_gen, "Generated tokens (tg test)");
+  bench_cmd->add_option("-d,--depth", bench.depth, "Tokens already in the cache before tg");
+  bench_cmd->add_option("-r,--reps", bench.reps, "Repetitions (the median is reported)");
+  bench_cmd->add_flag("--json", bench.json, "Print one JSON object");
+
+  InspectOptions inspect;
   CLI::App* inspect_cmd = app.add_subcommand("inspect", "Print a GGUF file's metadata and tensor table");
   inspect_cmd->add_option("model", inspect.model_path, "GGUF file")->required();
   inspect_cmd->add_flag("--json", inspect.json, "Print one JSON object");
@@ -16,8 +61,18 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
-    return rc == 0 ? 0 : lamina::cli::kExitUsage;
+    return rc == 0 ? kExitOk : kExitUsage;
   }
-  if (*inspect_cmd) return lamina::cli::RunInspect(inspect);
-  return lamina::cli::kExitUsage;
+  if (*run_cmd) {
+    if (run.prompt.empty() && run.prompt_file.empty() && !run_cmd->count("-p")) {
+      // An empty prompt is allowed (BOS only) when given explicitly; otherwise say how to pass one.
+      std::fprintf(stderr, "lamina: run needs -p PROMPT or -f FILE\n");
+      return kExitUsage;
+    }
+    return RunGenerate(run);
+  }
+  if (*score_cmd) return RunScore(score);
+  if (*bench_cmd) return RunBench(bench);
+  if (*inspect_cmd) return RunInspect(inspect);
+  return kExitUsage;
 }

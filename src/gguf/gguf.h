@@ -51,6 +51,9 @@ constexpr uint64_t kMaxKeyValues = 1ull << 20;
 constexpr uint64_t kMaxTensors = 1ull << 20;
 constexpr uint32_t kMaxDims = 4;
 constexpr int kMaxArrayNesting = 8;
+// Scalars plus array elements over the whole metadata. A Value is ~100 bytes, so this bounds the
+// memory a small file can make the parser allocate (real tokenizers hold well under 2 Mi values).
+constexpr uint64_t kMaxMetadataValues = 1ull << 23;
 
 // One metadata value. Scalars are held widened; arrays hold their elements as Values
 // (string arrays as strings), with elem_type telling the on-disk element type.

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,9 +29,26 @@ enum class TokenAttr : int32_t {
   kByte = 6,
 };
 
+// The tokenizer.ggml.* metadata in plain form (what FromGguf reads), so that vocabularies can
+// also be built in memory. Optional fields are absent from the metadata when unset; llama.cpp's
+// per-model defaults then apply.
+struct VocabData {
+  std::string model;  // tokenizer.ggml.model: "llama" (SentencePiece) or "gpt2" (byte-level BPE)
+  std::string pre;    // tokenizer.ggml.pre
+  std::string name;   // general.name (llama.cpp keys a few per-model token attributes on it)
+  std::vector<std::string> tokens;
+  std::vector<float> scores;         // empty, or one per token
+  std::vector<int32_t> token_types;  // empty (all normal), or one TokenAttr value per token
+  std::vector<std::string> merges;   // "left right", in rank order (BPE only)
+  std::optional<int64_t> bos_id, eos_id, eot_id, unk_id, pad_id;
+  std::optional<bool> add_bos, add_eos, add_space_prefix;
+};
+
 class Tokenizer {
  public:
   static Result<std::unique_ptr<Tokenizer>> FromGguf(const gguf::File& file);
+  // Validates the data (lengths, ids, known model / pre-tokenizer) and builds the tokenizer.
+  static Result<std::unique_ptr<Tokenizer>> FromVocab(VocabData vocab);
   virtual ~Tokenizer() = default;
 
   // add_special: prepend BOS / append EOS as the vocabulary's add_bos_token / add_eos_token say.

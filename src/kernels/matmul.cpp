@@ -1,0 +1,84 @@
+// Tiled, threaded matmul over the quant kernel table.
+#include "kernels/matmul.h"
+
+#include <algorithm>
+
+#include "util/check.h"
+
+namespace lamina {
+
+namespace {
+// Rows per work item: small enough to balance 2..16 threads, large enough to amortise dispatch.
+constexpr int64_t kRowTile = 16;
+}  // namespace
+
+void DequantizeRow(const WeightMatrix& w, int64_t row, float* out) {
+  const TypeKernels& kern = GetKernels(w.type);
+  LAMINA_CHECK(kern.dequantize != nullptr);
+  kern.dequantize(w.Row(row), out, w.cols);
+}
+
+void MatMulRows(const WeightMatrix& w, int64_t row_begin, int64_t row_end, const float* x,
+                int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                MatMulScratch& scratch, ThreadPool& pool) {
+  LAMINA_CHECK(w.valid());
+  LAMINA_CHECK(row_begin >= 0 && row_end <= w.rows && row_begin <= row_end);
+  if (n_tokens <= 0 || row_begin == row_end) return;
+  const TypeKernels& kern = GetKernels(w.type);
+  LAMINA_CHECK(kern.vec_dot != nullptr);
+  const TypeKernels& act_kern = GetKernels(kern.vec_dot_type);
+
+  // Quantize the activations once: [n_tokens][act_row_bytes].
+  const size_t act_row_bytes = RowSize(kern.vec_dot_type, w.cols);
+  const uint8_t* act = nullptr;
+  if (kern.vec_dot_type == GgmlType::kF32 && x_stride == w.cols) {
+    act = reinterpret_cast<const uint8_t*>(x);
+  } else {
+    scratch.act.resize(act_row_bytes * static_cast<size_t>(n_tokens));
+    uint8_t* dst = scratch.act.data();
+    if (kern.vec_dot_type == GgmlType::kF32) {
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        std::copy_n(x + t * x_stride, w.cols, reinterpret_cast<float*>(dst + t * act_row_bytes));
+      }
+    } else {
+      LAMINA_CHECK(act_kern.quantize != nullptr);
+      pool.ParallelFor(n_tokens, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          act_kern.quantize(x + t * x_stride, dst + t * act_row_bytes, w.cols);
+        }
+      });
+    }
+    act = dst;
+  }
+
+  const int64_t n_rows = row_end - row_begin;
+  const int64_t n_row_tiles = (n_rows + kRowTile - 1) / kRowTile;
+  pool.ParallelFor(n_row_tiles, 1, [&](int64_t tile0, int64_t tile1) {
+    float out[kMaxMultiDot];
+    const int64_t r_start = row_begin + tile0 * kRowTile;
+    const int64_t r_stop = std::min(row_end, row_begin + tile1 * kRowTile);
+    // Outer loop over token tiles keeps this thread's weight rows hot in cache across tiles.
+    for (int64_t r0 = r_start; r0 < r_stop; r0 += kRowTile) {
+      const int64_t r1 = std::min(r_stop, r0 + kRowTile);
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxMultiDot) {
+        const int nt = static_cast<int>(std::min<int64_t>(kMaxMultiDot, n_tokens - t0));
+        const uint8_t* act_tile = act + static_cast<size_t>(t0) * act_row_bytes;
+        for (int64_t r = r0; r < r1; ++r) {
+          if (nt == 1) {
+            kern.vec_dot(w.cols, out, w.Row(r), act_tile);
+          } else {
+            kern.vec_dot_multi(w.cols, w.Row(r), act_tile, act_row_bytes, nt, out);
+          }
+          for (int j = 0; j < nt; ++j) y[(t0 + j) * y_stride + r] = out[j];
+        }
+      }
+    }
+  });
+}
+
+void MatMul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
+            int64_t y_stride, MatMulScratch& scratch, ThreadPool& pool) {
+  MatMulRows(w, 0, w.rows, x, x_stride, n_tokens, y, y_stride, scratch, pool);
+}
+
+}  // namespace lamina

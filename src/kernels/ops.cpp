@@ -1,0 +1,106 @@
+// Row operations (norm, rope, softmax, activations).
+#include "kernels/ops.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace lamina {
+
+void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  const float mean = static_cast<float>(sum / n);
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  if (w != nullptr) {
+    for (int64_t i = 0; i < n; ++i) out[i] = (x[i] * scale) * w[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale;
+  }
+}
+
+namespace {
+// YaRN helpers, as GGUF/GGML define them: the correction range of dimensions between the
+// beta_fast and beta_slow rotation counts, and a linear ramp across it.
+float YarnCorrDim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+  return n_dims * std::log(n_ctx_orig / (n_rot * 2 * static_cast<float>(M_PI))) /
+         (2 * std::log(base));
+}
+float YarnRamp(float low, float high, int i0) {
+  const float y = (i0 / 2 - low) / std::max(0.001f, high - low);
+  return 1.0f - std::min(1.0f, std::max(0.0f, y));
+}
+}  // namespace
+
+void RopeCache(const RopeParams& p, int64_t pos, float* cos_sin) {
+  const float theta_scale = std::pow(p.freq_base, -2.0f / p.n_rot);
+  float corr_low = 0, corr_high = 0;
+  if (p.ext_factor != 0.0f) {
+    corr_low = std::max(0.0f, std::floor(YarnCorrDim(p.n_rot, p.n_ctx_orig, p.beta_fast, p.freq_base)));
+    corr_high = std::min(static_cast<float>(p.n_rot - 1),
+                         std::ceil(YarnCorrDim(p.n_rot, p.n_ctx_orig, p.beta_slow, p.freq_base)));
+  }
+  float theta = static_cast<float>(pos);
+  for (int i0 = 0; i0 < p.n_rot; i0 += 2) {
+    const float theta_extrap = theta;
+    const float theta_interp = p.freq_scale * theta_extrap;
+    float t = theta_interp;
+    float mscale = p.attn_factor;
+    if (p.ext_factor != 0.0f) {
+      const float ramp_mix = YarnRamp(corr_low, corr_high, i0) * p.ext_factor;
+      t = theta_interp * (1 - ramp_mix) + theta_extrap * ramp_mix;
+      mscale *= 1.0f + 0.1f * std::log(1.0f / p.freq_scale);
+    }
+    cos_sin[i0] = std::cos(t) * mscale;
+    cos_sin[i0 + 1] = std::sin(t) * mscale;
+    theta *= theta_scale;
+  }
+}
+
+void ApplyRope(const RopeParams& p, const float* cos_sin, float* x, int n_heads, int head_dim) {
+  const int half = p.n_rot / 2;
+  for (int h = 0; h < n_heads; ++h) {
+    float* row = x + static_cast<int64_t>(h) * head_dim;
+    if (p.style == RopeStyle::kNormal) {
+      for (int i0 = 0; i0 < p.n_rot; i0 += 2) {
+        const float c = cos_sin[i0], s = cos_sin[i0 + 1];
+        const float x0 = row[i0], x1 = row[i0 + 1];
+        row[i0] = x0 * c - x1 * s;
+        row[i0 + 1] = x0 * s + x1 * c;
+      }
+    } else {
+      for (int i0 = 0; i0 < p.n_rot; i0 += 2) {
+        const int i = i0 / 2;
+        const float c = cos_sin[i0], s = cos_sin[i0 + 1];
+        const float x0 = row[i], x1 = row[i + half];
+        row[i] = x0 * c - x1 * s;
+        row[i + half] = x0 * s + x1 * c;
+      }
+    }
+  }
+}
+
+void Softmax(float* x, int64_t n) {
+  float max = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = (x[i] == -INFINITY) ? 0.0f : std::exp(x[i] - max);
+    x[i] = e;
+    sum += e;
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = (g / (1.0f + std::exp(-g))) * up[i];
+  }
+}
+
+void AddInPlace(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+}  // namespace lamina

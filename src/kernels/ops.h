@@ -1,0 +1,41 @@
+// Elementwise and row operations of transformer layers, written to follow GGML's CPU numerics
+// (double accumulation in RMSNorm and softmax sums, RoPE angles by repeated multiplication).
+#pragma once
+
+#include <cstdint>
+
+namespace lamina {
+
+// out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]; w may be nullptr (no scale). out may alias x.
+void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out);
+
+enum class RopeStyle { kNormal, kNeox };  // adjacent pairs (llama) / halves (NeoX, qwen)
+
+// Per-position rotation table for one head row: cos/sin of each rotated pair.
+// cos_sin: [n_rot/2][2]. freq_scale multiplies positions (linear scaling); ext/attn factors
+// are YaRN's (0 / 1 when unused).
+struct RopeParams {
+  int n_rot = 0;            // rotated dimensions (<= head_dim, even)
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;  // 1 / linear factor
+  float ext_factor = 0.0f;  // YaRN ramp mix (0 = off)
+  float attn_factor = 1.0f;
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  int n_ctx_orig = 0;
+  RopeStyle style = RopeStyle::kNormal;
+};
+void RopeCache(const RopeParams& p, int64_t pos, float* cos_sin);
+// Rotates n_heads rows of head_dim in x (in place) with a table from RopeCache.
+void ApplyRope(const RopeParams& p, const float* cos_sin, float* x, int n_heads, int head_dim);
+
+// In-place softmax over n values; returns nothing. Sum accumulated in double.
+void Softmax(float* x, int64_t n);
+
+// out[i] = silu(gate[i]) * up[i]
+void SiluMul(const float* gate, const float* up, int64_t n, float* out);
+
+// y[i] += x[i]
+void AddInPlace(float* y, const float* x, int64_t n);
+
+}  // namespace lamina

@@ -1,0 +1,94 @@
+// A loaded model: hyper-parameters and weights read from GGUF metadata, a tokenizer, and a
+// forward pass. Each architecture lives in its own file (llama.cpp, ...) over the shared
+// building blocks in layers.h. The model knows nothing of how K/V are stored: the runtime
+// passes an AttentionContext that owns the cache.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "tokenizer/tokenizer.h"
+#include "util/status.h"
+#include "util/thread_pool.h"
+
+namespace lamina {
+
+struct Hparams {
+  std::string arch;
+  int n_vocab = 0;
+  int n_embd = 0;
+  int n_layer = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;   // key/value row length per head
+  int n_ff = 0;
+  int n_ctx_train = 0;
+  float rms_eps = 1e-5f;
+  RopeParams rope;
+  int q_dim() const { return n_head * head_dim; }
+  int kv_dim() const { return n_head_kv * head_dim; }
+};
+
+// Implemented by the runtime (KV cache + attention). For a batch of n tokens at consecutive
+// positions of one sequence, Attend stores the batch's K and V rows through the cache's single
+// writer, then computes causal attention of every query over all cells up to its position.
+class AttentionContext {
+ public:
+  virtual ~AttentionContext() = default;
+  // q: [n_tokens, n_head * head_dim] after RoPE; k, v: [n_tokens, n_head_kv * head_dim] (k
+  // after RoPE); out: [n_tokens, n_head * head_dim].
+  virtual void Attend(int layer, const float* q, const float* k, const float* v,
+                      float* out) = 0;
+};
+
+struct ForwardBatch {
+  const int32_t* tokens = nullptr;  // [n_tokens]
+  int n_tokens = 0;
+  int pos0 = 0;             // position of tokens[0]
+  bool all_logits = false;  // logits for every token, else only the last
+};
+
+// Per-session scratch buffers, grown on demand (explicit and owned by the session).
+struct ForwardScratch {
+  std::vector<float> x;       // [n_tokens, n_embd] residual stream
+  std::vector<float> xn;      // [n_tokens, n_embd] normed
+  std::vector<float> q;       // [n_tokens, q_dim]
+  std::vector<float> k;       // [n_tokens, kv_dim]
+  std::vector<float> v;       // [n_tokens, kv_dim]
+  std::vector<float> attn;    // [n_tokens, q_dim]
+  std::vector<float> gate;    // [n_tokens, n_ff]
+  std::vector<float> up;      // [n_tokens, n_ff]
+  std::vector<float> rope;    // [n_tokens, n_rot]
+  MatMulScratch matmul;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  const Hparams& hparams() const { return hparams_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const gguf::File& file() const { return *file_; }
+  // Bytes of weights read per decoded token (all tensors except the embedding table).
+  uint64_t WeightBytesPerToken() const { return weight_bytes_per_token_; }
+  uint64_t ParameterCount() const { return n_params_; }
+
+  // Runs the batch; writes logits [n_tokens or 1, n_vocab] to `logits`.
+  virtual void Forward(const ForwardBatch& batch, AttentionContext& attention,
+                       ForwardScratch& scratch, ThreadPool& pool, float* logits) const = 0;
+
+ protected:
+  Hparams hparams_;
+  std::unique_ptr<gguf::File> file_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  uint64_t weight_bytes_per_token_ = 0;
+  uint64_t n_params_ = 0;
+};
+
+// Opens a GGUF file and builds the model for its general.architecture.
+Result<std::unique_ptr<Model>> LoadModel(const std::string& path);
+
+}  // namespace lamina

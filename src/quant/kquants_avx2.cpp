@@ -1,0 +1,276 @@
+// AVX2 K-quant dot products (Q2_K..Q6_K against Q8_K). Each weight super-block is decoded once
+// into 256 unsigned codes plus per-group scale vectors, then reused for up to kMaxMultiDot
+// activation rows; that reuse is what makes prompt processing fast. Integer sums are exact, so
+// results differ from the scalar twins only in float summation order.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "quant/kernel_registry.h"
+#include "quant/quant.h"
+#include "quant/types.h"
+
+namespace lamina::quant_internal {
+namespace {
+
+// One decoded weight super-block. Value of element e is w[e] (0..63) combined with its group scale
+// through scl; the group offset (a min, or the constant bias of a signed format) goes through the
+// activation's bsums: dot = d * (sum scl*w*q8 - [int offset] bsums*bs_mul) - dmin * bsums*bs_mul.
+struct Decoded {
+  __m256i w[8];    // codes of elements 32k..32k+31, unsigned
+  __m256i scl[8];  // int16 multiplier for each maddubs output word of w[k]
+  __m256i bs_mul;  // int16 multiplier for each of the 16 bsums
+  float d;
+  float dmin;  // only for formats with a float min term
+};
+
+inline float HalfToFloat(fp16_t h) { return _cvtsh_ss(h); }
+
+inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// For 16-value groups: register k covers groups 2k (low 128-bit lane) and 2k+1 (high lane), so its
+// multiplier is scales16[2k] broadcast in the low lane and scales16[2k+1] in the high lane.
+inline void GroupScales16(__m256i scales16, __m256i* scl) {
+  const __m256i lo = _mm256_permute2x128_si256(scales16, scales16, 0x00);
+  const __m256i hi = _mm256_permute2x128_si256(scales16, scales16, 0x11);
+  for (int k = 0; k < 4; ++k) {
+    const char a = static_cast<char>(4 * k), b = static_cast<char>(4 * k + 2);
+    const __m256i ctrl = _mm256_setr_epi8(a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a,
+                                          a + 1, a, a + 1, a, a + 1, b, b + 1, b, b + 1, b, b + 1,
+                                          b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1);
+    scl[k] = _mm256_shuffle_epi8(lo, ctrl);
+    scl[k + 4] = _mm256_shuffle_epi8(hi, ctrl);
+  }
+}
+
+// Unpacks the 12-byte Q4_K/Q5_K scale field: bytes 0..7 of the result are the scales, 8..15 the
+// mins (the same word shuffle GGML uses).
+inline __m128i UnpackScaleMinK4(const uint8_t* packed) {
+  constexpr uint32_t kMask1 = 0x3f3f3f3f, kMask2 = 0x0f0f0f0f, kMask3 = 0x03030303;
+  uint32_t utmp[4];
+  std::memcpy(utmp, packed, 12);
+  utmp[3] = ((utmp[2] >> 4) & kMask2) | (((utmp[1] >> 6) & kMask3) << 4);
+  const uint32_t uaux = utmp[1] & kMask1;
+  utmp[1] = (utmp[2] & kMask2) | (((utmp[0] >> 6) & kMask3) << 4);
+  utmp[2] = uaux;
+  utmp[0] &= kMask1;
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(utmp));
+}
+
+// Q4_K/Q5_K: one scale per 32-value group (one register each); mins repeat over two bsums.
+inline void ScalesMinsK4(const uint8_t* packed, Decoded* out) {
+  const __m128i sm = UnpackScaleMinK4(packed);
+  const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+  for (int k = 0; k < 8; ++k) {
+    const char a = static_cast<char>(2 * k), b = static_cast<char>(2 * k + 1);
+    const __m256i ctrl = _mm256_setr_epi8(a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b,
+                                          a, b, a, b, a, b, a, b, a, b, a, b);
+    out->scl[k] = _mm256_shuffle_epi8(scales, ctrl);
+  }
+  const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+  out->bs_mul = _mm256_setr_m128i(_mm_unpacklo_epi16(mins, mins), _mm_unpackhi_epi16(mins, mins));
+}
+
+inline __m256i Load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+struct Q2K {
+  using Block = BlockQ2_K;
+  static constexpr bool kIntOffset = false;
+  static void Decode(const Block& b, Decoded* out) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = Load256(b.qs + 32 * h);
+      out->w[4 * h + 0] = _mm256_and_si256(q, m3);
+      out->w[4 * h + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 2), m3);
+      out->w[4 * h + 2] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m3);
+      out->w[4 * h + 3] = _mm256_and_si256(_mm256_srli_epi16(q, 6), m3);
+    }
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    GroupScales16(_mm256_cvtepu8_epi16(_mm_and_si128(sc, m4)), out->scl);
+    out->bs_mul = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), m4));
+    out->d = HalfToFloat(b.d);
+    out->dmin = HalfToFloat(b.dmin);
+  }
+};
+
+struct Q3K {
+  using Block = BlockQ3_K;
+  static constexpr bool kIntOffset = true;
+  static void Decode(const Block& b, Decoded* out) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m256i m4 = _mm256_set1_epi8(4);
+    const __m256i hm = Load256(b.hmask);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = Load256(b.qs + 32 * h);
+      for (int j = 0; j < 4; ++j) {
+        // Code u = q2 + 4*hbit in 0..7; the -4 bias goes through bsums.
+        const __m256i q2 = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3);
+        const __m256i hb = _mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * h + j));
+        out->w[4 * h + j] = _mm256_or_si256(q2, _mm256_and_si256(_mm256_slli_epi16(hb, 2), m4));
+      }
+    }
+    constexpr uint32_t kMask1 = 0x03030303, kMask2 = 0x0f0f0f0f;
+    uint32_t aux[4];
+    std::memcpy(aux, b.scales, 12);
+    const uint32_t tmp = aux[2];
+    aux[2] = ((aux[0] >> 4) & kMask2) | (((tmp >> 4) & kMask1) << 4);
+    aux[3] = ((aux[1] >> 4) & kMask2) | (((tmp >> 6) & kMask1) << 4);
+    aux[0] = (aux[0] & kMask2) | (((tmp >> 0) & kMask1) << 4);
+    aux[1] = (aux[1] & kMask2) | (((tmp >> 2) & kMask1) << 4);
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(aux));
+    const __m256i scales16 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(raw), _mm256_set1_epi16(32));
+    GroupScales16(scales16, out->scl);
+    out->bs_mul = _mm256_slli_epi16(scales16, 2);
+    out->d = HalfToFloat(b.d);
+    out->dmin = 0;
+  }
+};
+
+struct Q4K {
+  using Block = BlockQ4_K;
+  static constexpr bool kIntOffset = false;
+  static void Decode(const Block& b, Decoded* out) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = Load256(b.qs + 32 * c);
+      out->w[2 * c] = _mm256_and_si256(q, m4);
+      out->w[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    }
+    ScalesMinsK4(b.scales, out);
+    out->d = HalfToFloat(b.d);
+    out->dmin = HalfToFloat(b.dmin);
+  }
+};
+
+struct Q5K {
+  using Block = BlockQ5_K;
+  static constexpr bool kIntOffset = false;
+  static void Decode(const Block& b, Decoded* out) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const __m256i m16 = _mm256_set1_epi8(0x10);
+    const __m256i qh = Load256(b.qh);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = Load256(b.qs + 32 * c);
+      // Bit 2c of qh is the fifth bit of the low nibbles, bit 2c+1 of the high nibbles.
+      const __m256i h = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c));
+      out->w[2 * c] = _mm256_or_si256(_mm256_and_si256(q, m4),
+                                      _mm256_and_si256(_mm256_slli_epi16(h, 4), m16));
+      out->w[2 * c + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                                          _mm256_and_si256(_mm256_slli_epi16(h, 3), m16));
+    }
+    ScalesMinsK4(b.scales, out);
+    out->d = HalfToFloat(b.d);
+    out->dmin = HalfToFloat(b.dmin);
+  }
+};
+
+struct Q6K {
+  using Block = BlockQ6_K;
+  static constexpr bool kIntOffset = true;
+  static void Decode(const Block& b, Decoded* out) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const __m256i m48 = _mm256_set1_epi8(0x30);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = Load256(b.ql + 64 * h);
+      const __m256i ql1 = Load256(b.ql + 64 * h + 32);
+      const __m256i qh = Load256(b.qh + 32 * h);
+      // Code u = q6 in 0..63; the -32 bias goes through bsums.
+      out->w[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(ql0, m4),
+                                          _mm256_and_si256(_mm256_slli_epi16(qh, 4), m48));
+      out->w[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                                          _mm256_and_si256(_mm256_slli_epi16(qh, 2), m48));
+      out->w[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                                          _mm256_and_si256(qh, m48));
+      out->w[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), m48));
+    }
+    const __m256i scales16 =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+    GroupScales16(scales16, out->scl);
+    out->bs_mul = _mm256_slli_epi16(scales16, 5);
+    out->d = HalfToFloat(b.d);
+    out->dmin = 0;
+  }
+};
+
+// Dot of N activation rows against one weight row; N is a template constant so the per-row
+// accumulators stay in registers.
+template <class T, int N>
+void MultiDot(int64_t k, const void* w_row, const uint8_t* act, size_t act_row_bytes, float* out) {
+  const auto* x = static_cast<const typename T::Block*>(w_row);
+  __m256 acc[N];
+  for (int r = 0; r < N; ++r) acc[r] = _mm256_setzero_ps();
+  const int64_t nb = k / kQK_K;
+  for (int64_t i = 0; i < nb; ++i) {
+    Decoded dec;
+    T::Decode(x[i], &dec);
+    for (int r = 0; r < N; ++r) {
+      const BlockQ8_K& y = reinterpret_cast<const BlockQ8_K*>(act + r * act_row_bytes)[i];
+      __m256i isum0 = _mm256_setzero_si256();
+      __m256i isum1 = _mm256_setzero_si256();
+      for (int kk = 0; kk < 8; kk += 2) {
+        const __m256i p0 = _mm256_maddubs_epi16(dec.w[kk], Load256(y.qs + 32 * kk));
+        const __m256i p1 = _mm256_maddubs_epi16(dec.w[kk + 1], Load256(y.qs + 32 * kk + 32));
+        isum0 = _mm256_add_epi32(isum0, _mm256_madd_epi16(p0, dec.scl[kk]));
+        isum1 = _mm256_add_epi32(isum1, _mm256_madd_epi16(p1, dec.scl[kk + 1]));
+      }
+      __m256i isum = _mm256_add_epi32(isum0, isum1);
+      const __m256i bsm = _mm256_madd_epi16(Load256(y.bsums), dec.bs_mul);
+      if constexpr (T::kIntOffset) {
+        isum = _mm256_sub_epi32(isum, bsm);
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dec.d * y.d), _mm256_cvtepi32_ps(isum), acc[r]);
+      } else {
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dec.d * y.d), _mm256_cvtepi32_ps(isum), acc[r]);
+        acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(dec.dmin * y.d), _mm256_cvtepi32_ps(bsm), acc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < N; ++r) out[r] = HorizontalSum(acc[r]);
+}
+
+template <class T>
+void VecDot(int64_t k, float* s, const void* w_row, const void* act_row) {
+  MultiDot<T, 1>(k, w_row, static_cast<const uint8_t*>(act_row), 0, s);
+}
+
+template <class T>
+void VecDotMulti(int64_t k, const void* w_row, const void* act, size_t act_row_bytes, int n_act,
+                 float* out) {
+  const auto* a = static_cast<const uint8_t*>(act);
+  switch (n_act) {
+    case 1: return MultiDot<T, 1>(k, w_row, a, act_row_bytes, out);
+    case 2: return MultiDot<T, 2>(k, w_row, a, act_row_bytes, out);
+    case 3: return MultiDot<T, 3>(k, w_row, a, act_row_bytes, out);
+    case 4: return MultiDot<T, 4>(k, w_row, a, act_row_bytes, out);
+    case 5: return MultiDot<T, 5>(k, w_row, a, act_row_bytes, out);
+    case 6: return MultiDot<T, 6>(k, w_row, a, act_row_bytes, out);
+    case 7: return MultiDot<T, 7>(k, w_row, a, act_row_bytes, out);
+    default: return MultiDot<T, 8>(k, w_row, a, act_row_bytes, out);
+  }
+}
+
+template <class T>
+void Set(KernelTable& table, GgmlType type) {
+  TypeKernels& e = table[static_cast<int>(type)];
+  e.vec_dot = VecDot<T>;
+  e.vec_dot_multi = VecDotMulti<T>;
+}
+
+}  // namespace
+
+void RegisterAvx2KQuants(KernelTable& table) {
+  Set<Q2K>(table, GgmlType::kQ2_K);
+  Set<Q3K>(table, GgmlType::kQ3_K);
+  Set<Q4K>(table, GgmlType::kQ4_K);
+  Set<Q5K>(table, GgmlType::kQ5_K);
+  Set<Q6K>(table, GgmlType::kQ6_K);
+}
+
+}  // namespace lamina::quant_internal

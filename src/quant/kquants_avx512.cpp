@@ -1,0 +1,280 @@
+// AVX-512 (BW + VNNI) K-quant dot products (Q2_K..Q6_K against Q8_K). As the AVX2 variant: each
+// weight super-block is decoded once into 256 unsigned codes and per-group scale vectors and reused
+// for up to kMaxMultiDot activation rows; here 64 codes per register, and VNNI's dpwssd fuses the
+// group-scale multiply with the accumulate. Integer sums are exact.
+#include <immintrin.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+
+#include "quant/kernel_registry.h"
+#include "quant/quant.h"
+#include "quant/types.h"
+
+namespace lamina::quant_internal {
+namespace {
+
+// dot = d * (sum scl*w*q8 - [int offset] bsums*bs_mul) - dmin * bsums*bs_mul; see the AVX2 file.
+struct Decoded {
+  __m512i w[4];    // codes of elements 64k..64k+63, unsigned
+  __m512i scl[4];  // int16 multiplier for each maddubs output word of w[k]
+  __m256i bs_mul;  // int16 multiplier for each of the 16 bsums
+  float d;
+  float dmin;
+};
+
+constexpr __mmask32 kUpperWords = 0xFFFF0000u;  // words 16..31: the upper 32 bytes
+constexpr __mmask32 kLowerWords = 0x0000FFFFu;
+
+inline float HalfToFloat(fp16_t h) { return _cvtsh_ss(h); }
+
+inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline __m256i Load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m512i Load512(const void* p) { return _mm512_loadu_si512(p); }
+inline __m512i Broadcast256(const void* p) { return _mm512_broadcast_i64x4(Load256(p)); }
+
+// vpermw indices: register k, output word i takes scale (group_words == 8 ? 4k + i/8 : 2k + i/16),
+// i.e. the scale of the group that maddubs output word i belongs to.
+template <int kGroupWords>
+constexpr std::array<int16_t, 128> MakeScaleIndex() {
+  std::array<int16_t, 128> idx{};
+  for (int k = 0; k < 4; ++k) {
+    for (int i = 0; i < 32; ++i) {
+      idx[32 * k + i] = static_cast<int16_t>((32 / kGroupWords) * k + i / kGroupWords);
+    }
+  }
+  return idx;
+}
+alignas(64) constexpr std::array<int16_t, 128> kIndex16 = MakeScaleIndex<8>();   // 16-value groups
+alignas(64) constexpr std::array<int16_t, 128> kIndex32 = MakeScaleIndex<16>();  // 32-value groups
+
+template <const std::array<int16_t, 128>& kIndex>
+inline void GroupScales(__m256i scales16, __m512i* scl) {
+  const __m512i s = _mm512_inserti64x4(_mm512_setzero_si512(), scales16, 0);
+  for (int k = 0; k < 4; ++k) {
+    scl[k] = _mm512_permutexvar_epi16(Load512(kIndex.data() + 32 * k), s);
+  }
+}
+
+inline __m128i UnpackScaleMinK4(const uint8_t* packed) {
+  constexpr uint32_t kMask1 = 0x3f3f3f3f, kMask2 = 0x0f0f0f0f, kMask3 = 0x03030303;
+  uint32_t utmp[4];
+  std::memcpy(utmp, packed, 12);
+  utmp[3] = ((utmp[2] >> 4) & kMask2) | (((utmp[1] >> 6) & kMask3) << 4);
+  const uint32_t uaux = utmp[1] & kMask1;
+  utmp[1] = (utmp[2] & kMask2) | (((utmp[0] >> 6) & kMask3) << 4);
+  utmp[2] = uaux;
+  utmp[0] &= kMask1;
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(utmp));
+}
+
+inline void ScalesMinsK4(const uint8_t* packed, Decoded* out) {
+  const __m128i sm = UnpackScaleMinK4(packed);
+  GroupScales<kIndex32>(_mm256_cvtepu8_epi16(sm), out->scl);  // only words 0..7 are read
+  const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+  out->bs_mul = _mm256_setr_m128i(_mm_unpacklo_epi16(mins, mins), _mm_unpackhi_epi16(mins, mins));
+}
+
+struct Q2K {
+  using Block = BlockQ2_K;
+  static constexpr bool kIntOffset = false;
+  static void Decode(const Block& b, Decoded* out) {
+    const __m512i m3 = _mm512_set1_epi8(3);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i q = Broadcast256(b.qs + 32 * h);
+      for (int jj = 0; jj < 2; ++jj) {
+        // Lower half: shift 4*jj (elements 128h + 64jj + l); upper half: two bits further.
+        __m512i s = _mm512_srl_epi16(q, _mm_cvtsi32_si128(4 * jj));
+        s = _mm512_mask_srli_epi16(s, kUpperWords, s, 2);
+        out->w[2 * h + jj] = _mm512_and_si512(s, m3);
+      }
+    }
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    GroupScales<kIndex16>(_mm256_cvtepu8_epi16(_mm_and_si128(sc, m4)), out->scl);
+    out->bs_mul = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), m4));
+    out->d = HalfToFloat(b.d);
+    out->dmin = HalfToFloat(b.dmin);
+  }
+};
+
+struct Q3K {
+  using Block = BlockQ3_K;
+  static constexpr bool kIntOffset = true;
+  static void Decode(const Block& b, Decoded* out) {
+    const __m512i m3 = _mm512_set1_epi8(3);
+    const __m512i m4 = _mm512_set1_epi8(4);
+    const __m512i hm = Broadcast256(b.hmask);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i q = Broadcast256(b.qs + 32 * h);
+      for (int jj = 0; jj < 2; ++jj) {
+        __m512i s = _mm512_srl_epi16(q, _mm_cvtsi32_si128(4 * jj));
+        s = _mm512_mask_srli_epi16(s, kUpperWords, s, 2);
+        // High bit of element 128h + 32j + l is bit 4h + j of hmask[l].
+        __m512i hb = _mm512_srl_epi16(hm, _mm_cvtsi32_si128(4 * h + 2 * jj));
+        hb = _mm512_mask_srli_epi16(hb, kUpperWords, hb, 1);
+        out->w[2 * h + jj] = _mm512_or_si512(_mm512_and_si512(s, m3),
+                                             _mm512_and_si512(_mm512_slli_epi16(hb, 2), m4));
+      }
+    }
+    constexpr uint32_t kMask1 = 0x03030303, kMask2 = 0x0f0f0f0f;
+    uint32_t aux[4];
+    std::memcpy(aux, b.scales, 12);
+    const uint32_t tmp = aux[2];
+    aux[2] = ((aux[0] >> 4) & kMask2) | (((tmp >> 4) & kMask1) << 4);
+    aux[3] = ((aux[1] >> 4) & kMask2) | (((tmp >> 6) & kMask1) << 4);
+    aux[0] = (aux[0] & kMask2) | (((tmp >> 0) & kMask1) << 4);
+    aux[1] = (aux[1] & kMask2) | (((tmp >> 2) & kMask1) << 4);
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(aux));
+    const __m256i scales16 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(raw), _mm256_set1_epi16(32));
+    GroupScales<kIndex16>(scales16, out->scl);
+    out->bs_mul = _mm256_slli_epi16(scales16, 2);
+    out->d = HalfToFloat(b.d);
+    out->dmin = 0;
+  }
+};
+
+struct Q4K {
+  using Block = BlockQ4_K;
+  static constexpr bool kIntOffset = false;
+  static void Decode(const Block& b, Decoded* out) {
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    for (int c = 0; c < 4; ++c) {
+      // Low nibbles are elements 64c..64c+31, high nibbles the next 32.
+      const __m512i q = Broadcast256(b.qs + 32 * c);
+      out->w[c] = _mm512_and_si512(_mm512_mask_srli_epi16(q, kUpperWords, q, 4), m4);
+    }
+    ScalesMinsK4(b.scales, out);
+    out->d = HalfToFloat(b.d);
+    out->dmin = HalfToFloat(b.dmin);
+  }
+};
+
+struct Q5K {
+  using Block = BlockQ5_K;
+  static constexpr bool kIntOffset = false;
+  static void Decode(const Block& b, Decoded* out) {
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    const __m512i m16 = _mm512_set1_epi8(0x10);
+    const __m512i qh = Broadcast256(b.qh);
+    for (int c = 0; c < 4; ++c) {
+      const __m512i q = Broadcast256(b.qs + 32 * c);
+      const __m512i nib = _mm512_and_si512(_mm512_mask_srli_epi16(q, kUpperWords, q, 4), m4);
+      // Bit 2c of qh for the low nibbles, bit 2c+1 for the high ones.
+      __m512i h = _mm512_srl_epi16(qh, _mm_cvtsi32_si128(2 * c));
+      h = _mm512_mask_srli_epi16(h, kUpperWords, h, 1);
+      out->w[c] = _mm512_or_si512(nib, _mm512_and_si512(_mm512_slli_epi16(h, 4), m16));
+    }
+    ScalesMinsK4(b.scales, out);
+    out->d = HalfToFloat(b.d);
+    out->dmin = HalfToFloat(b.dmin);
+  }
+};
+
+struct Q6K {
+  using Block = BlockQ6_K;
+  static constexpr bool kIntOffset = true;
+  static void Decode(const Block& b, Decoded* out) {
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    const __m512i m48 = _mm512_set1_epi8(0x30);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i ql = Load512(b.ql + 64 * h);  // ql[0..31] | ql[32..63]
+      const __m512i qh = Broadcast256(b.qh + 32 * h);
+      // Elements 128h + 0..63: low nibbles with qh bits 0-1 (lower half) and 2-3 (upper half).
+      const __m512i hlo = _mm512_mask_slli_epi16(_mm512_slli_epi16(qh, 2), kLowerWords, qh, 4);
+      out->w[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(hlo, m48));
+      // Elements 128h + 64..127: high nibbles with qh bits 4-5 and 6-7.
+      const __m512i hhi = _mm512_mask_mov_epi16(_mm512_srli_epi16(qh, 2), kLowerWords, qh);
+      out->w[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                          _mm512_and_si512(hhi, m48));
+    }
+    const __m256i scales16 =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+    GroupScales<kIndex16>(scales16, out->scl);
+    out->bs_mul = _mm256_slli_epi16(scales16, 5);
+    out->d = HalfToFloat(b.d);
+    out->dmin = 0;
+  }
+};
+
+template <class T, int N>
+void MultiDot(int64_t k, const void* w_row, const uint8_t* act, size_t act_row_bytes, float* out) {
+  const auto* x = static_cast<const typename T::Block*>(w_row);
+  __m256 acc[N];
+  for (int r = 0; r < N; ++r) acc[r] = _mm256_setzero_ps();
+  const int64_t nb = k / kQK_K;
+  for (int64_t i = 0; i < nb; ++i) {
+    Decoded dec;
+    T::Decode(x[i], &dec);
+    for (int r = 0; r < N; ++r) {
+      const BlockQ8_K& y = reinterpret_cast<const BlockQ8_K*>(act + r * act_row_bytes)[i];
+      __m512i isum0 = _mm512_setzero_si512();
+      __m512i isum1 = _mm512_setzero_si512();
+      for (int kk = 0; kk < 4; kk += 2) {
+        const __m512i p0 = _mm512_maddubs_epi16(dec.w[kk], Load512(y.qs + 64 * kk));
+        const __m512i p1 = _mm512_maddubs_epi16(dec.w[kk + 1], Load512(y.qs + 64 * kk + 64));
+        isum0 = _mm512_dpwssd_epi32(isum0, p0, dec.scl[kk]);
+        isum1 = _mm512_dpwssd_epi32(isum1, p1, dec.scl[kk + 1]);
+      }
+      const __m512i isum512 = _mm512_add_epi32(isum0, isum1);
+      __m256i isum = _mm256_add_epi32(_mm512_castsi512_si256(isum512),
+                                      _mm512_extracti64x4_epi64(isum512, 1));
+      const __m256i bsm = _mm256_madd_epi16(Load256(y.bsums), dec.bs_mul);
+      if constexpr (T::kIntOffset) {
+        isum = _mm256_sub_epi32(isum, bsm);
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dec.d * y.d), _mm256_cvtepi32_ps(isum), acc[r]);
+      } else {
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dec.d * y.d), _mm256_cvtepi32_ps(isum), acc[r]);
+        acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(dec.dmin * y.d), _mm256_cvtepi32_ps(bsm), acc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < N; ++r) out[r] = HorizontalSum(acc[r]);
+}
+
+template <class T>
+void VecDot(int64_t k, float* s, const void* w_row, const void* act_row) {
+  MultiDot<T, 1>(k, w_row, static_cast<const uint8_t*>(act_row), 0, s);
+}
+
+template <class T>
+void VecDotMulti(int64_t k, const void* w_row, const void* act, size_t act_row_bytes, int n_act,
+                 float* out) {
+  const auto* a = static_cast<const uint8_t*>(act);
+  switch (n_act) {
+    case 1: return MultiDot<T, 1>(k, w_row, a, act_row_bytes, out);
+    case 2: return MultiDot<T, 2>(k, w_row, a, act_row_bytes, out);
+    case 3: return MultiDot<T, 3>(k, w_row, a, act_row_bytes, out);
+    case 4: return MultiDot<T, 4>(k, w_row, a, act_row_bytes, out);
+    case 5: return MultiDot<T, 5>(k, w_row, a, act_row_bytes, out);
+    case 6: return MultiDot<T, 6>(k, w_row, a, act_row_bytes, out);
+    case 7: return MultiDot<T, 7>(k, w_row, a, act_row_bytes, out);
+    default: return MultiDot<T, 8>(k, w_row, a, act_row_bytes, out);
+  }
+}
+
+template <class T>
+void Set(KernelTable& table, GgmlType type) {
+  TypeKernels& e = table[static_cast<int>(type)];
+  e.vec_dot = VecDot<T>;
+  e.vec_dot_multi = VecDotMulti<T>;
+}
+
+}  // namespace
+
+void RegisterAvx512KQuants(KernelTable& table) {
+  Set<Q2K>(table, GgmlType::kQ2_K);
+  Set<Q3K>(table, GgmlType::kQ3_K);
+  Set<Q4K>(table, GgmlType::kQ4_K);
+  Set<Q5K>(table, GgmlType::kQ5_K);
+  Set<Q6K>(table, GgmlType::kQ6_K);
+}
+
+}  // namespace lamina::quant_internal

@@ -1,0 +1,361 @@
+// AVX2 + FMA + F16C kernels for F32, F16, BF16 and the legacy quants: dot products, the
+// several-activation dot products used for prompt processing, and the activation quantizers
+// (byte-identical to the scalar ones in legacy.cpp).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "quant/kernel_registry.h"
+
+namespace lamina::quant_internal {
+namespace {
+
+inline float HsumPs(__m256 v) {
+  __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
+}
+
+inline int HsumI32(__m256i v) {
+  __m128i r = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  r = _mm_add_epi32(r, _mm_unpackhi_epi64(r, r));
+  r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(r);
+}
+
+inline float HalfToF32(fp16_t h) { return _cvtsh_ss(h); }
+
+// ---------------------------------------------------------------------------------------------
+// Float types. Loads widen 8 elements to f32; products are exact for F16 / BF16, so only the
+// summation order differs from the scalar twin.
+
+struct F32Src {
+  using T = float;
+  static __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+  static float One(const float* p) { return *p; }
+};
+struct F16Src {
+  using T = fp16_t;
+  static __m256 Load8(const fp16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static float One(const fp16_t* p) { return HalfToF32(*p); }
+};
+struct BF16Src {
+  using T = bf16_t;
+  static __m256 Load8(const bf16_t* p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  static float One(const bf16_t* p) { return Bf16ToF32(*p); }
+};
+
+template <class S>
+void VecDotFloat(int64_t k, float* s, const void* vw, const void* va) {
+  using T = typename S::T;
+  const T* w = static_cast<const T*>(vw);
+  const T* a = static_cast<const T*>(va);
+  // Four accumulators hide the FMA latency.
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= k; i += 32) {
+    acc0 = _mm256_fmadd_ps(S::Load8(w + i), S::Load8(a + i), acc0);
+    acc1 = _mm256_fmadd_ps(S::Load8(w + i + 8), S::Load8(a + i + 8), acc1);
+    acc2 = _mm256_fmadd_ps(S::Load8(w + i + 16), S::Load8(a + i + 16), acc2);
+    acc3 = _mm256_fmadd_ps(S::Load8(w + i + 24), S::Load8(a + i + 24), acc3);
+  }
+  for (; i + 8 <= k; i += 8) acc0 = _mm256_fmadd_ps(S::Load8(w + i), S::Load8(a + i), acc0);
+  float tail = 0.0f;
+  for (; i < k; ++i) tail += S::One(w + i) * S::One(a + i);
+  *s = HsumPs(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3))) + tail;
+}
+
+template <class S, int N>
+void VecDotFloatMultiN(int64_t k, const void* vw, const char* act, size_t stride, float* out) {
+  using T = typename S::T;
+  const T* w = static_cast<const T*>(vw);
+  const T* a[N];
+  __m256 acc[N];
+  for (int j = 0; j < N; ++j) {
+    a[j] = reinterpret_cast<const T*>(act + j * stride);
+    acc[j] = _mm256_setzero_ps();
+  }
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) {
+    const __m256 wv = S::Load8(w + i);
+    for (int j = 0; j < N; ++j) acc[j] = _mm256_fmadd_ps(wv, S::Load8(a[j] + i), acc[j]);
+  }
+  for (int j = 0; j < N; ++j) {
+    float tail = 0.0f;
+    for (int64_t t = i; t < k; ++t) tail += S::One(w + t) * S::One(a[j] + t);
+    out[j] = HsumPs(acc[j]) + tail;
+  }
+}
+
+template <class S>
+void VecDotFloatMulti(int64_t k, const void* w, const void* act, size_t stride, int n,
+                      float* out) {
+  const char* a = static_cast<const char*>(act);
+  switch (n) {
+    case 4: return VecDotFloatMultiN<S, 4>(k, w, a, stride, out);
+    case 5: return VecDotFloatMultiN<S, 5>(k, w, a, stride, out);
+    case 6: return VecDotFloatMultiN<S, 6>(k, w, a, stride, out);
+    case 7: return VecDotFloatMultiN<S, 7>(k, w, a, stride, out);
+    case 8: return VecDotFloatMultiN<S, 8>(k, w, a, stride, out);
+    default:
+      // Too few rows to hide the FMA latency with one accumulator each; the weight row is
+      // small enough to stay in L1 between the single dots.
+      for (int j = 0; j < n; ++j) VecDotFloat<S>(k, &out[j], w, a + j * stride);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Legacy quants. Each weight block unpacks to 32 bytes in element order; signed types (Q4_0,
+// Q5_0, Q8_0) give codes in [-128, 127] and multiply via abs/sign, unsigned ones (Q4_1, Q5_1)
+// give [0, 31] and feed maddubs directly. Activation codes must be in [-127, 127] (as every
+// lamina / GGML quantizer writes them): sign_epi8 cannot negate -128.
+
+// 32 nibbles to bytes: low nibbles are elements 0..15, high nibbles elements 16..31.
+inline __m256i UnpackNibbles(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i v = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+  return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+}
+
+// Byte p = 0x10 where bit p of the 32-bit qh is set (the fifth bit of element p).
+inline __m256i HighBits(const uint8_t* qh) {
+  uint32_t x;
+  std::memcpy(&x, qh, sizeof(x));
+  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                         0x0101010101010101, 0x0000000000000000);
+  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x)), shuf);
+  const __m256i sel = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, sel), sel);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+struct Q4_0W {
+  using Block = BlockQ4_0;
+  using Act = BlockQ8_0;
+  static constexpr bool kSigned = true;
+  static __m256i Codes(const Block& b) {
+    return _mm256_sub_epi8(UnpackNibbles(b.qs), _mm256_set1_epi8(8));
+  }
+};
+struct Q5_0W {
+  using Block = BlockQ5_0;
+  using Act = BlockQ8_0;
+  static constexpr bool kSigned = true;
+  static __m256i Codes(const Block& b) {
+    return _mm256_sub_epi8(_mm256_or_si256(UnpackNibbles(b.qs), HighBits(b.qh)),
+                           _mm256_set1_epi8(16));
+  }
+};
+struct Q8_0W {
+  using Block = BlockQ8_0;
+  using Act = BlockQ8_0;
+  static constexpr bool kSigned = true;
+  static __m256i Codes(const Block& b) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+  }
+};
+struct Q4_1W {
+  using Block = BlockQ4_1;
+  using Act = BlockQ8_1;
+  static constexpr bool kSigned = false;
+  static __m256i Codes(const Block& b) { return UnpackNibbles(b.qs); }
+};
+struct Q5_1W {
+  using Block = BlockQ5_1;
+  using Act = BlockQ8_1;
+  static constexpr bool kSigned = false;
+  static __m256i Codes(const Block& b) {
+    return _mm256_or_si256(UnpackNibbles(b.qs), HighBits(b.qh));
+  }
+};
+
+// A weight block prepared once and dotted with any number of activation blocks.
+template <class W>
+struct Prepared {
+  __m256i mul;  // unsigned operand of maddubs: |codes| or the codes themselves
+  __m256i sgn;  // codes, whose signs are moved onto the activation (signed types only)
+  float d;
+  float m = 0.0f;
+
+  explicit Prepared(const typename W::Block& b) {
+    const __m256i c = W::Codes(b);
+    if constexpr (W::kSigned) {
+      mul = _mm256_sign_epi8(c, c);
+      sgn = c;
+    } else {
+      mul = c;
+      sgn = c;
+      m = HalfToF32(b.m);
+    }
+    d = HalfToF32(b.d);
+  }
+
+  // Eight int32 lanes summing to dot(codes, activation codes).
+  __m256i Dot(const int8_t* qs) const {
+    __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
+    if constexpr (W::kSigned) y = _mm256_sign_epi8(y, sgn);
+    const __m256i p16 = _mm256_maddubs_epi16(mul, y);
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+  }
+};
+
+template <class W>
+void VecDotQuant(int64_t k, float* s, const void* vw, const void* va) {
+  const auto* w = static_cast<const typename W::Block*>(vw);
+  const auto* a = static_cast<const typename W::Act*>(va);
+  const int64_t nb = k / kQK;
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  float summ = 0.0f;
+  int64_t i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    const Prepared<W> p0(w[i]), p1(w[i + 1]);
+    const __m256 s0 = _mm256_cvtepi32_ps(p0.Dot(a[i].qs));
+    const __m256 s1 = _mm256_cvtepi32_ps(p1.Dot(a[i + 1].qs));
+    acc0 = _mm256_fmadd_ps(s0, _mm256_set1_ps(p0.d * HalfToF32(a[i].d)), acc0);
+    acc1 = _mm256_fmadd_ps(s1, _mm256_set1_ps(p1.d * HalfToF32(a[i + 1].d)), acc1);
+    if constexpr (!W::kSigned) {
+      summ += p0.m * HalfToF32(a[i].s) + p1.m * HalfToF32(a[i + 1].s);
+    }
+  }
+  for (; i < nb; ++i) {
+    const Prepared<W> p(w[i]);
+    const __m256 s0 = _mm256_cvtepi32_ps(p.Dot(a[i].qs));
+    acc0 = _mm256_fmadd_ps(s0, _mm256_set1_ps(p.d * HalfToF32(a[i].d)), acc0);
+    if constexpr (!W::kSigned) summ += p.m * HalfToF32(a[i].s);
+  }
+  *s = HsumPs(_mm256_add_ps(acc0, acc1)) + summ;
+}
+
+template <class W, int N>
+void VecDotQuantMultiN(int64_t k, const void* vw, const char* act, size_t stride, float* out) {
+  const auto* w = static_cast<const typename W::Block*>(vw);
+  const typename W::Act* a[N];
+  __m256 acc[N];
+  float summ[N];
+  for (int j = 0; j < N; ++j) {
+    a[j] = reinterpret_cast<const typename W::Act*>(act + j * stride);
+    acc[j] = _mm256_setzero_ps();
+    summ[j] = 0.0f;
+  }
+  const int64_t nb = k / kQK;
+  for (int64_t i = 0; i < nb; ++i) {
+    const Prepared<W> p(w[i]);
+    for (int j = 0; j < N; ++j) {
+      const typename W::Act& y = a[j][i];
+      const __m256 sj = _mm256_cvtepi32_ps(p.Dot(y.qs));
+      acc[j] = _mm256_fmadd_ps(sj, _mm256_set1_ps(p.d * HalfToF32(y.d)), acc[j]);
+      if constexpr (!W::kSigned) summ[j] += p.m * HalfToF32(y.s);
+    }
+  }
+  for (int j = 0; j < N; ++j) out[j] = HsumPs(acc[j]) + summ[j];
+}
+
+template <class W>
+void VecDotQuantMulti(int64_t k, const void* w, const void* act, size_t stride, int n,
+                      float* out) {
+  const char* a = static_cast<const char*>(act);
+  switch (n) {
+    case 1: return VecDotQuant<W>(k, out, w, a);
+    case 2: return VecDotQuantMultiN<W, 2>(k, w, a, stride, out);
+    case 3: return VecDotQuantMultiN<W, 3>(k, w, a, stride, out);
+    case 4: return VecDotQuantMultiN<W, 4>(k, w, a, stride, out);
+    case 5: return VecDotQuantMultiN<W, 5>(k, w, a, stride, out);
+    case 6: return VecDotQuantMultiN<W, 6>(k, w, a, stride, out);
+    case 7: return VecDotQuantMultiN<W, 7>(k, w, a, stride, out);
+    case 8: return VecDotQuantMultiN<W, 8>(k, w, a, stride, out);
+    default:
+      for (int j = 0; j < n; ++j) VecDotQuant<W>(k, &out[j], w, a + j * stride);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activation quantizers: the same arithmetic as the scalar ones (amax, d = amax / 127,
+// id = 127 / amax, x * id rounded to nearest even by cvtps2dq).
+
+// Quantizes 32 floats into qs; returns d and the sum of the codes.
+inline float QuantizeBlock8(const float* x, int8_t* qs, int* code_sum) {
+  __m256 v0 = _mm256_loadu_ps(x);
+  __m256 v1 = _mm256_loadu_ps(x + 8);
+  __m256 v2 = _mm256_loadu_ps(x + 16);
+  __m256 v3 = _mm256_loadu_ps(x + 24);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 m = _mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1));
+  m = _mm256_max_ps(m, _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float amax = _mm_cvtss_f32(m4);
+  const float d = amax / 127.f;
+  const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+  const __m256 mul = _mm256_set1_ps(id);
+  const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, mul));
+  const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, mul));
+  const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, mul));
+  const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, mul));
+  if (code_sum != nullptr) {
+    *code_sum = HsumI32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+  }
+  // The in-lane packs interleave 4-element groups; the permute restores element order.
+  const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+  const __m256i q = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs), q);
+  return d;
+}
+
+void QuantizeQ8_0(const float* x, void* vy, int64_t k) {
+  BlockQ8_0* y = static_cast<BlockQ8_0*>(vy);
+  const int64_t nb = k / kQK;
+  for (int64_t i = 0; i < nb; ++i) {
+    y[i].d = _cvtss_sh(QuantizeBlock8(x + i * kQK, y[i].qs, nullptr), _MM_FROUND_TO_NEAREST_INT);
+  }
+}
+
+void QuantizeQ8_1(const float* x, void* vy, int64_t k) {
+  BlockQ8_1* y = static_cast<BlockQ8_1*>(vy);
+  const int64_t nb = k / kQK;
+  for (int64_t i = 0; i < nb; ++i) {
+    int sum = 0;
+    const float d = QuantizeBlock8(x + i * kQK, y[i].qs, &sum);
+    y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+    y[i].s = _cvtss_sh(d * static_cast<float>(sum), _MM_FROUND_TO_NEAREST_INT);
+  }
+}
+
+void QuantizeF16(const float* x, void* vy, int64_t k) {
+  fp16_t* y = static_cast<fp16_t*>(vy);
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), h);
+  }
+  for (; i < k; ++i) y[i] = F32ToFp16(x[i]);
+}
+
+}  // namespace
+
+void RegisterAvx2Legacy(KernelTable& table) {
+  auto set = [&](GgmlType t, VecDotFn dot, VecDotMultiFn multi) {
+    table[static_cast<int>(t)].vec_dot = dot;
+    table[static_cast<int>(t)].vec_dot_multi = multi;
+  };
+  set(GgmlType::kF32, VecDotFloat<F32Src>, VecDotFloatMulti<F32Src>);
+  set(GgmlType::kF16, VecDotFloat<F16Src>, VecDotFloatMulti<F16Src>);
+  set(GgmlType::kBF16, VecDotFloat<BF16Src>, VecDotFloatMulti<BF16Src>);
+  set(GgmlType::kQ4_0, VecDotQuant<Q4_0W>, VecDotQuantMulti<Q4_0W>);
+  set(GgmlType::kQ4_1, VecDotQuant<Q4_1W>, VecDotQuantMulti<Q4_1W>);
+  set(GgmlType::kQ5_0, VecDotQuant<Q5_0W>, VecDotQuantMulti<Q5_0W>);
+  set(GgmlType::kQ5_1, VecDotQuant<Q5_1W>, VecDotQuantMulti<Q5_1W>);
+  set(GgmlType::kQ8_0, VecDotQuant<Q8_0W>, VecDotQuantMulti<Q8_0W>);
+  table[static_cast<int>(GgmlType::kQ8_0)].quantize = QuantizeQ8_0;
+  table[static_cast<int>(GgmlType::kQ8_1)].quantize = QuantizeQ8_1;
+  table[static_cast<int>(GgmlType::kF16)].quantize = QuantizeF16;
+}
+
+}  // namespace lamina::quant_internal

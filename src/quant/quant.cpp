@@ -1,0 +1,128 @@
+// Runtime ISA detection and the per-ISA kernel tables. Each table is built once, on first use,
+// and only for an ISA the CPU has: the SIMD Register* functions live in files compiled with
+// that ISA's flags, so even running them on a lesser CPU could fault.
+#include "quant/quant.h"
+
+#include "quant/kernel_registry.h"
+#include "util/check.h"
+
+namespace lamina {
+
+namespace {
+
+using quant_internal::KernelTable;
+using quant_internal::kTypeTableSize;
+
+struct Tables {
+  KernelTable table{};
+};
+
+// Every known type gets an entry naming itself, so types no kernel file fills (yet) come back
+// with null kernels rather than as a mislabelled F32 entry.
+void InitEntries(KernelTable& table) {
+  for (int i = 0; i < kTypeTableSize; ++i) {
+    const GgmlType t = static_cast<GgmlType>(i);
+    table[i] = TypeKernels{t, t, nullptr, nullptr, nullptr, nullptr};
+  }
+}
+
+const Tables& ScalarTables() {
+  static const Tables* tables = [] {
+    auto* t = new Tables;
+    InitEntries(t->table);
+    quant_internal::RegisterScalarLegacy(t->table);
+    quant_internal::RegisterScalarKQuants(t->table);
+    return t;
+  }();
+  return *tables;
+}
+
+const Tables& Avx2Tables() {
+  static const Tables* tables = [] {
+    auto* t = new Tables(ScalarTables());
+    quant_internal::RegisterAvx2Legacy(t->table);
+    quant_internal::RegisterAvx2KQuants(t->table);
+    return t;
+  }();
+  return *tables;
+}
+
+const Tables& Avx512Tables() {
+  static const Tables* tables = [] {
+    auto* t = new Tables(Avx2Tables());
+    quant_internal::RegisterAvx512Legacy(t->table);
+    quant_internal::RegisterAvx512KQuants(t->table);
+    return t;
+  }();
+  return *tables;
+}
+
+Isa DetectIsaUncached() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+      __builtin_cpu_supports("avx512dq")) {
+    return Isa::kAvx512;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c")) {
+    return Isa::kAvx2;
+  }
+  return Isa::kScalar;
+}
+
+}  // namespace
+
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+Isa DetectIsa() {
+  static const Isa isa = DetectIsaUncached();
+  return isa;
+}
+
+const TypeKernels& GetKernels(GgmlType type, Isa isa) {
+  const uint32_t raw = static_cast<uint32_t>(type);
+  LAMINA_CHECK(IsKnownGgmlType(raw) && raw < static_cast<uint32_t>(kTypeTableSize));
+  LAMINA_CHECK(static_cast<int>(isa) <= static_cast<int>(DetectIsa()));
+  switch (isa) {
+    case Isa::kScalar:
+      return ScalarTables().table[raw];
+    case Isa::kAvx2:
+      return Avx2Tables().table[raw];
+    case Isa::kAvx512:
+      return Avx512Tables().table[raw];
+  }
+  LAMINA_CHECK(false && "unknown Isa");
+  return ScalarTables().table[raw];
+}
+
+const TypeKernels& GetKernels(GgmlType type) { return GetKernels(type, DetectIsa()); }
+
+bool IsSupportedWeightType(GgmlType type) {
+  const uint32_t raw = static_cast<uint32_t>(type);
+  if (!IsKnownGgmlType(raw) || raw >= static_cast<uint32_t>(kTypeTableSize)) return false;
+  const TypeKernels& k = GetKernels(type);
+  if (k.vec_dot == nullptr || k.vec_dot_multi == nullptr) return false;
+  // The matmul quantizes activations into vec_dot_type, so that needs a quantizer too.
+  return k.vec_dot_type == GgmlType::kF32 || GetKernels(k.vec_dot_type).quantize != nullptr;
+}
+
+}  // namespace lamina
+
+// TEMP: no-op stand-ins until src/quant/kquants*.cpp land; remove this block then, or the
+// static library may keep these and never pull in the real K-quant registrations.
+namespace lamina::quant_internal {
+__attribute__((weak)) void RegisterScalarKQuants(KernelTable&) {}
+__attribute__((weak)) void RegisterAvx2KQuants(KernelTable&) {}
+__attribute__((weak)) void RegisterAvx512KQuants(KernelTable&) {}
+}  // namespace lamina::quant_internal

@@ -1,0 +1,186 @@
+// End-to-end goldens against llama.cpp (../shared/golden): logits at every prompt position and
+// every teacher-forced generation step, and greedy ids wherever the reference's top-1/top-2
+// margin exceeds the tolerance. Tolerances per weight type are documented in docs/GOLDENS.md.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "model/model.h"
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+
+namespace lamina {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kShared = LAMINA_SHARED_DIR;
+
+struct GoldenCase {
+  std::string json_path;
+  std::string model_path;
+  std::string kv;   // f32 / f16
+  double tolerance; // max |logit diff| allowed
+};
+
+std::string CaseName(const testing::TestParamInfo<GoldenCase>& info) {
+  std::string n = fs::path(info.param.json_path).stem().string();
+  for (char& c : n) {
+    if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return n;
+}
+
+// Tolerance by (weight file type, kv). F32 weights with F32 KV land at the 6-digit rounding of
+// the goldens; other types differ from llama.cpp by summation order and activation-rounding
+// ties, which the random-weight models amplify (see docs/GOLDENS.md for the measured maxima).
+double ToleranceFor(const std::string& model_stem, const std::string& kv) {
+  static const std::map<std::string, double> by_type = {
+      {"F32", 2e-4}, {"F16", 2e-3}, {"Q8_0", 2e-2}, {"Q4_0", 2e-2}, {"Q4_K_M", 3e-2},
+      {"Q5_K_M", 3e-2}, {"Q6_K", 3e-2}};
+  double tol = 2e-4;
+  const auto dot = model_stem.rfind('.');
+  if (dot != std::string::npos) {
+    auto it = by_type.find(model_stem.substr(dot + 1));
+    if (it != by_type.end()) tol = it->second;
+  }
+  if (kv == "f16") tol = std::max(tol, 5e-3);
+  return tol;
+}
+
+std::vector<GoldenCase> Collect() {
+  std::vector<GoldenCase> cases;
+  if (!fs::exists(kShared + "/golden")) return cases;
+  for (const char* dir : {"stories260K", "synth"}) {
+    const fs::path d = fs::path(kShared) / "golden" / dir;
+    if (!fs::exists(d)) continue;
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(d)) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const fs::path& p : files) {
+      const std::string stem = p.stem().string();  // model.prompt.kv
+      // Only the llama-architecture models here; flash-attention variants are compared in
+      // the KV tests.
+      if (stem.rfind("stories260K", 0) != 0 && stem.rfind("synth-llama", 0) != 0) continue;
+      const auto kv_dot = stem.rfind('.');
+      const std::string kv = stem.substr(kv_dot + 1);
+      if (kv != "f32" && kv != "f16") continue;
+      const std::string rest = stem.substr(0, kv_dot);
+      const std::string model_stem = rest.substr(0, rest.rfind('.'));
+      const std::string model = kShared + "/models/" + model_stem + ".gguf";
+      if (!fs::exists(model)) continue;
+      cases.push_back({p.string(), model, kv, ToleranceFor(model_stem, kv)});
+    }
+  }
+  return cases;
+}
+
+class GoldenTest : public testing::TestWithParam<GoldenCase> {};
+
+TEST_P(GoldenTest, LogitsAndGreedyMatchLlamaCpp) {
+  const GoldenCase& c = GetParam();
+  std::ifstream in(c.json_path);
+  ASSERT_TRUE(in) << c.json_path;
+  const nlohmann::json g = nlohmann::json::parse(in);
+  Result<std::unique_ptr<Model>> model = LoadModel(c.model_path);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  const int n_vocab = (*model)->hparams().n_vocab;
+
+  const std::vector<int32_t> want_prompt = g["prompt_tokens"].get<std::vector<int32_t>>();
+  const std::vector<int32_t> got_prompt =
+      (*model)->tokenizer().Encode(g["prompt"].get<std::string>(), true, false);
+  ASSERT_EQ(got_prompt, want_prompt);
+
+  ThreadPool pool(2);
+  SessionConfig sc;
+  sc.n_ctx = 1024;
+  sc.kv_type = c.kv == "f32" ? KvType::kF32 : KvType::kF16;
+  Session session(**model, sc, pool);
+
+  double max_err = 0.0;
+  int greedy_checked = 0, greedy_skipped = 0;
+  auto compare_row = [&](const float* got, const nlohmann::json& want_row, const std::string& where,
+                         int want_argmax) {
+    std::vector<float> want = want_row.get<std::vector<float>>();
+    ASSERT_EQ(static_cast<int>(want.size()), n_vocab);
+    double row_err = 0.0;
+    for (int i = 0; i < n_vocab; ++i) row_err = std::max(row_err, std::fabs(double(got[i]) - want[i]));
+    max_err = std::max(max_err, row_err);
+    EXPECT_LE(row_err, c.tolerance) << where;
+    std::vector<float> sorted = want;
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+    if (sorted[0] - sorted[1] > 2 * c.tolerance) {
+      ++greedy_checked;
+      EXPECT_EQ(ArgMax(got, n_vocab), want_argmax) << where;
+    } else {
+      ++greedy_skipped;
+    }
+  };
+
+  Result<const float*> r = session.Eval(want_prompt, true);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const auto& prompt_logits = g["prompt_logits"];
+  const auto& prompt_argmax = g["prompt_argmax"];
+  for (size_t p = 0; p < prompt_logits.size(); ++p) {
+    compare_row(*r + p * n_vocab, prompt_logits[p], "prompt position " + std::to_string(p),
+                prompt_argmax[p].get<int>());
+  }
+  const std::vector<int32_t> gen = g["generated_tokens"].get<std::vector<int32_t>>();
+  const auto& gen_logits = g["gen_logits"];
+  for (size_t i = 0; i < gen.size(); ++i) {
+    Result<const float*> s = session.Eval(&gen[i], 1, false);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    const int want_next = i + 1 < gen.size() ? gen[i + 1] : g["next_token_after_last"].get<int>();
+    compare_row(*s, gen_logits[i], "generation step " + std::to_string(i), want_next);
+  }
+  std::printf("[golden] %s: max |logit diff| %.3g (tolerance %.3g), greedy checked %d, skipped %d\n",
+              fs::path(c.json_path).filename().c_str(), max_err, c.tolerance, greedy_checked,
+              greedy_skipped);
+}
+
+INSTANTIATE_TEST_SUITE_P(LlamaCpp, GoldenTest, testing::ValuesIn(Collect()), CaseName);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GoldenTest);
+
+TEST(GoldenFixtures, PresentOrSkipped) {
+  if (!fs::exists(kShared + "/golden")) GTEST_SKIP() << "../shared/golden is absent; golden tests skipped";
+  EXPECT_FALSE(Collect().empty());
+}
+
+// The CLI prints llama.cpp's greedy token ids for every stories260K prompt, f32 and f16 KV.
+TEST(GoldenCli, RunPrintsReferenceGreedyTokens) {
+  const fs::path dir = fs::path(kShared) / "golden" / "stories260K";
+  if (!fs::exists(dir)) GTEST_SKIP() << "../shared/golden is absent";
+  int checked = 0;
+  for (const char* prompt : {"bos", "once", "lily", "story300"}) {
+    for (const char* kv : {"f32", "f16"}) {
+      const fs::path json = dir / (std::string("stories260K.") + prompt + "." + kv + ".json");
+      std::ifstream in(json);
+      ASSERT_TRUE(in) << json;
+      const nlohmann::json g = nlohmann::json::parse(in);
+      const fs::path prompt_file = fs::path(kShared) / "golden" / "prompts" / (std::string("prompt_") + prompt + ".txt");
+      const std::string cmd = std::string(LAMINA_BINARY) + " run -m " + kShared +
+                              "/models/stories260K.gguf -f " + prompt_file.string() +
+                              " -n 64 --temp 0 --ignore-eos --json -t 2 --kv " + kv;
+      FILE* p = popen(cmd.c_str(), "r");
+      ASSERT_NE(p, nullptr);
+      std::string out;
+      char buf[4096];
+      size_t n;
+      while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+      ASSERT_EQ(pclose(p), 0) << cmd;
+      const nlohmann::json got = nlohmann::json::parse(out);
+      EXPECT_EQ(got["prompt_tokens"], g["prompt_tokens"]) << cmd;
+      EXPECT_EQ(got["generated_tokens"], g["generated_tokens"]) << cmd;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 8);
+}
+
+}  // namespace
+}  // namespace lamina

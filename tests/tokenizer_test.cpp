@@ -1,0 +1,512 @@
+// Tokenizer tests: llama.cpp's tokenizer suites (one ctest per case), stories260K prompts and
+// continuations against the llama.cpp goldens, special-token parsing, EOG and streaming.
+#include "tokenizer/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+
+namespace lamina {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string SharedDir() { return LAMINA_SHARED_DIR; }
+
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+// Tokenizers are loaded once per file and shared by all cases (the BPE vocabularies take a
+// noticeable fraction of a second each).
+const Tokenizer* LoadTokenizer(const std::string& path, std::string* error) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<Tokenizer>> cache;
+  static std::map<std::string, std::string> errors;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(path); it != cache.end()) return it->second.get();
+  if (auto it = errors.find(path); it != errors.end()) {
+    *error = it->second;
+    return nullptr;
+  }
+  auto file = gguf::File::Open(path);
+  if (!file.ok()) {
+    *error = errors[path] = file.error().message;
+    return nullptr;
+  }
+  auto tok = Tokenizer::FromGguf(**file);
+  if (!tok.ok()) {
+    *error = errors[path] = tok.error().message;
+    return nullptr;
+  }
+  return (cache[path] = std::move(tok).value()).get();
+}
+
+std::string IdsToString(const std::vector<TokenId>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s += ' ';
+    s += std::to_string(ids[i]);
+  }
+  return s;
+}
+
+std::vector<TokenId> ParseIds(const std::string& line) {
+  std::vector<TokenId> ids;
+  std::istringstream ss(line);
+  long long v;
+  while (ss >> v) ids.push_back(static_cast<TokenId>(v));
+  return ids;
+}
+
+// ---------------------------------------------------------------------------------------------
+// llama.cpp's test-tokenizer-0 vectors, one parameterized case per input string.
+
+struct SuiteCase {
+  std::string vocab;  // e.g. "llama-spm"
+  int index = 0;
+  std::string input;
+  std::vector<TokenId> expected;
+  std::string skip_reason;  // non-empty: GTEST_SKIP with this message
+};
+
+std::vector<SuiteCase> LoadSuiteCases() {
+  static const char* const kVocabs[] = {"llama-spm", "phi-3",  "gpt-2",
+                                         "deepseek-coder", "qwen2", "llama-bpe"};
+  std::vector<SuiteCase> cases;
+  const std::string dir = SharedDir() + "/vocab";
+  if (!fs::is_directory(dir)) {
+    SuiteCase skip;
+    skip.vocab = "missing";
+    skip.skip_reason = "shared fixtures not found at " + dir;
+    cases.push_back(skip);
+    return cases;
+  }
+  for (const char* vocab : kVocabs) {
+    const std::string base = dir + "/ggml-vocab-" + vocab + ".gguf";
+    std::string inp, out;
+    if (!ReadFile(base + ".inp", &inp) || !ReadFile(base + ".out", &out)) {
+      SuiteCase skip;
+      skip.vocab = vocab;
+      skip.skip_reason = "missing " + base + ".inp/.out";
+      cases.push_back(skip);
+      continue;
+    }
+    static const std::string kSep = "\n__ggml_vocab_test__\n";
+    std::vector<std::string> inputs;
+    size_t pos = 0;
+    while (true) {
+      const size_t next = inp.find(kSep, pos);
+      if (next == std::string::npos) {
+        // The file ends with a separator; a trailing empty piece is not a case.
+        if (pos < inp.size()) inputs.push_back(inp.substr(pos));
+        break;
+      }
+      inputs.push_back(inp.substr(pos, next - pos));
+      pos = next + kSep.size();
+    }
+    std::vector<std::string> lines;
+    std::istringstream ss(out);
+    std::string line;
+    while (std::getline(ss, line)) lines.push_back(line);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      SuiteCase c;
+      c.vocab = vocab;
+      c.index = static_cast<int>(i);
+      c.input = inputs[i];
+      if (i < lines.size()) {
+        c.expected = ParseIds(lines[i]);
+      } else {
+        c.skip_reason = "no expected line for input " + std::to_string(i);
+      }
+      cases.push_back(std::move(c));
+    }
+  }
+  return cases;
+}
+
+class TokenizerSuite : public ::testing::TestWithParam<SuiteCase> {};
+
+TEST_P(TokenizerSuite, Case) {
+  const SuiteCase& c = GetParam();
+  if (!c.skip_reason.empty()) GTEST_SKIP() << c.skip_reason;
+  std::string error;
+  const Tokenizer* tok =
+      LoadTokenizer(SharedDir() + "/vocab/ggml-vocab-" + c.vocab + ".gguf", &error);
+  ASSERT_NE(tok, nullptr) << error;
+  const std::vector<TokenId> got = tok->Encode(c.input, /*add_special=*/false,
+                                               /*parse_special=*/false);
+  EXPECT_EQ(IdsToString(got), IdsToString(c.expected)) << "input: '" << c.input << "'";
+}
+
+std::string SuiteCaseName(const ::testing::TestParamInfo<SuiteCase>& info) {
+  std::string name = info.param.vocab + "_" + std::to_string(info.param.index);
+  for (char& ch : name) {
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocab, TokenizerSuite, ::testing::ValuesIn(LoadSuiteCases()),
+                         SuiteCaseName);
+
+// ---------------------------------------------------------------------------------------------
+// Fixture helpers for the remaining tests.
+
+const Tokenizer* RequireVocab(const std::string& relative) {
+  const std::string path = SharedDir() + "/" + relative;
+  if (!fs::exists(path)) return nullptr;
+  std::string error;
+  const Tokenizer* tok = LoadTokenizer(path, &error);
+  EXPECT_NE(tok, nullptr) << error;
+  return tok;
+}
+
+#define REQUIRE_VOCAB(var, relative)                                                      \
+  const Tokenizer* var = RequireVocab(relative);                                          \
+  if (var == nullptr) {                                                                   \
+    if (HasFailure()) return;                                                             \
+    GTEST_SKIP() << "shared fixture " << relative << " not found under " << SharedDir(); \
+  }
+
+std::vector<TokenId> JsonIds(const nlohmann::json& j) {
+  std::vector<TokenId> ids;
+  for (const auto& v : j) ids.push_back(v.get<TokenId>());
+  return ids;
+}
+
+// ---------------------------------------------------------------------------------------------
+// stories260K (SentencePiece, 512 tokens) against the llama.cpp goldens.
+
+TEST(Stories260K, OnceUponATime) {
+  REQUIRE_VOCAB(tok, "models/stories260K.gguf");
+  EXPECT_EQ(tok->vocab_size(), 512);
+  EXPECT_EQ(tok->bos(), 1);
+  EXPECT_EQ(tok->eos(), 2);
+  EXPECT_TRUE(tok->add_bos());
+  EXPECT_FALSE(tok->add_eos());
+  const std::vector<TokenId> want = {1, 403, 407, 261, 378};
+  EXPECT_EQ(tok->Encode("Once upon a time", true, false), want);
+  const std::vector<TokenId> no_bos(want.begin() + 1, want.end());
+  EXPECT_EQ(tok->Encode("Once upon a time", false, false), no_bos);
+  EXPECT_EQ(tok->Decode(no_bos), "Once upon a time");
+}
+
+TEST(Stories260K, GoldenPromptsAndContinuations) {
+  REQUIRE_VOCAB(tok, "models/stories260K.gguf");
+  const std::string golden_dir = SharedDir() + "/golden/stories260K";
+  int checked = 0;
+  for (const char* name : {"bos", "once", "lily", "story300"}) {
+    SCOPED_TRACE(name);
+    std::string json_text, prompt;
+    const std::string json_path = golden_dir + "/stories260K." + name + ".f32.json";
+    if (!ReadFile(json_path, &json_text)) continue;
+    ASSERT_TRUE(ReadFile(SharedDir() + "/golden/prompts/prompt_" + name + ".txt", &prompt));
+    const nlohmann::json j = nlohmann::json::parse(json_text);
+    EXPECT_EQ(prompt, j["prompt"].get<std::string>());
+    const std::vector<TokenId> prompt_tokens = JsonIds(j["prompt_tokens"]);
+    EXPECT_EQ(tok->Encode(prompt, true, false), prompt_tokens);
+    for (size_t i = 0; i < prompt_tokens.size(); ++i) {
+      EXPECT_EQ(tok->TokenToPiece(prompt_tokens[i], true),
+                j["prompt_pieces"][i].get<std::string>());
+    }
+
+    const std::vector<TokenId> generated = JsonIds(j["generated_tokens"]);
+    std::string pieces;
+    for (size_t i = 0; i < generated.size(); ++i) {
+      EXPECT_EQ(tok->TokenToPiece(generated[i], true),
+                j["generated_pieces"][i].get<std::string>());
+      pieces += tok->TokenToPiece(generated[i], false);
+    }
+    EXPECT_EQ(pieces, j["continuation_text"].get<std::string>());
+    const std::string decoded = tok->Decode(generated);
+    EXPECT_EQ(decoded, j["continuation_detokenized"].get<std::string>());
+
+    StreamingDetokenizer stream(*tok);
+    std::string streamed;
+    for (TokenId id : generated) streamed += stream.Push(id);
+    streamed += stream.Flush();
+    EXPECT_EQ(streamed, decoded);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);
+}
+
+TEST(Stories260K, EogAndPieces) {
+  REQUIRE_VOCAB(tok, "models/stories260K.gguf");
+  EXPECT_TRUE(tok->IsEog(2));
+  EXPECT_FALSE(tok->IsEog(1));
+  EXPECT_FALSE(tok->IsEog(403));
+  EXPECT_FALSE(tok->IsEog(-1));
+  EXPECT_EQ(tok->TokenToPiece(1, false), "");
+  EXPECT_EQ(tok->TokenToPiece(1, true), "<s>");
+  EXPECT_EQ(tok->TokenToPiece(403, false), " Once");
+  EXPECT_EQ(tok->FindToken("<0x0A>"), 13);
+  EXPECT_EQ(tok->TokenToPiece(13, false), "\n");
+  EXPECT_EQ(tok->FindToken("no such token"), -1);
+  EXPECT_EQ(tok->TokenText(2), "</s>");
+  EXPECT_EQ(tok->Attr(2), TokenAttr::kControl);
+  EXPECT_EQ(tok->Attr(13), TokenAttr::kByte);
+}
+
+TEST(Stories260K, ByteFallbackAndStreamingSplitsUtf8) {
+  REQUIRE_VOCAB(tok, "models/stories260K.gguf");
+  // U+00E9 and U+1F600 are not in the 512-token vocabulary: they fall back to byte tokens.
+  const std::string text = "caf\xC3\xA9 \xF0\x9F\x98\x80!";
+  const std::vector<TokenId> ids = tok->Encode(text, false, false);
+  const TokenId c3 = tok->FindToken("<0xC3>");
+  const TokenId a9 = tok->FindToken("<0xA9>");
+  ASSERT_GE(c3, 0);
+  ASSERT_GE(a9, 0);
+  EXPECT_NE(std::find(ids.begin(), ids.end(), c3), ids.end()) << IdsToString(ids);
+  EXPECT_EQ(tok->Decode(ids), text);
+
+  StreamingDetokenizer stream(*tok);
+  std::string streamed;
+  for (TokenId id : ids) {
+    const std::string out = stream.Push(id);
+    // Every chunk handed out is whole UTF-8: a lead byte is never left dangling at the end.
+    if (!out.empty()) {
+      const unsigned char last = static_cast<unsigned char>(out.back());
+      EXPECT_FALSE(last >= 0xC0) << "chunk ends in a lead byte";
+    }
+    if (id == c3) EXPECT_EQ(out, "") << "the first byte of U+00E9 must be held";
+    streamed += out;
+  }
+  streamed += stream.Flush();
+  EXPECT_EQ(streamed, text);
+
+  // The 4-byte emoji, byte by byte.
+  StreamingDetokenizer emoji(*tok);
+  const char* bytes[] = {"<0xF0>", "<0x9F>", "<0x98>", "<0x80>"};
+  std::string got;
+  for (int i = 0; i < 4; ++i) {
+    const TokenId id = tok->FindToken(bytes[i]);
+    ASSERT_GE(id, 0);
+    const std::string out = emoji.Push(id);
+    if (i < 3) EXPECT_EQ(out, "");
+    got += out;
+  }
+  EXPECT_EQ(got, "\xF0\x9F\x98\x80");
+  EXPECT_EQ(emoji.Flush(), "");
+
+  // A truncated character is released by Flush as-is.
+  StreamingDetokenizer partial(*tok);
+  EXPECT_EQ(partial.Push(tok->FindToken("<0xE2>")), "");
+  EXPECT_EQ(partial.Flush(), "\xE2");
+}
+
+TEST(Stories260K, EmptyText) {
+  REQUIRE_VOCAB(tok, "models/stories260K.gguf");
+  EXPECT_EQ(tok->Encode("", true, false), std::vector<TokenId>{1});
+  EXPECT_TRUE(tok->Encode("", false, false).empty());
+  EXPECT_EQ(tok->Decode({}), "");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Special tokens, EOG and round trips on the BPE vocabularies.
+
+TEST(Qwen2Vocab, ParseSpecial) {
+  REQUIRE_VOCAB(tok, "vocab/ggml-vocab-qwen2.gguf");
+  EXPECT_EQ(tok->FindToken("<|im_start|>"), 151644);
+  EXPECT_EQ(tok->FindToken("<|im_end|>"), 151645);
+  const std::string chat = "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n";
+  const std::vector<TokenId> parsed = tok->Encode(chat, false, true);
+  ASSERT_FALSE(parsed.empty());
+  EXPECT_EQ(parsed.front(), 151644);
+  EXPECT_EQ(std::count(parsed.begin(), parsed.end(), 151644), 2);
+  EXPECT_EQ(std::count(parsed.begin(), parsed.end(), 151645), 1);
+  // The text between specials is tokenized as usual.
+  const std::vector<TokenId> user = tok->Encode("user\nHello", false, false);
+  EXPECT_TRUE(std::equal(user.begin(), user.end(), parsed.begin() + 1));
+
+  const std::vector<TokenId> plain = tok->Encode(chat, false, false);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), 151644), 0);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), 151645), 0);
+  EXPECT_GT(plain.size(), parsed.size());
+
+  // Control tokens render only with special=true; Decode drops them.
+  EXPECT_EQ(tok->TokenToPiece(151645, true), "<|im_end|>");
+  EXPECT_EQ(tok->TokenToPiece(151645, false), "");
+  EXPECT_EQ(tok->Decode(parsed), "user\nHello\nassistant\n");
+  EXPECT_EQ(tok->Decode(plain), chat);
+}
+
+TEST(Qwen2Vocab, EogAndSpecialIds) {
+  REQUIRE_VOCAB(tok, "vocab/ggml-vocab-qwen2.gguf");
+  EXPECT_EQ(tok->vocab_size(), 151936);
+  EXPECT_EQ(tok->bos(), 151643);
+  EXPECT_EQ(tok->eos(), 151643);
+  EXPECT_EQ(tok->eot(), 151645);
+  EXPECT_FALSE(tok->add_bos());
+  EXPECT_TRUE(tok->IsEog(151643));  // <|endoftext|>
+  EXPECT_TRUE(tok->IsEog(151645));  // <|im_end|>
+  EXPECT_FALSE(tok->IsEog(151644));
+  EXPECT_FALSE(tok->IsEog(0));
+  // add_bos is false for this vocabulary: add_special adds nothing.
+  EXPECT_EQ(tok->Encode("Hello", true, false), tok->Encode("Hello", false, false));
+}
+
+TEST(LlamaBpeVocab, SpecialsEogAndRoundTrip) {
+  REQUIRE_VOCAB(tok, "vocab/ggml-vocab-llama-bpe.gguf");
+  EXPECT_EQ(tok->bos(), 128000);
+  EXPECT_EQ(tok->eos(), 128001);
+  EXPECT_EQ(tok->eot(), 128009);
+  EXPECT_TRUE(tok->add_bos());
+  EXPECT_TRUE(tok->IsEog(128001));
+  EXPECT_TRUE(tok->IsEog(128009));
+  EXPECT_FALSE(tok->IsEog(128000));
+  EXPECT_FALSE(tok->IsEog(128006));
+  const std::vector<TokenId> ids = tok->Encode("Hello world", true, false);
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids.front(), 128000);
+  const std::string prompt =
+      "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>";
+  const std::vector<TokenId> parsed = tok->Encode(prompt, false, true);
+  ASSERT_GE(parsed.size(), 4u);
+  EXPECT_EQ(parsed[0], 128000);
+  EXPECT_EQ(parsed[1], 128006);
+  EXPECT_EQ(parsed.back(), 128009);
+
+  const std::string text =
+      "Byte-level BPE round trip: caf\xC3\xA9, \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E, "
+      "emoji \xF0\x9F\xA6\x99, tabs\t\tand  spaces,\r\nnumbers 1234567.";
+  EXPECT_EQ(tok->Decode(tok->Encode(text, false, false)), text);
+}
+
+TEST(LlamaBpeVocab, LargeTextIsFast) {
+  REQUIRE_VOCAB(tok, "vocab/ggml-vocab-llama-bpe.gguf");
+  std::string text;
+  while (text.size() < 8192) {
+    text += "The quick brown fox jumps over the lazy dog; it's 12345 times faster! ";
+    text += "\xD0\x9F\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82 \xE4\xB8\x96\xE7\x95\x8C\n";
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<TokenId> ids = tok->Encode(text, false, false);
+  const double ms = std::chrono::duration<double, std::milli>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+  EXPECT_GT(ids.size(), 1000u);
+  EXPECT_EQ(tok->Decode(ids), text);
+  // Generous bound: a few ms is typical; this only catches accidental quadratic behaviour.
+  EXPECT_LT(ms, 500.0) << "8 KB took " << ms << " ms";
+}
+
+TEST(Phi3Vocab, UserDefinedTokensSplitWithoutParseSpecial) {
+  REQUIRE_VOCAB(tok, "vocab/ggml-vocab-phi-3.gguf");
+  // </s> is user-defined in this vocabulary: recognised even without parse_special, and (as
+  // llama.cpp does for phi-3) it swallows the whitespace after it.
+  const TokenId eos_text = tok->FindToken("</s>");
+  ASSERT_GE(eos_text, 0);
+  const std::vector<TokenId> ids = tok->Encode("a</s>  b", false, false);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), eos_text), 1) << IdsToString(ids);
+  EXPECT_EQ(ids, tok->Encode("a</s>b", false, false));
+  EXPECT_TRUE(tok->IsEog(tok->FindToken("<|end|>")));
+  EXPECT_TRUE(tok->IsEog(tok->eos()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation of untrusted metadata (in-memory vocabularies).
+
+VocabData TinySpm() {
+  VocabData v;
+  v.model = "llama";
+  v.tokens = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b", "\xE2\x96\x81" "a", "ab"};
+  v.scores = {0, 0, 0, -1, -2, -2, -0.5f, -0.1f};
+  v.token_types = {2, 3, 3, 1, 1, 1, 1, 1};
+  return v;
+}
+
+TEST(FromVocab, TinySpmMergesByScore) {
+  auto tok = Tokenizer::FromVocab(TinySpm());
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+  // "▁ab": "ab" (-0.1) beats "▁a" (-0.5).
+  EXPECT_EQ((*tok)->Encode("ab", false, false), (std::vector<TokenId>{3, 7}));
+  EXPECT_EQ((*tok)->Encode("ab", true, false), (std::vector<TokenId>{1, 3, 7}));
+  // No byte tokens: unknown characters become <unk>.
+  EXPECT_EQ((*tok)->Encode("z", false, false), (std::vector<TokenId>{3, 0}));
+  EXPECT_EQ((*tok)->Decode({3, 7}), "ab");
+}
+
+TEST(FromVocab, RejectsUnknownModelAndPre) {
+  VocabData v = TinySpm();
+  v.model = "t5";
+  auto tok = Tokenizer::FromVocab(v);
+  ASSERT_FALSE(tok.ok());
+  EXPECT_NE(tok.error().message.find("t5"), std::string::npos) << tok.error().message;
+
+  VocabData b;
+  b.model = "gpt2";
+  b.pre = "no-such-pre";
+  b.tokens = {"a", "b", "ab"};
+  b.merges = {"a b"};
+  auto bpe = Tokenizer::FromVocab(b);
+  ASSERT_FALSE(bpe.ok());
+  EXPECT_NE(bpe.error().message.find("no-such-pre"), std::string::npos);
+}
+
+TEST(FromVocab, RejectsInconsistentArrays) {
+  VocabData v = TinySpm();
+  v.scores.pop_back();
+  EXPECT_FALSE(Tokenizer::FromVocab(v).ok());
+  v = TinySpm();
+  v.token_types.resize(3);
+  EXPECT_FALSE(Tokenizer::FromVocab(v).ok());
+  v = TinySpm();
+  v.tokens[5] = "a";  // duplicate
+  EXPECT_FALSE(Tokenizer::FromVocab(v).ok());
+  v = TinySpm();
+  v.tokens.clear();
+  v.scores.clear();
+  v.token_types.clear();
+  EXPECT_FALSE(Tokenizer::FromVocab(v).ok());
+  VocabData b;
+  b.model = "gpt2";
+  b.tokens = {"a", "b", "ab"};
+  EXPECT_FALSE(Tokenizer::FromVocab(b).ok()) << "BPE needs merges";
+}
+
+TEST(FromVocab, OutOfRangeSpecialIdsAreIgnored) {
+  VocabData v = TinySpm();
+  v.bos_id = 4294967295;  // how some converters spell "none"
+  v.eos_id = -1;
+  v.pad_id = 99999;
+  auto tok = Tokenizer::FromVocab(v);
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+  EXPECT_EQ((*tok)->bos(), 1);  // SentencePiece defaults
+  EXPECT_EQ((*tok)->eos(), 2);
+
+  VocabData b;
+  b.model = "gpt2";
+  b.pre = "gpt-2";
+  b.tokens = {"a", "b", "ab"};
+  b.merges = {"a b"};
+  b.add_bos = true;  // but no BOS id in range (the default 11 is outside a 3-token vocab)
+  auto bpe = Tokenizer::FromVocab(b);
+  EXPECT_FALSE(bpe.ok());
+  b.add_bos = false;
+  bpe = Tokenizer::FromVocab(b);
+  ASSERT_TRUE(bpe.ok()) << bpe.error().message;
+  EXPECT_EQ((*bpe)->Encode("ab", false, false), std::vector<TokenId>{2});
+  EXPECT_EQ((*bpe)->Encode("aab", false, false), (std::vector<TokenId>{0, 2}));
+}
+
+}  // namespace
+}  // namespace lamina

@@ -1,0 +1,32 @@
+// Helpers shared by the CLI subcommands: model loading with timing and error reporting, and
+// progress lines on a terminal.
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli_commands.h"
+#include "model/model.h"
+#include "runtime/kv_cache.h"
+
+namespace lamina::cli {
+
+struct LoadedModel {
+  std::unique_ptr<Model> model;
+  double load_seconds = 0.0;
+};
+
+// Loads the model; on failure prints "lamina: <error>" and returns nullptr model.
+LoadedModel LoadModelForCli(const std::string& path);
+
+// True when stderr is a terminal (progress lines are shown only then).
+bool StderrIsTerminal();
+
+// Reads a whole file; false with a message on failure.
+bool ReadTextFile(const std::string& path, std::string* out, std::string* error);
+
+// Prints the KV cache's size line to stderr.
+void PrintKvSummary(const KvCache& cache);
+
+}  // namespace lamina::cli

@@ -1,0 +1,208 @@
+// `lamina inspect`: a GGUF file's header, metadata and tensor table, as text or one JSON object.
+#include <cinttypes>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli_commands.h"
+#include "gguf/gguf.h"
+
+namespace lamina::cli {
+
+namespace {
+
+using gguf::Value;
+using gguf::ValueType;
+
+// Arrays longer than this are summarized (tokenizer vocabularies run to 100k+ entries).
+constexpr size_t kJsonArrayLimit = 16;
+constexpr size_t kTextArrayPreview = 8;
+constexpr size_t kTextStringLimit = 120;
+
+// Metadata strings come from the file: escape control bytes so every entry stays on one line.
+std::string EscapeForText(const std::string& s, size_t limit, bool quote = true) {
+  const char* q = quote ? "\"" : "";
+  std::string out = q;
+  for (size_t k = 0; k < s.size(); ++k) {
+    if (k == limit) {
+      out += q + std::string("... (") + std::to_string(s.size()) + " bytes)";
+      return out;
+    }
+    const auto c = static_cast<unsigned char>(s[k]);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + q;
+}
+
+std::string ScalarText(const Value& v) {
+  switch (v.type) {
+    case ValueType::kU8:
+    case ValueType::kU16:
+    case ValueType::kU32:
+    case ValueType::kU64:
+      return std::to_string(v.u);
+    case ValueType::kI8:
+    case ValueType::kI16:
+    case ValueType::kI32:
+    case ValueType::kI64:
+      return std::to_string(v.i);
+    case ValueType::kF32:
+    case ValueType::kF64: {
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "%.9g", v.f);
+      return buf;
+    }
+    case ValueType::kBool:
+      return v.u != 0 ? "true" : "false";
+    case ValueType::kString:
+      return EscapeForText(v.str, kTextStringLimit);
+    case ValueType::kArray:
+      break;
+  }
+  return "?";
+}
+
+std::string ValueText(const Value& v) {
+  if (v.type != ValueType::kArray) return ScalarText(v);
+  std::string out = "array<" + std::string(gguf::ValueTypeName(v.elem_type)) + ">[" +
+                    std::to_string(v.array.size()) + "] [";
+  const size_t shown = std::min(v.array.size(), kTextArrayPreview);
+  for (size_t k = 0; k < shown; ++k) {
+    if (k > 0) out += ", ";
+    const Value& e = v.array[k];
+    out += e.type == ValueType::kString ? EscapeForText(e.str, 40) : ValueText(e);
+  }
+  if (shown < v.array.size()) out += ", ...";
+  return out + "]";
+}
+
+// ordered_json keeps the metadata in file order.
+nlohmann::ordered_json ValueJson(const Value& v) {
+  switch (v.type) {
+    case ValueType::kU8:
+    case ValueType::kU16:
+    case ValueType::kU32:
+    case ValueType::kU64:
+      return v.u;
+    case ValueType::kI8:
+    case ValueType::kI16:
+    case ValueType::kI32:
+    case ValueType::kI64:
+      return v.i;
+    case ValueType::kF32:
+    case ValueType::kF64:
+      return v.f;
+    case ValueType::kBool:
+      return v.u != 0;
+    case ValueType::kString:
+      return v.str;
+    case ValueType::kArray: {
+      if (v.array.size() > kJsonArrayLimit) {
+        return {{"type", gguf::ValueTypeName(v.elem_type)}, {"length", v.array.size()}};
+      }
+      nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+      for (const Value& e : v.array) arr.push_back(ValueJson(e));
+      return arr;
+    }
+  }
+  return nullptr;
+}
+
+std::string ShapeText(const gguf::TensorInfo& t) {
+  std::string out = "[";
+  for (uint32_t d = 0; d < t.n_dims; ++d) {
+    if (d > 0) out += ", ";
+    out += std::to_string(t.ne[d]);
+  }
+  return out + "]";
+}
+
+void PrintJson(const gguf::File& file) {
+  nlohmann::ordered_json j;
+  j["path"] = file.path();
+  j["version"] = file.version();
+  j["alignment"] = file.alignment();
+  j["data_offset"] = file.data_offset();
+  nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+  for (const auto& [key, value] : file.metadata()) meta[key] = ValueJson(value);
+  j["metadata"] = std::move(meta);
+  nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+  uint64_t total_bytes = 0;
+  uint64_t total_params = 0;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    tensors.push_back({{"name", t.name},
+                       {"type", GgmlTypeName(t.type)},
+                       {"ne", std::vector<int64_t>(t.ne, t.ne + t.n_dims)},
+                       {"bytes", t.n_bytes},
+                       {"offset", t.offset}});
+    total_bytes += t.n_bytes;
+    total_params += t.n_elements;
+  }
+  j["tensors"] = std::move(tensors);
+  j["n_tensors"] = file.tensors().size();
+  j["total_bytes"] = total_bytes;
+  j["n_params"] = total_params;
+  // Metadata strings need not be valid UTF-8; replace bad bytes rather than throw.
+  std::printf("%s\n",
+              j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
+}
+
+void PrintText(const gguf::File& file) {
+  std::printf("file: %s\n", file.path().c_str());
+  std::printf("GGUF version: %u\n", file.version());
+  std::printf("alignment: %u\n", file.alignment());
+  std::printf("data offset: %" PRIu64 "\n", file.data_offset());
+  std::printf("file size: %" PRIu64 "\n", file.file_size());
+  std::printf("\nmetadata (%zu keys):\n", file.metadata().size());
+  for (const auto& [key, value] : file.metadata()) {
+    std::printf("  %-40s %-7s %s\n", EscapeForText(key, 80, /*quote=*/false).c_str(),
+                gguf::ValueTypeName(value.type), ValueText(value).c_str());
+  }
+  size_t name_width = 4;
+  for (const gguf::TensorInfo& t : file.tensors()) name_width = std::max(name_width, t.name.size());
+  name_width = std::min<size_t>(name_width, 64);
+  std::printf("\ntensors (%zu):\n", file.tensors().size());
+  std::printf("  %-*s  %-5s  %-24s  %12s\n", static_cast<int>(name_width), "name", "type",
+              "shape (ne)", "bytes");
+  uint64_t total_bytes = 0;
+  uint64_t total_params = 0;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    std::printf("  %-*s  %-5s  %-24s  %12" PRIu64 "\n", static_cast<int>(name_width),
+                t.name.c_str(), GgmlTypeName(t.type), ShapeText(t).c_str(), t.n_bytes);
+    total_bytes += t.n_bytes;
+    total_params += t.n_elements;
+  }
+  std::printf("\ntotal: %zu tensors, %" PRIu64 " bytes, %" PRIu64 " parameters\n",
+              file.tensors().size(), total_bytes, total_params);
+}
+
+}  // namespace
+
+int RunInspect(const InspectOptions& options) {
+  auto file = gguf::File::Open(options.model_path);
+  if (!file.ok()) {
+    std::fprintf(stderr, "lamina: %s\n", file.error().message.c_str());
+    return kExitBadInput;
+  }
+  if (options.json) {
+    PrintJson(**file);
+  } else {
+    PrintText(**file);
+  }
+  return kExitOk;
+}
+
+}  // namespace lamina::cli

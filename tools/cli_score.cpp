@@ -1,0 +1,229 @@
+// `lamina score`: teacher-forced evaluation. The text is tokenized (with BOS) and processed in
+// consecutive windows of n_ctx tokens, each in a fresh cache; every position's next-token
+// distribution is scored. --save-logits writes all logits; --kl-base compares against such a
+// file (KL(base || this), top-1 agreement).
+//
+// Logits file: "LMNLOGIT" | u32 version=1 | u32 n_vocab | u64 n_positions |
+//              i32 tokens[n_positions] | f32 logits[n_positions][n_vocab]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli_common.h"
+#include "runtime/session.h"
+#include "util/timer.h"
+
+namespace lamina::cli {
+
+namespace {
+
+constexpr char kLogitsMagic[8] = {'L', 'M', 'N', 'L', 'O', 'G', 'I', 'T'};
+
+struct LogitsDump {
+  uint32_t n_vocab = 0;
+  std::vector<int32_t> tokens;
+  std::vector<float> logits;  // [n_positions, n_vocab]
+};
+
+bool WriteDump(const std::string& path, const LogitsDump& d, std::string* err) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out) {
+    *err = path + ": cannot create";
+    return false;
+  }
+  const uint32_t version = 1;
+  const uint64_t n = d.tokens.size();
+  out.write(kLogitsMagic, 8);
+  out.write(reinterpret_cast<const char*>(&version), 4);
+  out.write(reinterpret_cast<const char*>(&d.n_vocab), 4);
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out.write(reinterpret_cast<const char*>(d.tokens.data()), 4 * n);
+  out.write(reinterpret_cast<const char*>(d.logits.data()), 4 * d.logits.size());
+  if (!out) {
+    *err = path + ": write failed";
+    return false;
+  }
+  return true;
+}
+
+bool ReadDump(const std::string& path, LogitsDump* d, std::string* err) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) {
+    *err = path + ": cannot open";
+    return false;
+  }
+  const uint64_t size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  char magic[8];
+  uint32_t version = 0;
+  uint64_t n = 0;
+  if (size < 24 || !in.read(magic, 8) || std::memcmp(magic, kLogitsMagic, 8) != 0) {
+    *err = path + ": not a lamina logits file (bad magic at byte 0)";
+    return false;
+  }
+  in.read(reinterpret_cast<char*>(&version), 4);
+  in.read(reinterpret_cast<char*>(&d->n_vocab), 4);
+  in.read(reinterpret_cast<char*>(&n), 8);
+  if (version != 1) {
+    *err = path + ": unsupported logits file version " + std::to_string(version) + " at byte 8";
+    return false;
+  }
+  if (d->n_vocab == 0 || d->n_vocab > (1u << 24) || n > (1ull << 32) ||
+      size != 24 + 4 * n + 4ull * n * d->n_vocab) {
+    *err = path + ": header (n_vocab at byte 12, n_positions at byte 16) does not match the file size";
+    return false;
+  }
+  d->tokens.resize(n);
+  d->logits.resize(n * d->n_vocab);
+  in.read(reinterpret_cast<char*>(d->tokens.data()), 4 * n);
+  in.read(reinterpret_cast<char*>(d->logits.data()), 4 * d->logits.size());
+  if (!in) {
+    *err = path + ": truncated";
+    return false;
+  }
+  return true;
+}
+
+// log-softmax of a row into out.
+void LogSoftmax(const float* x, int n, std::vector<double>& out) {
+  out.resize(n);
+  const float max = *std::max_element(x, x + n);
+  double sum = 0.0;
+  for (int i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - max);
+  const double lse = max + std::log(sum);
+  for (int i = 0; i < n; ++i) out[i] = x[i] - lse;
+}
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t idx = static_cast<size_t>(std::min<double>(v.size() - 1, std::floor(q * (v.size() - 1) + 0.5)));
+  return v[idx];
+}
+
+}  // namespace
+
+int RunScore(const ScoreOptions& o) {
+  std::string text, err;
+  if (!ReadTextFile(o.text_file, &text, &err)) {
+    std::fprintf(stderr, "lamina: %s\n", err.c_str());
+    return kExitBadInput;
+  }
+  Result<KvType> kv = ParseKvType(o.common.kv);
+  if (!kv.ok()) {
+    std::fprintf(stderr, "lamina: --kv: %s\n", kv.error().message.c_str());
+    return kExitUsage;
+  }
+  LogitsDump base;
+  if (!o.kl_base.empty() && !ReadDump(o.kl_base, &base, &err)) {
+    std::fprintf(stderr, "lamina: --kl-base: %s\n", err.c_str());
+    return kExitBadInput;
+  }
+  LoadedModel lm = LoadModelForCli(o.common.model_path);
+  if (!lm.model) return kExitBadInput;
+  const Model& model = *lm.model;
+  const int n_vocab = model.hparams().n_vocab;
+  std::vector<int32_t> tokens = model.tokenizer().Encode(text, true, false);
+  if (tokens.size() < 2) {
+    std::fprintf(stderr, "lamina: %s: need at least 2 tokens to score\n", o.text_file.c_str());
+    return kExitBadInput;
+  }
+  ThreadPool pool(o.common.n_threads);
+  SessionConfig sc;
+  sc.n_ctx = o.common.n_ctx;
+  sc.kv_type = *kv;
+
+  LogitsDump dump;
+  dump.n_vocab = static_cast<uint32_t>(n_vocab);
+  const bool keep_logits = !o.save_logits.empty() || !o.kl_base.empty();
+  double nll = 0.0;
+  int64_t n_scored = 0;
+  const double t0 = NowSeconds();
+  int n_ctx = 0;
+  for (size_t start = 0; start < tokens.size();) {
+    Session session(model, sc, pool);
+    n_ctx = session.n_ctx();
+    const int n = static_cast<int>(std::min<size_t>(n_ctx, tokens.size() - start));
+    Result<const float*> r = session.Eval(tokens.data() + start, n, true);
+    if (!r.ok()) {
+      std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
+      return kExitFailure;
+    }
+    std::vector<double> lsm;
+    for (int i = 0; i < n; ++i) {
+      const float* row = *r + static_cast<int64_t>(i) * n_vocab;
+      if (start + i + 1 < tokens.size() && i + 1 < n) {
+        LogSoftmax(row, n_vocab, lsm);
+        nll -= lsm[tokens[start + i + 1]];
+        ++n_scored;
+      }
+      if (keep_logits) {
+        dump.tokens.push_back(tokens[start + i]);
+        dump.logits.insert(dump.logits.end(), row, row + n_vocab);
+      }
+    }
+    start += n;
+    if (StderrIsTerminal() && !o.json) std::fprintf(stderr, "\rscored %zu/%zu", start, tokens.size());
+  }
+  if (StderrIsTerminal() && !o.json) std::fprintf(stderr, "\n");
+  const double seconds = NowSeconds() - t0;
+  const double ppl = std::exp(nll / std::max<int64_t>(1, n_scored));
+
+  nlohmann::json j;
+  j["perplexity"] = ppl;
+  j["n_tokens"] = tokens.size();
+  j["n_scored"] = n_scored;
+  j["n_ctx"] = n_ctx;
+  j["kv"] = KvTypeName(*kv);
+  j["seconds"] = seconds;
+  if (!o.save_logits.empty() && !WriteDump(o.save_logits, dump, &err)) {
+    std::fprintf(stderr, "lamina: --save-logits: %s\n", err.c_str());
+    return kExitFailure;
+  }
+  if (!o.kl_base.empty()) {
+    if (base.n_vocab != dump.n_vocab || base.tokens != dump.tokens) {
+      std::fprintf(stderr, "lamina: --kl-base: %s was made from other tokens or another vocabulary\n",
+                   o.kl_base.c_str());
+      return kExitBadInput;
+    }
+    std::vector<double> kld(dump.tokens.size());
+    int64_t agree = 0;
+    std::vector<double> lp, lq;
+    for (size_t i = 0; i < dump.tokens.size(); ++i) {
+      const float* p = base.logits.data() + i * n_vocab;
+      const float* q = dump.logits.data() + i * n_vocab;
+      LogSoftmax(p, n_vocab, lp);
+      LogSoftmax(q, n_vocab, lq);
+      double k = 0.0;
+      for (int v = 0; v < n_vocab; ++v) k += std::exp(lp[v]) * (lp[v] - lq[v]);
+      kld[i] = std::max(0.0, k);
+      agree += (std::max_element(p, p + n_vocab) - p) == (std::max_element(q, q + n_vocab) - q);
+    }
+    double mean = 0.0;
+    for (double k : kld) mean += k;
+    mean /= kld.size();
+    j["kld_mean"] = mean;
+    j["kld_median"] = Percentile(kld, 0.5);
+    j["kld_p99"] = Percentile(kld, 0.99);
+    j["kld_max"] = *std::max_element(kld.begin(), kld.end());
+    j["top1_agreement"] = static_cast<double>(agree) / kld.size();
+  }
+  if (o.json) {
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("perplexity %.4f over %lld scored tokens (%zu tokens, n_ctx %d, kv %s, %.2f s)\n", ppl,
+                static_cast<long long>(n_scored), tokens.size(), n_ctx, KvTypeName(*kv), seconds);
+    if (!o.kl_base.empty()) {
+      std::printf("KL divergence vs %s: mean %.6g median %.6g p99 %.6g max %.6g | top-1 agreement %.4f\n",
+                  o.kl_base.c_str(), j["kld_mean"].get<double>(), j["kld_median"].get<double>(),
+                  j["kld_p99"].get<double>(), j["kld_max"].get<double>(),
+                  j["top1_agreement"].get<double>());
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace lamina::cli

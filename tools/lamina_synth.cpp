@@ -1,0 +1,111 @@
+// lamina-synth: writes a random-weight llama-architecture GGUF in a real shape, for benchmarks
+// (e.g. the 181M-parameter shape: --dim 1024 --layers 16 --heads 16 --kv-heads 4 --ff 2816).
+// The tokenizer metadata is copied from another GGUF (--vocab-from), whose vocabulary size
+// sets the embedding rows.
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+
+int main(int argc, char** argv) {
+  using namespace lamina;
+  CLI::App app{"Write a random-weight llama GGUF for benchmarks"};
+  int dim = 1024, layers = 16, heads = 16, kv_heads = 4, ff = 2816, ctx = 4096;
+  std::string type_name = "Q8_0", vocab_from, out_path;
+  uint64_t seed = 42;
+  app.add_option("--dim", dim);
+  app.add_option("--layers", layers);
+  app.add_option("--heads", heads);
+  app.add_option("--kv-heads", kv_heads);
+  app.add_option("--ff", ff);
+  app.add_option("--ctx", ctx);
+  app.add_option("--type", type_name, "Weight type of the matrices: F32, F16, Q8_0, Q4_0, ...");
+  app.add_option("--vocab-from", vocab_from, "GGUF to copy tokenizer.* metadata from")->required();
+  app.add_option("-o,--output", out_path)->required();
+  app.add_option("--seed", seed);
+  CLI11_PARSE(app, argc, argv);
+
+  GgmlType type = GgmlType::kF32;
+  bool found = false;
+  for (uint32_t raw = 0; raw < 32; ++raw) {
+    if (IsKnownGgmlType(raw) && type_name == GgmlTypeName(static_cast<GgmlType>(raw))) {
+      type = static_cast<GgmlType>(raw);
+      found = true;
+    }
+  }
+  if (!found || GetKernels(type).quantize == nullptr) {
+    std::fprintf(stderr, "lamina-synth: no quantizer for type %s\n", type_name.c_str());
+    return 2;
+  }
+  Result<std::unique_ptr<gguf::File>> vocab = gguf::File::Open(vocab_from);
+  if (!vocab.ok()) {
+    std::fprintf(stderr, "lamina-synth: %s\n", vocab.error().message.c_str());
+    return 3;
+  }
+  const gguf::Value* tokens = (*vocab)->Find("tokenizer.ggml.tokens");
+  if (tokens == nullptr) {
+    std::fprintf(stderr, "lamina-synth: %s has no tokenizer.ggml.tokens\n", vocab_from.c_str());
+    return 3;
+  }
+  const int n_vocab = static_cast<int>(tokens->array.size());
+  const int head_dim = dim / heads;
+
+  gguf::Writer w;
+  w.SetString("general.architecture", "llama");
+  w.SetString("general.name", "lamina-synth random llama");
+  w.SetU32("llama.embedding_length", dim);
+  w.SetU32("llama.block_count", layers);
+  w.SetU32("llama.attention.head_count", heads);
+  w.SetU32("llama.attention.head_count_kv", kv_heads);
+  w.SetU32("llama.feed_forward_length", ff);
+  w.SetU32("llama.context_length", ctx);
+  w.SetU32("llama.rope.dimension_count", head_dim);
+  w.SetF32("llama.rope.freq_base", 10000.0f);
+  w.SetF32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  for (const auto& [key, value] : (*vocab)->metadata()) {
+    if (key.rfind("tokenizer.", 0) == 0) w.SetValue(key, value);
+  }
+
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto matrix = [&](const std::string& name, int cols, int rows, GgmlType t) {
+    std::vector<float> row(cols);
+    const size_t row_bytes = RowSize(t, cols);
+    std::vector<uint8_t> data(row_bytes * rows);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(cols));
+    for (int r = 0; r < rows; ++r) {
+      for (float& x : row) x = normal(rng) * scale;
+      GetKernels(t).quantize(row.data(), data.data() + r * row_bytes, cols);
+    }
+    w.AddTensor(name, t, {cols, rows}, data.data(), data.size());
+  };
+  auto ones = [&](const std::string& name, int n) {
+    std::vector<float> v(n, 1.0f);
+    w.AddTensor(name, GgmlType::kF32, {n}, v.data(), v.size() * 4);
+  };
+  matrix("token_embd.weight", dim, n_vocab, type);
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    ones(p + "attn_norm.weight", dim);
+    matrix(p + "attn_q.weight", dim, heads * head_dim, type);
+    matrix(p + "attn_k.weight", dim, kv_heads * head_dim, type);
+    matrix(p + "attn_v.weight", dim, kv_heads * head_dim, type);
+    matrix(p + "attn_output.weight", heads * head_dim, dim, type);
+    ones(p + "ffn_norm.weight", dim);
+    matrix(p + "ffn_gate.weight", dim, ff, type);
+    matrix(p + "ffn_up.weight", dim, ff, type);
+    matrix(p + "ffn_down.weight", ff, dim, type);
+  }
+  ones("output_norm.weight", dim);
+  matrix("output.weight", dim, n_vocab, type);
+  Status st = w.WriteFile(out_path);
+  if (!st.ok()) {
+    std::fprintf(stderr, "lamina-synth: %s\n", st.error().message.c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "lamina-synth: wrote %s\n", out_path.c_str());
+  return 0;
+}
