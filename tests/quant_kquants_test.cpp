@@ -370,12 +370,12 @@ TEST(KQuantQ8K, CodesBsumsAndRoundTrip) {
 
 TEST(KQuantQ8K, KnownValuesAndZeroBlock) {
   std::vector<float> x(2 * kQK_K, 0.f);
-  x[3] = 1.27f;   // max: iscale = -100, d = -0.01
-  x[4] = -0.635f;  // -> nearest(63.5) = 64 (ties to even of 63.5 -> 64)
-  x[5] = 0.005f;   // -> nearest(-0.5) = -0 (ties to even)
-  x[20] = 0.5f;    // -> -50, in group 1
+  x[3] = 127.f;   // max: iscale = -127/127 = -1 exactly, d = -1
+  x[4] = -63.5f;  // 63.5 rounds half to even -> 64
+  x[5] = 0.5f;    // -0.5 rounds half to even -> 0
+  x[20] = 50.f;   // -50, in group 1
   const auto q = QuantizeQ8K(x);
-  EXPECT_FLOAT_EQ(q[0].d, -0.01f);
+  EXPECT_EQ(q[0].d, -1.0f);
   EXPECT_EQ(q[0].qs[3], -127);
   EXPECT_EQ(q[0].qs[4], 64);
   EXPECT_EQ(q[0].qs[5], 0);

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian packages lamina builds with (when missing) and builds the release preset.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+packages=(build-essential cmake ninja-build pkg-config libhwy-dev libpcre2-dev nlohmann-json3-dev
+          libcli11-dev libcpp-httplib-dev googletest libgtest-dev libbenchmark-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  if [ "$(id -u)" -eq 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+fi
+preset=${LAMINA_PRESET:-release}
+cmake --preset "$preset" >/dev/null
+cmake --build --preset "$preset" -j "$(nproc)"
