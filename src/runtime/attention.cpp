@@ -22,12 +22,9 @@ void CausalAttention(const KvCache& cache, int layer, int seq, int pos0, int n_t
   const AttentionRowKernels& kern = BestAttentionRowKernels();
   const bool f16 = cache.config().type == KvType::kF16;
   const int64_t n_items = static_cast<int64_t>(n_tokens) * shape.n_head;
-  const int n_threads = pool.size();
-  pool.RunOnAll([&](int thread) {
+  pool.ParallelFor(n_items, 1, [&](int64_t begin, int64_t end, int thread) {
     float* scores = scratch.per_thread.data() + per_thread * thread;
     float* qrow = scores + n_ctx;  // [head_dim] query as the dot product sees it
-    const int64_t begin = n_items * thread / n_threads;
-    const int64_t end = n_items * (thread + 1) / n_threads;
     for (int64_t item = begin; item < end; ++item) {
       const int t = static_cast<int>(item / shape.n_head);
       const int h = static_cast<int>(item % shape.n_head);

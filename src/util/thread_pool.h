@@ -1,6 +1,8 @@
 // A small persistent thread pool for data-parallel loops. The calling thread takes part, so
-// ThreadPool(1) runs everything inline. Workers spin briefly before sleeping, because decode
-// issues hundreds of short parallel loops per token and a futex wake per loop would dominate.
+// ThreadPool(1) runs everything inline. Work is split into chunks that threads claim from an
+// atomic counter: a descheduled worker (a busy machine) delays nothing, because whoever runs
+// takes the remaining chunks. Workers spin briefly before sleeping, because decode issues
+// hundreds of short loops per token and a futex wake per loop would dominate.
 #pragma once
 
 #include <atomic>
@@ -23,23 +25,31 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
-  // Runs fn(thread_index) once on each of the size() threads and waits for all.
-  void RunOnAll(const std::function<void(int thread_index)>& fn);
-
-  // Splits [0, n) into contiguous ranges of at least `grain` items, one or more per thread,
-  // and runs fn(begin, end) on them; waits for all.
+  // Splits [0, n) into contiguous chunks of at least `grain` items and runs
+  // fn(begin, end, thread_slot) on them from all threads; waits for all. thread_slot in
+  // [0, size()) is unique among concurrently running calls (for per-thread scratch).
+  void ParallelFor(int64_t n, int64_t grain,
+                   const std::function<void(int64_t begin, int64_t end, int thread_slot)>& fn);
   void ParallelFor(int64_t n, int64_t grain,
                    const std::function<void(int64_t begin, int64_t end)>& fn);
 
  private:
-  void WorkerLoop(int index);
+  void WorkerLoop(int slot);
+  // Claims and runs chunks of the current job until none are left.
+  void RunChunks(uint64_t job_tag, int slot);
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  const std::function<void(int)>* job_ = nullptr;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  // The current job: work_ packs (tag << 40 | n_chunks << 20 | next_chunk); a worker runs a chunk
+  // only after claiming it with a CAS on the right tag, so a late worker never runs a stale job.
+  std::atomic<uint64_t> work_{0};
+  std::atomic<int64_t> done_{0};
+  const std::function<void(int64_t, int64_t, int)>* fn_ = nullptr;
+  int64_t n_items_ = 0;
+  int64_t chunk_size_ = 1;
+  uint64_t tag_ = 0;
   std::atomic<bool> stop_{false};
+  std::atomic<int> sleepers_{0};
   std::mutex mu_;
   std::condition_variable cv_;
 };
