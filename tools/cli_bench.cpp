@@ -20,11 +20,6 @@ double Median(std::vector<double> v) {
 }  // namespace
 
 int RunBench(const BenchOptions& o) {
-  Result<KvType> kv = ParseKvType(o.common.kv);
-  if (!kv.ok()) {
-    std::fprintf(stderr, "lamina: --kv: %s\n", kv.error().message.c_str());
-    return kExitUsage;
-  }
   if (o.n_prompt < 0 || o.n_gen < 0 || o.depth < 0 || o.reps < 1) {
     std::fprintf(stderr, "lamina: -p, -n, -d must be >= 0 and -r >= 1\n");
     return kExitUsage;
@@ -35,8 +30,9 @@ int RunBench(const BenchOptions& o) {
   const Hparams& hp = model.hparams();
   ThreadPool pool(o.common.n_threads);
   SessionConfig sc;
-  sc.kv_type = *kv;
-  sc.n_ctx = o.common.n_ctx > 0 ? o.common.n_ctx : std::max(o.n_prompt, o.depth + o.n_gen) + 1;
+  int rc = kExitOk;
+  if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
+  if (o.common.n_ctx == 0) sc.n_ctx = std::max(o.n_prompt, o.depth + o.n_gen) + 1;
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> dist(0, hp.n_vocab - 1);
   auto random_tokens = [&](int n) {
@@ -96,7 +92,7 @@ int RunBench(const BenchOptions& o) {
     j["model"] = o.common.model_path;
     j["n_params"] = model.ParameterCount();
     j["threads"] = pool.size();
-    j["kv"] = KvTypeName(*kv);
+    j["kv"] = KvTypeName(sc.kv_type);
     j["n_prompt"] = o.n_prompt;
     j["n_gen"] = o.n_gen;
     j["depth"] = o.depth;
@@ -109,7 +105,7 @@ int RunBench(const BenchOptions& o) {
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("model %s | %.1fM params | %d threads | kv %s\n", o.common.model_path.c_str(),
-                model.ParameterCount() / 1e6, pool.size(), KvTypeName(*kv));
+                model.ParameterCount() / 1e6, pool.size(), KvTypeName(sc.kv_type));
     if (o.n_prompt > 0) std::printf("pp%-6d %10.2f tok/s\n", o.n_prompt, pp_med);
     if (o.n_gen > 0) {
       std::printf("tg%-6d %10.2f tok/s (depth %d; %.1f MB read per token)\n", o.n_gen, tg_med,

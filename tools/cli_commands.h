@@ -25,6 +25,8 @@ struct CommonOptions {
   int n_ctx = 0;        // 0: model default (capped)
   int n_threads = 0;    // 0: all cores
   std::string kv = "f16";
+  std::string kv_v_round = "rtn";
+  uint64_t kv_seed = 0;
 };
 
 struct RunOptions {

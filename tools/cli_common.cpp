@@ -37,11 +37,43 @@ bool ReadTextFile(const std::string& path, std::string* out, std::string* error)
   return true;
 }
 
+bool MakeSessionConfig(const CommonOptions& o, const Model& model, SessionConfig* out,
+                       int* exit_code) {
+  Result<KvType> kv = ParseKvType(o.kv);
+  if (!kv.ok()) {
+    std::fprintf(stderr, "lamina: --kv: %s\n", kv.error().message.c_str());
+    *exit_code = kExitUsage;
+    return false;
+  }
+  Result<KvRounding> round = ParseKvRounding(o.kv_v_round);
+  if (!round.ok()) {
+    std::fprintf(stderr, "lamina: --kv-v-round: %s\n", round.error().message.c_str());
+    *exit_code = kExitUsage;
+    return false;
+  }
+  if (o.n_ctx < 0) {
+    std::fprintf(stderr, "lamina: -c must not be negative\n");
+    *exit_code = kExitUsage;
+    return false;
+  }
+  out->n_ctx = o.n_ctx;
+  out->kv_type = *kv;
+  out->v_rounding = *round;
+  out->kv_seed = o.kv_seed;
+  Result<KvCacheConfig> kc = MakeKvCacheConfig(model.hparams(), *out);
+  if (!kc.ok()) {
+    std::fprintf(stderr, "lamina: %s\n", kc.error().message.c_str());
+    *exit_code = kExitUsage;
+    return false;
+  }
+  return true;
+}
+
 void PrintKvSummary(const KvCache& cache) {
   const KvCacheConfig& c = cache.config();
   std::fprintf(stderr,
-               "lamina: kv cache %s: %.2f bits/elem, %zu bytes/token, %.2f MiB for %d tokens\n",
-               KvTypeName(c.type), cache.BitsPerElement(), cache.BytesPerToken(),
+               "lamina: kv cache %s (V rounding %s): %.2f bits/elem, %zu bytes/token, %.2f MiB for %d tokens\n",
+               KvTypeName(c.type), KvRoundingName(c.v_rounding), cache.BitsPerElement(), cache.BytesPerToken(),
                cache.BytesTotal() / (1024.0 * 1024.0), c.n_ctx);
 }
 

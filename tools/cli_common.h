@@ -9,6 +9,7 @@
 #include "cli_commands.h"
 #include "model/model.h"
 #include "runtime/kv_cache.h"
+#include "runtime/session.h"
 
 namespace lamina::cli {
 
@@ -25,6 +26,11 @@ bool StderrIsTerminal();
 
 // Reads a whole file; false with a message on failure.
 bool ReadTextFile(const std::string& path, std::string* out, std::string* error);
+
+// Builds the session config from the common options and checks that the KV mode suits the
+// model; on failure prints "lamina: ..." and returns the exit code in *exit_code.
+bool MakeSessionConfig(const CommonOptions& options, const Model& model, SessionConfig* out,
+                       int* exit_code);
 
 // Prints the KV cache's size line to stderr.
 void PrintKvSummary(const KvCache& cache);

@@ -18,12 +18,7 @@ int RunGenerate(const RunOptions& o) {
       return kExitBadInput;
     }
   }
-  Result<KvType> kv = ParseKvType(o.common.kv);
-  if (!kv.ok()) {
-    std::fprintf(stderr, "lamina: --kv: %s\n", kv.error().message.c_str());
-    return kExitUsage;
-  }
-  if (o.n_predict < 0 || o.prompt_chunk < 0 || o.common.n_ctx < 0) {
+  if (o.n_predict < 0 || o.prompt_chunk < 0) {
     std::fprintf(stderr, "lamina: -n, -c and --prompt-chunk must not be negative\n");
     return kExitUsage;
   }
@@ -35,8 +30,8 @@ int RunGenerate(const RunOptions& o) {
 
   ThreadPool pool(o.common.n_threads);
   SessionConfig sc;
-  sc.n_ctx = o.common.n_ctx;
-  sc.kv_type = *kv;
+  int rc = kExitOk;
+  if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
   Session session(model, sc, pool);
   if (!o.json) PrintKvSummary(session.cache());
 
@@ -124,7 +119,8 @@ int RunGenerate(const RunOptions& o) {
                     {"decode_tok_s", decode_tps},
                     {"n_prompt", n_prompt},
                     {"n_generated", generated.size()}};
-    j["kv"] = KvTypeName(*kv);
+    j["kv"] = KvTypeName(sc.kv_type);
+    j["kv_v_round"] = KvRoundingName(sc.v_rounding);
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::fwrite(tail.data(), 1, tail.size(), stdout);

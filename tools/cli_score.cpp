@@ -112,11 +112,6 @@ int RunScore(const ScoreOptions& o) {
     std::fprintf(stderr, "lamina: %s\n", err.c_str());
     return kExitBadInput;
   }
-  Result<KvType> kv = ParseKvType(o.common.kv);
-  if (!kv.ok()) {
-    std::fprintf(stderr, "lamina: --kv: %s\n", kv.error().message.c_str());
-    return kExitUsage;
-  }
   LogitsDump base;
   if (!o.kl_base.empty() && !ReadDump(o.kl_base, &base, &err)) {
     std::fprintf(stderr, "lamina: --kl-base: %s\n", err.c_str());
@@ -133,8 +128,8 @@ int RunScore(const ScoreOptions& o) {
   }
   ThreadPool pool(o.common.n_threads);
   SessionConfig sc;
-  sc.n_ctx = o.common.n_ctx;
-  sc.kv_type = *kv;
+  int rc = kExitOk;
+  if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
 
   LogitsDump dump;
   dump.n_vocab = static_cast<uint32_t>(n_vocab);
@@ -177,7 +172,8 @@ int RunScore(const ScoreOptions& o) {
   j["n_tokens"] = tokens.size();
   j["n_scored"] = n_scored;
   j["n_ctx"] = n_ctx;
-  j["kv"] = KvTypeName(*kv);
+  j["kv"] = KvTypeName(sc.kv_type);
+  j["kv_v_round"] = KvRoundingName(sc.v_rounding);
   j["seconds"] = seconds;
   if (!o.save_logits.empty() && !WriteDump(o.save_logits, dump, &err)) {
     std::fprintf(stderr, "lamina: --save-logits: %s\n", err.c_str());
@@ -215,7 +211,7 @@ int RunScore(const ScoreOptions& o) {
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("perplexity %.4f over %lld scored tokens (%zu tokens, n_ctx %d, kv %s, %.2f s)\n", ppl,
-                static_cast<long long>(n_scored), tokens.size(), n_ctx, KvTypeName(*kv), seconds);
+                static_cast<long long>(n_scored), tokens.size(), n_ctx, KvTypeName(sc.kv_type), seconds);
     if (!o.kl_base.empty()) {
       std::printf("KL divergence vs %s: mean %.6g median %.6g p99 %.6g max %.6g | top-1 agreement %.4f\n",
                   o.kl_base.c_str(), j["kld_mean"].get<double>(), j["kld_median"].get<double>(),

@@ -9,7 +9,9 @@ void AddCommon(CLI::App* cmd, lamina::cli::CommonOptions& c, bool model_required
   if (model_required) m->required();
   cmd->add_option("-c,--ctx-size", c.n_ctx, "Context size in tokens (0: the model's, capped at 4096)");
   cmd->add_option("-t,--threads", c.n_threads, "Threads (0: all cores)");
-  cmd->add_option("--kv", c.kv, "KV cache type: f32 or f16");
+  cmd->add_option("--kv", c.kv, "KV cache mode: f32, f16, int8, q4_0 or k8v4");
+  cmd->add_option("--kv-v-round", c.kv_v_round, "V rounding for quantized modes: rtn or stochastic");
+  cmd->add_option("--kv-seed", c.kv_seed, "Seed of stochastic V rounding");
 }
 }  // namespace
 

@@ -1,13 +1,19 @@
-// Causal GQA attention over f32 / f16 cache rows.
+// Tiled two-pass causal GQA attention over encoded KV rows.
 #include "runtime/attention.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/attention_kernels.h"
+#include "kernels/kv_decode.h"
 #include "kernels/ops.h"
 
 namespace lamina {
+
+namespace {
+constexpr int kTokenBlock = 8;  // tokens sharing one pass over the cells
+constexpr int kCellTile = 64;   // cells decoded at once
+}  // namespace
 
 void CausalAttention(const KvCache& cache, int layer, int seq, int pos0, int n_tokens,
                      const float* q, float* out, const AttentionShape& shape,
@@ -15,40 +21,87 @@ void CausalAttention(const KvCache& cache, int layer, int seq, int pos0, int n_t
   const int hd = shape.head_dim;
   const int group = shape.n_head / shape.n_head_kv;
   const int n_ctx = cache.config().n_ctx;
-  const size_t per_thread = static_cast<size_t>(n_ctx) + 2 * hd;
+  const int max_queries = kTokenBlock * group;
+  // Per thread: scores [max_queries][n_ctx], queries [max_queries][hd], accumulators
+  // [max_queries][hd], a decoded tile [kCellTile][hd].
+  const size_t per_thread = static_cast<size_t>(max_queries) * n_ctx +
+                            2 * static_cast<size_t>(max_queries) * hd +
+                            static_cast<size_t>(kCellTile) * hd;
   if (scratch.per_thread.size() < per_thread * pool.size()) {
     scratch.per_thread.resize(per_thread * pool.size());
   }
   const AttentionRowKernels& kern = BestAttentionRowKernels();
-  const bool f16 = cache.config().type == KvType::kF16;
-  const int64_t n_items = static_cast<int64_t>(n_tokens) * shape.n_head;
+  const KvSideSpec ks = cache.k_spec(), vs = cache.v_spec();
+  const KvRowDecodeFn decode_k = BestKvRowDecoder(ks.format);
+  const KvRowDecodeFn decode_v = BestKvRowDecoder(vs.format);
+  const bool k_f16 = ks.format == KvRowFormat::kF16;
+  const bool v_f16 = vs.format == KvRowFormat::kF16;
+  const size_t k_head_bytes = cache.k_head_bytes(), v_head_bytes = cache.v_head_bytes();
+  const int n_blocks = (n_tokens + kTokenBlock - 1) / kTokenBlock;
+  const int64_t n_items = static_cast<int64_t>(shape.n_head_kv) * n_blocks;
+  const int64_t q_stride = static_cast<int64_t>(shape.n_head) * hd;
+
   pool.ParallelFor(n_items, 1, [&](int64_t begin, int64_t end, int thread) {
     float* scores = scratch.per_thread.data() + per_thread * thread;
-    float* qrow = scores + n_ctx;  // [head_dim] query as the dot product sees it
+    float* qrows = scores + static_cast<size_t>(max_queries) * n_ctx;
+    float* acc = qrows + static_cast<size_t>(max_queries) * hd;
+    float* tile = acc + static_cast<size_t>(max_queries) * hd;
     for (int64_t item = begin; item < end; ++item) {
-      const int t = static_cast<int>(item / shape.n_head);
-      const int h = static_cast<int>(item % shape.n_head);
-      const int kvh = h / group;
-      const int n_kv = pos0 + t + 1;
-      const float* qsrc = q + static_cast<int64_t>(t) * shape.n_head * hd + h * hd;
-      float* o = out + static_cast<int64_t>(t) * shape.n_head * hd + h * hd;
-      for (int i = 0; i < hd; ++i) qrow[i] = f16 ? Fp16ToF32(F32ToFp16(qsrc[i])) : qsrc[i];
-      for (int j = 0; j < n_kv; ++j) {
-        const uint8_t* krow = cache.KRow(layer, seq, j);
-        const float dot = f16 ? kern.dot_f16(reinterpret_cast<const fp16_t*>(krow) + kvh * hd, qrow, hd)
-                              : kern.dot_f32(reinterpret_cast<const float*>(krow) + kvh * hd, qrow, hd);
-        scores[j] = dot * shape.scale;
-      }
-      Softmax(scores, n_kv);
-      std::fill(o, o + hd, 0.0f);
-      for (int j = 0; j < n_kv; ++j) {
-        const uint8_t* vrow = cache.VRow(layer, seq, j);
-        if (f16) {
-          const float p = Fp16ToF32(F32ToFp16(scores[j]));
-          kern.axpy_f16(p, reinterpret_cast<const fp16_t*>(vrow) + kvh * hd, o, hd);
-        } else {
-          kern.axpy_f32(scores[j], reinterpret_cast<const float*>(vrow) + kvh * hd, o, hd);
+      const int g = static_cast<int>(item % shape.n_head_kv);
+      const int blk = static_cast<int>(item / shape.n_head_kv);
+      const int t0 = blk * kTokenBlock;
+      const int nt = std::min(kTokenBlock, n_tokens - t0);
+      const int nq = nt * group;  // query qi = (token t0 + qi / group, head g*group + qi % group)
+      const int n_cells = pos0 + t0 + nt;  // cells the last token of the block sees
+      auto n_kv_of = [&](int qi) { return pos0 + t0 + qi / group + 1; };
+      for (int qi = 0; qi < nq; ++qi) {
+        const int t = t0 + qi / group, h = g * group + qi % group;
+        float* qr = qrows + static_cast<size_t>(qi) * hd;
+        std::copy_n(q + t * q_stride + static_cast<int64_t>(h) * hd, hd, qr);
+        if (ks.rotated) Rotate(qr, hd);
+        if (k_f16) {
+          for (int i = 0; i < hd; ++i) qr[i] = Fp16ToF32(F32ToFp16(qr[i]));
         }
+      }
+      // Pass 1: scores.
+      for (int c0 = 0; c0 < n_cells; c0 += kCellTile) {
+        const int nc = std::min(kCellTile, n_cells - c0);
+        for (int j = 0; j < nc; ++j) {
+          decode_k(cache.KRow(layer, seq, c0 + j) + g * k_head_bytes, hd, tile + j * hd);
+        }
+        for (int qi = 0; qi < nq; ++qi) {
+          const int lim = std::min(nc, n_kv_of(qi) - c0);
+          float* srow = scores + static_cast<size_t>(qi) * n_ctx + c0;
+          const float* qr = qrows + static_cast<size_t>(qi) * hd;
+          for (int j = 0; j < lim; ++j) srow[j] = kern.dot_f32(tile + j * hd, qr, hd) * shape.scale;
+        }
+      }
+      for (int qi = 0; qi < nq; ++qi) {
+        float* srow = scores + static_cast<size_t>(qi) * n_ctx;
+        Softmax(srow, n_kv_of(qi));
+        if (v_f16) {
+          for (int j = 0; j < n_kv_of(qi); ++j) srow[j] = Fp16ToF32(F32ToFp16(srow[j]));
+        }
+        std::fill(acc + static_cast<size_t>(qi) * hd, acc + static_cast<size_t>(qi + 1) * hd, 0.0f);
+      }
+      // Pass 2: weighted V sum.
+      for (int c0 = 0; c0 < n_cells; c0 += kCellTile) {
+        const int nc = std::min(kCellTile, n_cells - c0);
+        for (int j = 0; j < nc; ++j) {
+          decode_v(cache.VRow(layer, seq, c0 + j) + g * v_head_bytes, hd, tile + j * hd);
+        }
+        for (int qi = 0; qi < nq; ++qi) {
+          const int lim = std::min(nc, n_kv_of(qi) - c0);
+          const float* srow = scores + static_cast<size_t>(qi) * n_ctx + c0;
+          float* a = acc + static_cast<size_t>(qi) * hd;
+          for (int j = 0; j < lim; ++j) kern.axpy_f32(srow[j], tile + j * hd, a, hd);
+        }
+      }
+      for (int qi = 0; qi < nq; ++qi) {
+        const int t = t0 + qi / group, h = g * group + qi % group;
+        float* a = acc + static_cast<size_t>(qi) * hd;
+        if (vs.rotated) InverseRotate(a, hd);
+        std::copy_n(a, hd, out + t * q_stride + static_cast<int64_t>(h) * hd);
       }
     }
   });

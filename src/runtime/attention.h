@@ -1,6 +1,10 @@
 // Causal grouped-query attention over the KV cache, for a batch of queries at consecutive
-// positions of one sequence. Numerics follow GGML's non-flash path: with an F16 cache the query
-// is rounded to F16 for Q·K and the softmax weights are rounded to F16 for the V sum.
+// positions of one sequence. Work items are (KV head, block of tokens): each decodes a tile of
+// cells once and reuses it for every query head of the GQA group and every token of the block.
+// Two passes (scores, then the V sum) keep softmax exact in f32 with normalised weights, which
+// is how GGML's non-flash path rounds with an f16 cache (query and softmax weights rounded to
+// f16). Rotated K: the query is rotated too; rotated V: the output is rotated back once per
+// query head.
 #pragma once
 
 #include <vector>
@@ -18,7 +22,7 @@ struct AttentionShape {
 };
 
 struct AttentionScratch {
-  std::vector<float> per_thread;  // [n_threads][n_ctx + 2 * head_dim]
+  std::vector<float> per_thread;  // [n_threads][per-thread floats, see attention.cpp]
 };
 
 // out[t, h*head_dim..] = attention of query (t, h) over cells [0, pos0 + t] of `seq`.

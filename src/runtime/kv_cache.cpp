@@ -2,6 +2,7 @@
 #include "runtime/kv_cache.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "util/check.h"
@@ -12,52 +13,96 @@ const char* KvTypeName(KvType type) {
   switch (type) {
     case KvType::kF32: return "f32";
     case KvType::kF16: return "f16";
+    case KvType::kInt8: return "int8";
+    case KvType::kQ4_0: return "q4_0";
+    case KvType::kK8V4: return "k8v4";
   }
   return "?";
 }
 
 Result<KvType> ParseKvType(const std::string& name) {
-  if (name == "f32") return KvType::kF32;
-  if (name == "f16") return KvType::kF16;
-  return Error{"unknown KV cache type \"" + name + "\" (expected f32 or f16)"};
+  for (KvType t : {KvType::kF32, KvType::kF16, KvType::kInt8, KvType::kQ4_0, KvType::kK8V4}) {
+    if (name == KvTypeName(t)) return t;
+  }
+  return Error{"unknown KV cache type \"" + name + "\" (expected f32, f16, int8, q4_0 or k8v4)"};
 }
 
-KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
-  LAMINA_CHECK(config.n_layer > 0 && config.n_ctx > 0 && config.n_kv_heads > 0 &&
-               config.head_dim > 0 && config.n_seq > 0);
-  const size_t elem = config.type == KvType::kF32 ? 4 : 2;
-  row_bytes_ = elem * static_cast<size_t>(row_elems());
-  const size_t total = row_bytes_ * config.n_ctx * config.n_layer * config.n_seq;
-  k_.assign(total, 0);
-  v_.assign(total, 0);
+Result<KvRounding> ParseKvRounding(const std::string& name) {
+  if (name == "rtn") return KvRounding::kNearest;
+  if (name == "stochastic") return KvRounding::kStochastic;
+  return Error{"unknown V rounding \"" + name + "\" (expected rtn or stochastic)"};
+}
+
+const char* KvRoundingName(KvRounding r) { return r == KvRounding::kNearest ? "rtn" : "stochastic"; }
+
+KvSideSpec KSpec(KvType type) {
+  switch (type) {
+    case KvType::kF32: return {KvRowFormat::kF32, false};
+    case KvType::kF16: return {KvRowFormat::kF16, false};
+    case KvType::kInt8: return {KvRowFormat::kInt8, false};
+    case KvType::kQ4_0: return {KvRowFormat::kQ4_0, true};
+    case KvType::kK8V4: return {KvRowFormat::kInt8, false};
+  }
+  return {KvRowFormat::kF32, false};
+}
+
+KvSideSpec VSpec(KvType type) {
+  switch (type) {
+    case KvType::kF32: return {KvRowFormat::kF32, false};
+    case KvType::kF16: return {KvRowFormat::kF16, false};
+    case KvType::kInt8: return {KvRowFormat::kInt8, false};
+    case KvType::kQ4_0: return {KvRowFormat::kQ4_0, true};
+    case KvType::kK8V4: return {KvRowFormat::kQ4_0, true};
+  }
+  return {KvRowFormat::kF32, false};
+}
+
+Status ValidateKvConfig(const KvCacheConfig& c) {
+  if (c.n_layer <= 0 || c.n_ctx <= 0 || c.n_kv_heads <= 0 || c.head_dim <= 0 || c.n_seq <= 0) {
+    return Error{"invalid KV cache shape"};
+  }
+  if (KvRowBytes(KSpec(c.type).format, c.head_dim) == 0 ||
+      KvRowBytes(VSpec(c.type).format, c.head_dim) == 0) {
+    return Error{std::string("KV mode ") + KvTypeName(c.type) + " cannot hold head_dim " +
+                 std::to_string(c.head_dim) +
+                 ": block formats need head_dim below 32 and even, or a multiple of 32"};
+  }
+  return Status::Ok();
+}
+
+KvCache::KvCache(const KvCacheConfig& config)
+    : config_(config), k_spec_(KSpec(config.type)), v_spec_(VSpec(config.type)) {
+  LAMINA_CHECK(ValidateKvConfig(config).ok());
+  k_row_bytes_ = KvRowBytes(k_spec_.format, config.head_dim) * config.n_kv_heads;
+  v_row_bytes_ = KvRowBytes(v_spec_.format, config.head_dim) * config.n_kv_heads;
+  const size_t cells = static_cast<size_t>(config.n_ctx) * config.n_layer * config.n_seq;
+  k_.assign(cells * k_row_bytes_, 0);
+  v_.assign(cells * v_row_bytes_, 0);
   lengths_.assign(static_cast<size_t>(config.n_seq) * config.n_layer, 0);
 }
 
-double KvCache::BitsPerElement() const { return config_.type == KvType::kF32 ? 32.0 : 16.0; }
+double KvCache::BitsPerElement() const {
+  return 8.0 * (k_row_bytes_ + v_row_bytes_) / (2.0 * row_elems());
+}
 
-size_t KvCache::BytesPerToken() const { return 2 * row_bytes_ * config_.n_layer; }
+size_t KvCache::BytesPerToken() const { return (k_row_bytes_ + v_row_bytes_) * config_.n_layer; }
 
 size_t KvCache::BytesTotal() const { return BytesPerToken() * config_.n_ctx * config_.n_seq; }
 
-const uint8_t* KvCache::RowPtr(const std::vector<uint8_t>& buf, int layer, int seq,
-                               int pos) const {
-  LAMINA_DCHECK(layer >= 0 && layer < config_.n_layer && seq >= 0 && seq < config_.n_seq);
-  LAMINA_DCHECK(pos >= 0 && pos <= config_.n_ctx);
-  const size_t cell = (Index(layer, seq) * config_.n_ctx + pos);
-  return buf.data() + cell * row_bytes_;
-}
-
-uint8_t* KvCache::MutableRow(std::vector<uint8_t>& buf, int layer, int seq, int pos) {
-  return const_cast<uint8_t*>(RowPtr(buf, layer, seq, pos));
-}
-
-void KvCache::StoreRow(const float* src, uint8_t* dst) const {
-  const int n = row_elems();
-  if (config_.type == KvType::kF32) {
-    std::memcpy(dst, src, sizeof(float) * n);
-  } else {
-    fp16_t* out = reinterpret_cast<fp16_t*>(dst);
-    for (int i = 0; i < n; ++i) out[i] = F32ToFp16(src[i]);
+void KvCache::EncodeSide(const KvSideSpec& spec, bool stochastic, int layer, int pos,
+                         const float* src, uint8_t* dst, std::vector<float>& tmp) {
+  const int hd = config_.head_dim;
+  const size_t head_bytes = KvRowBytes(spec.format, hd);
+  for (int h = 0; h < config_.n_kv_heads; ++h) {
+    const float* x = src + static_cast<int64_t>(h) * hd;
+    if (spec.rotated) {
+      std::copy_n(x, hd, tmp.data());
+      Rotate(tmp.data(), hd);
+      x = tmp.data();
+    }
+    RoundingKey key{config_.seed, static_cast<uint32_t>(layer), static_cast<uint32_t>(pos),
+                    static_cast<uint32_t>(h * hd)};
+    EncodeKvRow(spec.format, x, hd, stochastic ? &key : nullptr, dst + h * head_bytes);
   }
 }
 
@@ -66,10 +111,33 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
   LAMINA_CHECK(seq >= 0 && seq < config_.n_seq);
   int& length = lengths_[Index(layer, seq)];
   LAMINA_CHECK(pos0 >= 0 && pos0 <= length && n >= 0 && pos0 + n <= config_.n_ctx);
+  if (n == 1 && fault_ == Fault::kSkipSingleToken) {
+    length = std::max(length, pos0 + n);
+    return;
+  }
   const int re = row_elems();
+  std::vector<float> tmp(config_.head_dim);
+  const bool v_stochastic = config_.v_rounding == KvRounding::kStochastic;
   for (int i = 0; i < n; ++i) {
-    StoreRow(k + static_cast<int64_t>(i) * re, MutableRow(k_, layer, seq, pos0 + i));
-    StoreRow(v + static_cast<int64_t>(i) * re, MutableRow(v_, layer, seq, pos0 + i));
+    const int pos = pos0 + i;
+    const float* krow = k + static_cast<int64_t>(i) * re;
+    const float* vrow = v + static_cast<int64_t>(i) * re;
+    uint8_t* kdst = k_.data() + CellIndex(layer, seq, pos) * k_row_bytes_;
+    uint8_t* vdst = v_.data() + CellIndex(layer, seq, pos) * v_row_bytes_;
+    bool finite = true;
+    for (int e = 0; e < re && finite; ++e) finite = std::isfinite(krow[e]) && std::isfinite(vrow[e]);
+    if (!finite) {
+      if (nonfinite_error_.empty()) {
+        nonfinite_error_ = "non-finite K or V value at layer " + std::to_string(layer) +
+                           ", position " + std::to_string(pos) + "; the cell was not stored";
+      }
+      std::memset(kdst, 0, k_row_bytes_);
+      std::memset(vdst, 0, v_row_bytes_);
+      continue;
+    }
+    EncodeSide(k_spec_, /*stochastic=*/false, layer, pos, krow, kdst, tmp);
+    EncodeSide(v_spec_, v_stochastic, layer, pos, vrow, vdst, tmp);
+    if (n == 1 && fault_ == Fault::kCorruptSingleToken) vdst[0] ^= 0x5A;
   }
   length = std::max(length, pos0 + n);
 }
@@ -80,9 +148,9 @@ void KvCache::Truncate(int seq, int n_keep) {
     int& length = lengths_[Index(layer, seq)];
     if (n_keep >= length) continue;
     // Zero the dropped cells so storage is a pure function of the surviving history.
-    const size_t bytes = row_bytes_ * (length - n_keep);
-    std::memset(MutableRow(k_, layer, seq, n_keep), 0, bytes);
-    std::memset(MutableRow(v_, layer, seq, n_keep), 0, bytes);
+    const size_t cells = static_cast<size_t>(length - n_keep);
+    std::memset(k_.data() + CellIndex(layer, seq, n_keep) * k_row_bytes_, 0, cells * k_row_bytes_);
+    std::memset(v_.data() + CellIndex(layer, seq, n_keep) * v_row_bytes_, 0, cells * v_row_bytes_);
     length = n_keep;
   }
 }
@@ -92,9 +160,11 @@ void KvCache::CopyPrefix(int src_seq, int dst_seq, int n) {
   if (src_seq == dst_seq) return;
   Truncate(dst_seq, 0);
   for (int layer = 0; layer < config_.n_layer; ++layer) {
-    LAMINA_CHECK(n <= Length(src_seq, layer));
-    std::memcpy(MutableRow(k_, layer, dst_seq, 0), RowPtr(k_, layer, src_seq, 0), row_bytes_ * n);
-    std::memcpy(MutableRow(v_, layer, dst_seq, 0), RowPtr(v_, layer, src_seq, 0), row_bytes_ * n);
+    LAMINA_CHECK(n >= 0 && n <= Length(src_seq, layer));
+    std::memcpy(k_.data() + CellIndex(layer, dst_seq, 0) * k_row_bytes_,
+                KRow(layer, src_seq, 0), k_row_bytes_ * n);
+    std::memcpy(v_.data() + CellIndex(layer, dst_seq, 0) * v_row_bytes_,
+                VRow(layer, src_seq, 0), v_row_bytes_ * n);
     lengths_[Index(layer, dst_seq)] = n;
   }
 }

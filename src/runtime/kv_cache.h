@@ -1,7 +1,10 @@
 // The KV cache. One write operation (Write) is the only code that touches cell storage: every
 // path — prompt batch, single-token decode, verify windows, several sequences — goes through
 // it, so all paths produce identical bytes by construction. Truncate and CopyPrefix are the
-// other mutations. Attention reads rows through typed views.
+// other mutations. Attention reads encoded head rows through KRow/VRow and the row formats.
+//
+// Modes (K | V): f32 | f32, f16 | f16, int8 | int8, q4_0 rotated | q4_0 rotated,
+// k8v4 = int8 unrotated | q4_0 rotated. Formats are defined in kernels/kv_format.h.
 #pragma once
 
 #include <cstddef>
@@ -9,14 +12,25 @@
 #include <string>
 #include <vector>
 
-#include "util/fp16.h"
+#include "kernels/kv_format.h"
 #include "util/status.h"
 
 namespace lamina {
 
-enum class KvType { kF32, kF16 };
+enum class KvType { kF32, kF16, kInt8, kQ4_0, kK8V4 };
 const char* KvTypeName(KvType type);
 Result<KvType> ParseKvType(const std::string& name);
+
+enum class KvRounding { kNearest, kStochastic };
+Result<KvRounding> ParseKvRounding(const std::string& name);
+const char* KvRoundingName(KvRounding rounding);
+
+struct KvSideSpec {
+  KvRowFormat format;
+  bool rotated;
+};
+KvSideSpec KSpec(KvType type);
+KvSideSpec VSpec(KvType type);
 
 struct KvCacheConfig {
   int n_layer = 0;
@@ -25,21 +39,32 @@ struct KvCacheConfig {
   int head_dim = 0;
   int n_seq = 1;
   KvType type = KvType::kF16;
+  KvRounding v_rounding = KvRounding::kNearest;
+  uint64_t seed = 0;  // keys stochastic rounding
 };
+
+// Checks that the mode can hold this head_dim (int8/q4_0 need head_dim < 32 and even, or a
+// multiple of 32); the error says why not.
+Status ValidateKvConfig(const KvCacheConfig& config);
 
 class KvCache {
  public:
+  // The config must pass ValidateKvConfig (checked).
   explicit KvCache(const KvCacheConfig& config);
 
   const KvCacheConfig& config() const { return config_; }
+  const KvSideSpec& k_spec() const { return k_spec_; }
+  const KvSideSpec& v_spec() const { return v_spec_; }
   int row_elems() const { return config_.n_kv_heads * config_.head_dim; }
-  double BitsPerElement() const;
-  size_t BytesPerToken() const;  // K + V over all layers
-  size_t BytesTotal() const;     // for n_ctx tokens and all sequences
+  double BitsPerElement() const;  // (K + V) / 2, scales included
+  size_t BytesPerToken() const;   // K + V over all layers
+  size_t BytesTotal() const;      // for n_ctx tokens and all sequences
 
   // The single writer: K and V rows for positions [pos0, pos0 + n) of sequence `seq` in
   // `layer`. k, v: [n, n_kv_heads * head_dim] f32 (k after RoPE). Positions must continue the
   // sequence (pos0 <= Length(seq, layer)), so rewriting after Truncate is allowed.
+  // Non-finite input is not stored: the cells are written as zeros and the first such event is
+  // kept in nonfinite_error() for the session to report.
   void Write(int layer, int seq, int pos0, int n, const float* k, const float* v);
 
   // Drops cells at positions >= n_keep in every layer (rollback of rejected tokens).
@@ -49,26 +74,49 @@ class KvCache {
 
   int Length(int seq, int layer = 0) const { return lengths_[Index(layer, seq)]; }
 
-  // Raw row access for attention: the K (or V) row of a cell, all heads, in the cache type.
-  const uint8_t* KRow(int layer, int seq, int pos) const { return RowPtr(k_, layer, seq, pos); }
-  const uint8_t* VRow(int layer, int seq, int pos) const { return RowPtr(v_, layer, seq, pos); }
-  size_t row_bytes() const { return row_bytes_; }
+  // Encoded rows of a cell: n_kv_heads head rows of k_head_bytes() / v_head_bytes() each.
+  const uint8_t* KRow(int layer, int seq, int pos) const {
+    return k_.data() + CellIndex(layer, seq, pos) * k_row_bytes_;
+  }
+  const uint8_t* VRow(int layer, int seq, int pos) const {
+    return v_.data() + CellIndex(layer, seq, pos) * v_row_bytes_;
+  }
+  size_t k_head_bytes() const { return k_row_bytes_ / config_.n_kv_heads; }
+  size_t v_head_bytes() const { return v_row_bytes_ / config_.n_kv_heads; }
+  size_t k_row_bytes() const { return k_row_bytes_; }
+  size_t v_row_bytes() const { return v_row_bytes_; }
 
-  // Whole storage of one layer and sequence, for tests comparing paths byte by byte.
-  const uint8_t* KStorage(int layer, int seq) const { return RowPtr(k_, layer, seq, 0); }
-  const uint8_t* VStorage(int layer, int seq) const { return RowPtr(v_, layer, seq, 0); }
+  // Whole storage of one layer and sequence (n_ctx rows), for tests comparing write paths.
+  const uint8_t* KStorage(int layer, int seq) const { return KRow(layer, seq, 0); }
+  const uint8_t* VStorage(int layer, int seq) const { return VRow(layer, seq, 0); }
+
+  // First non-finite K/V value seen by Write ("" if none); ClearNonfinite resets it.
+  const std::string& nonfinite_error() const { return nonfinite_error_; }
+  void ClearNonfinite() { nonfinite_error_.clear(); }
+
+  // Test-only fault injection, to prove the write-path tests have teeth. kSkipSingleToken:
+  // single-token writes (n == 1) never reach storage, as in the bug this design rules out.
+  enum class Fault { kNone, kSkipSingleToken, kCorruptSingleToken };
+  void InjectFaultForTesting(Fault fault) { fault_ = fault; }
 
  private:
   size_t Index(int layer, int seq) const { return static_cast<size_t>(seq) * config_.n_layer + layer; }
-  const uint8_t* RowPtr(const std::vector<uint8_t>& buf, int layer, int seq, int pos) const;
-  uint8_t* MutableRow(std::vector<uint8_t>& buf, int layer, int seq, int pos);
-  void StoreRow(const float* src, uint8_t* dst) const;
+  size_t CellIndex(int layer, int seq, int pos) const {
+    return Index(layer, seq) * config_.n_ctx + static_cast<size_t>(pos);
+  }
+  void EncodeSide(const KvSideSpec& spec, bool stochastic, int layer, int pos, const float* src,
+                  uint8_t* dst, std::vector<float>& tmp);
 
   KvCacheConfig config_;
-  size_t row_bytes_ = 0;
-  std::vector<uint8_t> k_;  // [n_seq, n_layer, n_ctx, n_kv_heads, head_dim] in type
-  std::vector<uint8_t> v_;  // same
+  KvSideSpec k_spec_;
+  KvSideSpec v_spec_;
+  size_t k_row_bytes_ = 0;
+  size_t v_row_bytes_ = 0;
+  std::vector<uint8_t> k_;  // [n_seq, n_layer, n_ctx] cells x k_row_bytes_
+  std::vector<uint8_t> v_;  // [n_seq, n_layer, n_ctx] cells x v_row_bytes_
   std::vector<int> lengths_;  // [n_seq, n_layer]
+  std::string nonfinite_error_;
+  Fault fault_ = Fault::kNone;
 };
 
 }  // namespace lamina

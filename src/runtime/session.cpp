@@ -6,15 +6,25 @@
 
 namespace lamina {
 
-namespace {
-KvCacheConfig MakeCacheConfig(const Hparams& hp, const SessionConfig& c) {
+Result<KvCacheConfig> MakeKvCacheConfig(const Hparams& hp, const SessionConfig& c) {
   KvCacheConfig kc;
   kc.n_layer = hp.n_layer;
   kc.n_ctx = c.n_ctx > 0 ? c.n_ctx : std::min(hp.n_ctx_train, 4096);
   kc.n_kv_heads = hp.n_head_kv;
   kc.head_dim = hp.head_dim;
   kc.type = c.kv_type;
+  kc.v_rounding = c.v_rounding;
+  kc.seed = c.kv_seed;
+  Status st = ValidateKvConfig(kc);
+  if (!st.ok()) return st.error();
   return kc;
+}
+
+namespace {
+KvCacheConfig CheckedCacheConfig(const Hparams& hp, const SessionConfig& c) {
+  Result<KvCacheConfig> kc = MakeKvCacheConfig(hp, c);
+  LAMINA_CHECK(kc.ok());
+  return *kc;
 }
 }  // namespace
 
@@ -38,7 +48,7 @@ class Session::CacheAttention final : public AttentionContext {
 };
 
 Session::Session(const Model& model, const SessionConfig& config, ThreadPool& pool)
-    : model_(model), pool_(pool), cache_(MakeCacheConfig(model.hparams(), config)) {}
+    : model_(model), pool_(pool), cache_(CheckedCacheConfig(model.hparams(), config)) {}
 
 Result<const float*> Session::Eval(const std::vector<int32_t>& tokens, bool all_logits) {
   return Eval(tokens.data(), static_cast<int>(tokens.size()), all_logits);
@@ -65,6 +75,11 @@ Result<const float*> Session::Eval(const int32_t* tokens, int n, bool all_logits
   CacheAttention attention(*this, n_past_, n);
   model_.Forward(batch, attention, scratch_, pool_, logits_.data());
   n_past_ += n;
+  if (!cache_.nonfinite_error().empty()) {
+    const std::string msg = cache_.nonfinite_error();
+    cache_.ClearNonfinite();
+    return Error{msg};
+  }
   return static_cast<const float*>(logits_.data());
 }
 

@@ -15,7 +15,13 @@ namespace lamina {
 struct SessionConfig {
   int n_ctx = 0;  // 0: the model's training context, capped at 4096
   KvType kv_type = KvType::kF16;
+  KvRounding v_rounding = KvRounding::kNearest;
+  uint64_t kv_seed = 0;
 };
+
+// The cache configuration a session would use; an error when the mode cannot hold the model's
+// head_dim (call before constructing a Session with user-chosen options).
+Result<KvCacheConfig> MakeKvCacheConfig(const Hparams& hp, const SessionConfig& config);
 
 class Session {
  public:
@@ -28,7 +34,8 @@ class Session {
   int n_past() const { return n_past_; }
 
   // Appends tokens at positions n_past()..; returns logits [n, n_vocab] if all_logits, else
-  // the last token's [n_vocab]. Fails if the context would overflow.
+  // the last token's [n_vocab]. Fails if the context would overflow, or if a K/V value was
+  // non-finite (the cache refuses to store it).
   Result<const float*> Eval(const std::vector<int32_t>& tokens, bool all_logits);
   Result<const float*> Eval(const int32_t* tokens, int n, bool all_logits);
 

@@ -1,0 +1,203 @@
+// KV head-row codecs and the Hadamard rotation (scalar; the attention kernels decode tiles
+// through DecodeKvRow).
+#include "kernels/kv_format.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "util/check.h"
+
+namespace lamina {
+
+int KvGroupSize(int head_dim) { return std::min(32, head_dim); }
+
+size_t KvRowBytes(KvRowFormat format, int head_dim) {
+  switch (format) {
+    case KvRowFormat::kF32: return 4u * head_dim;
+    case KvRowFormat::kF16: return 2u * head_dim;
+    case KvRowFormat::kInt8:
+    case KvRowFormat::kQ4_0: {
+      const int g = KvGroupSize(head_dim);
+      if (g % 2 != 0 || head_dim % g != 0) return 0;
+      const size_t per_group = format == KvRowFormat::kInt8 ? 2 + g : 2 + g / 2;
+      return per_group * (head_dim / g);
+    }
+  }
+  return 0;
+}
+
+namespace {
+constexpr float kFp16Max = 65504.0f;
+
+uint64_t Mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Round half to even, as the int8 definition asks.
+inline float RoundHalfEven(float v) { return std::nearbyint(v); }
+
+void EncodeInt8Group(const float* x, int g, const RoundingKey* key, uint32_t element0,
+                     uint8_t* out) {
+  float amax = 0.0f;
+  for (int i = 0; i < g; ++i) amax = std::max(amax, std::fabs(x[i]));
+  // Scales beyond the fp16 range saturate (codes then clamp) rather than become inf.
+  const fp16_t d16 = F32ToFp16(std::min(amax / 127.0f, kFp16Max));
+  const float d = Fp16ToF32(d16);
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  std::memcpy(out, &d16, 2);
+  int8_t* q = reinterpret_cast<int8_t*>(out + 2);
+  for (int i = 0; i < g; ++i) {
+    const float y = x[i] * id;
+    const float r = key ? std::floor(y + StochasticUniform(*key, element0 + i)) : RoundHalfEven(y);
+    q[i] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+  }
+}
+
+void EncodeQ4Group(const float* x, int g, const RoundingKey* key, uint32_t element0,
+                   uint8_t* out) {
+  float amax = 0.0f, max = 0.0f;
+  for (int i = 0; i < g; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  }
+  const float d = std::clamp(max / -8.0f, -kFp16Max, kFp16Max);
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const fp16_t d16 = F32ToFp16(d);
+  std::memcpy(out, &d16, 2);
+  uint8_t* qs = out + 2;
+  const int half = g / 2;
+  auto code = [&](int i) -> uint8_t {
+    const float y = x[i] * id + 8.0f;
+    const float r = key ? std::floor(y + StochasticUniform(*key, element0 + i))
+                        : std::trunc(y + 0.5f);
+    return static_cast<uint8_t>(std::clamp(r, 0.0f, 15.0f));
+  };
+  for (int i = 0; i < half; ++i) qs[i] = static_cast<uint8_t>(code(i) | (code(i + half) << 4));
+}
+}  // namespace
+
+float StochasticUniform(const RoundingKey& key, uint32_t element) {
+  uint64_t h = Mix64(key.seed ^ 0x9E3779B97F4A7C15ull);
+  h = Mix64(h ^ (static_cast<uint64_t>(key.layer) << 32 | key.position));
+  h = Mix64(h ^ element);
+  return static_cast<float>(h >> 40) * (1.0f / 16777216.0f);  // 24 bits: exact in float, < 1
+}
+
+void EncodeKvRow(KvRowFormat format, const float* x, int head_dim, const RoundingKey* key,
+                 uint8_t* out) {
+  switch (format) {
+    case KvRowFormat::kF32:
+      std::memcpy(out, x, 4u * head_dim);
+      return;
+    case KvRowFormat::kF16: {
+      fp16_t* o = reinterpret_cast<fp16_t*>(out);
+      for (int i = 0; i < head_dim; ++i) o[i] = F32ToFp16(x[i]);
+      return;
+    }
+    case KvRowFormat::kInt8:
+    case KvRowFormat::kQ4_0: {
+      const int g = KvGroupSize(head_dim);
+      const size_t group_bytes = KvRowBytes(format, head_dim) / (head_dim / g);
+      const uint32_t e0 = key ? key->element0 : 0;
+      for (int b = 0; b < head_dim / g; ++b) {
+        if (format == KvRowFormat::kInt8) {
+          EncodeInt8Group(x + b * g, g, key, e0 + b * g, out + b * group_bytes);
+        } else {
+          EncodeQ4Group(x + b * g, g, key, e0 + b * g, out + b * group_bytes);
+        }
+      }
+      return;
+    }
+  }
+}
+
+void DecodeKvRow(KvRowFormat format, const uint8_t* row, int head_dim, float* out) {
+  switch (format) {
+    case KvRowFormat::kF32:
+      std::memcpy(out, row, 4u * head_dim);
+      return;
+    case KvRowFormat::kF16: {
+      const fp16_t* h = reinterpret_cast<const fp16_t*>(row);
+      for (int i = 0; i < head_dim; ++i) out[i] = Fp16ToF32(h[i]);
+      return;
+    }
+    case KvRowFormat::kInt8: {
+      const int g = KvGroupSize(head_dim);
+      for (int b = 0; b < head_dim / g; ++b) {
+        const uint8_t* grp = row + b * (2 + g);
+        fp16_t d16;
+        std::memcpy(&d16, grp, 2);
+        const float d = Fp16ToF32(d16);
+        const int8_t* q = reinterpret_cast<const int8_t*>(grp + 2);
+        for (int i = 0; i < g; ++i) out[b * g + i] = d * q[i];
+      }
+      return;
+    }
+    case KvRowFormat::kQ4_0: {
+      const int g = KvGroupSize(head_dim);
+      const int half = g / 2;
+      for (int b = 0; b < head_dim / g; ++b) {
+        const uint8_t* grp = row + b * (2 + half);
+        fp16_t d16;
+        std::memcpy(&d16, grp, 2);
+        const float d = Fp16ToF32(d16);
+        const uint8_t* qs = grp + 2;
+        for (int i = 0; i < half; ++i) {
+          out[b * g + i] = d * (static_cast<int>(qs[i] & 0x0F) - 8);
+          out[b * g + i + half] = d * (static_cast<int>(qs[i] >> 4) - 8);
+        }
+      }
+      return;
+    }
+  }
+}
+
+int RotationBlock(int n) { return n & -n; }
+
+namespace {
+// The fixed sign of element i within a rotation block.
+inline float RotationSign(int i) {
+  return (Mix64(kRotationSeed + static_cast<uint64_t>(i)) & 1) ? -1.0f : 1.0f;
+}
+
+void Hadamard(float* x, int n) {
+  for (int len = 1; len < n; len <<= 1) {
+    for (int i = 0; i < n; i += 2 * len) {
+      for (int j = i; j < i + len; ++j) {
+        const float a = x[j], b = x[j + len];
+        x[j] = a + b;
+        x[j + len] = a - b;
+      }
+    }
+  }
+}
+}  // namespace
+
+void Rotate(float* x, int n) {
+  const int b = RotationBlock(n);
+  const float norm = 1.0f / std::sqrt(static_cast<float>(b));
+  for (int off = 0; off < n; off += b) {
+    float* blk = x + off;
+    for (int i = 0; i < b; ++i) blk[i] *= RotationSign(i);
+    Hadamard(blk, b);
+    for (int i = 0; i < b; ++i) blk[i] *= norm;
+  }
+}
+
+void InverseRotate(float* x, int n) {
+  // R = H D / sqrt(b) with H symmetric, so R^-1 = R^T = D H / sqrt(b).
+  const int b = RotationBlock(n);
+  const float norm = 1.0f / std::sqrt(static_cast<float>(b));
+  for (int off = 0; off < n; off += b) {
+    float* blk = x + off;
+    Hadamard(blk, b);
+    for (int i = 0; i < b; ++i) blk[i] *= norm * RotationSign(i);
+  }
+}
+
+}  // namespace lamina

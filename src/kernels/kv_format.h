@@ -1,0 +1,55 @@
+// Storage formats of one KV head row (head_dim values), the Walsh-Hadamard rotation used before
+// 4-bit quantization, and the row codecs. Each format is a POD layout:
+//   f32   : float[head_dim]
+//   f16   : fp16[head_dim] (round to nearest even)
+//   int8  : groups of G = min(32, head_dim) values: { fp16 d; int8 q[G] }, d = amax / 127 rounded
+//           to fp16, q = round-half-even(x / d_stored) clamped to [-127, 127]
+//   q4_0  : groups of G = min(32, head_dim): { fp16 d; uint8 qs[G/2] } as GGML Q4_0 (d = the
+//           signed value of largest magnitude / -8, q = trunc(x / d + 8.5) clamped to [0, 15];
+//           element i in the low nibble of qs[i], element i + G/2 in the high nibble)
+// Stochastic rounding replaces the round-to-nearest step by floor(y + u), u in [0, 1) drawn
+// from a counter-based hash of (seed, layer, position, element), so the bytes stored for a cell
+// depend only on its values and coordinates, never on the order of writes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "util/fp16.h"
+
+namespace lamina {
+
+enum class KvRowFormat { kF32, kF16, kInt8, kQ4_0 };
+
+// Bytes of one encoded head row; 0 when the format cannot hold head_dim (int8/q4_0 need
+// head_dim < 32 and even, or a multiple of 32).
+size_t KvRowBytes(KvRowFormat format, int head_dim);
+int KvGroupSize(int head_dim);  // min(32, head_dim)
+
+// Coordinates that key stochastic rounding.
+struct RoundingKey {
+  uint64_t seed = 0;
+  uint32_t layer = 0;
+  uint32_t position = 0;
+  uint32_t element0 = 0;  // index of x[0] within the cell's row (head * head_dim)
+};
+
+// Encodes head_dim floats. key == nullptr: round to nearest (even for int8, half-up for q4_0
+// as GGML does); otherwise stochastic.
+void EncodeKvRow(KvRowFormat format, const float* x, int head_dim, const RoundingKey* key,
+                 uint8_t* out);
+// Decodes one head row to floats.
+void DecodeKvRow(KvRowFormat format, const uint8_t* row, int head_dim, float* out);
+
+// Uniform [0, 1) from the counter-based hash (SplitMix64 finaliser over the packed key).
+float StochasticUniform(const RoundingKey& key, uint32_t element);
+
+// Normalised Walsh-Hadamard rotation with fixed pseudo-random signs (seed kRotationSeed):
+// y = H (s ⊙ x) / sqrt(B) over each block of B = the largest power of two dividing n.
+// Orthonormal, so dot products are preserved: (Rq)·(Rk) = q·k. Inverse: InverseRotate.
+constexpr uint64_t kRotationSeed = 0x6C616D696E61ull;  // "lamina"
+int RotationBlock(int n);
+void Rotate(float* x, int n);
+void InverseRotate(float* x, int n);
+
+}  // namespace lamina
