@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "quant/kernel_registry.h"
@@ -140,12 +142,19 @@ Parts ElementParts(GgmlType t, const void* row, int64_t e) {
 
 Parts ElementOf(GgmlType t, const void* row, int64_t e) {
   switch (t) {
-    case GgmlType::kQ2_K: return ElementParts<BlockQ2_K>(t, row, e);
-    case GgmlType::kQ3_K: return ElementParts<BlockQ3_K>(t, row, e);
-    case GgmlType::kQ4_K: return ElementParts<BlockQ4_K>(t, row, e);
-    case GgmlType::kQ5_K: return ElementParts<BlockQ5_K>(t, row, e);
-    case GgmlType::kQ6_K: return ElementParts<BlockQ6_K>(t, row, e);
-    default: ADD_FAILURE() << "not a K weight type"; return {0, 0};
+    case GgmlType::kQ2_K:
+      return ElementParts<BlockQ2_K>(t, row, e);
+    case GgmlType::kQ3_K:
+      return ElementParts<BlockQ3_K>(t, row, e);
+    case GgmlType::kQ4_K:
+      return ElementParts<BlockQ4_K>(t, row, e);
+    case GgmlType::kQ5_K:
+      return ElementParts<BlockQ5_K>(t, row, e);
+    case GgmlType::kQ6_K:
+      return ElementParts<BlockQ6_K>(t, row, e);
+    default:
+      ADD_FAILURE() << "not a K weight type";
+      return {0, 0};
   }
 }
 
@@ -166,10 +175,10 @@ TEST(KQuantDequantize, Q2KHandBuilt) {
   b.scales[6] = 0x12;  // scale 2, min 1 for elements 96..111
   b.qs[0] = 0xE4;      // 2-bit codes 0,1,2,3 for elements 0, 32, 64, 96
   const auto y = Dequant(GgmlType::kQ2_K, &b, kQK_K);
-  EXPECT_EQ(y[0], 0.5f * 5 * 0 - 0.25f * 3);  // -0.75
+  EXPECT_EQ(y[0], 0.5f * 5 * 0 - 0.25f * 3);   // -0.75
   EXPECT_EQ(y[96], 0.5f * 2 * 3 - 0.25f * 1);  // 2.75
-  EXPECT_EQ(y[32], 0.0f);                     // scale 0, min 0 (scales[2] == 0)
-  EXPECT_EQ(y[1], -0.75f);                    // code 0 in group 0: just the min
+  EXPECT_EQ(y[32], 0.0f);                      // scale 0, min 0 (scales[2] == 0)
+  EXPECT_EQ(y[1], -0.75f);                     // code 0 in group 0: just the min
 }
 
 TEST(KQuantDequantize, Q3KHandBuilt) {
@@ -178,16 +187,17 @@ TEST(KQuantDequantize, Q3KHandBuilt) {
   // Group 0: 6-bit scale 40 (low nibble 8 in scales[0], top bits 2 in scales[8] bits 0-1) -> +8.
   b.scales[0] = 0x08;
   b.scales[8] = 0x02;
-  // Group 9: 6-bit scale 10 (high nibble of scales[1], top bits from scales[9] bits 4-5 = 0) -> -22.
+  // Group 9: 6-bit scale 10 (high nibble of scales[1], top bits from scales[9] bits 4-5 = 0) ->
+  // -22.
   b.scales[1] = 0xA0;
   b.qs[0] = 0x01;      // element 0: q2 = 1, hmask bit clear -> 1 - 4 = -3
   b.qs[48] = 0x03;     // element 144 (half 1, l = 16, shift 0): q2 = 3
   b.hmask[16] = 0x10;  // element 144's high bit is bit 4 (= 32-chunk 4) -> value 3
   const auto y = Dequant(GgmlType::kQ3_K, &b, kQK_K);
-  EXPECT_EQ(y[0], -6.0f);    // 0.25 * 8 * -3
+  EXPECT_EQ(y[0], -6.0f);     // 0.25 * 8 * -3
   EXPECT_EQ(y[144], -16.5f);  // 0.25 * -22 * 3
-  EXPECT_EQ(y[1], -8.0f);    // 0.25 * 8 * (0 - 4)
-  EXPECT_EQ(y[16], 32.0f);   // group 1 scale 0 - 32 = -32: 0.25 * -32 * -4
+  EXPECT_EQ(y[1], -8.0f);     // 0.25 * 8 * (0 - 4)
+  EXPECT_EQ(y[16], 32.0f);    // group 1 scale 0 - 32 = -32: 0.25 * -32 * -4
 }
 
 TEST(KQuantDequantize, Q4KHandBuilt) {
@@ -202,10 +212,10 @@ TEST(KQuantDequantize, Q4KHandBuilt) {
   b.qs[0] = 0xA7;          // element 0 = 7, element 32 = 10
   b.qs[67] = 0xC0;         // element 163 (sub-block 5, high nibble) = 12
   const auto y = Dequant(GgmlType::kQ4_K, &b, kQK_K);
-  EXPECT_EQ(y[0], 20.0f);      // 3*7 - 0.5*2
-  EXPECT_EQ(y[32], 49.5f);     // 5*10 - 0.5*1
-  EXPECT_EQ(y[163], 184.5f);   // (1 | 1<<4 = 17)*12 - 0.5*(7 | 2<<4 = 39)
-  EXPECT_EQ(y[160], -19.5f);   // code 0 in sub-block 5
+  EXPECT_EQ(y[0], 20.0f);     // 3*7 - 0.5*2
+  EXPECT_EQ(y[32], 49.5f);    // 5*10 - 0.5*1
+  EXPECT_EQ(y[163], 184.5f);  // (1 | 1<<4 = 17)*12 - 0.5*(7 | 2<<4 = 39)
+  EXPECT_EQ(y[160], -19.5f);  // code 0 in sub-block 5
 }
 
 TEST(KQuantDequantize, Q5KHandBuilt) {
@@ -264,22 +274,33 @@ std::vector<uint8_t> RandomBlocks(GgmlType t, int64_t nb, std::mt19937& rng) {
   std::uniform_int_distribution<int> byte(0, 255);
   for (auto& v : buf) v = static_cast<uint8_t>(byte(rng));
   std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+  size_t half_off = 0;  // d, with dmin right after it when the type has one
+  int n_halves = 2;
+  switch (t) {
+    case GgmlType::kQ2_K:
+      half_off = offsetof(BlockQ2_K, d);
+      break;
+    case GgmlType::kQ3_K:
+      half_off = offsetof(BlockQ3_K, d);
+      n_halves = 1;
+      break;
+    case GgmlType::kQ4_K:
+      half_off = offsetof(BlockQ4_K, d);
+      break;
+    case GgmlType::kQ5_K:
+      half_off = offsetof(BlockQ5_K, d);
+      break;
+    case GgmlType::kQ6_K:
+      half_off = offsetof(BlockQ6_K, d);
+      n_halves = 1;
+      break;
+    default:
+      ADD_FAILURE() << "not a K weight type";
+  }
   for (int64_t i = 0; i < nb; ++i) {
-    uint8_t* blk = buf.data() + i * bs;
-    fp16_t* halves = nullptr;
-    int n_halves = 0;
-    switch (t) {
-      case GgmlType::kQ2_K: halves = &reinterpret_cast<BlockQ2_K*>(blk)->d; n_halves = 2; break;
-      case GgmlType::kQ3_K: halves = &reinterpret_cast<BlockQ3_K*>(blk)->d; n_halves = 1; break;
-      case GgmlType::kQ4_K: halves = &reinterpret_cast<BlockQ4_K*>(blk)->d; n_halves = 2; break;
-      case GgmlType::kQ5_K: halves = &reinterpret_cast<BlockQ5_K*>(blk)->d; n_halves = 2; break;
-      case GgmlType::kQ6_K: halves = &reinterpret_cast<BlockQ6_K*>(blk)->d; n_halves = 1; break;
-      default: ADD_FAILURE();
-    }
-    // d and dmin are adjacent in every block that has both.
     for (int h = 0; h < n_halves; ++h) {
       const fp16_t v = F32ToFp16(scale(rng));
-      std::memcpy(reinterpret_cast<uint8_t*>(halves) + 2 * h, &v, 2);
+      std::memcpy(buf.data() + i * bs + half_off + 2 * h, &v, 2);
     }
   }
   return buf;
@@ -356,7 +377,9 @@ TEST(KQuantQ8K, CodesBsumsAndRoundTrip) {
       EXPECT_GE(c, -127);
       EXPECT_LE(c, 127);
       const float v = x[i * kQK_K + j];
-      if (v == max) EXPECT_EQ(c, -127);  // the largest magnitude maps to -127 by construction
+      if (v == max) {
+        EXPECT_EQ(c, -127);  // the largest magnitude maps to -127 by construction
+      }
       // Nearest rounding: the reconstruction is within half a step (plus float slack).
       EXPECT_LE(std::fabs(q[i].d * c - v), 0.5f * std::fabs(q[i].d) * 1.0001f + 1e-7f);
     }
@@ -467,7 +490,8 @@ void CheckSimdTwin(const KernelTable& table, const char* isa) {
   std::mt19937 rng(42);
   for (GgmlType t : kWeightTypes) {
     const TypeKernels& simd = table[static_cast<int>(t)];
-    ASSERT_NE(simd.vec_dot, Scalar(t).vec_dot) << isa << " " << GgmlTypeName(t) << " not vectorized";
+    ASSERT_NE(simd.vec_dot, Scalar(t).vec_dot)
+        << isa << " " << GgmlTypeName(t) << " not vectorized";
     for (int64_t k : {kQK_K, 16 * kQK_K}) {
       SCOPED_TRACE(std::string(isa) + " " + GgmlTypeName(t) + " k=" + std::to_string(k));
       const DotCase c = MakeCase(t, k, kMaxMultiDot, rng);
@@ -520,18 +544,30 @@ TEST(KQuantDot, SimdExtremeCodes) {
         SCOPED_TRACE(std::string(GgmlTypeName(t)) + (sign > 0 ? " +" : " -"));
         const size_t bs = GetTypeTraits(t).type_size;
         std::vector<uint8_t> w(bs, 0xFF);
-        // Keep scales at their extreme but d/dmin finite.
+        // Every byte 0xFF (largest codes and scales) except d/dmin, taken from a random block
+        // so they stay finite.
         std::mt19937 rng(5);
-        auto d_blocks = RandomBlocks(t, 1, rng);
-        // Copy d/dmin from a random block (they sit in different places per type).
+        const auto d_blocks = RandomBlocks(t, 1, rng);
         for (size_t off = 0; off < bs; ++off) {
           bool is_half = false;
           switch (t) {
-            case GgmlType::kQ2_K: is_half = off >= 80; break;
-            case GgmlType::kQ3_K: is_half = off >= 108; break;
-            case GgmlType::kQ4_K: case GgmlType::kQ5_K: is_half = off < 4; break;
-            case GgmlType::kQ6_K: is_half = off >= 208; break;
-            default: break;
+            case GgmlType::kQ2_K:
+              is_half = off >= offsetof(BlockQ2_K, d);
+              break;
+            case GgmlType::kQ3_K:
+              is_half = off >= offsetof(BlockQ3_K, d);
+              break;
+            case GgmlType::kQ4_K:
+              is_half = off < offsetof(BlockQ4_K, scales);
+              break;
+            case GgmlType::kQ5_K:
+              is_half = off < offsetof(BlockQ5_K, scales);
+              break;
+            case GgmlType::kQ6_K:
+              is_half = off >= offsetof(BlockQ6_K, d);
+              break;
+            default:
+              break;
           }
           if (is_half) w[off] = d_blocks[off];
         }

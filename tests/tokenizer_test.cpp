@@ -142,6 +142,11 @@ std::vector<SuiteCase> LoadSuiteCases() {
   return cases;
 }
 
+// Keeps test listings readable (gtest would otherwise dump the struct's bytes).
+void PrintTo(const SuiteCase& c, std::ostream* os) {
+  *os << c.vocab << " #" << c.index;
+}
+
 class TokenizerSuite : public ::testing::TestWithParam<SuiteCase> {};
 
 TEST_P(TokenizerSuite, Case) {

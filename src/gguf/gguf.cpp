@@ -556,8 +556,10 @@ Status Parser::Parse() {
   constexpr uint64_t kMinTensorBytes = 8 + 4 + 4 + 8;
   if (n_tensors * kMinTensorBytes > Left()) {
     return Fail(8, "header.n_tensors",
-                std::to_string(n_tensors) + " tensors cannot fit in the " + std::to_string(Left()) +
-                    " bytes left after the metadata");
+                std::to_string(n_tensors) + " tensors need at least " +
+                    std::to_string(n_tensors * kMinTensorBytes) +
+                    " bytes after the metadata, only " + std::to_string(Left()) +
+                    " bytes left (truncated file or corrupt count)");
   }
   file_->tensors_.reserve(n_tensors);
   offset_field_at_.reserve(n_tensors);

@@ -64,11 +64,9 @@ void MatMulRows(const WeightMatrix& w, int64_t row_begin, int64_t row_end, const
         const int nt = static_cast<int>(std::min<int64_t>(kMaxMultiDot, n_tokens - t0));
         const uint8_t* act_tile = act + static_cast<size_t>(t0) * act_row_bytes;
         for (int64_t r = r0; r < r1; ++r) {
-          if (nt == 1) {
-            kern.vec_dot(w.cols, out, w.Row(r), act_tile);
-          } else {
-            kern.vec_dot_multi(w.cols, w.Row(r), act_tile, act_row_bytes, nt, out);
-          }
+          // Always the multi kernel: its out[j] must not depend on n_act, so a token's
+          // result is the same whatever batch it arrives in (the write-path tests rely on it).
+          kern.vec_dot_multi(w.cols, w.Row(r), act_tile, act_row_bytes, nt, out);
           for (int j = 0; j < nt; ++j) y[(t0 + j) * y_stride + r] = out[j];
         }
       }

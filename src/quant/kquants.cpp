@@ -364,8 +364,8 @@ void QuantizeScaleMinK(const float* x, float* scales, float* mins, uint8_t* L, u
       scales[j] = MakeQkx2Quants(32, kNmax, x + 32 * j, weights, L + 32 * j, &mins[j], laux, -1.f,
                                  0.1f, 20, false);
     } else {
-      scales[j] = MakeQkx2Quants(32, kNmax, x + 32 * j, weights, L + 32 * j, &mins[j], laux,
-                                 -0.5f, 0.1f, 15, false);
+      scales[j] = MakeQkx2Quants(32, kNmax, x + 32 * j, weights, L + 32 * j, &mins[j], laux, -0.5f,
+                                 0.1f, 15, false);
     }
     max_scale = std::max(max_scale, scales[j]);
     max_min = std::max(max_min, mins[j]);
@@ -665,6 +665,7 @@ void VecDotQ6K(int64_t k, float* s, const void* vx, const void* vy) {
 template <VecDotFn kDot>
 void VecDotMulti(int64_t k, const void* w_row, const void* act, size_t act_row_bytes, int n_act,
                  float* out) {
+  LAMINA_DCHECK(n_act >= 1 && n_act <= kMaxMultiDot);
   const auto* a = static_cast<const uint8_t*>(act);
   for (int j = 0; j < n_act; ++j) kDot(k, &out[j], w_row, a + j * act_row_bytes);
 }

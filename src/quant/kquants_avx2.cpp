@@ -10,6 +10,7 @@
 #include "quant/kernel_registry.h"
 #include "quant/quant.h"
 #include "quant/types.h"
+#include "util/check.h"
 
 namespace lamina::quant_internal {
 namespace {
@@ -36,9 +37,10 @@ inline float HorizontalSum(__m256 v) {
 
 // For 16-value groups: register k covers groups 2k (low 128-bit lane) and 2k+1 (high lane), so its
 // multiplier is scales16[2k] broadcast in the low lane and scales16[2k+1] in the high lane.
-inline void GroupScales16(__m256i scales16, __m256i* scl) {
+[[gnu::always_inline]] inline void GroupScales16(__m256i scales16, __m256i* scl) {
   const __m256i lo = _mm256_permute2x128_si256(scales16, scales16, 0x00);
   const __m256i hi = _mm256_permute2x128_si256(scales16, scales16, 0x11);
+#pragma GCC unroll 8
   for (int k = 0; k < 4; ++k) {
     const char a = static_cast<char>(4 * k), b = static_cast<char>(4 * k + 2);
     const __m256i ctrl = _mm256_setr_epi8(a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a,
@@ -60,17 +62,20 @@ inline __m128i UnpackScaleMinK4(const uint8_t* packed) {
   utmp[1] = (utmp[2] & kMask2) | (((utmp[0] >> 6) & kMask3) << 4);
   utmp[2] = uaux;
   utmp[0] &= kMask1;
-  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(utmp));
+  // Built from registers: a 16-byte reload of the words just stored would miss store forwarding.
+  return _mm_setr_epi32(static_cast<int>(utmp[0]), static_cast<int>(utmp[1]),
+                        static_cast<int>(utmp[2]), static_cast<int>(utmp[3]));
 }
 
 // Q4_K/Q5_K: one scale per 32-value group (one register each); mins repeat over two bsums.
-inline void ScalesMinsK4(const uint8_t* packed, Decoded* out) {
+[[gnu::always_inline]] inline void ScalesMinsK4(const uint8_t* packed, Decoded* out) {
   const __m128i sm = UnpackScaleMinK4(packed);
   const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+#pragma GCC unroll 8
   for (int k = 0; k < 8; ++k) {
     const char a = static_cast<char>(2 * k), b = static_cast<char>(2 * k + 1);
-    const __m256i ctrl = _mm256_setr_epi8(a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b,
-                                          a, b, a, b, a, b, a, b, a, b, a, b);
+    const __m256i ctrl = _mm256_setr_epi8(a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a,
+                                          b, a, b, a, b, a, b, a, b, a, b, a, b);
     out->scl[k] = _mm256_shuffle_epi8(scales, ctrl);
   }
   const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
@@ -82,8 +87,9 @@ inline __m256i Load256(const void* p) { return _mm256_loadu_si256(static_cast<co
 struct Q2K {
   using Block = BlockQ2_K;
   static constexpr bool kIntOffset = false;
-  static void Decode(const Block& b, Decoded* out) {
+  [[gnu::always_inline]] static void Decode(const Block& b, Decoded* out) {
     const __m256i m3 = _mm256_set1_epi8(3);
+#pragma GCC unroll 8
     for (int h = 0; h < 2; ++h) {
       const __m256i q = Load256(b.qs + 32 * h);
       out->w[4 * h + 0] = _mm256_and_si256(q, m3);
@@ -103,12 +109,14 @@ struct Q2K {
 struct Q3K {
   using Block = BlockQ3_K;
   static constexpr bool kIntOffset = true;
-  static void Decode(const Block& b, Decoded* out) {
+  [[gnu::always_inline]] static void Decode(const Block& b, Decoded* out) {
     const __m256i m3 = _mm256_set1_epi8(3);
     const __m256i m4 = _mm256_set1_epi8(4);
     const __m256i hm = Load256(b.hmask);
+#pragma GCC unroll 8
     for (int h = 0; h < 2; ++h) {
       const __m256i q = Load256(b.qs + 32 * h);
+#pragma GCC unroll 8
       for (int j = 0; j < 4; ++j) {
         // Code u = q2 + 4*hbit in 0..7; the -4 bias goes through bsums.
         const __m256i q2 = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3);
@@ -117,14 +125,14 @@ struct Q3K {
       }
     }
     constexpr uint32_t kMask1 = 0x03030303, kMask2 = 0x0f0f0f0f;
-    uint32_t aux[4];
+    uint32_t aux[3];
     std::memcpy(aux, b.scales, 12);
-    const uint32_t tmp = aux[2];
-    aux[2] = ((aux[0] >> 4) & kMask2) | (((tmp >> 4) & kMask1) << 4);
-    aux[3] = ((aux[1] >> 4) & kMask2) | (((tmp >> 6) & kMask1) << 4);
-    aux[0] = (aux[0] & kMask2) | (((tmp >> 0) & kMask1) << 4);
-    aux[1] = (aux[1] & kMask2) | (((tmp >> 2) & kMask1) << 4);
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(aux));
+    // Assembled in registers (a vector reload of freshly stored words would stall).
+    const __m128i raw = _mm_setr_epi32(
+        static_cast<int>((aux[0] & kMask2) | (((aux[2] >> 0) & kMask1) << 4)),
+        static_cast<int>((aux[1] & kMask2) | (((aux[2] >> 2) & kMask1) << 4)),
+        static_cast<int>(((aux[0] >> 4) & kMask2) | (((aux[2] >> 4) & kMask1) << 4)),
+        static_cast<int>(((aux[1] >> 4) & kMask2) | (((aux[2] >> 6) & kMask1) << 4)));
     const __m256i scales16 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(raw), _mm256_set1_epi16(32));
     GroupScales16(scales16, out->scl);
     out->bs_mul = _mm256_slli_epi16(scales16, 2);
@@ -136,8 +144,9 @@ struct Q3K {
 struct Q4K {
   using Block = BlockQ4_K;
   static constexpr bool kIntOffset = false;
-  static void Decode(const Block& b, Decoded* out) {
+  [[gnu::always_inline]] static void Decode(const Block& b, Decoded* out) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
+#pragma GCC unroll 8
     for (int c = 0; c < 4; ++c) {
       const __m256i q = Load256(b.qs + 32 * c);
       out->w[2 * c] = _mm256_and_si256(q, m4);
@@ -152,16 +161,17 @@ struct Q4K {
 struct Q5K {
   using Block = BlockQ5_K;
   static constexpr bool kIntOffset = false;
-  static void Decode(const Block& b, Decoded* out) {
+  [[gnu::always_inline]] static void Decode(const Block& b, Decoded* out) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
     const __m256i m16 = _mm256_set1_epi8(0x10);
     const __m256i qh = Load256(b.qh);
+#pragma GCC unroll 8
     for (int c = 0; c < 4; ++c) {
       const __m256i q = Load256(b.qs + 32 * c);
       // Bit 2c of qh is the fifth bit of the low nibbles, bit 2c+1 of the high nibbles.
       const __m256i h = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c));
-      out->w[2 * c] = _mm256_or_si256(_mm256_and_si256(q, m4),
-                                      _mm256_and_si256(_mm256_slli_epi16(h, 4), m16));
+      out->w[2 * c] =
+          _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m16));
       out->w[2 * c + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
                                           _mm256_and_si256(_mm256_slli_epi16(h, 3), m16));
     }
@@ -174,9 +184,10 @@ struct Q5K {
 struct Q6K {
   using Block = BlockQ6_K;
   static constexpr bool kIntOffset = true;
-  static void Decode(const Block& b, Decoded* out) {
+  [[gnu::always_inline]] static void Decode(const Block& b, Decoded* out) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
     const __m256i m48 = _mm256_set1_epi8(0x30);
+#pragma GCC unroll 8
     for (int h = 0; h < 2; ++h) {
       const __m256i ql0 = Load256(b.ql + 64 * h);
       const __m256i ql1 = Load256(b.ql + 64 * h + 32);
@@ -204,17 +215,21 @@ struct Q6K {
 // accumulators stay in registers.
 template <class T, int N>
 void MultiDot(int64_t k, const void* w_row, const uint8_t* act, size_t act_row_bytes, float* out) {
+  LAMINA_DCHECK(k % kQK_K == 0);
   const auto* x = static_cast<const typename T::Block*>(w_row);
   __m256 acc[N];
+#pragma GCC unroll 8
   for (int r = 0; r < N; ++r) acc[r] = _mm256_setzero_ps();
   const int64_t nb = k / kQK_K;
   for (int64_t i = 0; i < nb; ++i) {
     Decoded dec;
     T::Decode(x[i], &dec);
+#pragma GCC unroll 8
     for (int r = 0; r < N; ++r) {
       const BlockQ8_K& y = reinterpret_cast<const BlockQ8_K*>(act + r * act_row_bytes)[i];
       __m256i isum0 = _mm256_setzero_si256();
       __m256i isum1 = _mm256_setzero_si256();
+#pragma GCC unroll 8
       for (int kk = 0; kk < 8; kk += 2) {
         const __m256i p0 = _mm256_maddubs_epi16(dec.w[kk], Load256(y.qs + 32 * kk));
         const __m256i p1 = _mm256_maddubs_epi16(dec.w[kk + 1], Load256(y.qs + 32 * kk + 32));
@@ -232,6 +247,7 @@ void MultiDot(int64_t k, const void* w_row, const uint8_t* act, size_t act_row_b
       }
     }
   }
+#pragma GCC unroll 8
   for (int r = 0; r < N; ++r) out[r] = HorizontalSum(acc[r]);
 }
 
@@ -243,16 +259,25 @@ void VecDot(int64_t k, float* s, const void* w_row, const void* act_row) {
 template <class T>
 void VecDotMulti(int64_t k, const void* w_row, const void* act, size_t act_row_bytes, int n_act,
                  float* out) {
+  LAMINA_DCHECK(n_act >= 1 && n_act <= kMaxMultiDot);
   const auto* a = static_cast<const uint8_t*>(act);
   switch (n_act) {
-    case 1: return MultiDot<T, 1>(k, w_row, a, act_row_bytes, out);
-    case 2: return MultiDot<T, 2>(k, w_row, a, act_row_bytes, out);
-    case 3: return MultiDot<T, 3>(k, w_row, a, act_row_bytes, out);
-    case 4: return MultiDot<T, 4>(k, w_row, a, act_row_bytes, out);
-    case 5: return MultiDot<T, 5>(k, w_row, a, act_row_bytes, out);
-    case 6: return MultiDot<T, 6>(k, w_row, a, act_row_bytes, out);
-    case 7: return MultiDot<T, 7>(k, w_row, a, act_row_bytes, out);
-    default: return MultiDot<T, 8>(k, w_row, a, act_row_bytes, out);
+    case 1:
+      return MultiDot<T, 1>(k, w_row, a, act_row_bytes, out);
+    case 2:
+      return MultiDot<T, 2>(k, w_row, a, act_row_bytes, out);
+    case 3:
+      return MultiDot<T, 3>(k, w_row, a, act_row_bytes, out);
+    case 4:
+      return MultiDot<T, 4>(k, w_row, a, act_row_bytes, out);
+    case 5:
+      return MultiDot<T, 5>(k, w_row, a, act_row_bytes, out);
+    case 6:
+      return MultiDot<T, 6>(k, w_row, a, act_row_bytes, out);
+    case 7:
+      return MultiDot<T, 7>(k, w_row, a, act_row_bytes, out);
+    default:
+      return MultiDot<T, 8>(k, w_row, a, act_row_bytes, out);
   }
 }
 

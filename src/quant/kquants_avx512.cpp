@@ -2,7 +2,13 @@
 // weight super-block is decoded once into 256 unsigned codes and per-group scale vectors and reused
 // for up to kMaxMultiDot activation rows; here 64 codes per register, and VNNI's dpwssd fuses the
 // group-scale multiply with the accumulate. Integer sums are exact.
+// GCC 12's AVX-512 headers build their "undefined" vectors by self-initialisation, which trips
+// -Wuninitialized at every inlined broadcast/insert/extract (GCC PR 105593); nothing reads them.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 
 #include <array>
 #include <cstdint>
@@ -11,6 +17,7 @@
 #include "quant/kernel_registry.h"
 #include "quant/quant.h"
 #include "quant/types.h"
+#include "util/check.h"
 
 namespace lamina::quant_internal {
 namespace {
@@ -45,6 +52,7 @@ inline __m512i Broadcast256(const void* p) { return _mm512_broadcast_i64x4(Load2
 template <int kGroupWords>
 constexpr std::array<int16_t, 128> MakeScaleIndex() {
   std::array<int16_t, 128> idx{};
+#pragma GCC unroll 8
   for (int k = 0; k < 4; ++k) {
     for (int i = 0; i < 32; ++i) {
       idx[32 * k + i] = static_cast<int16_t>((32 / kGroupWords) * k + i / kGroupWords);
@@ -56,8 +64,9 @@ alignas(64) constexpr std::array<int16_t, 128> kIndex16 = MakeScaleIndex<8>();  
 alignas(64) constexpr std::array<int16_t, 128> kIndex32 = MakeScaleIndex<16>();  // 32-value groups
 
 template <const std::array<int16_t, 128>& kIndex>
-inline void GroupScales(__m256i scales16, __m512i* scl) {
+[[gnu::always_inline]] inline void GroupScales(__m256i scales16, __m512i* scl) {
   const __m512i s = _mm512_inserti64x4(_mm512_setzero_si512(), scales16, 0);
+#pragma GCC unroll 8
   for (int k = 0; k < 4; ++k) {
     scl[k] = _mm512_permutexvar_epi16(Load512(kIndex.data() + 32 * k), s);
   }
@@ -72,10 +81,12 @@ inline __m128i UnpackScaleMinK4(const uint8_t* packed) {
   utmp[1] = (utmp[2] & kMask2) | (((utmp[0] >> 6) & kMask3) << 4);
   utmp[2] = uaux;
   utmp[0] &= kMask1;
-  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(utmp));
+  // Built from registers: a 16-byte reload of the words just stored would miss store forwarding.
+  return _mm_setr_epi32(static_cast<int>(utmp[0]), static_cast<int>(utmp[1]),
+                        static_cast<int>(utmp[2]), static_cast<int>(utmp[3]));
 }
 
-inline void ScalesMinsK4(const uint8_t* packed, Decoded* out) {
+[[gnu::always_inline]] inline void ScalesMinsK4(const uint8_t* packed, Decoded* out) {
   const __m128i sm = UnpackScaleMinK4(packed);
   GroupScales<kIndex32>(_mm256_cvtepu8_epi16(sm), out->scl);  // only words 0..7 are read
   const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
@@ -85,10 +96,12 @@ inline void ScalesMinsK4(const uint8_t* packed, Decoded* out) {
 struct Q2K {
   using Block = BlockQ2_K;
   static constexpr bool kIntOffset = false;
-  static void Decode(const Block& b, Decoded* out) {
+  [[gnu::always_inline]] static void Decode(const Block& b, Decoded* out) {
     const __m512i m3 = _mm512_set1_epi8(3);
+#pragma GCC unroll 8
     for (int h = 0; h < 2; ++h) {
       const __m512i q = Broadcast256(b.qs + 32 * h);
+#pragma GCC unroll 8
       for (int jj = 0; jj < 2; ++jj) {
         // Lower half: shift 4*jj (elements 128h + 64jj + l); upper half: two bits further.
         __m512i s = _mm512_srl_epi16(q, _mm_cvtsi32_si128(4 * jj));
@@ -108,12 +121,14 @@ struct Q2K {
 struct Q3K {
   using Block = BlockQ3_K;
   static constexpr bool kIntOffset = true;
-  static void Decode(const Block& b, Decoded* out) {
+  [[gnu::always_inline]] static void Decode(const Block& b, Decoded* out) {
     const __m512i m3 = _mm512_set1_epi8(3);
     const __m512i m4 = _mm512_set1_epi8(4);
     const __m512i hm = Broadcast256(b.hmask);
+#pragma GCC unroll 8
     for (int h = 0; h < 2; ++h) {
       const __m512i q = Broadcast256(b.qs + 32 * h);
+#pragma GCC unroll 8
       for (int jj = 0; jj < 2; ++jj) {
         __m512i s = _mm512_srl_epi16(q, _mm_cvtsi32_si128(4 * jj));
         s = _mm512_mask_srli_epi16(s, kUpperWords, s, 2);
@@ -125,14 +140,14 @@ struct Q3K {
       }
     }
     constexpr uint32_t kMask1 = 0x03030303, kMask2 = 0x0f0f0f0f;
-    uint32_t aux[4];
+    uint32_t aux[3];
     std::memcpy(aux, b.scales, 12);
-    const uint32_t tmp = aux[2];
-    aux[2] = ((aux[0] >> 4) & kMask2) | (((tmp >> 4) & kMask1) << 4);
-    aux[3] = ((aux[1] >> 4) & kMask2) | (((tmp >> 6) & kMask1) << 4);
-    aux[0] = (aux[0] & kMask2) | (((tmp >> 0) & kMask1) << 4);
-    aux[1] = (aux[1] & kMask2) | (((tmp >> 2) & kMask1) << 4);
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(aux));
+    // Assembled in registers (a vector reload of freshly stored words would stall).
+    const __m128i raw = _mm_setr_epi32(
+        static_cast<int>((aux[0] & kMask2) | (((aux[2] >> 0) & kMask1) << 4)),
+        static_cast<int>((aux[1] & kMask2) | (((aux[2] >> 2) & kMask1) << 4)),
+        static_cast<int>(((aux[0] >> 4) & kMask2) | (((aux[2] >> 4) & kMask1) << 4)),
+        static_cast<int>(((aux[1] >> 4) & kMask2) | (((aux[2] >> 6) & kMask1) << 4)));
     const __m256i scales16 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(raw), _mm256_set1_epi16(32));
     GroupScales<kIndex16>(scales16, out->scl);
     out->bs_mul = _mm256_slli_epi16(scales16, 2);
@@ -144,8 +159,9 @@ struct Q3K {
 struct Q4K {
   using Block = BlockQ4_K;
   static constexpr bool kIntOffset = false;
-  static void Decode(const Block& b, Decoded* out) {
+  [[gnu::always_inline]] static void Decode(const Block& b, Decoded* out) {
     const __m512i m4 = _mm512_set1_epi8(0xF);
+#pragma GCC unroll 8
     for (int c = 0; c < 4; ++c) {
       // Low nibbles are elements 64c..64c+31, high nibbles the next 32.
       const __m512i q = Broadcast256(b.qs + 32 * c);
@@ -160,10 +176,11 @@ struct Q4K {
 struct Q5K {
   using Block = BlockQ5_K;
   static constexpr bool kIntOffset = false;
-  static void Decode(const Block& b, Decoded* out) {
+  [[gnu::always_inline]] static void Decode(const Block& b, Decoded* out) {
     const __m512i m4 = _mm512_set1_epi8(0xF);
     const __m512i m16 = _mm512_set1_epi8(0x10);
     const __m512i qh = Broadcast256(b.qh);
+#pragma GCC unroll 8
     for (int c = 0; c < 4; ++c) {
       const __m512i q = Broadcast256(b.qs + 32 * c);
       const __m512i nib = _mm512_and_si512(_mm512_mask_srli_epi16(q, kUpperWords, q, 4), m4);
@@ -181,9 +198,10 @@ struct Q5K {
 struct Q6K {
   using Block = BlockQ6_K;
   static constexpr bool kIntOffset = true;
-  static void Decode(const Block& b, Decoded* out) {
+  [[gnu::always_inline]] static void Decode(const Block& b, Decoded* out) {
     const __m512i m4 = _mm512_set1_epi8(0xF);
     const __m512i m48 = _mm512_set1_epi8(0x30);
+#pragma GCC unroll 8
     for (int h = 0; h < 2; ++h) {
       const __m512i ql = Load512(b.ql + 64 * h);  // ql[0..31] | ql[32..63]
       const __m512i qh = Broadcast256(b.qh + 32 * h);
@@ -206,17 +224,21 @@ struct Q6K {
 
 template <class T, int N>
 void MultiDot(int64_t k, const void* w_row, const uint8_t* act, size_t act_row_bytes, float* out) {
+  LAMINA_DCHECK(k % kQK_K == 0);
   const auto* x = static_cast<const typename T::Block*>(w_row);
   __m256 acc[N];
+#pragma GCC unroll 8
   for (int r = 0; r < N; ++r) acc[r] = _mm256_setzero_ps();
   const int64_t nb = k / kQK_K;
   for (int64_t i = 0; i < nb; ++i) {
     Decoded dec;
     T::Decode(x[i], &dec);
+#pragma GCC unroll 8
     for (int r = 0; r < N; ++r) {
       const BlockQ8_K& y = reinterpret_cast<const BlockQ8_K*>(act + r * act_row_bytes)[i];
       __m512i isum0 = _mm512_setzero_si512();
       __m512i isum1 = _mm512_setzero_si512();
+#pragma GCC unroll 8
       for (int kk = 0; kk < 4; kk += 2) {
         const __m512i p0 = _mm512_maddubs_epi16(dec.w[kk], Load512(y.qs + 64 * kk));
         const __m512i p1 = _mm512_maddubs_epi16(dec.w[kk + 1], Load512(y.qs + 64 * kk + 64));
@@ -224,8 +246,8 @@ void MultiDot(int64_t k, const void* w_row, const uint8_t* act, size_t act_row_b
         isum1 = _mm512_dpwssd_epi32(isum1, p1, dec.scl[kk + 1]);
       }
       const __m512i isum512 = _mm512_add_epi32(isum0, isum1);
-      __m256i isum = _mm256_add_epi32(_mm512_castsi512_si256(isum512),
-                                      _mm512_extracti64x4_epi64(isum512, 1));
+      __m256i isum =
+          _mm256_add_epi32(_mm512_castsi512_si256(isum512), _mm512_extracti64x4_epi64(isum512, 1));
       const __m256i bsm = _mm256_madd_epi16(Load256(y.bsums), dec.bs_mul);
       if constexpr (T::kIntOffset) {
         isum = _mm256_sub_epi32(isum, bsm);
@@ -236,6 +258,7 @@ void MultiDot(int64_t k, const void* w_row, const uint8_t* act, size_t act_row_b
       }
     }
   }
+#pragma GCC unroll 8
   for (int r = 0; r < N; ++r) out[r] = HorizontalSum(acc[r]);
 }
 
@@ -247,16 +270,25 @@ void VecDot(int64_t k, float* s, const void* w_row, const void* act_row) {
 template <class T>
 void VecDotMulti(int64_t k, const void* w_row, const void* act, size_t act_row_bytes, int n_act,
                  float* out) {
+  LAMINA_DCHECK(n_act >= 1 && n_act <= kMaxMultiDot);
   const auto* a = static_cast<const uint8_t*>(act);
   switch (n_act) {
-    case 1: return MultiDot<T, 1>(k, w_row, a, act_row_bytes, out);
-    case 2: return MultiDot<T, 2>(k, w_row, a, act_row_bytes, out);
-    case 3: return MultiDot<T, 3>(k, w_row, a, act_row_bytes, out);
-    case 4: return MultiDot<T, 4>(k, w_row, a, act_row_bytes, out);
-    case 5: return MultiDot<T, 5>(k, w_row, a, act_row_bytes, out);
-    case 6: return MultiDot<T, 6>(k, w_row, a, act_row_bytes, out);
-    case 7: return MultiDot<T, 7>(k, w_row, a, act_row_bytes, out);
-    default: return MultiDot<T, 8>(k, w_row, a, act_row_bytes, out);
+    case 1:
+      return MultiDot<T, 1>(k, w_row, a, act_row_bytes, out);
+    case 2:
+      return MultiDot<T, 2>(k, w_row, a, act_row_bytes, out);
+    case 3:
+      return MultiDot<T, 3>(k, w_row, a, act_row_bytes, out);
+    case 4:
+      return MultiDot<T, 4>(k, w_row, a, act_row_bytes, out);
+    case 5:
+      return MultiDot<T, 5>(k, w_row, a, act_row_bytes, out);
+    case 6:
+      return MultiDot<T, 6>(k, w_row, a, act_row_bytes, out);
+    case 7:
+      return MultiDot<T, 7>(k, w_row, a, act_row_bytes, out);
+    default:
+      return MultiDot<T, 8>(k, w_row, a, act_row_bytes, out);
   }
 }
 

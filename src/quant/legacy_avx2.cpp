@@ -85,6 +85,7 @@ void VecDotFloatMultiN(int64_t k, const void* vw, const char* act, size_t stride
   int64_t i = 0;
   for (; i + 8 <= k; i += 8) {
     const __m256 wv = S::Load8(w + i);
+#pragma GCC unroll 8
     for (int j = 0; j < N; ++j) acc[j] = _mm256_fmadd_ps(wv, S::Load8(a[j] + i), acc[j]);
   }
   for (int j = 0; j < N; ++j) {
@@ -247,6 +248,8 @@ void VecDotQuantMultiN(int64_t k, const void* vw, const char* act, size_t stride
   const int64_t nb = k / kQK;
   for (int64_t i = 0; i < nb; ++i) {
     const Prepared<W> p(w[i]);
+    // Fully unrolled so the N accumulators stay in registers instead of on the stack.
+#pragma GCC unroll 8
     for (int j = 0; j < N; ++j) {
       const typename W::Act& y = a[j][i];
       const __m256 sj = _mm256_cvtepi32_ps(p.Dot(y.qs));

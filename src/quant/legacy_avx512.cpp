@@ -93,6 +93,7 @@ void VecDotFloatMultiN(int64_t k, const void* vw, const char* act, size_t stride
   for (; i + 32 <= k; i += 32) {
     const __m512 w0 = S::Load(w + i);
     const __m512 w1 = S::Load(w + i + 16);
+#pragma GCC unroll 8
     for (int j = 0; j < N; ++j) {
       acc0[j] = _mm512_fmadd_ps(w0, S::Load(a[j] + i), acc0[j]);
       acc1[j] = _mm512_fmadd_ps(w1, S::Load(a[j] + i + 16), acc1[j]);
@@ -263,6 +264,8 @@ void VecDotQuantMultiN(int64_t k, const void* vw, const char* act, size_t stride
   const int64_t nb = k / kQK;
   for (int64_t i = 0; i < nb; ++i) {
     const Prepared<W> p(w[i]);
+    // Fully unrolled so the N accumulators stay in registers instead of on the stack.
+#pragma GCC unroll 8
     for (int j = 0; j < N; ++j) {
       const typename W::Act& y = a[j][i];
       const __m256 sj = _mm256_cvtepi32_ps(p.Dot(y.qs));

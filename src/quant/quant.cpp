@@ -119,10 +119,3 @@ bool IsSupportedWeightType(GgmlType type) {
 
 }  // namespace lamina
 
-// TEMP: no-op stand-ins until src/quant/kquants*.cpp land; remove this block then, or the
-// static library may keep these and never pull in the real K-quant registrations.
-namespace lamina::quant_internal {
-__attribute__((weak)) void RegisterScalarKQuants(KernelTable&) {}
-__attribute__((weak)) void RegisterAvx2KQuants(KernelTable&) {}
-__attribute__((weak)) void RegisterAvx512KQuants(KernelTable&) {}
-}  // namespace lamina::quant_internal

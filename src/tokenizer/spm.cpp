@@ -17,8 +17,7 @@ int32_t Vocab::MergeRank(const std::string& left, const std::string& right) cons
   key += left;
   key += ' ';
   key += right;
-  auto it = merge_ranks.find(key);
-  return it == merge_ranks.end() ? -1 : it->second;
+  return merge_ranks.Find(key);
 }
 
 TokenId Vocab::SpmByteToToken(uint8_t byte) const {

@@ -124,14 +124,16 @@ Result<std::unique_ptr<Tokenizer>> VocabTokenizer::Build(VocabData data) {
   tok->attrs_.assign(n_tokens, TokenAttr::kNormal);
   tok->vocab_.tokens = &tok->tokens_;
   tok->vocab_.scores.assign(n_tokens, 0.0f);
-  tok->vocab_.token_to_id.reserve(n_tokens);
   for (size_t i = 0; i < n_tokens; ++i) {
-    std::string& word = tok->tokens_[i];
-    if (word.empty()) word = "[EMPTY_" + std::to_string(i) + "]";
-    const auto [it, inserted] = tok->vocab_.token_to_id.emplace(word, static_cast<TokenId>(i));
-    if (!inserted) {
+    if (tok->tokens_[i].empty()) tok->tokens_[i] = "[EMPTY_" + std::to_string(i) + "]";
+  }
+  tok->vocab_.token_to_id.Reset(&tok->tokens_);
+  for (size_t i = 0; i < n_tokens; ++i) {
+    const std::string& word = tok->tokens_[i];
+    const TokenId stored = tok->vocab_.token_to_id.Insert(static_cast<TokenId>(i));
+    if (stored != static_cast<TokenId>(i)) {
       return Error{"tokenizer: duplicate token '" + word + "' with ids " +
-                   std::to_string(it->second) + " and " + std::to_string(i)};
+                   std::to_string(stored) + " and " + std::to_string(i)};
     }
     if (!data.scores.empty()) tok->vocab_.scores[i] = data.scores[i];
     if (!data.token_types.empty()) {
@@ -141,14 +143,20 @@ Result<std::unique_ptr<Tokenizer>> VocabTokenizer::Build(VocabData data) {
   }
 
   if (tok->type_ == VocabType::kBpe) {
-    if (data.merges.empty()) return Error{"tokenizer: tokenizer.ggml.merges is missing or empty"};
-    tok->vocab_.merge_ranks.reserve(data.merges.size());
-    for (size_t i = 0; i < data.merges.size(); ++i) {
-      const std::string& line = data.merges[i];
+    if (data.merges.empty()) {
+      return Error{"tokenizer: tokenizer.ggml.merges is missing or empty"};
+    }
+    if (data.merges.size() > static_cast<size_t>(INT32_MAX)) {
+      return Error{"tokenizer: too many merges (" + std::to_string(data.merges.size()) + ")"};
+    }
+    tok->vocab_.merges = std::move(data.merges);
+    tok->vocab_.merge_ranks.Reset(&tok->vocab_.merges);
+    for (size_t i = 0; i < tok->vocab_.merges.size(); ++i) {
+      const std::string& line = tok->vocab_.merges[i];
       // Split at the first space after position 0, like llama.cpp; a line without one
-      // names no pair that a word could ever form.
+      // names no pair that a word could ever form. Earlier lines win over duplicates.
       if (line.size() < 2 || line.find(' ', 1) == std::string::npos) continue;
-      tok->vocab_.merge_ranks.emplace(line, static_cast<int32_t>(i));
+      tok->vocab_.merge_ranks.Insert(static_cast<int32_t>(i));
     }
     auto pre = PreTokenizer::Create(pre_config.patterns);
     if (!pre.ok()) return pre.error();
