@@ -1,0 +1,125 @@
+// The lamina CLI as a real process: --prompt-chunk invariance in every KV mode, JSON outputs of
+// run / score / bench, and documented exit codes.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+namespace {
+
+const std::string kShared = LAMINA_SHARED_DIR;
+const std::string kBinary = LAMINA_BINARY;
+
+struct Output {
+  int code = -1;
+  std::string out;
+};
+
+Output Lamina(const std::string& args) {
+  const std::string cmd = kBinary + " " + args + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  Output o;
+  if (p == nullptr) return o;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) o.out.append(buf, n);
+  const int status = pclose(p);
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return o;
+}
+
+std::string Stories() { return kShared + "/models/stories260K.gguf"; }
+
+#define REQUIRE_SHARED()                                                        \
+  if (!std::filesystem::exists(Stories())) GTEST_SKIP() << "../shared is absent"
+
+TEST(Cli, PromptChunkGivesIdenticalGreedyTokensInEveryMode) {
+  REQUIRE_SHARED();
+  const std::string prompt = kShared + "/golden/prompts/prompt_p100.txt";
+  for (const char* kv : {"f32", "f16", "int8", "q4_0", "k8v4"}) {
+    std::string reference;
+    for (int chunk : {0, 1, 3, 7, 64}) {
+      Output o = Lamina("run -m " + Stories() + " -f " + prompt + " -n 40 --temp 0 --ignore-eos --json -t 2 --kv " +
+                     kv + " --prompt-chunk " + std::to_string(chunk));
+      ASSERT_EQ(o.code, 0) << kv << " chunk " << chunk;
+      const auto j = nlohmann::json::parse(o.out);
+      const std::string ids = j["generated_tokens"].dump();
+      if (reference.empty()) reference = ids;
+      EXPECT_EQ(ids, reference) << "kv " << kv << " chunk " << chunk;
+    }
+  }
+}
+
+TEST(Cli, RunJsonHasTokensTextAndTimings) {
+  REQUIRE_SHARED();
+  Output o = Lamina("run -m " + Stories() + " -p \"Once upon a time\" -n 8 --temp 0 --json");
+  ASSERT_EQ(o.code, 0);
+  const auto j = nlohmann::json::parse(o.out);
+  EXPECT_EQ(j["prompt_tokens"].size(), 5u);
+  EXPECT_EQ(j["generated_tokens"].size(), 8u);
+  EXPECT_TRUE(j["text"].is_string());
+  EXPECT_TRUE(j["timings"]["decode_tok_s"].is_number());
+  EXPECT_TRUE(j["timings"]["prompt_tok_s"].is_number());
+}
+
+TEST(Cli, SamplingIsDeterministicForASeed) {
+  REQUIRE_SHARED();
+  const std::string args = "run -m " + Stories() + " -p \"Once upon a time\" -n 32 --temp 0.9 --top-k 20 --top-p 0.9 --min-p 0.02 --repeat-penalty 1.1 --json --seed ";
+  const auto a = nlohmann::json::parse(Lamina(args + "5").out)["generated_tokens"];
+  const auto b = nlohmann::json::parse(Lamina(args + "5").out)["generated_tokens"];
+  const auto c = nlohmann::json::parse(Lamina(args + "6").out)["generated_tokens"];
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST(Cli, ScoreSavesLogitsAndComparesKl) {
+  REQUIRE_SHARED();
+  const std::string text = kShared + "/golden/prompts/prompt_story300.txt";
+  const std::string dump = testing::TempDir() + "/lamina_base.logits";
+  Output base = Lamina("score -m " + Stories() + " -f " + text + " --kv f32 --save-logits " + dump + " --json");
+  ASSERT_EQ(base.code, 0);
+  const auto jb = nlohmann::json::parse(base.out);
+  EXPECT_GT(jb["perplexity"].get<double>(), 1.0);
+  EXPECT_EQ(jb["n_tokens"].get<int>(), 310);
+  Output same = Lamina("score -m " + Stories() + " -f " + text + " --kv f32 --kl-base " + dump + " --json");
+  ASSERT_EQ(same.code, 0);
+  const auto js = nlohmann::json::parse(same.out);
+  EXPECT_EQ(js["kld_max"].get<double>(), 0.0);
+  EXPECT_EQ(js["top1_agreement"].get<double>(), 1.0);
+  Output q = Lamina("score -m " + Stories() + " -f " + text + " --kv k8v4 --kl-base " + dump + " --json");
+  ASSERT_EQ(q.code, 0);
+  const auto jq = nlohmann::json::parse(q.out);
+  for (const char* k : {"kld_mean", "kld_median", "kld_p99", "kld_max", "top1_agreement"}) {
+    EXPECT_TRUE(jq[k].is_number()) << k;
+  }
+  EXPECT_GT(jq["kld_mean"].get<double>(), 0.0);
+}
+
+TEST(Cli, BenchJson) {
+  REQUIRE_SHARED();
+  Output o = Lamina("bench -m " + Stories() + " -p 32 -n 8 -d 16 -r 1 --json");
+  ASSERT_EQ(o.code, 0);
+  const auto j = nlohmann::json::parse(o.out);
+  EXPECT_GT(j["pp_tok_s"].get<double>(), 0.0);
+  EXPECT_GT(j["tg_tok_s"].get<double>(), 0.0);
+}
+
+TEST(Cli, ExitCodes) {
+  EXPECT_EQ(Lamina("").code, 2);
+  EXPECT_EQ(Lamina("run --no-such-flag").code, 2);
+  EXPECT_EQ(Lamina("run -m /nonexistent.gguf -p hi").code, 3);
+  const std::string bad = testing::TempDir() + "/lamina_bad.gguf";
+  std::ofstream(bad) << "not a gguf file at all";
+  EXPECT_EQ(Lamina("run -m " + bad + " -p hi").code, 3);
+  EXPECT_EQ(Lamina("inspect " + bad).code, 3);
+  REQUIRE_SHARED();
+  EXPECT_EQ(Lamina("run -m " + Stories() + " -p hi --kv q3").code, 2);
+  EXPECT_EQ(Lamina("run -m " + Stories() + " -p hi --kv-v-round sometimes").code, 2);
+  EXPECT_EQ(Lamina("score -m " + Stories() + " -f /nonexistent.txt").code, 3);
+  EXPECT_EQ(Lamina("inspect " + Stories()).code, 0);
+}
+
+}  // namespace
