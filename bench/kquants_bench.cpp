@@ -3,7 +3,9 @@
 // counts weight bytes read, the figure that bounds decode speed.
 #include <benchmark/benchmark.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -30,11 +32,23 @@ std::vector<uint8_t> RandomWeights(GgmlType t, int64_t rows, int64_t k) {
   size_t half_off = 0;
   int n_halves = 2;
   switch (t) {
-    case GgmlType::kQ2_K: half_off = offsetof(BlockQ2_K, d); break;
-    case GgmlType::kQ3_K: half_off = offsetof(BlockQ3_K, d); n_halves = 1; break;
-    case GgmlType::kQ4_K: half_off = offsetof(BlockQ4_K, d); break;
-    case GgmlType::kQ5_K: half_off = offsetof(BlockQ5_K, d); break;
-    default: half_off = offsetof(BlockQ6_K, d); n_halves = 1; break;
+    case GgmlType::kQ2_K:
+      half_off = offsetof(BlockQ2_K, d);
+      break;
+    case GgmlType::kQ3_K:
+      half_off = offsetof(BlockQ3_K, d);
+      n_halves = 1;
+      break;
+    case GgmlType::kQ4_K:
+      half_off = offsetof(BlockQ4_K, d);
+      break;
+    case GgmlType::kQ5_K:
+      half_off = offsetof(BlockQ5_K, d);
+      break;
+    default:
+      half_off = offsetof(BlockQ6_K, d);
+      n_halves = 1;
+      break;
   }
   const fp16_t small = F32ToFp16(0.01f);
   for (size_t b = 0; b < w.size() / bs; ++b) {
@@ -90,9 +104,8 @@ void BmMatmul(benchmark::State& state, GgmlType t, Isa isa, int n_act) {
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.size()));
   // Multiply-adds per second, comparable across n_act.
-  state.counters["MAC/s"] = benchmark::Counter(static_cast<double>(kRows * kK * n_act) *
-                                                   state.iterations(),
-                                               benchmark::Counter::kIsRate);
+  state.counters["MAC/s"] = benchmark::Counter(
+      static_cast<double>(kRows * kK * n_act) * state.iterations(), benchmark::Counter::kIsRate);
 }
 
 bool RegisterAll() {
@@ -100,10 +113,14 @@ bool RegisterAll() {
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
     if (static_cast<int>(isa) > static_cast<int>(best)) continue;
     for (GgmlType t : kTypes) {
-      const std::string suffix = std::string(GgmlTypeName(t)) + "/" + IsaName(isa);
-      benchmark::RegisterBenchmark(("VecDot4096/" + suffix).c_str(), BmVecDot, t, isa);
-      benchmark::RegisterBenchmark(("Matvec2048/" + suffix).c_str(), BmMatmul, t, isa, 1);
-      benchmark::RegisterBenchmark(("Matmul2048x8/" + suffix).c_str(), BmMatmul, t, isa, 8)
+      std::string suffix = GgmlTypeName(t);
+      suffix.append("/").append(IsaName(isa));
+      std::string name = "VecDot4096/";
+      benchmark::RegisterBenchmark(name.append(suffix).c_str(), BmVecDot, t, isa);
+      name = "Matvec2048/";
+      benchmark::RegisterBenchmark(name.append(suffix).c_str(), BmMatmul, t, isa, 1);
+      name = "Matmul2048x8/";
+      benchmark::RegisterBenchmark(name.append(suffix).c_str(), BmMatmul, t, isa, 8)
           ->Unit(benchmark::kMillisecond);
     }
   }

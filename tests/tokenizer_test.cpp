@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "tokenizer/unicode.h"
 
 namespace lamina {
 namespace {
@@ -427,6 +428,39 @@ TEST(Phi3Vocab, UserDefinedTokensSplitWithoutParseSpecial) {
   EXPECT_EQ(ids, tok->Encode("a</s>b", false, false));
   EXPECT_TRUE(tok->IsEog(tok->FindToken("<|end|>")));
   EXPECT_TRUE(tok->IsEog(tok->eos()));
+}
+
+TEST(AllVocabs, ArbitraryBytesRoundTrip) {
+  // Invalid UTF-8, NULs and control bytes must neither crash nor lose text. SentencePiece
+  // byte fallback keeps every byte; byte-level BPE first reads invalid UTF-8 as U+FFFD (as
+  // llama.cpp does), so there the expectation is the leniently re-encoded input.
+  if (!fs::is_directory(SharedDir() + "/vocab")) GTEST_SKIP() << "shared fixtures not found";
+  uint32_t state = 12345;
+  auto next = [&] {
+    state = state * 1664525u + 1013904223u;
+    return state >> 8;
+  };
+  for (const char* vocab : {"llama-spm", "gpt-2", "deepseek-coder", "qwen2", "llama-bpe"}) {
+    SCOPED_TRACE(vocab);
+    REQUIRE_VOCAB(tok, std::string("vocab/ggml-vocab-") + vocab + ".gguf");
+    const bool spm = std::string(vocab) == "llama-spm";
+    for (int iter = 0; iter < 50; ++iter) {
+      std::string text(next() % 64, '\0');
+      for (char& c : text) c = static_cast<char>(next() & 0xFF);
+      const std::vector<TokenId> ids = tok->Encode(text, false, false);
+      for (TokenId id : ids) ASSERT_TRUE(id >= 0 && id < tok->vocab_size());
+      std::string got = tok->Decode(ids);
+      if (spm) {
+        // A space escaped to U+2581 that ends up in byte-fallback tokens decodes as the
+        // bytes of U+2581 (llama.cpp behaves the same way).
+        for (size_t p; (p = got.find("\xE2\x96\x81")) != std::string::npos;) {
+          got.replace(p, 3, " ");
+        }
+      }
+      const std::string want = spm ? text : unicode::Encode(unicode::Decode(text));
+      EXPECT_EQ(got, want) << "iteration " << iter;
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 // weight super-block is decoded once into 256 unsigned codes and per-group scale vectors and reused
 // for up to kMaxMultiDot activation rows; here 64 codes per register, and VNNI's dpwssd fuses the
 // group-scale multiply with the accumulate. Integer sums are exact.
+
 // GCC 12's AVX-512 headers build their "undefined" vectors by self-initialisation, which trips
 // -Wuninitialized at every inlined broadcast/insert/extract (GCC PR 105593); nothing reads them.
 #pragma GCC diagnostic push

@@ -118,6 +118,8 @@ void VecDotFloatMulti(int64_t k, const void* w, const void* act, size_t stride, 
                       float* out) {
   const char* a = static_cast<const char*>(act);
   switch (n) {
+    case 1: return VecDotFloatMultiN<S, 1>(k, w, a, stride, out);
+    case 2: return VecDotFloatMultiN<S, 2>(k, w, a, stride, out);
     case 3: return VecDotFloatMultiN<S, 3>(k, w, a, stride, out);
     case 4: return VecDotFloatMultiN<S, 4>(k, w, a, stride, out);
     case 5: return VecDotFloatMultiN<S, 5>(k, w, a, stride, out);
@@ -125,9 +127,7 @@ void VecDotFloatMulti(int64_t k, const void* w, const void* act, size_t stride, 
     case 7: return VecDotFloatMultiN<S, 7>(k, w, a, stride, out);
     case 8: return VecDotFloatMultiN<S, 8>(k, w, a, stride, out);
     default:
-      // One or two rows: the four-accumulator single dot is faster, and the weight row stays
-      // in L1 between the calls.
-      for (int j = 0; j < n; ++j) VecDotFloat<S>(k, &out[j], w, a + j * stride);
+      for (int j = 0; j < n; ++j) VecDotFloatMultiN<S, 1>(k, w, a + j * stride, 0, &out[j]);
   }
 }
 
@@ -281,7 +281,7 @@ void VecDotQuantMulti(int64_t k, const void* w, const void* act, size_t stride, 
                       float* out) {
   const char* a = static_cast<const char*>(act);
   switch (n) {
-    case 1: return VecDotQuant<W>(k, out, w, a);
+    case 1: return VecDotQuantMultiN<W, 1>(k, w, a, stride, out);
     case 2: return VecDotQuantMultiN<W, 2>(k, w, a, stride, out);
     case 3: return VecDotQuantMultiN<W, 3>(k, w, a, stride, out);
     case 4: return VecDotQuantMultiN<W, 4>(k, w, a, stride, out);
@@ -290,7 +290,7 @@ void VecDotQuantMulti(int64_t k, const void* w, const void* act, size_t stride, 
     case 7: return VecDotQuantMultiN<W, 7>(k, w, a, stride, out);
     case 8: return VecDotQuantMultiN<W, 8>(k, w, a, stride, out);
     default:
-      for (int j = 0; j < n; ++j) VecDotQuant<W>(k, &out[j], w, a + j * stride);
+      for (int j = 0; j < n; ++j) VecDotQuantMultiN<W, 1>(k, w, a + j * stride, 0, &out[j]);
   }
 }
 
@@ -335,19 +335,31 @@ void QuantizeQ8_1(const float* x, void* vy, int64_t k) {
 
 }  // namespace
 
+// The registered single-row dots are the multi kernels with one row: out[j] of a multi call
+// then never depends on how many rows share it, so a token gives bit-identical results in a
+// prompt batch and in single-token decode (the KV write-path tests rely on this).
+template <class S>
+void VecDotFloatOne(int64_t k, float* s, const void* w, const void* a) {
+  VecDotFloatMultiN<S, 1>(k, w, static_cast<const char*>(a), 0, s);
+}
+template <class W>
+void VecDotQuantOne(int64_t k, float* s, const void* w, const void* a) {
+  VecDotQuantMultiN<W, 1>(k, w, static_cast<const char*>(a), 0, s);
+}
+
 void RegisterAvx512Legacy(KernelTable& table) {
   auto set = [&](GgmlType t, VecDotFn dot, VecDotMultiFn multi) {
     table[static_cast<int>(t)].vec_dot = dot;
     table[static_cast<int>(t)].vec_dot_multi = multi;
   };
-  set(GgmlType::kF32, VecDotFloat<F32Src>, VecDotFloatMulti<F32Src>);
-  set(GgmlType::kF16, VecDotFloat<F16Src>, VecDotFloatMulti<F16Src>);
-  set(GgmlType::kBF16, VecDotFloat<BF16Src>, VecDotFloatMulti<BF16Src>);
-  set(GgmlType::kQ4_0, VecDotQuant<Q4_0W>, VecDotQuantMulti<Q4_0W>);
-  set(GgmlType::kQ4_1, VecDotQuant<Q4_1W>, VecDotQuantMulti<Q4_1W>);
-  set(GgmlType::kQ5_0, VecDotQuant<Q5_0W>, VecDotQuantMulti<Q5_0W>);
-  set(GgmlType::kQ5_1, VecDotQuant<Q5_1W>, VecDotQuantMulti<Q5_1W>);
-  set(GgmlType::kQ8_0, VecDotQuant<Q8_0W>, VecDotQuantMulti<Q8_0W>);
+  set(GgmlType::kF32, VecDotFloatOne<F32Src>, VecDotFloatMulti<F32Src>);
+  set(GgmlType::kF16, VecDotFloatOne<F16Src>, VecDotFloatMulti<F16Src>);
+  set(GgmlType::kBF16, VecDotFloatOne<BF16Src>, VecDotFloatMulti<BF16Src>);
+  set(GgmlType::kQ4_0, VecDotQuantOne<Q4_0W>, VecDotQuantMulti<Q4_0W>);
+  set(GgmlType::kQ4_1, VecDotQuantOne<Q4_1W>, VecDotQuantMulti<Q4_1W>);
+  set(GgmlType::kQ5_0, VecDotQuantOne<Q5_0W>, VecDotQuantMulti<Q5_0W>);
+  set(GgmlType::kQ5_1, VecDotQuantOne<Q5_1W>, VecDotQuantMulti<Q5_1W>);
+  set(GgmlType::kQ8_0, VecDotQuantOne<Q8_0W>, VecDotQuantMulti<Q8_0W>);
   table[static_cast<int>(GgmlType::kQ8_0)].quantize = QuantizeQ8_0;
   table[static_cast<int>(GgmlType::kQ8_1)].quantize = QuantizeQ8_1;
   // F16 activations keep the AVX2 F16C quantizer inherited from the AVX2 table.

@@ -3,6 +3,9 @@
 // that ISA's flags, so even running them on a lesser CPU could fault.
 #include "quant/quant.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "quant/kernel_registry.h"
 #include "util/check.h"
 
@@ -57,6 +60,17 @@ const Tables& Avx512Tables() {
   return *tables;
 }
 
+// LAMINA_ISA=scalar|avx2 caps the detected ISA (to run the scalar twins end to end, or to
+// measure one ISA); it can only lower the choice, never enable what the CPU lacks.
+Isa CapFromEnvironment(Isa detected) {
+  const char* cap = std::getenv("LAMINA_ISA");
+  if (cap == nullptr) return detected;
+  const std::string c(cap);
+  if (c == "scalar") return Isa::kScalar;
+  if (c == "avx2" && detected >= Isa::kAvx2) return Isa::kAvx2;
+  return detected;
+}
+
 Isa DetectIsaUncached() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -86,7 +100,7 @@ const char* IsaName(Isa isa) {
 }
 
 Isa DetectIsa() {
-  static const Isa isa = DetectIsaUncached();
+  static const Isa isa = CapFromEnvironment(DetectIsaUncached());
   return isa;
 }
 

@@ -157,9 +157,14 @@ std::vector<std::string> PreTokenizer::Split(std::string_view text) const {
       size_t emitted = 0;  // bytes of this piece already emitted
       size_t search = 0;
       while (search <= piece_bytes) {
-        const int rc = pcre2_match(regex.code, base, piece_bytes, search, PCRE2_NO_UTF_CHECK, md,
-                                   nullptr);
-        if (rc < 0) break;
+        int rc = pcre2_match(regex.code, base, piece_bytes, search, PCRE2_NO_UTF_CHECK, md,
+                             nullptr);
+        if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
+          // The JIT's fixed stack can run out on huge pieces; the interpreter uses the heap.
+          rc = pcre2_match(regex.code, base, piece_bytes, search,
+                           PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, nullptr);
+        }
+        if (rc < 0) break;  // no further match: the rest of the piece is one gap
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
         const size_t m0 = ov[0];
         const size_t m1 = ov[1];

@@ -316,7 +316,7 @@ std::vector<TokenId> VocabTokenizer::Encode(std::string_view text, bool add_spec
         continue;
       }
       piece.clear();
-      if (add_space_prefix_ && prev_special) piece = " ";
+      if (add_space_prefix_ && prev_special) piece.push_back(' ');
       piece.append(text.substr(frag.offset, frag.length));
       ReplaceAll(&piece, " ", kEscapedSpace);
       tokenizer_internal::SpmTokenize(vocab_, piece, &out);
