@@ -171,12 +171,16 @@ TEST(KvFormat, SimdDecodersMatchScalarTwins) {
     KvRowDecodeFn simd = Avx2KvRowDecoder(f);
     if (simd == nullptr || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c")) continue;
     for (int hd : {8, 16, 32, 64, 128, 256}) {
-      std::vector<float> x(hd), a(hd), b(hd);
-      for (float& v : x) v = normal(rng);
-      std::vector<uint8_t> buf(KvRowBytes(f, hd));
-      EncodeKvRow(f, x.data(), hd, nullptr, buf.data());
-      ScalarKvRowDecoder(f)(buf.data(), hd, a.data());
-      simd(buf.data(), hd, b.data());
+      const int rows = 5;  // several consecutive head rows in one call, as attention decodes
+      std::vector<float> x(hd), a(rows * hd), b(rows * hd);
+      const size_t rb = KvRowBytes(f, hd);
+      std::vector<uint8_t> buf(rb * rows);
+      for (int r = 0; r < rows; ++r) {
+        for (float& v : x) v = normal(rng);
+        EncodeKvRow(f, x.data(), hd, nullptr, buf.data() + r * rb);
+      }
+      ScalarKvRowDecoder(f)(buf.data(), rows, hd, a.data());
+      simd(buf.data(), rows, hd, b.data());
       EXPECT_EQ(a, b) << "format " << int(f) << " hd " << hd;
     }
   }
@@ -194,7 +198,7 @@ TEST(KvCacheWriter, NonFiniteValuesAreReportedNotStored) {
   v[5] = std::nanf("");
   cache.Write(0, 0, 0, 1, k.data(), v.data());
   EXPECT_NE(cache.nonfinite_error().find("position 0"), std::string::npos);
-  for (size_t i = 0; i < cache.v_row_bytes(); ++i) EXPECT_EQ(cache.VRow(0, 0, 0)[i], 0);
+  for (size_t i = 0; i < cache.v_row_bytes(); ++i) EXPECT_EQ(cache.VStorage(0, 0)[i], 0);
 }
 
 TEST(KvCacheWriter, ModesReportBitsPerElement) {

@@ -27,6 +27,9 @@ struct CommonOptions {
   std::string kv = "f16";
   std::string kv_v_round = "rtn";
   uint64_t kv_seed = 0;
+  std::string rope_scaling;  // none, linear or yarn; empty: the model's
+  float rope_scale = 0.0f;   // context scaling factor; 0: the model's
+  int yarn_orig_ctx = 0;     // YaRN original context; 0: the model's
 };
 
 struct RunOptions {

@@ -11,9 +11,21 @@
 namespace lamina::cli {
 
 LoadedModel LoadModelForCli(const std::string& path) {
+  CommonOptions options;
+  options.model_path = path;
+  return LoadModelForCli(options);
+}
+
+LoadedModel LoadModelForCli(const CommonOptions& options) {
   LoadedModel out;
+  RopeOverrides rope;
+  if (options.rope_scaling == "none") rope.type = RopeScalingType::kNone;
+  if (options.rope_scaling == "linear") rope.type = RopeScalingType::kLinear;
+  if (options.rope_scaling == "yarn") rope.type = RopeScalingType::kYarn;
+  rope.scale = options.rope_scale;
+  rope.yarn_orig_ctx = options.yarn_orig_ctx;
   const double t0 = NowSeconds();
-  Result<std::unique_ptr<Model>> model = LoadModel(path);
+  Result<std::unique_ptr<Model>> model = LoadModel(options.model_path, rope);
   out.load_seconds = NowSeconds() - t0;
   if (!model.ok()) {
     std::fprintf(stderr, "lamina: %s\n", model.error().message.c_str());

@@ -20,6 +20,9 @@ struct LoadedModel {
 
 // Loads the model; on failure prints "lamina: <error>" and returns nullptr model.
 LoadedModel LoadModelForCli(const std::string& path);
+// Same, with the RoPE scaling overrides (--rope-scaling, --rope-scale, --yarn-orig-ctx) of
+// the common options applied.
+LoadedModel LoadModelForCli(const CommonOptions& options);
 
 // True when stderr is a terminal (progress lines are shown only then).
 bool StderrIsTerminal();

@@ -12,6 +12,12 @@ void AddCommon(CLI::App* cmd, lamina::cli::CommonOptions& c, bool model_required
   cmd->add_option("--kv", c.kv, "KV cache mode: f32, f16, int8, q4_0 or k8v4");
   cmd->add_option("--kv-v-round", c.kv_v_round, "V rounding for quantized modes: rtn or stochastic");
   cmd->add_option("--kv-seed", c.kv_seed, "Seed of stochastic V rounding");
+  cmd->add_option("--rope-scaling", c.rope_scaling, "RoPE scaling: none, linear or yarn (default: the model's)")
+      ->check(CLI::IsMember({"none", "linear", "yarn"}));
+  cmd->add_option("--rope-scale", c.rope_scale, "RoPE context scaling factor (default: the model's)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--yarn-orig-ctx", c.yarn_orig_ctx, "YaRN original context length (default: the model's)")
+      ->check(CLI::NonNegativeNumber);
 }
 }  // namespace
 

@@ -1,37 +1,47 @@
 // Scalar attention row kernels and runtime selection.
 #include "kernels/attention_kernels.h"
 
+#include <cmath>
+
 namespace lamina {
 
 namespace {
-float DotF32(const float* a, const float* b, int n) {
-  float s = 0.0f;
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
+void ScoreRows(const float* q, const float* rows, int n_rows, int hd, float scale, float* out) {
+  for (int j = 0; j < n_rows; ++j) {
+    const float* r = rows + static_cast<int64_t>(j) * hd;
+    float s = 0.0f;
+    for (int i = 0; i < hd; ++i) s += q[i] * r[i];
+    out[j] = s * scale;
+  }
 }
-float DotF16(const fp16_t* a, const float* b, int n) {
-  float s = 0.0f;
-  for (int i = 0; i < n; ++i) s += Fp16ToF32(a[i]) * b[i];
-  return s;
+
+double ExpSum(float* x, int n, float max) {
+  double sum = 0.0;
+  for (int j = 0; j < n; ++j) {
+    const float e = x[j] == -INFINITY ? 0.0f : std::exp(x[j] - max);
+    x[j] = e;
+    sum += e;
+  }
+  return sum;
 }
-void AxpyF32(float p, const float* v, float* out, int n) {
-  for (int i = 0; i < n; ++i) out[i] += p * v[i];
-}
-void AxpyF16(float p, const fp16_t* v, float* out, int n) {
-  for (int i = 0; i < n; ++i) out[i] += p * Fp16ToF32(v[i]);
+
+void AccumulateRows(const float* p, const float* rows, int n_rows, int hd, float* acc) {
+  for (int j = 0; j < n_rows; ++j) {
+    const float* r = rows + static_cast<int64_t>(j) * hd;
+    for (int i = 0; i < hd; ++i) acc[i] += p[j] * r[i];
+  }
 }
 }  // namespace
 
 const AttentionRowKernels& ScalarAttentionRowKernels() {
-  static const AttentionRowKernels k{DotF32, DotF16, AxpyF32, AxpyF16};
+  static const AttentionRowKernels k{ScoreRows, ExpSum, AccumulateRows};
   return k;
 }
 
 const AttentionRowKernels& BestAttentionRowKernels() {
   static const AttentionRowKernels* best = [] {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c")) {
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
       if (const AttentionRowKernels* k = Avx2AttentionRowKernels()) return k;
     }
     return &ScalarAttentionRowKernels();

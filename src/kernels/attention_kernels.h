@@ -1,5 +1,8 @@
-// Row kernels for attention over f32 / f16 K and V rows: dot products and scaled accumulation.
-// A scalar twin and an AVX2+F16C variant share each signature; the best is chosen once.
+// Row kernels for attention over decoded (f32) K and V tiles: scores of one query against
+// many cell rows, the exp/sum step of softmax, and the weighted sum of V rows. A scalar twin
+// and an AVX2 + FMA variant share each signature; the best is chosen once. Results of a call
+// do not depend on how cells are grouped into calls beyond the (fixed) cell index, so a query
+// gives the same output whatever batch it is in.
 #pragma once
 
 #include <cstdint>
@@ -9,18 +12,17 @@
 namespace lamina {
 
 struct AttentionRowKernels {
-  // sum_i a[i] * b[i]
-  float (*dot_f32)(const float* a, const float* b, int n);
-  // sum_i f32(a[i]) * b[i]
-  float (*dot_f16)(const fp16_t* a, const float* b, int n);
-  // out[i] += p * v[i]
-  void (*axpy_f32)(float p, const float* v, float* out, int n);
-  // out[i] += p * f32(v[i])
-  void (*axpy_f16)(float p, const fp16_t* v, float* out, int n);
+  // out[j] = scale * sum_i q[i] * rows[j * hd + i], j < n_rows.
+  void (*score_rows)(const float* q, const float* rows, int n_rows, int hd, float scale,
+                     float* out);
+  // x[j] = exp(x[j] - max) for j < n; returns the sum of the new x (x[j] = -inf gives 0).
+  double (*exp_sum)(float* x, int n, float max);
+  // acc[i] += sum_j p[j] * rows[j * hd + i], j < n_rows.
+  void (*accumulate_rows)(const float* p, const float* rows, int n_rows, int hd, float* acc);
 };
 
 const AttentionRowKernels& ScalarAttentionRowKernels();
-const AttentionRowKernels* Avx2AttentionRowKernels();  // nullptr if not built/supported
+const AttentionRowKernels* Avx2AttentionRowKernels();  // nullptr if not built
 const AttentionRowKernels& BestAttentionRowKernels();
 
 }  // namespace lamina

@@ -5,8 +5,11 @@ namespace lamina {
 
 namespace {
 template <KvRowFormat F>
-void DecodeScalar(const uint8_t* row, int head_dim, float* out) {
-  DecodeKvRow(F, row, head_dim, out);
+void DecodeScalar(const uint8_t* rows, int n_rows, int head_dim, float* out) {
+  const size_t row_bytes = KvRowBytes(F, head_dim);
+  for (int r = 0; r < n_rows; ++r) {
+    DecodeKvRow(F, rows + r * row_bytes, head_dim, out + static_cast<int64_t>(r) * head_dim);
+  }
 }
 bool HasAvx2() {
   static const bool has = [] {

@@ -8,7 +8,9 @@
 
 namespace lamina {
 
-using KvRowDecodeFn = void (*)(const uint8_t* row, int head_dim, float* out);
+// Decodes n_rows consecutive head rows (each KvRowBytes(format, head_dim) bytes) into
+// out [n_rows, head_dim].
+using KvRowDecodeFn = void (*)(const uint8_t* rows, int n_rows, int head_dim, float* out);
 
 KvRowDecodeFn ScalarKvRowDecoder(KvRowFormat format);
 KvRowDecodeFn Avx2KvRowDecoder(KvRowFormat format);  // nullptr when none

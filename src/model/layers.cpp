@@ -49,6 +49,15 @@ Result<Hparams> ReadLlamaLikeHparams(const gguf::File& f, RopeStyle rope_style) 
   if (hp.head_dim <= 0 || hp.head_dim > 1024 || hp.head_dim % 2 != 0) {
     return Error{f.path() + ": invalid head dimension " + std::to_string(hp.head_dim)};
   }
+  // K and V rows share one head_dim here; a model whose value_length differs is rejected
+  // rather than misread.
+  Result<int64_t> value_len = f.GetIntOr(Key(a, "attention.value_length"), hp.head_dim);
+  if (!value_len.ok()) return value_len.error();
+  if (*value_len != hp.head_dim) {
+    return Error{f.path() + ": " + Key(a, "attention.value_length") + " = " +
+                 std::to_string(*value_len) + " differs from key_length " +
+                 std::to_string(hp.head_dim) + " (unsupported)"};
+  }
   Result<double> eps = f.GetFloat(Key(a, "attention.layer_norm_rms_epsilon"));
   if (!eps.ok()) return Error{f.path() + ": missing or invalid required key " + Key(a, "attention.layer_norm_rms_epsilon")};
   hp.rms_eps = static_cast<float>(*eps);
@@ -62,25 +71,77 @@ Result<Hparams> ReadLlamaLikeHparams(const gguf::File& f, RopeStyle rope_style) 
   hp.rope.n_rot = static_cast<int>(*n_rot);
   hp.rope.freq_base = static_cast<float>(*base);
   hp.rope.style = rope_style;
-  hp.rope.n_ctx_orig = hp.n_ctx_train;
-  // Rope scaling (linear / yarn) as GGUF records it.
-  if (const gguf::Value* st = f.Find(Key(a, "rope.scaling.type")); st && st->type == gguf::ValueType::kString) {
-    Result<double> factor = f.GetFloatOr(Key(a, "rope.scaling.factor"), 1.0);
-    if (!factor.ok()) return factor.error();
-    if (st->str == "linear" && *factor > 0) {
-      hp.rope.freq_scale = static_cast<float>(1.0 / *factor);
-    } else if (st->str == "yarn" && *factor > 0) {
-      hp.rope.freq_scale = static_cast<float>(1.0 / *factor);
-      hp.rope.ext_factor = 1.0f;
-      Result<int64_t> orig = f.GetIntOr(Key(a, "rope.scaling.original_context_length"), hp.n_ctx_train);
-      if (!orig.ok()) return orig.error();
-      hp.rope.n_ctx_orig = static_cast<int>(*orig);
-      Result<double> attn = f.GetFloatOr(Key(a, "rope.scaling.attn_factor"), 1.0);
-      if (!attn.ok()) return attn.error();
-      hp.rope.attn_factor = static_cast<float>(*attn);
+  Result<RopeScalingConfig> scaling = ReadRopeScaling(f, a, hp.n_ctx_train);
+  if (!scaling.ok()) return scaling.error();
+  hp.rope_scaling = *scaling;
+  hp.rope = ResolveRope(hp.rope, hp.rope_scaling, RopeOverrides{});
+  return hp;
+}
+
+Result<RopeScalingConfig> ReadRopeScaling(const gguf::File& f, const std::string& a,
+                                          int n_ctx_train) {
+  RopeScalingConfig c;
+  if (const gguf::Value* st = f.Find(Key(a, "rope.scaling.type"))) {
+    if (st->type != gguf::ValueType::kString) {
+      return Error{f.path() + ": " + Key(a, "rope.scaling.type") + " is not a string"};
+    }
+    if (st->str == "none") {
+      c.type = RopeScalingType::kNone;
+    } else if (st->str == "linear") {
+      c.type = RopeScalingType::kLinear;
+    } else if (st->str == "yarn") {
+      c.type = RopeScalingType::kYarn;
+    } else {
+      return Error{f.path() + ": unsupported rope scaling type \"" + st->str + "\""};
     }
   }
-  return hp;
+  // llama.cpp reads rope.scaling.factor, falling back to the older rope.scale_linear; 0 = 1.
+  const std::string factor_key =
+      f.Find(Key(a, "rope.scaling.factor")) ? Key(a, "rope.scaling.factor") : Key(a, "rope.scale_linear");
+  Result<double> factor = f.GetFloatOr(factor_key, 0.0);
+  if (!factor.ok()) return factor.error();
+  if (*factor < 0.0 || !std::isfinite(*factor)) {
+    return Error{f.path() + ": invalid " + factor_key + " " + std::to_string(*factor)};
+  }
+  c.factor = *factor == 0.0 ? 1.0f : static_cast<float>(*factor);
+  Result<int64_t> orig = f.GetIntOr(Key(a, "rope.scaling.original_context_length"), n_ctx_train);
+  if (!orig.ok()) return orig.error();
+  if (*orig <= 0 || *orig > (1ll << 31)) {
+    return Error{f.path() + ": invalid " + Key(a, "rope.scaling.original_context_length")};
+  }
+  c.n_ctx_orig = static_cast<int>(*orig);
+  struct FloatKey {
+    const char* suffix;
+    float* field;
+  };
+  for (const FloatKey& k : {FloatKey{"rope.scaling.attn_factor", &c.attn_factor},
+                            FloatKey{"rope.scaling.yarn_ext_factor", &c.ext_factor},
+                            FloatKey{"rope.scaling.yarn_beta_fast", &c.beta_fast},
+                            FloatKey{"rope.scaling.yarn_beta_slow", &c.beta_slow}}) {
+    Result<double> v = f.GetFloatOr(Key(a, k.suffix), *k.field);
+    if (!v.ok()) return v.error();
+    *k.field = static_cast<float>(*v);
+  }
+  return c;
+}
+
+RopeParams ResolveRope(const RopeParams& base, const RopeScalingConfig& c,
+                       const RopeOverrides& o) {
+  RopeParams p = base;
+  const RopeScalingType type = o.type.value_or(c.type);
+  const float factor = o.scale > 0.0f ? o.scale : c.factor;
+  // As llama.cpp: scaling type "none" never scales, whatever the factor says.
+  p.freq_scale = type == RopeScalingType::kNone ? 1.0f : 1.0f / factor;
+  if (type == RopeScalingType::kYarn) {
+    p.ext_factor = c.ext_factor >= 0.0f ? c.ext_factor : 1.0f;
+  } else {
+    p.ext_factor = 0.0f;
+  }
+  p.attn_factor = c.attn_factor;
+  p.beta_fast = c.beta_fast;
+  p.beta_slow = c.beta_slow;
+  p.n_ctx_orig = o.yarn_orig_ctx > 0 ? o.yarn_orig_ctx : c.n_ctx_orig;
+  return p;
 }
 
 const gguf::TensorInfo* WeightLoader::Find(const std::string& name, bool required) {
@@ -116,6 +177,36 @@ WeightMatrix WeightLoader::Matrix(const std::string& name, int64_t cols, int64_t
   n_params_ += static_cast<uint64_t>(rows * cols);
   n_bytes_ += t->n_bytes;
   return w;
+}
+
+std::vector<WeightMatrix> WeightLoader::Stacked(const std::string& name, int64_t cols,
+                                                int64_t rows, int64_t n_mat, bool required) {
+  std::vector<WeightMatrix> out;
+  const gguf::TensorInfo* t = Find(name, required);
+  if (t == nullptr) return out;
+  if (t->n_dims > 3 || t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != n_mat) {
+    Fail(file_.path() + ": tensor " + name + " has shape [" + std::to_string(t->ne[0]) + ", " +
+         std::to_string(t->ne[1]) + ", " + std::to_string(t->ne[2]) + "], expected [" +
+         std::to_string(cols) + ", " + std::to_string(rows) + ", " + std::to_string(n_mat) + "]");
+    return out;
+  }
+  if (!IsSupportedWeightType(t->type)) {
+    Fail(file_.path() + ": tensor " + name + " has unsupported type " + GgmlTypeName(t->type));
+    return out;
+  }
+  const size_t row_bytes = RowSize(t->type, cols);
+  out.resize(n_mat);
+  for (int64_t m = 0; m < n_mat; ++m) {
+    WeightMatrix& w = out[m];
+    w.type = t->type;
+    w.rows = rows;
+    w.cols = cols;
+    w.row_bytes = row_bytes;
+    w.data = t->data + static_cast<size_t>(m * rows) * row_bytes;
+  }
+  n_params_ += static_cast<uint64_t>(rows * cols * n_mat);
+  n_bytes_ += t->n_bytes;
+  return out;
 }
 
 std::vector<float> WeightLoader::Vector(const std::string& name, int64_t n, bool required) {
@@ -250,6 +341,41 @@ void OutputHead(const Hparams& hp, const std::vector<float>& norm, const WeightM
     RmsNorm(s.x.data() + t * d, norm.data(), d, hp.rms_eps, s.xn.data() + (t - first) * d);
   }
   MatMul(output, s.xn.data(), d, count, logits, hp.n_vocab, s.matmul, pool);
+}
+
+Status DecoderModel::InitHparams(std::unique_ptr<gguf::File> file,
+                                 std::unique_ptr<Tokenizer> tokenizer, RopeStyle rope_style) {
+  file_ = std::move(file);
+  tokenizer_ = std::move(tokenizer);
+  Result<Hparams> hp = ReadLlamaLikeHparams(*file_, rope_style);
+  if (!hp.ok()) return hp.error();
+  hparams_ = *hp;
+  const gguf::TensorInfo* embd = file_->FindTensor("token_embd.weight");
+  if (embd == nullptr) return Error{file_->path() + ": missing tensor token_embd.weight"};
+  hparams_.n_vocab = static_cast<int>(embd->ne[1]);
+  if (hparams_.n_vocab != tokenizer_->vocab_size()) {
+    return Error{file_->path() + ": token_embd.weight has " + std::to_string(hparams_.n_vocab) +
+                 " rows but the tokenizer has " + std::to_string(tokenizer_->vocab_size()) +
+                 " tokens"};
+  }
+  return Status::Ok();
+}
+
+void DecoderModel::LoadEmbeddingAndHead(WeightLoader& L) {
+  const uint64_t before = L.n_bytes();
+  token_embd_ = L.Matrix("token_embd.weight", hparams_.n_embd, hparams_.n_vocab);
+  embd_bytes_ = L.n_bytes() - before;
+  output_norm_ = L.Vector("output_norm.weight", hparams_.n_embd);
+  output_ = L.Matrix("output.weight", hparams_.n_embd, hparams_.n_vocab, /*required=*/false);
+  tied_ = !output_.valid();
+  if (tied_) output_ = token_embd_;
+}
+
+Status DecoderModel::Finish(const WeightLoader& L, uint64_t unread_bytes) {
+  if (!L.status().ok()) return L.status();
+  n_params_ = L.n_params();
+  weight_bytes_per_token_ = L.n_bytes() - embd_bytes_ + (tied_ ? embd_bytes_ : 0) - unread_bytes;
+  return Status::Ok();
 }
 
 }  // namespace lamina

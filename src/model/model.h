@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,29 @@
 #include "util/thread_pool.h"
 
 namespace lamina {
+
+enum class RopeScalingType { kNone, kLinear, kYarn };
+
+// RoPE scaling as the GGUF metadata records it (`<arch>.rope.scaling.*`), before any
+// command-line override; ResolveRope (layers.h) turns it into the kernel's RopeParams.
+struct RopeScalingConfig {
+  RopeScalingType type = RopeScalingType::kLinear;  // llama.cpp's default when the key is absent
+  float factor = 1.0f;       // context extension factor s (freq_scale = 1 / s)
+  int n_ctx_orig = 0;        // YaRN: original training context
+  float attn_factor = 1.0f;  // rope.scaling.attn_factor, multiplies YaRN's 0.1 ln(s) + 1
+  float ext_factor = -1.0f;  // rope.scaling.yarn_ext_factor (< 0: 1 for yarn, 0 otherwise)
+  float beta_fast = 32.0f;   // rotations above which dimensions are extrapolated
+  float beta_slow = 1.0f;    // rotations below which dimensions are interpolated
+};
+
+// Command-line overrides of the model's RoPE scaling (--rope-scaling, --rope-scale,
+// --yarn-orig-ctx); unset fields keep the model's values.
+struct RopeOverrides {
+  std::optional<RopeScalingType> type;
+  float scale = 0.0f;     // context extension factor; 0: the model's
+  int yarn_orig_ctx = 0;  // 0: the model's
+  bool empty() const { return !type && scale == 0.0f && yarn_orig_ctx == 0; }
+};
 
 struct Hparams {
   std::string arch;
@@ -29,6 +53,7 @@ struct Hparams {
   int n_ctx_train = 0;
   float rms_eps = 1e-5f;
   RopeParams rope;
+  RopeScalingConfig rope_scaling;
   int q_dim() const { return n_head * head_dim; }
   int kv_dim() const { return n_head_kv * head_dim; }
 };
@@ -64,6 +89,19 @@ struct ForwardScratch {
   std::vector<float> up;      // [n_tokens, n_ff]
   std::vector<float> rope;    // [n_tokens, n_rot]
   MatMulScratch matmul;
+  // Mixture-of-experts feed-forward (moe.h); empty for dense models.
+  struct Moe {
+    std::vector<float> probs;     // [n_tokens, n_expert] router logits, then probabilities
+    std::vector<int32_t> ids;     // [n_tokens, n_expert_used] chosen experts, best first
+    std::vector<float> weights;   // [n_tokens, n_expert_used] their mixing weights
+    std::vector<int32_t> order;   // [n_tokens * n_expert_used] (token, slot) grouped by expert
+    std::vector<float> in;        // [n_sel, n_embd] inputs gathered for one expert
+    std::vector<float> gate;      // [n_tokens, max(n_ff_exp, n_ff_shexp)]
+    std::vector<float> up;        // [n_tokens, max(n_ff_exp, n_ff_shexp)]
+    std::vector<float> out;       // [n_tokens, n_embd] one expert's (or the shared) output
+    std::vector<float> slots;     // [n_tokens, n_expert_used, n_embd] output per (token, slot)
+    std::vector<float> shared_g;  // [n_tokens] shared-expert gate logits
+  } moe;
 };
 
 class Model {
@@ -81,6 +119,10 @@ class Model {
                        ForwardScratch& scratch, ThreadPool& pool, float* logits) const = 0;
 
  protected:
+  // Applies RopeOverrides after the architecture has read its hyper-parameters.
+  friend Result<std::unique_ptr<Model>> LoadModel(const std::string& path,
+                                                  const RopeOverrides& overrides);
+
   Hparams hparams_;
   std::unique_ptr<gguf::File> file_;
   std::unique_ptr<Tokenizer> tokenizer_;
@@ -90,5 +132,7 @@ class Model {
 
 // Opens a GGUF file and builds the model for its general.architecture.
 Result<std::unique_ptr<Model>> LoadModel(const std::string& path);
+// Same, with the RoPE scaling of the metadata overridden.
+Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const RopeOverrides& overrides);
 
 }  // namespace lamina

@@ -6,7 +6,7 @@
 
 #include "kernels/attention_kernels.h"
 #include "kernels/kv_decode.h"
-#include "kernels/ops.h"
+#include "kernels/kv_format.h"
 
 namespace lamina {
 
@@ -36,7 +36,6 @@ void CausalAttention(const KvCache& cache, int layer, int seq, int pos0, int n_t
   const KvRowDecodeFn decode_v = BestKvRowDecoder(vs.format);
   const bool k_f16 = ks.format == KvRowFormat::kF16;
   const bool v_f16 = vs.format == KvRowFormat::kF16;
-  const size_t k_head_bytes = cache.k_head_bytes(), v_head_bytes = cache.v_head_bytes();
   const int n_blocks = (n_tokens + kTokenBlock - 1) / kTokenBlock;
   const int64_t n_items = static_cast<int64_t>(shape.n_head_kv) * n_blocks;
   const int64_t q_stride = static_cast<int64_t>(shape.n_head) * hd;
@@ -66,35 +65,35 @@ void CausalAttention(const KvCache& cache, int layer, int seq, int pos0, int n_t
       // Pass 1: scores.
       for (int c0 = 0; c0 < n_cells; c0 += kCellTile) {
         const int nc = std::min(kCellTile, n_cells - c0);
-        for (int j = 0; j < nc; ++j) {
-          decode_k(cache.KRow(layer, seq, c0 + j) + g * k_head_bytes, hd, tile + j * hd);
-        }
+        // Head rows of consecutive cells are contiguous and hold whole groups: one call.
+        decode_k(cache.KHead(layer, seq, g, c0), nc, hd, tile);
         for (int qi = 0; qi < nq; ++qi) {
           const int lim = std::min(nc, n_kv_of(qi) - c0);
-          float* srow = scores + static_cast<size_t>(qi) * n_ctx + c0;
-          const float* qr = qrows + static_cast<size_t>(qi) * hd;
-          for (int j = 0; j < lim; ++j) srow[j] = kern.dot_f32(tile + j * hd, qr, hd) * shape.scale;
+          if (lim <= 0) continue;
+          kern.score_rows(qrows + static_cast<size_t>(qi) * hd, tile, lim, hd, shape.scale,
+                          scores + static_cast<size_t>(qi) * n_ctx + c0);
         }
       }
       for (int qi = 0; qi < nq; ++qi) {
         float* srow = scores + static_cast<size_t>(qi) * n_ctx;
-        Softmax(srow, n_kv_of(qi));
+        const int n_kv = n_kv_of(qi);
+        const float max = *std::max_element(srow, srow + n_kv);
+        const float inv = static_cast<float>(1.0 / kern.exp_sum(srow, n_kv, max));
+        for (int j = 0; j < n_kv; ++j) srow[j] *= inv;
         if (v_f16) {
-          for (int j = 0; j < n_kv_of(qi); ++j) srow[j] = Fp16ToF32(F32ToFp16(srow[j]));
+          for (int j = 0; j < n_kv; ++j) srow[j] = Fp16ToF32(F32ToFp16(srow[j]));
         }
         std::fill(acc + static_cast<size_t>(qi) * hd, acc + static_cast<size_t>(qi + 1) * hd, 0.0f);
       }
       // Pass 2: weighted V sum.
       for (int c0 = 0; c0 < n_cells; c0 += kCellTile) {
         const int nc = std::min(kCellTile, n_cells - c0);
-        for (int j = 0; j < nc; ++j) {
-          decode_v(cache.VRow(layer, seq, c0 + j) + g * v_head_bytes, hd, tile + j * hd);
-        }
+        decode_v(cache.VHead(layer, seq, g, c0), nc, hd, tile);
         for (int qi = 0; qi < nq; ++qi) {
           const int lim = std::min(nc, n_kv_of(qi) - c0);
-          const float* srow = scores + static_cast<size_t>(qi) * n_ctx + c0;
-          float* a = acc + static_cast<size_t>(qi) * hd;
-          for (int j = 0; j < lim; ++j) kern.axpy_f32(srow[j], tile + j * hd, a, hd);
+          if (lim <= 0) continue;
+          kern.accumulate_rows(scores + static_cast<size_t>(qi) * n_ctx + c0, tile, lim, hd,
+                               acc + static_cast<size_t>(qi) * hd);
         }
       }
       for (int qi = 0; qi < nq; ++qi) {

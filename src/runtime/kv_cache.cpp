@@ -73,26 +73,27 @@ Status ValidateKvConfig(const KvCacheConfig& c) {
 KvCache::KvCache(const KvCacheConfig& config)
     : config_(config), k_spec_(KSpec(config.type)), v_spec_(VSpec(config.type)) {
   LAMINA_CHECK(ValidateKvConfig(config).ok());
-  k_row_bytes_ = KvRowBytes(k_spec_.format, config.head_dim) * config.n_kv_heads;
-  v_row_bytes_ = KvRowBytes(v_spec_.format, config.head_dim) * config.n_kv_heads;
-  const size_t cells = static_cast<size_t>(config.n_ctx) * config.n_layer * config.n_seq;
-  k_.assign(cells * k_row_bytes_, 0);
-  v_.assign(cells * v_row_bytes_, 0);
+  k_head_bytes_ = KvRowBytes(k_spec_.format, config.head_dim);
+  v_head_bytes_ = KvRowBytes(v_spec_.format, config.head_dim);
+  const size_t head_rows =
+      static_cast<size_t>(config.n_ctx) * config.n_layer * config.n_seq * config.n_kv_heads;
+  k_.assign(head_rows * k_head_bytes_, 0);
+  v_.assign(head_rows * v_head_bytes_, 0);
   lengths_.assign(static_cast<size_t>(config.n_seq) * config.n_layer, 0);
 }
 
 double KvCache::BitsPerElement() const {
-  return 8.0 * (k_row_bytes_ + v_row_bytes_) / (2.0 * row_elems());
+  return 8.0 * (k_row_bytes() + v_row_bytes()) / (2.0 * row_elems());
 }
 
-size_t KvCache::BytesPerToken() const { return (k_row_bytes_ + v_row_bytes_) * config_.n_layer; }
+size_t KvCache::BytesPerToken() const { return (k_row_bytes() + v_row_bytes()) * config_.n_layer; }
 
 size_t KvCache::BytesTotal() const { return BytesPerToken() * config_.n_ctx * config_.n_seq; }
 
-void KvCache::EncodeSide(const KvSideSpec& spec, bool stochastic, int layer, int pos,
-                         const float* src, uint8_t* dst, std::vector<float>& tmp) {
+void KvCache::EncodeCell(const KvSideSpec& spec, bool stochastic, int layer, int seq, int pos,
+                         const float* src, std::vector<uint8_t>& buf, size_t head_bytes,
+                         std::vector<float>& tmp) {
   const int hd = config_.head_dim;
-  const size_t head_bytes = KvRowBytes(spec.format, hd);
   for (int h = 0; h < config_.n_kv_heads; ++h) {
     const float* x = src + static_cast<int64_t>(h) * hd;
     if (spec.rotated) {
@@ -102,7 +103,15 @@ void KvCache::EncodeSide(const KvSideSpec& spec, bool stochastic, int layer, int
     }
     RoundingKey key{config_.seed, static_cast<uint32_t>(layer), static_cast<uint32_t>(pos),
                     static_cast<uint32_t>(h * hd)};
-    EncodeKvRow(spec.format, x, hd, stochastic ? &key : nullptr, dst + h * head_bytes);
+    EncodeKvRow(spec.format, x, hd, stochastic ? &key : nullptr,
+                buf.data() + HeadIndex(layer, seq, h, pos) * head_bytes);
+  }
+}
+
+void KvCache::ZeroCells(int layer, int seq, int pos0, int n) {
+  for (int h = 0; h < config_.n_kv_heads; ++h) {
+    std::memset(k_.data() + HeadIndex(layer, seq, h, pos0) * k_head_bytes_, 0, n * k_head_bytes_);
+    std::memset(v_.data() + HeadIndex(layer, seq, h, pos0) * v_head_bytes_, 0, n * v_head_bytes_);
   }
 }
 
@@ -122,8 +131,6 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
     const int pos = pos0 + i;
     const float* krow = k + static_cast<int64_t>(i) * re;
     const float* vrow = v + static_cast<int64_t>(i) * re;
-    uint8_t* kdst = k_.data() + CellIndex(layer, seq, pos) * k_row_bytes_;
-    uint8_t* vdst = v_.data() + CellIndex(layer, seq, pos) * v_row_bytes_;
     bool finite = true;
     for (int e = 0; e < re && finite; ++e) finite = std::isfinite(krow[e]) && std::isfinite(vrow[e]);
     if (!finite) {
@@ -131,13 +138,14 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
         nonfinite_error_ = "non-finite K or V value at layer " + std::to_string(layer) +
                            ", position " + std::to_string(pos) + "; the cell was not stored";
       }
-      std::memset(kdst, 0, k_row_bytes_);
-      std::memset(vdst, 0, v_row_bytes_);
+      ZeroCells(layer, seq, pos, 1);
       continue;
     }
-    EncodeSide(k_spec_, /*stochastic=*/false, layer, pos, krow, kdst, tmp);
-    EncodeSide(v_spec_, v_stochastic, layer, pos, vrow, vdst, tmp);
-    if (n == 1 && fault_ == Fault::kCorruptSingleToken) vdst[0] ^= 0x5A;
+    EncodeCell(k_spec_, /*stochastic=*/false, layer, seq, pos, krow, k_, k_head_bytes_, tmp);
+    EncodeCell(v_spec_, v_stochastic, layer, seq, pos, vrow, v_, v_head_bytes_, tmp);
+    if (n == 1 && fault_ == Fault::kCorruptSingleToken) {
+      v_[HeadIndex(layer, seq, 0, pos) * v_head_bytes_] ^= 0x5A;
+    }
   }
   length = std::max(length, pos0 + n);
 }
@@ -148,9 +156,7 @@ void KvCache::Truncate(int seq, int n_keep) {
     int& length = lengths_[Index(layer, seq)];
     if (n_keep >= length) continue;
     // Zero the dropped cells so storage is a pure function of the surviving history.
-    const size_t cells = static_cast<size_t>(length - n_keep);
-    std::memset(k_.data() + CellIndex(layer, seq, n_keep) * k_row_bytes_, 0, cells * k_row_bytes_);
-    std::memset(v_.data() + CellIndex(layer, seq, n_keep) * v_row_bytes_, 0, cells * v_row_bytes_);
+    ZeroCells(layer, seq, n_keep, length - n_keep);
     length = n_keep;
   }
 }
@@ -161,10 +167,12 @@ void KvCache::CopyPrefix(int src_seq, int dst_seq, int n) {
   Truncate(dst_seq, 0);
   for (int layer = 0; layer < config_.n_layer; ++layer) {
     LAMINA_CHECK(n >= 0 && n <= Length(src_seq, layer));
-    std::memcpy(k_.data() + CellIndex(layer, dst_seq, 0) * k_row_bytes_,
-                KRow(layer, src_seq, 0), k_row_bytes_ * n);
-    std::memcpy(v_.data() + CellIndex(layer, dst_seq, 0) * v_row_bytes_,
-                VRow(layer, src_seq, 0), v_row_bytes_ * n);
+    for (int h = 0; h < config_.n_kv_heads; ++h) {
+      std::memcpy(k_.data() + HeadIndex(layer, dst_seq, h, 0) * k_head_bytes_,
+                  KHead(layer, src_seq, h, 0), k_head_bytes_ * n);
+      std::memcpy(v_.data() + HeadIndex(layer, dst_seq, h, 0) * v_head_bytes_,
+                  VHead(layer, src_seq, h, 0), v_head_bytes_ * n);
+    }
     lengths_[Index(layer, dst_seq)] = n;
   }
 }

@@ -1,7 +1,7 @@
 // The KV cache. One write operation (Write) is the only code that touches cell storage: every
 // path — prompt batch, single-token decode, verify windows, several sequences — goes through
 // it, so all paths produce identical bytes by construction. Truncate and CopyPrefix are the
-// other mutations. Attention reads encoded head rows through KRow/VRow and the row formats.
+// other mutations. Attention reads encoded head rows through KHead/VHead and the row formats.
 //
 // Modes (K | V): f32 | f32, f16 | f16, int8 | int8, q4_0 rotated | q4_0 rotated,
 // k8v4 = int8 unrotated | q4_0 rotated. Formats are defined in kernels/kv_format.h.
@@ -74,21 +74,24 @@ class KvCache {
 
   int Length(int seq, int layer = 0) const { return lengths_[Index(layer, seq)]; }
 
-  // Encoded rows of a cell: n_kv_heads head rows of k_head_bytes() / v_head_bytes() each.
-  const uint8_t* KRow(int layer, int seq, int pos) const {
-    return k_.data() + CellIndex(layer, seq, pos) * k_row_bytes_;
+  // Encoded head rows. Storage is head-major per (sequence, layer): the rows of one KV head
+  // for consecutive cells are contiguous, so attention streams one head's cells sequentially
+  // and can decode a whole tile of cells in one call.
+  const uint8_t* KHead(int layer, int seq, int head, int pos) const {
+    return k_.data() + HeadIndex(layer, seq, head, pos) * k_head_bytes_;
   }
-  const uint8_t* VRow(int layer, int seq, int pos) const {
-    return v_.data() + CellIndex(layer, seq, pos) * v_row_bytes_;
+  const uint8_t* VHead(int layer, int seq, int head, int pos) const {
+    return v_.data() + HeadIndex(layer, seq, head, pos) * v_head_bytes_;
   }
-  size_t k_head_bytes() const { return k_row_bytes_ / config_.n_kv_heads; }
-  size_t v_head_bytes() const { return v_row_bytes_ / config_.n_kv_heads; }
-  size_t k_row_bytes() const { return k_row_bytes_; }
-  size_t v_row_bytes() const { return v_row_bytes_; }
+  size_t k_head_bytes() const { return k_head_bytes_; }
+  size_t v_head_bytes() const { return v_head_bytes_; }
+  size_t k_row_bytes() const { return k_head_bytes_ * config_.n_kv_heads; }
+  size_t v_row_bytes() const { return v_head_bytes_ * config_.n_kv_heads; }
 
-  // Whole storage of one layer and sequence (n_ctx rows), for tests comparing write paths.
-  const uint8_t* KStorage(int layer, int seq) const { return KRow(layer, seq, 0); }
-  const uint8_t* VStorage(int layer, int seq) const { return VRow(layer, seq, 0); }
+  // Whole storage of one layer and sequence ([n_kv_heads, n_ctx] head rows), for tests
+  // comparing write paths byte by byte.
+  const uint8_t* KStorage(int layer, int seq) const { return KHead(layer, seq, 0, 0); }
+  const uint8_t* VStorage(int layer, int seq) const { return VHead(layer, seq, 0, 0); }
 
   // First non-finite K/V value seen by Write ("" if none); ClearNonfinite resets it.
   const std::string& nonfinite_error() const { return nonfinite_error_; }
@@ -101,19 +104,22 @@ class KvCache {
 
  private:
   size_t Index(int layer, int seq) const { return static_cast<size_t>(seq) * config_.n_layer + layer; }
-  size_t CellIndex(int layer, int seq, int pos) const {
-    return Index(layer, seq) * config_.n_ctx + static_cast<size_t>(pos);
+  size_t HeadIndex(int layer, int seq, int head, int pos) const {
+    return (Index(layer, seq) * config_.n_kv_heads + head) * config_.n_ctx + static_cast<size_t>(pos);
   }
-  void EncodeSide(const KvSideSpec& spec, bool stochastic, int layer, int pos, const float* src,
-                  uint8_t* dst, std::vector<float>& tmp);
+  // Encodes one cell's row (all heads) of one side into its head-major slots.
+  void EncodeCell(const KvSideSpec& spec, bool stochastic, int layer, int seq, int pos,
+                  const float* src, std::vector<uint8_t>& buf, size_t head_bytes,
+                  std::vector<float>& tmp);
+  void ZeroCells(int layer, int seq, int pos0, int n);
 
   KvCacheConfig config_;
   KvSideSpec k_spec_;
   KvSideSpec v_spec_;
-  size_t k_row_bytes_ = 0;
-  size_t v_row_bytes_ = 0;
-  std::vector<uint8_t> k_;  // [n_seq, n_layer, n_ctx] cells x k_row_bytes_
-  std::vector<uint8_t> v_;  // [n_seq, n_layer, n_ctx] cells x v_row_bytes_
+  size_t k_head_bytes_ = 0;
+  size_t v_head_bytes_ = 0;
+  std::vector<uint8_t> k_;  // [n_seq, n_layer, n_kv_heads, n_ctx] x k_head_bytes_
+  std::vector<uint8_t> v_;  // [n_seq, n_layer, n_kv_heads, n_ctx] x v_head_bytes_
   std::vector<int> lengths_;  // [n_seq, n_layer]
   std::string nonfinite_error_;
   Fault fault_ = Fault::kNone;

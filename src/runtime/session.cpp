@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 namespace lamina {
 
@@ -81,6 +82,26 @@ Result<const float*> Session::Eval(const int32_t* tokens, int n, bool all_logits
     return Error{msg};
   }
   return static_cast<const float*>(logits_.data());
+}
+
+void Session::FillWithRandomCells(int n, uint64_t seed) {
+  LAMINA_CHECK(n >= 0 && n_past_ + n <= n_ctx());
+  const int row = cache_.row_elems();
+  const int chunk = 256;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> k(static_cast<size_t>(chunk) * row), v(k.size());  // [chunk, row]
+  for (int p0 = 0; p0 < n; p0 += chunk) {
+    const int m = std::min(chunk, n - p0);
+    for (int layer = 0; layer < cache_.config().n_layer; ++layer) {
+      for (size_t i = 0; i < static_cast<size_t>(m) * row; ++i) {
+        k[i] = normal(rng);
+        v[i] = normal(rng);
+      }
+      cache_.Write(layer, 0, n_past_ + p0, m, k.data(), v.data());
+    }
+  }
+  n_past_ += n;
 }
 
 void Session::Truncate(int n_keep) {

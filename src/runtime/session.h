@@ -42,6 +42,11 @@ class Session {
   // Drops positions >= n_keep.
   void Truncate(int n_keep);
 
+  // Appends n cells of random K/V (unit-variance Gaussian rows, through the cache's writer) to
+  // every layer without running the model: lets benchmarks measure decode at a long depth
+  // without first processing a long prompt.
+  void FillWithRandomCells(int n, uint64_t seed);
+
  private:
   class CacheAttention;
   const Model& model_;

@@ -1,0 +1,129 @@
+// Matmul and attention micro-benchmarks: matrix-vector (decode) and matrix-matrix (prompt)
+// products per weight type, causal attention per KV mode at several depths, and the machine's
+// memory read bandwidth (the roofline's denominator).
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "runtime/attention.h"
+#include "runtime/kv_cache.h"
+#include "util/thread_pool.h"
+
+namespace lamina {
+namespace {
+
+struct Weights {
+  std::vector<uint8_t> data;
+  WeightMatrix w;
+};
+
+Weights MakeWeights(GgmlType type, int64_t rows, int64_t cols) {
+  Weights out;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  const size_t row_bytes = RowSize(type, cols);
+  out.data.resize(row_bytes * rows);
+  std::vector<float> row(cols);
+  const TypeKernels& k = GetKernels(type);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : row) v = normal(rng);
+    if (k.quantize != nullptr) {
+      k.quantize(row.data(), out.data.data() + r * row_bytes, cols);
+    } else {
+      for (size_t b = 0; b < row_bytes; ++b) out.data[r * row_bytes + b] = static_cast<uint8_t>(rng() & 0x3F);
+    }
+  }
+  out.w = {type, rows, cols, row_bytes, out.data.data()};
+  return out;
+}
+
+// args: type, n_tokens, threads. 2816 x 1024 is the FFN gate of the 181M benchmark shape.
+void BM_MatMul(benchmark::State& state) {
+  const GgmlType type = static_cast<GgmlType>(state.range(0));
+  const int64_t n_tokens = state.range(1);
+  ThreadPool pool(static_cast<int>(state.range(2)));
+  Weights w = MakeWeights(type, 2816, 1024);
+  std::vector<float> x(n_tokens * 1024, 0.5f), y(n_tokens * 2816);
+  MatMulScratch scratch;
+  for (auto _ : state) {
+    MatMul(w.w, x.data(), 1024, n_tokens, y.data(), 2816, scratch, pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(GgmlTypeName(type));
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * 2816 * 1024 * n_tokens * state.iterations(),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["weight_GB/s"] = benchmark::Counter(static_cast<double>(w.data.size()) * state.iterations(),
+                                                     benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_MatMul)
+    ->ArgsProduct({{int(GgmlType::kQ8_0), int(GgmlType::kQ4_0), int(GgmlType::kQ4_K), int(GgmlType::kF16)},
+                   {1, 64},
+                   {1, 2}})
+    ->UseRealTime();
+
+// args: kv type, depth, threads. One decode step of one layer of the 181M shape (16 heads,
+// 4 KV heads, head_dim 64).
+void BM_DecodeAttention(benchmark::State& state) {
+  KvCacheConfig c;
+  c.n_layer = 1;
+  c.n_ctx = static_cast<int>(state.range(1)) + 1;
+  c.n_kv_heads = 4;
+  c.head_dim = 64;
+  c.type = static_cast<KvType>(state.range(0));
+  KvCache cache(c);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> normal;
+  std::vector<float> k(256), v(256);
+  for (int p = 0; p < c.n_ctx; ++p) {
+    for (float& x : k) x = normal(rng);
+    for (float& x : v) x = normal(rng);
+    cache.Write(0, 0, p, 1, k.data(), v.data());
+  }
+  ThreadPool pool(static_cast<int>(state.range(2)));
+  std::vector<float> q(16 * 64, 0.1f), out(16 * 64);
+  AttentionScratch scratch;
+  const AttentionShape shape{16, 4, 64, 0.125f};
+  for (auto _ : state) {
+    CausalAttention(cache, 0, 0, c.n_ctx - 1, 1, q.data(), out.data(), shape, scratch, pool);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetLabel(KvTypeName(c.type));
+  state.counters["kv_GB/s"] = benchmark::Counter(
+      static_cast<double>(cache.BytesPerToken()) * c.n_ctx * state.iterations(),
+      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_DecodeAttention)
+    ->ArgsProduct({{int(KvType::kF16), int(KvType::kInt8), int(KvType::kK8V4), int(KvType::kQ4_0)},
+                   {1024, 4096, 16384},
+                   {1, 2}})
+    ->UseRealTime();
+
+// Streaming read bandwidth over a buffer far larger than the caches, on 1 or 2 threads.
+void BM_MemoryReadBandwidth(benchmark::State& state) {
+  const size_t n = size_t{1} << 28;  // 1 GiB of floats
+  std::vector<float> buf(n / sizeof(float), 1.0f);
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  std::vector<double> partial(pool.size() * 8);
+  for (auto _ : state) {
+    pool.ParallelFor(static_cast<int64_t>(buf.size()), 1 << 20, [&](int64_t b, int64_t e, int slot) {
+      float acc[16] = {};
+      for (int64_t i = b; i + 16 <= e; i += 16) {
+        for (int j = 0; j < 16; ++j) acc[j] += buf[i + j];
+      }
+      double s = 0;
+      for (float a : acc) s += a;
+      partial[slot * 8] += s;
+    });
+    benchmark::DoNotOptimize(partial.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(n) * state.iterations(),
+                                              benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_MemoryReadBandwidth)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace lamina

@@ -1,0 +1,187 @@
+// Mixture-of-experts routing and expert FFNs (numerics of llama.cpp's build_moe_ffn).
+#include "model/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace lamina {
+
+namespace {
+std::string Key(const std::string& arch, const char* suffix) { return arch + "." + suffix; }
+
+template <typename T>
+void Grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+}  // namespace
+
+Result<MoeHparams> ReadMoeHparams(const gguf::File& f, const Hparams& hp,
+                                  bool default_norm_topk, bool with_shared) {
+  MoeHparams m;
+  const std::string& a = hp.arch;
+  Result<int64_t> n_expert = f.GetInt(Key(a, "expert_count"));
+  if (!n_expert.ok()) return Error{f.path() + ": missing or invalid required key " + Key(a, "expert_count")};
+  Result<int64_t> n_used = f.GetInt(Key(a, "expert_used_count"));
+  if (!n_used.ok()) return Error{f.path() + ": missing or invalid required key " + Key(a, "expert_used_count")};
+  if (*n_expert <= 0 || *n_expert > 1024 || *n_used <= 0 || *n_used > *n_expert) {
+    return Error{f.path() + ": invalid expert_count " + std::to_string(*n_expert) +
+                 " / expert_used_count " + std::to_string(*n_used)};
+  }
+  m.n_expert = static_cast<int>(*n_expert);
+  m.n_expert_used = static_cast<int>(*n_used);
+  Result<int64_t> ff_exp =
+      f.GetIntOr(Key(a, "expert_feed_forward_length"), hp.n_ff / m.n_expert_used);
+  if (!ff_exp.ok()) return ff_exp.error();
+  if (*ff_exp <= 0 || *ff_exp > (1 << 20)) {
+    return Error{f.path() + ": invalid " + Key(a, "expert_feed_forward_length")};
+  }
+  m.n_ff_exp = static_cast<int>(*ff_exp);
+  if (with_shared) {
+    Result<int64_t> ff_sh = f.GetIntOr(Key(a, "expert_shared_feed_forward_length"), hp.n_ff);
+    if (!ff_sh.ok()) return ff_sh.error();
+    if (*ff_sh <= 0 || *ff_sh > (1 << 20)) {
+      return Error{f.path() + ": invalid " + Key(a, "expert_shared_feed_forward_length")};
+    }
+    m.n_ff_shexp = static_cast<int>(*ff_sh);
+  }
+  Result<bool> norm = f.GetBoolOr(Key(a, "expert_weights_norm"), default_norm_topk);
+  if (!norm.ok()) return norm.error();
+  m.norm_topk = *norm;
+  // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 = softmax (the Qwen default), 2 = sigmoid.
+  Result<int64_t> gating = f.GetIntOr(Key(a, "expert_gating_func"), 1);
+  if (!gating.ok()) return gating.error();
+  if (*gating != 1) {
+    return Error{f.path() + ": " + Key(a, "expert_gating_func") + " = " +
+                 std::to_string(*gating) + " is not supported (softmax gating only)"};
+  }
+  return m;
+}
+
+uint64_t LoadMoeWeights(WeightLoader& L, const Hparams& hp, const MoeHparams& m, int layer,
+                        MoeWeights* w) {
+  const std::string p = "blk." + std::to_string(layer) + ".";
+  w->norm = L.Vector(p + "ffn_norm.weight", hp.n_embd);
+  w->router = L.Matrix(p + "ffn_gate_inp.weight", hp.n_embd, m.n_expert);
+  const uint64_t before = L.n_bytes();
+  w->gate = L.Stacked(p + "ffn_gate_exps.weight", hp.n_embd, m.n_ff_exp, m.n_expert);
+  w->up = L.Stacked(p + "ffn_up_exps.weight", hp.n_embd, m.n_ff_exp, m.n_expert);
+  w->down = L.Stacked(p + "ffn_down_exps.weight", m.n_ff_exp, hp.n_embd, m.n_expert);
+  const uint64_t expert_bytes = L.n_bytes() - before;
+  if (m.n_ff_shexp > 0) {
+    // A 1-D [n_embd] tensor read as a one-row matrix, so its dot product runs like any matmul.
+    w->shared_gate_inp = L.Matrix(p + "ffn_gate_inp_shexp.weight", hp.n_embd, 1);
+    w->shared_gate = L.Matrix(p + "ffn_gate_shexp.weight", hp.n_embd, m.n_ff_shexp);
+    w->shared_up = L.Matrix(p + "ffn_up_shexp.weight", hp.n_embd, m.n_ff_shexp);
+    w->shared_down = L.Matrix(p + "ffn_down_shexp.weight", m.n_ff_shexp, hp.n_embd);
+  }
+  return expert_bytes;
+}
+
+void RouteTopK(float* probs, int n_tokens, int n_expert, int k, bool norm_topk, int32_t* ids,
+               float* weights) {
+  std::vector<int32_t> idx(n_expert);  // [n_expert] expert ids sorted by probability
+  for (int t = 0; t < n_tokens; ++t) {
+    float* p = probs + static_cast<int64_t>(t) * n_expert;
+    Softmax(p, n_expert);
+    std::iota(idx.begin(), idx.end(), 0);
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [p](int32_t a, int32_t b) {
+      return p[a] > p[b] || (p[a] == p[b] && a < b);
+    });
+    int32_t* id = ids + static_cast<int64_t>(t) * k;
+    float* wt = weights + static_cast<int64_t>(t) * k;
+    for (int j = 0; j < k; ++j) {
+      id[j] = idx[j];
+      wt[j] = p[idx[j]];
+    }
+    if (norm_topk) {
+      double sum = 0.0;  // ggml_sum_rows accumulates in double
+      for (int j = 0; j < k; ++j) sum += wt[j];
+      const float denom = std::max(static_cast<float>(sum), 6.103515625e-5f);
+      for (int j = 0; j < k; ++j) wt[j] /= denom;
+    }
+  }
+}
+
+void MoeBlock(const Hparams& hp, const MoeHparams& m, const MoeWeights& w,
+              const ForwardBatch& b, ForwardScratch& s, ThreadPool& pool) {
+  const int n = b.n_tokens;
+  const int k = m.n_expert_used;
+  const int64_t d = hp.n_embd;
+  const int64_t ff_max = std::max(m.n_ff_exp, m.n_ff_shexp);
+  ForwardScratch::Moe& ms = s.moe;
+  Grow(ms.probs, static_cast<size_t>(n) * m.n_expert);
+  Grow(ms.ids, static_cast<size_t>(n) * k);
+  Grow(ms.weights, static_cast<size_t>(n) * k);
+  Grow(ms.order, static_cast<size_t>(n) * k);
+  Grow(ms.in, static_cast<size_t>(n) * d);
+  Grow(ms.gate, static_cast<size_t>(n) * ff_max);
+  Grow(ms.up, static_cast<size_t>(n) * ff_max);
+  Grow(ms.out, static_cast<size_t>(n) * d);
+  Grow(ms.slots, static_cast<size_t>(n) * k * d);
+  Grow(ms.shared_g, static_cast<size_t>(n));
+
+  for (int t = 0; t < n; ++t) RmsNorm(s.x.data() + t * d, w.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);
+  MatMul(w.router, s.xn.data(), d, n, ms.probs.data(), m.n_expert, s.matmul, pool);
+  RouteTopK(ms.probs.data(), n, m.n_expert, k, m.norm_topk, ms.ids.data(), ms.weights.data());
+
+  // Group the (token, slot) pairs by expert with a counting sort; order[] holds token * k + slot.
+  std::vector<int32_t> start(m.n_expert + 1, 0);  // [n_expert + 1] offsets into order
+  for (int i = 0; i < n * k; ++i) ++start[ms.ids[i] + 1];
+  for (int e = 0; e < m.n_expert; ++e) start[e + 1] += start[e];
+  {
+    std::vector<int32_t> fill(start.begin(), start.end() - 1);  // [n_expert] next free slot
+    for (int i = 0; i < n * k; ++i) ms.order[fill[ms.ids[i]]++] = i;
+  }
+
+  const int64_t ff = m.n_ff_exp;
+  for (int e = 0; e < m.n_expert; ++e) {
+    const int n_sel = start[e + 1] - start[e];
+    if (n_sel == 0) continue;  // this expert's weights are never touched
+    const int32_t* sel = ms.order.data() + start[e];
+    for (int j = 0; j < n_sel; ++j) {
+      const int t = sel[j] / k;
+      std::copy_n(s.xn.data() + t * d, d, ms.in.data() + j * d);
+    }
+    MatMul(w.gate[e], ms.in.data(), d, n_sel, ms.gate.data(), ff, s.matmul, pool);
+    MatMul(w.up[e], ms.in.data(), d, n_sel, ms.up.data(), ff, s.matmul, pool);
+    SiluMul(ms.gate.data(), ms.up.data(), static_cast<int64_t>(n_sel) * ff, ms.gate.data());
+    MatMul(w.down[e], ms.gate.data(), ff, n_sel, ms.out.data(), d, s.matmul, pool);
+    for (int j = 0; j < n_sel; ++j) {
+      std::copy_n(ms.out.data() + j * d, d, ms.slots.data() + static_cast<int64_t>(sel[j]) * d);
+    }
+  }
+
+  const bool shared = w.shared_gate_inp.valid();
+  if (shared) {
+    const int64_t sff = m.n_ff_shexp;
+    MatMul(w.shared_gate_inp, s.xn.data(), d, n, ms.shared_g.data(), 1, s.matmul, pool);
+    MatMul(w.shared_gate, s.xn.data(), d, n, ms.gate.data(), sff, s.matmul, pool);
+    MatMul(w.shared_up, s.xn.data(), d, n, ms.up.data(), sff, s.matmul, pool);
+    SiluMul(ms.gate.data(), ms.up.data(), static_cast<int64_t>(n) * sff, ms.gate.data());
+    MatMul(w.shared_down, ms.gate.data(), sff, n, ms.out.data(), d, s.matmul, pool);
+  }
+
+  // Mix in llama.cpp's order: w_0·e_0 + w_1·e_1 + ... (+ gate · shared), then the residual.
+  for (int t = 0; t < n; ++t) {
+    float* x = s.x.data() + t * d;
+    float* acc = s.xn.data() + t * d;  // the normed input is no longer needed
+    const float* wt = ms.weights.data() + static_cast<int64_t>(t) * k;
+    const float* e0 = ms.slots.data() + static_cast<int64_t>(t) * k * d;
+    for (int64_t i = 0; i < d; ++i) acc[i] = e0[i] * wt[0];
+    for (int j = 1; j < k; ++j) {
+      const float* ej = e0 + j * d;
+      for (int64_t i = 0; i < d; ++i) acc[i] += ej[i] * wt[j];
+    }
+    if (shared) {
+      // sigmoid computed as silu(g) / g, as llama.cpp's graph does.
+      const float g = ms.shared_g[t];
+      const float gate = g == 0.0f ? 0.5f : (g / (1.0f + std::exp(-g))) / g;
+      const float* sh = ms.out.data() + t * d;
+      for (int64_t i = 0; i < d; ++i) acc[i] += sh[i] * gate;
+    }
+    AddInPlace(x, acc, d);
+  }
+}
+
+}  // namespace lamina

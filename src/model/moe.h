@@ -1,0 +1,54 @@
+// Mixture-of-experts feed-forward shared by qwen2moe and qwen3moe: a softmax router over all
+// experts, top-k selection, SiLU-gated experts stored as 3-D tensors, and an optional shared
+// expert gated by sigmoid(w·x). Only the selected experts' rows are read.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/layers.h"
+
+namespace lamina {
+
+struct MoeHparams {
+  int n_expert = 0;        // experts per layer
+  int n_expert_used = 0;   // k experts chosen per token
+  int n_ff_exp = 0;        // width of one expert's FFN
+  int n_ff_shexp = 0;      // width of the shared expert's FFN (0: no shared expert)
+  bool norm_topk = false;  // renormalise the k chosen weights to sum 1
+};
+
+// Reads `<arch>.expert_count`, `expert_used_count`, `expert_feed_forward_length` (default
+// n_ff / k, as llama.cpp), `expert_shared_feed_forward_length` (when with_shared, default n_ff)
+// and `expert_weights_norm` (default `default_norm_topk`). Only softmax gating is supported.
+Result<MoeHparams> ReadMoeHparams(const gguf::File& file, const Hparams& hp,
+                                  bool default_norm_topk, bool with_shared);
+
+struct MoeWeights {
+  std::vector<float> norm;             // [n_embd]
+  WeightMatrix router;                 // [n_expert x n_embd] (ffn_gate_inp)
+  std::vector<WeightMatrix> gate, up;  // n_expert x [n_ff_exp x n_embd]
+  std::vector<WeightMatrix> down;      // n_expert x [n_embd x n_ff_exp]
+  WeightMatrix shared_gate_inp;        // [1 x n_embd]; invalid without a shared expert
+  WeightMatrix shared_gate, shared_up; // [n_ff_shexp x n_embd]
+  WeightMatrix shared_down;            // [n_embd x n_ff_shexp]
+};
+
+// Loads layer `layer`'s MoE tensors; returns the bytes of the routed expert tensors (the
+// part of which a token reads only k / n_expert).
+uint64_t LoadMoeWeights(WeightLoader& loader, const Hparams& hp, const MoeHparams& moe,
+                        int layer, MoeWeights* out);
+
+// Router: for each token, softmax over probs [n_tokens, n_expert] (in place, logits in), then
+// the k largest (ties to the lower id) into ids/weights [n_tokens, k], best first; with
+// norm_topk the k weights are divided by their sum (clamped to >= 2^-14, as llama.cpp).
+void RouteTopK(float* probs, int n_tokens, int n_expert, int k, bool norm_topk, int32_t* ids,
+               float* weights);
+
+// x += sum_j w_j · expert_j(norm(x)) [+ sigmoid(g·norm(x)) · shared(norm(x))] for the batch.
+// Tokens are grouped by chosen expert and each expert runs once, matrix-matrix, over its
+// tokens; unselected experts are not read.
+void MoeBlock(const Hparams& hp, const MoeHparams& moe, const MoeWeights& w,
+              const ForwardBatch& batch, ForwardScratch& s, ThreadPool& pool);
+
+}  // namespace lamina
