@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/attention_kernels.h"
 #include "kernels/kv_decode.h"
 #include "kernels/kv_format.h"
 #include "runtime/kv_cache.h"
@@ -218,6 +219,51 @@ TEST(KvCacheWriter, ModesReportBitsPerElement) {
   c.head_dim = 48;
   c.type = KvType::kQ4_0;
   EXPECT_FALSE(ValidateKvConfig(c).ok());
+}
+
+}  // namespace
+}  // namespace lamina
+
+namespace lamina {
+namespace {
+
+// Attention row kernels: the AVX2 variants against their scalar twins (exp is a polynomial:
+// relative error budget 1e-6; sums differ by order only).
+TEST(AttentionRowKernels, SimdMatchesScalarTwins) {
+  const AttentionRowKernels* simd = Avx2AttentionRowKernels();
+  if (simd == nullptr || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c")) {
+    GTEST_SKIP() << "no AVX2 on this CPU";
+  }
+  const AttentionRowKernels& ref = ScalarAttentionRowKernels();
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal;
+  for (int hd : {8, 32, 64, 128}) {
+    for (int n : {1, 7, 8, 64, 77}) {
+      std::vector<float> q(hd), rows(static_cast<size_t>(n) * hd), a(n), b(n);
+      for (float& v : q) v = normal(rng);
+      for (float& v : rows) v = normal(rng);
+      ref.score_rows(q.data(), rows.data(), n, hd, 0.125f, a.data());
+      simd->score_rows(q.data(), rows.data(), n, hd, 0.125f, b.data());
+      for (int j = 0; j < n; ++j) EXPECT_NEAR(a[j], b[j], 1e-5 * hd) << hd << " " << n;
+      EXPECT_EQ(ref.max(a.data(), n), simd->max(a.data(), n));
+      const float m = ref.max(a.data(), n);
+      std::vector<float> ea = a, eb = a;
+      const double sa = ref.exp_sum(ea.data(), n, m), sb = simd->exp_sum(eb.data(), n, m);
+      EXPECT_NEAR(sa, sb, 1e-6 * sa);
+      for (int j = 0; j < n; ++j) EXPECT_NEAR(ea[j], eb[j], 1e-6 * ea[j] + 1e-30);
+      std::vector<float> acc_a(hd, 0.5f), acc_b(hd, 0.5f);
+      ref.accumulate_rows(ea.data(), rows.data(), n, hd, acc_a.data());
+      simd->accumulate_rows(ea.data(), rows.data(), n, hd, acc_b.data());
+      for (int i = 0; i < hd; ++i) EXPECT_NEAR(acc_a[i], acc_b[i], 1e-5 * n);
+      std::vector<float> ra = a, rb = a;
+      ref.round_f16(ra.data(), n);
+      simd->round_f16(rb.data(), n);
+      EXPECT_EQ(ra, rb);
+      ref.scale(ra.data(), n, 0.3f);
+      simd->scale(rb.data(), n, 0.3f);
+      EXPECT_EQ(ra, rb);
+    }
+  }
 }
 
 }  // namespace

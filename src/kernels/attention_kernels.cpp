@@ -31,17 +31,31 @@ void AccumulateRows(const float* p, const float* rows, int n_rows, int hd, float
     for (int i = 0; i < hd; ++i) acc[i] += p[j] * r[i];
   }
 }
+float Max(const float* x, int n) {
+  float m = x[0];
+  for (int j = 1; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+void Scale(float* x, int n, float s) {
+  for (int j = 0; j < n; ++j) x[j] *= s;
+}
+
+void RoundF16(float* x, int n) {
+  for (int j = 0; j < n; ++j) x[j] = Fp16ToF32(F32ToFp16(x[j]));
+}
 }  // namespace
 
 const AttentionRowKernels& ScalarAttentionRowKernels() {
-  static const AttentionRowKernels k{ScoreRows, ExpSum, AccumulateRows};
+  static const AttentionRowKernels k{ScoreRows, ExpSum, AccumulateRows, Max, Scale, RoundF16};
   return k;
 }
 
 const AttentionRowKernels& BestAttentionRowKernels() {
   static const AttentionRowKernels* best = [] {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c")) {
       if (const AttentionRowKernels* k = Avx2AttentionRowKernels()) return k;
     }
     return &ScalarAttentionRowKernels();

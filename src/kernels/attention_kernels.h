@@ -19,6 +19,12 @@ struct AttentionRowKernels {
   double (*exp_sum)(float* x, int n, float max);
   // acc[i] += sum_j p[j] * rows[j * hd + i], j < n_rows.
   void (*accumulate_rows)(const float* p, const float* rows, int n_rows, int hd, float* acc);
+  // max_j x[j] (n >= 1).
+  float (*max)(const float* x, int n);
+  // x[j] *= s.
+  void (*scale)(float* x, int n, float s);
+  // x[j] = f32(f16(x[j])) with round-to-nearest-even (the f16 V cache's softmax weights).
+  void (*round_f16)(float* x, int n);
 };
 
 const AttentionRowKernels& ScalarAttentionRowKernels();

@@ -125,10 +125,40 @@ void AccumulateRows(const float* p, const float* rows, int n_rows, int hd, float
     for (int j = 0; j < n_rows; ++j) acc[i0] += p[j] * rows[static_cast<int64_t>(j) * hd + i0];
   }
 }
+float Max(const float* x, int n) {
+  int j = 0;
+  float m = x[0];
+  if (n >= 8) {
+    __m256 vm = _mm256_loadu_ps(x);
+    for (j = 8; j + 8 <= n; j += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + j));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(vm), _mm256_extractf128_ps(vm, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    m = _mm_cvtss_f32(h);
+  }
+  for (; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+void Scale(float* x, int n, float s) {
+  const __m256 vs = _mm256_set1_ps(s);
+  int j = 0;
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), vs));
+  for (; j < n; ++j) x[j] *= s;
+}
+
+void RoundF16(float* x, int n) {
+  int j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + j), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_ps(x + j, _mm256_cvtph_ps(h));
+  }
+  for (; j < n; ++j) x[j] = _cvtsh_ss(_cvtss_sh(x[j], _MM_FROUND_TO_NEAREST_INT));
+}
 }  // namespace
 
 const AttentionRowKernels* Avx2AttentionRowKernels() {
-  static const AttentionRowKernels k{ScoreRows, ExpSum, AccumulateRows};
+  static const AttentionRowKernels k{ScoreRows, ExpSum, AccumulateRows, Max, Scale, RoundF16};
   return &k;
 }
 

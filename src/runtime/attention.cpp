@@ -58,9 +58,7 @@ void CausalAttention(const KvCache& cache, int layer, int seq, int pos0, int n_t
         float* qr = qrows + static_cast<size_t>(qi) * hd;
         std::copy_n(q + t * q_stride + static_cast<int64_t>(h) * hd, hd, qr);
         if (ks.rotated) Rotate(qr, hd);
-        if (k_f16) {
-          for (int i = 0; i < hd; ++i) qr[i] = Fp16ToF32(F32ToFp16(qr[i]));
-        }
+        if (k_f16) kern.round_f16(qr, hd);
       }
       // Pass 1: scores.
       for (int c0 = 0; c0 < n_cells; c0 += kCellTile) {
@@ -77,12 +75,9 @@ void CausalAttention(const KvCache& cache, int layer, int seq, int pos0, int n_t
       for (int qi = 0; qi < nq; ++qi) {
         float* srow = scores + static_cast<size_t>(qi) * n_ctx;
         const int n_kv = n_kv_of(qi);
-        const float max = *std::max_element(srow, srow + n_kv);
-        const float inv = static_cast<float>(1.0 / kern.exp_sum(srow, n_kv, max));
-        for (int j = 0; j < n_kv; ++j) srow[j] *= inv;
-        if (v_f16) {
-          for (int j = 0; j < n_kv; ++j) srow[j] = Fp16ToF32(F32ToFp16(srow[j]));
-        }
+        const float max = kern.max(srow, n_kv);
+        kern.scale(srow, n_kv, static_cast<float>(1.0 / kern.exp_sum(srow, n_kv, max)));
+        if (v_f16) kern.round_f16(srow, n_kv);
         std::fill(acc + static_cast<size_t>(qi) * hd, acc + static_cast<size_t>(qi + 1) * hd, 0.0f);
       }
       // Pass 2: weighted V sum.
