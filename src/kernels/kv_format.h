@@ -4,9 +4,12 @@
 //   f16   : fp16[head_dim] (round to nearest even)
 //   int8  : groups of G = min(32, head_dim) values: { fp16 d; int8 q[G] }, d = amax / 127 rounded
 //           to fp16, q = round-half-even(x / d_stored) clamped to [-127, 127]
-//   q4_0  : groups of G = min(32, head_dim): { fp16 d; uint8 qs[G/2] } as GGML Q4_0 (d = the
-//           signed value of largest magnitude / -8, q = trunc(x / d + 8.5) clamped to [0, 15];
-//           element i in the low nibble of qs[i], element i + G/2 in the high nibble)
+//   q4_0  : groups of G = min(32, head_dim): { fp16 d; uint8 qs[G/2] } as GGML Q4_0, decoded as
+//           x = d * (q - 8); element i in the low nibble of qs[i], element i + G/2 in the high
+//           nibble. Encoding: q = trunc(x / d + 8.5) clamped to [0, 15] (GGML's rounding), with
+//           d = m / (-8 + 0.1 s), m the signed value of largest magnitude and s in [-20, 20]
+//           chosen for the least squared error (s = 0 is GGML's own scale; the search lowers
+//           the error by ~6% for 32-value blocks and ~13% for 8-value blocks).
 // Stochastic rounding replaces the round-to-nearest step by floor(y + u), u in [0, 1) drawn
 // from a counter-based hash of (seed, layer, position, element), so the bytes stored for a cell
 // depend only on its values and coordinates, never on the order of writes.
