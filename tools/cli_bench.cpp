@@ -24,7 +24,7 @@ int RunBench(const BenchOptions& o) {
     std::fprintf(stderr, "lamina: -p, -n, -d must be >= 0 and -r >= 1\n");
     return kExitUsage;
   }
-  LoadedModel lm = LoadModelForCli(o.common.model_path);
+  LoadedModel lm = LoadModelForCli(o.common);
   if (!lm.model) return kExitBadInput;
   const Model& model = *lm.model;
   const Hparams& hp = model.hparams();

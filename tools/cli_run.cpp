@@ -22,7 +22,7 @@ int RunGenerate(const RunOptions& o) {
     std::fprintf(stderr, "lamina: -n, -c and --prompt-chunk must not be negative\n");
     return kExitUsage;
   }
-  LoadedModel lm = LoadModelForCli(o.common.model_path);
+  LoadedModel lm = LoadModelForCli(o.common);
   if (!lm.model) return kExitBadInput;
   const Model& model = *lm.model;
   const Tokenizer& tok = model.tokenizer();

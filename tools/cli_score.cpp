@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "cli_kl.h"
 #include "runtime/session.h"
 #include "util/timer.h"
 
@@ -87,23 +88,6 @@ bool ReadDump(const std::string& path, LogitsDump* d, std::string* err) {
   return true;
 }
 
-// log-softmax of a row into out.
-void LogSoftmax(const float* x, int n, std::vector<double>& out) {
-  out.resize(n);
-  const float max = *std::max_element(x, x + n);
-  double sum = 0.0;
-  for (int i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - max);
-  const double lse = max + std::log(sum);
-  for (int i = 0; i < n; ++i) out[i] = x[i] - lse;
-}
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t idx = static_cast<size_t>(std::min<double>(v.size() - 1, std::floor(q * (v.size() - 1) + 0.5)));
-  return v[idx];
-}
-
 }  // namespace
 
 int RunScore(const ScoreOptions& o) {
@@ -117,7 +101,7 @@ int RunScore(const ScoreOptions& o) {
     std::fprintf(stderr, "lamina: --kl-base: %s\n", err.c_str());
     return kExitBadInput;
   }
-  LoadedModel lm = LoadModelForCli(o.common.model_path);
+  LoadedModel lm = LoadModelForCli(o.common);
   if (!lm.model) return kExitBadInput;
   const Model& model = *lm.model;
   const int n_vocab = model.hparams().n_vocab;
@@ -191,11 +175,7 @@ int RunScore(const ScoreOptions& o) {
     for (size_t i = 0; i < dump.tokens.size(); ++i) {
       const float* p = base.logits.data() + i * n_vocab;
       const float* q = dump.logits.data() + i * n_vocab;
-      LogSoftmax(p, n_vocab, lp);
-      LogSoftmax(q, n_vocab, lq);
-      double k = 0.0;
-      for (int v = 0; v < n_vocab; ++v) k += std::exp(lp[v]) * (lp[v] - lq[v]);
-      kld[i] = std::max(0.0, k);
+      kld[i] = KlDivergence(p, q, n_vocab, lp, lq);
       agree += (std::max_element(p, p + n_vocab) - p) == (std::max_element(q, q + n_vocab) - q);
     }
     double mean = 0.0;

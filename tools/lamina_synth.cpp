@@ -1,7 +1,8 @@
-// lamina-synth: writes a random-weight llama-architecture GGUF in a real shape, for benchmarks
-// (e.g. the 181M-parameter shape: --dim 1024 --layers 16 --heads 16 --kv-heads 4 --ff 2816).
-// The tokenizer metadata is copied from another GGUF (--vocab-from), whose vocabulary size
-// sets the embedding rows.
+// lamina-synth: writes a random-weight llama or qwen3moe GGUF in a real shape, for benchmarks
+// (e.g. the 181M-parameter llama shape: --dim 1024 --layers 16 --heads 16 --kv-heads 4
+// --ff 2816; a qwen3moe: --arch qwen3moe --experts 64 --experts-used 4 --ff-exp 256
+// --head-dim 128). The tokenizer metadata is copied from another GGUF (--vocab-from), whose
+// vocabulary size sets the embedding rows.
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
@@ -12,9 +13,10 @@
 
 int main(int argc, char** argv) {
   using namespace lamina;
-  CLI::App app{"Write a random-weight llama GGUF for benchmarks"};
+  CLI::App app{"Write a random-weight llama or qwen3moe GGUF for benchmarks"};
   int dim = 1024, layers = 16, heads = 16, kv_heads = 4, ff = 2816, ctx = 4096;
-  std::string type_name = "Q8_0", vocab_from, out_path;
+  int head_dim_opt = 0, experts = 64, experts_used = 4, ff_exp = 256;
+  std::string type_name = "Q8_0", vocab_from, out_path, arch = "llama";
   uint64_t seed = 42;
   app.add_option("--dim", dim);
   app.add_option("--layers", layers);
@@ -22,6 +24,11 @@ int main(int argc, char** argv) {
   app.add_option("--kv-heads", kv_heads);
   app.add_option("--ff", ff);
   app.add_option("--ctx", ctx);
+  app.add_option("--arch", arch, "llama or qwen3moe")->check(CLI::IsMember({"llama", "qwen3moe"}));
+  app.add_option("--head-dim", head_dim_opt, "Head dimension (0: dim / heads)");
+  app.add_option("--experts", experts, "qwen3moe: experts per layer");
+  app.add_option("--experts-used", experts_used, "qwen3moe: experts chosen per token");
+  app.add_option("--ff-exp", ff_exp, "qwen3moe: FFN width of one expert");
   app.add_option("--type", type_name, "Weight type of the matrices: F32, F16, Q8_0, Q4_0, ...");
   app.add_option("--vocab-from", vocab_from, "GGUF to copy tokenizer.* metadata from")->required();
   app.add_option("-o,--output", out_path)->required();
@@ -51,36 +58,53 @@ int main(int argc, char** argv) {
     return 3;
   }
   const int n_vocab = static_cast<int>(tokens->array.size());
-  const int head_dim = dim / heads;
+  const int head_dim = head_dim_opt > 0 ? head_dim_opt : dim / heads;
+  const bool moe = arch == "qwen3moe";
 
   gguf::Writer w;
-  w.SetString("general.architecture", "llama");
-  w.SetString("general.name", "lamina-synth random llama");
-  w.SetU32("llama.embedding_length", dim);
-  w.SetU32("llama.block_count", layers);
-  w.SetU32("llama.attention.head_count", heads);
-  w.SetU32("llama.attention.head_count_kv", kv_heads);
-  w.SetU32("llama.feed_forward_length", ff);
-  w.SetU32("llama.context_length", ctx);
-  w.SetU32("llama.rope.dimension_count", head_dim);
-  w.SetF32("llama.rope.freq_base", 10000.0f);
-  w.SetF32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  const std::string a = arch;
+  w.SetString("general.architecture", a);
+  w.SetString("general.name", "lamina-synth random " + a);
+  w.SetU32(a + ".embedding_length", dim);
+  w.SetU32(a + ".block_count", layers);
+  w.SetU32(a + ".attention.head_count", heads);
+  w.SetU32(a + ".attention.head_count_kv", kv_heads);
+  w.SetU32(a + ".feed_forward_length", ff);
+  w.SetU32(a + ".context_length", ctx);
+  w.SetU32(a + ".rope.dimension_count", head_dim);
+  w.SetF32(a + ".rope.freq_base", moe ? 1e6f : 10000.0f);
+  w.SetF32(a + ".attention.layer_norm_rms_epsilon", moe ? 1e-6f : 1e-5f);
+  if (moe) {
+    w.SetU32(a + ".attention.key_length", head_dim);
+    w.SetU32(a + ".attention.value_length", head_dim);
+    w.SetU32(a + ".expert_count", experts);
+    w.SetU32(a + ".expert_used_count", experts_used);
+    w.SetU32(a + ".expert_feed_forward_length", ff_exp);
+  }
   for (const auto& [key, value] : (*vocab)->metadata()) {
     if (key.rfind("tokenizer.", 0) == 0) w.SetValue(key, value);
   }
 
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto matrix = [&](const std::string& name, int cols, int rows, GgmlType t) {
-    std::vector<float> row(cols);
+  // A [n_mat] stack of [rows x cols] matrices (n_mat = 1: a plain 2-D weight).
+  auto stacked = [&](const std::string& name, int cols, int rows, int n_mat, GgmlType t) {
+    std::vector<float> row(cols);  // [cols]
     const size_t row_bytes = RowSize(t, cols);
-    std::vector<uint8_t> data(row_bytes * rows);
+    std::vector<uint8_t> data(row_bytes * rows * n_mat);  // [n_mat * rows][row_bytes]
     const float scale = 1.0f / std::sqrt(static_cast<float>(cols));
-    for (int r = 0; r < rows; ++r) {
+    for (size_t r = 0; r < static_cast<size_t>(rows) * n_mat; ++r) {
       for (float& x : row) x = normal(rng) * scale;
       GetKernels(t).quantize(row.data(), data.data() + r * row_bytes, cols);
     }
-    w.AddTensor(name, t, {cols, rows}, data.data(), data.size());
+    if (n_mat == 1) {
+      w.AddTensor(name, t, {cols, rows}, data.data(), data.size());
+    } else {
+      w.AddTensor(name, t, {cols, rows, n_mat}, data.data(), data.size());
+    }
+  };
+  auto matrix = [&](const std::string& name, int cols, int rows, GgmlType t) {
+    stacked(name, cols, rows, 1, t);
   };
   auto ones = [&](const std::string& name, int n) {
     std::vector<float> v(n, 1.0f);
@@ -95,6 +119,15 @@ int main(int argc, char** argv) {
     matrix(p + "attn_v.weight", dim, kv_heads * head_dim, type);
     matrix(p + "attn_output.weight", heads * head_dim, dim, type);
     ones(p + "ffn_norm.weight", dim);
+    if (moe) {
+      ones(p + "attn_q_norm.weight", head_dim);
+      ones(p + "attn_k_norm.weight", head_dim);
+      matrix(p + "ffn_gate_inp.weight", dim, experts, GgmlType::kF32);  // routers stay F32
+      stacked(p + "ffn_gate_exps.weight", dim, ff_exp, experts, type);
+      stacked(p + "ffn_up_exps.weight", dim, ff_exp, experts, type);
+      stacked(p + "ffn_down_exps.weight", ff_exp, dim, experts, type);
+      continue;
+    }
     matrix(p + "ffn_gate.weight", dim, ff, type);
     matrix(p + "ffn_up.weight", dim, ff, type);
     matrix(p + "ffn_down.weight", ff, dim, type);

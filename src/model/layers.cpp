@@ -96,8 +96,9 @@ Result<RopeScalingConfig> ReadRopeScaling(const gguf::File& f, const std::string
     }
   }
   // llama.cpp reads rope.scaling.factor, falling back to the older rope.scale_linear; 0 = 1.
-  const std::string factor_key =
-      f.Find(Key(a, "rope.scaling.factor")) ? Key(a, "rope.scaling.factor") : Key(a, "rope.scale_linear");
+  const std::string factor_key = f.Find(Key(a, "rope.scaling.factor"))
+                                     ? Key(a, "rope.scaling.factor")
+                                     : Key(a, "rope.scale_linear");
   Result<double> factor = f.GetFloatOr(factor_key, 0.0);
   if (!factor.ok()) return factor.error();
   if (*factor < 0.0 || !std::isfinite(*factor)) {

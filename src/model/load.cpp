@@ -18,11 +18,13 @@ Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const RopeOver
   if (!arch.ok()) return Error{path + ": missing general.architecture"};
   Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromGguf(**file);
   if (!tok.ok()) return tok.error();
-  using Factory = Result<std::unique_ptr<Model>> (*)(std::unique_ptr<gguf::File>,
-                                                     std::unique_ptr<Tokenizer>);
-  static const std::pair<const char*, Factory> kArchitectures[] = {
-      {"llama", LoadLlama}, {"qwen2", LoadQwen2},     {"qwen2moe", LoadQwen2Moe},
-      {"qwen3", LoadQwen3}, {"qwen3moe", LoadQwen3Moe}};
+  using Factory =
+      Result<std::unique_ptr<Model>> (*)(std::unique_ptr<gguf::File>, std::unique_ptr<Tokenizer>);
+  static const std::pair<const char*, Factory> kArchitectures[] = {{"llama", LoadLlama},
+                                                                   {"qwen2", LoadQwen2},
+                                                                   {"qwen2moe", LoadQwen2Moe},
+                                                                   {"qwen3", LoadQwen3},
+                                                                   {"qwen3moe", LoadQwen3Moe}};
   Factory factory = nullptr;
   std::string supported;
   for (const auto& [name, f] : kArchitectures) {
@@ -30,7 +32,8 @@ Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const RopeOver
     supported += (supported.empty() ? "" : ", ") + std::string(name);
   }
   if (factory == nullptr) {
-    return Error{path + ": unsupported architecture \"" + *arch + "\" (supported: " + supported + ")"};
+    return Error{path + ": unsupported architecture \"" + *arch + "\" (supported: " + supported +
+                 ")"};
   }
   Result<std::unique_ptr<Model>> model = factory(std::move(*file), std::move(*tok));
   if (!model.ok() || overrides.empty()) return model;

@@ -16,14 +16,16 @@ void Grow(std::vector<T>& v, size_t n) {
 }
 }  // namespace
 
-Result<MoeHparams> ReadMoeHparams(const gguf::File& f, const Hparams& hp,
-                                  bool default_norm_topk, bool with_shared) {
+Result<MoeHparams> ReadMoeHparams(const gguf::File& f, const Hparams& hp, bool default_norm_topk,
+                                  bool with_shared) {
   MoeHparams m;
   const std::string& a = hp.arch;
   Result<int64_t> n_expert = f.GetInt(Key(a, "expert_count"));
-  if (!n_expert.ok()) return Error{f.path() + ": missing or invalid required key " + Key(a, "expert_count")};
+  if (!n_expert.ok())
+    return Error{f.path() + ": missing or invalid required key " + Key(a, "expert_count")};
   Result<int64_t> n_used = f.GetInt(Key(a, "expert_used_count"));
-  if (!n_used.ok()) return Error{f.path() + ": missing or invalid required key " + Key(a, "expert_used_count")};
+  if (!n_used.ok())
+    return Error{f.path() + ": missing or invalid required key " + Key(a, "expert_used_count")};
   if (*n_expert <= 0 || *n_expert > 1024 || *n_used <= 0 || *n_used > *n_expert) {
     return Error{f.path() + ": invalid expert_count " + std::to_string(*n_expert) +
                  " / expert_used_count " + std::to_string(*n_used)};
@@ -52,8 +54,8 @@ Result<MoeHparams> ReadMoeHparams(const gguf::File& f, const Hparams& hp,
   Result<int64_t> gating = f.GetIntOr(Key(a, "expert_gating_func"), 1);
   if (!gating.ok()) return gating.error();
   if (*gating != 1) {
-    return Error{f.path() + ": " + Key(a, "expert_gating_func") + " = " +
-                 std::to_string(*gating) + " is not supported (softmax gating only)"};
+    return Error{f.path() + ": " + Key(a, "expert_gating_func") + " = " + std::to_string(*gating) +
+                 " is not supported (softmax gating only)"};
   }
   return m;
 }
@@ -85,9 +87,8 @@ void RouteTopK(float* probs, int n_tokens, int n_expert, int k, bool norm_topk, 
     float* p = probs + static_cast<int64_t>(t) * n_expert;
     Softmax(p, n_expert);
     std::iota(idx.begin(), idx.end(), 0);
-    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [p](int32_t a, int32_t b) {
-      return p[a] > p[b] || (p[a] == p[b] && a < b);
-    });
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                      [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
     int32_t* id = ids + static_cast<int64_t>(t) * k;
     float* wt = weights + static_cast<int64_t>(t) * k;
     for (int j = 0; j < k; ++j) {
@@ -103,8 +104,8 @@ void RouteTopK(float* probs, int n_tokens, int n_expert, int k, bool norm_topk, 
   }
 }
 
-void MoeBlock(const Hparams& hp, const MoeHparams& m, const MoeWeights& w,
-              const ForwardBatch& b, ForwardScratch& s, ThreadPool& pool) {
+void MoeBlock(const Hparams& hp, const MoeHparams& m, const MoeWeights& w, const ForwardBatch& b,
+              ForwardScratch& s, ThreadPool& pool) {
   const int n = b.n_tokens;
   const int k = m.n_expert_used;
   const int64_t d = hp.n_embd;
@@ -121,7 +122,8 @@ void MoeBlock(const Hparams& hp, const MoeHparams& m, const MoeWeights& w,
   Grow(ms.slots, static_cast<size_t>(n) * k * d);
   Grow(ms.shared_g, static_cast<size_t>(n));
 
-  for (int t = 0; t < n; ++t) RmsNorm(s.x.data() + t * d, w.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);
+  for (int t = 0; t < n; ++t)
+    RmsNorm(s.x.data() + t * d, w.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);
   MatMul(w.router, s.xn.data(), d, n, ms.probs.data(), m.n_expert, s.matmul, pool);
   RouteTopK(ms.probs.data(), n, m.n_expert, k, m.norm_topk, ms.ids.data(), ms.weights.data());
 

@@ -21,23 +21,23 @@ struct MoeHparams {
 // Reads `<arch>.expert_count`, `expert_used_count`, `expert_feed_forward_length` (default
 // n_ff / k, as llama.cpp), `expert_shared_feed_forward_length` (when with_shared, default n_ff)
 // and `expert_weights_norm` (default `default_norm_topk`). Only softmax gating is supported.
-Result<MoeHparams> ReadMoeHparams(const gguf::File& file, const Hparams& hp,
-                                  bool default_norm_topk, bool with_shared);
+Result<MoeHparams> ReadMoeHparams(const gguf::File& file, const Hparams& hp, bool default_norm_topk,
+                                  bool with_shared);
 
 struct MoeWeights {
-  std::vector<float> norm;             // [n_embd]
-  WeightMatrix router;                 // [n_expert x n_embd] (ffn_gate_inp)
-  std::vector<WeightMatrix> gate, up;  // n_expert x [n_ff_exp x n_embd]
-  std::vector<WeightMatrix> down;      // n_expert x [n_embd x n_ff_exp]
-  WeightMatrix shared_gate_inp;        // [1 x n_embd]; invalid without a shared expert
-  WeightMatrix shared_gate, shared_up; // [n_ff_shexp x n_embd]
-  WeightMatrix shared_down;            // [n_embd x n_ff_shexp]
+  std::vector<float> norm;              // [n_embd]
+  WeightMatrix router;                  // [n_expert x n_embd] (ffn_gate_inp)
+  std::vector<WeightMatrix> gate, up;   // n_expert x [n_ff_exp x n_embd]
+  std::vector<WeightMatrix> down;       // n_expert x [n_embd x n_ff_exp]
+  WeightMatrix shared_gate_inp;         // [1 x n_embd]; invalid without a shared expert
+  WeightMatrix shared_gate, shared_up;  // [n_ff_shexp x n_embd]
+  WeightMatrix shared_down;             // [n_embd x n_ff_shexp]
 };
 
 // Loads layer `layer`'s MoE tensors; returns the bytes of the routed expert tensors (the
 // part of which a token reads only k / n_expert).
-uint64_t LoadMoeWeights(WeightLoader& loader, const Hparams& hp, const MoeHparams& moe,
-                        int layer, MoeWeights* out);
+uint64_t LoadMoeWeights(WeightLoader& loader, const Hparams& hp, const MoeHparams& moe, int layer,
+                        MoeWeights* out);
 
 // Router: for each token, softmax over probs [n_tokens, n_expert] (in place, logits in), then
 // the k largest (ties to the lower id) into ids/weights [n_tokens, k], best first; with

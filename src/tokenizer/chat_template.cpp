@@ -1,0 +1,161 @@
+// Rendering of the known chat formats, following the official Jinja templates line by line.
+#include "tokenizer/chat_template.h"
+
+namespace lamina {
+
+namespace {
+
+bool Contains(std::string_view s, std::string_view what) {
+  return s.find(what) != std::string_view::npos;
+}
+
+std::string_view StripChars(std::string_view s, std::string_view chars, bool left, bool right) {
+  while (left && !s.empty() && chars.find(s.front()) != std::string_view::npos) s.remove_prefix(1);
+  while (right && !s.empty() && chars.find(s.back()) != std::string_view::npos) s.remove_suffix(1);
+  return s;
+}
+
+// Jinja's `| trim` (Python str.strip()).
+std::string_view Trim(std::string_view s) { return StripChars(s, " \t\n\r\f\v", true, true); }
+
+// Qwen3: splits an assistant message written as "<think>reasoning</think>answer" the way the
+// template does (content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n')).
+void SplitReasoning(std::string_view content, std::string* reasoning, std::string* answer) {
+  const size_t close = content.find("</think>");
+  if (close == std::string_view::npos) {
+    reasoning->clear();
+    *answer = std::string(content);
+    return;
+  }
+  std::string_view before = StripChars(content.substr(0, close), "\n", false, true);
+  const size_t open = before.rfind("<think>");
+  if (open != std::string_view::npos) before = before.substr(open + 7);
+  *reasoning = std::string(StripChars(before, "\n", true, false));
+  const size_t last_close = content.rfind("</think>");
+  *answer = std::string(StripChars(content.substr(last_close + 8), "\n", true, false));
+}
+
+bool IsToolResponse(std::string_view content) {
+  return content.starts_with("<tool_response>") && content.ends_with("</tool_response>");
+}
+
+std::string RenderQwen3(const std::vector<ChatMessage>& m, bool add_generation_prompt,
+                        bool enable_thinking) {
+  std::string out;
+  if (!m.empty() && m[0].role == "system") {
+    out += "<|im_start|>system\n" + m[0].content + "<|im_end|>\n";
+  }
+  // The last user turn that is not a tool response: assistant turns after it keep reasoning.
+  int last_query = static_cast<int>(m.size()) - 1;
+  for (int i = static_cast<int>(m.size()) - 1; i >= 0; --i) {
+    if (m[i].role == "user" && !IsToolResponse(m[i].content)) {
+      last_query = i;
+      break;
+    }
+  }
+  for (int i = 0; i < static_cast<int>(m.size()); ++i) {
+    const ChatMessage& msg = m[i];
+    const bool last = i + 1 == static_cast<int>(m.size());
+    if (msg.role == "user" || (msg.role == "system" && i != 0)) {
+      out += "<|im_start|>" + msg.role + "\n" + msg.content + "<|im_end|>\n";
+    } else if (msg.role == "assistant") {
+      std::string reasoning, content;
+      SplitReasoning(msg.content, &reasoning, &content);
+      if (i > last_query && (last || !reasoning.empty())) {
+        out += "<|im_start|>assistant\n<think>\n" +
+               std::string(StripChars(reasoning, "\n", true, true)) + "\n</think>\n\n" +
+               std::string(StripChars(content, "\n", true, false));
+      } else {
+        out += "<|im_start|>assistant\n" + content;
+      }
+      out += "<|im_end|>\n";
+    } else if (msg.role == "tool") {
+      if (i == 0 || m[i - 1].role != "tool") out += "<|im_start|>user";
+      out += "\n<tool_response>\n" + msg.content + "\n</tool_response>";
+      if (last || m[i + 1].role != "tool") out += "<|im_end|>\n";
+    }
+  }
+  if (add_generation_prompt) {
+    out += "<|im_start|>assistant\n";
+    if (!enable_thinking) out += "<think>\n\n</think>\n\n";
+  }
+  return out;
+}
+
+std::string RenderChatML(const std::vector<ChatMessage>& m, bool add_generation_prompt,
+                         std::string_view default_system) {
+  std::string out;
+  if (!default_system.empty() && (m.empty() || m[0].role != "system")) {
+    out += "<|im_start|>system\n" + std::string(default_system) + "<|im_end|>\n";
+  }
+  for (const ChatMessage& msg : m) {
+    out += "<|im_start|>" + msg.role + "\n" + msg.content + "<|im_end|>\n";
+  }
+  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+std::string RenderLlama3(const std::vector<ChatMessage>& m, bool add_generation_prompt) {
+  std::string out = "<|begin_of_text|>";
+  for (const ChatMessage& msg : m) {
+    out += "<|start_header_id|>" + msg.role + "<|end_header_id|>\n\n" +
+           std::string(Trim(msg.content)) + "<|eot_id|>";
+  }
+  if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+}  // namespace
+
+ChatFormat DetectChatFormat(std::string_view t) {
+  if (Contains(t, "<|start_header_id|>") && Contains(t, "<|eot_id|>")) return ChatFormat::kLlama3;
+  if (Contains(t, "<|im_start|>")) {
+    // Qwen3's template is ChatML plus think-block handling and the enable_thinking switch.
+    if (Contains(t, "enable_thinking") || Contains(t, "<think>")) return ChatFormat::kQwen3;
+    return ChatFormat::kChatML;
+  }
+  return ChatFormat::kUnknown;
+}
+
+std::string DefaultSystemPrompt(std::string_view t) {
+  // A default system turn is one string literal '<|im_start|>system\n...<|im_end|>' (the
+  // other occurrence concatenates messages[0]['content'] and so contains quotes).
+  static constexpr std::string_view kOpen = "<|im_start|>system\\n";
+  for (size_t at = t.find(kOpen); at != std::string_view::npos; at = t.find(kOpen, at + 1)) {
+    const size_t begin = at + kOpen.size();
+    const size_t end = t.find("<|im_end|>", begin);
+    if (end == std::string_view::npos) break;
+    const std::string_view body = t.substr(begin, end - begin);
+    if (body.empty() || body.find_first_of("'\"{}") != std::string_view::npos) continue;
+    // Undo the Jinja string escapes that can occur in a plain sentence.
+    std::string out;
+    for (size_t i = 0; i < body.size(); ++i) {
+      if (body[i] == '\\' && i + 1 < body.size()) {
+        const char c = body[++i];
+        out += c == 'n' ? '\n' : c;
+      } else {
+        out += body[i];
+      }
+    }
+    return out;
+  }
+  return {};
+}
+
+std::string RenderChat(ChatFormat format, const std::vector<ChatMessage>& messages,
+                       bool add_generation_prompt, bool enable_thinking,
+                       std::string_view default_system) {
+  switch (format) {
+    case ChatFormat::kQwen3:
+      return RenderQwen3(messages, add_generation_prompt, enable_thinking);
+    case ChatFormat::kLlama3:
+      return RenderLlama3(messages, add_generation_prompt);
+    case ChatFormat::kChatML:
+    case ChatFormat::kUnknown:
+      // ChatML is the common fallback for an unrecognised template, as in llama.cpp.
+      return RenderChatML(messages, add_generation_prompt, default_system);
+  }
+  return {};
+}
+
+}  // namespace lamina
