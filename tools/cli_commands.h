@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace lamina::cli {
 
@@ -46,9 +47,26 @@ struct RunOptions {
   bool ignore_eos = false;
   bool json = false;
   int prompt_chunk = 0;  // 0: the whole prompt in one batch
+  bool chat = false;     // --chat: the prompt is one user turn of the model's chat template
 };
 // `lamina run`: stream a continuation of the prompt.
 int RunGenerate(const RunOptions& options);
+
+// Chat (cli_chat.cpp). `lamina run --chat`: renders the prompt as one user turn with the GGUF's
+// chat template (ChatML, Qwen3, Llama-3) and generates until the end of the assistant turn.
+int RunChatPrompt(const RunOptions& options);
+struct ChatOptions {
+  RunOptions run;      // model, KV, sampling and -n (per answer) options
+  std::string system;  // optional system turn
+};
+// `lamina chat`: reads a user turn per stdin line, streams the answer; EOF ends.
+int RunChat(const ChatOptions& options);
+// The shipped model: models/lamina-*.gguf (lamina-counter.gguf first) under the executable's
+// ../../models (or ../models), else ./models; empty when there is none.
+std::string FindShippedModel();
+// Fills an empty *model_path with FindShippedModel(); false (with a message telling the user
+// to pass -m) when there is none.
+bool ResolveModelPath(std::string* model_path);
 
 struct ScoreOptions {
   CommonOptions common;
@@ -70,5 +88,25 @@ struct BenchOptions {
 };
 // `lamina bench`: prompt-processing and generation throughput, llama-bench style.
 int RunBench(const BenchOptions& options);
+
+struct ProbeOptions {
+  std::string model_path;  // empty: the shipped model (models/lamina-*.gguf)
+  std::string kv = "f16,int8,k8v4,q4_0";  // legs, comma-separated; f32 reference prepended
+  std::string kv_v_round = "rtn";         // V roundings crossed with the quantized modes
+  std::string probes = "prefill,counting,needle,json,copy,divergence";
+  int n_ctx = 4096;
+  std::string needle_depths = "10,30,50,70,90";    // percent of the haystack
+  std::string needle_lengths = "1024,2048,4096";   // haystack tokens
+  int count_to = 300;
+  int divergence_tokens = 1024;  // teacher-forced text length (capped by the context)
+  int free_run_tokens = 128;
+  std::string text_file;  // divergence text; empty: seeded filler sentences
+  std::string out_dir;    // probe.json and report.html; empty: none
+  uint64_t seed = 0;
+  int n_threads = 0;
+  std::vector<std::string> inject_faults;  // test-only: "LEG_INDEX:FAULT"
+};
+// `lamina probe`: A/B the KV cache modes, one fresh session per leg, against a reference leg.
+int RunProbe(const ProbeOptions& options);
 
 }  // namespace lamina::cli

@@ -115,6 +115,18 @@ void KvCache::ZeroCells(int layer, int seq, int pos0, int n) {
   }
 }
 
+const float* KvCache::BiasedForTesting(const float* v, std::vector<float>& out) const {
+  const int hd = config_.head_dim;
+  out.assign(v, v + row_elems());
+  for (int h = 0; h < config_.n_kv_heads; ++h) {
+    float* x = out.data() + static_cast<int64_t>(h) * hd;
+    float amax = 0.0f;
+    for (int e = 0; e < hd; ++e) amax = std::max(amax, std::fabs(x[e]));
+    for (int e = 0; e < hd; ++e) x[e] += amax / 8.0f;
+  }
+  return out.data();
+}
+
 void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const float* v) {
   LAMINA_CHECK(layer >= 0 && layer < config_.n_layer);
   LAMINA_CHECK(seq >= 0 && seq < config_.n_seq);
@@ -126,6 +138,7 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
   }
   const int re = row_elems();
   std::vector<float> tmp(config_.head_dim);
+  std::vector<float> biased;  // [row_elems] only under Fault::kBiasedV
   const bool v_stochastic = config_.v_rounding == KvRounding::kStochastic;
   for (int i = 0; i < n; ++i) {
     const int pos = pos0 + i;
@@ -141,6 +154,7 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
       ZeroCells(layer, seq, pos, 1);
       continue;
     }
+    if (fault_ == Fault::kBiasedV) vrow = BiasedForTesting(vrow, biased);
     EncodeCell(k_spec_, /*stochastic=*/false, layer, seq, pos, krow, k_, k_head_bytes_, tmp);
     EncodeCell(v_spec_, v_stochastic, layer, seq, pos, vrow, v_, v_head_bytes_, tmp);
     if (n == 1 && fault_ == Fault::kCorruptSingleToken) {

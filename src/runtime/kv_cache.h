@@ -99,7 +99,9 @@ class KvCache {
 
   // Test-only fault injection, to prove the write-path tests have teeth. kSkipSingleToken:
   // single-token writes (n == 1) never reach storage, as in the bug this design rules out.
-  enum class Fault { kNone, kSkipSingleToken, kCorruptSingleToken };
+  // kBiasedV: every V value is shifted up by one 4-bit grid step of its head row (amax / 8)
+  // before encoding, the signature of a biased value quantizer (for `lamina probe`'s tests).
+  enum class Fault { kNone, kSkipSingleToken, kCorruptSingleToken, kBiasedV };
   void InjectFaultForTesting(Fault fault) { fault_ = fault; }
 
  private:
@@ -112,6 +114,8 @@ class KvCache {
                   const float* src, std::vector<uint8_t>& buf, size_t head_bytes,
                   std::vector<float>& tmp);
   void ZeroCells(int layer, int seq, int pos0, int n);
+  // Fault::kBiasedV: the V row `v` ([row_elems]) shifted as described there, in `out`.
+  const float* BiasedForTesting(const float* v, std::vector<float>& out) const;
 
   KvCacheConfig config_;
   KvSideSpec k_spec_;

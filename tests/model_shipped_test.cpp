@@ -1,0 +1,147 @@
+// The shipped model (models/lamina-counter.gguf, or the file named by LAMINA_TEST_MODEL): its
+// tokenizer keeps every digit a separate token and parses the ChatML control tokens, and the
+// model answers a short counting prompt and a short needle prompt exactly, through
+// `lamina run --chat` (greedy, f16 KV). Skips when no model is shipped yet.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+const std::string kBinary = LAMINA_BINARY;
+
+std::string ModelPath() {
+  if (const char* env = std::getenv("LAMINA_TEST_MODEL"); env != nullptr && *env) return env;
+  return std::string(LAMINA_SOURCE_DIR) + "/models/lamina-counter.gguf";
+}
+
+#define REQUIRE_MODEL()                                 \
+  if (!std::filesystem::exists(ModelPath()))            \
+  GTEST_SKIP() << "no shipped model yet (" << ModelPath() << ")"
+
+struct Output {
+  int code = -1;
+  std::string out;
+};
+
+Output Shell(const std::string& cmd) {
+  FILE* p = popen((cmd + " 2>/dev/null").c_str(), "r");
+  Output o;
+  if (p == nullptr) return o;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) o.out.append(buf, n);
+  const int status = pclose(p);
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return o;
+}
+
+std::string Quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      q += "'\\''";
+    } else {
+      q += c;
+    }
+  }
+  return q + "'";
+}
+
+// Greedy answer to one user turn.
+std::string Chat(const std::string& prompt, int n_predict) {
+  Output o = Shell(kBinary + " run --chat -m " + Quote(ModelPath()) + " -p " + Quote(prompt) +
+                 " -n " + std::to_string(n_predict) + " --temp 0 --kv f16 --json -t 2");
+  EXPECT_EQ(o.code, 0);
+  if (o.code != 0) return "";
+  return nlohmann::json::parse(o.out)["text"].get<std::string>();
+}
+
+TEST(ShippedModel, TokenizerDigitsAndChatTokens) {
+  REQUIRE_MODEL();
+  auto file = lamina::gguf::File::Open(ModelPath());
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  auto tok = lamina::Tokenizer::FromGguf(**file);
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+  const lamina::Tokenizer& t = **tok;
+  const lamina::TokenId im_start = t.FindToken("<|im_start|>");
+  const lamina::TokenId im_end = t.FindToken("<|im_end|>");
+  ASSERT_GE(im_start, 0);
+  ASSERT_GE(im_end, 0);
+  EXPECT_EQ(t.Attr(im_start), lamina::TokenAttr::kControl);
+  EXPECT_TRUE(t.IsEog(im_end));
+  // No token but the ten digits themselves contains a digit.
+  for (lamina::TokenId id = 0; id < t.vocab_size(); ++id) {
+    if (t.Attr(id) != lamina::TokenAttr::kNormal) continue;
+    const std::string& text = t.TokenText(id);
+    if (text.find_first_of("0123456789") != std::string::npos) EXPECT_EQ(text.size(), 1u) << text;
+  }
+  const std::string text = "<|im_start|>user\nCount from 98 to 1002.<|im_end|>\n";
+  const std::vector<lamina::TokenId> ids = t.Encode(text, true, true);
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids[0], t.bos());
+  EXPECT_EQ(ids[1], im_start);
+  int digits = 0;
+  for (lamina::TokenId id : ids) {
+    if (t.Attr(id) == lamina::TokenAttr::kNormal &&
+        t.TokenText(id).find_first_of("0123456789") != std::string::npos) {
+      ++digits;
+    }
+  }
+  EXPECT_EQ(digits, 6);  // 9 8 1 0 0 2
+  std::string round_trip;
+  for (size_t i = 1; i < ids.size(); ++i) round_trip += t.TokenToPiece(ids[i], true);
+  EXPECT_EQ(round_trip, text);
+}
+
+TEST(ShippedModel, CountsExactly) {
+  REQUIRE_MODEL();
+  std::string expected;
+  for (int i = 1; i <= 40; ++i) expected += (i > 1 ? "\n" : "") + std::to_string(i);
+  EXPECT_EQ(Chat("Count from 1 to 40, one number per line.", 200), expected);
+  expected.clear();
+  for (int i = 587; i <= 612; ++i) expected += (i > 587 ? "\n" : "") + std::to_string(i);
+  EXPECT_EQ(Chat("Count from 587 to 612, one number per line.", 200), expected);
+}
+
+TEST(ShippedModel, FindsTheNeedle) {
+  REQUIRE_MODEL();
+  const std::string before =
+      "The small fox lived near the river. Anna felt calm and went to the market. It was "
+      "raining. Tom painted a green lamp in the garden. The old owl watched the red box. ";
+  const std::string after =
+      "In the evening, Sam found the quiet chair. The brave bear lived near the hill. Clouds "
+      "moved over the hills. Lily and Max talked about the gentle deer.";
+  const std::string prompt =
+      before + "The secret code is 48213. " + after + "\n\nWhat is the secret code?";
+  const std::string answer = Chat(prompt, 40);
+  EXPECT_NE(answer.find("48213"), std::string::npos) << answer;
+}
+
+TEST(ShippedModel, RunWithoutModelFlagUsesTheShippedModel) {
+  REQUIRE_MODEL();
+  if (std::getenv("LAMINA_TEST_MODEL") != nullptr) GTEST_SKIP() << "LAMINA_TEST_MODEL is set";
+  Output o = Shell(kBinary + " run --chat -p 'Count from 1 to 3, one number per line.' -n 20 "
+                           "--temp 0 --json -t 2");
+  ASSERT_EQ(o.code, 0);
+  EXPECT_EQ(nlohmann::json::parse(o.out)["text"].get<std::string>(), "1\n2\n3");
+}
+
+TEST(ShippedModel, ChatLoopAnswersEachLineUntilEof) {
+  REQUIRE_MODEL();
+  Output o = Shell("printf 'Count from 1 to 3, one number per line.\\nCount from 7 to 9, one "
+                 "number per line.\\n' | " +
+                 kBinary + " chat -m " + Quote(ModelPath()) + " --temp 0 -n 40 -t 2");
+  ASSERT_EQ(o.code, 0);
+  EXPECT_EQ(o.out, "1\n2\n3\n7\n8\n9\n");
+}
+
+}  // namespace

@@ -1,0 +1,209 @@
+// `lamina probe` as a real process: healthy legs pass, the two planted faults (decode-path writes
+// that never reach storage, a biased V quantizer) fail the divergence probe, probes a model cannot
+// do are n/a rather than failures, usage errors exit 2, and the HTML report renders in headless
+// Chromium.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kShared = LAMINA_SHARED_DIR;
+const std::string kBinary = LAMINA_BINARY;
+
+struct Output {
+  int code = -1;
+  std::string out;
+};
+
+Output Shell(const std::string& cmd) {
+  FILE* p = popen(cmd.c_str(), "r");
+  Output o;
+  if (p == nullptr) return o;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) o.out.append(buf, n);
+  const int status = pclose(p);
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return o;
+}
+
+Output Lamina(const std::string& args) { return Shell(kBinary + " " + args + " 2>/dev/null"); }
+
+std::string Model(const char* name) { return kShared + "/models/" + name; }
+
+std::string TempDir(const std::string& name) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("lamina_probe_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+#define REQUIRE_MODEL(name) \
+  if (!fs::exists(Model(name))) GTEST_SKIP() << Model(name) << " is absent"
+
+const nlohmann::json& Probe(const nlohmann::json& report, int leg, const char* probe) {
+  return report["legs"][leg]["probes"][probe];
+}
+
+// Runs legs f32 + three of `mode`, faults planted in legs 3 and 4, and checks the verdicts.
+void ExpectFaultsCaught(const char* model, const std::string& kv, const std::string& tag) {
+  const std::string dir = TempDir(tag);
+  Output o = Lamina(
+      "probe -m " + Model(model) + " --kv " + kv +
+      " --probes counting,divergence --count-to 20 --ctx 320 --divergence-tokens 256"
+      " --free-run-tokens 32 -t 2 --inject-fault 3:skip-decode-writes --inject-fault 4:biased-v"
+      " --out " +
+      dir);
+  EXPECT_EQ(o.code, 1) << o.out;
+  const nlohmann::json r = ReadJson(dir + "/probe.json");
+  ASSERT_EQ(r["legs"].size(), 5u);
+  for (int leg : {0, 1, 2}) {
+    EXPECT_EQ(r["legs"][leg]["verdict"], "pass") << r["legs"][leg]["verdict_line"];
+    EXPECT_EQ(Probe(r, leg, "divergence")["status"], "pass") << r["legs"][leg]["verdict_line"];
+  }
+  // Healthy quantized legs stay far below the limits, the faulty ones far above.
+  const double healthy_kl = Probe(r, 2, "divergence")["kl_mean"];
+  EXPECT_LT(healthy_kl, 0.02);
+  EXPECT_EQ(Probe(r, 2, "divergence")["path_max_abs_diff"].get<double>(), 0.0);
+
+  // Skipped decode writes: the decode path no longer matches the prompt path, KL explodes, and
+  // the decode-written cells read back as nothing (relative error 1) while prompt cells are fine.
+  const nlohmann::json& skip = Probe(r, 3, "divergence");
+  EXPECT_EQ(skip["status"], "fail");
+  EXPECT_FALSE(skip["path_first_mismatch"].is_null());
+  EXPECT_GT(skip["kl_mean"].get<double>(), 20 * healthy_kl);
+  EXPECT_NE(skip["reason"].get<std::string>().find("decode path differs"), std::string::npos);
+  EXPECT_NEAR(skip["layers"][0]["v"]["rel_rms_decode_cells"].get<double>(), 1.0, 1e-6);
+  EXPECT_LT(skip["layers"][0]["v"]["rel_rms_prompt_cells"].get<double>(), 0.2);
+  EXPECT_EQ(r["legs"][3]["verdict"], "fail");
+
+  // Biased V: both write paths agree (one writer), but V carries a systematic offset.
+  const nlohmann::json& biased = Probe(r, 4, "divergence");
+  EXPECT_EQ(biased["status"], "fail");
+  EXPECT_EQ(biased["path_max_abs_diff"].get<double>(), 0.0);
+  EXPECT_GT(biased["kl_mean"].get<double>(), 10 * healthy_kl);
+  EXPECT_GT(biased["layers"][0]["v"]["bias_rel"].get<double>(), 0.1);
+  EXPECT_LT(std::abs(Probe(r, 2, "divergence")["layers"][0]["v"]["bias_rel"].get<double>()), 0.01);
+  EXPECT_NE(biased["reason"].get<std::string>().find("V bias"), std::string::npos);
+  EXPECT_EQ(r["legs"][4]["verdict"], "fail");
+
+  // These models cannot count: the reference fails, so counting is n/a for every leg.
+  for (int leg = 0; leg < 5; ++leg) {
+    const nlohmann::json& c = Probe(r, leg, "counting");
+    EXPECT_EQ(c["status"], "n/a");
+    EXPECT_EQ(c["reason"], "model cannot count: reference leg fails too");
+    EXPECT_TRUE(c["first_40"].is_array());
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Probe, FaultsFailDivergenceWhileHealthyLegsPassOnStories260K) {
+  REQUIRE_MODEL("stories260K.gguf");
+  ExpectFaultsCaught("stories260K.gguf", "f32,int8,k8v4,k8v4,k8v4", "stories");
+}
+
+TEST(Probe, FaultsFailDivergenceWhileHealthyLegsPassOnSynthLlamaKq) {
+  REQUIRE_MODEL("synth-llama-kq.F32.gguf");
+  ExpectFaultsCaught("synth-llama-kq.F32.gguf", "f32,f16,int8,int8,int8", "kq");
+}
+
+TEST(Probe, HealthyLegsExitZeroAndPrintOneRowPerLeg) {
+  REQUIRE_MODEL("stories260K.gguf");
+  Output o =
+      Lamina("probe -m " + Model("stories260K.gguf") +
+             " --kv int8,k8v4 --kv-v-round rtn,stochastic --probes prefill,divergence --ctx 256"
+             " --divergence-tokens 128 --free-run-tokens 16 -t 2");
+  EXPECT_EQ(o.code, 0) << o.out;
+  // f32 reference prepended, each quantized mode crossed with both roundings.
+  for (const char* leg :
+       {"f32 (ref)", "int8/rtn", "int8/stochastic", "k8v4/rtn", "k8v4/stochastic"}) {
+    EXPECT_NE(o.out.find(leg), std::string::npos) << leg << "\n" << o.out;
+  }
+  EXPECT_NE(o.out.find("leg 4 k8v4/stochastic: PASS"), std::string::npos) << o.out;
+}
+
+TEST(Probe, BadUsageExitsTwo) {
+  REQUIRE_MODEL("stories260K.gguf");
+  const std::string m = " -m " + Model("stories260K.gguf");
+  EXPECT_EQ(Lamina("probe" + m + " --kv int9").code, 2);
+  EXPECT_EQ(Lamina("probe" + m + " --probes counting,telepathy").code, 2);
+  EXPECT_EQ(Lamina("probe" + m + " --kv-v-round sideways").code, 2);
+  EXPECT_EQ(Lamina("probe" + m + " --needle-depths 10,x").code, 2);
+  EXPECT_EQ(Lamina("probe" + m + " --kv int8 --inject-fault 7:biased-v").code, 2);
+  EXPECT_EQ(Lamina("probe" + m + " --kv int8 --inject-fault 1:gremlins").code, 2);
+  // No -m and no shipped model next to the build or in the working directory.
+  if (!fs::exists(fs::path(kBinary).parent_path() / ".." / ".." / "models") &&
+      !fs::exists(fs::path(kBinary).parent_path() / ".." / "models")) {
+    EXPECT_EQ(Shell("cd " + fs::temp_directory_path().string() + " && " + kBinary +
+                    " probe --kv int8 2>/dev/null")
+                  .code,
+              2);
+  }
+}
+
+std::string FindChromium() {
+  for (const char* name : {"chromium", "chromium-browser", "google-chrome"}) {
+    if (Shell(std::string("command -v ") + name + " >/dev/null 2>&1").code == 0) return name;
+  }
+  return "";
+}
+
+TEST(Probe, HtmlReportRendersInHeadlessChromium) {
+  REQUIRE_MODEL("stories260K.gguf");
+  const std::string chromium = FindChromium();
+  if (chromium.empty()) GTEST_SKIP() << "chromium is not installed (apt-get install chromium)";
+  const std::string dir = TempDir("html");
+  Output o = Lamina("probe -m " + Model("stories260K.gguf") +
+                    " --kv f32,int8,k8v4 --ctx 320 --needle-lengths 96,160 --needle-depths 10,50,90"
+                    " --count-to 12 --divergence-tokens 128 --free-run-tokens 16 -t 2 --out " +
+                    dir);
+  ASSERT_TRUE(o.code == 0 || o.code == 1) << o.out;
+  ASSERT_TRUE(fs::exists(dir + "/report.html"));
+  const nlohmann::json r = ReadJson(dir + "/probe.json");
+  EXPECT_EQ(Probe(r, 1, "needle")["grid"].size(), 6u);
+
+  const std::string profile = dir + "/profile";
+  Output dom = Shell("timeout 120 " + chromium +
+                     " --headless --no-sandbox --disable-gpu --disable-background-networking"
+                     " --disable-component-update --disable-sync --no-first-run --user-data-dir=" +
+                     profile + " --dump-dom file://" + dir + "/report.html 2>/dev/null");
+  ASSERT_EQ(dom.code, 0);
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = dom.out.find(what); at != std::string::npos; at = dom.out.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_EQ(count("id=\"kl-chart\""), 1u);
+  EXPECT_EQ(count("class=\"kl-line\""), 2u);      // one line per non-reference leg
+  EXPECT_EQ(count("class=\"needle-grid\""), 3u);  // one heatmap per leg
+  EXPECT_EQ(count("class=\"layer-bars\""), 2u);   // one bar chart per non-reference leg
+  EXPECT_GE(count("<svg"), 6u);
+  EXPECT_NE(dom.out.find("<table class=\"counting\""), std::string::npos);
+  // Self-contained: nothing is fetched from anywhere.
+  std::ifstream in(dir + "/report.html");
+  std::stringstream html;
+  html << in.rdbuf();
+  EXPECT_EQ(html.str().find("<script"), std::string::npos);
+  EXPECT_EQ(html.str().find("src=\""), std::string::npos);
+  EXPECT_EQ(html.str().find("href=\""), std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace

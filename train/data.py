@@ -1,0 +1,394 @@
+"""Seeded generator of the training task mix, rendered as ChatML conversations.
+
+Every example is one user turn and one assistant turn:
+
+    <|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n{answer}<|im_end|>\n
+
+The tasks (weights in TASK_WEIGHTS are by example count; see train/README.md for the share of
+tokens each takes):
+
+  count   "Count from A to B, one number per line." with 1 <= A, B <= 1000 (and paraphrases);
+          counting down ("Count down from B to A, ...") and by steps ("... in steps of S, ...").
+          The answer is the numbers, one per line, then the end of the turn.
+  needle  A haystack of generated sentences with one or several "The secret code is NNNNN."
+          facts at random depths (several facts name their owner: "The secret code for the red
+          box is NNNNN."), then the question. The answer repeats the fact.
+  copy    "Repeat this list exactly, one item per line:" then 3..60 items; the answer is the list.
+  lookup  Many "key: value" pairs, then "What is the value of KEY?"; the answer is the value.
+  json    A JSON object, array, or array of objects built from given fields and values; the
+          answer is compact one-line JSON (", " and ": " separators, as Python's json.dumps).
+  prose   "Tell me a short story about ..." and similar; the answer is generated prose.
+
+`Generator(seed).example()` returns (task, prompt, answer); `render_chat` makes the ChatML text.
+The same seed gives the same stream on every machine (only Python's `random.Random` is used).
+The canonical prompts (PROMPTS below) are the ones the probes and tests use.
+"""
+
+import json
+import random
+
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+
+# Canonical prompt texts (used verbatim by the model card's measurements and the probes).
+PROMPTS = {
+    "count": "Count from {a} to {b}, one number per line.",
+    "count_down": "Count down from {a} to {b}, one number per line.",
+    "count_step": "Count from {a} to {b} in steps of {s}, one number per line.",
+    "needle_question": "What is the secret code?",
+    "needle_question_named": "What is the secret code for the {owner}?",
+    "copy": "Repeat this list exactly, one item per line:",
+    "lookup": "What is the value of {key}?",
+}
+
+
+def render_chat(prompt, answer=None):
+    """ChatML for one user turn; with answer=None it ends with the assistant header
+    (the generation prompt)."""
+    text = f"{IM_START}user\n{prompt}{IM_END}\n{IM_START}assistant\n"
+    if answer is not None:
+        text += f"{answer}{IM_END}\n"
+    return text
+
+
+# ----------------------------------------------------------------------------------------------
+# Word lists for generated prose and task items.
+
+NAMES = ["Alice", "Bob", "Carol", "David", "Emma", "Frank", "Grace", "Henry", "Iris", "Jack",
+         "Kate", "Leo", "Mia", "Noah", "Olivia", "Paul", "Rosa", "Sam", "Tom", "Uma", "Vera",
+         "Will", "Zoe", "Anna", "Ben", "Clara", "Dan", "Eva", "Lily", "Max"]
+ANIMALS = ["fox", "cat", "dog", "bird", "horse", "rabbit", "owl", "bear", "mouse", "deer",
+           "wolf", "duck", "frog", "goat", "lion", "fish", "sheep", "turtle"]
+COLORS = ["red", "blue", "green", "yellow", "black", "white", "brown", "orange", "purple",
+          "gray", "pink", "silver", "golden"]
+OBJECTS = ["box", "door", "book", "key", "lamp", "chair", "table", "bag", "cup", "ball",
+           "boat", "clock", "window", "bottle", "basket", "letter", "map", "coin", "ring",
+           "bell", "car", "house", "garden", "bridge"]
+PLACES = ["the forest", "the river", "the village", "the city", "the garden", "the market",
+          "the hill", "the lake", "the school", "the park", "the beach", "the kitchen",
+          "the library", "the farm", "the station", "the castle", "the valley", "the road"]
+ADJECTIVES = ["small", "big", "old", "young", "quiet", "happy", "tired", "brave", "kind",
+              "bright", "dark", "warm", "cold", "strange", "little", "busy", "gentle", "clever",
+              "slow", "fast", "long", "soft", "heavy", "new"]
+VERBS_PAST = ["walked to", "looked at", "ran past", "found", "opened", "carried", "watched",
+              "painted", "cleaned", "visited", "followed", "picked up", "lost", "saw",
+              "remembered", "closed", "fixed", "wanted", "liked", "moved"]
+TIMES = ["In the morning", "At night", "One day", "Later", "After lunch", "In the evening",
+         "Every day", "Before dinner", "On Sunday", "In the spring", "That winter",
+         "Long ago", "Soon", "Then", "The next day"]
+WEATHER = ["The sun was warm.", "It was raining.", "The wind was cold.", "The sky was clear.",
+           "It was a quiet day.", "Snow covered the ground.", "The air smelled of rain.",
+           "Clouds moved over the hills."]
+FEELINGS = ["happy", "sad", "calm", "surprised", "glad", "curious", "sleepy", "proud",
+            "worried", "excited"]
+FRUITS = ["apple", "banana", "cherry", "grape", "lemon", "mango", "orange", "peach", "pear",
+          "plum", "melon", "kiwi", "lime", "berry", "fig", "date"]
+CITIES = ["Paris", "London", "Berlin", "Rome", "Madrid", "Tokyo", "Oslo", "Vienna", "Prague",
+          "Lisbon", "Dublin", "Athens", "Cairo", "Lima", "Seoul", "Boston"]
+GREEK = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa",
+         "lambda", "sigma", "omega", "rho", "tau", "phi"]
+FIELDS_STR = {"name": NAMES, "city": CITIES, "color": COLORS, "animal": ANIMALS,
+              "fruit": FRUITS, "item": OBJECTS, "title": None, "country": None}
+COUNTRIES = ["France", "Spain", "Italy", "Japan", "Peru", "Norway", "Egypt", "Chile", "Kenya",
+             "Canada", "Brazil", "India"]
+
+
+def _cap(s):
+    return s[0].upper() + s[1:]
+
+
+class Generator:
+    """Deterministic stream of (task, prompt, answer) for a seed."""
+
+    TASK_WEIGHTS = {"count": 0.30, "needle": 0.22, "copy": 0.12, "lookup": 0.10,
+                    "json": 0.14, "prose": 0.12}
+
+    def __init__(self, seed, max_answer_tokens=1150, max_prompt_chars=4200):
+        self.rng = random.Random(seed)
+        self.max_answer_tokens = max_answer_tokens
+        self.max_prompt_chars = max_prompt_chars
+
+    # -- prose ---------------------------------------------------------------------------------
+    def sentence(self):
+        r = self.rng
+        k = r.randrange(10)
+        name, animal, obj = r.choice(NAMES), r.choice(ANIMALS), r.choice(OBJECTS)
+        adj, place, color = r.choice(ADJECTIVES), r.choice(PLACES), r.choice(COLORS)
+        if k == 0:
+            return f"{r.choice(TIMES)}, {name} {r.choice(VERBS_PAST)} the {adj} {obj}."
+        if k == 1:
+            return f"The {adj} {animal} lived near {place}."
+        if k == 2:
+            return f"{name} {r.choice(VERBS_PAST)} a {color} {obj} in {place}."
+        if k == 3:
+            return r.choice(WEATHER)
+        if k == 4:
+            return f"{name} felt {r.choice(FEELINGS)} and went to {place}."
+        if k == 5:
+            return f"There was a {adj} {obj} next to the {r.choice(OBJECTS)}."
+        if k == 6:
+            return f"The {animal} {r.choice(VERBS_PAST)} the {color} {obj}."
+        if k == 7:
+            return f"{name} and {r.choice(NAMES)} talked about the {adj} {animal}."
+        if k == 8:
+            return f"{_cap(place)} was {r.choice(ADJECTIVES)} and {r.choice(ADJECTIVES)}."
+        return f"{r.choice(TIMES)}, the {animal} was {r.choice(FEELINGS)}."
+
+    def paragraph(self, n_sentences):
+        return " ".join(self.sentence() for _ in range(n_sentences))
+
+    def prose(self):
+        r = self.rng
+        k = r.randrange(4)
+        if k == 0:
+            topic = f"a {r.choice(ADJECTIVES)} {r.choice(ANIMALS)}"
+            prompt = f"Tell me a short story about {topic}."
+        elif k == 1:
+            prompt = f"Write a few sentences about {r.choice(PLACES)}."
+        elif k == 2:
+            prompt = f"Describe a day in the life of {r.choice(NAMES)}."
+        else:
+            prompt = "Write a short paragraph."
+        n = r.randint(2, 12)
+        paras = [self.paragraph(n)]
+        if r.random() < 0.3:
+            paras.append(self.paragraph(r.randint(2, 6)))
+        return prompt, "\n\n".join(paras)
+
+    # -- counting ------------------------------------------------------------------------------
+    @staticmethod
+    def _count_tokens(numbers):
+        # one token per digit plus the newline (none after the last)
+        return sum(len(str(n)) + 1 for n in numbers)
+
+    def count(self):
+        r = self.rng
+        kind = r.random()
+        budget = self.max_answer_tokens
+        if kind < 0.62:  # up by one
+            if r.random() < 0.35:
+                a = 1
+            else:
+                a = r.randint(1, 999)
+            # lengths: mostly long (the bar counts to 300), some short
+            span = int(r.choice([r.randint(1, 30), r.randint(20, 150), r.randint(100, 400),
+                                 r.randint(250, 1000)]))
+            b = min(1000, a + span)
+            nums = list(range(a, b + 1))
+            while self._count_tokens(nums) > budget:
+                nums.pop()
+            b = nums[-1]
+            if a == b:
+                b = a + 1
+                nums = [a, b]
+            prompt = self._count_prompt(a, b)
+        elif kind < 0.82:  # down
+            b = r.randint(1, 1000)
+            span = int(r.choice([r.randint(1, 30), r.randint(20, 150), r.randint(100, 400)]))
+            a = max(0 if r.random() < 0.1 else 1, b - span)
+            nums = list(range(b, a - 1, -1))
+            while self._count_tokens(nums) > budget:
+                nums.pop()
+            a = nums[-1]
+            if a == b:
+                a = max(0, b - 1)
+                nums = [b, a] if a != b else [b]
+            prompt = PROMPTS["count_down"].format(a=b, b=a)
+        else:  # by steps
+            s = r.choice([2, 2, 3, 5, 5, 10, 10, 25, 50, 100, 4, 7])
+            a = r.choice([0, 1, s, r.randint(0, 500)])
+            n = r.randint(3, 120)
+            nums = [a + s * i for i in range(n) if a + s * i <= 1000]
+            while self._count_tokens(nums) > budget:
+                nums.pop()
+            if len(nums) < 2:
+                nums = [a, a + s]
+            prompt = PROMPTS["count_step"].format(a=nums[0], b=nums[-1], s=s)
+        return prompt, "\n".join(str(x) for x in nums)
+
+    def _count_prompt(self, a, b):
+        r = self.rng.random()
+        if r < 0.85:
+            return PROMPTS["count"].format(a=a, b=b)
+        if r < 0.92:
+            return f"Please count from {a} to {b}, one number per line."
+        return f"List the numbers from {a} to {b}, one per line."
+
+    # -- needle --------------------------------------------------------------------------------
+    def needle(self):
+        r = self.rng
+        hi = max(400, self.max_prompt_chars - 300)
+        target_chars = int(r.choice([r.randint(150, min(1200, hi)), r.randint(hi // 3, hi),
+                                     r.randint(hi * 2 // 3, hi)]))
+        sentences = []
+        total = 0
+        while total < target_chars:
+            s = self.sentence()
+            sentences.append(s)
+            total += len(s) + 1
+        n_facts = 1 if r.random() < 0.55 else r.randint(2, 5)
+        codes = [r.randint(10000, 99999) for _ in range(n_facts)]
+        if n_facts == 1:
+            facts = [f"The secret code is {codes[0]}."]
+            question = PROMPTS["needle_question"]
+            answer = facts[0]
+        else:
+            owners = set()
+            while len(owners) < n_facts:
+                owners.add(f"{r.choice(COLORS)} {r.choice(OBJECTS)}")
+            owners = sorted(owners)
+            r.shuffle(owners)
+            facts = [f"The secret code for the {o} is {c}." for o, c in zip(owners, codes)]
+            k = r.randrange(n_facts)
+            question = PROMPTS["needle_question_named"].format(owner=owners[k])
+            answer = facts[k]
+        for fact in facts:
+            pos = r.randint(0, len(sentences))
+            sentences.insert(pos, fact)
+        haystack = " ".join(sentences)
+        style = r.random()
+        if style < 0.8:
+            prompt = f"{haystack}\n\n{question}"
+        else:
+            prompt = f"Read the text and answer the question.\n\n{haystack}\n\n{question}"
+        return prompt, answer
+
+    # -- copy ----------------------------------------------------------------------------------
+    def item(self, kind):
+        r = self.rng
+        if kind == 0:
+            return r.choice(FRUITS + ANIMALS + OBJECTS + COLORS)
+        if kind == 1:
+            return f"{r.choice(COLORS)} {r.choice(OBJECTS)}"
+        if kind == 2:
+            return str(r.randint(0, 99999))
+        if kind == 3:
+            return f"{r.choice(GREEK)}-{r.randint(0, 999)}"
+        if kind == 4:
+            return r.choice(NAMES)
+        return f"{r.choice(NAMES)} {r.randint(1, 99)}"
+
+    def copy(self):
+        r = self.rng
+        n = r.choice([r.randint(3, 20), r.randint(20, 60), r.randint(45, 60)])
+        mixed = r.random() < 0.3
+        kind = r.randrange(6)
+        items = [self.item(r.randrange(6) if mixed else kind) for _ in range(n)]
+        body = "\n".join(items)
+        return f"{PROMPTS['copy']}\n{body}", body
+
+    # -- key/value lookup ----------------------------------------------------------------------
+    def lookup(self):
+        r = self.rng
+        n = r.choice([r.randint(3, 20), r.randint(20, 80)])
+        keys = set()
+        key_kind = r.randrange(3)
+        while len(keys) < n:
+            if key_kind == 0:
+                keys.add(f"{r.choice(GREEK)}-{r.randint(0, 999)}")
+            elif key_kind == 1:
+                keys.add(f"{r.choice(COLORS)}-{r.choice(OBJECTS)}")
+            else:
+                keys.add(f"key{r.randint(0, 9999)}")
+        keys = sorted(keys)
+        r.shuffle(keys)
+        val_kind = r.randrange(3)
+        values = []
+        for _ in keys:
+            if val_kind == 0:
+                values.append(str(r.randint(0, 99999)))
+            elif val_kind == 1:
+                values.append(r.choice(FRUITS + ANIMALS + CITIES))
+            else:
+                values.append(f"{r.choice(COLORS)}-{r.randint(0, 99)}")
+        pairs = "\n".join(f"{k}: {v}" for k, v in zip(keys, values))
+        q = r.randrange(n)
+        prompt = f"Here are some pairs:\n{pairs}\n\n{PROMPTS['lookup'].format(key=keys[q])}"
+        return prompt, values[q]
+
+    # -- json ----------------------------------------------------------------------------------
+    def _field_value(self, field):
+        r = self.rng
+        if field == "age":
+            return r.randint(1, 99)
+        if field in ("id", "count", "year", "price", "score"):
+            return {"id": r.randint(1, 9999), "count": r.randint(0, 500),
+                    "year": r.randint(1900, 2030), "price": r.randint(1, 999),
+                    "score": r.randint(0, 100)}[field]
+        if field in ("active", "done", "visible"):
+            return r.random() < 0.5
+        if field == "note":
+            return None if r.random() < 0.5 else f"{r.choice(ADJECTIVES)} {r.choice(OBJECTS)}"
+        if field == "country":
+            return r.choice(COUNTRIES)
+        if field == "title":
+            return f"The {_cap(r.choice(ADJECTIVES))} {_cap(r.choice(ANIMALS))}"
+        return r.choice(FIELDS_STR[field])
+
+    ALL_FIELDS = ["name", "city", "color", "animal", "fruit", "item", "title", "country",
+                  "age", "id", "count", "year", "price", "score", "active", "done", "visible",
+                  "note"]
+
+    @staticmethod
+    def _spec(v):
+        return json.dumps(v)
+
+    def json_task(self):
+        r = self.rng
+        kind = r.random()
+        if kind < 0.5:
+            fields = r.sample(self.ALL_FIELDS, r.randint(1, 6))
+            obj = {f: self._field_value(f) for f in fields}
+            spec = ", ".join(f"{f} = {self._spec(v)}" for f, v in obj.items())
+            prompt = f"Write a JSON object with the fields {spec}."
+            if r.random() < 0.3:
+                prompt = f"Return only JSON. Make an object with {spec}."
+            return prompt, json.dumps(obj)
+        if kind < 0.75:
+            n = r.randint(1, 12)
+            k = r.randrange(3)
+            if k == 0:
+                items = [r.choice(FRUITS + ANIMALS + CITIES) for _ in range(n)]
+            elif k == 1:
+                items = [r.randint(0, 9999) for _ in range(n)]
+            else:
+                items = [self.item(r.randrange(6)) for _ in range(n)]
+            spec = ", ".join(self._spec(x) for x in items)
+            return f"Write a JSON array of these values: {spec}.", json.dumps(items)
+        fields = r.sample(self.ALL_FIELDS, r.randint(1, 3))
+        n = r.randint(1, 4)
+        rows = [{f: self._field_value(f) for f in fields} for _ in range(n)]
+        specs = "; ".join(", ".join(f"{f} = {self._spec(v)}" for f, v in row.items())
+                          for row in rows)
+        prompt = f"Write a JSON array of {n} objects with these fields: {specs}."
+        return prompt, json.dumps(rows)
+
+    # -- mix -----------------------------------------------------------------------------------
+    def example(self, task=None):
+        if task is None:
+            x = self.rng.random()
+            for name, w in self.TASK_WEIGHTS.items():
+                task = name
+                if x < w:
+                    break
+                x -= w
+        fn = {"count": self.count, "needle": self.needle, "copy": self.copy,
+              "lookup": self.lookup, "json": self.json_task, "prose": self.prose}[task]
+        prompt, answer = fn()
+        return task, prompt, answer
+
+
+def corpus_sample(seed, n):
+    """Plain ChatML texts for building the tokenizer's vocabulary."""
+    g = Generator(seed)
+    return [render_chat(p, a) for _, p, a in (g.example() for _ in range(n))]
+
+
+if __name__ == "__main__":
+    import sys
+    g = Generator(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+    for task in ["count", "needle", "copy", "lookup", "json", "prose"]:
+        _, p, a = g.example(task)
+        print(f"===== {task}")
+        text = render_chat(p, a)
+        print(text if len(text) < 1500 else text[:700] + "\n[...]\n" + text[-500:])

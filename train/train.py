@@ -1,0 +1,263 @@
+"""Train the lamina task model (see train/README.md).
+
+    /usr/bin/python3 train/train.py --out train/out/ckpt.pt [--steps N] [--preset full|small]
+
+Resumes from --out when it exists (model, optimizer, step, config, tokenizer are all in the
+checkpoint; the data of step s is generated from seed (seed, s), so a resumed run sees the same
+batches as an uninterrupted one). Checkpoints are written atomically every --ckpt-minutes and at
+the end. Each log line: step, loss, lr, tokens/s, and the split of the step time into data,
+forward, backward and optimizer; --profile prints the operator table of two steps (where the
+attention matmuls and the elementwise passes over the T x T scores go).
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from data import Generator, render_chat  # noqa: E402
+from model import Config, Transformer, causal_doc_mask  # noqa: E402
+from tokenizer import Tokenizer, build_default, IM_END, BOS  # noqa: E402
+
+PRESETS = {
+    # the shipped model
+    "full": dict(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
+                 batch=4, steps=1600, lr=3e-3, warmup=100),
+    # pipeline check: a few minutes
+    "small": dict(dim=128, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=256, seq_len=512,
+                  batch=4, steps=60, lr=3e-3, warmup=10),
+}
+TASKS = ["count", "needle", "copy", "lookup", "json", "prose"]
+
+
+def encode_example(tok, prompt, answer):
+    """Token ids and per-token loss weights: 0 on the prompt; on the answer and its <|im_end|>,
+    max(1, 48 / answer length) capped at 8, so that short answers (a needle's code, a looked-up
+    value) are not drowned by the long counting answers."""
+    head = tok.encode(render_chat(prompt), add_bos=True)
+    body = tok.encode(answer, add_bos=False) + [IM_END]
+    w = min(8.0, max(1.0, 48.0 / len(body)))
+    return head + body, [0.0] * len(head) + [w] * len(body)
+
+
+def make_batch(tok, seed, batch, seq_len, max_answer_tokens):
+    """Rows of seq_len+1 tokens packed with whole examples (BOS-separated, block-diagonal
+    attention), padded at the end. Returns inputs, targets, loss weights, doc ids and the
+    per-example spans (row, start, end, task) of answer tokens in target coordinates."""
+    gen = Generator(seed, max_answer_tokens=max_answer_tokens,
+                    max_prompt_chars=int(seq_len * 3.2))
+    L = seq_len + 1
+    toks = torch.zeros(batch, L, dtype=torch.long)
+    wts = torch.zeros(batch, L)
+    docs = torch.full((batch, L), -1, dtype=torch.long)
+    spans = []
+    doc = 0
+    pending = None
+    for row in range(batch):
+        pos = 0
+        tries = 0
+        while True:
+            if pending is None:
+                task, p, a = gen.example()
+                ids, mask = encode_example(tok, p, a)
+                if len(ids) > L:
+                    tries += 1
+                    if tries > 50:
+                        break
+                    continue
+                pending = (task, ids, mask)
+            task, ids, mask = pending
+            if pos + len(ids) > L:
+                break
+            n = len(ids)
+            toks[row, pos:pos + n] = torch.tensor(ids)
+            wts[row, pos:pos + n] = torch.tensor(mask, dtype=torch.float32)
+            docs[row, pos:pos + n] = doc
+            first = next(i for i, m in enumerate(mask) if m > 0)
+            spans.append((row, pos + first - 1, pos + n - 1, task))
+            doc += 1
+            pos += n
+            pending = None
+        # padding: its own "documents" so nothing attends across; no loss
+        if pos < L:
+            docs[row, pos:] = torch.arange(doc, doc + L - pos)
+            doc += L - pos
+    inputs = toks[:, :-1]
+    targets = toks[:, 1:]
+    weights = wts[:, 1:]
+    return inputs, targets, weights, docs[:, :-1], spans
+
+
+def lr_at(step, total, base, warmup, min_frac=0.1):
+    if step < warmup:
+        return base * (step + 1) / warmup
+    t = min(1.0, (step - warmup) / max(1, total - warmup))
+    return base * (min_frac + (1 - min_frac) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def save_checkpoint(path, model, opt, step, cfg, args, tok, history):
+    tmp = path + ".tmp"
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                "config": cfg.to_dict(), "args": vars(args), "tokenizer": tok.to_json(),
+                "history": history}, tmp)
+    os.replace(tmp, path)
+
+
+@torch.no_grad()
+def evaluate(model, tok, args, n_batches=2):
+    """Per-task loss and teacher-forced exact match on a fixed held-out set: an answer counts
+    as exact when every answer token (and <|im_end|>) is the argmax, which is exactly when
+    greedy decoding would reproduce it."""
+    model.eval()
+    stats = {t: [0.0, 0, 0, 0] for t in TASKS}  # loss sum, tokens, exact, examples
+    for b in range(n_batches):
+        x, y, w, d, spans = make_batch(tok, 10_000_000 + b, args.batch, args.seq_len,
+                                       args.max_answer_tokens)
+        pos = torch.arange(x.shape[1])
+        logits = model(x, pos, causal_doc_mask(d))
+        nll = F.cross_entropy(logits.transpose(1, 2), y, reduction="none")
+        hit = logits.argmax(-1) == y
+        for row, s, e, task in spans:
+            st = stats[task]
+            st[0] += nll[row, s:e].sum().item()
+            st[1] += e - s
+            st[2] += int(hit[row, s:e].all().item())
+            st[3] += 1
+    model.train()
+    return {t: {"loss": round(v[0] / max(1, v[1]), 4), "exact": f"{v[2]}/{v[3]}"}
+            for t, v in stats.items() if v[3]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="train/out/ckpt.pt", help="checkpoint path (resumed from)")
+    ap.add_argument("--preset", default="full", choices=sorted(PRESETS))
+    ap.add_argument("--steps", type=int)
+    ap.add_argument("--batch", type=int)
+    ap.add_argument("--seq-len", type=int)
+    ap.add_argument("--lr", type=float)
+    ap.add_argument("--warmup", type=int)
+    ap.add_argument("--dim", type=int)
+    ap.add_argument("--n-layers", type=int)
+    ap.add_argument("--n-heads", type=int)
+    ap.add_argument("--n-kv-heads", type=int)
+    ap.add_argument("--ffn-dim", type=int)
+    ap.add_argument("--vocab-size", type=int, default=1024)
+    ap.add_argument("--max-answer-tokens", type=int, default=None,
+                    help="cap on counting answers (default: seq_len - 130)")
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ckpt-minutes", type=float, default=5.0)
+    ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--log-every", type=int, default=1)
+    ap.add_argument("--profile", action="store_true", help="print an operator profile of 2 steps")
+    ap.add_argument("--no-resume", action="store_true")
+    args = ap.parse_args()
+    preset = PRESETS[args.preset]
+    for k, v in preset.items():
+        if getattr(args, k, None) is None:
+            setattr(args, k, v)
+    if args.max_answer_tokens is None:
+        args.max_answer_tokens = args.seq_len - 130
+
+    torch.set_num_threads(args.threads)
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+
+    ckpt = None
+    if os.path.exists(args.out) and not args.no_resume:
+        ckpt = torch.load(args.out, map_location="cpu")
+        print(f"resuming from {args.out} at step {ckpt['step']}", flush=True)
+        tok = Tokenizer.from_json(ckpt["tokenizer"])
+        cfg = Config(**ckpt["config"])
+    else:
+        tok = build_default(args.seed, args.vocab_size)
+        cfg = Config(vocab_size=len(tok), dim=args.dim, n_layers=args.n_layers,
+                     n_heads=args.n_heads, n_kv_heads=args.n_kv_heads, ffn_dim=args.ffn_dim)
+    model = Transformer(cfg)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
+    step = 0
+    history = []
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["opt"])
+        step = ckpt["step"]
+        history = ckpt.get("history", [])
+    print(f"config {json.dumps(cfg.to_dict())} params {model.n_params():,} "
+          f"batch {args.batch}x{args.seq_len} steps {args.steps} lr {args.lr} "
+          f"threads {torch.get_num_threads()}", flush=True)
+
+    last_ckpt = time.time()
+    t_start = time.time()
+    tokens_done = 0
+    sums = {"data": 0.0, "fwd": 0.0, "bwd": 0.0, "opt": 0.0}
+    n_timed = 0
+    while step < args.steps:
+        lr = lr_at(step, args.steps, args.lr, args.warmup)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        t0 = time.time()
+        x, y, w, d, _ = make_batch(tok, args.seed * 1_000_003 + step, args.batch,
+                                   args.seq_len, args.max_answer_tokens)
+        mask = causal_doc_mask(d)
+        pos = torch.arange(x.shape[1])
+        t1 = time.time()
+        prof = None
+        if args.profile and step < 2 + (ckpt["step"] if ckpt else 0):
+            prof = torch.autograd.profiler.profile()
+            prof.__enter__()
+        logits = model(x, pos, mask)
+        nll = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), y.reshape(-1),
+                              reduction="none")
+        loss = (nll * w.reshape(-1)).sum() / w.sum().clamp(min=1)
+        t2 = time.time()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        t3 = time.time()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        t4 = time.time()
+        if prof is not None:
+            prof.__exit__(None, None, None)
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25),
+                  flush=True)
+        step += 1
+        ntok = x.numel()
+        tokens_done += ntok
+        for k, v in zip(sums, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            sums[k] += v
+        n_timed += 1
+        if step % args.log_every == 0:
+            dt = t4 - t0
+            print(f"step {step}/{args.steps} loss {loss.item():.4f} lr {lr:.2e} "
+                  f"{ntok / dt:.0f} tok/s step {dt:.2f}s (data {t1 - t0:.2f} fwd {t2 - t1:.2f} "
+                  f"bwd {t3 - t2:.2f} opt {t4 - t3:.2f}) elapsed {time.time() - t_start:.0f}s",
+                  flush=True)
+        history.append((step, round(loss.item(), 4)))
+        if step % args.eval_every == 0 or step == args.steps:
+            ev = evaluate(model, tok, args)
+            print(f"eval step {step} {json.dumps(ev)}", flush=True)
+        if time.time() - last_ckpt > args.ckpt_minutes * 60 or step == args.steps:
+            save_checkpoint(args.out, model, opt, step, cfg, args, tok, history)
+            last_ckpt = time.time()
+            print(f"checkpoint {args.out} step {step}", flush=True)
+    if n_timed:
+        avg = {k: round(v / n_timed, 3) for k, v in sums.items()}
+        print(f"mean step time split (s): {json.dumps(avg)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
