@@ -2,63 +2,20 @@
 // FFN: softmax router over all experts, top-k weights used as they are (not renormalised),
 // plus a shared expert gated by sigmoid(ffn_gate_inp_shexp · x).
 #include "model/architectures.h"
-#include "model/moe.h"
+#include "model/decoder.h"
 
 namespace lamina {
 
-namespace {
-
-class Qwen2MoeModel final : public DecoderModel {
- public:
-  Status Init(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer) {
-    Status st = InitHparams(std::move(file), std::move(tokenizer), RopeStyle::kNeox);
-    if (!st.ok()) return st;
-    Result<MoeHparams> moe = ReadMoeHparams(*file_, hparams_, /*default_norm_topk=*/false,
-                                            /*with_shared=*/true);
-    if (!moe.ok()) return moe.error();
-    moe_ = *moe;
-    WeightLoader L(*file_);
-    LoadEmbeddingAndHead(L);
-    layers_.resize(hparams_.n_layer);
-    uint64_t expert_bytes = 0;
-    for (int i = 0; i < hparams_.n_layer; ++i) {
-      LoadAttentionWeights(L, hparams_, i, /*with_bias=*/true, /*with_qk_norm=*/false,
-                           &layers_[i].attn);
-      expert_bytes += LoadMoeWeights(L, hparams_, moe_, i, &layers_[i].moe);
-    }
-    // A decoded token reads k of the n_expert experts of each layer.
-    const uint64_t unread = expert_bytes / moe_.n_expert * (moe_.n_expert - moe_.n_expert_used);
-    return Finish(L, unread);
-  }
-
-  void Forward(const ForwardBatch& batch, AttentionContext& attention, ForwardScratch& s,
-               ThreadPool& pool, float* logits) const override {
-    PrepareScratch(hparams_, batch.n_tokens, s);
-    EmbedTokens(token_embd_, batch, s.x.data());
-    for (int i = 0; i < hparams_.n_layer; ++i) {
-      AttentionBlock(hparams_, layers_[i].attn, i, batch, attention, s, pool);
-      MoeBlock(hparams_, moe_, layers_[i].moe, batch, s, pool);
-    }
-    OutputHead(hparams_, output_norm_, output_, batch, s, pool, logits);
-  }
-
- private:
-  struct Layer {
-    AttentionWeights attn;
-    MoeWeights moe;
-  };
-  MoeHparams moe_;
-  std::vector<Layer> layers_;
-};
-
-}  // namespace
-
 Result<std::unique_ptr<Model>> LoadQwen2Moe(std::unique_ptr<gguf::File> file,
                                             std::unique_ptr<Tokenizer> tokenizer) {
-  auto model = std::make_unique<Qwen2MoeModel>();
-  Status st = model->Init(std::move(file), std::move(tokenizer));
-  if (!st.ok()) return st.error();
-  return std::unique_ptr<Model>(std::move(model));
+  DecoderOptions o;
+  o.rope_style = RopeStyle::kNeox;
+  o.attn_bias = true;
+  o.qk_norm = false;
+  o.moe = true;
+  o.moe_norm_topk = false;
+  o.moe_shared_expert = true;
+  return LoadDecoder(std::move(file), std::move(tokenizer), o);
 }
 
 }  // namespace lamina
