@@ -6,29 +6,18 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sys/wait.h>
+
+#include "process_util.h"
 
 namespace {
 
 const std::string kShared = LAMINA_SHARED_DIR;
 const std::string kBinary = LAMINA_BINARY;
 
-struct Output {
-  int code = -1;
-  std::string out;
-};
+using Output = lamina::testing_util::ProcessOutput;
 
 Output Lamina(const std::string& args) {
-  const std::string cmd = kBinary + " " + args + " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  Output o;
-  if (p == nullptr) return o;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) o.out.append(buf, n);
-  const int status = pclose(p);
-  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return o;
+  return lamina::testing_util::RunShell(kBinary + " " + args + " 2>/dev/null");
 }
 
 std::string Stories() { return kShared + "/models/stories260K.gguf"; }

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "gguf/gguf.h"
+#include "process_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -27,22 +28,9 @@ std::string ModelPath() {
   if (!std::filesystem::exists(ModelPath()))            \
   GTEST_SKIP() << "no shipped model yet (" << ModelPath() << ")"
 
-struct Output {
-  int code = -1;
-  std::string out;
-};
+using Output = lamina::testing_util::ProcessOutput;
 
-Output Shell(const std::string& cmd) {
-  FILE* p = popen((cmd + " 2>/dev/null").c_str(), "r");
-  Output o;
-  if (p == nullptr) return o;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) o.out.append(buf, n);
-  const int status = pclose(p);
-  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return o;
-}
+Output Shell(const std::string& cmd) { return lamina::testing_util::RunShell(cmd + " 2>/dev/null"); }
 
 std::string Quote(const std::string& s) {
   std::string q = "'";

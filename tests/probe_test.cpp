@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "process_util.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -20,22 +22,9 @@ namespace fs = std::filesystem;
 const std::string kShared = LAMINA_SHARED_DIR;
 const std::string kBinary = LAMINA_BINARY;
 
-struct Output {
-  int code = -1;
-  std::string out;
-};
+using Output = lamina::testing_util::ProcessOutput;
 
-Output Shell(const std::string& cmd) {
-  FILE* p = popen(cmd.c_str(), "r");
-  Output o;
-  if (p == nullptr) return o;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) o.out.append(buf, n);
-  const int status = pclose(p);
-  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return o;
-}
+Output Shell(const std::string& cmd) { return lamina::testing_util::RunShell(cmd); }
 
 Output Lamina(const std::string& args) { return Shell(kBinary + " " + args + " 2>/dev/null"); }
 

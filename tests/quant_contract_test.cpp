@@ -78,5 +78,51 @@ TEST(QuantContract, MultiDotEqualsSingleDotBitForBit) {
   }
 }
 
+// The tile kernel, where an ISA has one: every (row, token) output is vec_dot's bits, whatever
+// the tile shape and the pair's place in it. Odd block counts take the lone-block tail.
+TEST(QuantContract, TileDotEqualsSingleDotBitForBit) {
+  const GgmlType types[] = {GgmlType::kQ4_0, GgmlType::kQ8_0};
+  std::mt19937 rng(19);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const int64_t k : {int64_t{32}, int64_t{512}, int64_t{544}}) {
+    for (Isa isa : SupportedIsas()) {
+      for (GgmlType t : types) {
+        const TypeKernels& kern = GetKernels(t, isa);
+        if (kern.vec_dot_tile == nullptr) continue;
+        const TypeKernels& act = GetKernels(kern.vec_dot_type, isa);
+        const size_t w_bytes = RowSize(t, k);
+        std::vector<uint8_t> w(w_bytes * kMaxTileRows);
+        std::vector<float> xf(k);
+        for (int i = 0; i < kMaxTileRows; ++i) {
+          for (float& v : xf) v = normal(rng);
+          kern.quantize(xf.data(), w.data() + i * w_bytes, k);
+        }
+        const size_t act_bytes = RowSize(kern.vec_dot_type, k);
+        std::vector<uint8_t> acts(act_bytes * kMaxMultiDot);
+        for (int j = 0; j < kMaxMultiDot; ++j) {
+          for (float& v : xf) v = normal(rng);
+          act.quantize(xf.data(), acts.data() + j * act_bytes, k);
+        }
+        for (int nr = 1; nr <= kMaxTileRows; ++nr) {
+          for (int n = 1; n <= kMaxMultiDot; ++n) {
+            float out[kMaxMultiDot * kMaxTileRows];
+            kern.vec_dot_tile(k, w.data(), w_bytes, nr, acts.data(), act_bytes, n, out,
+                              kMaxTileRows);
+            for (int j = 0; j < n; ++j) {
+              for (int i = 0; i < nr; ++i) {
+                float single = 0.0f;
+                kern.vec_dot(k, &single, w.data() + i * w_bytes, acts.data() + j * act_bytes);
+                EXPECT_EQ(F32ToBits(out[j * kMaxTileRows + i]), F32ToBits(single))
+                    << GgmlTypeName(t) << " on " << IsaName(isa) << ", k " << k << ", tile "
+                    << nr << "x" << n << ", row " << i << ", token " << j;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lamina

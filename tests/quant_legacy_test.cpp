@@ -434,6 +434,61 @@ TEST(QuantTwins, VecDotMultiMatchesScalar) {
   }
 }
 
+// The register-blocked tile against the scalar twin's vec_dot, with padded strides on both
+// sides and an output stride wider than the tile, checking nothing outside it is written.
+TEST(QuantTwins, VecDotTileMatchesScalar) {
+  std::mt19937 rng(45);
+  for (GgmlType type : kWeightTypes) {
+    const GgmlType at = GetKernels(type, Isa::kScalar).vec_dot_type;
+    for (int64_t k : TwinSizes(type)) {
+      const size_t w_bytes = RowSize(type, k);
+      const size_t w_stride = w_bytes + 48;
+      std::vector<uint8_t> w(w_stride * kMaxTileRows, 0xAB);
+      for (int i = 0; i < kMaxTileRows; ++i) {
+        const std::vector<uint8_t> row = RandomWeightRow(rng, type, k);
+        std::memcpy(w.data() + i * w_stride, row.data(), w_bytes);
+      }
+      const size_t row_bytes = RowSize(at, k);
+      const size_t stride = row_bytes + 64;
+      std::vector<uint8_t> act(stride * kMaxMultiDot, 0xCD);
+      for (int j = 0; j < kMaxMultiDot; ++j) {
+        const std::vector<uint8_t> a = Quantize(at, RandomFloats(rng, k), Isa::kScalar);
+        std::memcpy(act.data() + j * stride, a.data(), row_bytes);
+      }
+      for (Isa isa : SupportedIsas()) {
+        const TypeKernels& kern = GetKernels(type, isa);
+        if (kern.vec_dot_tile == nullptr) continue;
+        for (int nr = 1; nr <= kMaxTileRows; ++nr) {
+          for (int n = 1; n <= kMaxMultiDot; ++n) {
+            const size_t out_stride = kMaxTileRows + 1;
+            std::vector<float> out(out_stride * kMaxMultiDot, -12345.0f);
+            kern.vec_dot_tile(k, w.data(), w_stride, nr, act.data(), stride, n, out.data(),
+                              out_stride);
+            for (int j = 0; j < kMaxMultiDot; ++j) {
+              for (size_t i = 0; i < out_stride; ++i) {
+                const float got = out[j * out_stride + i];
+                if (j >= n || static_cast<int>(i) >= nr) {
+                  EXPECT_EQ(got, -12345.0f) << "wrote outside the tile";
+                  continue;
+                }
+                const uint8_t* wi = w.data() + i * w_stride;
+                const uint8_t* aj = act.data() + j * stride;
+                std::vector<uint8_t> wrow(wi, wi + w_bytes), arow(aj, aj + row_bytes);
+                float ref = 0.0f;
+                GetKernels(type, Isa::kScalar).vec_dot(k, &ref, wi, aj);
+                const double budget = 1e-5 * SumAbsTerms(type, wrow, arow, k) + 1e-6;
+                ASSERT_LE(std::fabs(static_cast<double>(got) - ref), budget)
+                    << GgmlTypeName(type) << " " << IsaName(isa) << " k=" << k << " rows=" << nr
+                    << " n=" << n << " i=" << i << " j=" << j;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The quantized dot equals the dot of the dequantized rows (up to f32 rounding), which ties
 // the kernels to the block formats rather than only to each other.
 TEST(QuantTwins, VecDotMatchesDequantizedDot) {

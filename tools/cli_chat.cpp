@@ -154,14 +154,7 @@ int RunChat(const ChatOptions& options) {
   if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
   Session session(model, sc, pool);
 
-  SamplerConfig samp;
-  samp.temperature = o.temperature;
-  samp.top_k = o.top_k;
-  samp.top_p = o.top_p;
-  samp.min_p = o.min_p;
-  samp.repeat_penalty = o.repeat_penalty;
-  samp.seed = o.seed;
-  Sampler sampler(samp);
+  Sampler sampler(MakeSamplerConfig(o));
 
   const bool interactive = isatty(STDIN_FILENO) != 0;
   std::vector<ChatMessage> messages;

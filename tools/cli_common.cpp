@@ -81,6 +81,17 @@ bool MakeSessionConfig(const CommonOptions& o, const Model& model, SessionConfig
   return true;
 }
 
+SamplerConfig MakeSamplerConfig(const RunOptions& o) {
+  SamplerConfig samp;
+  samp.temperature = o.temperature;
+  samp.top_k = o.top_k;
+  samp.top_p = o.top_p;
+  samp.min_p = o.min_p;
+  samp.repeat_penalty = o.repeat_penalty;
+  samp.seed = o.seed;
+  return samp;
+}
+
 void PrintKvSummary(const KvCache& cache) {
   const KvCacheConfig& c = cache.config();
   std::fprintf(stderr,

@@ -9,6 +9,7 @@
 #include "cli_commands.h"
 #include "model/model.h"
 #include "runtime/kv_cache.h"
+#include "runtime/sampler.h"
 #include "runtime/session.h"
 
 namespace lamina::cli {
@@ -34,6 +35,9 @@ bool ReadTextFile(const std::string& path, std::string* out, std::string* error)
 // model; on failure prints "lamina: ..." and returns the exit code in *exit_code.
 bool MakeSessionConfig(const CommonOptions& options, const Model& model, SessionConfig* out,
                        int* exit_code);
+
+// The sampler settings of run / chat.
+SamplerConfig MakeSamplerConfig(const RunOptions& options);
 
 // Prints the KV cache's size line to stderr.
 void PrintKvSummary(const KvCache& cache);

@@ -46,14 +46,7 @@ int RunGenerate(const RunOptions& o) {
     return kExitUsage;
   }
 
-  SamplerConfig samp;
-  samp.temperature = o.temperature;
-  samp.top_k = o.top_k;
-  samp.top_p = o.top_p;
-  samp.min_p = o.min_p;
-  samp.repeat_penalty = o.repeat_penalty;
-  samp.seed = o.seed;
-  Sampler sampler(samp);
+  Sampler sampler(MakeSamplerConfig(o));
 
   // Prefill.
   const double t_prompt0 = NowSeconds();
