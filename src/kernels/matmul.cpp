@@ -53,6 +53,7 @@ void MatMulRows(const WeightMatrix& w, int64_t row_begin, int64_t row_end, const
 
   const int64_t n_rows = row_end - row_begin;
   const int64_t n_row_tiles = (n_rows + kRowTile - 1) / kRowTile;
+  const size_t y_step = static_cast<size_t>(y_stride);
   pool.ParallelFor(n_row_tiles, 1, [&](int64_t tile0, int64_t tile1) {
     float out[kMaxMultiDot];
     const int64_t r_start = row_begin + tile0 * kRowTile;
@@ -63,6 +64,14 @@ void MatMulRows(const WeightMatrix& w, int64_t row_begin, int64_t row_end, const
       for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxMultiDot) {
         const int nt = static_cast<int>(std::min<int64_t>(kMaxMultiDot, n_tokens - t0));
         const uint8_t* act_tile = act + static_cast<size_t>(t0) * act_row_bytes;
+        if (kern.vec_dot_tile != nullptr) {
+          for (int64_t r = r0; r < r1; r += kMaxTileRows) {
+            const int nr = static_cast<int>(std::min<int64_t>(kMaxTileRows, r1 - r));
+            kern.vec_dot_tile(w.cols, w.Row(r), w.row_bytes, nr, act_tile, act_row_bytes, nt,
+                              y + t0 * y_stride + r, y_step);
+          }
+          continue;
+        }
         for (int64_t r = r0; r < r1; ++r) {
           // Always the multi kernel: its out[j] must not depend on n_act, so a token's
           // result is the same whatever batch it arrives in (the write-path tests rely on it).

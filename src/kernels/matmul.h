@@ -1,7 +1,9 @@
 // Matrix multiplication of GGML-typed weights with f32 activations, on a thread pool.
 // Activations are first quantized to the weight type's vec_dot_type (as GGML's CPU path does),
 // then each weight row is decoded once per tile of up to kMaxMultiDot activation rows, so a
-// prompt batch runs matrix-matrix rather than one matrix-vector product per token.
+// prompt batch runs matrix-matrix rather than one matrix-vector product per token. Types with a
+// vec_dot_tile kernel also register-block kMaxTileRows weight rows per call, so each loaded
+// activation block serves several rows.
 #pragma once
 
 #include <cstddef>

@@ -21,6 +21,14 @@ using VecDotFn = void (*)(int64_t k, float* s, const void* w_row, const void* ac
 using VecDotMultiFn = void (*)(int64_t k, const void* w_row, const void* act, size_t act_row_bytes,
                                int n_act, float* out);
 constexpr int kMaxMultiDot = 8;
+// out[j * out_stride + i] = dot(w_i, act_j) for i < n_rows (1..kMaxTileRows), j < n_act
+// (1..kMaxMultiDot); w_i at w + i * w_row_bytes. Register-blocks several weight rows against
+// several activation rows, so each loaded activation block serves every row of the tile and
+// each decoded weight block every token. Every output is bit-identical to vec_dot on its pair.
+using VecDotTileFn = void (*)(int64_t k, const void* w, size_t w_row_bytes, int n_rows,
+                              const void* act, size_t act_row_bytes, int n_act, float* out,
+                              size_t out_stride);
+constexpr int kMaxTileRows = 4;
 
 enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 const char* IsaName(Isa isa);
@@ -34,6 +42,9 @@ struct TypeKernels {
   QuantizeRowFn quantize;      // nullptr if lamina has no quantizer for this type
   VecDotFn vec_dot;            // nullptr for activation-only types (Q8_1, Q8_K)
   VecDotMultiFn vec_dot_multi;
+  // nullptr where no ISA kernel exists: callers then run vec_dot_multi row by row (the same
+  // results, since both equal vec_dot bit for bit).
+  VecDotTileFn vec_dot_tile = nullptr;
 };
 
 // Kernels for `type` at the best ISA of this CPU.
