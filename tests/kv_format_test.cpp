@@ -3,6 +3,7 @@
 // unbiasedness, the rotation, and SIMD-vs-scalar decoder twins.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -168,9 +169,13 @@ TEST(KvFormat, RotationIsOrthonormal) {
 TEST(KvFormat, SimdDecodersMatchScalarTwins) {
   std::mt19937 rng(9);
   std::normal_distribution<float> normal;
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  for (int isa = 0; isa < 2; ++isa)
   for (KvRowFormat f : {KvRowFormat::kF16, KvRowFormat::kInt8, KvRowFormat::kQ4_0}) {
-    KvRowDecodeFn simd = Avx2KvRowDecoder(f);
-    if (simd == nullptr || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c")) continue;
+    KvRowDecodeFn simd = isa == 0 ? Avx2KvRowDecoder(f) : Avx512KvRowDecoder(f);
+    if (simd == nullptr || !(isa == 0 ? avx2 : avx512)) continue;
     for (int hd : {8, 16, 32, 64, 128, 256}) {
       const int rows = 5;  // several consecutive head rows in one call, as attention decodes
       std::vector<float> x(hd), a(rows * hd), b(rows * hd);
@@ -229,11 +234,7 @@ namespace {
 
 // Attention row kernels: the AVX2 variants against their scalar twins (exp is a polynomial:
 // relative error budget 1e-6; sums differ by order only).
-TEST(AttentionRowKernels, SimdMatchesScalarTwins) {
-  const AttentionRowKernels* simd = Avx2AttentionRowKernels();
-  if (simd == nullptr || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c")) {
-    GTEST_SKIP() << "no AVX2 on this CPU";
-  }
+void CheckRowKernelsAgainstScalar(const AttentionRowKernels* simd) {
   const AttentionRowKernels& ref = ScalarAttentionRowKernels();
   std::mt19937 rng(21);
   std::normal_distribution<float> normal;
@@ -262,6 +263,78 @@ TEST(AttentionRowKernels, SimdMatchesScalarTwins) {
       ref.scale(ra.data(), n, 0.3f);
       simd->scale(rb.data(), n, 0.3f);
       EXPECT_EQ(ra, rb);
+    }
+  }
+}
+
+TEST(AttentionRowKernels, SimdMatchesScalarTwins) {
+  const AttentionRowKernels* simd = Avx2AttentionRowKernels();
+  if (simd == nullptr || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c")) {
+    GTEST_SKIP() << "no AVX2 on this CPU";
+  }
+  CheckRowKernelsAgainstScalar(simd);
+}
+
+bool HasAvx512Vnni() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+}
+
+TEST(AttentionRowKernels, Avx512MatchesScalarTwins) {
+  const AttentionRowKernels* simd = Avx512AttentionRowKernels();
+  if (simd == nullptr || !HasAvx512Vnni()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  CheckRowKernelsAgainstScalar(simd);
+}
+
+// Integer K scores: the AVX-512 scorer equals its scalar twin bit for bit (exact int32 dots,
+// the same float steps), for whole and partial 16-cell blocks and several queries per call;
+// both stay within the int16 query's rounding of the scores from decoded K rows.
+TEST(KvIntScore, Avx512MatchesScalarTwinAndDecodedScores) {
+  std::mt19937 rng(33);
+  std::normal_distribution<float> normal;
+  const AttentionRowKernels& ref = ScalarAttentionRowKernels();
+  for (KvRowFormat f : {KvRowFormat::kInt8, KvRowFormat::kQ4_0}) {
+    for (int hd : {32, 64, 128, 256}) {
+      ASSERT_TRUE(KvIntScoreSupported(f, hd));
+      for (int n : {1, 15, 16, 17, 64, 77}) {
+        const int nq = 5;
+        const size_t rb = KvRowBytes(f, hd);
+        std::vector<uint8_t> rows(rb * n);
+        std::vector<float> x(hd), q(static_cast<size_t>(nq) * hd), decoded(static_cast<size_t>(n) * hd);
+        for (int r = 0; r < n; ++r) {
+          for (float& v : x) v = 3.0f * normal(rng);
+          EncodeKvRow(f, x.data(), hd, nullptr, rows.data() + r * rb);
+        }
+        ScalarKvRowDecoder(f)(rows.data(), n, hd, decoded.data());
+        for (float& v : q) v = normal(rng);
+        std::vector<int16_t> qq(static_cast<size_t>(nq) * hd);
+        std::vector<float> qd(static_cast<size_t>(nq) * hd / 32);
+        for (int qi = 0; qi < nq; ++qi) {
+          QuantizeQueryInt16(q.data() + qi * hd, hd, qq.data() + qi * hd, qd.data() + qi * hd / 32);
+        }
+        const int64_t stride = n + 3;
+        std::vector<float> a(nq * stride, -1.0f), b(nq * stride, -1.0f), want(n);
+        ScalarKvScorer(f)(rows.data(), n, hd, nq, qq.data(), qd.data(), 0.125f, a.data(), stride);
+        for (int qi = 0; qi < nq; ++qi) {
+          ref.score_rows(q.data() + qi * hd, decoded.data(), n, hd, 0.125f, want.data());
+          double qnorm = 0, rnorm = 0;
+          for (int i = 0; i < hd; ++i) qnorm += std::fabs(q[qi * hd + i]);
+          for (int j = 0; j < n; ++j) {
+            rnorm = 0;
+            for (int i = 0; i < hd; ++i) rnorm = std::max(rnorm, double(std::fabs(decoded[j * hd + i])));
+            // Each query value is off by at most half a step of amax / 32767.
+            EXPECT_NEAR(a[qi * stride + j], want[j], 0.125 * rnorm * hd * 4.0 / 32767 + 1e-5)
+                << int(f) << " hd " << hd << " n " << n;
+          }
+          for (int j = n; j < stride; ++j) EXPECT_EQ(a[qi * stride + j], -1.0f);
+        }
+        if (KvScoreFn simd = Avx512KvScorer(f); simd != nullptr && HasAvx512Vnni()) {
+          simd(rows.data(), n, hd, nq, qq.data(), qd.data(), 0.125f, b.data(), stride);
+          EXPECT_EQ(a, b) << int(f) << " hd " << hd << " n " << n;
+        }
+      }
     }
   }
 }

@@ -1,9 +1,15 @@
-// Scalar KV row decoders and runtime selection.
+// Scalar KV row decoders and scorers, query quantization, and runtime selection.
 #include "kernels/kv_decode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 
 namespace lamina {
 
 namespace {
+constexpr int kScoreGroup = 32;  // values per scale in int8 / q4_0 rows with head_dim >= 32
+
 template <KvRowFormat F>
 void DecodeScalar(const uint8_t* rows, int n_rows, int head_dim, float* out) {
   const size_t row_bytes = KvRowBytes(F, head_dim);
@@ -11,11 +17,63 @@ void DecodeScalar(const uint8_t* rows, int n_rows, int head_dim, float* out) {
     DecodeKvRow(F, rows + r * row_bytes, head_dim, out + static_cast<int64_t>(r) * head_dim);
   }
 }
+
+// Signed code of element i (< 32) of one group.
+template <KvRowFormat F>
+inline int GroupCode(const uint8_t* codes, int i) {
+  if constexpr (F == KvRowFormat::kInt8) {
+    return static_cast<int8_t>(codes[i]);
+  } else {
+    return i < 16 ? (codes[i] & 0x0F) - 8 : (codes[i - 16] >> 4) - 8;
+  }
+}
+
+template <KvRowFormat F>
+void ScoreScalar(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t* qq,
+                 const float* qd, float scale, float* out, int64_t out_stride) {
+  const size_t row_bytes = KvRowBytes(F, head_dim);
+  const int n_groups = head_dim / kScoreGroup;
+  const size_t group_bytes = row_bytes / n_groups;
+  for (int qi = 0; qi < nq; ++qi) {
+    const int16_t* qv = qq + static_cast<int64_t>(qi) * head_dim;
+    const float* qs = qd + static_cast<int64_t>(qi) * n_groups;
+    for (int j = 0; j < n_rows; ++j) {
+      const uint8_t* row = rows + j * row_bytes;
+      float s = 0.0f;
+      for (int g = 0; g < n_groups; ++g) {
+        const uint8_t* grp = row + g * group_bytes;
+        fp16_t d16;
+        std::memcpy(&d16, grp, 2);
+        const int16_t* qg = qv + g * kScoreGroup;
+        int32_t dot = 0;
+        for (int k = 0; k < 2; ++k) {  // runs of 16 values, evens then odds
+          for (int m = 0; m < 8; ++m) {
+            dot += GroupCode<F>(grp + 2, 16 * k + 2 * m) * qg[16 * k + m];
+            dot += GroupCode<F>(grp + 2, 16 * k + 2 * m + 1) * qg[16 * k + 8 + m];
+          }
+        }
+        s = std::fma(static_cast<float>(dot), Fp16ToF32(d16) * qs[g], s);
+      }
+      out[qi * out_stride + j] = s * scale;
+    }
+  }
+}
+
 bool HasAvx2() {
   static const bool has = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
            __builtin_cpu_supports("f16c");
+  }();
+  return has;
+}
+
+bool HasAvx512() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return HasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vnni");
   }();
   return has;
 }
@@ -32,10 +90,47 @@ KvRowDecodeFn ScalarKvRowDecoder(KvRowFormat format) {
 }
 
 KvRowDecodeFn BestKvRowDecoder(KvRowFormat format) {
+  if (HasAvx512()) {
+    if (KvRowDecodeFn f = Avx512KvRowDecoder(format)) return f;
+  }
   if (HasAvx2()) {
     if (KvRowDecodeFn f = Avx2KvRowDecoder(format)) return f;
   }
   return ScalarKvRowDecoder(format);
+}
+
+bool KvIntScoreSupported(KvRowFormat format, int head_dim) {
+  return (format == KvRowFormat::kInt8 || format == KvRowFormat::kQ4_0) && head_dim > 0 &&
+         head_dim % kScoreGroup == 0;
+}
+
+void QuantizeQueryInt16(const float* q, int head_dim, int16_t* qq, float* qd) {
+  for (int g = 0; g < head_dim / kScoreGroup; ++g) {
+    const float* x = q + g * kScoreGroup;
+    float amax = 0.0f;
+    for (int i = 0; i < kScoreGroup; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 32767.0f;
+    const float id = d > 0.0f ? 1.0f / d : 0.0f;
+    qd[g] = d;
+    for (int i = 0; i < kScoreGroup; ++i) {
+      const int k = i / 16, m = (i % 16) / 2;
+      const int slot = 16 * k + (i % 2) * 8 + m;
+      const float c = std::clamp(std::nearbyint(x[i] * id), -32767.0f, 32767.0f);
+      qq[g * kScoreGroup + slot] = static_cast<int16_t>(c);
+    }
+  }
+}
+
+KvScoreFn ScalarKvScorer(KvRowFormat format) {
+  switch (format) {
+    case KvRowFormat::kInt8: return ScoreScalar<KvRowFormat::kInt8>;
+    case KvRowFormat::kQ4_0: return ScoreScalar<KvRowFormat::kQ4_0>;
+    default: return nullptr;
+  }
+}
+
+KvScoreFn BestKvScorer(KvRowFormat format) {
+  return HasAvx512() ? Avx512KvScorer(format) : nullptr;
 }
 
 }  // namespace lamina

@@ -34,6 +34,16 @@ void CausalAttention(const KvCache& cache, int layer, int seq, int pos0, int n_t
   const KvSideSpec ks = cache.k_spec(), vs = cache.v_spec();
   const KvRowDecodeFn decode_k = BestKvRowDecoder(ks.format);
   const KvRowDecodeFn decode_v = BestKvRowDecoder(vs.format);
+  // Integer scores read K codes directly; otherwise K tiles are decoded to f32.
+  const KvScoreFn score_k =
+      KvIntScoreSupported(ks.format, hd) ? BestKvScorer(ks.format) : nullptr;
+  const int n_qgroups = hd / 32;
+  if (score_k != nullptr) {
+    const size_t q_per_thread = static_cast<size_t>(max_queries) * hd;
+    if (scratch.per_thread_q.size() < q_per_thread * pool.size()) {
+      scratch.per_thread_q.resize(q_per_thread * pool.size());
+    }
+  }
   const bool k_f16 = ks.format == KvRowFormat::kF16;
   const bool v_f16 = vs.format == KvRowFormat::kF16;
   const int n_blocks = (n_tokens + kTokenBlock - 1) / kTokenBlock;
@@ -45,6 +55,11 @@ void CausalAttention(const KvCache& cache, int layer, int seq, int pos0, int n_t
     float* qrows = scores + static_cast<size_t>(max_queries) * n_ctx;
     float* acc = qrows + static_cast<size_t>(max_queries) * hd;
     float* tile = acc + static_cast<size_t>(max_queries) * hd;
+    // Integer path: qq [max_queries][hd] codes; their scales [max_queries][hd / 32] reuse the
+    // accumulators, which are not needed until pass 2.
+    int16_t* qq = score_k ? scratch.per_thread_q.data() + static_cast<size_t>(max_queries) * hd * thread
+                          : nullptr;
+    float* qd = acc;
     for (int64_t item = begin; item < end; ++item) {
       const int g = static_cast<int>(item % shape.n_head_kv);
       const int blk = static_cast<int>(item / shape.n_head_kv);
@@ -59,9 +74,18 @@ void CausalAttention(const KvCache& cache, int layer, int seq, int pos0, int n_t
         std::copy_n(q + t * q_stride + static_cast<int64_t>(h) * hd, hd, qr);
         if (ks.rotated) Rotate(qr, hd);
         if (k_f16) kern.round_f16(qr, hd);
+        if (score_k) {
+          QuantizeQueryInt16(qr, hd, qq + static_cast<size_t>(qi) * hd,
+                             qd + static_cast<size_t>(qi) * n_qgroups);
+        }
       }
-      // Pass 1: scores.
-      for (int c0 = 0; c0 < n_cells; c0 += kCellTile) {
+      // Pass 1: scores. A query's scores past its own causal limit are computed from cells the
+      // block's last token sees and are never read.
+      if (score_k) {
+        score_k(cache.KHead(layer, seq, g, 0), n_cells, hd, nq, qq, qd, shape.scale, scores,
+                n_ctx);
+      }
+      for (int c0 = 0; c0 < (score_k ? 0 : n_cells); c0 += kCellTile) {
         const int nc = std::min(kCellTile, n_cells - c0);
         // Head rows of consecutive cells are contiguous and hold whole groups: one call.
         decode_k(cache.KHead(layer, seq, g, c0), nc, hd, tile);

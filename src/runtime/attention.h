@@ -4,9 +4,11 @@
 // Two passes (scores, then the V sum) keep softmax exact in f32 with normalised weights, which
 // is how GGML's non-flash path rounds with an f16 cache (query and softmax weights rounded to
 // f16). Rotated K: the query is rotated too; rotated V: the output is rotated back once per
-// query head.
+// query head. int8 / q4_0 K with head_dim % 32 == 0 is scored from its codes against an int16
+// query when the CPU has AVX-512 VNNI (kv_decode.h), without decoding K.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "runtime/kv_cache.h"
@@ -22,7 +24,8 @@ struct AttentionShape {
 };
 
 struct AttentionScratch {
-  std::vector<float> per_thread;  // [n_threads][per-thread floats, see attention.cpp]
+  std::vector<float> per_thread;      // [n_threads][per-thread floats, see attention.cpp]
+  std::vector<int16_t> per_thread_q;  // [n_threads][queries per item][head_dim] int16 queries
 };
 
 // out[t, h*head_dim..] = attention of query (t, h) over cells [0, pos0 + t] of `seq`.
