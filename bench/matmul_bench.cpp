@@ -102,20 +102,22 @@ BENCHMARK(BM_DecodeAttention)
                    {1, 2}})
     ->UseRealTime();
 
-// Streaming read bandwidth over a buffer far larger than the caches, on 1 or 2 threads.
+// Streaming read bandwidth over a buffer far larger than the caches, on 1 or 2 threads. Integer
+// adds into 8 independent accumulators keep the loop far from compute-bound, so it measures the
+// memory system (the roofline's denominator).
 void BM_MemoryReadBandwidth(benchmark::State& state) {
-  const size_t n = size_t{1} << 28;  // 1 GiB of floats
-  std::vector<float> buf(n / sizeof(float), 1.0f);
+  const size_t n = size_t{1} << 30;  // 1 GiB
+  std::vector<uint64_t> buf(n / sizeof(uint64_t), 1);
   ThreadPool pool(static_cast<int>(state.range(0)));
-  std::vector<double> partial(pool.size() * 8);
+  std::vector<uint64_t> partial(pool.size() * 8);
   for (auto _ : state) {
-    pool.ParallelFor(static_cast<int64_t>(buf.size()), 1 << 20, [&](int64_t b, int64_t e, int slot) {
-      float acc[16] = {};
-      for (int64_t i = b; i + 16 <= e; i += 16) {
-        for (int j = 0; j < 16; ++j) acc[j] += buf[i + j];
+    pool.ParallelFor(static_cast<int64_t>(buf.size()), 1 << 18, [&](int64_t b, int64_t e, int slot) {
+      uint64_t acc[8] = {};
+      for (int64_t i = b; i + 8 <= e; i += 8) {
+        for (int j = 0; j < 8; ++j) acc[j] += buf[i + j];
       }
-      double s = 0;
-      for (float a : acc) s += a;
+      uint64_t s = 0;
+      for (uint64_t a : acc) s += a;
       partial[slot * 8] += s;
     });
     benchmark::DoNotOptimize(partial.data());

@@ -42,8 +42,13 @@ uint64_t Mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// Round half to even, as the int8 definition asks.
-inline float RoundHalfEven(float v) { return std::nearbyint(v); }
+// Round half to even, as the int8 definition asks. Adding and subtracting 1.5 * 2^23 rounds in
+// the FPU's default (nearest-even) mode exactly like nearbyint for |v| < 2^22, without a libm
+// call, so the scale-search loops vectorise.
+inline float RoundHalfEven(float v) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  return (v + kMagic) - kMagic;
+}
 
 // Squared error of int8 codes for x against the stored (fp16) form of scale d.
 float Int8Error(const float* x, int g, float d) {
@@ -97,8 +102,9 @@ float Q4Error(const float* x, int g, float d) {
   const float dq = Fp16ToF32(F32ToFp16(d));
   float err = 0.0f;
   for (int i = 0; i < g; ++i) {
-    const float c = std::clamp(std::trunc(x[i] * id + 8.5f), 0.0f, 15.0f);
-    const float e = dq * (c - 8.0f) - x[i];
+    // Truncation toward zero then the clamp equals trunc-then-clamp of GGML's formula.
+    const int c = std::clamp(static_cast<int>(x[i] * id + 8.5f), 0, 15);
+    const float e = dq * static_cast<float>(c - 8) - x[i];
     err += e * e;
   }
   return err;

@@ -92,14 +92,14 @@ size_t KvCache::BytesTotal() const { return BytesPerToken() * config_.n_ctx * co
 
 void KvCache::EncodeCell(const KvSideSpec& spec, bool stochastic, int layer, int seq, int pos,
                          const float* src, std::vector<uint8_t>& buf, size_t head_bytes,
-                         std::vector<float>& tmp) {
+                         float* tmp) {
   const int hd = config_.head_dim;
   for (int h = 0; h < config_.n_kv_heads; ++h) {
     const float* x = src + static_cast<int64_t>(h) * hd;
     if (spec.rotated) {
-      std::copy_n(x, hd, tmp.data());
-      Rotate(tmp.data(), hd);
-      x = tmp.data();
+      std::copy_n(x, hd, tmp);
+      Rotate(tmp, hd);
+      x = tmp;
     }
     RoundingKey key{config_.seed, static_cast<uint32_t>(layer), static_cast<uint32_t>(pos),
                     static_cast<uint32_t>(h * hd)};
@@ -127,7 +127,8 @@ const float* KvCache::BiasedForTesting(const float* v, std::vector<float>& out) 
   return out.data();
 }
 
-void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const float* v) {
+void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const float* v,
+                    ThreadPool* pool) {
   LAMINA_CHECK(layer >= 0 && layer < config_.n_layer);
   LAMINA_CHECK(seq >= 0 && seq < config_.n_seq);
   int& length = lengths_[Index(layer, seq)];
@@ -137,29 +138,41 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
     return;
   }
   const int re = row_elems();
-  std::vector<float> tmp(config_.head_dim);
-  std::vector<float> biased;  // [row_elems] only under Fault::kBiasedV
-  const bool v_stochastic = config_.v_rounding == KvRounding::kStochastic;
+  // Non-finite rows are found first, in order, so the reported position is the first one.
+  std::vector<char> finite(n, 1);
   for (int i = 0; i < n; ++i) {
-    const int pos = pos0 + i;
     const float* krow = k + static_cast<int64_t>(i) * re;
     const float* vrow = v + static_cast<int64_t>(i) * re;
-    bool finite = true;
-    for (int e = 0; e < re && finite; ++e) finite = std::isfinite(krow[e]) && std::isfinite(vrow[e]);
-    if (!finite) {
-      if (nonfinite_error_.empty()) {
-        nonfinite_error_ = "non-finite K or V value at layer " + std::to_string(layer) +
-                           ", position " + std::to_string(pos) + "; the cell was not stored";
+    for (int e = 0; e < re && finite[i]; ++e) finite[i] = std::isfinite(krow[e]) && std::isfinite(vrow[e]);
+    if (!finite[i] && nonfinite_error_.empty()) {
+      nonfinite_error_ = "non-finite K or V value at layer " + std::to_string(layer) +
+                         ", position " + std::to_string(pos0 + i) + "; the cell was not stored";
+    }
+  }
+  const bool v_stochastic = config_.v_rounding == KvRounding::kStochastic;
+  auto encode = [&](int64_t i0, int64_t i1) {
+    std::vector<float> tmp(config_.head_dim);  // [head_dim] rotation scratch
+    std::vector<float> biased;                  // [row_elems] only under Fault::kBiasedV
+    for (int64_t i = i0; i < i1; ++i) {
+      const int pos = pos0 + static_cast<int>(i);
+      if (!finite[i]) {
+        ZeroCells(layer, seq, pos, 1);
+        continue;
       }
-      ZeroCells(layer, seq, pos, 1);
-      continue;
+      const float* vrow = v + i * re;
+      if (fault_ == Fault::kBiasedV) vrow = BiasedForTesting(vrow, biased);
+      EncodeCell(k_spec_, /*stochastic=*/false, layer, seq, pos, k + i * re, k_, k_head_bytes_,
+                 tmp.data());
+      EncodeCell(v_spec_, v_stochastic, layer, seq, pos, vrow, v_, v_head_bytes_, tmp.data());
     }
-    if (fault_ == Fault::kBiasedV) vrow = BiasedForTesting(vrow, biased);
-    EncodeCell(k_spec_, /*stochastic=*/false, layer, seq, pos, krow, k_, k_head_bytes_, tmp);
-    EncodeCell(v_spec_, v_stochastic, layer, seq, pos, vrow, v_, v_head_bytes_, tmp);
-    if (n == 1 && fault_ == Fault::kCorruptSingleToken) {
-      v_[HeadIndex(layer, seq, 0, pos) * v_head_bytes_] ^= 0x5A;
-    }
+  };
+  if (pool != nullptr && n > 1) {
+    pool->ParallelFor(n, 1, encode);
+  } else {
+    encode(0, n);
+  }
+  if (n == 1 && fault_ == Fault::kCorruptSingleToken) {
+    v_[HeadIndex(layer, seq, 0, pos0) * v_head_bytes_] ^= 0x5A;
   }
   length = std::max(length, pos0 + n);
 }

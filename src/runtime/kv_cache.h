@@ -14,6 +14,7 @@
 
 #include "kernels/kv_format.h"
 #include "util/status.h"
+#include "util/thread_pool.h"
 
 namespace lamina {
 
@@ -65,7 +66,10 @@ class KvCache {
   // sequence (pos0 <= Length(seq, layer)), so rewriting after Truncate is allowed.
   // Non-finite input is not stored: the cells are written as zeros and the first such event is
   // kept in nonfinite_error() for the session to report.
-  void Write(int layer, int seq, int pos0, int n, const float* k, const float* v);
+  // The encoding of the n rows runs on `pool` when given (each row lands in its own bytes, so
+  // the result is the same on any number of threads).
+  void Write(int layer, int seq, int pos0, int n, const float* k, const float* v,
+             ThreadPool* pool = nullptr);
 
   // Drops cells at positions >= n_keep in every layer (rollback of rejected tokens).
   void Truncate(int seq, int n_keep);
@@ -112,7 +116,7 @@ class KvCache {
   // Encodes one cell's row (all heads) of one side into its head-major slots.
   void EncodeCell(const KvSideSpec& spec, bool stochastic, int layer, int seq, int pos,
                   const float* src, std::vector<uint8_t>& buf, size_t head_bytes,
-                  std::vector<float>& tmp);
+                  float* tmp);
   void ZeroCells(int layer, int seq, int pos0, int n);
   // Fault::kBiasedV: the V row `v` ([row_elems]) shifted as described there, in `out`.
   const float* BiasedForTesting(const float* v, std::vector<float>& out) const;

@@ -35,7 +35,7 @@ class Session::CacheAttention final : public AttentionContext {
   CacheAttention(Session& s, int pos0, int n_tokens) : s_(s), pos0_(pos0), n_tokens_(n_tokens) {}
   void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
     const Hparams& hp = s_.model_.hparams();
-    s_.cache_.Write(layer, /*seq=*/0, pos0_, n_tokens_, k, v);
+    s_.cache_.Write(layer, /*seq=*/0, pos0_, n_tokens_, k, v, &s_.pool_);
     AttentionShape shape{hp.n_head, hp.n_head_kv, hp.head_dim,
                          1.0f / std::sqrt(static_cast<float>(hp.head_dim))};
     CausalAttention(s_.cache_, layer, /*seq=*/0, pos0_, n_tokens_, q, out, shape,
@@ -98,7 +98,7 @@ void Session::FillWithRandomCells(int n, uint64_t seed) {
         k[i] = normal(rng);
         v[i] = normal(rng);
       }
-      cache_.Write(layer, 0, n_past_ + p0, m, k.data(), v.data());
+      cache_.Write(layer, 0, n_past_ + p0, m, k.data(), v.data(), &pool_);
     }
   }
   n_past_ += n;
