@@ -32,7 +32,7 @@ int RunBench(const BenchOptions& o) {
   SessionConfig sc;
   int rc = kExitOk;
   if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
-  if (o.common.n_ctx == 0) sc.n_ctx = std::max(o.n_prompt, o.depth + o.n_gen) + 1;
+  if (o.common.n_ctx == 0) sc.n_ctx = std::max(o.n_prompt, o.depth + o.n_gen + 1) + 1;
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> dist(0, hp.n_vocab - 1);
   auto random_tokens = [&](int n) {
@@ -62,7 +62,12 @@ int RunBench(const BenchOptions& o) {
       // The cache is filled through its writer with random cells rather than by a DEPTH-token
       // prompt: decode speed depends on how many cells are read, not on what they hold.
       if (o.depth > 0) s.FillWithRandomCells(o.depth, 1234 + rep);
-      std::vector<int32_t> gen = random_tokens(o.n_gen);
+      std::vector<int32_t> gen = random_tokens(o.n_gen + 1);
+      // One untimed warm-up step first (first-touch of scratch buffers), as llama-bench does.
+      if (Result<const float*> r = s.Eval(&gen[o.n_gen], 1, false); !r.ok()) {
+        std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
+        return kExitFailure;
+      }
       const double t0 = NowSeconds();
       for (int i = 0; i < o.n_gen; ++i) {
         Result<const float*> r = s.Eval(&gen[i], 1, false);
@@ -76,8 +81,8 @@ int RunBench(const BenchOptions& o) {
   }
   const double pp_med = Median(pp), tg_med = Median(tg);
   // Bytes read per decoded token: all weights but the embedding rows, plus the K/V cells
-  // attended (depth + half the generated tokens on average).
-  const double kv_read = static_cast<double>(kv_bytes_per_token) * (o.depth + o.n_gen / 2.0);
+  // attended (depth, the warm-up token and half the generated tokens on average).
+  const double kv_read = static_cast<double>(kv_bytes_per_token) * (o.depth + 1 + o.n_gen / 2.0);
   const double bytes_per_token = static_cast<double>(model.WeightBytesPerToken()) + kv_read;
   if (o.json) {
     nlohmann::json j;

@@ -50,6 +50,31 @@ inline float RoundHalfEven(float v) {
   return (v + kMagic) - kMagic;
 }
 
+// Least-error step in [lo, hi] (ties: the first seen): every 4th step, then the neighbours of the
+// best within 3. Error(0) (the plain scale) is always evaluated, so the plain scale is never beaten
+// by a worse one. About 17 evaluations instead of 41; the errors are bumpy in the step, so this
+// finds the best step most of the time, not always.
+template <typename ErrorFn>
+int SearchScaleStep(int lo, int hi, ErrorFn error) {
+  int best = 0;
+  float best_err = error(0);
+  auto consider = [&](int step) {
+    if (step < lo || step > hi || step == 0) return;
+    const float e = error(step);
+    if (e < best_err) {
+      best_err = e;
+      best = step;
+    }
+  };
+  for (int step = lo; step <= hi; step += 4) consider(step);
+  const int center = best;
+  for (int delta = 1; delta <= 3; ++delta) {
+    consider(center - delta);
+    consider(center + delta);
+  }
+  return best;
+}
+
 // Squared error of int8 codes for x against the stored (fp16) form of scale d.
 float Int8Error(const float* x, int g, float d) {
   const float ds = Fp16ToF32(F32ToFp16(d));
@@ -73,16 +98,11 @@ void EncodeInt8Group(const float* x, int g, const RoundingKey* key, uint32_t ele
   // Scales beyond the fp16 range saturate (codes then clamp) rather than become inf.
   float d = std::min(amax / 127.0f, kFp16Max);
   if (amax > 0.0f && amax / 127.0f < kFp16Max) {
-    float best = Int8Error(x, g, d);
-    for (int s = 1; s <= kInt8ScaleSteps; ++s) {
-      const float cand = amax / (127.0f - kInt8ScaleStep * s);
-      if (cand > kFp16Max) break;
-      const float err = Int8Error(x, g, cand);
-      if (err < best) {
-        best = err;
-        d = cand;
-      }
-    }
+    const int s = SearchScaleStep(0, kInt8ScaleSteps, [&](int step) {
+      const float cand = amax / (127.0f - kInt8ScaleStep * step);
+      return cand > kFp16Max ? INFINITY : Int8Error(x, g, cand);
+    });
+    d = amax / (127.0f - kInt8ScaleStep * s);
   }
   const fp16_t d16 = F32ToFp16(d);
   const float ds = Fp16ToF32(d16);
@@ -124,16 +144,10 @@ void EncodeQ4Group(const float* x, int g, const RoundingKey* key, uint32_t eleme
   // and its decoding are unchanged, the error drops by ~6% (32-value blocks) to ~13% (8).
   float d = std::clamp(max / -8.0f, -kFp16Max, kFp16Max);
   if (amax > 0.0f && amax < kFp16Max) {
-    float best = Q4Error(x, g, d);
-    for (int s = -kQ4ScaleSteps; s <= kQ4ScaleSteps; ++s) {
-      if (s == 0) continue;
-      const float cand = max / (-8.0f + kQ4ScaleStep * s);
-      const float err = Q4Error(x, g, cand);
-      if (err < best) {
-        best = err;
-        d = cand;
-      }
-    }
+    const int s = SearchScaleStep(-kQ4ScaleSteps, kQ4ScaleSteps, [&](int step) {
+      return Q4Error(x, g, max / (-8.0f + kQ4ScaleStep * step));
+    });
+    d = max / (-8.0f + kQ4ScaleStep * s);
   }
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   const fp16_t d16 = F32ToFp16(d);

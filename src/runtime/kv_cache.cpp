@@ -90,22 +90,20 @@ size_t KvCache::BytesPerToken() const { return (k_row_bytes() + v_row_bytes()) *
 
 size_t KvCache::BytesTotal() const { return BytesPerToken() * config_.n_ctx * config_.n_seq; }
 
-void KvCache::EncodeCell(const KvSideSpec& spec, bool stochastic, int layer, int seq, int pos,
-                         const float* src, std::vector<uint8_t>& buf, size_t head_bytes,
+void KvCache::EncodeHead(const KvSideSpec& spec, bool stochastic, int layer, int seq, int pos,
+                         int head, const float* src, std::vector<uint8_t>& buf, size_t head_bytes,
                          float* tmp) {
   const int hd = config_.head_dim;
-  for (int h = 0; h < config_.n_kv_heads; ++h) {
-    const float* x = src + static_cast<int64_t>(h) * hd;
-    if (spec.rotated) {
-      std::copy_n(x, hd, tmp);
-      Rotate(tmp, hd);
-      x = tmp;
-    }
-    RoundingKey key{config_.seed, static_cast<uint32_t>(layer), static_cast<uint32_t>(pos),
-                    static_cast<uint32_t>(h * hd)};
-    EncodeKvRow(spec.format, x, hd, stochastic ? &key : nullptr,
-                buf.data() + HeadIndex(layer, seq, h, pos) * head_bytes);
+  const float* x = src;
+  if (spec.rotated) {
+    std::copy_n(x, hd, tmp);
+    Rotate(tmp, hd);
+    x = tmp;
   }
+  RoundingKey key{config_.seed, static_cast<uint32_t>(layer), static_cast<uint32_t>(pos),
+                  static_cast<uint32_t>(head * hd)};
+  EncodeKvRow(spec.format, x, hd, stochastic ? &key : nullptr,
+              buf.data() + HeadIndex(layer, seq, head, pos) * head_bytes);
 }
 
 void KvCache::ZeroCells(int layer, int seq, int pos0, int n) {
@@ -150,26 +148,33 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
     }
   }
   const bool v_stochastic = config_.v_rounding == KvRounding::kStochastic;
-  auto encode = [&](int64_t i0, int64_t i1) {
-    std::vector<float> tmp(config_.head_dim);  // [head_dim] rotation scratch
-    std::vector<float> biased;                  // [row_elems] only under Fault::kBiasedV
-    for (int64_t i = i0; i < i1; ++i) {
+  const int hd = config_.head_dim;
+  const int n_heads = config_.n_kv_heads;
+  // Work items are (row, head) pairs, so even a single decoded token's heads spread over the pool.
+  auto encode = [&](int64_t item0, int64_t item1) {
+    std::vector<float> tmp(hd);     // [head_dim] rotation scratch
+    std::vector<float> biased;      // [row_elems] only under Fault::kBiasedV
+    for (int64_t item = item0; item < item1; ++item) {
+      const int64_t i = item / n_heads;
+      const int h = static_cast<int>(item % n_heads);
       const int pos = pos0 + static_cast<int>(i);
       if (!finite[i]) {
-        ZeroCells(layer, seq, pos, 1);
+        if (h == 0) ZeroCells(layer, seq, pos, 1);
         continue;
       }
       const float* vrow = v + i * re;
       if (fault_ == Fault::kBiasedV) vrow = BiasedForTesting(vrow, biased);
-      EncodeCell(k_spec_, /*stochastic=*/false, layer, seq, pos, k + i * re, k_, k_head_bytes_,
+      EncodeHead(k_spec_, /*stochastic=*/false, layer, seq, pos, h, k + i * re + h * hd, k_,
+                 k_head_bytes_, tmp.data());
+      EncodeHead(v_spec_, v_stochastic, layer, seq, pos, h, vrow + h * hd, v_, v_head_bytes_,
                  tmp.data());
-      EncodeCell(v_spec_, v_stochastic, layer, seq, pos, vrow, v_, v_head_bytes_, tmp.data());
     }
   };
-  if (pool != nullptr && n > 1) {
-    pool->ParallelFor(n, 1, encode);
+  const int64_t n_items = static_cast<int64_t>(n) * n_heads;
+  if (pool != nullptr && n_items > 1) {
+    pool->ParallelFor(n_items, 1, encode);
   } else {
-    encode(0, n);
+    encode(0, n_items);
   }
   if (n == 1 && fault_ == Fault::kCorruptSingleToken) {
     v_[HeadIndex(layer, seq, 0, pos0) * v_head_bytes_] ^= 0x5A;

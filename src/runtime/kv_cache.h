@@ -113,10 +113,9 @@ class KvCache {
   size_t HeadIndex(int layer, int seq, int head, int pos) const {
     return (Index(layer, seq) * config_.n_kv_heads + head) * config_.n_ctx + static_cast<size_t>(pos);
   }
-  // Encodes one cell's row (all heads) of one side into its head-major slots.
-  void EncodeCell(const KvSideSpec& spec, bool stochastic, int layer, int seq, int pos,
-                  const float* src, std::vector<uint8_t>& buf, size_t head_bytes,
-                  float* tmp);
+  // Encodes one head row (head_dim values at src) of one side into its head-major slot.
+  void EncodeHead(const KvSideSpec& spec, bool stochastic, int layer, int seq, int pos, int head,
+                  const float* src, std::vector<uint8_t>& buf, size_t head_bytes, float* tmp);
   void ZeroCells(int layer, int seq, int pos0, int n);
   // Fault::kBiasedV: the V row `v` ([row_elems]) shifted as described there, in `out`.
   const float* BiasedForTesting(const float* v, std::vector<float>& out) const;
