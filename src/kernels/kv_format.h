@@ -4,7 +4,7 @@
 //   f16   : fp16[head_dim] (round to nearest even)
 //   int8  : groups of G = min(32, head_dim) values: { fp16 d; int8 q[G] }, symmetric,
 //           q = round-half-even(x / d_stored) clamped to [-127, 127]; d = amax / (127 - 0.25 s),
-//           s in [0, 40] chosen for the least squared error (s = 0 is amax / 127)
+//           s in [0, 40] chosen for the least squared error (s = 0 is amax / 127; coarse-to-fine)
 //   q4_0  : groups of G = min(32, head_dim): { fp16 d; uint8 qs[G/2] } as GGML Q4_0, decoded as
 //           x = d * (q - 8); element i in the low nibble of qs[i], element i + G/2 in the high
 //           nibble. Encoding: q = trunc(x / d + 8.5) clamped to [0, 15] (GGML's rounding), with
