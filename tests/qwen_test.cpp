@@ -83,8 +83,12 @@ void ExpectRopeMatchesReference(const YarnReference& ref) {
       if (pos == 1) {
         const double g = ref.Gamma(i);
         // The paper's regions: r > beta is extrapolated, r < alpha interpolated.
-        if (ref.Rotations(i) > ref.beta_fast) EXPECT_EQ(g, 1.0) << i;
-        if (ref.Rotations(i) < ref.beta_slow) EXPECT_EQ(g, 0.0) << i;
+        if (ref.Rotations(i) > ref.beta_fast) {
+          EXPECT_EQ(g, 1.0) << i;
+        }
+        if (ref.Rotations(i) < ref.beta_slow) {
+          EXPECT_EQ(g, 0.0) << i;
+        }
         if (g > 0.0 && g < 1.0) ++n_ramp;
       }
     }

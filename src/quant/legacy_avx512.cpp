@@ -56,28 +56,6 @@ struct BF16Src {
 
 inline __mmask16 TailMask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
 
-template <class S>
-void VecDotFloat(int64_t k, float* s, const void* vw, const void* va) {
-  using T = typename S::T;
-  const T* w = static_cast<const T*>(vw);
-  const T* a = static_cast<const T*>(va);
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 64 <= k; i += 64) {
-    acc0 = _mm512_fmadd_ps(S::Load(w + i), S::Load(a + i), acc0);
-    acc1 = _mm512_fmadd_ps(S::Load(w + i + 16), S::Load(a + i + 16), acc1);
-    acc2 = _mm512_fmadd_ps(S::Load(w + i + 32), S::Load(a + i + 32), acc2);
-    acc3 = _mm512_fmadd_ps(S::Load(w + i + 48), S::Load(a + i + 48), acc3);
-  }
-  for (; i + 16 <= k; i += 16) acc0 = _mm512_fmadd_ps(S::Load(w + i), S::Load(a + i), acc0);
-  if (i < k) {
-    const __mmask16 m = TailMask(k - i);
-    acc1 = _mm512_fmadd_ps(S::LoadMasked(w + i, m), S::LoadMasked(a + i, m), acc1);
-  }
-  *s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
-}
-
 // Two accumulators per activation row: with N >= 3 rows that is enough independent FMAs.
 template <class S, int N>
 void VecDotFloatMultiN(int64_t k, const void* vw, const char* act, size_t stride, float* out) {
@@ -208,76 +186,7 @@ struct Prepared {
   }
 };
 
-template <class W>
-void VecDotQuant(int64_t k, float* s, const void* vw, const void* va) {
-  const auto* w = static_cast<const typename W::Block*>(vw);
-  const auto* a = static_cast<const typename W::Act*>(va);
-  const int64_t nb = k / kQK;
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  float summ = 0.0f;
-  int64_t i = 0;
-  for (; i + 2 <= nb; i += 2) {
-    const Prepared<W> p0(w[i]), p1(w[i + 1]);
-    const __m256 s0 = _mm256_cvtepi32_ps(p0.Dot(a[i].qs));
-    const __m256 s1 = _mm256_cvtepi32_ps(p1.Dot(a[i + 1].qs));
-    acc0 = _mm256_fmadd_ps(s0, _mm256_set1_ps(p0.d * HalfToF32(a[i].d)), acc0);
-    acc1 = _mm256_fmadd_ps(s1, _mm256_set1_ps(p1.d * HalfToF32(a[i + 1].d)), acc1);
-    if constexpr (!W::kSigned) {
-      summ += p0.m * HalfToF32(a[i].s) + p1.m * HalfToF32(a[i + 1].s);
-    }
-  }
-  for (; i < nb; ++i) {
-    const Prepared<W> p(w[i]);
-    const __m256 s0 = _mm256_cvtepi32_ps(p.Dot(a[i].qs));
-    acc0 = _mm256_fmadd_ps(s0, _mm256_set1_ps(p.d * HalfToF32(a[i].d)), acc0);
-    if constexpr (!W::kSigned) summ += p.m * HalfToF32(a[i].s);
-  }
-  *s = HsumPs(_mm256_add_ps(acc0, acc1)) + summ;
-}
-
-template <class W, int N>
-void VecDotQuantMultiN(int64_t k, const void* vw, const char* act, size_t stride, float* out) {
-  const auto* w = static_cast<const typename W::Block*>(vw);
-  const typename W::Act* a[N];
-  __m256 acc[N];
-  float summ[N];
-  for (int j = 0; j < N; ++j) {
-    a[j] = reinterpret_cast<const typename W::Act*>(act + j * stride);
-    acc[j] = _mm256_setzero_ps();
-    summ[j] = 0.0f;
-  }
-  const int64_t nb = k / kQK;
-  for (int64_t i = 0; i < nb; ++i) {
-    const Prepared<W> p(w[i]);
-    // Fully unrolled so the N accumulators stay in registers instead of on the stack.
-#pragma GCC unroll 8
-    for (int j = 0; j < N; ++j) {
-      const typename W::Act& y = a[j][i];
-      const __m256 sj = _mm256_cvtepi32_ps(p.Dot(y.qs));
-      acc[j] = _mm256_fmadd_ps(sj, _mm256_set1_ps(p.d * HalfToF32(y.d)), acc[j]);
-      if constexpr (!W::kSigned) summ[j] += p.m * HalfToF32(y.s);
-    }
-  }
-  for (int j = 0; j < N; ++j) out[j] = HsumPs(acc[j]) + summ[j];
-}
-
-template <class W>
-void VecDotQuantMulti(int64_t k, const void* w, const void* act, size_t stride, int n,
-                      float* out) {
-  const char* a = static_cast<const char*>(act);
-  switch (n) {
-    case 1: return VecDotQuantMultiN<W, 1>(k, w, a, stride, out);
-    case 2: return VecDotQuantMultiN<W, 2>(k, w, a, stride, out);
-    case 3: return VecDotQuantMultiN<W, 3>(k, w, a, stride, out);
-    case 4: return VecDotQuantMultiN<W, 4>(k, w, a, stride, out);
-    case 5: return VecDotQuantMultiN<W, 5>(k, w, a, stride, out);
-    case 6: return VecDotQuantMultiN<W, 6>(k, w, a, stride, out);
-    case 7: return VecDotQuantMultiN<W, 7>(k, w, a, stride, out);
-    case 8: return VecDotQuantMultiN<W, 8>(k, w, a, stride, out);
-    default:
-      for (int j = 0; j < n; ++j) VecDotQuantMultiN<W, 1>(k, w, a + j * stride, 0, &out[j]);
-  }
-}
+#include "quant/legacy_quant_dot.inc"
 
 // ---------------------------------------------------------------------------------------------
 // Register-blocked tiles for Q8_0 and Q4_0 weights: R weight rows x N activation rows per inner
