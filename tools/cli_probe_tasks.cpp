@@ -90,18 +90,21 @@ Generation GenerateGreedy(const Context& ctx, const Leg& leg, const std::string&
 
 namespace {
 
-const char* const kNames[] = {"Tom", "Lily", "Max", "Anna", "Ben",
-                              "Sue", "Sam",  "Mia", "Leo",  "Zoe"};
-const char* const kAdjectives[] = {"red",  "big",  "small", "happy", "old",
-                                   "blue", "soft", "green", "tall",  "quiet"};
-const char* const kThings[] = {"ball", "dog",  "cat",  "tree", "box",
-                               "car",  "bird", "cake", "boat", "hat"};
-const char* const kPlaces[] = {"park",   "garden", "house", "forest", "river",
-                               "school", "shop",   "hill",  "farm",   "lake"};
-const char* const kVerbs[] = {"saw",    "found", "liked", "had",  "made",
-                              "wanted", "took",  "gave",  "held", "drew"};
-const char* const kCities[] = {"Paris", "Berlin", "Madrid", "Rome",
-                               "Oslo",  "Vienna", "Lisbon", "Dublin"};
+// Word lists and sentence shapes of the shipped model's training prose (train/data.py), which
+// are also plain English for any other model.
+const char* const kNames[] = {"Tom", "Lily", "Max", "Anna", "Ben", "Grace", "Sam", "Mia", "Leo", "Zoe"};
+const char* const kAdjectives[] = {"small", "big",  "old",   "quiet", "happy",
+                                   "brave", "kind", "gentle", "soft", "little"};
+const char* const kAnimals[] = {"fox", "cat", "dog", "bird", "owl", "bear", "deer", "duck", "frog", "goat"};
+const char* const kColors[] = {"red", "blue", "green", "yellow", "brown", "white", "gray", "pink"};
+const char* const kThings[] = {"ball", "box",  "lamp", "book", "key",
+                               "cup",  "boat", "bell", "map",  "chair"};
+const char* const kPlaces[] = {"the park",  "the garden", "the forest", "the river", "the lake",
+                               "the school", "the market", "the hill",  "the farm",  "the village"};
+const char* const kVerbs[] = {"found",   "opened", "carried", "watched", "painted",
+                              "visited", "lost",   "saw",     "liked",   "fixed"};
+const char* const kFeelings[] = {"happy", "calm", "glad", "curious", "sleepy", "proud"};
+const char* const kCities[] = {"Paris", "Berlin", "Madrid", "Rome", "Oslo", "Vienna", "Lisbon", "Dublin"};
 
 template <size_t N>
 const char* Pick(std::mt19937_64& rng, const char* const (&words)[N]) {
@@ -109,17 +112,20 @@ const char* Pick(std::mt19937_64& rng, const char* const (&words)[N]) {
 }
 
 std::string Sentence(std::mt19937_64& rng) {
-  switch (rng() % 3) {
+  const std::string name = Pick(rng, kNames), adj = Pick(rng, kAdjectives),
+                    animal = Pick(rng, kAnimals), color = Pick(rng, kColors),
+                    thing = Pick(rng, kThings), place = Pick(rng, kPlaces);
+  switch (rng() % 5) {
     case 0:
-      return std::string(Pick(rng, kNames)) + " " + Pick(rng, kVerbs) + " a " +
-             Pick(rng, kAdjectives) + " " + Pick(rng, kThings) + " in the " + Pick(rng, kPlaces) +
-             ".";
+      return name + " " + Pick(rng, kVerbs) + " a " + color + " " + thing + " in " + place + ".";
     case 1:
-      return std::string("The ") + Pick(rng, kThings) + " was " + Pick(rng, kAdjectives) + " and " +
-             Pick(rng, kNames) + " was happy.";
+      return "The " + adj + " " + animal + " lived near " + place + ".";
+    case 2:
+      return name + " felt " + Pick(rng, kFeelings) + " and went to " + place + ".";
+    case 3:
+      return "The " + animal + " " + Pick(rng, kVerbs) + " the " + color + " " + thing + ".";
     default:
-      return std::string(Pick(rng, kNames)) + " went to the " + Pick(rng, kPlaces) + " with a " +
-             Pick(rng, kThings) + ".";
+      return name + " and " + Pick(rng, kNames) + " talked about the " + adj + " " + animal + ".";
   }
 }
 
@@ -335,10 +341,10 @@ void RunNeedleProbe(Context& ctx, json& report) {
       const std::string secret = std::to_string(10000 + rng() % 90000);
       std::vector<std::string> hay = filler;
       const size_t at = std::min(hay.size(), static_cast<size_t>(hay.size() * depth / 100.0 + 0.5));
-      hay.insert(hay.begin() + at, "The secret number is " + secret + ".");
-      const std::string user =
-          Join(hay, " ") + "\n\nWhat is the secret number? Answer with the number only.";
-      cells.push_back({length, depth, RenderPrompt(ctx, user, "The secret number is"), secret});
+      // The shipped model's needle phrasing (train/data.py); the answer repeats the fact.
+      hay.insert(hay.begin() + at, "The secret code is " + secret + ".");
+      const std::string user = Join(hay, " ") + "\n\nWhat is the secret code?";
+      cells.push_back({length, depth, RenderPrompt(ctx, user, ""), secret});
     }
   }
   std::vector<int> ref_hits;  // per cell, reference leg
@@ -352,7 +358,7 @@ void RunNeedleProbe(Context& ctx, json& report) {
         return text.find(cells[c].expected) != std::string::npos ||
                text.find('\n', 1) != std::string::npos;
       };
-      Generation g = GenerateGreedy(ctx, ctx.legs[i], cells[c].prompt, 12, stop);
+      Generation g = GenerateGreedy(ctx, ctx.legs[i], cells[c].prompt, 24, stop);
       const bool hit = !g.error && g.text.find(cells[c].expected) != std::string::npos;
       hits += hit;
       if (i == 0) ref_hits.push_back(hit);
@@ -434,10 +440,9 @@ void RunJsonProbe(Context& ctx, json& report) {
     const std::string name = Pick(rng, kNames);
     const int age = 18 + static_cast<int>(rng() % 70);
     const std::string city = Pick(rng, kCities);
-    const std::string user =
-        "Write a JSON object with the keys \"name\", \"age\" and \"city\" for this person: " +
-        name + ", " + std::to_string(age) + " years old, lives in " + city +
-        ". Reply with the JSON only.";
+    // The shipped model's JSON phrasing (train/data.py): fields given as name = value.
+    const std::string user = "Write a JSON object with the fields name = \"" + name +
+                             "\", age = " + std::to_string(age) + ", city = \"" + city + "\".";
     items.push_back({RenderPrompt(ctx, user, ""), {{"name", name}, {"age", age}, {"city", city}}});
   }
   std::vector<std::string> ref_outputs;
@@ -449,7 +454,7 @@ void RunJsonProbe(Context& ctx, json& report) {
     int valid = 0, exact = 0;
     for (const Item& item : items) {
       auto stop = [](const std::string& text) { return !ExtractObject(text).empty(); };
-      Generation g = GenerateGreedy(ctx, ctx.legs[i], item.prompt, 64, stop);
+      Generation g = GenerateGreedy(ctx, ctx.legs[i], item.prompt, 96, stop);
       const std::string obj = ExtractObject(g.text);
       json parsed = json::parse(obj, nullptr, /*allow_exceptions=*/false);
       const bool ok = !obj.empty() && !parsed.is_discarded() && parsed.is_object();
@@ -482,13 +487,15 @@ void RunJsonProbe(Context& ctx, json& report) {
 }
 
 void RunCopyProbe(Context& ctx, json& report) {
+  // Lists of 30 "color thing" items in the shipped model's copy phrasing (train/data.py).
   std::vector<std::string> texts, prompts;
   std::mt19937_64 rng(ctx.options.seed * 271828 + 3);
   for (int k = 0; k < 3; ++k) {
-    std::vector<std::string> s;
-    for (int w = 0; w < 2; ++w) s.push_back(Sentence(rng));
-    texts.push_back(Join(s, " "));
-    prompts.push_back(RenderPrompt(ctx, "Repeat this text exactly:\n" + texts.back(), ""));
+    std::vector<std::string> items;
+    for (int w = 0; w < 30; ++w) items.push_back(std::string(Pick(rng, kColors)) + " " + Pick(rng, kThings));
+    texts.push_back(Join(items, "\n"));
+    prompts.push_back(
+        RenderPrompt(ctx, "Repeat this list exactly, one item per line:\n" + texts.back(), ""));
   }
   std::vector<std::string> ref_outputs;
   double ref_rate = 0;
