@@ -29,7 +29,7 @@ from tokenizer import Tokenizer, build_default, IM_END, BOS  # noqa: E402
 PRESETS = {
     # the shipped model
     "full": dict(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
-                 batch=4, steps=1600, lr=3e-3, warmup=100),
+                 batch=4, steps=1800, lr=3e-3, warmup=100),
     # pipeline check: a few minutes
     "small": dict(dim=128, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=256, seq_len=512,
                   batch=4, steps=60, lr=3e-3, warmup=10),
@@ -52,7 +52,7 @@ def make_batch(tok, seed, batch, seq_len, max_answer_tokens):
     attention), padded at the end. Returns inputs, targets, loss weights, doc ids and the
     per-example spans (row, start, end, task) of answer tokens in target coordinates."""
     gen = Generator(seed, max_answer_tokens=max_answer_tokens,
-                    max_prompt_chars=int(seq_len * 3.2))
+                    max_prompt_chars=int(seq_len * 3.9))
     L = seq_len + 1
     toks = torch.zeros(batch, L, dtype=torch.long)
     wts = torch.zeros(batch, L)
