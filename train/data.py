@@ -103,10 +103,19 @@ class Generator:
     TASK_WEIGHTS = {"count": 0.30, "needle": 0.22, "copy": 0.12, "lookup": 0.10,
                     "json": 0.14, "prose": 0.12}
 
-    def __init__(self, seed, max_answer_tokens=1150, max_prompt_chars=4200):
+    def __init__(self, seed, max_answer_tokens=1150, max_prompt_chars=4200, weights=None,
+                 short_frac=0.0):
         self.rng = random.Random(seed)
+        self.weights = dict(weights or self.TASK_WEIGHTS)
+        # share of needle / copy / lookup examples drawn short (a haystack of 100..600
+        # characters, 3..12 items or pairs): attention over few tokens learns to find a
+        # far-away token much faster than over a thousand
+        self.short_frac = short_frac
         self.max_answer_tokens = max_answer_tokens
         self.max_prompt_chars = max_prompt_chars
+
+    def _short(self):
+        return self.short_frac > 0 and self.rng.random() < self.short_frac
 
     # -- prose ---------------------------------------------------------------------------------
     def sentence(self):
@@ -220,6 +229,8 @@ class Generator:
         hi = max(400, self.max_prompt_chars - 300)
         target_chars = int(r.choice([r.randint(150, min(1200, hi)), r.randint(hi // 3, hi),
                                      r.randint(hi * 2 // 3, hi)]))
+        if self._short():
+            target_chars = r.randint(100, 600)
         sentences = []
         total = 0
         while total < target_chars:
@@ -271,6 +282,8 @@ class Generator:
     def copy(self):
         r = self.rng
         n = r.choice([r.randint(3, 20), r.randint(20, 60), r.randint(45, 60)])
+        if self._short():
+            n = r.randint(3, 12)
         mixed = r.random() < 0.3
         kind = r.randrange(6)
         items = [self.item(r.randrange(6) if mixed else kind) for _ in range(n)]
@@ -281,6 +294,8 @@ class Generator:
     def lookup(self):
         r = self.rng
         n = r.choice([r.randint(3, 20), r.randint(20, 80)])
+        if self._short():
+            n = r.randint(3, 12)
         keys = set()
         key_kind = r.randrange(3)
         while len(keys) < n:
@@ -367,7 +382,7 @@ class Generator:
     def example(self, task=None):
         if task is None:
             x = self.rng.random()
-            for name, w in self.TASK_WEIGHTS.items():
+            for name, w in self.weights.items():
                 task = name
                 if x < w:
                     break

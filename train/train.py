@@ -26,13 +26,28 @@ from data import Generator, render_chat  # noqa: E402
 from model import Config, Transformer, causal_doc_mask  # noqa: E402
 from tokenizer import Tokenizer, build_default, IM_END, BOS  # noqa: E402
 
+# Training runs in phases, each from a step on: which rows examples are packed into, the task mix,
+# the share of examples drawn short (data.Generator.short_frac), the answer cap, and the share of
+# "repeat" sequences (BOS, a random run of ordinary tokens, the same run again; loss on the
+# second run; the runs vary in length, so only content look-up, not a fixed offset, lowers the
+# loss). They come first because a model trained on the task mix alone learned counting's
+# fixed-offset attention but, in ~1,600 steps, no content look-up (the induction heads copy,
+# lookup, needle and JSON need). See train/README.md for the measured runs.
+WARMUP_MIX = dict(count=0.20, needle=0.15, copy=0.30, lookup=0.15, json=0.15, prose=0.05)
+MAIN_MIX = dict(count=0.22, needle=0.20, copy=0.22, lookup=0.12, json=0.16, prose=0.08)
 PRESETS = {
     # the shipped model
     "full": dict(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
-                 batch=4, steps=1800, lr=3e-3, warmup=100),
+                 batch=4, steps=1200, lr=3e-3, warmup=100, bucket_tokens=3600,
+                 phases=[dict(start=0, buckets=(320,), mix=WARMUP_MIX, short_frac=1.0,
+                              max_answer_tokens=240, repeat=1.0),
+                         dict(start=250, buckets=(320, 640, 1280), mix=MAIN_MIX, short_frac=0.3,
+                              max_answer_tokens=1150, repeat=0.15)]),
     # pipeline check: a few minutes
     "small": dict(dim=128, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=256, seq_len=512,
-                  batch=4, steps=60, lr=3e-3, warmup=10),
+                  batch=4, steps=60, lr=3e-3, warmup=10, bucket_tokens=1024,
+                  phases=[dict(start=0, buckets=(256, 512), mix=WARMUP_MIX, short_frac=0.5,
+                               max_answer_tokens=380, repeat=0.2)]),
 }
 TASKS = ["count", "needle", "copy", "lookup", "json", "prose"]
 
@@ -47,12 +62,12 @@ def encode_example(tok, prompt, answer):
     return head + body, [0.0] * len(head) + [w] * len(body)
 
 
-def make_batch(tok, seed, batch, seq_len, max_answer_tokens):
+def make_batch(tok, seed, batch, seq_len, max_answer_tokens, weights=None):
     """Rows of seq_len+1 tokens packed with whole examples (BOS-separated, block-diagonal
     attention), padded at the end. Returns inputs, targets, loss weights, doc ids and the
     per-example spans (row, start, end, task) of answer tokens in target coordinates."""
     gen = Generator(seed, max_answer_tokens=max_answer_tokens,
-                    max_prompt_chars=int(seq_len * 3.9))
+                    max_prompt_chars=int(seq_len * 3.9), weights=weights)
     L = seq_len + 1
     toks = torch.zeros(batch, L, dtype=torch.long)
     wts = torch.zeros(batch, L)
@@ -93,6 +108,75 @@ def make_batch(tok, seed, batch, seq_len, max_answer_tokens):
     targets = toks[:, 1:]
     weights = wts[:, 1:]
     return inputs, targets, weights, docs[:, :-1], spans
+
+
+def repeat_example(rng, normal_ids, weight=1.0):
+    """BOS, a run of 8..48 random ordinary tokens, the same run again; loss on the second run."""
+    run = [rng.choice(normal_ids) for _ in range(rng.randint(8, 48))]
+    return [BOS] + run + run, [0.0] * (1 + len(run)) + [weight] * len(run)
+
+
+def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, weights=None,
+                        short_frac=0.0, repeat=0.0, normal_ids=None, repeat_weight=1.0):
+    """The same kind of rows as make_batch, but each example goes to the shortest row length in
+    `buckets` that holds it (first fit, longest examples first), so short examples stop paying
+    for T x T attention over a long row. Examples are drawn until token_budget tokens are in
+    hand. Returns one (inputs, targets, weights, doc ids, spans) tuple per non-empty bucket."""
+    longest = buckets[-1]
+    gen = Generator(seed, max_answer_tokens=max_answer_tokens,
+                    max_prompt_chars=int(longest * 3.9), weights=weights,
+                    short_frac=short_frac)
+    rng = random.Random(seed * 7 + 3)
+    examples = []
+    total = 0
+    while total < token_budget:
+        if repeat > 0 and rng.random() < repeat:
+            task = "repeat"
+            ids, mask = repeat_example(rng, normal_ids, repeat_weight)
+        else:
+            task, p, a = gen.example()
+            ids, mask = encode_example(tok, p, a)
+        if len(ids) > longest + 1:
+            continue
+        examples.append((task, ids, mask))
+        total += len(ids)
+    out = []
+    by_bucket = {L: [] for L in buckets}
+    for ex in examples:
+        by_bucket[next(L for L in buckets if len(ex[1]) <= L + 1)].append(ex)
+    doc = 0
+    for L, exs in by_bucket.items():
+        if not exs:
+            continue
+        exs.sort(key=lambda e: -len(e[1]))
+        rows = []  # [free tokens, [examples]]
+        for ex in exs:
+            row = next((r for r in rows if r[0] >= len(ex[1])), None)
+            if row is None:
+                row = [L + 1, []]
+                rows.append(row)
+            row[0] -= len(ex[1])
+            row[1].append(ex)
+        toks = torch.zeros(len(rows), L + 1, dtype=torch.long)
+        wts = torch.zeros(len(rows), L + 1)
+        docs = torch.full((len(rows), L + 1), -1, dtype=torch.long)
+        spans = []
+        for r, (_, row_exs) in enumerate(rows):
+            pos = 0
+            for task, ids, mask in row_exs:
+                n = len(ids)
+                toks[r, pos:pos + n] = torch.tensor(ids)
+                wts[r, pos:pos + n] = torch.tensor(mask, dtype=torch.float32)
+                docs[r, pos:pos + n] = doc
+                first = next(i for i, m in enumerate(mask) if m > 0)
+                spans.append((r, pos + first - 1, pos + n - 1, task))
+                doc += 1
+                pos += n
+            if pos < L + 1:
+                docs[r, pos:] = torch.arange(doc, doc + L + 1 - pos)
+                doc += L + 1 - pos
+        out.append((toks[:, :-1], toks[:, 1:], wts[:, 1:], docs[:, :-1], spans))
+    return out
 
 
 def lr_at(step, total, base, warmup, min_frac=0.1):
@@ -196,6 +280,7 @@ def main():
         opt.load_state_dict(ckpt["opt"])
         step = ckpt["step"]
         history = ckpt.get("history", [])
+    normal_ids = [i for i in range(len(tok)) if tok.types[i] == 1]
     print(f"config {json.dumps(cfg.to_dict())} params {model.n_params():,} "
           f"batch {args.batch}x{args.seq_len} steps {args.steps} lr {args.lr} "
           f"threads {torch.get_num_threads()}", flush=True)
@@ -210,19 +295,25 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         t0 = time.time()
-        x, y, w, d, _ = make_batch(tok, args.seed * 1_000_003 + step, args.batch,
-                                   args.seq_len, args.max_answer_tokens)
-        mask = causal_doc_mask(d)
-        pos = torch.arange(x.shape[1])
+        phase = [ph for ph in preset["phases"] if ph["start"] <= step][-1]
+        parts = make_bucketed_batch(tok, args.seed * 1_000_003 + step, preset["bucket_tokens"],
+                                    phase["buckets"], phase["max_answer_tokens"], phase["mix"],
+                                    phase["short_frac"], phase["repeat"], normal_ids,
+                                    phase.get("repeat_weight", 1.0))
         t1 = time.time()
         prof = None
         if args.profile and step < 2 + (ckpt["step"] if ckpt else 0):
             prof = torch.autograd.profiler.profile()
             prof.__enter__()
-        logits = model(x, pos, mask)
-        nll = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), y.reshape(-1),
-                              reduction="none")
-        loss = (nll * w.reshape(-1)).sum() / w.sum().clamp(min=1)
+        weight_sum = sum(p[2].sum() for p in parts).clamp(min=1)
+        loss = 0.0
+        ntok = 0
+        for x, y, w, d, _ in parts:
+            logits = model(x, torch.arange(x.shape[1]), causal_doc_mask(d))
+            nll = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), y.reshape(-1),
+                                  reduction="none")
+            loss = loss + (nll * w.reshape(-1)).sum() / weight_sum
+            ntok += x.numel()
         t2 = time.time()
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -235,7 +326,6 @@ def main():
             print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25),
                   flush=True)
         step += 1
-        ntok = x.numel()
         tokens_done += ntok
         for k, v in zip(sums, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
             sums[k] += v
