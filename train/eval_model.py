@@ -180,8 +180,8 @@ def main():
         for it, res in zip(items, results):
             hit = grade(task, it, res)
             rec = {k: v for k, v in it.items() if k not in ("prompt", "extra")}
-            rec.update(hit=hit, output=res.get("text", "")[:6000],
-                       prompt_tokens=res.get("prompt_tokens"))
+            prompt_ids = res.get("prompt_tokens") or []
+            rec.update(hit=hit, output=res.get("text", "")[:6000], prompt_tokens=len(prompt_ids))
             if "error" in res:
                 rec["error"] = res["error"]
             outcomes.append(rec)

@@ -41,7 +41,7 @@ PRESETS = {
                  batch=4, steps=1200, lr=3e-3, warmup=100, bucket_tokens=3600,
                  phases=[dict(start=0, buckets=(320,), mix=WARMUP_MIX, short_frac=1.0,
                               max_answer_tokens=240, repeat=1.0),
-                         dict(start=250, buckets=(320, 640, 1280), mix=MAIN_MIX, short_frac=0.3,
+                         dict(start=500, buckets=(320, 640, 1280), mix=MAIN_MIX, short_frac=0.3,
                               max_answer_tokens=1150, repeat=0.15)]),
     # pipeline check: a few minutes
     "small": dict(dim=128, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=256, seq_len=512,
