@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from model import Config, Transformer, causal_doc_mask  # noqa: E402
+from train import adamw  # noqa: E402
 
 
 def main():
@@ -39,11 +40,7 @@ def main():
     cfg = Config(vocab_size=args.vocab, dim=args.dim, n_layers=args.layers, n_heads=4,
                  n_kv_heads=2, ffn_dim=2 * args.dim)
     model = Transformer(cfg)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.wd},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95))
+    opt = adamw(model, args.lr, args.wd)
     rows, width = 16, 97
     t0 = time.time()
     for step in range(args.steps):

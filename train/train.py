@@ -63,6 +63,36 @@ def encode_example(tok, prompt, answer):
     return head + body, [0.0] * len(head) + [w] * len(body)
 
 
+def place_example(toks, wts, docs, spans, row, pos, doc, task, ids, mask):
+    """Writes one example at (row, pos) of the [rows, L] token / weight / doc-id buffers and
+    records its answer span (row, start, end, task) in target coordinates."""
+    n = len(ids)
+    toks[row, pos:pos + n] = torch.tensor(ids)
+    wts[row, pos:pos + n] = torch.tensor(mask, dtype=torch.float32)
+    docs[row, pos:pos + n] = doc
+    first = next(i for i, m in enumerate(mask) if m > 0)
+    spans.append((row, pos + first - 1, pos + n - 1, task))
+
+
+def pad_row(docs, row, pos, doc):
+    """Padding from pos on: each pad token its own "document" so nothing attends across (and no
+    loss). Returns the next free doc id."""
+    width = docs.shape[1]
+    if pos < width:
+        docs[row, pos:] = torch.arange(doc, doc + width - pos)
+        doc += width - pos
+    return doc
+
+
+def adamw(model, lr, weight_decay):
+    """AdamW with weight decay on matrices only (not norms)."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95), eps=1e-8)
+
+
 def make_batch(tok, seed, batch, seq_len, max_answer_tokens, weights=None):
     """Rows of seq_len+1 tokens packed with whole examples (BOS-separated, block-diagonal
     attention), padded at the end. Returns inputs, targets, loss weights, doc ids and the
@@ -92,19 +122,11 @@ def make_batch(tok, seed, batch, seq_len, max_answer_tokens, weights=None):
             task, ids, mask = pending
             if pos + len(ids) > L:
                 break
-            n = len(ids)
-            toks[row, pos:pos + n] = torch.tensor(ids)
-            wts[row, pos:pos + n] = torch.tensor(mask, dtype=torch.float32)
-            docs[row, pos:pos + n] = doc
-            first = next(i for i, m in enumerate(mask) if m > 0)
-            spans.append((row, pos + first - 1, pos + n - 1, task))
+            place_example(toks, wts, docs, spans, row, pos, doc, task, ids, mask)
             doc += 1
-            pos += n
+            pos += len(ids)
             pending = None
-        # padding: its own "documents" so nothing attends across; no loss
-        if pos < L:
-            docs[row, pos:] = torch.arange(doc, doc + L - pos)
-            doc += L - pos
+        doc = pad_row(docs, row, pos, doc)
     inputs = toks[:, :-1]
     targets = toks[:, 1:]
     weights = wts[:, 1:]
@@ -165,17 +187,10 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
         for r, (_, row_exs) in enumerate(rows):
             pos = 0
             for task, ids, mask in row_exs:
-                n = len(ids)
-                toks[r, pos:pos + n] = torch.tensor(ids)
-                wts[r, pos:pos + n] = torch.tensor(mask, dtype=torch.float32)
-                docs[r, pos:pos + n] = doc
-                first = next(i for i, m in enumerate(mask) if m > 0)
-                spans.append((r, pos + first - 1, pos + n - 1, task))
+                place_example(toks, wts, docs, spans, r, pos, doc, task, ids, mask)
                 doc += 1
-                pos += n
-            if pos < L + 1:
-                docs[r, pos:] = torch.arange(doc, doc + L + 1 - pos)
-                doc += L + 1 - pos
+                pos += len(ids)
+            doc = pad_row(docs, r, pos, doc)
         out.append((toks[:, :-1], toks[:, 1:], wts[:, 1:], docs[:, :-1], spans))
     return out
 
@@ -269,11 +284,7 @@ def main():
         cfg = Config(vocab_size=len(tok), dim=args.dim, n_layers=args.n_layers,
                      n_heads=args.n_heads, n_kv_heads=args.n_kv_heads, ffn_dim=args.ffn_dim)
     model = Transformer(cfg)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
+    opt = adamw(model, args.lr, args.weight_decay)
     step = 0
     history = []
     if ckpt is not None:
