@@ -33,6 +33,9 @@ def main():
     ap.add_argument("--dim", type=int, default=256)
     ap.add_argument("--vocab", type=int, default=1024)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--save", help="write the trained weights here (train.py --init reads them)")
+    ap.add_argument("--min-run", type=int, default=8)
+    ap.add_argument("--max-run", type=int, default=48)
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -41,14 +44,14 @@ def main():
                  n_kv_heads=2, ffn_dim=2 * args.dim)
     model = Transformer(cfg)
     opt = adamw(model, args.lr, args.wd)
-    rows, width = 16, 97
+    rows, width = 16, 2 * args.max_run + 1
     t0 = time.time()
     for step in range(args.steps):
         x = torch.zeros(rows, width, dtype=torch.long)        # [rows, width] token ids
         w = torch.zeros(rows, width - 1)                      # [rows, width-1] loss weights
         docs = torch.zeros(rows, width, dtype=torch.long)     # [rows, width] 0 = the sequence
         for b in range(rows):
-            n = rng.randint(8, 48)
+            n = rng.randint(args.min_run, args.max_run)
             run = [rng.randrange(5, args.vocab) for _ in range(n)]
             ids = [1] + run + run
             x[b, :len(ids)] = torch.tensor(ids)
@@ -65,6 +68,9 @@ def main():
         if (step + 1) % 100 == 0:
             print(f"step {step + 1} repeat loss {loss.item():.2f} ({time.time() - t0:.0f} s)",
                   flush=True)
+    if args.save:
+        torch.save({"model": model.state_dict(), "config": cfg.to_dict()}, args.save)
+        print(f"saved {args.save}", flush=True)
 
 
 if __name__ == "__main__":

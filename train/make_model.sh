@@ -11,7 +11,15 @@ shift || true
 PY=/usr/bin/python3
 LAMINA=${LAMINA:-build/release/lamina}
 mkdir -p train/out "$(dirname "$OUT")"
-nice -n 10 $PY train/train.py --preset full --seed 1234 --out train/out/ckpt.pt "$@" 2>&1 | tee -a train/out/train.log
+# 1. Induction heads first: random repeats alone, one per row, lr 2e-3 (seed 0 forms them after
+#    ~550 steps; ~5 minutes on one core). Skipped when its weights exist.
+if [ ! -f train/out/induction.pt ]; then
+  nice -n 10 $PY train/induction_check.py --lr 2e-3 --wd 0.1 --seed 0 --steps 1000 \
+    --save train/out/induction.pt 2>&1 | tee -a train/out/train.log
+fi
+# 2. The task mix from those weights (resumes from train/out/ckpt.pt when it exists).
+nice -n 10 $PY train/train.py --preset full --seed 1234 --out train/out/ckpt.pt \
+  --init train/out/induction.pt "$@" 2>&1 | tee -a train/out/train.log
 $PY train/export_gguf.py train/out/ckpt.pt -o "$OUT" --type f16
 if [ -x "$LAMINA" ]; then
   $PY train/check_export.py train/out/ckpt.pt "$OUT" --lamina "$LAMINA"

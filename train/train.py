@@ -36,14 +36,14 @@ from tokenizer import Tokenizer, build_default, IM_END, BOS  # noqa: E402
 WARMUP_MIX = dict(count=0.20, needle=0.15, copy=0.30, lookup=0.15, json=0.15, prose=0.05)
 MAIN_MIX = dict(count=0.22, needle=0.20, copy=0.22, lookup=0.12, json=0.16, prose=0.08)
 PRESETS = {
-    # the shipped model's shape; these phases are run 3 of train/README.md's Status, which does
-    # not reach the bars (at lr 3e-3 this model never forms induction heads; at 2e-3 it does)
+    # the shipped model's shape: repeats alone in short rows at a constant lr 2e-3 until their
+    # loss is below 0.5 (the induction transition), then the task mix with a quarter of repeats
+    # kept, the lr decaying by cosine from there (train/README.md, run 5)
     "full": dict(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
-                 batch=4, steps=1200, lr=3e-3, warmup=100, bucket_tokens=3600,
-                 phases=[dict(start=0, buckets=(320,), mix=WARMUP_MIX, short_frac=1.0,
-                              max_answer_tokens=240, repeat=1.0),
-                         dict(start=500, buckets=(320, 640, 1280), mix=MAIN_MIX, short_frac=0.3,
-                              max_answer_tokens=1150, repeat=0.15)]),
+                 batch=4, steps=1500, lr=2e-3, warmup=50, bucket_tokens=3600,
+                 phases=[dict(start=0, repeat_rows=(16, 97)),
+                         dict(after_loss=0.5, buckets=(320, 640, 1280), mix=MAIN_MIX,
+                              short_frac=0.4, max_answer_tokens=1150, repeat=0.25)]),
     # pipeline check: a few minutes
     "small": dict(dim=128, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=256, seq_len=512,
                   batch=4, steps=60, lr=3e-3, warmup=10, bucket_tokens=1024,
@@ -139,6 +139,25 @@ def repeat_example(rng, normal_ids, weight=1.0):
     return [BOS] + run + run, [0.0] * (1 + len(run)) + [weight] * len(run)
 
 
+def make_repeat_rows(seed, rows, width, normal_ids):
+    """Repeats alone, one per row of `width` tokens from position 0 (the layout in which
+    train/induction_check.py sees the induction transition): BOS, a run of 8..48 ordinary tokens,
+    the run again; loss on the second run after its first token (which nothing predicts)."""
+    rng = random.Random(seed * 7 + 3)
+    toks = torch.zeros(rows, width, dtype=torch.long)   # [rows, width] token ids
+    wts = torch.zeros(rows, width)                      # [rows, width] loss weight of each token
+    docs = torch.zeros(rows, width, dtype=torch.long)   # [rows, width] 0 = the sequence
+    spans = []
+    for r in range(rows):
+        run = [rng.choice(normal_ids) for _ in range(rng.randint(8, (width - 1) // 2))]
+        ids = [BOS] + run + run
+        toks[r, :len(ids)] = torch.tensor(ids)
+        wts[r, len(run) + 2:len(ids)] = 1.0
+        docs[r, len(ids):] = torch.arange(1, width - len(ids) + 1)  # padding sees itself
+        spans.append((r, len(run) + 1, len(ids) - 1, "repeat"))
+    return [(toks[:, :-1], toks[:, 1:], wts[:, 1:], docs[:, :-1], spans)]
+
+
 def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, weights=None,
                         short_frac=0.0, repeat=0.0, normal_ids=None, repeat_weight=1.0):
     """The same kind of rows as make_batch, but each example goes to the shortest row length in
@@ -195,18 +214,38 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
     return out
 
 
-def lr_at(step, total, base, warmup, min_frac=0.1):
+def lr_at(step, total, base, warmup, decay_from=None, min_frac=0.1):
+    """Linear warm-up, then constant until decay_from (None: not yet known, stay constant),
+    then cosine down to min_frac * base at step `total`."""
     if step < warmup:
         return base * (step + 1) / warmup
-    t = min(1.0, (step - warmup) / max(1, total - warmup))
+    if decay_from is None:
+        return base
+    start = max(warmup, decay_from)
+    t = min(1.0, max(0, step - start) / max(1, total - start))
     return base * (min_frac + (1 - min_frac) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def save_checkpoint(path, model, opt, step, cfg, args, tok, history):
+def next_phase_starts(phases, phase_starts, step, history, window=20):
+    """Returns phase_starts (the step at which each phase so far began) extended by the next
+    phase when it begins at `step`: either at its fixed `start`, or (`after_loss`) once the mean
+    training loss of the last `window` steps of the current phase is below the threshold."""
+    if len(phase_starts) == len(phases):
+        return phase_starts
+    nxt = phases[len(phase_starts)]
+    if "start" in nxt:
+        begins = step >= nxt["start"]
+    else:
+        recent = [l for s, l in history if s > phase_starts[-1]][-window:]
+        begins = len(recent) == window and sum(recent) / window < nxt["after_loss"]
+    return phase_starts + [step] if begins else phase_starts
+
+
+def save_checkpoint(path, model, opt, step, cfg, args, tok, history, phase_starts):
     tmp = path + ".tmp"
     torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
                 "config": cfg.to_dict(), "args": vars(args), "tokenizer": tok.to_json(),
-                "history": history}, tmp)
+                "history": history, "phase_starts": phase_starts}, tmp)
     os.replace(tmp, path)
 
 
@@ -260,6 +299,7 @@ def main():
     ap.add_argument("--log-every", type=int, default=1)
     ap.add_argument("--profile", action="store_true", help="print an operator profile of 2 steps")
     ap.add_argument("--no-resume", action="store_true")
+    ap.add_argument("--init", help="start a fresh run from these weights (induction_check.py --save)")
     args = ap.parse_args()
     preset = PRESETS[args.preset]
     for k, v in preset.items():
@@ -284,14 +324,22 @@ def main():
         cfg = Config(vocab_size=len(tok), dim=args.dim, n_layers=args.n_layers,
                      n_heads=args.n_heads, n_kv_heads=args.n_kv_heads, ffn_dim=args.ffn_dim)
     model = Transformer(cfg)
+    if ckpt is None and args.init:
+        init = torch.load(args.init, map_location="cpu")
+        if init["config"] != cfg.to_dict():
+            sys.exit(f"--init {args.init}: config {init['config']} differs from {cfg.to_dict()}")
+        model.load_state_dict(init["model"])
+        print(f"initialised from {args.init}", flush=True)
     opt = adamw(model, args.lr, args.weight_decay)
     step = 0
     history = []
+    phase_starts = [0]  # the step at which each phase so far began
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["opt"])
         step = ckpt["step"]
         history = ckpt.get("history", [])
+        phase_starts = ckpt.get("phase_starts", [0])
     normal_ids = [i for i in range(len(tok)) if tok.types[i] == 1]
     print(f"config {json.dumps(cfg.to_dict())} params {model.n_params():,} "
           f"batch {args.batch}x{args.seq_len} steps {args.steps} lr {args.lr} "
@@ -303,15 +351,23 @@ def main():
     sums = {"data": 0.0, "fwd": 0.0, "bwd": 0.0, "opt": 0.0}
     n_timed = 0
     while step < args.steps:
-        lr = lr_at(step, args.steps, args.lr, args.warmup)
+        phase_starts = next_phase_starts(preset["phases"], phase_starts, step, history)
+        phase = preset["phases"][len(phase_starts) - 1]
+        decay_from = phase_starts[-1] if len(phase_starts) == len(preset["phases"]) else None
+        lr = lr_at(step, args.steps, args.lr, args.warmup, decay_from)
         for g in opt.param_groups:
             g["lr"] = lr
         t0 = time.time()
-        phase = [ph for ph in preset["phases"] if ph["start"] <= step][-1]
-        parts = make_bucketed_batch(tok, args.seed * 1_000_003 + step, preset["bucket_tokens"],
-                                    phase["buckets"], phase["max_answer_tokens"], phase["mix"],
-                                    phase["short_frac"], phase["repeat"], normal_ids,
-                                    phase.get("repeat_weight", 1.0))
+        if step == phase_starts[-1]:
+            print(f"phase {len(phase_starts) - 1} from step {step}", flush=True)
+        if "repeat_rows" in phase:
+            parts = make_repeat_rows(args.seed * 1_000_003 + step, *phase["repeat_rows"],
+                                     normal_ids)
+        else:
+            parts = make_bucketed_batch(tok, args.seed * 1_000_003 + step, preset["bucket_tokens"],
+                                        phase["buckets"], phase["max_answer_tokens"],
+                                        phase["mix"], phase["short_frac"], phase["repeat"],
+                                        normal_ids, phase.get("repeat_weight", 1.0))
         t1 = time.time()
         prof = None
         if args.profile and step < 2 + (ckpt["step"] if ckpt else 0):
@@ -353,7 +409,7 @@ def main():
             ev = evaluate(model, tok, args)
             print(f"eval step {step} {json.dumps(ev)}", flush=True)
         if time.time() - last_ckpt > args.ckpt_minutes * 60 or step == args.steps:
-            save_checkpoint(args.out, model, opt, step, cfg, args, tok, history)
+            save_checkpoint(args.out, model, opt, step, cfg, args, tok, history, phase_starts)
             last_ckpt = time.time()
             print(f"checkpoint {args.out} step {step}", flush=True)
     if n_timed:
