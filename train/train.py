@@ -40,7 +40,7 @@ PRESETS = {
     # loss is below 0.5 (the induction transition), then the task mix with a quarter of repeats
     # kept, the lr decaying by cosine from there (train/README.md, run 5)
     "full": dict(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
-                 batch=4, steps=1500, lr=2e-3, warmup=50, bucket_tokens=3600,
+                 batch=4, steps=1900, lr=2e-3, warmup=50, bucket_tokens=3600,
                  phases=[dict(start=0, repeat_rows=(16, 97)),
                          dict(after_loss=0.5, buckets=(320, 640, 1280), mix=MAIN_MIX,
                               short_frac=0.4, max_answer_tokens=1150, repeat=0.25)]),
