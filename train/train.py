@@ -43,7 +43,11 @@ PRESETS = {
                  batch=4, steps=1900, lr=2e-3, warmup=50, bucket_tokens=3600,
                  phases=[dict(start=0, repeat_rows=(16, 97)),
                          dict(after_loss=0.5, buckets=(320, 640, 1280), mix=MAIN_MIX,
-                              short_frac=0.4, max_answer_tokens=1150, repeat=0.25)]),
+                              short_frac=0.4, max_answer_tokens=1150, repeat=0.25),
+                         dict(start=1049, buckets=(320, 640, 1280), mix=MAIN_MIX,
+                              short_frac=0.4, max_answer_tokens=1150, repeat=0.25,
+                              count_boost=6.0)],
+                 decay_phase=1),
     # pipeline check: a few minutes
     "small": dict(dim=128, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=256, seq_len=512,
                   batch=4, steps=60, lr=3e-3, warmup=10, bucket_tokens=1024,
@@ -53,14 +57,30 @@ PRESETS = {
 TASKS = ["count", "needle", "copy", "lookup", "json", "prose"]
 
 
-def encode_example(tok, prompt, answer):
+def encode_example(tok, prompt, answer, task=None, count_boost=1.0):
     """Token ids and per-token loss weights: 0 on the prompt; on the answer and its <|im_end|>,
     max(1, 48 / answer length) capped at 8, so that short answers (a needle's code, a looked-up
-    value) are not drowned by the long counting answers."""
+    value) are not drowned by the long counting answers. With count_boost > 1, a counting
+    answer's decisive tokens get that weight instead: the first line (the start number, read
+    from the prompt), every line whose leading digits change (carries, borrows, steps) and the
+    last line with the end of turn (stopping at B). In a long count they are a few percent of
+    the tokens, so at weight 1 the easy middle digits hide them: a model can reach a low mean
+    loss and still start at the wrong number or fail at 10 -> 11."""
     head = tok.encode(render_chat(prompt), add_bos=True)
     body = tok.encode(answer, add_bos=False) + [IM_END]
     w = min(8.0, max(1.0, 48.0 / len(body)))
-    return head + body, [0.0] * len(head) + [w] * len(body)
+    weights = [w] * len(body)
+    if task == "count" and count_boost > 1.0 and len(body) == len(answer) + 1:
+        lines = answer.split("\n")  # digits and newlines: one token per character
+        pos = 0
+        for i, line in enumerate(lines):
+            decisive = (i == 0 or i == len(lines) - 1 or len(line) != len(lines[i - 1])
+                        or line[:-1] != lines[i - 1][:-1])
+            if decisive:
+                for j in range(pos, pos + len(line) + 1):
+                    weights[j] = max(weights[j], count_boost)
+            pos += len(line) + 1
+    return head + body, [0.0] * len(head) + weights
 
 
 def place_example(toks, wts, docs, spans, row, pos, doc, task, ids, mask):
@@ -159,7 +179,8 @@ def make_repeat_rows(seed, rows, width, normal_ids):
 
 
 def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, weights=None,
-                        short_frac=0.0, repeat=0.0, normal_ids=None, repeat_weight=1.0):
+                        short_frac=0.0, repeat=0.0, normal_ids=None, repeat_weight=1.0,
+                        count_boost=1.0):
     """The same kind of rows as make_batch, but each example goes to the shortest row length in
     `buckets` that holds it (first fit, longest examples first), so short examples stop paying
     for T x T attention over a long row. Examples are drawn until token_budget tokens are in
@@ -177,7 +198,7 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
             ids, mask = repeat_example(rng, normal_ids, repeat_weight)
         else:
             task, p, a = gen.example()
-            ids, mask = encode_example(tok, p, a)
+            ids, mask = encode_example(tok, p, a, task, count_boost)
         if len(ids) > longest + 1:
             continue
         examples.append((task, ids, mask))
@@ -353,7 +374,8 @@ def main():
     while step < args.steps:
         phase_starts = next_phase_starts(preset["phases"], phase_starts, step, history)
         phase = preset["phases"][len(phase_starts) - 1]
-        decay_from = phase_starts[-1] if len(phase_starts) == len(preset["phases"]) else None
+        decay_phase = preset.get("decay_phase", len(preset["phases"]) - 1)
+        decay_from = phase_starts[decay_phase] if len(phase_starts) > decay_phase else None
         lr = lr_at(step, args.steps, args.lr, args.warmup, decay_from)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -367,7 +389,8 @@ def main():
             parts = make_bucketed_batch(tok, args.seed * 1_000_003 + step, preset["bucket_tokens"],
                                         phase["buckets"], phase["max_answer_tokens"],
                                         phase["mix"], phase["short_frac"], phase["repeat"],
-                                        normal_ids, phase.get("repeat_weight", 1.0))
+                                        normal_ids, phase.get("repeat_weight", 1.0),
+                                        phase.get("count_boost", 1.0))
         t1 = time.time()
         prof = None
         if args.profile and step < 2 + (ckpt["step"] if ckpt else 0):
