@@ -349,7 +349,7 @@ def main():
         init = torch.load(args.init, map_location="cpu")
         if init["config"] != cfg.to_dict():
             sys.exit(f"--init {args.init}: config {init['config']} differs from {cfg.to_dict()}")
-        model.load_state_dict(init["model"])
+        model.load_state_dict({k: v.float() for k, v in init["model"].items()})
         print(f"initialised from {args.init}", flush=True)
     opt = adamw(model, args.lr, args.weight_decay)
     step = 0
