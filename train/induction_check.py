@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from model import Config, Transformer, causal_doc_mask  # noqa: E402
-from train import adamw  # noqa: E402
+from train import adamw, make_repeat_rows  # noqa: E402
 
 
 def main():
@@ -47,18 +47,9 @@ def main():
     rows, width = 16, 2 * args.max_run + 1
     t0 = time.time()
     for step in range(args.steps):
-        x = torch.zeros(rows, width, dtype=torch.long)        # [rows, width] token ids
-        w = torch.zeros(rows, width - 1)                      # [rows, width-1] loss weights
-        docs = torch.zeros(rows, width, dtype=torch.long)     # [rows, width] 0 = the sequence
-        for b in range(rows):
-            n = rng.randint(args.min_run, args.max_run)
-            run = [rng.randrange(5, args.vocab) for _ in range(n)]
-            ids = [1] + run + run
-            x[b, :len(ids)] = torch.tensor(ids)
-            w[b, n + 1:2 * n] = 1.0          # targets: the second run after its first token
-            docs[b, len(ids):] = torch.arange(1, width - len(ids) + 1)  # padding sees itself
-        inputs, targets = x[:, :-1], x[:, 1:]
-        logits = model(inputs, torch.arange(width - 1), causal_doc_mask(docs[:, :-1]))
+        (inputs, targets, w, docs, _), = make_repeat_rows(rng, rows, width,
+                                                          range(5, args.vocab), args.min_run)
+        logits = model(inputs, torch.arange(width - 1), causal_doc_mask(docs))
         nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
         loss = (nll * w).sum() / w.sum()
         opt.zero_grad(set_to_none=True)

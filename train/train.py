@@ -159,17 +159,17 @@ def repeat_example(rng, normal_ids, weight=1.0):
     return [BOS] + run + run, [0.0] * (1 + len(run)) + [weight] * len(run)
 
 
-def make_repeat_rows(seed, rows, width, normal_ids):
-    """Repeats alone, one per row of `width` tokens from position 0 (the layout in which
-    train/induction_check.py sees the induction transition): BOS, a run of 8..48 ordinary tokens,
-    the run again; loss on the second run after its first token (which nothing predicts)."""
-    rng = random.Random(seed * 7 + 3)
+def make_repeat_rows(rng, rows, width, token_ids, min_run=8):
+    """Repeats alone, one per row of `width` tokens from position 0 (the layout in which the
+    induction transition shows): BOS, a run of min_run..(width-1)/2 tokens drawn from token_ids
+    with `rng`, the run again; loss on the second run after its first token (which nothing
+    predicts). Also the data of induction_check.py."""
     toks = torch.zeros(rows, width, dtype=torch.long)   # [rows, width] token ids
     wts = torch.zeros(rows, width)                      # [rows, width] loss weight of each token
     docs = torch.zeros(rows, width, dtype=torch.long)   # [rows, width] 0 = the sequence
     spans = []
     for r in range(rows):
-        run = [rng.choice(normal_ids) for _ in range(rng.randint(8, (width - 1) // 2))]
+        run = [rng.choice(token_ids) for _ in range(rng.randint(min_run, (width - 1) // 2))]
         ids = [BOS] + run + run
         toks[r, :len(ids)] = torch.tensor(ids)
         wts[r, len(run) + 2:len(ids)] = 1.0
@@ -371,10 +371,10 @@ def main():
     tokens_done = 0
     sums = {"data": 0.0, "fwd": 0.0, "bwd": 0.0, "opt": 0.0}
     n_timed = 0
+    decay_phase = preset.get("decay_phase", len(preset["phases"]) - 1)
     while step < args.steps:
         phase_starts = next_phase_starts(preset["phases"], phase_starts, step, history)
         phase = preset["phases"][len(phase_starts) - 1]
-        decay_phase = preset.get("decay_phase", len(preset["phases"]) - 1)
         decay_from = phase_starts[decay_phase] if len(phase_starts) > decay_phase else None
         lr = lr_at(step, args.steps, args.lr, args.warmup, decay_from)
         for g in opt.param_groups:
@@ -383,8 +383,8 @@ def main():
         if step == phase_starts[-1]:
             print(f"phase {len(phase_starts) - 1} from step {step}", flush=True)
         if "repeat_rows" in phase:
-            parts = make_repeat_rows(args.seed * 1_000_003 + step, *phase["repeat_rows"],
-                                     normal_ids)
+            parts = make_repeat_rows(random.Random((args.seed * 1_000_003 + step) * 7 + 3),
+                                     *phase["repeat_rows"], normal_ids)
         else:
             parts = make_bucketed_batch(tok, args.seed * 1_000_003 + step, preset["bucket_tokens"],
                                         phase["buckets"], phase["max_answer_tokens"],
