@@ -11,6 +11,7 @@
 #include "kernels/attention_kernels.h"
 #include "kernels/kv_decode.h"
 #include "kernels/kv_format.h"
+#include "runtime/attention.h"
 #include "runtime/kv_cache.h"
 
 namespace lamina {
@@ -207,6 +208,105 @@ TEST(KvCacheWriter, NonFiniteValuesAreReportedNotStored) {
   for (size_t i = 0; i < cache.v_row_bytes(); ++i) EXPECT_EQ(cache.VStorage(0, 0)[i], 0);
 }
 
+// Anchored keys (q4_0): keys that share a large RoPE-rotated component, as trained models' do,
+// must come back with a much smaller error than plain 4-bit rows, and attention must add the
+// anchor's offset back exactly: its output equals attention computed in double over the rows
+// ReadHeadRows reports. Covers both RoPE layouts, a partial rotary width and batched plus
+// single-cell writes.
+TEST(KvAnchoredKeys, AttentionRestoresTheOffsetAndTheErrorShrinks) {
+  struct Case {
+    int head_dim, n_rot;
+    RopeStyle style;
+  };
+  for (const Case& tc : {Case{8, 8, RopeStyle::kNormal}, Case{64, 64, RopeStyle::kNeox},
+                         Case{64, 32, RopeStyle::kNormal}}) {
+    const int hd = tc.head_dim, n_kv = 2, n_head = 4, n_ctx = 200;
+    KvCacheConfig c;
+    c.n_layer = 1;
+    c.n_ctx = n_ctx;
+    c.n_kv_heads = n_kv;
+    c.head_dim = hd;
+    c.type = KvType::kQ4_0;
+    c.rope.n_rot = tc.n_rot;
+    c.rope.style = tc.style;
+    KvCache cache(c);
+    ASSERT_TRUE(cache.k_anchored());
+    std::mt19937 rng(7 + hd + tc.n_rot);
+    std::normal_distribution<float> bias_dist(0.0f, 3.0f), noise(0.0f, 0.4f), unit(0.0f, 1.0f);
+    std::vector<float> bias(n_kv * hd);  // [n_kv_heads, head_dim] shared pre-RoPE component
+    for (float& b : bias) b = bias_dist(rng);
+    std::vector<float> k(static_cast<size_t>(n_ctx) * n_kv * hd);  // [n_ctx, n_kv, head_dim]
+    std::vector<float> v(k.size());
+    std::vector<float> cs(tc.n_rot);
+    for (int p = 0; p < n_ctx; ++p) {
+      float* row = k.data() + static_cast<size_t>(p) * n_kv * hd;
+      for (int e = 0; e < n_kv * hd; ++e) row[e] = bias[e] + noise(rng);
+      RopeCache(c.rope, p, cs.data());
+      ApplyRope(c.rope, cs.data(), row, n_kv, hd);
+      for (int e = 0; e < n_kv * hd; ++e) v[static_cast<size_t>(p) * n_kv * hd + e] = unit(rng);
+    }
+    cache.Write(0, 0, 0, 150, k.data(), v.data());
+    for (int p = 150; p < n_ctx; ++p) {
+      cache.Write(0, 0, p, 1, k.data() + static_cast<size_t>(p) * n_kv * hd,
+                  v.data() + static_cast<size_t>(p) * n_kv * hd);
+    }
+    std::vector<float> kr(static_cast<size_t>(n_ctx) * hd), vr(kr.size());  // [n_ctx, head_dim]
+    std::vector<float> rot(hd), dec(hd);
+    std::vector<uint8_t> enc(cache.k_head_bytes());
+    for (int h = 0; h < n_kv; ++h) {
+      cache.ReadHeadRows(0, 0, 0, h, n_ctx, kr.data());
+      double anchored_err = 0, plain_err = 0;
+      int flagged = 0;
+      for (int p = 0; p < n_ctx; ++p) {
+        const float* exact = k.data() + (static_cast<size_t>(p) * n_kv + h) * hd;
+        std::copy_n(exact, hd, rot.data());
+        Rotate(rot.data(), hd);
+        EncodeKvRow(KvRowFormat::kQ4_0, rot.data(), hd, nullptr, enc.data());
+        DecodeKvRow(KvRowFormat::kQ4_0, enc.data(), hd, dec.data());
+        InverseRotate(dec.data(), hd);
+        for (int e = 0; e < hd; ++e) {
+          anchored_err += std::pow(kr[static_cast<size_t>(p) * hd + e] - exact[e], 2);
+          plain_err += std::pow(dec[e] - exact[e], 2);
+        }
+        flagged += cache.KAnchorFlags(0, 0, h)[p];
+      }
+      EXPECT_LT(anchored_err, 0.25 * plain_err) << "hd " << hd << " n_rot " << tc.n_rot;
+      EXPECT_GT(flagged, n_ctx * 9 / 10);
+    }
+    // Attention of the last 3 positions against the double-precision reference.
+    const int pos0 = n_ctx - 3, n_tok = 3, group = n_head / n_kv;
+    std::vector<float> q(static_cast<size_t>(n_tok) * n_head * hd), out(q.size());
+    for (float& x : q) x = unit(rng);
+    AttentionShape shape{n_head, n_kv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
+    AttentionScratch scratch;
+    ThreadPool pool(2);
+    CausalAttention(cache, 0, 0, pos0, n_tok, q.data(), out.data(), shape, scratch, pool);
+    for (int h = 0; h < n_head; ++h) {
+      cache.ReadHeadRows(0, 0, 0, h / group, n_ctx, kr.data());
+      cache.ReadHeadRows(1, 0, 0, h / group, n_ctx, vr.data());
+      for (int t = 0; t < n_tok; ++t) {
+        const float* qr = q.data() + (static_cast<size_t>(t) * n_head + h) * hd;
+        const int n_cells = pos0 + t + 1;
+        std::vector<double> w(n_cells);
+        double mx = -1e300, sum = 0;
+        for (int p = 0; p < n_cells; ++p) {
+          double d = 0;
+          for (int e = 0; e < hd; ++e) d += double(qr[e]) * kr[static_cast<size_t>(p) * hd + e];
+          w[p] = d * shape.scale;
+          mx = std::max(mx, w[p]);
+        }
+        for (double& x : w) sum += (x = std::exp(x - mx));
+        for (int e = 0; e < hd; ++e) {
+          double o = 0;
+          for (int p = 0; p < n_cells; ++p) o += w[p] / sum * vr[static_cast<size_t>(p) * hd + e];
+          EXPECT_NEAR(out[(static_cast<size_t>(t) * n_head + h) * hd + e], o, 2e-3)
+              << "hd " << hd << " n_rot " << tc.n_rot << " head " << h << " token " << t;
+        }
+      }
+    }
+  }
+}
+
 TEST(KvCacheWriter, ModesReportBitsPerElement) {
   KvCacheConfig c;
   c.n_layer = 2;
@@ -214,8 +314,9 @@ TEST(KvCacheWriter, ModesReportBitsPerElement) {
   c.n_kv_heads = 4;
   c.head_dim = 64;
   const std::pair<KvType, double> expected[] = {{KvType::kF32, 32},   {KvType::kF16, 16},
-                                                {KvType::kInt8, 8.5}, {KvType::kQ4_0, 4.5},
+                                                {KvType::kInt8, 8.5}, {KvType::kQ4_0, 4.5625},
                                                 {KvType::kK8V4, 6.5}};
+  // q4_0 adds its anchored keys' flag byte per head row: (36 + 1 + 36) * 8 / 128.
   for (auto [t, bits] : expected) {
     c.type = t;
     KvCache cache(c);

@@ -76,6 +76,14 @@ PathRun RunPath(const Model& model, const SessionConfig& sc, const std::vector<i
   for (int l = 0; l < c.config().n_layer; ++l) {
     std::vector<uint8_t> bytes(c.KStorage(l, 0), c.KStorage(l, 0) + c.k_row_bytes() * c.config().n_ctx);
     bytes.insert(bytes.end(), c.VStorage(l, 0), c.VStorage(l, 0) + c.v_row_bytes() * c.config().n_ctx);
+    if (c.k_anchored()) {  // anchored keys: the per-cell flags and each head's anchor too
+      for (int h = 0; h < c.config().n_kv_heads; ++h) {
+        const uint8_t* flags = c.KAnchorFlags(l, 0, h);
+        bytes.insert(bytes.end(), flags, flags + c.config().n_ctx);
+        const auto* anchor = reinterpret_cast<const uint8_t*>(c.KAnchor(l, 0, h));
+        bytes.insert(bytes.end(), anchor, anchor + sizeof(float) * c.config().head_dim);
+      }
+    }
     run.storage.push_back(std::move(bytes));
   }
   return run;

@@ -110,17 +110,6 @@ struct ErrorStats {
   }
 };
 
-// Decodes head rows [0, n) of one head to f32 in the unrotated basis.
-void ReadHeadRows(const uint8_t* rows, const KvSideSpec& spec, int n, int head_dim,
-                  std::vector<float>& out) {
-  out.resize(static_cast<size_t>(n) * head_dim);
-  BestKvRowDecoder(spec.format)(rows, n, head_dim, out.data());
-  if (spec.rotated) {
-    for (int p = 0; p < n; ++p)
-      InverseRotate(out.data() + static_cast<size_t>(p) * head_dim, head_dim);
-  }
-}
-
 // Per layer K and V error of `leg` against `ref` over positions [0, n), split at the first
 // decode-written position.
 json LayerDiagnostics(const KvCache& ref, const KvCache& leg, int n, int n_prompt) {
@@ -132,13 +121,10 @@ json LayerDiagnostics(const KvCache& ref, const KvCache& leg, int n, int n_promp
     for (int side = 0; side < 2; ++side) {
       ErrorStats all, prompt, decode;
       for (int h = 0; h < c.n_kv_heads; ++h) {
-        if (side == 0) {
-          ReadHeadRows(leg.KHead(layer, 0, h, 0), leg.k_spec(), n, c.head_dim, s);
-          ReadHeadRows(ref.KHead(layer, 0, h, 0), ref.k_spec(), n, c.head_dim, e);
-        } else {
-          ReadHeadRows(leg.VHead(layer, 0, h, 0), leg.v_spec(), n, c.head_dim, s);
-          ReadHeadRows(ref.VHead(layer, 0, h, 0), ref.v_spec(), n, c.head_dim, e);
-        }
+        s.resize(static_cast<size_t>(n) * c.head_dim);
+        e.resize(static_cast<size_t>(n) * c.head_dim);
+        leg.ReadHeadRows(side, layer, 0, h, n, s.data());
+        ref.ReadHeadRows(side, layer, 0, h, n, e.data());
         for (int p = 0; p < n; ++p) {
           const float* sp = s.data() + static_cast<size_t>(p) * c.head_dim;
           const float* ep = e.data() + static_cast<size_t>(p) * c.head_dim;

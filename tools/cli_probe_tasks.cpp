@@ -440,9 +440,11 @@ void RunJsonProbe(Context& ctx, json& report) {
     const std::string name = Pick(rng, kNames);
     const int age = 18 + static_cast<int>(rng() % 70);
     const std::string city = Pick(rng, kCities);
-    // The shipped model's JSON phrasing (train/data.py): fields given as name = value.
-    const std::string user = "Write a JSON object with the fields name = \"" + name +
-                             "\", age = " + std::to_string(age) + ", city = \"" + city + "\".";
+    // The shipped model's JSON phrasing (train/data.py, json_style "quoted"): each field given
+    // as "name" = value, the name quoted as it is written in the answer.
+    const std::string user = "Write a JSON object with the fields \"name\" = \"" + name +
+                             "\", \"age\" = " + std::to_string(age) + ", \"city\" = \"" +
+                             city + "\".";
     items.push_back({RenderPrompt(ctx, user, ""), {{"name", name}, {"age", age}, {"city", city}}});
   }
   std::vector<std::string> ref_outputs;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/kv_decode.h"
 #include "util/check.h"
 
 namespace lamina {
@@ -57,6 +58,8 @@ KvSideSpec VSpec(KvType type) {
   return {KvRowFormat::kF32, false};
 }
 
+bool KAnchored(KvType type) { return type == KvType::kQ4_0; }
+
 Status ValidateKvConfig(const KvCacheConfig& c) {
   if (c.n_layer <= 0 || c.n_ctx <= 0 || c.n_kv_heads <= 0 || c.head_dim <= 0 || c.n_seq <= 0) {
     return Error{"invalid KV cache shape"};
@@ -80,19 +83,99 @@ KvCache::KvCache(const KvCacheConfig& config)
   k_.assign(head_rows * k_head_bytes_, 0);
   v_.assign(head_rows * v_head_bytes_, 0);
   lengths_.assign(static_cast<size_t>(config.n_seq) * config.n_layer, 0);
+  k_anchored_ = KAnchored(config.type);
+  if (k_anchored_) {
+    // An unusable rotary width (odd, or wider than the head) falls back to a plain offset.
+    if (config_.rope.n_rot < 0 || config_.rope.n_rot > config.head_dim || config_.rope.n_rot % 2) {
+      config_.rope.n_rot = 0;
+    }
+    const int nr = config_.rope.n_rot;
+    if (nr > 0) {
+      std::vector<float> at0(nr);
+      RopeCache(config_.rope, 0, at0.data());
+      anchor_mscale_ = at0[0] != 0.0f ? at0[0] : 1.0f;
+      anchor_step_.resize(nr);
+      RopeCache(config_.rope, 1, anchor_step_.data());
+      for (float& x : anchor_step_) x /= anchor_mscale_;
+    }
+    k_anchor_.assign(static_cast<size_t>(config.n_seq) * config.n_layer * config.n_kv_heads *
+                         config.head_dim,
+                     0.0f);
+    k_anchor_flag_.assign(head_rows, 0);
+  }
+}
+
+void KvCache::AnchorAngles(int pos0, int n, float* out) const {
+  const int nr = config_.rope.n_rot;
+  if (nr == 0) return;
+  for (int i = 0; i < n; ++i) {
+    const int p = pos0 + i;
+    float* row = out + static_cast<size_t>(i) * nr;
+    int from;  // the position `row` holds before stepping
+    if (i == 0 || p % kAnchorAngleRun == 0) {
+      from = p - p % kAnchorAngleRun;
+      RopeCache(config_.rope, from, row);
+      for (int j = 0; j < nr; ++j) row[j] /= anchor_mscale_;
+    } else {
+      std::copy_n(row - nr, nr, row);
+      from = p - 1;
+    }
+    for (; from < p; ++from) {
+      for (int j = 0; j < nr; j += 2) {
+        const float c = row[j], s = row[j + 1];
+        row[j] = c * anchor_step_[j] - s * anchor_step_[j + 1];
+        row[j + 1] = s * anchor_step_[j] + c * anchor_step_[j + 1];
+      }
+    }
+  }
+}
+
+void KvCache::AnchorOffset(const float* anchor, const float* angles, float* out) const {
+  const int nr = config_.rope.n_rot, half = nr / 2;
+  std::copy_n(anchor, config_.head_dim, out);  // dimensions RoPE leaves alone
+  for (int j = 0; j < nr; j += 2) {
+    const int a = config_.rope.style == RopeStyle::kNormal ? j : j / 2;
+    const int b = config_.rope.style == RopeStyle::kNormal ? j + 1 : j / 2 + half;
+    const float c = angles[j] * anchor_mscale_, s = angles[j + 1] * anchor_mscale_;
+    out[a] = anchor[a] * c - anchor[b] * s;
+    out[b] = anchor[a] * s + anchor[b] * c;
+  }
+}
+
+void KvCache::ReadHeadRows(int side, int layer, int seq, int head, int n, float* out) const {
+  const KvSideSpec& spec = side == 0 ? k_spec_ : v_spec_;
+  const int hd = config_.head_dim;
+  BestKvRowDecoder(spec.format)(side == 0 ? KHead(layer, seq, head, 0) : VHead(layer, seq, head, 0),
+                                n, hd, out);
+  if (spec.rotated) {
+    for (int p = 0; p < n; ++p) InverseRotate(out + static_cast<size_t>(p) * hd, hd);
+  }
+  if (side != 0 || !k_anchored_) return;
+  const uint8_t* flags = KAnchorFlags(layer, seq, head);
+  std::vector<float> angles(static_cast<size_t>(std::max(1, config_.rope.n_rot)));  // [n_rot]
+  std::vector<float> offset(hd);                                                    // [head_dim]
+  for (int p = 0; p < n; ++p) {
+    if (!flags[p]) continue;
+    AnchorAngles(p, 1, angles.data());
+    AnchorOffset(KAnchor(layer, seq, head), angles.data(), offset.data());
+    for (int e = 0; e < hd; ++e) out[static_cast<size_t>(p) * hd + e] += offset[e];
+  }
 }
 
 double KvCache::BitsPerElement() const {
-  return 8.0 * (k_row_bytes() + v_row_bytes()) / (2.0 * row_elems());
+  const size_t flags = k_anchored_ ? config_.n_kv_heads : 0;
+  return 8.0 * (k_row_bytes() + v_row_bytes() + flags) / (2.0 * row_elems());
 }
 
-size_t KvCache::BytesPerToken() const { return (k_row_bytes() + v_row_bytes()) * config_.n_layer; }
+size_t KvCache::BytesPerToken() const {
+  const size_t flags = k_anchored_ ? config_.n_kv_heads : 0;
+  return (k_row_bytes() + v_row_bytes() + flags) * config_.n_layer;
+}
 
 size_t KvCache::BytesTotal() const { return BytesPerToken() * config_.n_ctx * config_.n_seq; }
 
-void KvCache::EncodeHead(const KvSideSpec& spec, bool stochastic, int layer, int seq, int pos,
-                         int head, const float* src, std::vector<uint8_t>& buf, size_t head_bytes,
-                         float* tmp) {
+void KvCache::EncodeHead(const KvSideSpec& spec, bool stochastic, int layer, int pos, int head,
+                         const float* src, uint8_t* dst, float* tmp) const {
   const int hd = config_.head_dim;
   const float* x = src;
   if (spec.rotated) {
@@ -102,14 +185,46 @@ void KvCache::EncodeHead(const KvSideSpec& spec, bool stochastic, int layer, int
   }
   RoundingKey key{config_.seed, static_cast<uint32_t>(layer), static_cast<uint32_t>(pos),
                   static_cast<uint32_t>(head * hd)};
-  EncodeKvRow(spec.format, x, hd, stochastic ? &key : nullptr,
-              buf.data() + HeadIndex(layer, seq, head, pos) * head_bytes);
+  EncodeKvRow(spec.format, x, hd, stochastic ? &key : nullptr, dst);
+}
+
+float KvCache::EncodedError(const KvSideSpec& spec, const uint8_t* row, const float* src,
+                            float* tmp) const {
+  const int hd = config_.head_dim;
+  DecodeKvRow(spec.format, row, hd, tmp);
+  if (spec.rotated) InverseRotate(tmp, hd);
+  double err = 0;
+  for (int e = 0; e < hd; ++e) err += static_cast<double>(tmp[e] - src[e]) * (tmp[e] - src[e]);
+  return static_cast<float>(err);
+}
+
+void KvCache::EncodeAnchoredK(int layer, int seq, int pos, int head, const float* k,
+                              float* scratch, uint8_t* alt) {
+  const int hd = config_.head_dim;
+  float* offset = scratch;            // [head_dim]
+  float* residual = offset + hd;      // [head_dim]
+  float* tmp = residual + hd;         // [head_dim]
+  float* angles = tmp + hd;           // [n_rot]
+  AnchorAngles(pos, 1, angles);
+  AnchorOffset(KAnchor(layer, seq, head), angles, offset);
+  for (int e = 0; e < hd; ++e) residual[e] = k[e] - offset[e];
+  const size_t at = HeadIndex(layer, seq, head, pos);
+  uint8_t* slot = k_.data() + at * k_head_bytes_;
+  EncodeHead(k_spec_, /*stochastic=*/false, layer, pos, head, k, slot, tmp);
+  const float plain_error = EncodedError(k_spec_, slot, k, tmp);
+  EncodeHead(k_spec_, /*stochastic=*/false, layer, pos, head, residual, alt, tmp);
+  const float anchored_error = EncodedError(k_spec_, alt, residual, tmp);
+  // Ties go to the anchored form: the first cell's residual is zero and encodes exactly.
+  const bool anchored = anchored_error <= plain_error;
+  if (anchored) std::memcpy(slot, alt, k_head_bytes_);
+  k_anchor_flag_[at] = anchored ? 1 : 0;
 }
 
 void KvCache::ZeroCells(int layer, int seq, int pos0, int n) {
   for (int h = 0; h < config_.n_kv_heads; ++h) {
     std::memset(k_.data() + HeadIndex(layer, seq, h, pos0) * k_head_bytes_, 0, n * k_head_bytes_);
     std::memset(v_.data() + HeadIndex(layer, seq, h, pos0) * v_head_bytes_, 0, n * v_head_bytes_);
+    if (k_anchored_) std::memset(k_anchor_flag_.data() + HeadIndex(layer, seq, h, pos0), 0, n);
   }
 }
 
@@ -150,10 +265,24 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
   const bool v_stochastic = config_.v_rounding == KvRounding::kStochastic;
   const int hd = config_.head_dim;
   const int n_heads = config_.n_kv_heads;
+  if (k_anchored_ && pos0 == 0 && n > 0) {
+    // The first cell fixes the anchor: its key, rotated back to position 0 (RoPE at 0 only
+    // scales the rotated dimensions by the attention factor).
+    for (int h = 0; h < n_heads; ++h) {
+      float* a = k_anchor_.data() + (Index(layer, seq) * n_heads + h) * hd;
+      for (int e = 0; e < hd; ++e) {
+        const float x = finite[0] ? k[h * hd + e] : 0.0f;
+        a[e] = e < config_.rope.n_rot ? x / anchor_mscale_ : x;
+      }
+    }
+  }
   // Work items are (row, head) pairs, so even a single decoded token's heads spread over the pool.
   auto encode = [&](int64_t item0, int64_t item1) {
     std::vector<float> tmp(hd);     // [head_dim] rotation scratch
     std::vector<float> biased;      // [row_elems] only under Fault::kBiasedV
+    // anchored keys: [3 * head_dim + n_rot] scratch and one alternative encoded row
+    std::vector<float> anchor_scratch(k_anchored_ ? 3 * hd + config_.rope.n_rot : 0);
+    std::vector<uint8_t> alt(k_anchored_ ? k_head_bytes_ : 0);
     for (int64_t item = item0; item < item1; ++item) {
       const int64_t i = item / n_heads;
       const int h = static_cast<int>(item % n_heads);
@@ -164,10 +293,15 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
       }
       const float* vrow = v + i * re;
       if (fault_ == Fault::kBiasedV) vrow = BiasedForTesting(vrow, biased);
-      EncodeHead(k_spec_, /*stochastic=*/false, layer, seq, pos, h, k + i * re + h * hd, k_,
-                 k_head_bytes_, tmp.data());
-      EncodeHead(v_spec_, v_stochastic, layer, seq, pos, h, vrow + h * hd, v_, v_head_bytes_,
-                 tmp.data());
+      if (k_anchored_) {
+        EncodeAnchoredK(layer, seq, pos, h, k + i * re + h * hd, anchor_scratch.data(),
+                        alt.data());
+      } else {
+        EncodeHead(k_spec_, /*stochastic=*/false, layer, pos, h, k + i * re + h * hd,
+                   k_.data() + HeadIndex(layer, seq, h, pos) * k_head_bytes_, tmp.data());
+      }
+      EncodeHead(v_spec_, v_stochastic, layer, pos, h, vrow + h * hd,
+                 v_.data() + HeadIndex(layer, seq, h, pos) * v_head_bytes_, tmp.data());
     }
   };
   const int64_t n_items = static_cast<int64_t>(n) * n_heads;
@@ -190,6 +324,9 @@ void KvCache::Truncate(int seq, int n_keep) {
     // Zero the dropped cells so storage is a pure function of the surviving history.
     ZeroCells(layer, seq, n_keep, length - n_keep);
     length = n_keep;
+    if (k_anchored_ && n_keep == 0) {
+      std::fill_n(k_anchor_.begin() + Index(layer, seq) * row_elems(), row_elems(), 0.0f);
+    }
   }
 }
 
@@ -204,6 +341,14 @@ void KvCache::CopyPrefix(int src_seq, int dst_seq, int n) {
                   KHead(layer, src_seq, h, 0), k_head_bytes_ * n);
       std::memcpy(v_.data() + HeadIndex(layer, dst_seq, h, 0) * v_head_bytes_,
                   VHead(layer, src_seq, h, 0), v_head_bytes_ * n);
+      if (k_anchored_) {
+        std::memcpy(k_anchor_flag_.data() + HeadIndex(layer, dst_seq, h, 0),
+                    KAnchorFlags(layer, src_seq, h), n);
+      }
+    }
+    if (k_anchored_ && n > 0) {
+      std::copy_n(k_anchor_.begin() + Index(layer, src_seq) * row_elems(), row_elems(),
+                  k_anchor_.begin() + Index(layer, dst_seq) * row_elems());
     }
     lengths_[Index(layer, dst_seq)] = n;
   }

@@ -5,6 +5,14 @@
 //
 // Modes (K | V): f32 | f32, f16 | f16, int8 | int8, q4_0 rotated | q4_0 rotated,
 // k8v4 = int8 unrotated | q4_0 rotated. Formats are defined in kernels/kv_format.h.
+//
+// Anchored keys (q4_0 mode): trained models' keys share a large per-channel component that a
+// 4-bit block spends its range on. The first cell of a sequence fixes an anchor a per layer and
+// KV head (its key, rotated back to position 0); a key cell at position p may then store
+// k - R(p) a instead of k, R(p) being the model's RoPE at p, so the offset follows the keys'
+// rotation. The writer encodes both, keeps the one with the smaller error and records the choice
+// in a per-cell flag; attention adds q . R(p) a back to the score of every flagged cell, so
+// the result is exact up to the quantization of what is stored.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +21,7 @@
 #include <vector>
 
 #include "kernels/kv_format.h"
+#include "kernels/ops.h"
 #include "util/status.h"
 #include "util/thread_pool.h"
 
@@ -42,7 +51,15 @@ struct KvCacheConfig {
   KvType type = KvType::kF16;
   KvRounding v_rounding = KvRounding::kNearest;
   uint64_t seed = 0;  // keys stochastic rounding
+  // The model's RoPE, which anchored keys' offsets follow (n_rot == 0: a plain offset).
+  RopeParams rope;
 };
+
+// Whether the mode stores anchored keys (see above): q4_0 only.
+bool KAnchored(KvType type);
+// Cells per anchor-angle run: AnchorAngles computes cos/sin exactly at multiples of this and
+// steps by rotation in between, the same way for every caller.
+inline constexpr int kAnchorAngleRun = 64;
 
 // Checks that the mode can hold this head_dim (int8/q4_0 need head_dim < 32 and even, or a
 // multiple of 32); the error says why not.
@@ -57,7 +74,7 @@ class KvCache {
   const KvSideSpec& k_spec() const { return k_spec_; }
   const KvSideSpec& v_spec() const { return v_spec_; }
   int row_elems() const { return config_.n_kv_heads * config_.head_dim; }
-  double BitsPerElement() const;  // (K + V) / 2, scales included
+  double BitsPerElement() const;  // (K + V) / 2, scales and anchor flags included
   size_t BytesPerToken() const;   // K + V over all layers
   size_t BytesTotal() const;      // for n_ctx tokens and all sequences
 
@@ -97,6 +114,28 @@ class KvCache {
   const uint8_t* KStorage(int layer, int seq) const { return KHead(layer, seq, 0, 0); }
   const uint8_t* VStorage(int layer, int seq) const { return VHead(layer, seq, 0, 0); }
 
+  // Anchored keys (q4_0 mode; see the top of this file).
+  bool k_anchored() const { return k_anchored_; }
+  // The anchor of one head ([head_dim], position-0 frame; zeros before the first write).
+  const float* KAnchor(int layer, int seq, int head) const {
+    return k_anchor_.data() + (Index(layer, seq) * config_.n_kv_heads + head) * config_.head_dim;
+  }
+  // One byte per cell of one head ([n_ctx]): 1 when the cell stores k - R(p) a.
+  const uint8_t* KAnchorFlags(int layer, int seq, int head) const {
+    return k_anchor_flag_.data() + HeadIndex(layer, seq, head, 0);
+  }
+  // cos and sin of every rotated pair's angle (RoPE's, without its attention factor) at
+  // positions [pos0, pos0 + n): out [n, rope.n_rot] laid out as RopeCache's table.
+  void AnchorAngles(int pos0, int n, float* out) const;
+  // RoPE's attention factor (the magnitude RopeCache multiplies cos and sin by).
+  float anchor_mscale() const { return anchor_mscale_; }
+  // The offset R(p) a for one head at a position, from that position's AnchorAngles row.
+  void AnchorOffset(const float* anchor, const float* angles, float* out) const;
+
+  // K (side 0) or V (side 1) rows of one head at positions [0, n) as attention reads them:
+  // decoded, rotation undone, anchor offsets restored. out: [n, head_dim].
+  void ReadHeadRows(int side, int layer, int seq, int head, int n, float* out) const;
+
   // First non-finite K/V value seen by Write ("" if none); ClearNonfinite resets it.
   const std::string& nonfinite_error() const { return nonfinite_error_; }
   void ClearNonfinite() { nonfinite_error_.clear(); }
@@ -113,9 +152,16 @@ class KvCache {
   size_t HeadIndex(int layer, int seq, int head, int pos) const {
     return (Index(layer, seq) * config_.n_kv_heads + head) * config_.n_ctx + static_cast<size_t>(pos);
   }
-  // Encodes one head row (head_dim values at src) of one side into its head-major slot.
-  void EncodeHead(const KvSideSpec& spec, bool stochastic, int layer, int seq, int pos, int head,
-                  const float* src, std::vector<uint8_t>& buf, size_t head_bytes, float* tmp);
+  // Encodes one head row (head_dim values at src) of one side into dst.
+  void EncodeHead(const KvSideSpec& spec, bool stochastic, int layer, int pos, int head,
+                  const float* src, uint8_t* dst, float* tmp) const;
+  // Squared error of an encoded row against its source (tmp: [head_dim]).
+  float EncodedError(const KvSideSpec& spec, const uint8_t* row, const float* src,
+                     float* tmp) const;
+  // Encodes one key head row plainly and anchored, keeps the better one and sets its flag.
+  // scratch: [3 * head_dim + n_rot]; alt: [k_head_bytes_].
+  void EncodeAnchoredK(int layer, int seq, int pos, int head, const float* k, float* scratch,
+                       uint8_t* alt);
   void ZeroCells(int layer, int seq, int pos0, int n);
   // Fault::kBiasedV: the V row `v` ([row_elems]) shifted as described there, in `out`.
   const float* BiasedForTesting(const float* v, std::vector<float>& out) const;
@@ -128,6 +174,11 @@ class KvCache {
   std::vector<uint8_t> k_;  // [n_seq, n_layer, n_kv_heads, n_ctx] x k_head_bytes_
   std::vector<uint8_t> v_;  // [n_seq, n_layer, n_kv_heads, n_ctx] x v_head_bytes_
   std::vector<int> lengths_;  // [n_seq, n_layer]
+  bool k_anchored_ = false;
+  float anchor_mscale_ = 1.0f;
+  std::vector<float> anchor_step_;      // [n_rot] cos/sin of each pair's angle per position
+  std::vector<float> k_anchor_;         // [n_seq, n_layer, n_kv_heads, head_dim]
+  std::vector<uint8_t> k_anchor_flag_;  // [n_seq, n_layer, n_kv_heads, n_ctx] (anchored only)
   std::string nonfinite_error_;
   Fault fault_ = Fault::kNone;
 };

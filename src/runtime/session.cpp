@@ -16,6 +16,7 @@ Result<KvCacheConfig> MakeKvCacheConfig(const Hparams& hp, const SessionConfig& 
   kc.type = c.kv_type;
   kc.v_rounding = c.v_rounding;
   kc.seed = c.kv_seed;
+  kc.rope = hp.rope;
   Status st = ValidateKvConfig(kc);
   if (!st.ok()) return st.error();
   return kc;
