@@ -104,8 +104,17 @@ class Generator:
                     "json": 0.14, "prose": 0.12}
 
     def __init__(self, seed, max_answer_tokens=1150, max_prompt_chars=4200, weights=None,
-                 short_frac=0.0):
+                 short_frac=0.0, count_short=0.0, json_style="quoted"):
         self.rng = random.Random(seed)
+        # share of counting-up examples drawn with a span of 1..40 from any start: each example
+        # holds one start and one stop decision, so short counts give many of them per token
+        self.count_short = count_short
+        # "quoted": field names in the prompt are written as in the answer ("city" = "Oslo"),
+        # so they tokenize the same in both and the answer copies tokens (the shipped model's
+        # format). "plain" (city = "Oslo"): the first format; the tokenizer's vocabulary was
+        # built from it (corpus_sample), so it stays for that stream.
+        assert json_style in ("quoted", "plain")
+        self.json_style = json_style
         self.weights = dict(weights or self.TASK_WEIGHTS)
         # share of needle / copy / lookup examples drawn short (a haystack of 100..600
         # characters, 3..12 items or pairs): attention over few tokens learns to find a
@@ -182,6 +191,8 @@ class Generator:
             # lengths: mostly long (the bar counts to 300), some short
             span = int(r.choice([r.randint(1, 30), r.randint(20, 150), r.randint(100, 400),
                                  r.randint(250, 1000)]))
+            if self.count_short > 0 and r.random() < self.count_short:
+                a, span = r.randint(1, 999), r.randint(1, 40)
             b = min(1000, a + span)
             nums = list(range(a, b + 1))
             while self._count_tokens(nums) > budget:
@@ -348,13 +359,16 @@ class Generator:
     def _spec(v):
         return json.dumps(v)
 
+    def _field(self, f):
+        return json.dumps(f) if self.json_style == "quoted" else f
+
     def json_task(self):
         r = self.rng
         kind = r.random()
         if kind < 0.5:
             fields = r.sample(self.ALL_FIELDS, r.randint(1, 6))
             obj = {f: self._field_value(f) for f in fields}
-            spec = ", ".join(f"{f} = {self._spec(v)}" for f, v in obj.items())
+            spec = ", ".join(f"{self._field(f)} = {self._spec(v)}" for f, v in obj.items())
             prompt = f"Write a JSON object with the fields {spec}."
             if r.random() < 0.3:
                 prompt = f"Return only JSON. Make an object with {spec}."
@@ -373,7 +387,7 @@ class Generator:
         fields = r.sample(self.ALL_FIELDS, r.randint(1, 3))
         n = r.randint(1, 4)
         rows = [{f: self._field_value(f) for f in fields} for _ in range(n)]
-        specs = "; ".join(", ".join(f"{f} = {self._spec(v)}" for f, v in row.items())
+        specs = "; ".join(", ".join(f"{self._field(f)} = {self._spec(v)}" for f, v in row.items())
                           for row in rows)
         prompt = f"Write a JSON array of {n} objects with these fields: {specs}."
         return prompt, json.dumps(rows)
@@ -395,7 +409,7 @@ class Generator:
 
 def corpus_sample(seed, n):
     """Plain ChatML texts for building the tokenizer's vocabulary."""
-    g = Generator(seed)
+    g = Generator(seed, json_style="plain")
     return [render_chat(p, a) for _, p, a in (g.example() for _ in range(n))]
 
 

@@ -35,6 +35,7 @@ from tokenizer import Tokenizer, build_default, IM_END, BOS  # noqa: E402
 # lookup, needle and JSON need). See train/README.md for the measured runs.
 WARMUP_MIX = dict(count=0.20, needle=0.15, copy=0.30, lookup=0.15, json=0.15, prose=0.05)
 MAIN_MIX = dict(count=0.22, needle=0.20, copy=0.22, lookup=0.12, json=0.16, prose=0.08)
+TUNE_MIX = dict(count=0.30, needle=0.12, copy=0.22, lookup=0.04, json=0.28, prose=0.04)
 PRESETS = {
     # the shipped model's shape: repeats alone in short rows at a constant lr 2e-3 until their
     # loss is below 0.5 (the induction transition), then the task mix with a quarter of repeats
@@ -43,11 +44,21 @@ PRESETS = {
                  batch=4, steps=1900, lr=2e-3, warmup=50, bucket_tokens=3600,
                  phases=[dict(start=0, repeat_rows=(16, 97)),
                          dict(after_loss=0.5, buckets=(320, 640, 1280), mix=MAIN_MIX,
-                              short_frac=0.4, max_answer_tokens=1150, repeat=0.25),
+                              short_frac=0.4, max_answer_tokens=1150, repeat=0.25,
+                              json_style="plain"),
                          dict(start=1049, buckets=(320, 640, 1280), mix=MAIN_MIX,
                               short_frac=0.4, max_answer_tokens=1150, repeat=0.25,
-                              count_boost=6.0)],
+                              count_boost=6.0, json_style="plain")],
                  decay_phase=1),
+    # stage 3, from the "full" weights (--init): the bars' tasks weighted up, half the counting-up
+    # examples short (a start and a stop decision every ~100 tokens instead of every ~1,000),
+    # JSON field names quoted as in the answer; lr from 1e-3 down by cosine (train/README.md)
+    "tune": dict(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
+                 batch=4, steps=900, lr=1e-3, warmup=30, bucket_tokens=3600,
+                 phases=[dict(start=0, buckets=(320, 640, 1280), mix=TUNE_MIX,
+                              short_frac=0.3, max_answer_tokens=1150, repeat=0.15,
+                              count_boost=6.0, count_short=0.5, json_style="quoted")],
+                 decay_phase=0),
     # pipeline check: a few minutes
     "small": dict(dim=128, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=256, seq_len=512,
                   batch=4, steps=60, lr=3e-3, warmup=10, bucket_tokens=1024,
@@ -180,7 +191,7 @@ def make_repeat_rows(rng, rows, width, token_ids, min_run=8):
 
 def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, weights=None,
                         short_frac=0.0, repeat=0.0, normal_ids=None, repeat_weight=1.0,
-                        count_boost=1.0):
+                        count_boost=1.0, count_short=0.0, json_style="quoted"):
     """The same kind of rows as make_batch, but each example goes to the shortest row length in
     `buckets` that holds it (first fit, longest examples first), so short examples stop paying
     for T x T attention over a long row. Examples are drawn until token_budget tokens are in
@@ -188,7 +199,7 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
     longest = buckets[-1]
     gen = Generator(seed, max_answer_tokens=max_answer_tokens,
                     max_prompt_chars=int(longest * 3.9), weights=weights,
-                    short_frac=short_frac)
+                    short_frac=short_frac, count_short=count_short, json_style=json_style)
     rng = random.Random(seed * 7 + 3)
     examples = []
     total = 0
@@ -313,7 +324,11 @@ def main():
     ap.add_argument("--max-answer-tokens", type=int, default=None,
                     help="cap on counting answers (default: seq_len - 130)")
     ap.add_argument("--weight-decay", type=float, default=0.1)
-    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--seed", type=int, default=1234,
+                    help="seeds the tokenizer, the initial weights and (by default) the data")
+    ap.add_argument("--data-seed", type=int,
+                    help="seeds the training data stream instead of --seed (a fine-tuning stage "
+                         "keeps the tokenizer's seed but must not replay the earlier stream)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ckpt-minutes", type=float, default=5.0)
     ap.add_argument("--eval-every", type=int, default=100)
@@ -329,6 +344,7 @@ def main():
     if args.max_answer_tokens is None:
         args.max_answer_tokens = args.seq_len - 130
 
+    data_seed = args.seed if args.data_seed is None else args.data_seed
     torch.set_num_threads(args.threads)
     random.seed(args.seed)
     torch.manual_seed(args.seed)
@@ -383,14 +399,17 @@ def main():
         if step == phase_starts[-1]:
             print(f"phase {len(phase_starts) - 1} from step {step}", flush=True)
         if "repeat_rows" in phase:
-            parts = make_repeat_rows(random.Random((args.seed * 1_000_003 + step) * 7 + 3),
+            parts = make_repeat_rows(random.Random((data_seed * 1_000_003 + step) * 7 + 3),
                                      *phase["repeat_rows"], normal_ids)
         else:
-            parts = make_bucketed_batch(tok, args.seed * 1_000_003 + step, preset["bucket_tokens"],
-                                        phase["buckets"], phase["max_answer_tokens"],
-                                        phase["mix"], phase["short_frac"], phase["repeat"],
-                                        normal_ids, phase.get("repeat_weight", 1.0),
-                                        phase.get("count_boost", 1.0))
+            parts = make_bucketed_batch(tok, data_seed * 1_000_003 + step,
+                                        preset["bucket_tokens"], phase["buckets"],
+                                        phase["max_answer_tokens"], phase["mix"],
+                                        phase["short_frac"], phase["repeat"], normal_ids,
+                                        phase.get("repeat_weight", 1.0),
+                                        phase.get("count_boost", 1.0),
+                                        phase.get("count_short", 0.0),
+                                        phase.get("json_style", "quoted"))
         t1 = time.time()
         prof = None
         if args.profile and step < 2 + (ckpt["step"] if ckpt else 0):
