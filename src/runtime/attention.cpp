@@ -15,51 +15,64 @@ namespace {
 constexpr int kTokenBlock = 8;  // tokens sharing one pass over the cells
 constexpr int kCellTile = 64;   // cells decoded at once
 // Anchored keys (kv_cache.h): a flagged cell at position p stores k - R(p) a, so its score
-// misses scale * q . R(p) a. Per pair (x, y) of rotated dimensions that is
-// m [cos(p t) (qx ax + qy ay) + sin(p t) (qy ax - qx ay)], so each query gets one coefficient
-// per cos and sin entry of the cache's AnchorAngles table, plus a constant for the dimensions
-// RoPE leaves alone. q: the queries as RoPE left them (not rotated for the cache).
-// Scratch: coef [nq][n_rot] (the accumulators, free until pass 2), rest [nq] (the query rows,
-// done with after pass 1), angles [kCellTile][n_rot] (the tile).
+// misses scale * q . R(p) a. For a rotated pair (x, y) that the anchor keeps, that is
+// m [cos(p t) (qx ax + qy ay) + sin(p t) (qy ax - qx ay)]: two coefficients per kept pair and
+// query, times the cos and sin of the cell's angle (shared by every query of the item); the
+// dimensions RoPE leaves alone add a constant q . a. q: the queries as RoPE left them (not
+// rotated for the cache). Scratch: coef [nq][2 * kept pairs] (the accumulators, free until
+// pass 2), rest [nq] (the query rows, done with after pass 1), angles [2 * kept pairs][kCellTile]
+// (the tile); kept pairs <= n_rot / 2, so each fits.
 void AddAnchorScores(const KvCache& cache, int layer, int seq, int g, int pos0, int n_cells,
                      const float* q, int64_t q_stride, int t0, int nq, int group,
-                     const AttentionShape& shape,
-                     int n_ctx, float* coef, float* rest, float* angles, float* scores) {
+                     const AttentionShape& shape, int n_ctx, float* coef, float* rest,
+                     float* angles, float* scores) {
   const int hd = shape.head_dim;
-  const RopeParams& rope = cache.config().rope;
-  const int nr = rope.n_rot, half = nr / 2;
+  const int n_rot = cache.config().rope.n_rot;
   const float m = cache.anchor_mscale();
   const float* a = cache.KAnchor(layer, seq, g);
   const uint8_t* flags = cache.KAnchorFlags(layer, seq, g);
+  int pairs[kAnchorMaxPairs];
+  int n_pairs = 0;
+  for (int j = 0; j < n_rot / 2 && n_pairs < kAnchorMaxPairs; ++j) {
+    if (a[cache.PairX(j)] != 0.0f || a[cache.PairY(j)] != 0.0f) pairs[n_pairs++] = j;
+  }
+  const int stride = 2 * n_pairs;  // per query: a cos and a sin coefficient per kept pair
   for (int qi = 0; qi < nq; ++qi) {
     const int t = t0 + qi / group, h = g * group + qi % group;
     const float* qr = q + t * q_stride + static_cast<int64_t>(h) * hd;
-    float* c = coef + static_cast<size_t>(qi) * nr;
-    for (int j = 0; j < nr; j += 2) {
-      const int x = rope.style == RopeStyle::kNormal ? j : j / 2;
-      const int y = rope.style == RopeStyle::kNormal ? j + 1 : j / 2 + half;
-      c[j] = m * (qr[x] * a[x] + qr[y] * a[y]);
-      c[j + 1] = m * (qr[y] * a[x] - qr[x] * a[y]);
+    float* c = coef + static_cast<size_t>(qi) * stride;
+    for (int i = 0; i < n_pairs; ++i) {
+      const int x = cache.PairX(pairs[i]), y = cache.PairY(pairs[i]);
+      c[2 * i] = m * (qr[x] * a[x] + qr[y] * a[y]);
+      c[2 * i + 1] = m * (qr[y] * a[x] - qr[x] * a[y]);
     }
     float r = 0.0f;
-    for (int e = nr; e < hd; ++e) r += qr[e] * a[e];
+    for (int e = n_rot; e < hd; ++e) r += qr[e] * a[e];
     rest[qi] = r;
   }
+  float mask[kCellTile];  // 1 for flagged cells
+  float sum[kCellTile];   // one query's correction per cell
   for (int c0 = 0; c0 < n_cells; c0 += kCellTile) {
     const int nc = std::min(kCellTile, n_cells - c0);
-    if (std::find(flags + c0, flags + c0 + nc, 1) == flags + c0 + nc) continue;
-    cache.AnchorAngles(c0, nc, angles);
+    bool any = false;
+    for (int i = 0; i < nc; ++i) any |= (mask[i] = flags[c0 + i]) != 0.0f;
+    if (!any) continue;
+    for (int i = 0; i < n_pairs; ++i) {
+      cache.AnchorCosSin(pairs[i], c0, nc, angles + (2 * i) * kCellTile,
+                         angles + (2 * i + 1) * kCellTile);
+    }
     for (int qi = 0; qi < nq; ++qi) {
       const int lim = std::min(nc, pos0 + t0 + qi / group + 1 - c0);  // the query's causal limit
-      const float* c = coef + static_cast<size_t>(qi) * nr;
-      float* srow = scores + static_cast<size_t>(qi) * n_ctx + c0;
-      for (int i = 0; i < lim; ++i) {
-        if (!flags[c0 + i]) continue;
-        const float* an = angles + static_cast<size_t>(i) * nr;
-        float dot = rest[qi];
-        for (int j = 0; j < nr; ++j) dot += c[j] * an[j];
-        srow[i] += shape.scale * dot;
+      if (lim <= 0) continue;
+      const float* c = coef + static_cast<size_t>(qi) * stride;
+      std::fill_n(sum, lim, rest[qi]);
+      for (int k = 0; k < 2 * n_pairs; ++k) {
+        const float w = c[k];
+        const float* an = angles + k * kCellTile;
+        for (int i = 0; i < lim; ++i) sum[i] += w * an[i];
       }
+      float* srow = scores + static_cast<size_t>(qi) * n_ctx + c0;
+      for (int i = 0; i < lim; ++i) srow[i] += shape.scale * mask[i] * sum[i];
     }
   }
 }
@@ -148,8 +161,8 @@ void CausalAttention(const KvCache& cache, int layer, int seq, int pos0, int n_t
         }
       }
       if (cache.k_anchored()) {
-        AddAnchorScores(cache, layer, seq, g, pos0, n_cells, q, q_stride, t0, nq, group, shape, n_ctx,
-                        acc, qrows, tile, scores);
+        AddAnchorScores(cache, layer, seq, g, pos0, n_cells, q, q_stride, t0, nq, group, shape,
+                        n_ctx, acc, qrows, tile, scores);
       }
       for (int qi = 0; qi < nq; ++qi) {
         float* srow = scores + static_cast<size_t>(qi) * n_ctx;

@@ -91,12 +91,12 @@ KvCache::KvCache(const KvCacheConfig& config)
     }
     const int nr = config_.rope.n_rot;
     if (nr > 0) {
-      std::vector<float> at0(nr);
+      std::vector<float> at0(nr), at1(nr);
       RopeCache(config_.rope, 0, at0.data());
+      RopeCache(config_.rope, 1, at1.data());
       anchor_mscale_ = at0[0] != 0.0f ? at0[0] : 1.0f;
-      anchor_step_.resize(nr);
-      RopeCache(config_.rope, 1, anchor_step_.data());
-      for (float& x : anchor_step_) x /= anchor_mscale_;
+      anchor_theta_.resize(nr / 2);
+      for (int j = 0; j < nr / 2; ++j) anchor_theta_[j] = std::atan2(at1[2 * j + 1], at1[2 * j]);
     }
     k_anchor_.assign(static_cast<size_t>(config.n_seq) * config.n_layer * config.n_kv_heads *
                          config.head_dim,
@@ -105,40 +105,39 @@ KvCache::KvCache(const KvCacheConfig& config)
   }
 }
 
-void KvCache::AnchorAngles(int pos0, int n, float* out) const {
-  const int nr = config_.rope.n_rot;
-  if (nr == 0) return;
+void KvCache::AnchorCosSin(int pair, int pos0, int n, float* cos_out, float* sin_out) const {
+  const double theta = anchor_theta_[pair];
+  const float step_c = static_cast<float>(std::cos(theta)), step_s = static_cast<float>(std::sin(theta));
+  float c = 0.0f, s = 0.0f;
   for (int i = 0; i < n; ++i) {
     const int p = pos0 + i;
-    float* row = out + static_cast<size_t>(i) * nr;
-    int from;  // the position `row` holds before stepping
+    int from = p - 1;  // the position (c, s) holds before stepping
     if (i == 0 || p % kAnchorAngleRun == 0) {
       from = p - p % kAnchorAngleRun;
-      RopeCache(config_.rope, from, row);
-      for (int j = 0; j < nr; ++j) row[j] /= anchor_mscale_;
-    } else {
-      std::copy_n(row - nr, nr, row);
-      from = p - 1;
+      c = static_cast<float>(std::cos(from * theta));
+      s = static_cast<float>(std::sin(from * theta));
     }
     for (; from < p; ++from) {
-      for (int j = 0; j < nr; j += 2) {
-        const float c = row[j], s = row[j + 1];
-        row[j] = c * anchor_step_[j] - s * anchor_step_[j + 1];
-        row[j + 1] = s * anchor_step_[j] + c * anchor_step_[j + 1];
-      }
+      const float c2 = c * step_c - s * step_s;
+      s = s * step_c + c * step_s;
+      c = c2;
     }
+    cos_out[i] = c;
+    sin_out[i] = s;
   }
 }
 
-void KvCache::AnchorOffset(const float* anchor, const float* angles, float* out) const {
-  const int nr = config_.rope.n_rot, half = nr / 2;
+void KvCache::AnchorOffset(const float* anchor, int pos, float* out) const {
   std::copy_n(anchor, config_.head_dim, out);  // dimensions RoPE leaves alone
-  for (int j = 0; j < nr; j += 2) {
-    const int a = config_.rope.style == RopeStyle::kNormal ? j : j / 2;
-    const int b = config_.rope.style == RopeStyle::kNormal ? j + 1 : j / 2 + half;
-    const float c = angles[j] * anchor_mscale_, s = angles[j + 1] * anchor_mscale_;
-    out[a] = anchor[a] * c - anchor[b] * s;
-    out[b] = anchor[a] * s + anchor[b] * c;
+  for (int j = 0; j < config_.rope.n_rot / 2; ++j) {
+    const int x = PairX(j), y = PairY(j);
+    if (anchor[x] == 0.0f && anchor[y] == 0.0f) continue;  // a pair the anchor does not keep
+    float c, s;
+    AnchorCosSin(j, pos, 1, &c, &s);
+    c *= anchor_mscale_;
+    s *= anchor_mscale_;
+    out[x] = anchor[x] * c - anchor[y] * s;
+    out[y] = anchor[x] * s + anchor[y] * c;
   }
 }
 
@@ -152,12 +151,10 @@ void KvCache::ReadHeadRows(int side, int layer, int seq, int head, int n, float*
   }
   if (side != 0 || !k_anchored_) return;
   const uint8_t* flags = KAnchorFlags(layer, seq, head);
-  std::vector<float> angles(static_cast<size_t>(std::max(1, config_.rope.n_rot)));  // [n_rot]
-  std::vector<float> offset(hd);                                                    // [head_dim]
+  std::vector<float> offset(hd);  // [head_dim]
   for (int p = 0; p < n; ++p) {
     if (!flags[p]) continue;
-    AnchorAngles(p, 1, angles.data());
-    AnchorOffset(KAnchor(layer, seq, head), angles.data(), offset.data());
+    AnchorOffset(KAnchor(layer, seq, head), p, offset.data());
     for (int e = 0; e < hd; ++e) out[static_cast<size_t>(p) * hd + e] += offset[e];
   }
 }
@@ -201,12 +198,10 @@ float KvCache::EncodedError(const KvSideSpec& spec, const uint8_t* row, const fl
 void KvCache::EncodeAnchoredK(int layer, int seq, int pos, int head, const float* k,
                               float* scratch, uint8_t* alt) {
   const int hd = config_.head_dim;
-  float* offset = scratch;            // [head_dim]
-  float* residual = offset + hd;      // [head_dim]
-  float* tmp = residual + hd;         // [head_dim]
-  float* angles = tmp + hd;           // [n_rot]
-  AnchorAngles(pos, 1, angles);
-  AnchorOffset(KAnchor(layer, seq, head), angles, offset);
+  float* offset = scratch;        // [head_dim]
+  float* residual = offset + hd;  // [head_dim]
+  float* tmp = residual + hd;     // [head_dim]
+  AnchorOffset(KAnchor(layer, seq, head), pos, offset);
   for (int e = 0; e < hd; ++e) residual[e] = k[e] - offset[e];
   const size_t at = HeadIndex(layer, seq, head, pos);
   uint8_t* slot = k_.data() + at * k_head_bytes_;
@@ -274,6 +269,16 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
         const float x = finite[0] ? k[h * hd + e] : 0.0f;
         a[e] = e < config_.rope.n_rot ? x / anchor_mscale_ : x;
       }
+      // Keep the kAnchorMaxPairs rotated pairs of largest energy (ties: the lower pair).
+      const int n_pairs = config_.rope.n_rot / 2;
+      if (n_pairs > kAnchorMaxPairs) {
+        std::vector<int> order(n_pairs);
+        for (int j = 0; j < n_pairs; ++j) order[j] = j;
+        auto energy = [&](int j) { return a[PairX(j)] * a[PairX(j)] + a[PairY(j)] * a[PairY(j)]; };
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int i, int j) { return energy(i) > energy(j); });
+        for (int r = kAnchorMaxPairs; r < n_pairs; ++r) a[PairX(order[r])] = a[PairY(order[r])] = 0.0f;
+      }
     }
   }
   // Work items are (row, head) pairs, so even a single decoded token's heads spread over the pool.
@@ -281,7 +286,7 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
     std::vector<float> tmp(hd);     // [head_dim] rotation scratch
     std::vector<float> biased;      // [row_elems] only under Fault::kBiasedV
     // anchored keys: [3 * head_dim + n_rot] scratch and one alternative encoded row
-    std::vector<float> anchor_scratch(k_anchored_ ? 3 * hd + config_.rope.n_rot : 0);
+    std::vector<float> anchor_scratch(k_anchored_ ? 3 * hd : 0);
     std::vector<uint8_t> alt(k_anchored_ ? k_head_bytes_ : 0);
     for (int64_t item = item0; item < item1; ++item) {
       const int64_t i = item / n_heads;

@@ -57,9 +57,12 @@ struct KvCacheConfig {
 
 // Whether the mode stores anchored keys (see above): q4_0 only.
 bool KAnchored(KvType type);
-// Cells per anchor-angle run: AnchorAngles computes cos/sin exactly at multiples of this and
+// Cells per anchor-angle run: AnchorCosSin computes cos/sin exactly at multiples of this and
 // steps by rotation in between, the same way for every caller.
 inline constexpr int kAnchorAngleRun = 64;
+// Rotated pairs an anchor keeps (those of largest energy in it; the others are zeroed): the
+// score correction costs two multiply-adds per kept pair, cell and query.
+inline constexpr int kAnchorMaxPairs = 8;
 
 // Checks that the mode can hold this head_dim (int8/q4_0 need head_dim < 32 and even, or a
 // multiple of 32); the error says why not.
@@ -124,13 +127,19 @@ class KvCache {
   const uint8_t* KAnchorFlags(int layer, int seq, int head) const {
     return k_anchor_flag_.data() + HeadIndex(layer, seq, head, 0);
   }
-  // cos and sin of every rotated pair's angle (RoPE's, without its attention factor) at
-  // positions [pos0, pos0 + n): out [n, rope.n_rot] laid out as RopeCache's table.
-  void AnchorAngles(int pos0, int n, float* out) const;
+  // cos and sin of rotated pair `pair`'s RoPE angle (without the attention factor) at
+  // positions [pos0, pos0 + n): exact (double) at multiples of kAnchorAngleRun, stepped by one
+  // rotation per position in between, so every caller gets the same floats for a position.
+  void AnchorCosSin(int pair, int pos0, int n, float* cos_out, float* sin_out) const;
   // RoPE's attention factor (the magnitude RopeCache multiplies cos and sin by).
   float anchor_mscale() const { return anchor_mscale_; }
-  // The offset R(p) a for one head at a position, from that position's AnchorAngles row.
-  void AnchorOffset(const float* anchor, const float* angles, float* out) const;
+  // Dimensions (x, y) that RoPE rotates together as pair j.
+  int PairX(int j) const { return config_.rope.style == RopeStyle::kNormal ? 2 * j : j; }
+  int PairY(int j) const {
+    return config_.rope.style == RopeStyle::kNormal ? 2 * j + 1 : j + config_.rope.n_rot / 2;
+  }
+  // The offset R(p) a of one head's anchor at position pos ([head_dim]).
+  void AnchorOffset(const float* anchor, int pos, float* out) const;
 
   // K (side 0) or V (side 1) rows of one head at positions [0, n) as attention reads them:
   // decoded, rotation undone, anchor offsets restored. out: [n, head_dim].
@@ -159,7 +168,7 @@ class KvCache {
   float EncodedError(const KvSideSpec& spec, const uint8_t* row, const float* src,
                      float* tmp) const;
   // Encodes one key head row plainly and anchored, keeps the better one and sets its flag.
-  // scratch: [3 * head_dim + n_rot]; alt: [k_head_bytes_].
+  // scratch: [3 * head_dim]; alt: [k_head_bytes_].
   void EncodeAnchoredK(int layer, int seq, int pos, int head, const float* k, float* scratch,
                        uint8_t* alt);
   void ZeroCells(int layer, int seq, int pos0, int n);
@@ -176,7 +185,7 @@ class KvCache {
   std::vector<int> lengths_;  // [n_seq, n_layer]
   bool k_anchored_ = false;
   float anchor_mscale_ = 1.0f;
-  std::vector<float> anchor_step_;      // [n_rot] cos/sin of each pair's angle per position
+  std::vector<double> anchor_theta_;    // [n_rot / 2] each pair's angle per position
   std::vector<float> k_anchor_;         // [n_seq, n_layer, n_kv_heads, head_dim]
   std::vector<uint8_t> k_anchor_flag_;  // [n_seq, n_layer, n_kv_heads, n_ctx] (anchored only)
   std::string nonfinite_error_;
