@@ -17,15 +17,15 @@ constexpr int kCellTile = 64;   // cells decoded at once
 // Anchored keys (kv_cache.h): a flagged cell at position p stores k - R(p) a, so its score
 // misses scale * q . R(p) a. For a rotated pair (x, y) that the anchor keeps, that is
 // m [cos(p t) (qx ax + qy ay) + sin(p t) (qy ax - qx ay)]: two coefficients per kept pair and
-// query, times the cos and sin of the cell's angle (shared by every query of the item); the
+// query, times the cos and sin of the cell's angle (from the cache's angle tables); the
 // dimensions RoPE leaves alone add a constant q . a. q: the queries as RoPE left them (not
 // rotated for the cache). Scratch: coef [nq][2 * kept pairs] (the accumulators, free until
-// pass 2), rest [nq] (the query rows, done with after pass 1), angles [2 * kept pairs][kCellTile]
-// (the tile); kept pairs <= n_rot / 2, so each fits.
+// pass 2; kept pairs <= head_dim / 2, so it fits), rest [nq] (the query rows, done with after
+// pass 1), tables [2 * kept pairs][kCellTile] (the tile).
 void AddAnchorScores(const KvCache& cache, int layer, int seq, int g, int pos0, int n_cells,
                      const float* q, int64_t q_stride, int t0, int nq, int group,
                      const AttentionShape& shape, int n_ctx, float* coef, float* rest,
-                     float* angles, float* scores) {
+                     float* tables, float* scores) {
   const int hd = shape.head_dim;
   const int n_rot = cache.config().rope.n_rot;
   const float m = cache.anchor_mscale();
@@ -50,29 +50,36 @@ void AddAnchorScores(const KvCache& cache, int layer, int seq, int g, int pos0, 
     for (int e = n_rot; e < hd; ++e) r += qr[e] * a[e];
     rest[qi] = r;
   }
-  float mask[kCellTile];  // 1 for flagged cells
-  float sum[kCellTile];   // one query's correction per cell
+  static_assert(kCellTile == kAnchorAngleRun, "a tile is one anchor-angle run");
+  // The kept pairs' offset tables side by side: [2 * n_pairs][kCellTile] (cos row, sin row).
+  for (int i = 0; i < n_pairs; ++i) {
+    std::copy_n(cache.AnchorOffsetCosSin(pairs[i]), 2 * kCellTile, tables + 2 * i * kCellTile);
+  }
+  const AttentionRowKernels& kern = BestAttentionRowKernels();
+  float mask[kCellTile];              // 1 for flagged cells
+  float sum[kCellTile];               // one query's correction per cell
+  float xy[2 * kAnchorMaxPairs];      // one query's weights of the offset tables in this tile
   for (int c0 = 0; c0 < n_cells; c0 += kCellTile) {
     const int nc = std::min(kCellTile, n_cells - c0);
     bool any = false;
     for (int i = 0; i < nc; ++i) any |= (mask[i] = flags[c0 + i]) != 0.0f;
     if (!any) continue;
-    for (int i = 0; i < n_pairs; ++i) {
-      cache.AnchorCosSin(pairs[i], c0, nc, angles + (2 * i) * kCellTile,
-                         angles + (2 * i + 1) * kCellTile);
-    }
+    // cos(p t) = C0 cos(k t) - S0 sin(k t), sin(p t) = S0 cos(k t) + C0 sin(k t) for p = c0 + k,
+    // so a query's correction is a weighted sum of the kept pairs' offset tables.
+    const float* start = cache.AnchorRunStart(c0 / kCellTile);
     for (int qi = 0; qi < nq; ++qi) {
       const int lim = std::min(nc, pos0 + t0 + qi / group + 1 - c0);  // the query's causal limit
       if (lim <= 0) continue;
       const float* c = coef + static_cast<size_t>(qi) * stride;
-      std::fill_n(sum, lim, rest[qi]);
-      for (int k = 0; k < 2 * n_pairs; ++k) {
-        const float w = c[k];
-        const float* an = angles + k * kCellTile;
-        for (int i = 0; i < lim; ++i) sum[i] += w * an[i];
+      for (int i = 0; i < n_pairs; ++i) {
+        const float c0s = start[2 * pairs[i]], s0s = start[2 * pairs[i] + 1];
+        xy[2 * i] = c[2 * i] * c0s + c[2 * i + 1] * s0s;
+        xy[2 * i + 1] = c[2 * i + 1] * c0s - c[2 * i] * s0s;
       }
+      std::fill_n(sum, kCellTile, rest[qi]);
+      kern.accumulate_rows(xy, tables, 2 * n_pairs, kCellTile, sum);
       float* srow = scores + static_cast<size_t>(qi) * n_ctx + c0;
-      for (int i = 0; i < lim; ++i) srow[i] += shape.scale * mask[i] * sum[i];
+      for (int k = 0; k < lim; ++k) srow[k] += shape.scale * mask[k] * sum[k];
     }
   }
 }

@@ -95,8 +95,22 @@ KvCache::KvCache(const KvCacheConfig& config)
       RopeCache(config_.rope, 0, at0.data());
       RopeCache(config_.rope, 1, at1.data());
       anchor_mscale_ = at0[0] != 0.0f ? at0[0] : 1.0f;
-      anchor_theta_.resize(nr / 2);
-      for (int j = 0; j < nr / 2; ++j) anchor_theta_[j] = std::atan2(at1[2 * j + 1], at1[2 * j]);
+      // Angles in double from each pair's step (RoPE's angles are linear in the position).
+      const int n_runs = (config.n_ctx + kAnchorAngleRun - 1) / kAnchorAngleRun;
+      anchor_run_cs_.resize(static_cast<size_t>(n_runs) * nr);
+      anchor_offset_cs_.resize(static_cast<size_t>(nr) * kAnchorAngleRun);
+      for (int j = 0; j < nr / 2; ++j) {
+        const double theta = std::atan2(at1[2 * j + 1], at1[2 * j]);
+        for (int r = 0; r < n_runs; ++r) {
+          const double t = theta * r * kAnchorAngleRun;
+          anchor_run_cs_[static_cast<size_t>(r) * nr + 2 * j] = static_cast<float>(std::cos(t));
+          anchor_run_cs_[static_cast<size_t>(r) * nr + 2 * j + 1] = static_cast<float>(std::sin(t));
+        }
+        for (int k = 0; k < kAnchorAngleRun; ++k) {
+          anchor_offset_cs_[(2 * j) * kAnchorAngleRun + k] = static_cast<float>(std::cos(theta * k));
+          anchor_offset_cs_[(2 * j + 1) * kAnchorAngleRun + k] = static_cast<float>(std::sin(theta * k));
+        }
+      }
     }
     k_anchor_.assign(static_cast<size_t>(config.n_seq) * config.n_layer * config.n_kv_heads *
                          config.head_dim,
@@ -106,24 +120,12 @@ KvCache::KvCache(const KvCacheConfig& config)
 }
 
 void KvCache::AnchorCosSin(int pair, int pos0, int n, float* cos_out, float* sin_out) const {
-  const double theta = anchor_theta_[pair];
-  const float step_c = static_cast<float>(std::cos(theta)), step_s = static_cast<float>(std::sin(theta));
-  float c = 0.0f, s = 0.0f;
+  const float* off = AnchorOffsetCosSin(pair);
   for (int i = 0; i < n; ++i) {
-    const int p = pos0 + i;
-    int from = p - 1;  // the position (c, s) holds before stepping
-    if (i == 0 || p % kAnchorAngleRun == 0) {
-      from = p - p % kAnchorAngleRun;
-      c = static_cast<float>(std::cos(from * theta));
-      s = static_cast<float>(std::sin(from * theta));
-    }
-    for (; from < p; ++from) {
-      const float c2 = c * step_c - s * step_s;
-      s = s * step_c + c * step_s;
-      c = c2;
-    }
-    cos_out[i] = c;
-    sin_out[i] = s;
+    const int p = pos0 + i, k = p % kAnchorAngleRun;
+    const float* start = AnchorRunStart(p / kAnchorAngleRun) + 2 * pair;
+    cos_out[i] = start[0] * off[k] - start[1] * off[kAnchorAngleRun + k];
+    sin_out[i] = start[1] * off[k] + start[0] * off[kAnchorAngleRun + k];
   }
 }
 

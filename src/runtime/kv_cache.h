@@ -57,8 +57,8 @@ struct KvCacheConfig {
 
 // Whether the mode stores anchored keys (see above): q4_0 only.
 bool KAnchored(KvType type);
-// Cells per anchor-angle run: AnchorCosSin computes cos/sin exactly at multiples of this and
-// steps by rotation in between, the same way for every caller.
+// Positions per anchor-angle run: a position's angle is composed from the exact angle at the
+// start of its run and the exact angle of its offset within the run (both tabulated once).
 inline constexpr int kAnchorAngleRun = 64;
 // Rotated pairs an anchor keeps (those of largest energy in it; the others are zeroed): the
 // score correction costs two multiply-adds per kept pair, cell and query.
@@ -128,9 +128,18 @@ class KvCache {
     return k_anchor_flag_.data() + HeadIndex(layer, seq, head, 0);
   }
   // cos and sin of rotated pair `pair`'s RoPE angle (without the attention factor) at
-  // positions [pos0, pos0 + n): exact (double) at multiples of kAnchorAngleRun, stepped by one
-  // rotation per position in between, so every caller gets the same floats for a position.
+  // positions [pos0, pos0 + n), composed as run start (x) offset from the two tables below.
   void AnchorCosSin(int pair, int pos0, int n, float* cos_out, float* sin_out) const;
+  // Run-start table: cos, sin of every pair's angle at position run * kAnchorAngleRun
+  // ([n_rot / 2][2] for that run).
+  const float* AnchorRunStart(int run) const {
+    return anchor_run_cs_.data() + static_cast<size_t>(run) * config_.rope.n_rot;
+  }
+  // Offset table of one pair: cos then sin of its angle at offsets 0..kAnchorAngleRun-1
+  // ([2][kAnchorAngleRun]).
+  const float* AnchorOffsetCosSin(int pair) const {
+    return anchor_offset_cs_.data() + static_cast<size_t>(pair) * 2 * kAnchorAngleRun;
+  }
   // RoPE's attention factor (the magnitude RopeCache multiplies cos and sin by).
   float anchor_mscale() const { return anchor_mscale_; }
   // Dimensions (x, y) that RoPE rotates together as pair j.
@@ -185,7 +194,8 @@ class KvCache {
   std::vector<int> lengths_;  // [n_seq, n_layer]
   bool k_anchored_ = false;
   float anchor_mscale_ = 1.0f;
-  std::vector<double> anchor_theta_;    // [n_rot / 2] each pair's angle per position
+  std::vector<float> anchor_run_cs_;     // [n_ctx / kAnchorAngleRun (rounded up), n_rot / 2, 2]
+  std::vector<float> anchor_offset_cs_;  // [n_rot / 2, 2, kAnchorAngleRun]
   std::vector<float> k_anchor_;         // [n_seq, n_layer, n_kv_heads, head_dim]
   std::vector<uint8_t> k_anchor_flag_;  // [n_seq, n_layer, n_kv_heads, n_ctx] (anchored only)
   std::string nonfinite_error_;
