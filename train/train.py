@@ -59,6 +59,15 @@ PRESETS = {
                               short_frac=0.3, max_answer_tokens=1150, repeat=0.15,
                               count_boost=6.0, count_short=0.5, json_style="quoted")],
                  decay_phase=0),
+    # stage 4 experiment, from the "tune" weights: the same mix at a lower lr, counting back to
+    # the main length distribution (short spans made "print B and stop" the common failure) with
+    # the decisive counting tokens weighted 10
+    "tune2": dict(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
+                  batch=4, steps=600, lr=3e-4, warmup=20, bucket_tokens=3600,
+                  phases=[dict(start=0, buckets=(320, 640, 1280), mix=TUNE_MIX,
+                               short_frac=0.3, max_answer_tokens=1150, repeat=0.15,
+                               count_boost=10.0, count_short=0.0, json_style="quoted")],
+                  decay_phase=0),
     # pipeline check: a few minutes
     "small": dict(dim=128, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=256, seq_len=512,
                   batch=4, steps=60, lr=3e-3, warmup=10, bucket_tokens=1024,
