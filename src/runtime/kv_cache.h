@@ -84,6 +84,8 @@ class KvCache {
   // The single writer: K and V rows for positions [pos0, pos0 + n) of sequence `seq` in
   // `layer`. k, v: [n, n_kv_heads * head_dim] f32 (k after RoPE). Positions must continue the
   // sequence (pos0 <= Length(seq, layer)), so rewriting after Truncate is allowed.
+  // Writing position 0 sets the sequence's key anchor (q4_0); cells past the written span, if
+  // any, belong to an older history and are only meaningful after they are rewritten too.
   // Non-finite input is not stored: the cells are written as zeros and the first such event is
   // kept in nonfinite_error() for the session to report.
   // The encoding of the n rows runs on `pool` when given (each row lands in its own bytes, so
