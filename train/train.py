@@ -36,6 +36,7 @@ from tokenizer import Tokenizer, build_default, IM_END, BOS  # noqa: E402
 WARMUP_MIX = dict(count=0.20, needle=0.15, copy=0.30, lookup=0.15, json=0.15, prose=0.05)
 MAIN_MIX = dict(count=0.22, needle=0.20, copy=0.22, lookup=0.12, json=0.16, prose=0.08)
 TUNE_MIX = dict(count=0.30, needle=0.12, copy=0.22, lookup=0.04, json=0.28, prose=0.04)
+LOOKUP_MIX = dict(count=0.30, needle=0.10, copy=0.15, lookup=0.25, json=0.15, prose=0.05)
 PRESETS = {
     # the shipped model's shape: repeats alone in short rows at a constant lr 2e-3 until their
     # loss is below 0.5 (the induction transition), then the task mix with a quarter of repeats
@@ -67,6 +68,14 @@ PRESETS = {
                   phases=[dict(start=0, buckets=(320, 640, 1280), mix=TUNE_MIX,
                                short_frac=0.3, max_answer_tokens=1150, repeat=0.15,
                                count_boost=10.0, count_short=0.0, json_style="quoted")],
+                  decay_phase=0),
+    # stage 5 experiment, from the "tune2" weights: key look-up (the skill the counting start
+    # needs: find the number after "from") weighted up, mostly with few pairs
+    "tune3": dict(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
+                  batch=4, steps=700, lr=1e-3, warmup=20, bucket_tokens=3600,
+                  phases=[dict(start=0, buckets=(320, 640, 1280), mix=LOOKUP_MIX,
+                               short_frac=0.6, max_answer_tokens=1150, repeat=0.1,
+                               count_boost=10.0, count_short=0.3, json_style="quoted")],
                   decay_phase=0),
     # pipeline check: a few minutes
     "small": dict(dim=128, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=256, seq_len=512,
