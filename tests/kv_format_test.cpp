@@ -315,6 +315,61 @@ TEST(KvAnchoredKeys, AttentionRestoresTheOffsetAndTheErrorShrinks) {
   }
 }
 
+// CopyPrefix and Truncate are cache operations like Write: a copied prefix reads back with the
+// same bytes (anchored keys' flags and anchor included) and attends identically, and a
+// sequence truncated to nothing and rewritten matches one written fresh.
+TEST(KvCacheWriter, CopyPrefixAndRewriteMatchTheSource) {
+  for (KvType type : {KvType::kF16, KvType::kInt8, KvType::kQ4_0, KvType::kK8V4}) {
+    KvCacheConfig c;
+    c.n_layer = 1;
+    c.n_ctx = 96;
+    c.n_kv_heads = 2;
+    c.head_dim = 32;
+    c.n_seq = 2;
+    c.type = type;
+    c.rope.n_rot = 32;
+    KvCache cache(c);
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int n = 80, row = c.n_kv_heads * c.head_dim, keep = 50;
+    std::vector<float> k(static_cast<size_t>(n) * row), v(k.size());  // [n, row]
+    for (size_t i = 0; i < k.size(); ++i) {
+      k[i] = 2.0f * (i % row < 4) + normal(rng);  // a shared component in the first channels
+      v[i] = normal(rng);
+    }
+    cache.Write(0, 0, 0, n, k.data(), v.data());
+    cache.Write(0, 1, 0, 7, v.data(), k.data());  // other content first, so the copy must replace it
+    cache.CopyPrefix(0, 1, keep);
+    auto bytes = [&](int seq, int cells) {
+      std::vector<uint8_t> b;
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        b.insert(b.end(), cache.KHead(0, seq, h, 0), cache.KHead(0, seq, h, 0) + cells * cache.k_head_bytes());
+        b.insert(b.end(), cache.VHead(0, seq, h, 0), cache.VHead(0, seq, h, 0) + cells * cache.v_head_bytes());
+        if (cache.k_anchored()) {
+          b.insert(b.end(), cache.KAnchorFlags(0, seq, h), cache.KAnchorFlags(0, seq, h) + cells);
+          const auto* a = reinterpret_cast<const uint8_t*>(cache.KAnchor(0, seq, h));
+          b.insert(b.end(), a, a + sizeof(float) * c.head_dim);
+        }
+      }
+      return b;
+    };
+    EXPECT_EQ(cache.Length(1), keep);
+    EXPECT_EQ(bytes(0, keep), bytes(1, keep)) << KvTypeName(type);
+    std::vector<float> q(4 * c.head_dim), out0(q.size()), out1(q.size());  // one token, 4 heads
+    for (float& x : q) x = normal(rng);
+    AttentionShape shape{4, 2, c.head_dim, 0.2f};
+    AttentionScratch scratch;
+    ThreadPool pool(1);
+    CausalAttention(cache, 0, 0, keep - 1, 1, q.data(), out0.data(), shape, scratch, pool);
+    CausalAttention(cache, 0, 1, keep - 1, 1, q.data(), out1.data(), shape, scratch, pool);
+    EXPECT_EQ(out0, out1) << KvTypeName(type);
+    cache.Truncate(1, 0);
+    cache.Write(0, 1, 0, 30, k.data(), v.data());
+    cache.Write(0, 1, 30, n - 30, k.data() + 30 * row, v.data() + 30 * row);
+    EXPECT_EQ(bytes(0, n), bytes(1, n)) << KvTypeName(type);
+  }
+}
+
 TEST(KvCacheWriter, ModesReportBitsPerElement) {
   KvCacheConfig c;
   c.n_layer = 2;
