@@ -1,6 +1,8 @@
 // KV row formats: round-trip error budgets, unbiasedness, no sign-correlated shrinkage, exact
 // zeros, extreme magnitudes, non-finite detection, stochastic rounding determinism and
 // unbiasedness, the rotation, and SIMD-vs-scalar decoder twins.
+#include "kernels/kv_format.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 
 #include "kernels/attention_kernels.h"
 #include "kernels/kv_decode.h"
-#include "kernels/kv_format.h"
 #include "runtime/attention.h"
 #include "runtime/kv_cache.h"
 
@@ -338,13 +339,16 @@ TEST(KvCacheWriter, CopyPrefixAndRewriteMatchTheSource) {
       v[i] = normal(rng);
     }
     cache.Write(0, 0, 0, n, k.data(), v.data());
-    cache.Write(0, 1, 0, 7, v.data(), k.data());  // other content first, so the copy must replace it
+    cache.Write(0, 1, 0, 7, v.data(),
+                k.data());  // other content first, so the copy must replace it
     cache.CopyPrefix(0, 1, keep);
     auto bytes = [&](int seq, int cells) {
       std::vector<uint8_t> b;
       for (int h = 0; h < c.n_kv_heads; ++h) {
-        b.insert(b.end(), cache.KHead(0, seq, h, 0), cache.KHead(0, seq, h, 0) + cells * cache.k_head_bytes());
-        b.insert(b.end(), cache.VHead(0, seq, h, 0), cache.VHead(0, seq, h, 0) + cells * cache.v_head_bytes());
+        b.insert(b.end(), cache.KHead(0, seq, h, 0),
+                 cache.KHead(0, seq, h, 0) + cells * cache.k_head_bytes());
+        b.insert(b.end(), cache.VHead(0, seq, h, 0),
+                 cache.VHead(0, seq, h, 0) + cells * cache.v_head_bytes());
         if (cache.k_anchored()) {
           b.insert(b.end(), cache.KAnchorFlags(0, seq, h), cache.KAnchorFlags(0, seq, h) + cells);
           const auto* a = reinterpret_cast<const uint8_t*>(cache.KAnchor(0, seq, h));
@@ -376,8 +380,10 @@ TEST(KvCacheWriter, ModesReportBitsPerElement) {
   c.n_ctx = 8;
   c.n_kv_heads = 4;
   c.head_dim = 64;
-  const std::pair<KvType, double> expected[] = {{KvType::kF32, 32},   {KvType::kF16, 16},
-                                                {KvType::kInt8, 8.5}, {KvType::kQ4_0, 4.5625},
+  const std::pair<KvType, double> expected[] = {{KvType::kF32, 32},
+                                                {KvType::kF16, 16},
+                                                {KvType::kInt8, 8.5},
+                                                {KvType::kQ4_0, 4.5625},
                                                 {KvType::kK8V4, 6.5}};
   // q4_0 adds its anchored keys' flag byte per head row: (36 + 1 + 36) * 8 / 128.
   for (auto [t, bits] : expected) {

@@ -443,8 +443,8 @@ void RunJsonProbe(Context& ctx, json& report) {
     // The shipped model's JSON phrasing (train/data.py, json_style "quoted"): each field given
     // as "name" = value, the name quoted as it is written in the answer.
     const std::string user = "Write a JSON object with the fields \"name\" = \"" + name +
-                             "\", \"age\" = " + std::to_string(age) + ", \"city\" = \"" +
-                             city + "\".";
+                             "\", \"age\" = " + std::to_string(age) + ", \"city\" = \"" + city +
+                             "\".";
     items.push_back({RenderPrompt(ctx, user, ""), {{"name", name}, {"age", age}, {"city", city}}});
   }
   std::vector<std::string> ref_outputs;

@@ -56,9 +56,9 @@ void AddAnchorScores(const KvCache& cache, int layer, int seq, int g, int pos0, 
     std::copy_n(cache.AnchorOffsetCosSin(pairs[i]), 2 * kCellTile, tables + 2 * i * kCellTile);
   }
   const AttentionRowKernels& kern = BestAttentionRowKernels();
-  float mask[kCellTile];              // 1 for flagged cells
-  float sum[kCellTile];               // one query's correction per cell
-  float xy[2 * kAnchorMaxPairs];      // one query's weights of the offset tables in this tile
+  float mask[kCellTile];          // 1 for flagged cells
+  float sum[kCellTile];           // one query's correction per cell
+  float xy[2 * kAnchorMaxPairs];  // one query's weights of the offset tables in this tile
   for (int c0 = 0; c0 < n_cells; c0 += kCellTile) {
     const int nc = std::min(kCellTile, n_cells - c0);
     bool any = false;

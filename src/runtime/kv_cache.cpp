@@ -107,14 +107,16 @@ KvCache::KvCache(const KvCacheConfig& config)
           anchor_run_cs_[static_cast<size_t>(r) * nr + 2 * j + 1] = static_cast<float>(std::sin(t));
         }
         for (int k = 0; k < kAnchorAngleRun; ++k) {
-          anchor_offset_cs_[(2 * j) * kAnchorAngleRun + k] = static_cast<float>(std::cos(theta * k));
-          anchor_offset_cs_[(2 * j + 1) * kAnchorAngleRun + k] = static_cast<float>(std::sin(theta * k));
+          anchor_offset_cs_[(2 * j) * kAnchorAngleRun + k] =
+              static_cast<float>(std::cos(theta * k));
+          anchor_offset_cs_[(2 * j + 1) * kAnchorAngleRun + k] =
+              static_cast<float>(std::sin(theta * k));
         }
       }
     }
-    k_anchor_.assign(static_cast<size_t>(config.n_seq) * config.n_layer * config.n_kv_heads *
-                         config.head_dim,
-                     0.0f);
+    k_anchor_.assign(
+        static_cast<size_t>(config.n_seq) * config.n_layer * config.n_kv_heads * config.head_dim,
+        0.0f);
     k_anchor_flag_.assign(head_rows, 0);
   }
 }
@@ -197,8 +199,8 @@ float KvCache::EncodedError(const KvSideSpec& spec, const uint8_t* row, const fl
   return static_cast<float>(err);
 }
 
-void KvCache::EncodeAnchoredK(int layer, int seq, int pos, int head, const float* k,
-                              float* scratch, uint8_t* alt) {
+void KvCache::EncodeAnchoredK(int layer, int seq, int pos, int head, const float* k, float* scratch,
+                              uint8_t* alt) {
   const int hd = config_.head_dim;
   float* offset = scratch;        // [head_dim]
   float* residual = offset + hd;  // [head_dim]
@@ -279,7 +281,8 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
         auto energy = [&](int j) { return a[PairX(j)] * a[PairX(j)] + a[PairY(j)] * a[PairY(j)]; };
         std::stable_sort(order.begin(), order.end(),
                          [&](int i, int j) { return energy(i) > energy(j); });
-        for (int r = kAnchorMaxPairs; r < n_pairs; ++r) a[PairX(order[r])] = a[PairY(order[r])] = 0.0f;
+        for (int r = kAnchorMaxPairs; r < n_pairs; ++r)
+          a[PairX(order[r])] = a[PairY(order[r])] = 0.0f;
       }
     }
   }
@@ -301,8 +304,7 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
       const float* vrow = v + i * re;
       if (fault_ == Fault::kBiasedV) vrow = BiasedForTesting(vrow, biased);
       if (k_anchored_) {
-        EncodeAnchoredK(layer, seq, pos, h, k + i * re + h * hd, anchor_scratch.data(),
-                        alt.data());
+        EncodeAnchoredK(layer, seq, pos, h, k + i * re + h * hd, anchor_scratch.data(), alt.data());
       } else {
         EncodeHead(k_spec_, /*stochastic=*/false, layer, pos, h, k + i * re + h * hd,
                    k_.data() + HeadIndex(layer, seq, h, pos) * k_head_bytes_, tmp.data());

@@ -198,8 +198,8 @@ class KvCache {
   float anchor_mscale_ = 1.0f;
   std::vector<float> anchor_run_cs_;     // [n_ctx / kAnchorAngleRun (rounded up), n_rot / 2, 2]
   std::vector<float> anchor_offset_cs_;  // [n_rot / 2, 2, kAnchorAngleRun]
-  std::vector<float> k_anchor_;         // [n_seq, n_layer, n_kv_heads, head_dim]
-  std::vector<uint8_t> k_anchor_flag_;  // [n_seq, n_layer, n_kv_heads, n_ctx] (anchored only)
+  std::vector<float> k_anchor_;          // [n_seq, n_layer, n_kv_heads, head_dim]
+  std::vector<uint8_t> k_anchor_flag_;   // [n_seq, n_layer, n_kv_heads, n_ctx] (anchored only)
   std::string nonfinite_error_;
   Fault fault_ = Fault::kNone;
 };
