@@ -77,6 +77,14 @@ PRESETS = {
                                short_frac=0.6, max_answer_tokens=1150, repeat=0.1,
                                count_boost=10.0, count_short=0.3, json_style="quoted")],
                   decay_phase=0),
+    # stage 6 experiment, from the "tune3" weights: a lower lr, and no extra short counts (with
+    # spans of 1..40 the last two digits decide the stop, and "tune3" stopped at 534 for 634)
+    "tune4": dict(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
+                  batch=4, steps=450, lr=3e-4, warmup=10, bucket_tokens=3600,
+                  phases=[dict(start=0, buckets=(320, 640, 1280), mix=LOOKUP_MIX,
+                               short_frac=0.6, max_answer_tokens=1150, repeat=0.1,
+                               count_boost=10.0, count_short=0.0, json_style="quoted")],
+                  decay_phase=0),
     # pipeline check: a few minutes
     "small": dict(dim=128, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=256, seq_len=512,
                   batch=4, steps=60, lr=3e-3, warmup=10, bucket_tokens=1024,
