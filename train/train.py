@@ -37,6 +37,19 @@ WARMUP_MIX = dict(count=0.20, needle=0.15, copy=0.30, lookup=0.15, json=0.15, pr
 MAIN_MIX = dict(count=0.22, needle=0.20, copy=0.22, lookup=0.12, json=0.16, prose=0.08)
 TUNE_MIX = dict(count=0.30, needle=0.12, copy=0.22, lookup=0.04, json=0.28, prose=0.04)
 LOOKUP_MIX = dict(count=0.30, needle=0.10, copy=0.15, lookup=0.25, json=0.15, prose=0.05)
+
+
+def tune_stage(steps, lr, warmup, mix, short_frac, repeat, count_boost, count_short):
+    """A fine-tuning stage of the shipped model's shape (started with --init): one phase of
+    bucketed task examples with quoted JSON fields, lr decaying by cosine from the start."""
+    return dict(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
+                batch=4, steps=steps, lr=lr, warmup=warmup, bucket_tokens=3600,
+                phases=[dict(start=0, buckets=(320, 640, 1280), mix=mix, short_frac=short_frac,
+                             max_answer_tokens=1150, repeat=repeat, count_boost=count_boost,
+                             count_short=count_short, json_style="quoted")],
+                decay_phase=0)
+
+
 PRESETS = {
     # the shipped model's shape: repeats alone in short rows at a constant lr 2e-3 until their
     # loss is below 0.5 (the induction transition), then the task mix with a quarter of repeats
@@ -54,37 +67,21 @@ PRESETS = {
     # stage 3, from the "full" weights (--init): the bars' tasks weighted up, half the counting-up
     # examples short (a start and a stop decision every ~100 tokens instead of every ~1,000),
     # JSON field names quoted as in the answer; lr from 1e-3 down by cosine (train/README.md)
-    "tune": dict(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
-                 batch=4, steps=900, lr=1e-3, warmup=30, bucket_tokens=3600,
-                 phases=[dict(start=0, buckets=(320, 640, 1280), mix=TUNE_MIX,
-                              short_frac=0.3, max_answer_tokens=1150, repeat=0.15,
-                              count_boost=6.0, count_short=0.5, json_style="quoted")],
-                 decay_phase=0),
+    "tune": tune_stage(steps=900, lr=1e-3, warmup=30, mix=TUNE_MIX, short_frac=0.3, repeat=0.15,
+                       count_boost=6.0, count_short=0.5),
     # stage 4 experiment, from the "tune" weights: the same mix at a lower lr, counting back to
     # the main length distribution (short spans made "print B and stop" the common failure) with
     # the decisive counting tokens weighted 10
-    "tune2": dict(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
-                  batch=4, steps=600, lr=3e-4, warmup=20, bucket_tokens=3600,
-                  phases=[dict(start=0, buckets=(320, 640, 1280), mix=TUNE_MIX,
-                               short_frac=0.3, max_answer_tokens=1150, repeat=0.15,
-                               count_boost=10.0, count_short=0.0, json_style="quoted")],
-                  decay_phase=0),
+    "tune2": tune_stage(steps=600, lr=3e-4, warmup=20, mix=TUNE_MIX, short_frac=0.3,
+                        repeat=0.15, count_boost=10.0, count_short=0.0),
     # stage 5 experiment, from the "tune2" weights: key look-up (the skill the counting start
     # needs: find the number after "from") weighted up, mostly with few pairs
-    "tune3": dict(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
-                  batch=4, steps=700, lr=1e-3, warmup=20, bucket_tokens=3600,
-                  phases=[dict(start=0, buckets=(320, 640, 1280), mix=LOOKUP_MIX,
-                               short_frac=0.6, max_answer_tokens=1150, repeat=0.1,
-                               count_boost=10.0, count_short=0.3, json_style="quoted")],
-                  decay_phase=0),
+    "tune3": tune_stage(steps=700, lr=1e-3, warmup=20, mix=LOOKUP_MIX, short_frac=0.6,
+                        repeat=0.1, count_boost=10.0, count_short=0.3),
     # stage 6 experiment, from the "tune3" weights: a lower lr, and no extra short counts (with
     # spans of 1..40 the last two digits decide the stop, and "tune3" stopped at 534 for 634)
-    "tune4": dict(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
-                  batch=4, steps=450, lr=3e-4, warmup=10, bucket_tokens=3600,
-                  phases=[dict(start=0, buckets=(320, 640, 1280), mix=LOOKUP_MIX,
-                               short_frac=0.6, max_answer_tokens=1150, repeat=0.1,
-                               count_boost=10.0, count_short=0.0, json_style="quoted")],
-                  decay_phase=0),
+    "tune4": tune_stage(steps=450, lr=3e-4, warmup=10, mix=LOOKUP_MIX, short_frac=0.6,
+                        repeat=0.1, count_boost=10.0, count_short=0.0),
     # pipeline check: a few minutes
     "small": dict(dim=128, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=256, seq_len=512,
                   batch=4, steps=60, lr=3e-3, warmup=10, bucket_tokens=1024,
