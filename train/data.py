@@ -104,7 +104,8 @@ class Generator:
                     "json": 0.14, "prose": 0.12}
 
     def __init__(self, seed, max_answer_tokens=1150, max_prompt_chars=4200, weights=None,
-                 short_frac=0.0, count_short=0.0, json_style="quoted"):
+                 short_frac=0.0, count_short=0.0, json_style="quoted",
+                 short_tasks=("needle", "copy", "lookup"), count_down=0.20):
         self.rng = random.Random(seed)
         # share of counting-up examples drawn with a span of 1..40 from any start: each example
         # holds one start and one stop decision, so short counts give many of them per token
@@ -120,11 +121,15 @@ class Generator:
         # characters, 3..12 items or pairs): attention over few tokens learns to find a
         # far-away token much faster than over a thousand
         self.short_frac = short_frac
+        self.short_tasks = tuple(short_tasks)
+        # share of counting examples that count down (the rest: 18 % by steps, the others up)
+        self.count_down = count_down
         self.max_answer_tokens = max_answer_tokens
         self.max_prompt_chars = max_prompt_chars
 
-    def _short(self):
-        return self.short_frac > 0 and self.rng.random() < self.short_frac
+    def _short(self, task):
+        return (self.short_frac > 0 and task in self.short_tasks
+                and self.rng.random() < self.short_frac)
 
     # -- prose ---------------------------------------------------------------------------------
     def sentence(self):
@@ -183,7 +188,7 @@ class Generator:
         r = self.rng
         kind = r.random()
         budget = self.max_answer_tokens
-        if kind < 0.62:  # up by one
+        if kind < 0.82 - self.count_down:  # up by one
             if r.random() < 0.35:
                 a = 1
             else:
@@ -240,7 +245,7 @@ class Generator:
         hi = max(400, self.max_prompt_chars - 300)
         target_chars = int(r.choice([r.randint(150, min(1200, hi)), r.randint(hi // 3, hi),
                                      r.randint(hi * 2 // 3, hi)]))
-        if self._short():
+        if self._short("needle"):
             target_chars = r.randint(100, 600)
         sentences = []
         total = 0
@@ -293,7 +298,7 @@ class Generator:
     def copy(self):
         r = self.rng
         n = r.choice([r.randint(3, 20), r.randint(20, 60), r.randint(45, 60)])
-        if self._short():
+        if self._short("copy"):
             n = r.randint(3, 12)
         mixed = r.random() < 0.3
         kind = r.randrange(6)
@@ -305,7 +310,7 @@ class Generator:
     def lookup(self):
         r = self.rng
         n = r.choice([r.randint(3, 20), r.randint(20, 80)])
-        if self._short():
+        if self._short("lookup"):
             n = r.randint(3, 12)
         keys = set()
         key_kind = r.randrange(3)

@@ -37,16 +37,21 @@ WARMUP_MIX = dict(count=0.20, needle=0.15, copy=0.30, lookup=0.15, json=0.15, pr
 MAIN_MIX = dict(count=0.22, needle=0.20, copy=0.22, lookup=0.12, json=0.16, prose=0.08)
 TUNE_MIX = dict(count=0.30, needle=0.12, copy=0.22, lookup=0.04, json=0.28, prose=0.04)
 LOOKUP_MIX = dict(count=0.30, needle=0.10, copy=0.15, lookup=0.25, json=0.15, prose=0.05)
+COUNT_MIX = dict(count=0.36, needle=0.08, copy=0.15, lookup=0.20, json=0.16, prose=0.05)
 
 
-def tune_stage(steps, lr, warmup, mix, short_frac, repeat, count_boost, count_short):
+def tune_stage(steps, lr, warmup, mix, short_frac, repeat, count_boost, count_short,
+               count_near=False, short_tasks=("needle", "copy", "lookup"), repeat_digits=0.0,
+               count_down=0.20):
     """A fine-tuning stage of the shipped model's shape (started with --init): one phase of
     bucketed task examples with quoted JSON fields, lr decaying by cosine from the start."""
     return dict(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
                 batch=4, steps=steps, lr=lr, warmup=warmup, bucket_tokens=3600,
                 phases=[dict(start=0, buckets=(320, 640, 1280), mix=mix, short_frac=short_frac,
                              max_answer_tokens=1150, repeat=repeat, count_boost=count_boost,
-                             count_short=count_short, json_style="quoted")],
+                             count_short=count_short, count_near=count_near,
+                             short_tasks=short_tasks, repeat_digits=repeat_digits,
+                             count_down=count_down, json_style="quoted")],
                 decay_phase=0)
 
 
@@ -82,6 +87,17 @@ PRESETS = {
     # spans of 1..40 the last two digits decide the stop, and "tune3" stopped at 534 for 634)
     "tune4": tune_stage(steps=450, lr=3e-4, warmup=10, mix=LOOKUP_MIX, short_frac=0.6,
                         repeat=0.1, count_boost=10.0, count_short=0.0),
+    # stage 7 experiment, from the "tune3" weights: the direction (second line) and the stop's
+    # leading digits (the newline after each number ending like B) weighted as decisive, few
+    # short counts, counting's share up
+    "tune5": tune_stage(steps=600, lr=5e-4, warmup=20, mix=COUNT_MIX, short_frac=0.6,
+                        repeat=0.1, count_boost=10.0, count_short=0.1, count_near=True),
+    # stage 8 experiment, from the "tune3" weights: as "tune5", plus repeats of digit strings
+    # (a look-up keyed on several tokens, which the stop at B and copying numbers need), copy
+    # lists never short, and fewer counts down (the bars count up)
+    "tune6": tune_stage(steps=700, lr=5e-4, warmup=20, mix=COUNT_MIX, short_frac=0.6,
+                        repeat=0.2, count_boost=10.0, count_short=0.1, count_near=True,
+                        short_tasks=("needle", "lookup"), repeat_digits=0.7, count_down=0.10),
     # pipeline check: a few minutes
     "small": dict(dim=128, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=256, seq_len=512,
                   batch=4, steps=60, lr=3e-3, warmup=10, bucket_tokens=1024,
@@ -91,7 +107,7 @@ PRESETS = {
 TASKS = ["count", "needle", "copy", "lookup", "json", "prose"]
 
 
-def encode_example(tok, prompt, answer, task=None, count_boost=1.0):
+def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=False):
     """Token ids and per-token loss weights: 0 on the prompt; on the answer and its <|im_end|>,
     max(1, 48 / answer length) capped at 8, so that short answers (a needle's code, a looked-up
     value) are not drowned by the long counting answers. With count_boost > 1, a counting
@@ -99,7 +115,11 @@ def encode_example(tok, prompt, answer, task=None, count_boost=1.0):
     from the prompt), every line whose leading digits change (carries, borrows, steps) and the
     last line with the end of turn (stopping at B). In a long count they are a few percent of
     the tokens, so at weight 1 the easy middle digits hide them: a model can reach a low mean
-    loss and still start at the wrong number or fail at 10 -> 11."""
+    loss and still start at the wrong number or fail at 10 -> 11.
+
+    count_near adds two more decisions: the second line (the direction: up, down or the step)
+    and the newline after every number that ends in B's last digit (going on past 534 when B is
+    634 is decided by the leading digits alone, so the stop must compare all of them)."""
     head = tok.encode(render_chat(prompt), add_bos=True)
     body = tok.encode(answer, add_bos=False) + [IM_END]
     w = min(8.0, max(1.0, 48.0 / len(body)))
@@ -109,10 +129,12 @@ def encode_example(tok, prompt, answer, task=None, count_boost=1.0):
         pos = 0
         for i, line in enumerate(lines):
             decisive = (i == 0 or i == len(lines) - 1 or len(line) != len(lines[i - 1])
-                        or line[:-1] != lines[i - 1][:-1])
+                        or line[:-1] != lines[i - 1][:-1] or (count_near and i == 1))
             if decisive:
                 for j in range(pos, pos + len(line) + 1):
                     weights[j] = max(weights[j], count_boost)
+            elif count_near and line[-1:] == lines[-1][-1:]:
+                weights[pos + len(line)] = max(weights[pos + len(line)], count_boost)
             pos += len(line) + 1
     return head + body, [0.0] * len(head) + weights
 
@@ -187,9 +209,16 @@ def make_batch(tok, seed, batch, seq_len, max_answer_tokens, weights=None):
     return inputs, targets, weights, docs[:, :-1], spans
 
 
-def repeat_example(rng, normal_ids, weight=1.0):
-    """BOS, a run of 8..48 random ordinary tokens, the same run again; loss on the second run."""
-    run = [rng.choice(normal_ids) for _ in range(rng.randint(8, 48))]
+def repeat_example(rng, normal_ids, weight=1.0, digit_ids=None):
+    """BOS, a run of 8..48 random ordinary tokens, the same run again; loss on the second run.
+    With digit_ids (the ten digits and the newline): a run of 12..120 of those. Over eleven
+    symbols the token before is no key (every digit follows every other many times), so only a
+    look-up keyed on the last two or three tokens copies it: the look-up that copying a list of
+    numbers and stopping at B (534 is not 634) need."""
+    if digit_ids:
+        run = [rng.choice(digit_ids) for _ in range(rng.randint(12, 120))]
+    else:
+        run = [rng.choice(normal_ids) for _ in range(rng.randint(8, 48))]
     return [BOS] + run + run, [0.0] * (1 + len(run)) + [weight] * len(run)
 
 
@@ -214,7 +243,9 @@ def make_repeat_rows(rng, rows, width, token_ids, min_run=8):
 
 def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, weights=None,
                         short_frac=0.0, repeat=0.0, normal_ids=None, repeat_weight=1.0,
-                        count_boost=1.0, count_short=0.0, json_style="quoted"):
+                        count_boost=1.0, count_short=0.0, json_style="quoted",
+                        count_near=False, short_tasks=("needle", "copy", "lookup"),
+                        repeat_digits=0.0, count_down=0.20):
     """The same kind of rows as make_batch, but each example goes to the shortest row length in
     `buckets` that holds it (first fit, longest examples first), so short examples stop paying
     for T x T attention over a long row. Examples are drawn until token_budget tokens are in
@@ -222,17 +253,21 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
     longest = buckets[-1]
     gen = Generator(seed, max_answer_tokens=max_answer_tokens,
                     max_prompt_chars=int(longest * 3.9), weights=weights,
-                    short_frac=short_frac, count_short=count_short, json_style=json_style)
+                    short_frac=short_frac, count_short=count_short, json_style=json_style,
+                    short_tasks=short_tasks, count_down=count_down)
     rng = random.Random(seed * 7 + 3)
+    digit_ids = tok.encode("0123456789\n", add_bos=False) if repeat_digits > 0 else None
     examples = []
     total = 0
     while total < token_budget:
         if repeat > 0 and rng.random() < repeat:
             task = "repeat"
-            ids, mask = repeat_example(rng, normal_ids, repeat_weight)
+            digits = repeat_digits > 0 and rng.random() < repeat_digits
+            ids, mask = repeat_example(rng, normal_ids, repeat_weight,
+                                       digit_ids if digits else None)
         else:
             task, p, a = gen.example()
-            ids, mask = encode_example(tok, p, a, task, count_boost)
+            ids, mask = encode_example(tok, p, a, task, count_boost, count_near)
         if len(ids) > longest + 1:
             continue
         examples.append((task, ids, mask))
@@ -432,7 +467,11 @@ def main():
                                         phase.get("repeat_weight", 1.0),
                                         phase.get("count_boost", 1.0),
                                         phase.get("count_short", 0.0),
-                                        phase.get("json_style", "quoted"))
+                                        phase.get("json_style", "quoted"),
+                                        phase.get("count_near", False),
+                                        phase.get("short_tasks", ("needle", "copy", "lookup")),
+                                        phase.get("repeat_digits", 0.0),
+                                        phase.get("count_down", 0.20))
         t1 = time.time()
         prof = None
         if args.profile and step < 2 + (ckpt["step"] if ckpt else 0):
