@@ -105,7 +105,7 @@ class Generator:
 
     def __init__(self, seed, max_answer_tokens=1150, max_prompt_chars=4200, weights=None,
                  short_frac=0.0, count_short=0.0, json_style="quoted",
-                 short_tasks=("needle", "copy", "lookup"), count_down=0.20):
+                 short_tasks=("needle", "copy", "lookup"), count_down=0.20, count_trap=0.0):
         self.rng = random.Random(seed)
         # share of counting-up examples drawn with a span of 1..40 from any start: each example
         # holds one start and one stop decision, so short counts give many of them per token
@@ -124,6 +124,11 @@ class Generator:
         self.short_tasks = tuple(short_tasks)
         # share of counting examples that count down (the rest: 18 % by steps, the others up)
         self.count_down = count_down
+        # share of counting-up examples drawn as "traps": B - A is 100..130 or 200..230, so a
+        # number ending in B's last two digits (534 for B = 634) comes before B, and the stop
+        # must compare the hundreds digit too (a model that compares only the last two stops
+        # there: train/README.md, stage 8)
+        self.count_trap = count_trap
         self.max_answer_tokens = max_answer_tokens
         self.max_prompt_chars = max_prompt_chars
 
@@ -198,6 +203,9 @@ class Generator:
                                  r.randint(250, 1000)]))
             if self.count_short > 0 and r.random() < self.count_short:
                 a, span = r.randint(1, 999), r.randint(1, 40)
+            if self.count_trap > 0 and r.random() < self.count_trap:
+                span = r.choice([100, 100, 200]) + r.randint(0, 30)
+                a = r.randint(1, 1000 - span)
             b = min(1000, a + span)
             nums = list(range(a, b + 1))
             while self._count_tokens(nums) > budget:

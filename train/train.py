@@ -42,7 +42,7 @@ COUNT_MIX = dict(count=0.36, needle=0.08, copy=0.15, lookup=0.20, json=0.16, pro
 
 def tune_stage(steps, lr, warmup, mix, short_frac, repeat, count_boost, count_short,
                count_near=False, short_tasks=("needle", "copy", "lookup"), repeat_digits=0.0,
-               count_down=0.20):
+               count_down=0.20, count_trap=0.0):
     """A fine-tuning stage of the shipped model's shape (started with --init): one phase of
     bucketed task examples with quoted JSON fields, lr decaying by cosine from the start."""
     return dict(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
@@ -51,7 +51,8 @@ def tune_stage(steps, lr, warmup, mix, short_frac, repeat, count_boost, count_sh
                              max_answer_tokens=1150, repeat=repeat, count_boost=count_boost,
                              count_short=count_short, count_near=count_near,
                              short_tasks=short_tasks, repeat_digits=repeat_digits,
-                             count_down=count_down, json_style="quoted")],
+                             count_down=count_down, count_trap=count_trap,
+                             json_style="quoted")],
                 decay_phase=0)
 
 
@@ -98,6 +99,12 @@ PRESETS = {
     "tune6": tune_stage(steps=700, lr=5e-4, warmup=20, mix=COUNT_MIX, short_frac=0.6,
                         repeat=0.2, count_boost=10.0, count_short=0.1, count_near=True,
                         short_tasks=("needle", "lookup"), repeat_digits=0.7, count_down=0.10),
+    # stage 9 experiment, from the "tune6" weights: as "tune6", with 40 % of the counts up
+    # drawn as traps (a number ending like B a hundred or two before B) instead of short spans
+    "tune7": tune_stage(steps=600, lr=4e-4, warmup=20, mix=COUNT_MIX, short_frac=0.6,
+                        repeat=0.2, count_boost=10.0, count_short=0.0, count_near=True,
+                        short_tasks=("needle", "lookup"), repeat_digits=0.7, count_down=0.10,
+                        count_trap=0.4),
     # pipeline check: a few minutes
     "small": dict(dim=128, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=256, seq_len=512,
                   batch=4, steps=60, lr=3e-3, warmup=10, bucket_tokens=1024,
@@ -245,7 +252,7 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
                         short_frac=0.0, repeat=0.0, normal_ids=None, repeat_weight=1.0,
                         count_boost=1.0, count_short=0.0, json_style="quoted",
                         count_near=False, short_tasks=("needle", "copy", "lookup"),
-                        repeat_digits=0.0, count_down=0.20):
+                        repeat_digits=0.0, count_down=0.20, count_trap=0.0):
     """The same kind of rows as make_batch, but each example goes to the shortest row length in
     `buckets` that holds it (first fit, longest examples first), so short examples stop paying
     for T x T attention over a long row. Examples are drawn until token_budget tokens are in
@@ -254,7 +261,7 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
     gen = Generator(seed, max_answer_tokens=max_answer_tokens,
                     max_prompt_chars=int(longest * 3.9), weights=weights,
                     short_frac=short_frac, count_short=count_short, json_style=json_style,
-                    short_tasks=short_tasks, count_down=count_down)
+                    short_tasks=short_tasks, count_down=count_down, count_trap=count_trap)
     rng = random.Random(seed * 7 + 3)
     digit_ids = tok.encode("0123456789\n", add_bos=False) if repeat_digits > 0 else None
     examples = []
@@ -471,7 +478,8 @@ def main():
                                         phase.get("count_near", False),
                                         phase.get("short_tasks", ("needle", "copy", "lookup")),
                                         phase.get("repeat_digits", 0.0),
-                                        phase.get("count_down", 0.20))
+                                        phase.get("count_down", 0.20),
+                                        phase.get("count_trap", 0.0))
         t1 = time.time()
         prof = None
         if args.profile and step < 2 + (ckpt["step"] if ckpt else 0):
