@@ -99,9 +99,9 @@ PRESETS = {
     "tune6": tune_stage(steps=700, lr=5e-4, warmup=20, mix=COUNT_MIX, short_frac=0.6,
                         repeat=0.2, count_boost=10.0, count_short=0.1, count_near=True,
                         short_tasks=("needle", "lookup"), repeat_digits=0.7, count_down=0.10),
-    # stage 9 experiment, from the "tune6" weights: as "tune6", with 40 % of the counts up
+    # stage 9 experiment, from the "tune3" weights: as "tune6", with 40 % of the counts up
     # drawn as traps (a number ending like B a hundred or two before B) instead of short spans
-    "tune7": tune_stage(steps=600, lr=4e-4, warmup=20, mix=COUNT_MIX, short_frac=0.6,
+    "tune7": tune_stage(steps=700, lr=5e-4, warmup=20, mix=COUNT_MIX, short_frac=0.6,
                         repeat=0.2, count_boost=10.0, count_short=0.0, count_near=True,
                         short_tasks=("needle", "lookup"), repeat_digits=0.7, count_down=0.10,
                         count_trap=0.4),
