@@ -61,6 +61,7 @@ struct Generation {
   std::string text;
   bool error = false;
   std::string error_message;
+  bool ended_turn = false;  // the model chose end-of-generation (not the budget or `stop`)
 };
 // Greedy continuation of `prompt` (tokenized with BOS and special tokens) in a fresh session:
 // up to max_tokens, stopping at end-of-generation or when stop(text) returns true.
@@ -80,8 +81,9 @@ void RunCopyProbe(Context& ctx, nlohmann::json& report);
 // Teacher-forced KL, free-running divergence and the per-layer K/V diagnostics.
 void RunDivergenceProbe(Context& ctx, nlohmann::json& report);
 
-// Parses counting output: pass, first wrong line, longest repeat, skipped numbers, first 40 lines.
-nlohmann::json AnalyzeCounting(const std::string& text, int n);
+// Parses counting output: pass (1..n, then the end of the turn), first wrong line (n + 1 when the
+// count runs on past n), longest repeat, skipped numbers, first 40 lines.
+nlohmann::json AnalyzeCounting(const std::string& text, int n, bool ended_turn);
 
 // Writes the self-contained HTML report of a probe.json document.
 std::string RenderHtmlReport(const nlohmann::json& report);

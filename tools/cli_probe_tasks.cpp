@@ -78,7 +78,10 @@ Generation GenerateGreedy(const Context& ctx, const Leg& leg, const std::string&
       break;
     }
     const int32_t id = ArgMax(*r, n_vocab);
-    if (tok.IsEog(id)) break;
+    if (tok.IsEog(id)) {
+      g.ended_turn = true;
+      break;
+    }
     g.tokens.push_back(id);
     g.text += detok.Push(id);
     if (stop && stop(g.text)) break;
@@ -196,7 +199,7 @@ std::string FillerText(const Context& ctx, uint64_t seed, int n_tokens) {
   return Join(FillerSentences(ctx, seed, n_tokens), " ");
 }
 
-json AnalyzeCounting(const std::string& text, int n) {
+json AnalyzeCounting(const std::string& text, int n, bool ended_turn) {
   std::vector<std::string> lines;
   size_t start = 0;
   while (start <= text.size()) {
@@ -223,6 +226,9 @@ json AnalyzeCounting(const std::string& text, int n) {
       break;
     }
   }
+  // 1..n right but no end of turn after n: the stop is what failed (a line n + 1, or nothing).
+  const bool stopped = ended_turn && static_cast<int>(values.size()) == n;
+  if (first_wrong < 0 && !stopped) first_wrong = n + 1;
   int64_t run_value = -1, best_value = -1;
   int run = 0, best = 0;
   for (int64_t v : values) {
@@ -248,11 +254,14 @@ json AnalyzeCounting(const std::string& text, int n) {
   json j;
   j["n"] = n;
   j["pass"] = first_wrong < 0;
+  j["ended_turn"] = ended_turn;
   j["lines"] = lines.size();
   j["first_wrong_line"] = first_wrong < 0 ? json(nullptr) : json(first_wrong);
   if (first_wrong > 0) {
     j["first_wrong_text"] =
-        first_wrong <= static_cast<int>(lines.size()) ? lines[first_wrong - 1] : "(missing)";
+        first_wrong <= static_cast<int>(lines.size()) ? lines[first_wrong - 1]
+        : first_wrong == n + 1                          ? "(no end of turn)"
+                                                        : "(missing)";
   }
   j["longest_repeat"] = {{"value", best_value}, {"length", best}};
   j["skipped_count"] = skipped.size();
@@ -270,12 +279,13 @@ void RunCountingProbe(Context& ctx, json& report) {
   std::string expected;
   for (int i = 1; i <= n; ++i) expected += std::to_string(i) + "\n";
   const int budget = TokenCount(ctx, expected) + 16;
-  // Stop once N lines are out, or 40 lines after the first mistake (enough to show the pattern).
+  // Stop once a line after N is out (the turn should have ended at N), or 40 lines after the
+  // first mistake (enough to show the pattern).
   auto stop = [n](const std::string& text) {
     const int complete = static_cast<int>(std::count(text.begin(), text.end(), '\n'));
     if (complete < 2) return false;
-    const json a = AnalyzeCounting(text.substr(0, text.rfind('\n')), n);
-    if (a["lines"].get<int>() >= n) return true;
+    const json a = AnalyzeCounting(text.substr(0, text.rfind('\n')), n, false);
+    if (a["lines"].get<int>() > n) return true;
     return !a["first_wrong_line"].is_null() &&
            a["lines"].get<int>() >= a["first_wrong_line"].get<int>() + 40;
   };
@@ -283,7 +293,7 @@ void RunCountingProbe(Context& ctx, json& report) {
   for (size_t i = 0; i < ctx.legs.size(); ++i) {
     Progress(ctx, "counting", i);
     Generation g = GenerateGreedy(ctx, ctx.legs[i], prompt, budget, stop);
-    json p = AnalyzeCounting(g.text, n);
+    json p = AnalyzeCounting(g.text, n, g.ended_turn);
     p["text"] = g.text.substr(0, 4000);
     p["generated_tokens"] = g.tokens.size();
     if (g.error) p["error"] = g.error_message;
@@ -294,6 +304,9 @@ void RunCountingProbe(Context& ctx, json& report) {
       std::snprintf(cell, sizeof(cell), "%d/%d", n, n);
     } else if (p["longest_repeat"]["length"].get<int>() == 0) {
       std::snprintf(cell, sizeof(cell), "no numbers");
+    } else if (p["ended_turn"].get<bool>() &&
+               p["first_wrong_line"].get<int>() > p["lines"].get<int>()) {
+      std::snprintf(cell, sizeof(cell), "ended after line %d", p["lines"].get<int>());
     } else if (!p["first_wrong_line"].is_null()) {
       std::snprintf(cell, sizeof(cell), "line %d, run %dx%lld", p["first_wrong_line"].get<int>(),
                     p["longest_repeat"]["length"].get<int>(),
