@@ -105,6 +105,13 @@ PRESETS = {
                         repeat=0.2, count_boost=10.0, count_short=0.0, count_near=True,
                         short_tasks=("needle", "lookup"), repeat_digits=0.7, count_down=0.10,
                         count_trap=0.4),
+    # stage 10 experiment, from the "tune7" weights: the stop at B had become too rare (going on
+    # was weighted at every number ending in B's last digit, ten times per hundred, stopping
+    # once): only the real traps (534 for 634) are weighted now, and half the counts up are traps
+    "tune8": tune_stage(steps=700, lr=4e-4, warmup=20, mix=COUNT_MIX, short_frac=0.6,
+                        repeat=0.2, count_boost=10.0, count_short=0.0, count_near=2,
+                        short_tasks=("needle", "lookup"), repeat_digits=0.7, count_down=0.10,
+                        count_trap=0.5),
     # pipeline check: a few minutes
     "small": dict(dim=128, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=256, seq_len=512,
                   batch=4, steps=60, lr=3e-3, warmup=10, bucket_tokens=1024,
@@ -125,22 +132,31 @@ def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=F
     loss and still start at the wrong number or fail at 10 -> 11.
 
     count_near adds two more decisions: the second line (the direction: up, down or the step)
-    and the newline after every number that ends in B's last digit (going on past 534 when B is
-    634 is decided by the leading digits alone, so the stop must compare all of them)."""
+    and the newline after every number that ends in B's last digit (count_near=1) or in all of
+    B's digits but the leading one (count_near=2): going on past 534 when B is 634 is decided by
+    the leading digit alone, so the stop must compare all of them."""
     head = tok.encode(render_chat(prompt), add_bos=True)
     body = tok.encode(answer, add_bos=False) + [IM_END]
     w = min(8.0, max(1.0, 48.0 / len(body)))
     weights = [w] * len(body)
     if task == "count" and count_boost > 1.0 and len(body) == len(answer) + 1:
         lines = answer.split("\n")  # digits and newlines: one token per character
+        # count_near 1: numbers ending in B's last digit; 2: in all of B but its leading digit
+        # (534 for 634, 100 and 200 for 300: the traps alone)
+        tail = 1 if count_near != 2 else max(1, len(lines[-1]) - 1)
         pos = 0
         for i, line in enumerate(lines):
             decisive = (i == 0 or i == len(lines) - 1 or len(line) != len(lines[i - 1])
                         or line[:-1] != lines[i - 1][:-1] or (count_near and i == 1))
             if decisive:
-                for j in range(pos, pos + len(line) + 1):
+                # with count_near=2 a carry line's newline (going on) is weighted only at a trap,
+                # so that going on is not weighted ten times as often as stopping
+                last = i == len(lines) - 1
+                end = pos + len(line) + (1 if count_near != 2 or last
+                                         or line[-tail:] == lines[-1][-tail:] else 0)
+                for j in range(pos, end):
                     weights[j] = max(weights[j], count_boost)
-            elif count_near and line[-1:] == lines[-1][-1:]:
+            elif count_near and line[-tail:] == lines[-1][-tail:]:
                 weights[pos + len(line)] = max(weights[pos + len(line)], count_boost)
             pos += len(line) + 1
     return head + body, [0.0] * len(head) + weights
