@@ -112,6 +112,33 @@ TEST(Probe, FaultsFailDivergenceWhileHealthyLegsPassOnSynthLlamaKq) {
   ExpectFaultsCaught("synth-llama-kq.F32.gguf", "f32,f16,int8,int8,int8", "kq");
 }
 
+// The shipped model can count, so the planted faults must show where users saw the real bug: in
+// the numbers it prints (skipped decode writes), or at least in the divergence (biased V), while
+// the healthy quantized leg counts like the reference.
+TEST(Probe, FaultsFailCountingOnTheShippedModel) {
+  const std::string model = std::string(LAMINA_SOURCE_DIR) + "/models/lamina-counter.gguf";
+  if (!fs::exists(model)) GTEST_SKIP() << "no shipped model yet (" << model << ")";
+  const std::string dir = TempDir("shipped");
+  Output o = Lamina("probe -m " + model +
+                    " --kv f16,int8,int8,int8 --probes counting,divergence --count-to 60"
+                    " --ctx 512 --divergence-tokens 256 --free-run-tokens 32 -t 2"
+                    " --inject-fault 2:skip-decode-writes --inject-fault 3:biased-v --out " +
+                    dir);
+  EXPECT_EQ(o.code, 1) << o.out;
+  const nlohmann::json r = ReadJson(dir + "/probe.json");
+  ASSERT_EQ(r["legs"].size(), 4u);
+  for (int leg : {0, 1}) {
+    EXPECT_EQ(Probe(r, leg, "counting")["status"], "pass") << r["legs"][leg]["verdict_line"];
+    EXPECT_EQ(r["legs"][leg]["verdict"], "pass") << r["legs"][leg]["verdict_line"];
+  }
+  const nlohmann::json& skip = Probe(r, 2, "counting");
+  EXPECT_EQ(skip["status"], "fail") << skip.dump();
+  EXPECT_FALSE(skip["sequence_ok"].get<bool>());
+  EXPECT_EQ(r["legs"][2]["verdict"], "fail");
+  EXPECT_EQ(r["legs"][3]["verdict"], "fail") << r["legs"][3]["verdict_line"];
+  fs::remove_all(dir);
+}
+
 TEST(Probe, HealthyLegsExitZeroAndPrintOneRowPerLeg) {
   REQUIRE_MODEL("stories260K.gguf");
   Output o =
