@@ -105,7 +105,8 @@ class Generator:
 
     def __init__(self, seed, max_answer_tokens=1150, max_prompt_chars=4200, weights=None,
                  short_frac=0.0, count_short=0.0, json_style="quoted",
-                 short_tasks=("needle", "copy", "lookup"), count_down=0.20, count_trap=0.0):
+                 short_tasks=("needle", "copy", "lookup"), count_down=0.20, count_trap=0.0,
+                 count_hops=0.0):
         self.rng = random.Random(seed)
         # share of counting-up examples drawn with a span of 1..40 from any start: each example
         # holds one start and one stop decision, so short counts give many of them per token
@@ -129,6 +130,10 @@ class Generator:
         # must compare the hundreds digit too (a model that compares only the last two stops
         # there: train/README.md, stage 8)
         self.count_trap = count_trap
+        # share of counting examples drawn as short counts by 100, 50, 20 or 10 from any start
+        # (334, 434, 534, 634): every line ends like B, so each line is a stop decision that only
+        # the leading digits settle -- the trap of the counts by one, many times per example
+        self.count_hops = count_hops
         self.max_answer_tokens = max_answer_tokens
         self.max_prompt_chars = max_prompt_chars
 
@@ -193,6 +198,13 @@ class Generator:
         r = self.rng
         kind = r.random()
         budget = self.max_answer_tokens
+        if self.count_hops > 0 and r.random() < self.count_hops:
+            s = r.choice([100, 100, 50, 20, 10])
+            n = r.randint(3, 10)
+            a = r.randint(0, 1000 - s * (n - 1))
+            nums = [a + s * i for i in range(n)]
+            return PROMPTS["count_step"].format(a=nums[0], b=nums[-1], s=s), "\n".join(
+                str(x) for x in nums)
         if kind < 0.82 - self.count_down:  # up by one
             if r.random() < 0.35:
                 a = 1

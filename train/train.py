@@ -42,7 +42,7 @@ COUNT_MIX = dict(count=0.36, needle=0.08, copy=0.15, lookup=0.20, json=0.16, pro
 
 def tune_stage(steps, lr, warmup, mix, short_frac, repeat, count_boost, count_short,
                count_near=False, short_tasks=("needle", "copy", "lookup"), repeat_digits=0.0,
-               count_down=0.20, count_trap=0.0):
+               count_down=0.20, count_trap=0.0, count_hops=0.0):
     """A fine-tuning stage of the shipped model's shape (started with --init): one phase of
     bucketed task examples with quoted JSON fields, lr decaying by cosine from the start."""
     return dict(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
@@ -52,7 +52,7 @@ def tune_stage(steps, lr, warmup, mix, short_frac, repeat, count_boost, count_sh
                              count_short=count_short, count_near=count_near,
                              short_tasks=short_tasks, repeat_digits=repeat_digits,
                              count_down=count_down, count_trap=count_trap,
-                             json_style="quoted")],
+                             count_hops=count_hops, json_style="quoted")],
                 decay_phase=0)
 
 
@@ -112,6 +112,12 @@ PRESETS = {
                         repeat=0.2, count_boost=10.0, count_short=0.0, count_near=2,
                         short_tasks=("needle", "lookup"), repeat_digits=0.7, count_down=0.10,
                         count_trap=0.5),
+    # stage 11 experiment, from the "tune7" weights: as "tune8", plus short counts by 100, 50, 20
+    # or 10 (every line a trap, a stop decision every ~4 tokens) for a third of the counts
+    "tune9": tune_stage(steps=600, lr=4e-4, warmup=20, mix=COUNT_MIX, short_frac=0.6,
+                        repeat=0.2, count_boost=10.0, count_short=0.0, count_near=2,
+                        short_tasks=("needle", "lookup"), repeat_digits=0.7, count_down=0.10,
+                        count_trap=0.5, count_hops=0.33),
     # pipeline check: a few minutes
     "small": dict(dim=128, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=256, seq_len=512,
                   batch=4, steps=60, lr=3e-3, warmup=10, bucket_tokens=1024,
@@ -268,7 +274,7 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
                         short_frac=0.0, repeat=0.0, normal_ids=None, repeat_weight=1.0,
                         count_boost=1.0, count_short=0.0, json_style="quoted",
                         count_near=False, short_tasks=("needle", "copy", "lookup"),
-                        repeat_digits=0.0, count_down=0.20, count_trap=0.0):
+                        repeat_digits=0.0, count_down=0.20, count_trap=0.0, count_hops=0.0):
     """The same kind of rows as make_batch, but each example goes to the shortest row length in
     `buckets` that holds it (first fit, longest examples first), so short examples stop paying
     for T x T attention over a long row. Examples are drawn until token_budget tokens are in
@@ -277,7 +283,8 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
     gen = Generator(seed, max_answer_tokens=max_answer_tokens,
                     max_prompt_chars=int(longest * 3.9), weights=weights,
                     short_frac=short_frac, count_short=count_short, json_style=json_style,
-                    short_tasks=short_tasks, count_down=count_down, count_trap=count_trap)
+                    short_tasks=short_tasks, count_down=count_down, count_trap=count_trap,
+                    count_hops=count_hops)
     rng = random.Random(seed * 7 + 3)
     digit_ids = tok.encode("0123456789\n", add_bos=False) if repeat_digits > 0 else None
     examples = []
@@ -495,7 +502,8 @@ def main():
                                         phase.get("short_tasks", ("needle", "copy", "lookup")),
                                         phase.get("repeat_digits", 0.0),
                                         phase.get("count_down", 0.20),
-                                        phase.get("count_trap", 0.0))
+                                        phase.get("count_trap", 0.0),
+                                        phase.get("count_hops", 0.0))
         t1 = time.time()
         prof = None
         if args.profile and step < 2 + (ckpt["step"] if ckpt else 0):
