@@ -261,10 +261,9 @@ json AnalyzeCounting(const std::string& text, int n, bool ended_turn) {
   j["lines"] = lines.size();
   j["first_wrong_line"] = first_wrong < 0 ? json(nullptr) : json(first_wrong);
   if (first_wrong > 0) {
-    j["first_wrong_text"] =
-        first_wrong <= static_cast<int>(lines.size()) ? lines[first_wrong - 1]
-        : first_wrong == n + 1                          ? "(no end of turn)"
-                                                        : "(missing)";
+    j["first_wrong_text"] = first_wrong <= static_cast<int>(lines.size()) ? lines[first_wrong - 1]
+                            : first_wrong == n + 1                        ? "(no end of turn)"
+                                                                          : "(missing)";
   }
   j["longest_repeat"] = {{"value", best_value}, {"length", best}};
   j["skipped_count"] = skipped.size();
@@ -330,7 +329,8 @@ void RunCountingProbe(Context& ctx, json& report) {
       p["reason"] = "model cannot count: reference leg fails too";
     } else if (pass) {
       p["status"] = "pass";
-      if (!stopped) p["note"] = "no end of turn after " + std::to_string(n) + " (reference neither)";
+      if (!stopped)
+        p["note"] = "no end of turn after " + std::to_string(n) + " (reference neither)";
     } else {
       p["status"] = "fail";
       p["reason"] =
