@@ -118,6 +118,11 @@ PRESETS = {
                         repeat=0.2, count_boost=10.0, count_short=0.0, count_near=2,
                         short_tasks=("needle", "lookup"), repeat_digits=0.7, count_down=0.10,
                         count_trap=0.5, count_hops=0.33),
+    # stage 12 experiment, from the "tune9" weights: counting alone (the stop data of "tune9",
+    # a few digit-string repeats): is the stop comparison a matter of data share or of the model?
+    "tune10": tune_stage(steps=300, lr=5e-4, warmup=10, mix=dict(count=1.0), short_frac=0.0,
+                         repeat=0.1, count_boost=10.0, count_short=0.0, count_near=2,
+                         repeat_digits=1.0, count_down=0.10, count_trap=0.5, count_hops=0.33),
     # pipeline check: a few minutes
     "small": dict(dim=128, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=256, seq_len=512,
                   batch=4, steps=60, lr=3e-3, warmup=10, bucket_tokens=1024,
