@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from data import Generator, render_chat  # noqa: E402
-from model import Config, Transformer, causal_doc_mask  # noqa: E402
+from model import Config, Transformer, sequence_logits  # noqa: E402
 from tokenizer import Tokenizer  # noqa: E402
 
 SAMPLES = [
@@ -105,11 +105,7 @@ def main():
             print(f"lamina score failed: {r.stderr}")
             return 1
         ltoks, llog = read_logits(lf)
-    ids = torch.tensor([list(ltoks)])
-    with torch.no_grad():
-        T = ids.shape[1]
-        ref = model(ids, torch.arange(T), causal_doc_mask(torch.zeros(1, T, dtype=torch.long)))[0]
-    ref = ref.numpy()
+    ref = sequence_logits(model, list(ltoks)).numpy()
     n = min(len(ref), len(llog))
     diff = np.abs(ref[:n] - llog[:n]).max()
     spread = ref[:n].max() - ref[:n].min()

@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from data import PROMPTS, render_chat  # noqa: E402
-from model import Config, Transformer, causal_doc_mask  # noqa: E402
+from model import load_eval_model, sequence_logits  # noqa: E402
 from tokenizer import BOS, IM_END, build_default  # noqa: E402
 
 RANGES = [(517, 634), (1, 300), (207, 367), (558, 791), (350, 558), (832, 994), (1, 40)]
@@ -30,11 +30,7 @@ RANGES = [(517, 634), (1, 300), (207, 367), (558, 791), (350, 558), (832, 994), 
 
 def log_probs(model, ids):
     """[len(ids), vocab] log-probabilities of the next token at each position."""
-    x = torch.tensor([ids])
-    n = x.shape[1]
-    with torch.no_grad():
-        logits = model(x, torch.arange(n), causal_doc_mask(torch.zeros(1, n, dtype=torch.long)))
-    return torch.log_softmax(logits[0], -1)
+    return torch.log_softmax(sequence_logits(model, ids), -1)
 
 
 def main():
@@ -42,10 +38,7 @@ def main():
     tok = build_default(1234, 1024)
     digit_ids = tok.encode("0123456789\n", add_bos=False)
     for path in sys.argv[1:]:
-        ck = torch.load(path, map_location="cpu")
-        model = Transformer(Config(**ck["config"]))
-        model.load_state_dict({k: v.float() for k, v in ck["model"].items()})
-        model.eval()
+        model = load_eval_model(path)
         print(path)
         for a, b in RANGES:
             head = tok.encode(render_chat(PROMPTS["count"].format(a=a, b=b)), add_bos=True)

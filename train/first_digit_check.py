@@ -16,7 +16,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from data import PROMPTS, render_chat  # noqa: E402
-from model import Config, Transformer, causal_doc_mask  # noqa: E402
+from model import load_eval_model, sequence_logits  # noqa: E402
 from tokenizer import build_default  # noqa: E402
 
 RANGES = [(350, 558), (587, 612), (1, 300), (40, 47), (207, 367), (878, 896)]
@@ -26,18 +26,12 @@ def main():
     torch.set_num_threads(1)
     tok = build_default(1234, 1024)
     for path in sys.argv[1:]:
-        ck = torch.load(path, map_location="cpu")
-        model = Transformer(Config(**ck["config"]))
-        model.load_state_dict({k: v.float() for k, v in ck["model"].items()})
-        model.eval()
+        model = load_eval_model(path)
         print(path)
         for a, b in RANGES:
             ids = tok.encode(render_chat(PROMPTS["count"].format(a=a, b=b)), add_bos=True)
-            x = torch.tensor([ids])
-            n = x.shape[1]
-            with torch.no_grad():
-                logits = model(x, torch.arange(n), causal_doc_mask(torch.zeros(1, n, dtype=torch.long)))
-            top = torch.topk(torch.softmax(logits[0, -1], -1), 3)
+            logits = sequence_logits(model, ids)
+            top = torch.topk(torch.softmax(logits[-1], -1), 3)
             guesses = ", ".join(f"{tok.decode([int(i)])!r} {float(p):.2f}"
                                 for p, i in zip(top.values, top.indices))
             print(f"  {a} -> {b}: {guesses}")

@@ -170,3 +170,20 @@ def causal_doc_mask(doc_ids):
     mask = torch.zeros(B, 1, T, T)
     mask.masked_fill_(~allowed[:, None], float("-inf"))
     return mask
+
+
+def load_eval_model(path):
+    """A train.py checkpoint or the f16 weights in train/checkpoints/, as an f32 model in eval
+    mode."""
+    ck = torch.load(path, map_location="cpu")
+    model = Transformer(Config(**ck["config"]))
+    model.load_state_dict({k: v.float() for k, v in ck["model"].items()})
+    return model.eval()
+
+
+def sequence_logits(model, ids):
+    """[len(ids), vocab] next-token logits of one sequence from position 0, without gradients."""
+    n = len(ids)
+    with torch.no_grad():
+        return model(torch.tensor([list(ids)]), torch.arange(n),
+                     causal_doc_mask(torch.zeros(1, n, dtype=torch.long)))[0]
