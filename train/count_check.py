@@ -8,7 +8,10 @@ a few ranges of "Count from A to B, one number per line.":
     again; nats per token of the second run, chance 2.40): over eleven symbols only a look-up keyed
     on the last two or three tokens copies, the look-up the stop needs.
 
-    /usr/bin/python3 train/count_check.py CKPT [CKPT...]
+    /usr/bin/python3 train/count_check.py [--newline] CKPT [CKPT...]
+
+--newline: the checkpoint was trained with a newline before the end of turn (train.py's
+count_newline), so the stop is read after the newline that follows each number.
 
 Works on train.py checkpoints and on the f16 weights in train/checkpoints/ (train/README.md,
 stages 7-10).
@@ -37,26 +40,31 @@ def main():
     torch.set_num_threads(1)
     tok = build_default(1234, 1024)
     digit_ids = tok.encode("0123456789\n", add_bos=False)
-    for path in sys.argv[1:]:
+    newline = "--newline" in sys.argv[1:]
+    for path in [a for a in sys.argv[1:] if a != "--newline"]:
         model = load_eval_model(path)
         print(path)
         for a, b in RANGES:
             head = tok.encode(render_chat(PROMPTS["count"].format(a=a, b=b)), add_bos=True)
             answer = "\n".join(str(i) for i in range(a, b + 1))
-            lp = log_probs(model, head + tok.encode(answer, add_bos=False) + [IM_END])
+            lp = log_probs(model, head + tok.encode(answer + "\n" * newline, add_bos=False)
+                           + [IM_END])
             pos = len(head)
             early = []
             p_at_b = 0.0
             for line in answer.split("\n"):
                 pos += len(line)  # one token per digit: pos is now the newline's position
-                p_end = float(lp[pos - 1, IM_END].exp())
+                p_end = float(lp[pos - 1 + newline, IM_END].exp())
                 if line == str(b):
                     p_at_b = p_end
                 elif p_end > 0.05:
                     early.append(f"{line} {p_end:.2f}")
                 pos += 1
+            # the five strongest earlier ends (a young checkpoint ends everywhere a little)
+            early.sort(key=lambda e: -float(e.split()[1]))
+            more = f" (+{len(early) - 5} more)" if len(early) > 5 else ""
             print(f"  {a} -> {b}: end after B {p_at_b:.2f}; "
-                  f"earlier ends: {', '.join(early) if early else 'none'}")
+                  f"earlier ends: {', '.join(early[:5]) + more if early else 'none'}")
         rng = random.Random(5)
         total, count = 0.0, 0
         for _ in range(8):

@@ -42,17 +42,19 @@ COUNT_MIX = dict(count=0.36, needle=0.08, copy=0.15, lookup=0.20, json=0.16, pro
 
 def tune_stage(steps, lr, warmup, mix, short_frac, repeat, count_boost, count_short,
                count_near=False, short_tasks=("needle", "copy", "lookup"), repeat_digits=0.0,
-               count_down=0.20, count_trap=0.0, count_hops=0.0):
+               count_down=0.20, count_trap=0.0, count_hops=0.0, n_layers=4,
+               count_newline=False):
     """A fine-tuning stage of the shipped model's shape (started with --init): one phase of
     bucketed task examples with quoted JSON fields, lr decaying by cosine from the start."""
-    return dict(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
+    return dict(dim=256, n_layers=n_layers, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
                 batch=4, steps=steps, lr=lr, warmup=warmup, bucket_tokens=3600,
                 phases=[dict(start=0, buckets=(320, 640, 1280), mix=mix, short_frac=short_frac,
                              max_answer_tokens=1150, repeat=repeat, count_boost=count_boost,
                              count_short=count_short, count_near=count_near,
                              short_tasks=short_tasks, repeat_digits=repeat_digits,
                              count_down=count_down, count_trap=count_trap,
-                             count_hops=count_hops, json_style="quoted")],
+                             count_hops=count_hops, count_newline=count_newline,
+                             json_style="quoted")],
                 decay_phase=0)
 
 
@@ -123,6 +125,34 @@ PRESETS = {
     "tune10": tune_stage(steps=300, lr=5e-4, warmup=10, mix=dict(count=1.0), short_frac=0.0,
                          repeat=0.1, count_boost=10.0, count_short=0.0, count_near=2,
                          repeat_digits=1.0, count_down=0.10, count_trap=0.5, count_hops=0.33),
+    # from induction weights (induction_check.py --save), counting alone with the stop data in
+    # from the start: can a model of this depth learn the exact stop at all, when it never
+    # learned a two-digit match first? ("stop6": the same with six layers)
+    "stop4": tune_stage(steps=1500, lr=1.5e-3, warmup=50, mix=dict(count=1.0), short_frac=0.0,
+                        repeat=0.15, count_boost=10.0, count_short=0.4, count_near=2,
+                        repeat_digits=0.5, count_down=0.10, count_trap=0.3, count_hops=0.3),
+    # "stop4" with a newline before the end of turn (encode_example's count_newline)
+    "stop4nl": tune_stage(steps=1500, lr=1.5e-3, warmup=50, mix=dict(count=1.0), short_frac=0.0,
+                          repeat=0.15, count_boost=10.0, count_short=0.4, count_near=2,
+                          repeat_digits=0.5, count_down=0.10, count_trap=0.3, count_hops=0.3,
+                          count_newline=True),
+    "stop6": tune_stage(steps=1500, lr=1.5e-3, warmup=50, mix=dict(count=1.0), short_frac=0.0,
+                        repeat=0.15, count_boost=10.0, count_short=0.4, count_near=2,
+                        repeat_digits=0.5, count_down=0.10, count_trap=0.3, count_hops=0.3,
+                        n_layers=6),
+    # stage 12 with a newline before the end of turn (encode_example's count_newline): the stop
+    # decided where the next number's leading digit is computed
+    "tune10nl": tune_stage(steps=300, lr=5e-4, warmup=10, mix=dict(count=1.0), short_frac=0.0,
+                           repeat=0.1, count_boost=10.0, count_short=0.0, count_near=2,
+                           repeat_digits=1.0, count_down=0.10, count_trap=0.5, count_hops=0.33,
+                           count_newline=True),
+    # stage 13 experiment, from stage 11's weights grown to six layers (grow.py --after 1,3: the
+    # new blocks start as the identity): the stop data of "tune10" with room to compose the
+    # current number's leading digit with B's
+    "grow6": tune_stage(steps=400, lr=1e-3, warmup=20, mix=dict(count=1.0), short_frac=0.0,
+                        repeat=0.1, count_boost=10.0, count_short=0.0, count_near=2,
+                        repeat_digits=1.0, count_down=0.10, count_trap=0.5, count_hops=0.33,
+                        n_layers=6),
     # pipeline check: a few minutes
     "small": dict(dim=128, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=256, seq_len=512,
                   batch=4, steps=60, lr=3e-3, warmup=10, bucket_tokens=1024,
@@ -132,7 +162,8 @@ PRESETS = {
 TASKS = ["count", "needle", "copy", "lookup", "json", "prose"]
 
 
-def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=False):
+def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=False,
+                   count_newline=False):
     """Token ids and per-token loss weights: 0 on the prompt; on the answer and its <|im_end|>,
     max(1, 48 / answer length) capped at 8, so that short answers (a needle's code, a looked-up
     value) are not drowned by the long counting answers. With count_boost > 1, a counting
@@ -145,12 +176,19 @@ def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=F
     count_near adds two more decisions: the second line (the direction: up, down or the step)
     and the newline after every number that ends in B's last digit (count_near=1) or in all of
     B's digits but the leading one (count_near=2): going on past 534 when B is 634 is decided by
-    the leading digit alone, so the stop must compare all of them."""
+    the leading digit alone, so the stop must compare all of them.
+
+    count_newline ends a count's answer with a newline before <|im_end|>: the stop is then
+    decided at the newline, where the model computes the next number's first digit and so already
+    reads the whole line (at the last digit it only has to know the number is complete); the
+    decisive weight moves from the newline to the token after it."""
     head = tok.encode(render_chat(prompt), add_bos=True)
-    body = tok.encode(answer, add_bos=False) + [IM_END]
+    shift = 1 if count_newline and task == "count" else 0
+    text = answer + "\n" * shift
+    body = tok.encode(text, add_bos=False) + [IM_END]
     w = min(8.0, max(1.0, 48.0 / len(body)))
     weights = [w] * len(body)
-    if task == "count" and count_boost > 1.0 and len(body) == len(answer) + 1:
+    if task == "count" and count_boost > 1.0 and len(body) == len(text) + 1:
         lines = answer.split("\n")  # digits and newlines: one token per character
         # count_near 1: numbers ending in B's last digit; 2: in all of B but its leading digit
         # (534 for 634, 100 and 200 for 300: the traps alone)
@@ -163,12 +201,13 @@ def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=F
                 # with count_near=2 a carry line's newline (going on) is weighted only at a trap,
                 # so that going on is not weighted ten times as often as stopping
                 last = i == len(lines) - 1
-                end = pos + len(line) + (1 if count_near != 2 or last
-                                         or line[-tail:] == lines[-1][-tail:] else 0)
+                end = pos + len(line) + shift + (1 if count_near != 2 or last
+                                                 or line[-tail:] == lines[-1][-tail:] else 0)
                 for j in range(pos, end):
                     weights[j] = max(weights[j], count_boost)
             elif count_near and line[-tail:] == lines[-1][-tail:]:
-                weights[pos + len(line)] = max(weights[pos + len(line)], count_boost)
+                weights[pos + len(line) + shift] = max(weights[pos + len(line) + shift],
+                                                       count_boost)
             pos += len(line) + 1
     return head + body, [0.0] * len(head) + weights
 
@@ -279,7 +318,8 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
                         short_frac=0.0, repeat=0.0, normal_ids=None, repeat_weight=1.0,
                         count_boost=1.0, count_short=0.0, json_style="quoted",
                         count_near=False, short_tasks=("needle", "copy", "lookup"),
-                        repeat_digits=0.0, count_down=0.20, count_trap=0.0, count_hops=0.0):
+                        repeat_digits=0.0, count_down=0.20, count_trap=0.0, count_hops=0.0,
+                        count_newline=False):
     """The same kind of rows as make_batch, but each example goes to the shortest row length in
     `buckets` that holds it (first fit, longest examples first), so short examples stop paying
     for T x T attention over a long row. Examples are drawn until token_budget tokens are in
@@ -302,7 +342,7 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
                                        digit_ids if digits else None)
         else:
             task, p, a = gen.example()
-            ids, mask = encode_example(tok, p, a, task, count_boost, count_near)
+            ids, mask = encode_example(tok, p, a, task, count_boost, count_near, count_newline)
         if len(ids) > longest + 1:
             continue
         examples.append((task, ids, mask))
@@ -508,7 +548,8 @@ def main():
                                         phase.get("repeat_digits", 0.0),
                                         phase.get("count_down", 0.20),
                                         phase.get("count_trap", 0.0),
-                                        phase.get("count_hops", 0.0))
+                                        phase.get("count_hops", 0.0),
+                                        phase.get("count_newline", False))
         t1 = time.time()
         prof = None
         if args.profile and step < 2 + (ckpt["step"] if ckpt else 0):
