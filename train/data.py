@@ -326,6 +326,47 @@ class Generator:
         body = "\n".join(items)
         return f"{PROMPTS['copy']}\n{body}", body
 
+    # -- copy until a number ------------------------------------------------------------------
+    def _near_miss(self, b):
+        """A number that differs from b in one digit (most often the leading one) or by its
+        leading digit dropped or added: 534, 624, 631, 34 or 1634 for 634."""
+        r = self.rng
+        d = str(b)
+        while True:
+            kind = r.random()
+            if kind < 0.6 or len(d) == 1:
+                i = 0 if kind < 0.4 else r.randrange(len(d))
+                c = r.choice("123456789" if i == 0 else "0123456789")
+                x = d[:i] + c + d[i + 1:]
+            elif kind < 0.85:
+                x = d[1:].lstrip("0") or d
+            else:
+                x = r.choice("123456789") + d
+            if x != d and 0 < int(x) <= 9999:
+                return int(x)
+
+    def stop_copy(self):
+        """"Repeat these numbers, one per line, stopping after B:" and a list holding B once,
+        with near misses of B before and after it; the answer copies the list up to B. Copying
+        makes every other token easy, so the loss is on the one thing counting's stop needs:
+        ending the turn after a number equal to B in every digit, not after 534 for 634."""
+        r = self.rng
+        b = r.randint(1, 999) if r.random() < 0.8 else r.randint(1, 99)
+        n = r.randint(4, 24)
+        at = r.randint(0, n - 1)
+        nums = []
+        for i in range(n):
+            if i == at:
+                nums.append(b)
+            elif r.random() < 0.6:
+                nums.append(self._near_miss(b))
+            else:
+                x = r.randint(1, 999)
+                nums.append(x if x != b else x + 1)
+        body = "\n".join(str(x) for x in nums)
+        answer = "\n".join(str(x) for x in nums[:at + 1])
+        return f"Repeat these numbers, one per line, stopping after {b}:\n{body}", answer
+
     # -- key/value lookup ----------------------------------------------------------------------
     def lookup(self):
         r = self.rng
@@ -427,7 +468,8 @@ class Generator:
                     break
                 x -= w
         fn = {"count": self.count, "needle": self.needle, "copy": self.copy,
-              "lookup": self.lookup, "json": self.json_task, "prose": self.prose}[task]
+              "lookup": self.lookup, "json": self.json_task, "prose": self.prose,
+              "stopcopy": self.stop_copy}[task]
         prompt, answer = fn()
         return task, prompt, answer
 

@@ -146,6 +146,17 @@ PRESETS = {
                            repeat=0.1, count_boost=10.0, count_short=0.0, count_near=2,
                            repeat_digits=1.0, count_down=0.10, count_trap=0.5, count_hops=0.33,
                            count_newline=True),
+    # stage 12 with the stop decisions denser: most counts short hops by 100/50/20/10 (every line
+    # a near miss of B), the rest mostly traps; longer, since each step holds only a few
+    "tune11": tune_stage(steps=800, lr=5e-4, warmup=10, mix=dict(count=1.0), short_frac=0.0,
+                         repeat=0.1, count_boost=10.0, count_short=0.0, count_near=2,
+                         repeat_digits=1.0, count_down=0.10, count_trap=0.6, count_hops=0.6),
+    # "tune11" with a fifth of the examples copying a list of numbers up to B, among near misses
+    # of B (data.Generator.stop_copy): the stop decision without the count around it
+    "tune12": tune_stage(steps=800, lr=5e-4, warmup=10, mix=dict(count=0.6, stopcopy=0.4),
+                         short_frac=0.0, repeat=0.1, count_boost=10.0, count_short=0.0,
+                         count_near=2, repeat_digits=1.0, count_down=0.10, count_trap=0.6,
+                         count_hops=0.6),
     # stage 13 experiment, from stage 11's weights grown to six layers (grow.py --after 1,3: the
     # new blocks start as the identity): the stop data of "tune10" with room to compose the
     # current number's leading digit with B's
@@ -209,6 +220,11 @@ def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=F
                 weights[pos + len(line) + shift] = max(weights[pos + len(line) + shift],
                                                        count_boost)
             pos += len(line) + 1
+    if task == "stopcopy" and count_boost > 1.0:
+        # each line's end is a stop decision (go on after a near miss, end after B)
+        for j, t in enumerate(body):
+            if t == IM_END or tok.decode([t]) == "\n":
+                weights[j] = max(weights[j], count_boost)
     return head + body, [0.0] * len(head) + weights
 
 
