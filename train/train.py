@@ -58,6 +58,17 @@ def tune_stage(steps, lr, warmup, mix, short_frac, repeat, count_boost, count_sh
                 decay_phase=0)
 
 
+def stop_stage(steps, lr, warmup, count_short=0.0, trap=0.5, hops=0.33, repeat=0.1,
+               repeat_digits=1.0, mix=None, count_newline=False, n_layers=4):
+    """A counting-alone stage of the stop experiments (stages 12-19): the stop data of "tune9"
+    (near misses of B weighted, traps, hops, few counts down) and digit-string repeats."""
+    return tune_stage(steps=steps, lr=lr, warmup=warmup, mix=mix or dict(count=1.0),
+                      short_frac=0.0, repeat=repeat, count_boost=10.0, count_short=count_short,
+                      count_near=2, repeat_digits=repeat_digits, count_down=0.10,
+                      count_trap=trap, count_hops=hops, count_newline=count_newline,
+                      n_layers=n_layers)
+
+
 PRESETS = {
     # the shipped model's shape: repeats alone in short rows at a constant lr 2e-3 until their
     # loss is below 0.5 (the induction transition), then the task mix with a quarter of repeats
@@ -125,45 +136,26 @@ PRESETS = {
     "tune10": tune_stage(steps=300, lr=5e-4, warmup=10, mix=dict(count=1.0), short_frac=0.0,
                          repeat=0.1, count_boost=10.0, count_short=0.0, count_near=2,
                          repeat_digits=1.0, count_down=0.10, count_trap=0.5, count_hops=0.33),
-    # from induction weights (induction_check.py --save), counting alone with the stop data in
-    # from the start: can a model of this depth learn the exact stop at all, when it never
-    # learned a two-digit match first? ("stop6": the same with six layers)
-    "stop4": tune_stage(steps=1500, lr=1.5e-3, warmup=50, mix=dict(count=1.0), short_frac=0.0,
-                        repeat=0.15, count_boost=10.0, count_short=0.4, count_near=2,
-                        repeat_digits=0.5, count_down=0.10, count_trap=0.3, count_hops=0.3),
-    # "stop4" with a newline before the end of turn (encode_example's count_newline)
-    "stop4nl": tune_stage(steps=1500, lr=1.5e-3, warmup=50, mix=dict(count=1.0), short_frac=0.0,
-                          repeat=0.15, count_boost=10.0, count_short=0.4, count_near=2,
-                          repeat_digits=0.5, count_down=0.10, count_trap=0.3, count_hops=0.3,
-                          count_newline=True),
-    "stop6": tune_stage(steps=1500, lr=1.5e-3, warmup=50, mix=dict(count=1.0), short_frac=0.0,
-                        repeat=0.15, count_boost=10.0, count_short=0.4, count_near=2,
-                        repeat_digits=0.5, count_down=0.10, count_trap=0.3, count_hops=0.3,
-                        n_layers=6),
-    # stage 12 with a newline before the end of turn (encode_example's count_newline): the stop
-    # decided where the next number's leading digit is computed
-    "tune10nl": tune_stage(steps=300, lr=5e-4, warmup=10, mix=dict(count=1.0), short_frac=0.0,
-                           repeat=0.1, count_boost=10.0, count_short=0.0, count_near=2,
-                           repeat_digits=1.0, count_down=0.10, count_trap=0.5, count_hops=0.33,
-                           count_newline=True),
-    # stage 12 with the stop decisions denser: most counts short hops by 100/50/20/10 (every line
-    # a near miss of B), the rest mostly traps; longer, since each step holds only a few
-    "tune11": tune_stage(steps=800, lr=5e-4, warmup=10, mix=dict(count=1.0), short_frac=0.0,
-                         repeat=0.1, count_boost=10.0, count_short=0.0, count_near=2,
-                         repeat_digits=1.0, count_down=0.10, count_trap=0.6, count_hops=0.6),
-    # "tune11" with a fifth of the examples copying a list of numbers up to B, among near misses
-    # of B (data.Generator.stop_copy): the stop decision without the count around it
-    "tune12": tune_stage(steps=800, lr=5e-4, warmup=10, mix=dict(count=0.6, stopcopy=0.4),
-                         short_frac=0.0, repeat=0.1, count_boost=10.0, count_short=0.0,
-                         count_near=2, repeat_digits=1.0, count_down=0.10, count_trap=0.6,
-                         count_hops=0.6),
-    # stage 13 experiment, from stage 11's weights grown to six layers (grow.py --after 1,3: the
-    # new blocks start as the identity): the stop data of "tune10" with room to compose the
-    # current number's leading digit with B's
-    "grow6": tune_stage(steps=400, lr=1e-3, warmup=20, mix=dict(count=1.0), short_frac=0.0,
-                        repeat=0.1, count_boost=10.0, count_short=0.0, count_near=2,
-                        repeat_digits=1.0, count_down=0.10, count_trap=0.5, count_hops=0.33,
-                        n_layers=6),
+    # stages 13-19 (train/README.md): counting alone with the stop data, each testing one
+    # explanation of the soft stop. From induction weights (induction_check.py --save), the stop
+    # data in from the start ("stop6": the same with six layers; "stop4nl" with a newline before
+    # the end of turn, encode_example's count_newline)
+    "stop4": stop_stage(1500, 1.5e-3, 50, count_short=0.4, trap=0.3, hops=0.3, repeat=0.15,
+                        repeat_digits=0.5),
+    "stop4nl": stop_stage(1500, 1.5e-3, 50, count_short=0.4, trap=0.3, hops=0.3, repeat=0.15,
+                          repeat_digits=0.5, count_newline=True),
+    "stop6": stop_stage(1500, 1.5e-3, 50, count_short=0.4, trap=0.3, hops=0.3, repeat=0.15,
+                        repeat_digits=0.5, n_layers=6),
+    # from stage 11's weights: stage 12 with the newline format; denser stop decisions (most
+    # counts short hops by 100/50/20/10, every line a near miss of B, the rest mostly traps);
+    # the same with 40 % of the examples copying a list of numbers up to B among near misses of
+    # B (data.Generator.stop_copy: the stop decision without the count around it)
+    "tune10nl": stop_stage(300, 5e-4, 10, count_newline=True),
+    "tune11": stop_stage(800, 5e-4, 10, trap=0.6, hops=0.6),
+    "tune12": stop_stage(800, 5e-4, 10, trap=0.6, hops=0.6, mix=dict(count=0.6, stopcopy=0.4)),
+    # from stage 11's weights grown to six layers (grow.py --after 1,3: the new blocks start as
+    # the identity): room to compose the current number's leading digit with B's
+    "grow6": stop_stage(400, 1e-3, 20, n_layers=6),
     # pipeline check: a few minutes
     "small": dict(dim=128, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=256, seq_len=512,
                   batch=4, steps=60, lr=3e-3, warmup=10, bucket_tokens=1024,
