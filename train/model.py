@@ -74,6 +74,8 @@ class Attention(nn.Module):
         self.wk = nn.Linear(cfg.dim, cfg.n_kv_heads * hd, bias=False)
         self.wv = nn.Linear(cfg.dim, cfg.n_kv_heads * hd, bias=False)
         self.wo = nn.Linear(cfg.n_heads * hd, cfg.dim, bias=False)
+        self.keep_probs = False  # diagnostics (stop_heads.py): keep the last attention map
+        self.probs = None
 
     def forward(self, x, cos, sin, mask):
         # mask: additive, [B * n_kv_heads, group * T, T] (0 or -inf); see Transformer.forward
@@ -92,6 +94,8 @@ class Attention(nn.Module):
         v = v.reshape(B * nkv, T, hd)
         scores = torch.baddbmm(mask, q, k.transpose(1, 2))
         p = torch.softmax(scores, dim=-1)
+        if self.keep_probs:
+            self.probs = p.detach()  # [B * n_kv_heads, group * T, T]
         o = torch.bmm(p, v)                                           # B*nkv, g*T, hd
         o = o.view(B, nkv, g, T, hd).reshape(B, cfg.n_heads, T, hd).transpose(1, 2)
         return self.wo(o.reshape(B, T, cfg.n_heads * hd))
