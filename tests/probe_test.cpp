@@ -50,17 +50,25 @@ const nlohmann::json& Probe(const nlohmann::json& report, int leg, const char* p
   return report["legs"][leg]["probes"][probe];
 }
 
+// Runs the counting and divergence probes over the legs `kv` with skipped decode writes planted
+// in leg `skip_leg` and a biased V quantizer in leg `biased_leg`; a planted fault must make the
+// run exit 1. Returns DIR/probe.json.
+nlohmann::json ProbeWithFaults(const std::string& model_path, const std::string& kv, int count_to,
+                               int ctx, int skip_leg, int biased_leg, const std::string& dir) {
+  Output o = Lamina("probe -m " + model_path + " --kv " + kv +
+                    " --probes counting,divergence --count-to " + std::to_string(count_to) +
+                    " --ctx " + std::to_string(ctx) +
+                    " --divergence-tokens 256 --free-run-tokens 32 -t 2 --inject-fault " +
+                    std::to_string(skip_leg) + ":skip-decode-writes --inject-fault " +
+                    std::to_string(biased_leg) + ":biased-v --out " + dir);
+  EXPECT_EQ(o.code, 1) << o.out;
+  return ReadJson(dir + "/probe.json");
+}
+
 // Runs legs f32 + three of `mode`, faults planted in legs 3 and 4, and checks the verdicts.
 void ExpectFaultsCaught(const char* model, const std::string& kv, const std::string& tag) {
   const std::string dir = TempDir(tag);
-  Output o = Lamina(
-      "probe -m " + Model(model) + " --kv " + kv +
-      " --probes counting,divergence --count-to 20 --ctx 320 --divergence-tokens 256"
-      " --free-run-tokens 32 -t 2 --inject-fault 3:skip-decode-writes --inject-fault 4:biased-v"
-      " --out " +
-      dir);
-  EXPECT_EQ(o.code, 1) << o.out;
-  const nlohmann::json r = ReadJson(dir + "/probe.json");
+  const nlohmann::json r = ProbeWithFaults(Model(model), kv, 20, 320, 3, 4, dir);
   ASSERT_EQ(r["legs"].size(), 5u);
   for (int leg : {0, 1, 2}) {
     EXPECT_EQ(r["legs"][leg]["verdict"], "pass") << r["legs"][leg]["verdict_line"];
@@ -119,13 +127,7 @@ TEST(Probe, FaultsFailCountingOnTheShippedModel) {
   const std::string model = std::string(LAMINA_SOURCE_DIR) + "/models/lamina-counter.gguf";
   if (!fs::exists(model)) GTEST_SKIP() << "no shipped model yet (" << model << ")";
   const std::string dir = TempDir("shipped");
-  Output o = Lamina("probe -m " + model +
-                    " --kv f16,int8,int8,int8 --probes counting,divergence --count-to 60"
-                    " --ctx 512 --divergence-tokens 256 --free-run-tokens 32 -t 2"
-                    " --inject-fault 2:skip-decode-writes --inject-fault 3:biased-v --out " +
-                    dir);
-  EXPECT_EQ(o.code, 1) << o.out;
-  const nlohmann::json r = ReadJson(dir + "/probe.json");
+  const nlohmann::json r = ProbeWithFaults(model, "f16,int8,int8,int8", 60, 512, 2, 3, dir);
   ASSERT_EQ(r["legs"].size(), 4u);
   for (int leg : {0, 1}) {
     EXPECT_EQ(Probe(r, leg, "counting")["status"], "pass") << r["legs"][leg]["verdict_line"];
