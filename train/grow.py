@@ -8,7 +8,10 @@ current number's leading digit and B's, which the four-layer model never brought
     /usr/bin/python3 train/train.py --preset P --init train/out/grown.pt ...   # P with that depth
 
 --after lists original layer indices; a new block goes after each. The new blocks' other
-weights are drawn as train.py's model initialises them (seeded by --seed).
+weights are drawn as train.py's model initialises them (seeded by --seed). --attn-from L starts
+the new blocks' attention (its norm and the q, k, v projections; wo stays zero) as a copy of
+original layer L's, so their heads already attend where layer L's do (stage 21: a previous-token
+read one layer later, which carries what layer L gathered at the token before).
 """
 
 import argparse
@@ -28,6 +31,8 @@ def main():
     ap.add_argument("--after", required=True, help="comma-separated layer indices")
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--attn-from", type=int, help="copy the new blocks' attention q/k/v (and "
+                    "its norm) from this original layer")
     args = ap.parse_args()
     src = torch.load(args.ckpt, map_location="cpu")
     cfg = dict(src["config"])
@@ -54,6 +59,8 @@ def main():
                 grown[k] = old[f"layers.{old_i}." + k[len(prefix):]]
             elif k.endswith("wo.weight") or k.endswith("w2.weight"):
                 grown[k] = torch.zeros_like(v)
+            elif args.attn_from is not None and (".attn." in k or "attn_norm" in k):
+                grown[k] = old[f"layers.{args.attn_from}." + k[len(prefix):]].clone()
             else:
                 grown[k] = v
     torch.save({"model": grown, "config": cfg}, args.out)

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from data import Generator, render_chat  # noqa: E402
 from model import Config, Transformer, causal_doc_mask  # noqa: E402
-from tokenizer import Tokenizer, build_default, IM_END, BOS  # noqa: E402
+from tokenizer import Tokenizer, build_default, IM_END, IM_START, BOS  # noqa: E402
 
 # Training runs in phases, each from a step on: which rows examples are packed into, the task mix,
 # the share of examples drawn short (data.Generator.short_frac), the answer cap, and the share of
@@ -156,6 +156,22 @@ PRESETS = {
     # from stage 11's weights grown to six layers (grow.py --after 1,3: the new blocks start as
     # the identity): room to compose the current number's leading digit with B's
     "grow6": stop_stage(400, 1e-3, 20, n_layers=6),
+    # stage 20 experiment, from stage 11's weights: "tune11" plus the auxiliary digit probe
+    # (aux_loss) on layer 2's output: B's four place digits must be readable at the comma after
+    # B, where the last layer's stop heads look
+    "aux1": dict(stop_stage(800, 5e-4, 10, trap=0.6, hops=0.6), aux_layer=2, aux_weight=0.3),
+    # the same with the probe on layer 1's output (B's digits gathered a layer earlier)
+    "aux2": dict(stop_stage(800, 5e-4, 10, trap=0.6, hops=0.6), aux_layer=1, aux_weight=0.3),
+    # "aux1" with the probe weighted 1.0
+    "aux3": dict(stop_stage(800, 5e-4, 10, trap=0.6, hops=0.6), aux_layer=2, aux_weight=1.0),
+    # stage 21 experiment: stage 11's weights grown to five layers by a block after layer 2
+    # (grow.py --after 2 --attn-from 2), the digit probe on the new block's output. At layer 2's
+    # output B's last digit holds all of B's digits, the comma after it not the leading one
+    # (aux_check.py on "aux1"); the new block can pass them on with a previous-token read
+    "grow5": dict(stop_stage(800, 5e-4, 10, trap=0.6, hops=0.6, n_layers=5), aux_layer=3,
+                  aux_weight=0.3),
+    "grow5b": dict(stop_stage(800, 1e-3, 10, trap=0.6, hops=0.6, n_layers=5), aux_layer=3,
+                   aux_weight=1.0),
     # pipeline check: a few minutes
     "small": dict(dim=128, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=256, seq_len=512,
                   batch=4, steps=60, lr=3e-3, warmup=10, bucket_tokens=1024,
@@ -218,6 +234,49 @@ def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=F
             if t == IM_END or tok.decode([t]) == "\n":
                 weights[j] = max(weights[j], count_boost)
     return head + body, [0.0] * len(head) + weights
+
+
+def digit_slots(n):
+    """The digits of n (0..9999) in four place slots, thousands to units; 10 = no digit."""
+    s = str(n).rjust(4)
+    return [10 if c == " " else int(c) for c in s]
+
+
+def count_aux_targets(tok, ids, task):
+    """Positions and targets of the auxiliary digit probe (see aux_loss) in one counting
+    example: at the last digit of the stop number in the prompt and at the token after it (the
+    comma, whose key the stop's look-up matches), and at the last digit of every number of the
+    answer, the number's four place digits, then the kind of place (1 prompt, 2 answer). The stop at B must tell 534 from 634; a linear read
+    of the residual stream before the last layer that names all of B's digits there makes the
+    leading digit part of what the last layer's heads can match on. [] for other tasks."""
+    if task != "count":
+        return []
+    digit_of = {tok.encode(str(d), add_bos=False)[0]: d for d in range(10)}
+    runs = []  # (start, end) of digit runs
+    i = 0
+    while i < len(ids):
+        if ids[i] in digit_of:
+            j = i
+            while j < len(ids) and ids[j] in digit_of:
+                j += 1
+            runs.append((i, j))
+            i = j
+        else:
+            i += 1
+    answer_start = max(k for k, t in enumerate(ids) if t == IM_START)
+    prompt_runs = [r for r in runs if r[1] <= answer_start]
+    answer_runs = [r for r in runs if r[0] > answer_start]
+    out = []
+    if len(prompt_runs) >= 2:
+        s, e = prompt_runs[1]
+        value = int("".join(str(digit_of[t]) for t in ids[s:e]))
+        if value <= 9999:
+            out += [(e - 1, digit_slots(value) + [1]), (e, digit_slots(value) + [1])]
+    for s, e in answer_runs:
+        value = int("".join(str(digit_of[t]) for t in ids[s:e]))
+        if value <= 9999:
+            out.append((e - 1, digit_slots(value) + [2]))
+    return out
 
 
 def place_example(toks, wts, docs, spans, row, pos, doc, task, ids, mask):
@@ -327,11 +386,13 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
                         count_boost=1.0, count_short=0.0, json_style="quoted",
                         count_near=False, short_tasks=("needle", "copy", "lookup"),
                         repeat_digits=0.0, count_down=0.20, count_trap=0.0, count_hops=0.0,
-                        count_newline=False):
+                        count_newline=False, aux=False):
     """The same kind of rows as make_batch, but each example goes to the shortest row length in
     `buckets` that holds it (first fit, longest examples first), so short examples stop paying
     for T x T attention over a long row. Examples are drawn until token_budget tokens are in
-    hand. Returns one (inputs, targets, weights, doc ids, spans) tuple per non-empty bucket."""
+    hand. Returns one (inputs, targets, weights, doc ids, spans) tuple per non-empty bucket;
+    with aux, a sixth item: the digit probe's targets [rows, L, 5] (-100 where none;
+    count_aux_targets)."""
     longest = buckets[-1]
     gen = Generator(seed, max_answer_tokens=max_answer_tokens,
                     max_prompt_chars=int(longest * 3.9), weights=weights,
@@ -353,7 +414,7 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
             ids, mask = encode_example(tok, p, a, task, count_boost, count_near, count_newline)
         if len(ids) > longest + 1:
             continue
-        examples.append((task, ids, mask))
+        examples.append((task, ids, mask, count_aux_targets(tok, ids, task) if aux else []))
         total += len(ids)
     out = []
     by_bucket = {L: [] for L in buckets}
@@ -375,15 +436,43 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
         toks = torch.zeros(len(rows), L + 1, dtype=torch.long)
         wts = torch.zeros(len(rows), L + 1)
         docs = torch.full((len(rows), L + 1), -1, dtype=torch.long)
+        aux_t = torch.full((len(rows), L + 1, 5), -100, dtype=torch.long)  # [rows, L+1, 5]
         spans = []
         for r, (_, row_exs) in enumerate(rows):
             pos = 0
-            for task, ids, mask in row_exs:
+            for task, ids, mask, targets in row_exs:
                 place_example(toks, wts, docs, spans, r, pos, doc, task, ids, mask)
+                for p, slots in targets:
+                    aux_t[r, pos + p] = torch.tensor(slots)
                 doc += 1
                 pos += len(ids)
             doc = pad_row(docs, r, pos, doc)
-        out.append((toks[:, :-1], toks[:, 1:], wts[:, 1:], docs[:, :-1], spans))
+        part = (toks[:, :-1], toks[:, 1:], wts[:, 1:], docs[:, :-1], spans)
+        out.append(part + (aux_t[:, :-1],) if aux else part)
+    return out
+
+
+def aux_loss(aux_head, hidden, targets):
+    """The auxiliary digit probe: a linear read of the RMS-normalised residual stream
+    hidden [rows, L, dim] into four place digits (11 classes each: 0-9, none) at the positions
+    where targets [rows, L, 5] is set (the fifth item: 1 at the stop number in the prompt, 2 in
+    the answer). Returns per kind (prompt, answer) the summed cross-entropy and the number of
+    positions: the prompt's two places per example are few against the answer's hundreds, so
+    the caller averages each kind on its own. Training only: the probe is not part of the model
+    and is not exported."""
+    out = []
+    for kind in (1, 2):
+        sel = targets[..., 4] == kind
+        n = int(sel.sum())
+        if n == 0:
+            out.append((hidden.sum() * 0.0, 0))
+            continue
+        h = hidden[sel]
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5)
+        logits = aux_head(h).view(n, 4, 11)
+        ce = F.cross_entropy(logits.reshape(-1, 11), targets[sel][:, :4].reshape(-1),
+                             reduction="sum")
+        out.append((ce / 4, n))
     return out
 
 
@@ -414,11 +503,15 @@ def next_phase_starts(phases, phase_starts, step, history, window=20):
     return phase_starts + [step] if begins else phase_starts
 
 
-def save_checkpoint(path, model, opt, step, cfg, args, tok, history, phase_starts):
+def save_checkpoint(path, model, opt, step, cfg, args, tok, history, phase_starts,
+                    aux_head=None):
     tmp = path + ".tmp"
-    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
-                "config": cfg.to_dict(), "args": vars(args), "tokenizer": tok.to_json(),
-                "history": history, "phase_starts": phase_starts}, tmp)
+    state = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+             "config": cfg.to_dict(), "args": vars(args), "tokenizer": tok.to_json(),
+             "history": history, "phase_starts": phase_starts}
+    if aux_head is not None:
+        state["aux_head"] = aux_head.state_dict()
+    torch.save(state, tmp)
     os.replace(tmp, path)
 
 
@@ -477,6 +570,10 @@ def main():
     ap.add_argument("--profile", action="store_true", help="print an operator profile of 2 steps")
     ap.add_argument("--no-resume", action="store_true")
     ap.add_argument("--init", help="start a fresh run from these weights (induction_check.py --save)")
+    ap.add_argument("--aux-layer", type=int,
+                    help="train with the auxiliary digit probe on the output of this layer "
+                         "(aux_loss; counting examples only)")
+    ap.add_argument("--aux-weight", type=float, help="weight of the digit probe's loss (0.3)")
     args = ap.parse_args()
     preset = PRESETS[args.preset]
     for k, v in preset.items():
@@ -509,6 +606,19 @@ def main():
         model.load_state_dict({k: v.float() for k, v in init["model"].items()})
         print(f"initialised from {args.init}", flush=True)
     opt = adamw(model, args.lr, args.weight_decay)
+    aux_head = None
+    captured = {}
+    if args.aux_layer is not None:
+        if args.aux_weight is None:
+            args.aux_weight = 0.3
+        aux_head = torch.nn.Linear(cfg.dim, 4 * 11)
+        # the probe starts random: a ten times larger step lets it fit what the residual stream
+        # already holds within a few steps, so its gradient into the model soon asks only for
+        # what is missing
+        opt.add_param_group({"params": list(aux_head.parameters()), "weight_decay": 0.0,
+                             "lr_mult": 10.0})
+        model.layers[args.aux_layer].register_forward_hook(
+            lambda mod, inp, out: captured.__setitem__("x", out))
     step = 0
     history = []
     phase_starts = [0]  # the step at which each phase so far began
@@ -518,6 +628,8 @@ def main():
         step = ckpt["step"]
         history = ckpt.get("history", [])
         phase_starts = ckpt.get("phase_starts", [0])
+        if aux_head is not None and "aux_head" in ckpt:
+            aux_head.load_state_dict(ckpt["aux_head"])
     normal_ids = [i for i in range(len(tok)) if tok.types[i] == 1]
     print(f"config {json.dumps(cfg.to_dict())} params {model.n_params():,} "
           f"batch {args.batch}x{args.seq_len} steps {args.steps} lr {args.lr} "
@@ -535,7 +647,7 @@ def main():
         decay_from = phase_starts[decay_phase] if len(phase_starts) > decay_phase else None
         lr = lr_at(step, args.steps, args.lr, args.warmup, decay_from)
         for g in opt.param_groups:
-            g["lr"] = lr
+            g["lr"] = lr * g.get("lr_mult", 1.0)
         t0 = time.time()
         if step == phase_starts[-1]:
             print(f"phase {len(phase_starts) - 1} from step {step}", flush=True)
@@ -557,7 +669,8 @@ def main():
                                         phase.get("count_down", 0.20),
                                         phase.get("count_trap", 0.0),
                                         phase.get("count_hops", 0.0),
-                                        phase.get("count_newline", False))
+                                        phase.get("count_newline", False),
+                                        aux=aux_head is not None)
         t1 = time.time()
         prof = None
         if args.profile and step < 2 + (ckpt["step"] if ckpt else 0):
@@ -566,12 +679,21 @@ def main():
         weight_sum = sum(p[2].sum() for p in parts).clamp(min=1)
         loss = 0.0
         ntok = 0
-        for x, y, w, d, _ in parts:
+        aux_sums, aux_ns, aux_means = [0.0, 0.0], [0, 0], None
+        for x, y, w, d, *rest in parts:
             logits = model(x, torch.arange(x.shape[1]), causal_doc_mask(d))
             nll = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), y.reshape(-1),
                                   reduction="none")
             loss = loss + (nll * w.reshape(-1)).sum() / weight_sum
+            if aux_head is not None and len(rest) == 2:
+                for k, (s, n) in enumerate(aux_loss(aux_head, captured["x"], rest[1])):
+                    aux_sums[k], aux_ns[k] = aux_sums[k] + s, aux_ns[k] + n
             ntok += x.numel()
+        aux_n = aux_ns[0] + aux_ns[1]
+        if aux_n:
+            # the prompt's places (B, where the stop looks) count as much as the answer's
+            aux_means = [s / max(1, n) for s, n in zip(aux_sums, aux_ns)]
+            loss = loss + args.aux_weight * (aux_means[0] + aux_means[1])
         t2 = time.time()
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -592,14 +714,16 @@ def main():
             dt = t4 - t0
             print(f"step {step}/{args.steps} loss {loss.item():.4f} lr {lr:.2e} "
                   f"{ntok / dt:.0f} tok/s step {dt:.2f}s (data {t1 - t0:.2f} fwd {t2 - t1:.2f} "
-                  f"bwd {t3 - t2:.2f} opt {t4 - t3:.2f}) elapsed {time.time() - t_start:.0f}s",
-                  flush=True)
+                  f"bwd {t3 - t2:.2f} opt {t4 - t3:.2f}) elapsed {time.time() - t_start:.0f}s"
+                  + (f" aux prompt {float(aux_means[0]):.4f} answer {float(aux_means[1]):.4f}"
+                     if aux_n else ""), flush=True)
         history.append((step, round(loss.item(), 4)))
         if step % args.eval_every == 0 or step == args.steps:
             ev = evaluate(model, tok, args)
             print(f"eval step {step} {json.dumps(ev)}", flush=True)
         if time.time() - last_ckpt > args.ckpt_minutes * 60 or step == args.steps:
-            save_checkpoint(args.out, model, opt, step, cfg, args, tok, history, phase_starts)
+            save_checkpoint(args.out, model, opt, step, cfg, args, tok, history, phase_starts,
+                            aux_head)
             last_ckpt = time.time()
             print(f"checkpoint {args.out} step {step}", flush=True)
     if n_timed:
