@@ -59,12 +59,12 @@ def tune_stage(steps, lr, warmup, mix, short_frac, repeat, count_boost, count_sh
 
 
 def stop_stage(steps, lr, warmup, count_short=0.0, trap=0.5, hops=0.33, repeat=0.1,
-               repeat_digits=1.0, mix=None, count_newline=False, n_layers=4):
+               repeat_digits=1.0, mix=None, count_newline=False, n_layers=4, count_near=2):
     """A counting-alone stage of the stop experiments (stages 12-19): the stop data of "tune9"
     (near misses of B weighted, traps, hops, few counts down) and digit-string repeats."""
     return tune_stage(steps=steps, lr=lr, warmup=warmup, mix=mix or dict(count=1.0),
                       short_frac=0.0, repeat=repeat, count_boost=10.0, count_short=count_short,
-                      count_near=2, repeat_digits=repeat_digits, count_down=0.10,
+                      count_near=count_near, repeat_digits=repeat_digits, count_down=0.10,
                       count_trap=trap, count_hops=hops, count_newline=count_newline,
                       n_layers=n_layers)
 
@@ -170,6 +170,14 @@ PRESETS = {
     # (aux_check.py on "aux1"); the new block can pass them on with a previous-token read
     "grow5": dict(stop_stage(800, 5e-4, 10, trap=0.6, hops=0.6, n_layers=5), aux_layer=3,
                   aux_weight=0.3),
+    # from "grow5" at step ~380: 1,200 more steps (lr 5e-4 by cosine), the stop heads having
+    # begun to tell 534 from 634 at the comma
+    "grow5c": dict(stop_stage(1200, 5e-4, 5, trap=0.6, hops=0.6, n_layers=5), aux_layer=3,
+                   aux_weight=0.3),
+    # from "grow5" at step 558: the newline after every number one place away from B weighted
+    # (count_near=3; "grow5" stopped at 631 and 290, which no weight told apart from going on)
+    "grow5d": dict(stop_stage(1000, 5e-4, 5, trap=0.6, hops=0.6, n_layers=5, count_near=3),
+                   aux_layer=3, aux_weight=0.3),
     "grow5b": dict(stop_stage(800, 1e-3, 10, trap=0.6, hops=0.6, n_layers=5), aux_layer=3,
                    aux_weight=1.0),
     # pipeline check: a few minutes
@@ -195,7 +203,8 @@ def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=F
     count_near adds two more decisions: the second line (the direction: up, down or the step)
     and the newline after every number that ends in B's last digit (count_near=1) or in all of
     B's digits but the leading one (count_near=2): going on past 534 when B is 634 is decided by
-    the leading digit alone, so the stop must compare all of them.
+    the leading digit alone, so the stop must compare all of them; count_near=3 weights every
+    number that differs from B in one place only (534, 624, 631 for 634).
 
     count_newline ends a count's answer with a newline before <|im_end|>: the stop is then
     decided at the newline, where the model computes the next number's first digit and so already
@@ -211,7 +220,15 @@ def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=F
         lines = answer.split("\n")  # digits and newlines: one token per character
         # count_near 1: numbers ending in B's last digit; 2: in all of B but its leading digit
         # (534 for 634, 100 and 200 for 300: the traps alone)
-        tail = 1 if count_near != 2 else max(1, len(lines[-1]) - 1)
+        # 3: in all of B's places but one (534, 624 and 631 for 634: every two-of-three match)
+        tail = 1 if count_near not in (2, 3) else max(1, len(lines[-1]) - 1)
+
+        def near(line):
+            if count_near == 3:
+                return (len(line) == len(lines[-1])
+                        and sum(x != y for x, y in zip(line, lines[-1])) == 1)
+            return line[-tail:] == lines[-1][-tail:]
+
         pos = 0
         for i, line in enumerate(lines):
             decisive = (i == 0 or i == len(lines) - 1 or len(line) != len(lines[i - 1])
@@ -220,11 +237,11 @@ def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=F
                 # with count_near=2 a carry line's newline (going on) is weighted only at a trap,
                 # so that going on is not weighted ten times as often as stopping
                 last = i == len(lines) - 1
-                end = pos + len(line) + shift + (1 if count_near != 2 or last
-                                                 or line[-tail:] == lines[-1][-tail:] else 0)
+                end = pos + len(line) + shift + (1 if count_near not in (2, 3) or last
+                                                 or near(line) else 0)
                 for j in range(pos, end):
                     weights[j] = max(weights[j], count_boost)
-            elif count_near and line[-tail:] == lines[-1][-tail:]:
+            elif count_near and near(line):
                 weights[pos + len(line) + shift] = max(weights[pos + len(line) + shift],
                                                        count_boost)
             pos += len(line) + 1
