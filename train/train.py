@@ -178,6 +178,10 @@ PRESETS = {
     # (count_near=3; "grow5" stopped at 631 and 290, which no weight told apart from going on)
     "grow5d": dict(stop_stage(1000, 5e-4, 5, trap=0.6, hops=0.6, n_layers=5, count_near=3),
                    aux_layer=3, aux_weight=0.3),
+    # from "grow5c" at step 300: the counts' usual lengths back (fewer hops and traps: counts
+    # from 1, two-digit and long ones had become rare), every one-place miss weighted
+    "grow5e": dict(stop_stage(800, 4e-4, 5, trap=0.3, hops=0.3, n_layers=5, count_near=3),
+                   aux_layer=3, aux_weight=0.3),
     "grow5b": dict(stop_stage(800, 1e-3, 10, trap=0.6, hops=0.6, n_layers=5), aux_layer=3,
                    aux_weight=1.0),
     # pipeline check: a few minutes
