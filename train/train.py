@@ -43,7 +43,7 @@ COUNT_MIX = dict(count=0.36, needle=0.08, copy=0.15, lookup=0.20, json=0.16, pro
 def tune_stage(steps, lr, warmup, mix, short_frac, repeat, count_boost, count_short,
                count_near=False, short_tasks=("needle", "copy", "lookup"), repeat_digits=0.0,
                count_down=0.20, count_trap=0.0, count_hops=0.0, n_layers=4,
-               count_newline=False):
+               count_newline=False, multi_turn=0.0):
     """A fine-tuning stage of the shipped model's shape (started with --init): one phase of
     bucketed task examples with quoted JSON fields, lr decaying by cosine from the start."""
     return dict(dim=256, n_layers=n_layers, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
@@ -54,7 +54,7 @@ def tune_stage(steps, lr, warmup, mix, short_frac, repeat, count_boost, count_sh
                              short_tasks=short_tasks, repeat_digits=repeat_digits,
                              count_down=count_down, count_trap=count_trap,
                              count_hops=count_hops, count_newline=count_newline,
-                             json_style="quoted")],
+                             multi_turn=multi_turn, json_style="quoted")],
                 decay_phase=0)
 
 
@@ -184,6 +184,26 @@ PRESETS = {
                    aux_layer=3, aux_weight=0.3),
     "grow5b": dict(stop_stage(800, 1e-3, 10, trap=0.6, hops=0.6, n_layers=5), aux_layer=3,
                    aux_weight=1.0),
+    # stage 5's weights (tune3) grown to five layers (grow.py --after 2 --attn-from 2), the whole task mix
+    # of "tune9" with the digit probe on the new block (stages 21-22 on counting alone gave the
+    # stop B's leading digit this way) and a tenth of the examples as the last turn of a chat
+    "growmix": dict(tune_stage(steps=900, lr=5e-4, warmup=20, mix=COUNT_MIX, short_frac=0.6,
+                               repeat=0.2, count_boost=10.0, count_short=0.0, count_near=2,
+                               short_tasks=("needle", "lookup"), repeat_digits=0.7,
+                               count_down=0.10, count_trap=0.5, count_hops=0.33, n_layers=5,
+                               multi_turn=0.1), aux_layer=3, aux_weight=1.0),
+    # from "growmix": short counts back (spans 1..40 from any start: "growmix" ran on past one-
+    # and two-digit B, which its counts, mostly long, traps and hops, had made rare)
+    "growmix2": dict(tune_stage(steps=300, lr=2e-4, warmup=10, mix=COUNT_MIX, short_frac=0.6,
+                                repeat=0.2, count_boost=10.0, count_short=0.3, count_near=2,
+                                short_tasks=("needle", "lookup"), repeat_digits=0.7,
+                                count_down=0.10, count_trap=0.4, count_hops=0.25, n_layers=5,
+                                multi_turn=0.1), aux_layer=3, aux_weight=0.3),
+    # from "tune3" (stage 5): its data at a lower lr, a fifth of the examples as the last turn
+    # of a chat (one or two short earlier turns first), so that `lamina chat` answers the last
+    # question and not the first
+    "tune3chat": tune_stage(steps=300, lr=3e-4, warmup=10, mix=LOOKUP_MIX, short_frac=0.6,
+                            repeat=0.1, count_boost=10.0, count_short=0.3, multi_turn=0.2),
     # pipeline check: a few minutes
     "small": dict(dim=128, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=256, seq_len=512,
                   batch=4, steps=60, lr=3e-3, warmup=10, bucket_tokens=1024,
@@ -194,7 +214,7 @@ TASKS = ["count", "needle", "copy", "lookup", "json", "prose"]
 
 
 def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=False,
-                   count_newline=False):
+                   count_newline=False, history=()):
     """Token ids and per-token loss weights: 0 on the prompt; on the answer and its <|im_end|>,
     max(1, 48 / answer length) capped at 8, so that short answers (a needle's code, a looked-up
     value) are not drowned by the long counting answers. With count_boost > 1, a counting
@@ -213,8 +233,12 @@ def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=F
     count_newline ends a count's answer with a newline before <|im_end|>: the stop is then
     decided at the newline, where the model computes the next number's first digit and so already
     reads the whole line (at the last digit it only has to know the number is complete); the
-    decisive weight moves from the newline to the token after it."""
-    head = tok.encode(render_chat(prompt), add_bos=True)
+    decisive weight moves from the newline to the token after it.
+
+    history: earlier (prompt, answer) turns of the same conversation, rendered before this one
+    as the chat template does (`lamina chat`); they are context only (weight 0)."""
+    head = tok.encode("".join(render_chat(p, a) for p, a in history) + render_chat(prompt),
+                      add_bos=True)
     shift = 1 if count_newline and task == "count" else 0
     text = answer + "\n" * shift
     body = tok.encode(text, add_bos=False) + [IM_END]
@@ -284,8 +308,10 @@ def count_aux_targets(tok, ids, task):
             i = j
         else:
             i += 1
-    answer_start = max(k for k, t in enumerate(ids) if t == IM_START)
-    prompt_runs = [r for r in runs if r[1] <= answer_start]
+    starts = [k for k, t in enumerate(ids) if t == IM_START]
+    answer_start = starts[-1]
+    user_start = starts[-2] if len(starts) >= 2 else 0  # the last user turn (after any history)
+    prompt_runs = [r for r in runs if r[0] > user_start and r[1] <= answer_start]
     answer_runs = [r for r in runs if r[0] > answer_start]
     out = []
     if len(prompt_runs) >= 2:
@@ -407,13 +433,15 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
                         count_boost=1.0, count_short=0.0, json_style="quoted",
                         count_near=False, short_tasks=("needle", "copy", "lookup"),
                         repeat_digits=0.0, count_down=0.20, count_trap=0.0, count_hops=0.0,
-                        count_newline=False, aux=False):
+                        count_newline=False, aux=False, multi_turn=0.0):
     """The same kind of rows as make_batch, but each example goes to the shortest row length in
     `buckets` that holds it (first fit, longest examples first), so short examples stop paying
     for T x T attention over a long row. Examples are drawn until token_budget tokens are in
     hand. Returns one (inputs, targets, weights, doc ids, spans) tuple per non-empty bucket;
     with aux, a sixth item: the digit probe's targets [rows, L, 5] (-100 where none;
-    count_aux_targets)."""
+    count_aux_targets). With multi_turn, that share of the examples is the last turn of a
+    conversation: one or two short earlier turns (any task, up to 240 tokens) come first, so the
+    model learns to answer the last question and not an earlier one (`lamina chat`)."""
     longest = buckets[-1]
     gen = Generator(seed, max_answer_tokens=max_answer_tokens,
                     max_prompt_chars=int(longest * 3.9), weights=weights,
@@ -431,8 +459,17 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
             ids, mask = repeat_example(rng, normal_ids, repeat_weight,
                                        digit_ids if digits else None)
         else:
+            history = []
+            if multi_turn > 0 and rng.random() < multi_turn:
+                for _ in range(rng.choice((1, 2))):
+                    for _try in range(20):
+                        _, hp, ha = gen.example()
+                        if len(tok.encode(render_chat(hp, ha), add_bos=False)) <= 240:
+                            history.append((hp, ha))
+                            break
             task, p, a = gen.example()
-            ids, mask = encode_example(tok, p, a, task, count_boost, count_near, count_newline)
+            ids, mask = encode_example(tok, p, a, task, count_boost, count_near, count_newline,
+                                       history)
         if len(ids) > longest + 1:
             continue
         examples.append((task, ids, mask, count_aux_targets(tok, ids, task) if aux else []))
@@ -691,7 +728,8 @@ def main():
                                         phase.get("count_trap", 0.0),
                                         phase.get("count_hops", 0.0),
                                         phase.get("count_newline", False),
-                                        aux=aux_head is not None)
+                                        aux=aux_head is not None,
+                                        multi_turn=phase.get("multi_turn", 0.0))
         t1 = time.time()
         prof = None
         if args.profile and step < 2 + (ckpt["step"] if ckpt else 0):

@@ -1,0 +1,33 @@
+"""Keep a training checkpoint's weights small enough to commit: the model (and the digit probe,
+when the run had one) as f16, with its config, step, tokenizer and a note; no optimizer state.
+`train.py --init` and `grow.py` accept the result.
+
+    /usr/bin/python3 train/slim.py train/out/growmix.pt train/checkpoints/growmix.pt --note "..."
+"""
+
+import argparse
+
+import torch
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("ckpt")
+    ap.add_argument("out")
+    ap.add_argument("--note", default="")
+    args = ap.parse_args()
+    ck = torch.load(args.ckpt, map_location="cpu")
+    slim = {"model": {k: v.half() for k, v in ck["model"].items()}, "config": ck["config"],
+            "step": ck.get("step", 0), "note": args.note}
+    for key in ("tokenizer", "args"):
+        if key in ck:
+            slim[key] = ck[key]
+    if ck.get("aux_head") is not None:
+        slim["aux_head"] = {k: v.half() for k, v in ck["aux_head"].items()}
+    torch.save(slim, args.out)
+    print(f"{args.out}: step {slim['step']}, {len(slim['model'])} tensors")
+
+
+if __name__ == "__main__":
+    main()
