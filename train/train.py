@@ -677,6 +677,10 @@ def main():
                              "lr_mult": 10.0})
         model.layers[args.aux_layer].register_forward_hook(
             lambda mod, inp, out: captured.__setitem__("x", out))
+        if ckpt is None and args.init and init.get("aux_head") is not None:
+            # going on from a run with the probe: keep it, so the model is not pulled toward a
+            # random read while the probe refits
+            aux_head.load_state_dict({k: v.float() for k, v in init["aux_head"].items()})
     step = 0
     history = []
     phase_starts = [0]  # the step at which each phase so far began
