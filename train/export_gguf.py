@@ -121,7 +121,13 @@ def main():
     ck = torch.load(args.checkpoint, map_location="cpu")
     cfg = ck["config"]
     sd = {k: v.float().numpy() for k, v in ck["model"].items()}
-    tok = ck["tokenizer"]
+    if "tokenizer" in ck:
+        tok = ck["tokenizer"]
+    else:
+        # weights kept without their tokenizer (train/checkpoints/): every run builds the same
+        # one from seed 1234
+        from tokenizer import build_default
+        tok = build_default(1234, cfg["vocab_size"]).to_json()
     hd = cfg["dim"] // cfg["n_heads"]
 
     w = GgufWriter()

@@ -1,31 +1,67 @@
 #!/usr/bin/env bash
 # Reproduces the shipped model from scratch (seeded): tokenizer, training, export, checks.
-#   bash train/make_model.sh [OUT_GGUF] [extra train.py flags...]
-# Needs Debian's python3-torch, python3-numpy and libopenblas0-pthread (scripts: apt-get install
-# -y python3-torch python3-numpy libopenblas0-pthread) and a built lamina (build/release).
-# Resumes from train/out/ckpt.pt and train/out/tune.pt when they exist; delete them to start over.
+#   bash train/make_model.sh [OUT_GGUF]            # the shipped model (stage 5), ~3.5 h
+#   GROW=1 bash train/make_model.sh OUT_GGUF       # then stages 23 and 25 (five layers), ~80 min more
+#   GROW=1 FROM=stage5 bash train/make_model.sh OUT  # those from the committed stage-5 weights
+# Needs Debian's python3-torch, python3-numpy and libopenblas0-pthread (apt-get install -y
+# python3-torch python3-numpy libopenblas0-pthread) and a built lamina (build/release).
+# Every stage writes train/out/STAGE.pt and resumes from it when it exists (delete train/out/ to
+# start over); a finished stage is skipped. Stages and data seeds: train/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-models/lamina-counter.gguf}
-shift || true
 PY=/usr/bin/python3
 LAMINA=${LAMINA:-build/release/lamina}
+THREADS=${THREADS:-2}
 mkdir -p train/out "$(dirname "$OUT")"
-# 1. Induction heads first: random repeats alone, one per row, lr 2e-3 (seed 0 forms them after
-#    ~550 steps; ~5 minutes on one core). Skipped when its weights exist.
-if [ ! -f train/out/induction.pt ]; then
-  nice -n 10 $PY train/induction_check.py --lr 2e-3 --wd 0.1 --seed 0 --steps 1000 \
-    --save train/out/induction.pt 2>&1 | tee -a train/out/train.log
+LOG=train/out/train.log
+
+# train.py with a preset, from --init, into train/out/NAME.pt; skipped once NAME.done exists.
+stage() {
+  local name=$1 preset=$2 data_seed=$3 init=$4
+  if [ -f "train/out/$name.done" ]; then return; fi
+  nice -n 10 $PY train/train.py --preset "$preset" --seed 1234 --data-seed "$data_seed" \
+    --threads "$THREADS" --init "$init" --out "train/out/$name.pt" 2>&1 | tee -a $LOG
+  touch "train/out/$name.done"
+}
+
+if [ "${FROM:-scratch}" = stage5 ]; then
+  BASE=train/checkpoints/stage5-tune3.pt
+else
+  # 1. Induction heads first: random repeats alone, one per row, lr 2e-3 (seed 0 forms them
+  #    after ~550 steps; ~5 minutes on one core).
+  if [ ! -f train/out/induction.pt ]; then
+    nice -n 10 $PY train/induction_check.py --lr 2e-3 --wd 0.1 --seed 0 --steps 1000 \
+      --save train/out/induction.pt 2>&1 | tee -a $LOG
+  fi
+  # 2. The task mix from those weights (run 5, ~85 min).
+  if [ ! -f train/out/ckpt.done ]; then
+    nice -n 10 $PY train/train.py --preset full --seed 1234 --threads "$THREADS" \
+      --out train/out/ckpt.pt --init train/out/induction.pt 2>&1 | tee -a $LOG
+    touch train/out/ckpt.done
+  fi
+  # 3-5. Fine-tuning stages 3-5: the bars' tasks weighted up, counting's decisive tokens, key
+  #      look-up (which taught the model to read the start number); ~115 min together.
+  stage tune tune 777 train/out/ckpt.pt
+  stage tune2 tune2 778 train/out/tune.pt
+  stage tune3 tune3 779 train/out/tune2.pt
+  BASE=train/out/tune3.pt
 fi
-# 2. The task mix from those weights (resumes from train/out/ckpt.pt when it exists).
-nice -n 10 $PY train/train.py --preset full --seed 1234 --out train/out/ckpt.pt \
-  --init train/out/induction.pt "$@" 2>&1 | tee -a train/out/train.log
-# 3. The bars' tasks weighted up, from stage 2's weights, on a data stream of its own (resumes
-#    from train/out/tune.pt when it exists).
-nice -n 10 $PY train/train.py --preset tune --seed 1234 --data-seed 777 --out train/out/tune.pt \
-  --init train/out/ckpt.pt 2>&1 | tee -a train/out/train.log
-$PY train/export_gguf.py train/out/tune.pt -o "$OUT" --type f16
+FINAL=$BASE
+if [ "${GROW:-0}" = 1 ]; then
+  # 6. One block inserted after layer 2 (its attention a copy of layer 2's, its output zero),
+  #    then the whole mix with the digit probe on it and a tenth of the examples as chat turns
+  #    (~60 min); 7. short counts back at a lower lr (~17 min). train/README.md, stages 23, 25.
+  if [ ! -f train/out/grown.pt ]; then
+    $PY train/grow.py "$BASE" --after 2 --attn-from 2 --out train/out/grown.pt | tee -a $LOG
+  fi
+  stage growmix growmix 801 train/out/grown.pt
+  stage growmix2 growmix2 803 train/out/growmix.pt
+  FINAL=train/out/growmix2.pt
+fi
+
+$PY train/export_gguf.py "$FINAL" -o "$OUT" --type f16
 if [ -x "$LAMINA" ]; then
-  $PY train/check_export.py train/out/tune.pt "$OUT" --lamina "$LAMINA"
+  $PY train/check_export.py "$FINAL" "$OUT" --lamina "$LAMINA"
   $PY train/eval_model.py --model "$OUT" --lamina "$LAMINA" --json train/out/eval.json || true
 fi
