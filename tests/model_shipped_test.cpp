@@ -128,10 +128,11 @@ TEST(ShippedModel, RunWithoutModelFlagUsesTheShippedModel) {
 // so two counts with different starts are not asked: it may take the first turn's start.
 TEST(ShippedModel, ChatLoopAnswersEachLineUntilEof) {
   REQUIRE_MODEL();
-  Output o = Shell("printf 'Count from 1 to 3, one number per line.\\nCount from 1 to 6, one "
-                   "number per line.\\nWrite a JSON object with the fields \"name\" = "
-                   "\"Alice\", \"age\" = 34.\\n' | " +
-                   kBinary + " chat -m " + Quote(ModelPath()) + " --temp 0 -n 40 -t 2");
+  Output o = Shell(
+      "printf 'Count from 1 to 3, one number per line.\\nCount from 1 to 6, one "
+      "number per line.\\nWrite a JSON object with the fields \"name\" = "
+      "\"Alice\", \"age\" = 34.\\n' | " +
+      kBinary + " chat -m " + Quote(ModelPath()) + " --temp 0 -n 40 -t 2");
   ASSERT_EQ(o.code, 0);
   EXPECT_EQ(o.out, "1\n2\n3\n1\n2\n3\n4\n5\n6\n{\"name\": \"Alice\", \"age\": 34}\n");
 }

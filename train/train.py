@@ -199,6 +199,10 @@ PRESETS = {
                                 short_tasks=("needle", "lookup"), repeat_digits=0.7,
                                 count_down=0.10, count_trap=0.4, count_hops=0.25, n_layers=5,
                                 multi_turn=0.1), aux_layer=3, aux_weight=0.3),
+    # from "growmix2": counting alone (curriculum step: the stop became exact on counting alone in
+    # "grow5c"/"grow5e"), with short counts and fewer hops and traps so counts from 1 stay common
+    "growcount": dict(stop_stage(300, 3e-4, 10, count_short=0.3, trap=0.3, hops=0.2, n_layers=5),
+                      aux_layer=3, aux_weight=0.3),
     # from "tune3" (stage 5): its data at a lower lr, a fifth of the examples as the last turn
     # of a chat (one or two short earlier turns first), so that `lamina chat` answers the last
     # question and not the first
