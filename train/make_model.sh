@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces the shipped model from scratch (seeded): tokenizer, training, export, checks.
-#   bash train/make_model.sh [OUT_GGUF]            # the shipped model (stage 5), ~3.5 h
-#   GROW=1 bash train/make_model.sh OUT_GGUF       # then stages 23 and 25 (five layers), ~80 min more
-#   GROW=1 FROM=stage5 bash train/make_model.sh OUT  # those from the committed stage-5 weights
+#   bash train/make_model.sh [OUT_GGUF]               # the shipped model, ~4.9 h
+#   FROM=stage5 bash train/make_model.sh [OUT_GGUF]   # from the kept stage-5 weights, ~85 min
 # Needs Debian's python3-torch, python3-numpy and libopenblas0-pthread (apt-get install -y
 # python3-torch python3-numpy libopenblas0-pthread) and a built lamina (build/release).
 # Every stage writes train/out/STAGE.pt and resumes from it when it exists (delete train/out/ to
@@ -47,18 +46,20 @@ else
   stage tune3 tune3 779 train/out/tune2.pt
   BASE=train/out/tune3.pt
 fi
-FINAL=$BASE
-if [ "${GROW:-0}" = 1 ]; then
-  # 6. One block inserted after layer 2 (its attention a copy of layer 2's, its output zero),
-  #    then the whole mix with the digit probe on it and a tenth of the examples as chat turns
-  #    (~60 min); 7. short counts back at a lower lr (~17 min). train/README.md, stages 23, 25.
-  if [ ! -f train/out/grown.pt ]; then
-    $PY train/grow.py "$BASE" --after 2 --attn-from 2 --out train/out/grown.pt | tee -a $LOG
-  fi
-  stage growmix growmix 801 train/out/grown.pt
-  stage growmix2 growmix2 803 train/out/growmix.pt
-  FINAL=train/out/growmix2.pt
+# 6. One block inserted after layer 2 (its attention a copy of layer 2's, its output zero),
+#    then five-layer stages with the digit probe on the new block (train/README.md, stages
+#    23-27): the whole mix with chat turns (~55 min), short counts back (~17 min), counting alone
+#    (~20 min), the whole mix back with copy and JSON weighted up (~14 min).
+if [ ! -f train/out/grown.pt ]; then
+  $PY train/grow.py "$BASE" --after 2 --attn-from 2 --out train/out/grown.pt | tee -a $LOG
 fi
+stage growmix growmix 801 train/out/grown.pt
+stage growmix2 growmix2 803 train/out/growmix.pt
+stage growcount growcount 804 train/out/growmix2.pt
+stage growmix3 growmix3 805 train/out/growcount.pt
+# The shipped file is the export of the weights as kept (f16, train/slim.py).
+$PY train/slim.py train/out/growmix3.pt train/out/final.pt
+FINAL=train/out/final.pt
 
 $PY train/export_gguf.py "$FINAL" -o "$OUT" --type f16
 if [ -x "$LAMINA" ]; then

@@ -203,6 +203,15 @@ PRESETS = {
     # "grow5c"/"grow5e"), with short counts and fewer hops and traps so counts from 1 stay common
     "growcount": dict(stop_stage(300, 3e-4, 10, count_short=0.3, trap=0.3, hops=0.2, n_layers=5),
                       aux_layer=3, aux_weight=0.3),
+    # from "growcount": the whole mix back at a low lr (counting alone lost JSON and copy), copy
+    # and JSON weighted up
+    "growmix3": dict(tune_stage(steps=250, lr=1.5e-4, warmup=10,
+                                mix=dict(count=0.25, needle=0.10, copy=0.22, lookup=0.13,
+                                         json=0.25, prose=0.05),
+                                short_frac=0.6, repeat=0.2, count_boost=10.0, count_short=0.3,
+                                count_near=2, short_tasks=("needle", "lookup"), repeat_digits=0.7,
+                                count_down=0.10, count_trap=0.3, count_hops=0.2, n_layers=5,
+                                multi_turn=0.1), aux_layer=3, aux_weight=0.3),
     # from "tune3" (stage 5): its data at a lower lr, a fifth of the examples as the last turn
     # of a chat (one or two short earlier turns first), so that `lamina chat` answers the last
     # question and not the first
