@@ -26,7 +26,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from data import Generator, render_chat  # noqa: E402
 from model import Config, Transformer, sequence_logits  # noqa: E402
-from tokenizer import Tokenizer, build_default  # noqa: E402
+from tokenizer import for_checkpoint  # noqa: E402
 
 SAMPLES = [
     "Hello world",
@@ -66,9 +66,7 @@ def main():
     ap.add_argument("--lamina", default="build/release/lamina")
     args = ap.parse_args()
     ck = torch.load(args.checkpoint, map_location="cpu")
-    # kept weights (train/checkpoints/) carry no tokenizer: every run builds the same one
-    tok = (Tokenizer.from_json(ck["tokenizer"]) if "tokenizer" in ck
-           else build_default(1234, ck["config"]["vocab_size"]))
+    tok = for_checkpoint(ck)
     ok = True
 
     gen = Generator(77)

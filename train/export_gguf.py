@@ -22,6 +22,9 @@ import sys
 import numpy as np
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tokenizer import for_checkpoint  # noqa: E402
+
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
@@ -121,13 +124,7 @@ def main():
     ck = torch.load(args.checkpoint, map_location="cpu")
     cfg = ck["config"]
     sd = {k: v.float().numpy() for k, v in ck["model"].items()}
-    if "tokenizer" in ck:
-        tok = ck["tokenizer"]
-    else:
-        # weights kept without their tokenizer (train/checkpoints/): every run builds the same
-        # one from seed 1234
-        from tokenizer import build_default
-        tok = build_default(1234, cfg["vocab_size"]).to_json()
+    tok = ck["tokenizer"] if "tokenizer" in ck else for_checkpoint(ck).to_json()
     hd = cfg["dim"] // cfg["n_heads"]
 
     w = GgufWriter()

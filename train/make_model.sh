@@ -33,12 +33,8 @@ else
     nice -n 10 $PY train/induction_check.py --lr 2e-3 --wd 0.1 --seed 0 --steps 1000 \
       --save train/out/induction.pt 2>&1 | tee -a $LOG
   fi
-  # 2. The task mix from those weights (run 5, ~85 min).
-  if [ ! -f train/out/ckpt.done ]; then
-    nice -n 10 $PY train/train.py --preset full --seed 1234 --threads "$THREADS" \
-      --out train/out/ckpt.pt --init train/out/induction.pt 2>&1 | tee -a $LOG
-    touch train/out/ckpt.done
-  fi
+  # 2. The task mix from those weights (run 5, ~85 min; data seed = --seed, train.py's default).
+  stage ckpt full 1234 train/out/induction.pt
   # 3-5. Fine-tuning stages 3-5: the bars' tasks weighted up, counting's decisive tokens, key
   #      look-up (which taught the model to read the start number); ~115 min together.
   stage tune tune 777 train/out/ckpt.pt

@@ -216,6 +216,14 @@ def build_default(seed=1234, vocab_size=1024, n_texts=3000):
     return Tokenizer.build(corpus_sample(seed, n_texts), vocab_size)
 
 
+def for_checkpoint(ck):
+    """The tokenizer a checkpoint was trained with. Weights kept without it (train/checkpoints/,
+    from induction_check.py) used the default one: every run builds it from seed 1234."""
+    if "tokenizer" in ck:
+        return Tokenizer.from_json(ck["tokenizer"])
+    return build_default(1234, ck["config"]["vocab_size"])
+
+
 if __name__ == "__main__":
     import argparse
     import os
