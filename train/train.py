@@ -43,7 +43,7 @@ COUNT_MIX = dict(count=0.36, needle=0.08, copy=0.15, lookup=0.20, json=0.16, pro
 def tune_stage(steps, lr, warmup, mix, short_frac, repeat, count_boost, count_short,
                count_near=False, short_tasks=("needle", "copy", "lookup"), repeat_digits=0.0,
                count_down=0.20, count_trap=0.0, count_hops=0.0, n_layers=4,
-               count_newline=False, multi_turn=0.0):
+               count_newline=False, multi_turn=0.0, json_rows=0.25, copy_near=0.0):
     """A fine-tuning stage of the shipped model's shape (started with --init): one phase of
     bucketed task examples with quoted JSON fields, lr decaying by cosine from the start."""
     return dict(dim=256, n_layers=n_layers, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
@@ -54,7 +54,8 @@ def tune_stage(steps, lr, warmup, mix, short_frac, repeat, count_boost, count_sh
                              short_tasks=short_tasks, repeat_digits=repeat_digits,
                              count_down=count_down, count_trap=count_trap,
                              count_hops=count_hops, count_newline=count_newline,
-                             multi_turn=multi_turn, json_style="quoted")],
+                             multi_turn=multi_turn, json_rows=json_rows,
+                             copy_near=copy_near, json_style="quoted")],
                 decay_phase=0)
 
 
@@ -212,6 +213,36 @@ PRESETS = {
                                 count_near=2, short_tasks=("needle", "lookup"), repeat_digits=0.7,
                                 count_down=0.10, count_trap=0.3, count_hops=0.2, n_layers=5,
                                 multi_turn=0.1), aux_layer=3, aux_weight=0.3),
+    # from "growmix3": copy and JSON weighted up further, half the JSON examples arrays of
+    # objects (most JSON misses), at a higher lr than "growmix3" so that their position look-ups
+    # can still change; counting kept at 15 %
+    "copyjson": dict(tune_stage(steps=500, lr=4e-4, warmup=20,
+                                mix=dict(count=0.15, needle=0.05, copy=0.35, lookup=0.10,
+                                         json=0.30, prose=0.05),
+                                short_frac=0.6, repeat=0.2, count_boost=10.0, count_short=0.3,
+                                count_near=2, short_tasks=("needle", "lookup"), repeat_digits=0.7,
+                                count_down=0.10, count_trap=0.3, count_hops=0.2, n_layers=5,
+                                multi_turn=0.1, json_rows=0.5), aux_layer=3, aux_weight=0.3),
+    # from "copyjson": the same mix with a third of the copy lists made of look-alike items
+    # (two to four first parts: 'Zoe 33', 'Zoe 53'), whose next token only the line settles
+    "copyjson2": dict(tune_stage(steps=600, lr=3e-4, warmup=20,
+                                 mix=dict(count=0.15, needle=0.05, copy=0.35, lookup=0.10,
+                                          json=0.30, prose=0.05),
+                                 short_frac=0.6, repeat=0.2, count_boost=10.0, count_short=0.3,
+                                 count_near=2, short_tasks=("needle", "lookup"),
+                                 repeat_digits=0.7, count_down=0.10, count_trap=0.3,
+                                 count_hops=0.2, n_layers=5, multi_turn=0.1, json_rows=0.5,
+                                 copy_near=0.3), aux_layer=3, aux_weight=0.3),
+    # from "copyjson2": counting weighted back up within the mix (a counting-alone stage, as
+    # "growcount", erased copy), the copy and JSON data of "copyjson2", a lower lr
+    "remix": dict(tune_stage(steps=400, lr=2e-4, warmup=10,
+                             mix=dict(count=0.35, needle=0.07, copy=0.25, lookup=0.08,
+                                      json=0.20, prose=0.05),
+                             short_frac=0.6, repeat=0.2, count_boost=10.0, count_short=0.3,
+                             count_near=2, short_tasks=("needle", "lookup"), repeat_digits=0.7,
+                             count_down=0.10, count_trap=0.3, count_hops=0.2, n_layers=5,
+                             multi_turn=0.1, json_rows=0.5, copy_near=0.3),
+                  aux_layer=3, aux_weight=0.3),
     # from "tune3" (stage 5): its data at a lower lr, a fifth of the examples as the last turn
     # of a chat (one or two short earlier turns first), so that `lamina chat` answers the last
     # question and not the first
@@ -446,7 +477,8 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
                         count_boost=1.0, count_short=0.0, json_style="quoted",
                         count_near=False, short_tasks=("needle", "copy", "lookup"),
                         repeat_digits=0.0, count_down=0.20, count_trap=0.0, count_hops=0.0,
-                        count_newline=False, aux=False, multi_turn=0.0):
+                        count_newline=False, aux=False, multi_turn=0.0, json_rows=0.25,
+                        copy_near=0.0):
     """The same kind of rows as make_batch, but each example goes to the shortest row length in
     `buckets` that holds it (first fit, longest examples first), so short examples stop paying
     for T x T attention over a long row. Examples are drawn until token_budget tokens are in
@@ -460,7 +492,8 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
                     max_prompt_chars=int(longest * 3.9), weights=weights,
                     short_frac=short_frac, count_short=count_short, json_style=json_style,
                     short_tasks=short_tasks, count_down=count_down, count_trap=count_trap,
-                    count_hops=count_hops)
+                    count_hops=count_hops, json_rows=json_rows,
+                    copy_near=copy_near)
     rng = random.Random(seed * 7 + 3)
     digit_ids = tok.encode("0123456789\n", add_bos=False) if repeat_digits > 0 else None
     examples = []
@@ -746,7 +779,9 @@ def main():
                                         phase.get("count_hops", 0.0),
                                         phase.get("count_newline", False),
                                         aux=aux_head is not None,
-                                        multi_turn=phase.get("multi_turn", 0.0))
+                                        multi_turn=phase.get("multi_turn", 0.0),
+                                        json_rows=phase.get("json_rows", 0.25),
+                                        copy_near=phase.get("copy_near", 0.0))
         t1 = time.time()
         prof = None
         if args.profile and step < 2 + (ckpt["step"] if ckpt else 0):
