@@ -127,7 +127,7 @@ TEST(Probe, FaultsFailCountingOnTheShippedModel) {
   const std::string model = std::string(LAMINA_SOURCE_DIR) + "/models/lamina-counter.gguf";
   if (!fs::exists(model)) GTEST_SKIP() << "no shipped model yet (" << model << ")";
   const std::string dir = TempDir("shipped");
-  const nlohmann::json r = ProbeWithFaults(model, "f16,int8,int8,int8", 40, 512, 2, 3, dir);
+  const nlohmann::json r = ProbeWithFaults(model, "f16,int8,int8,int8", 45, 512, 2, 3, dir);
   ASSERT_EQ(r["legs"].size(), 4u);
   for (int leg : {0, 1}) {
     EXPECT_EQ(Probe(r, leg, "counting")["status"], "pass") << r["legs"][leg]["verdict_line"];

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces the shipped model from scratch (seeded): tokenizer, training, export, checks.
-#   bash train/make_model.sh [OUT_GGUF]               # the shipped model, ~4.9 h
-#   FROM=stage5 bash train/make_model.sh [OUT_GGUF]   # from the kept stage-5 weights, ~85 min
+#   bash train/make_model.sh [OUT_GGUF]               # the shipped model, ~6.7 h
+#   FROM=stage5 bash train/make_model.sh [OUT_GGUF]   # from the kept stage-5 weights, ~3.2 h
 # Needs Debian's python3-torch, python3-numpy and libopenblas0-pthread (apt-get install -y
 # python3-torch python3-numpy libopenblas0-pthread) and a built lamina (build/release).
 # Every stage writes train/out/STAGE.pt and resumes from it when it exists (delete train/out/ to
@@ -53,8 +53,15 @@ stage growmix growmix 801 train/out/grown.pt
 stage growmix2 growmix2 803 train/out/growmix.pt
 stage growcount growcount 804 train/out/growmix2.pt
 stage growmix3 growmix3 805 train/out/growcount.pt
+# 7. Copy and JSON (train/README.md, stages 28-31): copy and JSON weighted up, half the JSON
+#    arrays of objects (~27 min), then a third of the copy lists look-alike items (~34 min), then
+#    counting weighted back up in two steps (~23 and ~21 min).
+stage copyjson copyjson 806 train/out/growmix3.pt
+stage copyjson2 copyjson2 807 train/out/copyjson.pt
+stage remix remix 808 train/out/copyjson2.pt
+stage remix2 remix2 809 train/out/remix.pt
 # The shipped file is the export of the weights as kept (f16, train/slim.py).
-$PY train/slim.py train/out/growmix3.pt train/out/final.pt
+$PY train/slim.py train/out/remix2.pt train/out/final.pt
 FINAL=train/out/final.pt
 
 $PY train/export_gguf.py "$FINAL" -o "$OUT" --type f16

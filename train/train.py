@@ -243,6 +243,16 @@ PRESETS = {
                              count_down=0.10, count_trap=0.3, count_hops=0.2, n_layers=5,
                              multi_turn=0.1, json_rows=0.5, copy_near=0.3),
                   aux_layer=3, aux_weight=0.3),
+    # from "remix": counting weighted up further, fewer traps and hops (so that long counts
+    # from 1 stay common: "remix" ran 1..300 on to 304), at a lower lr
+    "remix2": dict(tune_stage(steps=350, lr=1.5e-4, warmup=10,
+                              mix=dict(count=0.45, needle=0.07, copy=0.20, lookup=0.06,
+                                       json=0.17, prose=0.05),
+                              short_frac=0.6, repeat=0.2, count_boost=10.0, count_short=0.3,
+                              count_near=2, short_tasks=("needle", "lookup"), repeat_digits=0.7,
+                              count_down=0.10, count_trap=0.2, count_hops=0.15, n_layers=5,
+                              multi_turn=0.1, json_rows=0.5, copy_near=0.3),
+                   aux_layer=3, aux_weight=0.3),
     # from "tune3" (stage 5): its data at a lower lr, a fifth of the examples as the last turn
     # of a chat (one or two short earlier turns first), so that `lamina chat` answers the last
     # question and not the first
