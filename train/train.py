@@ -73,10 +73,10 @@ def stop_stage(steps, lr, warmup, count_short=0.0, trap=0.5, hops=0.33, repeat=0
 COPY_MIX = dict(count=0.15, needle=0.05, copy=0.35, lookup=0.10, json=0.30, prose=0.05)
 
 
-def copy_stage(steps, lr, mix, warmup=10, trap=0.3, hops=0.2, json_rows=0.5, copy_near=0.3):
-    """A five-layer stage of the copy and JSON experiments (stages 28-31): the data of
-    "growmix3" (short counts, traps, hops, digit repeats, chat turns, the digit probe) with
-    arrays of objects (json_rows) and look-alike copy lists (copy_near) weighted up."""
+def mix5_stage(steps, lr, mix, warmup=10, trap=0.3, hops=0.2, json_rows=0.5, copy_near=0.3):
+    """A five-layer stage on the whole task mix (stages 25 and 27-32): short counts, traps,
+    hops, digit repeats, chat turns and the digit probe, with arrays of objects (json_rows) and
+    look-alike copy lists (copy_near) weighted as asked."""
     return dict(tune_stage(steps=steps, lr=lr, warmup=warmup, mix=mix, short_frac=0.6,
                            repeat=0.2, count_boost=10.0, count_short=0.3, count_near=2,
                            short_tasks=("needle", "lookup"), repeat_digits=0.7,
@@ -210,42 +210,35 @@ PRESETS = {
                                multi_turn=0.1), aux_layer=3, aux_weight=1.0),
     # from "growmix": short counts back (spans 1..40 from any start: "growmix" ran on past one-
     # and two-digit B, which its counts, mostly long, traps and hops, had made rare)
-    "growmix2": dict(tune_stage(steps=300, lr=2e-4, warmup=10, mix=COUNT_MIX, short_frac=0.6,
-                                repeat=0.2, count_boost=10.0, count_short=0.3, count_near=2,
-                                short_tasks=("needle", "lookup"), repeat_digits=0.7,
-                                count_down=0.10, count_trap=0.4, count_hops=0.25, n_layers=5,
-                                multi_turn=0.1), aux_layer=3, aux_weight=0.3),
+    "growmix2": mix5_stage(300, 2e-4, COUNT_MIX, trap=0.4, hops=0.25, json_rows=0.25,
+                           copy_near=0.0),
     # from "growmix2": counting alone (curriculum step: the stop became exact on counting alone in
     # "grow5c"/"grow5e"), with short counts and fewer hops and traps so counts from 1 stay common
     "growcount": dict(stop_stage(300, 3e-4, 10, count_short=0.3, trap=0.3, hops=0.2, n_layers=5),
                       aux_layer=3, aux_weight=0.3),
     # from "growcount": the whole mix back at a low lr (counting alone lost JSON and copy), copy
     # and JSON weighted up
-    "growmix3": dict(tune_stage(steps=250, lr=1.5e-4, warmup=10,
-                                mix=dict(count=0.25, needle=0.10, copy=0.22, lookup=0.13,
-                                         json=0.25, prose=0.05),
-                                short_frac=0.6, repeat=0.2, count_boost=10.0, count_short=0.3,
-                                count_near=2, short_tasks=("needle", "lookup"), repeat_digits=0.7,
-                                count_down=0.10, count_trap=0.3, count_hops=0.2, n_layers=5,
-                                multi_turn=0.1), aux_layer=3, aux_weight=0.3),
+    "growmix3": mix5_stage(250, 1.5e-4, dict(count=0.25, needle=0.10, copy=0.22, lookup=0.13,
+                                             json=0.25, prose=0.05),
+                           json_rows=0.25, copy_near=0.0),
     # from "growmix3": copy and JSON weighted up further, half the JSON examples arrays of
     # objects (most JSON misses), at a higher lr than "growmix3" so that their position look-ups
     # can still change; counting kept at 15 %
-    "copyjson": copy_stage(500, 4e-4, COPY_MIX, warmup=20, copy_near=0.0),
+    "copyjson": mix5_stage(500, 4e-4, COPY_MIX, warmup=20, copy_near=0.0),
     # from "copyjson": the same mix with a third of the copy lists made of look-alike items
     # (two to four first parts: 'Zoe 33', 'Zoe 53'), whose next token only the line settles
-    "copyjson2": copy_stage(600, 3e-4, COPY_MIX, warmup=20),
+    "copyjson2": mix5_stage(600, 3e-4, COPY_MIX, warmup=20),
     # from "copyjson2": counting weighted back up within the mix (a counting-alone stage, as
     # "growcount", erased copy), the copy and JSON data of "copyjson2", a lower lr
-    "remix": copy_stage(400, 2e-4, dict(count=0.35, needle=0.07, copy=0.25, lookup=0.08,
+    "remix": mix5_stage(400, 2e-4, dict(count=0.35, needle=0.07, copy=0.25, lookup=0.08,
                                         json=0.20, prose=0.05)),
     # from "remix": counting weighted up further, fewer traps and hops (so that long counts
     # from 1 stay common: "remix" ran 1..300 on to 304), at a lower lr
-    "remix2": copy_stage(350, 1.5e-4, dict(count=0.45, needle=0.07, copy=0.20, lookup=0.06,
+    "remix2": mix5_stage(350, 1.5e-4, dict(count=0.45, needle=0.07, copy=0.20, lookup=0.06,
                                            json=0.17, prose=0.05), trap=0.2, hops=0.15),
     # experiment from "remix2": more look-alike copy lists and arrays of objects (the misses
     # left in stage 31), counting kept at 20 %
-    "copyjson3": copy_stage(300, 2e-4, dict(count=0.20, needle=0.05, copy=0.35, lookup=0.05,
+    "copyjson3": mix5_stage(300, 2e-4, dict(count=0.20, needle=0.05, copy=0.35, lookup=0.05,
                                             json=0.30, prose=0.05),
                             trap=0.2, hops=0.15, json_rows=0.7, copy_near=0.6),
     # from "tune3" (stage 5): its data at a lower lr, a fifth of the examples as the last turn
