@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces the shipped model from scratch (seeded): tokenizer, training, export, checks.
-#   bash train/make_model.sh [OUT_GGUF]               # the shipped model, ~6.7 h
-#   FROM=stage5 bash train/make_model.sh [OUT_GGUF]   # from the kept stage-5 weights, ~3.2 h
+#   bash train/make_model.sh [OUT_GGUF]               # the shipped model, ~8.1 h
+#   FROM=stage5 bash train/make_model.sh [OUT_GGUF]   # from the kept stage-5 weights, ~4.5 h
 # Needs Debian's python3-torch, python3-numpy and libopenblas0-pthread (apt-get install -y
 # python3-torch python3-numpy libopenblas0-pthread) and a built lamina (build/release).
 # Every stage writes train/out/STAGE.pt and resumes from it when it exists (delete train/out/ to
@@ -60,8 +60,20 @@ stage copyjson copyjson 806 train/out/growmix3.pt
 stage copyjson2 copyjson2 807 train/out/copyjson.pt
 stage remix remix 808 train/out/copyjson2.pt
 stage remix2 remix2 809 train/out/remix.pt
+# 8. The decisions of copy lists and JSON answers weighted (train/README.md, stages 33-36):
+#    which item or row comes next, where it parts from look-alikes, go on or stop (~20 min), the
+#    JSON keys too (~25 min), arrays of objects weighted up at a higher lr (~25 min), then
+#    counting back with counts after an earlier count in the same chat (~10 min). Stage 33
+#    starts from stage 31's weights as kept (f16), as it was measured.
+if [ ! -f train/out/remix2-kept.pt ]; then
+  $PY train/slim.py train/out/remix2.pt train/out/remix2-kept.pt
+fi
+stage struct struct 811 train/out/remix2-kept.pt
+stage struct2 struct2 812 train/out/struct.pt
+stage rows rows 813 train/out/struct2.pt
+stage chatcount chatcount 814 train/out/rows.pt
 # The shipped file is the export of the weights as kept (f16, train/slim.py).
-$PY train/slim.py train/out/remix2.pt train/out/final.pt
+$PY train/slim.py train/out/chatcount.pt train/out/final.pt
 FINAL=train/out/final.pt
 
 $PY train/export_gguf.py "$FINAL" -o "$OUT" --type f16

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import random
+import re
 import sys
 import time
 
@@ -22,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from data import Generator, render_chat  # noqa: E402
+from data import PROMPTS, Generator, render_chat  # noqa: E402
 from model import Config, Transformer, causal_doc_mask  # noqa: E402
 from tokenizer import Tokenizer, build_default, IM_END, IM_START, BOS  # noqa: E402
 
@@ -73,16 +74,24 @@ def stop_stage(steps, lr, warmup, count_short=0.0, trap=0.5, hops=0.33, repeat=0
 COPY_MIX = dict(count=0.15, needle=0.05, copy=0.35, lookup=0.10, json=0.30, prose=0.05)
 
 
-def mix5_stage(steps, lr, mix, warmup=10, trap=0.3, hops=0.2, json_rows=0.5, copy_near=0.3):
-    """A five-layer stage on the whole task mix (stages 25 and 27-32): short counts, traps,
-    hops, digit repeats, chat turns and the digit probe, with arrays of objects (json_rows) and
-    look-alike copy lists (copy_near) weighted as asked."""
-    return dict(tune_stage(steps=steps, lr=lr, warmup=warmup, mix=mix, short_frac=0.6,
-                           repeat=0.2, count_boost=10.0, count_short=0.3, count_near=2,
-                           short_tasks=("needle", "lookup"), repeat_digits=0.7,
-                           count_down=0.10, count_trap=trap, count_hops=hops, n_layers=5,
-                           multi_turn=0.1, json_rows=json_rows, copy_near=copy_near),
-                aux_layer=3, aux_weight=0.3)
+def mix5_stage(steps, lr, mix, warmup=10, trap=0.3, hops=0.2, json_rows=0.5, copy_near=0.3,
+               struct_boost=1.0, struct_keys=False, chat_counts=0.0):
+    """A five-layer stage on the whole task mix (stages 25 and 27-33): short counts, traps,
+    hops, digit repeats, chat turns and the digit probe, with arrays of objects (json_rows),
+    look-alike copy lists (copy_near) and the copy and JSON decisions (struct_boost) weighted as
+    asked."""
+    stage = tune_stage(steps=steps, lr=lr, warmup=warmup, mix=mix, short_frac=0.6, repeat=0.2,
+                       count_boost=10.0, count_short=0.3, count_near=2,
+                       short_tasks=("needle", "lookup"), repeat_digits=0.7, count_down=0.10,
+                       count_trap=trap, count_hops=hops, n_layers=5, multi_turn=0.1,
+                       json_rows=json_rows, copy_near=copy_near)
+    if struct_boost != 1.0:
+        stage["phases"][0]["struct_boost"] = struct_boost
+    if struct_keys:
+        stage["phases"][0]["struct_keys"] = True
+    if chat_counts:
+        stage["phases"][0]["chat_counts"] = chat_counts
+    return dict(stage, aux_layer=3, aux_weight=0.3)
 
 
 PRESETS = {
@@ -241,6 +250,37 @@ PRESETS = {
     "copyjson3": mix5_stage(300, 2e-4, dict(count=0.20, needle=0.05, copy=0.35, lookup=0.05,
                                             json=0.30, prose=0.05),
                             trap=0.2, hops=0.15, json_rows=0.7, copy_near=0.6),
+    # from "remix2": the decisions of copy lists and JSON answers (which row or item comes next,
+    # where it parts from look-alikes, go on or stop) weighted 4, so that a dropped or repeated
+    # row costs more than its easy tokens earn; counting kept at 35 %
+    "struct": mix5_stage(400, 2e-4, dict(count=0.35, needle=0.06, copy=0.22, lookup=0.06,
+                                         json=0.26, prose=0.05),
+                         trap=0.2, hops=0.15, json_rows=0.6, copy_near=0.4, struct_boost=4.0),
+    # from "struct": as "struct", the JSON keys' first letters (which field comes next) weighted
+    # too, at 6 (stage 33's JSON misses left took a wrong or repeated field as often as a row)
+    "struct2": mix5_stage(500, 2e-4, dict(count=0.35, needle=0.06, copy=0.22, lookup=0.06,
+                                          json=0.26, prose=0.05),
+                          trap=0.2, hops=0.15, json_rows=0.6, copy_near=0.4, struct_boost=6.0,
+                          struct_keys=True),
+    # from "struct2": arrays of objects weighted up (70 % of JSON, JSON 35 % of the mix) at a
+    # higher lr (copy had answered to 3e-4 in "copyjson2", not to 2e-4)
+    "rows": mix5_stage(500, 3e-4, dict(count=0.30, needle=0.05, copy=0.20, lookup=0.05,
+                                       json=0.35, prose=0.05),
+                       warmup=20, trap=0.2, hops=0.15, json_rows=0.7, copy_near=0.4,
+                       struct_boost=6.0, struct_keys=True),
+    # from "rows": counting weighted back up at a low lr (as "remix2" after "remix"), a third of
+    # the counts up after an earlier count from the same start to another end ("rows" stopped
+    # `1 to 6` at 3 after a `1 to 3` turn of the same chat)
+    "chatcount": mix5_stage(200, 1.5e-4, dict(count=0.45, needle=0.07, copy=0.18, lookup=0.05,
+                                              json=0.20, prose=0.05),
+                            trap=0.2, hops=0.15, json_rows=0.6, copy_near=0.4,
+                            struct_boost=6.0, struct_keys=True, chat_counts=0.3),
+    # experiment from "chatcount": arrays of objects weighted up again (as "rows", at 2e-4),
+    # keeping the counts after an earlier count
+    "rows2": mix5_stage(300, 2e-4, dict(count=0.35, needle=0.05, copy=0.20, lookup=0.05,
+                                        json=0.30, prose=0.05),
+                        trap=0.2, hops=0.15, json_rows=0.7, copy_near=0.4, struct_boost=6.0,
+                        struct_keys=True, chat_counts=0.3),
     # from "tune3" (stage 5): its data at a lower lr, a fifth of the examples as the last turn
     # of a chat (one or two short earlier turns first), so that `lamina chat` answers the last
     # question and not the first
@@ -255,8 +295,83 @@ PRESETS = {
 TASKS = ["count", "needle", "copy", "lookup", "json", "prose"]
 
 
+def _common_prefix(a, b):
+    n = 0
+    while n < len(a) and n < len(b) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _split_points(parts):
+    """For each string of parts, where it stops sharing a prefix with any other: the index of
+    its first character that no other part shares at that place (len(part) when another part
+    extends it)."""
+    return [max((_common_prefix(x, y) for j, y in enumerate(parts) if j != i), default=0)
+            for i, x in enumerate(parts)]
+
+
+def decisive_chars(task, answer, keys=False):
+    """Character offsets of an answer's decisions for the structure weight (struct_boost):
+    where the next token is settled by which item or row comes next rather than by the item
+    being written. Copy: each line's first character, and the character where the line parts
+    from every other line of the list that starts like it ('Zoe 33' / 'Zoe 53': the '3'; the
+    newline when another line extends it). JSON: each value's first character and the place
+    where it parts from the other values of its field, the character after each value (',' goes
+    on, '}' or ']' ends the object or array) and, in an array of objects, the character after
+    each '}' (another row or the end); with keys, also each key's first letter (which field
+    comes next). Offsets index the answer's UTF-8 bytes; [] when the answer is not of that
+    form."""
+    out = []
+    if task == "copy":
+        lines = answer.split("\n")
+        pos = 0
+        for line, split in zip(lines, _split_points(lines)):
+            out += [pos, pos + min(split, len(line))]
+            pos += len(line.encode("utf-8")) + 1
+        return out
+    if task != "json":
+        return out
+    try:
+        value = json.loads(answer)
+    except ValueError:
+        return out
+    rows = value if isinstance(value, list) else [value]
+    marks = []
+    if isinstance(value, list) and not all(isinstance(r, dict) for r in rows):
+        texts = [json.dumps(x) for x in rows]  # an array of plain values
+        text = "["
+        for k, (t, split) in enumerate(zip(texts, _split_points(texts))):
+            split = max(split, 1) if t.startswith('"') else split  # a quote settles nothing
+            text += ", " if k else ""
+            marks += [len(text), len(text) + min(split, len(t)), len(text) + len(t)]
+            text += t
+        text += "]"
+    else:  # an object, or an array of objects with the same fields
+        splits = {f: _split_points([json.dumps(r.get(f)) for r in rows]) for f in rows[0]}
+        text = "[" if isinstance(value, list) else ""
+        for i, row in enumerate(rows):
+            text += (", " if i else "") + "{"
+            for k, (f, v) in enumerate(row.items()):
+                text += ", " if k else ""
+                if keys:
+                    marks.append(len(text) + 1)
+                text += json.dumps(f) + ": "
+                t = json.dumps(v)
+                split = splits[f][i] if f in splits else 0
+                split = max(split, 1) if t.startswith('"') else split
+                marks += [len(text), len(text) + min(split, len(t)), len(text) + len(t)]
+                text += t
+            text += "}"
+            if isinstance(value, list):
+                marks.append(len(text))  # another row or the end
+        text += "]" if isinstance(value, list) else ""
+    if text != answer:  # not in json.dumps' compact form: leave it at the base weight
+        return []
+    return sorted(set(len(text[:m].encode("utf-8")) for m in marks))
+
+
 def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=False,
-                   count_newline=False, history=()):
+                   count_newline=False, history=(), struct_boost=1.0, struct_keys=False):
     """Token ids and per-token loss weights: 0 on the prompt; on the answer and its <|im_end|>,
     max(1, 48 / answer length) capped at 8, so that short answers (a needle's code, a looked-up
     value) are not drowned by the long counting answers. With count_boost > 1, a counting
@@ -278,7 +393,12 @@ def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=F
     decisive weight moves from the newline to the token after it.
 
     history: earlier (prompt, answer) turns of the same conversation, rendered before this one
-    as the chat template does (`lamina chat`); they are context only (weight 0)."""
+    as the chat template does (`lamina chat`); they are context only (weight 0).
+
+    struct_boost > 1 gives that weight to the tokens that hold a copy or JSON answer's
+    decisions (decisive_chars: which item or row comes next, where it parts from look-alikes,
+    go on or stop) and to the end of turn: a dropped or repeated row is decided there, and at
+    weight 1 the easy tokens of the rows hide it."""
     head = tok.encode("".join(render_chat(p, a) for p, a in history) + render_chat(prompt),
                       add_bos=True)
     shift = 1 if count_newline and task == "count" else 0
@@ -315,6 +435,14 @@ def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=F
                 weights[pos + len(line) + shift] = max(weights[pos + len(line) + shift],
                                                        count_boost)
             pos += len(line) + 1
+    if task in ("copy", "json") and struct_boost > 1.0:
+        marks = decisive_chars(task, answer, struct_keys)
+        pos = 0
+        for j, t in enumerate(body):
+            end = pos + len(tok.piece(t))
+            if t == IM_END or any(pos <= m < end for m in marks):
+                weights[j] = max(weights[j], struct_boost)
+            pos = end
     if task == "stopcopy" and count_boost > 1.0:
         # each line's end is a stop decision (go on after a near miss, end after B)
         for j, t in enumerate(body):
@@ -476,7 +604,7 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
                         count_near=False, short_tasks=("needle", "copy", "lookup"),
                         repeat_digits=0.0, count_down=0.20, count_trap=0.0, count_hops=0.0,
                         count_newline=False, aux=False, multi_turn=0.0, json_rows=0.25,
-                        copy_near=0.0):
+                        copy_near=0.0, struct_boost=1.0, struct_keys=False, chat_counts=0.0):
     """The same kind of rows as make_batch, but each example goes to the shortest row length in
     `buckets` that holds it (first fit, longest examples first), so short examples stop paying
     for T x T attention over a long row. Examples are drawn until token_budget tokens are in
@@ -484,7 +612,10 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
     with aux, a sixth item: the digit probe's targets [rows, L, 5] (-100 where none;
     count_aux_targets). With multi_turn, that share of the examples is the last turn of a
     conversation: one or two short earlier turns (any task, up to 240 tokens) come first, so the
-    model learns to answer the last question and not an earlier one (`lamina chat`)."""
+    model learns to answer the last question and not an earlier one (`lamina chat`). With
+    chat_counts, that share of the counts up (with no other history) follow one earlier short
+    count from the same start to another end: the second count must stop at its own B, not at
+    the end the conversation has already seen (`Count from 1 to 3`, then `1 to 6`)."""
     longest = buckets[-1]
     gen = Generator(seed, max_answer_tokens=max_answer_tokens,
                     max_prompt_chars=int(longest * 3.9), weights=weights,
@@ -512,8 +643,14 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
                             history.append((hp, ha))
                             break
             task, p, a = gen.example()
+            start = re.fullmatch(r"Count from (\d+) to (\d+), one number per line\.", p)
+            if chat_counts > 0 and not history and start and rng.random() < chat_counts:
+                a0, b0 = int(start.group(1)), int(start.group(2))
+                b1 = rng.choice([b for b in range(a0 + 1, a0 + 31) if b != b0])
+                history = [(PROMPTS["count"].format(a=a0, b=b1),
+                            "\n".join(str(x) for x in range(a0, b1 + 1)))]
             ids, mask = encode_example(tok, p, a, task, count_boost, count_near, count_newline,
-                                       history)
+                                       history, struct_boost, struct_keys)
         if len(ids) > longest + 1:
             continue
         examples.append((task, ids, mask, count_aux_targets(tok, ids, task) if aux else []))
@@ -779,7 +916,10 @@ def main():
                                         aux=aux_head is not None,
                                         multi_turn=phase.get("multi_turn", 0.0),
                                         json_rows=phase.get("json_rows", 0.25),
-                                        copy_near=phase.get("copy_near", 0.0))
+                                        copy_near=phase.get("copy_near", 0.0),
+                                        struct_boost=phase.get("struct_boost", 1.0),
+                                        struct_keys=phase.get("struct_keys", False),
+                                        chat_counts=phase.get("chat_counts", 0.0))
         t1 = time.time()
         prof = None
         if args.profile and step < 2 + (ckpt["step"] if ckpt else 0):
