@@ -76,7 +76,7 @@ COPY_MIX = dict(count=0.15, needle=0.05, copy=0.35, lookup=0.10, json=0.30, pros
 
 def mix5_stage(steps, lr, mix, warmup=10, trap=0.3, hops=0.2, json_rows=0.5, copy_near=0.3,
                struct_boost=1.0, struct_keys=False, chat_counts=0.0):
-    """A five-layer stage on the whole task mix (stages 25 and 27-33): short counts, traps,
+    """A five-layer stage on the whole task mix (stages 25 and 27-38): short counts, traps,
     hops, digit repeats, chat turns and the digit probe, with arrays of objects (json_rows),
     look-alike copy lists (copy_near) and the copy and JSON decisions (struct_boost) weighted as
     asked."""
@@ -281,6 +281,12 @@ PRESETS = {
                                         json=0.30, prose=0.05),
                         trap=0.2, hops=0.15, json_rows=0.7, copy_near=0.4, struct_boost=6.0,
                         struct_keys=True, chat_counts=0.3),
+    # experiment from "chatcount": "rows" (its lr 3e-4 moved JSON most) with the counts after
+    # counts of "chatcount" and counting at 35 %
+    "rows3": mix5_stage(400, 3e-4, dict(count=0.35, needle=0.05, copy=0.20, lookup=0.05,
+                                        json=0.30, prose=0.05),
+                        warmup=20, trap=0.2, hops=0.15, json_rows=0.7, copy_near=0.4,
+                        struct_boost=6.0, struct_keys=True, chat_counts=0.3),
     # from "tune3" (stage 5): its data at a lower lr, a fifth of the examples as the last turn
     # of a chat (one or two short earlier turns first), so that `lamina chat` answers the last
     # question and not the first
@@ -326,7 +332,7 @@ def decisive_chars(task, answer, keys=False):
         lines = answer.split("\n")
         pos = 0
         for line, split in zip(lines, _split_points(lines)):
-            out += [pos, pos + min(split, len(line))]
+            out += [pos, pos + len(line[:split].encode("utf-8"))]
             pos += len(line.encode("utf-8")) + 1
         return out
     if task != "json":
@@ -336,6 +342,8 @@ def decisive_chars(task, answer, keys=False):
     except ValueError:
         return out
     rows = value if isinstance(value, list) else [value]
+    if not rows or (not isinstance(value, list) and not isinstance(value, dict)):
+        return out
     marks = []
     if isinstance(value, list) and not all(isinstance(r, dict) for r in rows):
         texts = [json.dumps(x) for x in rows]  # an array of plain values
