@@ -94,6 +94,19 @@ def mix5_stage(steps, lr, mix, warmup=10, trap=0.3, hops=0.2, json_rows=0.5, cop
     return dict(stage, aux_layer=3, aux_weight=0.3)
 
 
+def struct_stage(steps, lr, mix, warmup=10, json_rows=0.6, struct_boost=6.0, struct_keys=True,
+                 chat_counts=0.0):
+    """A five-layer stage with the copy and JSON decisions weighted (stages 33-39): mix5_stage
+    with fewer traps and hops (0.2, 0.15), 40 % look-alike copy lists and the JSON keys
+    weighted with the decisions unless asked otherwise."""
+    return mix5_stage(steps, lr, mix, warmup=warmup, trap=0.2, hops=0.15, json_rows=json_rows,
+                      copy_near=0.4, struct_boost=struct_boost, struct_keys=struct_keys,
+                      chat_counts=chat_counts)
+
+
+ROWS_MIX = dict(count=0.35, needle=0.05, copy=0.20, lookup=0.05, json=0.30, prose=0.05)
+
+
 PRESETS = {
     # the shipped model's shape: repeats alone in short rows at a constant lr 2e-3 until their
     # loss is below 0.5 (the induction transition), then the task mix with a quarter of repeats
@@ -253,40 +266,30 @@ PRESETS = {
     # from "remix2": the decisions of copy lists and JSON answers (which row or item comes next,
     # where it parts from look-alikes, go on or stop) weighted 4, so that a dropped or repeated
     # row costs more than its easy tokens earn; counting kept at 35 %
-    "struct": mix5_stage(400, 2e-4, dict(count=0.35, needle=0.06, copy=0.22, lookup=0.06,
-                                         json=0.26, prose=0.05),
-                         trap=0.2, hops=0.15, json_rows=0.6, copy_near=0.4, struct_boost=4.0),
+    "struct": struct_stage(400, 2e-4, dict(count=0.35, needle=0.06, copy=0.22, lookup=0.06,
+                                           json=0.26, prose=0.05),
+                           struct_boost=4.0, struct_keys=False),
     # from "struct": as "struct", the JSON keys' first letters (which field comes next) weighted
     # too, at 6 (stage 33's JSON misses left took a wrong or repeated field as often as a row)
-    "struct2": mix5_stage(500, 2e-4, dict(count=0.35, needle=0.06, copy=0.22, lookup=0.06,
-                                          json=0.26, prose=0.05),
-                          trap=0.2, hops=0.15, json_rows=0.6, copy_near=0.4, struct_boost=6.0,
-                          struct_keys=True),
+    "struct2": struct_stage(500, 2e-4, dict(count=0.35, needle=0.06, copy=0.22, lookup=0.06,
+                                            json=0.26, prose=0.05)),
     # from "struct2": arrays of objects weighted up (70 % of JSON, JSON 35 % of the mix) at a
     # higher lr (copy had answered to 3e-4 in "copyjson2", not to 2e-4)
-    "rows": mix5_stage(500, 3e-4, dict(count=0.30, needle=0.05, copy=0.20, lookup=0.05,
-                                       json=0.35, prose=0.05),
-                       warmup=20, trap=0.2, hops=0.15, json_rows=0.7, copy_near=0.4,
-                       struct_boost=6.0, struct_keys=True),
+    "rows": struct_stage(500, 3e-4, dict(count=0.30, needle=0.05, copy=0.20, lookup=0.05,
+                                         json=0.35, prose=0.05),
+                         warmup=20, json_rows=0.7),
     # from "rows": counting weighted back up at a low lr (as "remix2" after "remix"), a third of
     # the counts up after an earlier count from the same start to another end ("rows" stopped
     # `1 to 6` at 3 after a `1 to 3` turn of the same chat)
-    "chatcount": mix5_stage(200, 1.5e-4, dict(count=0.45, needle=0.07, copy=0.18, lookup=0.05,
-                                              json=0.20, prose=0.05),
-                            trap=0.2, hops=0.15, json_rows=0.6, copy_near=0.4,
-                            struct_boost=6.0, struct_keys=True, chat_counts=0.3),
+    "chatcount": struct_stage(200, 1.5e-4, dict(count=0.45, needle=0.07, copy=0.18, lookup=0.05,
+                                                json=0.20, prose=0.05),
+                              chat_counts=0.3),
     # experiment from "chatcount": arrays of objects weighted up again (as "rows", at 2e-4),
     # keeping the counts after an earlier count
-    "rows2": mix5_stage(300, 2e-4, dict(count=0.35, needle=0.05, copy=0.20, lookup=0.05,
-                                        json=0.30, prose=0.05),
-                        trap=0.2, hops=0.15, json_rows=0.7, copy_near=0.4, struct_boost=6.0,
-                        struct_keys=True, chat_counts=0.3),
+    "rows2": struct_stage(300, 2e-4, ROWS_MIX, json_rows=0.7, chat_counts=0.3),
     # experiment from "chatcount": "rows" (its lr 3e-4 moved JSON most) with the counts after
     # counts of "chatcount" and counting at 35 %
-    "rows3": mix5_stage(400, 3e-4, dict(count=0.35, needle=0.05, copy=0.20, lookup=0.05,
-                                        json=0.30, prose=0.05),
-                        warmup=20, trap=0.2, hops=0.15, json_rows=0.7, copy_near=0.4,
-                        struct_boost=6.0, struct_keys=True, chat_counts=0.3),
+    "rows3": struct_stage(400, 3e-4, ROWS_MIX, warmup=20, json_rows=0.7, chat_counts=0.3),
     # from "tune3" (stage 5): its data at a lower lr, a fifth of the examples as the last turn
     # of a chat (one or two short earlier turns first), so that `lamina chat` answers the last
     # question and not the first
@@ -314,6 +317,14 @@ def _split_points(parts):
     extends it)."""
     return [max((_common_prefix(x, y) for j, y in enumerate(parts) if j != i), default=0)
             for i, x in enumerate(parts)]
+
+
+def _value_marks(start, text, split):
+    """A JSON value's decisions, as offsets into the answer: its first character, where it
+    parts from the other values it could be confused with (split; a string's opening quote
+    settles nothing), and the character after it."""
+    split = max(split, 1) if text.startswith('"') else split
+    return [start, start + min(split, len(text)), start + len(text)]
 
 
 def decisive_chars(task, answer, keys=False):
@@ -349,9 +360,8 @@ def decisive_chars(task, answer, keys=False):
         texts = [json.dumps(x) for x in rows]  # an array of plain values
         text = "["
         for k, (t, split) in enumerate(zip(texts, _split_points(texts))):
-            split = max(split, 1) if t.startswith('"') else split  # a quote settles nothing
             text += ", " if k else ""
-            marks += [len(text), len(text) + min(split, len(t)), len(text) + len(t)]
+            marks += _value_marks(len(text), t, split)
             text += t
         text += "]"
     else:  # an object, or an array of objects with the same fields
@@ -365,9 +375,7 @@ def decisive_chars(task, answer, keys=False):
                     marks.append(len(text) + 1)
                 text += json.dumps(f) + ": "
                 t = json.dumps(v)
-                split = splits[f][i] if f in splits else 0
-                split = max(split, 1) if t.startswith('"') else split
-                marks += [len(text), len(text) + min(split, len(t)), len(text) + len(t)]
+                marks += _value_marks(len(text), t, splits[f][i] if f in splits else 0)
                 text += t
             text += "}"
             if isinstance(value, list):
