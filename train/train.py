@@ -44,7 +44,8 @@ COUNT_MIX = dict(count=0.36, needle=0.08, copy=0.15, lookup=0.20, json=0.16, pro
 def tune_stage(steps, lr, warmup, mix, short_frac, repeat, count_boost, count_short,
                count_near=False, short_tasks=("needle", "copy", "lookup"), repeat_digits=0.0,
                count_down=0.20, count_trap=0.0, count_hops=0.0, n_layers=4,
-               count_newline=False, multi_turn=0.0, json_rows=0.25, copy_near=0.0):
+               count_newline=False, multi_turn=0.0, json_rows=0.25, copy_near=0.0,
+               json_wide=False):
     """A fine-tuning stage of the shipped model's shape (started with --init): one phase of
     bucketed task examples with quoted JSON fields, lr decaying by cosine from the start."""
     return dict(dim=256, n_layers=n_layers, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
@@ -56,7 +57,8 @@ def tune_stage(steps, lr, warmup, mix, short_frac, repeat, count_boost, count_sh
                              count_down=count_down, count_trap=count_trap,
                              count_hops=count_hops, count_newline=count_newline,
                              multi_turn=multi_turn, json_rows=json_rows,
-                             copy_near=copy_near, json_style="quoted")],
+                             copy_near=copy_near, json_style="quoted",
+                             **(dict(json_wide=True) if json_wide else {}))],
                 decay_phase=0)
 
 
@@ -75,7 +77,7 @@ COPY_MIX = dict(count=0.15, needle=0.05, copy=0.35, lookup=0.10, json=0.30, pros
 
 
 def mix5_stage(steps, lr, mix, warmup=10, trap=0.3, hops=0.2, json_rows=0.5, copy_near=0.3,
-               struct_boost=1.0, struct_keys=False, chat_counts=0.0):
+               struct_boost=1.0, struct_keys=False, chat_counts=0.0, json_wide=False):
     """A five-layer stage on the whole task mix (stages 25 and 27-38): short counts, traps,
     hops, digit repeats, chat turns and the digit probe, with arrays of objects (json_rows),
     look-alike copy lists (copy_near) and the copy and JSON decisions (struct_boost) weighted as
@@ -84,7 +86,7 @@ def mix5_stage(steps, lr, mix, warmup=10, trap=0.3, hops=0.2, json_rows=0.5, cop
                        count_boost=10.0, count_short=0.3, count_near=2,
                        short_tasks=("needle", "lookup"), repeat_digits=0.7, count_down=0.10,
                        count_trap=trap, count_hops=hops, n_layers=5, multi_turn=0.1,
-                       json_rows=json_rows, copy_near=copy_near)
+                       json_rows=json_rows, copy_near=copy_near, json_wide=json_wide)
     if struct_boost != 1.0:
         stage["phases"][0]["struct_boost"] = struct_boost
     if struct_keys:
@@ -95,13 +97,13 @@ def mix5_stage(steps, lr, mix, warmup=10, trap=0.3, hops=0.2, json_rows=0.5, cop
 
 
 def struct_stage(steps, lr, mix, warmup=10, json_rows=0.6, struct_boost=6.0, struct_keys=True,
-                 chat_counts=0.0):
+                 chat_counts=0.0, json_wide=False):
     """A five-layer stage with the copy and JSON decisions weighted (stages 33-39): mix5_stage
     with fewer traps and hops (0.2, 0.15), 40 % look-alike copy lists and the JSON keys
     weighted with the decisions unless asked otherwise."""
     return mix5_stage(steps, lr, mix, warmup=warmup, trap=0.2, hops=0.15, json_rows=json_rows,
                       copy_near=0.4, struct_boost=struct_boost, struct_keys=struct_keys,
-                      chat_counts=chat_counts)
+                      chat_counts=chat_counts, json_wide=json_wide)
 
 
 ROWS_MIX = dict(count=0.35, needle=0.05, copy=0.20, lookup=0.05, json=0.30, prose=0.05)
@@ -290,6 +292,14 @@ PRESETS = {
     # experiment from "chatcount": "rows" (its lr 3e-4 moved JSON most) with the counts after
     # counts of "chatcount" and counting at 35 %
     "rows3": struct_stage(400, 3e-4, ROWS_MIX, warmup=20, json_rows=0.7, chat_counts=0.3),
+    # experiment from "chatcount": "rows3" twice as long, so that the cosine tail (the low lr
+    # that brought counting back in "chatcount") comes after the JSON rows have moved
+    "rows4": struct_stage(800, 3e-4, ROWS_MIX, warmup=20, json_rows=0.7, chat_counts=0.3),
+    # experiment: "rows4" with JSON answers larger than the held-out ones (objects of up to 8
+    # fields, arrays of up to 6 objects) and copy's share up from 20 % to 25 %
+    "wide": struct_stage(600, 3e-4, dict(count=0.30, needle=0.05, copy=0.25, lookup=0.05,
+                                         json=0.30, prose=0.05),
+                         warmup=20, json_rows=0.7, chat_counts=0.3, json_wide=True),
     # from "tune3" (stage 5): its data at a lower lr, a fifth of the examples as the last turn
     # of a chat (one or two short earlier turns first), so that `lamina chat` answers the last
     # question and not the first
@@ -620,7 +630,8 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
                         count_near=False, short_tasks=("needle", "copy", "lookup"),
                         repeat_digits=0.0, count_down=0.20, count_trap=0.0, count_hops=0.0,
                         count_newline=False, aux=False, multi_turn=0.0, json_rows=0.25,
-                        copy_near=0.0, struct_boost=1.0, struct_keys=False, chat_counts=0.0):
+                        copy_near=0.0, struct_boost=1.0, struct_keys=False, chat_counts=0.0,
+                        json_wide=False):
     """The same kind of rows as make_batch, but each example goes to the shortest row length in
     `buckets` that holds it (first fit, longest examples first), so short examples stop paying
     for T x T attention over a long row. Examples are drawn until token_budget tokens are in
@@ -638,7 +649,7 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
                     short_frac=short_frac, count_short=count_short, json_style=json_style,
                     short_tasks=short_tasks, count_down=count_down, count_trap=count_trap,
                     count_hops=count_hops, json_rows=json_rows,
-                    copy_near=copy_near)
+                    copy_near=copy_near, json_wide=json_wide)
     rng = random.Random(seed * 7 + 3)
     digit_ids = tok.encode("0123456789\n", add_bos=False) if repeat_digits > 0 else None
     examples = []
@@ -935,7 +946,8 @@ def main():
                                         copy_near=phase.get("copy_near", 0.0),
                                         struct_boost=phase.get("struct_boost", 1.0),
                                         struct_keys=phase.get("struct_keys", False),
-                                        chat_counts=phase.get("chat_counts", 0.0))
+                                        chat_counts=phase.get("chat_counts", 0.0),
+                                        json_wide=phase.get("json_wide", False))
         t1 = time.time()
         prof = None
         if args.profile and step < 2 + (ckpt["step"] if ckpt else 0):
