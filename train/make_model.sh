@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Reproduces the shipped model from scratch (seeded): tokenizer, training, export, checks.
-#   bash train/make_model.sh [OUT_GGUF]               # the shipped model, ~8.1 h
-#   FROM=stage5 bash train/make_model.sh [OUT_GGUF]   # from the kept stage-5 weights, ~4.5 h
+#   bash train/make_model.sh [OUT_GGUF]               # the shipped model, ~10.1 h
+#   FROM=stage5 bash train/make_model.sh [OUT_GGUF]   # from the kept stage-5 weights, ~6.5 h
+#   FROM=stage36 bash train/make_model.sh [OUT_GGUF]  # from the kept stage-36 weights, ~2 h
 # Needs Debian's python3-torch, python3-numpy and libopenblas0-pthread (apt-get install -y
 # python3-torch python3-numpy libopenblas0-pthread) and a built lamina (build/release).
 # Every stage writes train/out/STAGE.pt and resumes from it when it exists (delete train/out/ to
@@ -24,56 +25,85 @@ stage() {
   touch "train/out/$name.done"
 }
 
-if [ "${FROM:-scratch}" = stage5 ]; then
-  BASE=train/checkpoints/stage5-tune3.pt
-else
-  # 1. Induction heads first: random repeats alone, one per row, lr 2e-3 (seed 0 forms them
-  #    after ~550 steps; ~5 minutes on one core).
-  if [ ! -f train/out/induction.pt ]; then
-    nice -n 10 $PY train/induction_check.py --lr 2e-3 --wd 0.1 --seed 0 --steps 1000 \
-      --save train/out/induction.pt 2>&1 | tee -a $LOG
+# keep NAME: the stage's weights as f16 (train/slim.py) in train/out/NAME-kept.pt, the form
+# the next stage was started from and the mean was taken of.
+keep() {
+  if [ ! -f "train/out/$1-kept.pt" ]; then
+    $PY train/slim.py "train/out/$1.pt" "train/out/$1-kept.pt"
   fi
-  # 2. The task mix from those weights (run 5, ~85 min; data seed = --seed, train.py's default).
-  stage ckpt full 1234 train/out/induction.pt
-  # 3-5. Fine-tuning stages 3-5: the bars' tasks weighted up, counting's decisive tokens, key
-  #      look-up (which taught the model to read the start number); ~115 min together.
-  stage tune tune 777 train/out/ckpt.pt
-  stage tune2 tune2 778 train/out/tune.pt
-  stage tune3 tune3 779 train/out/tune2.pt
-  BASE=train/out/tune3.pt
+}
+
+if [ "${FROM:-scratch}" = stage36 ]; then
+  [ -f train/out/chatcount-kept.pt ] || cp train/checkpoints/chatcount.pt train/out/chatcount-kept.pt
+else
+  if [ "${FROM:-scratch}" = stage5 ]; then
+    BASE=train/checkpoints/stage5-tune3.pt
+  else
+    # 1. Induction heads first: random repeats alone, one per row, lr 2e-3 (seed 0 forms them
+    #    after ~550 steps; ~5 minutes on one core).
+    if [ ! -f train/out/induction.pt ]; then
+      nice -n 10 $PY train/induction_check.py --lr 2e-3 --wd 0.1 --seed 0 --steps 1000 \
+        --save train/out/induction.pt 2>&1 | tee -a $LOG
+    fi
+    # 2. The task mix from those weights (run 5, ~85 min; data seed = --seed, train.py's default).
+    stage ckpt full 1234 train/out/induction.pt
+    # 3-5. Fine-tuning stages 3-5: the bars' tasks weighted up, counting's decisive tokens, key
+    #      look-up (which taught the model to read the start number); ~115 min together.
+    stage tune tune 777 train/out/ckpt.pt
+    stage tune2 tune2 778 train/out/tune.pt
+    stage tune3 tune3 779 train/out/tune2.pt
+    BASE=train/out/tune3.pt
+  fi
+  # 6. One block inserted after layer 2 (its attention a copy of layer 2's, its output zero),
+  #    then five-layer stages with the digit probe on the new block (train/README.md, stages
+  #    23-27): the whole mix with chat turns (~55 min), short counts back (~17 min), counting alone
+  #    (~20 min), the whole mix back with copy and JSON weighted up (~14 min).
+  if [ ! -f train/out/grown.pt ]; then
+    $PY train/grow.py "$BASE" --after 2 --attn-from 2 --out train/out/grown.pt | tee -a $LOG
+  fi
+  stage growmix growmix 801 train/out/grown.pt
+  stage growmix2 growmix2 803 train/out/growmix.pt
+  stage growcount growcount 804 train/out/growmix2.pt
+  stage growmix3 growmix3 805 train/out/growcount.pt
+  # 7. Copy and JSON (train/README.md, stages 28-31): copy and JSON weighted up, half the JSON
+  #    arrays of objects (~27 min), then a third of the copy lists look-alike items (~34 min), then
+  #    counting weighted back up in two steps (~23 and ~21 min).
+  stage copyjson copyjson 806 train/out/growmix3.pt
+  stage copyjson2 copyjson2 807 train/out/copyjson.pt
+  stage remix remix 808 train/out/copyjson2.pt
+  stage remix2 remix2 809 train/out/remix.pt
+  # 8. The decisions of copy lists and JSON answers weighted (train/README.md, stages 33-36):
+  #    which item or row comes next, where it parts from look-alikes, go on or stop (~20 min), the
+  #    JSON keys too (~25 min), arrays of objects weighted up at a higher lr (~25 min), then
+  #    counting back with counts after an earlier count in the same chat (~10 min). Stage 33
+  #    starts from stage 31's weights as kept (f16), as it was measured.
+  if [ ! -f train/out/remix2-kept.pt ]; then
+    $PY train/slim.py train/out/remix2.pt train/out/remix2-kept.pt
+  fi
+  stage struct struct 811 train/out/remix2-kept.pt
+  stage struct2 struct2 812 train/out/struct.pt
+  stage rows rows 813 train/out/struct2.pt
+  stage chatcount chatcount 814 train/out/rows.pt
+  keep chatcount
 fi
-# 6. One block inserted after layer 2 (its attention a copy of layer 2's, its output zero),
-#    then five-layer stages with the digit probe on the new block (train/README.md, stages
-#    23-27): the whole mix with chat turns (~55 min), short counts back (~17 min), counting alone
-#    (~20 min), the whole mix back with copy and JSON weighted up (~14 min).
-if [ ! -f train/out/grown.pt ]; then
-  $PY train/grow.py "$BASE" --after 2 --attn-from 2 --out train/out/grown.pt | tee -a $LOG
-fi
-stage growmix growmix 801 train/out/grown.pt
-stage growmix2 growmix2 803 train/out/growmix.pt
-stage growcount growcount 804 train/out/growmix2.pt
-stage growmix3 growmix3 805 train/out/growcount.pt
-# 7. Copy and JSON (train/README.md, stages 28-31): copy and JSON weighted up, half the JSON
-#    arrays of objects (~27 min), then a third of the copy lists look-alike items (~34 min), then
-#    counting weighted back up in two steps (~23 and ~21 min).
-stage copyjson copyjson 806 train/out/growmix3.pt
-stage copyjson2 copyjson2 807 train/out/copyjson.pt
-stage remix remix 808 train/out/copyjson2.pt
-stage remix2 remix2 809 train/out/remix.pt
-# 8. The decisions of copy lists and JSON answers weighted (train/README.md, stages 33-36):
-#    which item or row comes next, where it parts from look-alikes, go on or stop (~20 min), the
-#    JSON keys too (~25 min), arrays of objects weighted up at a higher lr (~25 min), then
-#    counting back with counts after an earlier count in the same chat (~10 min). Stage 33
-#    starts from stage 31's weights as kept (f16), as it was measured.
-if [ ! -f train/out/remix2-kept.pt ]; then
-  $PY train/slim.py train/out/remix2.pt train/out/remix2-kept.pt
-fi
-stage struct struct 811 train/out/remix2-kept.pt
-stage struct2 struct2 812 train/out/struct.pt
-stage rows rows 813 train/out/struct2.pt
-stage chatcount chatcount 814 train/out/rows.pt
-# The shipped file is the export of the weights as kept (f16, train/slim.py).
-$PY train/slim.py train/out/chatcount.pt train/out/final.pt
+# 9. Arrays of objects again at lr 3e-4 (~40 min), counting back (~10 min), JSON answers larger
+#    than the held-out ones with copy at 25 % (~30 min), counting back (~10 min), and the larger
+#    JSON answers again from the first counting-back stage (~30 min); the shipped weights are the
+#    mean of stages 36, 40, 41, 43 and 44 (all but the first `wide`; train/soup.py;
+#    train/README.md, stages 40-44).
+stage rows4 rows4 818 train/out/chatcount-kept.pt
+keep rows4
+stage count4 chatcount 819 train/out/rows4-kept.pt
+keep count4
+stage wide wide 820 train/out/count4-kept.pt
+keep wide
+stage count5 chatcount 821 train/out/wide-kept.pt
+keep count5
+stage wide2 wide 822 train/out/count4-kept.pt
+keep wide2
+$PY train/soup.py train/out/chatcount-kept.pt train/out/rows4-kept.pt train/out/count4-kept.pt \
+  train/out/count5-kept.pt train/out/wide2-kept.pt -o train/out/final.pt \
+  --note "mean of stages 36, 40, 41, 43 and 44"
 FINAL=train/out/final.pt
 
 $PY train/export_gguf.py "$FINAL" -o "$OUT" --type f16
