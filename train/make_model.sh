@@ -77,9 +77,7 @@ else
   #    JSON keys too (~25 min), arrays of objects weighted up at a higher lr (~25 min), then
   #    counting back with counts after an earlier count in the same chat (~10 min). Stage 33
   #    starts from stage 31's weights as kept (f16), as it was measured.
-  if [ ! -f train/out/remix2-kept.pt ]; then
-    $PY train/slim.py train/out/remix2.pt train/out/remix2-kept.pt
-  fi
+  keep remix2
   stage struct struct 811 train/out/remix2-kept.pt
   stage struct2 struct2 812 train/out/struct.pt
   stage rows rows 813 train/out/struct2.pt

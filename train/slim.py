@@ -10,6 +10,19 @@ import argparse
 import torch
 
 
+def slim_checkpoint(ck, note):
+    """The parts of checkpoint ck worth keeping: model (and digit probe) weights as f16, config,
+    step, tokenizer and args, with a note; no optimizer state."""
+    slim = {"model": {k: v.half() for k, v in ck["model"].items()}, "config": ck["config"],
+            "step": ck.get("step", 0), "note": note}
+    for key in ("tokenizer", "args"):
+        if key in ck:
+            slim[key] = ck[key]
+    if ck.get("aux_head") is not None:
+        slim["aux_head"] = {k: v.half() for k, v in ck["aux_head"].items()}
+    return slim
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -17,14 +30,7 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--note", default="")
     args = ap.parse_args()
-    ck = torch.load(args.ckpt, map_location="cpu")
-    slim = {"model": {k: v.half() for k, v in ck["model"].items()}, "config": ck["config"],
-            "step": ck.get("step", 0), "note": args.note}
-    for key in ("tokenizer", "args"):
-        if key in ck:
-            slim[key] = ck[key]
-    if ck.get("aux_head") is not None:
-        slim["aux_head"] = {k: v.half() for k, v in ck["aux_head"].items()}
+    slim = slim_checkpoint(torch.load(args.ckpt, map_location="cpu"), args.note)
     torch.save(slim, args.out)
     print(f"{args.out}: step {slim['step']}, {len(slim['model'])} tensors")
 

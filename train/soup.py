@@ -7,8 +7,13 @@ checkpoint (f16 weights, as slim.py) that export_gguf.py and `train.py --init` a
 """
 
 import argparse
+import os
+import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from slim import slim_checkpoint  # noqa: E402
 
 
 def main():
@@ -36,15 +41,8 @@ def main():
         for key, into in (("model", sums), ("aux_head", aux_sums)):
             for name, t in (ck.get(key) or {}).items():
                 into[name] = into.get(name, 0) + t.float() * (w / total)
-    soup = {"model": {k: v.half() for k, v in sums.items()}, "config": first["config"],
-            "step": first.get("step", 0),
-            "note": args.note or "mean of " + ", ".join(args.ckpts)}
-    for key in ("tokenizer", "args"):
-        if key in first:
-            soup[key] = first[key]
-    if aux_sums:
-        soup["aux_head"] = {k: v.half() for k, v in aux_sums.items()}
-    torch.save(soup, args.out)
+    mean = dict(first, model=sums, aux_head=aux_sums or None)
+    torch.save(slim_checkpoint(mean, args.note or "mean of " + ", ".join(args.ckpts)), args.out)
     print(f"{args.out}: mean of {len(args.ckpts)} checkpoints, {len(sums)} tensors")
 
 

@@ -312,6 +312,9 @@ PRESETS = {
                                max_answer_tokens=380, repeat=0.2)]),
 }
 TASKS = ["count", "needle", "copy", "lookup", "json", "prose"]
+# a count-up prompt (PROMPTS["count"]) with its A and B as groups, for chat_counts
+COUNT_UP = re.compile(re.escape(PROMPTS["count"]).replace(r"\{a\}", r"(\d+)")
+                      .replace(r"\{b\}", r"(\d+)"))
 
 
 def _common_prefix(a, b):
@@ -670,8 +673,8 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
                             history.append((hp, ha))
                             break
             task, p, a = gen.example()
-            start = re.fullmatch(r"Count from (\d+) to (\d+), one number per line\.", p)
-            if chat_counts > 0 and not history and start and rng.random() < chat_counts:
+            start = COUNT_UP.fullmatch(p) if chat_counts > 0 and not history else None
+            if start and rng.random() < chat_counts:
                 a0, b0 = int(start.group(1)), int(start.group(2))
                 b1 = rng.choice([b for b in range(a0 + 1, a0 + 31) if b != b0])
                 history = [(PROMPTS["count"].format(a=a0, b=b1),
