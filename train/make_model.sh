@@ -3,6 +3,7 @@
 #   bash train/make_model.sh [OUT_GGUF]               # the shipped model, ~10.1 h
 #   FROM=stage5 bash train/make_model.sh [OUT_GGUF]   # from the kept stage-5 weights, ~6.5 h
 #   FROM=stage36 bash train/make_model.sh [OUT_GGUF]  # from the kept stage-36 weights, ~2 h
+#   RECIPE=fast bash train/make_model.sh [OUT_GGUF]   # the one-run recipe (train/README.md, "One run")
 # Needs Debian's python3-torch, python3-numpy and libopenblas0-pthread (apt-get install -y
 # python3-torch python3-numpy libopenblas0-pthread) and a built lamina (build/release).
 # Every stage writes train/out/STAGE.pt and resumes from it when it exists (delete train/out/ to
@@ -33,7 +34,24 @@ keep() {
   fi
 }
 
-if [ "${FROM:-scratch}" = stage36 ]; then
+if [ "${RECIPE:-stages}" = fast ]; then
+  # The one-run recipe (train/README.md, "One run"): induction heads in the five-layer shape,
+  # then train.py --preset fast (2,500 steps), then the mean of its last four kept copies.
+  if [ ! -f train/out/fast/induction5.pt ]; then
+    mkdir -p train/out/fast
+    nice -n 10 $PY train/induction_check.py --lr 2e-3 --wd 0.1 --seed 0 --steps 1000 --layers 5 \
+      --save train/out/fast/induction5.pt 2>&1 | tee -a $LOG
+  fi
+  if [ ! -f train/out/fast/fast.done ]; then
+    nice -n 10 $PY train/train.py --preset fast --seed 1234 --data-seed 901 --threads "$THREADS" \
+      --init train/out/fast/induction5.pt --out train/out/fast/fast.pt --eval-every 250 \
+      2>&1 | tee -a $LOG
+    touch train/out/fast/fast.done
+  fi
+  $PY train/soup.py train/out/fast/fast-step{2200,2300,2400,2500}.pt -o train/out/fast/final.pt \
+    --note "mean of the fast preset at steps 2200, 2300, 2400 and 2500"
+  FINAL=train/out/fast/final.pt
+elif [ "${FROM:-scratch}" = stage36 ]; then
   [ -f train/out/chatcount-kept.pt ] || cp train/checkpoints/chatcount.pt train/out/chatcount-kept.pt
 else
   if [ "${FROM:-scratch}" = stage5 ]; then
@@ -84,25 +102,27 @@ else
   stage chatcount chatcount 814 train/out/rows.pt
   keep chatcount
 fi
-# 9. Arrays of objects again at lr 3e-4 (~40 min), counting back (~10 min), JSON answers larger
-#    than the held-out ones with copy at 25 % (~30 min), counting back (~10 min), and the larger
-#    JSON answers again from the first counting-back stage (~30 min); the shipped weights are the
-#    mean of stages 36, 40, 41, 43 and 44 (all but the first `wide`; train/soup.py;
-#    train/README.md, stages 40-44).
-stage rows4 rows4 818 train/out/chatcount-kept.pt
-keep rows4
-stage count4 chatcount 819 train/out/rows4-kept.pt
-keep count4
-stage wide wide 820 train/out/count4-kept.pt
-keep wide
-stage count5 chatcount 821 train/out/wide-kept.pt
-keep count5
-stage wide2 wide 822 train/out/count4-kept.pt
-keep wide2
-$PY train/soup.py train/out/chatcount-kept.pt train/out/rows4-kept.pt train/out/count4-kept.pt \
-  train/out/count5-kept.pt train/out/wide2-kept.pt -o train/out/final.pt \
-  --note "mean of stages 36, 40, 41, 43 and 44"
-FINAL=train/out/final.pt
+if [ "${RECIPE:-stages}" != fast ]; then
+  # 9. Arrays of objects again at lr 3e-4 (~40 min), counting back (~10 min), JSON answers larger
+  #    than the held-out ones with copy at 25 % (~30 min), counting back (~10 min), and the larger
+  #    JSON answers again from the first counting-back stage (~30 min); the shipped weights are the
+  #    mean of stages 36, 40, 41, 43 and 44 (all but the first `wide`; train/soup.py;
+  #    train/README.md, stages 40-44).
+  stage rows4 rows4 818 train/out/chatcount-kept.pt
+  keep rows4
+  stage count4 chatcount 819 train/out/rows4-kept.pt
+  keep count4
+  stage wide wide 820 train/out/count4-kept.pt
+  keep wide
+  stage count5 chatcount 821 train/out/wide-kept.pt
+  keep count5
+  stage wide2 wide 822 train/out/count4-kept.pt
+  keep wide2
+  $PY train/soup.py train/out/chatcount-kept.pt train/out/rows4-kept.pt train/out/count4-kept.pt \
+    train/out/count5-kept.pt train/out/wide2-kept.pt -o train/out/final.pt \
+    --note "mean of stages 36, 40, 41, 43 and 44"
+  FINAL=train/out/final.pt
+fi
 
 $PY train/export_gguf.py "$FINAL" -o "$OUT" --type f16
 if [ -x "$LAMINA" ]; then

@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from data import PROMPTS, Generator, render_chat  # noqa: E402
 from model import Config, Transformer, causal_doc_mask  # noqa: E402
 from tokenizer import Tokenizer, build_default, IM_END, IM_START, BOS  # noqa: E402
+from slim import slim_checkpoint  # noqa: E402
 
 # Training runs in phases, each from a step on: which rows examples are packed into, the task mix,
 # the share of examples drawn short (data.Generator.short_frac), the answer cap, and the share of
@@ -109,7 +110,43 @@ def struct_stage(steps, lr, mix, warmup=10, json_rows=0.6, struct_boost=6.0, str
 ROWS_MIX = dict(count=0.35, needle=0.05, copy=0.20, lookup=0.05, json=0.30, prose=0.05)
 
 
+def fast_phase(mix, trap, hops, json_rows, copy_near, struct_boost, struct_keys=False,
+               chat_counts=0.0, json_wide=False):
+    """A phase of the one-run recipe ("fast"): the five-layer stages' data (short counts, traps,
+    hops, digit repeats, chat turns, short look-ups) with the copy and JSON knobs as asked."""
+    return dict(buckets=(320, 640, 1280), mix=mix, short_frac=0.6, max_answer_tokens=1150,
+                repeat=0.2, repeat_digits=0.7, count_boost=10.0, count_short=0.3, count_near=2,
+                short_tasks=("needle", "lookup"), count_down=0.10, count_trap=trap,
+                count_hops=hops, multi_turn=0.1, json_rows=json_rows, copy_near=copy_near,
+                json_style="quoted", struct_boost=struct_boost, struct_keys=struct_keys,
+                chat_counts=chat_counts, json_wide=json_wide)
+
+
 PRESETS = {
+    # the one-run recipe (train/README.md, "One run"): five layers from induction weights
+    # (induction_check.py --layers 5), the digit probe on layer 3 from the start, repeats alone
+    # until the induction transition, then what stages 3-44 found in one mix: key look-up
+    # weighted up (reading the start number), the stop data (traps, hops, near misses), look-alike
+    # copy lists and arrays of objects with their decisions weighted; from step 1,700 the mix of
+    # the decision stages (arrays of objects, keys weighted, counts after counts). lr 2e-3 by
+    # cosine from the end of the repeats to 2e-4; kept copies every 100 steps from 1,800
+    # (--keep-at) for the mean of the last four
+    "fast": dict(dim=256, n_layers=5, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
+                 batch=4, steps=2500, lr=2e-3, warmup=30, bucket_tokens=3600,
+                 phases=[dict(start=0, repeat_rows=(16, 97)),
+                         dict(after_loss=0.5, **fast_phase(
+                             dict(count=0.30, needle=0.08, copy=0.18, lookup=0.16, json=0.22,
+                                  prose=0.06),
+                             trap=0.3, hops=0.2, json_rows=0.5, copy_near=0.3,
+                             struct_boost=4.0, chat_counts=0.1)),
+                         dict(start=1700, **fast_phase(
+                             dict(count=0.35, needle=0.06, copy=0.20, lookup=0.06, json=0.28,
+                                  prose=0.05),
+                             trap=0.2, hops=0.15, json_rows=0.7, copy_near=0.4,
+                             struct_boost=6.0, struct_keys=True, chat_counts=0.3,
+                             json_wide=True))],
+                 decay_phase=1, aux_layer=3, aux_weight=0.3,
+                 keep_at=(1800, 1900, 2000, 2100, 2200, 2300, 2400, 2500)),
     # the shipped model's shape: repeats alone in short rows at a constant lr 2e-3 until their
     # loss is below 0.5 (the induction transition), then the task mix with a quarter of repeats
     # kept, the lr decaying by cosine from there (train/README.md, run 5)
@@ -843,6 +880,9 @@ def main():
                     help="train with the auxiliary digit probe on the output of this layer "
                          "(aux_loss; counting examples only)")
     ap.add_argument("--aux-weight", type=float, help="weight of the digit probe's loss (0.3)")
+    ap.add_argument("--keep-at", type=lambda v: tuple(int(x) for x in v.split(",") if x),
+                    help="comma-separated steps at which to also write the weights as f16 "
+                         "(slim.py) to OUT-stepN.pt, for a mean of the last checkpoints")
     args = ap.parse_args()
     preset = PRESETS[args.preset]
     for k, v in preset.items():
@@ -998,6 +1038,14 @@ def main():
                   + (f" aux prompt {float(aux_means[0]):.4f} answer {float(aux_means[1]):.4f}"
                      if aux_n else ""), flush=True)
         history.append((step, round(loss.item(), 4)))
+        if step in (args.keep_at or ()):
+            kept = f"{os.path.splitext(args.out)[0]}-step{step}.pt"
+            torch.save(slim_checkpoint(
+                {"model": model.state_dict(), "config": cfg.to_dict(), "step": step,
+                 "args": vars(args), "tokenizer": tok.to_json(),
+                 "aux_head": aux_head.state_dict() if aux_head is not None else None},
+                f"{args.preset} at step {step}"), kept)
+            print(f"kept {kept}", flush=True)
         if step % args.eval_every == 0 or step == args.steps:
             ev = evaluate(model, tok, args)
             print(f"eval step {step} {json.dumps(ev)}", flush=True)
