@@ -3,7 +3,8 @@
 #   bash train/make_model.sh [OUT_GGUF]               # the shipped model, ~10.1 h
 #   FROM=stage5 bash train/make_model.sh [OUT_GGUF]   # from the kept stage-5 weights, ~6.5 h
 #   FROM=stage36 bash train/make_model.sh [OUT_GGUF]  # from the kept stage-36 weights, ~2 h
-#   RECIPE=fast bash train/make_model.sh [OUT_GGUF]   # the one-run recipe (train/README.md, "One run")
+#   RECIPE=fast bash train/make_model.sh [OUT_GGUF]   # the one-run experiment, ~1.9 h; does not
+#     meet the bars (counting 2/21, JSON 47, copy 19/40; train/README.md, "One run")
 # Needs Debian's python3-torch, python3-numpy and libopenblas0-pthread (apt-get install -y
 # python3-torch python3-numpy libopenblas0-pthread) and a built lamina (build/release).
 # Every stage writes train/out/STAGE.pt and resumes from it when it exists (delete train/out/ to
