@@ -123,9 +123,10 @@ def fast_phase(mix, trap, hops, json_rows, copy_near, struct_boost, struct_keys=
 
 
 PRESETS = {
-    # the one-run recipe (train/README.md, "One run"): five layers from induction weights
-    # (induction_check.py --layers 5), the digit probe on layer 3 from the start, repeats alone
-    # until the induction transition, then what stages 3-44 found in one mix: key look-up
+    # the one-run experiment (train/README.md, "One run": ~1.9 h, short of the bars): five
+    # layers from induction weights (induction_check.py --layers 5), the digit probe on layer 3
+    # from the start, repeats alone until the induction transition, then what stages 3-44 found
+    # in one mix: key look-up
     # weighted up (reading the start number), the stop data (traps, hops, near misses), look-alike
     # copy lists and arrays of objects with their decisions weighted; from step 1,700 the mix of
     # the decision stages (arrays of objects, keys weighted, counts after counts). lr 2e-3 by
