@@ -349,6 +349,18 @@ PRESETS = {
                   phases=[dict(start=0, buckets=(256, 512), mix=WARMUP_MIX, short_frac=0.5,
                                max_answer_tokens=380, repeat=0.2)]),
 }
+# experiment after "fast", which learned the skills about half as fast per step as run 5: run 5's
+# mix without weighted tokens for the first task steps (JSON quoted, the digit probe on), then
+# "fast"'s two phases from steps 1,100 and 2,000; 2,800 steps in all, the mean of the last four
+# hundreds
+PRESETS["fast2"] = dict(PRESETS["fast"], steps=2800, keep_at=(2500, 2600, 2700, 2800),
+                        phases=[PRESETS["fast"]["phases"][0],
+                                dict(after_loss=0.5, buckets=(320, 640, 1280), mix=MAIN_MIX,
+                                     short_frac=0.4, max_answer_tokens=1150, repeat=0.25,
+                                     json_style="quoted"),
+                                dict({k: v for k, v in PRESETS["fast"]["phases"][1].items()
+                                      if k != "after_loss"}, start=1100),
+                                dict(PRESETS["fast"]["phases"][2], start=2000)])
 TASKS = ["count", "needle", "copy", "lookup", "json", "prose"]
 # a count-up prompt (PROMPTS["count"]) with its A and B as groups, for chat_counts
 COUNT_UP = re.compile(re.escape(PROMPTS["count"]).replace(r"\{a\}", r"(\d+)")
