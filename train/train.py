@@ -112,23 +112,20 @@ ROWS_MIX = dict(count=0.35, needle=0.05, copy=0.20, lookup=0.05, json=0.30, pros
 
 def fast_phase(mix, trap, hops, json_rows, copy_near, struct_boost, struct_keys=False,
                chat_counts=0.0, json_wide=False):
-    """A phase of the one-run recipe ("fast"): the five-layer stages' data (short counts, traps,
-    hops, digit repeats, chat turns, short look-ups) with the copy and JSON knobs as asked."""
-    return dict(buckets=(320, 640, 1280), mix=mix, short_frac=0.6, max_answer_tokens=1150,
-                repeat=0.2, repeat_digits=0.7, count_boost=10.0, count_short=0.3, count_near=2,
-                short_tasks=("needle", "lookup"), count_down=0.10, count_trap=trap,
-                count_hops=hops, multi_turn=0.1, json_rows=json_rows, copy_near=copy_near,
-                json_style="quoted", struct_boost=struct_boost, struct_keys=struct_keys,
-                chat_counts=chat_counts, json_wide=json_wide)
+    """A phase of the one-run recipe ("fast"): the data of a five-layer stage (mix5_stage)."""
+    stage = mix5_stage(0, 0.0, mix, trap=trap, hops=hops, json_rows=json_rows,
+                       copy_near=copy_near, struct_boost=struct_boost, struct_keys=struct_keys,
+                       chat_counts=chat_counts, json_wide=json_wide)
+    return {k: v for k, v in stage["phases"][0].items() if k != "start"}
 
 
 PRESETS = {
     # the one-run experiment (train/README.md, "One run": ~1.9 h, short of the bars): five
     # layers from induction weights (induction_check.py --layers 5), the digit probe on layer 3
     # from the start, repeats alone until the induction transition, then what stages 3-44 found
-    # in one mix: key look-up
-    # weighted up (reading the start number), the stop data (traps, hops, near misses), look-alike
-    # copy lists and arrays of objects with their decisions weighted; from step 1,700 the mix of
+    # in one mix: key look-up weighted up (reading the start number), the stop data (traps, hops,
+    # near misses), look-alike copy lists and arrays of objects with their decisions weighted;
+    # from step 1,700 the mix of
     # the decision stages (arrays of objects, keys weighted, counts after counts). lr 2e-3 by
     # cosine from the end of the repeats to 2e-4; kept copies every 100 steps from 1,800
     # (--keep-at) for the mean of the last four
@@ -822,14 +819,21 @@ def next_phase_starts(phases, phase_starts, step, history, window=20):
     return phase_starts + [step] if begins else phase_starts
 
 
+def weights_state(model, step, cfg, args, tok, aux_head=None):
+    """What a checkpoint holds besides the training state: weights (and digit probe), config,
+    step, args and tokenizer."""
+    state = {"model": model.state_dict(), "step": step, "config": cfg.to_dict(),
+             "args": vars(args), "tokenizer": tok.to_json()}
+    if aux_head is not None:
+        state["aux_head"] = aux_head.state_dict()
+    return state
+
+
 def save_checkpoint(path, model, opt, step, cfg, args, tok, history, phase_starts,
                     aux_head=None):
     tmp = path + ".tmp"
-    state = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
-             "config": cfg.to_dict(), "args": vars(args), "tokenizer": tok.to_json(),
-             "history": history, "phase_starts": phase_starts}
-    if aux_head is not None:
-        state["aux_head"] = aux_head.state_dict()
+    state = dict(weights_state(model, step, cfg, args, tok, aux_head), opt=opt.state_dict(),
+                 history=history, phase_starts=phase_starts)
     torch.save(state, tmp)
     os.replace(tmp, path)
 
@@ -1053,11 +1057,8 @@ def main():
         history.append((step, round(loss.item(), 4)))
         if step in (args.keep_at or ()):
             kept = f"{os.path.splitext(args.out)[0]}-step{step}.pt"
-            torch.save(slim_checkpoint(
-                {"model": model.state_dict(), "config": cfg.to_dict(), "step": step,
-                 "args": vars(args), "tokenizer": tok.to_json(),
-                 "aux_head": aux_head.state_dict() if aux_head is not None else None},
-                f"{args.preset} at step {step}"), kept)
+            torch.save(slim_checkpoint(weights_state(model, step, cfg, args, tok, aux_head),
+                                       f"{args.preset} at step {step}"), kept)
             print(f"kept {kept}", flush=True)
         if step % args.eval_every == 0 or step == args.steps:
             ev = evaluate(model, tok, args)
