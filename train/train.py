@@ -358,6 +358,13 @@ PRESETS["fast2"] = dict(PRESETS["fast"], steps=2800, keep_at=(2500, 2600, 2700, 
                                 dict({k: v for k, v in PRESETS["fast"]["phases"][1].items()
                                       if k != "after_loss"}, start=1100),
                                 dict(PRESETS["fast"]["phases"][2], start=2000)])
+# "fast2" with every counting number that differs from B in one place only weighted as a stop
+# decision (count_near=3) from step 1,100: "fast" stopped at 914 for 974, a tens-digit miss
+# that count_near=2 (534 for 634) never weights; stage 22 (grow5e) showed count_near=3 sharpens
+# the stop on every three-digit range. Its first 1,100 steps are "fast2"'s, batch for batch
+PRESETS["fast3"] = dict(PRESETS["fast2"],
+                        phases=PRESETS["fast2"]["phases"][:2]
+                        + [dict(p, count_near=3) for p in PRESETS["fast2"]["phases"][2:]])
 TASKS = ["count", "needle", "copy", "lookup", "json", "prose"]
 # a count-up prompt (PROMPTS["count"]) with its A and B as groups, for chat_counts
 COUNT_UP = re.compile(re.escape(PROMPTS["count"]).replace(r"\{a\}", r"(\d+)")
