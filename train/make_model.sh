@@ -35,23 +35,31 @@ keep() {
   fi
 }
 
-if [ "${RECIPE:-stages}" = fast ]; then
-  # The one-run recipe (train/README.md, "One run"): induction heads in the five-layer shape,
-  # then train.py --preset fast (2,500 steps), then the mean of its last four kept copies.
+case "${RECIPE:-stages}" in
+  fast) ONE_SEED=901 ONE_KEEP="2200 2300 2400 2500" ;;
+  fast3) ONE_SEED=903 ONE_KEEP="2500 2600 2700 2800" ;;
+  stages) ONE_SEED= ;;
+  *) echo "RECIPE must be stages, fast or fast3" >&2; exit 2 ;;
+esac
+if [ -n "$ONE_SEED" ]; then
+  # A one-run recipe (train/README.md, "One run"): induction heads in the five-layer shape,
+  # then train.py --preset $RECIPE, then the mean of its last four kept copies.
   if [ ! -f train/out/fast/induction5.pt ]; then
     mkdir -p train/out/fast
     nice -n 10 $PY train/induction_check.py --lr 2e-3 --wd 0.1 --seed 0 --steps 1000 --layers 5 \
       --save train/out/fast/induction5.pt 2>&1 | tee -a $LOG
   fi
-  if [ ! -f train/out/fast/fast.done ]; then
-    nice -n 10 $PY train/train.py --preset fast --seed 1234 --data-seed 901 --threads "$THREADS" \
-      --init train/out/fast/induction5.pt --out train/out/fast/fast.pt --eval-every 250 \
-      2>&1 | tee -a $LOG
-    touch train/out/fast/fast.done
+  if [ ! -f "train/out/fast/$RECIPE.done" ]; then
+    nice -n 10 $PY train/train.py --preset "$RECIPE" --seed 1234 --data-seed "$ONE_SEED" \
+      --threads "$THREADS" --init train/out/fast/induction5.pt --out "train/out/fast/$RECIPE.pt" \
+      --eval-every 250 2>&1 | tee -a $LOG
+    touch "train/out/fast/$RECIPE.done"
   fi
-  $PY train/soup.py train/out/fast/fast-step{2200,2300,2400,2500}.pt -o train/out/fast/final.pt \
-    --note "mean of the fast preset at steps 2200, 2300, 2400 and 2500"
-  FINAL=train/out/fast/final.pt
+  KEPT=()
+  for s in $ONE_KEEP; do KEPT+=("train/out/fast/$RECIPE-step$s.pt"); done
+  $PY train/soup.py "${KEPT[@]}" -o "train/out/fast/$RECIPE-final.pt" \
+    --note "mean of the $RECIPE preset at steps $ONE_KEEP"
+  FINAL="train/out/fast/$RECIPE-final.pt"
 elif [ "${FROM:-scratch}" = stage36 ]; then
   [ -f train/out/chatcount-kept.pt ] || cp train/checkpoints/chatcount.pt train/out/chatcount-kept.pt
 else
@@ -103,7 +111,7 @@ else
   stage chatcount chatcount 814 train/out/rows.pt
   keep chatcount
 fi
-if [ "${RECIPE:-stages}" != fast ]; then
+if [ -z "$ONE_SEED" ]; then
   # 9. Arrays of objects again at lr 3e-4 (~40 min), counting back (~10 min), JSON answers larger
   #    than the held-out ones with copy at 25 % (~30 min), counting back (~10 min), and the larger
   #    JSON answers again from the first counting-back stage (~30 min); the shipped weights are the
