@@ -11,7 +11,13 @@
 # start over); a finished stage is skipped. Stages and data seeds: train/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:-models/lamina-counter.gguf}
+# a one-run experiment writes beside its checkpoints unless told otherwise, not over the shipped
+# model
+if [ "${RECIPE:-stages}" = stages ]; then
+  OUT=${1:-models/lamina-counter.gguf}
+else
+  OUT=${1:-train/out/fast/${RECIPE}.gguf}
+fi
 PY=/usr/bin/python3
 LAMINA=${LAMINA:-build/release/lamina}
 THREADS=${THREADS:-2}
