@@ -43,9 +43,9 @@ keep() {
 
 case "${RECIPE:-stages}" in
   fast) ONE_SEED=901 ONE_KEEP="2200 2300 2400 2500" ;;
-  fast3) ONE_SEED=903 ONE_KEEP="2500 2600 2700 2800" ;;
+  fast3 | fast4) ONE_SEED=903 ONE_KEEP="2500 2600 2700 2800" ;;
   stages) ONE_SEED= ;;
-  *) echo "RECIPE must be stages, fast or fast3" >&2; exit 2 ;;
+  *) echo "RECIPE must be stages, fast, fast3 or fast4" >&2; exit 2 ;;
 esac
 if [ -n "$ONE_SEED" ]; then
   # A one-run recipe (train/README.md, "One run"): induction heads in the five-layer shape,

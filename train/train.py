@@ -365,6 +365,11 @@ PRESETS["fast2"] = dict(PRESETS["fast"], steps=2800, keep_at=(2500, 2600, 2700, 
 PRESETS["fast3"] = dict(PRESETS["fast2"],
                         phases=PRESETS["fast2"]["phases"][:2]
                         + [dict(p, count_near=3) for p in PRESETS["fast2"]["phases"][2:]])
+# "fast3" went on past B on every range at step 1,917 (count_near=3 weights going on after some
+# eighteen neighbours of B for each stop): from step 2,000 "fast2"'s last phase again
+# (count_near=2, only the traps weighted), so the stop can form on the settled count
+PRESETS["fast4"] = dict(PRESETS["fast3"],
+                        phases=PRESETS["fast3"]["phases"][:3] + PRESETS["fast2"]["phases"][3:])
 TASKS = ["count", "needle", "copy", "lookup", "json", "prose"]
 # a count-up prompt (PROMPTS["count"]) with its A and B as groups, for chat_counts
 COUNT_UP = re.compile(re.escape(PROMPTS["count"]).replace(r"\{a\}", r"(\d+)")
