@@ -78,9 +78,7 @@ class Attention(nn.Module):
         self.probs = None
 
     def forward(self, x, cos, sin, mask):
-        # mask: additive, [B * n_kv_heads, group * T, T] (0 or -inf); see Transformer.forward;
-        # or a list of query blocks (t0, t1, lo, block mask [B * n_kv_heads, group * (t1 - t0),
-        # t1 - lo]): block_masks
+        # mask: additive, [B * n_kv_heads, group * T, T] (0 or -inf); see Transformer.forward
         B, T, _ = x.shape
         cfg = self.cfg
         hd, nkv = cfg.head_dim, cfg.n_kv_heads
@@ -91,11 +89,9 @@ class Attention(nn.Module):
         q = apply_rope(q, cos, sin) * (1.0 / math.sqrt(hd))
         k = apply_rope(k, cos, sin)
         # head h uses kv head h // g: stack the g query heads of a group along rows
+        q = q.reshape(B * nkv, g * T, hd)
         k = k.reshape(B * nkv, T, hd)
         v = v.reshape(B * nkv, T, hd)
-        if isinstance(mask, list):
-            return self.wo(self._blocks(q, k, v, mask).reshape(B, T, cfg.n_heads * hd))
-        q = q.reshape(B * nkv, g * T, hd)
         scores = torch.baddbmm(mask, q, k.transpose(1, 2))
         p = torch.softmax(scores, dim=-1)
         if self.keep_probs:
@@ -103,23 +99,6 @@ class Attention(nn.Module):
         o = torch.bmm(p, v)                                           # B*nkv, g*T, hd
         o = o.view(B, nkv, g, T, hd).reshape(B, cfg.n_heads, T, hd).transpose(1, 2)
         return self.wo(o.reshape(B, T, cfg.n_heads * hd))
-
-    def _blocks(self, q, k, v, blocks):
-        """The same attention computed per block of queries over only the keys some query of
-        the block may see (lo..t1): the masked upper triangle and the earlier examples of a
-        packed row are skipped, not computed and zeroed. q [B, H, T, hd]; k, v
-        [B * n_kv_heads, T, hd]. Returns [B, T, H, hd]."""
-        B, H, T, hd = q.shape
-        nkv = self.cfg.n_kv_heads
-        g = H // nkv
-        q = q.reshape(B * nkv, g, T, hd)
-        outs = []
-        for t0, t1, lo, m in blocks:
-            qb = q[:, :, t0:t1].reshape(B * nkv, g * (t1 - t0), hd)
-            p = torch.softmax(torch.baddbmm(m, qb, k[:, lo:t1].transpose(1, 2)), dim=-1)
-            outs.append(torch.bmm(p, v[:, lo:t1]).view(B * nkv, g, t1 - t0, hd))
-        o = torch.cat(outs, dim=2)                                    # B*nkv, g, T, hd
-        return o.view(B, H, T, hd).transpose(1, 2)
 
 
 class FeedForward(nn.Module):
@@ -154,9 +133,6 @@ class Transformer(nn.Module):
         self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
         self.layers = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layers)])
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
-        # queries per attention block (block_masks); 0 computes the whole T x T at once. Not
-        # part of the config: the same weights, the same function, another order of work
-        self.attn_block = 0
         self.apply(self._init)
         for name, p in self.named_parameters():
             if name.endswith("wo.weight") or name.endswith("w2.weight"):
@@ -175,12 +151,9 @@ class Transformer(nn.Module):
         cfg = self.cfg
         B, T = tokens.shape
         cos, sin = rope_tables(cfg.head_dim, positions, cfg.rope_base)
-        if self.attn_block and T > self.attn_block:
-            mask = block_masks(mask, self.attn_block, cfg.n_heads, cfg.n_kv_heads)
-        else:
-            # one materialised mask for all layers, rows laid out as the attention stacks them
-            mask = mask.expand(B, cfg.n_heads, T, T).reshape(
-                B * cfg.n_kv_heads, (cfg.n_heads // cfg.n_kv_heads) * T, T)
+        # one materialised mask for all layers, rows laid out as the attention stacks them
+        mask = mask.expand(B, cfg.n_heads, T, T).reshape(B * cfg.n_kv_heads,
+                                                          (cfg.n_heads // cfg.n_kv_heads) * T, T)
         x = self.tok_embeddings(tokens)
         for layer in self.layers:
             x = layer(x, cos, sin, mask)
@@ -189,24 +162,6 @@ class Transformer(nn.Module):
 
     def n_params(self):
         return sum(p.numel() for p in self.parameters())
-
-
-def block_masks(mask, block, n_heads, n_kv_heads):
-    """Splits an additive mask [B, 1, T, T] into query blocks of `block` rows: for each,
-    (t0, t1, lo, its mask [B * n_kv_heads, group * (t1 - t0), t1 - lo]) where lo is the first
-    key any query of the block may see (causal: none past t1; packed rows: none before the
-    earliest example the block's queries belong to). Built once per forward, shared by the
-    layers."""
-    B, _, T, _ = mask.shape
-    g = n_heads // n_kv_heads
-    out = []
-    for t0 in range(0, T, block):
-        t1 = min(T, t0 + block)
-        # the block's first query belongs to its earliest example: its first visible key
-        lo = int((mask[:, 0, t0, :t1] == 0).float().argmax(dim=-1).min())
-        m = mask[:, :, t0:t1, lo:t1].expand(B, n_heads, t1 - t0, t1 - lo)
-        out.append((t0, t1, lo, m.reshape(B * n_kv_heads, g * (t1 - t0), t1 - lo)))
-    return out
 
 
 def causal_doc_mask(doc_ids):

@@ -909,10 +909,6 @@ def main():
                     help="train with the auxiliary digit probe on the output of this layer "
                          "(aux_loss; counting examples only)")
     ap.add_argument("--aux-weight", type=float, help="weight of the digit probe's loss (0.3)")
-    ap.add_argument("--attn-block", type=int,
-                    help="queries per attention block: each block scores only the keys its "
-                         "queries may see (causal, own example), skipping the masked rest of "
-                         "the T x T work; 0 (default) computes the whole matrix at once")
     ap.add_argument("--keep-at", type=lambda v: tuple(int(x) for x in v.split(",") if x),
                     help="comma-separated steps at which to also write the weights as f16 "
                          "(slim.py) to OUT-stepN.pt, for a mean of the last checkpoints")
@@ -941,7 +937,6 @@ def main():
         cfg = Config(vocab_size=len(tok), dim=args.dim, n_layers=args.n_layers,
                      n_heads=args.n_heads, n_kv_heads=args.n_kv_heads, ffn_dim=args.ffn_dim)
     model = Transformer(cfg)
-    model.attn_block = args.attn_block or 0
     if ckpt is None and args.init:
         init = torch.load(args.init, map_location="cpu")
         if init["config"] != cfg.to_dict():
