@@ -6,7 +6,8 @@
 #   RECIPE=fast bash train/make_model.sh [OUT_GGUF]   # the one-run experiment, ~1.9 h; does not
 #     meet the bars (counting 2/21, JSON 47, copy 19/40; train/README.md, "One run")
 #   RECIPE=fast4 bash train/make_model.sh [OUT_GGUF]  # a later one-run experiment, ~2.5 h; further
-#     from the bars (counting 0/21, JSON 27, copy 8/40); RECIPE=fast3 keeps count_near=3 to the end (not measured past step 1,917)
+#     from the bars (counting 0/21, JSON 27, copy 8/40); RECIPE=fast3 keeps count_near=3 to
+#     the end (not measured past step 1,917)
 # Needs Debian's python3-torch, python3-numpy and libopenblas0-pthread (apt-get install -y
 # python3-torch python3-numpy libopenblas0-pthread) and a built lamina (build/release).
 # Every stage writes train/out/STAGE.pt and resumes from it when it exists (delete train/out/ to

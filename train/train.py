@@ -365,9 +365,10 @@ PRESETS["fast2"] = dict(PRESETS["fast"], steps=2800, keep_at=(2500, 2600, 2700, 
 PRESETS["fast3"] = dict(PRESETS["fast2"],
                         phases=PRESETS["fast2"]["phases"][:2]
                         + [dict(p, count_near=3) for p in PRESETS["fast2"]["phases"][2:]])
-# "fast3" went on past B on every range at step 1,917 (count_near=3 weights going on after some
-# eighteen neighbours of B for each stop): from step 2,000 "fast2"'s last phase again
-# (count_near=2, only the traps weighted), so the stop can form on the settled count
+# "fast3" stopped on no range at step 1,917 (each ran past B or slipped; count_near=3 weights
+# going on after some eighteen neighbours of B for each stop): from step 2,000 "fast2"'s last
+# phase again (count_near=2, only the traps weighted), so the stop can form on the settled
+# count. Measured: it did not (counting 0/21, JSON 27, copy 8/40; train/README.md, "One run")
 PRESETS["fast4"] = dict(PRESETS["fast3"],
                         phases=PRESETS["fast3"]["phases"][:3] + PRESETS["fast2"]["phases"][3:])
 TASKS = ["count", "needle", "copy", "lookup", "json", "prose"]
