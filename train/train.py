@@ -125,10 +125,9 @@ PRESETS = {
     # from the start, repeats alone until the induction transition, then what stages 3-44 found
     # in one mix: key look-up weighted up (reading the start number), the stop data (traps, hops,
     # near misses), look-alike copy lists and arrays of objects with their decisions weighted;
-    # from step 1,700 the mix of
-    # the decision stages (arrays of objects, keys weighted, counts after counts). lr 2e-3 by
-    # cosine from the end of the repeats to 2e-4; kept copies every 100 steps from 1,800
-    # (--keep-at) for the mean of the last four
+    # from step 1,700 the mix of the decision stages (arrays of objects, keys weighted, counts
+    # after counts). lr 2e-3 by cosine from the end of the repeats to 2e-4; kept copies every
+    # 100 steps from 1,800 (--keep-at) for the mean of the last four
     "fast": dict(dim=256, n_layers=5, n_heads=4, n_kv_heads=2, ffn_dim=512, seq_len=1280,
                  batch=4, steps=2500, lr=2e-3, warmup=30, bucket_tokens=3600,
                  phases=[dict(start=0, repeat_rows=(16, 97)),
