@@ -36,6 +36,8 @@ def main():
     ap.add_argument("--save", help="write the trained weights here (train.py --init reads them)")
     ap.add_argument("--min-run", type=int, default=8)
     ap.add_argument("--max-run", type=int, default=48)
+    ap.add_argument("--bf16", action="store_true",
+                    help="matmuls in bfloat16 (autocast; weights and optimizer stay f32)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -49,8 +51,9 @@ def main():
     for step in range(args.steps):
         (inputs, targets, w, docs, _), = make_repeat_rows(rng, rows, width,
                                                           range(5, args.vocab), args.min_run)
-        logits = model(inputs, torch.arange(width - 1), causal_doc_mask(docs))
-        nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            logits = model(inputs, torch.arange(width - 1), causal_doc_mask(docs))
+        nll = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
         loss = (nll * w).sum() / w.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -909,6 +909,9 @@ def main():
                     help="train with the auxiliary digit probe on the output of this layer "
                          "(aux_loss; counting examples only)")
     ap.add_argument("--aux-weight", type=float, help="weight of the digit probe's loss (0.3)")
+    ap.add_argument("--bf16", action="store_true",
+                    help="forward and backward matmuls in bfloat16 (autocast; weights, optimizer "
+                         "and loss stay f32)")
     ap.add_argument("--keep-at", type=lambda v: tuple(int(x) for x in v.split(",") if x),
                     help="comma-separated steps at which to also write the weights as f16 "
                          "(slim.py) to OUT-stepN.pt, for a mean of the last checkpoints")
@@ -1030,8 +1033,9 @@ def main():
         ntok = 0
         aux_sums, aux_ns, aux_means = [0.0, 0.0], [0, 0], None
         for x, y, w, d, *rest in parts:
-            logits = model(x, torch.arange(x.shape[1]), causal_doc_mask(d))
-            nll = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), y.reshape(-1),
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(args.bf16)):
+                logits = model(x, torch.arange(x.shape[1]), causal_doc_mask(d))
+            nll = F.cross_entropy(logits.float().reshape(-1, cfg.vocab_size), y.reshape(-1),
                                   reduction="none")
             loss = loss + (nll * w.reshape(-1)).sum() / weight_sum
             if aux_head is not None and len(rest) == 2:
