@@ -3,6 +3,10 @@
 #   bash train/make_model.sh [OUT_GGUF]               # the shipped model, ~10.1 h
 #   FROM=stage5 bash train/make_model.sh [OUT_GGUF]   # from the kept stage-5 weights, ~6.5 h
 #   FROM=stage36 bash train/make_model.sh [OUT_GGUF]  # from the kept stage-36 weights, ~2 h
+#   RECIPE=fasttail bash train/make_model.sh [OUT_GGUF]  # bf16 matmuls: the one run "fast",
+#     then stages 26-44 of the staged chain from its mean and their mean, ~1.7 h on a CPU with
+#     AMX; close to the bars, not there (counting 17/21, JSON 90, copy 38/40; train/README.md,
+#     "fasttail"); writes train/out/fasttail/ and, unless given a path, train/out/fast/fasttail.gguf
 #   RECIPE=fast bash train/make_model.sh [OUT_GGUF]   # the one-run experiment, ~1.9 h; does not
 #     meet the bars (counting 2/21, JSON 47, copy 19/40; train/README.md, "One run")
 #   RECIPE=fast4 bash train/make_model.sh [OUT_GGUF]  # a later one-run experiment, ~2.5 h; further
@@ -12,6 +16,8 @@
 # python3-torch python3-numpy libopenblas0-pthread) and a built lamina (build/release).
 # Every stage writes train/out/STAGE.pt and resumes from it when it exists (delete train/out/ to
 # start over); a finished stage is skipped. Stages and data seeds: train/README.md.
+# BF16=1 runs every step's matmuls in bfloat16 (train.py --bf16; RECIPE=fasttail always does):
+# ~4x faster on a CPU with AMX (amx_bf16 in /proc/cpuinfo), slower on one without bf16 units.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # a one-run experiment writes beside its checkpoints unless told otherwise, not over the shipped
@@ -26,49 +32,79 @@ LAMINA=${LAMINA:-build/release/lamina}
 THREADS=${THREADS:-2}
 mkdir -p train/out "$(dirname "$OUT")"
 LOG=train/out/train.log
+# where the stages write (RECIPE=fasttail: a folder of its own) and the bf16 switch
+SDIR=train/out
+BF=()
+if [ "${RECIPE:-stages}" = fasttail ]; then
+  SDIR=train/out/fasttail
+  BF16=1
+fi
+if [ "${BF16:-0}" = 1 ]; then
+  BF=(--bf16)
+  grep -q amx_bf16 /proc/cpuinfo ||
+    echo "make_model.sh: this CPU has no AMX; bf16 steps may be slower than f32 here" >&2
+fi
+mkdir -p "$SDIR"
 
-# train.py with a preset, from --init, into train/out/NAME.pt; skipped once NAME.done exists.
+# train.py with a preset, from --init, into $SDIR/NAME.pt; skipped once NAME.done exists.
 stage() {
   local name=$1 preset=$2 data_seed=$3 init=$4
-  if [ -f "train/out/$name.done" ]; then return; fi
+  if [ -f "$SDIR/$name.done" ]; then return; fi
   nice -n 10 $PY train/train.py --preset "$preset" --seed 1234 --data-seed "$data_seed" \
-    --threads "$THREADS" --init "$init" --out "train/out/$name.pt" 2>&1 | tee -a $LOG
-  touch "train/out/$name.done"
+    --threads "$THREADS" --init "$init" --out "$SDIR/$name.pt" "${BF[@]}" 2>&1 | tee -a $LOG
+  touch "$SDIR/$name.done"
 }
 
 # keep NAME: the stage's weights as f16 (train/slim.py) in train/out/NAME-kept.pt, the form
 # the next stage was started from and the mean was taken of.
 keep() {
-  if [ ! -f "train/out/$1-kept.pt" ]; then
-    $PY train/slim.py "train/out/$1.pt" "train/out/$1-kept.pt"
+  if [ ! -f "$SDIR/$1-kept.pt" ]; then
+    $PY train/slim.py "$SDIR/$1.pt" "$SDIR/$1-kept.pt"
   fi
 }
 
 case "${RECIPE:-stages}" in
-  fast) ONE_SEED=901 ONE_KEEP="2200 2300 2400 2500" ;;
+  fast | fasttail) ONE_SEED=901 ONE_KEEP="2200 2300 2400 2500" ;;
   fast3 | fast4) ONE_SEED=903 ONE_KEEP="2500 2600 2700 2800" ;;
   stages) ONE_SEED= ;;
-  *) echo "RECIPE must be stages, fast, fast3 or fast4" >&2; exit 2 ;;
+  *) echo "RECIPE must be stages, fasttail, fast, fast3 or fast4" >&2; exit 2 ;;
 esac
 if [ -n "$ONE_SEED" ]; then
   # A one-run recipe (train/README.md, "One run"): induction heads in the five-layer shape,
-  # then train.py --preset $RECIPE, then the mean of its last four kept copies.
-  if [ ! -f train/out/fast/induction5.pt ]; then
-    mkdir -p train/out/fast
+  # then train.py --preset $PRESET, then the mean of its last four kept copies.
+  ODIR=train/out/fast PRESET=$RECIPE
+  if [ "$RECIPE" = fasttail ]; then ODIR=$SDIR PRESET=fast; fi
+  mkdir -p "$ODIR"
+  if [ ! -f "$ODIR/induction5.pt" ]; then
     nice -n 10 $PY train/induction_check.py --lr 2e-3 --wd 0.1 --seed 0 --steps 1000 --layers 5 \
-      --save train/out/fast/induction5.pt 2>&1 | tee -a $LOG
+      --save "$ODIR/induction5.pt" "${BF[@]}" 2>&1 | tee -a $LOG
   fi
-  if [ ! -f "train/out/fast/$RECIPE.done" ]; then
-    nice -n 10 $PY train/train.py --preset "$RECIPE" --seed 1234 --data-seed "$ONE_SEED" \
-      --threads "$THREADS" --init train/out/fast/induction5.pt --out "train/out/fast/$RECIPE.pt" \
-      --eval-every 250 2>&1 | tee -a $LOG
-    touch "train/out/fast/$RECIPE.done"
+  if [ ! -f "$ODIR/$PRESET.done" ]; then
+    nice -n 10 $PY train/train.py --preset "$PRESET" --seed 1234 --data-seed "$ONE_SEED" \
+      --threads "$THREADS" --init "$ODIR/induction5.pt" --out "$ODIR/$PRESET.pt" \
+      --eval-every 250 "${BF[@]}" 2>&1 | tee -a $LOG
+    touch "$ODIR/$PRESET.done"
   fi
   KEPT=()
-  for s in $ONE_KEEP; do KEPT+=("train/out/fast/$RECIPE-step$s.pt"); done
-  $PY train/soup.py "${KEPT[@]}" -o "train/out/fast/$RECIPE-final.pt" \
-    --note "mean of the $RECIPE preset at steps $ONE_KEEP"
-  FINAL="train/out/fast/$RECIPE-final.pt"
+  for s in $ONE_KEEP; do KEPT+=("$ODIR/$PRESET-step$s.pt"); done
+  $PY train/soup.py "${KEPT[@]}" -o "$ODIR/$PRESET-final.pt" \
+    --note "mean of the $PRESET preset at steps $ONE_KEEP"
+  FINAL="$ODIR/$PRESET-final.pt"
+  if [ "$RECIPE" = fasttail ]; then
+    # stages 26-36 of the staged chain (below, same presets and data seeds) from the one run's
+    # mean: counting alone, the whole mix back, copy and JSON, counting back, the decisions
+    stage growcount growcount 804 "$FINAL"
+    stage growmix3 growmix3 805 "$SDIR/growcount.pt"
+    stage copyjson copyjson 806 "$SDIR/growmix3.pt"
+    stage copyjson2 copyjson2 807 "$SDIR/copyjson.pt"
+    stage remix remix 808 "$SDIR/copyjson2.pt"
+    stage remix2 remix2 809 "$SDIR/remix.pt"
+    keep remix2
+    stage struct struct 811 "$SDIR/remix2-kept.pt"
+    stage struct2 struct2 812 "$SDIR/struct.pt"
+    stage rows rows 813 "$SDIR/struct2.pt"
+    stage chatcount chatcount 814 "$SDIR/rows.pt"
+  fi
 elif [ "${FROM:-scratch}" = stage36 ]; then
   [ -f train/out/chatcount-kept.pt ] || cp train/checkpoints/chatcount.pt train/out/chatcount-kept.pt
 else
@@ -120,30 +156,31 @@ else
   stage chatcount chatcount 814 train/out/rows.pt
   keep chatcount
 fi
-if [ -z "$ONE_SEED" ]; then
+if [ -z "$ONE_SEED" ] || [ "$RECIPE" = fasttail ]; then
   # 9. Arrays of objects again at lr 3e-4 (~40 min), counting back (~10 min), JSON answers larger
   #    than the held-out ones with copy at 25 % (~30 min), counting back (~10 min), and the larger
   #    JSON answers again from the first counting-back stage (~30 min); the shipped weights are the
   #    mean of stages 36, 40, 41, 43 and 44 (all but the first `wide`; train/soup.py;
   #    train/README.md, stages 40-44).
-  stage rows4 rows4 818 train/out/chatcount-kept.pt
+  keep chatcount
+  stage rows4 rows4 818 $SDIR/chatcount-kept.pt
   keep rows4
-  stage count4 chatcount 819 train/out/rows4-kept.pt
+  stage count4 chatcount 819 $SDIR/rows4-kept.pt
   keep count4
-  stage wide wide 820 train/out/count4-kept.pt
+  stage wide wide 820 $SDIR/count4-kept.pt
   keep wide
-  stage count5 chatcount 821 train/out/wide-kept.pt
+  stage count5 chatcount 821 $SDIR/wide-kept.pt
   keep count5
-  stage wide2 wide 822 train/out/count4-kept.pt
+  stage wide2 wide 822 $SDIR/count4-kept.pt
   keep wide2
-  $PY train/soup.py train/out/chatcount-kept.pt train/out/rows4-kept.pt train/out/count4-kept.pt \
-    train/out/count5-kept.pt train/out/wide2-kept.pt -o train/out/final.pt \
+  $PY train/soup.py $SDIR/chatcount-kept.pt $SDIR/rows4-kept.pt $SDIR/count4-kept.pt \
+    $SDIR/count5-kept.pt $SDIR/wide2-kept.pt -o $SDIR/final.pt \
     --note "mean of stages 36, 40, 41, 43 and 44"
-  FINAL=train/out/final.pt
+  FINAL=$SDIR/final.pt
 fi
 
 $PY train/export_gguf.py "$FINAL" -o "$OUT" --type f16
 if [ -x "$LAMINA" ]; then
   $PY train/check_export.py "$FINAL" "$OUT" --lamina "$LAMINA"
-  $PY train/eval_model.py --model "$OUT" --lamina "$LAMINA" --json train/out/eval.json || true
+  $PY train/eval_model.py --model "$OUT" --lamina "$LAMINA" --json "$SDIR/eval.json" || true
 fi
