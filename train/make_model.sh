@@ -55,12 +55,38 @@ stage() {
   touch "$SDIR/$name.done"
 }
 
-# keep NAME: the stage's weights as f16 (train/slim.py) in train/out/NAME-kept.pt, the form
+# keep NAME: the stage's weights as f16 (train/slim.py) in $SDIR/NAME-kept.pt, the form
 # the next stage was started from and the mean was taken of.
 keep() {
   if [ ! -f "$SDIR/$1-kept.pt" ]; then
     $PY train/slim.py "$SDIR/$1.pt" "$SDIR/$1-kept.pt"
   fi
+}
+
+# Stages 26-36 from INIT (five layers, with the digit probe): counting alone (~20 min), the
+# whole mix back with copy and JSON weighted up (~14 min), then
+# 7. copy and JSON (train/README.md, stages 28-31): copy and JSON weighted up, half the JSON
+#    arrays of objects (~27 min), then a third of the copy lists look-alike items (~34 min), then
+#    counting weighted back up in two steps (~23 and ~21 min);
+# 8. the decisions of copy lists and JSON answers weighted (train/README.md, stages 33-36):
+#    which item or row comes next, where it parts from look-alikes, go on or stop (~20 min), the
+#    JSON keys too (~25 min), arrays of objects weighted up at a higher lr (~25 min), then
+#    counting back with counts after an earlier count in the same chat (~10 min). Stage 33
+#    starts from stage 31's weights as kept (f16), as it was measured.
+# (Times are the f32 chain's.)
+stages_26_to_36() {
+  stage growcount growcount 804 "$1"
+  stage growmix3 growmix3 805 "$SDIR/growcount.pt"
+  stage copyjson copyjson 806 "$SDIR/growmix3.pt"
+  stage copyjson2 copyjson2 807 "$SDIR/copyjson.pt"
+  stage remix remix 808 "$SDIR/copyjson2.pt"
+  stage remix2 remix2 809 "$SDIR/remix.pt"
+  keep remix2
+  stage struct struct 811 "$SDIR/remix2-kept.pt"
+  stage struct2 struct2 812 "$SDIR/struct.pt"
+  stage rows rows 813 "$SDIR/struct2.pt"
+  stage chatcount chatcount 814 "$SDIR/rows.pt"
+  keep chatcount
 }
 
 case "${RECIPE:-stages}" in
@@ -91,19 +117,8 @@ if [ -n "$ONE_SEED" ]; then
     --note "mean of the $PRESET preset at steps $ONE_KEEP"
   FINAL="$ODIR/$PRESET-final.pt"
   if [ "$RECIPE" = fasttail ]; then
-    # stages 26-36 of the staged chain (below, same presets and data seeds) from the one run's
-    # mean: counting alone, the whole mix back, copy and JSON, counting back, the decisions
-    stage growcount growcount 804 "$FINAL"
-    stage growmix3 growmix3 805 "$SDIR/growcount.pt"
-    stage copyjson copyjson 806 "$SDIR/growmix3.pt"
-    stage copyjson2 copyjson2 807 "$SDIR/copyjson.pt"
-    stage remix remix 808 "$SDIR/copyjson2.pt"
-    stage remix2 remix2 809 "$SDIR/remix.pt"
-    keep remix2
-    stage struct struct 811 "$SDIR/remix2-kept.pt"
-    stage struct2 struct2 812 "$SDIR/struct.pt"
-    stage rows rows 813 "$SDIR/struct2.pt"
-    stage chatcount chatcount 814 "$SDIR/rows.pt"
+    # the staged chain's stages 26-36 from the one run's mean (stage 9 follows below)
+    stages_26_to_36 "$FINAL"
   fi
 elif [ "${FROM:-scratch}" = stage36 ]; then
   [ -f train/out/chatcount-kept.pt ] || cp train/checkpoints/chatcount.pt train/out/chatcount-kept.pt
@@ -128,33 +143,14 @@ else
   fi
   # 6. One block inserted after layer 2 (its attention a copy of layer 2's, its output zero),
   #    then five-layer stages with the digit probe on the new block (train/README.md, stages
-  #    23-27): the whole mix with chat turns (~55 min), short counts back (~17 min), counting alone
-  #    (~20 min), the whole mix back with copy and JSON weighted up (~14 min).
+  #    23-27): the whole mix with chat turns (~55 min), short counts back (~17 min), then
+  #    stages_26_to_36.
   if [ ! -f train/out/grown.pt ]; then
     $PY train/grow.py "$BASE" --after 2 --attn-from 2 --out train/out/grown.pt | tee -a $LOG
   fi
   stage growmix growmix 801 train/out/grown.pt
   stage growmix2 growmix2 803 train/out/growmix.pt
-  stage growcount growcount 804 train/out/growmix2.pt
-  stage growmix3 growmix3 805 train/out/growcount.pt
-  # 7. Copy and JSON (train/README.md, stages 28-31): copy and JSON weighted up, half the JSON
-  #    arrays of objects (~27 min), then a third of the copy lists look-alike items (~34 min), then
-  #    counting weighted back up in two steps (~23 and ~21 min).
-  stage copyjson copyjson 806 train/out/growmix3.pt
-  stage copyjson2 copyjson2 807 train/out/copyjson.pt
-  stage remix remix 808 train/out/copyjson2.pt
-  stage remix2 remix2 809 train/out/remix.pt
-  # 8. The decisions of copy lists and JSON answers weighted (train/README.md, stages 33-36):
-  #    which item or row comes next, where it parts from look-alikes, go on or stop (~20 min), the
-  #    JSON keys too (~25 min), arrays of objects weighted up at a higher lr (~25 min), then
-  #    counting back with counts after an earlier count in the same chat (~10 min). Stage 33
-  #    starts from stage 31's weights as kept (f16), as it was measured.
-  keep remix2
-  stage struct struct 811 train/out/remix2-kept.pt
-  stage struct2 struct2 812 train/out/struct.pt
-  stage rows rows 813 train/out/struct2.pt
-  stage chatcount chatcount 814 train/out/rows.pt
-  keep chatcount
+  stages_26_to_36 train/out/growmix2.pt
 fi
 if [ -z "$ONE_SEED" ] || [ "$RECIPE" = fasttail ]; then
   # 9. Arrays of objects again at lr 3e-4 (~40 min), counting back (~10 min), JSON answers larger
@@ -162,7 +158,6 @@ if [ -z "$ONE_SEED" ] || [ "$RECIPE" = fasttail ]; then
   #    JSON answers again from the first counting-back stage (~30 min); the shipped weights are the
   #    mean of stages 36, 40, 41, 43 and 44 (all but the first `wide`; train/soup.py;
   #    train/README.md, stages 40-44).
-  keep chatcount
   stage rows4 rows4 818 $SDIR/chatcount-kept.pt
   keep rows4
   stage count4 chatcount 819 $SDIR/rows4-kept.pt

@@ -1033,7 +1033,7 @@ def main():
         ntok = 0
         aux_sums, aux_ns, aux_means = [0.0, 0.0], [0, 0], None
         for x, y, w, d, *rest in parts:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(args.bf16)):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
                 logits = model(x, torch.arange(x.shape[1]), causal_doc_mask(d))
             nll = F.cross_entropy(logits.float().reshape(-1, cfg.vocab_size), y.reshape(-1),
                                   reduction="none")
