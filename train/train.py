@@ -370,6 +370,26 @@ PRESETS["fast3"] = dict(PRESETS["fast2"],
 # count. Measured: it did not (counting 0/21, JSON 27, copy 8/40; train/README.md, "One run")
 PRESETS["fast4"] = dict(PRESETS["fast3"],
                         phases=PRESETS["fast3"]["phases"][:3] + PRESETS["fast2"]["phases"][3:])
+
+
+def _near(name):
+    """Preset NAME with every counting number that differs from B in one place only weighted
+    as a stop decision (count_near=3) instead of the traps alone (count_near=2)."""
+    return dict(PRESETS[name], phases=[dict(PRESETS[name]["phases"][0], count_near=3)])
+
+
+# The tail of RECIPE=fastnear, after fasttail's mean (train/README.md, "fastnear"). fasttail's
+# counting misses were all tens-digit stops (951 for 938->981, 174 for 5->194), numbers that
+# count_near=2 never weights. "nearcount": "chatcount" so weighted (200 steps at 1.5e-4 moved
+# nothing); "nearmix" and "nearmix2": the same at 3e-4 for 400 and 800 steps, both from the mean;
+# then arrays of objects ("rowsnear") and the larger JSON answers ("widenear") so weighted, and
+# "structnear" (struct2 so weighted) from their mean
+PRESETS["nearcount"] = _near("chatcount")
+PRESETS["nearmix"] = dict(PRESETS["nearcount"], steps=400, lr=3e-4, warmup=20)
+PRESETS["nearmix2"] = dict(PRESETS["nearmix"], steps=800)
+PRESETS["rowsnear"] = _near("rows4")
+PRESETS["widenear"] = _near("wide")
+PRESETS["structnear"] = _near("struct2")
 TASKS = ["count", "needle", "copy", "lookup", "json", "prose"]
 # a count-up prompt (PROMPTS["count"]) with its A and B as groups, for chat_counts
 COUNT_UP = re.compile(re.escape(PROMPTS["count"]).replace(r"\{a\}", r"(\d+)")
