@@ -1,32 +1,36 @@
 #!/usr/bin/env bash
-# Reproduces the shipped model from scratch (seeded): tokenizer, training, export, checks.
-#   bash train/make_model.sh [OUT_GGUF]               # the shipped model, ~10.1 h
-#   FROM=stage5 bash train/make_model.sh [OUT_GGUF]   # from the kept stage-5 weights, ~6.5 h
-#   FROM=stage36 bash train/make_model.sh [OUT_GGUF]  # from the kept stage-36 weights, ~2 h
-#   RECIPE=fasttail bash train/make_model.sh [OUT_GGUF]  # bf16 matmuls: the one run "fast",
-#     then stages 26-44 of the staged chain from its mean and their mean, ~1.7 h on a CPU with
-#     AMX; close to the bars, not there (counting 17/21, JSON 90, copy 38/40; train/README.md,
-#     "fasttail"); writes train/out/fasttail/ and, unless given a path, train/out/fast/fasttail.gguf
-#   RECIPE=fastnear bash train/make_model.sh [OUT_GGUF]  # fasttail, then four bf16 stages with
-#     every one-place miss of B weighted and a mean, ~2.3 h on a CPU with AMX; counting 21/21,
-#     copy 37/40, JSON 93 (the bar is 95; train/README.md, "fastnear"); shares fasttail's folder,
-#     writes train/out/fast/fastnear.gguf unless given a path
-#   RECIPE=fast bash train/make_model.sh [OUT_GGUF]   # the one-run experiment, ~1.9 h; does not
-#     meet the bars (counting 2/21, JSON 47, copy 19/40; train/README.md, "One run")
+# Reproduces the shipped model from scratch (seeded): training, export, checks.
+#   bash train/make_model.sh [OUT_GGUF]   # the shipped model (RECIPE=fastnear), ~2.3 h on a
+#     2-core CPU with AMX: induction heads, the one run "fast", stages 26-44 of the staged chain,
+#     a mean, four stages with every one-place miss of B weighted and their mean, all with bf16
+#     matmuls (train/README.md, "fasttail" and "fastnear"); stages in train/out/fasttail/
+# Other recipes write train/out/fast/RECIPE.gguf unless given a path:
+#   RECIPE=stages bash train/make_model.sh [OUT_GGUF]  # the previous shipped model, the staged
+#     chain in f32 and the mean of its stages 36, 40, 41, 43, 44, ~10.1 h (stages in train/out/)
+#   FROM=stage5 bash train/make_model.sh [OUT_GGUF]   # the staged chain from the kept stage-5
+#     weights, ~6.5 h
+#   FROM=stage36 bash train/make_model.sh [OUT_GGUF]  # the staged chain from the kept stage-36
+#     weights, ~2 h
+#   RECIPE=fasttail bash train/make_model.sh [OUT_GGUF]  # the shipped recipe up to its first
+#     mean, ~1.7 h (counting 17/21, JSON 90, copy 38/40; train/README.md, "fasttail")
+#   RECIPE=fast bash train/make_model.sh [OUT_GGUF]   # the one-run experiment in f32, ~1.9 h;
+#     does not meet the bars (counting 2/21, JSON 47, copy 19/40; train/README.md, "One run")
 #   RECIPE=fast4 bash train/make_model.sh [OUT_GGUF]  # a later one-run experiment, ~2.5 h; further
 #     from the bars (counting 0/21, JSON 27, copy 8/40); RECIPE=fast3 keeps count_near=3 to
 #     the end (not measured past step 1,917)
 # Needs Debian's python3-torch, python3-numpy and libopenblas0-pthread (apt-get install -y
 # python3-torch python3-numpy libopenblas0-pthread) and a built lamina (build/release).
-# Every stage writes train/out/STAGE.pt and resumes from it when it exists (delete train/out/ to
+# Every stage writes train/out/STAGE.pt (fasttail, fastnear: train/out/fasttail/STAGE.pt) and resumes from it when it exists (delete train/out/ to
 # start over); a finished stage is skipped. Stages and data seeds: train/README.md.
 # BF16=1 runs every step's matmuls in bfloat16 (train.py --bf16; fasttail and fastnear always do):
 # ~4x faster on a CPU with AMX (amx_bf16 in /proc/cpuinfo), slower on one without bf16 units.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# a one-run experiment writes beside its checkpoints unless told otherwise, not over the shipped
-# model
-if [ "${RECIPE:-stages}" = stages ]; then
+# FROM starts the staged chain part way; otherwise the shipped recipe unless told otherwise.
+# Only the shipped recipe writes over the shipped model by default.
+if [ -n "${FROM:-}" ]; then RECIPE=${RECIPE:-stages}; fi
+RECIPE=${RECIPE:-fastnear}
+if [ "$RECIPE" = fastnear ]; then
   OUT=${1:-models/lamina-counter.gguf}
 else
   OUT=${1:-train/out/fast/${RECIPE}.gguf}
@@ -40,7 +44,7 @@ LOG=train/out/train.log
 SDIR=train/out
 BF=()
 TAIL=0
-if [ "${RECIPE:-stages}" = fasttail ] || [ "${RECIPE:-stages}" = fastnear ]; then
+if [ "$RECIPE" = fasttail ] || [ "$RECIPE" = fastnear ]; then
   SDIR=train/out/fasttail
   BF16=1
   TAIL=1
@@ -69,6 +73,12 @@ keep() {
   fi
 }
 
+# stage, then keep: the weights the next stage starts from or the mean is taken of
+kept_stage() {
+  stage "$@"
+  keep "$1"
+}
+
 # Stages 26-36 from INIT (five layers, with the digit probe): counting alone (~20 min), the
 # whole mix back with copy and JSON weighted up (~14 min), then
 # 7. copy and JSON (train/README.md, stages 28-31): copy and JSON weighted up, half the JSON
@@ -95,7 +105,7 @@ stages_26_to_36() {
   keep chatcount
 }
 
-case "${RECIPE:-stages}" in
+case "$RECIPE" in
   fast | fasttail | fastnear) ONE_SEED=901 ONE_KEEP="2200 2300 2400 2500" ;;
   fast3 | fast4) ONE_SEED=903 ONE_KEEP="2500 2600 2700 2800" ;;
   stages) ONE_SEED= ;;
@@ -164,35 +174,26 @@ if [ -z "$ONE_SEED" ] || [ $TAIL = 1 ]; then
   #    JSON answers again from the first counting-back stage (~30 min); the shipped weights are the
   #    mean of stages 36, 40, 41, 43 and 44 (all but the first `wide`; train/soup.py;
   #    train/README.md, stages 40-44).
-  stage rows4 rows4 818 $SDIR/chatcount-kept.pt
-  keep rows4
-  stage count4 chatcount 819 $SDIR/rows4-kept.pt
-  keep count4
-  stage wide wide 820 $SDIR/count4-kept.pt
-  keep wide
-  stage count5 chatcount 821 $SDIR/wide-kept.pt
-  keep count5
-  stage wide2 wide 822 $SDIR/count4-kept.pt
-  keep wide2
+  kept_stage rows4 rows4 818 $SDIR/chatcount-kept.pt
+  kept_stage count4 chatcount 819 $SDIR/rows4-kept.pt
+  kept_stage wide wide 820 $SDIR/count4-kept.pt
+  kept_stage count5 chatcount 821 $SDIR/wide-kept.pt
+  kept_stage wide2 wide 822 $SDIR/count4-kept.pt
   $PY train/soup.py $SDIR/chatcount-kept.pt $SDIR/rows4-kept.pt $SDIR/count4-kept.pt \
     $SDIR/count5-kept.pt $SDIR/wide2-kept.pt -o $SDIR/final.pt \
     --note "mean of stages 36, 40, 41, 43 and 44"
   FINAL=$SDIR/final.pt
 fi
-if [ "${RECIPE:-stages}" = fastnear ]; then
+if [ "$RECIPE" = fastnear ]; then
   # 10. From fasttail's mean, every counting number one place away from B weighted as a stop
   #     decision (count_near=3; fasttail's misses were tens-digit stops, 951 for 938->981):
   #     the mix of chatcount at 3e-4 for 400 and for 800 steps, then arrays of objects and the
   #     larger JSON answers so weighted after the 800; the mean of those four and stage 44
   #     (train/README.md, "fastnear").
-  stage nearmix nearmix 841 $SDIR/final.pt
-  keep nearmix
-  stage nearmix2 nearmix2 842 $SDIR/final.pt
-  keep nearmix2
-  stage rowsnear rowsnear 843 $SDIR/nearmix2-kept.pt
-  keep rowsnear
-  stage widenear widenear 844 $SDIR/rowsnear-kept.pt
-  keep widenear
+  kept_stage nearmix nearmix 841 $SDIR/final.pt
+  kept_stage nearmix2 nearmix2 842 $SDIR/final.pt
+  kept_stage rowsnear rowsnear 843 $SDIR/nearmix2-kept.pt
+  kept_stage widenear widenear 844 $SDIR/rowsnear-kept.pt
   $PY train/soup.py $SDIR/nearmix2-kept.pt $SDIR/rowsnear-kept.pt $SDIR/widenear-kept.pt \
     $SDIR/nearmix-kept.pt $SDIR/wide2-kept.pt -o $SDIR/nearfinal.pt \
     --note "mean of the near stages and stage 44 (fastnear)"
