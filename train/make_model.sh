@@ -79,6 +79,17 @@ kept_stage() {
   keep "$1"
 }
 
+# mean_of NAME NOTE STAGE...: the uniform mean of the stages' kept weights (train/soup.py) in
+# $SDIR/NAME.pt, which becomes the weights to export
+mean_of() {
+  local name=$1 note=$2
+  shift 2
+  local kept=()
+  for s in "$@"; do kept+=("$SDIR/$s-kept.pt"); done
+  $PY train/soup.py "${kept[@]}" -o "$SDIR/$name.pt" --note "$note"
+  FINAL=$SDIR/$name.pt
+}
+
 # Stages 26-36 from INIT (five layers, with the digit probe): counting alone (~20 min), the
 # whole mix back with copy and JSON weighted up (~14 min), then
 # 7. copy and JSON (train/README.md, stages 28-31): copy and JSON weighted up, half the JSON
@@ -179,10 +190,7 @@ if [ -z "$ONE_SEED" ] || [ $TAIL = 1 ]; then
   kept_stage wide wide 820 $SDIR/count4-kept.pt
   kept_stage count5 chatcount 821 $SDIR/wide-kept.pt
   kept_stage wide2 wide 822 $SDIR/count4-kept.pt
-  $PY train/soup.py $SDIR/chatcount-kept.pt $SDIR/rows4-kept.pt $SDIR/count4-kept.pt \
-    $SDIR/count5-kept.pt $SDIR/wide2-kept.pt -o $SDIR/final.pt \
-    --note "mean of stages 36, 40, 41, 43 and 44"
-  FINAL=$SDIR/final.pt
+  mean_of final "mean of stages 36, 40, 41, 43 and 44" chatcount rows4 count4 count5 wide2
 fi
 if [ "$RECIPE" = fastnear ]; then
   # 10. From fasttail's mean, every counting number one place away from B weighted as a stop
@@ -194,10 +202,8 @@ if [ "$RECIPE" = fastnear ]; then
   kept_stage nearmix2 nearmix2 842 $SDIR/final.pt
   kept_stage rowsnear rowsnear 843 $SDIR/nearmix2-kept.pt
   kept_stage widenear widenear 844 $SDIR/rowsnear-kept.pt
-  $PY train/soup.py $SDIR/nearmix2-kept.pt $SDIR/rowsnear-kept.pt $SDIR/widenear-kept.pt \
-    $SDIR/nearmix-kept.pt $SDIR/wide2-kept.pt -o $SDIR/nearfinal.pt \
-    --note "mean of the near stages and stage 44 (fastnear)"
-  FINAL=$SDIR/nearfinal.pt
+  mean_of nearfinal "mean of the near stages and stage 44 (fastnear)" \
+    nearmix2 rowsnear widenear nearmix wide2
 fi
 
 $PY train/export_gguf.py "$FINAL" -o "$OUT" --type f16
