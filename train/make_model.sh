@@ -20,8 +20,9 @@
 #     the end (not measured past step 1,917)
 # Needs Debian's python3-torch, python3-numpy and libopenblas0-pthread (apt-get install -y
 # python3-torch python3-numpy libopenblas0-pthread) and a built lamina (build/release).
-# Every stage writes train/out/STAGE.pt (fasttail, fastnear: train/out/fasttail/STAGE.pt) and resumes from it when it exists (delete train/out/ to
-# start over); a finished stage is skipped. Stages and data seeds: train/README.md.
+# Every stage writes train/out/STAGE.pt (fasttail, fastnear: train/out/fasttail/STAGE.pt) and
+# resumes from it when it exists (delete train/out/ to start over); a finished stage is skipped.
+# Stages and data seeds: train/README.md.
 # BF16=1 runs every step's matmuls in bfloat16 (train.py --bf16; fasttail and fastnear always do):
 # ~4x faster on a CPU with AMX (amx_bf16 in /proc/cpuinfo), slower on one without bf16 units.
 set -euo pipefail
