@@ -5,6 +5,9 @@
 #     a mean, four stages with every one-place miss of B weighted and their mean, all with bf16
 #     matmuls (train/README.md, "fasttail" and "fastnear"); stages in train/out/fasttail/
 # Other recipes write train/out/fast/RECIPE.gguf unless given a path:
+#   RECIPE=wide384 bash train/make_model.sh [OUT_GGUF]  # the same five layers at width 384
+#     (15.8 MiB as f16), the one run and a short tail, ~1.8-2.1 h; copies ~97 % of fresh lists,
+#     JSON ~93 %, counting 20/21 (train/README.md, "wide384"); stages in train/out/wide384/
 #   RECIPE=stages bash train/make_model.sh [OUT_GGUF]  # the previous shipped model, the staged
 #     chain in f32 and the mean of its stages 36, 40, 41, 43, 44, ~10.1 h (stages in train/out/)
 #   FROM=stage5 bash train/make_model.sh [OUT_GGUF]   # the staged chain from the kept stage-5
@@ -45,10 +48,16 @@ LOG=train/out/train.log
 SDIR=train/out
 BF=()
 TAIL=0
+SHAPE=()  # train.py's shape options where a recipe leaves the presets' 256-wide shape
 if [ "$RECIPE" = fasttail ] || [ "$RECIPE" = fastnear ]; then
   SDIR=train/out/fasttail
   BF16=1
   TAIL=1
+fi
+if [ "$RECIPE" = wide384 ]; then
+  SDIR=train/out/wide384
+  BF16=1
+  SHAPE=(--dim 384 --n-heads 6 --n-kv-heads 2 --ffn-dim 1024)
 fi
 if [ "${BF16:-0}" = 1 ]; then
   BF=(--bf16)
@@ -58,11 +67,13 @@ fi
 mkdir -p "$SDIR"
 
 # train.py with a preset, from --init, into $SDIR/NAME.pt; skipped once NAME.done exists.
+# LR=X before the call overrides the preset's lr.
 stage() {
   local name=$1 preset=$2 data_seed=$3 init=$4
   if [ -f "$SDIR/$name.done" ]; then return; fi
   nice -n 10 $PY train/train.py --preset "$preset" --seed 1234 --data-seed "$data_seed" \
-    --threads "$THREADS" --init "$init" --out "$SDIR/$name.pt" "${BF[@]}" 2>&1 | tee -a $LOG
+    --threads "$THREADS" --init "$init" --out "$SDIR/$name.pt" "${BF[@]}" "${SHAPE[@]}" \
+    ${LR:+--lr "$LR"} 2>&1 | tee -a $LOG
   touch "$SDIR/$name.done"
 }
 
@@ -117,13 +128,42 @@ stages_26_to_36() {
   keep chatcount
 }
 
+# The 384-wide recipe (train/README.md, "wide384"): the same five layers at width 384, 6 query
+# heads, FFN 1,024 (8.3 M parameters, 15.8 MiB as f16), which learns the tasks in fewer steps:
+# 1. induction heads at lr 1e-3 (the width's transition comes at ~700 steps; at 2e-3 never);
+# 2. the one run `fast` at lr 1e-3 and the mean of its steps 2,200-2,500;
+# 3. a short tail at lr 2e-4: the decisions of copy and JSON weighted (struct2), arrays of objects
+#    and then the larger JSON answers with every one-place miss of B weighted (rowsnear,
+#    widenear), the counting-back mix so weighted (nearmix2); the mean of the last three; the
+#    counting-back mix again from that mean (nearmix, for its run-ons past B); the final weights
+#    are the mean of rowsnear, widenear, nearmix2 and that last stage.
+wide384_recipe() {
+  if [ ! -f "$SDIR/induction.pt" ]; then
+    nice -n 10 $PY train/induction_check.py --lr 1e-3 --wd 0.1 --seed 0 --steps 900 --layers 5 \
+      --dim 384 --heads 6 --ffn 1024 --save "$SDIR/induction.pt" "${BF[@]}" 2>&1 | tee -a $LOG
+  fi
+  LR=1e-3 stage fast fast 901 "$SDIR/induction.pt"
+  $PY train/soup.py "$SDIR"/fast-step{2200,2300,2400,2500}.pt -o "$SDIR/fast-final.pt" \
+    --note "mean of the fast preset at steps 2200 2300 2400 2500, 384 wide"
+  LR=2e-4 kept_stage wstruct struct2 851 "$SDIR/fast-final.pt"
+  LR=2e-4 kept_stage wrows rowsnear 852 "$SDIR/wstruct-kept.pt"
+  LR=2e-4 kept_stage wwide widenear 853 "$SDIR/wrows-kept.pt"
+  LR=2e-4 kept_stage wnear nearmix2 854 "$SDIR/wrows-kept.pt"
+  mean_of tailmean "mean of the 384-wide stages wrows, wwide and wnear" wrows wwide wnear
+  LR=2e-4 kept_stage wcount nearmix 855 "$SDIR/tailmean.pt"
+  mean_of final "mean of the 384-wide stages wrows, wwide, wnear and wcount (wide384)" \
+    wrows wwide wnear wcount
+}
+
 case "$RECIPE" in
   fast | fasttail | fastnear) ONE_SEED=901 ONE_KEEP="2200 2300 2400 2500" ;;
   fast3 | fast4) ONE_SEED=903 ONE_KEEP="2500 2600 2700 2800" ;;
-  stages) ONE_SEED= ;;
-  *) echo "RECIPE must be stages, fasttail, fastnear, fast, fast3 or fast4" >&2; exit 2 ;;
+  stages | wide384) ONE_SEED= ;;
+  *) echo "RECIPE must be wide384, stages, fasttail, fastnear, fast, fast3 or fast4" >&2; exit 2 ;;
 esac
-if [ -n "$ONE_SEED" ]; then
+if [ "$RECIPE" = wide384 ]; then
+  wide384_recipe
+elif [ -n "$ONE_SEED" ]; then
   # A one-run recipe (train/README.md, "One run"): induction heads in the five-layer shape,
   # then train.py --preset $PRESET, then the mean of its last four kept copies.
   ODIR=train/out/fast PRESET=$RECIPE
@@ -180,7 +220,7 @@ else
   stage growmix2 growmix2 803 train/out/growmix.pt
   stages_26_to_36 train/out/growmix2.pt
 fi
-if [ -z "$ONE_SEED" ] || [ $TAIL = 1 ]; then
+if { [ -z "$ONE_SEED" ] && [ "$RECIPE" = stages ]; } || [ $TAIL = 1 ]; then
   # 9. Arrays of objects again at lr 3e-4 (~40 min), counting back (~10 min), JSON answers larger
   #    than the held-out ones with copy at 25 % (~30 min), counting back (~10 min), and the larger
   #    JSON answers again from the first counting-back stage (~30 min); the shipped weights are the
