@@ -6,8 +6,8 @@
 #     matmuls (train/README.md, "fasttail" and "fastnear"); stages in train/out/fasttail/
 # Other recipes write train/out/fast/RECIPE.gguf unless given a path:
 #   RECIPE=wide384 bash train/make_model.sh [OUT_GGUF]  # the same five layers at width 384
-#     (15.8 MiB as f16), the one run and a short tail, ~1.8-2.1 h; copies ~97 % of fresh lists,
-#     JSON ~93 %, counting 20/21 (train/README.md, "wide384"); stages in train/out/wide384/
+#     (15.8 MiB as f16), the one run and a short tail, ~2-2.3 h; copies ~97 % of fresh lists,
+#     JSON ~94 %, counting 20/21 (train/README.md, "wide384"); stages in train/out/wide384/
 #   RECIPE=stages bash train/make_model.sh [OUT_GGUF]  # the previous shipped model, the staged
 #     chain in f32 and the mean of its stages 36, 40, 41, 43, 44, ~10.1 h (stages in train/out/)
 #   FROM=stage5 bash train/make_model.sh [OUT_GGUF]   # the staged chain from the kept stage-5
@@ -67,13 +67,13 @@ fi
 mkdir -p "$SDIR"
 
 # train.py with a preset, from --init, into $SDIR/NAME.pt; skipped once NAME.done exists.
-# LR=X before the call overrides the preset's lr.
+# LR=X and STEPS=N before the call override the preset's lr and step count.
 stage() {
   local name=$1 preset=$2 data_seed=$3 init=$4
   if [ -f "$SDIR/$name.done" ]; then return; fi
   nice -n 10 $PY train/train.py --preset "$preset" --seed 1234 --data-seed "$data_seed" \
     --threads "$THREADS" --init "$init" --out "$SDIR/$name.pt" "${BF[@]}" "${SHAPE[@]}" \
-    ${LR:+--lr "$LR"} 2>&1 | tee -a $LOG
+    ${LR:+--lr "$LR"} ${STEPS:+--steps "$STEPS"} 2>&1 | tee -a $LOG
   touch "$SDIR/$name.done"
 }
 
@@ -135,8 +135,9 @@ stages_26_to_36() {
 # 3. a short tail at lr 2e-4: the decisions of copy and JSON weighted (struct2), arrays of objects
 #    and then the larger JSON answers with every one-place miss of B weighted (rowsnear,
 #    widenear), the counting-back mix so weighted (nearmix2); the mean of the last three; the
-#    counting-back mix again from that mean (nearmix, for its run-ons past B); the final weights
-#    are the mean of rowsnear, widenear, nearmix2 and that last stage.
+#    counting-back mix again from that mean (nearmix, for its run-ons past B); the mean of
+#    rowsnear, widenear, nearmix2 and that stage; rowsnear again from it (600 steps); the final
+#    weights are the 1:1 mean of that four-stage mean and the last stage.
 wide384_recipe() {
   if [ ! -f "$SDIR/induction.pt" ]; then
     nice -n 10 $PY train/induction_check.py --lr 1e-3 --wd 0.1 --seed 0 --steps 900 --layers 5 \
@@ -151,8 +152,12 @@ wide384_recipe() {
   LR=2e-4 kept_stage wnear nearmix2 854 "$SDIR/wrows-kept.pt"
   mean_of tailmean "mean of the 384-wide stages wrows, wwide and wnear" wrows wwide wnear
   LR=2e-4 kept_stage wcount nearmix 855 "$SDIR/tailmean.pt"
-  mean_of final "mean of the 384-wide stages wrows, wwide, wnear and wcount (wide384)" \
+  mean_of mean4 "mean of the 384-wide stages wrows, wwide, wnear and wcount" \
     wrows wwide wnear wcount
+  LR=2e-4 STEPS=600 kept_stage wrows2 rowsnear 856 "$SDIR/mean4.pt"
+  $PY train/soup.py "$SDIR/mean4.pt" "$SDIR/wrows2-kept.pt" -o "$SDIR/final.pt" \
+    --note "mean of the four-stage mean and wrows2 (wide384)"
+  FINAL=$SDIR/final.pt
 }
 
 case "$RECIPE" in
