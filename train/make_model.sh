@@ -91,15 +91,22 @@ kept_stage() {
   keep "$1"
 }
 
-# mean_of NAME NOTE STAGE...: the uniform mean of the stages' kept weights (train/soup.py) in
-# $SDIR/NAME.pt, which becomes the weights to export
+# soup_to OUT NOTE CKPT...: the uniform mean of the checkpoints (train/soup.py) in OUT, which
+# becomes the weights to export
+soup_to() {
+  local out=$1 note=$2
+  shift 2
+  $PY train/soup.py "$@" -o "$out" --note "$note"
+  FINAL=$out
+}
+
+# mean_of NAME NOTE STAGE...: soup_to $SDIR/NAME.pt over the stages' kept weights
 mean_of() {
   local name=$1 note=$2
   shift 2
   local kept=()
   for s in "$@"; do kept+=("$SDIR/$s-kept.pt"); done
-  $PY train/soup.py "${kept[@]}" -o "$SDIR/$name.pt" --note "$note"
-  FINAL=$SDIR/$name.pt
+  soup_to "$SDIR/$name.pt" "$note" "${kept[@]}"
 }
 
 # Stages 26-36 from INIT (five layers, with the digit probe): counting alone (~20 min), the
@@ -144,8 +151,8 @@ wide384_recipe() {
       --dim 384 --heads 6 --ffn 1024 --save "$SDIR/induction.pt" "${BF[@]}" 2>&1 | tee -a $LOG
   fi
   LR=1e-3 stage fast fast 901 "$SDIR/induction.pt"
-  $PY train/soup.py "$SDIR"/fast-step{2200,2300,2400,2500}.pt -o "$SDIR/fast-final.pt" \
-    --note "mean of the fast preset at steps 2200 2300 2400 2500, 384 wide"
+  soup_to "$SDIR/fast-final.pt" "mean of the fast preset at steps 2200 2300 2400 2500, 384 wide" \
+    "$SDIR"/fast-step{2200,2300,2400,2500}.pt
   LR=2e-4 kept_stage wstruct struct2 851 "$SDIR/fast-final.pt"
   LR=2e-4 kept_stage wrows rowsnear 852 "$SDIR/wstruct-kept.pt"
   LR=2e-4 kept_stage wwide widenear 853 "$SDIR/wrows-kept.pt"
@@ -155,9 +162,8 @@ wide384_recipe() {
   mean_of mean4 "mean of the 384-wide stages wrows, wwide, wnear and wcount" \
     wrows wwide wnear wcount
   LR=2e-4 STEPS=600 kept_stage wrows2 rowsnear 856 "$SDIR/mean4.pt"
-  $PY train/soup.py "$SDIR/mean4.pt" "$SDIR/wrows2-kept.pt" -o "$SDIR/final.pt" \
-    --note "mean of the four-stage mean and wrows2 (wide384)"
-  FINAL=$SDIR/final.pt
+  soup_to "$SDIR/final.pt" "mean of the four-stage mean and wrows2 (wide384)" \
+    "$SDIR/mean4.pt" "$SDIR/wrows2-kept.pt"
 }
 
 case "$RECIPE" in
@@ -186,9 +192,7 @@ elif [ -n "$ONE_SEED" ]; then
   fi
   KEPT=()
   for s in $ONE_KEEP; do KEPT+=("$ODIR/$PRESET-step$s.pt"); done
-  $PY train/soup.py "${KEPT[@]}" -o "$ODIR/$PRESET-final.pt" \
-    --note "mean of the $PRESET preset at steps $ONE_KEEP"
-  FINAL="$ODIR/$PRESET-final.pt"
+  soup_to "$ODIR/$PRESET-final.pt" "mean of the $PRESET preset at steps $ONE_KEEP" "${KEPT[@]}"
   if [ $TAIL = 1 ]; then
     # the staged chain's stages 26-36 from the one run's mean (stage 9 follows below)
     stages_26_to_36 "$FINAL"
@@ -225,7 +229,7 @@ else
   stage growmix2 growmix2 803 train/out/growmix.pt
   stages_26_to_36 train/out/growmix2.pt
 fi
-if { [ -z "$ONE_SEED" ] && [ "$RECIPE" = stages ]; } || [ $TAIL = 1 ]; then
+if [ "$RECIPE" = stages ] || [ $TAIL = 1 ]; then
   # 9. Arrays of objects again at lr 3e-4 (~40 min), counting back (~10 min), JSON answers larger
   #    than the held-out ones with copy at 25 % (~30 min), counting back (~10 min), and the larger
   #    JSON answers again from the first counting-back stage (~30 min); the shipped weights are the
