@@ -106,7 +106,8 @@ class Generator:
     def __init__(self, seed, max_answer_tokens=1150, max_prompt_chars=4200, weights=None,
                  short_frac=0.0, count_short=0.0, json_style="quoted",
                  short_tasks=("needle", "copy", "lookup"), count_down=0.20, count_trap=0.0,
-                 count_hops=0.0, json_rows=0.25, copy_near=0.0, json_wide=False):
+                 count_hops=0.0, json_rows=0.25, copy_near=0.0, json_wide=False,
+                 count_suffix=0.0, rows_alike=0.0):
         self.rng = random.Random(seed)
         # share of counting-up examples drawn with a span of 1..40 from any start: each example
         # holds one start and one stop decision, so short counts give many of them per token
@@ -143,6 +144,14 @@ class Generator:
         # 6 objects of up to 4 fields), so that the measured sizes sit inside the trained range
         # and not at its edge, where the row count and the field order failed most
         self.json_wide = json_wide
+        # share of counting-up examples drawn so that a shorter number equal to B's last digits
+        # comes before B (94 before 194, 4 before 14): a stop that compares the digits written
+        # so far with B's last ones ends there (5 -> 194 stopped at 94)
+        self.count_suffix = count_suffix
+        # share of arrays of objects whose rows repeat values of earlier rows (each value, after
+        # the first row, taken from an earlier row with probability one third): the next value
+        # is then settled only by which row is being written, where arrays of objects fail
+        self.rows_alike = rows_alike
         self.max_answer_tokens = max_answer_tokens
         self.max_prompt_chars = max_prompt_chars
 
@@ -227,6 +236,16 @@ class Generator:
             if self.count_trap > 0 and r.random() < self.count_trap:
                 span = r.choice([100, 100, 200]) + r.randint(0, 30)
                 a = r.randint(1, 1000 - span)
+            if self.count_suffix > 0 and r.random() < self.count_suffix:
+                # B's last digits as a number of their own come first: A <= B mod 10^k
+                if r.random() < 0.8:
+                    b = r.choice([x for x in range(101, 1000) if x % 100])
+                    tail = b % 100
+                else:
+                    b = r.choice([x for x in range(11, 100) if x % 10])
+                    tail = b % 10
+                a = r.randint(1, tail)
+                span = b - a
             b = min(1000, a + span)
             nums = list(range(a, b + 1))
             while self._count_tokens(nums) > budget:
@@ -484,6 +503,11 @@ class Generator:
         fields = r.sample(self.ALL_FIELDS, r.randint(1, 4 if self.json_wide else 3))
         n = r.randint(1, 6 if self.json_wide else 4)
         rows = [{f: self._field_value(f) for f in fields} for _ in range(n)]
+        if self.rows_alike > 0 and r.random() < self.rows_alike:
+            for i in range(1, n):
+                for f in fields:
+                    if r.random() < 1 / 3:
+                        rows[i][f] = rows[r.randrange(i)][f]
         specs = "; ".join(", ".join(f"{self._field(f)} = {self._spec(v)}" for f, v in row.items())
                           for row in rows)
         prompt = f"Write a JSON array of {n} objects with these fields: {specs}."

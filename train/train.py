@@ -390,6 +390,19 @@ PRESETS["nearmix2"] = dict(PRESETS["nearmix"], steps=800)
 PRESETS["rowsnear"] = _near("rows4")
 PRESETS["widenear"] = _near("wide")
 PRESETS["structnear"] = _near("struct2")
+# After wide384's final mean (train/README.md, "wide384"): its recorded counting miss was a stop
+# at B's last digits (94 for 5 -> 194) and most JSON misses arrays of objects with a row's values
+# taken from a neighbouring row. "alike": "rowsnear" with a fifth of the counts up drawn so that
+# B's last digits come first as a number of their own (count_suffix) and that number's newline
+# weighted as a stop decision (count_near=4), and half the arrays of objects with values repeated
+# across rows (rows_alike); 600 steps
+PRESETS["alike"] = dict(PRESETS["rowsnear"], steps=600,
+                        phases=[dict(PRESETS["rowsnear"]["phases"][0], count_near=4,
+                                     count_suffix=0.2, rows_alike=0.5)])
+# "widealike": "widenear" (the larger JSON answers) with the data and weights of "alike"
+PRESETS["widealike"] = dict(PRESETS["widenear"],
+                            phases=[dict(PRESETS["widenear"]["phases"][0], count_near=4,
+                                         count_suffix=0.2, rows_alike=0.5)])
 TASKS = ["count", "needle", "copy", "lookup", "json", "prose"]
 # a count-up prompt (PROMPTS["count"]) with its A and B as groups, for chat_counts
 COUNT_UP = re.compile(re.escape(PROMPTS["count"]).replace(r"\{a\}", r"(\d+)")
@@ -493,7 +506,8 @@ def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=F
     and the newline after every number that ends in B's last digit (count_near=1) or in all of
     B's digits but the leading one (count_near=2): going on past 534 when B is 634 is decided by
     the leading digit alone, so the stop must compare all of them; count_near=3 weights every
-    number that differs from B in one place only (534, 624, 631 for 634).
+    number that differs from B in one place only (534, 624, 631 for 634); count_near=4 those and
+    every shorter number equal to B's last digits (94 and 4 for 194).
 
     count_newline ends a count's answer with a newline before <|im_end|>: the stop is then
     decided at the newline, where the model computes the next number's first digit and so already
@@ -519,10 +533,13 @@ def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=F
         # count_near 1: numbers ending in B's last digit; 2: in all of B but its leading digit
         # (534 for 634, 100 and 200 for 300: the traps alone)
         # 3: in all of B's places but one (534, 624 and 631 for 634: every two-of-three match)
-        tail = 1 if count_near not in (2, 3) else max(1, len(lines[-1]) - 1)
+        # 4: those of 3 and the shorter numbers equal to B's last digits (94 and 4 for 194)
+        tail = 1 if count_near not in (2, 3, 4) else max(1, len(lines[-1]) - 1)
 
         def near(line):
-            if count_near == 3:
+            if count_near == 4 and len(line) < len(lines[-1]) and lines[-1].endswith(line):
+                return True
+            if count_near in (3, 4):
                 return (len(line) == len(lines[-1])
                         and sum(x != y for x, y in zip(line, lines[-1])) == 1)
             return line[-tail:] == lines[-1][-tail:]
@@ -535,7 +552,7 @@ def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=F
                 # with count_near=2 a carry line's newline (going on) is weighted only at a trap,
                 # so that going on is not weighted ten times as often as stopping
                 last = i == len(lines) - 1
-                end = pos + len(line) + shift + (1 if count_near not in (2, 3) or last
+                end = pos + len(line) + shift + (1 if count_near not in (2, 3, 4) or last
                                                  or near(line) else 0)
                 for j in range(pos, end):
                     weights[j] = max(weights[j], count_boost)
@@ -713,7 +730,7 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
                         repeat_digits=0.0, count_down=0.20, count_trap=0.0, count_hops=0.0,
                         count_newline=False, aux=False, multi_turn=0.0, json_rows=0.25,
                         copy_near=0.0, struct_boost=1.0, struct_keys=False, chat_counts=0.0,
-                        json_wide=False):
+                        json_wide=False, count_suffix=0.0, rows_alike=0.0):
     """The same kind of rows as make_batch, but each example goes to the shortest row length in
     `buckets` that holds it (first fit, longest examples first), so short examples stop paying
     for T x T attention over a long row. Examples are drawn until token_budget tokens are in
@@ -731,7 +748,8 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
                     short_frac=short_frac, count_short=count_short, json_style=json_style,
                     short_tasks=short_tasks, count_down=count_down, count_trap=count_trap,
                     count_hops=count_hops, json_rows=json_rows,
-                    copy_near=copy_near, json_wide=json_wide)
+                    copy_near=copy_near, json_wide=json_wide, count_suffix=count_suffix,
+                    rows_alike=rows_alike)
     rng = random.Random(seed * 7 + 3)
     digit_ids = tok.encode("0123456789\n", add_bos=False) if repeat_digits > 0 else None
     examples = []
@@ -1042,7 +1060,9 @@ def main():
                                         struct_boost=phase.get("struct_boost", 1.0),
                                         struct_keys=phase.get("struct_keys", False),
                                         chat_counts=phase.get("chat_counts", 0.0),
-                                        json_wide=phase.get("json_wide", False))
+                                        json_wide=phase.get("json_wide", False),
+                                        count_suffix=phase.get("count_suffix", 0.0),
+                                        rows_alike=phase.get("rows_alike", 0.0))
         t1 = time.time()
         prof = None
         if args.profile and step < 2 + (ckpt["step"] if ckpt else 0):
