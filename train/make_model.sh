@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # Reproduces the shipped model from scratch (seeded): training, export, checks.
-#   bash train/make_model.sh [OUT_GGUF]   # the shipped model (RECIPE=fastnear), ~2.3 h on a
-#     2-core CPU with AMX: induction heads, the one run "fast", stages 26-44 of the staged chain,
-#     a mean, four stages with every one-place miss of B weighted and their mean, all with bf16
-#     matmuls (train/README.md, "fasttail" and "fastnear"); stages in train/out/fasttail/
+#   bash train/make_model.sh [OUT_GGUF]   # the shipped model (RECIPE=wide384), ~2.4 h on a
+#     2-core CPU with AMX: five layers at width 384 (15.8 MiB as f16), induction heads, the one
+#     run "fast" and the mean of its last steps, a tail of stages with their decisions weighted
+#     and means between them, all with bf16 matmuls (train/README.md, "wide384");
+#     stages in train/out/wide384/
 # Other recipes write train/out/fast/RECIPE.gguf unless given a path:
-#   RECIPE=wide384 bash train/make_model.sh [OUT_GGUF]  # the same five layers at width 384
-#     (15.8 MiB as f16), the one run and a short tail, ~2-2.3 h; copies ~97 % of fresh lists,
-#     JSON ~94 %, counting 20/21 (train/README.md, "wide384"); stages in train/out/wide384/
-#   RECIPE=stages bash train/make_model.sh [OUT_GGUF]  # the previous shipped model, the staged
+#   RECIPE=fastnear bash train/make_model.sh [OUT_GGUF]  # the previous shipped model (width 256,
+#     6.5 MB), ~2.3 h: the one run, stages 26-44 of the staged chain, a mean, four stages with
+#     every one-place miss of B weighted and their mean (train/README.md, "fasttail" and
+#     "fastnear"); stages in train/out/fasttail/
+#   RECIPE=stages bash train/make_model.sh [OUT_GGUF]  # the shipped model before that, the staged
 #     chain in f32 and the mean of its stages 36, 40, 41, 43, 44, ~10.1 h (stages in train/out/)
 #   FROM=stage5 bash train/make_model.sh [OUT_GGUF]   # the staged chain from the kept stage-5
 #     weights, ~6.5 h
 #   FROM=stage36 bash train/make_model.sh [OUT_GGUF]  # the staged chain from the kept stage-36
 #     weights, ~2 h
-#   RECIPE=fasttail bash train/make_model.sh [OUT_GGUF]  # the shipped recipe up to its first
+#   RECIPE=fasttail bash train/make_model.sh [OUT_GGUF]  # fastnear up to its first
 #     mean, ~1.7 h (counting 17/21, JSON 90, copy 38/40; train/README.md, "fasttail")
 #   RECIPE=fast bash train/make_model.sh [OUT_GGUF]   # the one-run experiment in f32, ~1.9 h;
 #     does not meet the bars (counting 2/21, JSON 47, copy 19/40; train/README.md, "One run")
@@ -23,18 +25,20 @@
 #     the end (not measured past step 1,917)
 # Needs Debian's python3-torch, python3-numpy and libopenblas0-pthread (apt-get install -y
 # python3-torch python3-numpy libopenblas0-pthread) and a built lamina (build/release).
-# Every stage writes train/out/STAGE.pt (fasttail, fastnear: train/out/fasttail/STAGE.pt) and
-# resumes from it when it exists (delete train/out/ to start over); a finished stage is skipped.
+# Every stage writes train/out/STAGE.pt (wide384: train/out/wide384/STAGE.pt; fasttail,
+# fastnear: train/out/fasttail/STAGE.pt) and resumes from it when it exists (delete train/out/
+# to start over); a finished stage is skipped.
 # Stages and data seeds: train/README.md.
-# BF16=1 runs every step's matmuls in bfloat16 (train.py --bf16; fasttail and fastnear always do):
-# ~4x faster on a CPU with AMX (amx_bf16 in /proc/cpuinfo), slower on one without bf16 units.
+# BF16=1 runs every step's matmuls in bfloat16 (train.py --bf16; wide384, fasttail and fastnear
+# always do): ~4x faster on a CPU with AMX (amx_bf16 in /proc/cpuinfo), slower on one without
+# bf16 units.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # FROM starts the staged chain part way; otherwise the shipped recipe unless told otherwise.
 # Only the shipped recipe writes over the shipped model by default.
 if [ -n "${FROM:-}" ]; then RECIPE=${RECIPE:-stages}; fi
-RECIPE=${RECIPE:-fastnear}
-if [ "$RECIPE" = fastnear ]; then
+RECIPE=${RECIPE:-wide384}
+if [ "$RECIPE" = wide384 ]; then
   OUT=${1:-models/lamina-counter.gguf}
 else
   OUT=${1:-train/out/fast/${RECIPE}.gguf}
@@ -144,7 +148,13 @@ stages_26_to_36() {
 #    widenear), the counting-back mix so weighted (nearmix2); the mean of the last three; the
 #    counting-back mix again from that mean (nearmix, for its run-ons past B); the mean of
 #    rowsnear, widenear, nearmix2 and that stage; rowsnear again from it (600 steps); the final
-#    weights are the 1:1 mean of that four-stage mean and the last stage.
+#    weights are the 1:1 mean of that four-stage mean and the last stage;
+# 4. from there (the shipped model's tail; 1,200 steps): "alike" (600 steps; a fifth of the
+#    counts up with B's last digits first as a number of their own, 94 before 194, weighted as a
+#    stop decision; half the arrays of objects with values repeated across rows), then
+#    "widealike" (600 steps; the larger JSON answers with the same data) from the 1:1 mean of
+#    the final weights and "alike"; the shipped weights are the mean of the final weights,
+#    "alike" and "widealike".
 wide384_recipe() {
   if [ ! -f "$SDIR/induction.pt" ]; then
     nice -n 10 $PY train/induction_check.py --lr 1e-3 --wd 0.1 --seed 0 --steps 900 --layers 5 \
@@ -164,6 +174,12 @@ wide384_recipe() {
   LR=2e-4 STEPS=600 kept_stage wrows2 rowsnear 856 "$SDIR/mean4.pt"
   soup_to "$SDIR/final.pt" "mean of the four-stage mean and wrows2 (wide384)" \
     "$SDIR/mean4.pt" "$SDIR/wrows2-kept.pt"
+  LR=2e-4 kept_stage walike alike 858 "$SDIR/final.pt"
+  soup_to "$SDIR/fa.pt" "mean of the wide384 final and walike" \
+    "$SDIR/final.pt" "$SDIR/walike-kept.pt"
+  LR=2e-4 kept_stage wwalike widealike 859 "$SDIR/fa.pt"
+  soup_to "$SDIR/shipped.pt" "mean of the wide384 final, walike and wwalike" \
+    "$SDIR/final.pt" "$SDIR/walike-kept.pt" "$SDIR/wwalike-kept.pt"
 }
 
 case "$RECIPE" in
