@@ -102,6 +102,10 @@ class Generator:
 
     TASK_WEIGHTS = {"count": 0.30, "needle": 0.22, "copy": 0.12, "lookup": 0.10,
                     "json": 0.14, "prose": 0.12}
+    # the B of a count_suffix example: three digits whose last two are not 00, or two digits
+    # whose last is not 0 (so that B's last digits are a number of their own)
+    SUFFIX_B3 = tuple(x for x in range(101, 1000) if x % 100)
+    SUFFIX_B2 = tuple(x for x in range(11, 100) if x % 10)
 
     def __init__(self, seed, max_answer_tokens=1150, max_prompt_chars=4200, weights=None,
                  short_frac=0.0, count_short=0.0, json_style="quoted",
@@ -239,10 +243,10 @@ class Generator:
             if self.count_suffix > 0 and r.random() < self.count_suffix:
                 # B's last digits as a number of their own come first: A <= B mod 10^k
                 if r.random() < 0.8:
-                    b = r.choice([x for x in range(101, 1000) if x % 100])
+                    b = r.choice(self.SUFFIX_B3)
                     tail = b % 100
                 else:
-                    b = r.choice([x for x in range(11, 100) if x % 10])
+                    b = r.choice(self.SUFFIX_B2)
                     tail = b % 10
                 a = r.randint(1, tail)
                 span = b - a

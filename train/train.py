@@ -396,13 +396,16 @@ PRESETS["structnear"] = _near("struct2")
 # B's last digits come first as a number of their own (count_suffix) and that number's newline
 # weighted as a stop decision (count_near=4), and half the arrays of objects with values repeated
 # across rows (rows_alike); 600 steps
-PRESETS["alike"] = dict(PRESETS["rowsnear"], steps=600,
-                        phases=[dict(PRESETS["rowsnear"]["phases"][0], count_near=4,
-                                     count_suffix=0.2, rows_alike=0.5)])
+def _alike(name, **changes):
+    """Preset NAME with the data and weights of "alike" (count_suffix, rows_alike, count_near=4)."""
+    return dict(PRESETS[name], **changes,
+                phases=[dict(PRESETS[name]["phases"][0], count_near=4, count_suffix=0.2,
+                             rows_alike=0.5)])
+
+
+PRESETS["alike"] = _alike("rowsnear", steps=600)
 # "widealike": "widenear" (the larger JSON answers) with the data and weights of "alike"
-PRESETS["widealike"] = dict(PRESETS["widenear"],
-                            phases=[dict(PRESETS["widenear"]["phases"][0], count_near=4,
-                                         count_suffix=0.2, rows_alike=0.5)])
+PRESETS["widealike"] = _alike("widenear")
 TASKS = ["count", "needle", "copy", "lookup", "json", "prose"]
 # a count-up prompt (PROMPTS["count"]) with its A and B as groups, for chat_counts
 COUNT_UP = re.compile(re.escape(PROMPTS["count"]).replace(r"\{a\}", r"(\d+)")
