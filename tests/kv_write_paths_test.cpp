@@ -33,6 +33,26 @@ const char* PathName(Path p) {
   return "?";
 }
 
+// Per layer: the K bytes then the V bytes of sequence `seq` (and with anchored keys, each
+// head's per-cell flags and anchor).
+std::vector<std::vector<uint8_t>> Storage(const KvCache& c, int seq) {
+  std::vector<std::vector<uint8_t>> storage;
+  for (int l = 0; l < c.config().n_layer; ++l) {
+    std::vector<uint8_t> bytes(c.KStorage(l, seq), c.KStorage(l, seq) + c.k_row_bytes() * c.config().n_ctx);
+    bytes.insert(bytes.end(), c.VStorage(l, seq), c.VStorage(l, seq) + c.v_row_bytes() * c.config().n_ctx);
+    if (c.k_anchored()) {  // anchored keys: the per-cell flags and each head's anchor too
+      for (int h = 0; h < c.config().n_kv_heads; ++h) {
+        const uint8_t* flags = c.KAnchorFlags(l, seq, h);
+        bytes.insert(bytes.end(), flags, flags + c.config().n_ctx);
+        const auto* anchor = reinterpret_cast<const uint8_t*>(c.KAnchor(l, seq, h));
+        bytes.insert(bytes.end(), anchor, anchor + sizeof(float) * c.config().head_dim);
+      }
+    }
+    storage.push_back(std::move(bytes));
+  }
+  return storage;
+}
+
 PathRun RunPath(const Model& model, const SessionConfig& sc, const std::vector<int32_t>& tokens,
                 Path path, KvCache::Fault fault, ThreadPool& pool) {
   const int n_vocab = model.hparams().n_vocab;
@@ -72,20 +92,7 @@ PathRun RunPath(const Model& model, const SessionConfig& sc, const std::vector<i
     eval_keep(pos, std::vector<int32_t>(tokens.begin() + pos, tokens.begin() + pos + take), take);
     pos += take;
   }
-  const KvCache& c = s.cache();
-  for (int l = 0; l < c.config().n_layer; ++l) {
-    std::vector<uint8_t> bytes(c.KStorage(l, 0), c.KStorage(l, 0) + c.k_row_bytes() * c.config().n_ctx);
-    bytes.insert(bytes.end(), c.VStorage(l, 0), c.VStorage(l, 0) + c.v_row_bytes() * c.config().n_ctx);
-    if (c.k_anchored()) {  // anchored keys: the per-cell flags and each head's anchor too
-      for (int h = 0; h < c.config().n_kv_heads; ++h) {
-        const uint8_t* flags = c.KAnchorFlags(l, 0, h);
-        bytes.insert(bytes.end(), flags, flags + c.config().n_ctx);
-        const auto* anchor = reinterpret_cast<const uint8_t*>(c.KAnchor(l, 0, h));
-        bytes.insert(bytes.end(), anchor, anchor + sizeof(float) * c.config().head_dim);
-      }
-    }
-    run.storage.push_back(std::move(bytes));
-  }
+  run.storage = Storage(s.cache(), 0);
   return run;
 }
 
@@ -162,6 +169,125 @@ TEST_P(KvWritePaths, AllPathsGiveIdenticalBytesAndLogits) {
     const PathRun other = RunPath(**model, sc, tokens, p, KvCache::Fault::kNone, pool);
     EXPECT_EQ(Compare(batch, other, n_vocab), "") << "path " << PathName(p) << " vs batch";
   }
+}
+
+// Several sequences in one forward pass: four token streams of different lengths advance
+// together in mixed batches (random chunk per sequence and step, tokens of the sequences
+// interleaved at random, some steps a wrong draft that is written, rejected and rewritten, some
+// sequences idle), through Session::Decode. Each sequence's cells and logits must equal those
+// of the same stream alone in its own session.
+TEST_P(KvWritePaths, SequencesBatchedTogetherMatchEachAlone) {
+  const std::string path = kShared + "/models/" + GetParam().model;
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
+  Result<std::unique_ptr<Model>> model = LoadModel(path);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  ThreadPool pool(2);
+  SessionConfig sc;
+  sc.n_ctx = 160;
+  sc.kv_type = GetParam().type;
+  sc.v_rounding = GetParam().rounding;
+  sc.kv_seed = 99;
+  const int n_vocab = (*model)->hparams().n_vocab;
+  const std::vector<int32_t> base = TestTokens(**model, 150);
+  const std::vector<int> lengths = {150, 97, 123, 60};
+  const int n_seq = static_cast<int>(lengths.size());
+  std::vector<std::vector<int32_t>> streams(n_seq);
+  for (int i = 0; i < n_seq; ++i) {
+    for (int t = 0; t < lengths[i]; ++t) streams[i].push_back(base[(t * (i + 1) + i) % base.size()]);
+    streams[i][0] = base[0];  // each begins with BOS
+  }
+  std::vector<PathRun> alone;
+  for (int i = 0; i < n_seq; ++i) {
+    alone.push_back(RunPath(**model, sc, streams[i], Path::kBatch, KvCache::Fault::kNone, pool));
+  }
+
+  sc.n_seq = n_seq;
+  Session s(**model, sc, pool);
+  std::vector<PathRun> together(n_seq);
+  for (int i = 0; i < n_seq; ++i) together[i].logits.resize(streams[i].size() * n_vocab);
+  std::mt19937 rng(11);
+  std::vector<int> done(n_seq, 0);
+  int steps = 0;
+  while (done != lengths) {
+    // Per sequence: the tokens of this step (a chunk, maybe with a wrong draft tail to reject).
+    std::vector<std::vector<int32_t>> chunk(n_seq);
+    std::vector<int> accept(n_seq, 0);
+    for (int i = 0; i < n_seq; ++i) {
+      const int left = lengths[i] - done[i];
+      if (left == 0 || rng() % 5 == 0) continue;  // finished, or idle this step
+      const int take = std::min(left, rng() % 3 == 0 ? 1 : std::uniform_int_distribution<int>(1, 37)(rng));
+      chunk[i].assign(streams[i].begin() + done[i], streams[i].begin() + done[i] + take);
+      accept[i] = take;
+      if (take > 1 && rng() % 3 == 0) {  // a verify window: keep a prefix, reject the rest
+        accept[i] = std::uniform_int_distribution<int>(1, take - 1)(rng);
+        for (int j = accept[i]; j < take; ++j) chunk[i][j] = (chunk[i][j] + 1 + j) % n_vocab;
+      }
+    }
+    // Interleave the chunks at random, each sequence's tokens in order.
+    SequenceBatch batch;
+    std::vector<int> next(n_seq, 0);
+    std::vector<std::pair<int, int>> rows;  // (sequence, index in its chunk) per batch row
+    while (true) {
+      std::vector<int> open;
+      for (int i = 0; i < n_seq; ++i) {
+        if (next[i] < static_cast<int>(chunk[i].size())) open.push_back(i);
+      }
+      if (open.empty()) break;
+      const int i = open[rng() % open.size()];
+      batch.Add(chunk[i][next[i]], i, done[i] + next[i], true);
+      rows.push_back({i, next[i]++});
+    }
+    if (batch.size() == 0) continue;
+    Result<const float*> r = s.Decode(batch);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    for (size_t row = 0; row < rows.size(); ++row) {
+      const auto [i, j] = rows[row];
+      if (j >= accept[i]) continue;
+      std::memcpy(together[i].logits.data() + static_cast<size_t>(done[i] + j) * n_vocab,
+                  *r + row * n_vocab, sizeof(float) * n_vocab);
+    }
+    for (int i = 0; i < n_seq; ++i) {
+      if (chunk[i].empty()) continue;
+      done[i] += accept[i];
+      s.Truncate(i, done[i]);
+    }
+    ++steps;
+  }
+  EXPECT_GT(steps, 5);
+  for (int i = 0; i < n_seq; ++i) {
+    EXPECT_EQ(s.n_past(i), lengths[i]);
+    together[i].storage = Storage(s.cache(), i);
+    EXPECT_EQ(Compare(alone[i], together[i], n_vocab), "") << "sequence " << i << " batched vs alone";
+  }
+}
+
+// A batch that does not continue its sequences is refused before anything is written.
+TEST(SequenceBatch, RefusesPositionsThatDoNotContinueTheSequence) {
+  const std::string path = kShared + "/models/stories260K.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
+  Result<std::unique_ptr<Model>> model = LoadModel(path);
+  ASSERT_TRUE(model.ok());
+  ThreadPool pool(1);
+  SessionConfig sc;
+  sc.n_ctx = 8;
+  sc.n_seq = 2;
+  Session s(**model, sc, pool);
+  SequenceBatch b;
+  b.Add(1, 0, 0, true);
+  b.Add(1, 1, 1, true);  // sequence 1 is empty: its next position is 0
+  Result<const float*> r = s.Decode(b);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("does not continue sequence 1"), std::string::npos) << r.error().message;
+  EXPECT_EQ(s.n_past(0), 0);
+  b.Clear();
+  b.Add(1, 2, 0, true);
+  EXPECT_FALSE(s.Decode(b).ok());
+  b.Clear();
+  for (int p = 0; p < 9; ++p) b.Add(1, 1, p, false);
+  r = s.Decode(b);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("context overflow"), std::string::npos);
+  EXPECT_EQ(s.n_past(1), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, KvWritePaths, testing::ValuesIn(Cases()), ModeCaseName);

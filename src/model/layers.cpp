@@ -274,6 +274,13 @@ void PrepareScratch(const Hparams& hp, int n, ForwardScratch& s) {
   grow(s.rope, nt * hp.rope.n_rot);
 }
 
+int ForwardBatch::n_outputs() const {
+  if (output == nullptr) return n_tokens > 0 ? 1 : 0;
+  int n = 0;
+  for (int t = 0; t < n_tokens; ++t) n += output[t] != 0;
+  return n;
+}
+
 void EmbedTokens(const WeightMatrix& embd, const ForwardBatch& b, float* x) {
   for (int t = 0; t < b.n_tokens; ++t) {
     const int32_t id = b.tokens[t];
@@ -310,7 +317,7 @@ void AttentionBlock(const Hparams& hp, const AttentionWeights& w, int layer,
         for (int h = 0; h < hp.n_head_kv; ++h) RmsNorm(k + h * hp.head_dim, w.k_norm.data(), hp.head_dim, hp.rms_eps, k + h * hp.head_dim);
       }
       float* cs = s.rope.data() + t * hp.rope.n_rot;
-      RopeCache(hp.rope, b.pos0 + t, cs);
+      RopeCache(hp.rope, b.pos[t], cs);
       ApplyRope(hp.rope, cs, q, hp.n_head, hp.head_dim);
       ApplyRope(hp.rope, cs, k, hp.n_head_kv, hp.head_dim);
     }
@@ -336,12 +343,13 @@ void FfnBlock(const Hparams& hp, const FfnWeights& w, const ForwardBatch& b, For
 void OutputHead(const Hparams& hp, const std::vector<float>& norm, const WeightMatrix& output,
                 const ForwardBatch& b, ForwardScratch& s, ThreadPool& pool, float* logits) {
   const int64_t d = hp.n_embd;
-  const int first = b.all_logits ? 0 : b.n_tokens - 1;
-  const int count = b.n_tokens - first;
-  for (int t = first; t < b.n_tokens; ++t) {
-    RmsNorm(s.x.data() + t * d, norm.data(), d, hp.rms_eps, s.xn.data() + (t - first) * d);
+  int count = 0;
+  for (int t = 0; t < b.n_tokens; ++t) {
+    if (!b.wants_output(t)) continue;
+    RmsNorm(s.x.data() + t * d, norm.data(), d, hp.rms_eps, s.xn.data() + count * d);
+    ++count;
   }
-  MatMul(output, s.xn.data(), d, count, logits, hp.n_vocab, s.matmul, pool);
+  if (count > 0) MatMul(output, s.xn.data(), d, count, logits, hp.n_vocab, s.matmul, pool);
 }
 
 Status DecoderModel::InitHparams(std::unique_ptr<gguf::File> file,

@@ -79,7 +79,7 @@ void AttentionBlock(const Hparams& hp, const AttentionWeights& w, int layer,
 void FfnBlock(const Hparams& hp, const FfnWeights& w, const ForwardBatch& batch,
               ForwardScratch& s, ThreadPool& pool);
 
-// Final norm and output head into logits ([n_tokens or 1, n_vocab]).
+// Final norm and output head into logits ([batch.n_outputs(), n_vocab], in batch order).
 void OutputHead(const Hparams& hp, const std::vector<float>& norm, const WeightMatrix& output,
                 const ForwardBatch& batch, ForwardScratch& s, ThreadPool& pool, float* logits);
 

@@ -58,9 +58,10 @@ struct Hparams {
   int kv_dim() const { return n_head_kv * head_dim; }
 };
 
-// Implemented by the runtime (KV cache + attention). For a batch of n tokens at consecutive
-// positions of one sequence, Attend stores the batch's K and V rows through the cache's single
-// writer, then computes causal attention of every query over all cells up to its position.
+// Implemented by the runtime (KV cache + attention). For the current batch, Attend stores the
+// batch's K and V rows through the cache's single writer (each token in its own sequence, at
+// its own position), then computes causal attention of every query over the cells of its
+// sequence up to its position. The runtime knows the batch's sequences; the model does not.
 class AttentionContext {
  public:
   virtual ~AttentionContext() = default;
@@ -70,11 +71,20 @@ class AttentionContext {
                       float* out) = 0;
 };
 
+// A batch of tokens from one or more sequences, the shape of llama.cpp's llama_batch: every
+// token carries its position (for RoPE) and its sequence (for attention, which the runtime
+// handles). Weight matmuls run over all tokens at once; a token's result never depends on the
+// other tokens of the batch (batch invariance), only on its own sequence's earlier cells.
 struct ForwardBatch {
   const int32_t* tokens = nullptr;  // [n_tokens]
+  const int32_t* pos = nullptr;     // [n_tokens] position of each token in its sequence
+  const int32_t* seq = nullptr;     // [n_tokens] sequence of each token (nullptr: all 0)
+  // [n_tokens] nonzero where logits are wanted; nullptr: only the last token's. Logits rows
+  // come out in batch order, one per flagged token.
+  const uint8_t* output = nullptr;
   int n_tokens = 0;
-  int pos0 = 0;             // position of tokens[0]
-  bool all_logits = false;  // logits for every token, else only the last
+  int n_outputs() const;
+  bool wants_output(int t) const { return output != nullptr ? output[t] != 0 : t == n_tokens - 1; }
 };
 
 // Per-session scratch buffers, grown on demand (explicit and owned by the session).
@@ -114,7 +124,7 @@ class Model {
   uint64_t WeightBytesPerToken() const { return weight_bytes_per_token_; }
   uint64_t ParameterCount() const { return n_params_; }
 
-  // Runs the batch; writes logits [n_tokens or 1, n_vocab] to `logits`.
+  // Runs the batch; writes logits [batch.n_outputs(), n_vocab] to `logits`.
   virtual void Forward(const ForwardBatch& batch, AttentionContext& attention,
                        ForwardScratch& scratch, ThreadPool& pool, float* logits) const = 0;
 

@@ -11,6 +11,7 @@ Result<KvCacheConfig> MakeKvCacheConfig(const Hparams& hp, const SessionConfig& 
   KvCacheConfig kc;
   kc.n_layer = hp.n_layer;
   kc.n_ctx = c.n_ctx > 0 ? c.n_ctx : std::min(hp.n_ctx_train, 4096);
+  kc.n_seq = std::max(1, c.n_seq);
   kc.n_kv_heads = hp.n_head_kv;
   kc.head_dim = hp.head_dim;
   kc.type = c.kv_type;
@@ -30,53 +31,159 @@ KvCacheConfig CheckedCacheConfig(const Hparams& hp, const SessionConfig& c) {
 }
 }  // namespace
 
-// Bridges the model's attention calls to the cache: write through the single writer, then read.
+void SequenceBatch::Clear() {
+  tokens.clear();
+  pos.clear();
+  seq.clear();
+  output.clear();
+}
+
+void SequenceBatch::Add(int32_t token, int seq_id, int position, bool want_logits) {
+  tokens.push_back(token);
+  pos.push_back(position);
+  seq.push_back(seq_id);
+  output.push_back(want_logits ? 1 : 0);
+}
+
+int SequenceBatch::n_outputs() const {
+  int n = 0;
+  for (uint8_t o : output) n += o != 0;
+  return n;
+}
+
+namespace {
+// A run of a batch's tokens that continue one sequence: tokens [begin, begin + n) at
+// positions pos0.. of `seq`.
+struct Segment {
+  int seq;
+  int pos0;
+  int begin;
+  int n;
+};
+
+std::vector<Segment> Segments(const ForwardBatch& b) {
+  std::vector<Segment> out;
+  for (int t = 0; t < b.n_tokens; ++t) {
+    const int seq = b.seq != nullptr ? b.seq[t] : 0;
+    if (!out.empty() && out.back().seq == seq && out.back().pos0 + out.back().n == b.pos[t]) {
+      ++out.back().n;
+    } else {
+      out.push_back({seq, b.pos[t], t, 1});
+    }
+  }
+  return out;
+}
+}  // namespace
+
+// Bridges the model's attention calls to the cache: per segment of one sequence, write through
+// the single writer, then read.
 class Session::CacheAttention final : public AttentionContext {
  public:
-  CacheAttention(Session& s, int pos0, int n_tokens) : s_(s), pos0_(pos0), n_tokens_(n_tokens) {}
+  CacheAttention(Session& s, std::vector<Segment> segments)
+      : s_(s), segments_(std::move(segments)) {}
   void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
     const Hparams& hp = s_.model_.hparams();
-    s_.cache_.Write(layer, /*seq=*/0, pos0_, n_tokens_, k, v, &s_.pool_);
+    const size_t qd = hp.q_dim(), kvd = hp.kv_dim();
     AttentionShape shape{hp.n_head, hp.n_head_kv, hp.head_dim,
                          1.0f / std::sqrt(static_cast<float>(hp.head_dim))};
-    CausalAttention(s_.cache_, layer, /*seq=*/0, pos0_, n_tokens_, q, out, shape,
-                    s_.attention_scratch_, s_.pool_);
+    for (const Segment& g : segments_) {
+      s_.cache_.Write(layer, g.seq, g.pos0, g.n, k + g.begin * kvd, v + g.begin * kvd, &s_.pool_);
+      CausalAttention(s_.cache_, layer, g.seq, g.pos0, g.n, q + g.begin * qd, out + g.begin * qd,
+                      shape, s_.attention_scratch_, s_.pool_);
+    }
   }
 
  private:
   Session& s_;
-  int pos0_;
-  int n_tokens_;
+  std::vector<Segment> segments_;
 };
 
 Session::Session(const Model& model, const SessionConfig& config, ThreadPool& pool)
-    : model_(model), pool_(pool), cache_(CheckedCacheConfig(model.hparams(), config)) {}
+    : model_(model),
+      pool_(pool),
+      cache_(CheckedCacheConfig(model.hparams(), config)),
+      n_past_(cache_.config().n_seq, 0) {}
 
 Result<const float*> Session::Eval(const std::vector<int32_t>& tokens, bool all_logits) {
-  return Eval(tokens.data(), static_cast<int>(tokens.size()), all_logits);
+  return EvalSeq(0, tokens.data(), static_cast<int>(tokens.size()), all_logits);
 }
 
 Result<const float*> Session::Eval(const int32_t* tokens, int n, bool all_logits) {
+  return EvalSeq(0, tokens, n, all_logits);
+}
+
+namespace {
+Status CheckToken(int32_t id, int n_vocab) {
+  if (id < 0 || id >= n_vocab) return Error{"token id " + std::to_string(id) + " out of range"};
+  return Status::Ok();
+}
+}  // namespace
+
+Result<const float*> Session::EvalSeq(int seq, const int32_t* tokens, int n, bool all_logits) {
   const Hparams& hp = model_.hparams();
+  LAMINA_CHECK(seq >= 0 && seq < n_seq());
   if (n <= 0) return Error{"empty batch"};
-  if (n_past_ + n > n_ctx()) {
-    return Error{"context overflow: " + std::to_string(n_past_) + " + " + std::to_string(n) +
+  if (n_past_[seq] + n > n_ctx()) {
+    return Error{"context overflow: " + std::to_string(n_past_[seq]) + " + " + std::to_string(n) +
                  " tokens exceed the context of " + std::to_string(n_ctx())};
   }
   for (int i = 0; i < n; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= hp.n_vocab) {
-      return Error{"token id " + std::to_string(tokens[i]) + " out of range"};
+    Status st = CheckToken(tokens[i], hp.n_vocab);
+    if (!st.ok()) return st.error();
+  }
+  positions_.resize(n);
+  for (int i = 0; i < n; ++i) positions_[i] = n_past_[seq] + i;
+  std::vector<int32_t> seqs(seq == 0 ? 0 : n, seq);     // [n] (empty: all 0)
+  std::vector<uint8_t> outputs(all_logits ? n : 0, 1);  // [n] (empty: the last only)
+  ForwardBatch batch;
+  batch.tokens = tokens;
+  batch.pos = positions_.data();
+  batch.seq = seqs.empty() ? nullptr : seqs.data();
+  batch.output = outputs.empty() ? nullptr : outputs.data();
+  batch.n_tokens = n;
+  return Run(batch, all_logits ? n : 1);
+}
+
+Result<const float*> Session::Decode(const SequenceBatch& b) {
+  const Hparams& hp = model_.hparams();
+  const int n = b.size();
+  if (n <= 0) return Error{"empty batch"};
+  LAMINA_CHECK(b.pos.size() == b.tokens.size() && b.seq.size() == b.tokens.size() &&
+               b.output.size() == b.tokens.size());
+  std::vector<int> next(n_past_);  // [n_seq] each sequence's next position
+  for (int i = 0; i < n; ++i) {
+    Status st = CheckToken(b.tokens[i], hp.n_vocab);
+    if (!st.ok()) return st.error();
+    const int seq = b.seq[i];
+    if (seq < 0 || seq >= n_seq()) {
+      return Error{"batch token " + std::to_string(i) + ": sequence " + std::to_string(seq) +
+                   " out of range (the cache holds " + std::to_string(n_seq()) + ")"};
+    }
+    if (b.pos[i] != next[seq]) {
+      return Error{"batch token " + std::to_string(i) + ": position " + std::to_string(b.pos[i]) +
+                   " does not continue sequence " + std::to_string(seq) + " (next is " +
+                   std::to_string(next[seq]) + ")"};
+    }
+    if (++next[seq] > n_ctx()) {
+      return Error{"context overflow: sequence " + std::to_string(seq) + " would exceed " +
+                   std::to_string(n_ctx()) + " cells"};
     }
   }
   ForwardBatch batch;
-  batch.tokens = tokens;
+  batch.tokens = b.tokens.data();
+  batch.pos = b.pos.data();
+  batch.seq = b.seq.data();
+  batch.output = b.output.data();
   batch.n_tokens = n;
-  batch.pos0 = n_past_;
-  batch.all_logits = all_logits;
-  logits_.resize(static_cast<size_t>(all_logits ? n : 1) * hp.n_vocab);
-  CacheAttention attention(*this, n_past_, n);
+  return Run(batch, b.n_outputs());
+}
+
+Result<const float*> Session::Run(const ForwardBatch& batch, int n_out) {
+  logits_.resize(static_cast<size_t>(n_out) * model_.hparams().n_vocab);
+  std::vector<Segment> segments = Segments(batch);
+  for (const Segment& g : segments) n_past_[g.seq] = g.pos0 + g.n;
+  CacheAttention attention(*this, std::move(segments));
   model_.Forward(batch, attention, scratch_, pool_, logits_.data());
-  n_past_ += n;
   if (!cache_.nonfinite_error().empty()) {
     const std::string msg = cache_.nonfinite_error();
     cache_.ClearNonfinite();
@@ -86,7 +193,7 @@ Result<const float*> Session::Eval(const int32_t* tokens, int n, bool all_logits
 }
 
 void Session::FillWithRandomCells(int n, uint64_t seed) {
-  LAMINA_CHECK(n >= 0 && n_past_ + n <= n_ctx());
+  LAMINA_CHECK(n >= 0 && n_past_[0] + n <= n_ctx());
   const int row = cache_.row_elems();
   const int chunk = 256;
   std::mt19937_64 rng(seed);
@@ -99,16 +206,28 @@ void Session::FillWithRandomCells(int n, uint64_t seed) {
         k[i] = normal(rng);
         v[i] = normal(rng);
       }
-      cache_.Write(layer, 0, n_past_ + p0, m, k.data(), v.data(), &pool_);
+      cache_.Write(layer, 0, n_past_[0] + p0, m, k.data(), v.data(), &pool_);
     }
   }
-  n_past_ += n;
+  n_past_[0] += n;
 }
 
-void Session::Truncate(int n_keep) {
-  n_keep = std::max(0, std::min(n_keep, n_past_));
-  cache_.Truncate(0, n_keep);
-  n_past_ = n_keep;
+void Session::Truncate(int seq, int n_keep) {
+  LAMINA_CHECK(seq >= 0 && seq < n_seq());
+  n_keep = std::max(0, std::min(n_keep, n_past_[seq]));
+  cache_.Truncate(seq, n_keep);
+  n_past_[seq] = n_keep;
+}
+
+void Session::CopyPrefix(int src_seq, int dst_seq, int n) {
+  LAMINA_CHECK(src_seq >= 0 && src_seq < n_seq() && dst_seq >= 0 && dst_seq < n_seq());
+  LAMINA_CHECK(n >= 0 && n <= n_past_[src_seq]);
+  if (src_seq == dst_seq) {
+    Truncate(dst_seq, n);
+    return;
+  }
+  cache_.CopyPrefix(src_seq, dst_seq, n);
+  n_past_[dst_seq] = n;
 }
 
 }  // namespace lamina

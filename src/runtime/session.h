@@ -1,6 +1,8 @@
-// A session: one model, one KV cache, scratch buffers and a thread pool reference. Prefill
-// processes a prompt in one batch (or in chunks); Decode feeds one token. Both reach the cache
-// only through KvCache::Write, via the model's AttentionContext.
+// A session: one model, one KV cache holding one or more sequences, scratch buffers and a
+// thread pool reference. Eval appends tokens to sequence 0 (a prompt in one batch or in
+// chunks, a decoded token, a verify window); Decode runs a mixed batch of several sequences in
+// one forward pass (weight matmuls shared, attention per sequence). Every path reaches the
+// cache only through KvCache::Write, via the model's AttentionContext.
 #pragma once
 
 #include <memory>
@@ -13,7 +15,8 @@
 namespace lamina {
 
 struct SessionConfig {
-  int n_ctx = 0;  // 0: the model's training context, capped at 4096
+  int n_ctx = 0;  // cells per sequence; 0: the model's training context, capped at 4096
+  int n_seq = 1;  // sequences the cache holds (a server's slots)
   KvType kv_type = KvType::kF16;
   KvRounding v_rounding = KvRounding::kNearest;
   uint64_t kv_seed = 0;
@@ -23,6 +26,20 @@ struct SessionConfig {
 // head_dim (call before constructing a Session with user-chosen options).
 Result<KvCacheConfig> MakeKvCacheConfig(const Hparams& hp, const SessionConfig& config);
 
+// A mixed batch for Session::Decode: token i belongs to sequence seq[i] at position pos[i].
+// A sequence's tokens must continue it (the first at Length(seq), then consecutive); several
+// sequences may interleave. output[i]: whether token i's logits are wanted.
+struct SequenceBatch {
+  std::vector<int32_t> tokens;  // [n]
+  std::vector<int32_t> pos;     // [n]
+  std::vector<int32_t> seq;     // [n]
+  std::vector<uint8_t> output;  // [n]
+  void Clear();
+  void Add(int32_t token, int seq_id, int position, bool want_logits);
+  int size() const { return static_cast<int>(tokens.size()); }
+  int n_outputs() const;
+};
+
 class Session {
  public:
   Session(const Model& model, const SessionConfig& config, ThreadPool& pool);
@@ -30,17 +47,30 @@ class Session {
   const Model& model() const { return model_; }
   const KvCache& cache() const { return cache_; }
   KvCache& mutable_cache() { return cache_; }
-  int n_ctx() const { return cache_.config().n_ctx; }
-  int n_past() const { return n_past_; }
+  int n_ctx() const { return cache_.config().n_ctx; }  // cells per sequence
+  int n_seq() const { return cache_.config().n_seq; }
+  // Tokens held by sequence `seq` (its next position).
+  int n_past(int seq = 0) const { return n_past_[seq]; }
 
-  // Appends tokens at positions n_past()..; returns logits [n, n_vocab] if all_logits, else
-  // the last token's [n_vocab]. Fails if the context would overflow, or if a K/V value was
-  // non-finite (the cache refuses to store it).
+  // Appends tokens to sequence 0 at positions n_past()..; returns logits [n, n_vocab] if
+  // all_logits, else the last token's [n_vocab]. Fails if the context would overflow, or if a
+  // K/V value was non-finite (the cache refuses to store it).
   Result<const float*> Eval(const std::vector<int32_t>& tokens, bool all_logits);
   Result<const float*> Eval(const int32_t* tokens, int n, bool all_logits);
+  // The same for sequence `seq`.
+  Result<const float*> EvalSeq(int seq, const int32_t* tokens, int n, bool all_logits);
 
-  // Drops positions >= n_keep.
-  void Truncate(int n_keep);
+  // One forward pass over tokens of several sequences; returns logits
+  // [batch.n_outputs(), n_vocab], one row per flagged token in batch order. Checked first: ids
+  // in the vocabulary, sequences in range, each sequence continuing at its length and within
+  // n_ctx(); nothing is written on such an error.
+  Result<const float*> Decode(const SequenceBatch& batch);
+
+  // Drops positions >= n_keep of sequence `seq` (0 when omitted).
+  void Truncate(int n_keep) { Truncate(0, n_keep); }
+  void Truncate(int seq, int n_keep);
+  // Makes dst's first n cells a copy of src's and dst's length n (a shared prompt prefix).
+  void CopyPrefix(int src_seq, int dst_seq, int n);
 
   // Appends n cells of random K/V (unit-variance Gaussian rows, through the cache's writer) to
   // every layer without running the model: lets benchmarks measure decode at a long depth
@@ -49,13 +79,16 @@ class Session {
 
  private:
   class CacheAttention;
+  // Runs a batch already checked; n_out logits rows land in logits_.
+  Result<const float*> Run(const ForwardBatch& batch, int n_out);
   const Model& model_;
   ThreadPool& pool_;
   KvCache cache_;
   ForwardScratch scratch_;
   AttentionScratch attention_scratch_;
-  std::vector<float> logits_;  // [n_tokens or 1, n_vocab]
-  int n_past_ = 0;
+  std::vector<float> logits_;       // [n_outputs, n_vocab]
+  std::vector<int32_t> positions_;  // [n_tokens] Eval's positions
+  std::vector<int> n_past_;         // [n_seq]
 };
 
 }  // namespace lamina
