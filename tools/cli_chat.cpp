@@ -1,5 +1,5 @@
-// `lamina run --chat` (one user turn through the model's chat template), `lamina chat` (an
-// interactive loop over the same) and the lookup of the shipped model used when no -m is given.
+// `lamina chat` (an interactive loop over the model's chat template), the chat setup that
+// `run --chat` shares, and the lookup of the shipped model used when no -m is given.
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,8 +10,7 @@
 #include <vector>
 
 #include "cli_common.h"
-#include "gguf/gguf.h"
-#include "runtime/sampler.h"
+#include "runtime/generate.h"
 #include "runtime/session.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -49,55 +48,28 @@ fs::path ExecutableDir() {
   return ec ? fs::path() : exe.parent_path();
 }
 
-struct ChatSetup {
-  ChatFormat format = ChatFormat::kUnknown;
-  std::string default_system;
-};
+}  // namespace
 
-// Reads tokenizer.chat_template and recognises its format; prints the reason on failure.
-bool ReadChatSetup(const std::string& model_path, ChatSetup* out, int* exit_code) {
-  Result<std::unique_ptr<gguf::File>> file = gguf::File::Open(model_path);
-  if (!file.ok()) {
-    std::fprintf(stderr, "lamina: %s\n", file.error().message.c_str());
-    *exit_code = kExitBadInput;
-    return false;
-  }
-  Result<std::string> tmpl = (*file)->GetString("tokenizer.chat_template");
+bool ReadChatSetup(const Model& model, ChatSetup* out, int* exit_code) {
+  const std::string& path = model.file().path();
+  Result<std::string> tmpl = model.file().GetString("tokenizer.chat_template");
   if (!tmpl.ok()) {
     std::fprintf(stderr, "lamina: %s has no tokenizer.chat_template; use run without --chat\n",
-                 model_path.c_str());
+                 path.c_str());
     *exit_code = kExitBadInput;
     return false;
   }
-  out->format = DetectChatFormat(*tmpl);
+  *out = ChatSetupFromTemplate(*tmpl);
   if (out->format == ChatFormat::kUnknown) {
     std::fprintf(stderr,
                  "lamina: the chat template of %s is not one lamina knows (ChatML, Qwen3, "
                  "Llama-3); use run without --chat and format the prompt yourself\n",
-                 model_path.c_str());
+                 path.c_str());
     *exit_code = kExitBadInput;
     return false;
   }
-  out->default_system = DefaultSystemPrompt(*tmpl);
   return true;
 }
-
-// Rendered conversation for the model; a leading BOS text (Llama-3's "<|begin_of_text|>") is
-// dropped when the tokenizer adds BOS itself, so it is not doubled.
-std::string Render(const ChatSetup& setup, const std::vector<ChatMessage>& messages,
-                   const Tokenizer* tok) {
-  std::string text = RenderChat(setup.format, messages, /*add_generation_prompt=*/true,
-                                /*enable_thinking=*/false, setup.default_system);
-  if (tok != nullptr && tok->add_bos() && tok->bos() >= 0) {
-    const std::string& bos = tok->TokenText(tok->bos());
-    if (!bos.empty() && text.starts_with(bos)) text.erase(0, bos.size());
-  } else if (tok == nullptr && text.starts_with("<|begin_of_text|>")) {
-    text.erase(0, 17);
-  }
-  return text;
-}
-
-}  // namespace
 
 std::string FindShippedModel() {
   const fs::path exe_dir = ExecutableDir();
@@ -120,46 +92,27 @@ bool ResolveModelPath(std::string* model_path) {
   return false;
 }
 
-int RunChatPrompt(const RunOptions& options) {
-  ChatSetup setup;
-  int rc = kExitOk;
-  if (!ReadChatSetup(options.common.model_path, &setup, &rc)) return rc;
-  RunOptions o = options;
-  std::string user = o.prompt;
-  if (!o.prompt_file.empty()) {
-    std::string err;
-    if (!ReadTextFile(o.prompt_file, &user, &err)) {
-      std::fprintf(stderr, "lamina: %s\n", err.c_str());
-      return kExitBadInput;
-    }
-    o.prompt_file.clear();
-  }
-  o.prompt = Render(setup, {ChatMessage{"user", user}}, nullptr);
-  o.ignore_eos = false;  // the turn ends at the template's end-of-turn token
-  return RunGenerate(o);
-}
-
 int RunChat(const ChatOptions& options) {
   const RunOptions& o = options.run;
-  ChatSetup setup;
-  int rc = kExitOk;
-  if (!ReadChatSetup(o.common.model_path, &setup, &rc)) return rc;
   LoadedModel lm = LoadModelForCli(o.common);
   if (!lm.model) return kExitBadInput;
   const Model& model = *lm.model;
+  ChatSetup setup;
+  int rc = kExitOk;
+  if (!ReadChatSetup(model, &setup, &rc)) return rc;
   const Tokenizer& tok = model.tokenizer();
-  const int n_vocab = model.hparams().n_vocab;
   ThreadPool pool(o.common.n_threads);
   SessionConfig sc;
   if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
   Session session(model, sc, pool);
 
-  Sampler sampler(MakeSamplerConfig(o));
+  GenerateOptions go;
+  go.params.sampler = MakeSamplerConfig(o);
+  go.params.n_predict = o.n_predict;
 
   const bool interactive = isatty(STDIN_FILENO) != 0;
   std::vector<ChatMessage> messages;
   if (!options.system.empty()) messages.push_back({"system", options.system});
-  std::vector<int32_t> cached;  // the tokens whose K/V the session holds, in order
   std::string line;
   while (true) {
     if (interactive) {
@@ -171,58 +124,33 @@ int RunChat(const ChatOptions& options) {
     if (line.empty()) continue;
     messages.push_back({"user", line});
 
-    std::vector<int32_t> tokens = tok.Encode(Render(setup, messages, &tok), true, true);
+    std::vector<int32_t> tokens = tok.Encode(RenderChatPrompt(setup, messages, tok), true, true);
     // Forget the oldest turns (keeping a system turn) while the conversation does not fit.
     while (static_cast<int>(tokens.size()) + 1 >= session.n_ctx() && messages.size() > 1) {
       const size_t first = messages[0].role == "system" ? 1 : 0;
       if (messages.size() - first <= 1) break;
       messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first));
-      tokens = tok.Encode(Render(setup, messages, &tok), true, true);
+      tokens = tok.Encode(RenderChatPrompt(setup, messages, tok), true, true);
     }
     if (static_cast<int>(tokens.size()) + 1 >= session.n_ctx()) {
-      std::fprintf(stderr, "lamina: this turn (%zu tokens) does not fit the context of %d (use -c)\n",
+      std::fprintf(stderr,
+                   "lamina: this turn (%zu tokens) does not fit the context of %d (use -c)\n",
                    tokens.size(), session.n_ctx());
       messages.pop_back();
       continue;
     }
-    // Reuse the cached prefix; evaluate the rest (at least one token, for fresh logits).
-    size_t keep = 0;
-    while (keep < cached.size() && keep < tokens.size() && cached[keep] == tokens[keep]) ++keep;
-    if (keep == tokens.size()) --keep;
-    session.Truncate(static_cast<int>(keep));
-    cached.resize(keep);
-    Result<const float*> r = session.Eval(tokens.data() + keep,
-                                          static_cast<int>(tokens.size() - keep), false);
+    // The cells the session shares with this conversation are reused; the rest is evaluated.
+    Result<GenerateResult> r =
+        Generate(session, /*seq=*/0, tokens, go, [](const std::string& piece) {
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
+          std::fflush(stdout);
+          return true;
+        });
     if (!r.ok()) {
       std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
       return kExitFailure;
     }
-    cached = tokens;
-    const float* logits = *r;
-
-    std::vector<int32_t> history = tokens;
-    std::string answer;
-    StreamingDetokenizer detok(tok);
-    for (int i = 0; i < o.n_predict && session.n_past() < session.n_ctx(); ++i) {
-      const int32_t id = sampler.Sample(logits, n_vocab, history);
-      if (tok.IsEog(id)) break;
-      history.push_back(id);
-      const std::string piece = detok.Push(id);
-      answer += piece;
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-      if (session.n_past() + 1 >= session.n_ctx()) break;
-      Result<const float*> next = session.Eval(&id, 1, false);
-      if (!next.ok()) {
-        std::fprintf(stderr, "lamina: %s\n", next.error().message.c_str());
-        return kExitFailure;
-      }
-      cached.push_back(id);
-      logits = *next;
-    }
-    const std::string tail = detok.Flush();
-    answer += tail;
-    std::fwrite(tail.data(), 1, tail.size(), stdout);
+    const std::string& answer = r->text;
     std::printf("\n");
     std::fflush(stdout);
     messages.push_back({"assistant", answer});

@@ -49,12 +49,12 @@ struct RunOptions {
   int prompt_chunk = 0;  // 0: the whole prompt in one batch
   bool chat = false;     // --chat: the prompt is one user turn of the model's chat template
 };
-// `lamina run`: stream a continuation of the prompt.
+// `lamina run`: stream a continuation of the prompt. With --chat the prompt is rendered as one
+// user turn with the GGUF's chat template (ChatML, Qwen3, Llama-3) and generation ends with the
+// assistant turn.
 int RunGenerate(const RunOptions& options);
 
-// Chat (cli_chat.cpp). `lamina run --chat`: renders the prompt as one user turn with the GGUF's
-// chat template (ChatML, Qwen3, Llama-3) and generates until the end of the assistant turn.
-int RunChatPrompt(const RunOptions& options);
+// Chat (cli_chat.cpp).
 struct ChatOptions {
   RunOptions run;      // model, KV, sampling and -n (per answer) options
   std::string system;  // optional system turn

@@ -11,6 +11,7 @@
 #include "runtime/kv_cache.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
+#include "tokenizer/chat_template.h"
 
 namespace lamina::cli {
 
@@ -41,5 +42,9 @@ SamplerConfig MakeSamplerConfig(const RunOptions& options);
 
 // Prints the KV cache's size line to stderr.
 void PrintKvSummary(const KvCache& cache);
+
+// The model's chat setup from its tokenizer.chat_template (cli_chat.cpp); false with a message
+// (and *exit_code) when it has none or lamina does not know its format.
+bool ReadChatSetup(const Model& model, ChatSetup* out, int* exit_code);
 
 }  // namespace lamina::cli

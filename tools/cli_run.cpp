@@ -1,9 +1,10 @@
-// `lamina run`: tokenize the prompt, prefill (one batch or chunks), then decode and stream text.
+// `lamina run`: tokenize the prompt (in the chat template with --chat), then the library's
+// generation loop (prefill in one batch or chunks, decode) streams the text.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
-#include "runtime/sampler.h"
+#include "runtime/generate.h"
 #include "runtime/session.h"
 #include "util/timer.h"
 
@@ -26,7 +27,6 @@ int RunGenerate(const RunOptions& o) {
   if (!lm.model) return kExitBadInput;
   const Model& model = *lm.model;
   const Tokenizer& tok = model.tokenizer();
-  const int n_vocab = model.hparams().n_vocab;
 
   ThreadPool pool(o.common.n_threads);
   SessionConfig sc;
@@ -35,7 +35,16 @@ int RunGenerate(const RunOptions& o) {
   Session session(model, sc, pool);
   if (!o.json) PrintKvSummary(session.cache());
 
-  std::vector<int32_t> prompt_tokens = tok.Encode(prompt, /*add_special=*/true, /*parse_special=*/true);
+  bool ignore_eos = o.ignore_eos;
+  if (o.chat) {  // the prompt is one user turn; the answer ends with the turn
+    ChatSetup setup;
+    int chat_rc = kExitOk;
+    if (!ReadChatSetup(model, &setup, &chat_rc)) return chat_rc;
+    prompt = RenderChatPrompt(setup, {ChatMessage{"user", prompt}}, tok);
+    ignore_eos = false;
+  }
+  std::vector<int32_t> prompt_tokens =
+      tok.Encode(prompt, /*add_special=*/true, /*parse_special=*/true);
   if (prompt_tokens.empty()) {
     std::fprintf(stderr, "lamina: the prompt is empty and the model adds no BOS token\n");
     return kExitUsage;
@@ -46,56 +55,33 @@ int RunGenerate(const RunOptions& o) {
     return kExitUsage;
   }
 
-  Sampler sampler(MakeSamplerConfig(o));
-
-  // Prefill.
-  const double t_prompt0 = NowSeconds();
+  GenerateOptions go;
+  go.params.sampler = MakeSamplerConfig(o);
+  go.params.n_predict = o.n_predict;
+  go.params.ignore_eos = ignore_eos;
+  go.prompt_chunk = o.prompt_chunk;
   const int n_prompt = static_cast<int>(prompt_tokens.size());
-  const int chunk = o.prompt_chunk > 0 ? o.prompt_chunk : n_prompt;
-  const float* logits = nullptr;
-  for (int i = 0; i < n_prompt; i += chunk) {
-    const int n = std::min(chunk, n_prompt - i);
-    Result<const float*> r = session.Eval(prompt_tokens.data() + i, n, false);
-    if (!r.ok()) {
-      std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
-      return kExitFailure;
-    }
-    logits = *r;
-    if (StderrIsTerminal() && !o.json && n_prompt > 256) {
-      std::fprintf(stderr, "\rprompt %d/%d", i + n, n_prompt);
-    }
+  const bool progress = StderrIsTerminal() && !o.json && n_prompt > 256;
+  Result<GenerateResult> r = Generate(
+      session, /*seq=*/0, prompt_tokens, go,
+      [&](const std::string& piece) {
+        if (!o.json) {
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
+          std::fflush(stdout);
+        }
+        return true;
+      },
+      [&](int done, int total) {
+        if (progress)
+          std::fprintf(stderr, "\rprompt %d/%d%s", done, total, done == total ? "\n" : "");
+      });
+  if (!r.ok()) {
+    std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
+    return kExitFailure;
   }
-  if (StderrIsTerminal() && !o.json && n_prompt > 256) std::fprintf(stderr, "\n");
-  const double t_prompt = NowSeconds() - t_prompt0;
-
-  // Decode.
-  std::vector<int32_t> history = prompt_tokens;
-  std::vector<int32_t> generated;
-  std::string text;
-  StreamingDetokenizer detok(tok);
-  const double t_gen0 = NowSeconds();
-  for (int i = 0; i < o.n_predict; ++i) {
-    const int32_t id = sampler.Sample(logits, n_vocab, history);
-    if (!o.ignore_eos && tok.IsEog(id)) break;
-    generated.push_back(id);
-    history.push_back(id);
-    const std::string piece = detok.Push(id);
-    text += piece;
-    if (!o.json) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-    }
-    if (i + 1 == o.n_predict) break;
-    Result<const float*> r = session.Eval(&id, 1, false);
-    if (!r.ok()) {
-      std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
-      return kExitFailure;
-    }
-    logits = *r;
-  }
-  const std::string tail = detok.Flush();
-  text += tail;
-  const double t_gen = NowSeconds() - t_gen0;
+  const std::vector<int32_t>& generated = r->tokens;
+  const std::string& text = r->text;
+  const double t_prompt = r->prompt_seconds, t_gen = r->decode_seconds;
   const int n_decoded = std::max<int>(0, static_cast<int>(generated.size()) - 1);
   const double prompt_tps = n_prompt / std::max(t_prompt, 1e-9);
   const double decode_tps = n_decoded > 0 ? n_decoded / std::max(t_gen, 1e-9) : 0.0;
@@ -105,22 +91,19 @@ int RunGenerate(const RunOptions& o) {
     j["prompt_tokens"] = prompt_tokens;
     j["generated_tokens"] = generated;
     j["text"] = text;
-    j["timings"] = {{"load_s", lm.load_seconds},
-                    {"prompt_s", t_prompt},
-                    {"prompt_tok_s", prompt_tps},
-                    {"decode_s", t_gen},
-                    {"decode_tok_s", decode_tps},
-                    {"n_prompt", n_prompt},
+    j["timings"] = {{"load_s", lm.load_seconds},      {"prompt_s", t_prompt},
+                    {"prompt_tok_s", prompt_tps},     {"decode_s", t_gen},
+                    {"decode_tok_s", decode_tps},     {"n_prompt", n_prompt},
                     {"n_generated", generated.size()}};
     j["kv"] = KvTypeName(sc.kv_type);
     j["kv_v_round"] = KvRoundingName(sc.v_rounding);
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
-    std::fwrite(tail.data(), 1, tail.size(), stdout);
     std::printf("\n");
-    std::fprintf(stderr,
-                 "lamina: load %.3f s | prompt %d tokens, %.1f tok/s | decode %zu tokens, %.1f tok/s\n",
-                 lm.load_seconds, n_prompt, prompt_tps, generated.size(), decode_tps);
+    std::fprintf(
+        stderr,
+        "lamina: load %.3f s | prompt %d tokens, %.1f tok/s | decode %zu tokens, %.1f tok/s\n",
+        lm.load_seconds, n_prompt, prompt_tps, generated.size(), decode_tps);
   }
   return kExitOk;
 }

@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
       return kExitUsage;
     }
     if (!ResolveModelPath(&run.common.model_path)) return kExitUsage;
-    return run.chat ? RunChatPrompt(run) : RunGenerate(run);
+    return RunGenerate(run);
   }
   if (*chat_cmd) {
     if (!ResolveModelPath(&chat.run.common.model_path)) return kExitUsage;

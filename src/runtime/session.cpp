@@ -102,7 +102,8 @@ Session::Session(const Model& model, const SessionConfig& config, ThreadPool& po
     : model_(model),
       pool_(pool),
       cache_(CheckedCacheConfig(model.hparams(), config)),
-      n_past_(cache_.config().n_seq, 0) {}
+      n_past_(cache_.config().n_seq, 0),
+      tokens_(cache_.config().n_seq) {}
 
 Result<const float*> Session::Eval(const std::vector<int32_t>& tokens, bool all_logits) {
   return EvalSeq(0, tokens.data(), static_cast<int>(tokens.size()), all_logits);
@@ -181,7 +182,11 @@ Result<const float*> Session::Decode(const SequenceBatch& b) {
 Result<const float*> Session::Run(const ForwardBatch& batch, int n_out) {
   logits_.resize(static_cast<size_t>(n_out) * model_.hparams().n_vocab);
   std::vector<Segment> segments = Segments(batch);
-  for (const Segment& g : segments) n_past_[g.seq] = g.pos0 + g.n;
+  for (const Segment& g : segments) {
+    n_past_[g.seq] = g.pos0 + g.n;
+    tokens_[g.seq].resize(g.pos0);
+    tokens_[g.seq].insert(tokens_[g.seq].end(), batch.tokens + g.begin, batch.tokens + g.begin + g.n);
+  }
   CacheAttention attention(*this, std::move(segments));
   model_.Forward(batch, attention, scratch_, pool_, logits_.data());
   if (!cache_.nonfinite_error().empty()) {
@@ -210,6 +215,7 @@ void Session::FillWithRandomCells(int n, uint64_t seed) {
     }
   }
   n_past_[0] += n;
+  tokens_[0].resize(n_past_[0], -1);
 }
 
 void Session::Truncate(int seq, int n_keep) {
@@ -217,6 +223,7 @@ void Session::Truncate(int seq, int n_keep) {
   n_keep = std::max(0, std::min(n_keep, n_past_[seq]));
   cache_.Truncate(seq, n_keep);
   n_past_[seq] = n_keep;
+  tokens_[seq].resize(n_keep);
 }
 
 void Session::CopyPrefix(int src_seq, int dst_seq, int n) {
@@ -228,6 +235,7 @@ void Session::CopyPrefix(int src_seq, int dst_seq, int n) {
   }
   cache_.CopyPrefix(src_seq, dst_seq, n);
   n_past_[dst_seq] = n;
+  tokens_[dst_seq].assign(tokens_[src_seq].begin(), tokens_[src_seq].begin() + n);
 }
 
 }  // namespace lamina

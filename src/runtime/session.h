@@ -51,6 +51,9 @@ class Session {
   int n_seq() const { return cache_.config().n_seq; }
   // Tokens held by sequence `seq` (its next position).
   int n_past(int seq = 0) const { return n_past_[seq]; }
+  // The token ids whose cells sequence `seq` holds, in order ([n_past(seq)]; -1 for cells
+  // filled by FillWithRandomCells).
+  const std::vector<int32_t>& tokens(int seq = 0) const { return tokens_[seq]; }
 
   // Appends tokens to sequence 0 at positions n_past()..; returns logits [n, n_vocab] if
   // all_logits, else the last token's [n_vocab]. Fails if the context would overflow, or if a
@@ -89,6 +92,7 @@ class Session {
   std::vector<float> logits_;       // [n_outputs, n_vocab]
   std::vector<int32_t> positions_;  // [n_tokens] Eval's positions
   std::vector<int> n_past_;         // [n_seq]
+  std::vector<std::vector<int32_t>> tokens_;  // [n_seq][n_past]
 };
 
 }  // namespace lamina

@@ -158,4 +158,19 @@ std::string RenderChat(ChatFormat format, const std::vector<ChatMessage>& messag
   return {};
 }
 
+ChatSetup ChatSetupFromTemplate(std::string_view template_text) {
+  return ChatSetup{DetectChatFormat(template_text), DefaultSystemPrompt(template_text)};
+}
+
+std::string RenderChatPrompt(const ChatSetup& setup, const std::vector<ChatMessage>& messages,
+                             const Tokenizer& tok) {
+  std::string text = RenderChat(setup.format, messages, /*add_generation_prompt=*/true,
+                                /*enable_thinking=*/false, setup.default_system);
+  if (tok.add_bos() && tok.bos() >= 0) {
+    const std::string& bos = tok.TokenText(tok.bos());
+    if (!bos.empty() && text.starts_with(bos)) text.erase(0, bos.size());
+  }
+  return text;
+}
+
 }  // namespace lamina

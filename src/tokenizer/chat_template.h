@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tokenizer/tokenizer.h"
+
 namespace lamina {
 
 enum class ChatFormat { kChatML, kQwen3, kLlama3, kUnknown };
@@ -32,5 +34,19 @@ std::string DefaultSystemPrompt(std::string_view template_text);
 std::string RenderChat(ChatFormat format, const std::vector<ChatMessage>& messages,
                        bool add_generation_prompt, bool enable_thinking = true,
                        std::string_view default_system = {});
+
+// A model's chat setup: the format its template belongs to and its built-in system prompt.
+struct ChatSetup {
+  ChatFormat format = ChatFormat::kUnknown;
+  std::string default_system;
+};
+ChatSetup ChatSetupFromTemplate(std::string_view template_text);
+
+// The prompt text of a conversation ending with the assistant header, ready for
+// Encode(text, add_special=true, parse_special=true): a leading BOS text (Llama-3's
+// "<|begin_of_text|>") is dropped when the tokenizer adds BOS itself, so it is not doubled.
+// Thinking is off for Qwen3 (the empty think block).
+std::string RenderChatPrompt(const ChatSetup& setup, const std::vector<ChatMessage>& messages,
+                             const Tokenizer& tokenizer);
 
 }  // namespace lamina

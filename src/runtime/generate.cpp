@@ -1,0 +1,183 @@
+// The generation loop shared by the CLI, the probe and the server (see generate.h).
+#include "runtime/generate.h"
+
+#include <algorithm>
+
+#include "util/timer.h"
+
+namespace lamina {
+
+const char* StopReasonName(StopReason reason) {
+  switch (reason) {
+    case StopReason::kNone:
+      return "none";
+    case StopReason::kEos:
+      return "eos";
+    case StopReason::kStopString:
+      return "word";
+    case StopReason::kLimit:
+      return "limit";
+    case StopReason::kContextFull:
+      return "context";
+    case StopReason::kCancelled:
+      return "cancelled";
+  }
+  return "?";
+}
+
+Generator::Generator(const Tokenizer& tokenizer, const GenerateParams& params,
+                     std::vector<int32_t> history)
+    : tokenizer_(tokenizer),
+      params_(params),
+      sampler_(params.sampler),
+      detok_(tokenizer),
+      history_(std::move(history)) {
+  params_.stop.erase(std::remove(params_.stop.begin(), params_.stop.end(), std::string()),
+                     params_.stop.end());
+  if (params_.n_predict == 0) reason_ = StopReason::kLimit;
+}
+
+std::string Generator::Release(bool final) {
+  // A stop string anywhere in the pending text ends generation before it (earliest first).
+  size_t cut = std::string::npos;
+  for (const std::string& s : params_.stop) {
+    // It may straddle released text only if released text ended inside it, which Release
+    // prevents by holding back prefixes; so searching pending_ suffices.
+    const size_t at = pending_.find(s);
+    if (at != std::string::npos && (cut == std::string::npos || at < cut)) {
+      cut = at;
+      stop_word_ = s;
+    }
+  }
+  std::string out;
+  if (cut != std::string::npos) {
+    out = pending_.substr(0, cut);
+    pending_.clear();
+    reason_ = StopReason::kStopString;
+  } else if (final) {
+    out.swap(pending_);
+  } else {
+    // Hold back the longest tail of pending_ that begins some stop string.
+    size_t hold = 0;
+    for (const std::string& s : params_.stop) {
+      for (size_t len = std::min(s.size() - 1, pending_.size()); len > hold; --len) {
+        if (pending_.compare(pending_.size() - len, len, s, 0, len) == 0) {
+          hold = len;
+          break;
+        }
+      }
+    }
+    out = pending_.substr(0, pending_.size() - hold);
+    pending_.erase(0, pending_.size() - hold);
+  }
+  text_ += out;
+  return out;
+}
+
+Generator::Step Generator::Next(const float* logits, int n_vocab) {
+  Step step;
+  if (done()) {
+    step.done = true;
+    return step;
+  }
+  const int32_t id = sampler_.Sample(logits, n_vocab, history_);
+  if (!params_.ignore_eos && tokenizer_.IsEog(id)) {
+    reason_ = StopReason::kEos;
+    pending_ += detok_.Flush();
+    step.text = Release(/*final=*/true);
+    step.done = true;
+    return step;
+  }
+  step.token = id;
+  history_.push_back(id);
+  generated_.push_back(id);
+  pending_ += detok_.Push(id);
+  const bool at_limit =
+      params_.n_predict >= 0 && static_cast<int>(generated_.size()) >= params_.n_predict;
+  if (at_limit) pending_ += detok_.Flush();
+  step.text = Release(/*final=*/at_limit);
+  if (reason_ == StopReason::kNone && at_limit) reason_ = StopReason::kLimit;
+  step.done = done();
+  return step;
+}
+
+std::string Generator::Finish(StopReason reason) {
+  if (done()) return "";
+  reason_ = reason;
+  pending_ += detok_.Flush();
+  const StopReason keep = reason_;
+  std::string out = Release(/*final=*/true);
+  // A stop string completed by the flushed tail still wins.
+  if (reason_ != StopReason::kStopString) reason_ = keep;
+  return out;
+}
+
+int ReusePrefix(Session& session, int seq, const std::vector<int32_t>& prompt) {
+  const std::vector<int32_t>& cached = session.tokens(seq);
+  size_t keep = 0;
+  while (keep < cached.size() && keep < prompt.size() && cached[keep] == prompt[keep]) ++keep;
+  if (!prompt.empty() && keep >= prompt.size()) keep = prompt.size() - 1;
+  session.Truncate(seq, static_cast<int>(keep));
+  return static_cast<int>(keep);
+}
+
+Result<GenerateResult> Generate(Session& session, int seq, const std::vector<int32_t>& prompt,
+                                const GenerateOptions& options,
+                                const std::function<bool(const std::string&)>& on_text,
+                                const std::function<void(int, int)>& on_prompt_progress) {
+  if (prompt.empty()) return Error{"empty prompt"};
+  GenerateResult result;
+  result.n_prompt = static_cast<int>(prompt.size());
+  if (result.n_prompt > session.n_ctx()) {
+    return Error{"the prompt (" + std::to_string(result.n_prompt) +
+                 " tokens) exceeds the context of " + std::to_string(session.n_ctx())};
+  }
+  result.n_cached = options.reuse_prefix ? ReusePrefix(session, seq, prompt) : 0;
+  if (!options.reuse_prefix) session.Truncate(seq, 0);
+
+  const double t0 = NowSeconds();
+  const int rest = result.n_prompt - result.n_cached;
+  const int chunk = options.prompt_chunk > 0 ? options.prompt_chunk : rest;
+  const float* logits = nullptr;
+  for (int i = 0; i < rest; i += chunk) {
+    const int n = std::min(chunk, rest - i);
+    Result<const float*> r =
+        session.EvalSeq(seq, prompt.data() + result.n_cached + i, n, /*all_logits=*/false);
+    if (!r.ok()) return r.error();
+    logits = *r;
+    if (on_prompt_progress) on_prompt_progress(result.n_cached + i + n, result.n_prompt);
+  }
+  const double t1 = NowSeconds();
+  result.prompt_seconds = t1 - t0;
+
+  const int n_vocab = session.model().hparams().n_vocab;
+  Generator gen(session.model().tokenizer(), options.params, prompt);
+  bool cancelled = false;
+  auto emit = [&](const std::string& text) {
+    if (!text.empty() && on_text && !on_text(text)) cancelled = true;
+  };
+  while (!gen.done()) {
+    Generator::Step step = gen.Next(logits, n_vocab);
+    emit(step.text);
+    if (step.done) break;
+    if (cancelled) {
+      gen.Finish(StopReason::kCancelled);
+      break;
+    }
+    if (session.n_past(seq) >= session.n_ctx()) {
+      emit(gen.Finish(StopReason::kContextFull));
+      break;
+    }
+    Result<const float*> r = session.EvalSeq(seq, &step.token, 1, /*all_logits=*/false);
+    if (!r.ok()) return r.error();
+    logits = *r;
+  }
+  result.decode_seconds = NowSeconds() - t1;
+  result.tokens = gen.generated();
+  result.text = gen.text();
+  result.reason = gen.reason();
+  result.stop_word = gen.stop_word();
+  return result;
+}
+
+}  // namespace lamina

@@ -1,0 +1,109 @@
+// The one generation loop: sampling, stop rules (end-of-generation tokens, stop strings, the
+// token budget, a full context), the streaming detokenizer and prompt-prefix reuse. `run`,
+// `chat`, the probe and the server all go through it. Generator is the per-sequence state that
+// turns logits into tokens and text and never evaluates anything, so a scheduler can step many
+// of them over one batched forward pass; Generate drives one Generator over one sequence of a
+// Session for the command line.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lamina {
+
+struct GenerateParams {
+  SamplerConfig sampler;
+  int n_predict = -1;             // tokens to generate at most; < 0: until a stop rule
+  std::vector<std::string> stop;  // stop strings (the text ends before the first one)
+  bool ignore_eos = false;        // keep going past end-of-generation tokens
+};
+
+enum class StopReason {
+  kNone,         // still generating
+  kEos,          // the model chose an end-of-generation token
+  kStopString,   // a stop string appeared
+  kLimit,        // n_predict tokens were generated
+  kContextFull,  // the sequence's context has no room for the next token
+  kCancelled,    // the caller stopped it
+};
+const char* StopReasonName(StopReason reason);
+
+// One sequence's generation state. Feed it the logits of the last evaluated token; it samples
+// the next token and says what text became final. Text that could still be the start of a stop
+// string is held back until it is known not to be.
+class Generator {
+ public:
+  // `history`: the tokens the sequence holds so far (the prompt), for the repetition penalty.
+  Generator(const Tokenizer& tokenizer, const GenerateParams& params, std::vector<int32_t> history);
+
+  struct Step {
+    int32_t token = -1;  // the sampled token (-1 when none was added: end of generation)
+    std::string text;    // text that became final with this step
+    bool done = false;   // no more steps; when false, `token` must be evaluated next
+  };
+  // logits: [n_vocab] of the last evaluated token.
+  Step Next(const float* logits, int n_vocab);
+  // Ends generation for a reason of the caller (context full, cancelled); returns the text
+  // still held back (an incomplete UTF-8 tail, a possible stop-string prefix).
+  std::string Finish(StopReason reason);
+
+  bool done() const { return reason_ != StopReason::kNone; }
+  StopReason reason() const { return reason_; }
+  const std::string& stop_word() const { return stop_word_; }  // the stop string that matched
+  const std::vector<int32_t>& generated() const { return generated_; }  // sampled tokens
+  const std::string& text() const { return text_; }                     // the final text so far
+  const std::vector<int32_t>& history() const { return history_; }
+
+ private:
+  // Moves pending_ text to the output as far as stop strings allow; returns what was released.
+  std::string Release(bool final);
+
+  const Tokenizer& tokenizer_;
+  GenerateParams params_;
+  Sampler sampler_;
+  StreamingDetokenizer detok_;
+  std::vector<int32_t> history_;
+  std::vector<int32_t> generated_;
+  std::string text_;     // released text
+  std::string pending_;  // decoded, not yet released (may begin a stop string)
+  StopReason reason_ = StopReason::kNone;
+  std::string stop_word_;
+};
+
+// Keeps the longest prefix that sequence `seq` of the session shares with `prompt`, always
+// leaving at least the last prompt token to evaluate (its logits start generation); truncates
+// the rest and returns the number of cells kept.
+int ReusePrefix(Session& session, int seq, const std::vector<int32_t>& prompt);
+
+struct GenerateOptions {
+  GenerateParams params;
+  int prompt_chunk = 0;      // prompt tokens per forward pass; 0: the whole prompt at once
+  bool reuse_prefix = true;  // keep the cells the sequence already shares with the prompt
+};
+
+struct GenerateResult {
+  int n_prompt = 0;             // prompt tokens
+  int n_cached = 0;             // of which reused from the sequence's cells
+  std::vector<int32_t> tokens;  // generated
+  std::string text;
+  StopReason reason = StopReason::kNone;
+  std::string stop_word;
+  double prompt_seconds = 0.0;
+  double decode_seconds = 0.0;
+};
+
+// Evaluates `prompt` on sequence `seq` (after prefix reuse) and generates until a stop rule.
+// on_text receives each piece of final text as it is released; returning false cancels.
+// on_prompt_progress (optional) is called after every prompt chunk with (done, total).
+Result<GenerateResult> Generate(Session& session, int seq, const std::vector<int32_t>& prompt,
+                                const GenerateOptions& options,
+                                const std::function<bool(const std::string&)>& on_text = {},
+                                const std::function<void(int, int)>& on_prompt_progress = {});
+
+}  // namespace lamina
