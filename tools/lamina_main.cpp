@@ -1,7 +1,10 @@
-// The `lamina` command line: run, score, bench, inspect. Exit codes: see cli_commands.h.
+// The `lamina` command line: run, chat, score, bench, probe, inspect, serve. Exit codes: see
+// cli_commands.h.
 #include <CLI/CLI.hpp>
+#include <cstring>
 
 #include "cli_commands.h"
+#include "server/server.h"
 
 namespace {
 void AddCommon(CLI::App* cmd, lamina::cli::CommonOptions& c, bool model_required) {
@@ -26,7 +29,11 @@ void AddCommon(CLI::App* cmd, lamina::cli::CommonOptions& c, bool model_required
 
 int main(int argc, char** argv) {
   using namespace lamina::cli;
+  // `serve` parses its own flags, spelled as llama-server spells them (tools/server/).
+  if (argc > 1 && std::strcmp(argv[1], "serve") == 0) return RunServeCommand(argc - 1, argv + 1);
   CLI::App app{"lamina: LLM inference for GGUF models"};
+  app.footer("Also: lamina serve [flags] — an OpenAI- and llama-server-compatible HTTP server "
+             "(lamina serve --help).");
   app.require_subcommand(1);
 
   RunOptions run;

@@ -1,0 +1,84 @@
+// Typed requests and the events that answer them, between the server's HTTP threads and its
+// engine thread. No JSON here: the HTTP layer (tools/server/) maps its JSON onto these.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/generate.h"
+
+namespace lamina::serve {
+
+// One completion: a tokenized prompt and how to continue it.
+struct Request {
+  std::vector<int32_t> prompt;  // [n_prompt] token ids, BOS included when wanted
+  GenerateParams params;
+  int id_slot = -1;          // the slot to run in (-1: the scheduler picks)
+  bool cache_prompt = true;  // reuse the cells a slot already shares with the prompt
+  int n_keep = 0;            // context shift: prompt tokens always kept (-1: the whole prompt)
+};
+
+struct Timings {
+  int prompt_n = 0;     // prompt tokens evaluated (not reused)
+  int cache_n = 0;      // prompt tokens reused from the slot's cells
+  int predicted_n = 0;  // tokens generated
+  double prompt_ms = 0.0;
+  double predicted_ms = 0.0;
+};
+
+struct Event {
+  enum class Kind { kText, kDone, kError };
+  Kind kind = Kind::kText;
+  // kText: final text released with these sampled tokens (either may be empty, not both).
+  std::string text;
+  std::vector<int32_t> tokens;
+  // kDone
+  StopReason reason = StopReason::kNone;
+  std::string stop_word;
+  bool truncated = false;  // the context filled up (or was shifted)
+  int slot = -1;
+  int n_ctx = 0;  // the slot's context
+  Timings timings;
+  // kError: the HTTP status, the error type llama-server uses and a message.
+  int status = 0;
+  std::string error_type;
+  std::string message;
+  int n_prompt_tokens = 0;  // exceed_context_size_error: both numbers
+};
+
+// The per-request channel: the engine pushes events, the HTTP thread pops them; the HTTP side
+// cancels when its client goes away.
+class Channel {
+ public:
+  void Push(Event event) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      events_.push_back(std::move(event));
+    }
+    cv_.notify_one();
+  }
+  // Waits up to `timeout` for an event; false when none came.
+  bool Pop(Event* out, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return false;
+    *out = std::move(events_.front());
+    events_.pop_front();
+    return true;
+  }
+  void Cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Event> events_;
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace lamina::serve

@@ -1,0 +1,561 @@
+// The serving engine's slots, continuous batching and slot files (see scheduler.h).
+#include "serve/scheduler.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <future>
+
+#include "util/timer.h"
+
+namespace lamina::serve {
+
+struct Scheduler::Slot {
+  int id = 0;
+  bool busy = false;
+  uint64_t request = 0;
+  std::shared_ptr<Channel> channel;
+  Request req;
+  std::unique_ptr<Generator> gen;
+  std::vector<int32_t> pending;  // tokens to evaluate next, in order
+  size_t pending_done = 0;       // of which already evaluated
+  int n_prompt = 0;
+  int n_cached = 0;
+  int n_prompt_evaluated = 0;
+  bool prompt_done = false;
+  bool truncated = false;
+  double t_start = 0.0;
+  double t_prompt_done = 0.0;
+  uint64_t last_used = 0;
+};
+
+namespace {
+int CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return static_cast<int>(n);
+}
+
+SessionConfig SlotSessionConfig(const SchedulerConfig& c) {
+  SessionConfig s = c.session;
+  s.n_seq = std::max(1, c.n_slots);
+  return s;
+}
+}  // namespace
+
+Scheduler::Scheduler(const Model& model, const SchedulerConfig& config, ThreadPool& pool)
+    : model_(model),
+      config_(config),
+      pool_(pool),
+      session_(model, SlotSessionConfig(config), pool) {
+  config_.n_slots = session_.n_seq();
+  config_.n_batch = std::max(1, config_.n_batch);
+  for (int i = 0; i < config_.n_slots; ++i) {
+    slots_.push_back(std::make_unique<Slot>());
+    slots_.back()->id = i;
+  }
+  stats_.kv_bytes = session_.cache().BytesTotal();
+  PublishInfo();
+}
+
+Scheduler::~Scheduler() { Stop(); }
+
+void Scheduler::Start() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (thread_.joinable()) return;
+  stop_ = false;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Scheduler::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::shared_ptr<Channel> Scheduler::Submit(Request request) {
+  auto channel = std::make_shared<Channel>();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stop_) {
+      Event e;
+      e.kind = Event::Kind::kError;
+      e.status = 503;
+      e.error_type = "unavailable_error";
+      e.message = "the server is shutting down";
+      channel->Push(std::move(e));
+      return channel;
+    }
+    queue_.push_back({next_id_++, std::move(request), channel});
+    stats_.queued = static_cast<int>(queue_.size());
+  }
+  cv_.notify_all();
+  return channel;
+}
+
+void Scheduler::Loop() {
+  while (true) {
+    std::deque<std::function<void()>> tasks;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      auto busy = [&] {
+        return std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->busy; });
+      };
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !tasks_.empty() || busy(); });
+      if (stop_) break;
+      tasks.swap(tasks_);
+    }
+    for (auto& task : tasks) task();
+    Admit();
+    Step();
+    PublishInfo();
+  }
+  // Ending: every open request gets an error so no HTTP thread waits forever.
+  for (auto& s : slots_) {
+    if (s->busy) Fail(*s, 503, "unavailable_error", "the server is shutting down");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Queued& q : queue_) {
+    Event e;
+    e.kind = Event::Kind::kError;
+    e.status = 503;
+    e.error_type = "unavailable_error";
+    e.message = "the server is shutting down";
+    q.channel->Push(std::move(e));
+  }
+  queue_.clear();
+  for (auto& task : tasks_) task();
+  tasks_.clear();
+}
+
+void Scheduler::Admit() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    Queued& q = *it;
+    if (q.channel->cancelled()) {
+      ++stats_.requests;
+      ++stats_.requests_cancelled;
+      it = queue_.erase(it);
+      continue;
+    }
+    const int n_prompt = static_cast<int>(q.request.prompt.size());
+    if (n_prompt == 0 || n_prompt > n_ctx_slot() || (q.request.id_slot >= config_.n_slots)) {
+      Event e;
+      e.kind = Event::Kind::kError;
+      e.status = 400;
+      if (n_prompt == 0) {
+        e.error_type = "invalid_request_error";
+        e.message = "the prompt is empty (and the model adds no BOS token)";
+      } else if (n_prompt > n_ctx_slot()) {
+        e.error_type = "exceed_context_size_error";
+        e.message =
+            "the request exceeds the available context size, try increasing it: the "
+            "prompt has " +
+            std::to_string(n_prompt) + " tokens and a slot's context is " +
+            std::to_string(n_ctx_slot());
+        e.n_prompt_tokens = n_prompt;
+        e.n_ctx = n_ctx_slot();
+      } else {
+        e.error_type = "invalid_request_error";
+        e.message = "id_slot " + std::to_string(q.request.id_slot) + " does not exist (" +
+                    std::to_string(config_.n_slots) + " slots)";
+      }
+      q.channel->Push(std::move(e));
+      ++stats_.requests;
+      it = queue_.erase(it);
+      continue;
+    }
+    // The idle slot asked for, else the idle slot sharing the longest prefix, else the least
+    // recently used.
+    Slot* best = nullptr;
+    int best_common = -1;
+    for (auto& s : slots_) {
+      if (s->busy) continue;
+      if (q.request.id_slot >= 0 && s->id != q.request.id_slot) continue;
+      const int common = CommonPrefix(session_.tokens(s->id), q.request.prompt);
+      if (best == nullptr || common > best_common ||
+          (common == best_common && s->last_used < best->last_used)) {
+        best = s.get();
+        best_common = common;
+      }
+    }
+    if (best == nullptr) {
+      ++it;  // waits for its slot (or any slot) to free up; later requests may still start
+      continue;
+    }
+    Queued taken = std::move(q);
+    it = queue_.erase(it);
+    stats_.queued = static_cast<int>(queue_.size());
+    lock.unlock();
+    StartInSlot(*best, std::move(taken));
+    lock.lock();
+    it = queue_.begin();  // the queue may have grown meanwhile; rescan from the front
+  }
+  stats_.queued = static_cast<int>(queue_.size());
+}
+
+void Scheduler::StartInSlot(Slot& slot, Queued q) {
+  slot.busy = true;
+  slot.request = q.id;
+  slot.channel = std::move(q.channel);
+  slot.req = std::move(q.request);
+  slot.last_used = ++clock_;
+  slot.truncated = false;
+  slot.prompt_done = false;
+  slot.t_start = NowSeconds();
+  const std::vector<int32_t>& prompt = slot.req.prompt;
+  slot.n_prompt = static_cast<int>(prompt.size());
+  if (slot.req.cache_prompt) {
+    // A longer shared prefix held by another slot is copied over (a common system prompt).
+    int own = CommonPrefix(session_.tokens(slot.id), prompt);
+    int donor = -1, donor_common = own;
+    for (auto& s : slots_) {
+      if (s->id == slot.id) continue;
+      const int common = CommonPrefix(session_.tokens(s->id), prompt);
+      if (common > donor_common) {
+        donor = s->id;
+        donor_common = common;
+      }
+    }
+    if (donor >= 0) {
+      session_.CopyPrefix(donor, slot.id, std::min(donor_common, slot.n_prompt - 1));
+    }
+    slot.n_cached = ReusePrefix(session_, slot.id, prompt);
+  } else {
+    session_.Truncate(slot.id, 0);
+    slot.n_cached = 0;
+  }
+  slot.pending.assign(prompt.begin() + slot.n_cached, prompt.end());
+  slot.pending_done = 0;
+  slot.n_prompt_evaluated = 0;
+  slot.gen = std::make_unique<Generator>(model_.tokenizer(), slot.req.params, prompt);
+}
+
+void Scheduler::Release(Slot& slot, bool cancelled) {
+  slot.busy = false;
+  slot.channel.reset();
+  slot.gen.reset();
+  slot.pending.clear();
+  slot.pending_done = 0;
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++stats_.requests;
+  if (cancelled) ++stats_.requests_cancelled;
+}
+
+void Scheduler::Finish(Slot& slot, StopReason reason) {
+  if (reason != StopReason::kNone) {
+    const std::string tail = slot.gen->Finish(reason);
+    if (!tail.empty()) {
+      Event e;
+      e.text = tail;
+      slot.channel->Push(std::move(e));
+    }
+  }
+  const double now = NowSeconds();
+  Event e;
+  e.kind = Event::Kind::kDone;
+  e.reason = slot.gen->reason();
+  e.stop_word = slot.gen->stop_word();
+  e.truncated = slot.truncated;
+  e.slot = slot.id;
+  e.n_ctx = n_ctx_slot();
+  e.timings.prompt_n = slot.n_prompt - slot.n_cached;
+  e.timings.cache_n = slot.n_cached;
+  e.timings.predicted_n = static_cast<int>(slot.gen->generated().size());
+  const double t_prompt_done = slot.prompt_done ? slot.t_prompt_done : now;
+  e.timings.prompt_ms = (t_prompt_done - slot.t_start) * 1e3;
+  e.timings.predicted_ms = (now - t_prompt_done) * 1e3;
+  slot.channel->Push(std::move(e));
+  Release(slot, /*cancelled=*/false);
+}
+
+void Scheduler::Fail(Slot& slot, int status, const std::string& type, const std::string& message) {
+  Event e;
+  e.kind = Event::Kind::kError;
+  e.status = status;
+  e.error_type = type;
+  e.message = message;
+  slot.channel->Push(std::move(e));
+  Release(slot, /*cancelled=*/false);
+}
+
+void Scheduler::ShiftContext(Slot& slot, int32_t next_token) {
+  // Keep the first n_keep cells, drop half of the rest, and evaluate the kept tail again at
+  // its new positions (through the single writer), then the new token.
+  const std::vector<int32_t> held = session_.tokens(slot.id);
+  const int n_past = static_cast<int>(held.size());
+  int n_keep = slot.req.n_keep < 0 ? slot.n_prompt : slot.req.n_keep;
+  n_keep = std::clamp(n_keep, 0, std::max(0, n_past - 2));
+  const int n_discard = std::max(1, (n_past - n_keep) / 2);
+  session_.Truncate(slot.id, n_keep);
+  slot.pending.assign(held.begin() + n_keep + n_discard, held.end());
+  slot.pending.push_back(next_token);
+  slot.pending_done = 0;
+  slot.truncated = true;
+}
+
+bool Scheduler::Step() {
+  // Cancelled requests free their slot first.
+  for (auto& s : slots_) {
+    if (s->busy && s->channel->cancelled()) {
+      s->gen->Finish(StopReason::kCancelled);
+      Release(*s, /*cancelled=*/true);
+    }
+  }
+  SequenceBatch batch;
+  struct Row {
+    Slot* slot;
+    size_t n;  // pending tokens this batch evaluates
+    bool output;
+  };
+  std::vector<Row> rows;
+  int budget = config_.n_batch;
+  // Decode tokens first (one per generating slot), then prompt chunks in slot order.
+  for (int pass = 0; pass < 2 && budget > 0; ++pass) {
+    for (auto& s : slots_) {
+      if (!s->busy || budget <= 0) continue;
+      const size_t left = s->pending.size() - s->pending_done;
+      const bool decode = left == 1;
+      if (left == 0 || decode != (pass == 0)) continue;
+      const size_t take = std::min<size_t>(left, budget);
+      const int pos0 = session_.n_past(s->id);
+      for (size_t i = 0; i < take; ++i) {
+        const bool last = s->pending_done + i + 1 == s->pending.size();
+        batch.Add(s->pending[s->pending_done + i], s->id, pos0 + static_cast<int>(i), last);
+      }
+      rows.push_back({s.get(), take, s->pending_done + take == s->pending.size()});
+      budget -= static_cast<int>(take);
+    }
+  }
+  if (batch.size() == 0) return false;
+  const double t0 = NowSeconds();
+  Result<const float*> r = session_.Decode(batch);
+  const double dt = NowSeconds() - t0;
+  int n_prompt_tokens = 0, n_decoded = 0;
+  for (const Row& row : rows) {
+    if (row.slot->prompt_done) {
+      n_decoded += row.n == 1 ? 1 : 0;
+      n_prompt_tokens += row.n == 1 ? 0 : static_cast<int>(row.n);
+    } else {
+      n_prompt_tokens += static_cast<int>(row.n);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.steps;
+    stats_.prompt_tokens += n_prompt_tokens;
+    stats_.predicted_tokens += n_decoded;
+    if (n_prompt_tokens > 0) {
+      stats_.prompt_seconds += dt;
+    } else {
+      stats_.decode_seconds += dt;
+    }
+  }
+  if (!r.ok()) {
+    for (const Row& row : rows) Fail(*row.slot, 500, "server_error", r.error().message);
+    return true;
+  }
+  const int n_vocab = model_.hparams().n_vocab;
+  int out_row = 0;
+  for (const Row& row : rows) {
+    Slot& s = *row.slot;
+    s.pending_done += row.n;
+    if (!row.output) continue;
+    const float* logits = *r + static_cast<size_t>(out_row++) * n_vocab;
+    if (!s.prompt_done) {
+      s.prompt_done = true;
+      s.t_prompt_done = NowSeconds();
+    }
+    Generator::Step step = s.gen->Next(logits, n_vocab);
+    if (!step.text.empty() || step.token >= 0) {
+      Event e;
+      e.text = std::move(step.text);
+      if (step.token >= 0) e.tokens.push_back(step.token);
+      s.channel->Push(std::move(e));
+    }
+    if (step.done) {
+      Finish(s, StopReason::kNone);
+      continue;
+    }
+    if (s.channel->cancelled()) {
+      s.gen->Finish(StopReason::kCancelled);
+      Release(s, /*cancelled=*/true);
+      continue;
+    }
+    if (session_.n_past(s.id) >= n_ctx_slot()) {
+      if (config_.context_shift && n_ctx_slot() >= 4) {
+        ShiftContext(s, step.token);
+      } else {
+        s.truncated = true;
+        Finish(s, StopReason::kContextFull);
+      }
+      continue;
+    }
+    s.pending.assign(1, step.token);
+    s.pending_done = 0;
+  }
+  return true;
+}
+
+void Scheduler::PublishInfo() {
+  std::vector<SlotInfo> info;
+  size_t used = 0;
+  int busy = 0;
+  for (auto& s : slots_) {
+    SlotInfo i;
+    i.id = s->id;
+    i.busy = s->busy;
+    i.request = s->request;
+    i.n_past = session_.n_past(s->id);
+    i.n_prompt = s->n_prompt;
+    i.n_decoded = s->gen ? static_cast<int>(s->gen->generated().size()) : 0;
+    i.n_ctx = n_ctx_slot();
+    used += static_cast<size_t>(i.n_past) * session_.cache().BytesPerToken();
+    busy += s->busy;
+    info.push_back(i);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  info_ = std::move(info);
+  stats_.busy_slots = busy;
+  stats_.kv_bytes_used = used;
+}
+
+std::vector<SlotInfo> Scheduler::Slots() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return info_;
+}
+
+Stats Scheduler::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void Scheduler::RunOnEngine(const std::function<void()>& fn) {
+  std::promise<void> done;
+  std::future<void> f = done.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!thread_.joinable() || stop_) {
+      fn();  // no engine thread: the caller's thread is the only one
+      return;
+    }
+    tasks_.push_back([&] {
+      fn();
+      done.set_value();
+    });
+  }
+  cv_.notify_all();
+  f.wait();
+}
+
+namespace {
+constexpr char kSlotMagic[8] = {'L', 'A', 'M', 'S', 'L', 'O', 'T', '1'};
+}  // namespace
+
+Result<SlotFileResult> Scheduler::SaveSlot(int id, const std::string& path) {
+  Result<SlotFileResult> out = Error{"slot " + std::to_string(id) + " does not exist"};
+  if (id < 0 || id >= config_.n_slots) return out;
+  RunOnEngine([&] {
+    const double t0 = NowSeconds();
+    if (slots_[id]->busy) {
+      out = Error{"slot " + std::to_string(id) + " is busy"};
+      return;
+    }
+    const std::vector<int32_t>& tokens = session_.tokens(id);
+    FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr) {
+      out = Error{path + ": cannot write"};
+      return;
+    }
+    const uint32_t header[2] = {static_cast<uint32_t>(model_.hparams().n_vocab),
+                                static_cast<uint32_t>(tokens.size())};
+    bool ok = std::fwrite(kSlotMagic, 1, 8, f) == 8 && std::fwrite(header, 4, 2, f) == 2 &&
+              std::fwrite(tokens.data(), 4, tokens.size(), f) == tokens.size();
+    ok = std::fclose(f) == 0 && ok;
+    if (!ok) {
+      out = Error{path + ": write failed"};
+      return;
+    }
+    out = SlotFileResult{static_cast<int>(tokens.size()), 16 + 4 * tokens.size(),
+                         (NowSeconds() - t0) * 1e3};
+  });
+  return out;
+}
+
+Result<SlotFileResult> Scheduler::RestoreSlot(int id, const std::string& path) {
+  Result<SlotFileResult> out = Error{"slot " + std::to_string(id) + " does not exist"};
+  if (id < 0 || id >= config_.n_slots) return out;
+  RunOnEngine([&] {
+    const double t0 = NowSeconds();
+    if (slots_[id]->busy) {
+      out = Error{"slot " + std::to_string(id) + " is busy"};
+      return;
+    }
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) {
+      out = Error{path + ": cannot open"};
+      return;
+    }
+    char magic[8];
+    uint32_t header[2];
+    std::vector<int32_t> tokens;
+    std::string err;
+    if (std::fread(magic, 1, 8, f) != 8 || std::memcmp(magic, kSlotMagic, 8) != 0) {
+      err = "not a lamina slot file";
+    } else if (std::fread(header, 4, 2, f) != 2) {
+      err = "truncated header";
+    } else if (header[0] != static_cast<uint32_t>(model_.hparams().n_vocab)) {
+      err = "saved with a vocabulary of " + std::to_string(header[0]) + " tokens, this model has " +
+            std::to_string(model_.hparams().n_vocab);
+    } else if (header[1] > static_cast<uint32_t>(n_ctx_slot())) {
+      err = "holds " + std::to_string(header[1]) + " tokens, more than a slot's context of " +
+            std::to_string(n_ctx_slot());
+    } else {
+      tokens.resize(header[1]);
+      if (std::fread(tokens.data(), 4, tokens.size(), f) != tokens.size()) err = "truncated tokens";
+      for (size_t i = 0; err.empty() && i < tokens.size(); ++i) {
+        if (tokens[i] < 0 || tokens[i] >= model_.hparams().n_vocab) {
+          err = "token " + std::to_string(i) + " (" + std::to_string(tokens[i]) + ") out of range";
+        }
+      }
+    }
+    std::fclose(f);
+    if (!err.empty()) {
+      out = Error{path + ": " + err};
+      return;
+    }
+    session_.Truncate(id, 0);
+    for (size_t i = 0; i < tokens.size(); i += config_.n_batch) {
+      const int n = static_cast<int>(std::min<size_t>(config_.n_batch, tokens.size() - i));
+      Result<const float*> r = session_.EvalSeq(id, tokens.data() + i, n, false);
+      if (!r.ok()) {
+        session_.Truncate(id, 0);
+        out = Error{r.error().message};
+        return;
+      }
+    }
+    out = SlotFileResult{static_cast<int>(tokens.size()), 16 + 4 * tokens.size(),
+                         (NowSeconds() - t0) * 1e3};
+  });
+  return out;
+}
+
+Result<int> Scheduler::EraseSlot(int id) {
+  Result<int> out = Error{"slot " + std::to_string(id) + " does not exist"};
+  if (id < 0 || id >= config_.n_slots) return out;
+  RunOnEngine([&] {
+    if (slots_[id]->busy) {
+      out = Error{"slot " + std::to_string(id) + " is busy"};
+      return;
+    }
+    const int n = session_.n_past(id);
+    session_.Truncate(id, 0);
+    out = n;
+  });
+  return out;
+}
+
+}  // namespace lamina::serve

@@ -1,0 +1,128 @@
+// The serving engine: slots over one multi-sequence Session, continuous batching and prefix
+// reuse, driven by one engine thread that alone touches the model. HTTP threads Submit typed
+// requests and read events from the returned Channel. Every step packs the decode tokens of
+// generating slots and chunks of pending prompts into one SequenceBatch (weight matmuls shared,
+// attention per sequence); because every row's result is independent of the batch, a response
+// is identical to the same request run alone.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/generate.h"
+#include "runtime/session.h"
+#include "serve/request.h"
+
+namespace lamina::serve {
+
+struct SchedulerConfig {
+  int n_slots = 1;
+  int n_batch = 512;           // most tokens per forward pass
+  bool context_shift = false;  // when a slot fills: drop old cells and go on (else stop)
+  SessionConfig session;       // n_ctx: cells per slot; n_seq is set to n_slots
+};
+
+struct SlotInfo {
+  int id = 0;
+  bool busy = false;
+  uint64_t request = 0;  // the request it runs (or ran last); 0: none yet
+  int n_past = 0;        // cells it holds
+  int n_prompt = 0;
+  int n_decoded = 0;
+  int n_ctx = 0;
+};
+
+struct Stats {
+  uint64_t requests = 0;  // finished (done, cancelled or failed)
+  uint64_t requests_cancelled = 0;
+  uint64_t prompt_tokens = 0;  // evaluated
+  uint64_t predicted_tokens = 0;
+  double prompt_seconds = 0.0;  // wall time of steps that evaluated prompt tokens
+  double decode_seconds = 0.0;  // wall time of steps that only decoded
+  uint64_t steps = 0;
+  int busy_slots = 0;
+  int queued = 0;
+  size_t kv_bytes = 0;       // the cache's whole storage
+  size_t kv_bytes_used = 0;  // cells held by all slots
+};
+
+struct SlotFileResult {
+  int n_tokens = 0;
+  size_t n_bytes = 0;
+  double ms = 0.0;
+};
+
+class Scheduler {
+ public:
+  // The config's session must pass MakeKvCacheConfig (checked by the caller).
+  Scheduler(const Model& model, const SchedulerConfig& config, ThreadPool& pool);
+  ~Scheduler();  // stops the engine thread
+
+  void Start();
+  void Stop();
+
+  // Thread-safe. Events for the request arrive on the returned channel: kText pieces, then
+  // kDone or kError.
+  std::shared_ptr<Channel> Submit(Request request);
+
+  // Slot files (run on the engine thread; block until done). A saved slot is its token ids;
+  // restoring evaluates them again through the cache's single writer, so the restored cells
+  // are the bytes a fresh prefill of those tokens writes.
+  Result<SlotFileResult> SaveSlot(int slot, const std::string& path);
+  Result<SlotFileResult> RestoreSlot(int slot, const std::string& path);
+  Result<int> EraseSlot(int slot);  // the number of cells dropped
+
+  std::vector<SlotInfo> Slots() const;
+  Stats stats() const;
+  int n_slots() const { return config_.n_slots; }
+  int n_ctx_slot() const { return session_.n_ctx(); }
+  const KvCache& cache() const { return session_.cache(); }
+  const Model& model() const { return model_; }
+
+ private:
+  struct Slot;
+  struct Queued {
+    uint64_t id;
+    Request request;
+    std::shared_ptr<Channel> channel;
+  };
+  void Loop();
+  // Places queued requests into idle slots (engine thread; takes the lock).
+  void Admit();
+  void StartInSlot(Slot& slot, Queued q);
+  // One forward pass over every busy slot's next tokens; false when there was nothing to do.
+  bool Step();
+  void Finish(Slot& slot, StopReason reason);
+  void Fail(Slot& slot, int status, const std::string& type, const std::string& message);
+  void Release(Slot& slot, bool cancelled);
+  void ShiftContext(Slot& slot, int32_t next_token);
+  void PublishInfo();
+  // Runs fn on the engine thread and waits for it.
+  void RunOnEngine(const std::function<void()>& fn);
+
+  const Model& model_;
+  SchedulerConfig config_;
+  ThreadPool& pool_;
+  Session session_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  uint64_t clock_ = 0;  // slot use order
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Queued> queue_;
+  std::deque<std::function<void()>> tasks_;
+  uint64_t next_id_ = 1;
+  bool stop_ = false;
+  std::vector<SlotInfo> info_;
+  Stats stats_;
+  std::thread thread_;
+};
+
+}  // namespace lamina::serve

@@ -1,0 +1,287 @@
+// Request JSON → typed requests with type checks, and the response helpers (see api.h).
+#include "api.h"
+
+#include <random>
+
+namespace lamina::cli::api {
+
+json ErrorBody(const ApiError& e) {
+  return {{"error", {{"code", e.status}, {"message", e.message}, {"type", e.type}}}};
+}
+
+namespace {
+
+bool Fail(ApiError* err, const std::string& message) {
+  err->status = 400;
+  err->type = "invalid_request_error";
+  err->message = message;
+  return false;
+}
+
+// Optional typed fields: absent or null leaves *out unchanged; a wrong type is an error.
+bool GetFloat(const json& j, const char* key, float* out, ApiError* err) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return true;
+  if (!it->is_number()) return Fail(err, std::string("\"") + key + "\" must be a number");
+  *out = it->get<float>();
+  return true;
+}
+
+bool GetInt(const json& j, const char* key, long long* out, ApiError* err) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return true;
+  if (it->is_number_integer()) {
+    *out = it->get<long long>();
+    return true;
+  }
+  if (it->is_number_float()) {
+    const double v = it->get<double>();
+    if (v == static_cast<double>(static_cast<long long>(v))) {
+      *out = static_cast<long long>(v);
+      return true;
+    }
+  }
+  return Fail(err, std::string("\"") + key + "\" must be an integer");
+}
+
+bool GetInt(const json& j, const char* key, int* out, ApiError* err) {
+  long long v = *out;
+  if (!GetInt(j, key, &v, err)) return false;
+  if (v < -(1LL << 31) || v > (1LL << 31) - 1) {
+    return Fail(err, std::string("\"") + key + "\" is out of range");
+  }
+  *out = static_cast<int>(v);
+  return true;
+}
+
+bool GetBool(const json& j, const char* key, bool* out, ApiError* err) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return true;
+  if (!it->is_boolean()) return Fail(err, std::string("\"") + key + "\" must be a boolean");
+  *out = it->get<bool>();
+  return true;
+}
+
+constexpr size_t kMaxStops = 16;
+constexpr size_t kMaxPrompts = 64;
+
+}  // namespace
+
+bool ReadParams(const json& body, const Defaults& d, serve::Request* out, ApiError* err) {
+  GenerateParams p = d.params;
+  SamplerConfig& s = p.sampler;
+  if (!GetFloat(body, "temperature", &s.temperature, err) ||
+      !GetInt(body, "top_k", &s.top_k, err) || !GetFloat(body, "top_p", &s.top_p, err) ||
+      !GetFloat(body, "min_p", &s.min_p, err) ||
+      !GetFloat(body, "repeat_penalty", &s.repeat_penalty, err) ||
+      !GetInt(body, "repeat_last_n", &s.repeat_last_n, err) ||
+      !GetBool(body, "ignore_eos", &p.ignore_eos, err)) {
+    return false;
+  }
+  if (s.top_p < 0.0f || s.top_p > 1.0f) return Fail(err, "\"top_p\" must be in [0, 1]");
+  if (s.min_p < 0.0f || s.min_p > 1.0f) return Fail(err, "\"min_p\" must be in [0, 1]");
+  if (s.temperature < 0.0f) s.temperature = 0.0f;
+  if (s.repeat_penalty <= 0.0f) return Fail(err, "\"repeat_penalty\" must be > 0");
+  long long seed = d.seed;
+  if (!GetInt(body, "seed", &seed, err)) return false;
+  if (seed < 0 || seed == 0xFFFFFFFFLL) {
+    seed = static_cast<long long>(std::random_device{}() & 0x7FFFFFFF);
+  }
+  s.seed = static_cast<uint64_t>(seed);
+  // Token budget: n_predict (llama-server), max_tokens / max_completion_tokens (OpenAI).
+  int n = p.n_predict;
+  if (!GetInt(body, "n_predict", &n, err) || !GetInt(body, "max_tokens", &n, err) ||
+      !GetInt(body, "max_completion_tokens", &n, err)) {
+    return false;
+  }
+  p.n_predict = n < 0 ? -1 : n;
+  if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
+    p.stop.clear();
+    if (it->is_string()) {
+      p.stop.push_back(it->get<std::string>());
+    } else if (it->is_array()) {
+      if (it->size() > kMaxStops) return Fail(err, "\"stop\" has more than 16 strings");
+      for (const json& v : *it) {
+        if (!v.is_string()) return Fail(err, "\"stop\" must be a string or an array of strings");
+        p.stop.push_back(v.get<std::string>());
+      }
+    } else {
+      return Fail(err, "\"stop\" must be a string or an array of strings");
+    }
+  }
+  out->params = p;
+  return GetInt(body, "id_slot", &out->id_slot, err) &&
+         GetBool(body, "cache_prompt", &out->cache_prompt, err) &&
+         GetInt(body, "n_keep", &out->n_keep, err);
+}
+
+std::vector<int32_t> TokenizePrompt(const Model& model, const std::string& text, bool add_special) {
+  return model.tokenizer().Encode(text, add_special, /*parse_special=*/true);
+}
+
+namespace {
+
+// One prompt: text, token ids, or a mix (the first text part gets BOS).
+bool ReadOnePrompt(const json& v, const Model& model, std::vector<int32_t>* out, ApiError* err) {
+  const int n_vocab = model.hparams().n_vocab;
+  if (v.is_string()) {
+    *out = TokenizePrompt(model, v.get<std::string>(), true);
+    return true;
+  }
+  if (!v.is_array()) return Fail(err, "\"prompt\" must be a string, token ids or an array of them");
+  bool first = true;
+  for (const json& part : v) {
+    if (part.is_number_integer()) {
+      const long long id = part.get<long long>();
+      if (id < 0 || id >= n_vocab) {
+        return Fail(err, "token id " + std::to_string(id) +
+                             " in \"prompt\" is out of range (vocabulary of " +
+                             std::to_string(n_vocab) + ")");
+      }
+      out->push_back(static_cast<int32_t>(id));
+    } else if (part.is_string()) {
+      std::vector<int32_t> t = TokenizePrompt(model, part.get<std::string>(), first);
+      out->insert(out->end(), t.begin(), t.end());
+    } else {
+      return Fail(err, "\"prompt\" array elements must be token ids or strings");
+    }
+    first = false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool ParseCompletion(const json& body, const Model& model, const Defaults& defaults, bool oai,
+                     Completion* out, ApiError* err) {
+  if (!body.is_object()) return Fail(err, "the body must be a JSON object");
+  serve::Request base;
+  if (!ReadParams(body, defaults, &base, err)) return false;
+  if (!GetBool(body, "stream", &out->stream, err) ||
+      !GetBool(body, "return_tokens", &out->return_tokens, err)) {
+    return false;
+  }
+  if (auto so = body.find("stream_options"); so != body.end() && so->is_object()) {
+    if (!GetBool(*so, "include_usage", &out->include_usage, err)) return false;
+  }
+  auto it = body.find("prompt");
+  if (it == body.end()) return Fail(err, "\"prompt\" is required");
+  // An array whose elements are all strings or arrays is several prompts; otherwise one.
+  std::vector<const json*> prompts;
+  bool many = it->is_array() && !it->empty();
+  if (many) {
+    for (const json& v : *it) many = many && (v.is_string() || v.is_array());
+  }
+  if (many) {
+    if (it->size() > kMaxPrompts) return Fail(err, "more than 64 prompts in one request");
+    for (const json& v : *it) prompts.push_back(&v);
+  } else {
+    prompts.push_back(&*it);
+  }
+  (void)oai;
+  for (const json* p : prompts) {
+    serve::Request r = base;
+    if (!ReadOnePrompt(*p, model, &r.prompt, err)) return false;
+    out->requests.push_back(std::move(r));
+  }
+  return true;
+}
+
+bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,
+               const Defaults& defaults, Completion* out, ApiError* err) {
+  if (!body.is_object()) return Fail(err, "the body must be a JSON object");
+  serve::Request r;
+  if (!ReadParams(body, defaults, &r, err)) return false;
+  if (!GetBool(body, "stream", &out->stream, err)) return false;
+  if (auto so = body.find("stream_options"); so != body.end() && so->is_object()) {
+    if (!GetBool(*so, "include_usage", &out->include_usage, err)) return false;
+  }
+  auto it = body.find("messages");
+  if (it == body.end() || !it->is_array()) return Fail(err, "\"messages\" must be an array");
+  if (it->empty()) return Fail(err, "\"messages\" is empty");
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return Fail(err, where + " must be an object");
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) return Fail(err, where + ".role must be a string");
+    ChatMessage msg{role->get<std::string>(), ""};
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      // an assistant turn with tool calls only: empty content
+    } else if (content->is_string()) {
+      msg.content = content->get<std::string>();
+    } else if (content->is_array()) {  // content parts: the text ones, concatenated
+      for (const json& part : *content) {
+        if (part.is_object() && part.value("type", "") == "text" && part.contains("text") &&
+            part["text"].is_string()) {
+          msg.content += part["text"].get<std::string>();
+        } else if (!part.is_object() || part.value("type", "") != "text") {
+          return Fail(err, where + ".content: only text parts are supported");
+        }
+      }
+    } else {
+      return Fail(err, where + ".content must be a string or an array of parts");
+    }
+    messages.push_back(std::move(msg));
+  }
+  r.prompt = TokenizePrompt(model, RenderChatPrompt(chat, messages, model.tokenizer()), true);
+  out->requests.push_back(std::move(r));
+  return true;
+}
+
+const char* FinishReason(StopReason reason) {
+  return reason == StopReason::kLimit || reason == StopReason::kContextFull ? "length" : "stop";
+}
+
+const char* StopType(StopReason reason) {
+  switch (reason) {
+    case StopReason::kEos:
+      return "eos";
+    case StopReason::kStopString:
+      return "word";
+    case StopReason::kLimit:
+    case StopReason::kContextFull:
+      return "limit";
+    default:
+      return "none";
+  }
+}
+
+json TimingsJson(const serve::Timings& t) {
+  auto per_token = [](double ms, int n) { return n > 0 ? ms / n : 0.0; };
+  auto per_second = [](double ms, int n) { return ms > 0 ? 1e3 * n / ms : 0.0; };
+  return {{"cache_n", t.cache_n},
+          {"prompt_n", t.prompt_n},
+          {"prompt_ms", t.prompt_ms},
+          {"prompt_per_token_ms", per_token(t.prompt_ms, t.prompt_n)},
+          {"prompt_per_second", per_second(t.prompt_ms, t.prompt_n)},
+          {"predicted_n", t.predicted_n},
+          {"predicted_ms", t.predicted_ms},
+          {"predicted_per_token_ms", per_token(t.predicted_ms, t.predicted_n)},
+          {"predicted_per_second", per_second(t.predicted_ms, t.predicted_n)}};
+}
+
+json PieceJson(const std::string& piece) {
+  // Valid UTF-8 → the string; otherwise the byte values.
+  size_t i = 0;
+  bool valid = true;
+  while (i < piece.size() && valid) {
+    const unsigned char c = piece[i];
+    const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || i + len > piece.size()) {
+      valid = false;
+      break;
+    }
+    for (int k = 1; k < len; ++k)
+      valid = valid && (static_cast<unsigned char>(piece[i + k]) >> 6) == 2;
+    i += len;
+  }
+  if (valid) return piece;
+  json bytes = json::array();
+  for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
+  return bytes;
+}
+
+}  // namespace lamina::cli::api

@@ -1,0 +1,68 @@
+// The JSON side of `lamina serve`: request bodies (OpenAI and llama-server fields) mapped onto
+// typed serve::Request values with type checks, and events mapped back onto response JSON.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "serve/request.h"
+#include "server.h"
+#include "tokenizer/chat_template.h"
+
+namespace lamina::cli::api {
+
+using json = nlohmann::json;
+
+// A client error: HTTP status, llama-server error type, message.
+struct ApiError {
+  int status = 400;
+  std::string type = "invalid_request_error";
+  std::string message;
+};
+json ErrorBody(const ApiError& e);
+
+// Request defaults from the command line.
+struct Defaults {
+  GenerateParams params;
+  long long seed = -1;  // -1: random per request
+};
+
+// What a completion body asks beyond the typed request.
+struct Completion {
+  std::vector<serve::Request> requests;  // one per prompt
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool return_tokens = false;  // llama-server: token ids in each answer
+};
+
+// Fills the sampling and control fields shared by every completion route from `body`.
+bool ReadParams(const json& body, const Defaults& defaults, serve::Request* out, ApiError* err);
+
+// POST /completion and /v1/completions: "prompt" as text, token ids, a mix of both, or an
+// array of prompts.
+bool ParseCompletion(const json& body, const Model& model, const Defaults& defaults, bool oai,
+                     Completion* out, ApiError* err);
+
+// POST /v1/chat/completions: "messages" rendered with the chat setup.
+bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,
+               const Defaults& defaults, Completion* out, ApiError* err);
+
+// Tokenizes text with BOS as the vocabulary says and special tokens parsed (llama-server's
+// prompt handling).
+std::vector<int32_t> TokenizePrompt(const Model& model, const std::string& text, bool add_special);
+
+// OpenAI finish_reason for a stop reason ("stop" or "length").
+const char* FinishReason(StopReason reason);
+// llama-server stop_type ("eos", "word", "limit", "none").
+const char* StopType(StopReason reason);
+
+// llama-server's "timings" object.
+json TimingsJson(const serve::Timings& t);
+
+// A token's piece for /tokenize with_pieces: the text, or its byte values when it is not
+// valid UTF-8 on its own (a byte-fallback piece).
+json PieceJson(const std::string& piece);
+
+}  // namespace lamina::cli::api

@@ -1,0 +1,1103 @@
+// `lamina serve`: flags, start-up and shutdown, and the HTTP routes (see server.h).
+#include "server.h"
+
+#include <httplib.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "../cli_commands.h"
+#include "api.h"
+#include "model/model.h"
+#include "runtime/kv_cache.h"
+#include "serve/scheduler.h"
+#include "util/timer.h"
+
+namespace lamina::cli {
+
+namespace {
+
+using api::ApiError;
+using api::json;
+
+std::vector<std::string> SplitCommas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t comma = s.find(',', start);
+    std::string part =
+        s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    while (!part.empty() && part.front() == ' ') part.erase(0, 1);
+    while (!part.empty() && part.back() == ' ') part.pop_back();
+    if (!part.empty()) out.push_back(part);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string RandomId(const char* prefix) {
+  static constexpr char kAlnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  std::string id = prefix;
+  for (int i = 0; i < 32; ++i) id += kAlnum[rng() % 62];
+  return id;
+}
+
+std::string Sse(const json& j) {
+  return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// One finished (or failed) request, for the monitor.
+struct RecentRequest {
+  std::string route;
+  int status = 200;
+  int slot = -1;
+  int prompt_n = 0;
+  int cache_n = 0;
+  int predicted_n = 0;
+  double predicted_per_second = 0.0;
+  std::string stop_type;
+  double finished_at = 0.0;  // seconds since the epoch
+};
+
+// Everything the routes share. The model and scheduler appear once loading is done.
+class Server {
+ public:
+  explicit Server(ServeOptions options) : o_(std::move(options)) {}
+
+  int Run();
+
+ private:
+  enum class Route { kCompletion, kOaiCompletion, kOaiChat };
+
+  void SetUpRoutes();
+  bool Authorized(const httplib::Request& req) const;
+  bool Ready(httplib::Response& res) const;
+  void SendError(httplib::Response& res, const ApiError& e) const;
+  bool ParseBody(const httplib::Request& req, httplib::Response& res, json* body) const;
+  void Count(const std::string& route);
+  void Remember(RecentRequest r);
+
+  void HandleCompletion(const httplib::Request& req, httplib::Response& res, Route route);
+  json ParamsJson(const GenerateParams& p) const;
+  json NativeFinal(const api::Completion& c, size_t index, const serve::Request& r,
+                   const std::string& text, const std::vector<int32_t>& tokens,
+                   const serve::Event& done) const;
+  json Usage(const serve::Request& r, const serve::Event& done) const;
+  void HandleTokenize(const httplib::Request& req, httplib::Response& res);
+  void HandleDetokenize(const httplib::Request& req, httplib::Response& res);
+  void HandleProps(httplib::Response& res);
+  void HandleSlots(httplib::Response& res);
+  void HandleSlotAction(const httplib::Request& req, httplib::Response& res);
+  void HandleModels(httplib::Response& res);
+  void HandleMetrics(httplib::Response& res);
+  void HandleMonitor(httplib::Response& res);
+
+  ServeOptions o_;
+  httplib::Server http_;
+  std::atomic<bool> ready_{false};
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<serve::Scheduler> scheduler_;
+  ChatSetup chat_;
+  std::string chat_template_text_;
+  api::Defaults defaults_;
+  std::string model_id_;
+  std::vector<std::string> aliases_;
+  std::vector<std::string> tags_;
+  std::vector<std::string> api_keys_;
+  std::string kv_name_;
+  double started_at_ = 0.0;
+
+  std::mutex stats_mutex_;
+  std::map<std::string, uint64_t> http_requests_;  // route → count
+  std::deque<RecentRequest> recent_;               // newest last, at most 32
+};
+
+bool Server::Authorized(const httplib::Request& req) const {
+  if (api_keys_.empty()) return true;
+  std::string key;
+  const std::string auth = req.get_header_value("Authorization");
+  if (auth.rfind("Bearer ", 0) == 0) key = auth.substr(7);
+  if (key.empty()) key = req.get_header_value("X-Api-Key");
+  return std::find(api_keys_.begin(), api_keys_.end(), key) != api_keys_.end();
+}
+
+void Server::SendError(httplib::Response& res, const ApiError& e) const {
+  res.status = e.status;
+  res.set_content(Dump(api::ErrorBody(e)), "application/json; charset=utf-8");
+}
+
+bool Server::Ready(httplib::Response& res) const {
+  if (ready_) return true;
+  SendError(res, {503, "unavailable_error", "Loading model"});
+  return false;
+}
+
+bool Server::ParseBody(const httplib::Request& req, httplib::Response& res, json* body) const {
+  *body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (body->is_discarded()) {
+    SendError(res, {400, "invalid_request_error", "the request body is not valid JSON"});
+    return false;
+  }
+  if (!body->is_object()) {
+    SendError(res, {400, "invalid_request_error", "the request body must be a JSON object"});
+    return false;
+  }
+  return true;
+}
+
+void Server::Count(const std::string& route) {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  ++http_requests_[route];
+}
+
+void Server::Remember(RecentRequest r) {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  r.finished_at = static_cast<double>(std::time(nullptr));
+  recent_.push_back(std::move(r));
+  while (recent_.size() > 32) recent_.pop_front();
+}
+
+json Server::ParamsJson(const GenerateParams& p) const {
+  return {{"n_predict", p.n_predict},
+          {"seed", p.sampler.seed},
+          {"temperature", p.sampler.temperature},
+          {"top_k", p.sampler.top_k},
+          {"top_p", p.sampler.top_p},
+          {"min_p", p.sampler.min_p},
+          {"repeat_penalty", p.sampler.repeat_penalty},
+          {"repeat_last_n", p.sampler.repeat_last_n},
+          {"stop", p.stop},
+          {"ignore_eos", p.ignore_eos}};
+}
+
+json Server::Usage(const serve::Request& r, const serve::Event& done) const {
+  const int prompt = static_cast<int>(r.prompt.size());
+  const int completion = done.timings.predicted_n;
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", done.timings.cache_n}}}};
+}
+
+json Server::NativeFinal(const api::Completion& c, size_t index, const serve::Request& r,
+                         const std::string& text, const std::vector<int32_t>& tokens,
+                         const serve::Event& done) const {
+  json settings = ParamsJson(r.params);
+  settings["n_ctx"] = done.n_ctx;
+  settings["n_keep"] = r.n_keep;
+  settings["cache_prompt"] = r.cache_prompt;
+  settings["model"] = model_id_;
+  return {{"index", index},
+          {"content", text},
+          {"tokens", c.return_tokens ? json(tokens) : json::array()},
+          {"id_slot", done.slot},
+          {"stop", true},
+          {"model", model_id_},
+          {"tokens_predicted", done.timings.predicted_n},
+          {"tokens_evaluated", static_cast<int>(r.prompt.size())},
+          {"tokens_cached", static_cast<int>(r.prompt.size()) + done.timings.predicted_n},
+          {"generation_settings", settings},
+          {"prompt", model_->tokenizer().Decode(r.prompt)},
+          {"has_new_line", text.find('\n') != std::string::npos},
+          {"truncated", done.truncated},
+          {"stop_type", api::StopType(done.reason)},
+          {"stopping_word", done.stop_word},
+          {"timings", api::TimingsJson(done.timings)}};
+}
+
+void Server::HandleCompletion(const httplib::Request& req, httplib::Response& res, Route route) {
+  if (!Ready(res)) return;
+  json body;
+  if (!ParseBody(req, res, &body)) return;
+  auto c = std::make_shared<api::Completion>();
+  ApiError err;
+  const bool ok = route == Route::kOaiChat
+                      ? api::ParseChat(body, *model_, chat_, defaults_, c.get(), &err)
+                      : api::ParseCompletion(body, *model_, defaults_,
+                                             route == Route::kOaiCompletion, c.get(), &err);
+  if (!ok) return SendError(res, err);
+  if (route != Route::kCompletion && c->requests.size() > 1 && route == Route::kOaiChat) {
+    return SendError(res, {400, "invalid_request_error", "one conversation per request"});
+  }
+  // Prompts over a slot's context are refused here, before any stream starts.
+  for (const serve::Request& r : c->requests) {
+    const int n = static_cast<int>(r.prompt.size());
+    if (n > scheduler_->n_ctx_slot()) {
+      ApiError e{400, "exceed_context_size_error",
+                 "the request exceeds the available context size, try increasing it: the prompt "
+                 "has " +
+                     std::to_string(n) + " tokens and a slot's context is " +
+                     std::to_string(scheduler_->n_ctx_slot())};
+      json j = api::ErrorBody(e);
+      j["error"]["n_prompt_tokens"] = n;
+      j["error"]["n_ctx"] = scheduler_->n_ctx_slot();
+      res.status = 400;
+      res.set_content(Dump(j), "application/json; charset=utf-8");
+      return;
+    }
+    if (n == 0) return SendError(res, {400, "invalid_request_error", "the prompt is empty"});
+  }
+  std::vector<std::shared_ptr<serve::Channel>> channels;
+  for (const serve::Request& r : c->requests) channels.push_back(scheduler_->Submit(r));
+  const std::string route_name = route == Route::kOaiChat         ? "/v1/chat/completions"
+                                 : route == Route::kOaiCompletion ? "/v1/completions"
+                                                                  : "/completion";
+  const std::string id = RandomId(route == Route::kOaiChat ? "chatcmpl-" : "cmpl-");
+  const long long created = static_cast<long long>(std::time(nullptr));
+  auto remember = [this, route_name](int status, const serve::Event& done) {
+    RecentRequest rr;
+    rr.route = route_name;
+    rr.status = status;
+    rr.slot = done.slot;
+    rr.prompt_n = done.timings.prompt_n;
+    rr.cache_n = done.timings.cache_n;
+    rr.predicted_n = done.timings.predicted_n;
+    rr.predicted_per_second = done.timings.predicted_ms > 0
+                                  ? 1e3 * done.timings.predicted_n / done.timings.predicted_ms
+                                  : 0;
+    rr.stop_type = status == 200 ? api::StopType(done.reason) : "error";
+    Remember(std::move(rr));
+  };
+
+  if (!c->stream) {
+    // Collect every answer, then one JSON document.
+    json answers = json::array();
+    for (size_t i = 0; i < channels.size(); ++i) {
+      std::string text;
+      std::vector<int32_t> tokens;
+      serve::Event e;
+      while (true) {
+        if (!channels[i]->Pop(&e, std::chrono::milliseconds(100))) continue;
+        if (e.kind == serve::Event::Kind::kText) {
+          text += e.text;
+          tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
+          continue;
+        }
+        break;
+      }
+      if (e.kind == serve::Event::Kind::kError) {
+        for (auto& ch : channels) ch->Cancel();
+        remember(e.status, e);
+        return SendError(res, {e.status, e.error_type, e.message});
+      }
+      remember(200, e);
+      const serve::Request& r = c->requests[i];
+      if (route == Route::kCompletion) {
+        answers.push_back(NativeFinal(*c, i, r, text, tokens, e));
+      } else if (route == Route::kOaiCompletion) {
+        json choice = {{"index", i},
+                       {"text", text},
+                       {"logprobs", nullptr},
+                       {"finish_reason", api::FinishReason(e.reason)}};
+        if (answers.empty()) {
+          answers.push_back({{"id", id},
+                             {"object", "text_completion"},
+                             {"created", created},
+                             {"model", model_id_},
+                             {"system_fingerprint", "lamina"},
+                             {"choices", json::array()},
+                             {"usage", Usage(r, e)},
+                             {"timings", api::TimingsJson(e.timings)}});
+        } else {
+          json& u = answers[0]["usage"];
+          const json more = Usage(r, e);
+          u["prompt_tokens"] = u["prompt_tokens"].get<int>() + more["prompt_tokens"].get<int>();
+          u["completion_tokens"] =
+              u["completion_tokens"].get<int>() + more["completion_tokens"].get<int>();
+          u["total_tokens"] = u["total_tokens"].get<int>() + more["total_tokens"].get<int>();
+        }
+        answers[0]["choices"].push_back(choice);
+      } else {
+        answers.push_back(
+            {{"id", id},
+             {"object", "chat.completion"},
+             {"created", created},
+             {"model", model_id_},
+             {"system_fingerprint", "lamina"},
+             {"choices", json::array({{{"index", 0},
+                                       {"message", {{"role", "assistant"}, {"content", text}}},
+                                       {"logprobs", nullptr},
+                                       {"finish_reason", api::FinishReason(e.reason)}}})},
+             {"usage", Usage(r, e)},
+             {"timings", api::TimingsJson(e.timings)}});
+      }
+    }
+    const json out = route == Route::kCompletion && answers.size() == 1 ? answers[0]
+                     : route == Route::kCompletion                      ? answers
+                                                                        : answers[0];
+    res.set_content(Dump(out), "application/json; charset=utf-8");
+    return;
+  }
+
+  // Streaming: server-sent events as the engine releases text.
+  struct StreamState {
+    size_t current = 0;  // the channel being drained
+    bool started = false;
+    std::string text;
+    std::vector<int32_t> tokens;
+    bool finished = false;
+  };
+  auto state = std::make_shared<StreamState>();
+  auto cancel_all = [channels] {
+    for (auto& ch : channels) ch->Cancel();
+  };
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, c, channels, state, route, id, created, cancel_all, remember](
+          size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& s) {
+          if (!sink.write(s.data(), s.size())) {
+            cancel_all();
+            return false;
+          }
+          return true;
+        };
+        auto chunk = [&](json delta, json finish) {
+          return json{{"id", id},
+                      {"object", "chat.completion.chunk"},
+                      {"created", created},
+                      {"model", model_id_},
+                      {"system_fingerprint", "lamina"},
+                      {"choices", json::array({{{"index", 0},
+                                                {"delta", std::move(delta)},
+                                                {"logprobs", nullptr},
+                                                {"finish_reason", std::move(finish)}}})}};
+        };
+        if (route == Route::kOaiChat && !state->started) {
+          state->started = true;
+          if (!write(Sse(chunk({{"role", "assistant"}, {"content", nullptr}}, nullptr))))
+            return false;
+        }
+        if (state->current >= channels.size()) {
+          if (route != Route::kCompletion) write("data: [DONE]\n\n");
+          sink.done();
+          return true;
+        }
+        const size_t i = state->current;
+        serve::Event e;
+        if (!channels[i]->Pop(&e, std::chrono::milliseconds(100))) return true;
+        const serve::Request& r = c->requests[i];
+        if (e.kind == serve::Event::Kind::kText) {
+          state->text += e.text;
+          state->tokens.insert(state->tokens.end(), e.tokens.begin(), e.tokens.end());
+          if (e.text.empty() && !(route == Route::kCompletion && c->return_tokens)) return true;
+          if (route == Route::kCompletion) {
+            json j = {{"index", i},
+                      {"content", e.text},
+                      {"tokens", c->return_tokens ? json(e.tokens) : json::array()},
+                      {"stop", false},
+                      {"id_slot", -1},
+                      {"tokens_predicted", state->tokens.size()},
+                      {"tokens_evaluated", r.prompt.size()}};
+            return write(Sse(j));
+          }
+          if (route == Route::kOaiCompletion) {
+            json j = {{"id", id},
+                      {"object", "text_completion"},
+                      {"created", created},
+                      {"model", model_id_},
+                      {"system_fingerprint", "lamina"},
+                      {"choices", json::array({{{"index", i},
+                                                {"text", e.text},
+                                                {"logprobs", nullptr},
+                                                {"finish_reason", nullptr}}})}};
+            return write(Sse(j));
+          }
+          return write(Sse(chunk({{"content", e.text}}, nullptr)));
+        }
+        if (e.kind == serve::Event::Kind::kError) {
+          remember(e.status, e);
+          cancel_all();
+          json j = api::ErrorBody({e.status, e.error_type, e.message});
+          write(route == Route::kCompletion ? "error: " + Dump(j) + "\n\n" : Sse(j));
+          state->current = channels.size();
+          if (route != Route::kCompletion) write("data: [DONE]\n\n");
+          sink.done();
+          return true;
+        }
+        remember(200, e);
+        bool ok = true;
+        if (route == Route::kCompletion) {
+          json j = NativeFinal(*c, i, r, state->text, state->tokens, e);
+          j["content"] = "";
+          if (!c->return_tokens) j["tokens"] = json::array();
+          ok = write(Sse(j));
+        } else if (route == Route::kOaiCompletion) {
+          json j = {{"id", id},
+                    {"object", "text_completion"},
+                    {"created", created},
+                    {"model", model_id_},
+                    {"system_fingerprint", "lamina"},
+                    {"choices", json::array({{{"index", i},
+                                              {"text", ""},
+                                              {"logprobs", nullptr},
+                                              {"finish_reason", api::FinishReason(e.reason)}}})}};
+          if (c->include_usage) j["usage"] = Usage(r, e);
+          j["timings"] = api::TimingsJson(e.timings);
+          ok = write(Sse(j));
+        } else {
+          json j = chunk(json::object(), api::FinishReason(e.reason));
+          j["timings"] = api::TimingsJson(e.timings);
+          ok = write(Sse(j));
+          if (ok && c->include_usage) {
+            json u = {{"id", id},
+                      {"object", "chat.completion.chunk"},
+                      {"created", created},
+                      {"model", model_id_},
+                      {"system_fingerprint", "lamina"},
+                      {"choices", json::array()},
+                      {"usage", Usage(r, e)}};
+            ok = write(Sse(u));
+          }
+        }
+        state->text.clear();
+        state->tokens.clear();
+        ++state->current;
+        return ok;
+      },
+      [cancel_all](bool) { cancel_all(); });
+}
+
+void Server::HandleTokenize(const httplib::Request& req, httplib::Response& res) {
+  if (!Ready(res)) return;
+  json body;
+  if (!ParseBody(req, res, &body)) return;
+  auto content = body.find("content");
+  if (content == body.end() || !content->is_string()) {
+    return SendError(res, {400, "invalid_request_error", "\"content\" must be a string"});
+  }
+  bool add_special = false, with_pieces = false, parse_special = true;
+  for (auto [key, out] :
+       {std::pair{"add_special", &add_special}, std::pair{"with_pieces", &with_pieces},
+        std::pair{"parse_special", &parse_special}}) {
+    auto it = body.find(key);
+    if (it == body.end() || it->is_null()) continue;
+    if (!it->is_boolean()) {
+      return SendError(
+          res, {400, "invalid_request_error", std::string("\"") + key + "\" must be a boolean"});
+    }
+    *out = it->get<bool>();
+  }
+  const Tokenizer& tok = model_->tokenizer();
+  const std::vector<int32_t> ids =
+      tok.Encode(content->get<std::string>(), add_special, parse_special);
+  json tokens = json::array();
+  for (int32_t id : ids) {
+    if (with_pieces) {
+      tokens.push_back({{"id", id}, {"piece", api::PieceJson(tok.TokenToPiece(id, true))}});
+    } else {
+      tokens.push_back(id);
+    }
+  }
+  res.set_content(Dump({{"tokens", tokens}}), "application/json; charset=utf-8");
+}
+
+void Server::HandleDetokenize(const httplib::Request& req, httplib::Response& res) {
+  if (!Ready(res)) return;
+  json body;
+  if (!ParseBody(req, res, &body)) return;
+  std::vector<int32_t> ids;
+  auto tokens = body.find("tokens");
+  if (tokens != body.end() && !tokens->is_null()) {
+    if (!tokens->is_array())
+      return SendError(res, {400, "invalid_request_error", "\"tokens\" must be an array"});
+    for (const json& t : *tokens) {
+      if (!t.is_number_integer() || t.get<long long>() < 0 ||
+          t.get<long long>() >= model_->hparams().n_vocab) {
+        return SendError(res,
+                         {400, "invalid_request_error", "\"tokens\" holds an invalid token id"});
+      }
+      ids.push_back(t.get<int32_t>());
+    }
+  }
+  std::string text;
+  for (int32_t id : ids) text += model_->tokenizer().TokenToPiece(id, true);
+  res.set_content(Dump({{"content", text}}), "application/json; charset=utf-8");
+}
+
+void Server::HandleProps(httplib::Response& res) {
+  if (!Ready(res)) return;
+  json params = ParamsJson(defaults_.params);
+  params["seed"] = defaults_.seed < 0 ? 0xFFFFFFFFLL : defaults_.seed;
+  const KvCache& kv = scheduler_->cache();
+  res.set_content(Dump({{"default_generation_settings",
+                         {{"id", 0},
+                          {"id_task", -1},
+                          {"n_ctx", scheduler_->n_ctx_slot()},
+                          {"speculative", false},
+                          {"is_processing", false},
+                          {"params", params}}},
+                        {"total_slots", scheduler_->n_slots()},
+                        {"model_path", o_.model_path},
+                        {"model_alias", model_id_},
+                        {"chat_template", chat_template_text_},
+                        {"modalities", {{"vision", false}, {"audio", false}}},
+                        {"build_info", "lamina"},
+                        {"kv_cache",
+                         {{"type", kv_name_},
+                          {"bits_per_element", kv.BitsPerElement()},
+                          {"bytes_per_token", kv.BytesPerToken()},
+                          {"bytes_total", kv.BytesTotal()}}}}),
+                  "application/json; charset=utf-8");
+}
+
+void Server::HandleSlots(httplib::Response& res) {
+  if (!Ready(res)) return;
+  if (!o_.slots) {
+    return SendError(res,
+                     {501, "not_supported_error", "This server does not support slots endpoint."});
+  }
+  json out = json::array();
+  json params = ParamsJson(defaults_.params);
+  for (const serve::SlotInfo& s : scheduler_->Slots()) {
+    out.push_back({{"id", s.id},
+                   {"id_task", s.busy ? static_cast<long long>(s.request) : -1},
+                   {"n_ctx", s.n_ctx},
+                   {"speculative", false},
+                   {"is_processing", s.busy},
+                   {"n_past", s.n_past},
+                   {"n_prompt_tokens", s.n_prompt},
+                   {"n_decoded", s.n_decoded},
+                   {"params", params}});
+  }
+  res.set_content(Dump(out), "application/json; charset=utf-8");
+}
+
+void Server::HandleSlotAction(const httplib::Request& req, httplib::Response& res) {
+  if (!Ready(res)) return;
+  if (!o_.slots) {
+    return SendError(res,
+                     {501, "not_supported_error", "This server does not support slots endpoint."});
+  }
+  int id = -1;
+  try {
+    id = std::stoi(req.matches[1].str());
+  } catch (...) {
+    return SendError(res, {400, "invalid_request_error", "invalid slot id"});
+  }
+  const std::string action = req.get_param_value("action");
+  if (action == "erase") {
+    Result<int> n = scheduler_->EraseSlot(id);
+    if (!n.ok()) return SendError(res, {400, "invalid_request_error", n.error().message});
+    res.set_content(Dump({{"id_slot", id}, {"n_erased", *n}}), "application/json; charset=utf-8");
+    return;
+  }
+  if (action != "save" && action != "restore") {
+    return SendError(res, {400, "invalid_request_error", "action must be save, restore or erase"});
+  }
+  if (o_.slot_save_path.empty()) {
+    return SendError(
+        res, {501, "not_supported_error",
+              "This server does not support slots action (start it with --slot-save-path)."});
+  }
+  json body;
+  if (!ParseBody(req, res, &body)) return;
+  auto fn = body.find("filename");
+  if (fn == body.end() || !fn->is_string()) {
+    return SendError(res, {400, "invalid_request_error", "\"filename\" must be a string"});
+  }
+  const std::string filename = fn->get<std::string>();
+  if (filename.empty() || filename.size() > 255 || filename.find('/') != std::string::npos ||
+      filename.find('\\') != std::string::npos || filename.find("..") != std::string::npos) {
+    return SendError(res, {400, "invalid_request_error", "Invalid filename"});
+  }
+  const std::string path = (std::filesystem::path(o_.slot_save_path) / filename).string();
+  if (action == "save") {
+    Result<serve::SlotFileResult> r = scheduler_->SaveSlot(id, path);
+    if (!r.ok()) return SendError(res, {400, "invalid_request_error", r.error().message});
+    res.set_content(Dump({{"id_slot", id},
+                          {"filename", filename},
+                          {"n_saved", r->n_tokens},
+                          {"n_written", r->n_bytes},
+                          {"timings", {{"save_ms", r->ms}}}}),
+                    "application/json; charset=utf-8");
+  } else {
+    Result<serve::SlotFileResult> r = scheduler_->RestoreSlot(id, path);
+    if (!r.ok()) return SendError(res, {400, "invalid_request_error", r.error().message});
+    res.set_content(Dump({{"id_slot", id},
+                          {"filename", filename},
+                          {"n_restored", r->n_tokens},
+                          {"n_read", r->n_bytes},
+                          {"timings", {{"restore_ms", r->ms}}}}),
+                    "application/json; charset=utf-8");
+  }
+}
+
+void Server::HandleModels(httplib::Response& res) {
+  if (!Ready(res)) return;
+  const Hparams& hp = model_->hparams();
+  json meta = {{"vocab_type", 2},
+               {"n_vocab", hp.n_vocab},
+               {"n_ctx_train", hp.n_ctx_train},
+               {"n_embd", hp.n_embd},
+               {"n_params", model_->ParameterCount()},
+               {"size", model_->file().file_size()}};
+  json data = {{"id", model_id_},
+               {"object", "model"},
+               {"created", static_cast<long long>(started_at_)},
+               {"owned_by", "lamina"},
+               {"aliases", aliases_},
+               {"tags", tags_},
+               {"meta", meta}};
+  json models = {{"name", model_id_},
+                 {"model", model_id_},
+                 {"modified_at", ""},
+                 {"size", ""},
+                 {"digest", ""},
+                 {"type", "model"},
+                 {"description", ""},
+                 {"tags", tags_},
+                 {"capabilities", json::array({"completion"})},
+                 {"parameters", ""},
+                 {"details", {{"format", "gguf"}, {"family", hp.arch}}}};
+  res.set_content(
+      Dump({{"object", "list"}, {"data", json::array({data})}, {"models", json::array({models})}}),
+      "application/json; charset=utf-8");
+}
+
+void Server::HandleMetrics(httplib::Response& res) {
+  if (!Ready(res)) return;
+  const serve::Stats s = scheduler_->stats();
+  std::string out;
+  auto metric = [&](const char* name, const char* type, const char* help, double value) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
+           name + " " + std::to_string(value) + "\n";
+  };
+  metric("llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.",
+         static_cast<double>(s.prompt_tokens));
+  metric("llamacpp:prompt_seconds_total", "counter", "Prompt process time", s.prompt_seconds);
+  metric("llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed.",
+         static_cast<double>(s.predicted_tokens));
+  metric("llamacpp:tokens_predicted_seconds_total", "counter", "Predict process time",
+         s.decode_seconds);
+  metric("llamacpp:n_decode_total", "counter", "Total number of forward passes.",
+         static_cast<double>(s.steps));
+  metric("llamacpp:prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.",
+         s.prompt_seconds > 0 ? s.prompt_tokens / s.prompt_seconds : 0.0);
+  metric("llamacpp:predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",
+         s.decode_seconds > 0 ? s.predicted_tokens / s.decode_seconds : 0.0);
+  metric("llamacpp:requests_processing", "gauge", "Number of requests processing.", s.busy_slots);
+  metric("llamacpp:requests_deferred", "gauge", "Number of requests deferred.", s.queued);
+  metric("lamina:requests_total", "counter", "Requests finished (done, cancelled or failed).",
+         static_cast<double>(s.requests));
+  metric("lamina:requests_cancelled_total", "counter", "Requests whose client went away.",
+         static_cast<double>(s.requests_cancelled));
+  metric("lamina:slots_total", "gauge", "Slots.", scheduler_->n_slots());
+  metric("lamina:slots_busy", "gauge", "Slots running a request.", s.busy_slots);
+  metric("lamina:kv_cache_bytes", "gauge", "KV cache storage of all slots.",
+         static_cast<double>(s.kv_bytes));
+  metric("lamina:kv_cache_used_bytes", "gauge", "KV cache bytes of the cells the slots hold.",
+         static_cast<double>(s.kv_bytes_used));
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    out +=
+        "# HELP lamina:http_requests_total HTTP requests by route.\n# TYPE "
+        "lamina:http_requests_total counter\n";
+    for (const auto& [route, n] : http_requests_) {
+      out += "lamina:http_requests_total{route=\"" + route + "\"} " + std::to_string(n) + "\n";
+    }
+  }
+  res.set_content(out, "text/plain; version=0.0.4");
+}
+
+void Server::HandleMonitor(httplib::Response& res) {
+  if (!Ready(res)) return;
+  const serve::Stats s = scheduler_->stats();
+  json slots = json::array();
+  for (const serve::SlotInfo& i : scheduler_->Slots()) {
+    slots.push_back({{"id", i.id},
+                     {"busy", i.busy},
+                     {"n_past", i.n_past},
+                     {"n_ctx", i.n_ctx},
+                     {"n_prompt", i.n_prompt},
+                     {"n_decoded", i.n_decoded}});
+  }
+  json recent = json::array();
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    for (auto it = recent_.rbegin(); it != recent_.rend(); ++it) {
+      recent.push_back({{"route", it->route},
+                        {"status", it->status},
+                        {"slot", it->slot},
+                        {"prompt_n", it->prompt_n},
+                        {"cache_n", it->cache_n},
+                        {"predicted_n", it->predicted_n},
+                        {"predicted_per_second", it->predicted_per_second},
+                        {"stop_type", it->stop_type},
+                        {"finished_at", it->finished_at}});
+    }
+  }
+  const KvCache& kv = scheduler_->cache();
+  res.set_content(
+      Dump({{"model", model_id_},
+            {"slots", slots},
+            {"kv",
+             {{"type", kv_name_},
+              {"bits_per_element", kv.BitsPerElement()},
+              {"bytes_total", s.kv_bytes},
+              {"bytes_used", s.kv_bytes_used}}},
+            {"tokens_predicted_total", s.predicted_tokens},
+            {"prompt_tokens_total", s.prompt_tokens},
+            {"predicted_per_second",
+             s.decode_seconds > 0 ? s.predicted_tokens / s.decode_seconds : 0.0},
+            {"prompt_per_second", s.prompt_seconds > 0 ? s.prompt_tokens / s.prompt_seconds : 0.0},
+            {"queued", s.queued},
+            {"recent", recent}}),
+      "application/json; charset=utf-8");
+}
+
+void Server::SetUpRoutes() {
+  http_.set_payload_max_length(o_.max_body_bytes);
+  http_.set_default_headers({{"Server", "lamina"}, {"Access-Control-Allow-Origin", "*"}});
+  const size_t http_threads = o_.n_threads_http > 0 ? static_cast<size_t>(o_.n_threads_http)
+                                                    : std::max<size_t>(72, 4 * o_.n_parallel);
+  http_.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
+  http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (req.method == "OPTIONS") return httplib::Server::HandlerResponse::Unhandled;
+    static const char* const kPublic[] = {"/health", "/models", "/v1/models", "/", "/index.html"};
+    for (const char* p : kPublic) {
+      if (req.path == p) return httplib::Server::HandlerResponse::Unhandled;
+    }
+    if (!Authorized(req)) {
+      SendError(res, {401, "authentication_error", "Invalid API Key"});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  http_.set_error_handler([this](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404) {
+      SendError(res, {404, "not_found_error", "File Not Found"});
+    } else if (res.status == 413) {
+      SendError(res, {413, "invalid_request_error",
+                      "the request body exceeds " + std::to_string(o_.max_body_bytes) + " bytes"});
+    } else if (res.status == 400) {
+      SendError(res, {400, "invalid_request_error", "bad request"});
+    }
+  });
+  http_.Options(".*", [](const httplib::Request& req, httplib::Response& res) {
+    const std::string origin = req.get_header_value("Origin");
+    res.set_header("Access-Control-Allow-Origin", origin.empty() ? "*" : origin);
+    res.set_header("Access-Control-Allow-Credentials", "true");
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    res.set_header("Access-Control-Allow-Headers", "*");
+    res.status = 204;
+  });
+  http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    Count("/health");
+    if (!Ready(res)) return;
+    res.set_content(R"({"status":"ok"})", "application/json; charset=utf-8");
+  });
+  auto completion = [this](Route route, const char* name) {
+    return [this, route, name](const httplib::Request& req, httplib::Response& res) {
+      Count(name);
+      HandleCompletion(req, res, route);
+    };
+  };
+  http_.Post("/completion", completion(Route::kCompletion, "/completion"));
+  http_.Post("/completions", completion(Route::kCompletion, "/completion"));
+  http_.Post("/v1/completions", completion(Route::kOaiCompletion, "/v1/completions"));
+  http_.Post("/chat/completions", completion(Route::kOaiChat, "/v1/chat/completions"));
+  http_.Post("/v1/chat/completions", completion(Route::kOaiChat, "/v1/chat/completions"));
+  http_.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    Count("/tokenize");
+    HandleTokenize(req, res);
+  });
+  http_.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    Count("/detokenize");
+    HandleDetokenize(req, res);
+  });
+  http_.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
+    Count("/props");
+    HandleProps(res);
+  });
+  http_.Get("/slots", [this](const httplib::Request&, httplib::Response& res) {
+    Count("/slots");
+    HandleSlots(res);
+  });
+  http_.Post(R"(/slots/(-?\d+))", [this](const httplib::Request& req, httplib::Response& res) {
+    Count("/slots/{id}");
+    HandleSlotAction(req, res);
+  });
+  for (const char* path : {"/models", "/v1/models"}) {
+    http_.Get(path, [this](const httplib::Request&, httplib::Response& res) {
+      Count("/v1/models");
+      HandleModels(res);
+    });
+  }
+  http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    Count("/metrics");
+    HandleMetrics(res);
+  });
+  http_.Get("/monitor", [this](const httplib::Request&, httplib::Response& res) {
+    Count("/monitor");
+    HandleMonitor(res);
+  });
+  if (o_.ui) {
+    for (const char* path : {"/", "/index.html"}) {
+      http_.Get(path, [this](const httplib::Request&, httplib::Response& res) {
+        Count("/");
+        res.set_content(WebPage(), "text/html; charset=utf-8");
+      });
+    }
+  }
+}
+
+int Server::Run() {
+  started_at_ = static_cast<double>(std::time(nullptr));
+  // SIGTERM / SIGINT are taken by a waiting thread, never by a handler.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  api_keys_ = o_.api_keys;
+  if (!o_.api_key_file.empty()) {
+    std::ifstream in(o_.api_key_file);
+    if (!in) {
+      std::fprintf(stderr, "lamina: --api-key-file %s: cannot read\n", o_.api_key_file.c_str());
+      return kExitBadInput;
+    }
+    std::string line;
+    while (std::getline(in, line)) {
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+      if (!line.empty()) api_keys_.push_back(line);
+    }
+  }
+  SetUpRoutes();
+  if (!http_.bind_to_port(o_.host, o_.port)) {
+    std::fprintf(stderr, "lamina: cannot listen on %s:%d (in use, or not a local address)\n",
+                 o_.host.c_str(), o_.port);
+    return kExitFailure;
+  }
+  std::thread listener([this] { http_.listen_after_bind(); });
+  std::fprintf(stderr, "lamina: listening on http://%s:%d\n", o_.host.c_str(), o_.port);
+
+  // A signal ends the wait; the main thread then stops the engine (open requests get an error)
+  // and the HTTP server.
+  std::atomic<bool> stopping{false};
+  std::thread signal_waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    stopping = true;
+  });
+  // wait: until a signal comes; otherwise (a start-up failure) wake the waiter at once.
+  auto shut_down = [&](int rc, bool wait = false) {
+    if (!wait && !stopping.exchange(true)) pthread_kill(signal_waiter.native_handle(), SIGTERM);
+    signal_waiter.join();
+    if (scheduler_) scheduler_->Stop();
+    http_.stop();
+    listener.join();
+    return rc;
+  };
+
+  // Load while /health answers 503.
+  const double t0 = NowSeconds();
+  Result<std::unique_ptr<Model>> model = LoadModel(o_.model_path);
+  if (!model.ok()) {
+    std::fprintf(stderr, "lamina: %s\n", model.error().message.c_str());
+    return shut_down(kExitBadInput);
+  }
+  if (stopping) return shut_down(kExitOk);
+  model_ = std::move(*model);
+  const Hparams& hp = model_->hparams();
+  serve::SchedulerConfig sc;
+  sc.n_slots = std::max(1, o_.n_parallel);
+  sc.n_batch = std::max(1, o_.n_batch);
+  sc.context_shift = o_.context_shift;
+  const int per_slot_default = std::min(hp.n_ctx_train > 0 ? hp.n_ctx_train : 4096, 4096);
+  sc.session.n_ctx = o_.n_ctx > 0 ? std::max(1, o_.n_ctx / sc.n_slots) : per_slot_default;
+  Result<KvType> kv = ParseKvType(o_.kv);
+  Result<KvRounding> round = ParseKvRounding(o_.kv_v_round);
+  if (!kv.ok() || !round.ok()) {
+    std::fprintf(stderr, "lamina: %s\n", (!kv.ok() ? kv.error() : round.error()).message.c_str());
+    return shut_down(kExitUsage);
+  }
+  sc.session.kv_type = *kv;
+  sc.session.v_rounding = *round;
+  sc.session.kv_seed = o_.kv_seed;
+  sc.session.n_seq = sc.n_slots;
+  Result<KvCacheConfig> kc = MakeKvCacheConfig(hp, sc.session);
+  if (!kc.ok()) {
+    std::fprintf(stderr, "lamina: --kv %s: %s\n", o_.kv.c_str(), kc.error().message.c_str());
+    return shut_down(kExitUsage);
+  }
+  kv_name_ = KvTypeName(*kv);
+  pool_ = std::make_unique<ThreadPool>(o_.n_threads);
+  scheduler_ = std::make_unique<serve::Scheduler>(*model_, sc, *pool_);
+
+  // Chat format: --chat-template NAME, else the model's, else ChatML.
+  Result<std::string> tmpl = model_->file().GetString("tokenizer.chat_template");
+  chat_template_text_ = tmpl.ok() ? *tmpl : "";
+  if (!o_.chat_template.empty()) {
+    static const std::pair<const char*, ChatFormat> kNames[] = {{"chatml", ChatFormat::kChatML},
+                                                                {"qwen3", ChatFormat::kQwen3},
+                                                                {"llama3", ChatFormat::kLlama3}};
+    chat_.format = ChatFormat::kUnknown;
+    for (const auto& [name, f] : kNames) {
+      if (o_.chat_template == name) chat_.format = f;
+    }
+    if (chat_.format == ChatFormat::kUnknown) {
+      std::fprintf(stderr,
+                   "lamina: --chat-template %s: built-in formats are chatml, qwen3, llama3\n",
+                   o_.chat_template.c_str());
+      return shut_down(kExitUsage);
+    }
+  } else {
+    chat_ = ChatSetupFromTemplate(chat_template_text_);
+    if (chat_.format == ChatFormat::kUnknown) {
+      if (!chat_template_text_.empty()) {
+        std::fprintf(stderr,
+                     "lamina: the model's chat template is not one lamina knows; using ChatML\n");
+      }
+      chat_.format = ChatFormat::kChatML;
+      chat_.default_system.clear();
+    }
+  }
+  defaults_.params.sampler.temperature = o_.temperature;
+  defaults_.params.sampler.top_k = o_.top_k;
+  defaults_.params.sampler.top_p = o_.top_p;
+  defaults_.params.sampler.min_p = o_.min_p;
+  defaults_.params.sampler.repeat_penalty = o_.repeat_penalty;
+  defaults_.params.sampler.repeat_last_n = o_.repeat_last_n;
+  defaults_.params.n_predict = o_.n_predict;
+  defaults_.seed = o_.seed;
+  aliases_ = SplitCommas(o_.alias);
+  tags_ = SplitCommas(o_.tags);
+  model_id_ =
+      aliases_.empty() ? std::filesystem::path(o_.model_path).filename().string() : aliases_[0];
+  if (aliases_.empty()) aliases_.push_back(model_id_);
+  scheduler_->Start();
+  ready_ = true;
+  const KvCache& cache = scheduler_->cache();
+  std::fprintf(stderr, "lamina: model %s loaded in %.2f s; %d slots x %d cells, kv %s (%.2f MiB)\n",
+               model_id_.c_str(), NowSeconds() - t0, scheduler_->n_slots(),
+               scheduler_->n_ctx_slot(), kv_name_.c_str(), cache.BytesTotal() / 1048576.0);
+  const int rc = shut_down(kExitOk, /*wait=*/true);  // until SIGTERM / SIGINT
+  std::fprintf(stderr, "lamina: stopped\n");
+  return rc;
+}
+
+// llama-server spells some flags with one dash and several letters; CLI11 wants those long.
+std::vector<std::string> NormalizeArgs(int argc, char** argv) {
+  static const std::map<std::string, std::string> kAliases = {{"-np", "--parallel"},
+                                                              {"-fa", "--flash-attn"},
+                                                              {"-ngl", "--n-gpu-layers"},
+                                                              {"-cb", "--cont-batching"},
+                                                              {"-nocb", "--no-cont-batching"},
+                                                              {"-ub", "--ubatch-size"},
+                                                              {"-tb", "--threads-batch"},
+                                                              {"-kvu", "--kv-unified"},
+                                                              {"-ctk", "--cache-type-k"},
+                                                              {"-ctv", "--cache-type-v"},
+                                                              {"-sm", "--split-mode"},
+                                                              {"-mg", "--main-gpu"},
+                                                              {"-dev", "--device"},
+                                                              {"-to", "--timeout"},
+                                                              {"-md", "--model-draft"}};
+  std::vector<std::string> out;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    auto it = kAliases.find(a);
+    out.push_back(it != kAliases.end() ? it->second : a);
+  }
+  return out;
+}
+
+}  // namespace
+
+int RunServeCommand(int argc, char** argv) {
+  ServeOptions o;
+  CLI::App app{"lamina serve: an OpenAI- and llama-server-compatible HTTP server", "lamina serve"};
+  app.add_option("-m,--model", o.model_path, "GGUF model (default: the shipped model)");
+  app.add_option("--host", o.host, "Address to listen on");
+  app.add_option("--port", o.port, "Port to listen on")->check(CLI::Range(0, 65535));
+  app.add_option("-c,--ctx-size", o.n_ctx,
+                 "Context cells over all slots (each slot gets ctx / parallel; 0: 4096 per slot)")
+      ->check(CLI::Range(0, 1 << 24));
+  app.add_option("--parallel", o.n_parallel, "Slots (-np)")->check(CLI::Range(1, 256));
+  app.add_option("-n,--n-predict", o.n_predict, "Default tokens to predict (-1: unlimited)")
+      ->check(CLI::Range(-1, 1 << 24));
+  app.add_option("-t,--threads", o.n_threads, "Threads for the model (0: all cores)")
+      ->check(CLI::Range(0, 1024));
+  app.add_option("--threads-http", o.n_threads_http,
+                 "HTTP worker threads (0: enough for 64 connections)")
+      ->check(CLI::Range(0, 1024));
+  app.add_option("-b,--batch-size", o.n_batch, "Most tokens per forward pass")
+      ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--temp", o.temperature, "Default temperature")->check(CLI::Range(0.0, 100.0));
+  app.add_option("--top-k", o.top_k, "Default top-k (0: off)")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--top-p", o.top_p, "Default top-p (1: off)")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--min-p", o.min_p, "Default min-p (0: off)")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--repeat-penalty", o.repeat_penalty, "Default repetition penalty (1: off)")
+      ->check(CLI::Range(0.001, 100.0));
+  app.add_option("--repeat-last-n", o.repeat_last_n, "Tokens the penalty looks back")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("-s,--seed", o.seed, "Default seed of every request (-1: random per request)");
+  app.add_option("-a,--alias", o.alias, "Model names, comma-separated (the first is the id)");
+  app.add_option("--tags", o.tags, "Model tags, comma-separated");
+  app.add_option("--api-key", o.api_keys,
+                 "API key (repeatable); requests need it as Bearer or X-Api-Key");
+  app.add_option("--api-key-file", o.api_key_file, "File with one API key per line");
+  app.add_flag("--slots,!--no-slots", o.slots, "Expose /slots (default on)");
+  app.add_option("--slot-save-path", o.slot_save_path, "Folder for slot save/restore files");
+  app.add_flag("--context-shift,!--no-context-shift", o.context_shift,
+               "When a slot fills, drop old cells and go on (default off: stop)");
+  app.add_flag("!--no-ui,!--no-webui", o.ui, "Do not serve the web page at /");
+  app.add_flag("-v,--verbose", o.verbose, "More logging");
+  app.add_option("--chat-template", o.chat_template, "Built-in chat format: chatml, qwen3, llama3");
+  app.add_option("--kv", o.kv, "KV cache mode: f32, f16, int8, q4_0, k8v4");
+  app.add_option("--kv-v-round", o.kv_v_round, "V rounding of quantized modes: rtn, stochastic");
+  app.add_option("--kv-seed", o.kv_seed, "Seed of stochastic rounding");
+  app.add_option("--max-body", o.max_body_bytes, "Largest request body in bytes")
+      ->check(CLI::Range(1024, 1 << 30));
+  // Accepted for llama-server compatibility; lamina has no use for them (docs/SERVER.md).
+  std::string ignored_value;
+  bool ignored_flag = false;
+  for (const char* name :
+       {"--n-gpu-layers", "--flash-attn", "--ubatch-size", "--threads-batch", "--cache-type-k",
+        "--cache-type-v", "--split-mode", "--main-gpu", "--device", "--timeout", "--cache-reuse",
+        "--keep", "--log-file", "--path", "--api-prefix", "--reasoning-format", "--model-draft"}) {
+    app.add_option(name, ignored_value, "accepted, no effect")->group("");
+  }
+  for (const char* name : {"--offline", "--kv-unified", "--no-kv-unified", "--jinja", "--no-jinja",
+                           "--metrics", "--props", "--no-mmap", "--mlock", "--cont-batching",
+                           "--no-cont-batching", "--log-disable", "--no-warmup", "--no-perf"}) {
+    app.add_flag(name, ignored_flag, "accepted, no effect")->group("");
+  }
+  std::vector<std::string> args = NormalizeArgs(argc, argv);
+  std::vector<char*> ptrs;
+  for (std::string& a : args) ptrs.push_back(a.data());
+  try {
+    app.parse(static_cast<int>(ptrs.size()), ptrs.data());
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+  if (!ResolveModelPath(&o.model_path)) return kExitUsage;
+  Server server(o);
+  return server.Run();
+}
+
+}  // namespace lamina::cli

@@ -1,0 +1,52 @@
+// `lamina serve`: an OpenAI- and llama-server-compatible HTTP server over serve::Scheduler.
+// The flags are llama-server's spellings; the routes, fields and error shapes follow
+// llama.cpp's tools/server/README.md. HTTP threads parse JSON into typed requests and read
+// events back; only the scheduler's engine thread touches the model.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace lamina::cli {
+
+struct ServeOptions {
+  std::string model_path;  // empty: the shipped model
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int n_ctx = 0;  // total cells over all slots (0: 4096 per slot, capped by training)
+  int n_parallel = 1;
+  int n_predict = -1;  // default per request (-1: until a stop rule or the slot is full)
+  int n_threads = 0;
+  int n_threads_http = 0;  // 0: enough for 64 connections
+  int n_batch = 512;
+  float temperature = 0.8f;
+  int top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  int repeat_last_n = 64;
+  long long seed = -1;  // default seed of every request; -1: a random one per request
+  std::string alias;    // comma list; the first is the model id
+  std::string tags;     // comma list
+  std::vector<std::string> api_keys;
+  std::string api_key_file;
+  bool slots = true;
+  std::string slot_save_path;
+  bool context_shift = false;
+  bool ui = true;
+  bool verbose = false;
+  std::string chat_template;  // a built-in format name; empty: the model's
+  std::string kv = "f16";
+  std::string kv_v_round = "rtn";
+  unsigned long long kv_seed = 0;
+  size_t max_body_bytes = 8u << 20;
+};
+
+// Parses argv (after the "serve" word) the way llama-server spells its flags and runs the server
+// until SIGTERM/SIGINT. Returns a process exit code (2 for bad usage, 3 for a bad model file).
+int RunServeCommand(int argc, char** argv);
+
+// The web chat and monitor page served at "/".
+const std::string& WebPage();
+
+}  // namespace lamina::cli
