@@ -4,6 +4,7 @@
 #include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -796,6 +797,7 @@ void Server::SetUpRoutes() {
   });
   http_.Options(".*", [](const httplib::Request& req, httplib::Response& res) {
     const std::string origin = req.get_header_value("Origin");
+    res.headers.erase("Access-Control-Allow-Origin");
     res.set_header("Access-Control-Allow-Origin", origin.empty() ? "*" : origin);
     res.set_header("Access-Control-Allow-Credentials", "true");
     res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
@@ -886,11 +888,21 @@ int Server::Run() {
     }
   }
   SetUpRoutes();
+  // cpp-httplib listens with a backlog of 5, which drops connections when many clients connect
+  // at once; the listening socket is taken here (keeping SO_REUSEADDR, so a restarted server
+  // can bind the port at once) and listen() is called again with a deeper queue.
+  int listen_fd = -1;
+  http_.set_socket_options([&listen_fd](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd = sock;
+  });
   if (!http_.bind_to_port(o_.host, o_.port)) {
     std::fprintf(stderr, "lamina: cannot listen on %s:%d (in use, or not a local address)\n",
                  o_.host.c_str(), o_.port);
     return kExitFailure;
   }
+  if (listen_fd >= 0) ::listen(listen_fd, 1024);
   std::thread listener([this] { http_.listen_after_bind(); });
   std::fprintf(stderr, "lamina: listening on http://%s:%d\n", o_.host.c_str(), o_.port);
 

@@ -1,0 +1,205 @@
+// Drives a real `lamina serve` (the shipped model, a free loopback port) with the real `openai`
+// npm package: models, chat completions with and without streaming, text completions, prefix
+// reuse in usage, a wrong API key, malformed requests and a prompt over the slot's context.
+// Exit 0: pass; 77: skipped (the openai package is not installed); anything else: failure.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import net from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const repo = path.resolve(here, '..');
+const binary = process.env.LAMINA_BINARY || path.join(repo, 'build/release/lamina');
+const model = process.env.LAMINA_MODEL || path.join(repo, 'models/lamina-counter.gguf');
+
+let OpenAI;
+try {
+  const require = createRequire(path.join(here, 'node', 'package.json'));
+  OpenAI = require('openai').default ?? require('openai');
+} catch {
+  console.log('SKIP: the openai package is not installed (npm ci --prefix tests/node)');
+  process.exit(77);
+}
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+    srv.on('error', reject);
+  });
+}
+
+async function startServer(extra) {
+  const port = await freePort();
+  const proc = spawn(binary, ['serve', '-m', model, '--port', String(port), '-np', '2', '-c', '1024',
+                              '--alias', 'lamina-counter,counter', '--tags', 'test,tiny', ...extra],
+                     { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  proc.stderr.on('data', (d) => { log += d; });
+  const base = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 200; ++i) {
+    try {
+      const r = await fetch(`${base}/health`);
+      if (r.status === 200) return { proc, base, log: () => log };
+    } catch { /* not listening yet */ }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  proc.kill('SIGKILL');
+  throw new Error(`the server did not become healthy:\n${log}`);
+}
+
+async function stopServer(s) {
+  const exited = new Promise((resolve) => s.proc.on('exit', (code, sig) => resolve({ code, sig })));
+  const t0 = Date.now();
+  s.proc.kill('SIGTERM');
+  const { code } = await exited;
+  assert.equal(code, 0, `exit code after SIGTERM\n${s.log()}`);
+  assert.ok(Date.now() - t0 < 5000, 'SIGTERM ends the server within a few seconds');
+}
+
+const count = (n) => Array.from({ length: n }, (_, i) => String(i + 1)).join('\n');
+const countPrompt = (n) => `Count from 1 to ${n}, one number per line.`;
+let failures = 0;
+async function check(name, fn) {
+  try {
+    await fn();
+    console.log(`ok   ${name}`);
+  } catch (e) {
+    ++failures;
+    console.log(`FAIL ${name}: ${e.stack || e}`);
+  }
+}
+
+const key = 'sk-lamina-test';
+const server = await startServer(['--api-key', key]);
+const client = new OpenAI({ baseURL: `${server.base}/v1`, apiKey: key, maxRetries: 0 });
+
+await check('models.list gives the alias as id, with aliases and tags', async () => {
+  const list = await client.models.list();
+  assert.equal(list.data.length, 1);
+  assert.equal(list.data[0].id, 'lamina-counter');
+  assert.deepEqual(list.data[0].aliases, ['lamina-counter', 'counter']);
+  assert.deepEqual(list.data[0].tags, ['test', 'tiny']);
+});
+
+let plain;
+await check('chat.completions.create counts at temperature 0', async () => {
+  plain = await client.chat.completions.create({
+    model: 'lamina-counter', temperature: 0, max_tokens: 100,
+    messages: [{ role: 'user', content: countPrompt(12) }],
+  });
+  assert.equal(plain.object, 'chat.completion');
+  assert.match(plain.id, /^chatcmpl-/);
+  assert.equal(plain.model, 'lamina-counter');
+  assert.ok(plain.system_fingerprint);
+  assert.equal(plain.choices[0].message.role, 'assistant');
+  assert.equal(plain.choices[0].message.content, count(12));
+  assert.equal(plain.choices[0].finish_reason, 'stop');
+  assert.ok(plain.usage.prompt_tokens > 0);
+  assert.equal(plain.usage.total_tokens, plain.usage.prompt_tokens + plain.usage.completion_tokens);
+});
+
+await check('the same request again reuses the cached prompt', async () => {
+  const again = await client.chat.completions.create({
+    model: 'lamina-counter', temperature: 0, max_tokens: 100,
+    messages: [{ role: 'user', content: countPrompt(12) }],
+  });
+  assert.equal(again.choices[0].message.content, count(12));
+  assert.equal(again.usage.prompt_tokens_details.cached_tokens, again.usage.prompt_tokens - 1);
+});
+
+await check('streamed chat equals the plain answer; role-only first delta, usage chunk', async () => {
+  const stream = await client.chat.completions.create({
+    model: 'lamina-counter', temperature: 0, max_tokens: 100, stream: true,
+    stream_options: { include_usage: true },
+    messages: [{ role: 'user', content: countPrompt(12) }],
+  });
+  const chunks = [];
+  for await (const c of stream) chunks.push(c);
+  assert.equal(chunks[0].choices[0].delta.role, 'assistant');
+  assert.ok(!chunks[0].choices[0].delta.content);
+  const text = chunks.map((c) => c.choices[0]?.delta?.content ?? '').join('');
+  assert.equal(text, count(12));
+  const last = chunks.filter((c) => c.choices.length > 0).at(-1);
+  assert.deepEqual(last.choices[0].delta, {});
+  assert.equal(last.choices[0].finish_reason, 'stop');
+  const usage = chunks.at(-1);
+  assert.equal(usage.choices.length, 0);
+  assert.equal(usage.usage.completion_tokens, plain.usage.completion_tokens);
+  for (const c of chunks) assert.equal(c.object, 'chat.completion.chunk');
+});
+
+await check('max_tokens ends with finish_reason length', async () => {
+  const r = await client.chat.completions.create({
+    model: 'lamina-counter', temperature: 0, max_tokens: 5,
+    messages: [{ role: 'user', content: countPrompt(50) }],
+  });
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 5);
+});
+
+await check('stop strings end the answer before them', async () => {
+  const r = await client.chat.completions.create({
+    model: 'lamina-counter', temperature: 0, max_tokens: 100, stop: ['\n5\n'],
+    messages: [{ role: 'user', content: countPrompt(12) }],
+  });
+  assert.equal(r.choices[0].message.content, count(4));
+  assert.equal(r.choices[0].finish_reason, 'stop');
+});
+
+await check('completions.create, plain and streamed', async () => {
+  const prompt = '<|im_start|>user\n' + countPrompt(7) + '<|im_end|>\n<|im_start|>assistant\n';
+  const r = await client.completions.create({ model: 'lamina-counter', prompt, temperature: 0, max_tokens: 60 });
+  assert.equal(r.object, 'text_completion');
+  assert.equal(r.choices[0].text, count(7));
+  const stream = await client.completions.create({ model: 'lamina-counter', prompt, temperature: 0,
+                                                    max_tokens: 60, stream: true });
+  let text = '';
+  let finish = null;
+  for await (const c of stream) {
+    text += c.choices[0].text;
+    finish = c.choices[0].finish_reason ?? finish;
+  }
+  assert.equal(text, count(7));
+  assert.equal(finish, 'stop');
+});
+
+await check('a wrong API key is a 401 authentication_error', async () => {
+  const bad = new OpenAI({ baseURL: `${server.base}/v1`, apiKey: 'wrong', maxRetries: 0 });
+  await assert.rejects(bad.chat.completions.create({ model: 'x', messages: [{ role: 'user', content: 'hi' }] }),
+                       (e) => e.status === 401 && e.error?.type === 'authentication_error' &&
+                              /Invalid API Key/.test(e.message));
+  // The model list is public.
+  const list = await bad.models.list();
+  assert.equal(list.data[0].id, 'lamina-counter');
+});
+
+await check('a bad request is a 400 naming the field', async () => {
+  await assert.rejects(client.chat.completions.create({ model: 'x', temperature: 'hot',
+                                                        messages: [{ role: 'user', content: 'hi' }] }),
+                       (e) => e.status === 400 && /temperature/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ model: 'x', messages: 'hi' }),
+                       (e) => e.status === 400 && /messages/.test(e.message));
+});
+
+await check('a prompt over the slot context is a 400 exceed_context_size_error, also streaming', async () => {
+  const long = 'one two three four five six seven eight nine ten '.repeat(120);
+  for (const stream of [false, true]) {
+    await assert.rejects(client.chat.completions.create({ model: 'x', stream, messages: [{ role: 'user', content: long }] }),
+                         (e) => e.status === 400 && e.error?.type === 'exceed_context_size_error' &&
+                                /512/.test(e.message));
+  }
+});
+
+await check('SIGTERM stops the server within a few seconds', async () => { await stopServer(server); });
+
+if (failures > 0) {
+  console.log(`${failures} check(s) failed; server log:\n${server.log()}`);
+  process.exit(1);
+}
+console.log('all checks passed');

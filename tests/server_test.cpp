@@ -1,0 +1,536 @@
+// `lamina serve` as a real process on a free loopback port, driven over plain HTTP: every native
+// llama-server route, the error shapes, slots and slot files, context limits and shift, token
+// counts and greedy tokens equal to llama.cpp's on stories260K, batch invariance (8 concurrent
+// requests = each alone, in every KV mode, at two batch sizes) and a load of 64 clients with
+// cancellations and oversize bodies.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+const std::string kBinary = LAMINA_BINARY;
+const std::string kShipped = std::string(LAMINA_SOURCE_DIR) + "/models/lamina-counter.gguf";
+const std::string kShared = LAMINA_SHARED_DIR;
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// A `lamina serve` child process; stopped with SIGTERM on destruction.
+class ServerProcess {
+ public:
+  explicit ServerProcess(std::vector<std::string> args) : port_(FreePort()) {
+    log_ = fs::temp_directory_path() / ("lamina-serve-" + std::to_string(port_) + ".log");
+    args.insert(args.begin(), {kBinary, "serve", "--port", std::to_string(port_)});
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 2);
+      dup2(fd, 1);
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    for (int i = 0; i < 400 && !healthy_; ++i) {
+      httplib::Client c("127.0.0.1", port_);
+      auto r = c.Get("/health");
+      healthy_ = r && r->status == 200;
+      if (!healthy_) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+  }
+  ~ServerProcess() { Stop(); }
+  // SIGTERM; returns the exit status (-1 if it had to be killed).
+  int Stop() {
+    if (pid_ <= 0) return exit_code_;
+    kill(pid_, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 500; ++i) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        return exit_code_;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &status, 0);
+    pid_ = 0;
+    return exit_code_ = -1;
+  }
+  bool healthy() const { return healthy_; }
+  int port() const { return port_; }
+  std::string Log() const {
+    std::ifstream in(log_);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  httplib::Client Client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(120, 0);
+    return c;
+  }
+  // POST a JSON body; the response's status and parsed body.
+  std::pair<int, json> Post(const std::string& path, const json& body,
+                            const httplib::Headers& headers = {}) const {
+    httplib::Client c = Client();
+    auto r = c.Post(path.c_str(), headers, body.dump(), "application/json");
+    if (!r) return {0, json()};
+    return {r->status, json::parse(r->body, nullptr, false)};
+  }
+  std::pair<int, json> Get(const std::string& path) const {
+    httplib::Client c = Client();
+    auto r = c.Get(path.c_str());
+    if (!r) return {0, json()};
+    return {r->status, json::parse(r->body, nullptr, false)};
+  }
+
+ private:
+  int port_;
+  pid_t pid_ = 0;
+  bool healthy_ = false;
+  int exit_code_ = -1;
+  fs::path log_;
+};
+
+std::string Count(int n) {
+  std::string s;
+  for (int i = 1; i <= n; ++i) s += (i > 1 ? "\n" : "") + std::to_string(i);
+  return s;
+}
+
+std::string ChatPrompt(const std::string& user) {
+  return "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
+}
+
+// The `data: {...}` events of an SSE body, parsed.
+std::vector<json> SseEvents(const std::string& body) {
+  std::vector<json> out;
+  size_t pos = 0;
+  while ((pos = body.find("data: ", pos)) != std::string::npos) {
+    const size_t end = body.find("\n\n", pos);
+    const std::string payload = body.substr(pos + 6, end - pos - 6);
+    if (payload != "[DONE]") out.push_back(json::parse(payload, nullptr, false));
+    pos = end;
+  }
+  return out;
+}
+
+// A streamed /completion's content and final event.
+std::pair<std::string, json> StreamCompletion(const ServerProcess& s, json body) {
+  body["stream"] = true;
+  httplib::Client c = s.Client();
+  auto r = c.Post("/completion", body.dump(), "application/json");
+  if (!r || r->status != 200) return {"", json()};
+  std::string text;
+  json last;
+  for (const json& e : SseEvents(r->body)) {
+    text += e.value("content", "");
+    last = e;
+  }
+  return {text, last};
+}
+
+class ServerTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(kShipped)) GTEST_SKIP() << kShipped << " is absent";
+  }
+};
+
+TEST_F(ServerTest, NativeCompletionRoute) {
+  ServerProcess s({"-m", kShipped, "-np", "2", "-c", "2048"});
+  ASSERT_TRUE(s.healthy()) << s.Log();
+  EXPECT_EQ(s.Get("/health").second, json({{"status", "ok"}}));
+  const std::string prompt = ChatPrompt("Count from 1 to 8, one number per line.");
+  auto [st, r] =
+      s.Post("/completion",
+             {{"prompt", prompt}, {"n_predict", 100}, {"temperature", 0}, {"return_tokens", true}});
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["content"], Count(8));
+  EXPECT_EQ(r["stop"], true);
+  EXPECT_EQ(r["stop_type"], "eos");
+  EXPECT_EQ(r["truncated"], false);
+  EXPECT_EQ(r["generation_settings"]["n_ctx"], 1024);
+  const int n_prompt = r["tokens_evaluated"];
+  auto [tst, tok] = s.Post("/tokenize", {{"content", prompt}, {"add_special", true}});
+  ASSERT_EQ(tst, 200);
+  EXPECT_EQ(static_cast<int>(tok["tokens"].size()), n_prompt);
+  EXPECT_EQ(r["tokens_predicted"], r["tokens"].size());
+  EXPECT_EQ(r["timings"]["prompt_n"].get<int>() + r["timings"]["cache_n"].get<int>(), n_prompt);
+  EXPECT_GT(r["timings"]["predicted_per_second"].get<double>(), 0.0);
+  auto [dst, detok] = s.Post("/detokenize", {{"tokens", r["tokens"]}});
+  EXPECT_EQ(detok["content"], Count(8));
+
+  // Token ids, and a mix of text and ids, give the same answer.
+  auto [ist, by_ids] =
+      s.Post("/completion", {{"prompt", tok["tokens"]}, {"n_predict", 100}, {"temperature", 0}});
+  EXPECT_EQ(by_ids["content"], Count(8));
+  // Text up to a special token, then ids.
+  const size_t split = prompt.find("<|im_start|>assistant");
+  json mixed = json::array({prompt.substr(0, split)});
+  auto [m1, rest_ids] = s.Post("/tokenize", {{"content", prompt.substr(split)}});
+  for (const json& id : rest_ids["tokens"]) mixed.push_back(id);
+  auto [mst, by_mix] =
+      s.Post("/completion", {{"prompt", mixed}, {"n_predict", 100}, {"temperature", 0}});
+  ASSERT_EQ(mst, 200) << by_mix.dump();
+  EXPECT_EQ(by_mix["tokens_evaluated"], n_prompt);
+  EXPECT_EQ(by_mix["content"], Count(8));
+  // An array of prompts answers with an array.
+  auto [ast, many] = s.Post(
+      "/completion", {{"prompt", {prompt, ChatPrompt("Count from 1 to 3, one number per line.")}},
+                      {"n_predict", 100},
+                      {"temperature", 0}});
+  ASSERT_EQ(ast, 200);
+  ASSERT_TRUE(many.is_array());
+  ASSERT_EQ(many.size(), 2u);
+  EXPECT_EQ(many[0]["content"], Count(8));
+  EXPECT_EQ(many[1]["content"], Count(3));
+  EXPECT_EQ(many[1]["index"], 1);
+  // Streaming: the pieces add up to the same text; the last event has stop and the totals.
+  auto [text, last] =
+      StreamCompletion(s, {{"prompt", prompt}, {"n_predict", 100}, {"temperature", 0}});
+  EXPECT_EQ(text, Count(8));
+  EXPECT_EQ(last["stop"], true);
+  EXPECT_EQ(last["stop_type"], "eos");
+  EXPECT_EQ(last["tokens_predicted"], r["tokens_predicted"]);
+  // n_predict, a stop word, id_slot, cache_prompt.
+  auto [nst, limited] = s.Post(
+      "/completion", {{"prompt", prompt}, {"n_predict", 3}, {"temperature", 0}, {"id_slot", 1}});
+  EXPECT_EQ(limited["stop_type"], "limit");
+  EXPECT_EQ(limited["tokens_predicted"], 3);
+  EXPECT_EQ(limited["id_slot"], 1);
+  auto [wst, word] =
+      s.Post("/completion", {{"prompt", prompt}, {"stop", {"\n4"}}, {"temperature", 0}});
+  EXPECT_EQ(word["content"], Count(3));
+  EXPECT_EQ(word["stop_type"], "word");
+  EXPECT_EQ(word["stopping_word"], "\n4");
+  auto [cst, cold] =
+      s.Post("/completion", {{"prompt", prompt}, {"temperature", 0}, {"cache_prompt", false}});
+  EXPECT_EQ(cold["timings"]["cache_n"], 0);
+  EXPECT_EQ(cold["content"], Count(8));
+  auto [wst2, warm] =
+      s.Post("/completion", {{"prompt", prompt}, {"temperature", 0}, {"id_slot", 0}});
+  EXPECT_EQ(warm["timings"]["cache_n"], n_prompt - 1);
+  EXPECT_EQ(warm["content"], Count(8));
+  auto [ost, oai] = s.Post("/v1/completions", {{"prompt", prompt}, {"temperature", 0}});
+  EXPECT_EQ(oai["choices"][0]["text"], Count(8));
+  EXPECT_EQ(oai["object"], "text_completion");
+  EXPECT_EQ(s.Stop(), 0) << s.Log();
+}
+
+TEST_F(ServerTest, TokenizePropsSlotsAndSlotFiles) {
+  const fs::path dir = fs::temp_directory_path() / ("lamina-slots-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  ServerProcess s(
+      {"-m", kShipped, "-np", "2", "-c", "1024", "--seed", "42", "--slot-save-path", dir.string()});
+  ASSERT_TRUE(s.healthy()) << s.Log();
+  auto [tst, tok] = s.Post("/tokenize", {{"content", "Count 12"}, {"with_pieces", true}});
+  ASSERT_EQ(tst, 200);
+  ASSERT_FALSE(tok["tokens"].empty());
+  std::string joined;
+  for (const json& t : tok["tokens"]) {
+    ASSERT_TRUE(t.contains("id") && t.contains("piece"));
+    joined += t["piece"].get<std::string>();
+  }
+  EXPECT_EQ(joined, "Count 12");
+  auto [pst, props] = s.Get("/props");
+  EXPECT_EQ(props["total_slots"], 2);
+  EXPECT_EQ(props["default_generation_settings"]["n_ctx"], 512);
+  EXPECT_EQ(props["default_generation_settings"]["params"]["seed"], 42);
+  EXPECT_NE(props["model_path"].get<std::string>().find("lamina-counter"), std::string::npos);
+  auto [sst, slots] = s.Get("/slots");
+  ASSERT_EQ(sst, 200);
+  ASSERT_EQ(slots.size(), 2u);
+  EXPECT_EQ(slots[1]["id"], 1);
+  EXPECT_EQ(slots[1]["n_ctx"], 512);
+
+  const std::string prompt = ChatPrompt("Count from 1 to 6, one number per line.");
+  const json req = {{"prompt", prompt}, {"temperature", 0}, {"id_slot", 0}};
+  auto [r1s, first] = s.Post("/completion", req);
+  ASSERT_EQ(first["content"], Count(6));
+  auto [svs, saved] = s.Post("/slots/0?action=save", {{"filename", "a.bin"}});
+  ASSERT_EQ(svs, 200) << saved.dump();
+  const int held = saved["n_saved"];
+  EXPECT_GT(held, first["tokens_evaluated"].get<int>());
+  auto [ers, erased] = s.Post("/slots/0?action=erase", json::object());
+  EXPECT_EQ(erased["n_erased"], held);
+  auto [rss, restored] = s.Post("/slots/0?action=restore", {{"filename", "a.bin"}});
+  ASSERT_EQ(rss, 200) << restored.dump();
+  EXPECT_EQ(restored["n_restored"], held);
+  auto [r2s, again] = s.Post("/completion", req);
+  EXPECT_EQ(again["content"], Count(6));
+  EXPECT_EQ(again["timings"]["cache_n"], first["tokens_evaluated"].get<int>() - 1);
+  auto [bad, badname] = s.Post("/slots/0?action=save", {{"filename", "../x"}});
+  EXPECT_EQ(bad, 400);
+  auto [missing, nofile] = s.Post("/slots/1?action=restore", {{"filename", "absent.bin"}});
+  EXPECT_EQ(missing, 400);
+  fs::remove_all(dir);
+}
+
+TEST_F(ServerTest, ErrorsAuthCorsAndUi) {
+  ServerProcess s({"-m", kShipped, "--api-key", "k1", "--max-body", "65536"});
+  ASSERT_TRUE(s.healthy()) << s.Log();
+  const httplib::Headers auth = {{"Authorization", "Bearer k1"}};
+  auto [nst, noauth] = s.Post("/completion", {{"prompt", "hi"}});
+  EXPECT_EQ(nst, 401);
+  EXPECT_EQ(noauth["error"]["type"], "authentication_error");
+  EXPECT_EQ(noauth["error"]["message"], "Invalid API Key");
+  auto [xst, xkey] =
+      s.Post("/completion", {{"prompt", "hi"}, {"n_predict", 1}}, {{"X-Api-Key", "k1"}});
+  EXPECT_EQ(xst, 200);
+  EXPECT_EQ(s.Get("/health").first, 200);  // public
+  EXPECT_EQ(s.Get("/v1/models").first, 200);
+  httplib::Client c = s.Client();
+  auto malformed = c.Post("/completion", auth, "{not json", "application/json");
+  ASSERT_TRUE(malformed);
+  EXPECT_EQ(malformed->status, 400);
+  EXPECT_EQ(json::parse(malformed->body)["error"]["type"], "invalid_request_error");
+  auto [tst, wrong_type] = s.Post("/completion", {{"prompt", "hi"}, {"n_predict", "many"}}, auth);
+  EXPECT_EQ(tst, 400);
+  EXPECT_NE(wrong_type["error"]["message"].get<std::string>().find("n_predict"), std::string::npos);
+  auto [ist, bad_id] = s.Post("/completion", {{"prompt", {1, 999999}}}, auth);
+  EXPECT_EQ(ist, 400);
+  auto unknown = c.Get("/no/such/route", auth);
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404);
+  EXPECT_EQ(json::parse(unknown->body)["error"]["type"], "not_found_error");
+  auto huge = c.Post("/completion", auth, std::string(200000, ' '), "application/json");
+  ASSERT_TRUE(huge);
+  EXPECT_EQ(huge->status, 413);
+  auto pre = c.Options("/v1/chat/completions", {{"Origin", "http://example.test"},
+                                                {"Access-Control-Request-Method", "POST"}});
+  ASSERT_TRUE(pre);
+  EXPECT_LT(pre->status, 300);
+  EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Origin"), "http://example.test");
+  EXPECT_NE(pre->get_header_value("Access-Control-Allow-Methods").find("POST"), std::string::npos);
+  auto page = c.Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_NE(page->get_header_value("Content-Type").find("text/html"), std::string::npos);
+  auto metrics = c.Get("/metrics", auth);
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("llamacpp:tokens_predicted_total"), std::string::npos);
+  EXPECT_NE(metrics->body.find("lamina:kv_cache_bytes"), std::string::npos);
+
+  ServerProcess bare({"-m", kShipped, "--no-slots", "--no-ui"});
+  ASSERT_TRUE(bare.healthy()) << bare.Log();
+  auto [sst, slots] = bare.Get("/slots");
+  EXPECT_EQ(sst, 501);
+  EXPECT_EQ(slots["error"]["type"], "not_supported_error");
+  EXPECT_EQ(bare.Get("/").first, 404);
+}
+
+TEST_F(ServerTest, BadFlagsAreUsageErrors) {
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{"--no-such-flag"},
+                                                {"-np", "0"},
+                                                {"--kv", "q9"},
+                                                {"--port", "70000"}}) {
+    std::string cmd = kBinary + " serve -m " + kShipped;
+    for (const std::string& a : extra) cmd += " " + a;
+    cmd += " >/dev/null 2>&1";
+    const int rc = std::system(cmd.c_str());
+    EXPECT_EQ(WEXITSTATUS(rc), 2) << cmd;
+  }
+}
+
+TEST_F(ServerTest, ContextFullStopsOrShifts) {
+  const std::string prompt = ChatPrompt("Count from 1 to 300, one number per line.");
+  {
+    ServerProcess s({"-m", kShipped, "-c", "96"});
+    ASSERT_TRUE(s.healthy()) << s.Log();
+    auto [st, r] = s.Post("/completion", {{"prompt", prompt}, {"temperature", 0}});
+    ASSERT_EQ(st, 200) << r.dump();
+    EXPECT_EQ(r["truncated"], true);
+    EXPECT_EQ(r["stop_type"], "limit");
+    EXPECT_EQ(r["tokens_evaluated"].get<int>() + r["tokens_predicted"].get<int>(), 97);
+    const std::string long_prompt(2000, 'x');
+    auto [lst, too_long] = s.Post("/completion", {{"prompt", long_prompt}});
+    EXPECT_EQ(lst, 400);
+    EXPECT_EQ(too_long["error"]["type"], "exceed_context_size_error");
+    EXPECT_EQ(too_long["error"]["n_ctx"], 96);
+  }
+  ServerProcess s({"-m", kShipped, "-c", "96", "--context-shift"});
+  ASSERT_TRUE(s.healthy()) << s.Log();
+  auto [st, r] = s.Post(
+      "/completion", {{"prompt", prompt}, {"temperature", 0}, {"n_predict", 200}, {"n_keep", -1}});
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["tokens_predicted"], 200);
+  EXPECT_EQ(r["truncated"], true);
+}
+
+// Token counts and greedy tokens equal llama.cpp's (its goldens) on stories260K.
+TEST(ServerStories, TokensMatchLlamaCpp) {
+  const std::string model = kShared + "/models/stories260K.gguf";
+  if (!fs::exists(model)) GTEST_SKIP() << model << " is absent";
+  ServerProcess s({"-m", model, "--kv", "f32", "-c", "1024", "-t", "1"});
+  ASSERT_TRUE(s.healthy()) << s.Log();
+  for (const char* name : {"bos", "once", "lily", "story300"}) {
+    std::ifstream in(kShared + "/golden/stories260K/stories260K." + name + ".f32.json");
+    ASSERT_TRUE(in) << name;
+    const json golden = json::parse(in);
+    const std::string prompt = golden["prompt"];
+    auto [tst, tok] = s.Post("/tokenize", {{"content", prompt}, {"add_special", true}});
+    EXPECT_EQ(tok["tokens"], golden["prompt_tokens"]) << name;
+    auto [st, r] = s.Post("/completion", {{"prompt", prompt},
+                                          {"n_predict", 16},
+                                          {"temperature", 0},
+                                          {"ignore_eos", true},
+                                          {"return_tokens", true}});
+    ASSERT_EQ(st, 200) << r.dump();
+    EXPECT_EQ(r["tokens_evaluated"], golden["n_prompt_tokens"]) << name;
+    std::vector<int> want(golden["generated_tokens"].begin(),
+                          golden["generated_tokens"].begin() + 16);
+    EXPECT_EQ(r["tokens"].get<std::vector<int>>(), want) << name;
+  }
+}
+
+// Eight greedy requests of different prompts and lengths at once (half streaming; -np 4, so
+// some queue) give exactly the text each gives alone, in every KV mode, at -b 16 and -b 32.
+TEST(ServerBatchInvariance, ConcurrentRequestsEqualSoloRuns) {
+  const std::string model = kShared + "/models/stories260K.gguf";
+  if (!fs::exists(model)) GTEST_SKIP() << model << " is absent";
+  const std::vector<std::string> prompts = {"Once upon a time",
+                                            "Lily and Ben went to the park. They",
+                                            "Tom had a small red boat. One day the wind was strong",
+                                            "The cat",
+                                            "A big dog ran",
+                                            "Sue found a shiny key under the old tree. She",
+                                            "Max",
+                                            "One day, a little bird wanted to fly"};
+  auto body = [&](size_t i) {
+    return json{{"prompt", prompts[i]},
+                {"n_predict", 20 + 9 * static_cast<int>(i)},
+                {"temperature", 0},
+                {"ignore_eos", true}};
+  };
+  for (const char* kv : {"f32", "f16", "int8", "q4_0", "k8v4"}) {
+    std::vector<std::string> solo(prompts.size());
+    for (const char* batch : {"16", "32"}) {
+      ServerProcess s({"-m", model, "--kv", kv, "-np", "4", "-c", "1024", "-b", batch});
+      ASSERT_TRUE(s.healthy()) << s.Log();
+      if (solo[0].empty()) {
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          json b = body(i);
+          b["cache_prompt"] = false;
+          auto [st, r] = s.Post("/completion", b);
+          ASSERT_EQ(st, 200);
+          solo[i] = r["content"];
+          ASSERT_FALSE(solo[i].empty());
+        }
+      }
+      std::vector<std::string> together(prompts.size());
+      std::vector<std::thread> threads;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        threads.emplace_back([&, i] {
+          if (i % 2 == 0) {
+            together[i] = StreamCompletion(s, body(i)).first;
+          } else {
+            together[i] = s.Post("/completion", body(i)).second.value("content", "");
+          }
+        });
+      }
+      for (std::thread& t : threads) t.join();
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ(together[i], solo[i]) << "kv " << kv << " -b " << batch << " request " << i;
+      }
+    }
+  }
+}
+
+// 64 clients at once, some cancelling mid-stream and some sending oversize bodies: no crash,
+// every answer is its own request's, every slot is freed.
+TEST_F(ServerTest, SixtyFourClientsWithCancellations) {
+  ServerProcess s({"-m", kShipped, "-np", "4", "-c", "4096", "--max-body", "100000"});
+  ASSERT_TRUE(s.healthy()) << s.Log();
+  std::atomic<int> ok{0}, cancelled{0}, refused{0}, wrong{0};
+  std::vector<std::thread> clients;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 64; ++i) {
+    clients.emplace_back([&, i] {
+      const int n = 3 + i % 20;
+      const std::string prompt =
+          ChatPrompt("Count from 1 to " + std::to_string(n) + ", one number per line.");
+      httplib::Client c = s.Client();
+      if (i % 8 == 3) {  // oversize body
+        auto r = c.Post("/completion", std::string(150000, 'x'), "application/json");
+        if (r && r->status == 413) ++refused;
+        return;
+      }
+      if (i % 4 == 1) {  // streams, then hangs up after a few events
+        int events = 0;
+        httplib::Request req;
+        req.method = "POST";
+        req.path = "/completion";
+        req.body =
+            json({{"prompt", prompt}, {"temperature", 0}, {"stream", true}, {"n_predict", 400}})
+                .dump();
+        req.set_header("Content-Type", "application/json");
+        req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+          return ++events < 3;
+        };
+        c.send(req);
+        ++cancelled;
+        return;
+      }
+      auto r = c.Post("/completion", json({{"prompt", prompt}, {"temperature", 0}}).dump(),
+                      "application/json");
+      if (r && r->status == 200 && json::parse(r->body)["content"] == Count(n)) {
+        ++ok;
+      } else {
+        ++wrong;
+        std::printf("client %d: %s\n", i,
+                    r ? (std::to_string(r->status) + " " + r->body).c_str()
+                      : httplib::to_string(r.error()).c_str());
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(wrong, 0);
+  EXPECT_EQ(ok, 40);
+  EXPECT_EQ(refused, 8);
+  EXPECT_EQ(cancelled, 16);
+  // Every slot frees (the cancelled streams within a step or two of their hang-up).
+  bool idle = false;
+  for (int i = 0; i < 200 && !idle; ++i) {
+    auto [st, slots] = s.Get("/slots");
+    idle = st == 200;
+    for (const json& slot : slots) idle = idle && !slot["is_processing"].get<bool>();
+    if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(idle);
+  EXPECT_LT(seconds, 120.0);
+  std::printf("64 clients: %.2f s\n", seconds);
+  EXPECT_EQ(s.Stop(), 0) << s.Log();
+}
+
+}  // namespace
