@@ -1,6 +1,7 @@
 // `lamina bench`: llama-bench style throughput. pp: a P-token random prompt as one batch into a
 // fresh cache; tg: N single-token decodes after DEPTH tokens are already in the cache. Reports
-// the median over REPS, and the decode roofline from the bytes each token reads.
+// the median over REPS, and the decode roofline from the bytes each token reads. --parallel B:
+// B sequences decode together, one token each per forward pass (the server's batched decode).
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -16,6 +17,41 @@ namespace {
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
+}
+}  // namespace
+
+namespace {
+// --parallel: B sequences (each DEPTH cells deep) decode one token each per forward pass.
+struct ParallelFigure {
+  int n_seq = 0;
+  double aggregate_tok_s = 0.0;
+  double per_seq_tok_s = 0.0;
+};
+
+Result<ParallelFigure> BenchParallel(const Model& model, SessionConfig sc, const BenchOptions& o,
+                                     int n_seq, int rep, ThreadPool& pool) {
+  sc.n_seq = n_seq;
+  Session s(model, sc, pool);
+  if (o.depth > 0) {
+    s.FillWithRandomCells(o.depth, 1234 + rep);
+    for (int q = 1; q < n_seq; ++q) s.CopyPrefix(0, q, o.depth);
+  }
+  std::mt19937 rng(99 + rep);
+  std::uniform_int_distribution<int32_t> dist(0, model.hparams().n_vocab - 1);
+  SequenceBatch batch;
+  auto step = [&]() -> Status {
+    batch.Clear();
+    for (int q = 0; q < n_seq; ++q) batch.Add(dist(rng), q, s.n_past(q), true);
+    Result<const float*> r = s.Decode(batch);
+    return r.ok() ? Status::Ok() : Status(r.error());
+  };
+  if (Status st = step(); !st.ok()) return st.error();  // warm-up
+  const double t0 = NowSeconds();
+  for (int i = 0; i < o.n_gen; ++i) {
+    if (Status st = step(); !st.ok()) return st.error();
+  }
+  const double dt = NowSeconds() - t0;
+  return ParallelFigure{n_seq, n_seq * o.n_gen / dt, o.n_gen / dt};
 }
 }  // namespace
 
@@ -40,6 +76,58 @@ int RunBench(const BenchOptions& o) {
     for (auto& x : t) x = dist(rng);
     return t;
   };
+
+  if (!o.parallel.empty()) {
+    std::vector<int> counts;
+    for (size_t start = 0; start < o.parallel.size();) {
+      const size_t comma = std::min(o.parallel.find(',', start), o.parallel.size());
+      const int b = std::atoi(o.parallel.substr(start, comma - start).c_str());
+      if (b < 1 || b > 256) {
+        std::fprintf(stderr, "lamina: --parallel takes counts in 1..256, e.g. 1,2,4,8\n");
+        return kExitUsage;
+      }
+      counts.push_back(b);
+      start = comma + 1;
+    }
+    if (o.n_gen < 1) {
+      std::fprintf(stderr, "lamina: --parallel needs -n >= 1\n");
+      return kExitUsage;
+    }
+    if (o.common.n_ctx == 0) sc.n_ctx = o.depth + o.n_gen + 2;
+    nlohmann::json rows = nlohmann::json::array();
+    if (!o.json) {
+      std::printf("model %s | %.1fM params | %d threads | kv %s | depth %d | %d steps\n",
+                  o.common.model_path.c_str(), model.ParameterCount() / 1e6, pool.size(),
+                  KvTypeName(sc.kv_type), o.depth, o.n_gen);
+      std::printf("%8s %16s %16s %10s\n", "streams", "aggregate tok/s", "per-stream tok/s", "vs 1");
+    }
+    double single = 0.0;
+    for (int b : counts) {
+      std::vector<double> agg, per;
+      for (int rep = 0; rep < o.reps; ++rep) {
+        Result<ParallelFigure> f = BenchParallel(model, sc, o, b, rep, pool);
+        if (!f.ok()) {
+          std::fprintf(stderr, "lamina: %s\n", f.error().message.c_str());
+          return kExitFailure;
+        }
+        agg.push_back(f->aggregate_tok_s);
+        per.push_back(f->per_seq_tok_s);
+      }
+      const double a = Median(agg), p = Median(per);
+      if (b == 1) single = a;
+      rows.push_back({{"streams", b}, {"aggregate_tok_s", a}, {"per_stream_tok_s", p}});
+      if (!o.json) {
+        std::printf("%8d %16.2f %16.2f %9.2fx\n", b, a, p, single > 0 ? a / single : 0.0);
+      }
+    }
+    if (o.json) {
+      nlohmann::json j = {{"model", o.common.model_path}, {"n_params", model.ParameterCount()},
+                          {"threads", pool.size()}, {"kv", KvTypeName(sc.kv_type)},
+                          {"depth", o.depth}, {"n_gen", o.n_gen}, {"parallel", rows}};
+      std::printf("%s\n", j.dump().c_str());
+    }
+    return kExitOk;
+  }
 
   std::vector<double> pp, tg;
   size_t kv_bytes_per_token = 0;

@@ -85,8 +85,10 @@ struct BenchOptions {
   int depth = 0;
   int reps = 3;
   bool json = false;
+  std::string parallel;  // --parallel B[,B...]: batched decode of B sequences per step
 };
-// `lamina bench`: prompt-processing and generation throughput, llama-bench style.
+// `lamina bench`: prompt-processing and generation throughput, llama-bench style; with
+// --parallel, aggregate and per-sequence decode tok/s of B sequences decoding together.
 int RunBench(const BenchOptions& options);
 
 struct ProbeOptions {

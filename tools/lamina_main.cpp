@@ -82,6 +82,8 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("-d,--depth", bench.depth, "Tokens already in the cache before tg");
   bench_cmd->add_option("-r,--reps", bench.reps, "Repetitions (the median is reported)");
   bench_cmd->add_flag("--json", bench.json, "Print one JSON object");
+  bench_cmd->add_option("--parallel", bench.parallel,
+                        "Batched decode: B sequences per step, e.g. 1,2,4,8 (each at DEPTH)");
 
   ProbeOptions probe;
   CLI::App* probe_cmd = app.add_subcommand(

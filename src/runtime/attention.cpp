@@ -89,6 +89,14 @@ void AddAnchorScores(const KvCache& cache, int layer, int seq, int g, int pos0, 
 void CausalAttention(const KvCache& cache, int layer, int seq, int pos0, int n_tokens,
                      const float* q, float* out, const AttentionShape& shape,
                      AttentionScratch& scratch, ThreadPool& pool) {
+  const AttentionSegment segment{seq, pos0, 0, n_tokens};
+  CausalAttentionSegments(cache, layer, &segment, 1, q, out, shape, scratch, pool);
+}
+
+void CausalAttentionSegments(const KvCache& cache, int layer, const AttentionSegment* segments,
+                             int n_segments, const float* q_all, float* out_all,
+                             const AttentionShape& shape, AttentionScratch& scratch,
+                             ThreadPool& pool) {
   const int hd = shape.head_dim;
   const int group = shape.n_head / shape.n_head_kv;
   const int n_ctx = cache.config().n_ctx;
@@ -106,8 +114,7 @@ void CausalAttention(const KvCache& cache, int layer, int seq, int pos0, int n_t
   const KvRowDecodeFn decode_k = BestKvRowDecoder(ks.format);
   const KvRowDecodeFn decode_v = BestKvRowDecoder(vs.format);
   // Integer scores read K codes directly; otherwise K tiles are decoded to f32.
-  const KvScoreFn score_k =
-      KvIntScoreSupported(ks.format, hd) ? BestKvScorer(ks.format) : nullptr;
+  const KvScoreFn score_k = KvIntScoreSupported(ks.format, hd) ? BestKvScorer(ks.format) : nullptr;
   const int n_qgroups = hd / 32;
   if (score_k != nullptr) {
     const size_t q_per_thread = static_cast<size_t>(max_queries) * hd;
@@ -117,9 +124,14 @@ void CausalAttention(const KvCache& cache, int layer, int seq, int pos0, int n_t
   }
   const bool k_f16 = ks.format == KvRowFormat::kF16;
   const bool v_f16 = vs.format == KvRowFormat::kF16;
-  const int n_blocks = (n_tokens + kTokenBlock - 1) / kTokenBlock;
-  const int64_t n_items = static_cast<int64_t>(shape.n_head_kv) * n_blocks;
   const int64_t q_stride = static_cast<int64_t>(shape.n_head) * hd;
+  // Work items: (KV head, token block) of each segment; first_item[s] is segment s's first.
+  std::vector<int64_t> first_item(n_segments + 1, 0);  // [n_segments + 1]
+  for (int s = 0; s < n_segments; ++s) {
+    const int n_blocks = (segments[s].n + kTokenBlock - 1) / kTokenBlock;
+    first_item[s + 1] = first_item[s] + static_cast<int64_t>(shape.n_head_kv) * n_blocks;
+  }
+  const int64_t n_items = first_item[n_segments];
 
   pool.ParallelFor(n_items, 1, [&](int64_t begin, int64_t end, int thread) {
     float* scores = scratch.per_thread.data() + per_thread * thread;
@@ -128,10 +140,18 @@ void CausalAttention(const KvCache& cache, int layer, int seq, int pos0, int n_t
     float* tile = acc + static_cast<size_t>(max_queries) * hd;
     // Integer path: qq [max_queries][hd] codes; their scales [max_queries][hd / 32] reuse the
     // accumulators, which are not needed until pass 2.
-    int16_t* qq = score_k ? scratch.per_thread_q.data() + static_cast<size_t>(max_queries) * hd * thread
-                          : nullptr;
+    int16_t* qq = score_k
+                      ? scratch.per_thread_q.data() + static_cast<size_t>(max_queries) * hd * thread
+                      : nullptr;
     float* qd = acc;
-    for (int64_t item = begin; item < end; ++item) {
+    int s = 0;
+    for (int64_t flat = begin; flat < end; ++flat) {
+      while (flat >= first_item[s + 1]) ++s;
+      const AttentionSegment& segment = segments[s];
+      const int seq = segment.seq, pos0 = segment.pos0, n_tokens = segment.n;
+      const float* q = q_all + segment.begin * q_stride;
+      float* out = out_all + segment.begin * q_stride;
+      const int64_t item = flat - first_item[s];
       const int g = static_cast<int>(item % shape.n_head_kv);
       const int blk = static_cast<int>(item / shape.n_head_kv);
       const int t0 = blk * kTokenBlock;
@@ -153,8 +173,7 @@ void CausalAttention(const KvCache& cache, int layer, int seq, int pos0, int n_t
       // Pass 1: scores. A query's scores past its own causal limit are computed from cells the
       // block's last token sees and are never read.
       if (score_k) {
-        score_k(cache.KHead(layer, seq, g, 0), n_cells, hd, nq, qq, qd, shape.scale, scores,
-                n_ctx);
+        score_k(cache.KHead(layer, seq, g, 0), n_cells, hd, nq, qq, qd, shape.scale, scores, n_ctx);
       }
       for (int c0 = 0; c0 < (score_k ? 0 : n_cells); c0 += kCellTile) {
         const int nc = std::min(kCellTile, n_cells - c0);

@@ -34,4 +34,20 @@ void CausalAttention(const KvCache& cache, int layer, int seq, int pos0, int n_t
                      const float* q, float* out, const AttentionShape& shape,
                      AttentionScratch& scratch, ThreadPool& pool);
 
+// A run of a batch's tokens continuing one sequence: batch rows [begin, begin + n) at
+// positions pos0.. of `seq`.
+struct AttentionSegment {
+  int seq = 0;
+  int pos0 = 0;
+  int begin = 0;
+  int n = 0;
+};
+// The same for several segments of one batch in one parallel pass (work items over every
+// segment's KV heads and token blocks): each row's result is the one CausalAttention gives its
+// segment alone. q, out: [batch rows, n_head * head_dim].
+void CausalAttentionSegments(const KvCache& cache, int layer, const AttentionSegment* segments,
+                             int n_segments, const float* q, float* out,
+                             const AttentionShape& shape, AttentionScratch& scratch,
+                             ThreadPool& pool);
+
 }  // namespace lamina

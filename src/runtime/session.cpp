@@ -52,14 +52,7 @@ int SequenceBatch::n_outputs() const {
 }
 
 namespace {
-// A run of a batch's tokens that continue one sequence: tokens [begin, begin + n) at
-// positions pos0.. of `seq`.
-struct Segment {
-  int seq;
-  int pos0;
-  int begin;
-  int n;
-};
+using Segment = AttentionSegment;
 
 std::vector<Segment> Segments(const ForwardBatch& b) {
   std::vector<Segment> out;
@@ -83,14 +76,17 @@ class Session::CacheAttention final : public AttentionContext {
       : s_(s), segments_(std::move(segments)) {}
   void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
     const Hparams& hp = s_.model_.hparams();
-    const size_t qd = hp.q_dim(), kvd = hp.kv_dim();
+    const size_t kvd = hp.kv_dim();
     AttentionShape shape{hp.n_head, hp.n_head_kv, hp.head_dim,
                          1.0f / std::sqrt(static_cast<float>(hp.head_dim))};
+    // Every segment's cells first (one-token segments encode on this thread: a pool
+    // dispatch would cost more than the row), then attention over all segments in one pass.
     for (const Segment& g : segments_) {
-      s_.cache_.Write(layer, g.seq, g.pos0, g.n, k + g.begin * kvd, v + g.begin * kvd, &s_.pool_);
-      CausalAttention(s_.cache_, layer, g.seq, g.pos0, g.n, q + g.begin * qd, out + g.begin * qd,
-                      shape, s_.attention_scratch_, s_.pool_);
+      s_.cache_.Write(layer, g.seq, g.pos0, g.n, k + g.begin * kvd, v + g.begin * kvd,
+                      g.n > 1 ? &s_.pool_ : nullptr);
     }
+    CausalAttentionSegments(s_.cache_, layer, segments_.data(), static_cast<int>(segments_.size()),
+                            q, out, shape, s_.attention_scratch_, s_.pool_);
   }
 
  private:
