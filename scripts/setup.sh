@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages lamina builds with (when missing) and builds the release preset.
+# Installs the Debian packages lamina builds with (when missing), the npm test clients (when npm
+# is here) and builds the release preset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build pkg-config libhwy-dev libpcre2-dev nlohmann-json3-dev
@@ -15,6 +16,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   else
     sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
+fi
+# The server tests' real clients (tests/node/package.json) when npm is here; they skip without.
+if command -v npm >/dev/null 2>&1 && [ ! -d tests/node/node_modules ]; then
+  npm ci --prefix tests/node --no-audit --no-fund --loglevel=error >/dev/null || \
+    echo "setup: npm packages of tests/node could not be installed; those tests will skip" >&2
 fi
 preset=${LAMINA_PRESET:-release}
 cmake --preset "$preset" >/dev/null
