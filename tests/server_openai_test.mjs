@@ -134,6 +134,21 @@ await check('streamed chat equals the plain answer; role-only first delta, usage
   for (const c of chunks) assert.equal(c.object, 'chat.completion.chunk');
 });
 
+await check('logprobs: one entry per token, greedy picks the top one', async () => {
+  const r = await client.chat.completions.create({
+    model: 'lamina-counter', temperature: 0, max_tokens: 100, logprobs: true, top_logprobs: 3,
+    messages: [{ role: 'user', content: countPrompt(5) }],
+  });
+  const entries = r.choices[0].logprobs.content;
+  assert.equal(entries.length, r.usage.completion_tokens);
+  assert.equal(entries.map((e) => e.token).join(''), count(5));
+  for (const e of entries) {
+    assert.equal(e.top_logprobs.length, 3);
+    assert.equal(e.top_logprobs[0].token, e.token);
+    assert.ok(e.logprob <= 0 && e.top_logprobs[1].logprob <= e.top_logprobs[0].logprob);
+  }
+});
+
 await check('max_tokens ends with finish_reason length', async () => {
   const r = await client.chat.completions.create({
     model: 'lamina-counter', temperature: 0, max_tokens: 5,

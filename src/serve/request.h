@@ -22,6 +22,13 @@ struct Request {
   int id_slot = -1;          // the slot to run in (-1: the scheduler picks)
   bool cache_prompt = true;  // reuse the cells a slot already shares with the prompt
   int n_keep = 0;            // context shift: prompt tokens always kept (-1: the whole prompt)
+  int n_probs = 0;           // > 0: each sampled token's log-probability and the top n_probs
+};
+
+// A token's log-probability under the model (softmax of its raw logits).
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
 };
 
 struct Timings {
@@ -38,6 +45,10 @@ struct Event {
   // kText: final text released with these sampled tokens (either may be empty, not both).
   std::string text;
   std::vector<int32_t> tokens;
+  // With Request::n_probs > 0, per sampled token: its own log-probability and the top n_probs
+  // ([tokens.size()] each).
+  std::vector<TokenLogprob> logprobs;
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
   // kDone
   StopReason reason = StopReason::kNone;
   std::string stop_word;

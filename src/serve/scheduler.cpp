@@ -2,6 +2,7 @@
 #include "serve/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <future>
@@ -30,6 +31,25 @@ struct Scheduler::Slot {
 };
 
 namespace {
+// The log-probability of `id` and the top n entries of log-softmax(logits) (ties: lower id).
+void Logprobs(const float* logits, int n_vocab, int32_t id, int n, TokenLogprob* own,
+              std::vector<TokenLogprob>* top) {
+  float max = logits[0];
+  for (int i = 1; i < n_vocab; ++i) max = std::max(max, logits[i]);
+  double sum = 0.0;
+  for (int i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - max));
+  const float log_z = max + static_cast<float>(std::log(sum));
+  *own = {id, logits[id] - log_z};
+  std::vector<int32_t> order(n_vocab);
+  for (int i = 0; i < n_vocab; ++i) order[i] = i;
+  n = std::min(n, n_vocab);
+  std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  top->clear();
+  for (int i = 0; i < n; ++i) top->push_back({order[i], logits[order[i]] - log_z});
+}
+
 int CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   size_t n = 0;
   while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
@@ -373,7 +393,15 @@ bool Scheduler::Step() {
     if (!step.text.empty() || step.token >= 0) {
       Event e;
       e.text = std::move(step.text);
-      if (step.token >= 0) e.tokens.push_back(step.token);
+      if (step.token >= 0) {
+        e.tokens.push_back(step.token);
+        if (s.req.n_probs > 0) {
+          e.logprobs.emplace_back();
+          e.top_logprobs.emplace_back();
+          Logprobs(logits, n_vocab, step.token, s.req.n_probs, &e.logprobs.back(),
+                   &e.top_logprobs.back());
+        }
+      }
       s.channel->Push(std::move(e));
     }
     if (step.done) {

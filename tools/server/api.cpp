@@ -1,6 +1,7 @@
 // Request JSON → typed requests with type checks, and the response helpers (see api.h).
 #include "api.h"
 
+#include <algorithm>
 #include <random>
 
 namespace lamina::cli::api {
@@ -178,7 +179,14 @@ bool ParseCompletion(const json& body, const Model& model, const Defaults& defau
   } else {
     prompts.push_back(&*it);
   }
-  (void)oai;
+  int n_probs = 0;
+  if (!GetInt(body, oai ? "logprobs" : "n_probs", &n_probs, err)) return false;
+  if (n_probs < 0 || n_probs > 20) {
+    return Fail(err, std::string("\"") + (oai ? "logprobs" : "n_probs") + "\" must be in [0, 20]");
+  }
+  base.n_probs = n_probs;
+  out->logprobs = n_probs > 0;
+  out->top_logprobs = n_probs;
   for (const json* p : prompts) {
     serve::Request r = base;
     if (!ReadOnePrompt(*p, model, &r.prompt, err)) return false;
@@ -196,6 +204,17 @@ bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,
   if (auto so = body.find("stream_options"); so != body.end() && so->is_object()) {
     if (!GetBool(*so, "include_usage", &out->include_usage, err)) return false;
   }
+  if (!GetBool(body, "logprobs", &out->logprobs, err) ||
+      !GetInt(body, "top_logprobs", &out->top_logprobs, err)) {
+    return false;
+  }
+  if (out->top_logprobs < 0 || out->top_logprobs > 20) {
+    return Fail(err, "\"top_logprobs\" must be in [0, 20]");
+  }
+  if (out->top_logprobs > 0 && !out->logprobs) {
+    return Fail(err, "\"top_logprobs\" needs \"logprobs\": true");
+  }
+  r.n_probs = out->logprobs ? std::max(1, out->top_logprobs) : 0;
   auto it = body.find("messages");
   if (it == body.end() || !it->is_array()) return Fail(err, "\"messages\" must be an array");
   if (it->empty()) return Fail(err, "\"messages\" is empty");

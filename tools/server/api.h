@@ -35,6 +35,10 @@ struct Completion {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool return_tokens = false;  // llama-server: token ids in each answer
+  // Log-probabilities asked for: chat `logprobs` + `top_logprobs`, completions `logprobs: N`,
+  // native `n_probs: N` (the requests carry n_probs).
+  bool logprobs = false;
+  int top_logprobs = 0;
 };
 
 // Fills the sampling and control fields shared by every completion route from `body`.

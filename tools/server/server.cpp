@@ -189,6 +189,56 @@ json Server::ParamsJson(const GenerateParams& p) const {
           {"ignore_eos", p.ignore_eos}};
 }
 
+// Collected log-probabilities of one answer.
+struct Probs {
+  std::vector<serve::TokenLogprob> own;
+  std::vector<std::vector<serve::TokenLogprob>> top;
+  void Add(const serve::Event& e) {
+    own.insert(own.end(), e.logprobs.begin(), e.logprobs.end());
+    top.insert(top.end(), e.top_logprobs.begin(), e.top_logprobs.end());
+  }
+};
+
+// OpenAI chat `logprobs.content` entries (also llama-server's `completion_probabilities`).
+json ProbEntries(const Tokenizer& tok, const Probs& p, int n_top) {
+  auto one = [&](const serve::TokenLogprob& t) {
+    const std::string piece = tok.TokenToPiece(t.id, false);
+    json bytes = json::array();
+    for (unsigned char ch : piece) bytes.push_back(static_cast<int>(ch));
+    return json{{"id", t.id}, {"token", piece}, {"logprob", t.logprob}, {"bytes", bytes}};
+  };
+  json out = json::array();
+  for (size_t i = 0; i < p.own.size(); ++i) {
+    json e = one(p.own[i]);
+    json top = json::array();
+    for (int k = 0; k < n_top && k < static_cast<int>(p.top[i].size()); ++k)
+      top.push_back(one(p.top[i][k]));
+    e["top_logprobs"] = top;
+    out.push_back(e);
+  }
+  return out;
+}
+
+// The legacy completions `logprobs` object.
+json LegacyLogprobs(const Tokenizer& tok, const Probs& p) {
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  size_t offset = 0;
+  for (size_t i = 0; i < p.own.size(); ++i) {
+    const std::string piece = tok.TokenToPiece(p.own[i].id, false);
+    tokens.push_back(piece);
+    lps.push_back(p.own[i].logprob);
+    json top = json::object();
+    for (const serve::TokenLogprob& t : p.top[i]) top[tok.TokenToPiece(t.id, false)] = t.logprob;
+    tops.push_back(top);
+    offsets.push_back(offset);
+    offset += piece.size();
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", lps},
+          {"top_logprobs", tops},
+          {"text_offset", offsets}};
+}
+
 json Server::Usage(const serve::Request& r, const serve::Event& done) const {
   const int prompt = static_cast<int>(r.prompt.size());
   const int completion = done.timings.predicted_n;
@@ -284,12 +334,14 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
     for (size_t i = 0; i < channels.size(); ++i) {
       std::string text;
       std::vector<int32_t> tokens;
+      Probs probs;
       serve::Event e;
       while (true) {
         if (!channels[i]->Pop(&e, std::chrono::milliseconds(100))) continue;
         if (e.kind == serve::Event::Kind::kText) {
           text += e.text;
           tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
+          probs.Add(e);
           continue;
         }
         break;
@@ -301,12 +353,15 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
       }
       remember(200, e);
       const serve::Request& r = c->requests[i];
+      const Tokenizer& tok = model_->tokenizer();
       if (route == Route::kCompletion) {
         answers.push_back(NativeFinal(*c, i, r, text, tokens, e));
+        if (c->logprobs)
+          answers.back()["completion_probabilities"] = ProbEntries(tok, probs, c->top_logprobs);
       } else if (route == Route::kOaiCompletion) {
         json choice = {{"index", i},
                        {"text", text},
-                       {"logprobs", nullptr},
+                       {"logprobs", c->logprobs ? LegacyLogprobs(tok, probs) : json(nullptr)},
                        {"finish_reason", api::FinishReason(e.reason)}};
         if (answers.empty()) {
           answers.push_back({{"id", id},
@@ -333,10 +388,14 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
              {"created", created},
              {"model", model_id_},
              {"system_fingerprint", "lamina"},
-             {"choices", json::array({{{"index", 0},
-                                       {"message", {{"role", "assistant"}, {"content", text}}},
-                                       {"logprobs", nullptr},
-                                       {"finish_reason", api::FinishReason(e.reason)}}})},
+             {"choices",
+              json::array(
+                  {{{"index", 0},
+                    {"message", {{"role", "assistant"}, {"content", text}}},
+                    {"logprobs", c->logprobs
+                                     ? json{{"content", ProbEntries(tok, probs, c->top_logprobs)}}
+                                     : json(nullptr)},
+                    {"finish_reason", api::FinishReason(e.reason)}}})},
              {"usage", Usage(r, e)},
              {"timings", api::TimingsJson(e.timings)}});
       }
@@ -354,6 +413,7 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
     bool started = false;
     std::string text;
     std::vector<int32_t> tokens;
+    Probs pending;  // log-probabilities not sent yet (their text may be held back)
     bool finished = false;
   };
   auto state = std::make_shared<StreamState>();
@@ -400,7 +460,17 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
         if (e.kind == serve::Event::Kind::kText) {
           state->text += e.text;
           state->tokens.insert(state->tokens.end(), e.tokens.begin(), e.tokens.end());
+          state->pending.Add(e);
           if (e.text.empty() && !(route == Route::kCompletion && c->return_tokens)) return true;
+          const Tokenizer& tok = model_->tokenizer();
+          json probs;  // this chunk's log-probabilities, in the route's shape
+          if (c->logprobs) {
+            probs = route == Route::kCompletion ? ProbEntries(tok, state->pending, c->top_logprobs)
+                    : route == Route::kOaiCompletion
+                        ? LegacyLogprobs(tok, state->pending)
+                        : json{{"content", ProbEntries(tok, state->pending, c->top_logprobs)}};
+          }
+          state->pending = Probs();
           if (route == Route::kCompletion) {
             json j = {{"index", i},
                       {"content", e.text},
@@ -409,6 +479,7 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
                       {"id_slot", -1},
                       {"tokens_predicted", state->tokens.size()},
                       {"tokens_evaluated", r.prompt.size()}};
+            if (c->logprobs) j["completion_probabilities"] = probs;
             return write(Sse(j));
           }
           if (route == Route::kOaiCompletion) {
@@ -419,11 +490,13 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
                       {"system_fingerprint", "lamina"},
                       {"choices", json::array({{{"index", i},
                                                 {"text", e.text},
-                                                {"logprobs", nullptr},
+                                                {"logprobs", c->logprobs ? probs : json(nullptr)},
                                                 {"finish_reason", nullptr}}})}};
             return write(Sse(j));
           }
-          return write(Sse(chunk({{"content", e.text}}, nullptr)));
+          json j = chunk({{"content", e.text}}, nullptr);
+          if (c->logprobs) j["choices"][0]["logprobs"] = probs;
+          return write(Sse(j));
         }
         if (e.kind == serve::Event::Kind::kError) {
           remember(e.status, e);
