@@ -17,6 +17,10 @@ namespace {
 constexpr uint8_t kMagic[4] = {'G', 'G', 'U', 'F'};
 constexpr uint32_t kDefaultAlignment = 32;
 constexpr const char* kAlignmentKey = "general.alignment";
+constexpr const char* kSplitNoKey = "split.no";
+constexpr const char* kSplitCountKey = "split.count";
+constexpr const char* kSplitTensorsKey = "split.tensors.count";
+constexpr int64_t kMaxSplits = 65535;  // split.count is a u16
 
 bool IsValidValueType(uint32_t raw) { return raw <= static_cast<uint32_t>(ValueType::kF64); }
 
@@ -588,7 +592,7 @@ Status Parser::Parse() {
 
 #undef LAMINA_GGUF_TRY
 
-Result<std::unique_ptr<File>> File::Open(const std::string& path) {
+Result<std::unique_ptr<File>> File::OpenSingle(const std::string& path) {
   auto mapped = MappedFile::Open(path);
   if (!mapped.ok()) return mapped.error();
   std::unique_ptr<File> file(new File());
@@ -600,7 +604,121 @@ Result<std::unique_ptr<File>> File::Open(const std::string& path) {
   return file;
 }
 
+namespace {
+
+// gguf-split's file name ending for file `index` (0-based) of `count`: "-%05d-of-%05d.gguf".
+std::string SplitSuffix(int64_t index, int64_t count) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "-%05lld-of-%05lld.gguf", static_cast<long long>(index + 1),
+                static_cast<long long>(count));
+  return buf;
+}
+
+// split.count of a file: 1 when absent; an error unless an integer in [1, kMaxSplits].
+Result<int64_t> SplitCount(const File& file) {
+  Result<int64_t> count = file.GetIntOr(kSplitCountKey, 1);
+  if (!count.ok()) return count.error();
+  if (*count < 1 || *count > kMaxSplits) {
+    return Error{file.path() + ": metadata key " + Quote(kSplitCountKey) + ": " +
+                 std::to_string(*count) + " is not in [1, " + std::to_string(kMaxSplits) + "]"};
+  }
+  return *count;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<File>> File::Open(const std::string& path) {
+  Result<std::unique_ptr<File>> file = OpenSingle(path);
+  if (!file.ok()) return file.error();
+  Result<int64_t> count = SplitCount(**file);
+  if (!count.ok()) return count.error();
+  if (*count == 1) return file;
+  Status st = (*file)->OpenOtherSplits();
+  if (!st.ok()) return st.error();
+  return file;
+}
+
+Status File::OpenOtherSplits() {
+  Result<int64_t> count = SplitCount(*this);
+  if (!count.ok()) return count.error();
+  const int64_t n = *count;
+  const std::string of_n = " of " + std::to_string(n);
+  Result<int64_t> no = GetInt(kSplitNoKey);
+  if (!no.ok()) return no.error();
+  if (*no < 0 || *no >= n) {
+    return Error{path_ + ": metadata key " + Quote(kSplitNoKey) + ": " + std::to_string(*no) +
+                 " is not below split.count " + std::to_string(n)};
+  }
+  if (*no != 0) {
+    std::string first = "its first file";
+    if (const std::string suffix = SplitSuffix(*no, n); path_.ends_with(suffix)) {
+      first += " " + path_.substr(0, path_.size() - suffix.size()) + SplitSuffix(0, n);
+    }
+    return Error{path_ + ": file " + std::to_string(*no + 1) + of_n +
+                 " of a split model (split.no " + std::to_string(*no) + "); open " + first};
+  }
+  const std::string first_suffix = SplitSuffix(0, n);
+  if (!path_.ends_with(first_suffix)) {
+    return Error{path_ + ": split.count is " + std::to_string(n) +
+                 " but the file name does not end in " + first_suffix +
+                 ", so the other split files cannot be found"};
+  }
+  const std::string prefix = path_.substr(0, path_.size() - first_suffix.size());
+  Result<int64_t> total = GetIntOr(kSplitTensorsKey, -1);  // -1: absent, not checked
+  if (!total.ok()) return total.error();
+
+  std::vector<std::string> paths = {path_};  // [n] each split file's path, for errors
+  for (int64_t k = 1; k < n; ++k) {
+    const std::string part_path = prefix + SplitSuffix(k, n);
+    Result<std::unique_ptr<File>> opened = OpenSingle(part_path);
+    if (!opened.ok()) {
+      return Error{path_ + ": split file " + std::to_string(k + 1) + of_n + ": " +
+                   opened.error().message};
+    }
+    File& part = **opened;
+    Result<int64_t> part_count = part.GetInt(kSplitCountKey);
+    if (!part_count.ok()) return part_count.error();
+    if (*part_count != n) {
+      return Error{part_path + ": metadata key " + Quote(kSplitCountKey) + ": " +
+                   std::to_string(*part_count) + ", but the first file " + path_ + " has " +
+                   std::to_string(n)};
+    }
+    Result<int64_t> part_no = part.GetInt(kSplitNoKey);
+    if (!part_no.ok()) return part_no.error();
+    if (*part_no != k) {
+      return Error{part_path + ": metadata key " + Quote(kSplitNoKey) + ": " +
+                   std::to_string(*part_no) + ", expected " + std::to_string(k) + " (file " +
+                   std::to_string(k + 1) + of_n + ")"};
+    }
+    for (TensorInfo& t : part.tensors_) {
+      if (auto it = tensor_index_.find(t.name); it != tensor_index_.end()) {
+        return Error{part_path + ": tensor " + Quote(t.name) + " is also in " +
+                     paths[tensors_[it->second].split] +
+                     " (each tensor must be in one split file only)"};
+      }
+      t.split = static_cast<uint32_t>(k);
+      tensor_index_.emplace(t.name, tensors_.size());
+      tensors_.push_back(std::move(t));
+    }
+    paths.push_back(part_path);
+    // The tensors point into this mapping: keep it alive with the first file.
+    other_splits_.push_back(std::move(part.mapping_));
+  }
+  if (*total >= 0 && static_cast<uint64_t>(*total) != tensors_.size()) {
+    return Error{path_ + ": metadata key " + Quote(kSplitTensorsKey) + ": " +
+                 std::to_string(*total) + ", but the " + std::to_string(n) + " split files hold " +
+                 std::to_string(tensors_.size()) + " tensors"};
+  }
+  return Status::Ok();
+}
+
 uint64_t File::file_size() const { return mapping_ ? mapping_->size() : 0; }
+
+uint64_t File::total_size() const {
+  uint64_t total = file_size();
+  for (const std::unique_ptr<MappedFile>& m : other_splits_) total += m->size();
+  return total;
+}
 
 const Value* File::Find(std::string_view key) const {
   auto it = kv_index_.find(key);

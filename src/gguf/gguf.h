@@ -12,6 +12,12 @@
 //
 // Every size read from the file is checked against the bytes left and against hard caps before
 // use; errors name the file, the field and its byte offset.
+//
+// Split models (llama.cpp's gguf-split): NAME-00001-of-0000N.gguf ... NAME-0000N-of-0000N.gguf,
+// each a complete GGUF holding only its own tensors, with the keys split.no (u16, 0-based index
+// of the file), split.count (u16, N) and split.tensors.count (i32, tensors over all files). The
+// first file carries all the model metadata. File::Open on the first file opens the others
+// (found by that name pattern) and presents one tensor table over all of them.
 #pragma once
 
 #include <cstdint>
@@ -77,23 +83,33 @@ struct TensorInfo {
   uint32_t n_dims = 0;
   int64_t ne[kMaxDims] = {1, 1, 1, 1};  // ne[0] fastest
   GgmlType type = GgmlType::kF32;
-  uint64_t offset = 0;      // relative to the data section
+  uint64_t offset = 0;  // relative to the data section (of the split file holding it)
   uint64_t n_elements = 0;
   uint64_t n_bytes = 0;
   const uint8_t* data = nullptr;  // into the mapping; valid while the File lives
+  uint32_t split = 0;             // index of the split file holding the data (0 unless split)
 };
 
 class File {
  public:
   // Opens and validates the whole header and tensor table. Tensor data is checked to lie
-  // inside the file; it is not read.
+  // inside the file; it is not read. When the file is the first of a split model
+  // (split.count > 1), the other files are opened too and tensors() holds the tensors of all
+  // of them; any other file of a split model is refused with the name of the first one.
   static Result<std::unique_ptr<File>> Open(const std::string& path);
+  // Opens exactly one file and ignores split.* keys (e.g. to look at one file of a split model).
+  static Result<std::unique_ptr<File>> OpenSingle(const std::string& path);
 
+  // The header fields below describe the (first) file opened; a tensor's offset is relative to
+  // the data section of the file its `split` names.
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
   uint32_t alignment() const { return alignment_; }
   uint64_t data_offset() const { return data_offset_; }
   uint64_t file_size() const;
+  // Files of a split model (1 when unsplit) and the bytes of all of them together.
+  size_t split_count() const { return 1 + other_splits_.size(); }
+  uint64_t total_size() const;
 
   // Metadata in file order.
   const std::vector<std::pair<std::string, Value>>& metadata() const { return kv_; }
@@ -115,8 +131,12 @@ class File {
  private:
   File() = default;
   friend class Parser;
+  // Opens files 2..N of the split model this (first) file begins and merges their tensors.
+  Status OpenOtherSplits();
+
   std::string path_;
   std::unique_ptr<MappedFile> mapping_;
+  std::vector<std::unique_ptr<MappedFile>> other_splits_;  // [split_count - 1] files 2..N
   uint32_t version_ = 0;
   uint32_t alignment_ = 32;
   uint64_t data_offset_ = 0;

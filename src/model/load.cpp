@@ -1,5 +1,5 @@
-// LoadModel: open the GGUF, build the tokenizer, dispatch on general.architecture, then apply
-// any RoPE scaling overrides.
+// LoadModel: open the GGUF (every file of a split model), build the tokenizer, dispatch on
+// general.architecture, then apply any RoPE scaling overrides.
 #include "model/architectures.h"
 #include "model/layers.h"
 #include "model/llama.h"
