@@ -9,6 +9,7 @@
 #include <random>
 
 #include "model/model.h"
+#include "probe/faults.h"
 #include "runtime/session.h"
 
 namespace lamina {
@@ -53,11 +54,12 @@ std::vector<std::vector<uint8_t>> Storage(const KvCache& c, int seq) {
   return storage;
 }
 
-PathRun RunPath(const Model& model, const SessionConfig& sc, const std::vector<int32_t>& tokens,
-                Path path, KvCache::Fault fault, ThreadPool& pool) {
+// observer: the cache's write hook (a planted fault), or none.
+PathRun RunPath(const Model& model, SessionConfig sc, const std::vector<int32_t>& tokens, Path path,
+                ThreadPool& pool, const KvWriteObserver* observer = nullptr) {
   const int n_vocab = model.hparams().n_vocab;
+  sc.write_observer = observer;
   Session s(model, sc, pool);
-  s.mutable_cache().InjectFaultForTesting(fault);
   PathRun run;
   run.logits.resize(tokens.size() * n_vocab);
   std::mt19937 rng(7);
@@ -164,9 +166,9 @@ TEST_P(KvWritePaths, AllPathsGiveIdenticalBytesAndLogits) {
   sc.kv_seed = 99;
   const std::vector<int32_t> tokens = TestTokens(**model, 150);
   const int n_vocab = (*model)->hparams().n_vocab;
-  const PathRun batch = RunPath(**model, sc, tokens, Path::kBatch, KvCache::Fault::kNone, pool);
+  const PathRun batch = RunPath(**model, sc, tokens, Path::kBatch, pool);
   for (Path p : {Path::kTokenByToken, Path::kRandomChunks, Path::kVerifyWindows}) {
-    const PathRun other = RunPath(**model, sc, tokens, p, KvCache::Fault::kNone, pool);
+    const PathRun other = RunPath(**model, sc, tokens, p, pool);
     EXPECT_EQ(Compare(batch, other, n_vocab), "") << "path " << PathName(p) << " vs batch";
   }
 }
@@ -198,7 +200,7 @@ TEST_P(KvWritePaths, SequencesBatchedTogetherMatchEachAlone) {
   }
   std::vector<PathRun> alone;
   for (int i = 0; i < n_seq; ++i) {
-    alone.push_back(RunPath(**model, sc, streams[i], Path::kBatch, KvCache::Fault::kNone, pool));
+    alone.push_back(RunPath(**model, sc, streams[i], Path::kBatch, pool));
   }
 
   sc.n_seq = n_seq;
@@ -292,8 +294,8 @@ TEST(SequenceBatch, RefusesPositionsThatDoNotContinueTheSequence) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, KvWritePaths, testing::ValuesIn(Cases()), ModeCaseName);
 
-// The planted faults: single-token writes skipped (the real-world bug) or corrupted. The
-// comparison must catch both, in a quantized mode.
+// The planted faults (write observers): single-token writes skipped (the real-world bug) or
+// corrupted. The comparison must catch both, in a quantized mode.
 TEST(KvWritePathsTeeth, PlantedFaultsAreCaught) {
   const std::string path = kShared + "/models/stories260K.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
@@ -305,10 +307,48 @@ TEST(KvWritePathsTeeth, PlantedFaultsAreCaught) {
   sc.kv_type = KvType::kK8V4;
   const std::vector<int32_t> tokens = TestTokens(**model, 60);
   const int n_vocab = (*model)->hparams().n_vocab;
-  const PathRun batch = RunPath(**model, sc, tokens, Path::kBatch, KvCache::Fault::kNone, pool);
-  for (KvCache::Fault f : {KvCache::Fault::kSkipSingleToken, KvCache::Fault::kCorruptSingleToken}) {
-    const PathRun faulty = RunPath(**model, sc, tokens, Path::kTokenByToken, f, pool);
-    EXPECT_NE(Compare(batch, faulty, n_vocab), "") << "a planted fault went unnoticed";
+  const PathRun batch = RunPath(**model, sc, tokens, Path::kBatch, pool);
+  for (probe::Fault f : {probe::Fault::kSkipDecodeWrites, probe::Fault::kCorruptDecodeWrites}) {
+    const std::unique_ptr<KvWriteObserver> fault = probe::MakeFaultObserver(f);
+    const PathRun faulty = RunPath(**model, sc, tokens, Path::kTokenByToken, pool, fault.get());
+    EXPECT_NE(Compare(batch, faulty, n_vocab), "")
+        << probe::FaultName(f) << ": a planted fault went unnoticed";
+  }
+}
+
+// An observer that changes nothing: the observer path itself (copied rows, one call per Write)
+// must leave storage and logits bit-identical to no observer, on every path.
+class CountingObserver : public KvWriteObserver {
+ public:
+  bool OnWrite(const KvWriteSpan& span, float*, float*) const override {
+    ++calls;
+    rows += span.n;
+    return true;
+  }
+  mutable int calls = 0;
+  mutable int rows = 0;
+};
+
+TEST(KvWritePathsTeeth, AnObserverThatChangesNothingChangesNothing) {
+  const std::string path = kShared + "/models/stories260K.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
+  Result<std::unique_ptr<Model>> model = LoadModel(path);
+  ASSERT_TRUE(model.ok());
+  ThreadPool pool(2);
+  SessionConfig sc;
+  sc.n_ctx = 64;
+  sc.kv_type = KvType::kQ4_0;
+  sc.v_rounding = KvRounding::kStochastic;
+  const std::vector<int32_t> tokens = TestTokens(**model, 60);
+  const int n_vocab = (*model)->hparams().n_vocab;
+  const PathRun batch = RunPath(**model, sc, tokens, Path::kBatch, pool);
+  for (Path p : {Path::kBatch, Path::kTokenByToken}) {
+    CountingObserver observer;
+    const PathRun observed = RunPath(**model, sc, tokens, p, pool, &observer);
+    EXPECT_EQ(Compare(batch, observed, n_vocab), "") << PathName(p);
+    const int n_layer = (*model)->hparams().n_layer;
+    EXPECT_EQ(observer.rows, n_layer * 60) << PathName(p);
+    EXPECT_EQ(observer.calls, n_layer * (p == Path::kBatch ? 1 : 60)) << PathName(p);
   }
 }
 

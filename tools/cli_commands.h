@@ -107,8 +107,11 @@ struct ProbeOptions {
   uint64_t seed = 0;
   int n_threads = 0;
   std::vector<std::string> inject_faults;  // test-only: "LEG_INDEX:FAULT"
+  std::string url;      // --url: probe this OpenAI-compatible server (model_path: its model name)
+  std::string api_key;  // --url's Bearer token
 };
-// `lamina probe`: A/B the KV cache modes, one fresh session per leg, against a reference leg.
+// `lamina probe`: A/B the KV cache modes, one fresh session per leg, against a reference leg;
+// with --url, the generation probes against a server.
 int RunProbe(const ProbeOptions& options);
 
 }  // namespace lamina::cli

@@ -1,6 +1,7 @@
 // `lamina probe`: A/B the KV cache modes the way users meet them. Each leg (KV mode, V rounding)
-// runs every probe in fresh sessions; the first leg is the reference. Prints a table and a
-// verdict per leg, and writes probe.json and a self-contained report.html.
+// runs every probe in fresh sessions; the first leg is the reference. With --url the one leg is
+// an OpenAI-compatible server. Prints a table and a verdict per leg, and writes probe.json and a
+// self-contained report.html (views of src/probe's typed results).
 #include "cli_probe.h"
 
 #include <algorithm>
@@ -11,17 +12,15 @@
 #include <sstream>
 
 #include "cli_common.h"
-#include "util/timer.h"
+#include "probe/faults.h"
+#include "probe/local_backend.h"
+#include "probe/probe.h"
 
 namespace lamina::cli {
 
 namespace {
 
 using nlohmann::json;
-using probe::Context;
-using probe::Leg;
-
-const char* const kProbeNames[] = {"prefill", "counting", "needle", "json", "copy", "divergence"};
 
 std::vector<std::string> SplitList(const std::string& s) {
   std::vector<std::string> out;
@@ -36,6 +35,7 @@ std::vector<std::string> SplitList(const std::string& s) {
 }
 
 bool ParseIntList(const std::string& s, const char* flag, int lo, int hi, std::vector<int>* out) {
+  out->clear();
   for (const std::string& item : SplitList(s)) {
     char* end = nullptr;
     const long v = std::strtol(item.c_str(), &end, 10);
@@ -53,117 +53,118 @@ bool ParseIntList(const std::string& s, const char* flag, int lo, int hi, std::v
   return true;
 }
 
-bool ParseFault(const std::string& name, KvCache::Fault* out) {
-  if (name == "skip-decode-writes")
-    *out = KvCache::Fault::kSkipSingleToken;
-  else if (name == "corrupt-decode-writes")
-    *out = KvCache::Fault::kCorruptSingleToken;
-  else if (name == "biased-v")
-    *out = KvCache::Fault::kBiasedV;
-  else
-    return false;
-  return true;
-}
-
-const char* FaultName(KvCache::Fault f) {
-  switch (f) {
-    case KvCache::Fault::kNone:
-      return "none";
-    case KvCache::Fault::kSkipSingleToken:
-      return "skip-decode-writes";
-    case KvCache::Fault::kCorruptSingleToken:
-      return "corrupt-decode-writes";
-    case KvCache::Fault::kBiasedV:
-      return "biased-v";
-  }
-  return "?";
-}
-
 bool IsQuantized(KvType t) { return t != KvType::kF32 && t != KvType::kF16; }
 
-std::string Pad(const std::string& s, size_t w) {
-  return s.size() >= w ? s : s + std::string(w - s.size(), ' ');
-}
+// A local leg before its backend exists.
+struct LegSpec {
+  KvType kv = KvType::kF32;
+  KvRounding v_round = KvRounding::kNearest;
+  probe::Fault fault = probe::Fault::kNone;  // test-only (--inject-fault)
+  std::string name;                          // "k8v4/rtn"
+};
 
-// The table cell of one probe: status mark, then the probe's own summary.
-std::string CellText(const json& p) {
-  const std::string status = p.value("status", "info");
-  const std::string cell = p.value("cell", "");
-  if (status == "pass") return "PASS " + cell;
-  if (status == "fail") return "FAIL " + cell;
-  if (status == "n/a") return "n/a (" + cell + ")";
-  return cell;
-}
-
-void Verdicts(json& report, const std::vector<std::string>& probes) {
-  bool all_pass = true;
-  for (json& leg : report["legs"]) {
-    std::vector<std::string> fails, notes, na;
-    for (const std::string& name : probes) {
-      const json& p = leg["probes"][name];
-      const std::string status = p.value("status", "info");
-      if (status == "fail") fails.push_back(name + ": " + p.value("reason", "failed"));
-      if (status == "n/a") na.push_back(name);
+// Prints the table, writes DIR/probe.json and DIR/report.html; the exit code.
+int Finish(const probe::ProbeReport& report, const std::string& out_dir) {
+  std::printf("%s", probe_view::ProbeTable(report).c_str());
+  if (!out_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(out_dir, ec);
+    const std::string json_path = out_dir + "/probe.json";
+    const std::string html_path = out_dir + "/report.html";
+    std::ofstream jf(json_path), hf(html_path);
+    jf << probe_view::ProbeJson(report).dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+    hf << probe_view::RenderHtmlReport(report);
+    if (!jf || !hf) {
+      std::fprintf(stderr, "lamina: --out: cannot write %s\n", out_dir.c_str());
+      return kExitFailure;
     }
-    if (leg["probes"].contains("divergence") && leg["probes"]["divergence"].contains("kl_mean") &&
-        !leg["reference"].get<bool>()) {
-      const json& d = leg["probes"]["divergence"];
-      char buf[96];
-      std::snprintf(buf, sizeof(buf), "mean KL %.3g, top-1 %.1f%%", d["kl_mean"].get<double>(),
-                    100 * d["top1_agreement"].get<double>());
-      notes.push_back(buf);
-    }
-    // One n/a keeps its own reason; several share one note.
-    if (na.size() == 1) {
-      notes.push_back(na[0] + " n/a (" + leg["probes"][na[0]].value("reason", "") + ")");
-    } else if (!na.empty()) {
-      std::string list;
-      for (size_t k = 0; k < na.size(); ++k) list += (k ? ", " : "") + na[k];
-      notes.push_back(list + " n/a (the model cannot do them: the reference leg fails them too)");
-    }
-    const bool pass = fails.empty();
-    all_pass = all_pass && pass;
-    std::string line =
-        "leg " + std::to_string(leg["index"].get<int>()) + " " + leg["name"].get<std::string>() +
-        (leg["reference"].get<bool>() ? " (reference)" : "") + ": " + (pass ? "PASS" : "FAIL");
-    const std::vector<std::string>& detail = pass ? notes : fails;
-    for (size_t k = 0; k < detail.size(); ++k) line += (k ? "; " : " — ") + detail[k];
-    leg["verdict"] = pass ? "pass" : "fail";
-    leg["verdict_line"] = line;
+    std::fprintf(stderr, "lamina: wrote %s and %s\n", json_path.c_str(), html_path.c_str());
   }
-  report["pass"] = all_pass;
+  return report.pass ? kExitOk : kExitFailure;
 }
 
-void PrintTable(const json& report, const std::vector<std::string>& probes) {
+// --url: the one leg is the server.
+int RunRemoteProbe(const ProbeOptions& o, const probe::ProbeConfig& config) {
+  const ProbeOptions defaults;
+  if (!o.inject_faults.empty() || o.kv != defaults.kv || o.kv_v_round != defaults.kv_v_round) {
+    std::fprintf(stderr,
+                 "lamina: --kv, --kv-v-round and --inject-fault do not apply with --url (the "
+                 "server's KV cache is its own)\n");
+    return kExitUsage;
+  }
+  if (o.url.rfind("http://", 0) != 0 && o.url.rfind("https://", 0) != 0) {
+    std::fprintf(stderr, "lamina: --url: \"%s\" is not an http:// or https:// URL\n",
+                 o.url.c_str());
+    return kExitUsage;
+  }
+  RemoteOptions ro;
+  ro.url = o.url;
+  ro.api_key = o.api_key;
+  ro.model = o.model_path;  // with --url, -m/--model names the server's model
+  Result<RemoteServer> server = ConnectRemote(ro);
+  if (!server.ok()) {
+    std::fprintf(stderr, "lamina: --url: %s\n", server.error().message.c_str());
+    return kExitFailure;
+  }
+  std::vector<probe::Leg> legs(1);
+  legs[0].name = server->model.empty() ? o.url : server->model + "@" + o.url;
+  legs[0].backend = std::move(server->backend);
+  probe::ProbeReport report = probe::RunProbe(config, legs);
+  report.model = o.url;
+  report.arch = "remote";
+  report.chat_template = "server";
+  return Finish(report, o.out_dir);
+}
+
+}  // namespace
+
+namespace probe_view {
+
+std::string ProbeTable(const probe::ProbeReport& report) {
+  // The table cell of one probe: status mark, then the probe's own summary.
+  auto cell_text = [](const probe::Outcome* o) -> std::string {
+    if (o == nullptr) return "";
+    switch (o->status) {
+      case probe::Status::kPass:
+        return "PASS " + o->cell;
+      case probe::Status::kFail:
+        return "FAIL " + o->cell;
+      case probe::Status::kNotApplicable:
+        return "n/a (" + o->cell + ")";
+      case probe::Status::kInfo:
+        return o->cell;
+    }
+    return o->cell;
+  };
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> header = {"leg", "kv / v-round"};
-  for (const std::string& p : probes) header.push_back(p);
+  for (probe::ProbeKind p : report.probes) header.push_back(probe::ProbeName(p));
   header.push_back("verdict");
   rows.push_back(header);
-  for (const json& leg : report["legs"]) {
-    std::vector<std::string> row = {
-        std::to_string(leg["index"].get<int>()),
-        leg["name"].get<std::string>() + (leg["reference"].get<bool>() ? " (ref)" : "")};
-    for (const std::string& p : probes) row.push_back(CellText(leg["probes"][p]));
-    row.push_back(leg["verdict"] == "pass" ? "PASS" : "FAIL");
+  for (const probe::LegReport& leg : report.legs) {
+    std::vector<std::string> row = {std::to_string(leg.index),
+                                    leg.name + (leg.reference ? " (ref)" : "")};
+    for (probe::ProbeKind p : report.probes) row.push_back(cell_text(leg.outcome(p)));
+    row.push_back(leg.pass ? "PASS" : "FAIL");
     rows.push_back(row);
   }
   std::vector<size_t> width(header.size(), 0);
   for (const auto& row : rows) {
     for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
   }
+  std::string out;
   for (const auto& row : rows) {
-    std::string line;
-    for (size_t c = 0; c < row.size(); ++c)
-      line += Pad(row[c], width[c]) + (c + 1 < row.size() ? "  " : "");
-    std::printf("%s\n", line.c_str());
+    for (size_t c = 0; c < row.size(); ++c) {
+      out += row[c] + std::string(width[c] - row[c].size(), ' ') + (c + 1 < row.size() ? "  " : "");
+    }
+    out += "\n";
   }
-  std::printf("\n");
-  for (const json& leg : report["legs"])
-    std::printf("%s\n", leg["verdict_line"].get<std::string>().c_str());
+  out += "\n";
+  for (const probe::LegReport& leg : report.legs) out += leg.verdict_line + "\n";
+  return out;
 }
 
-}  // namespace
+}  // namespace probe_view
 
 int RunProbe(const ProbeOptions& o) {
   // Usage checks first: nothing runs on bad options.
@@ -189,11 +190,12 @@ int RunProbe(const ProbeOptions& o) {
     std::fprintf(stderr, "lamina: --kv and --kv-v-round need at least one value\n");
     return kExitUsage;
   }
-  std::vector<std::string> probes;
+  probe::ProbeConfig config;
   const std::vector<std::string> probe_list = SplitList(o.probes);
   const std::set<std::string> requested(probe_list.begin(), probe_list.end());
   for (const std::string& name : requested) {
-    if (std::find(std::begin(kProbeNames), std::end(kProbeNames), name) == std::end(kProbeNames)) {
+    probe::ProbeKind kind;
+    if (!probe::ParseProbeName(name, &kind)) {
       std::fprintf(stderr,
                    "lamina: --probes: unknown probe \"%s\" (expected prefill, counting, needle, "
                    "json, copy, divergence)\n",
@@ -201,17 +203,15 @@ int RunProbe(const ProbeOptions& o) {
       return kExitUsage;
     }
   }
-  for (const char* name : kProbeNames) {
-    if (requested.count(name)) probes.push_back(name);
+  for (probe::ProbeKind kind : probe::kAllProbes) {
+    if (requested.count(probe::ProbeName(kind))) config.probes.push_back(kind);
   }
-  if (probes.empty()) {
+  if (config.probes.empty()) {
     std::fprintf(stderr, "lamina: --probes needs at least one probe\n");
     return kExitUsage;
   }
-  Context ctx;
-  ctx.options = o;
-  if (!ParseIntList(o.needle_depths, "--needle-depths", 0, 100, &ctx.needle_depths) ||
-      !ParseIntList(o.needle_lengths, "--needle-lengths", 16, 1 << 20, &ctx.needle_lengths)) {
+  if (!ParseIntList(o.needle_depths, "--needle-depths", 0, 100, &config.needle_depths) ||
+      !ParseIntList(o.needle_lengths, "--needle-lengths", 16, 1 << 20, &config.needle_lengths)) {
     return kExitUsage;
   }
   if (o.n_ctx < 64 || o.count_to < 1 || o.divergence_tokens < 8 || o.free_run_tokens < 0 ||
@@ -226,40 +226,54 @@ int RunProbe(const ProbeOptions& o) {
       std::fprintf(stderr, "lamina: --text: %s\n", err.c_str());
       return kExitBadInput;
     }
+    config.text = text;
   }
+  config.n_ctx = o.n_ctx;
+  config.count_to = o.count_to;
+  config.divergence_tokens = o.divergence_tokens;
+  config.free_run_tokens = o.free_run_tokens;
+  config.seed = o.seed;
+  config.progress = [](const std::string& line) {
+    std::fprintf(stderr, "lamina: %s\n", line.c_str());
+  };
+  if (!o.url.empty()) return RunRemoteProbe(o, config);
 
   // Legs: f32 reference unless the list starts with an exact-enough mode; quantized modes are
   // crossed with every V rounding.
-  if (kvs.front() != KvType::kF32 && kvs.front() != KvType::kF16)
+  if (kvs.front() != KvType::kF32 && kvs.front() != KvType::kF16) {
     kvs.insert(kvs.begin(), KvType::kF32);
+  }
+  std::vector<LegSpec> specs;
   for (KvType kv : kvs) {
     const std::vector<KvRounding> rs =
         IsQuantized(kv) ? rounds : std::vector<KvRounding>{KvRounding::kNearest};
     for (KvRounding r : rs) {
-      Leg leg;
+      LegSpec leg;
       leg.kv = kv;
       leg.v_round = r;
       leg.name = std::string(KvTypeName(kv)) +
                  (IsQuantized(kv) ? std::string("/") + KvRoundingName(r) : "");
-      ctx.legs.push_back(leg);
+      specs.push_back(leg);
     }
   }
   for (const std::string& spec : o.inject_faults) {
     const size_t colon = spec.find(':');
-    KvCache::Fault fault;
     char* end = nullptr;
     const long idx = colon == std::string::npos ? -1 : std::strtol(spec.c_str(), &end, 10);
+    Result<probe::Fault> fault = colon == std::string::npos
+                                     ? Result<probe::Fault>(Error{"no colon"})
+                                     : probe::ParseFault(spec.substr(colon + 1));
     if (colon == std::string::npos || end != spec.c_str() + colon || idx < 0 ||
-        idx >= static_cast<long>(ctx.legs.size()) || !ParseFault(spec.substr(colon + 1), &fault)) {
+        idx >= static_cast<long>(specs.size()) || !fault.ok()) {
       std::fprintf(stderr,
                    "lamina: --inject-fault: \"%s\" is not LEG_INDEX:FAULT (legs 0..%zu; faults "
                    "skip-decode-writes, "
                    "corrupt-decode-writes, biased-v)\n",
-                   spec.c_str(), ctx.legs.size() - 1);
+                   spec.c_str(), specs.size() - 1);
       return kExitUsage;
     }
-    ctx.legs[idx].fault = fault;
-    ctx.legs[idx].name += "+" + std::string(FaultName(fault));
+    specs[idx].fault = *fault;
+    specs[idx].name += "+" + std::string(probe::FaultName(*fault));
   }
 
   std::string model_path = o.model_path;
@@ -268,86 +282,50 @@ int RunProbe(const ProbeOptions& o) {
   if (!lm.model) return kExitBadInput;
   const Model& model = *lm.model;
   const Hparams& hp = model.hparams();
-  ctx.model = &model;
-  ctx.n_ctx = hp.n_ctx_train > 0 ? std::min(o.n_ctx, hp.n_ctx_train) : o.n_ctx;
-  if (ctx.n_ctx < o.n_ctx) {
+  config.n_ctx = hp.n_ctx_train > 0 ? std::min(o.n_ctx, hp.n_ctx_train) : o.n_ctx;
+  if (config.n_ctx < o.n_ctx) {
     std::fprintf(stderr, "lamina: --ctx %d capped at the model's training context %d\n", o.n_ctx,
-                 ctx.n_ctx);
+                 config.n_ctx);
   }
-  Result<std::string> tmpl = model.file().GetString("tokenizer.chat_template");
-  if (tmpl.ok()) ctx.chat_template = *tmpl;
-  for (const Leg& leg : ctx.legs) {
-    Result<KvCacheConfig> kc = MakeKvCacheConfig(hp, ctx.SessionFor(leg));
+  auto session_for = [&](const LegSpec& leg) {
+    SessionConfig sc;
+    sc.n_ctx = config.n_ctx;
+    sc.kv_type = leg.kv;
+    sc.v_rounding = leg.v_round;
+    sc.kv_seed = o.seed;
+    return sc;
+  };
+  for (const LegSpec& leg : specs) {
+    Result<KvCacheConfig> kc = MakeKvCacheConfig(hp, session_for(leg));
     if (!kc.ok()) {
       std::fprintf(stderr, "lamina: %s\n", kc.error().message.c_str());
       return kExitUsage;
     }
   }
   ThreadPool pool(o.n_threads);
-  ctx.pool = &pool;
-
-  json report;
-  report["model"] = model_path;
-  report["arch"] = hp.arch;
-  report["n_ctx"] = ctx.n_ctx;
-  report["seed"] = o.seed;
-  report["probes"] = probes;
-  report["chat_template"] = ctx.chat_template.empty() ? "none" : "yes";
-  report["thresholds"] = {{"kl_mean_max", ctx.thresholds.kl_mean_max},
-                          {"kl_bucket_max", ctx.thresholds.kl_bucket_max},
-                          {"top1_min", ctx.thresholds.top1_min},
-                          {"path_diff_max", ctx.thresholds.path_diff_max},
-                          {"bias_rel_max", ctx.thresholds.bias_rel_max},
-                          {"keep_fraction", ctx.thresholds.keep_fraction}};
-  report["legs"] = json::array();
-  for (size_t i = 0; i < ctx.legs.size(); ++i) {
-    const Leg& leg = ctx.legs[i];
-    KvCache cache(*MakeKvCacheConfig(hp, ctx.SessionFor(leg)));
-    report["legs"].push_back({{"index", i},
-                              {"name", leg.name},
-                              {"kv", KvTypeName(leg.kv)},
-                              {"v_round", KvRoundingName(leg.v_round)},
-                              {"reference", i == 0},
-                              {"fault", FaultName(leg.fault)},
-                              {"bits_per_element", cache.BitsPerElement()},
-                              {"bytes_per_token", cache.BytesPerToken()},
-                              {"probes", json::object()}});
+  std::vector<probe::Leg> legs;
+  for (const LegSpec& spec : specs) {
+    probe::Leg leg;
+    leg.name = spec.name;
+    leg.backend = std::make_unique<probe::LocalBackend>(model, pool, session_for(spec), spec.fault);
+    legs.push_back(std::move(leg));
   }
 
   // Touch the weights once so the first leg's cold prefill is not charged for page faults.
   {
-    std::unique_ptr<Session> warm = ctx.NewSession(Leg{});
+    SessionConfig sc;
+    sc.n_ctx = config.n_ctx;
+    sc.kv_type = KvType::kF32;
+    Session warm(model, sc, pool);
     std::vector<int32_t> ids = model.tokenizer().Encode("Once upon a time", true, false);
-    (void)warm->Eval(ids, false);
+    (void)warm.Eval(ids, false);
   }
-  const double t0 = NowSeconds();
-  for (const std::string& name : probes) {
-    if (name == "prefill") probe::RunPrefillProbe(ctx, report);
-    if (name == "counting") probe::RunCountingProbe(ctx, report);
-    if (name == "needle") probe::RunNeedleProbe(ctx, report);
-    if (name == "json") probe::RunJsonProbe(ctx, report);
-    if (name == "copy") probe::RunCopyProbe(ctx, report);
-    if (name == "divergence") probe::RunDivergenceProbe(ctx, report);
-  }
-  report["seconds"] = NowSeconds() - t0;
-  Verdicts(report, probes);
-  PrintTable(report, probes);
-
-  if (!o.out_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(o.out_dir, ec);
-    const std::string json_path = o.out_dir + "/probe.json";
-    const std::string html_path = o.out_dir + "/report.html";
-    std::ofstream jf(json_path), hf(html_path);
-    jf << report.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
-    hf << probe::RenderHtmlReport(report);
-    if (!jf || !hf) {
-      std::fprintf(stderr, "lamina: --out: cannot write %s\n", o.out_dir.c_str());
-      return kExitFailure;
-    }
-    std::fprintf(stderr, "lamina: wrote %s and %s\n", json_path.c_str(), html_path.c_str());
-  }
-  return report["pass"].get<bool>() ? kExitOk : kExitFailure;
+  probe::ProbeReport report = probe::RunProbe(config, legs);
+  report.model = model_path;
+  report.arch = hp.arch;
+  Result<std::string> tmpl = model.file().GetString("tokenizer.chat_template");
+  report.chat_template = tmpl.ok() && !tmpl->empty() ? "yes" : "none";
+  return Finish(report, o.out_dir);
 }
 
 }  // namespace lamina::cli

@@ -1,4 +1,4 @@
-// The HTML view of a probe.json document: one self-contained page (inline CSS and SVG, no
+// The HTML view of a typed probe report: one self-contained page (inline CSS and SVG, no
 // scripts, no network) with the summary table, KL-vs-position chart, needle heatmaps, counting
 // outputs side by side and per-layer K/V error bars.
 #include <algorithm>
@@ -8,11 +8,14 @@
 
 #include "cli_probe.h"
 
-namespace lamina::cli::probe {
-
-using nlohmann::json;
+namespace lamina::cli::probe_view {
 
 namespace {
+
+using probe::LegReport;
+using probe::ProbeKind;
+using probe::ProbeReport;
+using probe::Status;
 
 const char* const kColors[] = {"#222222", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
                                "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf"};
@@ -48,45 +51,49 @@ std::string Num(double v, const char* format = "%.4g") {
 
 std::string Color(size_t i) { return kColors[i % (sizeof(kColors) / sizeof(kColors[0]))]; }
 
-std::string StatusClass(const json& p) {
-  return p.value("status", "info") == "n/a" ? "na" : p.value("status", "info");
+std::string StatusClass(Status s) {
+  return s == Status::kNotApplicable ? "na" : probe::StatusName(s);
 }
 
-std::string SummaryTable(const json& report) {
+// The legs whose divergence probe measured something (the chart and the layer views).
+bool HasChart(const LegReport& leg) { return leg.divergence && leg.divergence->measured; }
+bool HasLayers(const LegReport& leg) {
+  return !leg.reference && HasChart(leg) && leg.divergence->layers.has_value();
+}
+
+std::string SummaryTable(const ProbeReport& report) {
   std::string h =
       "<table class=\"summary\"><tr><th>leg</th><th>kv / v-round</th><th>bits/elem</th>";
-  for (const json& name : report["probes"]) h += "<th>" + Esc(name.get<std::string>()) + "</th>";
+  for (ProbeKind kind : report.probes) h += "<th>" + Esc(probe::ProbeName(kind)) + "</th>";
   h += "<th>verdict</th></tr>\n";
-  for (const json& leg : report["legs"]) {
-    h += "<tr><td>" + std::to_string(leg["index"].get<int>()) + "</td><td>" +
-         Esc(leg["name"].get<std::string>()) +
-         (leg["reference"].get<bool>() ? " (reference)" : "") + "</td><td>" +
-         Num(leg["bits_per_element"].get<double>(), "%.2f") + "</td>";
-    for (const json& name : report["probes"]) {
-      const json& p = leg["probes"][name.get<std::string>()];
-      std::string title = p.value("reason", "");
-      h += "<td class=\"" + StatusClass(p) + "\" title=\"" + Esc(title) + "\">" +
-           Esc(p.value("cell", "")) + (p.value("status", "") == "n/a" ? " (n/a)" : "") + "</td>";
+  for (const LegReport& leg : report.legs) {
+    h += "<tr><td>" + std::to_string(leg.index) + "</td><td>" + Esc(leg.name) +
+         (leg.reference ? " (reference)" : "") + "</td><td>" +
+         (leg.bits_per_element ? Num(*leg.bits_per_element, "%.2f") : std::string("—")) + "</td>";
+    for (ProbeKind kind : report.probes) {
+      const probe::Outcome* o = leg.outcome(kind);
+      const probe::Outcome none;
+      const probe::Outcome& p = o ? *o : none;
+      h += "<td class=\"" + StatusClass(p.status) + "\" title=\"" + Esc(p.reason) + "\">" +
+           Esc(p.cell) + (p.status == Status::kNotApplicable ? " (n/a)" : "") + "</td>";
     }
-    h += "<td class=\"" + leg["verdict"].get<std::string>() + "\">" +
-         (leg["verdict"] == "pass" ? "PASS" : "FAIL") + "</td></tr>\n";
+    const std::string verdict = leg.pass ? "pass" : "fail";
+    h += "<td class=\"" + verdict + "\">" + (leg.pass ? "PASS" : "FAIL") + "</td></tr>\n";
   }
   h += "</table>\n<ul class=\"verdicts\">";
-  for (const json& leg : report["legs"])
-    h += "<li>" + Esc(leg["verdict_line"].get<std::string>()) + "</li>";
+  for (const LegReport& leg : report.legs) h += "<li>" + Esc(leg.verdict_line) + "</li>";
   return h + "</ul>\n";
 }
 
 // KL divergence versus position, one polyline per non-reference leg, log y axis.
-std::string KlChart(const json& report) {
+std::string KlChart(const ProbeReport& report) {
   const double w = 760, ht = 320, left = 60, right = 180, top = 16, bottom = 40;
   double max_pos = 1, lo = 1e-7, hi = 1e-3;
-  for (const json& leg : report["legs"]) {
-    const json& d = leg["probes"]["divergence"];
-    if (!d.contains("chart")) continue;
-    for (const json& b : d["chart"]) {
-      max_pos = std::max(max_pos, b["to"].get<double>());
-      if (!leg["reference"].get<bool>()) hi = std::max(hi, b["mean_kl"].get<double>());
+  for (const LegReport& leg : report.legs) {
+    if (!HasChart(leg)) continue;
+    for (const probe::KlBucket& b : leg.divergence->chart) {
+      max_pos = std::max(max_pos, static_cast<double>(b.to));
+      if (!leg.reference) hi = std::max(hi, b.mean_kl);
     }
   }
   const double llo = std::log10(lo), lhi = std::ceil(std::log10(hi));
@@ -115,14 +122,13 @@ std::string KlChart(const json& report) {
   s += "<text x=\"14\" y=\"" + Num(ht / 2) + "\" font-size=\"12\" transform=\"rotate(-90 14 " +
        Num(ht / 2) + ")\" text-anchor=\"middle\">mean KL</text>";
   size_t row = 0;
-  for (size_t i = 0; i < report["legs"].size(); ++i) {
-    const json& leg = report["legs"][i];
-    const json& d = leg["probes"]["divergence"];
-    if (leg["reference"].get<bool>() || !d.contains("chart")) continue;
+  for (size_t i = 0; i < report.legs.size(); ++i) {
+    const LegReport& leg = report.legs[i];
+    if (leg.reference || !HasChart(leg)) continue;
     std::string pts;
-    for (const json& b : d["chart"]) {
-      const double mid = (b["from"].get<double>() + b["to"].get<double>()) / 2;
-      pts += Num(x(mid), "%.1f") + "," + Num(y(b["mean_kl"].get<double>()), "%.1f") + " ";
+    for (const probe::KlBucket& b : leg.divergence->chart) {
+      const double mid = (static_cast<double>(b.from) + b.to) / 2;
+      pts += Num(x(mid), "%.1f") + "," + Num(y(b.mean_kl), "%.1f") + " ";
     }
     s += "<polyline class=\"kl-line\" fill=\"none\" stroke-width=\"2\" stroke=\"" + Color(i) +
          "\" points=\"" + pts + "\"/>";
@@ -130,50 +136,44 @@ std::string KlChart(const json& report) {
     s += "<line x1=\"" + Num(w - right + 10) + "\" x2=\"" + Num(w - right + 30) + "\" y1=\"" +
          Num(ly - 4) + "\" y2=\"" + Num(ly - 4) + "\" stroke-width=\"2\" stroke=\"" + Color(i) +
          "\"/><text x=\"" + Num(w - right + 34) + "\" y=\"" + Num(ly) + "\" font-size=\"11\">" +
-         Esc(leg["name"].get<std::string>()) + "</text>";
+         Esc(leg.name) + "</text>";
   }
   return s + "</svg>\n";
 }
 
 // One heatmap per leg: rows are haystack lengths, columns needle depths; green = recalled.
-std::string NeedleGrids(const json& report) {
+std::string NeedleGrids(const ProbeReport& report) {
   std::string h = "<div class=\"grids\">";
-  for (const json& leg : report["legs"]) {
-    const json& p = leg["probes"]["needle"];
-    if (!p.contains("grid")) continue;
-    const json& lengths = p["lengths"];
-    const json& depths = p["depths"];
+  for (const LegReport& leg : report.legs) {
+    if (!leg.needle) continue;
+    const probe::NeedleResult& p = *leg.needle;
+    const std::vector<int>& depths = p.depths;
     std::vector<int> rows;
-    for (const json& c : p["grid"]) {
-      if (std::find(rows.begin(), rows.end(), c["length"].get<int>()) == rows.end())
-        rows.push_back(c["length"]);
+    for (const probe::NeedleCell& c : p.grid) {
+      if (std::find(rows.begin(), rows.end(), c.length) == rows.end()) rows.push_back(c.length);
     }
-    (void)lengths;
     const double cw = 46, ch = 24, left = 56, top = 34;
     const double w = left + cw * depths.size() + 8, ht = top + ch * rows.size() + 8;
     std::string s = "<svg class=\"needle-grid\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
                     Num(w) + "\" height=\"" + Num(ht) +
                     "\"><text x=\"0\" y=\"12\" font-size=\"12\" font-weight=\"bold\">" +
-                    Esc(leg["name"].get<std::string>()) + "</text>";
+                    Esc(leg.name) + "</text>";
     for (size_t d = 0; d < depths.size(); ++d) {
       s += "<text x=\"" + Num(left + cw * d + cw / 2) + "\" y=\"" + Num(top - 6) +
-           "\" text-anchor=\"middle\" font-size=\"10\">" + std::to_string(depths[d].get<int>()) +
-           "%</text>";
+           "\" text-anchor=\"middle\" font-size=\"10\">" + std::to_string(depths[d]) + "%</text>";
     }
     for (size_t r = 0; r < rows.size(); ++r) {
       s += "<text x=\"" + Num(left - 4) + "\" y=\"" + Num(top + ch * r + ch / 2 + 4) +
            "\" text-anchor=\"end\" font-size=\"10\">" + std::to_string(rows[r]) + "</text>";
     }
-    for (const json& c : p["grid"]) {
-      const size_t r = std::find(rows.begin(), rows.end(), c["length"].get<int>()) - rows.begin();
+    for (const probe::NeedleCell& c : p.grid) {
+      const size_t r = std::find(rows.begin(), rows.end(), c.length) - rows.begin();
       size_t d = 0;
-      while (d < depths.size() && depths[d] != c["depth"]) ++d;
-      const bool hit = c["hit"].get<bool>();
+      while (d < depths.size() && depths[d] != c.depth) ++d;
       s += "<rect x=\"" + Num(left + cw * d) + "\" y=\"" + Num(top + ch * r) + "\" width=\"" +
            Num(cw - 2) + "\" height=\"" + Num(ch - 2) + "\" fill=\"" +
-           (hit ? "#4caf50" : "#e53935") + "\"><title>expected " +
-           Esc(c["expected"].get<std::string>()) + ", answered " +
-           Esc(c["answer"].get<std::string>()) + "</title></rect>";
+           (c.hit ? "#4caf50" : "#e53935") + "\"><title>expected " + Esc(c.expected) +
+           ", answered " + Esc(c.answer) + "</title></rect>";
     }
     h += s + "</svg>";
   }
@@ -182,21 +182,21 @@ std::string NeedleGrids(const json& report) {
 
 // The first 40 printed lines of every leg side by side; lines that are not the expected
 // number are marked.
-std::string CountingSideBySide(const json& report) {
+std::string CountingSideBySide(const ProbeReport& report) {
   std::string h = "<table class=\"counting\"><tr><th>line</th>";
   size_t max_lines = 0;
-  for (const json& leg : report["legs"]) {
-    h += "<th>" + Esc(leg["name"].get<std::string>()) + "</th>";
-    if (leg["probes"].contains("counting"))
-      max_lines = std::max(max_lines, leg["probes"]["counting"]["first_40"].size());
+  for (const LegReport& leg : report.legs) {
+    h += "<th>" + Esc(leg.name) + "</th>";
+    if (leg.counting) max_lines = std::max(max_lines, leg.counting->analysis.first_40.size());
   }
   h += "</tr>";
   for (size_t l = 0; l < max_lines; ++l) {
     h += "<tr><td>" + std::to_string(l + 1) + "</td>";
-    for (const json& leg : report["legs"]) {
-      const json& lines = leg["probes"]["counting"]["first_40"];
-      if (l < lines.size()) {
-        const std::string v = lines[l].get<std::string>();
+    for (const LegReport& leg : report.legs) {
+      const std::vector<std::string>* lines =
+          leg.counting ? &leg.counting->analysis.first_40 : nullptr;
+      if (lines && l < lines->size()) {
+        const std::string& v = (*lines)[l];
         const bool ok = v == std::to_string(l + 1);
         h += std::string("<td") + (ok ? "" : " class=\"fail\"") + ">" + Esc(v.substr(0, 40)) +
              "</td>";
@@ -211,36 +211,32 @@ std::string CountingSideBySide(const json& report) {
 }
 
 // Relative RMS error of stored K and V per layer, one bar chart per non-reference leg.
-std::string LayerBars(const json& report) {
+std::string LayerBars(const ProbeReport& report) {
   std::string h = "<div class=\"grids\">";
-  for (const json& leg : report["legs"]) {
-    const json& d = leg["probes"]["divergence"];
-    if (leg["reference"].get<bool>() || !d.contains("layers") || !d["layers"].is_array()) continue;
-    const json& layers = d["layers"];
+  for (const LegReport& leg : report.legs) {
+    if (!HasLayers(leg)) continue;
+    const std::vector<probe::LayerError>& layers = *leg.divergence->layers;
     double hi = 0.01;
-    for (const json& l : layers)
-      hi = std::max({hi, l["k"]["rel_rms"].get<double>(), l["v"]["rel_rms"].get<double>()});
+    for (const probe::LayerError& l : layers) hi = std::max({hi, l.k.rel_rms, l.v.rel_rms});
     const double bw = 12, gap = 10, left = 44, top = 24, plot = 120;
     const double w = left + layers.size() * (2 * bw + gap) + 10, ht = top + plot + 34;
     std::string s = "<svg class=\"layer-bars\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
                     Num(std::max(w, 220.0)) + "\" height=\"" + Num(ht) +
                     "\"><text x=\"0\" y=\"12\" font-size=\"12\" font-weight=\"bold\">" +
-                    Esc(leg["name"].get<std::string>()) + " (rel. RMS, max " + Num(hi, "%.3g") +
-                    ")</text>";
+                    Esc(leg.name) + " (rel. RMS, max " + Num(hi, "%.3g") + ")</text>";
     s += "<line x1=\"" + Num(left) + "\" x2=\"" + Num(w) + "\" y1=\"" + Num(top + plot) +
          "\" y2=\"" + Num(top + plot) + "\" stroke=\"#999\"/>";
     for (size_t i = 0; i < layers.size(); ++i) {
       const double x0 = left + i * (2 * bw + gap);
       for (int side = 0; side < 2; ++side) {
-        const json& st = layers[i][side == 0 ? "k" : "v"];
-        const double v = st["rel_rms"].get<double>();
+        const probe::SideError& st = side == 0 ? layers[i].k : layers[i].v;
+        const double v = st.rel_rms;
         const double bh = plot * v / hi;
         s += "<rect x=\"" + Num(x0 + side * bw) + "\" y=\"" + Num(top + plot - bh) + "\" width=\"" +
              Num(bw - 1) + "\" height=\"" + Num(bh) + "\" fill=\"" +
              (side == 0 ? "#1f77b4" : "#ff7f0e") + "\"><title>layer " + std::to_string(i) +
-             (side == 0 ? " K" : " V") + ": rel RMS " + Num(v) + ", bias " +
-             Num(st["mean_error"].get<double>()) + ", cosine " +
-             Num(st["cosine"].get<double>(), "%.6f") + "</title></rect>";
+             (side == 0 ? " K" : " V") + ": rel RMS " + Num(v) + ", bias " + Num(st.mean_error) +
+             ", cosine " + Num(st.cosine, "%.6f") + "</title></rect>";
       }
       s += "<text x=\"" + Num(x0 + bw) + "\" y=\"" + Num(top + plot + 14) +
            "\" text-anchor=\"middle\" font-size=\"10\">" + std::to_string(i) + "</text>";
@@ -253,40 +249,39 @@ std::string LayerBars(const json& report) {
   return h + "</div>\n";
 }
 
-std::string LayerTable(const json& report) {
+std::string LayerTable(const ProbeReport& report) {
   std::string h =
       "<table class=\"layers\"><tr><th>leg</th><th>layer</th><th>side</th><th>rel RMS</th>"
       "<th>prompt cells</th><th>decode cells</th><th>mean error</th><th>bias / "
       "RMS</th><th>cosine</th>"
       "<th>gain</th></tr>";
-  for (const json& leg : report["legs"]) {
-    const json& d = leg["probes"]["divergence"];
-    if (leg["reference"].get<bool>() || !d.contains("layers") || !d["layers"].is_array()) continue;
-    for (const json& l : d["layers"]) {
-      for (const char* side : {"k", "v"}) {
-        const json& st = l[side];
-        h += "<tr><td>" + Esc(leg["name"].get<std::string>()) + "</td><td>" +
-             std::to_string(l["layer"].get<int>()) + "</td><td>" + side + "</td><td>" +
-             Num(st["rel_rms"]) + "</td><td>" + Num(st["rel_rms_prompt_cells"]) + "</td><td>" +
-             Num(st["rel_rms_decode_cells"]) + "</td><td>" + Num(st["mean_error"]) + "</td><td>" +
-             Num(st["bias_rel"]) + "</td><td>" + Num(st["cosine"], "%.6f") + "</td><td>" +
-             Num(st["gain"], "%.4f") + "</td></tr>";
+  for (const LegReport& leg : report.legs) {
+    if (!HasLayers(leg)) continue;
+    for (const probe::LayerError& l : *leg.divergence->layers) {
+      for (int side = 0; side < 2; ++side) {
+        const probe::SideError& st = side == 0 ? l.k : l.v;
+        h += "<tr><td>" + Esc(leg.name) + "</td><td>" + std::to_string(l.layer) + "</td><td>" +
+             (side == 0 ? "k" : "v") + "</td><td>" + Num(st.rel_rms) + "</td><td>" +
+             Num(st.rel_rms_prompt_cells) + "</td><td>" + Num(st.rel_rms_decode_cells) +
+             "</td><td>" + Num(st.mean_error) + "</td><td>" + Num(st.bias_rel) + "</td><td>" +
+             Num(st.cosine, "%.6f") + "</td><td>" + Num(st.gain, "%.4f") + "</td></tr>";
       }
     }
   }
   return h + "</table>\n";
 }
 
-std::string OutputsTable(const json& report, const char* probe) {
+// The outputs of the JSON or copy probe, one row per item and leg.
+template <typename Result>
+std::string OutputsTable(const ProbeReport& report, std::optional<Result> LegReport::*probe) {
   std::string h = "<table class=\"outputs\"><tr><th>leg</th><th>item</th><th>output</th></tr>";
-  for (const json& leg : report["legs"]) {
-    const json& p = leg["probes"][probe];
-    if (!p.contains("items")) continue;
-    for (size_t k = 0; k < p["items"].size(); ++k) {
-      const json& it = p["items"][k];
-      h += std::string("<tr><td>") + Esc(leg["name"].get<std::string>()) + "</td><td>" +
-           std::to_string(k) + "</td><td class=\"" + (it["exact"].get<bool>() ? "pass" : "fail") +
-           "\"><pre>" + Esc(it["output"].get<std::string>().substr(0, 300)) + "</pre></td></tr>";
+  for (const LegReport& leg : report.legs) {
+    if (!(leg.*probe)) continue;
+    const auto& items = (leg.*probe)->items;
+    for (size_t k = 0; k < items.size(); ++k) {
+      h += std::string("<tr><td>") + Esc(leg.name) + "</td><td>" + std::to_string(k) +
+           "</td><td class=\"" + (items[k].exact ? "pass" : "fail") + "\"><pre>" +
+           Esc(items[k].output.substr(0, 300)) + "</pre></td></tr>";
     }
   }
   return h + "</table>\n";
@@ -294,12 +289,9 @@ std::string OutputsTable(const json& report, const char* probe) {
 
 }  // namespace
 
-std::string RenderHtmlReport(const json& report) {
-  auto has = [&](const char* probe) {
-    for (const json& p : report["probes"]) {
-      if (p == probe) return true;
-    }
-    return false;
+std::string RenderHtmlReport(const ProbeReport& report) {
+  auto has = [&](ProbeKind kind) {
+    return std::find(report.probes.begin(), report.probes.end(), kind) != report.probes.end();
   };
   std::string h =
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>lamina "
@@ -311,27 +303,27 @@ std::string RenderHtmlReport(const json& report) {
       ".pass{background:#e8f5e9}.fail{background:#ffebee}.na{background:#f5f5f5;color:#777}"
       ".grids svg{margin:6px 14px 6px 0}pre{margin:0;white-space:pre-wrap;max-width:640px}"
       "</style></head><body>\n";
-  h += "<h1>lamina probe</h1><p>model <code>" + Esc(report["model"].get<std::string>()) +
-       "</code> (" + Esc(report["arch"].get<std::string>()) + "), context " +
-       std::to_string(report["n_ctx"].get<int>()) + ", seed " +
-       std::to_string(report["seed"].get<uint64_t>()) + ": <b id=\"overall\" class=\"" +
-       (report["pass"].get<bool>() ? "pass\">every leg passes" : "fail\">some leg fails") +
-       "</b></p>\n";
+  h += "<h1>lamina probe</h1><p>model <code>" + Esc(report.model) + "</code> (" + Esc(report.arch) +
+       "), context " + std::to_string(report.n_ctx) + ", seed " + std::to_string(report.seed) +
+       ": <b id=\"overall\" class=\"" +
+       (report.pass ? "pass\">every leg passes" : "fail\">some leg fails") + "</b></p>\n";
   h += "<h2>Summary</h2>" + SummaryTable(report);
-  if (has("divergence")) {
+  if (has(ProbeKind::kDivergence)) {
     h += "<h2>KL divergence versus position</h2><p>Teacher-forced, KL(reference &#8741; leg); the "
          "first eighth is one "
          "prompt batch, every later token a single-token decode step.</p>" +
          KlChart(report);
     h += "<h2>Stored versus exact K/V per layer</h2>" + LayerBars(report) + LayerTable(report);
   }
-  if (has("needle"))
+  if (has(ProbeKind::kNeedle)) {
     h += "<h2>Needle recall</h2><p>Rows: haystack tokens; columns: needle depth.</p>" +
          NeedleGrids(report);
-  if (has("counting")) h += "<h2>Counting, first 40 lines</h2>" + CountingSideBySide(report);
-  if (has("json")) h += "<h2>JSON outputs</h2>" + OutputsTable(report, "json");
-  if (has("copy")) h += "<h2>Copy outputs</h2>" + OutputsTable(report, "copy");
+  }
+  if (has(ProbeKind::kCounting))
+    h += "<h2>Counting, first 40 lines</h2>" + CountingSideBySide(report);
+  if (has(ProbeKind::kJson)) h += "<h2>JSON outputs</h2>" + OutputsTable(report, &LegReport::json);
+  if (has(ProbeKind::kCopy)) h += "<h2>Copy outputs</h2>" + OutputsTable(report, &LegReport::copy);
   return h + "</body></html>\n";
 }
 
-}  // namespace lamina::cli::probe
+}  // namespace lamina::cli::probe_view

@@ -13,13 +13,17 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
-#include "cli_kl.h"
+#include "probe/kl.h"
 #include "runtime/session.h"
 #include "util/timer.h"
 
 namespace lamina::cli {
 
 namespace {
+
+using probe::KlDivergence;
+using probe::LogSoftmax;
+using probe::Percentile;
 
 constexpr char kLogitsMagic[8] = {'L', 'M', 'N', 'L', 'O', 'G', 'I', 'T'};
 

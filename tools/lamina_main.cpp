@@ -89,7 +89,8 @@ int main(int argc, char** argv) {
   CLI::App* probe_cmd = app.add_subcommand(
       "probe", "A/B the KV cache modes: prefill, counting, needle, JSON, copy, divergence");
   probe_cmd->add_option("-m,--model", probe.model_path,
-                        "GGUF model file (default: the shipped model)");
+                        "GGUF model file (default: the shipped model); with --url, the model "
+                        "name sent to the server");
   probe_cmd->add_option("--kv", probe.kv,
                         "KV modes, comma-separated (f32 reference first unless f32/f16 leads)");
   probe_cmd->add_option("--kv-v-round", probe.kv_v_round,
@@ -109,6 +110,10 @@ int main(int argc, char** argv) {
   probe_cmd->add_option("--out", probe.out_dir, "Write probe.json and report.html here");
   probe_cmd->add_option("--seed", probe.seed, "Seed of texts, needles and stochastic rounding");
   probe_cmd->add_option("-t,--threads", probe.n_threads, "Threads (0: all cores)");
+  probe_cmd->add_option("--url", probe.url,
+                        "Probe an OpenAI-compatible server (lamina serve, llama-server) as the "
+                        "one leg: counting, needle, JSON and copy over /v1/chat/completions");
+  probe_cmd->add_option("--api-key", probe.api_key, "API key for --url (sent as a Bearer token)");
   // Test-only and hidden: plants a KV cache fault in one leg to show the probes catch it.
   probe_cmd->add_option("--inject-fault", probe.inject_faults, "LEG_INDEX:FAULT (test-only)")
       ->group("");

@@ -227,29 +227,25 @@ void KvCache::ZeroCells(int layer, int seq, int pos0, int n) {
   }
 }
 
-const float* KvCache::BiasedForTesting(const float* v, std::vector<float>& out) const {
-  const int hd = config_.head_dim;
-  out.assign(v, v + row_elems());
-  for (int h = 0; h < config_.n_kv_heads; ++h) {
-    float* x = out.data() + static_cast<int64_t>(h) * hd;
-    float amax = 0.0f;
-    for (int e = 0; e < hd; ++e) amax = std::max(amax, std::fabs(x[e]));
-    for (int e = 0; e < hd; ++e) x[e] += amax / 8.0f;
-  }
-  return out.data();
-}
-
 void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const float* v,
                     ThreadPool* pool) {
   LAMINA_CHECK(layer >= 0 && layer < config_.n_layer);
   LAMINA_CHECK(seq >= 0 && seq < config_.n_seq);
   int& length = lengths_[Index(layer, seq)];
   LAMINA_CHECK(pos0 >= 0 && pos0 <= length && n >= 0 && pos0 + n <= config_.n_ctx);
-  if (n == 1 && fault_ == Fault::kSkipSingleToken) {
-    length = std::max(length, pos0 + n);
-    return;
-  }
   const int re = row_elems();
+  std::vector<float> observed_k, observed_v;  // [n, row_elems] each, only with an observer
+  if (config_.write_observer != nullptr) {
+    observed_k.assign(k, k + static_cast<int64_t>(n) * re);
+    observed_v.assign(v, v + static_cast<int64_t>(n) * re);
+    const KvWriteSpan span{layer, seq, pos0, n, config_.n_kv_heads, config_.head_dim};
+    if (!config_.write_observer->OnWrite(span, observed_k.data(), observed_v.data())) {
+      length = std::max(length, pos0 + n);
+      return;
+    }
+    k = observed_k.data();
+    v = observed_v.data();
+  }
   // Non-finite rows are found first, in order, so the reported position is the first one.
   std::vector<char> finite(n, 1);
   for (int i = 0; i < n; ++i) {
@@ -289,7 +285,6 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
   // Work items are (row, head) pairs, so even a single decoded token's heads spread over the pool.
   auto encode = [&](int64_t item0, int64_t item1) {
     std::vector<float> tmp(hd);     // [head_dim] rotation scratch
-    std::vector<float> biased;      // [row_elems] only under Fault::kBiasedV
     // anchored keys: [3 * head_dim + n_rot] scratch and one alternative encoded row
     std::vector<float> anchor_scratch(k_anchored_ ? 3 * hd : 0);
     std::vector<uint8_t> alt(k_anchored_ ? k_head_bytes_ : 0);
@@ -302,7 +297,6 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
         continue;
       }
       const float* vrow = v + i * re;
-      if (fault_ == Fault::kBiasedV) vrow = BiasedForTesting(vrow, biased);
       if (k_anchored_) {
         EncodeAnchoredK(layer, seq, pos, h, k + i * re + h * hd, anchor_scratch.data(), alt.data());
       } else {
@@ -318,9 +312,6 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
     pool->ParallelFor(n_items, 1, encode);
   } else {
     encode(0, n_items);
-  }
-  if (n == 1 && fault_ == Fault::kCorruptSingleToken) {
-    v_[HeadIndex(layer, seq, 0, pos0) * v_head_bytes_] ^= 0x5A;
   }
   length = std::max(length, pos0 + n);
 }

@@ -42,6 +42,28 @@ struct KvSideSpec {
 KvSideSpec KSpec(KvType type);
 KvSideSpec VSpec(KvType type);
 
+// Where one KvCache::Write lands, for a KvWriteObserver.
+struct KvWriteSpan {
+  int layer = 0;
+  int seq = 0;
+  int pos0 = 0;  // first position written
+  int n = 0;     // rows (1: a single-token decode step)
+  int n_kv_heads = 0;
+  int head_dim = 0;
+};
+
+// An optional hook on the single writer, for planting faults (tests of the write paths, `lamina
+// probe --inject-fault`). Write calls it once per call, before anything is checked or stored;
+// without one Write does no extra work.
+class KvWriteObserver {
+ public:
+  virtual ~KvWriteObserver() = default;
+  // k, v: [n, n_kv_heads * head_dim], writable copies of the rows about to be encoded (k after
+  // RoPE). Returns false to veto the write: no cell is stored, yet the sequence's length
+  // advances, as when a write path loses its rows.
+  virtual bool OnWrite(const KvWriteSpan& span, float* k, float* v) const = 0;
+};
+
 struct KvCacheConfig {
   int n_layer = 0;
   int n_ctx = 0;       // cells per sequence
@@ -53,6 +75,8 @@ struct KvCacheConfig {
   uint64_t seed = 0;  // keys stochastic rounding
   // The model's RoPE, which anchored keys' offsets follow (n_rot == 0: a plain offset).
   RopeParams rope;
+  // Optional write hook (planted faults); not owned, must outlive the cache. nullptr: none.
+  const KvWriteObserver* write_observer = nullptr;
 };
 
 // Whether the mode stores anchored keys (see above): q4_0 only.
@@ -160,13 +184,6 @@ class KvCache {
   const std::string& nonfinite_error() const { return nonfinite_error_; }
   void ClearNonfinite() { nonfinite_error_.clear(); }
 
-  // Test-only fault injection, to prove the write-path tests have teeth. kSkipSingleToken:
-  // single-token writes (n == 1) never reach storage, as in the bug this design rules out.
-  // kBiasedV: every V value is shifted up by one 4-bit grid step of its head row (amax / 8)
-  // before encoding, the signature of a biased value quantizer (for `lamina probe`'s tests).
-  enum class Fault { kNone, kSkipSingleToken, kCorruptSingleToken, kBiasedV };
-  void InjectFaultForTesting(Fault fault) { fault_ = fault; }
-
  private:
   size_t Index(int layer, int seq) const { return static_cast<size_t>(seq) * config_.n_layer + layer; }
   size_t HeadIndex(int layer, int seq, int head, int pos) const {
@@ -183,8 +200,6 @@ class KvCache {
   void EncodeAnchoredK(int layer, int seq, int pos, int head, const float* k, float* scratch,
                        uint8_t* alt);
   void ZeroCells(int layer, int seq, int pos0, int n);
-  // Fault::kBiasedV: the V row `v` ([row_elems]) shifted as described there, in `out`.
-  const float* BiasedForTesting(const float* v, std::vector<float>& out) const;
 
   KvCacheConfig config_;
   KvSideSpec k_spec_;
@@ -201,7 +216,6 @@ class KvCache {
   std::vector<float> k_anchor_;          // [n_seq, n_layer, n_kv_heads, head_dim]
   std::vector<uint8_t> k_anchor_flag_;   // [n_seq, n_layer, n_kv_heads, n_ctx] (anchored only)
   std::string nonfinite_error_;
-  Fault fault_ = Fault::kNone;
 };
 
 }  // namespace lamina

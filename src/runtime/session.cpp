@@ -18,6 +18,7 @@ Result<KvCacheConfig> MakeKvCacheConfig(const Hparams& hp, const SessionConfig& 
   kc.v_rounding = c.v_rounding;
   kc.seed = c.kv_seed;
   kc.rope = hp.rope;
+  kc.write_observer = c.write_observer;
   Status st = ValidateKvConfig(kc);
   if (!st.ok()) return st.error();
   return kc;

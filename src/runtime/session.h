@@ -20,6 +20,7 @@ struct SessionConfig {
   KvType kv_type = KvType::kF16;
   KvRounding v_rounding = KvRounding::kNearest;
   uint64_t kv_seed = 0;
+  const KvWriteObserver* write_observer = nullptr;  // optional write hook (planted faults)
 };
 
 // The cache configuration a session would use; an error when the mode cannot hold the model's

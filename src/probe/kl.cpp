@@ -1,10 +1,10 @@
-// Log-softmax, KL divergence and percentiles for the CLI's quality measurements.
-#include "cli_kl.h"
+// Log-softmax, KL divergence and percentiles (kl.h).
+#include "probe/kl.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace lamina::cli {
+namespace lamina::probe {
 
 void LogSoftmax(const float* x, int n, std::vector<double>& out) {
   out.resize(n);
@@ -32,4 +32,4 @@ double Percentile(std::vector<double> v, double q) {
   return v[idx];
 }
 
-}  // namespace lamina::cli
+}  // namespace lamina::probe

@@ -1,0 +1,30 @@
+// Planted KV cache faults, as write observers (runtime/kv_cache.h): they prove that the write-path
+// tests and `lamina probe` catch what they are meant to catch. Each kind is the signature of a
+// real bug class: a decode path whose writes never reach storage, a decode path that stores
+// garbage, and a biased value quantizer.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "runtime/kv_cache.h"
+#include "util/status.h"
+
+namespace lamina::probe {
+
+enum class Fault {
+  kNone,
+  kSkipDecodeWrites,     // single-token writes (n == 1) never reach storage
+  kCorruptDecodeWrites,  // single-token writes store head 0's V row negated
+  kBiasedV,  // every V value shifted up by one 4-bit grid step of its head row (amax / 8)
+};
+
+// "none", "skip-decode-writes", "corrupt-decode-writes", "biased-v".
+const char* FaultName(Fault fault);
+// The inverse of FaultName (except "none"); the error lists the names.
+Result<Fault> ParseFault(const std::string& name);
+
+// The observer that plants `fault` (nullptr for kNone). Stateless: one may serve many caches.
+std::unique_ptr<KvWriteObserver> MakeFaultObserver(Fault fault);
+
+}  // namespace lamina::probe

@@ -1,0 +1,46 @@
+// The probe's backend for a model loaded in this process: every generation and every logit
+// stream is a fresh Session with the leg's SessionConfig (KV mode, V rounding) and, for tests,
+// a planted fault as the cache's write observer. Generations go through runtime/generate.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "model/model.h"
+#include "probe/backend.h"
+#include "probe/faults.h"
+#include "runtime/session.h"
+#include "util/thread_pool.h"
+
+namespace lamina::probe {
+
+class LocalBackend : public ProbeBackend {
+ public:
+  // model and pool must outlive the backend; config.write_observer is replaced by the fault's
+  // observer (none for Fault::kNone). The config must suit the model (MakeKvCacheConfig).
+  LocalBackend(const Model& model, ThreadPool& pool, const SessionConfig& config,
+               Fault fault = Fault::kNone);
+
+  BackendInfo Info() const override;
+  int CountTokens(const std::string& text) override;
+  Generation Generate(const GenerationRequest& request) override;
+  int n_vocab() const override;
+  std::vector<int32_t> Tokenize(const std::string& text) override;
+  std::string Detokenize(const std::vector<int32_t>& ids) override;
+  std::unique_ptr<LogitStream> NewStream() override;
+
+  // The prompt text of one user turn: the model's chat template with the assistant header (and
+  // Qwen3's thinking off: the probes grade the answer itself), or the plain text and a newline
+  // when the model has none.
+  std::string RenderPrompt(const std::string& user) const;
+
+ private:
+  const Model& model_;
+  ThreadPool& pool_;
+  SessionConfig config_;
+  Fault fault_;
+  std::unique_ptr<KvWriteObserver> observer_;
+  std::string chat_template_;  // tokenizer.chat_template; "" when absent
+};
+
+}  // namespace lamina::probe
