@@ -328,29 +328,58 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
     Remember(std::move(rr));
   };
 
+  auto cancel_all = [channels] {
+    for (auto& ch : channels) ch->Cancel();
+  };
   if (!c->stream) {
-    // Collect every answer, then one JSON document.
-    json answers = json::array();
-    for (size_t i = 0; i < channels.size(); ++i) {
+    // Each answer's events, gathered until its kDone or kError.
+    struct Collected {
       std::string text;
       std::vector<int32_t> tokens;
       Probs probs;
-      serve::Event e;
-      while (true) {
-        if (!channels[i]->Pop(&e, std::chrono::milliseconds(100))) continue;
-        if (e.kind == serve::Event::Kind::kText) {
-          text += e.text;
-          tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
-          probs.Add(e);
-          continue;
+      serve::Event last;
+      bool done = false;
+    };
+    auto col = std::make_shared<std::vector<Collected>>(channels.size());
+    // Pops events until every answer is done (true) or `until` passes (false).
+    auto collect = [channels, col](std::chrono::steady_clock::time_point until) {
+      for (size_t i = 0; i < channels.size(); ++i) {
+        Collected& k = (*col)[i];
+        while (!k.done) {
+          const auto now = std::chrono::steady_clock::now();
+          if (now >= until) return false;
+          serve::Event e;
+          const auto wait = std::min<std::chrono::steady_clock::duration>(
+              std::chrono::milliseconds(100), until - now);
+          if (!channels[i]->Pop(&e, std::chrono::duration_cast<std::chrono::milliseconds>(wait) +
+                                        std::chrono::milliseconds(1))) {
+            continue;
+          }
+          if (e.kind == serve::Event::Kind::kText) {
+            k.text += e.text;
+            k.tokens.insert(k.tokens.end(), e.tokens.begin(), e.tokens.end());
+            k.probs.Add(e);
+            continue;
+          }
+          k.last = std::move(e);
+          k.done = true;
         }
-        break;
       }
-      if (e.kind == serve::Event::Kind::kError) {
-        for (auto& ch : channels) ch->Cancel();
-        remember(e.status, e);
-        return SendError(res, {e.status, e.error_type, e.message});
-      }
+      return true;
+    };
+    // The whole answer once everything is collected: (HTTP status, body).
+    auto answer = [this, c, col, route, id, created, remember, cancel_all]() -> std::pair<int, json> {
+      json answers = json::array();
+      for (size_t i = 0; i < col->size(); ++i) {
+        const std::string& text = (*col)[i].text;
+        const std::vector<int32_t>& tokens = (*col)[i].tokens;
+        const Probs& probs = (*col)[i].probs;
+        const serve::Event& e = (*col)[i].last;
+        if (e.kind == serve::Event::Kind::kError) {
+          cancel_all();
+          remember(e.status, e);
+          return {e.status, api::ErrorBody({e.status, e.error_type, e.message})};
+        }
       remember(200, e);
       const serve::Request& r = c->requests[i];
       const Tokenizer& tok = model_->tokenizer();
@@ -400,10 +429,35 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
              {"timings", api::TimingsJson(e.timings)}});
       }
     }
-    const json out = route == Route::kCompletion && answers.size() == 1 ? answers[0]
-                     : route == Route::kCompletion                      ? answers
-                                                                        : answers[0];
-    res.set_content(Dump(out), "application/json; charset=utf-8");
+      const json out = route == Route::kCompletion && answers.size() == 1 ? answers[0]
+                       : route == Route::kCompletion                      ? answers
+                                                                          : answers[0];
+      return {200, out};
+    };
+    if (collect(std::chrono::steady_clock::now() + std::chrono::milliseconds(500))) {
+      auto [status, out] = answer();
+      res.status = status;
+      res.set_content(Dump(out), "application/json; charset=utf-8");
+      return;
+    }
+    // A longer answer: the connection is probed with JSON whitespace (a leading blank is valid
+    // JSON) every 250 ms, so a client that goes away cancels its request within a step or two.
+    res.set_chunked_content_provider(
+        "application/json; charset=utf-8",
+        [collect, answer, cancel_all](size_t, httplib::DataSink& sink) {
+          if (!collect(std::chrono::steady_clock::now() + std::chrono::milliseconds(250))) {
+            if (!sink.write(" ", 1)) {
+              cancel_all();
+              return false;
+            }
+            return true;
+          }
+          const std::string body = Dump(answer().second);
+          sink.write(body.data(), body.size());
+          sink.done();
+          return true;
+        },
+        [cancel_all](bool) { cancel_all(); });
     return;
   }
 
@@ -417,9 +471,6 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
     bool finished = false;
   };
   auto state = std::make_shared<StreamState>();
-  auto cancel_all = [channels] {
-    for (auto& ch : channels) ch->Cancel();
-  };
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
@@ -724,7 +775,7 @@ void Server::HandleModels(httplib::Response& res) {
                {"n_ctx_train", hp.n_ctx_train},
                {"n_embd", hp.n_embd},
                {"n_params", model_->ParameterCount()},
-               {"size", model_->file().file_size()}};
+               {"size", model_->file().total_size()}};
   json data = {{"id", model_id_},
                {"object", "model"},
                {"created", static_cast<long long>(started_at_)},
@@ -960,6 +1011,13 @@ int Server::Run() {
       if (!line.empty()) api_keys_.push_back(line);
     }
   }
+  // Usage errors that need no model come before the port is taken.
+  Result<KvType> kv = ParseKvType(o_.kv);
+  Result<KvRounding> round = ParseKvRounding(o_.kv_v_round);
+  if (!kv.ok() || !round.ok()) {
+    std::fprintf(stderr, "lamina: %s\n", (!kv.ok() ? kv.error() : round.error()).message.c_str());
+    return kExitUsage;
+  }
   SetUpRoutes();
   // cpp-httplib listens with a backlog of 5, which drops connections when many clients connect
   // at once; the listening socket is taken here (keeping SO_REUSEADDR, so a restarted server
@@ -976,7 +1034,16 @@ int Server::Run() {
     return kExitFailure;
   }
   if (listen_fd >= 0) ::listen(listen_fd, 1024);
-  std::thread listener([this] { http_.listen_after_bind(); });
+  std::atomic<bool> listener_done{false};
+  std::thread listener([this, &listener_done] {
+    http_.listen_after_bind();
+    listener_done = true;
+  });
+  // stop() before the accept loop has started would be lost (the loop would then run on), so
+  // wait for it to run before anything may stop it.
+  for (int i = 0; i < 5000 && !http_.is_running() && !listener_done; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   std::fprintf(stderr, "lamina: listening on http://%s:%d\n", o_.host.c_str(), o_.port);
 
   // A signal ends the wait; the main thread then stops the engine (open requests get an error)
@@ -1013,12 +1080,6 @@ int Server::Run() {
   sc.context_shift = o_.context_shift;
   const int per_slot_default = std::min(hp.n_ctx_train > 0 ? hp.n_ctx_train : 4096, 4096);
   sc.session.n_ctx = o_.n_ctx > 0 ? std::max(1, o_.n_ctx / sc.n_slots) : per_slot_default;
-  Result<KvType> kv = ParseKvType(o_.kv);
-  Result<KvRounding> round = ParseKvRounding(o_.kv_v_round);
-  if (!kv.ok() || !round.ok()) {
-    std::fprintf(stderr, "lamina: %s\n", (!kv.ok() ? kv.error() : round.error()).message.c_str());
-    return shut_down(kExitUsage);
-  }
   sc.session.kv_type = *kv;
   sc.session.v_rounding = *round;
   sc.session.kv_seed = o_.kv_seed;
