@@ -46,7 +46,8 @@ int FreePort() {
 // A `lamina serve` child process; stopped with SIGTERM on destruction.
 class ServerProcess {
  public:
-  explicit ServerProcess(std::vector<std::string> args) : port_(FreePort()) {
+  explicit ServerProcess(std::vector<std::string> args, int port = 0)
+      : port_(port > 0 ? port : FreePort()) {
     log_ = fs::temp_directory_path() / ("lamina-serve-" + std::to_string(port_) + ".log");
     args.insert(args.begin(), {kBinary, "serve", "--port", std::to_string(port_)});
     pid_ = fork();
@@ -410,6 +411,31 @@ TEST(ServerStories, TokensMatchLlamaCpp) {
                           golden["generated_tokens"].begin() + 16);
     EXPECT_EQ(r["tokens"].get<std::vector<int>>(), want) << name;
   }
+  // Byte-fallback pieces come back as their byte values: 日 is the bytes E6 97 A5.
+  auto [pst, pieces] = s.Post("/tokenize", {{"content", "日"}, {"with_pieces", true}});
+  ASSERT_EQ(pst, 200);
+  json bytes = json::array();
+  for (const json& t : pieces["tokens"]) {
+    if (t["piece"].is_array()) bytes.insert(bytes.end(), t["piece"].begin(), t["piece"].end());
+  }
+  EXPECT_EQ(bytes, json({0xE6, 0x97, 0xA5})) << pieces.dump();
+}
+
+// SIGTERM ends the server within a few seconds, with a request in flight, and the port can be
+// bound again at once.
+TEST_F(ServerTest, SigtermFreesThePortAtOnce) {
+  ServerProcess first({"-m", kShipped});
+  ASSERT_TRUE(first.healthy()) << first.Log();
+  std::thread client([&] {
+    first.Post("/completion", {{"prompt", "1"}, {"ignore_eos", true}, {"n_predict", 3000}});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(first.Stop(), 0) << first.Log();
+  client.join();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 3.0);
+  ServerProcess second({"-m", kShipped}, first.port());
+  EXPECT_TRUE(second.healthy()) << "the port was not free again: " << second.Log();
 }
 
 // Eight greedy requests of different prompts and lengths at once (half streaming; -np 4, so
@@ -539,7 +565,8 @@ TEST_F(ServerTest, SixtyFourClientsWithCancellations) {
     if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_TRUE(idle);
-  const double wait = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_wait).count();
+  const double wait =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_wait).count();
   EXPECT_LT(seconds, 120.0);
   std::printf("64 clients: %.2f s; every slot idle %.2f s after the last client\n", seconds, wait);
   auto metrics = s.Client().Get("/metrics");
