@@ -151,24 +151,33 @@ std::vector<int32_t> TestTokens(const Model& model, int n) {
   return tokens;
 }
 
-class KvWritePaths : public testing::TestWithParam<ModeCase> {};
+// The parameter's model and a session config in its KV mode (n_ctx 160).
+class KvWritePaths : public testing::TestWithParam<ModeCase> {
+ protected:
+  void SetUp() override {
+    const std::string path = kShared + "/models/" + GetParam().model;
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
+    Result<std::unique_ptr<Model>> m = LoadModel(path);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    model_ = std::move(*m);
+    sc_.n_ctx = 160;
+    sc_.kv_type = GetParam().type;
+    sc_.v_rounding = GetParam().rounding;
+    sc_.kv_seed = 99;
+  }
+  std::unique_ptr<Model> model_;
+  SessionConfig sc_;
+};
 
 TEST_P(KvWritePaths, AllPathsGiveIdenticalBytesAndLogits) {
-  const std::string path = kShared + "/models/" + GetParam().model;
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
-  Result<std::unique_ptr<Model>> model = LoadModel(path);
-  ASSERT_TRUE(model.ok()) << model.error().message;
+  const Model& m = *model_;
+  SessionConfig sc = sc_;
   ThreadPool pool(2);
-  SessionConfig sc;
-  sc.n_ctx = 160;
-  sc.kv_type = GetParam().type;
-  sc.v_rounding = GetParam().rounding;
-  sc.kv_seed = 99;
-  const std::vector<int32_t> tokens = TestTokens(**model, 150);
-  const int n_vocab = (*model)->hparams().n_vocab;
-  const PathRun batch = RunPath(**model, sc, tokens, Path::kBatch, pool);
+  const std::vector<int32_t> tokens = TestTokens(m, 150);
+  const int n_vocab = m.hparams().n_vocab;
+  const PathRun batch = RunPath(m, sc, tokens, Path::kBatch, pool);
   for (Path p : {Path::kTokenByToken, Path::kRandomChunks, Path::kVerifyWindows}) {
-    const PathRun other = RunPath(**model, sc, tokens, p, pool);
+    const PathRun other = RunPath(m, sc, tokens, p, pool);
     EXPECT_EQ(Compare(batch, other, n_vocab), "") << "path " << PathName(p) << " vs batch";
   }
 }
@@ -179,18 +188,11 @@ TEST_P(KvWritePaths, AllPathsGiveIdenticalBytesAndLogits) {
 // sequences idle), through Session::Decode. Each sequence's cells and logits must equal those
 // of the same stream alone in its own session.
 TEST_P(KvWritePaths, SequencesBatchedTogetherMatchEachAlone) {
-  const std::string path = kShared + "/models/" + GetParam().model;
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
-  Result<std::unique_ptr<Model>> model = LoadModel(path);
-  ASSERT_TRUE(model.ok()) << model.error().message;
+  const Model& m = *model_;
+  SessionConfig sc = sc_;
   ThreadPool pool(2);
-  SessionConfig sc;
-  sc.n_ctx = 160;
-  sc.kv_type = GetParam().type;
-  sc.v_rounding = GetParam().rounding;
-  sc.kv_seed = 99;
-  const int n_vocab = (*model)->hparams().n_vocab;
-  const std::vector<int32_t> base = TestTokens(**model, 150);
+  const int n_vocab = m.hparams().n_vocab;
+  const std::vector<int32_t> base = TestTokens(m, 150);
   const std::vector<int> lengths = {150, 97, 123, 60};
   const int n_seq = static_cast<int>(lengths.size());
   std::vector<std::vector<int32_t>> streams(n_seq);
@@ -200,11 +202,11 @@ TEST_P(KvWritePaths, SequencesBatchedTogetherMatchEachAlone) {
   }
   std::vector<PathRun> alone;
   for (int i = 0; i < n_seq; ++i) {
-    alone.push_back(RunPath(**model, sc, streams[i], Path::kBatch, pool));
+    alone.push_back(RunPath(m, sc, streams[i], Path::kBatch, pool));
   }
 
   sc.n_seq = n_seq;
-  Session s(**model, sc, pool);
+  Session s(m, sc, pool);
   std::vector<PathRun> together(n_seq);
   for (int i = 0; i < n_seq; ++i) together[i].logits.resize(streams[i].size() * n_vocab);
   std::mt19937 rng(11);

@@ -483,20 +483,26 @@ namespace {
 constexpr char kSlotMagic[8] = {'L', 'A', 'M', 'S', 'L', 'O', 'T', '1'};
 }  // namespace
 
-Result<SlotFileResult> Scheduler::SaveSlot(int id, const std::string& path) {
+Result<SlotFileResult> Scheduler::OnIdleSlot(int id,
+                                             const std::function<Result<SlotFileResult>()>& fn) {
   Result<SlotFileResult> out = Error{"slot " + std::to_string(id) + " does not exist"};
   if (id < 0 || id >= config_.n_slots) return out;
   RunOnEngine([&] {
     const double t0 = NowSeconds();
-    if (slots_[id]->busy) {
-      out = Error{"slot " + std::to_string(id) + " is busy"};
-      return;
-    }
+    out = slots_[id]->busy
+              ? Result<SlotFileResult>(Error{"slot " + std::to_string(id) + " is busy"})
+              : fn();
+    if (out.ok()) out->ms = (NowSeconds() - t0) * 1e3;
+  });
+  return out;
+}
+
+Result<SlotFileResult> Scheduler::SaveSlot(int id, const std::string& path) {
+  return OnIdleSlot(id, [&]() -> Result<SlotFileResult> {
     const std::vector<int32_t>& tokens = session_.tokens(id);
     FILE* f = std::fopen(path.c_str(), "wb");
     if (f == nullptr) {
-      out = Error{path + ": cannot write"};
-      return;
+      return Error{path + ": cannot write"};
     }
     const uint32_t header[2] = {static_cast<uint32_t>(model_.hparams().n_vocab),
                                 static_cast<uint32_t>(tokens.size())};
@@ -504,28 +510,17 @@ Result<SlotFileResult> Scheduler::SaveSlot(int id, const std::string& path) {
               std::fwrite(tokens.data(), 4, tokens.size(), f) == tokens.size();
     ok = std::fclose(f) == 0 && ok;
     if (!ok) {
-      out = Error{path + ": write failed"};
-      return;
+      return Error{path + ": write failed"};
     }
-    out = SlotFileResult{static_cast<int>(tokens.size()), 16 + 4 * tokens.size(),
-                         (NowSeconds() - t0) * 1e3};
+    return SlotFileResult{static_cast<int>(tokens.size()), 16 + 4 * tokens.size(), 0.0};
   });
-  return out;
 }
 
 Result<SlotFileResult> Scheduler::RestoreSlot(int id, const std::string& path) {
-  Result<SlotFileResult> out = Error{"slot " + std::to_string(id) + " does not exist"};
-  if (id < 0 || id >= config_.n_slots) return out;
-  RunOnEngine([&] {
-    const double t0 = NowSeconds();
-    if (slots_[id]->busy) {
-      out = Error{"slot " + std::to_string(id) + " is busy"};
-      return;
-    }
+  return OnIdleSlot(id, [&]() -> Result<SlotFileResult> {
     FILE* f = std::fopen(path.c_str(), "rb");
     if (f == nullptr) {
-      out = Error{path + ": cannot open"};
-      return;
+      return Error{path + ": cannot open"};
     }
     char magic[8];
     uint32_t header[2];
@@ -552,8 +547,7 @@ Result<SlotFileResult> Scheduler::RestoreSlot(int id, const std::string& path) {
     }
     std::fclose(f);
     if (!err.empty()) {
-      out = Error{path + ": " + err};
-      return;
+      return Error{path + ": " + err};
     }
     session_.Truncate(id, 0);
     for (size_t i = 0; i < tokens.size(); i += config_.n_batch) {
@@ -561,29 +555,21 @@ Result<SlotFileResult> Scheduler::RestoreSlot(int id, const std::string& path) {
       Result<const float*> r = session_.EvalSeq(id, tokens.data() + i, n, false);
       if (!r.ok()) {
         session_.Truncate(id, 0);
-        out = Error{r.error().message};
-        return;
+        return Error{r.error().message};
       }
     }
-    out = SlotFileResult{static_cast<int>(tokens.size()), 16 + 4 * tokens.size(),
-                         (NowSeconds() - t0) * 1e3};
+    return SlotFileResult{static_cast<int>(tokens.size()), 16 + 4 * tokens.size(), 0.0};
   });
-  return out;
 }
 
 Result<int> Scheduler::EraseSlot(int id) {
-  Result<int> out = Error{"slot " + std::to_string(id) + " does not exist"};
-  if (id < 0 || id >= config_.n_slots) return out;
-  RunOnEngine([&] {
-    if (slots_[id]->busy) {
-      out = Error{"slot " + std::to_string(id) + " is busy"};
-      return;
-    }
+  Result<SlotFileResult> r = OnIdleSlot(id, [&]() -> Result<SlotFileResult> {
     const int n = session_.n_past(id);
     session_.Truncate(id, 0);
-    out = n;
+    return SlotFileResult{n, 0, 0.0};
   });
-  return out;
+  if (!r.ok()) return r.error();
+  return r->n_tokens;
 }
 
 }  // namespace lamina::serve

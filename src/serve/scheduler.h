@@ -104,6 +104,8 @@ class Scheduler {
   void Release(Slot& slot, bool cancelled);
   void ShiftContext(Slot& slot, int32_t next_token);
   void PublishInfo();
+  // Runs fn on the engine thread when the slot exists and is idle (else an error), timing it.
+  Result<SlotFileResult> OnIdleSlot(int id, const std::function<Result<SlotFileResult>()>& fn);
   // Runs fn on the engine thread and waits for it.
   void RunOnEngine(const std::function<void()>& fn);
 

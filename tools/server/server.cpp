@@ -368,7 +368,8 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
       return true;
     };
     // The whole answer once everything is collected: (HTTP status, body).
-    auto answer = [this, c, col, route, id, created, remember, cancel_all]() -> std::pair<int, json> {
+    auto answer = [this, c, col, route, id, created, remember,
+                   cancel_all]() -> std::pair<int, json> {
       json answers = json::array();
       for (size_t i = 0; i < col->size(); ++i) {
         const std::string& text = (*col)[i].text;
@@ -380,55 +381,55 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
           remember(e.status, e);
           return {e.status, api::ErrorBody({e.status, e.error_type, e.message})};
         }
-      remember(200, e);
-      const serve::Request& r = c->requests[i];
-      const Tokenizer& tok = model_->tokenizer();
-      if (route == Route::kCompletion) {
-        answers.push_back(NativeFinal(*c, i, r, text, tokens, e));
-        if (c->logprobs)
-          answers.back()["completion_probabilities"] = ProbEntries(tok, probs, c->top_logprobs);
-      } else if (route == Route::kOaiCompletion) {
-        json choice = {{"index", i},
-                       {"text", text},
-                       {"logprobs", c->logprobs ? LegacyLogprobs(tok, probs) : json(nullptr)},
-                       {"finish_reason", api::FinishReason(e.reason)}};
-        if (answers.empty()) {
-          answers.push_back({{"id", id},
-                             {"object", "text_completion"},
-                             {"created", created},
-                             {"model", model_id_},
-                             {"system_fingerprint", "lamina"},
-                             {"choices", json::array()},
-                             {"usage", Usage(r, e)},
-                             {"timings", api::TimingsJson(e.timings)}});
+        remember(200, e);
+        const serve::Request& r = c->requests[i];
+        const Tokenizer& tok = model_->tokenizer();
+        if (route == Route::kCompletion) {
+          answers.push_back(NativeFinal(*c, i, r, text, tokens, e));
+          if (c->logprobs)
+            answers.back()["completion_probabilities"] = ProbEntries(tok, probs, c->top_logprobs);
+        } else if (route == Route::kOaiCompletion) {
+          json choice = {{"index", i},
+                         {"text", text},
+                         {"logprobs", c->logprobs ? LegacyLogprobs(tok, probs) : json(nullptr)},
+                         {"finish_reason", api::FinishReason(e.reason)}};
+          if (answers.empty()) {
+            answers.push_back({{"id", id},
+                               {"object", "text_completion"},
+                               {"created", created},
+                               {"model", model_id_},
+                               {"system_fingerprint", "lamina"},
+                               {"choices", json::array()},
+                               {"usage", Usage(r, e)},
+                               {"timings", api::TimingsJson(e.timings)}});
+          } else {
+            json& u = answers[0]["usage"];
+            const json more = Usage(r, e);
+            u["prompt_tokens"] = u["prompt_tokens"].get<int>() + more["prompt_tokens"].get<int>();
+            u["completion_tokens"] =
+                u["completion_tokens"].get<int>() + more["completion_tokens"].get<int>();
+            u["total_tokens"] = u["total_tokens"].get<int>() + more["total_tokens"].get<int>();
+          }
+          answers[0]["choices"].push_back(choice);
         } else {
-          json& u = answers[0]["usage"];
-          const json more = Usage(r, e);
-          u["prompt_tokens"] = u["prompt_tokens"].get<int>() + more["prompt_tokens"].get<int>();
-          u["completion_tokens"] =
-              u["completion_tokens"].get<int>() + more["completion_tokens"].get<int>();
-          u["total_tokens"] = u["total_tokens"].get<int>() + more["total_tokens"].get<int>();
+          answers.push_back(
+              {{"id", id},
+               {"object", "chat.completion"},
+               {"created", created},
+               {"model", model_id_},
+               {"system_fingerprint", "lamina"},
+               {"choices",
+                json::array(
+                    {{{"index", 0},
+                      {"message", {{"role", "assistant"}, {"content", text}}},
+                      {"logprobs", c->logprobs
+                                       ? json{{"content", ProbEntries(tok, probs, c->top_logprobs)}}
+                                       : json(nullptr)},
+                      {"finish_reason", api::FinishReason(e.reason)}}})},
+               {"usage", Usage(r, e)},
+               {"timings", api::TimingsJson(e.timings)}});
         }
-        answers[0]["choices"].push_back(choice);
-      } else {
-        answers.push_back(
-            {{"id", id},
-             {"object", "chat.completion"},
-             {"created", created},
-             {"model", model_id_},
-             {"system_fingerprint", "lamina"},
-             {"choices",
-              json::array(
-                  {{{"index", 0},
-                    {"message", {{"role", "assistant"}, {"content", text}}},
-                    {"logprobs", c->logprobs
-                                     ? json{{"content", ProbEntries(tok, probs, c->top_logprobs)}}
-                                     : json(nullptr)},
-                    {"finish_reason", api::FinishReason(e.reason)}}})},
-             {"usage", Usage(r, e)},
-             {"timings", api::TimingsJson(e.timings)}});
       }
-    }
       const json out = route == Route::kCompletion && answers.size() == 1 ? answers[0]
                        : route == Route::kCompletion                      ? answers
                                                                           : answers[0];
@@ -746,25 +747,16 @@ void Server::HandleSlotAction(const httplib::Request& req, httplib::Response& re
     return SendError(res, {400, "invalid_request_error", "Invalid filename"});
   }
   const std::string path = (std::filesystem::path(o_.slot_save_path) / filename).string();
-  if (action == "save") {
-    Result<serve::SlotFileResult> r = scheduler_->SaveSlot(id, path);
-    if (!r.ok()) return SendError(res, {400, "invalid_request_error", r.error().message});
-    res.set_content(Dump({{"id_slot", id},
-                          {"filename", filename},
-                          {"n_saved", r->n_tokens},
-                          {"n_written", r->n_bytes},
-                          {"timings", {{"save_ms", r->ms}}}}),
-                    "application/json; charset=utf-8");
-  } else {
-    Result<serve::SlotFileResult> r = scheduler_->RestoreSlot(id, path);
-    if (!r.ok()) return SendError(res, {400, "invalid_request_error", r.error().message});
-    res.set_content(Dump({{"id_slot", id},
-                          {"filename", filename},
-                          {"n_restored", r->n_tokens},
-                          {"n_read", r->n_bytes},
-                          {"timings", {{"restore_ms", r->ms}}}}),
-                    "application/json; charset=utf-8");
-  }
+  const bool save = action == "save";
+  Result<serve::SlotFileResult> r =
+      save ? scheduler_->SaveSlot(id, path) : scheduler_->RestoreSlot(id, path);
+  if (!r.ok()) return SendError(res, {400, "invalid_request_error", r.error().message});
+  res.set_content(Dump({{"id_slot", id},
+                        {"filename", filename},
+                        {save ? "n_saved" : "n_restored", r->n_tokens},
+                        {save ? "n_written" : "n_read", r->n_bytes},
+                        {"timings", {{save ? "save_ms" : "restore_ms", r->ms}}}}),
+                  "application/json; charset=utf-8");
 }
 
 void Server::HandleModels(httplib::Response& res) {
