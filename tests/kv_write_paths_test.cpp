@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "probe/faults.h"
 #include "runtime/session.h"
+#include "kv_storage.h"
 
 namespace lamina {
 namespace {
@@ -32,26 +33,6 @@ const char* PathName(Path p) {
     case Path::kVerifyWindows: return "verify-windows";
   }
   return "?";
-}
-
-// Per layer: the K bytes then the V bytes of sequence `seq` (and with anchored keys, each
-// head's per-cell flags and anchor).
-std::vector<std::vector<uint8_t>> Storage(const KvCache& c, int seq) {
-  std::vector<std::vector<uint8_t>> storage;
-  for (int l = 0; l < c.config().n_layer; ++l) {
-    std::vector<uint8_t> bytes(c.KStorage(l, seq), c.KStorage(l, seq) + c.k_row_bytes() * c.config().n_ctx);
-    bytes.insert(bytes.end(), c.VStorage(l, seq), c.VStorage(l, seq) + c.v_row_bytes() * c.config().n_ctx);
-    if (c.k_anchored()) {  // anchored keys: the per-cell flags and each head's anchor too
-      for (int h = 0; h < c.config().n_kv_heads; ++h) {
-        const uint8_t* flags = c.KAnchorFlags(l, seq, h);
-        bytes.insert(bytes.end(), flags, flags + c.config().n_ctx);
-        const auto* anchor = reinterpret_cast<const uint8_t*>(c.KAnchor(l, seq, h));
-        bytes.insert(bytes.end(), anchor, anchor + sizeof(float) * c.config().head_dim);
-      }
-    }
-    storage.push_back(std::move(bytes));
-  }
-  return storage;
 }
 
 // observer: the cache's write hook (a planted fault), or none.
@@ -94,7 +75,7 @@ PathRun RunPath(const Model& model, SessionConfig sc, const std::vector<int32_t>
     eval_keep(pos, std::vector<int32_t>(tokens.begin() + pos, tokens.begin() + pos + take), take);
     pos += take;
   }
-  run.storage = Storage(s.cache(), 0);
+  run.storage = KvStorageBytes(s.cache(), 0);
   return run;
 }
 
@@ -260,7 +241,7 @@ TEST_P(KvWritePaths, SequencesBatchedTogetherMatchEachAlone) {
   EXPECT_GT(steps, 5);
   for (int i = 0; i < n_seq; ++i) {
     EXPECT_EQ(s.n_past(i), lengths[i]);
-    together[i].storage = Storage(s.cache(), i);
+    together[i].storage = KvStorageBytes(s.cache(), i);
     EXPECT_EQ(Compare(alone[i], together[i], n_vocab), "") << "sequence " << i << " batched vs alone";
   }
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli_common.h"
+#include "cli_spec.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
 #include "tokenizer/chat_template.h"
@@ -105,6 +106,11 @@ int RunChat(const ChatOptions& options) {
   SessionConfig sc;
   if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
   Session session(model, sc, pool);
+  SpecSetup spec;
+  if (!MakeSpecSetup(o.spec, o.common.model_path, model, session.n_ctx(), pool, &spec, &rc)) {
+    return rc;
+  }
+  spec::SpecStats spec_stats;
 
   GenerateOptions go;
   go.params.sampler = MakeSamplerConfig(o);
@@ -141,7 +147,7 @@ int RunChat(const ChatOptions& options) {
     }
     // The cells the session shares with this conversation are reused; the rest is evaluated.
     Result<GenerateResult> r =
-        Generate(session, /*seq=*/0, tokens, go, [](const std::string& piece) {
+        GenerateWithSpec(session, tokens, go, spec, &spec_stats, [](const std::string& piece) {
           std::fwrite(piece.data(), 1, piece.size(), stdout);
           std::fflush(stdout);
           return true;
@@ -155,6 +161,7 @@ int RunChat(const ChatOptions& options) {
     std::fflush(stdout);
     messages.push_back({"assistant", answer});
   }
+  if (spec.drafter) std::fprintf(stderr, "lamina: %s\n", SpecSummary(spec, spec_stats).c_str());
   return kExitOk;
 }
 

@@ -33,6 +33,18 @@ struct CommonOptions {
   int yarn_orig_ctx = 0;     // YaRN original context; 0: the model's
 };
 
+// Speculative decoding (cli_spec.h).
+struct SpecCliOptions {
+  std::string mode = "off";  // off, lookup, draft
+  std::string draft_model;   // -md; empty: <model>-draft.gguf beside the model
+  int draft_max = -1;        // < 0: the mode's default
+  int draft_min = 0;
+  float draft_p_min = 0.5f;
+  int lookup_ngram = 3;
+  std::string kv_draft = "f16";
+  bool fixed = false;  // --spec-fixed: always draft
+};
+
 struct RunOptions {
   CommonOptions common;
   std::string prompt;
@@ -48,6 +60,7 @@ struct RunOptions {
   bool json = false;
   int prompt_chunk = 0;  // 0: the whole prompt in one batch
   bool chat = false;     // --chat: the prompt is one user turn of the model's chat template
+  SpecCliOptions spec;
 };
 // `lamina run`: stream a continuation of the prompt. With --chat the prompt is rendered as one
 // user turn with the GGUF's chat template (ChatML, Qwen3, Llama-3) and generation ends with the
@@ -113,5 +126,9 @@ struct ProbeOptions {
 // `lamina probe`: A/B the KV cache modes, one fresh session per leg, against a reference leg;
 // with --url, the generation probes against a server.
 int RunProbe(const ProbeOptions& options);
+
+// llama.cpp spells some flags with one dash and several letters (-np, -fa, -md, ...); CLI11
+// wants those long. Returns argv with each such flag replaced by its long spelling.
+std::vector<std::string> NormalizeLlamaArgs(int argc, char** argv);
 
 }  // namespace lamina::cli

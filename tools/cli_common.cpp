@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "util/timer.h"
@@ -32,6 +33,31 @@ LoadedModel LoadModelForCli(const CommonOptions& options) {
     return out;
   }
   out.model = std::move(*model);
+  return out;
+}
+
+std::vector<std::string> NormalizeLlamaArgs(int argc, char** argv) {
+  static const std::map<std::string, std::string> kAliases = {{"-np", "--parallel"},
+                                                              {"-fa", "--flash-attn"},
+                                                              {"-ngl", "--n-gpu-layers"},
+                                                              {"-cb", "--cont-batching"},
+                                                              {"-nocb", "--no-cont-batching"},
+                                                              {"-ub", "--ubatch-size"},
+                                                              {"-tb", "--threads-batch"},
+                                                              {"-kvu", "--kv-unified"},
+                                                              {"-ctk", "--cache-type-k"},
+                                                              {"-ctv", "--cache-type-v"},
+                                                              {"-sm", "--split-mode"},
+                                                              {"-mg", "--main-gpu"},
+                                                              {"-dev", "--device"},
+                                                              {"-to", "--timeout"},
+                                                              {"-md", "--model-draft"}};
+  std::vector<std::string> out;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    auto it = kAliases.find(a);
+    out.push_back(it != kAliases.end() ? it->second : a);
+  }
   return out;
 }
 

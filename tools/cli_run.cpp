@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "cli_spec.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
 #include "util/timer.h"
@@ -34,6 +35,10 @@ int RunGenerate(const RunOptions& o) {
   if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
   Session session(model, sc, pool);
   if (!o.json) PrintKvSummary(session.cache());
+  SpecSetup spec;
+  if (!MakeSpecSetup(o.spec, o.common.model_path, model, session.n_ctx(), pool, &spec, &rc)) {
+    return rc;
+  }
 
   bool ignore_eos = o.ignore_eos;
   if (o.chat) {  // the prompt is one user turn; the answer ends with the turn
@@ -62,8 +67,9 @@ int RunGenerate(const RunOptions& o) {
   go.prompt_chunk = o.prompt_chunk;
   const int n_prompt = static_cast<int>(prompt_tokens.size());
   const bool progress = StderrIsTerminal() && !o.json && n_prompt > 256;
-  Result<GenerateResult> r = Generate(
-      session, /*seq=*/0, prompt_tokens, go,
+  spec::SpecStats spec_stats;
+  Result<GenerateResult> r = GenerateWithSpec(
+      session, prompt_tokens, go, spec, &spec_stats,
       [&](const std::string& piece) {
         if (!o.json) {
           std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -97,6 +103,17 @@ int RunGenerate(const RunOptions& o) {
                     {"n_generated", generated.size()}};
     j["kv"] = KvTypeName(sc.kv_type);
     j["kv_v_round"] = KvRoundingName(sc.v_rounding);
+    if (spec.drafter) {
+      j["spec"] = {{"mode", spec.drafter->name()},
+                   {"draft_max", spec.options.draft_max},
+                   {"drafted", spec_stats.drafted},
+                   {"accepted", spec_stats.accepted},
+                   {"acceptance", spec_stats.acceptance()},
+                   {"tokens_per_verify", spec_stats.tokens_per_verify()},
+                   {"verify_steps", spec_stats.verify_steps},
+                   {"plain_steps", spec_stats.plain_steps},
+                   {"draft_s", spec_stats.draft_seconds}};
+    }
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
@@ -104,6 +121,7 @@ int RunGenerate(const RunOptions& o) {
         stderr,
         "lamina: load %.3f s | prompt %d tokens, %.1f tok/s | decode %zu tokens, %.1f tok/s\n",
         lm.load_seconds, n_prompt, prompt_tps, generated.size(), decode_tps);
+    if (spec.drafter) std::fprintf(stderr, "lamina: %s\n", SpecSummary(spec, spec_stats).c_str());
   }
   return kExitOk;
 }

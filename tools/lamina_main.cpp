@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "cli_commands.h"
+#include "cli_spec.h"
 #include "server/server.h"
 
 namespace {
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--prompt-chunk", run.prompt_chunk,
                       "Process the prompt in chunks of N tokens (0: one batch, 1: token by token)");
   run_cmd->add_flag("--chat", run.chat, "Apply the model's chat template: the prompt is one user turn");
+  AddSpecOptions(run_cmd, run.spec);
 
   ChatOptions chat;
   CLI::App* chat_cmd = app.add_subcommand("chat", "Interactive chat: one user turn per stdin line, EOF ends");
@@ -65,6 +67,7 @@ int main(int argc, char** argv) {
   chat_cmd->add_option("--repeat-penalty", chat.run.repeat_penalty, "Repetition penalty (1: off)");
   chat_cmd->add_option("--seed", chat.run.seed, "RNG seed");
   chat_cmd->add_option("--system", chat.system, "System turn");
+  AddSpecOptions(chat_cmd, chat.run.spec);
 
   ScoreOptions score;
   CLI::App* score_cmd = app.add_subcommand("score", "Teacher-forced perplexity and KL divergence");
@@ -123,8 +126,11 @@ int main(int argc, char** argv) {
   inspect_cmd->add_option("model", inspect.model_path, "GGUF file")->required();
   inspect_cmd->add_flag("--json", inspect.json, "Print one JSON object");
 
+  std::vector<std::string> args = NormalizeLlamaArgs(argc, argv);  // -md
+  std::vector<char*> arg_ptrs;
+  for (std::string& a : args) arg_ptrs.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? kExitOk : kExitUsage;

@@ -14,6 +14,13 @@ class SkipDecodeWrites : public KvWriteObserver {
   bool OnWrite(const KvWriteSpan& span, float*, float*) const override { return span.n != 1; }
 };
 
+class SkipVerifyWrites : public KvWriteObserver {
+ public:
+  bool OnWrite(const KvWriteSpan& span, float*, float*) const override {
+    return span.n == 1 || span.pos0 == 0;
+  }
+};
+
 class CorruptDecodeWrites : public KvWriteObserver {
  public:
   bool OnWrite(const KvWriteSpan& span, float*, float* v) const override {
@@ -50,16 +57,20 @@ const char* FaultName(Fault fault) {
       return "corrupt-decode-writes";
     case Fault::kBiasedV:
       return "biased-v";
+    case Fault::kSkipVerifyWrites:
+      return "skip-verify-writes";
   }
   return "?";
 }
 
 Result<Fault> ParseFault(const std::string& name) {
-  for (Fault f : {Fault::kSkipDecodeWrites, Fault::kCorruptDecodeWrites, Fault::kBiasedV}) {
+  for (Fault f : {Fault::kSkipDecodeWrites, Fault::kCorruptDecodeWrites, Fault::kBiasedV,
+                  Fault::kSkipVerifyWrites}) {
     if (name == FaultName(f)) return f;
   }
   return Error{"unknown fault \"" + name +
-               "\" (expected skip-decode-writes, corrupt-decode-writes or biased-v)"};
+               "\" (expected skip-decode-writes, corrupt-decode-writes, biased-v or "
+               "skip-verify-writes)"};
 }
 
 std::unique_ptr<KvWriteObserver> MakeFaultObserver(Fault fault) {
@@ -72,6 +83,8 @@ std::unique_ptr<KvWriteObserver> MakeFaultObserver(Fault fault) {
       return std::make_unique<CorruptDecodeWrites>();
     case Fault::kBiasedV:
       return std::make_unique<BiasedV>();
+    case Fault::kSkipVerifyWrites:
+      return std::make_unique<SkipVerifyWrites>();
   }
   return nullptr;
 }

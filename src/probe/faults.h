@@ -1,7 +1,7 @@
 // Planted KV cache faults, as write observers (runtime/kv_cache.h): they prove that the write-path
 // tests and `lamina probe` catch what they are meant to catch. Each kind is the signature of a
 // real bug class: a decode path whose writes never reach storage, a decode path that stores
-// garbage, and a biased value quantizer.
+// garbage, a biased value quantizer, and a verify window whose batched append skips storage.
 #pragma once
 
 #include <memory>
@@ -17,9 +17,12 @@ enum class Fault {
   kSkipDecodeWrites,     // single-token writes (n == 1) never reach storage
   kCorruptDecodeWrites,  // single-token writes store head 0's V row negated
   kBiasedV,  // every V value shifted up by one 4-bit grid step of its head row (amax / 8)
+  // Batched writes that append to a sequence already holding cells (a speculative verify
+  // window; a later prompt chunk) never reach storage: the seed engine's bug.
+  kSkipVerifyWrites,
 };
 
-// "none", "skip-decode-writes", "corrupt-decode-writes", "biased-v".
+// "none", "skip-decode-writes", "corrupt-decode-writes", "biased-v", "skip-verify-writes".
 const char* FaultName(Fault fault);
 // The inverse of FaultName (except "none"); the error lists the names.
 Result<Fault> ParseFault(const std::string& name);

@@ -75,12 +75,19 @@ std::string Generator::Release(bool final) {
 }
 
 Generator::Step Generator::Next(const float* logits, int n_vocab) {
+  if (done()) return Step{-1, "", true};
+  return Emit(sampler_.Sample(logits, n_vocab, history_));
+}
+
+Generator::Step Generator::NextWithDraft(const float* logits, int n_vocab, int32_t draft,
+                                         const std::vector<TokenProb>* q, bool* accepted) {
+  *accepted = false;
+  if (done()) return Step{-1, "", true};
+  return Emit(sampler_.SampleWithDraft(logits, n_vocab, history_, draft, q, accepted));
+}
+
+Generator::Step Generator::Emit(int32_t id) {
   Step step;
-  if (done()) {
-    step.done = true;
-    return step;
-  }
-  const int32_t id = sampler_.Sample(logits, n_vocab, history_);
   if (!params_.ignore_eos && tokenizer_.IsEog(id)) {
     reason_ = StopReason::kEos;
     pending_ += detok_.Flush();
@@ -121,34 +128,45 @@ int ReusePrefix(Session& session, int seq, const std::vector<int32_t>& prompt) {
   return static_cast<int>(keep);
 }
 
+Result<PromptEval> EvalPrompt(Session& session, int seq, const std::vector<int32_t>& prompt,
+                              const GenerateOptions& options,
+                              const std::function<void(int, int)>& on_prompt_progress) {
+  if (prompt.empty()) return Error{"empty prompt"};
+  const int n_prompt = static_cast<int>(prompt.size());
+  if (n_prompt > session.n_ctx()) {
+    return Error{"the prompt (" + std::to_string(n_prompt) + " tokens) exceeds the context of " +
+                 std::to_string(session.n_ctx())};
+  }
+  PromptEval out;
+  out.n_cached = options.reuse_prefix ? ReusePrefix(session, seq, prompt) : 0;
+  if (!options.reuse_prefix) session.Truncate(seq, 0);
+  const double t0 = NowSeconds();
+  const int rest = n_prompt - out.n_cached;
+  const int chunk = options.prompt_chunk > 0 ? options.prompt_chunk : rest;
+  for (int i = 0; i < rest; i += chunk) {
+    const int n = std::min(chunk, rest - i);
+    Result<const float*> r =
+        session.EvalSeq(seq, prompt.data() + out.n_cached + i, n, /*all_logits=*/false);
+    if (!r.ok()) return r.error();
+    out.logits = *r;
+    if (on_prompt_progress) on_prompt_progress(out.n_cached + i + n, n_prompt);
+  }
+  out.seconds = NowSeconds() - t0;
+  return out;
+}
+
 Result<GenerateResult> Generate(Session& session, int seq, const std::vector<int32_t>& prompt,
                                 const GenerateOptions& options,
                                 const std::function<bool(const std::string&)>& on_text,
                                 const std::function<void(int, int)>& on_prompt_progress) {
-  if (prompt.empty()) return Error{"empty prompt"};
+  Result<PromptEval> pe = EvalPrompt(session, seq, prompt, options, on_prompt_progress);
+  if (!pe.ok()) return pe.error();
   GenerateResult result;
   result.n_prompt = static_cast<int>(prompt.size());
-  if (result.n_prompt > session.n_ctx()) {
-    return Error{"the prompt (" + std::to_string(result.n_prompt) +
-                 " tokens) exceeds the context of " + std::to_string(session.n_ctx())};
-  }
-  result.n_cached = options.reuse_prefix ? ReusePrefix(session, seq, prompt) : 0;
-  if (!options.reuse_prefix) session.Truncate(seq, 0);
-
-  const double t0 = NowSeconds();
-  const int rest = result.n_prompt - result.n_cached;
-  const int chunk = options.prompt_chunk > 0 ? options.prompt_chunk : rest;
-  const float* logits = nullptr;
-  for (int i = 0; i < rest; i += chunk) {
-    const int n = std::min(chunk, rest - i);
-    Result<const float*> r =
-        session.EvalSeq(seq, prompt.data() + result.n_cached + i, n, /*all_logits=*/false);
-    if (!r.ok()) return r.error();
-    logits = *r;
-    if (on_prompt_progress) on_prompt_progress(result.n_cached + i + n, result.n_prompt);
-  }
+  result.n_cached = pe->n_cached;
+  result.prompt_seconds = pe->seconds;
+  const float* logits = pe->logits;
   const double t1 = NowSeconds();
-  result.prompt_seconds = t1 - t0;
 
   const int n_vocab = session.model().hparams().n_vocab;
   Generator gen(session.model().tokenizer(), options.params, prompt);

@@ -6,6 +6,7 @@
 // Session for the command line.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -49,6 +50,16 @@ class Generator {
   };
   // logits: [n_vocab] of the last evaluated token.
   Step Next(const float* logits, int n_vocab);
+  // The same for a position whose next token was drafted: the speculative accept rule
+  // (Sampler::SampleWithDraft) picks the token; *accepted says whether it is `draft`.
+  Step NextWithDraft(const float* logits, int n_vocab, int32_t draft,
+                     const std::vector<TokenProb>* q, bool* accepted);
+  // Tokens still allowed by n_predict (-1: no limit).
+  int remaining() const {
+    return params_.n_predict < 0
+               ? -1
+               : std::max(0, params_.n_predict - static_cast<int>(generated_.size()));
+  }
   // Ends generation for a reason of the caller (context full, cancelled); returns the text
   // still held back (an incomplete UTF-8 tail, a possible stop-string prefix).
   std::string Finish(StopReason reason);
@@ -61,6 +72,8 @@ class Generator {
   const std::vector<int32_t>& history() const { return history_; }
 
  private:
+  // Adds a chosen token (or ends at an end-of-generation token) and releases text.
+  Step Emit(int32_t id);
   // Moves pending_ text to the output as far as stop strings allow; returns what was released.
   std::string Release(bool final);
 
@@ -97,6 +110,17 @@ struct GenerateResult {
   double prompt_seconds = 0.0;
   double decode_seconds = 0.0;
 };
+
+struct PromptEval {
+  int n_cached = 0;               // prompt tokens reused from the sequence's cells
+  const float* logits = nullptr;  // [n_vocab] after the last prompt token (the session's buffer)
+  double seconds = 0.0;
+};
+// Evaluates `prompt` on sequence `seq` after prefix reuse, in chunks of options.prompt_chunk;
+// on_prompt_progress (optional) is called after every chunk with (done, total).
+Result<PromptEval> EvalPrompt(Session& session, int seq, const std::vector<int32_t>& prompt,
+                              const GenerateOptions& options,
+                              const std::function<void(int, int)>& on_prompt_progress = {});
 
 // Evaluates `prompt` on sequence `seq` (after prefix reuse) and generates until a stop rule.
 // on_text receives each piece of final text as it is released; returning false cancels.

@@ -1,5 +1,8 @@
 // Token sampling: greedy, or repetition penalty → top-k → top-p → min-p → temperature → a
 // draw from a seeded RNG (the order llama.cpp's default chain uses). Deterministic for a seed.
+// SampleWithDraft is the speculative-sampling step: it accepts a drafted token with
+// probability min(1, p/q) and otherwise draws from the normalised residual max(0, p − q), so
+// the emitted tokens follow the target distribution p whatever the draft.
 #pragma once
 
 #include <cstdint>
@@ -9,13 +12,19 @@
 namespace lamina {
 
 struct SamplerConfig {
-  float temperature = 0.8f;  // <= 0: greedy
-  int top_k = 40;            // <= 0: off
-  float top_p = 0.95f;       // >= 1: off
-  float min_p = 0.05f;       // <= 0: off
+  float temperature = 0.8f;     // <= 0: greedy
+  int top_k = 40;               // <= 0: off
+  float top_p = 0.95f;          // >= 1: off
+  float min_p = 0.05f;          // <= 0: off
   float repeat_penalty = 1.0f;  // 1: off
   int repeat_last_n = 64;
   uint64_t seed = 0;
+};
+
+// One token of a sampling distribution.
+struct TokenProb {
+  int32_t id;
+  float p;
 };
 
 class Sampler {
@@ -23,6 +32,17 @@ class Sampler {
   explicit Sampler(const SamplerConfig& config);
   // Picks a token from logits [n_vocab]; `history` is the context so far (for the penalty).
   int32_t Sample(const float* logits, int n_vocab, const std::vector<int32_t>& history);
+
+  // The distribution Sample draws from, after the whole chain: the candidates that survive,
+  // probabilities summing to 1, most likely first (greedy: the arg max alone, p = 1).
+  const std::vector<TokenProb>& Distribution(const float* logits, int n_vocab,
+                                             const std::vector<int32_t>& history);
+
+  // Speculative step for a drafted token. q: the drafter's distribution for this position
+  // (nullptr: a deterministic draft, q one-hot on `draft`). Returns the emitted token and sets
+  // *accepted when it is the draft. Greedy: the arg max, accepted when it equals the draft.
+  int32_t SampleWithDraft(const float* logits, int n_vocab, const std::vector<int32_t>& history,
+                          int32_t draft, const std::vector<TokenProb>* q, bool* accepted);
 
  private:
   struct Candidate {
@@ -33,9 +53,18 @@ class Sampler {
   SamplerConfig config_;
   std::mt19937_64 rng_;
   std::vector<Candidate> candidates_;
+  std::vector<TokenProb> dist_;      // [candidates] Distribution's result
+  std::vector<TokenProb> residual_;  // [candidates] SampleWithDraft's max(0, p - q)
 };
 
 // Index of the largest value (ties: the lowest index).
 int32_t ArgMax(const float* logits, int n);
+
+// The speculative accept rule on explicit uniforms u_accept, u_draw in [0, 1): accept `draft`
+// when u_accept < min(1, p(draft) / q(draft)), else draw by inverse CDF from the normalised
+// residual max(0, p − q). p, q: distributions (q nullptr: one-hot on draft).
+int32_t AcceptOrResample(const std::vector<TokenProb>& p, int32_t draft,
+                         const std::vector<TokenProb>* q, double u_accept, double u_draw,
+                         bool* accepted, std::vector<TokenProb>* scratch);
 
 }  // namespace lamina

@@ -1137,32 +1137,6 @@ int Server::Run() {
   return rc;
 }
 
-// llama-server spells some flags with one dash and several letters; CLI11 wants those long.
-std::vector<std::string> NormalizeArgs(int argc, char** argv) {
-  static const std::map<std::string, std::string> kAliases = {{"-np", "--parallel"},
-                                                              {"-fa", "--flash-attn"},
-                                                              {"-ngl", "--n-gpu-layers"},
-                                                              {"-cb", "--cont-batching"},
-                                                              {"-nocb", "--no-cont-batching"},
-                                                              {"-ub", "--ubatch-size"},
-                                                              {"-tb", "--threads-batch"},
-                                                              {"-kvu", "--kv-unified"},
-                                                              {"-ctk", "--cache-type-k"},
-                                                              {"-ctv", "--cache-type-v"},
-                                                              {"-sm", "--split-mode"},
-                                                              {"-mg", "--main-gpu"},
-                                                              {"-dev", "--device"},
-                                                              {"-to", "--timeout"},
-                                                              {"-md", "--model-draft"}};
-  std::vector<std::string> out;
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    auto it = kAliases.find(a);
-    out.push_back(it != kAliases.end() ? it->second : a);
-  }
-  return out;
-}
-
 }  // namespace
 
 int RunServeCommand(int argc, char** argv) {
@@ -1224,7 +1198,7 @@ int RunServeCommand(int argc, char** argv) {
                            "--no-cont-batching", "--log-disable", "--no-warmup", "--no-perf"}) {
     app.add_flag(name, ignored_flag, "accepted, no effect")->group("");
   }
-  std::vector<std::string> args = NormalizeArgs(argc, argv);
+  std::vector<std::string> args = NormalizeLlamaArgs(argc, argv);
   std::vector<char*> ptrs;
   for (std::string& a : args) ptrs.push_back(a.data());
   try {

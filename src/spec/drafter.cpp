@@ -1,0 +1,97 @@
+// Prompt-lookup and draft-model drafters (see drafter.h).
+#include "spec/drafter.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/sampler.h"
+
+namespace lamina::spec {
+
+LookupDrafter::LookupDrafter(int ngram_max, int ngram_min)
+    : ngram_max_(std::max(1, ngram_max)), ngram_min_(std::clamp(ngram_min, 1, ngram_max_)) {}
+
+Status LookupDrafter::Draft(const std::vector<int32_t>& history, int max_tokens,
+                            std::vector<int32_t>* draft) {
+  draft->clear();
+  const int n = static_cast<int>(history.size());
+  if (max_tokens <= 0) return Status::Ok();
+  for (int g = std::min(ngram_max_, n - 1); g >= ngram_min_; --g) {
+    const int32_t* key = history.data() + n - g;  // [g] the suffix to match
+    // The most recent earlier occurrence (its end before the suffix's end).
+    for (int start = n - g - 1; start >= 0; --start) {
+      if (!std::equal(key, key + g, history.data() + start)) continue;
+      const int from = start + g;
+      const int to = std::min(n, from + max_tokens);
+      draft->assign(history.begin() + from, history.begin() + to);
+      return Status::Ok();
+    }
+  }
+  return Status::Ok();
+}
+
+ModelDrafter::ModelDrafter(const Model& draft_model, const SessionConfig& config, ThreadPool& pool,
+                           float p_min)
+    : session_(draft_model, config, pool), p_min_(p_min) {
+  LAMINA_CHECK(config.n_seq == 1);
+}
+
+Status ModelDrafter::Draft(const std::vector<int32_t>& history, int max_tokens,
+                           std::vector<int32_t>* draft) {
+  draft->clear();
+  const int n = static_cast<int>(history.size());
+  if (n == 0) return Status::Ok();
+  max_tokens = std::min(max_tokens, session_.n_ctx() - n);
+  if (max_tokens <= 0) return Status::Ok();
+  // Align the draft's cells with the history: keep the common prefix, evaluate the rest (at
+  // least the last token, whose logits give the first draft).
+  const std::vector<int32_t>& cached = session_.tokens();
+  int keep = 0;
+  while (keep < n - 1 && keep < static_cast<int>(cached.size()) && cached[keep] == history[keep]) {
+    ++keep;
+  }
+  session_.Truncate(keep);
+  Result<const float*> r = session_.Eval(history.data() + keep, n - keep, /*all_logits=*/false);
+  if (!r.ok()) return r.error();
+  const int n_vocab = session_.model().hparams().n_vocab;
+  for (;;) {
+    const float* logits = *r;
+    const int32_t best = ArgMax(logits, n_vocab);
+    if (p_min_ > 0.0f) {  // the draft's own probability of its choice
+      double sum = 0.0;
+      for (int i = 0; i < n_vocab; ++i)
+        sum += std::exp(static_cast<double>(logits[i] - logits[best]));
+      if (1.0 / sum < p_min_) break;
+    }
+    draft->push_back(best);
+    if (static_cast<int>(draft->size()) >= max_tokens) break;
+    r = session_.Eval(&best, 1, /*all_logits=*/false);
+    if (!r.ok()) return r.error();
+  }
+  return Status::Ok();
+}
+
+Status CheckDraftCompatible(const Model& target, const Model& draft) {
+  const Tokenizer& t = target.tokenizer();
+  const Tokenizer& d = draft.tokenizer();
+  const std::string what = "the draft model (" + draft.hparams().arch + ", vocabulary " +
+                           std::to_string(d.vocab_size()) + ") cannot draft for the target (" +
+                           target.hparams().arch + ", vocabulary " +
+                           std::to_string(t.vocab_size()) + "): ";
+  if (t.vocab_size() != d.vocab_size() || draft.hparams().n_vocab != target.hparams().n_vocab) {
+    return Error{what + "the vocabulary sizes differ"};
+  }
+  for (int32_t id = 0; id < t.vocab_size(); ++id) {
+    if (t.TokenText(id) != d.TokenText(id) || t.Attr(id) != d.Attr(id)) {
+      return Error{what + "token " + std::to_string(id) + " is '" + t.TokenText(id) +
+                   "' in the target and '" + d.TokenText(id) + "' in the draft"};
+    }
+  }
+  if (t.bos() != d.bos() || t.eos() != d.eos() || t.eot() != d.eot() ||
+      t.add_bos() != d.add_bos()) {
+    return Error{what + "the special tokens (BOS, EOS, EOT) differ"};
+  }
+  return Status::Ok();
+}
+
+}  // namespace lamina::spec

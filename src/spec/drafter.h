@@ -1,0 +1,68 @@
+// Drafters for speculative decoding: each proposes up to k next tokens from a sequence's history
+// and is told how many the target accepted. LookupDrafter matches the recent suffix against the
+// history (prompt lookup, no model); ModelDrafter runs a small model whose vocabulary matches the
+// target's in its own session, kept aligned with the target's history by prefix reuse and
+// rolled back with Truncate like the target.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "runtime/session.h"
+#include "util/status.h"
+
+namespace lamina::spec {
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual const char* name() const = 0;
+  // history: the sequence's tokens, the last one sampled but not yet evaluated by the target.
+  // Replaces *draft with at most max_tokens proposed continuations (possibly none).
+  virtual Status Draft(const std::vector<int32_t>& history, int max_tokens,
+                       std::vector<int32_t>* draft) = 0;
+  // The target accepted n_accepted of the last draft's n_drafted tokens.
+  virtual void Accepted(int n_drafted, int n_accepted) {
+    (void)n_drafted;
+    (void)n_accepted;
+  }
+};
+
+// Prompt lookup: the longest suffix of the history of ngram_max..ngram_min tokens that occurred
+// before; the tokens that followed its most recent earlier occurrence are the draft.
+class LookupDrafter : public Drafter {
+ public:
+  LookupDrafter(int ngram_max, int ngram_min = 1);
+  const char* name() const override { return "lookup"; }
+  Status Draft(const std::vector<int32_t>& history, int max_tokens,
+               std::vector<int32_t>* draft) override;
+
+ private:
+  int ngram_max_;
+  int ngram_min_;
+};
+
+// A draft model: greedy continuations of the history, stopping early when the draft's own
+// probability of its choice falls below p_min.
+class ModelDrafter : public Drafter {
+ public:
+  // config.n_seq must be 1; the session's context should be at least the target's.
+  ModelDrafter(const Model& draft_model, const SessionConfig& config, ThreadPool& pool,
+               float p_min);
+  const char* name() const override { return "draft"; }
+  Status Draft(const std::vector<int32_t>& history, int max_tokens,
+               std::vector<int32_t>* draft) override;
+  const Session& session() const { return session_; }
+
+ private:
+  Session session_;
+  float p_min_;
+};
+
+// Whether `draft` can draft for `target`: the same tokenizer kind, vocabulary size, token texts
+// and special tokens. The error names the first difference.
+Status CheckDraftCompatible(const Model& target, const Model& draft);
+
+}  // namespace lamina::spec

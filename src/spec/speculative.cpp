@@ -1,0 +1,136 @@
+// The speculative generation loop and its draft controller (see speculative.h).
+#include "spec/speculative.h"
+
+#include <algorithm>
+
+#include "util/timer.h"
+
+namespace lamina::spec {
+
+void SpecStats::Add(const SpecStats& o) {
+  drafted += o.drafted;
+  accepted += o.accepted;
+  verify_steps += o.verify_steps;
+  plain_steps += o.plain_steps;
+  emitted += o.emitted;
+  draft_seconds += o.draft_seconds;
+}
+
+bool DraftController::ShouldDraft() const {
+  if (!adaptive_) return true;
+  if (n_plain_ < 2) return false;  // a plain baseline first
+  return pause_left_ == 0;
+}
+
+void DraftController::Record(bool speculative, int emitted, double seconds) {
+  if (!adaptive_ || seconds <= 0.0) return;
+  constexpr double kAlpha = 0.25;
+  const double rate = emitted / seconds;
+  if (!speculative) {
+    plain_rate_ = n_plain_ == 0 ? rate : plain_rate_ + kAlpha * (rate - plain_rate_);
+    ++n_plain_;
+    if (pause_left_ > 0) --pause_left_;
+    return;
+  }
+  spec_rate_ = n_spec_ == 0 ? rate : spec_rate_ + kAlpha * (rate - spec_rate_);
+  ++n_spec_;
+  if (n_spec_ < 4) return;
+  if (spec_rate_ < 0.95 * plain_rate_) {
+    pause_left_ = backoff_;
+    backoff_ = std::min(256, backoff_ * 2);
+    n_spec_ = 0;
+  } else if (n_spec_ >= 16) {
+    backoff_ = 8;  // it pays: a later loss pauses briefly again
+  }
+}
+
+Result<GenerateResult> GenerateSpeculative(
+    Session& session, int seq, const std::vector<int32_t>& prompt, const GenerateOptions& options,
+    Drafter& drafter, const SpecOptions& spec, SpecStats* stats,
+    const std::function<bool(const std::string&)>& on_text,
+    const std::function<void(int, int)>& on_prompt_progress) {
+  LAMINA_CHECK(spec.draft_max >= 1);
+  Result<PromptEval> pe = EvalPrompt(session, seq, prompt, options, on_prompt_progress);
+  if (!pe.ok()) return pe.error();
+  GenerateResult result;
+  result.n_prompt = static_cast<int>(prompt.size());
+  result.n_cached = pe->n_cached;
+  result.prompt_seconds = pe->seconds;
+  const double t1 = NowSeconds();
+
+  const int n_vocab = session.model().hparams().n_vocab;
+  Generator gen(session.model().tokenizer(), options.params, prompt);
+  SpecStats local;
+  DraftController controller(spec.adaptive);
+  bool cancelled = false;
+  auto emit = [&](const std::string& text) {
+    if (!text.empty() && on_text && !on_text(text)) cancelled = true;
+  };
+  Generator::Step step = gen.Next(pe->logits, n_vocab);
+  emit(step.text);
+  std::vector<int32_t> draft;   // [<= draft_max]
+  std::vector<int32_t> window;  // [1 + draft.size()] the last token, then the drafts
+  while (!step.done) {
+    if (cancelled) {
+      gen.Finish(StopReason::kCancelled);
+      break;
+    }
+    const int room = session.n_ctx() - session.n_past(seq);
+    if (room <= 0) {
+      emit(gen.Finish(StopReason::kContextFull));
+      break;
+    }
+    const double t_step = NowSeconds();
+    // Drafts beyond the room left or the token budget could never be kept.
+    int k_max = std::min(spec.draft_max, room - 1);
+    if (gen.remaining() >= 0) k_max = std::min(k_max, gen.remaining() - 1);
+    draft.clear();
+    if (k_max > 0 && controller.ShouldDraft()) {
+      Status s = drafter.Draft(gen.history(), k_max, &draft);
+      if (!s.ok()) return s.error();
+      if (static_cast<int>(draft.size()) > k_max) draft.resize(k_max);
+      if (static_cast<int>(draft.size()) < spec.draft_min) draft.clear();
+    }
+    const double t_drafted = NowSeconds();
+    local.draft_seconds += t_drafted - t_step;
+    window.assign(1, step.token);
+    window.insert(window.end(), draft.begin(), draft.end());
+    const int n_before = session.n_past(seq);
+    const int k = static_cast<int>(draft.size());
+    Result<const float*> r = session.EvalSeq(seq, window.data(), k + 1, /*all_logits=*/true);
+    if (!r.ok()) return r.error();
+    // Row i predicts the token after window[i]; a row whose draft is rejected (or the bonus
+    // row after all k) yields the target's own token and ends the step.
+    int row = 0;
+    int n_accepted = 0;
+    int n_emitted = 0;
+    for (;; ++row) {
+      const float* logits = *r + static_cast<size_t>(row) * n_vocab;
+      bool accepted = false;
+      step = row < k ? gen.NextWithDraft(logits, n_vocab, draft[row], nullptr, &accepted)
+                     : gen.Next(logits, n_vocab);
+      if (step.token >= 0) ++n_emitted;
+      if (accepted) ++n_accepted;
+      emit(step.text);
+      if (step.done || cancelled || !accepted) break;
+    }
+    // Keep the cells of window[0..row]: the tokens whose logits were used. The rest are
+    // rejected drafts (or an accepted one the plain loop would not have evaluated yet).
+    if (!spec.planted_skip_truncate) session.Truncate(seq, n_before + 1 + row);
+    if (k > 0) drafter.Accepted(k, n_accepted);
+    local.drafted += k;
+    local.accepted += n_accepted;
+    local.emitted += n_emitted;
+    (k > 0 ? local.verify_steps : local.plain_steps) += 1;
+    controller.Record(k > 0, std::max(1, n_emitted), NowSeconds() - t_step);
+  }
+  result.decode_seconds = NowSeconds() - t1;
+  result.tokens = gen.generated();
+  result.text = gen.text();
+  result.reason = gen.reason();
+  result.stop_word = gen.stop_word();
+  if (stats) stats->Add(local);
+  return result;
+}
+
+}  // namespace lamina::spec

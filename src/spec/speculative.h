@@ -1,0 +1,69 @@
+// Speculative generation: a drafter proposes tokens, the target verifies `[last, d1..dk]` as one
+// batch with all logits through the same Session::EvalSeq a prompt chunk takes (so every window
+// cell goes through KvCache::Write), accepts the longest prefix its sampler agrees with plus its
+// own next token, and truncates the rest. At temperature 0 the emitted ids are those of plain
+// greedy decoding; above it the accept rule (Sampler::SampleWithDraft) keeps the target's
+// distribution. A controller stops drafting while it does not pay (measured tokens per second).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/generate.h"
+#include "spec/drafter.h"
+
+namespace lamina::spec {
+
+struct SpecOptions {
+  int draft_max = 8;     // tokens drafted per verify step (>= 1)
+  int draft_min = 0;     // drafts shorter than this are not verified (a plain step instead)
+  bool adaptive = true;  // stop drafting while speculative steps are slower than plain ones
+  // Planted fault for tests and the probe: rejected cells are left in the sequence (no Truncate).
+  bool planted_skip_truncate = false;
+};
+
+struct SpecStats {
+  int64_t drafted = 0;       // tokens proposed and verified
+  int64_t accepted = 0;      // of which the target accepted
+  int64_t verify_steps = 0;  // forward passes over a window with at least one draft
+  int64_t plain_steps = 0;   // forward passes over one token
+  int64_t emitted = 0;       // tokens emitted by decode steps (verify and plain)
+  double draft_seconds = 0.0;
+  double acceptance() const { return drafted > 0 ? double(accepted) / double(drafted) : 0.0; }
+  // Tokens emitted per verify step (accepted drafts + the target's own token).
+  double tokens_per_verify() const {
+    return verify_steps > 0 ? double(accepted + verify_steps) / double(verify_steps) : 0.0;
+  }
+  void Add(const SpecStats& o);
+};
+
+// Decides per step whether to draft, from measured throughput: an exponential average of tokens
+// per second over speculative steps and over plain ones. Speculation pauses when it is below
+// 0.95 of plain (8 steps, doubling to 256 while it keeps losing) and is tried again after.
+class DraftController {
+ public:
+  explicit DraftController(bool adaptive) : adaptive_(adaptive) {}
+  bool ShouldDraft() const;
+  // A finished step: whether it verified drafts, tokens emitted, seconds (draft + verify).
+  void Record(bool speculative, int emitted, double seconds);
+
+ private:
+  bool adaptive_;
+  double plain_rate_ = 0.0;  // tokens/s, exponential average
+  double spec_rate_ = 0.0;
+  int n_plain_ = 0;
+  int n_spec_ = 0;      // speculative steps since the last pause
+  int pause_left_ = 0;  // plain steps left in the current pause
+  int backoff_ = 8;
+};
+
+// Generate (runtime/generate.h) with speculation on sequence `seq`; stats (optional) receives
+// the drafting figures.
+Result<GenerateResult> GenerateSpeculative(
+    Session& session, int seq, const std::vector<int32_t>& prompt, const GenerateOptions& options,
+    Drafter& drafter, const SpecOptions& spec, SpecStats* stats = nullptr,
+    const std::function<bool(const std::string&)>& on_text = {},
+    const std::function<void(int, int)>& on_prompt_progress = {});
+
+}  // namespace lamina::spec

@@ -1,0 +1,33 @@
+// Test helper: the encoded bytes a KV cache holds for one sequence, per layer (K rows, V rows,
+// and with anchored keys each head's per-cell flags and anchor), for byte-identity checks.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/kv_cache.h"
+
+namespace lamina {
+
+// Cells [0, n_cells) of sequence `seq` (n_cells < 0: the whole context).
+inline std::vector<std::vector<uint8_t>> KvStorageBytes(const KvCache& c, int seq,
+                                                        int n_cells = -1) {
+  const int n = n_cells < 0 ? c.config().n_ctx : n_cells;
+  std::vector<std::vector<uint8_t>> storage;  // [n_layer][bytes]
+  for (int l = 0; l < c.config().n_layer; ++l) {
+    std::vector<uint8_t> bytes(c.KStorage(l, seq), c.KStorage(l, seq) + c.k_row_bytes() * n);
+    bytes.insert(bytes.end(), c.VStorage(l, seq), c.VStorage(l, seq) + c.v_row_bytes() * n);
+    if (c.k_anchored()) {
+      for (int h = 0; h < c.config().n_kv_heads; ++h) {
+        const uint8_t* flags = c.KAnchorFlags(l, seq, h);
+        bytes.insert(bytes.end(), flags, flags + n);
+        const auto* anchor = reinterpret_cast<const uint8_t*>(c.KAnchor(l, seq, h));
+        bytes.insert(bytes.end(), anchor, anchor + sizeof(float) * c.config().head_dim);
+      }
+    }
+    storage.push_back(std::move(bytes));
+  }
+  return storage;
+}
+
+}  // namespace lamina

@@ -1,0 +1,108 @@
+// Speculative-decoding flags and drafter set-up for run and chat (see cli_spec.h).
+#include "cli_spec.h"
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+
+#include "cli_common.h"
+
+namespace lamina::cli {
+
+void AddSpecOptions(CLI::App* cmd, SpecCliOptions& s) {
+  cmd->add_option("--spec", s.mode,
+                  "Speculative decoding: off, lookup (prompt lookup) or draft (a draft model)")
+      ->check(CLI::IsMember({"off", "lookup", "draft"}));
+  cmd->add_option(
+      "--model-draft", s.draft_model,
+      "Draft model for --spec draft (-md) (default: <model>-draft.gguf beside the model)");
+  cmd->add_option("--draft-max,--draft,--draft-n", s.draft_max,
+                  "Tokens drafted per verify step (default: 8 for draft, 6 for lookup)");
+  cmd->add_option("--draft-min,--draft-n-min", s.draft_min,
+                  "Drafts shorter than this are not verified (default: 0)");
+  cmd->add_option("--draft-p-min", s.draft_p_min,
+                  "Stop drafting when the draft model's probability falls below P (default: 0.5)");
+  cmd->add_option("--lookup-ngram", s.lookup_ngram,
+                  "Longest n-gram prompt lookup matches (default: 3)");
+  cmd->add_option("--kv-draft", s.kv_draft, "KV cache mode of the draft model (default: f16)");
+  cmd->add_flag("--spec-fixed", s.fixed, "Always draft (no pausing when speculation does not pay)");
+}
+
+bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, const Model& target,
+                   int n_ctx, ThreadPool& pool, SpecSetup* out, int* exit_code) {
+  auto fail = [&](int code, const std::string& msg) {
+    std::fprintf(stderr, "lamina: %s\n", msg.c_str());
+    *exit_code = code;
+    return false;
+  };
+  if (o.mode == "off") return true;
+  const bool draft = o.mode == "draft";
+  spec::SpecOptions& so = out->options;
+  so.draft_max = o.draft_max >= 0 ? o.draft_max : (draft ? 8 : 6);
+  if (so.draft_max < 1) return fail(kExitUsage, "--draft-max must be at least 1");
+  if (o.draft_min < 0) return fail(kExitUsage, "--draft-min must not be negative");
+  if (o.draft_min > so.draft_max) return fail(kExitUsage, "--draft-min exceeds --draft-max");
+  so.draft_min = o.draft_min;
+  if (!(o.draft_p_min >= 0.0f && o.draft_p_min <= 1.0f)) {
+    return fail(kExitUsage, "--draft-p-min must be in [0, 1]");
+  }
+  if (o.lookup_ngram < 1 || o.lookup_ngram > 64) {
+    return fail(kExitUsage, "--lookup-ngram must be in [1, 64]");
+  }
+  so.adaptive = !o.fixed;
+  if (!draft) {
+    out->drafter = std::make_unique<spec::LookupDrafter>(o.lookup_ngram);
+    return true;
+  }
+  std::string path = o.draft_model;
+  if (path.empty()) {
+    namespace fs = std::filesystem;
+    const fs::path t(target_path);
+    const fs::path guess = t.parent_path() / (t.stem().string() + "-draft.gguf");
+    if (!fs::exists(guess)) {
+      return fail(kExitUsage, "--spec draft needs -md DRAFT_MODEL (no " + guess.string() + ")");
+    }
+    path = guess.string();
+  }
+  LoadedModel lm = LoadModelForCli(path);  // prints its own error line
+  if (!lm.model) {
+    *exit_code = kExitBadInput;
+    return false;
+  }
+  Status compatible = spec::CheckDraftCompatible(target, *lm.model);
+  if (!compatible.ok()) return fail(kExitBadInput, compatible.error().message);
+  SessionConfig dc;
+  dc.n_ctx = n_ctx;
+  Result<KvType> kv = ParseKvType(o.kv_draft);
+  if (!kv.ok()) return fail(kExitUsage, "--kv-draft: " + kv.error().message);
+  dc.kv_type = *kv;
+  Result<KvCacheConfig> cc = MakeKvCacheConfig(lm.model->hparams(), dc);
+  if (!cc.ok()) return fail(kExitUsage, "--kv-draft: " + cc.error().message);
+  out->draft_model = std::move(lm.model);
+  out->load_seconds = lm.load_seconds;
+  out->drafter = std::make_unique<spec::ModelDrafter>(*out->draft_model, dc, pool, o.draft_p_min);
+  return true;
+}
+
+Result<GenerateResult> GenerateWithSpec(Session& session, const std::vector<int32_t>& prompt,
+                                        const GenerateOptions& go, SpecSetup& spec,
+                                        spec::SpecStats* stats,
+                                        const std::function<bool(const std::string&)>& on_text,
+                                        const std::function<void(int, int)>& on_prompt_progress) {
+  if (!spec.drafter) return Generate(session, 0, prompt, go, on_text, on_prompt_progress);
+  return spec::GenerateSpeculative(session, 0, prompt, go, *spec.drafter, spec.options, stats,
+                                   on_text, on_prompt_progress);
+}
+
+std::string SpecSummary(const SpecSetup& spec, const spec::SpecStats& s) {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "spec %s | drafted %lld, accepted %lld (%.1f%%), %.2f tokens per verify step, "
+                "%lld verify / %lld plain steps",
+                spec.drafter ? spec.drafter->name() : "off", static_cast<long long>(s.drafted),
+                static_cast<long long>(s.accepted), 100.0 * s.acceptance(), s.tokens_per_verify(),
+                static_cast<long long>(s.verify_steps), static_cast<long long>(s.plain_steps));
+  return buf;
+}
+
+}  // namespace lamina::cli

@@ -1,0 +1,47 @@
+// Speculative decoding on the command line: the flags run and chat share (llama.cpp's spellings
+// where it has them) and the drafter they build.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cli_commands.h"
+#include "model/model.h"
+#include "runtime/generate.h"
+#include "spec/speculative.h"
+
+namespace CLI {
+class App;
+}
+
+namespace lamina::cli {
+
+// Registers --spec, -md/--model-draft, --draft-max, --draft-min, --draft-p-min, --lookup-ngram,
+// --kv-draft and --spec-fixed on a subcommand.
+void AddSpecOptions(CLI::App* cmd, SpecCliOptions& spec);
+
+// The drafter and its model, when --spec asks for one.
+struct SpecSetup {
+  std::unique_ptr<Model> draft_model;
+  std::unique_ptr<spec::Drafter> drafter;  // null: --spec off
+  spec::SpecOptions options;
+  double load_seconds = 0.0;
+};
+// Validates the flags and builds the drafter for `target` (loaded from target_path; a draft
+// model defaults to <target>-draft.gguf beside it). Returns false after printing one line, with
+// *exit_code set (usage: bad flags; bad input: a missing, malformed or mismatched draft model).
+// n_ctx: the target session's context (the draft session gets the same).
+bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, const Model& target,
+                   int n_ctx, ThreadPool& pool, SpecSetup* out, int* exit_code);
+
+// Generate or GenerateSpeculative, as the setup says.
+Result<GenerateResult> GenerateWithSpec(
+    Session& session, const std::vector<int32_t>& prompt, const GenerateOptions& go,
+    SpecSetup& spec, spec::SpecStats* stats,
+    const std::function<bool(const std::string&)>& on_text = {},
+    const std::function<void(int, int)>& on_prompt_progress = {});
+
+// "spec lookup | drafted N, accepted M (P%), T tokens per verify step, V verify / S plain steps"
+std::string SpecSummary(const SpecSetup& spec, const spec::SpecStats& stats);
+
+}  // namespace lamina::cli
