@@ -79,14 +79,18 @@ TEST(QuantContract, MultiDotEqualsSingleDotBitForBit) {
 }
 
 // The tile kernel, where an ISA has one: every (row, token) output is vec_dot's bits, whatever
-// the tile shape and the pair's place in it. Odd block counts take the lone-block tail.
+// the tile shape and the pair's place in it. Odd block counts take the lone-block tail; float
+// types also a 16-element step and a masked tail.
 TEST(QuantContract, TileDotEqualsSingleDotBitForBit) {
-  const GgmlType types[] = {GgmlType::kQ4_0, GgmlType::kQ8_0};
+  const GgmlType types[] = {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kF32, GgmlType::kF16,
+                            GgmlType::kBF16};
   std::mt19937 rng(19);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (const int64_t k : {int64_t{32}, int64_t{512}, int64_t{544}}) {
+  // Float types take any k: 405 = 12 steps of 32, the lone 16-step and a masked tail of 5.
+  for (const int64_t k : {int64_t{32}, int64_t{512}, int64_t{544}, int64_t{405}, int64_t{7}}) {
     for (Isa isa : SupportedIsas()) {
       for (GgmlType t : types) {
+        if (k % 32 != 0 && GetTypeTraits(t).block_size != 1) continue;
         const TypeKernels& kern = GetKernels(t, isa);
         if (kern.vec_dot_tile == nullptr) continue;
         const TypeKernels& act = GetKernels(kern.vec_dot_type, isa);
@@ -113,8 +117,8 @@ TEST(QuantContract, TileDotEqualsSingleDotBitForBit) {
                 float single = 0.0f;
                 kern.vec_dot(k, &single, w.data() + i * w_bytes, acts.data() + j * act_bytes);
                 EXPECT_EQ(F32ToBits(out[j * kMaxTileRows + i]), F32ToBits(single))
-                    << GgmlTypeName(t) << " on " << IsaName(isa) << ", k " << k << ", tile "
-                    << nr << "x" << n << ", row " << i << ", token " << j;
+                    << GgmlTypeName(t) << " on " << IsaName(isa) << ", k " << k << ", tile " << nr
+                    << "x" << n << ", row " << i << ", token " << j;
               }
             }
           }

@@ -8,6 +8,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "quant/kernel_registry.h"
@@ -93,20 +94,141 @@ void VecDotFloatMultiN(int64_t k, const void* vw, const char* act, size_t stride
 }
 
 template <class S>
-void VecDotFloatMulti(int64_t k, const void* w, const void* act, size_t stride, int n,
-                      float* out) {
+void VecDotFloatMulti(int64_t k, const void* w, const void* act, size_t stride, int n, float* out) {
   const char* a = static_cast<const char*>(act);
   switch (n) {
-    case 1: return VecDotFloatMultiN<S, 1>(k, w, a, stride, out);
-    case 2: return VecDotFloatMultiN<S, 2>(k, w, a, stride, out);
-    case 3: return VecDotFloatMultiN<S, 3>(k, w, a, stride, out);
-    case 4: return VecDotFloatMultiN<S, 4>(k, w, a, stride, out);
-    case 5: return VecDotFloatMultiN<S, 5>(k, w, a, stride, out);
-    case 6: return VecDotFloatMultiN<S, 6>(k, w, a, stride, out);
-    case 7: return VecDotFloatMultiN<S, 7>(k, w, a, stride, out);
-    case 8: return VecDotFloatMultiN<S, 8>(k, w, a, stride, out);
+    case 1:
+      return VecDotFloatMultiN<S, 1>(k, w, a, stride, out);
+    case 2:
+      return VecDotFloatMultiN<S, 2>(k, w, a, stride, out);
+    case 3:
+      return VecDotFloatMultiN<S, 3>(k, w, a, stride, out);
+    case 4:
+      return VecDotFloatMultiN<S, 4>(k, w, a, stride, out);
+    case 5:
+      return VecDotFloatMultiN<S, 5>(k, w, a, stride, out);
+    case 6:
+      return VecDotFloatMultiN<S, 6>(k, w, a, stride, out);
+    case 7:
+      return VecDotFloatMultiN<S, 7>(k, w, a, stride, out);
+    case 8:
+      return VecDotFloatMultiN<S, 8>(k, w, a, stride, out);
     default:
       for (int j = 0; j < n; ++j) VecDotFloatMultiN<S, 1>(k, w, a + j * stride, 0, &out[j]);
+  }
+}
+
+// Float tiles: R weight rows × N activation rows (R, N <= 4) per register block, each output
+// bit-identical to VecDotFloatMultiN on its pair. That kernel keeps two accumulators per pair
+// (acc0: the first half of every 32-element step, then the lone 16-element step; acc1: the
+// second halves, then the masked tail) and returns reduce(acc0 + acc1). Here the acc0 sequence
+// runs as one pass and the acc1 sequence as a second, so 16 accumulators suffice; every FMA of
+// every accumulator happens in the same order. Each loaded (widened) weight vector serves N
+// tokens and each activation vector R rows, instead of one row.
+template <class S, int R, int N>
+void VecDotFloatTileBlock(int64_t k, const typename S::T* const* w, const typename S::T* const* a,
+                          float* out, size_t out_stride) {
+  __m512 acc[R][N];
+  float first[R][N][16];  // the acc0 pass's lanes
+  const int64_t k32 = k / 32 * 32;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int r = 0; r < R; ++r) {
+      for (int j = 0; j < N; ++j) acc[r][j] = _mm512_setzero_ps();
+    }
+    const int64_t off = pass == 0 ? 0 : 16;
+    for (int64_t i = 0; i < k32; i += 32) {
+      __m512 wv[R];
+      for (int r = 0; r < R; ++r) wv[r] = S::Load(w[r] + i + off);
+      for (int j = 0; j < N; ++j) {
+        const __m512 av = S::Load(a[j] + i + off);
+        for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(wv[r], av, acc[r][j]);
+      }
+    }
+    int64_t i = k32;
+    if (i + 16 <= k) {  // the lone 16-element step belongs to acc0
+      if (pass == 0) {
+        __m512 wv[R];
+        for (int r = 0; r < R; ++r) wv[r] = S::Load(w[r] + i);
+        for (int j = 0; j < N; ++j) {
+          const __m512 av = S::Load(a[j] + i);
+          for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(wv[r], av, acc[r][j]);
+        }
+      }
+      i += 16;
+    }
+    if (pass == 1 && i < k) {  // the masked tail belongs to acc1
+      const __mmask16 m = TailMask(k - i);
+      __m512 wv[R];
+      for (int r = 0; r < R; ++r) wv[r] = S::LoadMasked(w[r] + i, m);
+      for (int j = 0; j < N; ++j) {
+        const __m512 av = S::LoadMasked(a[j] + i, m);
+        for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(wv[r], av, acc[r][j]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int j = 0; j < N; ++j) {
+        if (pass == 0) {
+          _mm512_storeu_ps(first[r][j], acc[r][j]);
+        } else {
+          out[j * out_stride + r] =
+              _mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(first[r][j]), acc[r][j]));
+        }
+      }
+    }
+  }
+}
+
+template <class S, int R>
+void VecDotFloatTileRows(int64_t k, const typename S::T* const* w, const char* act,
+                         size_t act_row_bytes, int n_act, float* out, size_t out_stride) {
+  using T = typename S::T;
+  for (int j0 = 0; j0 < n_act; j0 += 4) {
+    const T* a[4];
+    const int n = std::min(4, n_act - j0);
+    for (int j = 0; j < n; ++j) a[j] = reinterpret_cast<const T*>(act + (j0 + j) * act_row_bytes);
+    float* o = out + j0 * out_stride;
+    switch (n) {
+      case 1:
+        VecDotFloatTileBlock<S, R, 1>(k, w, a, o, out_stride);
+        break;
+      case 2:
+        VecDotFloatTileBlock<S, R, 2>(k, w, a, o, out_stride);
+        break;
+      case 3:
+        VecDotFloatTileBlock<S, R, 3>(k, w, a, o, out_stride);
+        break;
+      default:
+        VecDotFloatTileBlock<S, R, 4>(k, w, a, o, out_stride);
+        break;
+    }
+  }
+}
+
+template <class S>
+void VecDotFloatTile(int64_t k, const void* vw, size_t w_row_bytes, int n_rows, const void* act,
+                     size_t act_row_bytes, int n_act, float* out, size_t out_stride) {
+  using T = typename S::T;
+  if (n_act == 1) {  // one token: the one-pass row kernel streams each weight row once
+    for (int r = 0; r < n_rows; ++r) {
+      VecDotFloatMultiN<S, 1>(k, static_cast<const char*>(vw) + r * w_row_bytes,
+                              static_cast<const char*>(act), 0, out + r);
+    }
+    return;
+  }
+  const T* w[kMaxTileRows];
+  for (int r = 0; r < n_rows; ++r) {
+    w[r] = reinterpret_cast<const T*>(static_cast<const char*>(vw) + r * w_row_bytes);
+  }
+  const char* a = static_cast<const char*>(act);
+  switch (n_rows) {
+    case 1:
+      return VecDotFloatTileRows<S, 1>(k, w, a, act_row_bytes, n_act, out, out_stride);
+    case 2:
+      return VecDotFloatTileRows<S, 2>(k, w, a, act_row_bytes, n_act, out, out_stride);
+    case 3:
+      return VecDotFloatTileRows<S, 3>(k, w, a, act_row_bytes, n_act, out, out_stride);
+    default:
+      return VecDotFloatTileRows<S, 4>(k, w, a, act_row_bytes, n_act, out, out_stride);
   }
 }
 
@@ -163,9 +285,8 @@ struct Prepared {
   explicit Prepared(const typename W::Block& b) {
     codes = W::Codes(b);
     if constexpr (W::kSigned) {
-      const __m256i bias =
-          _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(static_cast<char>(0x80)),
-                              codes);
+      const __m256i bias = _mm256_dpbusd_epi32(_mm256_setzero_si256(),
+                                               _mm256_set1_epi8(static_cast<char>(0x80)), codes);
       init = _mm256_sub_epi32(_mm256_setzero_si256(), bias);
     } else {
       init = _mm256_setzero_si256();
@@ -206,9 +327,7 @@ struct Prepared {
 inline __m512i Join(__m256i lo, __m256i hi) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
-inline __m256i Load256(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
+inline __m256i Load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 struct Q8_0Tile {
   using Block = BlockQ8_0;
@@ -217,8 +336,7 @@ struct Q8_0Tile {
     return _mm512_xor_si512(Join(Load256(b0.qs), Load256(b1.qs)), _mm512_set1_epi8(kOffset));
   }
   static __m512i Codes1(const Block& b) {
-    return _mm512_zextsi256_si512(
-        _mm256_xor_si256(Load256(b.qs), _mm256_set1_epi8(kOffset)));
+    return _mm512_zextsi256_si512(_mm256_xor_si256(Load256(b.qs), _mm256_set1_epi8(kOffset)));
   }
 };
 struct Q4_0Tile {
@@ -240,9 +358,9 @@ struct Q4_0Tile {
 // load plus a word permute is fewer instructions, but its index vector makes the 4 x 4 tile
 // spill accumulators.)
 inline __m512 Scales2(fp16_t d0, fp16_t d1) {
-  return _mm512_cvtph_ps(_mm256_inserti128_si256(
-      _mm256_castsi128_si256(_mm_set1_epi16(static_cast<short>(d0))),
-      _mm_set1_epi16(static_cast<short>(d1)), 1));
+  return _mm512_cvtph_ps(
+      _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(static_cast<short>(d0))),
+                              _mm_set1_epi16(static_cast<short>(d1)), 1));
 }
 inline __m512 Scales1(fp16_t d) {
   return _mm512_cvtph_ps(_mm256_zextsi128_si256(_mm_set1_epi16(static_cast<short>(d))));
@@ -328,14 +446,22 @@ void DotTileRows(int64_t nb, const char* w, size_t w_stride, const char* act, si
   const char* a = act + t * a_stride;
   float* o = out + t * out_stride;
   switch (n_act - t) {
-    case 0: return;
-    case 1: return DotTile<W, R, 1>(nb, w, w_stride, a, a_stride, o, out_stride);
-    case 2: return DotTile<W, R, 2>(nb, w, w_stride, a, a_stride, o, out_stride);
-    case 3: return DotTile<W, R, 3>(nb, w, w_stride, a, a_stride, o, out_stride);
-    case 4: return DotTile<W, R, 4>(nb, w, w_stride, a, a_stride, o, out_stride);
-    case 5: return DotTile<W, R, 5>(nb, w, w_stride, a, a_stride, o, out_stride);
-    case 6: return DotTile<W, R, 6>(nb, w, w_stride, a, a_stride, o, out_stride);
-    case 7: return DotTile<W, R, 7>(nb, w, w_stride, a, a_stride, o, out_stride);
+    case 0:
+      return;
+    case 1:
+      return DotTile<W, R, 1>(nb, w, w_stride, a, a_stride, o, out_stride);
+    case 2:
+      return DotTile<W, R, 2>(nb, w, w_stride, a, a_stride, o, out_stride);
+    case 3:
+      return DotTile<W, R, 3>(nb, w, w_stride, a, a_stride, o, out_stride);
+    case 4:
+      return DotTile<W, R, 4>(nb, w, w_stride, a, a_stride, o, out_stride);
+    case 5:
+      return DotTile<W, R, 5>(nb, w, w_stride, a, a_stride, o, out_stride);
+    case 6:
+      return DotTile<W, R, 6>(nb, w, w_stride, a, a_stride, o, out_stride);
+    case 7:
+      return DotTile<W, R, 7>(nb, w, w_stride, a, a_stride, o, out_stride);
   }
 }
 
@@ -354,10 +480,14 @@ void VecDotTile(int64_t k, const void* w, size_t w_row_bytes, int n_rows, const 
     return;
   }
   switch (n_rows) {
-    case 1: return DotTileRows<W, 1>(nb, wc, w_row_bytes, ac, act_row_bytes, n_act, out, out_stride);
-    case 2: return DotTileRows<W, 2>(nb, wc, w_row_bytes, ac, act_row_bytes, n_act, out, out_stride);
-    case 3: return DotTileRows<W, 3>(nb, wc, w_row_bytes, ac, act_row_bytes, n_act, out, out_stride);
-    case 4: return DotTileRows<W, 4>(nb, wc, w_row_bytes, ac, act_row_bytes, n_act, out, out_stride);
+    case 1:
+      return DotTileRows<W, 1>(nb, wc, w_row_bytes, ac, act_row_bytes, n_act, out, out_stride);
+    case 2:
+      return DotTileRows<W, 2>(nb, wc, w_row_bytes, ac, act_row_bytes, n_act, out, out_stride);
+    case 3:
+      return DotTileRows<W, 3>(nb, wc, w_row_bytes, ac, act_row_bytes, n_act, out, out_stride);
+    case 4:
+      return DotTileRows<W, 4>(nb, wc, w_row_bytes, ac, act_row_bytes, n_act, out, out_stride);
   }
 }
 
@@ -432,6 +562,9 @@ void RegisterAvx512Legacy(KernelTable& table) {
   set(GgmlType::kF32, VecDotFloatOne<F32Src>, VecDotFloatMulti<F32Src>);
   set(GgmlType::kF16, VecDotFloatOne<F16Src>, VecDotFloatMulti<F16Src>);
   set(GgmlType::kBF16, VecDotFloatOne<BF16Src>, VecDotFloatMulti<BF16Src>);
+  table[static_cast<int>(GgmlType::kF32)].vec_dot_tile = VecDotFloatTile<F32Src>;
+  table[static_cast<int>(GgmlType::kF16)].vec_dot_tile = VecDotFloatTile<F16Src>;
+  table[static_cast<int>(GgmlType::kBF16)].vec_dot_tile = VecDotFloatTile<BF16Src>;
   set(GgmlType::kQ4_0, VecDotTileOne<Q4_0Tile>, VecDotTileMulti<Q4_0Tile>);
   table[static_cast<int>(GgmlType::kQ4_0)].vec_dot_tile = VecDotTile<Q4_0Tile>;
   set(GgmlType::kQ4_1, VecDotQuantOne<Q4_1W>, VecDotQuantMulti<Q4_1W>);
