@@ -491,6 +491,71 @@ TEST(ServerBatchInvariance, ConcurrentRequestsEqualSoloRuns) {
   }
 }
 
+// Speculative slots (prompt lookup; the shipped model drafting for itself from a q4_0 cache,
+// always drafting) answer eight concurrent requests, streamed and not, exactly as a plain
+// server answers each alone; -b 16 makes verify windows shrink to fit the batch.
+TEST_F(ServerTest, SpeculativeSlotsAnswerAsPlainSoloRuns) {
+  const std::vector<std::string> users = {
+      "Count from 1 to 40, one number per line.",
+      "Repeat this list exactly, one item per line:\nDavid\nKate\nEmma\nIris\nDavid\nKate\nSam",
+      "Write a JSON object with the fields \"name\" = \"Alice\", \"age\" = 34.",
+      "Tell me a short story about a cat.",
+      "Count from 95 to 120, one number per line.",
+      "Repeat this list exactly, one item per line:\nBob\nLeo\nBob\nLeo\nMax",
+      "Write a JSON array of these values: \"red\", 7, \"blue\".",
+      "Tell me a short story about a dog."};
+  auto body = [&](size_t i) {
+    return json{{"prompt", ChatPrompt(users[i])}, {"n_predict", 48}, {"temperature", 0}};
+  };
+  std::vector<std::string> solo(users.size());
+  {
+    ServerProcess plain({"-m", kShipped, "-np", "1", "-c", "1024"});
+    ASSERT_TRUE(plain.healthy()) << plain.Log();
+    for (size_t i = 0; i < users.size(); ++i) {
+      json b = body(i);
+      b["cache_prompt"] = false;
+      auto [st, r] = plain.Post("/completion", b);
+      ASSERT_EQ(st, 200);
+      solo[i] = r["content"];
+    }
+  }
+  const std::vector<std::vector<std::string>> configs = {
+      {"--spec", "lookup", "--spec-fixed"},
+      {"-md", kShipped, "--kv-draft", "q4_0", "--draft-max", "6", "--spec-fixed"}};
+  for (const auto& extra : configs) {
+    std::vector<std::string> args = {"-m", kShipped, "-np", "4", "-c", "2048", "-b", "16"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    ServerProcess s(args);
+    ASSERT_TRUE(s.healthy()) << s.Log();
+    EXPECT_EQ(s.Get("/props").second["default_generation_settings"]["speculative"], true);
+    std::vector<std::string> together(users.size());
+    std::vector<json> timings(users.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < users.size(); ++i) {
+      threads.emplace_back([&, i] {
+        if (i % 2 == 0) {
+          auto [text, last] = StreamCompletion(s, body(i));
+          together[i] = text;
+          timings[i] = last.value("timings", json());
+        } else {
+          json r = s.Post("/completion", body(i)).second;
+          together[i] = r.value("content", "");
+          timings[i] = r.value("timings", json());
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    long long drafted = 0, accepted = 0;
+    for (size_t i = 0; i < users.size(); ++i) {
+      EXPECT_EQ(together[i], solo[i]) << extra[1] << " request " << i;
+      drafted += timings[i].value("draft_n", 0LL);
+      accepted += timings[i].value("draft_n_accepted", 0LL);
+    }
+    EXPECT_GT(drafted, 0) << extra[1];
+    EXPECT_GT(accepted, 0) << extra[1];
+  }
+}
+
 // 64 clients at once, some cancelling mid-stream, some giving up on a long non-streamed answer
 // and some sending oversize bodies: no crash, every answer is its own request's, every slot is
 // freed.

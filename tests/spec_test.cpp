@@ -402,14 +402,20 @@ TEST(DraftCompatibility, MismatchedVocabulariesAreRefused) {
   EXPECT_NE(s.error().message.find("cannot draft for the target"), std::string::npos);
 }
 
-TEST(LookupDrafter, DraftsTheContinuationOfTheLatestMatch) {
-  spec::LookupDrafter d(3);
+TEST(LookupDrafter, DraftsWhatFollowedTheLongestMatch) {
+  spec::LookupDrafter d(2);
   std::vector<int32_t> draft;
-  ASSERT_TRUE(d.Draft({1, 2, 3, 4, 5, 9, 2, 3, 4, 7, 2, 3}, 3, &draft).ok());
-  EXPECT_EQ(draft, (std::vector<int32_t>{4, 7, 2}));  // "2 3" last seen before "4 7"
+  // "2 3" occurs twice; "1 2 3" matches longer at the first place.
+  ASSERT_TRUE(d.Draft({1, 2, 3, 4, 5, 9, 2, 3, 7, 1, 2, 3}, 3, &draft).ok());
+  EXPECT_EQ(draft, (std::vector<int32_t>{4, 5, 9}));
+  // Equal matches: the most recent.
+  ASSERT_TRUE(d.Draft({2, 3, 4, 2, 3, 7, 2, 3}, 2, &draft).ok());
+  EXPECT_EQ(draft, (std::vector<int32_t>{7, 2}));
   ASSERT_TRUE(d.Draft({1, 2, 3, 1, 2}, 8, &draft).ok());
   EXPECT_EQ(draft, (std::vector<int32_t>{3, 1, 2}));
   ASSERT_TRUE(d.Draft({5, 6, 7}, 4, &draft).ok());
+  EXPECT_TRUE(draft.empty());
+  ASSERT_TRUE(d.Draft({5, 6, 7, 6}, 4, &draft).ok());  // a 1-token match is below ngram_min
   EXPECT_TRUE(draft.empty());
 }
 

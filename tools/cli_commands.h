@@ -40,7 +40,7 @@ struct SpecCliOptions {
   int draft_max = -1;        // < 0: the mode's default
   int draft_min = 0;
   float draft_p_min = 0.5f;
-  int lookup_ngram = 3;
+  int lookup_ngram = 2;
   std::string kv_draft = "f16";
   bool fixed = false;  // --spec-fixed: always draft
 };

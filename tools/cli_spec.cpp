@@ -22,14 +22,16 @@ void AddSpecOptions(CLI::App* cmd, SpecCliOptions& s) {
                   "Drafts shorter than this are not verified (default: 0)");
   cmd->add_option("--draft-p-min", s.draft_p_min,
                   "Stop drafting when the draft model's probability falls below P (default: 0.5)");
-  cmd->add_option("--lookup-ngram", s.lookup_ngram,
-                  "Longest n-gram prompt lookup matches (default: 3)");
+  cmd->add_option(
+      "--lookup-ngram", s.lookup_ngram,
+      "Shortest match of the history's end that prompt lookup drafts from (default: 2)");
   cmd->add_option("--kv-draft", s.kv_draft, "KV cache mode of the draft model (default: f16)");
   cmd->add_flag("--spec-fixed", s.fixed, "Always draft (no pausing when speculation does not pay)");
 }
 
 bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, const Model& target,
-                   int n_ctx, ThreadPool& pool, SpecSetup* out, int* exit_code) {
+                   int n_ctx, ThreadPool& pool, SpecSetup* out, int* exit_code,
+                   bool build_drafter) {
   auto fail = [&](int code, const std::string& msg) {
     std::fprintf(stderr, "lamina: %s\n", msg.c_str());
     *exit_code = code;
@@ -51,7 +53,7 @@ bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, cons
   }
   so.adaptive = !o.fixed;
   if (!draft) {
-    out->drafter = std::make_unique<spec::LookupDrafter>(o.lookup_ngram);
+    if (build_drafter) out->drafter = std::make_unique<spec::LookupDrafter>(o.lookup_ngram);
     return true;
   }
   std::string path = o.draft_model;
@@ -80,7 +82,10 @@ bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, cons
   if (!cc.ok()) return fail(kExitUsage, "--kv-draft: " + cc.error().message);
   out->draft_model = std::move(lm.model);
   out->load_seconds = lm.load_seconds;
-  out->drafter = std::make_unique<spec::ModelDrafter>(*out->draft_model, dc, pool, o.draft_p_min);
+  out->draft_config = dc;
+  if (build_drafter) {
+    out->drafter = std::make_unique<spec::ModelDrafter>(*out->draft_model, dc, pool, o.draft_p_min);
+  }
   return true;
 }
 

@@ -25,14 +25,17 @@ struct SpecSetup {
   std::unique_ptr<Model> draft_model;
   std::unique_ptr<spec::Drafter> drafter;  // null: --spec off
   spec::SpecOptions options;
+  SessionConfig draft_config;  // the draft model's session (context, KV mode)
   double load_seconds = 0.0;
 };
 // Validates the flags and builds the drafter for `target` (loaded from target_path; a draft
 // model defaults to <target>-draft.gguf beside it). Returns false after printing one line, with
 // *exit_code set (usage: bad flags; bad input: a missing, malformed or mismatched draft model).
-// n_ctx: the target session's context (the draft session gets the same).
+// n_ctx: the target session's context (the draft session gets the same). build_drafter false:
+// validate and load only (the server builds one drafter per slot).
 bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, const Model& target,
-                   int n_ctx, ThreadPool& pool, SpecSetup* out, int* exit_code);
+                   int n_ctx, ThreadPool& pool, SpecSetup* out, int* exit_code,
+                   bool build_drafter = true);
 
 // Generate or GenerateSpeculative, as the setup says.
 Result<GenerateResult> GenerateWithSpec(

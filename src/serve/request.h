@@ -23,6 +23,11 @@ struct Request {
   bool cache_prompt = true;  // reuse the cells a slot already shares with the prompt
   int n_keep = 0;            // context shift: prompt tokens always kept (-1: the whole prompt)
   int n_probs = 0;           // > 0: each sampled token's log-probability and the top n_probs
+  // Speculative decoding, when the server drafts (llama-server's speculative.n_max / n_min /
+  // p_min): -1 / < 0 = the server's setting; draft_max 0 turns drafting off for this request.
+  int draft_max = -1;
+  int draft_min = -1;
+  float draft_p_min = -1.0f;
 };
 
 // A token's log-probability under the model (softmax of its raw logits).
@@ -37,6 +42,8 @@ struct Timings {
   int predicted_n = 0;  // tokens generated
   double prompt_ms = 0.0;
   double predicted_ms = 0.0;
+  int64_t draft_n = 0;           // speculative decoding: tokens drafted for this request
+  int64_t draft_n_accepted = 0;  // of which accepted
 };
 
 struct Event {

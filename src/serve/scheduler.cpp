@@ -28,6 +28,14 @@ struct Scheduler::Slot {
   double t_start = 0.0;
   double t_prompt_done = 0.0;
   uint64_t last_used = 0;
+  // Speculative decoding (config.spec): the slot's drafter and controller, and the drafts of
+  // the verify window in flight (pending is then [last token, drafts...]).
+  std::unique_ptr<spec::Drafter> drafter;
+  std::unique_ptr<spec::DraftController> controller;
+  std::vector<int32_t> draft;
+  double draft_seconds = 0.0;  // drafting time of the window in flight
+  int64_t draft_n = 0;
+  int64_t draft_accepted = 0;
 };
 
 namespace {
@@ -72,7 +80,18 @@ Scheduler::Scheduler(const Model& model, const SchedulerConfig& config, ThreadPo
   config_.n_batch = std::max(1, config_.n_batch);
   for (int i = 0; i < config_.n_slots; ++i) {
     slots_.push_back(std::make_unique<Slot>());
-    slots_.back()->id = i;
+    Slot& slot = *slots_.back();
+    slot.id = i;
+    const SpecConfig& sp = config_.spec;
+    if (sp.mode == SpecConfig::Mode::kLookup) {
+      slot.drafter = std::make_unique<spec::LookupDrafter>(sp.lookup_ngram);
+    } else if (sp.mode == SpecConfig::Mode::kDraft) {
+      LAMINA_CHECK(sp.draft_model != nullptr);
+      SessionConfig dc = sp.draft_session;
+      dc.n_seq = 1;
+      slot.drafter =
+          std::make_unique<spec::ModelDrafter>(*sp.draft_model, dc, pool, sp.draft_p_min);
+    }
   }
   stats_.kv_bytes = session_.cache().BytesTotal();
   PublishInfo();
@@ -252,6 +271,12 @@ void Scheduler::StartInSlot(Slot& slot, Queued q) {
   slot.pending_done = 0;
   slot.n_prompt_evaluated = 0;
   slot.gen = std::make_unique<Generator>(model_.tokenizer(), slot.req.params, prompt);
+  slot.controller = std::make_unique<spec::DraftController>(config_.spec.options.adaptive);
+  slot.draft.clear();
+  slot.draft_n = slot.draft_accepted = 0;
+  if (auto* md = dynamic_cast<spec::ModelDrafter*>(slot.drafter.get())) {
+    md->set_p_min(slot.req.draft_p_min >= 0.0f ? slot.req.draft_p_min : config_.spec.draft_p_min);
+  }
 }
 
 void Scheduler::Release(Slot& slot, bool cancelled) {
@@ -260,6 +285,7 @@ void Scheduler::Release(Slot& slot, bool cancelled) {
   slot.gen.reset();
   slot.pending.clear();
   slot.pending_done = 0;
+  slot.draft.clear();
   std::lock_guard<std::mutex> lock(mutex_);
   ++stats_.requests;
   if (cancelled) ++stats_.requests_cancelled;
@@ -288,6 +314,8 @@ void Scheduler::Finish(Slot& slot, StopReason reason) {
   const double t_prompt_done = slot.prompt_done ? slot.t_prompt_done : now;
   e.timings.prompt_ms = (t_prompt_done - slot.t_start) * 1e3;
   e.timings.predicted_ms = (now - t_prompt_done) * 1e3;
+  e.timings.draft_n = slot.draft_n;
+  e.timings.draft_n_accepted = slot.draft_accepted;
   slot.channel->Push(std::move(e));
   Release(slot, /*cancelled=*/false);
 }
@@ -325,28 +353,58 @@ bool Scheduler::Step() {
       Release(*s, /*cancelled=*/true);
     }
   }
+  // Generating slots with a drafter propose their verify windows.
+  int budget = config_.n_batch;
+  for (auto& s : slots_) {
+    if (!s->busy || !s->drafter || !s->prompt_done) continue;
+    if (s->pending.size() - s->pending_done != 1) continue;
+    const int draft_max = s->req.draft_max >= 0 ? s->req.draft_max : config_.spec.options.draft_max;
+    const int draft_min = s->req.draft_min >= 0 ? s->req.draft_min : config_.spec.options.draft_min;
+    // Drafts beyond the slot's room, the token budget or the batch could never be kept.
+    int k_max = std::min(draft_max, n_ctx_slot() - session_.n_past(s->id) - 1);
+    if (s->gen->remaining() >= 0) k_max = std::min(k_max, s->gen->remaining() - 1);
+    k_max = std::min(k_max, config_.n_batch - 1);
+    if (k_max <= 0 || !s->controller->ShouldDraft()) continue;
+    const double t0 = NowSeconds();
+    Status st = s->drafter->Draft(s->gen->history(), k_max, &s->draft);
+    s->draft_seconds = NowSeconds() - t0;
+    if (!st.ok() || static_cast<int>(s->draft.size()) < std::max(1, draft_min)) {
+      s->draft.clear();
+      continue;
+    }
+    if (static_cast<int>(s->draft.size()) > k_max) s->draft.resize(k_max);
+    s->pending.resize(s->pending_done + 1);
+    s->pending.insert(s->pending.end(), s->draft.begin(), s->draft.end());
+  }
+
   SequenceBatch batch;
   struct Row {
     Slot* slot;
-    size_t n;  // pending tokens this batch evaluates
-    bool output;
+    size_t n;   // pending tokens this batch evaluates
+    int n_out;  // logits rows it asks for: 0 or 1, or n for a verify window
   };
   std::vector<Row> rows;
-  int budget = config_.n_batch;
-  // Decode tokens first (one per generating slot), then prompt chunks in slot order.
+  // Decode tokens and verify windows first, then prompt chunks in slot order.
   for (int pass = 0; pass < 2 && budget > 0; ++pass) {
     for (auto& s : slots_) {
       if (!s->busy || budget <= 0) continue;
+      const bool window = !s->draft.empty();
       const size_t left = s->pending.size() - s->pending_done;
-      const bool decode = left == 1;
+      const bool decode = left == 1 || window;
       if (left == 0 || decode != (pass == 0)) continue;
-      const size_t take = std::min<size_t>(left, budget);
+      if (window && left > static_cast<size_t>(budget)) {  // fewer drafts fit this batch
+        s->draft.resize(budget - 1);
+        s->pending.resize(s->pending_done + budget);
+      }
+      const size_t take = std::min<size_t>(s->pending.size() - s->pending_done, budget);
       const int pos0 = session_.n_past(s->id);
       for (size_t i = 0; i < take; ++i) {
         const bool last = s->pending_done + i + 1 == s->pending.size();
-        batch.Add(s->pending[s->pending_done + i], s->id, pos0 + static_cast<int>(i), last);
+        batch.Add(s->pending[s->pending_done + i], s->id, pos0 + static_cast<int>(i),
+                  last || !s->draft.empty());
       }
-      rows.push_back({s.get(), take, s->pending_done + take == s->pending.size()});
+      const bool ends = s->pending_done + take == s->pending.size();
+      rows.push_back({s.get(), take, !s->draft.empty() ? static_cast<int>(take) : (ends ? 1 : 0)});
       budget -= static_cast<int>(take);
     }
   }
@@ -354,12 +412,9 @@ bool Scheduler::Step() {
   const double t0 = NowSeconds();
   Result<const float*> r = session_.Decode(batch);
   const double dt = NowSeconds() - t0;
-  int n_prompt_tokens = 0, n_decoded = 0;
+  int n_prompt_tokens = 0;
   for (const Row& row : rows) {
-    if (row.slot->prompt_done) {
-      n_decoded += row.n == 1 ? 1 : 0;
-      n_prompt_tokens += row.n == 1 ? 0 : static_cast<int>(row.n);
-    } else {
+    if (!row.slot->prompt_done || (row.n > 1 && row.slot->draft.empty())) {
       n_prompt_tokens += static_cast<int>(row.n);
     }
   }
@@ -367,7 +422,6 @@ bool Scheduler::Step() {
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.steps;
     stats_.prompt_tokens += n_prompt_tokens;
-    stats_.predicted_tokens += n_decoded;
     if (n_prompt_tokens > 0) {
       stats_.prompt_seconds += dt;
     } else {
@@ -380,30 +434,64 @@ bool Scheduler::Step() {
   }
   const int n_vocab = model_.hparams().n_vocab;
   int out_row = 0;
+  int n_decoded = 0;
   for (const Row& row : rows) {
     Slot& s = *row.slot;
     s.pending_done += row.n;
-    if (!row.output) continue;
-    const float* logits = *r + static_cast<size_t>(out_row++) * n_vocab;
+    if (row.n_out == 0) continue;
+    const float* base = *r + static_cast<size_t>(out_row) * n_vocab;
+    out_row += row.n_out;
     if (!s.prompt_done) {
       s.prompt_done = true;
       s.t_prompt_done = NowSeconds();
     }
-    Generator::Step step = s.gen->Next(logits, n_vocab);
-    if (!step.text.empty() || step.token >= 0) {
-      Event e;
-      e.text = std::move(step.text);
-      if (step.token >= 0) {
-        e.tokens.push_back(step.token);
-        if (s.req.n_probs > 0) {
-          e.logprobs.emplace_back();
-          e.top_logprobs.emplace_back();
-          Logprobs(logits, n_vocab, step.token, s.req.n_probs, &e.logprobs.back(),
-                   &e.top_logprobs.back());
+    // Row i of a verify window predicts the token after window[i]: drafts are accepted while
+    // the sampler agrees; the first rejection (or the row after the last draft) gives the
+    // target's own token.
+    const int k = static_cast<int>(s.draft.size());
+    const int n_window_start = session_.n_past(s.id) - static_cast<int>(row.n);
+    Generator::Step step;
+    int used = 0, n_accepted = 0, n_emitted = 0;
+    for (int i = 0; i <= k; ++i) {
+      const float* logits = base + static_cast<size_t>(i) * n_vocab;
+      bool accepted = false;
+      step = i < k ? s.gen->NextWithDraft(logits, n_vocab, s.draft[i], nullptr, &accepted)
+                   : s.gen->Next(logits, n_vocab);
+      used = i;
+      n_accepted += accepted;
+      if (!step.text.empty() || step.token >= 0) {
+        Event e;
+        e.text = std::move(step.text);
+        if (step.token >= 0) {
+          ++n_emitted;
+          e.tokens.push_back(step.token);
+          if (s.req.n_probs > 0) {
+            e.logprobs.emplace_back();
+            e.top_logprobs.emplace_back();
+            Logprobs(logits, n_vocab, step.token, s.req.n_probs, &e.logprobs.back(),
+                     &e.top_logprobs.back());
+          }
         }
+        s.channel->Push(std::move(e));
       }
-      s.channel->Push(std::move(e));
+      if (step.done || !accepted || s.channel->cancelled()) break;
     }
+    n_decoded += n_emitted;
+    if (k > 0) {
+      // Keep the cells of window[0..used]; the rest are rejected drafts.
+      session_.Truncate(s.id, n_window_start + 1 + used);
+      s.drafter->Accepted(k, n_accepted);
+      s.draft_n += k;
+      s.draft_accepted += n_accepted;
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats_.draft_tokens += k;
+      stats_.draft_accepted += n_accepted;
+      ++stats_.verify_steps;
+    }
+    if (s.controller && s.prompt_done && row.n_out == static_cast<int>(row.n)) {
+      s.controller->Record(k > 0, std::max(1, n_emitted), dt + (k > 0 ? s.draft_seconds : 0.0));
+    }
+    s.draft.clear();
     if (step.done) {
       Finish(s, StopReason::kNone);
       continue;
@@ -424,6 +512,10 @@ bool Scheduler::Step() {
     }
     s.pending.assign(1, step.token);
     s.pending_done = 0;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.predicted_tokens += n_decoded;
   }
   return true;
 }

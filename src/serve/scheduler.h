@@ -19,14 +19,28 @@
 #include "runtime/generate.h"
 #include "runtime/session.h"
 #include "serve/request.h"
+#include "spec/speculative.h"
 
 namespace lamina::serve {
+
+// Speculative decoding in every slot: each slot has its own drafter (prompt lookup, or a draft
+// model in a session of its own), verify windows join the step's batch like decode tokens.
+struct SpecConfig {
+  enum class Mode { kOff, kLookup, kDraft };
+  Mode mode = Mode::kOff;
+  const Model* draft_model = nullptr;  // kDraft; must outlive the scheduler
+  SessionConfig draft_session;         // kDraft: the draft sessions' config (n_seq 1)
+  float draft_p_min = 0.5f;
+  int lookup_ngram = 2;
+  spec::SpecOptions options;
+};
 
 struct SchedulerConfig {
   int n_slots = 1;
   int n_batch = 512;           // most tokens per forward pass
   bool context_shift = false;  // when a slot fills: drop old cells and go on (else stop)
   SessionConfig session;       // n_ctx: cells per slot; n_seq is set to n_slots
+  SpecConfig spec;
 };
 
 struct SlotInfo {
@@ -49,8 +63,11 @@ struct Stats {
   uint64_t steps = 0;
   int busy_slots = 0;
   int queued = 0;
-  size_t kv_bytes = 0;       // the cache's whole storage
-  size_t kv_bytes_used = 0;  // cells held by all slots
+  size_t kv_bytes = 0;        // the cache's whole storage
+  size_t kv_bytes_used = 0;   // cells held by all slots
+  uint64_t draft_tokens = 0;  // speculative decoding: drafted and verified
+  uint64_t draft_accepted = 0;
+  uint64_t verify_steps = 0;
 };
 
 struct SlotFileResult {

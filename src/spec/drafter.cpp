@@ -8,25 +8,36 @@
 
 namespace lamina::spec {
 
-LookupDrafter::LookupDrafter(int ngram_max, int ngram_min)
-    : ngram_max_(std::max(1, ngram_max)), ngram_min_(std::clamp(ngram_min, 1, ngram_max_)) {}
+LookupDrafter::LookupDrafter(int ngram_min, int max_context)
+    : ngram_min_(std::max(1, ngram_min)), max_context_(std::max(ngram_min_, max_context)) {}
 
 Status LookupDrafter::Draft(const std::vector<int32_t>& history, int max_tokens,
                             std::vector<int32_t>* draft) {
   draft->clear();
   const int n = static_cast<int>(history.size());
-  if (max_tokens <= 0) return Status::Ok();
-  for (int g = std::min(ngram_max_, n - 1); g >= ngram_min_; --g) {
-    const int32_t* key = history.data() + n - g;  // [g] the suffix to match
-    // The most recent earlier occurrence (its end before the suffix's end).
-    for (int start = n - g - 1; start >= 0; --start) {
-      if (!std::equal(key, key + g, history.data() + start)) continue;
-      const int from = start + g;
-      const int to = std::min(n, from + max_tokens);
-      draft->assign(history.begin() + from, history.begin() + to);
-      return Status::Ok();
+  if (max_tokens <= 0 || n < 2) return Status::Ok();
+  // Every earlier position whose token equals the last one is a candidate; its match length is
+  // how far back the history agrees with the suffix there. The longest match wins (the most
+  // recent on ties): in a copy, that is the place being copied rather than any earlier
+  // occurrence of the same few tokens.
+  const int32_t last = history[n - 1];
+  int best_len = 0, best_end = -1;
+  for (int end = n - 2; end >= 0; --end) {
+    if (history[end] != last) continue;
+    int len = 1;
+    while (len < max_context_ && end - len >= 0 && history[end - len] == history[n - 1 - len]) {
+      ++len;
+    }
+    if (len > best_len) {
+      best_len = len;
+      best_end = end;
+      if (len == max_context_) break;
     }
   }
+  if (best_len < ngram_min_) return Status::Ok();
+  const int from = best_end + 1;
+  const int to = std::min(n, from + max_tokens);
+  draft->assign(history.begin() + from, history.begin() + to);
   return Status::Ok();
 }
 

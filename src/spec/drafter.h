@@ -30,18 +30,19 @@ class Drafter {
   }
 };
 
-// Prompt lookup: the longest suffix of the history of ngram_max..ngram_min tokens that occurred
-// before; the tokens that followed its most recent earlier occurrence are the draft.
+// Prompt lookup: the earlier place in the history that agrees longest with the history's end
+// (at least ngram_min tokens, compared up to max_context); the tokens that followed it there are
+// the draft.
 class LookupDrafter : public Drafter {
  public:
-  LookupDrafter(int ngram_max, int ngram_min = 1);
+  explicit LookupDrafter(int ngram_min, int max_context = 64);
   const char* name() const override { return "lookup"; }
   Status Draft(const std::vector<int32_t>& history, int max_tokens,
                std::vector<int32_t>* draft) override;
 
  private:
-  int ngram_max_;
   int ngram_min_;
+  int max_context_;
 };
 
 // A draft model: greedy continuations of the history, stopping early when the draft's own
@@ -55,6 +56,7 @@ class ModelDrafter : public Drafter {
   Status Draft(const std::vector<int32_t>& history, int max_tokens,
                std::vector<int32_t>* draft) override;
   const Session& session() const { return session_; }
+  void set_p_min(float p_min) { p_min_ = p_min; }
 
  private:
   Session session_;

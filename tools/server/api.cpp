@@ -111,9 +111,26 @@ bool ReadParams(const json& body, const Defaults& d, serve::Request* out, ApiErr
     }
   }
   out->params = p;
-  return GetInt(body, "id_slot", &out->id_slot, err) &&
-         GetBool(body, "cache_prompt", &out->cache_prompt, err) &&
-         GetInt(body, "n_keep", &out->n_keep, err);
+  if (!GetInt(body, "id_slot", &out->id_slot, err) ||
+      !GetBool(body, "cache_prompt", &out->cache_prompt, err) ||
+      !GetInt(body, "n_keep", &out->n_keep, err) ||
+      !GetInt(body, "speculative.n_max", &out->draft_max, err) ||
+      !GetInt(body, "speculative.n_min", &out->draft_min, err)) {
+    return false;
+  }
+  if (out->draft_max < -1 || out->draft_max > 64) {
+    return Fail(err, "\"speculative.n_max\" must be in [0, 64]");
+  }
+  if (out->draft_min < -1 || out->draft_min > 64) {
+    return Fail(err, "\"speculative.n_min\" must be in [0, 64]");
+  }
+  if (auto it = body.find("speculative.p_min"); it != body.end() && !it->is_null()) {
+    if (!it->is_number() || it->get<double>() < 0.0 || it->get<double>() > 1.0) {
+      return Fail(err, "\"speculative.p_min\" must be a number in [0, 1]");
+    }
+    out->draft_p_min = it->get<float>();
+  }
+  return true;
 }
 
 std::vector<int32_t> TokenizePrompt(const Model& model, const std::string& text, bool add_special) {
@@ -271,15 +288,20 @@ const char* StopType(StopReason reason) {
 json TimingsJson(const serve::Timings& t) {
   auto per_token = [](double ms, int n) { return n > 0 ? ms / n : 0.0; };
   auto per_second = [](double ms, int n) { return ms > 0 ? 1e3 * n / ms : 0.0; };
-  return {{"cache_n", t.cache_n},
-          {"prompt_n", t.prompt_n},
-          {"prompt_ms", t.prompt_ms},
-          {"prompt_per_token_ms", per_token(t.prompt_ms, t.prompt_n)},
-          {"prompt_per_second", per_second(t.prompt_ms, t.prompt_n)},
-          {"predicted_n", t.predicted_n},
-          {"predicted_ms", t.predicted_ms},
-          {"predicted_per_token_ms", per_token(t.predicted_ms, t.predicted_n)},
-          {"predicted_per_second", per_second(t.predicted_ms, t.predicted_n)}};
+  json j = {{"cache_n", t.cache_n},
+            {"prompt_n", t.prompt_n},
+            {"prompt_ms", t.prompt_ms},
+            {"prompt_per_token_ms", per_token(t.prompt_ms, t.prompt_n)},
+            {"prompt_per_second", per_second(t.prompt_ms, t.prompt_n)},
+            {"predicted_n", t.predicted_n},
+            {"predicted_ms", t.predicted_ms},
+            {"predicted_per_token_ms", per_token(t.predicted_ms, t.predicted_n)},
+            {"predicted_per_second", per_second(t.predicted_ms, t.predicted_n)}};
+  if (t.draft_n > 0) {  // as llama-server reports speculative decoding
+    j["draft_n"] = t.draft_n;
+    j["draft_n_accepted"] = t.draft_n_accepted;
+  }
+  return j;
 }
 
 json PieceJson(const std::string& piece) {

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "../cli_commands.h"
+#include "../cli_spec.h"
 #include "api.h"
 #include "model/model.h"
 #include "runtime/kv_cache.h"
@@ -115,6 +116,8 @@ class Server {
   std::atomic<bool> ready_{false};
   std::unique_ptr<Model> model_;
   std::unique_ptr<ThreadPool> pool_;
+  SpecSetup spec_;  // the draft model (before scheduler_, which reads it, so it outlives it)
+  bool speculative_ = false;
   std::unique_ptr<serve::Scheduler> scheduler_;
   ChatSetup chat_;
   std::string chat_template_text_;
@@ -669,7 +672,7 @@ void Server::HandleProps(httplib::Response& res) {
                          {{"id", 0},
                           {"id_task", -1},
                           {"n_ctx", scheduler_->n_ctx_slot()},
-                          {"speculative", false},
+                          {"speculative", speculative_},
                           {"is_processing", false},
                           {"params", params}}},
                         {"total_slots", scheduler_->n_slots()},
@@ -698,7 +701,7 @@ void Server::HandleSlots(httplib::Response& res) {
     out.push_back({{"id", s.id},
                    {"id_task", s.busy ? static_cast<long long>(s.request) : -1},
                    {"n_ctx", s.n_ctx},
-                   {"speculative", false},
+                   {"speculative", speculative_},
                    {"is_processing", s.busy},
                    {"n_past", s.n_past},
                    {"n_prompt_tokens", s.n_prompt},
@@ -1083,6 +1086,23 @@ int Server::Run() {
   }
   kv_name_ = KvTypeName(*kv);
   pool_ = std::make_unique<ThreadPool>(o_.n_threads);
+  SpecCliOptions spec_options = o_.spec;
+  if (spec_options.mode == "off" && !spec_options.draft_model.empty()) spec_options.mode = "draft";
+  int spec_rc = kExitOk;
+  if (!MakeSpecSetup(spec_options, o_.model_path, *model_, sc.session.n_ctx, *pool_, &spec_,
+                     &spec_rc, /*build_drafter=*/false)) {
+    return shut_down(spec_rc);
+  }
+  if (spec_options.mode != "off") {
+    sc.spec.mode = spec_options.mode == "draft" ? serve::SpecConfig::Mode::kDraft
+                                                : serve::SpecConfig::Mode::kLookup;
+    sc.spec.draft_model = spec_.draft_model.get();
+    sc.spec.draft_session = spec_.draft_config;
+    sc.spec.draft_p_min = spec_options.draft_p_min;
+    sc.spec.lookup_ngram = spec_options.lookup_ngram;
+    sc.spec.options = spec_.options;
+    speculative_ = true;
+  }
   scheduler_ = std::make_unique<serve::Scheduler>(*model_, sc, *pool_);
 
   // Chat format: --chat-template NAME, else the model's, else ChatML.
@@ -1184,13 +1204,14 @@ int RunServeCommand(int argc, char** argv) {
   app.add_option("--kv-seed", o.kv_seed, "Seed of stochastic rounding");
   app.add_option("--max-body", o.max_body_bytes, "Largest request body in bytes")
       ->check(CLI::Range(1024, 1 << 30));
+  AddSpecOptions(&app, o.spec);  // -md alone turns on --spec draft, as in llama-server
   // Accepted for llama-server compatibility; lamina has no use for them (docs/SERVER.md).
   std::string ignored_value;
   bool ignored_flag = false;
   for (const char* name :
        {"--n-gpu-layers", "--flash-attn", "--ubatch-size", "--threads-batch", "--cache-type-k",
         "--cache-type-v", "--split-mode", "--main-gpu", "--device", "--timeout", "--cache-reuse",
-        "--keep", "--log-file", "--path", "--api-prefix", "--reasoning-format", "--model-draft"}) {
+        "--keep", "--log-file", "--path", "--api-prefix", "--reasoning-format"}) {
     app.add_option(name, ignored_value, "accepted, no effect")->group("");
   }
   for (const char* name : {"--offline", "--kv-unified", "--no-kv-unified", "--jinja", "--no-jinja",

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "../cli_commands.h"
+
 namespace lamina::cli {
 
 struct ServeOptions {
@@ -40,6 +42,7 @@ struct ServeOptions {
   std::string kv_v_round = "rtn";
   unsigned long long kv_seed = 0;
   size_t max_body_bytes = 8u << 20;
+  SpecCliOptions spec;  // speculative decoding in every slot (-md, --spec, --draft-max, ...)
 };
 
 // Parses argv (after the "serve" word) the way llama-server spells its flags and runs the server
