@@ -2,6 +2,7 @@
 // run / score / bench, and documented exit codes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -22,7 +23,7 @@ Output Lamina(const std::string& args) {
 
 std::string Stories() { return kShared + "/models/stories260K.gguf"; }
 
-#define REQUIRE_SHARED()                                                        \
+#define REQUIRE_SHARED() \
   if (!std::filesystem::exists(Stories())) GTEST_SKIP() << "../shared is absent"
 
 TEST(Cli, PromptChunkGivesIdenticalGreedyTokensInEveryMode) {
@@ -31,8 +32,9 @@ TEST(Cli, PromptChunkGivesIdenticalGreedyTokensInEveryMode) {
   for (const char* kv : {"f32", "f16", "int8", "q4_0", "k8v4"}) {
     std::string reference;
     for (int chunk : {0, 1, 3, 7, 64}) {
-      Output o = Lamina("run -m " + Stories() + " -f " + prompt + " -n 40 --temp 0 --ignore-eos --json -t 2 --kv " +
-                     kv + " --prompt-chunk " + std::to_string(chunk));
+      Output o = Lamina("run -m " + Stories() + " -f " + prompt +
+                        " -n 40 --temp 0 --ignore-eos --json -t 2 --kv " + kv + " --prompt-chunk " +
+                        std::to_string(chunk));
       ASSERT_EQ(o.code, 0) << kv << " chunk " << chunk;
       const auto j = nlohmann::json::parse(o.out);
       const std::string ids = j["generated_tokens"].dump();
@@ -56,7 +58,9 @@ TEST(Cli, RunJsonHasTokensTextAndTimings) {
 
 TEST(Cli, SamplingIsDeterministicForASeed) {
   REQUIRE_SHARED();
-  const std::string args = "run -m " + Stories() + " -p \"Once upon a time\" -n 32 --temp 0.9 --top-k 20 --top-p 0.9 --min-p 0.02 --repeat-penalty 1.1 --json --seed ";
+  const std::string args = "run -m " + Stories() +
+                           " -p \"Once upon a time\" -n 32 --temp 0.9 --top-k 20 --top-p 0.9 "
+                           "--min-p 0.02 --repeat-penalty 1.1 --json --seed ";
   const auto a = nlohmann::json::parse(Lamina(args + "5").out)["generated_tokens"];
   const auto b = nlohmann::json::parse(Lamina(args + "5").out)["generated_tokens"];
   const auto c = nlohmann::json::parse(Lamina(args + "6").out)["generated_tokens"];
@@ -68,17 +72,20 @@ TEST(Cli, ScoreSavesLogitsAndComparesKl) {
   REQUIRE_SHARED();
   const std::string text = kShared + "/golden/prompts/prompt_story300.txt";
   const std::string dump = testing::TempDir() + "/lamina_base.logits";
-  Output base = Lamina("score -m " + Stories() + " -f " + text + " --kv f32 --save-logits " + dump + " --json");
+  Output base = Lamina("score -m " + Stories() + " -f " + text + " --kv f32 --save-logits " + dump +
+                       " --json");
   ASSERT_EQ(base.code, 0);
   const auto jb = nlohmann::json::parse(base.out);
   EXPECT_GT(jb["perplexity"].get<double>(), 1.0);
   EXPECT_EQ(jb["n_tokens"].get<int>(), 310);
-  Output same = Lamina("score -m " + Stories() + " -f " + text + " --kv f32 --kl-base " + dump + " --json");
+  Output same =
+      Lamina("score -m " + Stories() + " -f " + text + " --kv f32 --kl-base " + dump + " --json");
   ASSERT_EQ(same.code, 0);
   const auto js = nlohmann::json::parse(same.out);
   EXPECT_EQ(js["kld_max"].get<double>(), 0.0);
   EXPECT_EQ(js["top1_agreement"].get<double>(), 1.0);
-  Output q = Lamina("score -m " + Stories() + " -f " + text + " --kv k8v4 --kl-base " + dump + " --json");
+  Output q =
+      Lamina("score -m " + Stories() + " -f " + text + " --kv k8v4 --kl-base " + dump + " --json");
   ASSERT_EQ(q.code, 0);
   const auto jq = nlohmann::json::parse(q.out);
   for (const char* k : {"kld_mean", "kld_median", "kld_p99", "kld_max", "top1_agreement"}) {
@@ -109,6 +116,45 @@ TEST(Cli, ExitCodes) {
   EXPECT_EQ(Lamina("run -m " + Stories() + " -p hi --kv-v-round sometimes").code, 2);
   EXPECT_EQ(Lamina("score -m " + Stories() + " -f /nonexistent.txt").code, 3);
   EXPECT_EQ(Lamina("inspect " + Stories()).code, 0);
+}
+
+// Speculative decoding's bad inputs: one line on stderr each, with the documented exit code.
+TEST(Cli, SpeculativeErrorsAreOneLineWithExitCodes) {
+  REQUIRE_SHARED();
+  const std::string shipped = std::string(LAMINA_SOURCE_DIR) + "/models/lamina-counter.gguf";
+  const std::string bad = testing::TempDir() + "/lamina_bad_draft.gguf";
+  std::ofstream(bad) << "GGUF but not really";
+  auto err = [](const std::string& args) {
+    return lamina::testing_util::RunShell(kBinary + " " + args + " 2>&1 >/dev/null");
+  };
+  struct Case {
+    std::string args;
+    int code;
+    std::string says;
+  };
+  const std::string run = "run -m " + shipped + " -p hi -n 4 ";
+  for (const Case& c : {
+           Case{run + "--spec draft -md " + Stories(), 3, "cannot draft for the target"},
+           Case{run + "--spec draft -md " + bad, 3, ""},
+           Case{run + "--spec lookup --draft-max 0", 2, "--draft-max"},
+           Case{run + "--spec lookup --draft-max -3", 2, "--draft-max"},
+           Case{run + "--spec draft --draft-p-min 1.5", 2, "--draft-p-min"},
+           Case{"run -m " + Stories() + " -p hi --spec draft", 2, "-md"},
+           Case{run + "--spec sideways", 2, ""},
+       }) {
+    Output o = err(c.args);
+    EXPECT_EQ(o.code, c.code) << c.args << ": " << o.out;
+    EXPECT_NE(o.out.find(c.says), std::string::npos) << c.args << ": " << o.out;
+    if (c.code == 3) {
+      EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1) << c.args << ": " << o.out;
+    }
+  }
+  // A working run reports its drafting in --json.
+  Output ok = Lamina(run + "--spec lookup --json");
+  ASSERT_EQ(ok.code, 0);
+  const auto j = nlohmann::json::parse(ok.out);
+  EXPECT_EQ(j["spec"]["mode"], "lookup");
+  EXPECT_TRUE(j["spec"]["acceptance"].is_number());
 }
 
 }  // namespace

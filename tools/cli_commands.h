@@ -23,8 +23,8 @@ int RunInspect(const InspectOptions& options);
 
 struct CommonOptions {
   std::string model_path;
-  int n_ctx = 0;        // 0: model default (capped)
-  int n_threads = 0;    // 0: all cores
+  int n_ctx = 0;      // 0: model default (capped)
+  int n_threads = 0;  // 0: all cores
   std::string kv = "f16";
   std::string kv_v_round = "rtn";
   uint64_t kv_seed = 0;
@@ -37,7 +37,8 @@ struct CommonOptions {
 struct SpecCliOptions {
   std::string mode = "off";  // off, lookup, draft
   std::string draft_model;   // -md; empty: <model>-draft.gguf beside the model
-  int draft_max = -1;        // < 0: the mode's default
+  static constexpr int kUnset = -(1 << 30);
+  int draft_max = kUnset;  // kUnset: the mode's default
   int draft_min = 0;
   float draft_p_min = 0.5f;
   int lookup_ngram = 2;
@@ -105,13 +106,13 @@ struct BenchOptions {
 int RunBench(const BenchOptions& options);
 
 struct ProbeOptions {
-  std::string model_path;  // empty: the shipped model (models/lamina-*.gguf)
+  std::string model_path;                 // empty: the shipped model (models/lamina-*.gguf)
   std::string kv = "f16,int8,k8v4,q4_0";  // legs, comma-separated; f32 reference prepended
   std::string kv_v_round = "rtn";         // V roundings crossed with the quantized modes
   std::string probes = "prefill,counting,needle,json,copy,divergence";
   int n_ctx = 4096;
-  std::string needle_depths = "10,30,50,70,90";    // percent of the haystack
-  std::string needle_lengths = "1024,2048,4096";   // haystack tokens
+  std::string needle_depths = "10,30,50,70,90";   // percent of the haystack
+  std::string needle_lengths = "1024,2048,4096";  // haystack tokens
   int count_to = 300;
   int divergence_tokens = 1024;  // teacher-forced text length (capped by the context)
   int free_run_tokens = 128;

@@ -34,11 +34,11 @@ int RunGenerate(const RunOptions& o) {
   int rc = kExitOk;
   if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
   Session session(model, sc, pool);
-  if (!o.json) PrintKvSummary(session.cache());
   SpecSetup spec;
   if (!MakeSpecSetup(o.spec, o.common.model_path, model, session.n_ctx(), pool, &spec, &rc)) {
     return rc;
   }
+  if (!o.json) PrintKvSummary(session.cache());
 
   bool ignore_eos = o.ignore_eos;
   if (o.chat) {  // the prompt is one user turn; the answer ends with the turn

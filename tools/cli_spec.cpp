@@ -40,7 +40,7 @@ bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, cons
   if (o.mode == "off") return true;
   const bool draft = o.mode == "draft";
   spec::SpecOptions& so = out->options;
-  so.draft_max = o.draft_max >= 0 ? o.draft_max : (draft ? 8 : 6);
+  so.draft_max = o.draft_max != SpecCliOptions::kUnset ? o.draft_max : (draft ? 8 : 6);
   if (so.draft_max < 1) return fail(kExitUsage, "--draft-max must be at least 1");
   if (o.draft_min < 0) return fail(kExitUsage, "--draft-min must not be negative");
   if (o.draft_min > so.draft_max) return fail(kExitUsage, "--draft-min exceeds --draft-max");
