@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The layer rule (docs/ARCHITECTURE.md): each src/ folder includes only itself and the folders
-# below it in  util → quant → kernels → gguf → tokenizer → model → runtime → {spec, probe} → serve.
-# Fails listing every include that points upward (or sideways between spec and probe).
+# below it in  util → quant → kernels → gguf → tokenizer → model → runtime → spec → probe → serve.
+# Fails listing every include that points upward.
 set -euo pipefail
 cd "$(dirname "$0")/../src"
 declare -A allowed=(
@@ -13,7 +13,7 @@ declare -A allowed=(
   [model]="util quant kernels gguf tokenizer model"
   [runtime]="util quant kernels gguf tokenizer model runtime"
   [spec]="util quant kernels gguf tokenizer model runtime spec"
-  [probe]="util quant kernels gguf tokenizer model runtime probe"
+  [probe]="util quant kernels gguf tokenizer model runtime spec probe"
   [serve]="util quant kernels gguf tokenizer model runtime spec probe serve"
 )
 bad=0

@@ -141,6 +141,24 @@ TEST(Probe, FaultsFailCountingOnTheShippedModel) {
   fs::remove_all(dir);
 }
 
+// Speculative legs (--spec) A/B like KV modes: healthy prompt-lookup and draft-model legs count,
+// copy and write JSON like the plain reference; a draft leg whose verify windows never reach
+// storage (the seed engine's bug) fails counting.
+TEST(Probe, SpeculativeLegsPassAndASkippedVerifyWriteFails) {
+  const std::string model = std::string(LAMINA_SOURCE_DIR) + "/models/lamina-counter.gguf";
+  if (!fs::exists(model)) GTEST_SKIP() << "no shipped model (" << model << ")";
+  Output o = Lamina("probe -m " + model + " --kv f16,k8v4 --spec off,lookup,draft -md " + model +
+                    " --kv-draft q4_0 --probes counting,copy --count-to 60 -t 2 --inject-fault "
+                    "5:skip-verify-writes");
+  EXPECT_EQ(o.code, 1) << o.out;
+  for (const char* line :
+       {"leg 0 f16 (reference): PASS", "leg 1 f16+lookup: PASS", "leg 2 f16+draft: PASS",
+        "leg 3 k8v4/rtn: PASS", "leg 4 k8v4/rtn+lookup: PASS",
+        "leg 5 k8v4/rtn+draft+skip-verify-writes: FAIL"}) {
+    EXPECT_NE(o.out.find(line), std::string::npos) << line << "\n" << o.out;
+  }
+}
+
 TEST(Probe, HealthyLegsExitZeroAndPrintOneRowPerLeg) {
   REQUIRE_MODEL("stories260K.gguf");
   Output o =

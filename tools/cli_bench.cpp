@@ -68,6 +68,7 @@ int RunBench(const BenchOptions& o) {
   SessionConfig sc;
   int rc = kExitOk;
   if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
+  if (!o.spec.empty()) return RunBenchSpec(o, model, pool);
   if (o.common.n_ctx == 0) sc.n_ctx = std::max(o.n_prompt, o.depth + o.n_gen + 1) + 1;
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> dist(0, hp.n_vocab - 1);

@@ -7,6 +7,11 @@
 #include <string>
 #include <vector>
 
+namespace lamina {
+class Model;
+class ThreadPool;
+}  // namespace lamina
+
 namespace lamina::cli {
 
 constexpr int kExitOk = 0;
@@ -100,10 +105,16 @@ struct BenchOptions {
   int reps = 3;
   bool json = false;
   std::string parallel;  // --parallel B[,B...]: batched decode of B sequences per step
+  // --spec off,lookup,draft: greedy generation on a fixed task set (counting, JSON, copying a
+  // list, prose) with each mode, interleaved rounds (cli_bench_spec.cpp).
+  std::string spec;
+  SpecCliOptions spec_options;  // -md, --draft-max, ... (mode set per leg)
 };
 // `lamina bench`: prompt-processing and generation throughput, llama-bench style; with
 // --parallel, aggregate and per-sequence decode tok/s of B sequences decoding together.
 int RunBench(const BenchOptions& options);
+// `lamina bench --spec ...` (called by RunBench).
+int RunBenchSpec(const BenchOptions& options, const Model& model, ThreadPool& pool);
 
 struct ProbeOptions {
   std::string model_path;                 // empty: the shipped model (models/lamina-*.gguf)
@@ -121,6 +132,8 @@ struct ProbeOptions {
   uint64_t seed = 0;
   int n_threads = 0;
   std::vector<std::string> inject_faults;  // test-only: "LEG_INDEX:FAULT"
+  std::string spec = "off";     // --spec off,lookup,draft: each KV leg crossed with these modes
+  SpecCliOptions spec_options;  // -md, --draft-max, ... for the speculative legs
   std::string url;      // --url: probe this OpenAI-compatible server (model_path: its model name)
   std::string api_key;  // --url's Bearer token
 };

@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
 #include "cli_common.h"
+#include "cli_spec.h"
 #include "probe/faults.h"
 #include "probe/local_backend.h"
 #include "probe/probe.h"
@@ -60,7 +62,8 @@ struct LegSpec {
   KvType kv = KvType::kF32;
   KvRounding v_round = KvRounding::kNearest;
   probe::Fault fault = probe::Fault::kNone;  // test-only (--inject-fault)
-  std::string name;                          // "k8v4/rtn"
+  std::string spec = "off";                  // speculative decoding: off, lookup, draft
+  std::string name;                          // "k8v4/rtn", "f16+lookup"
 };
 
 // Prints the table, writes DIR/probe.json and DIR/report.html; the exit code.
@@ -256,6 +259,28 @@ int RunProbe(const ProbeOptions& o) {
       specs.push_back(leg);
     }
   }
+  // Speculative legs: every KV leg crossed with every mode (the reference is the first KV leg
+  // in the first mode; list "off" first to judge speculation against plain decoding).
+  std::vector<std::string> spec_modes = SplitList(o.spec);
+  for (const std::string& m : spec_modes) {
+    if (m != "off" && m != "lookup" && m != "draft") {
+      std::fprintf(stderr, "lamina: --spec: \"%s\" is not off, lookup or draft\n", m.c_str());
+      return kExitUsage;
+    }
+  }
+  if (spec_modes.empty()) spec_modes.push_back("off");
+  {
+    std::vector<LegSpec> crossed;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      for (const std::string& m : spec_modes) {
+        LegSpec leg = specs[i];
+        leg.spec = m;
+        if (leg.spec != "off") leg.name += "+" + leg.spec;
+        crossed.push_back(leg);
+      }
+    }
+    specs = std::move(crossed);
+  }
   for (const std::string& spec : o.inject_faults) {
     const size_t colon = spec.find(':');
     char* end = nullptr;
@@ -268,7 +293,7 @@ int RunProbe(const ProbeOptions& o) {
       std::fprintf(stderr,
                    "lamina: --inject-fault: \"%s\" is not LEG_INDEX:FAULT (legs 0..%zu; faults "
                    "skip-decode-writes, "
-                   "corrupt-decode-writes, biased-v)\n",
+                   "corrupt-decode-writes, biased-v, skip-verify-writes)\n",
                    spec.c_str(), specs.size() - 1);
       return kExitUsage;
     }
@@ -303,11 +328,35 @@ int RunProbe(const ProbeOptions& o) {
     }
   }
   ThreadPool pool(o.n_threads);
+  // One setup per speculative mode (the draft model loads once and is checked against the
+  // model's vocabulary).
+  std::map<std::string, SpecSetup> setups;
+  std::map<std::string, SpecCliOptions> spec_options;
+  for (const LegSpec& leg : specs) {
+    if (leg.spec == "off" || setups.count(leg.spec)) continue;
+    SpecCliOptions so = o.spec_options;
+    so.mode = leg.spec;
+    int rc = kExitOk;
+    if (!MakeSpecSetup(so, model_path, model, config.n_ctx, pool, &setups[leg.spec], &rc,
+                       /*build_drafter=*/false)) {
+      return rc;
+    }
+    spec_options[leg.spec] = so;
+  }
   std::vector<probe::Leg> legs;
   for (const LegSpec& spec : specs) {
     probe::Leg leg;
     leg.name = spec.name;
-    leg.backend = std::make_unique<probe::LocalBackend>(model, pool, session_for(spec), spec.fault);
+    probe::DrafterFactory drafter;
+    spec::SpecOptions so;
+    if (spec.spec != "off") {
+      const SpecSetup* setup = &setups[spec.spec];
+      const SpecCliOptions* sco = &spec_options[spec.spec];
+      drafter = [setup, sco, &pool] { return NewDrafter(*sco, *setup, pool); };
+      so = setup->options;
+    }
+    leg.backend = std::make_unique<probe::LocalBackend>(model, pool, session_for(spec), spec.fault,
+                                                        drafter, so);
     legs.push_back(std::move(leg));
   }
 

@@ -53,7 +53,7 @@ bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, cons
   }
   so.adaptive = !o.fixed;
   if (!draft) {
-    if (build_drafter) out->drafter = std::make_unique<spec::LookupDrafter>(o.lookup_ngram);
+    if (build_drafter) out->drafter = NewDrafter(o, *out, pool);
     return true;
   }
   std::string path = o.draft_model;
@@ -87,6 +87,16 @@ bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, cons
     out->drafter = std::make_unique<spec::ModelDrafter>(*out->draft_model, dc, pool, o.draft_p_min);
   }
   return true;
+}
+
+std::unique_ptr<spec::Drafter> NewDrafter(const SpecCliOptions& o, const SpecSetup& setup,
+                                          ThreadPool& pool) {
+  if (o.mode == "lookup") return std::make_unique<spec::LookupDrafter>(o.lookup_ngram);
+  if (o.mode == "draft" && setup.draft_model) {
+    return std::make_unique<spec::ModelDrafter>(*setup.draft_model, setup.draft_config, pool,
+                                                o.draft_p_min);
+  }
+  return nullptr;
 }
 
 Result<GenerateResult> GenerateWithSpec(Session& session, const std::vector<int32_t>& prompt,

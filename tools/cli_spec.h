@@ -37,6 +37,10 @@ bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, cons
                    int n_ctx, ThreadPool& pool, SpecSetup* out, int* exit_code,
                    bool build_drafter = true);
 
+// A fresh drafter of the setup's kind (null for --spec off): a new draft session each call.
+std::unique_ptr<spec::Drafter> NewDrafter(const SpecCliOptions& o, const SpecSetup& setup,
+                                          ThreadPool& pool);
+
 // Generate or GenerateSpeculative, as the setup says.
 Result<GenerateResult> GenerateWithSpec(
     Session& session, const std::vector<int32_t>& prompt, const GenerateOptions& go,

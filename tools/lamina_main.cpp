@@ -87,6 +87,17 @@ int main(int argc, char** argv) {
   bench_cmd->add_flag("--json", bench.json, "Print one JSON object");
   bench_cmd->add_option("--parallel", bench.parallel,
                         "Batched decode: B sequences per step, e.g. 1,2,4,8 (each at DEPTH)");
+  bench_cmd->add_option("--spec", bench.spec,
+                        "Speculative decoding on a fixed task set: off,lookup,draft (with -md, "
+                        "--draft-max, --draft-p-min, --lookup-ngram, --kv-draft)");
+  bench_cmd->add_option("--model-draft", bench.spec_options.draft_model, "Draft model (-md)");
+  bench_cmd->add_option("--draft-max", bench.spec_options.draft_max, "Tokens drafted per step");
+  bench_cmd->add_option("--draft-p-min", bench.spec_options.draft_p_min,
+                        "Draft model's probability floor");
+  bench_cmd->add_option("--lookup-ngram", bench.spec_options.lookup_ngram,
+                        "Shortest match prompt lookup drafts from");
+  bench_cmd->add_option("--kv-draft", bench.spec_options.kv_draft, "Draft model's KV mode");
+  bench_cmd->add_flag("--spec-fixed", bench.spec_options.fixed, "Always draft");
 
   ProbeOptions probe;
   CLI::App* probe_cmd = app.add_subcommand(
@@ -117,6 +128,12 @@ int main(int argc, char** argv) {
                         "Probe an OpenAI-compatible server (lamina serve, llama-server) as the "
                         "one leg: counting, needle, JSON and copy over /v1/chat/completions");
   probe_cmd->add_option("--api-key", probe.api_key, "API key for --url (sent as a Bearer token)");
+  probe_cmd->add_option("--spec", probe.spec,
+                        "Speculative legs: off,lookup,draft crossed with every KV leg");
+  probe_cmd->add_option("--model-draft", probe.spec_options.draft_model,
+                        "Draft model of the draft legs (-md; default <model>-draft.gguf)");
+  probe_cmd->add_option("--draft-max", probe.spec_options.draft_max, "Tokens drafted per step");
+  probe_cmd->add_option("--kv-draft", probe.spec_options.kv_draft, "Draft model's KV mode");
   // Test-only and hidden: plants a KV cache fault in one leg to show the probes catch it.
   probe_cmd->add_option("--inject-fault", probe.inject_faults, "LEG_INDEX:FAULT (test-only)")
       ->group("");

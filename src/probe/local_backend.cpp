@@ -26,12 +26,15 @@ class SessionStream : public LogitStream {
 }  // namespace
 
 LocalBackend::LocalBackend(const Model& model, ThreadPool& pool, const SessionConfig& config,
-                           Fault fault)
+                           Fault fault, DrafterFactory drafter, spec::SpecOptions spec_options)
     : model_(model),
       pool_(pool),
       config_(config),
       fault_(fault),
-      observer_(MakeFaultObserver(fault)) {
+      observer_(MakeFaultObserver(fault)),
+      drafter_(std::move(drafter)),
+      spec_options_(spec_options) {
+  spec_options_.adaptive = false;  // the probe exercises the verify path on every step
   config_.write_observer = observer_.get();
   Result<std::string> tmpl = model.file().GetString("tokenizer.chat_template");
   if (tmpl.ok()) chat_template_ = *tmpl;
@@ -95,7 +98,10 @@ Generation LocalBackend::Generate(const GenerationRequest& request) {
     text += piece;
     return !(request.stop && request.stop(text));
   };
-  Result<GenerateResult> r = lamina::Generate(session, 0, ids, options, on_text);
+  std::unique_ptr<spec::Drafter> drafter = drafter_ ? drafter_() : nullptr;
+  Result<GenerateResult> r = drafter ? spec::GenerateSpeculative(session, 0, ids, options, *drafter,
+                                                                 spec_options_, nullptr, on_text)
+                                     : lamina::Generate(session, 0, ids, options, on_text);
   if (!r.ok()) {
     g.error = true;
     g.error_message = r.error().message;

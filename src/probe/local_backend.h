@@ -3,6 +3,7 @@
 // a planted fault as the cache's write observer. Generations go through runtime/generate.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -10,16 +11,22 @@
 #include "probe/backend.h"
 #include "probe/faults.h"
 #include "runtime/session.h"
+#include "spec/speculative.h"
 #include "util/thread_pool.h"
 
 namespace lamina::probe {
+
+// A speculative leg: a new drafter per generation (its own draft session), always drafting.
+using DrafterFactory = std::function<std::unique_ptr<spec::Drafter>()>;
 
 class LocalBackend : public ProbeBackend {
  public:
   // model and pool must outlive the backend; config.write_observer is replaced by the fault's
   // observer (none for Fault::kNone). The config must suit the model (MakeKvCacheConfig).
+  // drafter (optional): generations decode speculatively (spec/speculative.h) with its drafts.
   LocalBackend(const Model& model, ThreadPool& pool, const SessionConfig& config,
-               Fault fault = Fault::kNone);
+               Fault fault = Fault::kNone, DrafterFactory drafter = {},
+               spec::SpecOptions spec_options = {});
 
   BackendInfo Info() const override;
   int CountTokens(const std::string& text) override;
@@ -41,6 +48,8 @@ class LocalBackend : public ProbeBackend {
   Fault fault_;
   std::unique_ptr<KvWriteObserver> observer_;
   std::string chat_template_;  // tokenizer.chat_template; "" when absent
+  DrafterFactory drafter_;
+  spec::SpecOptions spec_options_;
 };
 
 }  // namespace lamina::probe

@@ -366,7 +366,7 @@ bool Scheduler::Step() {
     k_max = std::min(k_max, config_.n_batch - 1);
     if (k_max <= 0 || !s->controller->ShouldDraft()) continue;
     const double t0 = NowSeconds();
-    Status st = s->drafter->Draft(s->gen->history(), k_max, &s->draft);
+    Status st = s->drafter->Draft(s->gen->history(), s->controller->DraftLength(k_max), &s->draft);
     s->draft_seconds = NowSeconds() - t0;
     if (!st.ok() || static_cast<int>(s->draft.size()) < std::max(1, draft_min)) {
       s->draft.clear();
@@ -489,7 +489,7 @@ bool Scheduler::Step() {
       ++stats_.verify_steps;
     }
     if (s.controller && s.prompt_done && row.n_out == static_cast<int>(row.n)) {
-      s.controller->Record(k > 0, std::max(1, n_emitted), dt + (k > 0 ? s.draft_seconds : 0.0));
+      s.controller->Record(k, n_accepted, n_emitted, dt + (k > 0 ? s.draft_seconds : 0.0));
     }
     s.draft.clear();
     if (step.done) {

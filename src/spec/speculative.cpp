@@ -22,19 +22,24 @@ bool DraftController::ShouldDraft() const {
   return pause_left_ == 0;
 }
 
-void DraftController::Record(bool speculative, int emitted, double seconds) {
+int DraftController::DraftLength(int max_tokens) const {
+  return adaptive_ ? std::max(1, std::min(max_tokens, length_)) : max_tokens;
+}
+
+void DraftController::Record(int drafted, int accepted, int emitted, double seconds) {
   if (!adaptive_ || seconds <= 0.0) return;
   constexpr double kAlpha = 0.25;
-  const double rate = emitted / seconds;
-  if (!speculative) {
+  const double rate = std::max(1, emitted) / seconds;
+  if (drafted == 0) {
     plain_rate_ = n_plain_ == 0 ? rate : plain_rate_ + kAlpha * (rate - plain_rate_);
     ++n_plain_;
     if (pause_left_ > 0) --pause_left_;
     return;
   }
+  length_ = accepted == drafted ? std::min(length_, drafted) + 2 : accepted + 1;
   spec_rate_ = n_spec_ == 0 ? rate : spec_rate_ + kAlpha * (rate - spec_rate_);
   ++n_spec_;
-  if (n_spec_ < 4) return;
+  if (n_spec_ < 3) return;
   if (spec_rate_ < 0.95 * plain_rate_) {
     pause_left_ = backoff_;
     backoff_ = std::min(256, backoff_ * 2);
@@ -86,7 +91,7 @@ Result<GenerateResult> GenerateSpeculative(
     if (gen.remaining() >= 0) k_max = std::min(k_max, gen.remaining() - 1);
     draft.clear();
     if (k_max > 0 && controller.ShouldDraft()) {
-      Status s = drafter.Draft(gen.history(), k_max, &draft);
+      Status s = drafter.Draft(gen.history(), controller.DraftLength(k_max), &draft);
       if (!s.ok()) return s.error();
       if (static_cast<int>(draft.size()) > k_max) draft.resize(k_max);
       if (static_cast<int>(draft.size()) < spec.draft_min) draft.clear();
@@ -122,7 +127,7 @@ Result<GenerateResult> GenerateSpeculative(
     local.accepted += n_accepted;
     local.emitted += n_emitted;
     (k > 0 ? local.verify_steps : local.plain_steps) += 1;
-    controller.Record(k > 0, std::max(1, n_emitted), NowSeconds() - t_step);
+    controller.Record(k, n_accepted, n_emitted, NowSeconds() - t_step);
   }
   result.decode_seconds = NowSeconds() - t1;
   result.tokens = gen.generated();

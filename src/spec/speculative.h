@@ -38,24 +38,30 @@ struct SpecStats {
   void Add(const SpecStats& o);
 };
 
-// Decides per step whether to draft, from measured throughput: an exponential average of tokens
-// per second over speculative steps and over plain ones. Speculation pauses when it is below
-// 0.95 of plain (8 steps, doubling to 256 while it keeps losing) and is tried again after.
+// Decides per step whether to draft and how much. Throughput: an exponential average of tokens
+// per second over speculative steps and over plain ones; speculation pauses when it is below 0.95
+// of plain (8 steps, doubling to 256 while it keeps losing) and is tried again after. Length:
+// after a window whose drafts were all accepted the next may be 2 longer (up to the maximum);
+// after a rejection it is one more than what was accepted.
 class DraftController {
  public:
   explicit DraftController(bool adaptive) : adaptive_(adaptive) {}
   bool ShouldDraft() const;
-  // A finished step: whether it verified drafts, tokens emitted, seconds (draft + verify).
-  void Record(bool speculative, int emitted, double seconds);
+  // The most tokens to draft this step (at most max_tokens).
+  int DraftLength(int max_tokens) const;
+  // A finished step: drafted and accepted tokens (0, 0 for a plain step), tokens emitted,
+  // seconds (draft + verify).
+  void Record(int drafted, int accepted, int emitted, double seconds);
 
  private:
   bool adaptive_;
   double plain_rate_ = 0.0;  // tokens/s, exponential average
   double spec_rate_ = 0.0;
   int n_plain_ = 0;
-  int n_spec_ = 0;      // speculative steps since the last pause
-  int pause_left_ = 0;  // plain steps left in the current pause
+  int n_spec_ = 0;       // speculative steps since the last pause
+  int pause_left_ = 0;   // plain steps left in the current pause
   int backoff_ = 8;
+  int length_ = 1 << 30;  // the current draft length cap
 };
 
 // Generate (runtime/generate.h) with speculation on sequence `seq`; stats (optional) receives
