@@ -3,9 +3,11 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
+#include "util/memory.h"
 #include "util/timer.h"
 
 namespace lamina::cli {
@@ -78,7 +80,51 @@ bool MakeSessionConfig(const CommonOptions& o, const Model& model, SessionConfig
     *exit_code = kExitUsage;
     return false;
   }
-  return true;
+  // The cache alone first (the batch is checked where its size is known).
+  return CheckMemoryPlan(o, model, out, 0, 0, 0, "", exit_code);
+}
+
+bool CheckMemoryPlan(const CommonOptions& o, const Model& model, SessionConfig* sc,
+                     int batch_tokens, int logit_rows, uint64_t extra, const char* batch_hint,
+                     int* exit_code) {
+  Result<MemoryLimit> limit = ResolveMemoryLimit(o.mem_limit, std::getenv("LAMINA_MEM_LIMIT"));
+  if (!limit.ok()) {
+    std::fprintf(stderr, "lamina: %s\n", limit.error().message.c_str());
+    *exit_code = kExitUsage;
+    return false;
+  }
+  sc->memory_limit = limit->bytes;
+  Result<KvCacheConfig> kc = MakeKvCacheConfig(model.hparams(), *sc);
+  if (!kc.ok()) {
+    std::fprintf(stderr, "lamina: %s\n", kc.error().message.c_str());
+    *exit_code = kExitUsage;
+    return false;
+  }
+  const uint64_t cache = KvCacheBytes(*kc);
+  const uint64_t batch = batch_tokens > 0 || logit_rows > 0
+                             ? ForwardBytes(model.hparams(), batch_tokens, logit_rows)
+                             : 0;
+  const uint64_t total = SatAdd(SatAdd(cache, batch), extra);
+  if (total <= limit->bytes) return true;
+  const std::string limit_text = FormatBytes(limit->bytes) + " (" + limit->source +
+                                 "; change it with --mem-limit or LAMINA_MEM_LIMIT)";
+  if (cache > limit->bytes) {
+    std::fprintf(stderr,
+                 "lamina: the KV cache (%s, %d tokens x %d sequence%s) needs %s, over the memory "
+                 "limit of %s; lower --ctx-size/-c, choose a smaller --kv mode or fewer --parallel "
+                 "sequences\n",
+                 KvTypeName(kc->type), kc->n_ctx, kc->n_seq, kc->n_seq == 1 ? "" : "s",
+                 FormatBytes(cache).c_str(), limit_text.c_str());
+  } else {
+    const std::string kept = extra > 0 ? " (and " + FormatBytes(extra) + " of kept logits)" : "";
+    std::fprintf(stderr,
+                 "lamina: a batch of %d tokens needs %s%s besides the %s KV cache, over the memory "
+                 "limit of %s; %s\n",
+                 batch_tokens, FormatBytes(batch).c_str(), kept.c_str(), FormatBytes(cache).c_str(),
+                 limit_text.c_str(), batch_hint);
+  }
+  *exit_code = kExitUsage;
+  return false;
 }
 
 SamplerConfig MakeSamplerConfig(const RunOptions& o) {

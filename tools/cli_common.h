@@ -37,6 +37,15 @@ bool ReadTextFile(const std::string& path, std::string* out, std::string* error)
 bool MakeSessionConfig(const CommonOptions& options, const Model& model, SessionConfig* out,
                        int* exit_code);
 
+// The memory guard: the KV cache of `sc` (all its sequences) plus the scratch of one batch of
+// batch_tokens tokens with logit_rows logits rows plus `extra` bytes the command allocates itself,
+// against the limit (--mem-limit, LAMINA_MEM_LIMIT, else 90% of MemAvailable). Over it: prints
+// one line naming the bytes, the limit and the options to change (batch_hint names the one for
+// the batch), sets *exit_code to bad usage and returns false. Sets sc->memory_limit.
+bool CheckMemoryPlan(const CommonOptions& options, const Model& model, SessionConfig* sc,
+                     int batch_tokens, int logit_rows, uint64_t extra, const char* batch_hint,
+                     int* exit_code);
+
 // The sampler settings of run / chat.
 SamplerConfig MakeSamplerConfig(const RunOptions& options);
 

@@ -1,5 +1,6 @@
 // `lamina run`: tokenize the prompt (in the chat template with --chat), then the library's
 // generation loop (prefill in one batch or chunks, decode) streams the text.
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -32,8 +33,6 @@ int RunGenerate(const RunOptions& o) {
   SessionConfig sc;
   int rc = kExitOk;
   if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
-  Session session(model, sc, pool);
-  if (!o.json) PrintKvSummary(session.cache());
 
   bool ignore_eos = o.ignore_eos;
   if (o.chat) {  // the prompt is one user turn; the answer ends with the turn
@@ -49,6 +48,11 @@ int RunGenerate(const RunOptions& o) {
     std::fprintf(stderr, "lamina: the prompt is empty and the model adds no BOS token\n");
     return kExitUsage;
   }
+  const int n_batch = o.prompt_chunk > 0 ? std::min<int>(o.prompt_chunk, prompt_tokens.size())
+                                         : static_cast<int>(prompt_tokens.size());
+  if (!CheckMemoryPlan(o.common, model, &sc, n_batch, 1, 0, "use --prompt-chunk N", &rc)) return rc;
+  Session session(model, sc, pool);
+  if (!o.json) PrintKvSummary(session.cache());
   if (static_cast<int>(prompt_tokens.size()) + o.n_predict > session.n_ctx()) {
     std::fprintf(stderr, "lamina: prompt (%zu tokens) + -n %d exceeds the context of %d (use -c)\n",
                  prompt_tokens.size(), o.n_predict, session.n_ctx());

@@ -1,7 +1,10 @@
 // The `lamina` command line: run, chat, score, bench, probe, inspect, serve. Exit codes: see
 // cli_commands.h.
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <cstring>
+#include <new>
+#include <stdexcept>
 
 #include "cli_commands.h"
 #include "server/server.h"
@@ -24,10 +27,12 @@ void AddCommon(CLI::App* cmd, lamina::cli::CommonOptions& c, bool model_required
   cmd->add_option("--yarn-orig-ctx", c.yarn_orig_ctx,
                   "YaRN original context length (default: the model's)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--mem-limit", c.mem_limit,
+                  "Most bytes the KV cache and a batch may take, e.g. 8G, or none (default: "
+                  "LAMINA_MEM_LIMIT, else 90% of MemAvailable)");
 }
-}  // namespace
 
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   using namespace lamina::cli;
   // `serve` parses its own flags, spelled as llama-server spells them (tools/server/).
   if (argc > 1 && std::strcmp(argv[1], "serve") == 0) return RunServeCommand(argc - 1, argv + 1);
@@ -148,4 +153,23 @@ int main(int argc, char** argv) {
   if (*inspect_cmd) return RunInspect(inspect);
   if (*probe_cmd) return RunProbe(probe);
   return kExitUsage;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The memory guard refuses plans over the limit up front; an allocation that still fails
+  // (the machine's memory taken by others meanwhile) ends here with a message, not an abort.
+  try {
+    return Main(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "lamina: out of memory: an allocation failed (lower --ctx-size, --kv, "
+                 "--parallel or --mem-limit)\n");
+    return lamina::cli::kExitOutOfMemory;
+  } catch (const std::length_error&) {  // a container asked for more than it can address
+    std::fprintf(stderr,
+                 "lamina: out of memory: an allocation failed (lower --ctx-size, --kv, "
+                 "--parallel or --mem-limit)\n");
+    return lamina::cli::kExitOutOfMemory;
+  }
 }

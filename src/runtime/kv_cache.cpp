@@ -7,6 +7,7 @@
 
 #include "kernels/kv_decode.h"
 #include "util/check.h"
+#include "util/memory.h"
 
 namespace lamina {
 
@@ -71,6 +72,20 @@ Status ValidateKvConfig(const KvCacheConfig& c) {
                  ": block formats need head_dim below 32 and even, or a multiple of 32"};
   }
   return Status::Ok();
+}
+
+uint64_t KvCacheBytes(const KvCacheConfig& c) {
+  const uint64_t head_rows =
+      SatMul(SatMul(SatMul(static_cast<uint64_t>(c.n_ctx), c.n_layer), c.n_seq), c.n_kv_heads);
+  uint64_t per_row =
+      KvRowBytes(KSpec(c.type).format, c.head_dim) + KvRowBytes(VSpec(c.type).format, c.head_dim);
+  uint64_t extra = 0;
+  if (KAnchored(c.type)) {
+    per_row += 1;  // the anchor flag
+    extra = SatMul(SatMul(static_cast<uint64_t>(c.n_seq) * c.n_layer, c.n_kv_heads),
+                   static_cast<uint64_t>(c.head_dim) * sizeof(float));
+  }
+  return SatAdd(SatMul(head_rows, per_row), extra);
 }
 
 KvCache::KvCache(const KvCacheConfig& config)

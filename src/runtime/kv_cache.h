@@ -92,6 +92,10 @@ inline constexpr int kAnchorMaxPairs = 8;
 // multiple of 32); the error says why not.
 Status ValidateKvConfig(const KvCacheConfig& config);
 
+// Bytes a KvCache with this (valid) config allocates for its cells, anchors and flags,
+// computed without allocating (saturating at UINT64_MAX), for the memory guard.
+uint64_t KvCacheBytes(const KvCacheConfig& config);
+
 class KvCache {
  public:
   // The config must pass ValidateKvConfig (checked).

@@ -21,7 +21,14 @@ struct SessionConfig {
   KvRounding v_rounding = KvRounding::kNearest;
   uint64_t kv_seed = 0;
   const KvWriteObserver* write_observer = nullptr;  // optional write hook (planted faults)
+  // Bytes the session may hold (cache + the scratch of a batch); a batch whose scratch would
+  // pass it is refused with an error before anything is allocated. UINT64_MAX: unchecked.
+  uint64_t memory_limit = UINT64_MAX;
 };
+
+// Upper estimate of the scratch one forward pass allocates for n_tokens tokens with n_out
+// logits rows (activations, matmul scratch, logits), saturating; for the memory guard.
+uint64_t ForwardBytes(const Hparams& hp, int n_tokens, int n_out);
 
 // The cache configuration a session would use; an error when the mode cannot hold the model's
 // head_dim (call before constructing a Session with user-chosen options).
@@ -94,6 +101,7 @@ class Session {
   std::vector<int32_t> positions_;  // [n_tokens] Eval's positions
   std::vector<int> n_past_;         // [n_seq]
   std::vector<std::vector<int32_t>> tokens_;  // [n_seq][n_past]
+  uint64_t memory_limit_ = UINT64_MAX;
 };
 
 }  // namespace lamina

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "../cli_commands.h"
+#include "../cli_common.h"
 #include "api.h"
 #include "model/model.h"
 #include "runtime/kv_cache.h"
@@ -1081,6 +1082,14 @@ int Server::Run() {
     std::fprintf(stderr, "lamina: --kv %s: %s\n", o_.kv.c_str(), kc.error().message.c_str());
     return shut_down(kExitUsage);
   }
+  {
+    CommonOptions mem;
+    mem.mem_limit = o_.mem_limit;
+    int rc = kExitOk;
+    if (!CheckMemoryPlan(mem, *model_, &sc.session, sc.n_batch, sc.n_slots, 0, "lower -b", &rc)) {
+      return shut_down(rc);
+    }
+  }
   kv_name_ = KvTypeName(*kv);
   pool_ = std::make_unique<ThreadPool>(o_.n_threads);
   scheduler_ = std::make_unique<serve::Scheduler>(*model_, sc, *pool_);
@@ -1208,6 +1217,9 @@ int RunServeCommand(int argc, char** argv) {
   app.add_option("--kv", o.kv, "KV cache mode: f32, f16, int8, q4_0, k8v4");
   app.add_option("--kv-v-round", o.kv_v_round, "V rounding of quantized modes: rtn, stochastic");
   app.add_option("--kv-seed", o.kv_seed, "Seed of stochastic rounding");
+  app.add_option("--mem-limit", o.mem_limit,
+                 "Most bytes the KV cache and a batch may take, e.g. 8G, or none (default: "
+                 "LAMINA_MEM_LIMIT, else 90% of MemAvailable)");
   app.add_option("--max-body", o.max_body_bytes, "Largest request body in bytes")
       ->check(CLI::Range(1024, 1 << 30));
   // Accepted for llama-server compatibility; lamina has no use for them (docs/SERVER.md).
