@@ -53,6 +53,8 @@ struct RunOptions {
   bool json = false;
   int prompt_chunk = 0;  // 0: the whole prompt in one batch
   bool chat = false;     // --chat: the prompt is one user turn of the model's chat template
+  std::string session;   // --session FILE: restore the state from FILE, save it there after
+  bool session_fresh_on_error = false;  // a refused FILE: read the prompt again, not exit 3
 };
 // `lamina run`: stream a continuation of the prompt. With --chat the prompt is rendered as one
 // user turn with the GGUF's chat template (ChatML, Qwen3, Llama-3) and generation ends with the

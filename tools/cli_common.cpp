@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "runtime/generate.h"
+#include "runtime/session_file.h"
 #include "util/memory.h"
 #include "util/timer.h"
 
@@ -125,6 +127,50 @@ bool CheckMemoryPlan(const CommonOptions& o, const Model& model, SessionConfig* 
   }
   *exit_code = kExitUsage;
   return false;
+}
+
+bool RestoreSessionForCli(const RunOptions& o, Session& session, uint64_t model_hash,
+                          const std::vector<int32_t>* prompt, std::string* app, int* exit_code) {
+  Result<SessionRestore> r = LoadSessionFile(o.session, session, 0, model_hash);
+  if (!r.ok()) {
+    if (!o.session_fresh_on_error) {
+      std::fprintf(stderr, "lamina: session %s (--session-fresh-on-error reads the prompt again)\n",
+                   r.error().message.c_str());
+      *exit_code = kExitBadInput;
+      return false;
+    }
+    std::fprintf(stderr, "lamina: warning: session %s; starting fresh\n",
+                 r.error().message.c_str());
+    session.Truncate(0, 0);
+    return true;
+  }
+  if (!r->found) {
+    std::fprintf(stderr, "lamina: session %s: new file\n", o.session.c_str());
+    return true;
+  }
+  if (app != nullptr) *app = r->app;
+  if (prompt != nullptr) {
+    const int kept = ReusePrefix(session, 0, *prompt);
+    std::fprintf(stderr,
+                 "lamina: session %s: restored %d of the prompt's %zu tokens (the file held %d)\n",
+                 o.session.c_str(), kept, prompt->size(), r->n_file);
+  } else {
+    std::fprintf(stderr, "lamina: session %s: restored %d tokens\n", o.session.c_str(), r->n_file);
+  }
+  return true;
+}
+
+bool SaveSessionForCli(const RunOptions& o, Session& session, uint64_t model_hash,
+                       const std::vector<int32_t>& history, const std::string& app,
+                       int* exit_code) {
+  Status st = CatchUp(session, 0, history);
+  if (st.ok()) st = SaveSessionFile(o.session, session, 0, model_hash, app);
+  if (!st.ok()) {
+    std::fprintf(stderr, "lamina: session %s\n", st.error().message.c_str());
+    *exit_code = kExitFailure;
+    return false;
+  }
+  return true;
 }
 
 SamplerConfig MakeSamplerConfig(const RunOptions& o) {

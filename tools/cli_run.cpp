@@ -7,6 +7,7 @@
 #include "cli_common.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
+#include "runtime/session_file.h"
 #include "util/timer.h"
 
 namespace lamina::cli {
@@ -53,6 +54,11 @@ int RunGenerate(const RunOptions& o) {
   if (!CheckMemoryPlan(o.common, model, &sc, n_batch, 1, 0, "use --prompt-chunk N", &rc)) return rc;
   Session session(model, sc, pool);
   if (!o.json) PrintKvSummary(session.cache());
+  const uint64_t model_hash = o.session.empty() ? 0 : ModelIdentityHash(model);
+  if (!o.session.empty() &&
+      !RestoreSessionForCli(o, session, model_hash, &prompt_tokens, nullptr, &rc)) {
+    return rc;
+  }
   if (static_cast<int>(prompt_tokens.size()) + o.n_predict > session.n_ctx()) {
     std::fprintf(stderr, "lamina: prompt (%zu tokens) + -n %d exceeds the context of %d (use -c)\n",
                  prompt_tokens.size(), o.n_predict, session.n_ctx());
@@ -84,6 +90,11 @@ int RunGenerate(const RunOptions& o) {
     return kExitFailure;
   }
   const std::vector<int32_t>& generated = r->tokens;
+  if (!o.session.empty()) {
+    std::vector<int32_t> history = prompt_tokens;
+    history.insert(history.end(), generated.begin(), generated.end());
+    if (!SaveSessionForCli(o, session, model_hash, history, "", &rc)) return rc;
+  }
   const std::string& text = r->text;
   const double t_prompt = r->prompt_seconds, t_gen = r->decode_seconds;
   const int n_decoded = std::max<int>(0, static_cast<int>(generated.size()) - 1);

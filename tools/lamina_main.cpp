@@ -37,6 +37,15 @@ void AddCommon(CLI::App* cmd, lamina::cli::CommonOptions& c, bool model_required
                   "LAMINA_MEM_LIMIT, else 90% of MemAvailable)");
 }
 
+void AddSessionOptions(CLI::App* cmd, lamina::cli::RunOptions& r) {
+  cmd->add_option("--session", r.session,
+                  "Session file: restore the state it holds when its tokens begin the prompt, "
+                  "save the state after the run there (written atomically)");
+  cmd->add_flag("--session-fresh-on-error", r.session_fresh_on_error,
+                "When the session file is refused (another model or KV mode, corrupt), read the "
+                "prompt again instead of exiting with code 3");
+}
+
 int Main(int argc, char** argv) {
   using namespace lamina::cli;
   // `serve` parses its own flags, spelled as llama-server spells them (tools/server/).
@@ -67,6 +76,7 @@ int Main(int argc, char** argv) {
                    "Process the prompt in chunks of N tokens (0: one batch, 1: token by token)")
       ->check(IntRange(0, 1 << 30));
   run_cmd->add_flag("--chat", run.chat, "Apply the model's chat template: the prompt is one user turn");
+  AddSessionOptions(run_cmd, run);
 
   ChatOptions chat;
   CLI::App* chat_cmd = app.add_subcommand("chat", "Interactive chat: one user turn per stdin line, EOF ends");
@@ -82,6 +92,7 @@ int Main(int argc, char** argv) {
       ->check(Positive());
   chat_cmd->add_option("--seed", chat.run.seed, "RNG seed")->check(Seed());
   chat_cmd->add_option("--system", chat.system, "System turn");
+  AddSessionOptions(chat_cmd, chat.run);
 
   ScoreOptions score;
   CLI::App* score_cmd = app.add_subcommand("score", "Teacher-forced perplexity and KL divergence");

@@ -345,6 +345,63 @@ void KvCache::Truncate(int seq, int n_keep) {
   }
 }
 
+uint64_t KvCache::SequenceStateBytes(int n) const {
+  const uint64_t per_cell = k_head_bytes_ + v_head_bytes_ + (k_anchored_ ? 1 : 0);
+  const uint64_t heads = static_cast<uint64_t>(config_.n_layer) * config_.n_kv_heads;
+  const uint64_t anchors =
+      k_anchored_ ? heads * static_cast<uint64_t>(config_.head_dim) * sizeof(float) : 0;
+  return SatAdd(SatMul(SatMul(heads, per_cell), static_cast<uint64_t>(std::max(0, n))), anchors);
+}
+
+void KvCache::ExportSequence(int seq, int n, uint8_t* out) const {
+  LAMINA_CHECK(seq >= 0 && seq < config_.n_seq && n >= 0 && n <= config_.n_ctx);
+  for (int layer = 0; layer < config_.n_layer; ++layer) {
+    LAMINA_CHECK(Length(seq, layer) >= n);
+    for (int h = 0; h < config_.n_kv_heads; ++h) {
+      std::memcpy(out, KHead(layer, seq, h, 0), k_head_bytes_ * n);
+      out += k_head_bytes_ * n;
+      std::memcpy(out, VHead(layer, seq, h, 0), v_head_bytes_ * n);
+      out += v_head_bytes_ * n;
+      if (k_anchored_) {
+        std::memcpy(out, KAnchorFlags(layer, seq, h), n);
+        out += n;
+      }
+    }
+  }
+  if (k_anchored_) {
+    for (int layer = 0; layer < config_.n_layer; ++layer) {
+      const size_t bytes = static_cast<size_t>(row_elems()) * sizeof(float);
+      std::memcpy(out, k_anchor_.data() + Index(layer, seq) * row_elems(), bytes);
+      out += bytes;
+    }
+  }
+}
+
+void KvCache::ImportSequence(int seq, int n, const uint8_t* in) {
+  LAMINA_CHECK(seq >= 0 && seq < config_.n_seq && n >= 0 && n <= config_.n_ctx);
+  Truncate(seq, 0);
+  for (int layer = 0; layer < config_.n_layer; ++layer) {
+    for (int h = 0; h < config_.n_kv_heads; ++h) {
+      std::memcpy(k_.data() + HeadIndex(layer, seq, h, 0) * k_head_bytes_, in, k_head_bytes_ * n);
+      in += k_head_bytes_ * n;
+      std::memcpy(v_.data() + HeadIndex(layer, seq, h, 0) * v_head_bytes_, in, v_head_bytes_ * n);
+      in += v_head_bytes_ * n;
+      if (k_anchored_) {
+        std::memcpy(k_anchor_flag_.data() + HeadIndex(layer, seq, h, 0), in, n);
+        in += n;
+      }
+    }
+    lengths_[Index(layer, seq)] = n;
+  }
+  if (k_anchored_) {
+    for (int layer = 0; layer < config_.n_layer; ++layer) {
+      const size_t bytes = static_cast<size_t>(row_elems()) * sizeof(float);
+      std::memcpy(k_anchor_.data() + Index(layer, seq) * row_elems(), in, bytes);
+      in += bytes;
+    }
+  }
+}
+
 void KvCache::CopyPrefix(int src_seq, int dst_seq, int n) {
   LAMINA_CHECK(src_seq >= 0 && src_seq < config_.n_seq && dst_seq >= 0 && dst_seq < config_.n_seq);
   if (src_seq == dst_seq) return;

@@ -239,6 +239,16 @@ void Session::FillWithRandomCells(int n, uint64_t seed) {
   tokens_[0].resize(n_past_[0], -1);
 }
 
+void Session::RestoreSequence(int seq, const std::vector<int32_t>& tokens, const uint8_t* state) {
+  LAMINA_CHECK(seq >= 0 && seq < n_seq());
+  const int n = static_cast<int>(tokens.size());
+  LAMINA_CHECK(n <= n_ctx());
+  for (int32_t t : tokens) LAMINA_CHECK(t >= 0 && t < model_.hparams().n_vocab);
+  cache_.ImportSequence(seq, n, state);
+  n_past_[seq] = n;
+  tokens_[seq] = tokens;
+}
+
 void Session::Truncate(int seq, int n_keep) {
   LAMINA_CHECK(seq >= 0 && seq < n_seq());
   n_keep = std::max(0, std::min(n_keep, n_past_[seq]));

@@ -83,6 +83,10 @@ class Session {
   // Makes dst's first n cells a copy of src's and dst's length n (a shared prompt prefix).
   void CopyPrefix(int src_seq, int dst_seq, int n);
 
+  // Replaces sequence `seq` by a saved state: `tokens` ([n], each in the vocabulary, n <=
+  // n_ctx()) and their encoded cells as KvCache::ExportSequence wrote them (checked).
+  void RestoreSequence(int seq, const std::vector<int32_t>& tokens, const uint8_t* state);
+
   // Appends n cells of random K/V (unit-variance Gaussian rows, through the cache's writer) to
   // every layer without running the model: lets benchmarks measure decode at a long depth
   // without first processing a long prompt.
