@@ -14,6 +14,7 @@
 #include "kernels/kv_decode.h"
 #include "runtime/attention.h"
 #include "runtime/kv_cache.h"
+#include "util/cpu_features.h"
 
 namespace lamina {
 namespace {
@@ -171,9 +172,9 @@ TEST(KvFormat, RotationIsOrthonormal) {
 TEST(KvFormat, SimdDecodersMatchScalarTwins) {
   std::mt19937 rng(9);
   std::normal_distribution<float> normal;
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  const CpuFeatures& cpu = GetCpuFeatures();
+  const bool avx2 = cpu.avx2 && cpu.f16c;
+  const bool avx512 = avx2 && cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq;
   for (int isa = 0; isa < 2; ++isa)
   for (KvRowFormat f : {KvRowFormat::kF16, KvRowFormat::kInt8, KvRowFormat::kQ4_0}) {
     KvRowDecodeFn simd = isa == 0 ? Avx2KvRowDecoder(f) : Avx512KvRowDecoder(f);
@@ -439,18 +440,13 @@ void CheckRowKernelsAgainstScalar(const AttentionRowKernels* simd) {
 
 TEST(AttentionRowKernels, SimdMatchesScalarTwins) {
   const AttentionRowKernels* simd = Avx2AttentionRowKernels();
-  if (simd == nullptr || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c")) {
+  if (simd == nullptr || !GetCpuFeatures().avx2 || !GetCpuFeatures().f16c) {
     GTEST_SKIP() << "no AVX2 on this CPU";
   }
   CheckRowKernelsAgainstScalar(simd);
 }
 
-bool HasAvx512Vnni() {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx512f") &&
-         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
-}
+bool HasAvx512Vnni() { return GetCpuFeatures().HasAvx512Set(); }
 
 TEST(AttentionRowKernels, Avx512MatchesScalarTwins) {
   const AttentionRowKernels* simd = Avx512AttentionRowKernels();

@@ -15,6 +15,7 @@
 #include "quant/kernel_registry.h"
 #include "quant/quant.h"
 #include "quant/types.h"
+#include "util/cpu_features.h"
 #include "util/fp16.h"
 
 namespace lamina {
@@ -41,15 +42,8 @@ const Tables& GetTables() {
   return tables;
 }
 
-bool CpuHasAvx2() {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
-}
-bool CpuHasAvx512() {
-  return CpuHasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512vnni");
-}
+bool CpuHasAvx2() { return GetCpuFeatures().HasAvx2Set(); }
+bool CpuHasAvx512() { return GetCpuFeatures().HasAvx512Set(); }
 
 const TypeKernels& Scalar(GgmlType t) { return GetTables().scalar[static_cast<int>(t)]; }
 

@@ -70,6 +70,9 @@ int RunBench(const BenchOptions& o) {
   if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
   if (!o.spec.empty()) return RunBenchSpec(o, model, pool);
   if (o.common.n_ctx == 0) sc.n_ctx = std::max(o.n_prompt, o.depth + o.n_gen + 1) + 1;
+  if (!CheckMemoryPlan(o.common, model, &sc, std::max(1, o.n_prompt), 1, 0, "lower -p", &rc)) {
+    return rc;
+  }
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> dist(0, hp.n_vocab - 1);
   auto random_tokens = [&](int n) {
@@ -95,6 +98,14 @@ int RunBench(const BenchOptions& o) {
       return kExitUsage;
     }
     if (o.common.n_ctx == 0) sc.n_ctx = o.depth + o.n_gen + 2;
+    for (int b : counts) {
+      SessionConfig planned = sc;
+      planned.n_seq = b;
+      if (!CheckMemoryPlan(o.common, model, &planned, b, b, 0, "use fewer --parallel streams",
+                           &rc)) {
+        return rc;
+      }
+    }
     nlohmann::json rows = nlohmann::json::array();
     if (!o.json) {
       std::printf("model %s | %.1fM params | %d threads | kv %s | depth %d | %d steps\n",

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "cli_spec.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
+#include "runtime/session_file.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -41,6 +43,28 @@ std::string FindIn(const fs::path& dir) {
     return a < b;
   });
   return found.front().string();
+}
+
+// The turns of a conversation as a session file's payload.
+std::string TurnsToJson(const std::vector<ChatMessage>& messages) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const ChatMessage& m : messages) j.push_back({{"role", m.role}, {"content", m.content}});
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// The payload's turns; none when it is not what TurnsToJson writes (the cells still help).
+std::vector<ChatMessage> TurnsFromJson(const std::string& text) {
+  std::vector<ChatMessage> out;
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array()) return out;
+  for (const nlohmann::json& m : j) {
+    if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string() ||
+        !m["content"].is_string()) {
+      return {};
+    }
+    out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return out;
 }
 
 fs::path ExecutableDir() {
@@ -119,6 +143,13 @@ int RunChat(const ChatOptions& options) {
   const bool interactive = isatty(STDIN_FILENO) != 0;
   std::vector<ChatMessage> messages;
   if (!options.system.empty()) messages.push_back({"system", options.system});
+  // --session FILE: the conversation so far (its cells, and its turns in the file's payload).
+  const uint64_t model_hash = o.session.empty() ? 0 : ModelIdentityHash(model);
+  if (!o.session.empty()) {
+    std::string turns;
+    if (!RestoreSessionForCli(o, session, model_hash, nullptr, &turns, &rc)) return rc;
+    if (!turns.empty()) messages = TurnsFromJson(turns);
+  }
   std::string line;
   while (true) {
     if (interactive) {
@@ -160,6 +191,13 @@ int RunChat(const ChatOptions& options) {
     std::printf("\n");
     std::fflush(stdout);
     messages.push_back({"assistant", answer});
+    if (!o.session.empty()) {
+      std::vector<int32_t> history = tokens;
+      history.insert(history.end(), r->tokens.begin(), r->tokens.end());
+      if (!SaveSessionForCli(o, session, model_hash, history, TurnsToJson(messages), &rc)) {
+        return rc;
+      }
+    }
   }
   if (spec.drafter) std::fprintf(stderr, "lamina: %s\n", SpecSummary(spec, spec_stats).c_str());
   return kExitOk;

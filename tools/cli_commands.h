@@ -1,6 +1,8 @@
 // Subcommands of the `lamina` CLI. Each returns a process exit code:
-//   0 success, 1 runtime failure, 2 bad usage (CLI11 parse errors too), 3 bad input file
-//   (malformed GGUF, unsupported model or type, unreadable text file).
+//   0 success, 1 runtime failure, 2 bad usage (CLI11 parse errors too, an option out of its
+//   range, a plan over the memory limit), 3 bad input file (malformed GGUF, unsupported model or
+//   type, unreadable text file, a refused session file), 4 out of memory (an allocation failed
+//   although the memory guard allowed the plan).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,7 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitBadInput = 3;
+constexpr int kExitOutOfMemory = 4;
 
 struct InspectOptions {
   std::string model_path;
@@ -36,6 +39,8 @@ struct CommonOptions {
   std::string rope_scaling;  // none, linear or yarn; empty: the model's
   float rope_scale = 0.0f;   // context scaling factor; 0: the model's
   int yarn_orig_ctx = 0;     // YaRN original context; 0: the model's
+  std::string
+      mem_limit;  // --mem-limit SIZE|none; empty: LAMINA_MEM_LIMIT, else 90% of MemAvailable
 };
 
 // Speculative decoding (cli_spec.h).
@@ -66,6 +71,8 @@ struct RunOptions {
   bool json = false;
   int prompt_chunk = 0;  // 0: the whole prompt in one batch
   bool chat = false;     // --chat: the prompt is one user turn of the model's chat template
+  std::string session;   // --session FILE: restore the state from FILE, save it there after
+  bool session_fresh_on_error = false;  // a refused FILE: read the prompt again, not exit 3
   SpecCliOptions spec;
 };
 // `lamina run`: stream a continuation of the prompt. With --chat the prompt is rendered as one

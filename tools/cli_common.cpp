@@ -3,10 +3,14 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
 
+#include "runtime/generate.h"
+#include "runtime/session_file.h"
+#include "util/memory.h"
 #include "util/timer.h"
 
 namespace lamina::cli {
@@ -102,6 +106,94 @@ bool MakeSessionConfig(const CommonOptions& o, const Model& model, SessionConfig
   if (!kc.ok()) {
     std::fprintf(stderr, "lamina: %s\n", kc.error().message.c_str());
     *exit_code = kExitUsage;
+    return false;
+  }
+  // The cache alone first (the batch is checked where its size is known).
+  return CheckMemoryPlan(o, model, out, 0, 0, 0, "", exit_code);
+}
+
+bool CheckMemoryPlan(const CommonOptions& o, const Model& model, SessionConfig* sc,
+                     int batch_tokens, int logit_rows, uint64_t extra, const char* batch_hint,
+                     int* exit_code) {
+  Result<MemoryLimit> limit = ResolveMemoryLimit(o.mem_limit, std::getenv("LAMINA_MEM_LIMIT"));
+  if (!limit.ok()) {
+    std::fprintf(stderr, "lamina: %s\n", limit.error().message.c_str());
+    *exit_code = kExitUsage;
+    return false;
+  }
+  sc->memory_limit = limit->bytes;
+  Result<KvCacheConfig> kc = MakeKvCacheConfig(model.hparams(), *sc);
+  if (!kc.ok()) {
+    std::fprintf(stderr, "lamina: %s\n", kc.error().message.c_str());
+    *exit_code = kExitUsage;
+    return false;
+  }
+  const uint64_t cache = KvCacheBytes(*kc);
+  const uint64_t batch = batch_tokens > 0 || logit_rows > 0
+                             ? ForwardBytes(model.hparams(), batch_tokens, logit_rows)
+                             : 0;
+  const uint64_t total = SatAdd(SatAdd(cache, batch), extra);
+  if (total <= limit->bytes) return true;
+  const std::string limit_text = FormatBytes(limit->bytes) + " (" + limit->source +
+                                 "; change it with --mem-limit or LAMINA_MEM_LIMIT)";
+  if (cache > limit->bytes) {
+    std::fprintf(stderr,
+                 "lamina: the KV cache (%s, %d tokens x %d sequence%s) needs %s, over the memory "
+                 "limit of %s; lower --ctx-size/-c, choose a smaller --kv mode or fewer --parallel "
+                 "sequences\n",
+                 KvTypeName(kc->type), kc->n_ctx, kc->n_seq, kc->n_seq == 1 ? "" : "s",
+                 FormatBytes(cache).c_str(), limit_text.c_str());
+  } else {
+    const std::string kept = extra > 0 ? " (and " + FormatBytes(extra) + " of kept logits)" : "";
+    std::fprintf(stderr,
+                 "lamina: a batch of %d tokens needs %s%s besides the %s KV cache, over the memory "
+                 "limit of %s; %s\n",
+                 batch_tokens, FormatBytes(batch).c_str(), kept.c_str(), FormatBytes(cache).c_str(),
+                 limit_text.c_str(), batch_hint);
+  }
+  *exit_code = kExitUsage;
+  return false;
+}
+
+bool RestoreSessionForCli(const RunOptions& o, Session& session, uint64_t model_hash,
+                          const std::vector<int32_t>* prompt, std::string* app, int* exit_code) {
+  Result<SessionRestore> r = LoadSessionFile(o.session, session, 0, model_hash);
+  if (!r.ok()) {
+    if (!o.session_fresh_on_error) {
+      std::fprintf(stderr, "lamina: session %s (--session-fresh-on-error reads the prompt again)\n",
+                   r.error().message.c_str());
+      *exit_code = kExitBadInput;
+      return false;
+    }
+    std::fprintf(stderr, "lamina: warning: session %s; starting fresh\n",
+                 r.error().message.c_str());
+    session.Truncate(0, 0);
+    return true;
+  }
+  if (!r->found) {
+    std::fprintf(stderr, "lamina: session %s: new file\n", o.session.c_str());
+    return true;
+  }
+  if (app != nullptr) *app = r->app;
+  if (prompt != nullptr) {
+    const int kept = ReusePrefix(session, 0, *prompt);
+    std::fprintf(stderr,
+                 "lamina: session %s: restored %d of the prompt's %zu tokens (the file held %d)\n",
+                 o.session.c_str(), kept, prompt->size(), r->n_file);
+  } else {
+    std::fprintf(stderr, "lamina: session %s: restored %d tokens\n", o.session.c_str(), r->n_file);
+  }
+  return true;
+}
+
+bool SaveSessionForCli(const RunOptions& o, Session& session, uint64_t model_hash,
+                       const std::vector<int32_t>& history, const std::string& app,
+                       int* exit_code) {
+  Status st = CatchUp(session, 0, history);
+  if (st.ok()) st = SaveSessionFile(o.session, session, 0, model_hash, app);
+  if (!st.ok()) {
+    std::fprintf(stderr, "lamina: session %s\n", st.error().message.c_str());
+    *exit_code = kExitFailure;
     return false;
   }
   return true;

@@ -37,6 +37,27 @@ bool ReadTextFile(const std::string& path, std::string* out, std::string* error)
 bool MakeSessionConfig(const CommonOptions& options, const Model& model, SessionConfig* out,
                        int* exit_code);
 
+// The memory guard: the KV cache of `sc` (all its sequences) plus the scratch of one batch of
+// batch_tokens tokens with logit_rows logits rows plus `extra` bytes the command allocates itself,
+// against the limit (--mem-limit, LAMINA_MEM_LIMIT, else 90% of MemAvailable). Over it: prints
+// one line naming the bytes, the limit and the options to change (batch_hint names the one for
+// the batch), sets *exit_code to bad usage and returns false. Sets sc->memory_limit.
+bool CheckMemoryPlan(const CommonOptions& options, const Model& model, SessionConfig* sc,
+                     int batch_tokens, int logit_rows, uint64_t extra, const char* batch_hint,
+                     int* exit_code);
+
+// --session FILE of run / chat: restores FILE into sequence 0 of the session (absent: a new
+// file). With `prompt`, reports on stderr how many of its tokens were restored (the cells kept
+// are the prefix FILE shares with it). A refused file prints the error and returns false with
+// the bad-input exit code, unless fresh_on_error (a warning; the prompt is read again). *app
+// receives the file's caller payload.
+bool RestoreSessionForCli(const RunOptions& options, Session& session, uint64_t model_hash,
+                          const std::vector<int32_t>* prompt, std::string* app, int* exit_code);
+// Saves sequence 0 to --session FILE after evaluating what of `history` it lacks (the last
+// sampled token); false with a message and the runtime-failure exit code on an I/O error.
+bool SaveSessionForCli(const RunOptions& options, Session& session, uint64_t model_hash,
+                       const std::vector<int32_t>& history, const std::string& app, int* exit_code);
+
 // The sampler settings of run / chat.
 SamplerConfig MakeSamplerConfig(const RunOptions& options);
 

@@ -326,6 +326,13 @@ int RunProbe(const ProbeOptions& o) {
       std::fprintf(stderr, "lamina: %s\n", kc.error().message.c_str());
       return kExitUsage;
     }
+    // Teacher-forced probes evaluate up to a whole context with all its logits.
+    SessionConfig planned = session_for(leg);
+    int rc = kExitOk;
+    if (!CheckMemoryPlan(CommonOptions{}, model, &planned, config.n_ctx, config.n_ctx, 0,
+                         "lower --ctx", &rc)) {
+      return rc;
+    }
   }
   ThreadPool pool(o.n_threads);
   // One setup per speculative mode (the draft model loads once and is checked against the

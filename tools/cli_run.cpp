@@ -1,5 +1,6 @@
 // `lamina run`: tokenize the prompt (in the chat template with --chat), then the library's
 // generation loop (prefill in one batch or chunks, decode) streams the text.
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -7,6 +8,7 @@
 #include "cli_spec.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
+#include "runtime/session_file.h"
 #include "util/timer.h"
 
 namespace lamina::cli {
@@ -33,12 +35,6 @@ int RunGenerate(const RunOptions& o) {
   SessionConfig sc;
   int rc = kExitOk;
   if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
-  Session session(model, sc, pool);
-  SpecSetup spec;
-  if (!MakeSpecSetup(o.spec, o.common.model_path, model, session.n_ctx(), pool, &spec, &rc)) {
-    return rc;
-  }
-  if (!o.json) PrintKvSummary(session.cache());
 
   bool ignore_eos = o.ignore_eos;
   if (o.chat) {  // the prompt is one user turn; the answer ends with the turn
@@ -53,6 +49,20 @@ int RunGenerate(const RunOptions& o) {
   if (prompt_tokens.empty()) {
     std::fprintf(stderr, "lamina: the prompt is empty and the model adds no BOS token\n");
     return kExitUsage;
+  }
+  const int n_batch = o.prompt_chunk > 0 ? std::min<int>(o.prompt_chunk, prompt_tokens.size())
+                                         : static_cast<int>(prompt_tokens.size());
+  if (!CheckMemoryPlan(o.common, model, &sc, n_batch, 1, 0, "use --prompt-chunk N", &rc)) return rc;
+  Session session(model, sc, pool);
+  SpecSetup spec;
+  if (!MakeSpecSetup(o.spec, o.common.model_path, model, session.n_ctx(), pool, &spec, &rc)) {
+    return rc;
+  }
+  if (!o.json) PrintKvSummary(session.cache());
+  const uint64_t model_hash = o.session.empty() ? 0 : ModelIdentityHash(model);
+  if (!o.session.empty() &&
+      !RestoreSessionForCli(o, session, model_hash, &prompt_tokens, nullptr, &rc)) {
+    return rc;
   }
   if (static_cast<int>(prompt_tokens.size()) + o.n_predict > session.n_ctx()) {
     std::fprintf(stderr, "lamina: prompt (%zu tokens) + -n %d exceeds the context of %d (use -c)\n",
@@ -86,6 +96,11 @@ int RunGenerate(const RunOptions& o) {
     return kExitFailure;
   }
   const std::vector<int32_t>& generated = r->tokens;
+  if (!o.session.empty()) {
+    std::vector<int32_t> history = prompt_tokens;
+    history.insert(history.end(), generated.begin(), generated.end());
+    if (!SaveSessionForCli(o, session, model_hash, history, "", &rc)) return rc;
+  }
   const std::string& text = r->text;
   const double t_prompt = r->prompt_seconds, t_gen = r->decode_seconds;
   const int n_decoded = std::max<int>(0, static_cast<int>(generated.size()) - 1);

@@ -15,6 +15,7 @@
 #include "cli_common.h"
 #include "probe/kl.h"
 #include "runtime/session.h"
+#include "util/memory.h"
 #include "util/timer.h"
 
 namespace lamina::cli {
@@ -118,6 +119,16 @@ int RunScore(const ScoreOptions& o) {
   SessionConfig sc;
   int rc = kExitOk;
   if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
+  {
+    // One window is evaluated with all its logits; --save-logits / --kl-base keep them all.
+    Result<KvCacheConfig> kc = MakeKvCacheConfig(model.hparams(), sc);
+    const int window = static_cast<int>(std::min<size_t>(kc.ok() ? kc->n_ctx : 0, tokens.size()));
+    const bool keep = !o.save_logits.empty() || !o.kl_base.empty();
+    const uint64_t kept = keep ? SatMul(SatMul(tokens.size(), n_vocab), 2 * sizeof(float)) : 0;
+    if (!CheckMemoryPlan(o.common, model, &sc, window, window, kept, "lower --ctx-size/-c", &rc)) {
+      return rc;
+    }
+  }
 
   LogitsDump dump;
   dump.n_vocab = static_cast<uint32_t>(n_vocab);

@@ -1,34 +1,53 @@
 // The `lamina` command line: run, chat, score, bench, probe, inspect, serve. Exit codes: see
 // cli_commands.h.
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <cstring>
+#include <new>
+#include <stdexcept>
 
 #include "cli_commands.h"
+#include "cli_options.h"
 #include "cli_spec.h"
 #include "server/server.h"
 
 namespace {
+using namespace lamina::cli;  // NOLINT: the validators of cli_options.h
+
 void AddCommon(CLI::App* cmd, lamina::cli::CommonOptions& c, bool model_required) {
   auto* m = cmd->add_option("-m,--model", c.model_path, "GGUF model file");
   if (model_required) m->required();
-  cmd->add_option("-c,--ctx-size", c.n_ctx, "Context size in tokens (0: the model's, capped at 4096)");
-  cmd->add_option("-t,--threads", c.n_threads, "Threads (0: all cores)");
+  cmd->add_option("-c,--ctx-size", c.n_ctx,
+                  "Context size in tokens (0: the model's, capped at 4096)")
+      ->check(ContextSize());
+  cmd->add_option("-t,--threads", c.n_threads, "Threads (0: all cores)")->check(Threads());
   cmd->add_option("--kv", c.kv, "KV cache mode: f32, f16, int8, q4_0 or k8v4");
   cmd->add_option("--kv-v-round", c.kv_v_round, "V rounding for quantized modes: rtn or stochastic");
-  cmd->add_option("--kv-seed", c.kv_seed, "Seed of stochastic V rounding");
+  cmd->add_option("--kv-seed", c.kv_seed, "Seed of stochastic V rounding")->check(Seed());
   cmd->add_option("--rope-scaling", c.rope_scaling,
                   "RoPE scaling: none, linear or yarn (default: the model's)")
       ->check(CLI::IsMember({"none", "linear", "yarn"}));
   cmd->add_option("--rope-scale", c.rope_scale,
                   "RoPE context scaling factor (default: the model's)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegativeFinite());
   cmd->add_option("--yarn-orig-ctx", c.yarn_orig_ctx,
                   "YaRN original context length (default: the model's)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(IntRange(0, 1 << 30));
+  cmd->add_option("--mem-limit", c.mem_limit,
+                  "Most bytes the KV cache and a batch may take, e.g. 8G, or none (default: "
+                  "LAMINA_MEM_LIMIT, else 90% of MemAvailable)");
 }
-}  // namespace
 
-int main(int argc, char** argv) {
+void AddSessionOptions(CLI::App* cmd, lamina::cli::RunOptions& r) {
+  cmd->add_option("--session", r.session,
+                  "Session file: restore the state it holds when its tokens begin the prompt, "
+                  "save the state after the run there (written atomically)");
+  cmd->add_flag("--session-fresh-on-error", r.session_fresh_on_error,
+                "When the session file is refused (another model or KV mode, corrupt), read the "
+                "prompt again instead of exiting with code 3");
+}
+
+int Main(int argc, char** argv) {
   using namespace lamina::cli;
   // `serve` parses its own flags, spelled as llama-server spells them (tools/server/).
   if (argc > 1 && std::strcmp(argv[1], "serve") == 0) return RunServeCommand(argc - 1, argv + 1);
@@ -42,31 +61,40 @@ int main(int argc, char** argv) {
   AddCommon(run_cmd, run.common, false);  // no -m: the shipped model
   run_cmd->add_option("-p,--prompt", run.prompt, "Prompt text");
   run_cmd->add_option("-f,--file", run.prompt_file, "Read the prompt from a file");
-  run_cmd->add_option("-n,--n-predict", run.n_predict, "Tokens to generate");
-  run_cmd->add_option("--temp", run.temperature, "Temperature (0: greedy)");
-  run_cmd->add_option("--top-k", run.top_k, "Top-k (0: off)");
-  run_cmd->add_option("--top-p", run.top_p, "Top-p (1: off)");
-  run_cmd->add_option("--min-p", run.min_p, "Min-p (0: off)");
-  run_cmd->add_option("--repeat-penalty", run.repeat_penalty, "Repetition penalty (1: off)");
-  run_cmd->add_option("--seed", run.seed, "RNG seed");
+  run_cmd->add_option("-n,--n-predict", run.n_predict, "Tokens to generate")
+      ->check(IntRange(0, 1 << 30));
+  run_cmd->add_option("--temp", run.temperature, "Temperature (0: greedy)")->check(Temperature());
+  run_cmd->add_option("--top-k", run.top_k, "Top-k (0: off)")->check(IntRange(0, 1 << 30));
+  run_cmd->add_option("--top-p", run.top_p, "Top-p (1: off)")->check(Probability());
+  run_cmd->add_option("--min-p", run.min_p, "Min-p (0: off)")->check(Probability());
+  run_cmd->add_option("--repeat-penalty", run.repeat_penalty, "Repetition penalty (1: off)")
+      ->check(Positive());
+  run_cmd->add_option("--seed", run.seed, "RNG seed")->check(Seed());
   run_cmd->add_flag("--ignore-eos", run.ignore_eos, "Do not stop at end-of-generation tokens");
   run_cmd->add_flag("--json", run.json, "Print one JSON object instead of streaming text");
-  run_cmd->add_option("--prompt-chunk", run.prompt_chunk,
-                      "Process the prompt in chunks of N tokens (0: one batch, 1: token by token)");
+  run_cmd
+      ->add_option("--prompt-chunk", run.prompt_chunk,
+                   "Process the prompt in chunks of N tokens (0: one batch, 1: token by token)")
+      ->check(IntRange(0, 1 << 30));
   run_cmd->add_flag("--chat", run.chat, "Apply the model's chat template: the prompt is one user turn");
+  AddSessionOptions(run_cmd, run);
   AddSpecOptions(run_cmd, run.spec);
 
   ChatOptions chat;
   CLI::App* chat_cmd = app.add_subcommand("chat", "Interactive chat: one user turn per stdin line, EOF ends");
   AddCommon(chat_cmd, chat.run.common, false);
-  chat_cmd->add_option("-n,--n-predict", chat.run.n_predict, "Most tokens per answer");
-  chat_cmd->add_option("--temp", chat.run.temperature, "Temperature (0: greedy)");
-  chat_cmd->add_option("--top-k", chat.run.top_k, "Top-k (0: off)");
-  chat_cmd->add_option("--top-p", chat.run.top_p, "Top-p (1: off)");
-  chat_cmd->add_option("--min-p", chat.run.min_p, "Min-p (0: off)");
-  chat_cmd->add_option("--repeat-penalty", chat.run.repeat_penalty, "Repetition penalty (1: off)");
-  chat_cmd->add_option("--seed", chat.run.seed, "RNG seed");
+  chat_cmd->add_option("-n,--n-predict", chat.run.n_predict, "Most tokens per answer")
+      ->check(IntRange(0, 1 << 30));
+  chat_cmd->add_option("--temp", chat.run.temperature, "Temperature (0: greedy)")
+      ->check(Temperature());
+  chat_cmd->add_option("--top-k", chat.run.top_k, "Top-k (0: off)")->check(IntRange(0, 1 << 30));
+  chat_cmd->add_option("--top-p", chat.run.top_p, "Top-p (1: off)")->check(Probability());
+  chat_cmd->add_option("--min-p", chat.run.min_p, "Min-p (0: off)")->check(Probability());
+  chat_cmd->add_option("--repeat-penalty", chat.run.repeat_penalty, "Repetition penalty (1: off)")
+      ->check(Positive());
+  chat_cmd->add_option("--seed", chat.run.seed, "RNG seed")->check(Seed());
   chat_cmd->add_option("--system", chat.system, "System turn");
+  AddSessionOptions(chat_cmd, chat.run);
   AddSpecOptions(chat_cmd, chat.run.spec);
 
   ScoreOptions score;
@@ -80,10 +108,14 @@ int main(int argc, char** argv) {
   BenchOptions bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "Prompt and generation throughput");
   AddCommon(bench_cmd, bench.common, true);
-  bench_cmd->add_option("-p,--n-prompt", bench.n_prompt, "Prompt tokens (pp test)");
-  bench_cmd->add_option("-n,--n-gen", bench.n_gen, "Generated tokens (tg test)");
-  bench_cmd->add_option("-d,--depth", bench.depth, "Tokens already in the cache before tg");
-  bench_cmd->add_option("-r,--reps", bench.reps, "Repetitions (the median is reported)");
+  bench_cmd->add_option("-p,--n-prompt", bench.n_prompt, "Prompt tokens (pp test)")
+      ->check(IntRange(0, 1 << 30));
+  bench_cmd->add_option("-n,--n-gen", bench.n_gen, "Generated tokens (tg test)")
+      ->check(IntRange(0, 1 << 30));
+  bench_cmd->add_option("-d,--depth", bench.depth, "Tokens already in the cache before tg")
+      ->check(IntRange(0, 1 << 30));
+  bench_cmd->add_option("-r,--reps", bench.reps, "Repetitions (the median is reported)")
+      ->check(IntRange(1, 1000));
   bench_cmd->add_flag("--json", bench.json, "Print one JSON object");
   bench_cmd->add_option("--parallel", bench.parallel,
                         "Batched decode: B sequences per step, e.g. 1,2,4,8 (each at DEPTH)");
@@ -111,19 +143,26 @@ int main(int argc, char** argv) {
                         "V roundings crossed with the quantized modes: rtn,stochastic");
   probe_cmd->add_option("--probes", probe.probes,
                         "Probes: prefill,counting,needle,json,copy,divergence");
-  probe_cmd->add_option("-c,--ctx", probe.n_ctx, "Context size per leg");
+  probe_cmd->add_option("-c,--ctx", probe.n_ctx, "Context size per leg")
+      ->check(IntRange(64, 1 << 30));
   probe_cmd->add_option("--needle-depths", probe.needle_depths, "Needle depths in percent");
   probe_cmd->add_option("--needle-lengths", probe.needle_lengths, "Haystack lengths in tokens");
-  probe_cmd->add_option("--count-to", probe.count_to, "N of the counting probe");
-  probe_cmd->add_option("--divergence-tokens", probe.divergence_tokens,
-                        "Tokens of teacher-forced text");
-  probe_cmd->add_option("--free-run-tokens", probe.free_run_tokens,
-                        "Tokens generated by the free-running comparison");
+  probe_cmd->add_option("--count-to", probe.count_to, "N of the counting probe")
+      ->check(IntRange(1, 1 << 20));
+  probe_cmd
+      ->add_option("--divergence-tokens", probe.divergence_tokens, "Tokens of teacher-forced text")
+      ->check(IntRange(8, 1 << 30));
+  probe_cmd
+      ->add_option("--free-run-tokens", probe.free_run_tokens,
+                   "Tokens generated by the free-running comparison")
+      ->check(IntRange(0, 1 << 30));
   probe_cmd->add_option("--text", probe.text_file,
                         "Text file for the divergence probe (default: seeded filler)");
   probe_cmd->add_option("--out", probe.out_dir, "Write probe.json and report.html here");
-  probe_cmd->add_option("--seed", probe.seed, "Seed of texts, needles and stochastic rounding");
-  probe_cmd->add_option("-t,--threads", probe.n_threads, "Threads (0: all cores)");
+  probe_cmd->add_option("--seed", probe.seed, "Seed of texts, needles and stochastic rounding")
+      ->check(Seed());
+  probe_cmd->add_option("-t,--threads", probe.n_threads, "Threads (0: all cores)")
+      ->check(Threads());
   probe_cmd->add_option("--url", probe.url,
                         "Probe an OpenAI-compatible server (lamina serve, llama-server) as the "
                         "one leg: counting, needle, JSON and copy over /v1/chat/completions");
@@ -149,8 +188,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitUsage;
+    return ParseErrorExit(app, e);
   }
   if (*run_cmd) {
     if (run.prompt.empty() && run.prompt_file.empty() && !run_cmd->count("-p")) {
@@ -171,4 +209,23 @@ int main(int argc, char** argv) {
   if (*inspect_cmd) return RunInspect(inspect);
   if (*probe_cmd) return RunProbe(probe);
   return kExitUsage;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The memory guard refuses plans over the limit up front; an allocation that still fails
+  // (the machine's memory taken by others meanwhile) ends here with a message, not an abort.
+  try {
+    return Main(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "lamina: out of memory: an allocation failed (lower --ctx-size, --kv, "
+                 "--parallel or --mem-limit)\n");
+    return lamina::cli::kExitOutOfMemory;
+  } catch (const std::length_error&) {  // a container asked for more than it can address
+    std::fprintf(stderr,
+                 "lamina: out of memory: an allocation failed (lower --ctx-size, --kv, "
+                 "--parallel or --mem-limit)\n");
+    return lamina::cli::kExitOutOfMemory;
+  }
 }

@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "util/cpu_features.h"
+
 namespace lamina {
 
 namespace {
@@ -53,15 +55,11 @@ const AttentionRowKernels& ScalarAttentionRowKernels() {
 
 const AttentionRowKernels& BestAttentionRowKernels() {
   static const AttentionRowKernels* best = [] {
-    __builtin_cpu_init();
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                      __builtin_cpu_supports("f16c");
-    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+    const CpuFeatures& cpu = GetCpuFeatures();
+    if (cpu.HasAvx2Set() && cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq) {
       if (const AttentionRowKernels* k = Avx512AttentionRowKernels()) return k;
     }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c")) {
+    if (cpu.HasAvx2Set()) {
       if (const AttentionRowKernels* k = Avx2AttentionRowKernels()) return k;
     }
     return &ScalarAttentionRowKernels();

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "util/cpu_features.h"
+
 namespace lamina {
 
 namespace {
@@ -59,24 +61,9 @@ void ScoreScalar(const uint8_t* rows, int n_rows, int head_dim, int nq, const in
   }
 }
 
-bool HasAvx2() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
-  }();
-  return has;
-}
+bool HasAvx2() { return GetCpuFeatures().HasAvx2Set(); }
 
-bool HasAvx512() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return HasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512vnni");
-  }();
-  return has;
-}
+bool HasAvx512() { return GetCpuFeatures().HasAvx512Set(); }
 }  // namespace
 
 KvRowDecodeFn ScalarKvRowDecoder(KvRowFormat format) {

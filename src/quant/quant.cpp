@@ -8,6 +8,7 @@
 
 #include "quant/kernel_registry.h"
 #include "util/check.h"
+#include "util/cpu_features.h"
 
 namespace lamina {
 
@@ -72,16 +73,9 @@ Isa CapFromEnvironment(Isa detected) {
 }
 
 Isa DetectIsaUncached() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-      __builtin_cpu_supports("avx512dq")) {
-    return Isa::kAvx512;
-  }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
-    return Isa::kAvx2;
-  }
+  const CpuFeatures& cpu = GetCpuFeatures();
+  if (cpu.HasAvx512Set()) return Isa::kAvx512;
+  if (cpu.HasAvx2Set()) return Isa::kAvx2;
   return Isa::kScalar;
 }
 

@@ -7,6 +7,7 @@
 
 #include "kernels/kv_decode.h"
 #include "util/check.h"
+#include "util/memory.h"
 
 namespace lamina {
 
@@ -71,6 +72,20 @@ Status ValidateKvConfig(const KvCacheConfig& c) {
                  ": block formats need head_dim below 32 and even, or a multiple of 32"};
   }
   return Status::Ok();
+}
+
+uint64_t KvCacheBytes(const KvCacheConfig& c) {
+  const uint64_t head_rows =
+      SatMul(SatMul(SatMul(static_cast<uint64_t>(c.n_ctx), c.n_layer), c.n_seq), c.n_kv_heads);
+  uint64_t per_row =
+      KvRowBytes(KSpec(c.type).format, c.head_dim) + KvRowBytes(VSpec(c.type).format, c.head_dim);
+  uint64_t extra = 0;
+  if (KAnchored(c.type)) {
+    per_row += 1;  // the anchor flag
+    extra = SatMul(SatMul(static_cast<uint64_t>(c.n_seq) * c.n_layer, c.n_kv_heads),
+                   static_cast<uint64_t>(c.head_dim) * sizeof(float));
+  }
+  return SatAdd(SatMul(head_rows, per_row), extra);
 }
 
 KvCache::KvCache(const KvCacheConfig& config)
@@ -326,6 +341,63 @@ void KvCache::Truncate(int seq, int n_keep) {
     length = n_keep;
     if (k_anchored_ && n_keep == 0) {
       std::fill_n(k_anchor_.begin() + Index(layer, seq) * row_elems(), row_elems(), 0.0f);
+    }
+  }
+}
+
+uint64_t KvCache::SequenceStateBytes(int n) const {
+  const uint64_t per_cell = k_head_bytes_ + v_head_bytes_ + (k_anchored_ ? 1 : 0);
+  const uint64_t heads = static_cast<uint64_t>(config_.n_layer) * config_.n_kv_heads;
+  const uint64_t anchors =
+      k_anchored_ ? heads * static_cast<uint64_t>(config_.head_dim) * sizeof(float) : 0;
+  return SatAdd(SatMul(SatMul(heads, per_cell), static_cast<uint64_t>(std::max(0, n))), anchors);
+}
+
+void KvCache::ExportSequence(int seq, int n, uint8_t* out) const {
+  LAMINA_CHECK(seq >= 0 && seq < config_.n_seq && n >= 0 && n <= config_.n_ctx);
+  for (int layer = 0; layer < config_.n_layer; ++layer) {
+    LAMINA_CHECK(Length(seq, layer) >= n);
+    for (int h = 0; h < config_.n_kv_heads; ++h) {
+      std::memcpy(out, KHead(layer, seq, h, 0), k_head_bytes_ * n);
+      out += k_head_bytes_ * n;
+      std::memcpy(out, VHead(layer, seq, h, 0), v_head_bytes_ * n);
+      out += v_head_bytes_ * n;
+      if (k_anchored_) {
+        std::memcpy(out, KAnchorFlags(layer, seq, h), n);
+        out += n;
+      }
+    }
+  }
+  if (k_anchored_) {
+    for (int layer = 0; layer < config_.n_layer; ++layer) {
+      const size_t bytes = static_cast<size_t>(row_elems()) * sizeof(float);
+      std::memcpy(out, k_anchor_.data() + Index(layer, seq) * row_elems(), bytes);
+      out += bytes;
+    }
+  }
+}
+
+void KvCache::ImportSequence(int seq, int n, const uint8_t* in) {
+  LAMINA_CHECK(seq >= 0 && seq < config_.n_seq && n >= 0 && n <= config_.n_ctx);
+  Truncate(seq, 0);
+  for (int layer = 0; layer < config_.n_layer; ++layer) {
+    for (int h = 0; h < config_.n_kv_heads; ++h) {
+      std::memcpy(k_.data() + HeadIndex(layer, seq, h, 0) * k_head_bytes_, in, k_head_bytes_ * n);
+      in += k_head_bytes_ * n;
+      std::memcpy(v_.data() + HeadIndex(layer, seq, h, 0) * v_head_bytes_, in, v_head_bytes_ * n);
+      in += v_head_bytes_ * n;
+      if (k_anchored_) {
+        std::memcpy(k_anchor_flag_.data() + HeadIndex(layer, seq, h, 0), in, n);
+        in += n;
+      }
+    }
+    lengths_[Index(layer, seq)] = n;
+  }
+  if (k_anchored_) {
+    for (int layer = 0; layer < config_.n_layer; ++layer) {
+      const size_t bytes = static_cast<size_t>(row_elems()) * sizeof(float);
+      std::memcpy(k_anchor_.data() + Index(layer, seq) * row_elems(), in, bytes);
+      in += bytes;
     }
   }
 }

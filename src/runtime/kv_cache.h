@@ -92,6 +92,10 @@ inline constexpr int kAnchorMaxPairs = 8;
 // multiple of 32); the error says why not.
 Status ValidateKvConfig(const KvCacheConfig& config);
 
+// Bytes a KvCache with this (valid) config allocates for its cells, anchors and flags,
+// computed without allocating (saturating at UINT64_MAX), for the memory guard.
+uint64_t KvCacheBytes(const KvCacheConfig& config);
+
 class KvCache {
  public:
   // The config must pass ValidateKvConfig (checked).
@@ -123,6 +127,17 @@ class KvCache {
   void CopyPrefix(int src_seq, int dst_seq, int n);
 
   int Length(int seq, int layer = 0) const { return lengths_[Index(layer, seq)]; }
+
+  // The encoded cells of one sequence, for session files. Layout: per layer, per KV head, the
+  // K head rows of cells [0, n), then the V head rows, then (anchored keys) one flag byte per
+  // cell; after all layers (anchored keys) the anchors [n_layer, n_kv_heads, head_dim] f32.
+  uint64_t SequenceStateBytes(int n) const;
+  // Writes sequence seq's first n cells (every layer must hold at least n) to out
+  // ([SequenceStateBytes(n)] bytes).
+  void ExportSequence(int seq, int n, uint8_t* out) const;
+  // Replaces sequence seq by n cells read from `in` ([SequenceStateBytes(n)] bytes, as
+  // ExportSequence writes them); every layer then holds n cells.
+  void ImportSequence(int seq, int n, const uint8_t* in);
 
   // Encoded head rows. Storage is head-major per (sequence, layer): the rows of one KV head
   // for consecutive cells are contiguous, so attention streams one head's cells sequentially

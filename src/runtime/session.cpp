@@ -5,6 +5,8 @@
 #include <cmath>
 #include <random>
 
+#include "util/memory.h"
+
 namespace lamina {
 
 Result<KvCacheConfig> MakeKvCacheConfig(const Hparams& hp, const SessionConfig& c) {
@@ -22,6 +24,17 @@ Result<KvCacheConfig> MakeKvCacheConfig(const Hparams& hp, const SessionConfig& 
   Status st = ValidateKvConfig(kc);
   if (!st.ok()) return st.error();
   return kc;
+}
+
+uint64_t ForwardBytes(const Hparams& hp, int n_tokens, int n_out) {
+  // Residual, normed and output-of-attention rows, Q/K/V, gate/up, RoPE tables, the matmul's
+  // quantized activations (at most one f32 row's bytes per row) and slack for MoE buffers.
+  const uint64_t per_token_floats = 4ull * hp.n_embd + 3ull * hp.q_dim() + 2ull * hp.kv_dim() +
+                                    4ull * hp.n_ff + static_cast<uint64_t>(hp.rope.n_rot);
+  const uint64_t act = SatMul(SatMul(per_token_floats, std::max(0, n_tokens)), sizeof(float));
+  const uint64_t logits =
+      SatMul(SatMul(static_cast<uint64_t>(std::max(0, n_out)), hp.n_vocab), sizeof(float));
+  return SatAdd(act, logits);
 }
 
 namespace {
@@ -100,7 +113,8 @@ Session::Session(const Model& model, const SessionConfig& config, ThreadPool& po
       pool_(pool),
       cache_(CheckedCacheConfig(model.hparams(), config)),
       n_past_(cache_.config().n_seq, 0),
-      tokens_(cache_.config().n_seq) {}
+      tokens_(cache_.config().n_seq),
+      memory_limit_(config.memory_limit) {}
 
 Result<const float*> Session::Eval(const std::vector<int32_t>& tokens, bool all_logits) {
   return EvalSeq(0, tokens.data(), static_cast<int>(tokens.size()), all_logits);
@@ -177,6 +191,16 @@ Result<const float*> Session::Decode(const SequenceBatch& b) {
 }
 
 Result<const float*> Session::Run(const ForwardBatch& batch, int n_out) {
+  if (memory_limit_ != UINT64_MAX) {
+    const uint64_t cache = KvCacheBytes(cache_.config());
+    const uint64_t need = ForwardBytes(model_.hparams(), batch.n_tokens, n_out);
+    if (SatAdd(cache, need) > memory_limit_) {
+      return Error{"a batch of " + std::to_string(batch.n_tokens) + " tokens needs " +
+                   FormatBytes(need) + " of scratch besides the " + FormatBytes(cache) +
+                   " KV cache, over the memory limit of " + FormatBytes(memory_limit_) +
+                   "; use smaller batches (--prompt-chunk, -b)"};
+    }
+  }
   logits_.resize(static_cast<size_t>(n_out) * model_.hparams().n_vocab);
   std::vector<Segment> segments = Segments(batch);
   for (const Segment& g : segments) {
@@ -213,6 +237,16 @@ void Session::FillWithRandomCells(int n, uint64_t seed) {
   }
   n_past_[0] += n;
   tokens_[0].resize(n_past_[0], -1);
+}
+
+void Session::RestoreSequence(int seq, const std::vector<int32_t>& tokens, const uint8_t* state) {
+  LAMINA_CHECK(seq >= 0 && seq < n_seq());
+  const int n = static_cast<int>(tokens.size());
+  LAMINA_CHECK(n <= n_ctx());
+  for (int32_t t : tokens) LAMINA_CHECK(t >= 0 && t < model_.hparams().n_vocab);
+  cache_.ImportSequence(seq, n, state);
+  n_past_[seq] = n;
+  tokens_[seq] = tokens;
 }
 
 void Session::Truncate(int seq, int n_keep) {

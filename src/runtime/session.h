@@ -21,7 +21,14 @@ struct SessionConfig {
   KvRounding v_rounding = KvRounding::kNearest;
   uint64_t kv_seed = 0;
   const KvWriteObserver* write_observer = nullptr;  // optional write hook (planted faults)
+  // Bytes the session may hold (cache + the scratch of a batch); a batch whose scratch would
+  // pass it is refused with an error before anything is allocated. UINT64_MAX: unchecked.
+  uint64_t memory_limit = UINT64_MAX;
 };
+
+// Upper estimate of the scratch one forward pass allocates for n_tokens tokens with n_out
+// logits rows (activations, matmul scratch, logits), saturating; for the memory guard.
+uint64_t ForwardBytes(const Hparams& hp, int n_tokens, int n_out);
 
 // The cache configuration a session would use; an error when the mode cannot hold the model's
 // head_dim (call before constructing a Session with user-chosen options).
@@ -76,6 +83,10 @@ class Session {
   // Makes dst's first n cells a copy of src's and dst's length n (a shared prompt prefix).
   void CopyPrefix(int src_seq, int dst_seq, int n);
 
+  // Replaces sequence `seq` by a saved state: `tokens` ([n], each in the vocabulary, n <=
+  // n_ctx()) and their encoded cells as KvCache::ExportSequence wrote them (checked).
+  void RestoreSequence(int seq, const std::vector<int32_t>& tokens, const uint8_t* state);
+
   // Appends n cells of random K/V (unit-variance Gaussian rows, through the cache's writer) to
   // every layer without running the model: lets benchmarks measure decode at a long depth
   // without first processing a long prompt.
@@ -94,6 +105,7 @@ class Session {
   std::vector<int32_t> positions_;  // [n_tokens] Eval's positions
   std::vector<int> n_past_;         // [n_seq]
   std::vector<std::vector<int32_t>> tokens_;  // [n_seq][n_past]
+  uint64_t memory_limit_ = UINT64_MAX;
 };
 
 }  // namespace lamina

@@ -21,6 +21,8 @@
 #include <thread>
 
 #include "../cli_commands.h"
+#include "../cli_common.h"
+#include "../cli_options.h"
 #include "../cli_spec.h"
 #include "api.h"
 #include "model/model.h"
@@ -1084,6 +1086,14 @@ int Server::Run() {
     std::fprintf(stderr, "lamina: --kv %s: %s\n", o_.kv.c_str(), kc.error().message.c_str());
     return shut_down(kExitUsage);
   }
+  {
+    CommonOptions mem;
+    mem.mem_limit = o_.mem_limit;
+    int rc = kExitOk;
+    if (!CheckMemoryPlan(mem, *model_, &sc.session, sc.n_batch, sc.n_slots, 0, "lower -b", &rc)) {
+      return shut_down(rc);
+    }
+  }
   kv_name_ = KvTypeName(*kv);
   pool_ = std::make_unique<ThreadPool>(o_.n_threads);
   SpecCliOptions spec_options = o_.spec;
@@ -1164,28 +1174,28 @@ int RunServeCommand(int argc, char** argv) {
   CLI::App app{"lamina serve: an OpenAI- and llama-server-compatible HTTP server", "lamina serve"};
   app.add_option("-m,--model", o.model_path, "GGUF model (default: the shipped model)");
   app.add_option("--host", o.host, "Address to listen on");
-  app.add_option("--port", o.port, "Port to listen on")->check(CLI::Range(0, 65535));
+  app.add_option("--port", o.port, "Port to listen on")->check(IntRange(0, 65535));
   app.add_option("-c,--ctx-size", o.n_ctx,
                  "Context cells over all slots (each slot gets ctx / parallel; 0: 4096 per slot)")
-      ->check(CLI::Range(0, 1 << 24));
-  app.add_option("--parallel", o.n_parallel, "Slots (-np)")->check(CLI::Range(1, 256));
+      ->check(ContextSize());
+  app.add_option("--parallel", o.n_parallel, "Slots (-np)")->check(IntRange(1, 256));
   app.add_option("-n,--n-predict", o.n_predict, "Default tokens to predict (-1: unlimited)")
-      ->check(CLI::Range(-1, 1 << 24));
+      ->check(IntRange(-1, 1 << 24));
   app.add_option("-t,--threads", o.n_threads, "Threads for the model (0: all cores)")
-      ->check(CLI::Range(0, 1024));
+      ->check(Threads());
   app.add_option("--threads-http", o.n_threads_http,
                  "HTTP worker threads (0: enough for 64 connections)")
-      ->check(CLI::Range(0, 1024));
+      ->check(IntRange(0, 1024));
   app.add_option("-b,--batch-size", o.n_batch, "Most tokens per forward pass")
-      ->check(CLI::Range(1, 1 << 16));
-  app.add_option("--temp", o.temperature, "Default temperature")->check(CLI::Range(0.0, 100.0));
-  app.add_option("--top-k", o.top_k, "Default top-k (0: off)")->check(CLI::Range(0, 1 << 20));
-  app.add_option("--top-p", o.top_p, "Default top-p (1: off)")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--min-p", o.min_p, "Default min-p (0: off)")->check(CLI::Range(0.0, 1.0));
+      ->check(IntRange(1, 1 << 16));
+  app.add_option("--temp", o.temperature, "Default temperature")->check(Temperature());
+  app.add_option("--top-k", o.top_k, "Default top-k (0: off)")->check(IntRange(0, 1 << 20));
+  app.add_option("--top-p", o.top_p, "Default top-p (1: off)")->check(Probability());
+  app.add_option("--min-p", o.min_p, "Default min-p (0: off)")->check(Probability());
   app.add_option("--repeat-penalty", o.repeat_penalty, "Default repetition penalty (1: off)")
-      ->check(CLI::Range(0.001, 100.0));
+      ->check(Positive());
   app.add_option("--repeat-last-n", o.repeat_last_n, "Tokens the penalty looks back")
-      ->check(CLI::Range(0, 1 << 20));
+      ->check(IntRange(0, 1 << 20));
   app.add_option("-s,--seed", o.seed, "Default seed of every request (-1: random per request)");
   app.add_option("-a,--alias", o.alias, "Model names, comma-separated (the first is the id)");
   app.add_option("--tags", o.tags, "Model tags, comma-separated");
@@ -1201,9 +1211,12 @@ int RunServeCommand(int argc, char** argv) {
   app.add_option("--chat-template", o.chat_template, "Built-in chat format: chatml, qwen3, llama3");
   app.add_option("--kv", o.kv, "KV cache mode: f32, f16, int8, q4_0, k8v4");
   app.add_option("--kv-v-round", o.kv_v_round, "V rounding of quantized modes: rtn, stochastic");
-  app.add_option("--kv-seed", o.kv_seed, "Seed of stochastic rounding");
+  app.add_option("--kv-seed", o.kv_seed, "Seed of stochastic rounding")->check(Seed());
+  app.add_option("--mem-limit", o.mem_limit,
+                 "Most bytes the KV cache and a batch may take, e.g. 8G, or none (default: "
+                 "LAMINA_MEM_LIMIT, else 90% of MemAvailable)");
   app.add_option("--max-body", o.max_body_bytes, "Largest request body in bytes")
-      ->check(CLI::Range(1024, 1 << 30));
+      ->check(IntRange(1024, 1 << 30));
   AddSpecOptions(&app, o.spec);  // -md alone turns on --spec draft, as in llama-server
   // Accepted for llama-server compatibility; lamina has no use for them (docs/SERVER.md).
   std::string ignored_value;
@@ -1225,8 +1238,7 @@ int RunServeCommand(int argc, char** argv) {
   try {
     app.parse(static_cast<int>(ptrs.size()), ptrs.data());
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitUsage;
+    return ParseErrorExit(app, e);
   }
   if (!ResolveModelPath(&o.model_path)) return kExitUsage;
   Server server(o);

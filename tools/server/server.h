@@ -40,6 +40,8 @@ struct ServeOptions {
   std::string chat_template;  // a built-in format name; empty: the model's
   std::string kv = "f16";
   std::string kv_v_round = "rtn";
+  std::string
+      mem_limit;  // --mem-limit SIZE|none; empty: LAMINA_MEM_LIMIT, else 90% of MemAvailable
   unsigned long long kv_seed = 0;
   size_t max_body_bytes = 8u << 20;
   SpecCliOptions spec;  // speculative decoding in every slot (-md, --spec, --draft-max, ...)
