@@ -55,7 +55,7 @@ TEST(QuantDispatch, IsaNamesAndTables) {
     GgmlType type, vec_dot_type;
   };
   const Expect expects[] = {
-      {GgmlType::kF32, GgmlType::kF32},   {GgmlType::kF16, GgmlType::kF16},
+      {GgmlType::kF32, GgmlType::kF32},   {GgmlType::kF16, GgmlType::kF32},
       {GgmlType::kBF16, GgmlType::kBF16}, {GgmlType::kQ4_0, GgmlType::kQ8_0},
       {GgmlType::kQ4_1, GgmlType::kQ8_1}, {GgmlType::kQ5_0, GgmlType::kQ8_0},
       {GgmlType::kQ5_1, GgmlType::kQ8_1}, {GgmlType::kQ8_0, GgmlType::kQ8_0},

@@ -133,9 +133,13 @@ int RunBench(const BenchOptions& o) {
       }
     }
     if (o.json) {
-      nlohmann::json j = {{"model", o.common.model_path}, {"n_params", model.ParameterCount()},
-                          {"threads", pool.size()}, {"kv", KvTypeName(sc.kv_type)},
-                          {"depth", o.depth}, {"n_gen", o.n_gen}, {"parallel", rows}};
+      nlohmann::json j = {{"model", o.common.model_path},
+                          {"n_params", model.ParameterCount()},
+                          {"threads", pool.size()},
+                          {"kv", KvTypeName(sc.kv_type)},
+                          {"depth", o.depth},
+                          {"n_gen", o.n_gen},
+                          {"parallel", rows}};
       std::printf("%s\n", j.dump().c_str());
     }
     return kExitOk;

@@ -25,9 +25,9 @@ struct Task {
 };
 
 std::vector<Task> Tasks() {
-  static const char* kNames[] = {"David", "Kate",  "Emma",  "Iris", "Eva",  "Sam",
-                                 "Paul",  "Clara", "Bob",   "Leo",  "Henry", "Grace",
-                                 "Max",   "Lily",  "Tom",   "Anna", "Ben",  "Mia"};
+  static const char* kNames[] = {"David", "Kate",  "Emma", "Iris", "Eva",   "Sam",
+                                 "Paul",  "Clara", "Bob",  "Leo",  "Henry", "Grace",
+                                 "Max",   "Lily",  "Tom",  "Anna", "Ben",   "Mia"};
   std::mt19937 rng(7);
   std::string list = "Repeat this list exactly, one item per line:";
   for (int i = 0; i < 50; ++i) list += std::string("\n") + kNames[rng() % 18];
@@ -126,8 +126,8 @@ int RunBenchSpec(const BenchOptions& o, const Model& model, ThreadPool& pool) {
   }
   nlohmann::json out = nlohmann::json::array();
   if (!o.json) {
-    std::printf("%-6s %-7s %7s %9s %8s %8s %10s %s\n", "task", "spec", "tokens", "tok/s",
-                "x plain", "accept", "tok/verify", "same ids");
+    std::printf("%-6s %-7s %7s %9s %8s %8s %10s %s\n", "task", "spec", "tokens", "tok/s", "x plain",
+                "accept", "tok/verify", "same ids");
   }
   bool all_match = true;
   for (const Task& t : tasks) {

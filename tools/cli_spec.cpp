@@ -17,7 +17,7 @@ void AddSpecOptions(CLI::App* cmd, SpecCliOptions& s) {
       "--model-draft", s.draft_model,
       "Draft model for --spec draft (-md) (default: <model>-draft.gguf beside the model)");
   cmd->add_option("--draft-max,--draft,--draft-n", s.draft_max,
-                  "Tokens drafted per verify step (default: 8 for draft, 6 for lookup)");
+                  "Tokens drafted per verify step (default: 8)");
   cmd->add_option("--draft-min,--draft-n-min", s.draft_min,
                   "Drafts shorter than this are not verified (default: 0)");
   cmd->add_option("--draft-p-min", s.draft_p_min,
@@ -40,7 +40,7 @@ bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, cons
   if (o.mode == "off") return true;
   const bool draft = o.mode == "draft";
   spec::SpecOptions& so = out->options;
-  so.draft_max = o.draft_max != SpecCliOptions::kUnset ? o.draft_max : (draft ? 8 : 6);
+  so.draft_max = o.draft_max != SpecCliOptions::kUnset ? o.draft_max : 8;
   if (so.draft_max < 1) return fail(kExitUsage, "--draft-max must be at least 1");
   if (o.draft_min < 0) return fail(kExitUsage, "--draft-min must not be negative");
   if (o.draft_min > so.draft_max) return fail(kExitUsage, "--draft-min exceeds --draft-max");

@@ -31,7 +31,14 @@ void MatMulRows(const WeightMatrix& w, int64_t row_begin, int64_t row_end, const
   // Quantize the activations once: [n_tokens][act_row_bytes].
   const size_t act_row_bytes = RowSize(kern.vec_dot_type, w.cols);
   const uint8_t* act = nullptr;
-  if (kern.vec_dot_type == GgmlType::kF32 && x_stride == w.cols) {
+  if (kern.quantize_act != nullptr) {  // F16 weights: f16-rounded activations kept as f32
+    scratch.act.resize(act_row_bytes * static_cast<size_t>(n_tokens));
+    uint8_t* dst = scratch.act.data();
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      kern.quantize_act(x + t * x_stride, dst + t * act_row_bytes, w.cols);
+    }
+    act = dst;
+  } else if (kern.vec_dot_type == GgmlType::kF32 && x_stride == w.cols) {
     act = reinterpret_cast<const uint8_t*>(x);
   } else {
     scratch.act.resize(act_row_bytes * static_cast<size_t>(n_tokens));

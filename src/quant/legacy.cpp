@@ -133,6 +133,12 @@ void QuantizeF16(const float* x, void* vy, int64_t k) {
   for (int64_t i = 0; i < k; ++i) y[i] = F32ToFp16(x[i]);
 }
 
+// F16 weights' activations: each value rounded to f16 (as QuantizeF16), stored as f32.
+void RoundF16AsF32(const float* x, void* vy, int64_t k) {
+  float* y = static_cast<float*>(vy);
+  for (int64_t i = 0; i < k; ++i) y[i] = Fp16ToF32(F32ToFp16(x[i]));
+}
+
 void QuantizeBF16(const float* x, void* vy, int64_t k) {
   bf16_t* y = static_cast<bf16_t*>(vy);
   for (int64_t i = 0; i < k; ++i) y[i] = F32ToBf16(x[i]);
@@ -296,12 +302,13 @@ void VecDotF32(int64_t k, float* s, const void* vw, const void* va) {
   *s = static_cast<float>(sum);
 }
 
+// Activations are f32 (f16-rounded by the matmul: RoundF16AsF32).
 void VecDotF16(int64_t k, float* s, const void* vw, const void* va) {
   const fp16_t* w = static_cast<const fp16_t*>(vw);
-  const fp16_t* a = static_cast<const fp16_t*>(va);
+  const float* a = static_cast<const float*>(va);
   double sum = 0.0;
-  // The product of two halves is exact in f32.
-  for (int64_t i = 0; i < k; ++i) sum += static_cast<double>(Fp16ToF32(w[i]) * Fp16ToF32(a[i]));
+  // With f16-rounded activations the product of two halves is exact in f32.
+  for (int64_t i = 0; i < k; ++i) sum += static_cast<double>(Fp16ToF32(w[i]) * a[i]);
   *s = static_cast<float>(sum);
 }
 
@@ -424,19 +431,14 @@ void Set(KernelTable& table, GgmlType type, GgmlType vec_dot_type, DequantizeRow
 void RegisterScalarLegacy(KernelTable& table) {
   using T = GgmlType;
   Set(table, T::kF32, T::kF32, DequantizeF32, QuantizeF32, VecDotF32, VecDotMulti<VecDotF32>);
-  Set(table, T::kF16, T::kF16, DequantizeF16, QuantizeF16, VecDotF16, VecDotMulti<VecDotF16>);
-  Set(table, T::kBF16, T::kBF16, DequantizeBF16, QuantizeBF16, VecDotBF16,
-      VecDotMulti<VecDotBF16>);
-  Set(table, T::kQ4_0, T::kQ8_0, DequantizeQ4_0, QuantizeQ4_0, VecDotQ4_0,
-      VecDotMulti<VecDotQ4_0>);
-  Set(table, T::kQ4_1, T::kQ8_1, DequantizeQ4_1, QuantizeQ4_1, VecDotQ4_1,
-      VecDotMulti<VecDotQ4_1>);
-  Set(table, T::kQ5_0, T::kQ8_0, DequantizeQ5_0, QuantizeQ5_0, VecDotQ5_0,
-      VecDotMulti<VecDotQ5_0>);
-  Set(table, T::kQ5_1, T::kQ8_1, DequantizeQ5_1, QuantizeQ5_1, VecDotQ5_1,
-      VecDotMulti<VecDotQ5_1>);
-  Set(table, T::kQ8_0, T::kQ8_0, DequantizeQ8_0, QuantizeQ8_0, VecDotQ8_0,
-      VecDotMulti<VecDotQ8_0>);
+  Set(table, T::kF16, T::kF32, DequantizeF16, QuantizeF16, VecDotF16, VecDotMulti<VecDotF16>);
+  table[static_cast<int>(T::kF16)].quantize_act = RoundF16AsF32;
+  Set(table, T::kBF16, T::kBF16, DequantizeBF16, QuantizeBF16, VecDotBF16, VecDotMulti<VecDotBF16>);
+  Set(table, T::kQ4_0, T::kQ8_0, DequantizeQ4_0, QuantizeQ4_0, VecDotQ4_0, VecDotMulti<VecDotQ4_0>);
+  Set(table, T::kQ4_1, T::kQ8_1, DequantizeQ4_1, QuantizeQ4_1, VecDotQ4_1, VecDotMulti<VecDotQ4_1>);
+  Set(table, T::kQ5_0, T::kQ8_0, DequantizeQ5_0, QuantizeQ5_0, VecDotQ5_0, VecDotMulti<VecDotQ5_0>);
+  Set(table, T::kQ5_1, T::kQ8_1, DequantizeQ5_1, QuantizeQ5_1, VecDotQ5_1, VecDotMulti<VecDotQ5_1>);
+  Set(table, T::kQ8_0, T::kQ8_0, DequantizeQ8_0, QuantizeQ8_0, VecDotQ8_0, VecDotMulti<VecDotQ8_0>);
   // Activation-only: no dot product with Q8_1 weights.
   Set(table, T::kQ8_1, T::kQ8_1, DequantizeQ8_1, QuantizeQ8_1, nullptr, nullptr);
 }

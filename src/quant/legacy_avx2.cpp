@@ -51,44 +51,64 @@ struct BF16Src {
   static float One(const bf16_t* p) { return Bf16ToF32(*p); }
 };
 
-template <class S, int N>
+// SW: the weights' element type, SA: the activations' (F16 weights take f32 activations).
+// F16 weights' activations: rounded to f16 and widened back (the scalar RoundF16AsF32).
+void RoundF16AsF32(const float* x, void* vy, int64_t k) {
+  float* y = static_cast<float*>(vy);
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < k; ++i) y[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
+}
+
+template <class SW, class SA, int N>
 void VecDotFloatMultiN(int64_t k, const void* vw, const char* act, size_t stride, float* out) {
-  using T = typename S::T;
-  const T* w = static_cast<const T*>(vw);
-  const T* a[N];
+  using TW = typename SW::T;
+  using TA = typename SA::T;
+  const TW* w = static_cast<const TW*>(vw);
+  const TA* a[N];
   __m256 acc[N];
   for (int j = 0; j < N; ++j) {
-    a[j] = reinterpret_cast<const T*>(act + j * stride);
+    a[j] = reinterpret_cast<const TA*>(act + j * stride);
     acc[j] = _mm256_setzero_ps();
   }
   int64_t i = 0;
   for (; i + 8 <= k; i += 8) {
-    const __m256 wv = S::Load8(w + i);
+    const __m256 wv = SW::Load8(w + i);
 #pragma GCC unroll 8
-    for (int j = 0; j < N; ++j) acc[j] = _mm256_fmadd_ps(wv, S::Load8(a[j] + i), acc[j]);
+    for (int j = 0; j < N; ++j) acc[j] = _mm256_fmadd_ps(wv, SA::Load8(a[j] + i), acc[j]);
   }
   for (int j = 0; j < N; ++j) {
     float tail = 0.0f;
-    for (int64_t t = i; t < k; ++t) tail += S::One(w + t) * S::One(a[j] + t);
+    for (int64_t t = i; t < k; ++t) tail += SW::One(w + t) * SA::One(a[j] + t);
     out[j] = HsumPs(acc[j]) + tail;
   }
 }
 
-template <class S>
-void VecDotFloatMulti(int64_t k, const void* w, const void* act, size_t stride, int n,
-                      float* out) {
+template <class SW, class SA>
+void VecDotFloatMulti(int64_t k, const void* w, const void* act, size_t stride, int n, float* out) {
   const char* a = static_cast<const char*>(act);
   switch (n) {
-    case 1: return VecDotFloatMultiN<S, 1>(k, w, a, stride, out);
-    case 2: return VecDotFloatMultiN<S, 2>(k, w, a, stride, out);
-    case 3: return VecDotFloatMultiN<S, 3>(k, w, a, stride, out);
-    case 4: return VecDotFloatMultiN<S, 4>(k, w, a, stride, out);
-    case 5: return VecDotFloatMultiN<S, 5>(k, w, a, stride, out);
-    case 6: return VecDotFloatMultiN<S, 6>(k, w, a, stride, out);
-    case 7: return VecDotFloatMultiN<S, 7>(k, w, a, stride, out);
-    case 8: return VecDotFloatMultiN<S, 8>(k, w, a, stride, out);
+    case 1:
+      return VecDotFloatMultiN<SW, SA, 1>(k, w, a, stride, out);
+    case 2:
+      return VecDotFloatMultiN<SW, SA, 2>(k, w, a, stride, out);
+    case 3:
+      return VecDotFloatMultiN<SW, SA, 3>(k, w, a, stride, out);
+    case 4:
+      return VecDotFloatMultiN<SW, SA, 4>(k, w, a, stride, out);
+    case 5:
+      return VecDotFloatMultiN<SW, SA, 5>(k, w, a, stride, out);
+    case 6:
+      return VecDotFloatMultiN<SW, SA, 6>(k, w, a, stride, out);
+    case 7:
+      return VecDotFloatMultiN<SW, SA, 7>(k, w, a, stride, out);
+    case 8:
+      return VecDotFloatMultiN<SW, SA, 8>(k, w, a, stride, out);
     default:
-      for (int j = 0; j < n; ++j) VecDotFloatMultiN<S, 1>(k, w, a + j * stride, 0, &out[j]);
+      for (int j = 0; j < n; ++j) VecDotFloatMultiN<SW, SA, 1>(k, w, a + j * stride, 0, &out[j]);
   }
 }
 
@@ -109,8 +129,8 @@ inline __m256i UnpackNibbles(const uint8_t* qs) {
 inline __m256i HighBits(const uint8_t* qh) {
   uint32_t x;
   std::memcpy(&x, qh, sizeof(x));
-  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
-                                         0x0101010101010101, 0x0000000000000000);
+  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101,
+                                         0x0000000000000000);
   const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x)), shuf);
   const __m256i sel = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
   const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, sel), sel);
@@ -257,9 +277,9 @@ void QuantizeF16(const float* x, void* vy, int64_t k) {
 // The registered single-row dots are the multi kernels with one row: out[j] of a multi call
 // then never depends on how many rows share it, so a token gives bit-identical results in a
 // prompt batch and in single-token decode (the KV write-path tests rely on this).
-template <class S>
+template <class SW, class SA>
 void VecDotFloatOne(int64_t k, float* s, const void* w, const void* a) {
-  VecDotFloatMultiN<S, 1>(k, w, static_cast<const char*>(a), 0, s);
+  VecDotFloatMultiN<SW, SA, 1>(k, w, static_cast<const char*>(a), 0, s);
 }
 template <class W>
 void VecDotQuantOne(int64_t k, float* s, const void* w, const void* a) {
@@ -271,9 +291,9 @@ void RegisterAvx2Legacy(KernelTable& table) {
     table[static_cast<int>(t)].vec_dot = dot;
     table[static_cast<int>(t)].vec_dot_multi = multi;
   };
-  set(GgmlType::kF32, VecDotFloatOne<F32Src>, VecDotFloatMulti<F32Src>);
-  set(GgmlType::kF16, VecDotFloatOne<F16Src>, VecDotFloatMulti<F16Src>);
-  set(GgmlType::kBF16, VecDotFloatOne<BF16Src>, VecDotFloatMulti<BF16Src>);
+  set(GgmlType::kF32, VecDotFloatOne<F32Src, F32Src>, VecDotFloatMulti<F32Src, F32Src>);
+  set(GgmlType::kF16, VecDotFloatOne<F16Src, F32Src>, VecDotFloatMulti<F16Src, F32Src>);
+  set(GgmlType::kBF16, VecDotFloatOne<BF16Src, BF16Src>, VecDotFloatMulti<BF16Src, BF16Src>);
   set(GgmlType::kQ4_0, VecDotQuantOne<Q4_0W>, VecDotQuantMulti<Q4_0W>);
   set(GgmlType::kQ4_1, VecDotQuantOne<Q4_1W>, VecDotQuantMulti<Q4_1W>);
   set(GgmlType::kQ5_0, VecDotQuantOne<Q5_0W>, VecDotQuantMulti<Q5_0W>);
@@ -282,6 +302,7 @@ void RegisterAvx2Legacy(KernelTable& table) {
   table[static_cast<int>(GgmlType::kQ8_0)].quantize = QuantizeQ8_0;
   table[static_cast<int>(GgmlType::kQ8_1)].quantize = QuantizeQ8_1;
   table[static_cast<int>(GgmlType::kF16)].quantize = QuantizeF16;
+  table[static_cast<int>(GgmlType::kF16)].quantize_act = RoundF16AsF32;
 }
 
 }  // namespace lamina::quant_internal

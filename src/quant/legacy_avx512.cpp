@@ -58,63 +58,65 @@ struct BF16Src {
 inline __mmask16 TailMask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
 
 // Two accumulators per activation row: with N >= 3 rows that is enough independent FMAs.
-template <class S, int N>
+// SW: the weights' element type, SA: the activations' (F16 weights take f32 activations).
+template <class SW, class SA, int N>
 void VecDotFloatMultiN(int64_t k, const void* vw, const char* act, size_t stride, float* out) {
-  using T = typename S::T;
-  const T* w = static_cast<const T*>(vw);
-  const T* a[N];
+  using TW = typename SW::T;
+  using TA = typename SA::T;
+  const TW* w = static_cast<const TW*>(vw);
+  const TA* a[N];
   __m512 acc0[N], acc1[N];
   for (int j = 0; j < N; ++j) {
-    a[j] = reinterpret_cast<const T*>(act + j * stride);
+    a[j] = reinterpret_cast<const TA*>(act + j * stride);
     acc0[j] = _mm512_setzero_ps();
     acc1[j] = _mm512_setzero_ps();
   }
   int64_t i = 0;
   for (; i + 32 <= k; i += 32) {
-    const __m512 w0 = S::Load(w + i);
-    const __m512 w1 = S::Load(w + i + 16);
+    const __m512 w0 = SW::Load(w + i);
+    const __m512 w1 = SW::Load(w + i + 16);
 #pragma GCC unroll 8
     for (int j = 0; j < N; ++j) {
-      acc0[j] = _mm512_fmadd_ps(w0, S::Load(a[j] + i), acc0[j]);
-      acc1[j] = _mm512_fmadd_ps(w1, S::Load(a[j] + i + 16), acc1[j]);
+      acc0[j] = _mm512_fmadd_ps(w0, SA::Load(a[j] + i), acc0[j]);
+      acc1[j] = _mm512_fmadd_ps(w1, SA::Load(a[j] + i + 16), acc1[j]);
     }
   }
   for (; i + 16 <= k; i += 16) {
-    const __m512 w0 = S::Load(w + i);
-    for (int j = 0; j < N; ++j) acc0[j] = _mm512_fmadd_ps(w0, S::Load(a[j] + i), acc0[j]);
+    const __m512 w0 = SW::Load(w + i);
+    for (int j = 0; j < N; ++j) acc0[j] = _mm512_fmadd_ps(w0, SA::Load(a[j] + i), acc0[j]);
   }
   if (i < k) {
     const __mmask16 m = TailMask(k - i);
-    const __m512 w0 = S::LoadMasked(w + i, m);
+    const __m512 w0 = SW::LoadMasked(w + i, m);
     for (int j = 0; j < N; ++j) {
-      acc1[j] = _mm512_fmadd_ps(w0, S::LoadMasked(a[j] + i, m), acc1[j]);
+      acc1[j] = _mm512_fmadd_ps(w0, SA::LoadMasked(a[j] + i, m), acc1[j]);
     }
   }
   for (int j = 0; j < N; ++j) out[j] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j], acc1[j]));
 }
 
-template <class S>
+template <class SW, class SA>
 void VecDotFloatMulti(int64_t k, const void* w, const void* act, size_t stride, int n, float* out) {
   const char* a = static_cast<const char*>(act);
   switch (n) {
     case 1:
-      return VecDotFloatMultiN<S, 1>(k, w, a, stride, out);
+      return VecDotFloatMultiN<SW, SA, 1>(k, w, a, stride, out);
     case 2:
-      return VecDotFloatMultiN<S, 2>(k, w, a, stride, out);
+      return VecDotFloatMultiN<SW, SA, 2>(k, w, a, stride, out);
     case 3:
-      return VecDotFloatMultiN<S, 3>(k, w, a, stride, out);
+      return VecDotFloatMultiN<SW, SA, 3>(k, w, a, stride, out);
     case 4:
-      return VecDotFloatMultiN<S, 4>(k, w, a, stride, out);
+      return VecDotFloatMultiN<SW, SA, 4>(k, w, a, stride, out);
     case 5:
-      return VecDotFloatMultiN<S, 5>(k, w, a, stride, out);
+      return VecDotFloatMultiN<SW, SA, 5>(k, w, a, stride, out);
     case 6:
-      return VecDotFloatMultiN<S, 6>(k, w, a, stride, out);
+      return VecDotFloatMultiN<SW, SA, 6>(k, w, a, stride, out);
     case 7:
-      return VecDotFloatMultiN<S, 7>(k, w, a, stride, out);
+      return VecDotFloatMultiN<SW, SA, 7>(k, w, a, stride, out);
     case 8:
-      return VecDotFloatMultiN<S, 8>(k, w, a, stride, out);
+      return VecDotFloatMultiN<SW, SA, 8>(k, w, a, stride, out);
     default:
-      for (int j = 0; j < n; ++j) VecDotFloatMultiN<S, 1>(k, w, a + j * stride, 0, &out[j]);
+      for (int j = 0; j < n; ++j) VecDotFloatMultiN<SW, SA, 1>(k, w, a + j * stride, 0, &out[j]);
   }
 }
 
@@ -125,8 +127,8 @@ void VecDotFloatMulti(int64_t k, const void* w, const void* act, size_t stride, 
 // runs as one pass and the acc1 sequence as a second, so 16 accumulators suffice; every FMA of
 // every accumulator happens in the same order. Each loaded (widened) weight vector serves N
 // tokens and each activation vector R rows, instead of one row.
-template <class S, int R, int N>
-void VecDotFloatTileBlock(int64_t k, const typename S::T* const* w, const typename S::T* const* a,
+template <class SW, class SA, int R, int N>
+void VecDotFloatTileBlock(int64_t k, const typename SW::T* const* w, const typename SA::T* const* a,
                           float* out, size_t out_stride) {
   __m512 acc[R][N];
   float first[R][N][16];  // the acc0 pass's lanes
@@ -138,9 +140,9 @@ void VecDotFloatTileBlock(int64_t k, const typename S::T* const* w, const typena
     const int64_t off = pass == 0 ? 0 : 16;
     for (int64_t i = 0; i < k32; i += 32) {
       __m512 wv[R];
-      for (int r = 0; r < R; ++r) wv[r] = S::Load(w[r] + i + off);
+      for (int r = 0; r < R; ++r) wv[r] = SW::Load(w[r] + i + off);
       for (int j = 0; j < N; ++j) {
-        const __m512 av = S::Load(a[j] + i + off);
+        const __m512 av = SA::Load(a[j] + i + off);
         for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(wv[r], av, acc[r][j]);
       }
     }
@@ -148,9 +150,9 @@ void VecDotFloatTileBlock(int64_t k, const typename S::T* const* w, const typena
     if (i + 16 <= k) {  // the lone 16-element step belongs to acc0
       if (pass == 0) {
         __m512 wv[R];
-        for (int r = 0; r < R; ++r) wv[r] = S::Load(w[r] + i);
+        for (int r = 0; r < R; ++r) wv[r] = SW::Load(w[r] + i);
         for (int j = 0; j < N; ++j) {
-          const __m512 av = S::Load(a[j] + i);
+          const __m512 av = SA::Load(a[j] + i);
           for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(wv[r], av, acc[r][j]);
         }
       }
@@ -159,9 +161,9 @@ void VecDotFloatTileBlock(int64_t k, const typename S::T* const* w, const typena
     if (pass == 1 && i < k) {  // the masked tail belongs to acc1
       const __mmask16 m = TailMask(k - i);
       __m512 wv[R];
-      for (int r = 0; r < R; ++r) wv[r] = S::LoadMasked(w[r] + i, m);
+      for (int r = 0; r < R; ++r) wv[r] = SW::LoadMasked(w[r] + i, m);
       for (int j = 0; j < N; ++j) {
-        const __m512 av = S::LoadMasked(a[j] + i, m);
+        const __m512 av = SA::LoadMasked(a[j] + i, m);
         for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(wv[r], av, acc[r][j]);
       }
     }
@@ -178,40 +180,40 @@ void VecDotFloatTileBlock(int64_t k, const typename S::T* const* w, const typena
   }
 }
 
-template <class S, int R>
-void VecDotFloatTileRows(int64_t k, const typename S::T* const* w, const char* act,
+template <class SW, class SA, int R>
+void VecDotFloatTileRows(int64_t k, const typename SW::T* const* w, const char* act,
                          size_t act_row_bytes, int n_act, float* out, size_t out_stride) {
-  using T = typename S::T;
+  using TA = typename SA::T;
   for (int j0 = 0; j0 < n_act; j0 += 4) {
-    const T* a[4];
+    const TA* a[4];
     const int n = std::min(4, n_act - j0);
-    for (int j = 0; j < n; ++j) a[j] = reinterpret_cast<const T*>(act + (j0 + j) * act_row_bytes);
+    for (int j = 0; j < n; ++j) a[j] = reinterpret_cast<const TA*>(act + (j0 + j) * act_row_bytes);
     float* o = out + j0 * out_stride;
     switch (n) {
       case 1:
-        VecDotFloatTileBlock<S, R, 1>(k, w, a, o, out_stride);
+        VecDotFloatTileBlock<SW, SA, R, 1>(k, w, a, o, out_stride);
         break;
       case 2:
-        VecDotFloatTileBlock<S, R, 2>(k, w, a, o, out_stride);
+        VecDotFloatTileBlock<SW, SA, R, 2>(k, w, a, o, out_stride);
         break;
       case 3:
-        VecDotFloatTileBlock<S, R, 3>(k, w, a, o, out_stride);
+        VecDotFloatTileBlock<SW, SA, R, 3>(k, w, a, o, out_stride);
         break;
       default:
-        VecDotFloatTileBlock<S, R, 4>(k, w, a, o, out_stride);
+        VecDotFloatTileBlock<SW, SA, R, 4>(k, w, a, o, out_stride);
         break;
     }
   }
 }
 
-template <class S>
+template <class SW, class SA>
 void VecDotFloatTile(int64_t k, const void* vw, size_t w_row_bytes, int n_rows, const void* act,
                      size_t act_row_bytes, int n_act, float* out, size_t out_stride) {
-  using T = typename S::T;
+  using T = typename SW::T;
   if (n_act == 1) {  // one token: the one-pass row kernel streams each weight row once
     for (int r = 0; r < n_rows; ++r) {
-      VecDotFloatMultiN<S, 1>(k, static_cast<const char*>(vw) + r * w_row_bytes,
-                              static_cast<const char*>(act), 0, out + r);
+      VecDotFloatMultiN<SW, SA, 1>(k, static_cast<const char*>(vw) + r * w_row_bytes,
+                                   static_cast<const char*>(act), 0, out + r);
     }
     return;
   }
@@ -222,13 +224,13 @@ void VecDotFloatTile(int64_t k, const void* vw, size_t w_row_bytes, int n_rows, 
   const char* a = static_cast<const char*>(act);
   switch (n_rows) {
     case 1:
-      return VecDotFloatTileRows<S, 1>(k, w, a, act_row_bytes, n_act, out, out_stride);
+      return VecDotFloatTileRows<SW, SA, 1>(k, w, a, act_row_bytes, n_act, out, out_stride);
     case 2:
-      return VecDotFloatTileRows<S, 2>(k, w, a, act_row_bytes, n_act, out, out_stride);
+      return VecDotFloatTileRows<SW, SA, 2>(k, w, a, act_row_bytes, n_act, out, out_stride);
     case 3:
-      return VecDotFloatTileRows<S, 3>(k, w, a, act_row_bytes, n_act, out, out_stride);
+      return VecDotFloatTileRows<SW, SA, 3>(k, w, a, act_row_bytes, n_act, out, out_stride);
     default:
-      return VecDotFloatTileRows<S, 4>(k, w, a, act_row_bytes, n_act, out, out_stride);
+      return VecDotFloatTileRows<SW, SA, 4>(k, w, a, act_row_bytes, n_act, out, out_stride);
   }
 }
 
@@ -545,9 +547,9 @@ void QuantizeQ8_1(const float* x, void* vy, int64_t k) {
 // The registered single-row dots are the multi kernels with one row: out[j] of a multi call
 // then never depends on how many rows share it, so a token gives bit-identical results in a
 // prompt batch and in single-token decode (the KV write-path tests rely on this).
-template <class S>
+template <class SW, class SA>
 void VecDotFloatOne(int64_t k, float* s, const void* w, const void* a) {
-  VecDotFloatMultiN<S, 1>(k, w, static_cast<const char*>(a), 0, s);
+  VecDotFloatMultiN<SW, SA, 1>(k, w, static_cast<const char*>(a), 0, s);
 }
 template <class W>
 void VecDotQuantOne(int64_t k, float* s, const void* w, const void* a) {
@@ -559,12 +561,12 @@ void RegisterAvx512Legacy(KernelTable& table) {
     table[static_cast<int>(t)].vec_dot = dot;
     table[static_cast<int>(t)].vec_dot_multi = multi;
   };
-  set(GgmlType::kF32, VecDotFloatOne<F32Src>, VecDotFloatMulti<F32Src>);
-  set(GgmlType::kF16, VecDotFloatOne<F16Src>, VecDotFloatMulti<F16Src>);
-  set(GgmlType::kBF16, VecDotFloatOne<BF16Src>, VecDotFloatMulti<BF16Src>);
-  table[static_cast<int>(GgmlType::kF32)].vec_dot_tile = VecDotFloatTile<F32Src>;
-  table[static_cast<int>(GgmlType::kF16)].vec_dot_tile = VecDotFloatTile<F16Src>;
-  table[static_cast<int>(GgmlType::kBF16)].vec_dot_tile = VecDotFloatTile<BF16Src>;
+  set(GgmlType::kF32, VecDotFloatOne<F32Src, F32Src>, VecDotFloatMulti<F32Src, F32Src>);
+  set(GgmlType::kF16, VecDotFloatOne<F16Src, F32Src>, VecDotFloatMulti<F16Src, F32Src>);
+  set(GgmlType::kBF16, VecDotFloatOne<BF16Src, BF16Src>, VecDotFloatMulti<BF16Src, BF16Src>);
+  table[static_cast<int>(GgmlType::kF32)].vec_dot_tile = VecDotFloatTile<F32Src, F32Src>;
+  table[static_cast<int>(GgmlType::kF16)].vec_dot_tile = VecDotFloatTile<F16Src, F32Src>;
+  table[static_cast<int>(GgmlType::kBF16)].vec_dot_tile = VecDotFloatTile<BF16Src, BF16Src>;
   set(GgmlType::kQ4_0, VecDotTileOne<Q4_0Tile>, VecDotTileMulti<Q4_0Tile>);
   table[static_cast<int>(GgmlType::kQ4_0)].vec_dot_tile = VecDotTile<Q4_0Tile>;
   set(GgmlType::kQ4_1, VecDotQuantOne<Q4_1W>, VecDotQuantMulti<Q4_1W>);

@@ -45,6 +45,10 @@ struct TypeKernels {
   // nullptr where no ISA kernel exists: callers then run vec_dot_multi row by row (the same
   // results, since both equal vec_dot bit for bit).
   VecDotTileFn vec_dot_tile = nullptr;
+  // When set, the matmul prepares activations with this (into vec_dot_type's layout) instead
+  // of GetKernels(vec_dot_type).quantize. F16 weights: activations rounded to f16 as GGML does,
+  // kept as f32 so that no kernel widens them again per weight row (the products are the same).
+  QuantizeRowFn quantize_act = nullptr;
 };
 
 // Kernels for `type` at the best ISA of this CPU.

@@ -58,8 +58,8 @@ class DraftController {
   double plain_rate_ = 0.0;  // tokens/s, exponential average
   double spec_rate_ = 0.0;
   int n_plain_ = 0;
-  int n_spec_ = 0;       // speculative steps since the last pause
-  int pause_left_ = 0;   // plain steps left in the current pause
+  int n_spec_ = 0;      // speculative steps since the last pause
+  int pause_left_ = 0;  // plain steps left in the current pause
   int backoff_ = 8;
   int length_ = 1 << 30;  // the current draft length cap
 };
