@@ -3,11 +3,11 @@
 // reuse in usage, a wrong API key, malformed requests and a prompt over the slot's context.
 // Exit 0: pass; 77: skipped (the openai package is not installed); anything else: failure.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
-import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+
+import { startServer as startLamina, stopServer as stopLamina } from './node_server.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '..');
@@ -23,43 +23,13 @@ try {
   process.exit(77);
 }
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-    srv.on('error', reject);
-  });
-}
-
-async function startServer(extra) {
-  const port = await freePort();
-  const proc = spawn(binary, ['serve', '-m', model, '--port', String(port), '-np', '2', '-c', '1024',
-                              '--alias', 'lamina-counter,counter', '--tags', 'test,tiny', ...extra],
-                     { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  proc.stderr.on('data', (d) => { log += d; });
-  const base = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 200; ++i) {
-    try {
-      const r = await fetch(`${base}/health`);
-      if (r.status === 200) return { proc, base, log: () => log };
-    } catch { /* not listening yet */ }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  proc.kill('SIGKILL');
-  throw new Error(`the server did not become healthy:\n${log}`);
-}
+const startServer = (extra) =>
+  startLamina(binary, ['-m', model, '-np', '2', '-c', '1024', '--alias', 'lamina-counter,counter',
+                       '--tags', 'test,tiny', ...extra]);
 
 async function stopServer(s) {
-  const exited = new Promise((resolve) => s.proc.on('exit', (code, sig) => resolve({ code, sig })));
-  const t0 = Date.now();
-  s.proc.kill('SIGTERM');
-  const { code } = await exited;
-  assert.equal(code, 0, `exit code after SIGTERM\n${s.log()}`);
-  assert.ok(Date.now() - t0 < 5000, 'SIGTERM ends the server within a few seconds');
+  const ms = await stopLamina(s);
+  assert.ok(ms < 5000, 'SIGTERM ends the server within a few seconds');
 }
 
 const count = (n) => Array.from({ length: n }, (_, i) => String(i + 1)).join('\n');

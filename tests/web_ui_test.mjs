@@ -8,13 +8,13 @@
 // under the repo root), CHROMIUM (default: /usr/bin/chromium, then chromium-browser).
 // Exit 0: pass; 77: skipped (no Chromium or no playwright-core); anything else: failure.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+
+import { startServer as startLamina, stopServer as stopLamina } from './node_server.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '..');
@@ -58,48 +58,9 @@ const watchdog = setTimeout(() => {
   process.exit(1);
 }, 55_000);
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-    srv.on('error', reject);
-  });
-}
-
-async function startServer(extra = []) {
-  const port = await freePort();
-  const proc = spawn(binary, ['serve', '-m', model, '--host', '127.0.0.1', '--port', String(port),
-                              '-np', '2', '-c', '2048', ...extra],
-                     { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  proc.stderr.on('data', (d) => { log += d; });
-  const s = { proc, base: `http://127.0.0.1:${port}`, log: () => log, exited: false };
-  proc.on('exit', () => { s.exited = true; });
-  servers.add(s);
-  for (let i = 0; i < 300 && !s.exited; ++i) {
-    try {
-      const r = await fetch(`${s.base}/health`);
-      if (r.status === 200) return s;
-    } catch { /* not listening yet */ }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error(`the server did not become healthy:\n${log}`);
-}
-
-async function stopServer(s) {
-  assert.ok(!s.exited, `the server exited before SIGTERM\n${s.log()}`);
-  {
-    const exited = new Promise((resolve) => s.proc.once('exit', (code) => resolve(code)));
-    s.proc.kill('SIGTERM');
-    const code = await Promise.race([exited, new Promise((r) => setTimeout(() => r('timeout'), 10_000))]);
-    if (code === 'timeout') s.proc.kill('SIGKILL');
-    assert.equal(code, 0, `the server's exit code after SIGTERM\n${s.log()}`);
-  }
-  servers.delete(s);
-}
+const startServer = (extra = []) =>
+  startLamina(binary, ['-m', model, '-np', '2', '-c', '2048', ...extra], servers);
+const stopServer = (s) => stopLamina(s, servers);
 
 let current = '';
 let passed = 0;

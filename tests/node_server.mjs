@@ -1,0 +1,51 @@
+// Shared by the node client tests: start a real `lamina serve` on a free loopback port, wait for
+// /health, and stop it with SIGTERM (its exit code must be 0).
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import net from 'node:net';
+
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+    srv.on('error', reject);
+  });
+}
+
+// `binary serve --host 127.0.0.1 --port P ...args`; resolves to { proc, base, log(), exited }
+// once /health answers 200. `servers` (optional Set) holds it until stopServer.
+export async function startServer(binary, args, servers = null) {
+  const port = await freePort();
+  const proc = spawn(binary, ['serve', '--host', '127.0.0.1', '--port', String(port), ...args],
+                     { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  proc.stderr.on('data', (d) => { log += d; });
+  const s = { proc, base: `http://127.0.0.1:${port}`, log: () => log, exited: false };
+  proc.on('exit', () => { s.exited = true; });
+  if (servers) servers.add(s);
+  for (let i = 0; i < 300 && !s.exited; ++i) {
+    try {
+      const r = await fetch(`${s.base}/health`);
+      if (r.status === 200) return s;
+    } catch { /* not listening yet */ }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  proc.kill('SIGKILL');
+  throw new Error(`the server did not become healthy:\n${log}`);
+}
+
+// SIGTERM; asserts exit code 0 within 10 s and returns the milliseconds it took.
+export async function stopServer(s, servers = null) {
+  assert.ok(!s.exited, `the server exited before SIGTERM\n${s.log()}`);
+  const exited = new Promise((resolve) => s.proc.once('exit', (code) => resolve(code)));
+  const t0 = Date.now();
+  s.proc.kill('SIGTERM');
+  const code = await Promise.race([exited, new Promise((r) => setTimeout(() => r('timeout'), 10_000))]);
+  if (code === 'timeout') s.proc.kill('SIGKILL');
+  assert.equal(code, 0, `the server's exit code after SIGTERM\n${s.log()}`);
+  if (servers) servers.delete(s);
+  return Date.now() - t0;
+}
