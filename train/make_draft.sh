@@ -28,12 +28,12 @@ if [ -x "$LAMINA" ]; then
   $PY train/check_export.py "$DIR/teacher.pt" "$TEACHER" --lamina "$LAMINA"
 fi
 
-# 2. 700 steps of ~2,400 tokens of the data.py mix (10 % random repeats), lr 2e-3 by cosine to
-#    2e-4 after 30 warm-up steps, data seed 950, weights seed 1234: steps 0-499 on the data's
-#    answers (cross-entropy, no teacher), steps 500-699 on KL(teacher || student).
+# 2. 1,100 steps of ~2,400 tokens of the data.py mix (10 % random repeats), lr 2e-3 by cosine to
+#    2e-4 after 30 warm-up steps, data seed 950, weights seed 1234: steps 0-699 on the data's
+#    answers (cross-entropy, no teacher), steps 700-1,099 on KL(teacher || student).
 if [ ! -f "$DIR/draft.done" ]; then
-  nice -n 15 $PY train/distill.py --teacher "$TEACHER" --out "$DIR/draft.pt" --steps 700 \
-    --label-steps 500 --bucket-tokens 2400 --lr 2e-3 --threads "$THREADS" --seed 1234 \
+  nice -n 15 $PY train/distill.py --teacher "$TEACHER" --out "$DIR/draft.pt" --steps 1100 \
+    --label-steps 700 --bucket-tokens 2400 --lr 2e-3 --threads "$THREADS" --seed 1234 \
     --data-seed 950 --eval-every 100 2>&1 | tee -a "$LOG"
   touch "$DIR/draft.done"
 fi
