@@ -100,6 +100,8 @@ def main():
     ap.add_argument("--out", default="train/out/draft/draft.pt", help="checkpoint (resumed from)")
     ap.add_argument("--init", help="start from these weights (induction_check.py --save)")
     ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--stop-at", type=int,
+                    help="end at this step of the --steps schedule (the lr not yet decayed)")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.1)
     ap.add_argument("--warmup", type=int, default=30)
@@ -168,7 +170,8 @@ def main():
           f"{torch.get_num_threads()}", flush=True)
 
     t_start = last_ckpt = time.time()
-    while step < args.steps:
+    end = min(args.steps, args.stop_at or args.steps)
+    while step < end:
         lr = lr_at(step, args.steps, args.lr, args.warmup, 0, args.min_lr_frac)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -206,10 +209,10 @@ def main():
                   f"{loss.item():.4f} agree {float(hits) / max(1, int(n)):.4f} lr {lr:.2e} "
                   f"step {t3 - t0:.2f}s (data {t1 - t0:.2f} teacher {t2 - t1:.2f} student "
                   f"{t3 - t2:.2f}) elapsed {time.time() - t_start:.0f}s", flush=True)
-        if step % args.eval_every == 0 or step == args.steps:
+        if step % args.eval_every == 0 or step == end:
             ev = agreement(student, teacher, tok, args, normal_ids)
             print(f"eval step {step} {json.dumps(ev)}", flush=True)
-        if time.time() - last_ckpt > args.ckpt_minutes * 60 or step == args.steps:
+        if time.time() - last_ckpt > args.ckpt_minutes * 60 or step == end:
             save_checkpoint(args.out, student, opt, step, cfg, args, tok, history, [0])
             last_ckpt = time.time()
             print(f"checkpoint {args.out} step {step}", flush=True)
