@@ -31,7 +31,8 @@ def main():
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--dim", type=int, default=256)
-    ap.add_argument("--heads", type=int, default=4, help="query heads (2 KV heads)")
+    ap.add_argument("--heads", type=int, default=4, help="query heads")
+    ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--ffn", type=int, default=0, help="feed-forward width (default 2 x dim)")
     ap.add_argument("--vocab", type=int, default=1024)
     ap.add_argument("--seed", type=int, default=0)
@@ -45,7 +46,7 @@ def main():
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     cfg = Config(vocab_size=args.vocab, dim=args.dim, n_layers=args.layers, n_heads=args.heads,
-                 n_kv_heads=2, ffn_dim=args.ffn or 2 * args.dim)
+                 n_kv_heads=args.kv_heads, ffn_dim=args.ffn or 2 * args.dim)
     model = Transformer(cfg)
     opt = adamw(model, args.lr, args.wd)
     rows, width = 16, 2 * args.max_run + 1
