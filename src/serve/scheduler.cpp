@@ -34,6 +34,7 @@ struct Scheduler::Slot {
   std::unique_ptr<spec::DraftController> controller;
   std::vector<int32_t> draft;
   double draft_seconds = 0.0;  // drafting time of the window in flight
+  bool asked = false;          // the drafter was asked this step
   int64_t draft_n = 0;
   int64_t draft_accepted = 0;
 };
@@ -365,6 +366,7 @@ bool Scheduler::Step() {
     if (s->gen->remaining() >= 0) k_max = std::min(k_max, s->gen->remaining() - 1);
     k_max = std::min(k_max, config_.n_batch - 1);
     if (k_max <= 0 || !s->controller->ShouldDraft()) continue;
+    s->asked = true;
     const double t0 = NowSeconds();
     Status st = s->drafter->Draft(s->gen->history(), s->controller->DraftLength(k_max), &s->draft);
     s->draft_seconds = NowSeconds() - t0;
@@ -489,9 +491,11 @@ bool Scheduler::Step() {
       ++stats_.verify_steps;
     }
     if (s.controller && s.prompt_done && row.n_out == static_cast<int>(row.n)) {
-      s.controller->Record(k, n_accepted, n_emitted, dt + (k > 0 ? s.draft_seconds : 0.0));
+      s.controller->Record(s.asked, k, n_accepted, n_emitted,
+                           dt + (s.asked ? s.draft_seconds : 0.0));
     }
     s.draft.clear();
+    s.asked = false;
     if (step.done) {
       Finish(s, StopReason::kNone);
       continue;

@@ -26,17 +26,17 @@ int DraftController::DraftLength(int max_tokens) const {
   return adaptive_ ? std::max(1, std::min(max_tokens, length_)) : max_tokens;
 }
 
-void DraftController::Record(int drafted, int accepted, int emitted, double seconds) {
+void DraftController::Record(bool asked, int drafted, int accepted, int emitted, double seconds) {
   if (!adaptive_ || seconds <= 0.0) return;
   constexpr double kAlpha = 0.25;
   const double rate = std::max(1, emitted) / seconds;
-  if (drafted == 0) {
+  if (!asked) {
     plain_rate_ = n_plain_ == 0 ? rate : plain_rate_ + kAlpha * (rate - plain_rate_);
     ++n_plain_;
     if (pause_left_ > 0) --pause_left_;
     return;
   }
-  length_ = accepted == drafted ? std::min(length_, drafted) + 2 : accepted + 1;
+  if (drafted > 0) length_ = accepted == drafted ? std::min(length_, drafted) + 2 : accepted + 1;
   spec_rate_ = n_spec_ == 0 ? rate : spec_rate_ + kAlpha * (rate - spec_rate_);
   ++n_spec_;
   if (n_spec_ < 3) return;
@@ -90,7 +90,8 @@ Result<GenerateResult> GenerateSpeculative(
     int k_max = std::min(spec.draft_max, room - 1);
     if (gen.remaining() >= 0) k_max = std::min(k_max, gen.remaining() - 1);
     draft.clear();
-    if (k_max > 0 && controller.ShouldDraft()) {
+    const bool asked = k_max > 0 && controller.ShouldDraft();
+    if (asked) {
       Status s = drafter.Draft(gen.history(), controller.DraftLength(k_max), &draft);
       if (!s.ok()) return s.error();
       if (static_cast<int>(draft.size()) > k_max) draft.resize(k_max);
@@ -127,7 +128,7 @@ Result<GenerateResult> GenerateSpeculative(
     local.accepted += n_accepted;
     local.emitted += n_emitted;
     (k > 0 ? local.verify_steps : local.plain_steps) += 1;
-    controller.Record(k, n_accepted, n_emitted, NowSeconds() - t_step);
+    controller.Record(asked, k, n_accepted, n_emitted, NowSeconds() - t_step);
   }
   result.decode_seconds = NowSeconds() - t1;
   result.tokens = gen.generated();

@@ -49,9 +49,10 @@ class DraftController {
   bool ShouldDraft() const;
   // The most tokens to draft this step (at most max_tokens).
   int DraftLength(int max_tokens) const;
-  // A finished step: drafted and accepted tokens (0, 0 for a plain step), tokens emitted,
+  // A finished step: whether the drafter was asked (a step that asked and got no draft pays
+  // for asking, so it counts as speculative), drafted and accepted tokens, tokens emitted,
   // seconds (draft + verify).
-  void Record(int drafted, int accepted, int emitted, double seconds);
+  void Record(bool asked, int drafted, int accepted, int emitted, double seconds);
 
  private:
   bool adaptive_;
