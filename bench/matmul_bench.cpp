@@ -61,7 +61,7 @@ void BM_MatMul(benchmark::State& state) {
 }
 BENCHMARK(BM_MatMul)
     ->ArgsProduct({{int(GgmlType::kQ8_0), int(GgmlType::kQ4_0), int(GgmlType::kQ4_K), int(GgmlType::kF16)},
-                   {1, 64},
+                   {1, 8, 64},
                    {1, 2}})
     ->UseRealTime();
 
