@@ -56,10 +56,12 @@ const AttentionRowKernels& ScalarAttentionRowKernels() {
 const AttentionRowKernels& BestAttentionRowKernels() {
   static const AttentionRowKernels* best = [] {
     const CpuFeatures& cpu = GetCpuFeatures();
-    if (cpu.HasAvx2Set() && cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq) {
+    // The CPU has the kernels' instructions and LAMINA_ISA allows them.
+    if (cpu.HasAvx2Set() && cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq &&
+        IsaAllowed(Isa::kAvx512)) {
       if (const AttentionRowKernels* k = Avx512AttentionRowKernels()) return k;
     }
-    if (cpu.HasAvx2Set()) {
+    if (cpu.HasAvx2Set() && IsaAllowed(Isa::kAvx2)) {
       if (const AttentionRowKernels* k = Avx2AttentionRowKernels()) return k;
     }
     return &ScalarAttentionRowKernels();

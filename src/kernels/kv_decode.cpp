@@ -61,17 +61,22 @@ void ScoreScalar(const uint8_t* rows, int n_rows, int head_dim, int nq, const in
   }
 }
 
-bool HasAvx2() { return GetCpuFeatures().HasAvx2Set(); }
+// The CPU has the kernels' instructions and LAMINA_ISA allows them.
+bool HasAvx2() { return GetCpuFeatures().HasAvx2Set() && IsaAllowed(Isa::kAvx2); }
 
-bool HasAvx512() { return GetCpuFeatures().HasAvx512Set(); }
+bool HasAvx512() { return GetCpuFeatures().HasAvx512Set() && IsaAllowed(Isa::kAvx512); }
 }  // namespace
 
 KvRowDecodeFn ScalarKvRowDecoder(KvRowFormat format) {
   switch (format) {
-    case KvRowFormat::kF32: return DecodeScalar<KvRowFormat::kF32>;
-    case KvRowFormat::kF16: return DecodeScalar<KvRowFormat::kF16>;
-    case KvRowFormat::kInt8: return DecodeScalar<KvRowFormat::kInt8>;
-    case KvRowFormat::kQ4_0: return DecodeScalar<KvRowFormat::kQ4_0>;
+    case KvRowFormat::kF32:
+      return DecodeScalar<KvRowFormat::kF32>;
+    case KvRowFormat::kF16:
+      return DecodeScalar<KvRowFormat::kF16>;
+    case KvRowFormat::kInt8:
+      return DecodeScalar<KvRowFormat::kInt8>;
+    case KvRowFormat::kQ4_0:
+      return DecodeScalar<KvRowFormat::kQ4_0>;
   }
   return nullptr;
 }
@@ -110,9 +115,12 @@ void QuantizeQueryInt16(const float* q, int head_dim, int16_t* qq, float* qd) {
 
 KvScoreFn ScalarKvScorer(KvRowFormat format) {
   switch (format) {
-    case KvRowFormat::kInt8: return ScoreScalar<KvRowFormat::kInt8>;
-    case KvRowFormat::kQ4_0: return ScoreScalar<KvRowFormat::kQ4_0>;
-    default: return nullptr;
+    case KvRowFormat::kInt8:
+      return ScoreScalar<KvRowFormat::kInt8>;
+    case KvRowFormat::kQ4_0:
+      return ScoreScalar<KvRowFormat::kQ4_0>;
+    default:
+      return nullptr;
   }
 }
 

@@ -61,17 +61,6 @@ const Tables& Avx512Tables() {
   return *tables;
 }
 
-// LAMINA_ISA=scalar|avx2 caps the detected ISA (to run the scalar twins end to end, or to
-// measure one ISA); it can only lower the choice, never enable what the CPU lacks.
-Isa CapFromEnvironment(Isa detected) {
-  const char* cap = std::getenv("LAMINA_ISA");
-  if (cap == nullptr) return detected;
-  const std::string c(cap);
-  if (c == "scalar") return Isa::kScalar;
-  if (c == "avx2" && detected >= Isa::kAvx2) return Isa::kAvx2;
-  return detected;
-}
-
 Isa DetectIsaUncached() {
   const CpuFeatures& cpu = GetCpuFeatures();
   if (cpu.HasAvx512Set()) return Isa::kAvx512;
@@ -94,7 +83,10 @@ const char* IsaName(Isa isa) {
 }
 
 Isa DetectIsa() {
-  static const Isa isa = CapFromEnvironment(DetectIsaUncached());
+  static const Isa isa = [] {
+    const Isa detected = DetectIsaUncached();
+    return IsaAllowed(detected) ? detected : IsaCap();  // LAMINA_ISA caps it
+  }();
   return isa;
 }
 
@@ -126,4 +118,3 @@ bool IsSupportedWeightType(GgmlType type) {
 }
 
 }  // namespace lamina
-

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "quant/types.h"
+#include "util/cpu_features.h"
 
 namespace lamina {
 
@@ -30,8 +31,7 @@ using VecDotTileFn = void (*)(int64_t k, const void* w, size_t w_row_bytes, int 
                               size_t out_stride);
 constexpr int kMaxTileRows = 4;
 
-enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
-const char* IsaName(Isa isa);
+const char* IsaName(Isa isa);  // Isa: util/cpu_features.h
 // The best ISA this CPU supports (detected once).
 Isa DetectIsa();
 

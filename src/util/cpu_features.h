@@ -6,6 +6,8 @@
 #include <cpuid.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 namespace lamina {
 
@@ -69,5 +71,26 @@ inline const CpuFeatures& GetCpuFeatures() {
   static const CpuFeatures features = cpu_internal::DetectCpuFeatures();
   return features;
 }
+
+// SIMD levels of the kernel families (quant dot products, KV row decoders, attention rows).
+enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+// The one ISA switch: LAMINA_ISA=scalar|avx2 caps every kernel family's choice (to run the
+// scalar twins end to end, or to measure one ISA); it can only lower a choice, never enable
+// what the CPU lacks. Read once.
+inline Isa IsaCap() {
+  static const Isa cap = [] {
+    const char* env = std::getenv("LAMINA_ISA");
+    if (env == nullptr) return Isa::kAvx512;
+    if (std::strcmp(env, "scalar") == 0) return Isa::kScalar;
+    if (std::strcmp(env, "avx2") == 0) return Isa::kAvx2;
+    return Isa::kAvx512;
+  }();
+  return cap;
+}
+
+// Whether kernels of `level` may run: the cap allows it (the caller checks the CPU features
+// its kernels need).
+inline bool IsaAllowed(Isa level) { return static_cast<int>(level) <= static_cast<int>(IsaCap()); }
 
 }  // namespace lamina
