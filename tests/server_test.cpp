@@ -296,6 +296,107 @@ TEST_F(ServerTest, TokenizePropsSlotsAndSlotFiles) {
   fs::remove_all(dir);
 }
 
+// Slot files hold the session-file format: the encoded cells come back as they were (here
+// q4_0 with stochastic V rounding), so a sampled completion after save → erase → restore equals
+// the one right after the first request, in the same slot and in another; damaged files and a
+// file of another KV mode are refused with the reason and leave the slot as it was.
+TEST_F(ServerTest, SlotFilesRestoreEncodedCellsAndRefuseDamagedOnes) {
+  const fs::path dir = fs::temp_directory_path() / ("lamina-slotfiles-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::vector<std::string> common = {
+      "-m",         kShipped,           "-np",       "2", "-c", "1024", "--kv-v-round",
+      "stochastic", "--slot-save-path", dir.string()};
+  std::vector<std::string> args = common;
+  args.insert(args.end(), {"--kv", "q4_0"});
+  ServerProcess s(args);
+  ASSERT_TRUE(s.healthy()) << s.Log();
+  const std::string prompt = ChatPrompt("Count from 1 to 6, one number per line.");
+  auto [r1s, first] =
+      s.Post("/completion", {{"prompt", prompt}, {"temperature", 0}, {"id_slot", 0}});
+  ASSERT_EQ(r1s, 200) << first.dump();
+  auto [svs, saved] = s.Post("/slots/0?action=save", {{"filename", "s.bin"}});
+  ASSERT_EQ(svs, 200) << saved.dump();
+  const int held = saved["n_saved"];
+  const std::string bytes = [&] {
+    std::ifstream in(dir / "s.bin", std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  ASSERT_EQ(bytes.substr(0, 8), std::string("LAMSESS\0", 8));
+  EXPECT_EQ(saved["n_written"], bytes.size());
+
+  // The follow-up turn, sampled: what the slot answers right after the first request.
+  const std::string follow = prompt + first["content"].get<std::string>() + "<|im_end|>\n" +
+                             ChatPrompt("Count from 1 to 4, one number per line.");
+  auto next = [&](int slot) {
+    return s.Post("/completion", {{"prompt", follow},
+                                  {"temperature", 0.9},
+                                  {"seed", 7},
+                                  {"n_predict", 24},
+                                  {"id_slot", slot}});
+  };
+  auto [u_st, uninterrupted] = next(0);
+  ASSERT_EQ(u_st, 200) << uninterrupted.dump();
+  const int cache_n = uninterrupted["timings"]["cache_n"];
+  EXPECT_GE(cache_n, held - 1);
+
+  for (int slot : {0, 1}) {
+    SCOPED_TRACE("slot " + std::to_string(slot));
+    for (int e : {0, 1}) {  // both, so no slot lends the other a prefix
+      auto [ers, erased] = s.Post("/slots/" + std::to_string(e) + "?action=erase", json::object());
+      ASSERT_EQ(ers, 200);
+    }
+    auto [rss, restored] =
+        s.Post("/slots/" + std::to_string(slot) + "?action=restore", {{"filename", "s.bin"}});
+    ASSERT_EQ(rss, 200) << restored.dump();
+    EXPECT_EQ(restored["n_restored"], held);
+    EXPECT_EQ(restored["n_read"], bytes.size());
+    auto [a_st, again] = next(slot);
+    ASSERT_EQ(a_st, 200);
+    EXPECT_EQ(again["content"], uninterrupted["content"]);
+    EXPECT_EQ(again["timings"]["cache_n"], cache_n);
+  }
+
+  // Damaged files: a flipped bit in the cells, a truncation, not a session file at all.
+  auto write = [&](const std::string& name, const std::string& data) {
+    std::ofstream(dir / name, std::ios::binary) << data;
+  };
+  std::string flipped = bytes;
+  flipped[flipped.size() / 2] ^= 0x10;
+  write("flip.bin", flipped);
+  write("short.bin", bytes.substr(0, bytes.size() - 100));
+  write("junk.bin", "{\"tokens\": [1, 2, 3]}");
+  auto [sl_st, before] = s.Get("/slots");
+  const int n_past = before[1]["n_past"];
+  for (const auto& [name, reason] :
+       std::vector<std::pair<std::string, std::string>>{{"flip.bin", "checksum mismatch"},
+                                                        {"short.bin", "truncated"},
+                                                        {"junk.bin", "not a lamina session file"},
+                                                        {"absent.bin", "no such file"}}) {
+    SCOPED_TRACE(name);
+    auto [st, err] = s.Post("/slots/1?action=restore", {{"filename", name}});
+    EXPECT_EQ(st, 400);
+    EXPECT_NE(err["error"]["message"].get<std::string>().find(reason), std::string::npos)
+        << err.dump();
+  }
+  auto [sl2_st, after] = s.Get("/slots");
+  EXPECT_EQ(after[1]["n_past"], n_past);
+  auto [k_st, kept] = next(1);
+  EXPECT_EQ(kept["content"], uninterrupted["content"]);
+  EXPECT_EQ(s.Stop(), 0) << s.Log();
+
+  // Another KV mode: refused with the modes named.
+  args = common;
+  args.insert(args.end(), {"--kv", "int8"});
+  ServerProcess other(args);
+  ASSERT_TRUE(other.healthy()) << other.Log();
+  auto [o_st, o_err] = other.Post("/slots/0?action=restore", {{"filename", "s.bin"}});
+  EXPECT_EQ(o_st, 400);
+  EXPECT_NE(o_err["error"]["message"].get<std::string>().find("made with KV mode q4_0"),
+            std::string::npos)
+      << o_err.dump();
+  fs::remove_all(dir);
+}
+
 TEST_F(ServerTest, ErrorsAuthCorsAndUi) {
   ServerProcess s({"-m", kShipped, "--api-key", "k1", "--max-body", "65536"});
   ASSERT_TRUE(s.healthy()) << s.Log();

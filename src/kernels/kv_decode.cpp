@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "util/cpu_features.h"
 
@@ -103,13 +104,18 @@ void QuantizeQueryInt16(const float* q, int head_dim, int16_t* qq, float* qd) {
     for (int i = 0; i < kScoreGroup; ++i) amax = std::max(amax, std::fabs(x[i]));
     const float d = amax / 32767.0f;
     const float id = d > 0.0f ? 1.0f / d : 0.0f;
-    qd[g] = d;
+    bool finite = true;  // a NaN or infinite query (a model gone non-finite) scores NaN
     for (int i = 0; i < kScoreGroup; ++i) {
       const int k = i / 16, m = (i % 16) / 2;
       const int slot = 16 * k + (i % 2) * 8 + m;
-      const float c = std::clamp(std::nearbyint(x[i] * id), -32767.0f, 32767.0f);
+      float c = std::clamp(std::nearbyint(x[i] * id), -32767.0f, 32767.0f);
+      if (std::isnan(c)) {  // casting NaN to int16 is undefined
+        c = 0.0f;
+        finite = false;
+      }
       qq[g * kScoreGroup + slot] = static_cast<int16_t>(c);
     }
+    qd[g] = finite ? d : std::numeric_limits<float>::quiet_NaN();
   }
 }
 

@@ -221,10 +221,18 @@ void KvCache::EncodeAnchoredK(int layer, int seq, int pos, int head, const float
   float* residual = offset + hd;  // [head_dim]
   float* tmp = residual + hd;     // [head_dim]
   AnchorOffset(KAnchor(layer, seq, head), pos, offset);
-  for (int e = 0; e < hd; ++e) residual[e] = k[e] - offset[e];
+  bool finite = true;  // an anchor restored from a file may be huge: then the plain form
+  for (int e = 0; e < hd; ++e) {
+    residual[e] = k[e] - offset[e];
+    finite = finite && std::isfinite(residual[e]);
+  }
   const size_t at = HeadIndex(layer, seq, head, pos);
   uint8_t* slot = k_.data() + at * k_head_bytes_;
   EncodeHead(k_spec_, /*stochastic=*/false, layer, pos, head, k, slot, tmp);
+  if (!finite) {
+    k_anchor_flag_[at] = 0;
+    return;
+  }
   const float plain_error = EncodedError(k_spec_, slot, k, tmp);
   EncodeHead(k_spec_, /*stochastic=*/false, layer, pos, head, residual, alt, tmp);
   const float anchored_error = EncodedError(k_spec_, alt, residual, tmp);
@@ -400,6 +408,48 @@ void KvCache::ImportSequence(int seq, int n, const uint8_t* in) {
       in += bytes;
     }
   }
+}
+
+Status KvCache::CheckSequenceState(int n, const uint8_t* in) const {
+  const int hd = config_.head_dim;
+  std::vector<float> row(hd);  // [head_dim] one decoded head row
+  auto where = [](int layer, int h, int cell) {
+    return "layer " + std::to_string(layer) + ", KV head " + std::to_string(h) + ", cell " +
+           std::to_string(cell);
+  };
+  auto has_nan = [&](KvRowFormat format, const uint8_t* bytes) {
+    DecodeKvRow(format, bytes, hd, row.data());
+    return std::any_of(row.begin(), row.end(), [](float x) { return std::isnan(x); });
+  };
+  for (int layer = 0; layer < config_.n_layer; ++layer) {
+    for (int h = 0; h < config_.n_kv_heads; ++h) {
+      for (int c = 0; c < n; ++c, in += k_head_bytes_) {
+        if (has_nan(k_spec_.format, in)) return Error{"K row holds NaN at " + where(layer, h, c)};
+      }
+      for (int c = 0; c < n; ++c, in += v_head_bytes_) {
+        if (has_nan(v_spec_.format, in)) return Error{"V row holds NaN at " + where(layer, h, c)};
+      }
+      if (k_anchored_) {
+        for (int c = 0; c < n; ++c, ++in) {
+          if (*in > 1)
+            return Error{"anchor flag " + std::to_string(*in) + " at " + where(layer, h, c)};
+        }
+      }
+    }
+  }
+  if (k_anchored_) {
+    for (int layer = 0; layer < config_.n_layer; ++layer) {
+      for (int e = 0; e < row_elems(); ++e, in += sizeof(float)) {
+        float a;
+        std::memcpy(&a, in, sizeof(float));
+        if (!std::isfinite(a)) {
+          return Error{"non-finite key anchor in layer " + std::to_string(layer) + " (element " +
+                       std::to_string(e) + ")"};
+        }
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 void KvCache::CopyPrefix(int src_seq, int dst_seq, int n) {

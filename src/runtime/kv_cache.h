@@ -138,6 +138,10 @@ class KvCache {
   // Replaces sequence seq by n cells read from `in` ([SequenceStateBytes(n)] bytes, as
   // ExportSequence writes them); every layer then holds n cells.
   void ImportSequence(int seq, int n, const uint8_t* in);
+  // Checks n cells in ExportSequence's layout for what the writer never stores (a NaN in a
+  // decoded K or V row, an anchor flag other than 0 or 1, a non-finite anchor); the error names
+  // the layer, KV head and cell. Untrusted state must pass it before ImportSequence.
+  Status CheckSequenceState(int n, const uint8_t* in) const;
 
   // Encoded head rows. Storage is head-major per (sequence, layer): the rows of one KV head
   // for consecutive cells are contiguous, so attention streams one head's cells sequentially

@@ -267,6 +267,10 @@ Result<SessionFileView> ParseSessionFile(const uint8_t* data, size_t size, const
         return Error{"KV section of " + std::to_string(bytes) + " bytes, the header says " +
                      std::to_string(kv_bytes)};
       }
+      if (Status st = session.cache().CheckSequenceState(static_cast<int>(n_tokens), payload);
+          !st.ok()) {
+        return Error{"KV section: " + st.error().message + " (the file is corrupt)"};
+      }
       view.kv = payload;
       view.kv_bytes = bytes;
       have_kv = true;

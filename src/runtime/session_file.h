@@ -16,7 +16,8 @@
 // Writing is atomic: a temporary file in the same folder, fsync, rename over the old file,
 // fsync of the folder; a process killed at any point leaves the old file or the new one.
 // Reading checks every field against this session (model, KV mode and options, shape, context,
-// vocabulary) and every checksum, and names what is wrong.
+// vocabulary), every checksum and the cells (KvCache::CheckSequenceState), and names what is
+// wrong.
 #pragma once
 
 #include <cstdint>

@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <future>
 
+#include "runtime/session_file.h"
 #include "util/timer.h"
 
 namespace lamina::serve {
@@ -75,8 +77,8 @@ SessionConfig SlotSessionConfig(const SchedulerConfig& c) {
 Scheduler::Scheduler(const Model& model, const SchedulerConfig& config, ThreadPool& pool)
     : model_(model),
       config_(config),
-      pool_(pool),
-      session_(model, SlotSessionConfig(config), pool) {
+      session_(model, SlotSessionConfig(config), pool),
+      model_hash_(ModelIdentityHash(model)) {
   config_.n_slots = session_.n_seq();
   config_.n_batch = std::max(1, config_.n_batch);
   for (int i = 0; i < config_.n_slots; ++i) {
@@ -575,10 +577,6 @@ void Scheduler::RunOnEngine(const std::function<void()>& fn) {
   f.wait();
 }
 
-namespace {
-constexpr char kSlotMagic[8] = {'L', 'A', 'M', 'S', 'L', 'O', 'T', '1'};
-}  // namespace
-
 Result<SlotFileResult> Scheduler::OnIdleSlot(int id,
                                              const std::function<Result<SlotFileResult>()>& fn) {
   Result<SlotFileResult> out = Error{"slot " + std::to_string(id) + " does not exist"};
@@ -593,68 +591,28 @@ Result<SlotFileResult> Scheduler::OnIdleSlot(int id,
   return out;
 }
 
+namespace {
+size_t FileBytes(const std::string& path) {
+  std::error_code ec;
+  const uintmax_t n = std::filesystem::file_size(path, ec);
+  return ec ? 0 : static_cast<size_t>(n);
+}
+}  // namespace
+
 Result<SlotFileResult> Scheduler::SaveSlot(int id, const std::string& path) {
   return OnIdleSlot(id, [&]() -> Result<SlotFileResult> {
-    const std::vector<int32_t>& tokens = session_.tokens(id);
-    FILE* f = std::fopen(path.c_str(), "wb");
-    if (f == nullptr) {
-      return Error{path + ": cannot write"};
-    }
-    const uint32_t header[2] = {static_cast<uint32_t>(model_.hparams().n_vocab),
-                                static_cast<uint32_t>(tokens.size())};
-    bool ok = std::fwrite(kSlotMagic, 1, 8, f) == 8 && std::fwrite(header, 4, 2, f) == 2 &&
-              std::fwrite(tokens.data(), 4, tokens.size(), f) == tokens.size();
-    ok = std::fclose(f) == 0 && ok;
-    if (!ok) {
-      return Error{path + ": write failed"};
-    }
-    return SlotFileResult{static_cast<int>(tokens.size()), 16 + 4 * tokens.size(), 0.0};
+    Status st = SaveSessionFile(path, session_, id, model_hash_);
+    if (!st.ok()) return st.error();
+    return SlotFileResult{session_.n_past(id), FileBytes(path), 0.0};
   });
 }
 
 Result<SlotFileResult> Scheduler::RestoreSlot(int id, const std::string& path) {
   return OnIdleSlot(id, [&]() -> Result<SlotFileResult> {
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (f == nullptr) {
-      return Error{path + ": cannot open"};
-    }
-    char magic[8];
-    uint32_t header[2];
-    std::vector<int32_t> tokens;
-    std::string err;
-    if (std::fread(magic, 1, 8, f) != 8 || std::memcmp(magic, kSlotMagic, 8) != 0) {
-      err = "not a lamina slot file";
-    } else if (std::fread(header, 4, 2, f) != 2) {
-      err = "truncated header";
-    } else if (header[0] != static_cast<uint32_t>(model_.hparams().n_vocab)) {
-      err = "saved with a vocabulary of " + std::to_string(header[0]) + " tokens, this model has " +
-            std::to_string(model_.hparams().n_vocab);
-    } else if (header[1] > static_cast<uint32_t>(n_ctx_slot())) {
-      err = "holds " + std::to_string(header[1]) + " tokens, more than a slot's context of " +
-            std::to_string(n_ctx_slot());
-    } else {
-      tokens.resize(header[1]);
-      if (std::fread(tokens.data(), 4, tokens.size(), f) != tokens.size()) err = "truncated tokens";
-      for (size_t i = 0; err.empty() && i < tokens.size(); ++i) {
-        if (tokens[i] < 0 || tokens[i] >= model_.hparams().n_vocab) {
-          err = "token " + std::to_string(i) + " (" + std::to_string(tokens[i]) + ") out of range";
-        }
-      }
-    }
-    std::fclose(f);
-    if (!err.empty()) {
-      return Error{path + ": " + err};
-    }
-    session_.Truncate(id, 0);
-    for (size_t i = 0; i < tokens.size(); i += config_.n_batch) {
-      const int n = static_cast<int>(std::min<size_t>(config_.n_batch, tokens.size() - i));
-      Result<const float*> r = session_.EvalSeq(id, tokens.data() + i, n, false);
-      if (!r.ok()) {
-        session_.Truncate(id, 0);
-        return Error{r.error().message};
-      }
-    }
-    return SlotFileResult{static_cast<int>(tokens.size()), 16 + 4 * tokens.size(), 0.0};
+    Result<SessionRestore> r = LoadSessionFile(path, session_, id, model_hash_);
+    if (!r.ok()) return r.error();
+    if (!r->found) return Error{path + ": no such file"};
+    return SlotFileResult{r->n_file, FileBytes(path), 0.0};
   });
 }
 

@@ -89,9 +89,11 @@ class Scheduler {
   // kDone or kError.
   std::shared_ptr<Channel> Submit(Request request);
 
-  // Slot files (run on the engine thread; block until done). A saved slot is its token ids;
-  // restoring evaluates them again through the cache's single writer, so the restored cells
-  // are the bytes a fresh prefill of those tokens writes.
+  // Slot files (run on the engine thread; block until done) in the session-file format
+  // (runtime/session_file.h): the slot's tokens and encoded KV cells, written atomically.
+  // Restoring replaces the slot's cells by the file's bytes; a file of another model, KV mode
+  // or shape, a truncated one or one with a flipped bit is refused with the reason (the slot
+  // unchanged).
   Result<SlotFileResult> SaveSlot(int slot, const std::string& path);
   Result<SlotFileResult> RestoreSlot(int slot, const std::string& path);
   Result<int> EraseSlot(int slot);  // the number of cells dropped
@@ -128,8 +130,8 @@ class Scheduler {
 
   const Model& model_;
   SchedulerConfig config_;
-  ThreadPool& pool_;
   Session session_;
+  uint64_t model_hash_ = 0;  // ModelIdentityHash(model_), the slot files' model identity
   std::vector<std::unique_ptr<Slot>> slots_;
   uint64_t clock_ = 0;  // slot use order
 

@@ -2,6 +2,7 @@
 #include "api.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 namespace lamina::cli::api {
@@ -37,7 +38,8 @@ bool GetInt(const json& j, const char* key, long long* out, ApiError* err) {
   }
   if (it->is_number_float()) {
     const double v = it->get<double>();
-    if (v == static_cast<double>(static_cast<long long>(v))) {
+    // A whole number inside long long's range (casting one outside it is undefined).
+    if (v >= -0x1p63 && v < 0x1p63 && v == std::floor(v)) {
       *out = static_cast<long long>(v);
       return true;
     }
@@ -250,12 +252,13 @@ bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,
       msg.content = content->get<std::string>();
     } else if (content->is_array()) {  // content parts: the text ones, concatenated
       for (const json& part : *content) {
-        if (part.is_object() && part.value("type", "") == "text" && part.contains("text") &&
-            part["text"].is_string()) {
-          msg.content += part["text"].get<std::string>();
-        } else if (!part.is_object() || part.value("type", "") != "text") {
+        // json::value() throws on a non-string "type"; look the fields up instead.
+        auto type = part.is_object() ? part.find("type") : part.end();
+        if (!part.is_object() || type == part.end() || !type->is_string() || *type != "text") {
           return Fail(err, where + ".content: only text parts are supported");
         }
+        auto text = part.find("text");
+        if (text != part.end() && text->is_string()) msg.content += text->get<std::string>();
       }
     } else {
       return Fail(err, where + ".content must be a string or an array of parts");
