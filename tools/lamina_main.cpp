@@ -9,6 +9,7 @@
 #include "cli_commands.h"
 #include "cli_options.h"
 #include "cli_spec.h"
+#include "runtime/kv_cache.h"
 #include "server/server.h"
 
 namespace {
@@ -21,8 +22,9 @@ void AddCommon(CLI::App* cmd, lamina::cli::CommonOptions& c, bool model_required
                   "Context size in tokens (0: the model's, capped at 4096)")
       ->check(ContextSize());
   cmd->add_option("-t,--threads", c.n_threads, "Threads (0: all cores)")->check(Threads());
-  cmd->add_option("--kv", c.kv, "KV cache mode: f32, f16, int8, q4_0 or k8v4");
-  cmd->add_option("--kv-v-round", c.kv_v_round, "V rounding for quantized modes: rtn or stochastic");
+  cmd->add_option("--kv", c.kv, "KV cache mode: " + lamina::KvModeNames());
+  cmd->add_option("--kv-v-round", c.kv_v_round,
+                  "V rounding for quantized modes: rtn or stochastic");
   cmd->add_option("--kv-seed", c.kv_seed, "Seed of stochastic V rounding")->check(Seed());
   cmd->add_option("--rope-scaling", c.rope_scaling,
                   "RoPE scaling: none, linear or yarn (default: the model's)")
@@ -52,8 +54,9 @@ int Main(int argc, char** argv) {
   // `serve` parses its own flags, spelled as llama-server spells them (tools/server/).
   if (argc > 1 && std::strcmp(argv[1], "serve") == 0) return RunServeCommand(argc - 1, argv + 1);
   CLI::App app{"lamina: LLM inference for GGUF models"};
-  app.footer("Also: lamina serve [flags] — an OpenAI- and llama-server-compatible HTTP server "
-             "(lamina serve --help).");
+  app.footer(
+      "Also: lamina serve [flags] — an OpenAI- and llama-server-compatible HTTP server "
+      "(lamina serve --help).");
   app.require_subcommand(1);
 
   RunOptions run;
@@ -76,12 +79,14 @@ int Main(int argc, char** argv) {
       ->add_option("--prompt-chunk", run.prompt_chunk,
                    "Process the prompt in chunks of N tokens (0: one batch, 1: token by token)")
       ->check(IntRange(0, 1 << 30));
-  run_cmd->add_flag("--chat", run.chat, "Apply the model's chat template: the prompt is one user turn");
+  run_cmd->add_flag("--chat", run.chat,
+                    "Apply the model's chat template: the prompt is one user turn");
   AddSessionOptions(run_cmd, run);
   AddSpecOptions(run_cmd, run.spec);
 
   ChatOptions chat;
-  CLI::App* chat_cmd = app.add_subcommand("chat", "Interactive chat: one user turn per stdin line, EOF ends");
+  CLI::App* chat_cmd =
+      app.add_subcommand("chat", "Interactive chat: one user turn per stdin line, EOF ends");
   AddCommon(chat_cmd, chat.run.common, false);
   chat_cmd->add_option("-n,--n-predict", chat.run.n_predict, "Most tokens per answer")
       ->check(IntRange(0, 1 << 30));
@@ -102,7 +107,8 @@ int Main(int argc, char** argv) {
   AddCommon(score_cmd, score.common, true);
   score_cmd->add_option("-f,--file", score.text_file, "Text file to score")->required();
   score_cmd->add_option("--save-logits", score.save_logits, "Write every position's logits here");
-  score_cmd->add_option("--kl-base", score.kl_base, "Compare against logits saved by --save-logits");
+  score_cmd->add_option("--kl-base", score.kl_base,
+                        "Compare against logits saved by --save-logits");
   score_cmd->add_flag("--json", score.json, "Print one JSON object");
 
   BenchOptions bench;
@@ -178,7 +184,8 @@ int Main(int argc, char** argv) {
       ->group("");
 
   InspectOptions inspect;
-  CLI::App* inspect_cmd = app.add_subcommand("inspect", "Print a GGUF file's metadata and tensor table");
+  CLI::App* inspect_cmd =
+      app.add_subcommand("inspect", "Print a GGUF file's metadata and tensor table");
   inspect_cmd->add_option("model", inspect.model_path, "GGUF file")->required();
   inspect_cmd->add_flag("--json", inspect.json, "Print one JSON object");
 
