@@ -397,6 +397,38 @@ TEST(KvCacheWriter, ModesReportBitsPerElement) {
   EXPECT_FALSE(ValidateKvConfig(c).ok());
 }
 
+// The mode table: names round-trip, each row's nominal bits are what a cache of that mode
+// reports (anchor flags aside), and the one check names the mode, the head_dim and the need.
+TEST(KvModeTable, RowsMatchTheCacheAndTheCheckNamesTheNeed) {
+  KvCacheConfig c;
+  c.n_layer = 1;
+  c.n_ctx = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 64;
+  auto lossy = [](KvRowFormat f) { return f != KvRowFormat::kF32 && f != KvRowFormat::kF16; };
+  for (const KvMode& m : kKvModes) {
+    Result<KvType> parsed = ParseKvType(m.name);
+    ASSERT_TRUE(parsed.ok()) << m.name;
+    EXPECT_EQ(*parsed, m.type);
+    c.type = m.type;
+    KvCache cache(c);
+    const double flags = m.k_anchored ? 8.0 / (2.0 * c.head_dim) : 0;
+    EXPECT_DOUBLE_EQ(cache.BitsPerElement() - flags, m.bits) << m.name;
+    EXPECT_EQ(cache.k_anchored(), m.k_anchored) << m.name;
+    EXPECT_EQ(m.quantized, lossy(m.k.format) || lossy(m.v.format)) << m.name;
+    EXPECT_TRUE(ValidateKvMode(m.type, 8).ok()) << m.name;
+    EXPECT_EQ(ValidateKvMode(m.type, 48).ok(), !m.quantized) << m.name;
+  }
+  Status st = ValidateKvMode(KvType::kK8V4, 48);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().message,
+            "KV mode k8v4 cannot hold head_dim 48: its block formats need head_dim below 32 and "
+            "even, or a multiple of 32");
+  Result<KvType> bad = ParseKvType("q3");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("f32, f16, int8, q4_0 or k8v4"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace lamina
 

@@ -55,7 +55,7 @@ bool ParseIntList(const std::string& s, const char* flag, int lo, int hi, std::v
   return true;
 }
 
-bool IsQuantized(KvType t) { return t != KvType::kF32 && t != KvType::kF16; }
+bool IsQuantized(KvType t) { return KvModeOf(t).quantized; }
 
 // A local leg before its backend exists.
 struct LegSpec {
@@ -243,7 +243,7 @@ int RunProbe(const ProbeOptions& o) {
 
   // Legs: f32 reference unless the list starts with an exact-enough mode; quantized modes are
   // crossed with every V rounding.
-  if (kvs.front() != KvType::kF32 && kvs.front() != KvType::kF16) {
+  if (IsQuantized(kvs.front())) {
     kvs.insert(kvs.begin(), KvType::kF32);
   }
   std::vector<LegSpec> specs;

@@ -9,6 +9,7 @@
 #include "cli_commands.h"
 #include "cli_options.h"
 #include "cli_spec.h"
+#include "runtime/kv_cache.h"
 #include "server/server.h"
 
 namespace {
@@ -21,7 +22,7 @@ void AddCommon(CLI::App* cmd, lamina::cli::CommonOptions& c, bool model_required
                   "Context size in tokens (0: the model's, capped at 4096)")
       ->check(ContextSize());
   cmd->add_option("-t,--threads", c.n_threads, "Threads (0: all cores)")->check(Threads());
-  cmd->add_option("--kv", c.kv, "KV cache mode: f32, f16, int8, q4_0 or k8v4");
+  cmd->add_option("--kv", c.kv, "KV cache mode: " + lamina::KvModeNames());
   cmd->add_option("--kv-v-round", c.kv_v_round,
                   "V rounding for quantized modes: rtn or stochastic");
   cmd->add_option("--kv-seed", c.kv_seed, "Seed of stochastic V rounding")->check(Seed());

@@ -11,22 +11,47 @@
 
 namespace lamina {
 
-const char* KvTypeName(KvType type) {
-  switch (type) {
-    case KvType::kF32: return "f32";
-    case KvType::kF16: return "f16";
-    case KvType::kInt8: return "int8";
-    case KvType::kQ4_0: return "q4_0";
-    case KvType::kK8V4: return "k8v4";
+Result<KvType> ParseKvType(const std::string& name) {
+  for (const KvMode& m : kKvModes) {
+    if (name == m.name) return m.type;
   }
-  return "?";
+  return Error{"unknown KV cache type \"" + name + "\" (expected " + KvModeNames() + ")"};
 }
 
-Result<KvType> ParseKvType(const std::string& name) {
-  for (KvType t : {KvType::kF32, KvType::kF16, KvType::kInt8, KvType::kQ4_0, KvType::kK8V4}) {
-    if (name == KvTypeName(t)) return t;
+std::string KvModeNames() {
+  std::string out;
+  for (int i = 0; i < kKvModeCount; ++i) {
+    if (i > 0) out += i + 1 == kKvModeCount ? " or " : ", ";
+    out += kKvModes[i].name;
   }
-  return Error{"unknown KV cache type \"" + name + "\" (expected f32, f16, int8, q4_0 or k8v4)"};
+  return out;
+}
+
+namespace {
+// What a row format needs of head_dim ("" for any head_dim).
+const char* HeadDimNeeds(KvRowFormat format) {
+  switch (format) {
+    case KvRowFormat::kF32:
+    case KvRowFormat::kF16:
+      return "";
+    case KvRowFormat::kInt8:
+    case KvRowFormat::kQ4_0:
+      return "head_dim below 32 and even, or a multiple of 32";
+  }
+  return "";
+}
+}  // namespace
+
+Status ValidateKvMode(KvType type, int head_dim) {
+  const KvMode& m = KvModeOf(type);
+  for (const KvSideSpec* side : {&m.k, &m.v}) {
+    if (KvRowBytes(side->format, head_dim) == 0) {
+      return Error{std::string("KV mode ") + m.name + " cannot hold head_dim " +
+                   std::to_string(head_dim) + ": its block formats need " +
+                   HeadDimNeeds(side->format)};
+    }
+  }
+  return Status::Ok();
 }
 
 Result<KvRounding> ParseKvRounding(const std::string& name) {
@@ -35,43 +60,15 @@ Result<KvRounding> ParseKvRounding(const std::string& name) {
   return Error{"unknown V rounding \"" + name + "\" (expected rtn or stochastic)"};
 }
 
-const char* KvRoundingName(KvRounding r) { return r == KvRounding::kNearest ? "rtn" : "stochastic"; }
-
-KvSideSpec KSpec(KvType type) {
-  switch (type) {
-    case KvType::kF32: return {KvRowFormat::kF32, false};
-    case KvType::kF16: return {KvRowFormat::kF16, false};
-    case KvType::kInt8: return {KvRowFormat::kInt8, false};
-    case KvType::kQ4_0: return {KvRowFormat::kQ4_0, true};
-    case KvType::kK8V4: return {KvRowFormat::kInt8, false};
-  }
-  return {KvRowFormat::kF32, false};
+const char* KvRoundingName(KvRounding r) {
+  return r == KvRounding::kNearest ? "rtn" : "stochastic";
 }
-
-KvSideSpec VSpec(KvType type) {
-  switch (type) {
-    case KvType::kF32: return {KvRowFormat::kF32, false};
-    case KvType::kF16: return {KvRowFormat::kF16, false};
-    case KvType::kInt8: return {KvRowFormat::kInt8, false};
-    case KvType::kQ4_0: return {KvRowFormat::kQ4_0, true};
-    case KvType::kK8V4: return {KvRowFormat::kQ4_0, true};
-  }
-  return {KvRowFormat::kF32, false};
-}
-
-bool KAnchored(KvType type) { return type == KvType::kQ4_0; }
 
 Status ValidateKvConfig(const KvCacheConfig& c) {
   if (c.n_layer <= 0 || c.n_ctx <= 0 || c.n_kv_heads <= 0 || c.head_dim <= 0 || c.n_seq <= 0) {
     return Error{"invalid KV cache shape"};
   }
-  if (KvRowBytes(KSpec(c.type).format, c.head_dim) == 0 ||
-      KvRowBytes(VSpec(c.type).format, c.head_dim) == 0) {
-    return Error{std::string("KV mode ") + KvTypeName(c.type) + " cannot hold head_dim " +
-                 std::to_string(c.head_dim) +
-                 ": block formats need head_dim below 32 and even, or a multiple of 32"};
-  }
-  return Status::Ok();
+  return ValidateKvMode(c.type, c.head_dim);
 }
 
 uint64_t KvCacheBytes(const KvCacheConfig& c) {
@@ -274,7 +271,8 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
   for (int i = 0; i < n; ++i) {
     const float* krow = k + static_cast<int64_t>(i) * re;
     const float* vrow = v + static_cast<int64_t>(i) * re;
-    for (int e = 0; e < re && finite[i]; ++e) finite[i] = std::isfinite(krow[e]) && std::isfinite(vrow[e]);
+    for (int e = 0; e < re && finite[i]; ++e)
+      finite[i] = std::isfinite(krow[e]) && std::isfinite(vrow[e]);
     if (!finite[i] && nonfinite_error_.empty()) {
       nonfinite_error_ = "non-finite K or V value at layer " + std::to_string(layer) +
                          ", position " + std::to_string(pos0 + i) + "; the cell was not stored";
@@ -307,7 +305,7 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
   }
   // Work items are (row, head) pairs, so even a single decoded token's heads spread over the pool.
   auto encode = [&](int64_t item0, int64_t item1) {
-    std::vector<float> tmp(hd);     // [head_dim] rotation scratch
+    std::vector<float> tmp(hd);  // [head_dim] rotation scratch
     // anchored keys: [3 * head_dim + n_rot] scratch and one alternative encoded row
     std::vector<float> anchor_scratch(k_anchored_ ? 3 * hd : 0);
     std::vector<uint8_t> alt(k_anchored_ ? k_head_bytes_ : 0);

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -27,9 +28,9 @@
 
 namespace lamina {
 
+// The KV modes, in the order of their rows in kKvModes (the enumerators are stored in session
+// files: append, never reorder).
 enum class KvType { kF32, kF16, kInt8, kQ4_0, kK8V4 };
-const char* KvTypeName(KvType type);
-Result<KvType> ParseKvType(const std::string& name);
 
 enum class KvRounding { kNearest, kStochastic };
 Result<KvRounding> ParseKvRounding(const std::string& name);
@@ -37,10 +38,61 @@ const char* KvRoundingName(KvRounding rounding);
 
 struct KvSideSpec {
   KvRowFormat format;
-  bool rotated;
+  bool rotated;  // Walsh-Hadamard rotated before encoding (the query, or the output, follows)
 };
-KvSideSpec KSpec(KvType type);
-KvSideSpec VSpec(KvType type);
+
+// One row per KV mode: everything the cache, attention, the CLI, session files and the probe
+// know about a mode. A new mode is one row here (and its enumerator above); nothing else
+// switches on the mode.
+struct KvMode {
+  KvType type;
+  const char* name;  // as --kv spells it
+  KvSideSpec k;      // key head rows (after RoPE)
+  KvSideSpec v;      // value head rows
+  bool k_anchored;   // keys stored relative to the sequence's anchor, with a flag per cell
+  bool quantized;    // lossy: takes --kv-v-round, and the probe crosses it with the roundings
+  double bits;       // bits per element (K + V) / 2 at head_dim a multiple of 32, flags excluded
+};
+
+// Row sides: a format, and whether it is rotated first.
+inline constexpr KvSideSpec kSideF32{KvRowFormat::kF32, false};
+inline constexpr KvSideSpec kSideF16{KvRowFormat::kF16, false};
+inline constexpr KvSideSpec kSideInt8{KvRowFormat::kInt8, false};
+inline constexpr KvSideSpec kSideQ4_0Rotated{KvRowFormat::kQ4_0, true};
+
+// clang-format off
+inline constexpr KvMode kKvModes[] = {
+    // type         name    K                  V                  anchored lossy  bits
+    {KvType::kF32,  "f32",  kSideF32,          kSideF32,          false,   false, 32.0},
+    {KvType::kF16,  "f16",  kSideF16,          kSideF16,          false,   false, 16.0},
+    {KvType::kInt8, "int8", kSideInt8,         kSideInt8,         false,   true,  8.5},
+    {KvType::kQ4_0, "q4_0", kSideQ4_0Rotated,  kSideQ4_0Rotated,  true,    true,  4.5},
+    {KvType::kK8V4, "k8v4", kSideInt8,         kSideQ4_0Rotated,  false,   true,  6.5},
+};
+// clang-format on
+inline constexpr int kKvModeCount = static_cast<int>(std::size(kKvModes));
+
+constexpr bool KvModesInEnumOrder() {
+  for (int i = 0; i < kKvModeCount; ++i) {
+    if (static_cast<int>(kKvModes[i].type) != i) return false;
+  }
+  return true;
+}
+static_assert(KvModesInEnumOrder(), "kKvModes rows must follow the KvType enumerators");
+
+// The row of a mode.
+constexpr const KvMode& KvModeOf(KvType type) { return kKvModes[static_cast<int>(type)]; }
+inline const char* KvTypeName(KvType type) { return KvModeOf(type).name; }
+// The mode named `name` (a row's name); the error lists the names.
+Result<KvType> ParseKvType(const std::string& name);
+// "f32, f16, int8, q4_0 or k8v4": the names of every row, for help texts and errors.
+std::string KvModeNames();
+// The one check of a mode against a model: whether its K and V formats can hold head_dim; the
+// error names the mode, the head_dim and what the mode needs.
+Status ValidateKvMode(KvType type, int head_dim);
+
+inline KvSideSpec KSpec(KvType type) { return KvModeOf(type).k; }
+inline KvSideSpec VSpec(KvType type) { return KvModeOf(type).v; }
 
 // Where one KvCache::Write lands, for a KvWriteObserver.
 struct KvWriteSpan {
@@ -66,7 +118,7 @@ class KvWriteObserver {
 
 struct KvCacheConfig {
   int n_layer = 0;
-  int n_ctx = 0;       // cells per sequence
+  int n_ctx = 0;  // cells per sequence
   int n_kv_heads = 0;
   int head_dim = 0;
   int n_seq = 1;
@@ -80,7 +132,7 @@ struct KvCacheConfig {
 };
 
 // Whether the mode stores anchored keys (see above): q4_0 only.
-bool KAnchored(KvType type);
+inline bool KAnchored(KvType type) { return KvModeOf(type).k_anchored; }
 // Positions per anchor-angle run: a position's angle is composed from the exact angle at the
 // start of its run and the exact angle of its offset within the run (both tabulated once).
 inline constexpr int kAnchorAngleRun = 64;
@@ -88,8 +140,7 @@ inline constexpr int kAnchorAngleRun = 64;
 // score correction costs two multiply-adds per kept pair, cell and query.
 inline constexpr int kAnchorMaxPairs = 8;
 
-// Checks that the mode can hold this head_dim (int8/q4_0 need head_dim < 32 and even, or a
-// multiple of 32); the error says why not.
+// Checks the shape and the mode (ValidateKvMode); the error says why not.
 Status ValidateKvConfig(const KvCacheConfig& config);
 
 // Bytes a KvCache with this (valid) config allocates for its cells, anchors and flags,
@@ -204,9 +255,12 @@ class KvCache {
   void ClearNonfinite() { nonfinite_error_.clear(); }
 
  private:
-  size_t Index(int layer, int seq) const { return static_cast<size_t>(seq) * config_.n_layer + layer; }
+  size_t Index(int layer, int seq) const {
+    return static_cast<size_t>(seq) * config_.n_layer + layer;
+  }
   size_t HeadIndex(int layer, int seq, int head, int pos) const {
-    return (Index(layer, seq) * config_.n_kv_heads + head) * config_.n_ctx + static_cast<size_t>(pos);
+    return (Index(layer, seq) * config_.n_kv_heads + head) * config_.n_ctx +
+           static_cast<size_t>(pos);
   }
   // Encodes one head row (head_dim values at src) of one side into dst.
   void EncodeHead(const KvSideSpec& spec, bool stochastic, int layer, int pos, int head,
@@ -225,8 +279,8 @@ class KvCache {
   KvSideSpec v_spec_;
   size_t k_head_bytes_ = 0;
   size_t v_head_bytes_ = 0;
-  std::vector<uint8_t> k_;  // [n_seq, n_layer, n_kv_heads, n_ctx] x k_head_bytes_
-  std::vector<uint8_t> v_;  // [n_seq, n_layer, n_kv_heads, n_ctx] x v_head_bytes_
+  std::vector<uint8_t> k_;    // [n_seq, n_layer, n_kv_heads, n_ctx] x k_head_bytes_
+  std::vector<uint8_t> v_;    // [n_seq, n_layer, n_kv_heads, n_ctx] x v_head_bytes_
   std::vector<int> lengths_;  // [n_seq, n_layer]
   bool k_anchored_ = false;
   float anchor_mscale_ = 1.0f;

@@ -184,7 +184,7 @@ Result<SessionFileView> ParseSessionFile(const uint8_t* data, size_t size, const
   const uint32_t kv_type = Get<uint32_t>(data + 24);
   const uint32_t v_round = Get<uint32_t>(data + 28);
   const uint64_t kv_seed = Get<uint64_t>(data + 32);
-  if (kv_type > static_cast<uint32_t>(KvType::kK8V4) ||
+  if (kv_type >= static_cast<uint32_t>(kKvModeCount) ||
       v_round > static_cast<uint32_t>(KvRounding::kStochastic)) {
     return Error{"unknown KV mode " + std::to_string(kv_type) + " / V rounding " +
                  std::to_string(v_round)};

@@ -1209,7 +1209,7 @@ int RunServeCommand(int argc, char** argv) {
   app.add_flag("!--no-ui,!--no-webui", o.ui, "Do not serve the web page at /");
   app.add_flag("-v,--verbose", o.verbose, "More logging");
   app.add_option("--chat-template", o.chat_template, "Built-in chat format: chatml, qwen3, llama3");
-  app.add_option("--kv", o.kv, "KV cache mode: f32, f16, int8, q4_0, k8v4");
+  app.add_option("--kv", o.kv, "KV cache mode: " + KvModeNames());
   app.add_option("--kv-v-round", o.kv_v_round, "V rounding of quantized modes: rtn, stochastic");
   app.add_option("--kv-seed", o.kv_seed, "Seed of stochastic rounding")->check(Seed());
   app.add_option("--mem-limit", o.mem_limit,
