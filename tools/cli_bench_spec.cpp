@@ -92,8 +92,8 @@ int RunBenchSpec(const BenchOptions& o, const Model& model, ThreadPool& pool) {
   std::map<std::string, std::map<std::string, Leg>> legs;  // task → mode → figures
   for (int round = 0; round < o.reps; ++round) {
     for (const Task& t : tasks) {
-      const std::vector<int32_t> prompt =
-          tok.Encode(RenderChatPrompt(chat, {ChatMessage{"user", t.user}}, tok), true, true);
+      const std::vector<int32_t> prompt = tok.Encode(
+          RenderChatPrompt(chat, {ChatMessage{"user", t.user}}, tok).value(), true, true);
       GenerateOptions go;
       go.params.sampler.temperature = 0.0f;
       go.params.n_predict = t.n_predict;

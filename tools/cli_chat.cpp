@@ -75,24 +75,41 @@ fs::path ExecutableDir() {
 
 }  // namespace
 
-bool ReadChatSetup(const Model& model, ChatSetup* out, int* exit_code) {
-  const std::string& path = model.file().path();
+Result<ChatSetup> ChooseChatSetup(const Model& model, const ChatTemplateOptions& o) {
+  const Tokenizer& tok = model.tokenizer();
+  if (!o.file.empty()) {
+    std::string source, error;
+    if (!ReadTextFile(o.file, &source, &error)) return Error{"--chat-template-file " + error};
+    Result<ChatSetup> setup = ChatSetupFromJinja(source, tok);
+    if (!setup.ok()) return Error{o.file + ": " + setup.error().message};
+    return setup;
+  }
+  if (!o.name.empty()) {
+    if (o.name.find("{%") != std::string::npos || o.name.find("{{") != std::string::npos) {
+      return ChatSetupFromJinja(o.name, tok);
+    }
+    return ChatSetupFromName(o.name, tok);
+  }
   Result<std::string> tmpl = model.file().GetString("tokenizer.chat_template");
   if (!tmpl.ok()) {
-    std::fprintf(stderr, "lamina: %s has no tokenizer.chat_template; use run without --chat\n",
-                 path.c_str());
+    return Error{model.file().path() +
+                 " has no tokenizer.chat_template (use --chat-template NAME or "
+                 "--chat-template-file F, or run without --chat)"};
+  }
+  Result<ChatSetup> setup = ChatSetupForModel(*tmpl, tok, o.jinja);
+  if (!setup.ok()) return Error{model.file().path() + ": " + setup.error().message};
+  return setup;
+}
+
+bool ReadChatSetup(const Model& model, const ChatTemplateOptions& options, ChatSetup* out,
+                   int* exit_code) {
+  Result<ChatSetup> setup = ChooseChatSetup(model, options);
+  if (!setup.ok()) {
+    std::fprintf(stderr, "lamina: %s\n", setup.error().message.c_str());
     *exit_code = kExitBadInput;
     return false;
   }
-  *out = ChatSetupFromTemplate(*tmpl);
-  if (out->format == ChatFormat::kUnknown) {
-    std::fprintf(stderr,
-                 "lamina: the chat template of %s is not one lamina knows (ChatML, Qwen3, "
-                 "Llama-3); use run without --chat and format the prompt yourself\n",
-                 path.c_str());
-    *exit_code = kExitBadInput;
-    return false;
-  }
+  *out = std::move(*setup);
   return true;
 }
 
@@ -124,7 +141,7 @@ int RunChat(const ChatOptions& options) {
   const Model& model = *lm.model;
   ChatSetup setup;
   int rc = kExitOk;
-  if (!ReadChatSetup(model, &setup, &rc)) return rc;
+  if (!ReadChatSetup(model, o.chat_template, &setup, &rc)) return rc;
   const Tokenizer& tok = model.tokenizer();
   ThreadPool pool(o.common.n_threads);
   SessionConfig sc;
@@ -161,13 +178,21 @@ int RunChat(const ChatOptions& options) {
     if (line.empty()) continue;
     messages.push_back({"user", line});
 
-    std::vector<int32_t> tokens = tok.Encode(RenderChatPrompt(setup, messages, tok), true, true);
+    Result<std::string> text = RenderChatPrompt(setup, messages, tok);
+    if (!text.ok()) {
+      std::fprintf(stderr, "lamina: %s\n", text.error().message.c_str());
+      messages.pop_back();
+      continue;
+    }
+    std::vector<int32_t> tokens = tok.Encode(*text, true, true);
     // Forget the oldest turns (keeping a system turn) while the conversation does not fit.
     while (static_cast<int>(tokens.size()) + 1 >= session.n_ctx() && messages.size() > 1) {
       const size_t first = messages[0].role == "system" ? 1 : 0;
       if (messages.size() - first <= 1) break;
       messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first));
-      tokens = tok.Encode(RenderChatPrompt(setup, messages, tok), true, true);
+      text = RenderChatPrompt(setup, messages, tok);
+      if (!text.ok()) break;
+      tokens = tok.Encode(*text, true, true);
     }
     if (static_cast<int>(tokens.size()) + 1 >= session.n_ctx()) {
       std::fprintf(stderr,

@@ -56,6 +56,13 @@ struct SpecCliOptions {
   bool fixed = false;  // --spec-fixed: always draft
 };
 
+// How run --chat, chat and serve choose the chat template.
+struct ChatTemplateOptions {
+  std::string name;    // --chat-template NAME (a built-in) or a Jinja source text
+  std::string file;    // --chat-template-file F: a Jinja source file
+  bool jinja = false;  // --jinja: the model's template through the Jinja engine, even a known one
+};
+
 struct RunOptions {
   CommonOptions common;
   std::string prompt;
@@ -71,12 +78,14 @@ struct RunOptions {
   bool json = false;
   int prompt_chunk = 0;  // 0: the whole prompt in one batch
   bool chat = false;     // --chat: the prompt is one user turn of the model's chat template
-  std::string session;   // --session FILE: restore the state from FILE, save it there after
+  ChatTemplateOptions chat_template;
+  std::string session;  // --session FILE: restore the state from FILE, save it there after
   bool session_fresh_on_error = false;  // a refused FILE: read the prompt again, not exit 3
   SpecCliOptions spec;
 };
 // `lamina run`: stream a continuation of the prompt. With --chat the prompt is rendered as one
-// user turn with the GGUF's chat template (ChatML, Qwen3, Llama-3) and generation ends with the
+// user turn with the chat template (the GGUF's, or --chat-template / --chat-template-file) and
+// generation ends with the
 // assistant turn.
 int RunGenerate(const RunOptions& options);
 

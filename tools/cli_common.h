@@ -64,8 +64,18 @@ SamplerConfig MakeSamplerConfig(const RunOptions& options);
 // Prints the KV cache's size line to stderr.
 void PrintKvSummary(const KvCache& cache);
 
-// The model's chat setup from its tokenizer.chat_template (cli_chat.cpp); false with a message
-// (and *exit_code) when it has none or lamina does not know its format.
-bool ReadChatSetup(const Model& model, ChatSetup* out, int* exit_code);
+// The chat setup the options choose: --chat-template-file, else --chat-template (a built-in
+// name or a Jinja source), else the model's tokenizer.chat_template (its native format, or
+// the Jinja engine; --jinja: always the engine). An Error when the template is absent or does
+// not parse, naming the position.
+Result<ChatSetup> ChooseChatSetup(const Model& model, const ChatTemplateOptions& options);
+
+// ChooseChatSetup for run --chat / chat (cli_chat.cpp); false with a message (and *exit_code)
+// on an Error.
+bool ReadChatSetup(const Model& model, const ChatTemplateOptions& options, ChatSetup* out,
+                   int* exit_code);
+inline bool ReadChatSetup(const Model& model, ChatSetup* out, int* exit_code) {
+  return ReadChatSetup(model, ChatTemplateOptions{}, out, exit_code);
+}
 
 }  // namespace lamina::cli

@@ -40,8 +40,13 @@ int RunGenerate(const RunOptions& o) {
   if (o.chat) {  // the prompt is one user turn; the answer ends with the turn
     ChatSetup setup;
     int chat_rc = kExitOk;
-    if (!ReadChatSetup(model, &setup, &chat_rc)) return chat_rc;
-    prompt = RenderChatPrompt(setup, {ChatMessage{"user", prompt}}, tok);
+    if (!ReadChatSetup(model, o.chat_template, &setup, &chat_rc)) return chat_rc;
+    Result<std::string> text = RenderChatPrompt(setup, {ChatMessage{"user", prompt}}, tok);
+    if (!text.ok()) {
+      std::fprintf(stderr, "lamina: %s\n", text.error().message.c_str());
+      return kExitBadInput;
+    }
+    prompt = std::move(*text);
     ignore_eos = false;
   }
   std::vector<int32_t> prompt_tokens =

@@ -11,6 +11,7 @@
 #include "cli_spec.h"
 #include "runtime/kv_cache.h"
 #include "server/server.h"
+#include "tokenizer/chat_template.h"
 
 namespace {
 using namespace lamina::cli;  // NOLINT: the validators of cli_options.h
@@ -38,6 +39,16 @@ void AddCommon(CLI::App* cmd, lamina::cli::CommonOptions& c, bool model_required
   cmd->add_option("--mem-limit", c.mem_limit,
                   "Most bytes the KV cache and a batch may take, e.g. 8G, or none (default: "
                   "LAMINA_MEM_LIMIT, else 90% of MemAvailable)");
+}
+
+void AddChatTemplateOptions(CLI::App* cmd, lamina::cli::ChatTemplateOptions& t) {
+  cmd->add_option(
+      "--chat-template", t.name,
+      "Chat template: a built-in name (" + lamina::ChatTemplateNames() + ") or a Jinja source");
+  cmd->add_option("--chat-template-file", t.file, "Chat template: a Jinja source file");
+  cmd->add_flag("--jinja", t.jinja,
+                "Render the model's chat template with the Jinja engine even when it is a "
+                "format lamina knows");
 }
 
 void AddSessionOptions(CLI::App* cmd, lamina::cli::RunOptions& r) {
@@ -81,6 +92,7 @@ int Main(int argc, char** argv) {
       ->check(IntRange(0, 1 << 30));
   run_cmd->add_flag("--chat", run.chat,
                     "Apply the model's chat template: the prompt is one user turn");
+  AddChatTemplateOptions(run_cmd, run.chat_template);
   AddSessionOptions(run_cmd, run);
   AddSpecOptions(run_cmd, run.spec);
 
@@ -99,6 +111,7 @@ int Main(int argc, char** argv) {
       ->check(Positive());
   chat_cmd->add_option("--seed", chat.run.seed, "RNG seed")->check(Seed());
   chat_cmd->add_option("--system", chat.system, "System turn");
+  AddChatTemplateOptions(chat_cmd, chat.run.chat_template);
   AddSessionOptions(chat_cmd, chat.run);
   AddSpecOptions(chat_cmd, chat.run.spec);
 

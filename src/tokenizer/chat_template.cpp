@@ -105,6 +105,80 @@ std::string RenderLlama3(const std::vector<ChatMessage>& m, bool add_generation_
   return out;
 }
 
+// Built-in Jinja sources for --chat-template names, written from each format's documented
+// prompt layout (the names are llama-server's).
+struct BuiltinTemplate {
+  std::string_view name;
+  std::string_view source;
+};
+constexpr BuiltinTemplate kBuiltins[] = {
+    // Gemma: user/model turns; a system turn is prepended to the first user turn.
+    {"gemma",
+     R"({{ bos_token }}{%- set ns = namespace(system='') -%}
+{%- for message in messages -%}
+{%- if message['role'] == 'system' -%}
+{%- set ns.system = message['content'] | trim -%}
+{%- else -%}
+{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}
+{{ '<start_of_turn>' + role + '
+' }}
+{%- if ns.system and role != 'model' -%}
+{{ ns.system + '
+
+' }}{%- set ns.system = '' -%}
+{%- endif -%}
+{{ message['content'] | trim + '<end_of_turn>
+' }}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{ '<start_of_turn>model
+' }}{%- endif -%})"},
+    // Phi-3: <|role|> headers, <|end|> after each turn.
+    {"phi3",
+     R"({%- for message in messages -%}
+{{ '<|' + message['role'] + '|>
+' + message['content'] + '<|end|>
+' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{ '<|assistant|>
+' }}{%- endif -%})"},
+    // Mistral v7: [SYSTEM_PROMPT] / [INST] blocks, assistant turns closed by EOS.
+    {"mistral-v7",
+     R"({{ bos_token }}
+{%- for message in messages -%}
+{%- if message['role'] == 'system' -%}
+{{ '[SYSTEM_PROMPT] ' + message['content'] + '[/SYSTEM_PROMPT]' }}
+{%- elif message['role'] == 'user' -%}
+{{ '[INST] ' + message['content'] + '[/INST]' }}
+{%- elif message['role'] == 'assistant' -%}
+{{ ' ' + message['content'] + eos_token }}
+{%- else -%}
+{{ raise_exception('mistral-v7: unsupported role ' + message['role']) }}
+{%- endif -%}
+{%- endfor -%})"},
+    // DeepSeek V3 / R1: the system turns first (joined by blank lines), then
+    // <｜User｜> / <｜Assistant｜> turns; an assistant turn ends with <｜end▁of▁sentence｜>.
+    {"deepseek3",
+     R"({{ bos_token }}
+{%- set ns = namespace(system='') -%}
+{%- for message in messages if message['role'] == 'system' -%}
+{%- set ns.system = ns.system + ('
+
+' if not loop.first else '') + message['content'] -%}
+{%- endfor -%}
+{{ ns.system }}
+{%- for message in messages -%}
+{%- if message['role'] == 'user' -%}
+{{ '<｜User｜>' + message['content'] }}
+{%- elif message['role'] == 'assistant' -%}
+{%- set content = message['content'] -%}
+{%- if '</think>' in content -%}{%- set content = content.split('</think>')[-1] -%}{%- endif -%}
+{{ '<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>' }}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{ '<｜Assistant｜>' }}{%- endif -%})"},
+};
+
 }  // namespace
 
 ChatFormat DetectChatFormat(std::string_view t) {
@@ -151,6 +225,7 @@ std::string RenderChat(ChatFormat format, const std::vector<ChatMessage>& messag
     case ChatFormat::kLlama3:
       return RenderLlama3(messages, add_generation_prompt);
     case ChatFormat::kChatML:
+    case ChatFormat::kJinja:  // rendered by RenderChatJinja; ChatML when called without one
     case ChatFormat::kUnknown:
       // ChatML is the common fallback for an unrecognised template, as in llama.cpp.
       return RenderChatML(messages, add_generation_prompt, default_system);
@@ -162,10 +237,95 @@ ChatSetup ChatSetupFromTemplate(std::string_view template_text) {
   return ChatSetup{DetectChatFormat(template_text), DefaultSystemPrompt(template_text)};
 }
 
-std::string RenderChatPrompt(const ChatSetup& setup, const std::vector<ChatMessage>& messages,
-                             const Tokenizer& tok) {
-  std::string text = RenderChat(setup.format, messages, /*add_generation_prompt=*/true,
-                                /*enable_thinking=*/false, setup.default_system);
+std::string ChatTemplateNames() {
+  std::string names = "chatml, qwen3, llama3";
+  for (const BuiltinTemplate& b : kBuiltins) names += ", " + std::string(b.name);
+  return names;
+}
+
+std::string_view BuiltinJinjaTemplate(std::string_view name) {
+  for (const BuiltinTemplate& b : kBuiltins) {
+    if (b.name == name) return b.source;
+  }
+  return {};
+}
+
+Result<ChatSetup> ChatSetupFromJinja(std::string_view source, const Tokenizer& tok) {
+  Result<jinja::Template> t = jinja::Template::Parse(source);
+  if (!t.ok()) return Error{"chat template: " + t.error().message};
+  ChatSetup setup;
+  setup.format = ChatFormat::kJinja;
+  setup.jinja = std::make_shared<const jinja::Template>(std::move(*t));
+  const int n = tok.vocab_size();
+  if (tok.bos() >= 0 && tok.bos() < n) setup.bos_token = tok.TokenText(tok.bos());
+  if (tok.eos() >= 0 && tok.eos() < n) setup.eos_token = tok.TokenText(tok.eos());
+  return setup;
+}
+
+Result<ChatSetup> ChatSetupFromName(std::string_view name, const Tokenizer& tok) {
+  static constexpr std::pair<std::string_view, ChatFormat> kNative[] = {
+      {"chatml", ChatFormat::kChatML},
+      {"qwen3", ChatFormat::kQwen3},
+      {"llama3", ChatFormat::kLlama3}};
+  for (const auto& [n, f] : kNative) {
+    if (n == name) {
+      ChatSetup setup;
+      setup.format = f;
+      return setup;
+    }
+  }
+  const std::string_view source = BuiltinJinjaTemplate(name);
+  if (source.empty()) {
+    return Error{"unknown chat template '" + std::string(name) +
+                 "' (built-in: " + ChatTemplateNames() + ")"};
+  }
+  return ChatSetupFromJinja(source, tok);
+}
+
+Result<ChatSetup> ChatSetupForModel(std::string_view template_text, const Tokenizer& tok,
+                                    bool force_jinja) {
+  if (!force_jinja) {
+    ChatSetup setup = ChatSetupFromTemplate(template_text);
+    if (setup.format != ChatFormat::kUnknown) return setup;
+  }
+  return ChatSetupFromJinja(template_text, tok);
+}
+
+Result<std::string> RenderChatJinja(const ChatSetup& setup,
+                                    const std::vector<ChatMessage>& messages,
+                                    bool add_generation_prompt, bool enable_thinking) {
+  LAMINA_CHECK(setup.jinja != nullptr);
+  jinja::Array list;
+  for (const ChatMessage& m : messages) {
+    list.push_back(jinja::Value::MakeObject(
+        {{"role", jinja::Value(m.role)}, {"content", jinja::Value(m.content)}}));
+  }
+  const jinja::Value context = jinja::Value::MakeObject({
+      {"messages", jinja::Value::MakeArray(std::move(list))},
+      {"bos_token", jinja::Value(setup.bos_token)},
+      {"eos_token", jinja::Value(setup.eos_token)},
+      {"add_generation_prompt", jinja::Value(add_generation_prompt)},
+      {"enable_thinking", jinja::Value(enable_thinking)},
+      {"tools", jinja::Value::None()},
+  });
+  Result<std::string> out = setup.jinja->Render(context, setup.render);
+  if (!out.ok()) return Error{"chat template: " + out.error().message};
+  return out;
+}
+
+Result<std::string> RenderChatPrompt(const ChatSetup& setup,
+                                     const std::vector<ChatMessage>& messages,
+                                     const Tokenizer& tok) {
+  std::string text;
+  if (setup.format == ChatFormat::kJinja) {
+    Result<std::string> r = RenderChatJinja(setup, messages, /*add_generation_prompt=*/true,
+                                            /*enable_thinking=*/false);
+    if (!r.ok()) return r.error();
+    text = std::move(*r);
+  } else {
+    text = RenderChat(setup.format, messages, /*add_generation_prompt=*/true,
+                      /*enable_thinking=*/false, setup.default_system);
+  }
   if (tok.add_bos() && tok.bos() >= 0) {
     const std::string& bos = tok.TokenText(tok.bos());
     if (!bos.empty() && text.starts_with(bos)) text.erase(0, bos.size());

@@ -1,18 +1,23 @@
-// Chat prompt formats recognised from a GGUF's tokenizer.chat_template text: ChatML (Qwen2 /
-// Qwen2.5), Qwen3's ChatML with its thinking switch, and Llama-3's header format. The Jinja
-// templates are not interpreted; each known format is rendered the way its official template
-// renders plain-text conversations (no tools).
+// Chat prompt formats: ChatML (Qwen2 / Qwen2.5), Qwen3's ChatML with its thinking switch and
+// Llama-3's header format, recognised from a GGUF's tokenizer.chat_template text and rendered
+// natively the way their official templates render plain-text conversations; any other
+// template (or any template, when asked) is rendered by the Jinja engine (jinja.h), as are the
+// built-in Jinja sources of the other named formats (gemma, phi3, mistral-v7, deepseek3).
 #pragma once
 
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "tokenizer/jinja.h"
 #include "tokenizer/tokenizer.h"
+#include "util/status.h"
 
 namespace lamina {
 
-enum class ChatFormat { kChatML, kQwen3, kLlama3, kUnknown };
+enum class ChatFormat { kChatML, kQwen3, kLlama3, kJinja, kUnknown };
 
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant" (ChatML formats also take "tool")
@@ -35,18 +40,46 @@ std::string RenderChat(ChatFormat format, const std::vector<ChatMessage>& messag
                        bool add_generation_prompt, bool enable_thinking = true,
                        std::string_view default_system = {});
 
-// A model's chat setup: the format its template belongs to and its built-in system prompt.
+// A model's chat setup: the format its template belongs to and its built-in system prompt;
+// for kJinja the parsed template and the texts its bos_token / eos_token variables hold.
 struct ChatSetup {
   ChatFormat format = ChatFormat::kUnknown;
   std::string default_system;
+  std::shared_ptr<const jinja::Template> jinja;
+  std::string bos_token, eos_token;
+  jinja::RenderOptions render;  // strftime_now's clock (tests fix it)
 };
+// The native format of a template text (kUnknown when it is none of the three).
 ChatSetup ChatSetupFromTemplate(std::string_view template_text);
+
+// The names --chat-template accepts, comma-separated: the native formats (chatml, qwen3,
+// llama3) and the built-in Jinja sources.
+std::string ChatTemplateNames();
+// The Jinja source of a built-in name (gemma, phi3, mistral-v7, deepseek3); empty otherwise.
+std::string_view BuiltinJinjaTemplate(std::string_view name);
+// A Jinja setup for `source` with the tokenizer's BOS / EOS texts; an Error names the
+// template position when it does not parse.
+Result<ChatSetup> ChatSetupFromJinja(std::string_view source, const Tokenizer& tokenizer);
+// The setup for a --chat-template NAME (native or built-in Jinja); an Error lists the names.
+Result<ChatSetup> ChatSetupFromName(std::string_view name, const Tokenizer& tokenizer);
+// The setup for a model's tokenizer.chat_template: its native format when it is one of the
+// three (unless force_jinja), else the template rendered by the Jinja engine.
+Result<ChatSetup> ChatSetupForModel(std::string_view template_text, const Tokenizer& tokenizer,
+                                    bool force_jinja);
+
+// Renders a kJinja setup: messages (role, content), bos_token, eos_token,
+// add_generation_prompt, enable_thinking and tools (none) are the template's variables.
+Result<std::string> RenderChatJinja(const ChatSetup& setup,
+                                    const std::vector<ChatMessage>& messages,
+                                    bool add_generation_prompt, bool enable_thinking);
 
 // The prompt text of a conversation ending with the assistant header, ready for
 // Encode(text, add_special=true, parse_special=true): a leading BOS text (Llama-3's
 // "<|begin_of_text|>") is dropped when the tokenizer adds BOS itself, so it is not doubled.
-// Thinking is off for Qwen3 (the empty think block).
-std::string RenderChatPrompt(const ChatSetup& setup, const std::vector<ChatMessage>& messages,
-                             const Tokenizer& tokenizer);
+// Thinking is off for Qwen3 (the empty think block). Only a Jinja template can fail
+// (raise_exception, a limit).
+Result<std::string> RenderChatPrompt(const ChatSetup& setup,
+                                     const std::vector<ChatMessage>& messages,
+                                     const Tokenizer& tokenizer);
 
 }  // namespace lamina

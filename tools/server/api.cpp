@@ -265,7 +265,9 @@ bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,
     }
     messages.push_back(std::move(msg));
   }
-  r.prompt = TokenizePrompt(model, RenderChatPrompt(chat, messages, model.tokenizer()), true);
+  Result<std::string> text = RenderChatPrompt(chat, messages, model.tokenizer());
+  if (!text.ok()) return Fail(err, text.error().message);
+  r.prompt = TokenizePrompt(model, *text, true);
   out->requests.push_back(std::move(r));
   return true;
 }

@@ -1115,33 +1115,26 @@ int Server::Run() {
   }
   scheduler_ = std::make_unique<serve::Scheduler>(*model_, sc, *pool_);
 
-  // Chat format: --chat-template NAME, else the model's, else ChatML.
+  // Chat format: --chat-template-file / --chat-template, else the model's (native or through
+  // the Jinja engine), else ChatML.
   Result<std::string> tmpl = model_->file().GetString("tokenizer.chat_template");
   chat_template_text_ = tmpl.ok() ? *tmpl : "";
-  if (!o_.chat_template.empty()) {
-    static const std::pair<const char*, ChatFormat> kNames[] = {{"chatml", ChatFormat::kChatML},
-                                                                {"qwen3", ChatFormat::kQwen3},
-                                                                {"llama3", ChatFormat::kLlama3}};
-    chat_.format = ChatFormat::kUnknown;
-    for (const auto& [name, f] : kNames) {
-      if (o_.chat_template == name) chat_.format = f;
-    }
-    if (chat_.format == ChatFormat::kUnknown) {
-      std::fprintf(stderr,
-                   "lamina: --chat-template %s: built-in formats are chatml, qwen3, llama3\n",
-                   o_.chat_template.c_str());
+  const cli::ChatTemplateOptions cto{o_.chat_template, o_.chat_template_file, o_.jinja};
+  const bool asked = !cto.name.empty() || !cto.file.empty();
+  if (asked || !chat_template_text_.empty()) {
+    Result<ChatSetup> setup = cli::ChooseChatSetup(*model_, cto);
+    if (setup.ok()) {
+      chat_ = std::move(*setup);
+    } else if (asked) {
+      std::fprintf(stderr, "lamina: %s\n", setup.error().message.c_str());
       return shut_down(kExitUsage);
+    } else {
+      std::fprintf(stderr, "lamina: %s; using ChatML\n", setup.error().message.c_str());
+      chat_ = ChatSetup{};
+      chat_.format = ChatFormat::kChatML;
     }
   } else {
-    chat_ = ChatSetupFromTemplate(chat_template_text_);
-    if (chat_.format == ChatFormat::kUnknown) {
-      if (!chat_template_text_.empty()) {
-        std::fprintf(stderr,
-                     "lamina: the model's chat template is not one lamina knows; using ChatML\n");
-      }
-      chat_.format = ChatFormat::kChatML;
-      chat_.default_system.clear();
-    }
+    chat_.format = ChatFormat::kChatML;
   }
   defaults_.params.sampler.temperature = o_.temperature;
   defaults_.params.sampler.top_k = o_.top_k;
@@ -1208,7 +1201,12 @@ int RunServeCommand(int argc, char** argv) {
                "When a slot fills, drop old cells and go on (default off: stop)");
   app.add_flag("!--no-ui,!--no-webui", o.ui, "Do not serve the web page at /");
   app.add_flag("-v,--verbose", o.verbose, "More logging");
-  app.add_option("--chat-template", o.chat_template, "Built-in chat format: chatml, qwen3, llama3");
+  app.add_option("--chat-template", o.chat_template,
+                 "Chat template: a built-in name (" + ChatTemplateNames() + ") or a Jinja source");
+  app.add_option("--chat-template-file", o.chat_template_file, "Chat template: a Jinja source file");
+  app.add_flag("--jinja", o.jinja,
+               "Render the model's chat template with the Jinja engine even when it is a format "
+               "lamina knows");
   app.add_option("--kv", o.kv, "KV cache mode: " + KvModeNames());
   app.add_option("--kv-v-round", o.kv_v_round, "V rounding of quantized modes: rtn, stochastic");
   app.add_option("--kv-seed", o.kv_seed, "Seed of stochastic rounding")->check(Seed());
@@ -1227,7 +1225,7 @@ int RunServeCommand(int argc, char** argv) {
         "--keep", "--log-file", "--path", "--api-prefix", "--reasoning-format"}) {
     app.add_option(name, ignored_value, "accepted, no effect")->group("");
   }
-  for (const char* name : {"--offline", "--kv-unified", "--no-kv-unified", "--jinja", "--no-jinja",
+  for (const char* name : {"--offline", "--kv-unified", "--no-kv-unified", "--no-jinja",
                            "--metrics", "--props", "--no-mmap", "--mlock", "--cont-batching",
                            "--no-cont-batching", "--log-disable", "--no-warmup", "--no-perf"}) {
     app.add_flag(name, ignored_flag, "accepted, no effect")->group("");

@@ -37,7 +37,9 @@ struct ServeOptions {
   bool context_shift = false;
   bool ui = true;
   bool verbose = false;
-  std::string chat_template;  // a built-in format name; empty: the model's
+  std::string chat_template;       // --chat-template: a built-in name or a Jinja source
+  std::string chat_template_file;  // --chat-template-file: a Jinja source file
+  bool jinja = false;              // --jinja: the model's template through the Jinja engine
   std::string kv = "f16";
   std::string kv_v_round = "rtn";
   std::string

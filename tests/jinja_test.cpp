@@ -1,0 +1,643 @@
+// The Jinja engine: each feature, malformed templates and the limits, the built-in chat
+// templates and the templates found in GGUF files rendered byte for byte.
+#include "tokenizer/jinja.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+
+#include "gguf/gguf.h"
+#include "tokenizer/chat_template.h"
+
+namespace lamina {
+namespace {
+
+using jinja::Array;
+using jinja::Object;
+using jinja::Template;
+using jinja::Value;
+
+const std::string kShared = LAMINA_SHARED_DIR;
+const std::string kSource = LAMINA_SOURCE_DIR;
+constexpr int64_t kJuly26th2024 = 1721952000;  // 2024-07-26 00:00:00 UTC
+
+Result<std::string> TryRender(const std::string& src, const Value& ctx = Value::MakeObject(),
+                              const jinja::Limits& limits = {}) {
+  Result<Template> t = Template::Parse(src, limits);
+  if (!t.ok()) return t.error();
+  jinja::RenderOptions ro;
+  ro.now_unix = kJuly26th2024;
+  return t->Render(ctx, ro);
+}
+
+std::string R(const std::string& src, const Value& ctx = Value::MakeObject()) {
+  Result<std::string> r = TryRender(src, ctx);
+  EXPECT_TRUE(r.ok()) << src << "\n -> " << (r.ok() ? "" : r.error().message);
+  return r.ok() ? *r : "<error>";
+}
+
+std::string Err(const std::string& src, const Value& ctx = Value::MakeObject(),
+                const jinja::Limits& limits = {}) {
+  Result<std::string> r = TryRender(src, ctx, limits);
+  EXPECT_FALSE(r.ok()) << src << " rendered " << (r.ok() ? *r : "");
+  return r.ok() ? "" : r.error().message;
+}
+
+TEST(Jinja, TextCommentsAndWhitespaceControl) {
+  EXPECT_EQ(R("Hello {{ name }}!", Value::MakeObject({{"name", "World"}})), "Hello World!");
+  EXPECT_EQ(R("a {#- note -#} b"), "ab");
+  EXPECT_EQ(R("a {# note #} b"), "a  b");
+  EXPECT_EQ(R("x  {%- if true -%}  \n y {%- endif %}"), "xy");
+  EXPECT_EQ(R("{{- ' a ' -}}  "), " a ");
+  // trim_blocks and lstrip_blocks, as Hugging Face renders chat templates.
+  EXPECT_EQ(R("{% if true %}\nx\n{% endif %}\ny"), "x\ny");
+  EXPECT_EQ(R("  {% if true %}x{% endif %}"), "x");
+  EXPECT_EQ(R("  {%+ if true %}x{% endif +%}\n"), "  x\n");
+  EXPECT_EQ(R("a  {{ 1 }}\n"), "a  1\n");  // expressions are not stripped
+}
+
+TEST(Jinja, LiteralsAndArithmetic) {
+  EXPECT_EQ(R("{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 2 ** 10 }} {{ -3 }}"), "7 9 1024 -3");
+  EXPECT_EQ(R("{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 4 / 2 }}"),
+            "3 -4 1 2 3.5 2.0");
+  EXPECT_EQ(R("{{ 1.0 }} {{ 0.1 + 0.2 }} {{ 1e3 }} {{ 2.5 * 2 }}"),
+            "1.0 0.30000000000000004 1000.0 5.0");
+  EXPECT_EQ(R("{{ 'a' ~ 1 ~ none ~ true ~ false }}"), "a1NoneTrueFalse");
+  EXPECT_EQ(R("{{ 'a' + 'b' }}{{ \"q\" 'r' }}{{ 'x' * 3 }}{{ [1] + [2] }}"), "abqrxxx[1, 2]");
+  EXPECT_EQ(R("{{ [1, 'a', none, true, [2]] }} {{ {'k': 'v', 'n': 1} }} {{ (1, 2) }}"),
+            "[1, 'a', None, True, [2]] {'k': 'v', 'n': 1} [1, 2]");
+  EXPECT_EQ(R("{{ 'it\\'s' }} {{ \"a\\nb\" }} {{ '\\u00e9' }}"), "it's a\nb \xc3\xa9");
+  EXPECT_EQ(R("{{ none }}|{{ undefined_name }}|{{ True }}"), "None||True");
+  EXPECT_NE(Err("{{ 'a' + 1 }}").find("unsupported operand"), std::string::npos);
+  EXPECT_NE(Err("{{ 1 // 0 }}").find("division by zero"), std::string::npos);
+  EXPECT_NE(Err("{{ 9223372036854775807 + 1 }}").find("overflow"), std::string::npos);
+}
+
+TEST(Jinja, ComparisonsLogicAndMembership) {
+  EXPECT_EQ(R("{{ 1 < 2 and 'b' > 'a' }} {{ not 1 == 1 }} {{ 1 == 1.0 }} {{ [1, 2] == [1, 2] }}"),
+            "True False True True");
+  EXPECT_EQ(R("{{ 'ell' in 'hello' }} {{ 3 not in [1, 2] }} {{ 'k' in {'k': 1} }} {{ 2 in [1] }}"),
+            "True True True False");
+  EXPECT_EQ(R("{{ 0 or 'x' }} {{ 1 and 'y' }} {{ none or [] }} {{ 2 >= 2 != false }}"),
+            "x y [] True");
+  EXPECT_EQ(R("{{ 'a' if true else 'b' }}{{ 'c' if false }}{{ 'd' if 0 else 'e' if 1 else 'f' }}"),
+            "ae");
+}
+
+TEST(Jinja, Tests) {
+  const Value ctx = Value::MakeObject({{"x", 1}, {"n", Value::None()}});
+  EXPECT_EQ(R("{{ x is defined }} {{ y is undefined }} {{ y is defined }} {{ n is none }} "
+              "{{ x is not none }}",
+              ctx),
+            "True True False True True");
+  EXPECT_EQ(R("{{ 's' is string }} {{ 1 is string }} {{ {} is mapping }} {{ [] is iterable }} "
+              "{{ 1.5 is number }} {{ true is boolean }} {{ 3 is odd }} {{ 4 is even }} "
+              "{{ 9 is divisibleby(3) }} {{ 'a' is in 'abc' }} {{ 1 is eq 1 }}"),
+            "True False True True True True True True True True True");
+  EXPECT_EQ(R("{{ not x is defined }}", ctx), "False");
+}
+
+TEST(Jinja, AttributesItemsAndSlices) {
+  const Value m = Value::MakeObject({{"role", "user"},
+                                     {"list", Value::MakeArray({1, 2, 3, 4})},
+                                     {"nested", Value::MakeObject({{"k", "v"}})}});
+  const Value ctx = Value::MakeObject({{"m", m}});
+  EXPECT_EQ(R("{{ m.role }}{{ m['role'] }}{{ m.list[-1] }}{{ m.list.0 }}{{ m.nested.k }}", ctx),
+            "useruser41v");
+  EXPECT_EQ(R("{{ m.list[1:3] }}{{ m.list[::-1] }}{{ m.list[-2:] }}{{ m.list[:1] }}", ctx),
+            "[2, 3][4, 3, 2, 1][3, 4][1]");
+  EXPECT_EQ(R("{{ 'hello'[1:4] }}{{ 'hello'[-1] }}{{ 'hello'[::2] }}"), "ellohlo");
+  EXPECT_EQ(
+      R("{{ m.missing is defined }}{{ m.missing.deeper is defined }}{{ m.list[10] is defined }}",
+        ctx),
+      "FalseFalseFalse");
+}
+
+TEST(Jinja, Filters) {
+  EXPECT_EQ(
+      R("{{ '  a  '|trim }}|{{ [1, 2]|length }}|{{ 'h\xc3\xa9llo'|length }}|{{ 'ab'|upper }}|"
+        "{{ 'AB'|lower }}|{{ [1, 2, 3]|join(', ') }}|{{ x|default('d') }}|{{ ''|default('e', true) "
+        "}}|"
+        "{{ [1, 2, 3]|first }}{{ [1, 2, 3]|last }}|{{ 'aXbX'|replace('X', '-') }}|"
+        "{{ 12|string ~ '' }}|{{ '42'|int + 1 }}|{{ 'x'|int }}|{{ 'ab'|list }}|"
+        "{{ {'a': 1}|items|list }}|{{ 'hello WORLD'|capitalize }}|{{ 'hello world'|title }}"),
+      "a|2|5|AB|ab|1, 2, 3|d|e|13|a-b-|12|43|0|['a', 'b']|[['a', 1]]|Hello world|Hello World");
+  EXPECT_EQ(R("{{ 'a' | upper | replace('A', 'b') ~ 'c' }}"), "bc");
+  EXPECT_EQ(
+      R("{{ [3, 1, 2]|sort }}{{ [1, 2]|reverse|list }}{{ [1, 1, 2]|unique|list }}{{ [1, 2]|sum }}"),
+      "[1, 2, 3][2, 1][1, 2]3");
+  const Value msgs = Value::MakeObject(
+      {{"ms", Value::MakeArray({Value::MakeObject({{"role", "system"}, {"content", "s"}}),
+                                Value::MakeObject({{"role", "user"}, {"content", "u"}})})}});
+  EXPECT_EQ(
+      R("{{ ms|selectattr('role', 'equalto', 'user')|map(attribute='content')|join }}"
+        "{{ ms|rejectattr('role', 'eq', 'user')|list|length }}{{ ms|map(attribute='role')|list }}",
+        msgs),
+      "u1['system', 'user']");
+  EXPECT_EQ(R("{{ 'a\nb'|indent(2) }}|{{ 'a\nb'|indent(2, true) }}"), "a\n  b|  a\n  b");
+}
+
+TEST(Jinja, ToJson) {
+  EXPECT_EQ(R("{{ {'a': [1, 2.5, 'x\"y\\n', none, true], 'b': {}}|tojson }}"),
+            "{\"a\": [1, 2.5, \"x\\\"y\\n\", null, true], \"b\": {}}");
+  EXPECT_EQ(R("{{ {'a': [1, 2], 'b': {}, 'c': []}|tojson(indent=2) }}"),
+            "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": {},\n  \"c\": []\n}");
+  EXPECT_EQ(R("{{ '\xc3\xa9\\t'|tojson }}"), "\"\xc3\xa9\\t\"");  // ensure_ascii=False
+  EXPECT_EQ(jinja::ToJson(Value::MakeObject({{"k", Value::MakeArray({1.0, "\x01"})}})),
+            "{\"k\": [1.0, \"\\u0001\"]}");
+}
+
+TEST(Jinja, ForLoops) {
+  EXPECT_EQ(R("{% for x in [1, 2, 3] %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}"
+              "{{ loop.last }}{{ loop.length }}{{ loop.revindex }};{% endfor %}"),
+            "10TrueFalse33;21FalseFalse32;32FalseTrue31;");
+  EXPECT_EQ(R("{% for x in [] %}a{% else %}empty{% endfor %}"), "empty");
+  EXPECT_EQ(R("{% for x in [1, 2, 3, 4] if x is even %}{{ x }}{{ loop.length }}{% endfor %}"),
+            "2242");
+  EXPECT_EQ(R("{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }};{% endfor %}"),
+            "a=1;b=2;");
+  EXPECT_EQ(R("{% for k in {'a': 1, 'b': 2} %}{{ k }}{% endfor %}{% for c in 'xy' %}{{ c }}.{% "
+              "endfor %}"),
+            "abx.y.");
+  EXPECT_EQ(R("{% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}"
+              "{% if x == 4 %}{% break %}{% endif %}{{ x }}{% endfor %}"),
+            "013");
+  EXPECT_EQ(R("{% for i in range(2) %}{% for j in range(1, 3) %}{{ loop.index }}{% endfor %}"
+              "{{ loop.index }}{% endfor %}"),
+            "121122");
+  EXPECT_EQ(R("{% for x in [1, 2] %}{{ loop.previtem is defined }}{{ loop.nextitem }}{% endfor %}"),
+            "False2True");
+}
+
+TEST(Jinja, IfElifElse) {
+  EXPECT_EQ(R("{% for x in [1, 2, 3] %}{% if x == 1 %}a{% elif x == 2 %}b{% else %}c{% endif %}"
+              "{% endfor %}"),
+            "abc");
+}
+
+TEST(Jinja, SetNamespacesAndScopes) {
+  EXPECT_EQ(R("{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{{ x }}{% endfor %}{{ x }}"), "21");
+  EXPECT_EQ(R("{% if true %}{% set y = 3 %}{% endif %}{{ y }}"), "3");
+  EXPECT_EQ(
+      R("{% set ns = namespace(n=0, s='') %}{% for i in [1, 2, 3] %}"
+        "{% set ns.n = ns.n + i %}{% set ns.s = ns.s ~ i %}{% endfor %}{{ ns.n }} {{ ns.s }}"),
+      "6 123");
+  EXPECT_EQ(R("{% set b %}hi {{ 1 }}{% endset %}[{{ b }}]"), "[hi 1]");
+  EXPECT_EQ(R("{% set messages = [1, 2, 3] %}{{ messages[1:]|length }}"), "2");
+  EXPECT_NE(Err("{% set x = 1 %}{% set x.a = 2 %}").find("not a namespace"), std::string::npos);
+}
+
+TEST(Jinja, Macros) {
+  EXPECT_EQ(R("{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}"
+              "{{ greet('A') }} {{ greet('B', punct='?') }} {{ greet(name='C') }}"),
+            "Hi A! Hi B? Hi C!");
+  // A recursive macro with a base case; macros see the template's variables, not the caller's.
+  EXPECT_EQ(R("{% set top = 'T' %}{% macro count(n) %}{{ n }}{% if n > 0 %}{{ count(n - 1) }}"
+              "{% endif %}{{ top }}{{ local is defined }}{% endmacro %}"
+              "{% for local in [1] %}{{ count(2) }}{% endfor %}"),
+            "210TFalseTFalseTFalse");
+  EXPECT_EQ(R("{% macro render(v) %}{% if v is mapping %}{% for k, x in v.items() %}{{ k }}:"
+              "{{ render(x) }};{% endfor %}{% else %}{{ v }}{% endif %}{% endmacro %}"
+              "{{ render({'a': {'b': 1}, 'c': 2}) }}"),
+            "a:b:1;;c:2;");
+}
+
+TEST(Jinja, StringAndDictMethods) {
+  EXPECT_EQ(R("{{ '  x  '.strip() }}|{{ 'xxaxx'.lstrip('x') }}|{{ 'xxaxx'.rstrip('x') }}|"
+              "{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|{{ 'a b c'.split(' ', 1) }}|"
+              "{{ 'abc'.startswith('ab') }}|{{ 'abc'.endswith(('x', 'c')) }}|{{ 'Ab'.upper() }}"
+              "{{ 'Ab'.lower() }}|{{ 'aaa'.replace('a', 'b', 2) }}|{{ 'a b'.title() }}|"
+              "{{ ', '.join(['x', 'y']) }}"),
+            "x|axx|xxa|['a', 'b', '', 'c']|['a', 'b']|['a', 'b c']|True|True|ABab|bba|A B|x, y");
+  EXPECT_EQ(R("{{ 'a<think>r</think>\\n\\nanswer'.split('</think>')[-1].lstrip('\\n') }}"),
+            "answer");
+  EXPECT_EQ(R("{% set d = {'a': 1} %}{{ d.get('a') }}{{ d.get('z', 'no') }}{{ d.get('z') }}"
+              "{{ d.keys()|list }}{{ d.values()|list }}{{ d.items()|list }}"),
+            "1noNone['a'][1][['a', 1]]");
+  EXPECT_NE(Err("{{ 'a'.nosuch() }}").find("unknown method 'nosuch'"), std::string::npos);
+}
+
+TEST(Jinja, RaiseExceptionAndStrftime) {
+  const std::string e =
+      Err("ok\n{% if true %}{{ raise_exception('Roles must alternate') }}{% endif %}");
+  EXPECT_NE(e.find("Roles must alternate"), std::string::npos) << e;
+  EXPECT_NE(e.find("line 2, column"), std::string::npos) << e;
+  EXPECT_EQ(R("{{ strftime_now('%d %b %Y') }}|{{ strftime_now('%Y-%m-%d') }}"),
+            "26 Jul 2024|2024-07-26");
+  // Without a fixed time: today's date, in the format asked for.
+  Result<Template> t = Template::Parse("{{ strftime_now('%Y') }}");
+  ASSERT_TRUE(t.ok());
+  Result<std::string> year = t->Render(Value::MakeObject());
+  ASSERT_TRUE(year.ok());
+  EXPECT_EQ(year->size(), 4u);
+}
+
+TEST(Jinja, MalformedTemplatesNameLineAndColumn) {
+  struct Case {
+    const char* src;
+    const char* want;
+  };
+  const Case cases[] = {
+      {"{% if x %}abc", "line 1, column 4: unclosed 'if' block"},
+      {"a\n{% for m in messages %}\n{{ m }}", "line 2, column 4: unclosed 'for' block"},
+      {"hello\n{{ 1 + }}", "line 2, column 8: expected an expression"},
+      {"{{ 'abc }}", "line 1, column 4: unterminated string literal"},
+      {"{{ x", "line 1, column 1: unclosed '{{' tag"},
+      {"{# never closed", "line 1, column 1: unclosed comment"},
+      {"{% for x in %}{% endfor %}", "line 1, column 13: expected an expression"},
+      {"{% endfor %}", "line 1, column 4: unknown statement 'endfor'"},
+      {"{% foo %}", "unknown statement 'foo'"},
+      {"{{ a b }}", "line 1, column 6: expected '}}'"},
+      {"{{ [1, 2 }}", "line 1, column 1: unclosed '{{' tag (a bracket inside it is not closed)"},
+      {"{{ f(1, 2 ] }}", "line 1, column 11: expected ')'"},
+      {"{% if true %}{% else %}{% elif %}{% endif %}", "unknown statement 'elif'"},
+      {"{{ x | }}", "expected a name"},
+      {"{{ 1 $ 2 }}", "line 1, column 6: unexpected character '$'"},
+      {"{% set %}", "expected a name"},
+  };
+  for (const Case& c : cases) {
+    Result<Template> t = Template::Parse(c.src);
+    ASSERT_FALSE(t.ok()) << c.src;
+    EXPECT_NE(t.error().message.find(c.want), std::string::npos)
+        << c.src << "\n got: " << t.error().message << "\n want: " << c.want;
+  }
+}
+
+double Seconds(const std::chrono::steady_clock::time_point& t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST(Jinja, LimitsStopRunawayTemplatesQuickly) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::string e = Err("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
+  EXPECT_NE(e.find("macro calls nest deeper than the limit of 50"), std::string::npos) << e;
+  e = Err("{% for i in range(100000000) %}x{% endfor %}");
+  EXPECT_NE(e.find("loop limit"), std::string::npos) << e;
+  e = Err("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}");
+  EXPECT_NE(e.find("the loop limit of 100000 iterations is exceeded"), std::string::npos) << e;
+  e =
+      Err("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
+          "{% endfor %}");
+  EXPECT_NE(e.find("output limit"), std::string::npos) << e;
+  e = Err("{% for i in range(100000) %}{{ 'y' * 1000 }}{% endfor %}");
+  EXPECT_NE(e.find("the output is over the limit"), std::string::npos) << e;
+  e = Err("{{ 'x' * 9223372036854775807 }}");
+  EXPECT_NE(e.find("output limit"), std::string::npos) << e;
+  e = Err("{% set ns = namespace() %}{% set ns.me = ns %}");
+  EXPECT_NE(e.find("cannot hold itself"), std::string::npos) << e;
+  e = Err(
+      "{% set ns = namespace(v=1) %}{% for i in range(1000) %}{% set ns.v = [ns.v] %}{% endfor %}");
+  EXPECT_NE(e.find("values nest deeper"), std::string::npos) << e;
+  EXPECT_LT(Seconds(t0), 5.0);
+
+  // Parse-time caps: size and nesting.
+  jinja::Limits small;
+  small.max_template_bytes = 100;
+  Result<Template> big = Template::Parse(std::string(101, 'a'), small);
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.error().message.find("size limit of 100"), std::string::npos);
+  const std::string deep = "{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}";
+  Result<Template> nested = Template::Parse(deep);
+  ASSERT_FALSE(nested.ok());
+  EXPECT_NE(nested.error().message.find("nesting deeper than the limit"), std::string::npos);
+  std::string blocks;
+  for (int i = 0; i < 5000; ++i) blocks += "{% if true %}";
+  Result<Template> deep_blocks = Template::Parse(blocks);
+  ASSERT_FALSE(deep_blocks.ok());
+  EXPECT_NE(deep_blocks.error().message.find("nesting deeper"), std::string::npos);
+}
+
+// Every prefix and many single-byte corruptions of a real template parse or fail cleanly, and
+// render or fail cleanly.
+TEST(Jinja, TruncatedAndCorruptedTemplatesFailCleanly) {
+  const std::string src(BuiltinJinjaTemplate("deepseek3"));
+  const Value ctx = Value::MakeObject(
+      {{"messages", Value::MakeArray({Value::MakeObject({{"role", "user"}, {"content", "hi"}})})},
+       {"add_generation_prompt", true}});
+  const std::string junk = "{}%#-+()[]'\"|.,:~ \n0aZ";
+  size_t ok = 0;
+  for (size_t n = 0; n <= src.size(); ++n) {
+    Result<std::string> r = TryRender(src.substr(0, n), ctx);
+    ok += r.ok();
+    std::string bad = src;
+    bad[n % src.size()] = junk[n % junk.size()];
+    ok += TryRender(bad, ctx).ok();
+  }
+  EXPECT_GT(ok, 0u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chat templates
+
+std::vector<ChatMessage> ThreeTurns(bool system) {
+  std::vector<ChatMessage> m;
+  if (system) m.push_back({"system", "You are a helpful assistant."});
+  m.push_back({"user", "Hello"});
+  m.push_back({"assistant", "Hi there!"});
+  m.push_back({"user", "How are you?"});
+  return m;
+}
+
+ChatSetup JinjaSetup(std::string_view source, std::string bos, std::string eos) {
+  Result<Template> t = Template::Parse(source);
+  EXPECT_TRUE(t.ok()) << (t.ok() ? "" : t.error().message);
+  ChatSetup s;
+  s.format = ChatFormat::kJinja;
+  if (t.ok()) s.jinja = std::make_shared<const Template>(std::move(*t));
+  s.bos_token = std::move(bos);
+  s.eos_token = std::move(eos);
+  s.render.now_unix = kJuly26th2024;
+  return s;
+}
+
+std::string Chat(const ChatSetup& s, const std::vector<ChatMessage>& m, bool gen = true,
+                 bool thinking = true) {
+  if (s.jinja == nullptr) return "<no template>";
+  Result<std::string> r = RenderChatJinja(s, m, gen, thinking);
+  EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
+  return r.ok() ? *r : "<error>";
+}
+
+TEST(JinjaChat, BuiltinTemplatesByteForByte) {
+  const auto m = ThreeTurns(true);
+  EXPECT_EQ(Chat(JinjaSetup(BuiltinJinjaTemplate("gemma"), "<bos>", "<eos>"), m),
+            "<bos><start_of_turn>user\nYou are a helpful assistant.\n\nHello<end_of_turn>\n"
+            "<start_of_turn>model\nHi there!<end_of_turn>\n<start_of_turn>user\nHow are you?"
+            "<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(Chat(JinjaSetup(BuiltinJinjaTemplate("phi3"), "<s>", "</s>"), m),
+            "<|system|>\nYou are a helpful assistant.<|end|>\n<|user|>\nHello<|end|>\n"
+            "<|assistant|>\nHi there!<|end|>\n<|user|>\nHow are you?<|end|>\n<|assistant|>\n");
+  EXPECT_EQ(Chat(JinjaSetup(BuiltinJinjaTemplate("mistral-v7"), "<s>", "</s>"), m),
+            "<s>[SYSTEM_PROMPT] You are a helpful assistant.[/SYSTEM_PROMPT][INST] Hello[/INST] "
+            "Hi there!</s>[INST] How are you?[/INST]");
+  EXPECT_EQ(Chat(JinjaSetup(BuiltinJinjaTemplate("deepseek3"), "<｜begin▁of▁sentence｜>",
+                            "<｜end▁of▁sentence｜>"),
+                 m),
+            "<｜begin▁of▁sentence｜>You are a helpful assistant.<｜User｜>Hello<｜Assistant｜>"
+            "Hi there!<｜end▁of▁sentence｜><｜User｜>How are you?<｜Assistant｜>");
+  // No system turn; no generation prompt.
+  EXPECT_EQ(
+      Chat(JinjaSetup(BuiltinJinjaTemplate("gemma"), "<bos>", "<eos>"), ThreeTurns(false), false),
+      "<bos><start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\nHi there!"
+      "<end_of_turn>\n<start_of_turn>user\nHow are you?<end_of_turn>\n");
+  const std::string e =
+      RenderChatJinja(JinjaSetup(BuiltinJinjaTemplate("mistral-v7"), "<s>", "</s>"),
+                      {{"tool", "x"}}, true, true)
+          .error()
+          .message;
+  EXPECT_NE(e.find("mistral-v7: unsupported role tool"), std::string::npos) << e;
+}
+
+// Llama 3.1's prompt layout (its model card's example): the system header with the knowledge
+// cutoff and today's date from strftime_now, tools as indented JSON when given. The template
+// below follows the published one's structure (system message pulled out of messages, tools
+// check, trimmed contents).
+constexpr std::string_view kLlama31Style = R"({{- bos_token }}
+{%- if not tools is defined %}
+    {%- set tools = none %}
+{%- endif %}
+{%- if not date_string is defined %}
+    {%- set date_string = strftime_now("%d %b %Y") %}
+{%- endif %}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content']|trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+{{- "<|start_header_id|>system<|end_header_id|>\n\n" }}
+{%- if tools is not none %}
+    {{- "Environment: ipython\n" }}
+{%- endif %}
+{{- "Cutting Knowledge Date: December 2023\n" }}
+{{- "Today Date: " + date_string + "\n\n" }}
+{%- if tools is not none %}
+    {{- "You have access to the following functions.\n\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+{%- endif %}
+{{- system_message }}
+{{- "<|eot_id|>" }}
+{%- for message in messages %}
+    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
+{%- endif %}
+)";
+
+TEST(JinjaChat, Llama31DatePreambleAndTools) {
+  ChatSetup s = JinjaSetup(kLlama31Style, "<|begin_of_text|>", "<|eot_id|>");
+  EXPECT_EQ(Chat(s, {{"system", "You are a helpful assistant."}, {"user", "What is 2+2?"}}),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+            "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
+            "You are a helpful assistant.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+            "What is 2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  // With a tool: the context is built by hand (RenderChatJinja passes tools = none).
+  const Value tool = Value::MakeObject(
+      {{"type", "function"},
+       {"function",
+        Value::MakeObject({{"name", "get_time"}, {"parameters", Value::MakeObject()}})}});
+  const Value ctx = Value::MakeObject(
+      {{"messages", Value::MakeArray({Value::MakeObject({{"role", "user"}, {"content", " Hi "}})})},
+       {"bos_token", "<|begin_of_text|>"},
+       {"add_generation_prompt", false},
+       {"tools", Value::MakeArray({tool})}});
+  jinja::RenderOptions ro;
+  ro.now_unix = kJuly26th2024;
+  Result<std::string> r = s.jinja->Render(ctx, ro);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(
+      *r,
+      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+      "Environment: ipython\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
+      "You have access to the following functions.\n\n"
+      "{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"get_time\",\n"
+      "        \"parameters\": {}\n    }\n}\n\n"
+      "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+}
+
+// Qwen3's template logic (the last real user query, reasoning kept only after it, the think
+// block, tool responses folded into user turns, enable_thinking), written the way the
+// published template does it: a namespace, a reversed scan, split / strip chains.
+constexpr std::string_view kQwen3Style = R"({%- if messages[0].role == 'system' %}
+    {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+{%- endif %}
+{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {%- set content = message.content %}
+        {%- set reasoning_content = '' %}
+        {%- if message.reasoning_content is defined and message.reasoning_content is not none %}
+            {%- set reasoning_content = message.reasoning_content %}
+        {%- else %}
+            {%- if '</think>' in message.content %}
+                {%- set content = message.content.split('</think>')[-1].lstrip('\n') %}
+                {%- set reasoning_content = message.content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+            {%- endif %}
+        {%- endif %}
+        {%- if loop.index0 > ns.last_query_index %}
+            {%- if loop.last or (not loop.last and reasoning_content) %}
+                {{- '<|im_start|>' + message.role + '\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
+            {%- else %}
+                {{- '<|im_start|>' + message.role + '\n' + content }}
+            {%- endif %}
+        {%- else %}
+            {{- '<|im_start|>' + message.role + '\n' + content }}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- message.content }}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- endif %}
+{%- endif %})";
+
+TEST(JinjaChat, Qwen3ThinkingMatchesTheNativeRenderer) {
+  ChatSetup s = JinjaSetup(kQwen3Style, "", "<|im_end|>");
+  const std::vector<ChatMessage> m = {{"system", "Be brief."},
+                                      {"user", "What is 2+2?"},
+                                      {"assistant", "<think>\nadd them\n</think>\n\n4"},
+                                      {"user", "And 3+3?"}};
+  EXPECT_EQ(Chat(s, m, true, /*thinking=*/false),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+            "<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\nAnd 3+3?<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  EXPECT_EQ(Chat(s, m, true, /*thinking=*/true),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+            "<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\nAnd 3+3?<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  // The same conversations through the native Qwen3 renderer, including reasoning after the
+  // last query and tool responses.
+  const std::vector<std::vector<ChatMessage>> convs = {
+      m,
+      {{"user", "Q"}, {"assistant", "<think>r1</think>A1"}},
+      {{"user", "Q"},
+       {"assistant", "call"},
+       {"tool", "r1"},
+       {"tool", "r2"},
+       {"assistant", "<think>\nx\n</think>\n\nok"}},
+      {{"system", "S"}, {"user", "<tool_response>\nt\n</tool_response>"}, {"system", "S2"}},
+  };
+  for (const auto& c : convs) {
+    for (bool think : {false, true}) {
+      for (bool gen : {false, true}) {
+        EXPECT_EQ(Chat(s, c, gen, think), RenderChat(ChatFormat::kQwen3, c, gen, think));
+      }
+    }
+  }
+}
+
+// The templates stored in GGUF files: the vocabulary files of ../shared and the shipped model.
+struct GgufTemplate {
+  std::string path;
+  std::string source, bos, eos;
+};
+
+std::vector<GgufTemplate> TemplatesInGgufs() {
+  std::vector<GgufTemplate> out;
+  std::vector<std::filesystem::path> files;
+  for (const char* dir : {"/vocab", "/models"}) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(kShared + dir, ec)) {
+      if (e.path().extension() == ".gguf") files.push_back(e.path());
+    }
+  }
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(kSource + "/models", ec)) {
+    if (e.path().extension() == ".gguf") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& p : files) {
+    Result<std::unique_ptr<gguf::File>> f = gguf::File::Open(p.string());
+    if (!f.ok()) continue;
+    Result<std::string> t = (*f)->GetString("tokenizer.chat_template");
+    if (!t.ok()) continue;
+    out.push_back(GgufTemplate{p.string(), *t, "", ""});
+  }
+  return out;
+}
+
+std::string FindTemplate(const std::vector<GgufTemplate>& all, std::string_view file) {
+  for (const GgufTemplate& g : all) {
+    if (g.path.ends_with(file)) return g.source;
+  }
+  return {};
+}
+
+TEST(JinjaChat, GgufTemplatesByteForByte) {
+  const auto all = TemplatesInGgufs();
+  const std::string llama3 = FindTemplate(all, "ggml-vocab-llama-bpe.gguf");
+  const std::string phi3 = FindTemplate(all, "ggml-vocab-phi-3.gguf");
+  const std::string qwen2 = FindTemplate(all, "ggml-vocab-qwen2.gguf");
+  if (llama3.empty() || phi3.empty() || qwen2.empty()) {
+    GTEST_SKIP() << "the vocabulary GGUFs of " << kShared << "/vocab are absent";
+  }
+  const auto m = ThreeTurns(true);
+  // Llama 3 Instruct.
+  const std::string want_llama3 =
+      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are a helpful "
+      "assistant.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\nHi there!<|eot_id|>"
+      "<|start_header_id|>user<|end_header_id|>\n\nHow are you?<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  EXPECT_EQ(Chat(JinjaSetup(llama3, "<|begin_of_text|>", "<|end_of_text|>"), m), want_llama3);
+  EXPECT_EQ(want_llama3, RenderChat(ChatFormat::kLlama3, m, true));
+  // Phi-3 mini: user and assistant turns only (this template drops system turns).
+  EXPECT_EQ(Chat(JinjaSetup(phi3, "<s>", "<|endoftext|>"), m),
+            "<s><|user|>\nHello<|end|>\n<|assistant|>\nHi there!<|end|>\n<|user|>\nHow are you?"
+            "<|end|>\n<|assistant|>\n");
+  // Qwen2 / Qwen2.5 instruct ChatML with its default system turn.
+  const std::string want_qwen2_nosys =
+      "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHello"
+      "<|im_end|>\n<|im_start|>assistant\nHi there!<|im_end|>\n<|im_start|>user\nHow are you?"
+      "<|im_end|>\n<|im_start|>assistant\n";
+  EXPECT_EQ(Chat(JinjaSetup(qwen2, "", "<|endoftext|>"), ThreeTurns(false)), want_qwen2_nosys);
+  EXPECT_EQ(Chat(JinjaSetup(qwen2, "", "<|endoftext|>"), m), want_qwen2_nosys);
+  EXPECT_EQ(want_qwen2_nosys, RenderChat(ChatFormat::kChatML, ThreeTurns(false), true, true,
+                                         DefaultSystemPrompt(qwen2)));
+}
+
+TEST(JinjaChat, EveryGgufTemplateRendersThreeTurns) {
+  const auto all = TemplatesInGgufs();
+  if (all.empty()) GTEST_SKIP() << "no GGUF with a chat template under " << kShared;
+  for (const GgufTemplate& g : all) {
+    const ChatSetup s = JinjaSetup(g.source, "<s>", "</s>");
+    const std::string out = Chat(s, ThreeTurns(true));
+    EXPECT_NE(out.find("How are you?"), std::string::npos) << g.path << ": " << out;
+    // A template lamina also renders natively gives the same text both ways.
+    const ChatSetup native = ChatSetupFromTemplate(g.source);
+    if (native.format == ChatFormat::kChatML || native.format == ChatFormat::kQwen3) {
+      EXPECT_EQ(out, RenderChat(native.format, ThreeTurns(true), true, true, native.default_system))
+          << g.path;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lamina
