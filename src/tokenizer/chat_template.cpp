@@ -234,7 +234,10 @@ std::string RenderChat(ChatFormat format, const std::vector<ChatMessage>& messag
 }
 
 ChatSetup ChatSetupFromTemplate(std::string_view template_text) {
-  return ChatSetup{DetectChatFormat(template_text), DefaultSystemPrompt(template_text)};
+  ChatSetup setup;
+  setup.format = DetectChatFormat(template_text);
+  setup.default_system = DefaultSystemPrompt(template_text);
+  return setup;
 }
 
 std::string ChatTemplateNames() {
