@@ -161,10 +161,7 @@ Result<GenerateResult> Generate(Session& session, int seq, const std::vector<int
                                 const std::function<void(int, int)>& on_prompt_progress) {
   Result<PromptEval> pe = EvalPrompt(session, seq, prompt, options, on_prompt_progress);
   if (!pe.ok()) return pe.error();
-  GenerateResult result;
-  result.n_prompt = static_cast<int>(prompt.size());
-  result.n_cached = pe->n_cached;
-  result.prompt_seconds = pe->seconds;
+  GenerateResult result = BeginResult(prompt, *pe);
   const float* logits = pe->logits;
   const double t1 = NowSeconds();
 
@@ -190,12 +187,24 @@ Result<GenerateResult> Generate(Session& session, int seq, const std::vector<int
     if (!r.ok()) return r.error();
     logits = *r;
   }
-  result.decode_seconds = NowSeconds() - t1;
-  result.tokens = gen.generated();
-  result.text = gen.text();
-  result.reason = gen.reason();
-  result.stop_word = gen.stop_word();
+  EndResult(gen, t1, &result);
   return result;
+}
+
+GenerateResult BeginResult(const std::vector<int32_t>& prompt, const PromptEval& pe) {
+  GenerateResult result;
+  result.n_prompt = static_cast<int>(prompt.size());
+  result.n_cached = pe.n_cached;
+  result.prompt_seconds = pe.seconds;
+  return result;
+}
+
+void EndResult(const Generator& gen, double t_decode_start, GenerateResult* result) {
+  result->decode_seconds = NowSeconds() - t_decode_start;
+  result->tokens = gen.generated();
+  result->text = gen.text();
+  result->reason = gen.reason();
+  result->stop_word = gen.stop_word();
 }
 
 }  // namespace lamina

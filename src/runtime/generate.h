@@ -122,6 +122,12 @@ Result<PromptEval> EvalPrompt(Session& session, int seq, const std::vector<int32
                               const GenerateOptions& options,
                               const std::function<void(int, int)>& on_prompt_progress = {});
 
+// The result of a generation loop over `prompt` (prompt figures from pe) and its finish: the
+// generator's tokens, text and stop; decode_seconds from t_decode_start. Shared by Generate and
+// the speculative loop (spec/).
+GenerateResult BeginResult(const std::vector<int32_t>& prompt, const PromptEval& pe);
+void EndResult(const Generator& gen, double t_decode_start, GenerateResult* result);
+
 // Evaluates `prompt` on sequence `seq` (after prefix reuse) and generates until a stop rule.
 // on_text receives each piece of final text as it is released; returning false cancels.
 // on_prompt_progress (optional) is called after every prompt chunk with (done, total).

@@ -57,10 +57,7 @@ Result<GenerateResult> GenerateSpeculative(
   LAMINA_CHECK(spec.draft_max >= 1);
   Result<PromptEval> pe = EvalPrompt(session, seq, prompt, options, on_prompt_progress);
   if (!pe.ok()) return pe.error();
-  GenerateResult result;
-  result.n_prompt = static_cast<int>(prompt.size());
-  result.n_cached = pe->n_cached;
-  result.prompt_seconds = pe->seconds;
+  GenerateResult result = BeginResult(prompt, *pe);
   const double t1 = NowSeconds();
 
   const int n_vocab = session.model().hparams().n_vocab;
@@ -130,11 +127,7 @@ Result<GenerateResult> GenerateSpeculative(
     (k > 0 ? local.verify_steps : local.plain_steps) += 1;
     controller.Record(asked, k, n_accepted, n_emitted, NowSeconds() - t_step);
   }
-  result.decode_seconds = NowSeconds() - t1;
-  result.tokens = gen.generated();
-  result.text = gen.text();
-  result.reason = gen.reason();
-  result.stop_word = gen.stop_word();
+  EndResult(gen, t1, &result);
   if (stats) stats->Add(local);
   return result;
 }
