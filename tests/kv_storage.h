@@ -1,5 +1,6 @@
 // Test helper: the encoded bytes a KV cache holds for one sequence, per layer (K rows, V rows,
-// and with anchored keys each head's per-cell flags and anchor), for byte-identity checks.
+// with anchored keys each head's per-cell flags and anchor, with a window the exact copies the
+// last position reads), for byte-identity checks.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,18 @@ inline std::vector<std::vector<uint8_t>> KvStorageBytes(const KvCache& c, int se
         bytes.insert(bytes.end(), flags, flags + n);
         const auto* anchor = reinterpret_cast<const uint8_t*>(c.KAnchor(l, seq, h));
         bytes.insert(bytes.end(), anchor, anchor + sizeof(float) * c.config().head_dim);
+      }
+    }
+    if (c.window() > 0) {
+      // The window's exact copies of the cells a query at the last position reads exactly.
+      const int len = c.Length(seq, l);
+      for (int h = 0; h < c.config().n_kv_heads; ++h) {
+        for (int p = c.WindowBegin(l, seq, len - 1); p < len; ++p) {
+          bytes.insert(bytes.end(), c.WindowK(l, seq, h, p),
+                       c.WindowK(l, seq, h, p) + c.window_row_bytes());
+          bytes.insert(bytes.end(), c.WindowV(l, seq, h, p),
+                       c.WindowV(l, seq, h, p) + c.window_row_bytes());
+        }
       }
     }
     storage.push_back(std::move(bytes));

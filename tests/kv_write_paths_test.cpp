@@ -4,14 +4,15 @@
 // and V rounding. A planted fault (one path's writes never reach storage) must be caught.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <random>
 
+#include "kv_storage.h"
 #include "model/model.h"
 #include "probe/faults.h"
 #include "runtime/session.h"
-#include "kv_storage.h"
 
 namespace lamina {
 namespace {
@@ -19,18 +20,22 @@ namespace {
 const std::string kShared = LAMINA_SHARED_DIR;
 
 struct PathRun {
-  std::vector<float> logits;                   // [n_tokens, n_vocab], position p predicts p+1
-  std::vector<std::vector<uint8_t>> storage;   // per layer: K bytes then V bytes
+  std::vector<float> logits;                  // [n_tokens, n_vocab], position p predicts p+1
+  std::vector<std::vector<uint8_t>> storage;  // per layer: K bytes then V bytes
 };
 
 enum class Path { kBatch, kTokenByToken, kRandomChunks, kVerifyWindows };
 
 const char* PathName(Path p) {
   switch (p) {
-    case Path::kBatch: return "batch";
-    case Path::kTokenByToken: return "token-by-token";
-    case Path::kRandomChunks: return "random-chunks";
-    case Path::kVerifyWindows: return "verify-windows";
+    case Path::kBatch:
+      return "batch";
+    case Path::kTokenByToken:
+      return "token-by-token";
+    case Path::kRandomChunks:
+      return "random-chunks";
+    case Path::kVerifyWindows:
+      return "verify-windows";
   }
   return "?";
 }
@@ -55,9 +60,15 @@ PathRun RunPath(const Model& model, SessionConfig sc, const std::vector<int32_t>
   while (pos < n) {
     int take = 1;
     switch (path) {
-      case Path::kBatch: take = n; break;
-      case Path::kTokenByToken: take = 1; break;
-      case Path::kRandomChunks: take = std::uniform_int_distribution<int>(1, 37)(rng); break;
+      case Path::kBatch:
+        take = n;
+        break;
+      case Path::kTokenByToken:
+        take = 1;
+        break;
+      case Path::kRandomChunks:
+        take = std::uniform_int_distribution<int>(1, 37)(rng);
+        break;
       case Path::kVerifyWindows: {
         // A window of w tokens of which the first `accept` are right; the rest is a wrong
         // draft that is written, rejected (truncated) and later rewritten with the right ones.
@@ -85,7 +96,8 @@ std::string Compare(const PathRun& a, const PathRun& b, int n_vocab) {
     if (a.storage[l] != b.storage[l]) {
       size_t i = 0;
       while (a.storage[l][i] == b.storage[l][i]) ++i;
-      return "cache storage differs in layer " + std::to_string(l) + " at byte " + std::to_string(i);
+      return "cache storage differs in layer " + std::to_string(l) + " at byte " +
+             std::to_string(i);
     }
   }
   if (std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) != 0) {
@@ -100,6 +112,7 @@ struct ModeCase {
   std::string model;
   KvType type;
   KvRounding rounding;
+  int window = 0;  // recent exact cells
 };
 
 std::string ModeCaseName(const testing::TestParamInfo<ModeCase>& info) {
@@ -107,7 +120,8 @@ std::string ModeCaseName(const testing::TestParamInfo<ModeCase>& info) {
   for (char& ch : m) {
     if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
   }
-  return m + "_" + KvTypeName(info.param.type) + "_" + KvRoundingName(info.param.rounding);
+  return m + "_" + KvTypeName(info.param.type) + "_" + KvRoundingName(info.param.rounding) +
+         (info.param.window > 0 ? "_w" + std::to_string(info.param.window) : "");
 }
 
 std::vector<ModeCase> Cases() {
@@ -117,6 +131,12 @@ std::vector<ModeCase> Cases() {
       cases.push_back({m, t, KvRounding::kNearest});
       if (t != KvType::kF32 && t != KvType::kF16) cases.push_back({m, t, KvRounding::kStochastic});
     }
+    // A recent exact window (12 cells, ring 76: 150 tokens wrap it; chunks and verify windows
+    // cross its boundary inside one batch).
+    for (KvType t : {KvType::kInt8, KvType::kQ4_0, KvType::kK8V4}) {
+      cases.push_back({m, t, KvRounding::kNearest, 12});
+    }
+    cases.push_back({m, KvType::kK8V4, KvRounding::kStochastic, 12});
   }
   return cases;
 }
@@ -144,6 +164,7 @@ class KvWritePaths : public testing::TestWithParam<ModeCase> {
     sc_.n_ctx = 160;
     sc_.kv_type = GetParam().type;
     sc_.v_rounding = GetParam().rounding;
+    sc_.kv_window = GetParam().window;
     sc_.kv_seed = 99;
   }
   std::unique_ptr<Model> model_;
@@ -178,7 +199,8 @@ TEST_P(KvWritePaths, SequencesBatchedTogetherMatchEachAlone) {
   const int n_seq = static_cast<int>(lengths.size());
   std::vector<std::vector<int32_t>> streams(n_seq);
   for (int i = 0; i < n_seq; ++i) {
-    for (int t = 0; t < lengths[i]; ++t) streams[i].push_back(base[(t * (i + 1) + i) % base.size()]);
+    for (int t = 0; t < lengths[i]; ++t)
+      streams[i].push_back(base[(t * (i + 1) + i) % base.size()]);
     streams[i][0] = base[0];  // each begins with BOS
   }
   std::vector<PathRun> alone;
@@ -200,7 +222,8 @@ TEST_P(KvWritePaths, SequencesBatchedTogetherMatchEachAlone) {
     for (int i = 0; i < n_seq; ++i) {
       const int left = lengths[i] - done[i];
       if (left == 0 || rng() % 5 == 0) continue;  // finished, or idle this step
-      const int take = std::min(left, rng() % 3 == 0 ? 1 : std::uniform_int_distribution<int>(1, 37)(rng));
+      const int take =
+          std::min(left, rng() % 3 == 0 ? 1 : std::uniform_int_distribution<int>(1, 37)(rng));
       chunk[i].assign(streams[i].begin() + done[i], streams[i].begin() + done[i] + take);
       accept[i] = take;
       if (take > 1 && rng() % 3 == 0) {  // a verify window: keep a prefix, reject the rest
@@ -242,7 +265,8 @@ TEST_P(KvWritePaths, SequencesBatchedTogetherMatchEachAlone) {
   for (int i = 0; i < n_seq; ++i) {
     EXPECT_EQ(s.n_past(i), lengths[i]);
     together[i].storage = KvStorageBytes(s.cache(), i);
-    EXPECT_EQ(Compare(alone[i], together[i], n_vocab), "") << "sequence " << i << " batched vs alone";
+    EXPECT_EQ(Compare(alone[i], together[i], n_vocab), "")
+        << "sequence " << i << " batched vs alone";
   }
 }
 
@@ -262,7 +286,8 @@ TEST(SequenceBatch, RefusesPositionsThatDoNotContinueTheSequence) {
   b.Add(1, 1, 1, true);  // sequence 1 is empty: its next position is 0
   Result<const float*> r = s.Decode(b);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.error().message.find("does not continue sequence 1"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("does not continue sequence 1"), std::string::npos)
+      << r.error().message;
   EXPECT_EQ(s.n_past(0), 0);
   b.Clear();
   b.Add(1, 2, 0, true);
@@ -332,6 +357,141 @@ TEST(KvWritePathsTeeth, AnObserverThatChangesNothingChangesNothing) {
     const int n_layer = (*model)->hparams().n_layer;
     EXPECT_EQ(observer.rows, n_layer * 60) << PathName(p);
     EXPECT_EQ(observer.calls, n_layer * (p == Path::kBatch ? 1 : 60)) << PathName(p);
+  }
+}
+
+// The window: a Truncate that moves its boundary back (by up to the slack) and a rewrite, and a
+// prompt batch longer than the slack (cut into pieces by the session), give the same bytes and
+// logits as one batch; the window reads exact cells (a window over the whole text equals f16's
+// logits to f16 precision, no window differs).
+class KvWindowPaths : public testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string path = kShared + "/models/stories260K.gguf";
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
+    Result<std::unique_ptr<Model>> m = LoadModel(path);
+    ASSERT_TRUE(m.ok());
+    model_ = std::move(*m);
+  }
+  std::unique_ptr<Model> model_;
+};
+
+TEST_F(KvWindowPaths, TruncatesThatMoveTheBoundaryBackRewriteTheSameBytes) {
+  ThreadPool pool(2);
+  const std::vector<int32_t> tokens = TestTokens(*model_, 150);
+  const int n_vocab = model_->hparams().n_vocab;
+  for (KvType t : {KvType::kQ4_0, KvType::kK8V4}) {
+    SessionConfig sc;
+    sc.n_ctx = 160;
+    sc.kv_type = t;
+    sc.kv_window = 20;
+    const PathRun batch = RunPath(*model_, sc, tokens, Path::kBatch, pool);
+    // Write 100 cells, write 50 wrong ones, cut back 50 + d (d up to the slack less 50, so the
+    // boundary moves back across cells that had left the window), then rewrite the rest.
+    for (int back : {1, 7, 14}) {
+      Session s(*model_, sc, pool);
+      PathRun run;
+      run.logits.resize(tokens.size() * n_vocab);
+      std::vector<int32_t> wrong(tokens.begin() + 100, tokens.end());
+      for (int32_t& id : wrong) id = (id + 3) % n_vocab;
+      ASSERT_TRUE(s.Eval(std::vector<int32_t>(tokens.begin(), tokens.begin() + 100), true).ok());
+      ASSERT_TRUE(s.Eval(wrong, true).ok());
+      s.Truncate(100 - back);
+      Result<const float*> r =
+          s.Eval(std::vector<int32_t>(tokens.begin() + 100 - back, tokens.end()), true);
+      ASSERT_TRUE(r.ok());
+      std::memcpy(run.logits.data() + static_cast<size_t>(100 - back) * n_vocab, *r,
+                  sizeof(float) * (50 + back) * n_vocab);
+      std::memcpy(run.logits.data(), batch.logits.data(), sizeof(float) * (100 - back) * n_vocab);
+      run.storage = KvStorageBytes(s.cache(), 0);
+      EXPECT_EQ(Compare(batch, run, n_vocab), "") << KvTypeName(t) << " back " << back;
+    }
+  }
+}
+
+// A cut further back than the slack cannot keep the window exact: nothing is kept (the
+// caller evaluates again), so no kept prefix ever reads encoded cells where a fresh run reads
+// exact ones. CopyPrefix follows the same rule.
+TEST_F(KvWindowPaths, CutsBeyondTheSlackKeepNothing) {
+  ThreadPool pool(2);
+  const std::vector<int32_t> tokens = TestTokens(*model_, 150);
+  SessionConfig sc;
+  sc.n_ctx = 160;
+  sc.n_seq = 2;
+  sc.kv_type = KvType::kK8V4;
+  sc.kv_window = 20;
+  Session s(*model_, sc, pool);
+  ASSERT_TRUE(s.Eval(tokens, false).ok());
+  s.CopyPrefix(0, 1, 150 - kKvWindowSlack);
+  EXPECT_EQ(s.n_past(1), 150 - kKvWindowSlack);
+  s.CopyPrefix(0, 1, 149 - kKvWindowSlack);
+  EXPECT_EQ(s.n_past(1), 0);
+  s.Truncate(0, 150 - kKvWindowSlack);
+  EXPECT_EQ(s.n_past(0), 150 - kKvWindowSlack);
+  ASSERT_TRUE(
+      s.Eval(std::vector<int32_t>(tokens.begin() + 150 - kKvWindowSlack, tokens.end()), false)
+          .ok());
+  s.Truncate(0, 110);  // 40 back, within the slack
+  EXPECT_EQ(s.n_past(0), 110);
+  s.Truncate(0, 20);  // 90 back
+  EXPECT_EQ(s.n_past(0), 0);
+  sc.kv_window = 0;
+  Session plain(*model_, sc, pool);
+  ASSERT_TRUE(plain.Eval(tokens, false).ok());
+  plain.Truncate(0, 20);
+  EXPECT_EQ(plain.n_past(0), 20);
+}
+
+TEST_F(KvWindowPaths, AWindowOverTheWholeTextReadsExactCells) {
+  ThreadPool pool(2);
+  const std::vector<int32_t> tokens = TestTokens(*model_, 150);
+  const int n_vocab = model_->hparams().n_vocab;
+  SessionConfig sc;
+  sc.n_ctx = 160;
+  sc.kv_type = KvType::kF16;
+  const PathRun f16 = RunPath(*model_, sc, tokens, Path::kBatch, pool);
+  auto max_diff = [&](const PathRun& a) {
+    double d = 0;
+    for (size_t i = 0; i < a.logits.size(); ++i)
+      d = std::max(d, std::fabs(double(a.logits[i]) - f16.logits[i]));
+    return d;
+  };
+  sc.kv_type = KvType::kQ4_0;
+  sc.kv_window = 0;
+  const double none = max_diff(RunPath(*model_, sc, tokens, Path::kBatch, pool));
+  sc.kv_window = 160;
+  const double whole = max_diff(RunPath(*model_, sc, tokens, Path::kTokenByToken, pool));
+  EXPECT_LT(whole, 0.05) << "a whole-text window must read f16 cells";
+  EXPECT_GT(none, 10 * whole);
+  (void)n_vocab;
+}
+
+// Planted faults of the window: on single-token writes a cell's encoded form is never stored
+// (only its exact copy, so it reads wrong once it leaves the window), or it is encoded twice.
+// Token-by-token writes against one batch must tell both apart.
+TEST(KvWindowTeeth, CellsEncodedNotAtAllOrTwiceAreCaught) {
+  const std::string path = kShared + "/models/stories260K.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
+  Result<std::unique_ptr<Model>> model = LoadModel(path);
+  ASSERT_TRUE(model.ok());
+  ThreadPool pool(2);
+  const std::vector<int32_t> tokens = TestTokens(**model, 60);
+  const int n_vocab = (*model)->hparams().n_vocab;
+  for (KvType t : {KvType::kQ4_0, KvType::kK8V4}) {
+    SessionConfig sc;
+    sc.n_ctx = 64;
+    sc.kv_type = t;
+    sc.kv_window = 8;
+    const PathRun batch = RunPath(**model, sc, tokens, Path::kBatch, pool);
+    EXPECT_EQ(Compare(batch, RunPath(**model, sc, tokens, Path::kTokenByToken, pool), n_vocab), "");
+    for (KvWindowFault f :
+         {KvWindowFault::kSkipEncodeOnDecode, KvWindowFault::kEncodeTwiceOnDecode}) {
+      sc.kv_window_fault = f;
+      const PathRun faulty = RunPath(**model, sc, tokens, Path::kTokenByToken, pool);
+      EXPECT_NE(Compare(batch, faulty, n_vocab), "")
+          << KvTypeName(t) << " fault " << static_cast<int>(f) << " went unnoticed";
+      sc.kv_window_fault = KvWindowFault::kNone;
+    }
   }
 }
 

@@ -149,6 +149,13 @@ TEST_F(SessionFileTest, CorruptTruncatedAndForeignFilesAreRefused) {
   Result<SessionFileView> mode = ParseSessionFile(good.data(), good.size(), f16, hash_);
   ASSERT_FALSE(mode.ok());
   EXPECT_EQ(mode.error().message, "made with KV mode q4_0, this run uses f16 (--kv)");
+  SessionConfig no_window = Config("q4_0");
+  no_window.kv_window = 0;
+  Session plain(*model_, no_window, pool_);
+  Result<SessionFileView> window = ParseSessionFile(good.data(), good.size(), plain, hash_);
+  ASSERT_FALSE(window.ok());
+  EXPECT_EQ(window.error().message,
+            "made with a KV window of 32 exact cells, this run uses 0 (--kv-window)");
 }
 
 // The CLI as real processes.

@@ -35,6 +35,7 @@ struct CommonOptions {
   int n_threads = 0;  // 0: all cores
   std::string kv = "f16";
   std::string kv_v_round = "rtn";
+  int kv_window = -1;  // --kv-window R; -1: the mode's default (kKvModes)
   uint64_t kv_seed = 0;
   std::string rope_scaling;  // none, linear or yarn; empty: the model's
   float rope_scale = 0.0f;   // context scaling factor; 0: the model's
@@ -136,6 +137,7 @@ struct ProbeOptions {
   std::string model_path;                 // empty: the shipped model (models/lamina-*.gguf)
   std::string kv = "f16,int8,k8v4,q4_0";  // legs, comma-separated; f32 reference prepended
   std::string kv_v_round = "rtn";         // V roundings crossed with the quantized modes
+  std::string kv_window;                  // windows crossed with the quantized modes; "": default
   std::string probes = "prefill,counting,needle,json,copy,divergence";
   int n_ctx = 4096;
   std::string needle_depths = "10,30,50,70,90";   // percent of the haystack

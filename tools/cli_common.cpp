@@ -102,6 +102,7 @@ bool MakeSessionConfig(const CommonOptions& o, const Model& model, SessionConfig
   out->kv_type = *kv;
   out->v_rounding = *round;
   out->kv_seed = o.kv_seed;
+  out->kv_window = o.kv_window < 0 ? kKvWindowModeDefault : o.kv_window;
   Result<KvCacheConfig> kc = MakeKvCacheConfig(model.hparams(), *out);
   if (!kc.ok()) {
     std::fprintf(stderr, "lamina: %s\n", kc.error().message.c_str());
@@ -212,10 +213,17 @@ SamplerConfig MakeSamplerConfig(const RunOptions& o) {
 
 void PrintKvSummary(const KvCache& cache) {
   const KvCacheConfig& c = cache.config();
+  std::string window;
+  if (cache.window() > 0) {
+    window = ", window of " + std::to_string(cache.window()) + " exact cells (" +
+             std::to_string(cache.WindowBytes() / 1024) + " KiB)";
+  }
   std::fprintf(stderr,
-               "lamina: kv cache %s (V rounding %s): %.2f bits/elem, %zu bytes/token, %.2f MiB for %d tokens\n",
-               KvTypeName(c.type), KvRoundingName(c.v_rounding), cache.BitsPerElement(), cache.BytesPerToken(),
-               cache.BytesTotal() / (1024.0 * 1024.0), c.n_ctx);
+               "lamina: kv cache %s (V rounding %s): %.2f bits/elem, %zu bytes/token, %.2f MiB for "
+               "%d tokens%s\n",
+               KvTypeName(c.type), KvRoundingName(c.v_rounding), cache.BitsPerElement(),
+               cache.BytesPerToken(), cache.BytesTotal() / (1024.0 * 1024.0), c.n_ctx,
+               window.c_str());
 }
 
 }  // namespace lamina::cli

@@ -61,6 +61,7 @@ bool IsQuantized(KvType t) { return KvModeOf(t).quantized; }
 struct LegSpec {
   KvType kv = KvType::kF32;
   KvRounding v_round = KvRounding::kNearest;
+  int window = kKvWindowModeDefault;         // --kv-window
   probe::Fault fault = probe::Fault::kNone;  // test-only (--inject-fault)
   std::string spec = "off";                  // speculative decoding: off, lookup, draft
   std::string name;                          // "k8v4/rtn", "f16+lookup"
@@ -189,6 +190,12 @@ int RunProbe(const ProbeOptions& o) {
     }
     rounds.push_back(*r);
   }
+  // Windows crossed with the lossy legs; empty: each mode's default.
+  std::vector<int> windows;
+  if (!o.kv_window.empty() && !ParseIntList(o.kv_window, "--kv-window", 0, 1 << 20, &windows)) {
+    return kExitUsage;
+  }
+  if (windows.empty()) windows.push_back(kKvWindowModeDefault);
   if (kvs.empty() || rounds.empty()) {
     std::fprintf(stderr, "lamina: --kv and --kv-v-round need at least one value\n");
     return kExitUsage;
@@ -250,13 +257,18 @@ int RunProbe(const ProbeOptions& o) {
   for (KvType kv : kvs) {
     const std::vector<KvRounding> rs =
         IsQuantized(kv) ? rounds : std::vector<KvRounding>{KvRounding::kNearest};
+    const std::vector<int> ws = IsQuantized(kv) ? windows : std::vector<int>{0};
     for (KvRounding r : rs) {
-      LegSpec leg;
-      leg.kv = kv;
-      leg.v_round = r;
-      leg.name = std::string(KvTypeName(kv)) +
-                 (IsQuantized(kv) ? std::string("/") + KvRoundingName(r) : "");
-      specs.push_back(leg);
+      for (int w : ws) {
+        LegSpec leg;
+        leg.kv = kv;
+        leg.v_round = r;
+        leg.window = w;
+        leg.name = std::string(KvTypeName(kv)) +
+                   (IsQuantized(kv) ? std::string("/") + KvRoundingName(r) : "") +
+                   (w != kKvWindowModeDefault && IsQuantized(kv) ? "/w" + std::to_string(w) : "");
+        specs.push_back(leg);
+      }
     }
   }
   // Speculative legs: every KV leg crossed with every mode (the reference is the first KV leg
@@ -317,6 +329,7 @@ int RunProbe(const ProbeOptions& o) {
     sc.n_ctx = config.n_ctx;
     sc.kv_type = leg.kv;
     sc.v_rounding = leg.v_round;
+    sc.kv_window = leg.window;
     sc.kv_seed = o.seed;
     return sc;
   };

@@ -42,6 +42,10 @@ bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, cons
   spec::SpecOptions& so = out->options;
   so.draft_max = o.draft_max != SpecCliOptions::kUnset ? o.draft_max : 8;
   if (so.draft_max < 1) return fail(kExitUsage, "--draft-max must be at least 1");
+  if (so.draft_max >= kKvWindowSlack) {
+    // A rejected draft is cut back within the KV window's slack (kv_cache.h).
+    return fail(kExitUsage, "--draft-max must be below " + std::to_string(kKvWindowSlack));
+  }
   if (o.draft_min < 0) return fail(kExitUsage, "--draft-min must not be negative");
   if (o.draft_min > so.draft_max) return fail(kExitUsage, "--draft-min exceeds --draft-max");
   so.draft_min = o.draft_min;

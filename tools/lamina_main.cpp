@@ -26,6 +26,9 @@ void AddCommon(CLI::App* cmd, lamina::cli::CommonOptions& c, bool model_required
   cmd->add_option("--kv", c.kv, "KV cache mode: " + lamina::KvModeNames());
   cmd->add_option("--kv-v-round", c.kv_v_round,
                   "V rounding for quantized modes: rtn or stochastic");
+  cmd->add_option("--kv-window", c.kv_window,
+                  "Recent cells kept exact (f16) in lossy KV modes; 0: off (default: the mode's)")
+      ->check(IntRange(0, 1 << 20));
   cmd->add_option("--kv-seed", c.kv_seed, "Seed of stochastic V rounding")->check(Seed());
   cmd->add_option("--rope-scaling", c.rope_scaling,
                   "RoPE scaling: none, linear or yarn (default: the model's)")
@@ -160,6 +163,9 @@ int Main(int argc, char** argv) {
                         "KV modes, comma-separated (f32 reference first unless f32/f16 leads)");
   probe_cmd->add_option("--kv-v-round", probe.kv_v_round,
                         "V roundings crossed with the quantized modes: rtn,stochastic");
+  probe_cmd->add_option("--kv-window", probe.kv_window,
+                        "Recent full-precision windows crossed with the quantized modes, e.g. "
+                        "0,32 (default: each mode's)");
   probe_cmd->add_option("--probes", probe.probes,
                         "Probes: prefill,counting,needle,json,copy,divergence");
   probe_cmd->add_option("-c,--ctx", probe.n_ctx, "Context size per leg")

@@ -22,10 +22,11 @@ constexpr int kCellTile = 64;   // cells decoded at once
 // rotated for the cache). Scratch: coef [nq][2 * kept pairs] (the accumulators, free until
 // pass 2; kept pairs <= head_dim / 2, so it fits), rest [nq] (the query rows, done with after
 // pass 1), tables [2 * kept pairs][kCellTile] (the tile).
+// Cells a query reads from the window's exact copy (wb[qi] and later) are not corrected.
 void AddAnchorScores(const KvCache& cache, int layer, int seq, int g, int pos0, int n_cells,
                      const float* q, int64_t q_stride, int t0, int nq, int group,
-                     const AttentionShape& shape, int n_ctx, float* coef, float* rest,
-                     float* tables, float* scores) {
+                     const AttentionShape& shape, int n_ctx, const int* wb, float* coef,
+                     float* rest, float* tables, float* scores) {
   const int hd = shape.head_dim;
   const int n_rot = cache.config().rope.n_rot;
   const float m = cache.anchor_mscale();
@@ -68,7 +69,7 @@ void AddAnchorScores(const KvCache& cache, int layer, int seq, int g, int pos0, 
     // so a query's correction is a weighted sum of the kept pairs' offset tables.
     const float* start = cache.AnchorRunStart(c0 / kCellTile);
     for (int qi = 0; qi < nq; ++qi) {
-      const int lim = std::min(nc, pos0 + t0 + qi / group + 1 - c0);  // the query's causal limit
+      const int lim = std::min(nc, wb[qi] - c0);  // the query's causal or window limit
       if (lim <= 0) continue;
       const float* c = coef + static_cast<size_t>(qi) * stride;
       for (int i = 0; i < n_pairs; ++i) {
@@ -113,6 +114,9 @@ void CausalAttentionSegments(const KvCache& cache, int layer, const AttentionSeg
   const KvSideSpec ks = cache.k_spec(), vs = cache.v_spec();
   const KvRowDecodeFn decode_k = BestKvRowDecoder(ks.format);
   const KvRowDecodeFn decode_v = BestKvRowDecoder(vs.format);
+  // The recent window's exact copies (f16 rows in each side's frame), when the cache has one.
+  const KvRowDecodeFn decode_exact = BestKvRowDecoder(KvRowFormat::kF16);
+  const int window_ring = cache.window_ring();
   // Integer scores read K codes directly; otherwise K tiles are decoded to f32.
   const KvScoreFn score_k = KvIntScoreSupported(ks.format, hd) ? BestKvScorer(ks.format) : nullptr;
   const int n_qgroups = hd / 32;
@@ -144,6 +148,8 @@ void CausalAttentionSegments(const KvCache& cache, int layer, const AttentionSeg
                       ? scratch.per_thread_q.data() + static_cast<size_t>(max_queries) * hd * thread
                       : nullptr;
     float* qd = acc;
+    // Per query: the first cell read from the window's exact copy (its causal end: none).
+    std::vector<int> wb(max_queries);  // [max_queries]
     int s = 0;
     for (int64_t flat = begin; flat < end; ++flat) {
       while (flat >= first_item[s + 1]) ++s;
@@ -159,6 +165,27 @@ void CausalAttentionSegments(const KvCache& cache, int layer, const AttentionSeg
       const int nq = nt * group;  // query qi = (token t0 + qi / group, head g*group + qi % group)
       const int n_cells = pos0 + t0 + nt;  // cells the last token of the block sees
       auto n_kv_of = [&](int qi) { return pos0 + t0 + qi / group + 1; };
+      int window_lo = n_cells;  // the first cell any query of the item reads exactly
+      for (int qi = 0; qi < nq; ++qi) {
+        wb[qi] = cache.WindowBegin(layer, seq, n_kv_of(qi) - 1);
+        window_lo = std::min(window_lo, wb[qi]);
+      }
+      // Runs of exact cells [c0, c1) within one tile and one turn of the ring (boundaries at
+      // multiples of both, whatever the batch), each query's part of each run in order.
+      auto for_exact_runs = [&](const uint8_t* (KvCache::*row)(int, int, int, int) const,
+                                auto&& per_query) {
+        if (window_ring == 0) return;
+        for (int c0 = window_lo; c0 < n_cells;) {
+          const int c1 = std::min(
+              {n_cells, (c0 / kCellTile + 1) * kCellTile, (c0 / window_ring + 1) * window_ring});
+          decode_exact((cache.*row)(layer, seq, g, c0), c1 - c0, hd, tile);
+          for (int qi = 0; qi < nq; ++qi) {
+            const int b = std::max(c0, wb[qi]), e = std::min(c1, n_kv_of(qi));
+            if (e > b) per_query(qi, b, e - b, tile + static_cast<size_t>(b - c0) * hd);
+          }
+          c0 = c1;
+        }
+      };
       for (int qi = 0; qi < nq; ++qi) {
         const int t = t0 + qi / group, h = g * group + qi % group;
         float* qr = qrows + static_cast<size_t>(qi) * hd;
@@ -186,9 +213,14 @@ void CausalAttentionSegments(const KvCache& cache, int layer, const AttentionSeg
                           scores + static_cast<size_t>(qi) * n_ctx + c0);
         }
       }
+      // Window cells: the scores of their exact keys replace the encoded ones.
+      for_exact_runs(&KvCache::WindowK, [&](int qi, int c, int n, const float* rows) {
+        kern.score_rows(qrows + static_cast<size_t>(qi) * hd, rows, n, hd, shape.scale,
+                        scores + static_cast<size_t>(qi) * n_ctx + c);
+      });
       if (cache.k_anchored()) {
         AddAnchorScores(cache, layer, seq, g, pos0, n_cells, q, q_stride, t0, nq, group, shape,
-                        n_ctx, acc, qrows, tile, scores);
+                        n_ctx, wb.data(), acc, qrows, tile, scores);
       }
       for (int qi = 0; qi < nq; ++qi) {
         float* srow = scores + static_cast<size_t>(qi) * n_ctx;
@@ -201,14 +233,21 @@ void CausalAttentionSegments(const KvCache& cache, int layer, const AttentionSeg
       // Pass 2: weighted V sum.
       for (int c0 = 0; c0 < n_cells; c0 += kCellTile) {
         const int nc = std::min(kCellTile, n_cells - c0);
+        bool any_encoded = false;  // a tile every query reads exactly is not decoded
+        for (int qi = 0; qi < nq && !any_encoded; ++qi) any_encoded = wb[qi] > c0;
+        if (!any_encoded) continue;
         decode_v(cache.VHead(layer, seq, g, c0), nc, hd, tile);
         for (int qi = 0; qi < nq; ++qi) {
-          const int lim = std::min(nc, n_kv_of(qi) - c0);
+          const int lim = std::min(nc, wb[qi] - c0);
           if (lim <= 0) continue;
           kern.accumulate_rows(scores + static_cast<size_t>(qi) * n_ctx + c0, tile, lim, hd,
                                acc + static_cast<size_t>(qi) * hd);
         }
       }
+      for_exact_runs(&KvCache::WindowV, [&](int qi, int c, int n, const float* rows) {
+        kern.accumulate_rows(scores + static_cast<size_t>(qi) * n_ctx + c, rows, n, hd,
+                             acc + static_cast<size_t>(qi) * hd);
+      });
       for (int qi = 0; qi < nq; ++qi) {
         const int t = t0 + qi / group, h = g * group + qi % group;
         float* a = acc + static_cast<size_t>(qi) * hd;

@@ -125,7 +125,7 @@ int ReusePrefix(Session& session, int seq, const std::vector<int32_t>& prompt) {
   while (keep < cached.size() && keep < prompt.size() && cached[keep] == prompt[keep]) ++keep;
   if (!prompt.empty() && keep >= prompt.size()) keep = prompt.size() - 1;
   session.Truncate(seq, static_cast<int>(keep));
-  return static_cast<int>(keep);
+  return session.n_past(seq);  // less than keep where a KV window could not be kept
 }
 
 Result<PromptEval> EvalPrompt(Session& session, int seq, const std::vector<int32_t>& prompt,

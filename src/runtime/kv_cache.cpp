@@ -68,6 +68,7 @@ Status ValidateKvConfig(const KvCacheConfig& c) {
   if (c.n_layer <= 0 || c.n_ctx <= 0 || c.n_kv_heads <= 0 || c.head_dim <= 0 || c.n_seq <= 0) {
     return Error{"invalid KV cache shape"};
   }
+  if (c.window < 0) return Error{"negative KV window " + std::to_string(c.window)};
   return ValidateKvMode(c.type, c.head_dim);
 }
 
@@ -82,6 +83,12 @@ uint64_t KvCacheBytes(const KvCacheConfig& c) {
     extra = SatMul(SatMul(static_cast<uint64_t>(c.n_seq) * c.n_layer, c.n_kv_heads),
                    static_cast<uint64_t>(c.head_dim) * sizeof(float));
   }
+  if (KvModeOf(c.type).quantized && c.window > 0) {
+    const int ring = std::min(c.window, c.n_ctx) + kKvWindowSlack;
+    const uint64_t heads = SatMul(SatMul(static_cast<uint64_t>(c.n_seq), c.n_layer), c.n_kv_heads);
+    extra =
+        SatAdd(extra, SatMul(SatMul(heads, ring), 2 * KvRowBytes(KvRowFormat::kF16, c.head_dim)));
+  }
   return SatAdd(SatMul(head_rows, per_row), extra);
 }
 
@@ -95,6 +102,16 @@ KvCache::KvCache(const KvCacheConfig& config)
   k_.assign(head_rows * k_head_bytes_, 0);
   v_.assign(head_rows * v_head_bytes_, 0);
   lengths_.assign(static_cast<size_t>(config.n_seq) * config.n_layer, 0);
+  if (KvModeOf(config.type).quantized && config.window > 0) {
+    window_ = std::min(config.window, config.n_ctx);
+    ring_ = window_ + kKvWindowSlack;
+    ring_row_bytes_ = KvRowBytes(KvRowFormat::kF16, config.head_dim);
+    const size_t ring_rows =
+        static_cast<size_t>(config.n_seq) * config.n_layer * config.n_kv_heads * ring_;
+    wk_.assign(ring_rows * ring_row_bytes_, 0);
+    wv_.assign(ring_rows * ring_row_bytes_, 0);
+    window_floor_.assign(static_cast<size_t>(config.n_seq) * config.n_layer, 0);
+  }
   k_anchored_ = KAnchored(config.type);
   if (k_anchored_) {
     // An unusable rotary width (odd, or wider than the head) falls back to a plain offset.
@@ -247,6 +264,16 @@ void KvCache::ZeroCells(int layer, int seq, int pos0, int n) {
   }
 }
 
+void KvCache::WriteWindowRow(int side, int layer, int seq, int head, int pos, const float* src,
+                             float* tmp) {
+  const int hd = config_.head_dim;
+  std::copy_n(src, hd, tmp);
+  if ((side == 0 ? k_spec_ : v_spec_).rotated) Rotate(tmp, hd);
+  uint8_t* dst =
+      (side == 0 ? wk_ : wv_).data() + RingIndex(layer, seq, head, pos) * ring_row_bytes_;
+  EncodeKvRow(KvRowFormat::kF16, tmp, hd, nullptr, dst);
+}
+
 void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const float* v,
                     ThreadPool* pool) {
   LAMINA_CHECK(layer >= 0 && layer < config_.n_layer);
@@ -313,9 +340,23 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
       const int64_t i = item / n_heads;
       const int h = static_cast<int>(item % n_heads);
       const int pos = pos0 + static_cast<int>(i);
+      // Only the last ring_ positions of the span keep an exact copy (earlier ones would share
+      // their slots).
+      const bool in_ring = window_ > 0 && pos >= pos0 + n - ring_;
       if (!finite[i]) {
         if (h == 0) ZeroCells(layer, seq, pos, 1);
+        if (in_ring) {
+          std::memset(wk_.data() + RingIndex(layer, seq, h, pos) * ring_row_bytes_, 0,
+                      ring_row_bytes_);
+          std::memset(wv_.data() + RingIndex(layer, seq, h, pos) * ring_row_bytes_, 0,
+                      ring_row_bytes_);
+        }
         continue;
+      }
+      if (in_ring) {
+        WriteWindowRow(0, layer, seq, h, pos, k + i * re + h * hd, tmp.data());
+        WriteWindowRow(1, layer, seq, h, pos, v + i * re + h * hd, tmp.data());
+        if (n == 1 && config_.window_fault == KvWindowFault::kSkipEncodeOnDecode) continue;
       }
       const float* vrow = v + i * re;
       if (k_anchored_) {
@@ -326,6 +367,12 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
       }
       EncodeHead(v_spec_, v_stochastic, layer, pos, h, vrow + h * hd,
                  v_.data() + HeadIndex(layer, seq, h, pos) * v_head_bytes_, tmp.data());
+      if (in_ring && n == 1 && config_.window_fault == KvWindowFault::kEncodeTwiceOnDecode) {
+        // The planted fault: the cell is encoded a second time, from its own decoded form.
+        uint8_t* slot = v_.data() + HeadIndex(layer, seq, h, pos) * v_head_bytes_;
+        DecodeKvRow(v_spec_.format, slot, hd, tmp.data());
+        EncodeKvRow(v_spec_.format, tmp.data(), hd, nullptr, slot);
+      }
     }
   };
   const int64_t n_items = static_cast<int64_t>(n) * n_heads;
@@ -344,6 +391,19 @@ void KvCache::Truncate(int seq, int n_keep) {
     if (n_keep >= length) continue;
     // Zero the dropped cells so storage is a pure function of the surviving history.
     ZeroCells(layer, seq, n_keep, length - n_keep);
+    if (window_ > 0) {
+      int& floor = window_floor_[Index(layer, seq)];
+      for (int p = std::max(n_keep, length - ring_); p < length; ++p) {
+        for (int h = 0; h < config_.n_kv_heads; ++h) {
+          std::memset(wk_.data() + RingIndex(layer, seq, h, p) * ring_row_bytes_, 0,
+                      ring_row_bytes_);
+          std::memset(wv_.data() + RingIndex(layer, seq, h, p) * ring_row_bytes_, 0,
+                      ring_row_bytes_);
+        }
+      }
+      // The ring still holds positions [length - ring_, n_keep); a deeper cut loses some.
+      floor = n_keep == 0 ? 0 : std::min(std::max(floor, length - ring_), n_keep);
+    }
     length = n_keep;
     if (k_anchored_ && n_keep == 0) {
       std::fill_n(k_anchor_.begin() + Index(layer, seq) * row_elems(), row_elems(), 0.0f);
@@ -356,7 +416,14 @@ uint64_t KvCache::SequenceStateBytes(int n) const {
   const uint64_t heads = static_cast<uint64_t>(config_.n_layer) * config_.n_kv_heads;
   const uint64_t anchors =
       k_anchored_ ? heads * static_cast<uint64_t>(config_.head_dim) * sizeof(float) : 0;
-  return SatAdd(SatMul(SatMul(heads, per_cell), static_cast<uint64_t>(std::max(0, n))), anchors);
+  uint64_t window = 0;
+  if (window_ > 0) {
+    const uint64_t m = static_cast<uint64_t>(std::min(ring_, std::max(0, n)));
+    window = config_.n_layer * sizeof(int32_t) + SatMul(SatMul(heads, m), 2 * ring_row_bytes_);
+  }
+  return SatAdd(
+      SatAdd(SatMul(SatMul(heads, per_cell), static_cast<uint64_t>(std::max(0, n))), anchors),
+      window);
 }
 
 void KvCache::ExportSequence(int seq, int n, uint8_t* out) const {
@@ -379,6 +446,27 @@ void KvCache::ExportSequence(int seq, int n, uint8_t* out) const {
       const size_t bytes = static_cast<size_t>(row_elems()) * sizeof(float);
       std::memcpy(out, k_anchor_.data() + Index(layer, seq) * row_elems(), bytes);
       out += bytes;
+    }
+  }
+  if (window_ > 0) {
+    const int m = std::min(ring_, n);
+    for (int layer = 0; layer < config_.n_layer; ++layer) {
+      const int32_t m0 = WindowFirstHeld(layer, seq, n);
+      std::memcpy(out, &m0, sizeof(m0));
+      out += sizeof(m0);
+      for (int h = 0; h < config_.n_kv_heads; ++h) {
+        for (int side = 0; side < 2; ++side) {
+          for (int p = n - m; p < n; ++p) {
+            const uint8_t* row = side == 0 ? WindowK(layer, seq, h, p) : WindowV(layer, seq, h, p);
+            if (p >= m0) {
+              std::memcpy(out, row, ring_row_bytes_);
+            } else {
+              std::memset(out, 0, ring_row_bytes_);
+            }
+            out += ring_row_bytes_;
+          }
+        }
+      }
     }
   }
 }
@@ -404,6 +492,24 @@ void KvCache::ImportSequence(int seq, int n, const uint8_t* in) {
       const size_t bytes = static_cast<size_t>(row_elems()) * sizeof(float);
       std::memcpy(k_anchor_.data() + Index(layer, seq) * row_elems(), in, bytes);
       in += bytes;
+    }
+  }
+  if (window_ > 0) {
+    const int m = std::min(ring_, n);
+    for (int layer = 0; layer < config_.n_layer; ++layer) {
+      int32_t m0;
+      std::memcpy(&m0, in, sizeof(m0));
+      in += sizeof(m0);
+      window_floor_[Index(layer, seq)] = std::max(n - m, std::min(n, static_cast<int>(m0)));
+      for (int h = 0; h < config_.n_kv_heads; ++h) {
+        for (int side = 0; side < 2; ++side) {
+          for (int p = n - m; p < n; ++p) {
+            uint8_t* base = (side == 0 ? wk_ : wv_).data();
+            std::memcpy(base + RingIndex(layer, seq, h, p) * ring_row_bytes_, in, ring_row_bytes_);
+            in += ring_row_bytes_;
+          }
+        }
+      }
     }
   }
 }
@@ -469,6 +575,18 @@ void KvCache::CopyPrefix(int src_seq, int dst_seq, int n) {
     if (k_anchored_ && n > 0) {
       std::copy_n(k_anchor_.begin() + Index(layer, src_seq) * row_elems(), row_elems(),
                   k_anchor_.begin() + Index(layer, dst_seq) * row_elems());
+    }
+    if (window_ > 0) {
+      const int m0 = WindowFirstHeld(layer, src_seq, n);
+      for (int h = 0; h < config_.n_kv_heads; ++h) {
+        for (int p = m0; p < n; ++p) {
+          std::memcpy(wk_.data() + RingIndex(layer, dst_seq, h, p) * ring_row_bytes_,
+                      WindowK(layer, src_seq, h, p), ring_row_bytes_);
+          std::memcpy(wv_.data() + RingIndex(layer, dst_seq, h, p) * ring_row_bytes_,
+                      WindowV(layer, src_seq, h, p), ring_row_bytes_);
+        }
+      }
+      window_floor_[Index(layer, dst_seq)] = m0;
     }
     lengths_[Index(layer, dst_seq)] = n;
   }

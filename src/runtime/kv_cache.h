@@ -15,6 +15,7 @@
 // the result is exact up to the quantization of what is stored.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -52,6 +53,7 @@ struct KvMode {
   bool k_anchored;   // keys stored relative to the sequence's anchor, with a flag per cell
   bool quantized;    // lossy: takes --kv-v-round, and the probe crosses it with the roundings
   double bits;       // bits per element (K + V) / 2 at head_dim a multiple of 32, flags excluded
+  int window;        // default recent full-precision window (cells; --kv-window), 0 if lossless
 };
 
 // Row sides: a format, and whether it is rotated first.
@@ -62,12 +64,12 @@ inline constexpr KvSideSpec kSideQ4_0Rotated{KvRowFormat::kQ4_0, true};
 
 // clang-format off
 inline constexpr KvMode kKvModes[] = {
-    // type         name    K                  V                  anchored lossy  bits
-    {KvType::kF32,  "f32",  kSideF32,          kSideF32,          false,   false, 32.0},
-    {KvType::kF16,  "f16",  kSideF16,          kSideF16,          false,   false, 16.0},
-    {KvType::kInt8, "int8", kSideInt8,         kSideInt8,         false,   true,  8.5},
-    {KvType::kQ4_0, "q4_0", kSideQ4_0Rotated,  kSideQ4_0Rotated,  true,    true,  4.5},
-    {KvType::kK8V4, "k8v4", kSideInt8,         kSideQ4_0Rotated,  false,   true,  6.5},
+    // type         name    K                  V                  anchored lossy  bits  window
+    {KvType::kF32,  "f32",  kSideF32,          kSideF32,          false,   false, 32.0, 0},
+    {KvType::kF16,  "f16",  kSideF16,          kSideF16,          false,   false, 16.0, 0},
+    {KvType::kInt8, "int8", kSideInt8,         kSideInt8,         false,   true,  8.5,  32},
+    {KvType::kQ4_0, "q4_0", kSideQ4_0Rotated,  kSideQ4_0Rotated,  true,    true,  4.5,  32},
+    {KvType::kK8V4, "k8v4", kSideInt8,         kSideQ4_0Rotated,  false,   true,  6.5,  32},
 };
 // clang-format on
 inline constexpr int kKvModeCount = static_cast<int>(std::size(kKvModes));
@@ -116,6 +118,20 @@ class KvWriteObserver {
   virtual bool OnWrite(const KvWriteSpan& span, float* k, float* v) const = 0;
 };
 
+// The recent full-precision window (lossy modes): a query at position t reads cells
+// [t - window + 1, t] from an exact f16 copy (in the side's rotated frame) and older cells from
+// the encoded storage. Every cell is encoded by the writer when it is written, so the encoded
+// storage is the same with or without a window; the copy is a ring of window + kKvWindowSlack
+// cells per (sequence, layer, KV head), position p in slot p % ring. The slack lets a Truncate
+// move back by up to kKvWindowSlack cells (rejected drafts) and a batch write up to that many
+// cells of one sequence before attention reads them (the session splits longer batches).
+inline constexpr int kKvWindowSlack = 64;
+
+// Test-only faults of the window (the write-path tests must catch them): on single-token
+// writes, the cell's encoded form is not stored at all (only its exact copy), or it is encoded
+// twice (from its own decoded form).
+enum class KvWindowFault { kNone, kSkipEncodeOnDecode, kEncodeTwiceOnDecode };
+
 struct KvCacheConfig {
   int n_layer = 0;
   int n_ctx = 0;  // cells per sequence
@@ -129,6 +145,10 @@ struct KvCacheConfig {
   RopeParams rope;
   // Optional write hook (planted faults); not owned, must outlive the cache. nullptr: none.
   const KvWriteObserver* write_observer = nullptr;
+  // Recent cells read from an exact copy (see kKvWindowSlack); 0: none. Lossless modes keep
+  // no copy whatever this says (window() is 0).
+  int window = 0;
+  KvWindowFault window_fault = KvWindowFault::kNone;  // test-only
 };
 
 // Whether the mode stores anchored keys (see above): q4_0 only.
@@ -172,7 +192,9 @@ class KvCache {
   void Write(int layer, int seq, int pos0, int n, const float* k, const float* v,
              ThreadPool* pool = nullptr);
 
-  // Drops cells at positions >= n_keep in every layer (rollback of rejected tokens).
+  // Drops cells at positions >= n_keep in every layer (rollback of rejected tokens). With a
+  // window, cells before n_keep whose exact copy the ring no longer holds (a cut more than
+  // kKvWindowSlack cells back) are read from their encoded form until they leave the window.
   void Truncate(int seq, int n_keep);
   // Makes dst's first n cells a copy of src's (every layer).
   void CopyPrefix(int src_seq, int dst_seq, int n);
@@ -181,7 +203,10 @@ class KvCache {
 
   // The encoded cells of one sequence, for session files. Layout: per layer, per KV head, the
   // K head rows of cells [0, n), then the V head rows, then (anchored keys) one flag byte per
-  // cell; after all layers (anchored keys) the anchors [n_layer, n_kv_heads, head_dim] f32.
+  // cell; after all layers (anchored keys) the anchors [n_layer, n_kv_heads, head_dim] f32;
+  // then (with a window) per layer an i32: the first position m0 the copy holds, and per KV head
+  // the exact K rows then V rows of positions [n - m, n), m = min(window_ring(), n), f16 (rows
+  // below m0 are zeros).
   uint64_t SequenceStateBytes(int n) const;
   // Writes sequence seq's first n cells (every layer must hold at least n) to out
   // ([SequenceStateBytes(n)] bytes).
@@ -250,6 +275,40 @@ class KvCache {
   // decoded, rotation undone, anchor offsets restored. out: [n, head_dim].
   void ReadHeadRows(int side, int layer, int seq, int head, int n, float* out) const;
 
+  // The most cells of sequence seq, at most n, that can be kept with their window intact: n
+  // when the ring still holds the exact copies of the window before n (a cut at most
+  // kKvWindowSlack cells back, or anything without a window), else 0. Session::Truncate and
+  // CopyPrefix keep that many, so a kept prefix always reads as a fresh evaluation would.
+  int ExactKeep(int seq, int n) const {
+    if (window_ == 0 || n == 0) return n;
+    for (int layer = 0; layer < config_.n_layer; ++layer) {
+      const int lo = std::max(window_floor_[Index(layer, seq)], Length(seq, layer) - ring_);
+      if (lo > 0 && n - window_ < lo) return 0;
+    }
+    return n;
+  }
+  // The recent full-precision window (see kKvWindowSlack); 0: none.
+  int window() const { return window_; }
+  int window_ring() const { return ring_; }
+  // The first cell a query at position pos of (layer, seq) reads from the exact copy (pos + 1
+  // without a window): pos - window + 1, or later where the ring no longer holds a cell.
+  int WindowBegin(int layer, int seq, int pos) const {
+    if (window_ == 0) return pos + 1;
+    const int lo = std::max(window_floor_[Index(layer, seq)], Length(seq, layer) - ring_);
+    return std::max({0, pos - window_ + 1, lo});
+  }
+  // The exact copy of one head row at position pos: f16 [head_dim], in the side's rotated
+  // frame; the rows of consecutive positions are contiguous up to a multiple of window_ring().
+  const uint8_t* WindowK(int layer, int seq, int head, int pos) const {
+    return wk_.data() + RingIndex(layer, seq, head, pos) * ring_row_bytes_;
+  }
+  const uint8_t* WindowV(int layer, int seq, int head, int pos) const {
+    return wv_.data() + RingIndex(layer, seq, head, pos) * ring_row_bytes_;
+  }
+  size_t window_row_bytes() const { return ring_row_bytes_; }
+  // Bytes of the exact copies for all sequences (not per token: a fixed cost).
+  size_t WindowBytes() const { return wk_.size() + wv_.size(); }
+
   // First non-finite K/V value seen by Write ("" if none); ClearNonfinite resets it.
   const std::string& nonfinite_error() const { return nonfinite_error_; }
   void ClearNonfinite() { nonfinite_error_.clear(); }
@@ -273,6 +332,18 @@ class KvCache {
   void EncodeAnchoredK(int layer, int seq, int pos, int head, const float* k, float* scratch,
                        uint8_t* alt);
   void ZeroCells(int layer, int seq, int pos0, int n);
+  size_t RingIndex(int layer, int seq, int head, int pos) const {
+    return (Index(layer, seq) * config_.n_kv_heads + head) * ring_ +
+           static_cast<size_t>(pos % ring_);
+  }
+  // Stores the exact copy of one head row (src: head_dim values) of K (side 0) or V (side 1).
+  void WriteWindowRow(int side, int layer, int seq, int head, int pos, const float* src,
+                      float* tmp);
+  // The first position whose exact copy (layer, seq) holds, for a prefix of n cells.
+  int WindowFirstHeld(int layer, int seq, int n) const {
+    return std::min(
+        n, std::max({0, n - ring_, window_floor_[Index(layer, seq)], Length(seq, layer) - ring_}));
+  }
 
   KvCacheConfig config_;
   KvSideSpec k_spec_;
@@ -288,6 +359,12 @@ class KvCache {
   std::vector<float> anchor_offset_cs_;  // [n_rot / 2, 2, kAnchorAngleRun]
   std::vector<float> k_anchor_;          // [n_seq, n_layer, n_kv_heads, head_dim]
   std::vector<uint8_t> k_anchor_flag_;   // [n_seq, n_layer, n_kv_heads, n_ctx] (anchored only)
+  int window_ = 0;                       // effective window (0 for lossless modes)
+  int ring_ = 0;                         // window_ + kKvWindowSlack (0 without a window)
+  size_t ring_row_bytes_ = 0;            // one f16 head row
+  std::vector<uint8_t> wk_;              // [n_seq, n_layer, n_kv_heads, ring_] f16 head rows
+  std::vector<uint8_t> wv_;              // [n_seq, n_layer, n_kv_heads, ring_] f16 head rows
+  std::vector<int> window_floor_;        // [n_seq, n_layer] no exact copy below this position
   std::string nonfinite_error_;
 };
 

@@ -21,6 +21,8 @@ Result<KvCacheConfig> MakeKvCacheConfig(const Hparams& hp, const SessionConfig& 
   kc.seed = c.kv_seed;
   kc.rope = hp.rope;
   kc.write_observer = c.write_observer;
+  kc.window = c.kv_window == kKvWindowModeDefault ? KvModeOf(c.kv_type).window : c.kv_window;
+  kc.window_fault = c.kv_window_fault;
   Status st = ValidateKvConfig(kc);
   if (!st.ok()) return st.error();
   return kc;
@@ -87,25 +89,63 @@ std::vector<Segment> Segments(const ForwardBatch& b) {
 class Session::CacheAttention final : public AttentionContext {
  public:
   CacheAttention(Session& s, std::vector<Segment> segments)
-      : s_(s), segments_(std::move(segments)) {}
+      : s_(s), segments_(std::move(segments)) {
+    Split();
+  }
   void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
     const Hparams& hp = s_.model_.hparams();
     const size_t kvd = hp.kv_dim();
     AttentionShape shape{hp.n_head, hp.n_head_kv, hp.head_dim,
                          1.0f / std::sqrt(static_cast<float>(hp.head_dim))};
-    // Every segment's cells first (one-token segments encode on this thread: a pool
-    // dispatch would cost more than the row), then attention over all segments in one pass.
-    for (const Segment& g : segments_) {
-      s_.cache_.Write(layer, g.seq, g.pos0, g.n, k + g.begin * kvd, v + g.begin * kvd,
-                      g.n > 1 ? &s_.pool_ : nullptr);
+    // Per piece (all segments without a window): every segment's cells first (one-token
+    // segments encode on this thread: a pool dispatch would cost more than the row), then
+    // attention over all its segments in one pass.
+    for (size_t p = 0; p + 1 < piece_begin_.size(); ++p) {
+      const Segment* first = pieces_.data() + piece_begin_[p];
+      const int n = piece_begin_[p + 1] - piece_begin_[p];
+      for (const Segment* g = first; g != first + n; ++g) {
+        s_.cache_.Write(layer, g->seq, g->pos0, g->n, k + g->begin * kvd, v + g->begin * kvd,
+                        g->n > 1 ? &s_.pool_ : nullptr);
+      }
+      CausalAttentionSegments(s_.cache_, layer, first, n, q, out, shape, s_.attention_scratch_,
+                              s_.pool_);
     }
-    CausalAttentionSegments(s_.cache_, layer, segments_.data(), static_cast<int>(segments_.size()),
-                            q, out, shape, s_.attention_scratch_, s_.pool_);
   }
 
  private:
+  // With a window, a sequence may write at most kKvWindowSlack cells before attention reads
+  // them (its window's exact copies must still be in the ring): the segments are cut into
+  // pieces holding at most that many tokens of each sequence, run in order. Every token's
+  // result depends only on its own cells, so the pieces change nothing else.
+  void Split() {
+    if (s_.cache_.window() == 0) {
+      pieces_ = segments_;
+      piece_begin_ = {0, static_cast<int>(pieces_.size())};
+      return;
+    }
+    piece_begin_ = {0};
+    std::vector<int> in_piece(s_.n_seq(), 0);  // [n_seq] tokens of each sequence in this piece
+    for (Segment g : segments_) {
+      while (g.n > 0) {
+        if (in_piece[g.seq] == kKvWindowSlack) {
+          piece_begin_.push_back(static_cast<int>(pieces_.size()));
+          std::fill(in_piece.begin(), in_piece.end(), 0);
+        }
+        const int take = std::min(g.n, kKvWindowSlack - in_piece[g.seq]);
+        pieces_.push_back({g.seq, g.pos0, g.begin, take});
+        in_piece[g.seq] += take;
+        g.pos0 += take;
+        g.begin += take;
+        g.n -= take;
+      }
+    }
+    piece_begin_.push_back(static_cast<int>(pieces_.size()));
+  }
+
   Session& s_;
   std::vector<Segment> segments_;
+  std::vector<Segment> pieces_;   // segments_, cut where a piece would pass the slack
+  std::vector<int> piece_begin_;  // [n_pieces + 1] each piece's first entry of pieces_
 };
 
 Session::Session(const Model& model, const SessionConfig& config, ThreadPool& pool)
@@ -206,7 +246,8 @@ Result<const float*> Session::Run(const ForwardBatch& batch, int n_out) {
   for (const Segment& g : segments) {
     n_past_[g.seq] = g.pos0 + g.n;
     tokens_[g.seq].resize(g.pos0);
-    tokens_[g.seq].insert(tokens_[g.seq].end(), batch.tokens + g.begin, batch.tokens + g.begin + g.n);
+    tokens_[g.seq].insert(tokens_[g.seq].end(), batch.tokens + g.begin,
+                          batch.tokens + g.begin + g.n);
   }
   CacheAttention attention(*this, std::move(segments));
   model_.Forward(batch, attention, scratch_, pool_, logits_.data());
@@ -251,7 +292,7 @@ void Session::RestoreSequence(int seq, const std::vector<int32_t>& tokens, const
 
 void Session::Truncate(int seq, int n_keep) {
   LAMINA_CHECK(seq >= 0 && seq < n_seq());
-  n_keep = std::max(0, std::min(n_keep, n_past_[seq]));
+  n_keep = cache_.ExactKeep(seq, std::max(0, std::min(n_keep, n_past_[seq])));
   cache_.Truncate(seq, n_keep);
   n_past_[seq] = n_keep;
   tokens_[seq].resize(n_keep);
@@ -260,6 +301,7 @@ void Session::Truncate(int seq, int n_keep) {
 void Session::CopyPrefix(int src_seq, int dst_seq, int n) {
   LAMINA_CHECK(src_seq >= 0 && src_seq < n_seq() && dst_seq >= 0 && dst_seq < n_seq());
   LAMINA_CHECK(n >= 0 && n <= n_past_[src_seq]);
+  n = cache_.ExactKeep(src_seq, n);
   if (src_seq == dst_seq) {
     Truncate(dst_seq, n);
     return;

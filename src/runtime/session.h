@@ -14,13 +14,19 @@
 
 namespace lamina {
 
+inline constexpr int kKvWindowModeDefault = -1;
+
 struct SessionConfig {
   int n_ctx = 0;  // cells per sequence; 0: the model's training context, capped at 4096
   int n_seq = 1;  // sequences the cache holds (a server's slots)
   KvType kv_type = KvType::kF16;
   KvRounding v_rounding = KvRounding::kNearest;
   uint64_t kv_seed = 0;
-  const KvWriteObserver* write_observer = nullptr;  // optional write hook (planted faults)
+  // Recent cells read from an exact copy (KvCacheConfig::window); kKvWindowModeDefault: the
+  // mode's (its row in kKvModes); 0: none.
+  int kv_window = kKvWindowModeDefault;
+  const KvWriteObserver* write_observer = nullptr;       // optional write hook (planted faults)
+  KvWindowFault kv_window_fault = KvWindowFault::kNone;  // test-only
   // Bytes the session may hold (cache + the scratch of a batch); a batch whose scratch would
   // pass it is refused with an error before anything is allocated. UINT64_MAX: unchecked.
   uint64_t memory_limit = UINT64_MAX;
@@ -77,10 +83,12 @@ class Session {
   // n_ctx(); nothing is written on such an error.
   Result<const float*> Decode(const SequenceBatch& batch);
 
-  // Drops positions >= n_keep of sequence `seq` (0 when omitted).
+  // Drops positions >= n_keep of sequence `seq` (0 when omitted). With a KV window a cut more
+  // than kKvWindowSlack cells back keeps nothing (KvCache::ExactKeep): read n_past() after.
   void Truncate(int n_keep) { Truncate(0, n_keep); }
   void Truncate(int seq, int n_keep);
-  // Makes dst's first n cells a copy of src's and dst's length n (a shared prompt prefix).
+  // Makes dst's first n cells a copy of src's and dst's length n (a shared prompt prefix);
+  // with a KV window, 0 cells when src no longer holds the window before n exactly.
   void CopyPrefix(int src_seq, int dst_seq, int n);
 
   // Replaces sequence `seq` by a saved state: `tokens` ([n], each in the vocabulary, n <=
@@ -101,9 +109,9 @@ class Session {
   KvCache cache_;
   ForwardScratch scratch_;
   AttentionScratch attention_scratch_;
-  std::vector<float> logits_;       // [n_outputs, n_vocab]
-  std::vector<int32_t> positions_;  // [n_tokens] Eval's positions
-  std::vector<int> n_past_;         // [n_seq]
+  std::vector<float> logits_;                 // [n_outputs, n_vocab]
+  std::vector<int32_t> positions_;            // [n_tokens] Eval's positions
+  std::vector<int> n_past_;                   // [n_seq]
   std::vector<std::vector<int32_t>> tokens_;  // [n_seq][n_past]
   uint64_t memory_limit_ = UINT64_MAX;
 };

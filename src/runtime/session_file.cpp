@@ -19,7 +19,7 @@ namespace lamina {
 namespace {
 
 constexpr char kMagic[8] = {'L', 'A', 'M', 'S', 'E', 'S', 'S', '\0'};
-constexpr uint32_t kHeaderBytes = 80;
+constexpr uint32_t kHeaderBytes = 88;
 constexpr uint32_t kSectionHeaderBytes = 24;
 constexpr uint32_t kTagTokens = 0x4e4b4f54;  // "TOKN"
 constexpr uint32_t kTagKv = 0x5453564b;      // "KVST"
@@ -142,6 +142,8 @@ std::vector<uint8_t> SerializeSessionFile(const Session& session, int seq, uint6
   Put<uint32_t>(out, static_cast<uint32_t>(n));
   Put<uint32_t>(out, n_sections);
   Put<uint64_t>(out, kv_bytes);
+  Put<uint32_t>(out, static_cast<uint32_t>(cache.window()));
+  Put<uint32_t>(out, 0);
   Put<uint64_t>(out, Xxh64::Of(out.data(), out.size()));
   auto section = [&](uint32_t tag, const void* payload, uint64_t size) {
     Put<uint32_t>(out, tag);
@@ -173,7 +175,8 @@ Result<SessionFileView> ParseSessionFile(const uint8_t* data, size_t size, const
     return Error{"format version " + std::to_string(version) + ", this lamina reads version " +
                  std::to_string(kSessionFileVersion)};
   }
-  if (Get<uint32_t>(data + 12) != kHeaderBytes || Get<uint64_t>(data + 72) != Xxh64::Of(data, 72)) {
+  if (Get<uint32_t>(data + 12) != kHeaderBytes || Get<uint32_t>(data + 76) != 0 ||
+      Get<uint64_t>(data + 80) != Xxh64::Of(data, 80)) {
     return Error{"header checksum mismatch (the file is corrupt)"};
   }
   const uint64_t hash = Get<uint64_t>(data + 16);
@@ -198,6 +201,12 @@ Result<SessionFileView> ParseSessionFile(const uint8_t* data, size_t size, const
                  KvRoundingName(static_cast<KvRounding>(v_round)) + " and KV seed " +
                  std::to_string(kv_seed) + ", this run uses " + KvRoundingName(c.v_rounding) +
                  " and " + std::to_string(c.seed) + " (--kv-v-round, --kv-seed)"};
+  }
+  const uint32_t window = Get<uint32_t>(data + 72);
+  if (window != static_cast<uint32_t>(session.cache().window())) {
+    return Error{"made with a KV window of " + std::to_string(window) +
+                 " exact cells, this run uses " + std::to_string(session.cache().window()) +
+                 " (--kv-window)"};
   }
   const uint32_t n_layer = Get<uint32_t>(data + 40), n_kv_heads = Get<uint32_t>(data + 44);
   const uint32_t head_dim = Get<uint32_t>(data + 48), n_vocab = Get<uint32_t>(data + 52);

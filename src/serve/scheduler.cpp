@@ -342,7 +342,9 @@ void Scheduler::ShiftContext(Slot& slot, int32_t next_token) {
   n_keep = std::clamp(n_keep, 0, std::max(0, n_past - 2));
   const int n_discard = std::max(1, (n_past - n_keep) / 2);
   session_.Truncate(slot.id, n_keep);
-  slot.pending.assign(held.begin() + n_keep + n_discard, held.end());
+  // The cells a KV window could not keep (Session::Truncate) are evaluated again first.
+  slot.pending.assign(held.begin() + session_.n_past(slot.id), held.begin() + n_keep);
+  slot.pending.insert(slot.pending.end(), held.begin() + n_keep + n_discard, held.end());
   slot.pending.push_back(next_token);
   slot.pending_done = 0;
   slot.truncated = true;

@@ -62,6 +62,7 @@ Status ModelDrafter::Draft(const std::vector<int32_t>& history, int max_tokens,
     ++keep;
   }
   session_.Truncate(keep);
+  keep = session_.n_past();  // less where a KV window could not be kept
   Result<const float*> r = session_.Eval(history.data() + keep, n - keep, /*all_logits=*/false);
   if (!r.ok()) return r.error();
   const int n_vocab = session_.model().hparams().n_vocab;

@@ -1080,6 +1080,7 @@ int Server::Run() {
   sc.session.kv_type = *kv;
   sc.session.v_rounding = *round;
   sc.session.kv_seed = o_.kv_seed;
+  sc.session.kv_window = o_.kv_window < 0 ? kKvWindowModeDefault : o_.kv_window;
   sc.session.n_seq = sc.n_slots;
   Result<KvCacheConfig> kc = MakeKvCacheConfig(hp, sc.session);
   if (!kc.ok()) {
@@ -1210,6 +1211,9 @@ int RunServeCommand(int argc, char** argv) {
   app.add_option("--kv", o.kv, "KV cache mode: " + KvModeNames());
   app.add_option("--kv-v-round", o.kv_v_round, "V rounding of quantized modes: rtn, stochastic");
   app.add_option("--kv-seed", o.kv_seed, "Seed of stochastic rounding")->check(Seed());
+  app.add_option("--kv-window", o.kv_window,
+                 "Recent cells kept exact (f16) in lossy KV modes; 0: off (default: the mode's)")
+      ->check(IntRange(0, 1 << 20));
   app.add_option("--mem-limit", o.mem_limit,
                  "Most bytes the KV cache and a batch may take, e.g. 8G, or none (default: "
                  "LAMINA_MEM_LIMIT, else 90% of MemAvailable)");

@@ -42,6 +42,7 @@ struct ServeOptions {
   bool jinja = false;              // --jinja: the model's template through the Jinja engine
   std::string kv = "f16";
   std::string kv_v_round = "rtn";
+  int kv_window = -1;  // --kv-window; -1: the mode's default
   std::string
       mem_limit;  // --mem-limit SIZE|none; empty: LAMINA_MEM_LIMIT, else 90% of MemAvailable
   unsigned long long kv_seed = 0;
