@@ -34,7 +34,8 @@ Weights MakeWeights(GgmlType type, int64_t rows, int64_t cols) {
     if (k.quantize != nullptr) {
       k.quantize(row.data(), out.data.data() + r * row_bytes, cols);
     } else {
-      for (size_t b = 0; b < row_bytes; ++b) out.data[r * row_bytes + b] = static_cast<uint8_t>(rng() & 0x3F);
+      for (size_t b = 0; b < row_bytes; ++b)
+        out.data[r * row_bytes + b] = static_cast<uint8_t>(rng() & 0x3F);
     }
   }
   out.w = {type, rows, cols, row_bytes, out.data.data()};
@@ -54,13 +55,16 @@ void BM_MatMul(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   }
   state.SetLabel(GgmlTypeName(type));
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * 2816 * 1024 * n_tokens * state.iterations(),
-                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
-  state.counters["weight_GB/s"] = benchmark::Counter(static_cast<double>(w.data.size()) * state.iterations(),
-                                                     benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * 2816 * 1024 * n_tokens * state.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["weight_GB/s"] =
+      benchmark::Counter(static_cast<double>(w.data.size()) * state.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_MatMul)
-    ->ArgsProduct({{int(GgmlType::kQ8_0), int(GgmlType::kQ4_0), int(GgmlType::kQ4_K), int(GgmlType::kF16)},
+    ->ArgsProduct({{int(GgmlType::kQ8_0), int(GgmlType::kQ4_0), int(GgmlType::kQ4_K),
+                    int(GgmlType::kF16)},
                    {1, 8, 64},
                    {1, 2}})
     ->UseRealTime();
@@ -107,9 +111,9 @@ void BM_DecodeAttention(benchmark::State& state) {
   }
   state.SetLabel(std::string(KvTypeName(c.type)) + (shared ? " shared-K" : " gaussian-K"));
   state.counters["anchored"] = cache.k_anchored() ? anchored / (4.0 * c.n_ctx) : 0.0;
-  state.counters["kv_GB/s"] = benchmark::Counter(
-      static_cast<double>(cache.BytesPerToken()) * c.n_ctx * state.iterations(),
-      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["kv_GB/s"] =
+      benchmark::Counter(static_cast<double>(cache.BytesPerToken()) * c.n_ctx * state.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_DecodeAttention)
     ->ArgsProduct({{int(KvType::kF16), int(KvType::kInt8), int(KvType::kK8V4), int(KvType::kQ4_0)},
@@ -127,19 +131,21 @@ void BM_MemoryReadBandwidth(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(0)));
   std::vector<uint64_t> partial(pool.size() * 8);
   for (auto _ : state) {
-    pool.ParallelFor(static_cast<int64_t>(buf.size()), 1 << 18, [&](int64_t b, int64_t e, int slot) {
-      uint64_t acc[8] = {};
-      for (int64_t i = b; i + 8 <= e; i += 8) {
-        for (int j = 0; j < 8; ++j) acc[j] += buf[i + j];
-      }
-      uint64_t s = 0;
-      for (uint64_t a : acc) s += a;
-      partial[slot * 8] += s;
-    });
+    pool.ParallelFor(static_cast<int64_t>(buf.size()), 1 << 18,
+                     [&](int64_t b, int64_t e, int slot) {
+                       uint64_t acc[8] = {};
+                       for (int64_t i = b; i + 8 <= e; i += 8) {
+                         for (int j = 0; j < 8; ++j) acc[j] += buf[i + j];
+                       }
+                       uint64_t s = 0;
+                       for (uint64_t a : acc) s += a;
+                       partial[slot * 8] += s;
+                     });
     benchmark::DoNotOptimize(partial.data());
   }
-  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(n) * state.iterations(),
-                                              benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(n) * state.iterations(), benchmark::Counter::kIsRate,
+                         benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_MemoryReadBandwidth)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 

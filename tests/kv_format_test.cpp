@@ -59,7 +59,7 @@ Stats RoundTrip(KvRowFormat f, int hd, bool rotate, int rows, uint32_t seed, boo
 TEST(KvFormat, RowBytesMatchTheDefinitions) {
   EXPECT_EQ(KvRowBytes(KvRowFormat::kInt8, 64), 2u * (2 + 32));  // 8.5 bits/elem
   EXPECT_EQ(KvRowBytes(KvRowFormat::kQ4_0, 64), 2u * (2 + 16));  // 4.5 bits/elem
-  EXPECT_EQ(KvRowBytes(KvRowFormat::kInt8, 8), 2u + 8);           // one scale per row
+  EXPECT_EQ(KvRowBytes(KvRowFormat::kInt8, 8), 2u + 8);          // one scale per row
   EXPECT_EQ(KvRowBytes(KvRowFormat::kQ4_0, 8), 2u + 4);
   EXPECT_EQ(KvRowBytes(KvRowFormat::kQ4_0, 48), 0u);  // refused: not a multiple of 32
   EXPECT_EQ(KvRowBytes(KvRowFormat::kF16, 48), 96u);
@@ -74,8 +74,8 @@ TEST(KvFormat, RoundTripBudgetsAndUnbiased) {
       for (KvRowFormat f : {KvRowFormat::kInt8, KvRowFormat::kQ4_0}) {
         const bool rotate = f == KvRowFormat::kQ4_0;
         const Stats s = RoundTrip(f, hd, rotate, 4000, 11, stochastic);
-        const double budget = f == KvRowFormat::kInt8 ? (stochastic ? 0.009 : 0.006)
-                                                      : (stochastic ? 0.13 : 0.09);
+        const double budget =
+            f == KvRowFormat::kInt8 ? (stochastic ? 0.009 : 0.006) : (stochastic ? 0.13 : 0.09);
         SCOPED_TRACE(testing::Message() << "hd " << hd << " format " << int(f) << " stochastic "
                                         << stochastic << " rel_rms " << s.rel_rms);
         EXPECT_LE(s.rel_rms, budget);
@@ -176,23 +176,23 @@ TEST(KvFormat, SimdDecodersMatchScalarTwins) {
   const bool avx2 = cpu.avx2 && cpu.f16c;
   const bool avx512 = avx2 && cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq;
   for (int isa = 0; isa < 2; ++isa)
-  for (KvRowFormat f : {KvRowFormat::kF16, KvRowFormat::kInt8, KvRowFormat::kQ4_0}) {
-    KvRowDecodeFn simd = isa == 0 ? Avx2KvRowDecoder(f) : Avx512KvRowDecoder(f);
-    if (simd == nullptr || !(isa == 0 ? avx2 : avx512)) continue;
-    for (int hd : {8, 16, 32, 64, 128, 256}) {
-      const int rows = 5;  // several consecutive head rows in one call, as attention decodes
-      std::vector<float> x(hd), a(rows * hd), b(rows * hd);
-      const size_t rb = KvRowBytes(f, hd);
-      std::vector<uint8_t> buf(rb * rows);
-      for (int r = 0; r < rows; ++r) {
-        for (float& v : x) v = normal(rng);
-        EncodeKvRow(f, x.data(), hd, nullptr, buf.data() + r * rb);
+    for (KvRowFormat f : {KvRowFormat::kF16, KvRowFormat::kInt8, KvRowFormat::kQ4_0}) {
+      KvRowDecodeFn simd = isa == 0 ? Avx2KvRowDecoder(f) : Avx512KvRowDecoder(f);
+      if (simd == nullptr || !(isa == 0 ? avx2 : avx512)) continue;
+      for (int hd : {8, 16, 32, 64, 128, 256}) {
+        const int rows = 5;  // several consecutive head rows in one call, as attention decodes
+        std::vector<float> x(hd), a(rows * hd), b(rows * hd);
+        const size_t rb = KvRowBytes(f, hd);
+        std::vector<uint8_t> buf(rb * rows);
+        for (int r = 0; r < rows; ++r) {
+          for (float& v : x) v = normal(rng);
+          EncodeKvRow(f, x.data(), hd, nullptr, buf.data() + r * rb);
+        }
+        ScalarKvRowDecoder(f)(buf.data(), rows, hd, a.data());
+        simd(buf.data(), rows, hd, b.data());
+        EXPECT_EQ(a, b) << "format " << int(f) << " hd " << hd;
       }
-      ScalarKvRowDecoder(f)(buf.data(), rows, hd, a.data());
-      simd(buf.data(), rows, hd, b.data());
-      EXPECT_EQ(a, b) << "format " << int(f) << " hd " << hd;
     }
-  }
 }
 
 TEST(KvCacheWriter, NonFiniteValuesAreReportedNotStored) {
@@ -500,7 +500,8 @@ TEST(KvIntScore, Avx512MatchesScalarTwinAndDecodedScores) {
         const int nq = 5;
         const size_t rb = KvRowBytes(f, hd);
         std::vector<uint8_t> rows(rb * n);
-        std::vector<float> x(hd), q(static_cast<size_t>(nq) * hd), decoded(static_cast<size_t>(n) * hd);
+        std::vector<float> x(hd), q(static_cast<size_t>(nq) * hd),
+            decoded(static_cast<size_t>(n) * hd);
         for (int r = 0; r < n; ++r) {
           for (float& v : x) v = 3.0f * normal(rng);
           EncodeKvRow(f, x.data(), hd, nullptr, rows.data() + r * rb);
@@ -521,7 +522,8 @@ TEST(KvIntScore, Avx512MatchesScalarTwinAndDecodedScores) {
           for (int i = 0; i < hd; ++i) qnorm += std::fabs(q[qi * hd + i]);
           for (int j = 0; j < n; ++j) {
             rnorm = 0;
-            for (int i = 0; i < hd; ++i) rnorm = std::max(rnorm, double(std::fabs(decoded[j * hd + i])));
+            for (int i = 0; i < hd; ++i)
+              rnorm = std::max(rnorm, double(std::fabs(decoded[j * hd + i])));
             // Each query value is off by at most half a step of amax / 32767.
             EXPECT_NEAR(a[qi * stride + j], want[j], 0.125 * rnorm * hd * 4.0 / 32767 + 1e-5)
                 << int(f) << " hd " << hd << " n " << n;

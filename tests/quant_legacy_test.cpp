@@ -168,8 +168,8 @@ TEST(QuantDequantize, Q8_0AndQ8_1) {
 
 TEST(QuantDequantize, F16AndBF16) {
   const fp16_t h[] = {0x3C00, 0xC000, 0x3555, 0x0001, 0x7BFF, 0x8000, 0x7C00};
-  const float he[] = {1.0f, -2.0f, 0.333251953125f, 5.9604644775390625e-08f, 65504.0f, -0.0f,
-                      INFINITY};
+  const float he[] = {1.0f,     -2.0f, 0.333251953125f, 5.9604644775390625e-08f,
+                      65504.0f, -0.0f, INFINITY};
   float y[7];
   GetKernels(GgmlType::kF16).dequantize(h, y, 7);
   for (int i = 0; i < 7; ++i) EXPECT_EQ(F32ToBits(y[i]), F32ToBits(he[i])) << i;
@@ -217,15 +217,32 @@ TEST(QuantQuantize, RoundTripErrorBounds) {
       // and of the minimum, plus the one clamped step of the symmetric 4/5-bit types.
       float bound = 0.0f;
       switch (type) {
-        case GgmlType::kF32: bound = 0.0f; break;
-        case GgmlType::kF16: bound = amax * 0x1p-11f; break;
-        case GgmlType::kBF16: bound = amax * 0x1p-8f; break;
-        case GgmlType::kQ4_0: bound = amax / 8 * 1.01f; break;
-        case GgmlType::kQ5_0: bound = amax / 16 * 1.02f; break;
-        case GgmlType::kQ8_0: bound = amax / 127 * 0.57f; break;
-        case GgmlType::kQ4_1: bound = (mx - mn) / 15 * 0.51f + amax * 0x1p-9f; break;
-        case GgmlType::kQ5_1: bound = (mx - mn) / 31 * 0.52f + amax * 0x1p-9f; break;
-        default: FAIL();
+        case GgmlType::kF32:
+          bound = 0.0f;
+          break;
+        case GgmlType::kF16:
+          bound = amax * 0x1p-11f;
+          break;
+        case GgmlType::kBF16:
+          bound = amax * 0x1p-8f;
+          break;
+        case GgmlType::kQ4_0:
+          bound = amax / 8 * 1.01f;
+          break;
+        case GgmlType::kQ5_0:
+          bound = amax / 16 * 1.02f;
+          break;
+        case GgmlType::kQ8_0:
+          bound = amax / 127 * 0.57f;
+          break;
+        case GgmlType::kQ4_1:
+          bound = (mx - mn) / 15 * 0.51f + amax * 0x1p-9f;
+          break;
+        case GgmlType::kQ5_1:
+          bound = (mx - mn) / 31 * 0.52f + amax * 0x1p-9f;
+          break;
+        default:
+          FAIL();
       }
       for (int j = 0; j < kQK; ++j) {
         const int64_t i = b * kQK + j;
@@ -504,8 +521,8 @@ TEST(QuantTwins, VecDotMatchesDequantizedDot) {
     for (int64_t i = 0; i < k; ++i) exact += static_cast<double>(wf[i]) * af[i];
     // Q8_1's s is d * sum(codes) rounded to fp16, so the m * s term carries 2^-11 relative error.
     const double terms = SumAbsTerms(type, w, a, k);
-    const double budget = (type == GgmlType::kQ4_1 || type == GgmlType::kQ5_1 ? 1e-3 : 1e-5) *
-                              terms + 1e-6;
+    const double budget =
+        (type == GgmlType::kQ4_1 || type == GgmlType::kQ5_1 ? 1e-3 : 1e-5) * terms + 1e-6;
     for (Isa isa : SupportedIsas()) {
       float got = 0.0f;
       GetKernels(type, isa).vec_dot(k, &got, w.data(), a.data());

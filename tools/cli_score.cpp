@@ -79,7 +79,8 @@ bool ReadDump(const std::string& path, LogitsDump* d, std::string* err) {
   }
   if (d->n_vocab == 0 || d->n_vocab > (1u << 24) || n > (1ull << 32) ||
       size != 24 + 4 * n + 4ull * n * d->n_vocab) {
-    *err = path + ": header (n_vocab at byte 12, n_positions at byte 16) does not match the file size";
+    *err =
+        path + ": header (n_vocab at byte 12, n_positions at byte 16) does not match the file size";
     return false;
   }
   d->tokens.resize(n);
@@ -160,7 +161,8 @@ int RunScore(const ScoreOptions& o) {
       }
     }
     start += n;
-    if (StderrIsTerminal() && !o.json) std::fprintf(stderr, "\rscored %zu/%zu", start, tokens.size());
+    if (StderrIsTerminal() && !o.json)
+      std::fprintf(stderr, "\rscored %zu/%zu", start, tokens.size());
   }
   if (StderrIsTerminal() && !o.json) std::fprintf(stderr, "\n");
   const double seconds = NowSeconds() - t0;
@@ -180,7 +182,8 @@ int RunScore(const ScoreOptions& o) {
   }
   if (!o.kl_base.empty()) {
     if (base.n_vocab != dump.n_vocab || base.tokens != dump.tokens) {
-      std::fprintf(stderr, "lamina: --kl-base: %s was made from other tokens or another vocabulary\n",
+      std::fprintf(stderr,
+                   "lamina: --kl-base: %s was made from other tokens or another vocabulary\n",
                    o.kl_base.c_str());
       return kExitBadInput;
     }
@@ -205,13 +208,15 @@ int RunScore(const ScoreOptions& o) {
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("perplexity %.4f over %lld scored tokens (%zu tokens, n_ctx %d, kv %s, %.2f s)\n", ppl,
-                static_cast<long long>(n_scored), tokens.size(), n_ctx, KvTypeName(sc.kv_type), seconds);
+    std::printf("perplexity %.4f over %lld scored tokens (%zu tokens, n_ctx %d, kv %s, %.2f s)\n",
+                ppl, static_cast<long long>(n_scored), tokens.size(), n_ctx, KvTypeName(sc.kv_type),
+                seconds);
     if (!o.kl_base.empty()) {
-      std::printf("KL divergence vs %s: mean %.6g median %.6g p99 %.6g max %.6g | top-1 agreement %.4f\n",
-                  o.kl_base.c_str(), j["kld_mean"].get<double>(), j["kld_median"].get<double>(),
-                  j["kld_p99"].get<double>(), j["kld_max"].get<double>(),
-                  j["top1_agreement"].get<double>());
+      std::printf(
+          "KL divergence vs %s: mean %.6g median %.6g p99 %.6g max %.6g | top-1 agreement %.4f\n",
+          o.kl_base.c_str(), j["kld_mean"].get<double>(), j["kld_median"].get<double>(),
+          j["kld_p99"].get<double>(), j["kld_max"].get<double>(),
+          j["top1_agreement"].get<double>());
     }
   }
   return kExitOk;

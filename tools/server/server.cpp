@@ -1204,7 +1204,8 @@ int RunServeCommand(int argc, char** argv) {
   app.add_flag("-v,--verbose", o.verbose, "More logging");
   app.add_option("--chat-template", o.chat_template,
                  "Chat template: a built-in name (" + ChatTemplateNames() + ") or a Jinja source");
-  app.add_option("--chat-template-file", o.chat_template_file, "Chat template: a Jinja source file");
+  app.add_option("--chat-template-file", o.chat_template_file,
+                 "Chat template: a Jinja source file");
   app.add_flag("--jinja", o.jinja,
                "Render the model's chat template with the Jinja engine even when it is a format "
                "lamina knows");
