@@ -2,6 +2,7 @@
 #include "runtime/generate.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "util/timer.h"
 
@@ -35,6 +36,35 @@ Generator::Generator(const Tokenizer& tokenizer, const GenerateParams& params,
   params_.stop.erase(std::remove(params_.stop.begin(), params_.stop.end(), std::string()),
                      params_.stop.end());
   if (params_.n_predict == 0) reason_ = StopReason::kLimit;
+  if (params_.grammar) matcher_.emplace(params_.grammar);
+}
+
+bool Generator::GrammarAllows(int32_t id) const {
+  if (params_.ignore_eos && tokenizer_.IsEog(id)) return false;
+  return matcher_->Allows(tokenizer_, id, generated_.empty());
+}
+
+int32_t Generator::GreedyIfAllowed(const float* logits, int n_vocab) {
+  if (params_.sampler.temperature > 0.0f) return -1;
+  // Greedy picks the arg max after the repetition penalty; masking only removes candidates,
+  // so an allowed arg max of the whole vocabulary is the arg max of the allowed ones.
+  const int32_t id = sampler_.Sample(logits, n_vocab, history_);
+  return GrammarAllows(id) ? id : -1;
+}
+
+const float* Generator::Constrain(const float* logits, int n_vocab) {
+  if (!matcher_) return logits;
+  matcher_->AllowedTokens(tokenizer_, generated_.empty(), &allowed_);
+  masked_.assign(logits, logits + n_vocab);
+  bool any = false;
+  for (int i = 0; i < n_vocab; ++i) {
+    if (allowed_[i] && !(params_.ignore_eos && tokenizer_.IsEog(i))) {
+      any = true;
+    } else {
+      masked_[i] = -INFINITY;
+    }
+  }
+  return any ? masked_.data() : nullptr;
 }
 
 std::string Generator::Release(bool final) {
@@ -76,6 +106,13 @@ std::string Generator::Release(bool final) {
 
 Generator::Step Generator::Next(const float* logits, int n_vocab) {
   if (done()) return Step{-1, "", true};
+  if (matcher_) {
+    const int32_t greedy = GreedyIfAllowed(logits, n_vocab);
+    if (greedy >= 0) return Emit(greedy);
+    logits = Constrain(logits, n_vocab);
+    // Nothing may follow: the grammar's sentence is complete.
+    if (!logits) return Step{-1, Finish(StopReason::kEos), true};
+  }
   return Emit(sampler_.Sample(logits, n_vocab, history_));
 }
 
@@ -83,11 +120,24 @@ Generator::Step Generator::NextWithDraft(const float* logits, int n_vocab, int32
                                          const std::vector<TokenProb>* q, bool* accepted) {
   *accepted = false;
   if (done()) return Step{-1, "", true};
+  if (matcher_) {
+    const int32_t greedy = GreedyIfAllowed(logits, n_vocab);
+    if (greedy >= 0) {
+      *accepted = greedy == draft;
+      return Emit(greedy);
+    }
+    logits = Constrain(logits, n_vocab);
+    if (!logits) return Step{-1, Finish(StopReason::kEos), true};
+  }
   return Emit(sampler_.SampleWithDraft(logits, n_vocab, history_, draft, q, accepted));
 }
 
 Generator::Step Generator::Emit(int32_t id) {
   Step step;
+  if (matcher_) {
+    // Constrain allowed only what the matcher accepts.
+    LAMINA_CHECK(matcher_->AcceptToken(tokenizer_, id, generated_.empty()));
+  }
   if (!params_.ignore_eos && tokenizer_.IsEog(id)) {
     reason_ = StopReason::kEos;
     pending_ += detok_.Flush();
@@ -101,9 +151,12 @@ Generator::Step Generator::Emit(int32_t id) {
   pending_ += detok_.Push(id);
   const bool at_limit =
       params_.n_predict >= 0 && static_cast<int>(generated_.size()) >= params_.n_predict;
-  if (at_limit) pending_ += detok_.Flush();
-  step.text = Release(/*final=*/at_limit);
+  // A grammar whose sentence is complete allows nothing but an end token: end here.
+  const bool grammar_done = matcher_ && matcher_->Complete();
+  if (at_limit || grammar_done) pending_ += detok_.Flush();
+  step.text = Release(/*final=*/at_limit || grammar_done);
   if (reason_ == StopReason::kNone && at_limit) reason_ = StopReason::kLimit;
+  if (reason_ == StopReason::kNone && grammar_done) reason_ = StopReason::kEos;
   step.done = done();
   return step;
 }

@@ -9,9 +9,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "runtime/grammar.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "tokenizer/tokenizer.h"
@@ -23,6 +26,9 @@ struct GenerateParams {
   int n_predict = -1;             // tokens to generate at most; < 0: until a stop rule
   std::vector<std::string> stop;  // stop strings (the text ends before the first one)
   bool ignore_eos = false;        // keep going past end-of-generation tokens
+  // When set, only tokens that keep the output a prefix of a sentence of this grammar are
+  // sampled (GBNF; JSON schemas are converted to it), and generation ends when it is complete.
+  std::shared_ptr<const Grammar> grammar;
 };
 
 enum class StopReason {
@@ -76,6 +82,13 @@ class Generator {
   Step Emit(int32_t id);
   // Moves pending_ text to the output as far as stop strings allow; returns what was released.
   std::string Release(bool final);
+  // With a grammar: the logits with every token it does not allow at -inf (masked_), or
+  // nullptr when it allows none; without one, logits itself.
+  const float* Constrain(const float* logits, int n_vocab);
+  // The sampler's greedy choice when the grammar allows it (then it is also the constrained
+  // arg max), else -1.
+  int32_t GreedyIfAllowed(const float* logits, int n_vocab);
+  bool GrammarAllows(int32_t id) const;
 
   const Tokenizer& tokenizer_;
   GenerateParams params_;
@@ -87,6 +100,9 @@ class Generator {
   std::string pending_;  // decoded, not yet released (may begin a stop string)
   StopReason reason_ = StopReason::kNone;
   std::string stop_word_;
+  std::optional<GrammarMatcher> matcher_;
+  std::vector<uint8_t> allowed_;  // [n_vocab] Constrain's scratch: the grammar's mask
+  std::vector<float> masked_;     // [n_vocab] Constrain's result
 };
 
 // Keeps the longest prefix that sequence `seq` of the session shares with `prompt`, always

@@ -525,6 +525,24 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const gguf::File& file) {
   return FromVocab(std::move(data));
 }
 
+const TokenTrie& Tokenizer::PieceTrie() const {
+  std::call_once(piece_trie_once_, [this] {
+    std::vector<std::string> pieces(tokens_.size());
+    std::vector<uint8_t> include(tokens_.size(), 1);
+    for (size_t id = 0; id < tokens_.size(); ++id) {
+      const TokenAttr attr = attrs_[id];
+      if (attr == TokenAttr::kControl || attr == TokenAttr::kUnused ||
+          IsEog(static_cast<TokenId>(id))) {
+        include[id] = 0;
+        continue;
+      }
+      pieces[id] = TokenToPiece(static_cast<TokenId>(id), false);
+    }
+    piece_trie_ = std::make_unique<TokenTrie>(pieces, include);
+  });
+  return *piece_trie_;
+}
+
 bool Tokenizer::IsEog(TokenId id) const {
   return id >= 0 && std::binary_search(eog_ids_.begin(), eog_ids_.end(), id);
 }

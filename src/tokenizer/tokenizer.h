@@ -6,12 +6,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "tokenizer/token_trie.h"
 #include "util/status.h"
 
 namespace lamina {
@@ -77,6 +79,9 @@ class Tokenizer {
   TokenAttr Attr(TokenId id) const { return attrs_.at(id); }
   // The id of a token with exactly this text, or -1.
   TokenId FindToken(std::string_view text) const;
+  // A byte trie over the pieces (TokenToPiece(id, false)) of every token that is not control,
+  // unused, end-of-generation or empty; built on first use, then shared (thread-safe).
+  const TokenTrie& PieceTrie() const;
 
  protected:
   std::vector<std::string> tokens_;
@@ -87,6 +92,10 @@ class Tokenizer {
   bool add_bos_ = false;
   bool add_eos_ = false;
   std::vector<TokenId> eog_ids_;
+
+ private:
+  mutable std::once_flag piece_trie_once_;
+  mutable std::unique_ptr<TokenTrie> piece_trie_;
 };
 
 // Turns a stream of token ids into text without splitting a UTF-8 character across outputs:
