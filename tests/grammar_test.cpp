@@ -128,6 +128,14 @@ TEST(GrammarMatch, ClassesNegationAnyAndUtf8) {
   // A lead byte whose every completion is outside the class is refused at once.
   auto ascii = MustParse("root ::= [a-z]+");
   EXPECT_FALSE(IsPrefix(ascii, "ab\xc3"));
+  // Overlong forms, surrogates and code points above U+10FFFF never match (a byte-fallback
+  // vocabulary could otherwise spell "{" as C1 BB).
+  auto brace = MustParse("root ::= \"{\" .*");
+  EXPECT_FALSE(IsPrefix(brace, "\xc1\xbb"));
+  EXPECT_FALSE(IsPrefix(brace, "{\xe0\x81\xbd"));
+  EXPECT_FALSE(IsPrefix(brace, "{\xed\xa0\x80"));
+  EXPECT_FALSE(IsPrefix(brace, "{\xf4\x90"));
+  EXPECT_TRUE(IsPrefix(brace, "{\xf4\x8f\xbf\xbf\xe2\x82\xac"));
   auto not_a = MustParse("root ::= [^a]");
   EXPECT_TRUE(Matches(not_a, "é"));
   EXPECT_TRUE(Matches(not_a, "b"));

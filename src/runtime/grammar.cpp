@@ -593,40 +593,52 @@ void GrammarMatcher::Advance(const std::vector<Stack>& stacks, uint32_t cp,
 
 bool GrammarMatcher::StepByte(const State& state, uint8_t b, State* next) const {
   uint32_t value;
-  int left;
+  int left, len;
   if (state.partial_left == 0) {
     if (b < 0x80) {
       Advance(state.stacks, b, &next->stacks);
       next->partial = 0;
       next->partial_left = 0;
+      next->partial_len = 0;
       return !next->stacks.empty();
     }
     if ((b & 0xE0) == 0xC0) {
       value = b & 0x1F;
-      left = 1;
+      left = len = 1;
     } else if ((b & 0xF0) == 0xE0) {
       value = b & 0x0F;
-      left = 2;
+      left = len = 2;
     } else if ((b & 0xF8) == 0xF0) {
       value = b & 0x07;
-      left = 3;
+      left = len = 3;
     } else {
       return false;
     }
+    ++len;
   } else {
     if ((b & 0xC0) != 0x80) return false;
     value = (state.partial << 6) | (b & 0x3F);
     left = state.partial_left - 1;
-    if (left == 0) {
-      Advance(state.stacks, value, &next->stacks);
-      next->partial = 0;
-      next->partial_left = 0;
-      return !next->stacks.empty();
-    }
+    len = state.partial_len;
+  }
+  // The code points this sequence can still become, within what its length may encode (no
+  // overlong forms, no surrogates, nothing above U+10FFFF).
+  static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+  static constexpr uint32_t kMax[5] = {0, 0, 0x7FF, 0xFFFF, 0x10FFFF};
+  uint32_t lo = value << (6 * left);
+  uint32_t hi = lo | ((1u << (6 * left)) - 1);
+  lo = std::max(lo, kMin[len]);
+  hi = std::min(hi, kMax[len]);
+  if (lo > hi) return false;
+  if (lo >= 0xD800 && hi <= 0xDFFF) return false;
+  if (left == 0) {
+    Advance(state.stacks, value, &next->stacks);
+    next->partial = 0;
+    next->partial_left = 0;
+    next->partial_len = 0;
+    return !next->stacks.empty();
   }
   // Inside a sequence: keep the parses whose next class holds some code point it can become.
-  const uint32_t lo = value << (6 * left);
-  const uint32_t hi = lo | ((1u << (6 * left)) - 1);
   next->stacks.clear();
   const auto& elems = grammar_->elems();
   for (const Stack& s : state.stacks) {
@@ -635,6 +647,7 @@ bool GrammarMatcher::StepByte(const State& state, uint8_t b, State* next) const 
   }
   next->partial = value;
   next->partial_left = left;
+  next->partial_len = len;
   return !next->stacks.empty();
 }
 

@@ -91,6 +91,7 @@ class GrammarMatcher {
     std::vector<Stack> stacks;  // every live parse; an empty stack is a complete one
     uint32_t partial = 0;       // bits of a code point whose UTF-8 bytes are not all read
     int partial_left = 0;       // its continuation bytes still to come
+    int partial_len = 0;        // the whole sequence's length in bytes (2-4)
   };
 
  private:
