@@ -156,6 +156,7 @@ int RunChat(const ChatOptions& options) {
   GenerateOptions go;
   go.params.sampler = MakeSamplerConfig(o);
   go.params.n_predict = o.n_predict;
+  if (!MakeGrammar(o, &go.params.grammar, &rc)) return rc;
 
   const bool interactive = isatty(STDIN_FILENO) != 0;
   std::vector<ChatMessage> messages;

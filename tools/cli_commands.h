@@ -83,6 +83,11 @@ struct RunOptions {
   std::string session;  // --session FILE: restore the state from FILE, save it there after
   bool session_fresh_on_error = false;  // a refused FILE: read the prompt again, not exit 3
   SpecCliOptions spec;
+  // Constrained output (at most one): a GBNF grammar or a JSON schema, as text or a file.
+  std::string grammar;           // --grammar TEXT (or the path of a file holding it)
+  std::string grammar_file;      // --grammar-file F
+  std::string json_schema;       // -j/--json-schema TEXT (or the path of a file holding it)
+  std::string json_schema_file;  // --json-schema-file F
 };
 // `lamina run`: stream a continuation of the prompt. With --chat the prompt is rendered as one
 // user turn with the chat template (the GGUF's, or --chat-template / --chat-template-file) and

@@ -8,6 +8,7 @@
 
 #include "cli_commands.h"
 #include "model/model.h"
+#include "runtime/grammar.h"
 #include "runtime/kv_cache.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
@@ -31,6 +32,11 @@ bool StderrIsTerminal();
 
 // Reads a whole file; false with a message on failure.
 bool ReadTextFile(const std::string& path, std::string* out, std::string* error);
+
+// The grammar of --grammar / --grammar-file / --json-schema / --json-schema-file (null when
+// none); on failure prints "lamina: ..." (the grammar's or schema's error with its position)
+// and returns false with the exit code (2: bad option text, 3: a bad or unreadable file).
+bool MakeGrammar(const RunOptions& options, std::shared_ptr<const Grammar>* out, int* exit_code);
 
 // Builds the session config from the common options and checks that the KV mode suits the
 // model; on failure prints "lamina: ..." and returns the exit code in *exit_code.

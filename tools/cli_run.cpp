@@ -79,6 +79,7 @@ int RunGenerate(const RunOptions& o) {
   go.params.sampler = MakeSamplerConfig(o);
   go.params.n_predict = o.n_predict;
   go.params.ignore_eos = ignore_eos;
+  if (!MakeGrammar(o, &go.params.grammar, &rc)) return rc;
   go.prompt_chunk = o.prompt_chunk;
   const int n_prompt = static_cast<int>(prompt_tokens.size());
   const bool progress = StderrIsTerminal() && !o.json && n_prompt > 256;

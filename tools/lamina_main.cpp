@@ -54,6 +54,15 @@ void AddChatTemplateOptions(CLI::App* cmd, lamina::cli::ChatTemplateOptions& t) 
                 "format lamina knows");
 }
 
+void AddGrammarOptions(CLI::App* cmd, lamina::cli::RunOptions& r) {
+  cmd->add_option("--grammar", r.grammar,
+                  "GBNF grammar the output must follow (the text, or a file holding it)");
+  cmd->add_option("--grammar-file", r.grammar_file, "Read the GBNF grammar from a file");
+  cmd->add_option("-j,--json-schema", r.json_schema,
+                  "JSON schema the output must follow (the text, or a file holding it)");
+  cmd->add_option("--json-schema-file", r.json_schema_file, "Read the JSON schema from a file");
+}
+
 void AddSessionOptions(CLI::App* cmd, lamina::cli::RunOptions& r) {
   cmd->add_option("--session", r.session,
                   "Session file: restore the state it holds when its tokens begin the prompt, "
@@ -97,6 +106,7 @@ int Main(int argc, char** argv) {
                     "Apply the model's chat template: the prompt is one user turn");
   AddChatTemplateOptions(run_cmd, run.chat_template);
   AddSessionOptions(run_cmd, run);
+  AddGrammarOptions(run_cmd, run);
   AddSpecOptions(run_cmd, run.spec);
 
   ChatOptions chat;
@@ -116,6 +126,7 @@ int Main(int argc, char** argv) {
   chat_cmd->add_option("--system", chat.system, "System turn");
   AddChatTemplateOptions(chat_cmd, chat.run.chat_template);
   AddSessionOptions(chat_cmd, chat.run);
+  AddGrammarOptions(chat_cmd, chat.run);
   AddSpecOptions(chat_cmd, chat.run.spec);
 
   ScoreOptions score;

@@ -39,7 +39,7 @@ Generator::Generator(const Tokenizer& tokenizer, const GenerateParams& params,
   if (params_.grammar) matcher_.emplace(params_.grammar);
 }
 
-bool Generator::GrammarAllows(int32_t id) const {
+bool Generator::GrammarAllows(int32_t id) {
   if (params_.ignore_eos && tokenizer_.IsEog(id)) return false;
   return matcher_->Allows(tokenizer_, id, generated_.empty());
 }

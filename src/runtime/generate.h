@@ -88,7 +88,7 @@ class Generator {
   // The sampler's greedy choice when the grammar allows it (then it is also the constrained
   // arg max), else -1.
   int32_t GreedyIfAllowed(const float* logits, int n_vocab);
-  bool GrammarAllows(int32_t id) const;
+  bool GrammarAllows(int32_t id);
 
   const Tokenizer& tokenizer_;
   GenerateParams params_;

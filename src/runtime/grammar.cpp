@@ -532,58 +532,67 @@ Result<std::shared_ptr<const Grammar>> Grammar::Parse(std::string_view source,
 // ---------------------------------------------------------------------------------------------
 // Matcher.
 
+namespace {
+constexpr size_t kMaxCachedStates = 1 << 14;  // DFA states kept (each holds 1 KiB of next ids)
+constexpr size_t kMaxStackNodes = 1 << 20;
+}  // namespace
+
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar)
     : grammar_(std::move(grammar)) {
   const Grammar& g = *grammar_;
+  std::vector<uint32_t> stacks;
   for (uint32_t alt : g.rule_alts()[g.root()]) {
-    Stack s;
-    if (g.elems()[alt].type != Grammar::ElemType::kEnd) s.push_back(alt);
-    Expand(std::move(s), &state_.stacks);
+    const uint32_t s = g.elems()[alt].type != Grammar::ElemType::kEnd
+                           ? InternStack(alt, kEmptyStack)
+                           : kEmptyStack;
+    Expand(s, &stacks);
   }
-  std::sort(state_.stacks.begin(), state_.stacks.end());
-  state_.stacks.erase(std::unique(state_.stacks.begin(), state_.stacks.end()), state_.stacks.end());
+  std::sort(stacks.begin(), stacks.end());
+  stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
+  state_ = InternState(std::move(stacks), 0, 0, 0);
 }
 
-void GrammarMatcher::Expand(Stack stack, std::vector<Stack>* out) const {
+uint32_t GrammarMatcher::InternStack(uint32_t pos, uint32_t parent) {
+  const uint64_t key = (static_cast<uint64_t>(pos) << 32) | parent;
+  auto [it, inserted] = node_ids_.emplace(key, static_cast<uint32_t>(nodes_.size()));
+  if (inserted) nodes_.push_back({pos, parent});
+  return it->second;
+}
+
+void GrammarMatcher::Expand(uint32_t stack, std::vector<uint32_t>* out) {
   if (out->size() >= kMaxGrammarStacks) return;
-  if (stack.empty()) {
-    out->push_back(std::move(stack));
+  if (stack == kEmptyStack) {
+    out->push_back(stack);
     return;
   }
   const auto& elems = grammar_->elems();
-  const uint32_t pos = stack.back();
-  const Grammar::Elem& e = elems[pos];
+  const StackNode node = nodes_[stack];
+  const Grammar::Elem& e = elems[node.pos];
   if (e.type == Grammar::ElemType::kChar) {
-    out->push_back(std::move(stack));
+    out->push_back(stack);
     return;
   }
   LAMINA_CHECK(e.type == Grammar::ElemType::kRule);
-  stack.pop_back();
-  if (elems[pos + 1].type != Grammar::ElemType::kEnd) stack.push_back(pos + 1);
-  const auto& alts = grammar_->rule_alts()[e.value];
-  for (size_t i = 0; i < alts.size(); ++i) {
-    Stack s;
-    if (i + 1 < alts.size()) {
-      s = stack;
-    } else {
-      s = std::move(stack);
-    }
-    if (elems[alts[i]].type != Grammar::ElemType::kEnd) s.push_back(alts[i]);
-    Expand(std::move(s), out);
+  uint32_t base = node.parent;
+  if (elems[node.pos + 1].type != Grammar::ElemType::kEnd) base = InternStack(node.pos + 1, base);
+  for (uint32_t alt : grammar_->rule_alts()[e.value]) {
+    Expand(elems[alt].type != Grammar::ElemType::kEnd ? InternStack(alt, base) : base, out);
   }
 }
 
-void GrammarMatcher::Advance(const std::vector<Stack>& stacks, uint32_t cp,
-                             std::vector<Stack>* out) const {
+void GrammarMatcher::Advance(const std::vector<uint32_t>& stacks, uint32_t cp,
+                             std::vector<uint32_t>* out) {
   out->clear();
   const auto& elems = grammar_->elems();
-  for (const Stack& s : stacks) {
-    if (s.empty()) continue;
-    const uint32_t pos = s.back();
-    if (!grammar_->char_sets()[elems[pos].value].Contains(cp)) continue;
-    Stack next(s.begin(), s.end() - 1);
-    if (elems[pos + 1].type != Grammar::ElemType::kEnd) next.push_back(pos + 1);
-    Expand(std::move(next), out);
+  for (uint32_t s : stacks) {
+    if (s == kEmptyStack) continue;
+    const StackNode node = nodes_[s];
+    if (!grammar_->char_sets()[elems[node.pos].value].Contains(cp)) continue;
+    uint32_t next = node.parent;
+    if (elems[node.pos + 1].type != Grammar::ElemType::kEnd) {
+      next = InternStack(node.pos + 1, node.parent);
+    }
+    Expand(next, out);
   }
   if (out->size() > 1) {
     std::sort(out->begin(), out->end());
@@ -591,107 +600,144 @@ void GrammarMatcher::Advance(const std::vector<Stack>& stacks, uint32_t cp,
   }
 }
 
-bool GrammarMatcher::StepByte(const State& state, uint8_t b, State* next) const {
-  uint32_t value;
-  int left, len;
-  if (state.partial_left == 0) {
-    if (b < 0x80) {
-      Advance(state.stacks, b, &next->stacks);
-      next->partial = 0;
-      next->partial_left = 0;
-      next->partial_len = 0;
-      return !next->stacks.empty();
-    }
-    if ((b & 0xE0) == 0xC0) {
-      value = b & 0x1F;
-      left = len = 1;
-    } else if ((b & 0xF0) == 0xE0) {
-      value = b & 0x0F;
-      left = len = 2;
-    } else if ((b & 0xF8) == 0xF0) {
-      value = b & 0x07;
-      left = len = 3;
-    } else {
-      return false;
-    }
-    ++len;
-  } else {
-    if ((b & 0xC0) != 0x80) return false;
-    value = (state.partial << 6) | (b & 0x3F);
-    left = state.partial_left - 1;
-    len = state.partial_len;
-  }
-  // The code points this sequence can still become, within what its length may encode (no
-  // overlong forms, no surrogates, nothing above U+10FFFF).
-  static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-  static constexpr uint32_t kMax[5] = {0, 0, 0x7FF, 0xFFFF, 0x10FFFF};
-  uint32_t lo = value << (6 * left);
-  uint32_t hi = lo | ((1u << (6 * left)) - 1);
-  lo = std::max(lo, kMin[len]);
-  hi = std::min(hi, kMax[len]);
-  if (lo > hi) return false;
-  if (lo >= 0xD800 && hi <= 0xDFFF) return false;
-  if (left == 0) {
-    Advance(state.stacks, value, &next->stacks);
-    next->partial = 0;
-    next->partial_left = 0;
-    next->partial_len = 0;
-    return !next->stacks.empty();
-  }
-  // Inside a sequence: keep the parses whose next class holds some code point it can become.
-  next->stacks.clear();
-  const auto& elems = grammar_->elems();
-  for (const Stack& s : state.stacks) {
-    if (s.empty()) continue;
-    if (grammar_->char_sets()[elems[s.back()].value].Intersects(lo, hi)) next->stacks.push_back(s);
-  }
-  next->partial = value;
-  next->partial_left = left;
-  next->partial_len = len;
-  return !next->stacks.empty();
+int32_t GrammarMatcher::InternState(std::vector<uint32_t> stacks, uint32_t partial, int left,
+                                    int len) {
+  if (stacks.empty()) return kDead;
+  std::string key(reinterpret_cast<const char*>(stacks.data()), stacks.size() * sizeof(uint32_t));
+  key.append(reinterpret_cast<const char*>(&partial), sizeof(partial));
+  key.push_back(static_cast<char>(left));
+  key.push_back(static_cast<char>(len));
+  auto [it, inserted] = state_ids_.emplace(std::move(key), static_cast<int32_t>(states_.size()));
+  if (!inserted) return it->second;
+  DfaState st;
+  st.partial = partial;
+  st.partial_left = static_cast<int8_t>(left);
+  st.partial_len = static_cast<int8_t>(len);
+  st.can_end = left == 0 && stacks.back() == kEmptyStack;  // kEmptyStack sorts last
+  st.complete = left == 0 && stacks.size() == 1 && stacks[0] == kEmptyStack;
+  st.stacks = std::move(stacks);
+  states_.push_back(std::move(st));
+  return it->second;
 }
 
-bool GrammarMatcher::AcceptBytes(const State& from, std::string_view bytes, State* to) const {
-  if (bytes.empty()) return false;
-  State a = from, b;
-  for (char c : bytes) {
-    if (!StepByte(a, static_cast<uint8_t>(c), &b)) return false;
-    std::swap(a, b);
+int32_t GrammarMatcher::Step(int32_t state, uint8_t b) {
+  {
+    DfaState& st = states_[state];
+    if (st.next.empty()) st.next.assign(256, kUnknown);
+    if (st.next[b] != kUnknown) return st.next[b];
   }
-  *to = std::move(a);
-  return true;
+  const DfaState& st = states_[state];
+  const std::vector<uint32_t> stacks = st.stacks;  // states_ may grow below
+  uint32_t value = 0;
+  int left = 0, len = 0;
+  int32_t result = kDead;
+  bool done = false;
+  if (st.partial_left == 0) {
+    if (b < 0x80) {
+      Advance(stacks, b, &scratch_);
+      result = InternState(scratch_, 0, 0, 0);
+      done = true;
+    } else if ((b & 0xE0) == 0xC0) {
+      value = b & 0x1F;
+      left = 1;
+    } else if ((b & 0xF0) == 0xE0) {
+      value = b & 0x0F;
+      left = 2;
+    } else if ((b & 0xF8) == 0xF0) {
+      value = b & 0x07;
+      left = 3;
+    } else {
+      done = true;
+    }
+    len = left + 1;
+  } else if ((b & 0xC0) != 0x80) {
+    done = true;
+  } else {
+    value = (st.partial << 6) | (b & 0x3F);
+    left = st.partial_left - 1;
+    len = st.partial_len;
+  }
+  if (!done) {
+    // The code points this sequence can still become, within what its length may encode (no
+    // overlong forms, no surrogates, nothing above U+10FFFF).
+    static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+    static constexpr uint32_t kMax[5] = {0, 0, 0x7FF, 0xFFFF, 0x10FFFF};
+    uint32_t lo = value << (6 * left);
+    uint32_t hi = lo | ((1u << (6 * left)) - 1);
+    lo = std::max(lo, kMin[len]);
+    hi = std::min(hi, kMax[len]);
+    if (lo > hi || (lo >= 0xD800 && hi <= 0xDFFF)) {
+      result = kDead;
+    } else if (left == 0) {
+      Advance(stacks, value, &scratch_);
+      result = InternState(scratch_, 0, 0, 0);
+    } else {
+      // Inside a sequence: keep the parses whose next class holds a code point it can become.
+      scratch_.clear();
+      const auto& elems = grammar_->elems();
+      for (uint32_t s : stacks) {
+        if (s == kEmptyStack) continue;
+        if (grammar_->char_sets()[elems[nodes_[s].pos].value].Intersects(lo, hi)) {
+          scratch_.push_back(s);
+        }
+      }
+      result = InternState(scratch_, value, left, len);
+    }
+  }
+  states_[state].next[b] = result;
+  return result;
+}
+
+int32_t GrammarMatcher::StepBytes(int32_t state, std::string_view bytes) {
+  if (bytes.empty()) return kDead;
+  for (char c : bytes) {
+    state = Step(state, static_cast<uint8_t>(c));
+    if (state < 0) return kDead;
+  }
+  return state;
+}
+
+void GrammarMatcher::CompactIfLarge() {
+  if (states_.size() < kMaxCachedStates && nodes_.size() < kMaxStackNodes) return;
+  // The current state's stacks as explicit element lists (bottom first).
+  const DfaState cur = states_[state_];
+  std::vector<std::vector<uint32_t>> stacks;
+  for (uint32_t s : cur.stacks) {
+    std::vector<uint32_t> elems;
+    for (uint32_t at = s; at != kEmptyStack; at = nodes_[at].parent)
+      elems.push_back(nodes_[at].pos);
+    std::reverse(elems.begin(), elems.end());
+    stacks.push_back(std::move(elems));
+  }
+  nodes_.clear();
+  node_ids_.clear();
+  states_.clear();
+  state_ids_.clear();
+  std::vector<uint32_t> ids;
+  for (const auto& elems : stacks) {
+    uint32_t id = kEmptyStack;
+    for (uint32_t pos : elems) id = InternStack(pos, id);
+    ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  state_ = InternState(std::move(ids), cur.partial, cur.partial_left, cur.partial_len);
 }
 
 bool GrammarMatcher::AcceptBytes(std::string_view bytes) {
-  State next;
-  if (!AcceptBytes(state_, bytes, &next)) return false;
-  state_ = std::move(next);
+  CompactIfLarge();
+  const int32_t next = StepBytes(state_, bytes);
+  if (next < 0) return false;
+  state_ = next;
   return true;
 }
 
-bool GrammarMatcher::CanEnd() const {
-  if (state_.partial_left != 0) return false;
-  for (const Stack& s : state_.stacks) {
-    if (s.empty()) return true;
-  }
-  return false;
-}
-
-bool GrammarMatcher::Complete() const {
-  if (state_.partial_left != 0) return false;
-  for (const Stack& s : state_.stacks) {
-    if (!s.empty()) return false;
-  }
-  return true;
-}
-
-void GrammarMatcher::Walk(const TokenTrie& trie, uint32_t node, const State& state,
-                          std::vector<uint8_t>* allowed) const {
+void GrammarMatcher::Walk(const TokenTrie& trie, uint32_t node, int32_t state,
+                          std::vector<uint8_t>* allowed) {
   const TokenTrie::Node& n = trie.node(node);
-  State next;
   for (uint32_t c = n.first_child; c < n.first_child + n.n_children; ++c) {
     const TokenTrie::Node& child = trie.node(c);
-    if (!StepByte(state, child.byte, &next)) continue;
+    const int32_t next = Step(state, child.byte);
+    if (next < 0) continue;
     for (uint32_t t = child.first_token; t < child.first_token + child.n_tokens; ++t) {
       (*allowed)[trie.tokens()[t]] = 1;
     }
@@ -713,14 +759,14 @@ std::string TokenText(const Tokenizer& tokenizer, TokenId id, bool first_token) 
 }  // namespace
 
 void GrammarMatcher::AllowedTokens(const Tokenizer& tokenizer, bool first_token,
-                                   std::vector<uint8_t>* allowed) const {
+                                   std::vector<uint8_t>* allowed) {
+  CompactIfLarge();
   const int32_t n_vocab = tokenizer.vocab_size();
   allowed->assign(n_vocab, 0);
   if (first_token) {
-    State tmp;
     for (TokenId id = 0; id < n_vocab; ++id) {
       if (NeverText(tokenizer, id) || tokenizer.IsEog(id)) continue;
-      if (AcceptBytes(state_, TokenText(tokenizer, id, true), &tmp)) (*allowed)[id] = 1;
+      if (StepBytes(state_, TokenText(tokenizer, id, true)) >= 0) (*allowed)[id] = 1;
     }
   } else {
     Walk(tokenizer.PieceTrie(), 0, state_, allowed);
@@ -732,12 +778,12 @@ void GrammarMatcher::AllowedTokens(const Tokenizer& tokenizer, bool first_token,
   }
 }
 
-bool GrammarMatcher::Allows(const Tokenizer& tokenizer, TokenId id, bool first_token) const {
+bool GrammarMatcher::Allows(const Tokenizer& tokenizer, TokenId id, bool first_token) {
   if (id < 0 || id >= tokenizer.vocab_size()) return false;
   if (tokenizer.IsEog(id)) return CanEnd();
   if (NeverText(tokenizer, id)) return false;
-  State tmp;
-  return AcceptBytes(state_, TokenText(tokenizer, id, first_token), &tmp);
+  CompactIfLarge();
+  return StepBytes(state_, TokenText(tokenizer, id, first_token)) >= 0;
 }
 
 bool GrammarMatcher::AcceptToken(const Tokenizer& tokenizer, TokenId id, bool first_token) {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "tokenizer/tokenizer.h"
@@ -63,6 +64,12 @@ class Grammar {
   uint32_t root_ = 0;
 };
 
+// The matcher keeps parses as hash-consed stacks (a stack is an element and the id of the stack
+// under it, so advancing one is O(1) and equal stacks share one id) and the set of live parses
+// as an interned state; the transition from a state over a byte is computed once and cached,
+// so the trie walk over a vocabulary costs a table lookup per trie node once the states it
+// meets are known (a lazily built DFA over the grammar's reachable parse sets). The caches are
+// compacted to the current state when they grow past their caps.
 class GrammarMatcher {
  public:
   explicit GrammarMatcher(std::shared_ptr<const Grammar> grammar);
@@ -71,41 +78,61 @@ class GrammarMatcher {
   // when the text cannot continue the grammar.
   bool AcceptBytes(std::string_view bytes);
   // The text so far is a complete sentence of the grammar (an end token may come now).
-  bool CanEnd() const;
+  bool CanEnd() const { return states_[state_].can_end; }
   // Nothing can be added: every parse is complete.
-  bool Complete() const;
+  bool Complete() const { return states_[state_].complete; }
 
   // allowed[id] (resized to the vocabulary) = 1 when token id may come next. End-of-generation
   // tokens are allowed exactly when CanEnd(); control and unused tokens never. first_token:
   // the token starts the output, so its text is tokenizer.Decode({id}) (which may drop the
   // vocabulary's leading space) rather than its piece.
-  void AllowedTokens(const Tokenizer& tokenizer, bool first_token,
-                     std::vector<uint8_t>* allowed) const;
+  void AllowedTokens(const Tokenizer& tokenizer, bool first_token, std::vector<uint8_t>* allowed);
   // Whether token id may come next (the same rule as AllowedTokens, for one token).
-  bool Allows(const Tokenizer& tokenizer, TokenId id, bool first_token) const;
+  bool Allows(const Tokenizer& tokenizer, TokenId id, bool first_token);
   // Advances over token id (its text as above); false when it is not allowed.
   bool AcceptToken(const Tokenizer& tokenizer, TokenId id, bool first_token);
 
-  using Stack = std::vector<uint32_t>;  // [depth] element indices; back() is matched next
-  struct State {
-    std::vector<Stack> stacks;  // every live parse; an empty stack is a complete one
-    uint32_t partial = 0;       // bits of a code point whose UTF-8 bytes are not all read
-    int partial_left = 0;       // its continuation bytes still to come
-    int partial_len = 0;        // the whole sequence's length in bytes (2-4)
-  };
+  // Cache sizes, for benchmarks.
+  size_t n_states() const { return states_.size(); }
+  size_t n_stack_nodes() const { return nodes_.size(); }
 
  private:
-  // Pushes `stack` with its top expanded to a character element (or empty) into out.
-  void Expand(Stack stack, std::vector<Stack>* out) const;
-  // One byte; false when no parse survives (next is then unspecified).
-  bool StepByte(const State& state, uint8_t byte, State* next) const;
-  void Advance(const std::vector<Stack>& stacks, uint32_t cp, std::vector<Stack>* out) const;
-  bool AcceptBytes(const State& from, std::string_view bytes, State* to) const;
-  void Walk(const TokenTrie& trie, uint32_t node, const State& state,
-            std::vector<uint8_t>* allowed) const;
+  static constexpr uint32_t kEmptyStack = 0xFFFFFFFFu;  // the stack of a complete parse
+  static constexpr int32_t kUnknown = -1;               // transition not computed yet
+  static constexpr int32_t kDead = -2;                  // no parse survives
+  struct StackNode {
+    uint32_t pos;     // element index matched next
+    uint32_t parent;  // the stack under it (kEmptyStack at the bottom)
+  };
+  struct DfaState {
+    std::vector<uint32_t> stacks;  // sorted, unique stack ids: every live parse
+    uint32_t partial = 0;          // bits of a code point whose UTF-8 bytes are not all read
+    int8_t partial_left = 0;       // its continuation bytes still to come
+    int8_t partial_len = 0;        // the whole sequence's length in bytes (2-4)
+    bool can_end = false;
+    bool complete = false;
+    std::vector<int32_t> next;  // [256] next state per byte (kUnknown / kDead), on first use
+  };
+
+  uint32_t InternStack(uint32_t pos, uint32_t parent);
+  // Pushes the stacks that `stack` expands to (top a character element, or empty) into out.
+  void Expand(uint32_t stack, std::vector<uint32_t>* out);
+  void Advance(const std::vector<uint32_t>& stacks, uint32_t cp, std::vector<uint32_t>* out);
+  int32_t InternState(std::vector<uint32_t> stacks, uint32_t partial, int left, int len);
+  // The state after one byte from `state` (kDead when no parse survives).
+  int32_t Step(int32_t state, uint8_t byte);
+  int32_t StepBytes(int32_t state, std::string_view bytes);
+  void Walk(const TokenTrie& trie, uint32_t node, int32_t state, std::vector<uint8_t>* allowed);
+  // Drops every cache but the current state when they have grown past their caps.
+  void CompactIfLarge();
 
   std::shared_ptr<const Grammar> grammar_;
-  State state_;
+  std::vector<StackNode> nodes_;                        // [n_stack_nodes]
+  std::unordered_map<uint64_t, uint32_t> node_ids_;     // (pos, parent) → stack id
+  std::vector<DfaState> states_;                        // [n_states]
+  std::unordered_map<std::string, int32_t> state_ids_;  // serialized state → id
+  std::vector<uint32_t> scratch_;                       // Advance / Expand output
+  int32_t state_ = 0;
 };
 
 }  // namespace lamina

@@ -5,6 +5,9 @@
 #include <cmath>
 #include <random>
 
+#include "../json_schema.h"
+#include "runtime/grammar.h"
+
 namespace lamina::cli::api {
 
 json ErrorBody(const ApiError& e) {
@@ -65,6 +68,65 @@ bool GetBool(const json& j, const char* key, bool* out, ApiError* err) {
   return true;
 }
 
+// The grammar a body asks for: "grammar" (GBNF), "json_schema", or "response_format"
+// ({"type": "json_object"[, "schema"]}, {"type": "json_schema", "json_schema": {"schema"}});
+// empty when none.
+bool ReadConstraint(const json& body, std::string* gbnf, ApiError* err) {
+  const json* schema = nullptr;
+  json any_json = json::object();
+  if (auto it = body.find("json_schema"); it != body.end() && !it->is_null()) {
+    if (!it->is_object() && !it->is_boolean()) {
+      return Fail(err, "\"json_schema\" must be an object (a JSON schema)");
+    }
+    schema = &*it;
+  }
+  if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) return Fail(err, "\"response_format\" must be an object");
+    auto type = it->find("type");
+    if (type == it->end() || !type->is_string()) {
+      return Fail(err,
+                  "\"response_format.type\" must be \"text\", \"json_object\" or \"json_schema\"");
+    }
+    const std::string t = type->get<std::string>();
+    if (t == "json_object") {
+      auto s = it->find("schema");
+      schema = s != it->end() && !s->is_null() ? &*s : &any_json;
+    } else if (t == "json_schema") {
+      auto js = it->find("json_schema");
+      const json* holder = js != it->end() && js->is_object() ? &*js : &*it;
+      auto s = holder->find("schema");
+      if (s == holder->end() || (!s->is_object() && !s->is_boolean())) {
+        return Fail(err, "\"response_format.json_schema.schema\" must be a JSON schema object");
+      }
+      schema = &*s;
+    } else if (t != "text") {
+      return Fail(
+          err,
+          "\"response_format.type\" must be \"text\", \"json_object\" or \"json_schema\", got \"" +
+              t + "\"");
+    }
+  }
+  auto g = body.find("grammar");
+  const bool has_grammar =
+      g != body.end() && !g->is_null() && !(g->is_string() && g->get<std::string>().empty());
+  if (has_grammar && schema) {
+    return Fail(
+        err,
+        "either \"json_schema\" (or \"response_format\") or \"grammar\" can be given, not both");
+  }
+  if (has_grammar) {
+    if (!g->is_string()) return Fail(err, "\"grammar\" must be a string (GBNF)");
+    *gbnf = g->get<std::string>();
+    return true;
+  }
+  if (schema) {
+    Result<std::string> converted = JsonSchemaToGbnf(*schema);
+    if (!converted.ok()) return Fail(err, converted.error().message);
+    *gbnf = std::move(*converted);
+  }
+  return true;
+}
+
 constexpr size_t kMaxStops = 16;
 constexpr size_t kMaxPrompts = 64;
 
@@ -111,6 +173,13 @@ bool ReadParams(const json& body, const Defaults& d, serve::Request* out, ApiErr
     } else {
       return Fail(err, "\"stop\" must be a string or an array of strings");
     }
+  }
+  std::string gbnf;
+  if (!ReadConstraint(body, &gbnf, err)) return false;
+  if (!gbnf.empty()) {
+    Result<std::shared_ptr<const Grammar>> grammar = Grammar::Parse(gbnf);
+    if (!grammar.ok()) return Fail(err, grammar.error().message);
+    p.grammar = std::move(*grammar);
   }
   out->params = p;
   if (!GetInt(body, "id_slot", &out->id_slot, err) ||

@@ -13,7 +13,7 @@
 
 namespace lamina::cli::api {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;  // members keep their order (JSON schemas, responses)
 
 // A client error: HTTP status, llama-server error type, message.
 struct ApiError {
