@@ -137,6 +137,31 @@ await check('stop strings end the answer before them', async () => {
   assert.equal(r.choices[0].finish_reason, 'stop');
 });
 
+await check('response_format json_schema gives JSON of the schema; json_object any JSON', async () => {
+  const schema = {
+    type: 'object',
+    properties: { name: { type: 'string', maxLength: 12 }, age: { type: 'integer' } },
+    required: ['name', 'age'],
+    additionalProperties: false,
+  };
+  const r = await client.chat.completions.create({
+    model: 'lamina-counter', temperature: 0, max_tokens: 80,
+    messages: [{ role: 'user', content: 'Write a JSON object with the fields "name" = "Alice", "age" = 34.' }],
+    response_format: { type: 'json_schema', json_schema: { name: 'person', strict: true, schema } },
+  });
+  const doc = JSON.parse(r.choices[0].message.content);
+  assert.deepEqual(Object.keys(doc), ['name', 'age']);
+  assert.equal(typeof doc.name, 'string');
+  assert.ok(Number.isInteger(doc.age));
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  const any = await client.chat.completions.create({
+    model: 'lamina-counter', temperature: 0, max_tokens: 80,
+    messages: [{ role: 'user', content: 'Write a JSON array of these values: "red", 7, "blue".' }],
+    response_format: { type: 'json_object' },
+  });
+  JSON.parse(any.choices[0].message.content);
+});
+
 await check('completions.create, plain and streamed', async () => {
   const prompt = '<|im_start|>user\n' + countPrompt(7) + '<|im_end|>\n<|im_start|>assistant\n';
   const r = await client.completions.create({ model: 'lamina-counter', prompt, temperature: 0, max_tokens: 60 });

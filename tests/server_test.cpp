@@ -19,6 +19,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <regex>
 #include <thread>
 
 namespace {
@@ -747,3 +748,114 @@ TEST_F(ServerTest, SixtyFourClientsWithCancellations) {
 }
 
 }  // namespace
+
+// Constrained output over HTTP: response_format (json_schema, json_object), json_schema and
+// grammar give valid output; concurrent constrained requests (also drafted by prompt lookup)
+// answer exactly as each alone; malformed grammars and schemas are 400s naming the position.
+TEST_F(ServerTest, StructuredOutput) {
+  const json person = {
+      {"type", "object"},
+      {"properties",
+       {{"name", {{"type", "string"}, {"maxLength", 10}}},
+        {"age", {{"type", "integer"}}},
+        {"pets", {{"type", "array"}, {"items", {{"enum", {"cat", "dog"}}}}, {"maxItems", 3}}}}},
+      {"required", {"name", "age", "pets"}}};
+  const std::string user =
+      "Write a JSON object with the fields \"name\" = \"Alice\", \"age\" = 34.";
+  const std::vector<json> bodies = {
+      {{"prompt", ChatPrompt(user)}, {"json_schema", person}},
+      {{"prompt", ChatPrompt(user)}, {"response_format", {{"type", "json_object"}}}},
+      {{"prompt", ChatPrompt("Is the sky blue?")},
+       {"grammar", "root ::= (\"yes\" | \"no\") \".\""}},
+      {{"prompt", ChatPrompt("Count from 1 to 5.")},
+       {"grammar", "root ::= [0-9]+ (\"\\n\" [0-9]+){2,6}"}},
+      {{"prompt", ChatPrompt("Tell me a short story about a cat.")}},
+  };
+  auto check = [&](size_t i, const std::string& content) {
+    if (i <= 1) {
+      const json doc = json::parse(content, nullptr, false);
+      ASSERT_FALSE(doc.is_discarded()) << content;
+      if (i == 0) {
+        EXPECT_TRUE(doc["name"].is_string() && doc["age"].is_number_integer() &&
+                    doc["pets"].is_array() && doc["pets"].size() <= 3)
+            << content;
+        EXPECT_EQ(doc.size(), 3u) << content;
+      }
+    } else if (i == 2) {
+      EXPECT_TRUE(content == "yes." || content == "no.") << content;
+    } else if (i == 3) {
+      EXPECT_TRUE(std::regex_match(content, std::regex("[0-9]+(\n[0-9]+){2,6}"))) << content;
+    }
+  };
+  std::vector<std::string> solo(bodies.size());
+  {
+    ServerProcess plain({"-m", kShipped, "-np", "1", "-c", "1024"});
+    ASSERT_TRUE(plain.healthy()) << plain.Log();
+    for (size_t i = 0; i < bodies.size(); ++i) {
+      json b = bodies[i];
+      b["temperature"] = 0;
+      b["n_predict"] = 120;
+      b["cache_prompt"] = false;
+      auto [st, r] = plain.Post("/completion", b);
+      ASSERT_EQ(st, 200) << r.dump();
+      solo[i] = r["content"];
+      check(i, solo[i]);
+    }
+    // The OpenAI chat route with response_format json_schema (OpenAI's wrapper object).
+    auto [cst, chat] = plain.Post(
+        "/v1/chat/completions",
+        {{"messages", {{{"role", "user"}, {"content", user}}}},
+         {"temperature", 0},
+         {"max_tokens", 120},
+         {"response_format",
+          {{"type", "json_schema"}, {"json_schema", {{"name", "person"}, {"schema", person}}}}}});
+    ASSERT_EQ(cst, 200) << chat.dump();
+    EXPECT_EQ(chat["choices"][0]["message"]["content"], solo[0]);
+    // Malformed input: 400 with the position.
+    auto [g1, bad_grammar] =
+        plain.Post("/completion", {{"prompt", "x"}, {"grammar", "root ::= (\"a\""}});
+    EXPECT_EQ(g1, 400);
+    EXPECT_NE(bad_grammar["error"]["message"].get<std::string>().find("line 1, column"),
+              std::string::npos)
+        << bad_grammar.dump();
+    auto [g2, bad_schema] =
+        plain.Post("/completion", {{"prompt", "x"}, {"json_schema", {{"type", "widget"}}}});
+    EXPECT_EQ(g2, 400);
+    EXPECT_NE(bad_schema["error"]["message"].get<std::string>().find("json_schema at /type"),
+              std::string::npos)
+        << bad_schema.dump();
+    auto [g3, both] = plain.Post(
+        "/completion",
+        {{"prompt", "x"}, {"grammar", "root ::= \"a\""}, {"json_schema", json::object()}});
+    EXPECT_EQ(g3, 400);
+    auto [g4, bad_format] =
+        plain.Post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                            {"response_format", {{"type", "yaml"}}}});
+    EXPECT_EQ(g4, 400);
+  }
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{}, std::vector<std::string>{"--spec", "lookup", "--spec-fixed"}}) {
+    std::vector<std::string> args = {"-m", kShipped, "-np", "4", "-c", "4096", "-b", "16"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    ServerProcess s(args);
+    ASSERT_TRUE(s.healthy()) << s.Log();
+    std::vector<std::string> together(bodies.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < bodies.size(); ++i) {
+      threads.emplace_back([&, i] {
+        json b = bodies[i];
+        b["temperature"] = 0;
+        b["n_predict"] = 120;
+        if (i % 2 == 0) {
+          together[i] = StreamCompletion(s, b).first;
+        } else {
+          together[i] = s.Post("/completion", b).second.value("content", "");
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (size_t i = 0; i < bodies.size(); ++i) {
+      EXPECT_EQ(together[i], solo[i]) << (extra.empty() ? "plain" : "lookup") << " request " << i;
+    }
+  }
+}
