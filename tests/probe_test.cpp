@@ -159,6 +159,41 @@ TEST(Probe, SpeculativeLegsPassAndASkippedVerifyWriteFails) {
   }
 }
 
+// The constrained-JSON probe: every leg's output is schema-valid (the grammar guarantees it),
+// the healthy legs hold the values asked for as the reference does, and a leg whose decode
+// writes never reach storage gets wrong values although its output is still schema-valid.
+TEST(Probe, SchemaProbeIsValidEverywhereAndCatchesAFault) {
+  const std::string model = std::string(LAMINA_SOURCE_DIR) + "/models/lamina-counter.gguf";
+  if (!fs::exists(model)) GTEST_SKIP() << "no shipped model (" << model << ")";
+  const std::string dir = TempDir("schema");
+  Output o = Lamina("probe -m " + model +
+                    " --kv f16,int8,k8v4,q4_0,int8 --probes json,schema -t 2 --inject-fault "
+                    "4:skip-decode-writes --out " +
+                    dir);
+  EXPECT_EQ(o.code, 1) << o.out;
+  const nlohmann::json r = ReadJson(dir + "/probe.json");
+  ASSERT_EQ(r["legs"].size(), 5u);
+  for (int leg = 0; leg < 5; ++leg) {
+    const nlohmann::json& p = Probe(r, leg, "schema");
+    EXPECT_EQ(p["valid_rate"].get<double>(), 1.0) << p.dump();
+    for (const auto& item : p["items"]) {
+      const auto doc = nlohmann::ordered_json::parse(item["output"].get<std::string>());
+      ASSERT_EQ(doc.size(), 3u) << item.dump();
+      EXPECT_TRUE(doc["name"].is_string() && doc["age"].is_number_integer() &&
+                  doc["city"].is_string())
+          << item.dump();
+    }
+  }
+  EXPECT_EQ(Probe(r, 0, "schema")["exact_rate"].get<double>(), 1.0);
+  for (int leg : {1, 2, 3}) {
+    EXPECT_EQ(Probe(r, leg, "schema")["status"], "pass") << r["legs"][leg]["verdict_line"];
+  }
+  EXPECT_EQ(Probe(r, 4, "schema")["status"], "fail") << r["legs"][4]["verdict_line"];
+  const std::string html = Shell("cat " + dir + "/report.html").out;
+  EXPECT_NE(html.find("Constrained JSON outputs"), std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST(Probe, HealthyLegsExitZeroAndPrintOneRowPerLeg) {
   REQUIRE_MODEL("stories260K.gguf");
   Output o =

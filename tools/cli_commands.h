@@ -143,7 +143,7 @@ struct ProbeOptions {
   std::string kv = "f16,int8,k8v4,q4_0";  // legs, comma-separated; f32 reference prepended
   std::string kv_v_round = "rtn";         // V roundings crossed with the quantized modes
   std::string kv_window;                  // windows crossed with the quantized modes; "": default
-  std::string probes = "prefill,counting,needle,json,copy,divergence";
+  std::string probes = "prefill,counting,needle,json,schema,copy,divergence";
   int n_ctx = 4096;
   std::string needle_depths = "10,30,50,70,90";   // percent of the haystack
   std::string needle_lengths = "1024,2048,4096";  // haystack tokens

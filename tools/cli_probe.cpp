@@ -208,7 +208,7 @@ int RunProbe(const ProbeOptions& o) {
     if (!probe::ParseProbeName(name, &kind)) {
       std::fprintf(stderr,
                    "lamina: --probes: unknown probe \"%s\" (expected prefill, counting, needle, "
-                   "json, copy, divergence)\n",
+                   "json, schema, copy, divergence)\n",
                    name.c_str());
       return kExitUsage;
     }

@@ -204,6 +204,7 @@ json ProbeJson(const probe::ProbeReport& report) {
     if (leg.counting) p["counting"] = CountingJson(*leg.counting);
     if (leg.needle) p["needle"] = NeedleJson(*leg.needle);
     if (leg.json) p["json"] = JsonProbeJson(*leg.json);
+    if (leg.schema) p["schema"] = JsonProbeJson(*leg.schema);
     if (leg.copy) p["copy"] = CopyJson(*leg.copy);
     if (leg.divergence) p["divergence"] = DivergenceJson(*leg.divergence);
     l["verdict"] = leg.pass ? "pass" : "fail";

@@ -99,7 +99,9 @@ class RemoteBackend : public probe::ProbeBackend {
     probe::Generation g;
     int prompt_tokens = 0;
     std::string finish;
-    if (!Complete(request.user, request.max_tokens, &g, &prompt_tokens, &finish)) return g;
+    if (!Complete(request.user, request.max_tokens, request.grammar, &g, &prompt_tokens, &finish)) {
+      return g;
+    }
     // The stop rule, as the local loop applies it after every token: cut at the shortest
     // prefix (whole UTF-8 characters) where it holds.
     bool stopped = false;
@@ -124,12 +126,13 @@ class RemoteBackend : public probe::ProbeBackend {
 
  private:
   // POST /v1/chat/completions with one user turn; false with g->error set on failure.
-  bool Complete(const std::string& user, int max_tokens, probe::Generation* g, int* prompt_tokens,
-                std::string* finish) {
+  bool Complete(const std::string& user, int max_tokens, const std::string& grammar,
+                probe::Generation* g, int* prompt_tokens, std::string* finish) {
     json body = {{"messages", json::array({{{"role", "user"}, {"content", user}}})},
                  {"temperature", 0},
                  {"max_tokens", max_tokens},
                  {"stream", false}};
+    if (!grammar.empty()) body["grammar"] = grammar;  // llama-server's field
     if (!model_.empty()) body["model"] = model_;
     httplib::Result res =
         client_.Post(prefix_ + "/v1/chat/completions", body.dump(), "application/json");
@@ -185,8 +188,8 @@ class RemoteBackend : public probe::ProbeBackend {
     probe::Generation g;
     int with_prose = 0, without = 0;
     std::string finish;
-    if (Complete(kSampleProse, 1, &g, &with_prose, &finish) &&
-        Complete("Hello", 1, &g, &without, &finish) && with_prose > without) {
+    if (Complete(kSampleProse, 1, "", &g, &with_prose, &finish) &&
+        Complete("Hello", 1, "", &g, &without, &finish) && with_prose > without) {
       tokens_per_byte_ = static_cast<double>(with_prose - without) /
                          (std::string(kSampleProse).size() - std::string("Hello").size());
     }

@@ -322,6 +322,11 @@ std::string RenderHtmlReport(const ProbeReport& report) {
   if (has(ProbeKind::kCounting))
     h += "<h2>Counting, first 40 lines</h2>" + CountingSideBySide(report);
   if (has(ProbeKind::kJson)) h += "<h2>JSON outputs</h2>" + OutputsTable(report, &LegReport::json);
+  if (has(ProbeKind::kSchema)) {
+    h += "<h2>Constrained JSON outputs</h2><p>The same requests under a grammar of their schema: "
+         "every output is schema-valid; green when it holds the values asked for.</p>" +
+         OutputsTable(report, &LegReport::schema);
+  }
   if (has(ProbeKind::kCopy)) h += "<h2>Copy outputs</h2>" + OutputsTable(report, &LegReport::copy);
   return h + "</body></html>\n";
 }

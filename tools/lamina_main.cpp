@@ -178,7 +178,7 @@ int Main(int argc, char** argv) {
                         "Recent full-precision windows crossed with the quantized modes, e.g. "
                         "0,32 (default: each mode's)");
   probe_cmd->add_option("--probes", probe.probes,
-                        "Probes: prefill,counting,needle,json,copy,divergence");
+                        "Probes: prefill,counting,needle,json,schema,copy,divergence");
   probe_cmd->add_option("-c,--ctx", probe.n_ctx, "Context size per leg")
       ->check(IntRange(64, 1 << 30));
   probe_cmd->add_option("--needle-depths", probe.needle_depths, "Needle depths in percent");

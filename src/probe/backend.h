@@ -24,6 +24,8 @@ struct GenerationRequest {
   // that cannot check while generating applies it to the finished text (cutting it where it
   // first returns true).
   std::function<bool(const std::string&)> stop;
+  // A GBNF grammar the answer must follow (constrained decoding); "" for none.
+  std::string grammar;
 };
 
 struct Generation {

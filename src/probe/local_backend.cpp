@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "runtime/generate.h"
+#include "runtime/grammar.h"
 #include "tokenizer/chat_template.h"
 
 namespace lamina::probe {
@@ -93,6 +94,15 @@ Generation LocalBackend::Generate(const GenerationRequest& request) {
   options.params.sampler.temperature = 0.0f;  // greedy
   options.params.n_predict = max_tokens;
   options.reuse_prefix = false;
+  if (!request.grammar.empty()) {
+    Result<std::shared_ptr<const Grammar>> grammar = Grammar::Parse(request.grammar);
+    if (!grammar.ok()) {
+      g.error = true;
+      g.error_message = grammar.error().message;
+      return g;
+    }
+    options.params.grammar = std::move(*grammar);
+  }
   std::string text;
   auto on_text = [&](const std::string& piece) {
     text += piece;

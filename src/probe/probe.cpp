@@ -18,6 +18,8 @@ const char* ProbeName(ProbeKind kind) {
       return "needle";
     case ProbeKind::kJson:
       return "json";
+    case ProbeKind::kSchema:
+      return "schema";
     case ProbeKind::kCopy:
       return "copy";
     case ProbeKind::kDivergence:
@@ -60,6 +62,8 @@ const Outcome* LegReport::outcome(ProbeKind kind) const {
       return needle ? &needle->outcome : nullptr;
     case ProbeKind::kJson:
       return json ? &json->outcome : nullptr;
+    case ProbeKind::kSchema:
+      return schema ? &schema->outcome : nullptr;
     case ProbeKind::kCopy:
       return copy ? &copy->outcome : nullptr;
     case ProbeKind::kDivergence:
@@ -171,6 +175,9 @@ ProbeReport RunProbe(const ProbeConfig& config, std::vector<Leg>& legs) {
         break;
       case ProbeKind::kJson:
         place(RunJsonProbe(ctx), &LegReport::json);
+        break;
+      case ProbeKind::kSchema:
+        place(RunSchemaProbe(ctx), &LegReport::schema);
         break;
       case ProbeKind::kCopy:
         place(RunCopyProbe(ctx), &LegReport::copy);

@@ -30,6 +30,8 @@ std::vector<PrefillResult> RunPrefillProbe(const RunContext& ctx);
 std::vector<CountingResult> RunCountingProbe(const RunContext& ctx);
 std::vector<NeedleResult> RunNeedleProbe(const RunContext& ctx);
 std::vector<JsonResult> RunJsonProbe(const RunContext& ctx);
+// The JSON probe's requests under a grammar of their schema (constrained decoding).
+std::vector<JsonResult> RunSchemaProbe(const RunContext& ctx);
 std::vector<CopyResult> RunCopyProbe(const RunContext& ctx);
 // Teacher-forced KL, free-running divergence and the per-layer K/V diagnostics.
 std::vector<DivergenceResult> RunDivergenceProbe(const RunContext& ctx);

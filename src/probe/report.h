@@ -11,11 +11,11 @@
 
 namespace lamina::probe {
 
-enum class ProbeKind { kPrefill, kCounting, kNeedle, kJson, kCopy, kDivergence };
-inline constexpr ProbeKind kAllProbes[] = {ProbeKind::kPrefill, ProbeKind::kCounting,
-                                           ProbeKind::kNeedle,  ProbeKind::kJson,
-                                           ProbeKind::kCopy,    ProbeKind::kDivergence};
-// "prefill", "counting", "needle", "json", "copy", "divergence".
+enum class ProbeKind { kPrefill, kCounting, kNeedle, kJson, kSchema, kCopy, kDivergence };
+inline constexpr ProbeKind kAllProbes[] = {
+    ProbeKind::kPrefill, ProbeKind::kCounting, ProbeKind::kNeedle,    ProbeKind::kJson,
+    ProbeKind::kSchema,  ProbeKind::kCopy,     ProbeKind::kDivergence};
+// "prefill", "counting", "needle", "json", "schema", "copy", "divergence".
 const char* ProbeName(ProbeKind kind);
 // The inverse of ProbeName; false when `name` is none of them.
 bool ParseProbeName(const std::string& name, ProbeKind* out);
@@ -196,6 +196,9 @@ struct LegReport {
   std::optional<CountingResult> counting;
   std::optional<NeedleResult> needle;
   std::optional<JsonResult> json;
+  // The constrained-JSON probe: the JSON probe's objects asked for under a grammar of their
+  // schema; valid = schema-valid (the grammar guarantees it), exact = the values asked for.
+  std::optional<JsonResult> schema;
   std::optional<CopyResult> copy;
   std::optional<DivergenceResult> divergence;
   bool pass = false;

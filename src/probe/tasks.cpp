@@ -389,15 +389,19 @@ std::optional<OutputDifference> FirstDifferenceFromReference(const std::vector<s
 
 }  // namespace
 
-std::vector<JsonResult> RunJsonProbe(const RunContext& ctx) {
-  struct Item {
-    std::string user;
-    std::string name;
-    int age;
-    std::string city;
-    std::string expected;  // compact JSON, keys sorted
-  };
-  std::vector<Item> items;
+namespace {
+
+struct JsonRequestItem {
+  std::string user;
+  std::string name;
+  int age;
+  std::string city;
+  std::string expected;  // compact JSON, keys sorted
+};
+
+// Four seeded requests for an object {"name", "age", "city"} (the JSON and schema probes).
+std::vector<JsonRequestItem> JsonRequestItems(const RunContext& ctx) {
+  std::vector<JsonRequestItem> items;
   std::mt19937_64 rng(ctx.config.seed * 31337 + 1);
   for (int k = 0; k < 4; ++k) {
     const std::string name = Pick(rng, kNames);
@@ -413,20 +417,51 @@ std::vector<JsonResult> RunJsonProbe(const RunContext& ctx) {
                                  "}";
     items.push_back({user, name, age, city, expected});
   }
+  return items;
+}
+
+// The schema of the schema probe's objects as GBNF: {"name": string, "age": integer, "city":
+// string} in that order, strings of up to 40 characters, optional single spaces between tokens.
+const char* const kPersonGrammar =
+    R"(root ::= "{" ws "\"name\"" ws ":" ws string "," ws "\"age\"" ws ":" ws integer "," ws "\"city\"" ws ":" ws string ws "}"
+string ::= "\"" ( [^"\\\x00-\x1F] | "\\" ["\\/bfnrt] ){0,40} "\""
+integer ::= "-"? ( [0] | [1-9] [0-9]{0,9} )
+ws ::= " "?
+)";
+
+// Shared by the JSON and schema probes: each leg answers the items, graded by validity and by
+// the values asked for; `grammar` constrains the answers ("" for free-running).
+std::vector<JsonResult> RunJsonItems(const RunContext& ctx, const char* probe_name,
+                                     const std::string& grammar) {
+  const std::vector<JsonRequestItem> items = JsonRequestItems(ctx);
   std::vector<JsonResult> results;
   std::vector<std::string> ref_outputs;
   double ref_valid = 0, ref_exact = 0;
   for (size_t i = 0; i < ctx.legs.size(); ++i) {
-    ctx.Progress("json", i);
+    ctx.Progress(probe_name, i);
     JsonResult p;
     std::string error;
     std::vector<std::string> outs;
     int valid = 0, exact = 0;
-    for (const Item& item : items) {
-      auto stop = [](const std::string& text) { return !ExtractObject(text).empty(); };
-      const Generation g = GenerateGreedy(ctx, i, item.user, 96, stop);
-      const auto fields = ParseJsonObject(ExtractObject(g.text));
-      const bool ok = fields.has_value();
+    for (const JsonRequestItem& item : items) {
+      GenerationRequest request;
+      request.user = item.user;
+      request.max_tokens = 96;
+      request.grammar = grammar;
+      if (grammar.empty()) {
+        request.stop = [](const std::string& text) { return !ExtractObject(text).empty(); };
+      }
+      const Generation g = ctx.legs[i].backend->Generate(request);
+      const std::string object = grammar.empty() ? ExtractObject(g.text) : g.text;
+      const auto fields = ParseJsonObject(object);
+      bool ok = fields.has_value();
+      if (!grammar.empty()) {
+        // Schema-valid: exactly the three fields, of their types.
+        ok = ok && fields->size() == 3 && fields->count("name") &&
+             fields->at("name").kind == JsonScalar::Kind::kString && fields->count("age") &&
+             fields->at("age").kind == JsonScalar::Kind::kInteger && fields->count("city") &&
+             fields->at("city").kind == JsonScalar::Kind::kString;
+      }
       const bool same = ok && fields->size() == 3 && fields->count("name") &&
                         JsonEquals(fields->at("name"), item.name) && fields->count("age") &&
                         JsonEquals(fields->at("age"), item.age) && fields->count("city") &&
@@ -447,12 +482,32 @@ std::vector<JsonResult> RunJsonProbe(const RunContext& ctx) {
       ref_valid = p.valid_rate;
       ref_exact = p.exact_rate;
     }
-    RateVerdict(ctx, p.outcome, p.valid_rate + p.exact_rate, ref_valid + ref_exact,
-                "JSON validity + exactness", "model cannot write the JSON: reference leg fails too",
-                error);
+    if (!grammar.empty() && error.empty() && valid < static_cast<int>(items.size())) {
+      // The grammar guarantees schema-valid output; anything else is the engine's fault.
+      p.outcome.status = Status::kFail;
+      p.outcome.reason = "constrained output not schema-valid (" + std::to_string(valid) + "/" +
+                         std::to_string(items.size()) + ")";
+    } else if (!grammar.empty()) {
+      RateVerdict(ctx, p.outcome, p.exact_rate, ref_exact, "constrained JSON exactness",
+                  "model cannot write the values: reference leg fails too", error);
+    } else {
+      RateVerdict(ctx, p.outcome, p.valid_rate + p.exact_rate, ref_valid + ref_exact,
+                  "JSON validity + exactness",
+                  "model cannot write the JSON: reference leg fails too", error);
+    }
     results.push_back(std::move(p));
   }
   return results;
+}
+
+}  // namespace
+
+std::vector<JsonResult> RunJsonProbe(const RunContext& ctx) {
+  return RunJsonItems(ctx, "json", "");
+}
+
+std::vector<JsonResult> RunSchemaProbe(const RunContext& ctx) {
+  return RunJsonItems(ctx, "schema", kPersonGrammar);
 }
 
 std::vector<CopyResult> RunCopyProbe(const RunContext& ctx) {
