@@ -52,6 +52,15 @@ int32_t Generator::GreedyIfAllowed(const float* logits, int n_vocab) {
   return GrammarAllows(id) ? id : -1;
 }
 
+const float* Generator::Bias(const float* logits, int n_vocab) {
+  if (params_.logit_bias.empty()) return logits;
+  biased_.assign(logits, logits + n_vocab);
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (id >= 0 && id < n_vocab) biased_[id] += bias;
+  }
+  return biased_.data();
+}
+
 const float* Generator::Constrain(const float* logits, int n_vocab) {
   if (!matcher_) return logits;
   matcher_->AllowedTokens(tokenizer_, generated_.empty(), &allowed_);
@@ -106,6 +115,7 @@ std::string Generator::Release(bool final) {
 
 Generator::Step Generator::Next(const float* logits, int n_vocab) {
   if (done()) return Step{-1, "", true};
+  logits = Bias(logits, n_vocab);
   if (matcher_) {
     const int32_t greedy = GreedyIfAllowed(logits, n_vocab);
     if (greedy >= 0) return Emit(greedy);
@@ -120,6 +130,7 @@ Generator::Step Generator::NextWithDraft(const float* logits, int n_vocab, int32
                                          const std::vector<TokenProb>* q, bool* accepted) {
   *accepted = false;
   if (done()) return Step{-1, "", true};
+  logits = Bias(logits, n_vocab);
   if (matcher_) {
     const int32_t greedy = GreedyIfAllowed(logits, n_vocab);
     if (greedy >= 0) {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/grammar.h"
@@ -29,6 +30,9 @@ struct GenerateParams {
   // When set, only tokens that keep the output a prefix of a sentence of this grammar are
   // sampled (GBNF; JSON schemas are converted to it), and generation ends when it is complete.
   std::shared_ptr<const Grammar> grammar;
+  // Added to a token's logit before the sampler chain (-inf: never sampled), as llama.cpp's
+  // logit-bias sampler; later entries for the same token add up.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 enum class StopReason {
@@ -82,6 +86,8 @@ class Generator {
   Step Emit(int32_t id);
   // Moves pending_ text to the output as far as stop strings allow; returns what was released.
   std::string Release(bool final);
+  // The logits with the logit biases added (biased_), or logits itself when there are none.
+  const float* Bias(const float* logits, int n_vocab);
   // With a grammar: the logits with every token it does not allow at -inf (masked_), or
   // nullptr when it allows none; without one, logits itself.
   const float* Constrain(const float* logits, int n_vocab);
@@ -103,6 +109,7 @@ class Generator {
   std::optional<GrammarMatcher> matcher_;
   std::vector<uint8_t> allowed_;  // [n_vocab] Constrain's scratch: the grammar's mask
   std::vector<float> masked_;     // [n_vocab] Constrain's result
+  std::vector<float> biased_;     // [n_vocab] Bias's result
 };
 
 // Keeps the longest prefix that sequence `seq` of the session shares with `prompt`, always

@@ -204,6 +204,67 @@ bool ReadParams(const json& body, const Defaults& d, serve::Request* out, ApiErr
   return true;
 }
 
+namespace {
+
+constexpr size_t kMaxLogitBias = 4096;
+
+// One logit_bias entry: a token id (a number, or a string of digits in the object form) or a
+// text (each of its tokens gets the bias), and a bias (a number, or false = never).
+bool AddBias(const json& key, const json& value, const Model& model, GenerateParams* p,
+             ApiError* err) {
+  float bias;
+  if (value.is_boolean()) {
+    if (value.get<bool>()) return true;  // true: no change
+    bias = -INFINITY;
+  } else if (value.is_number()) {
+    const double v = value.get<double>();
+    if (!std::isfinite(v)) return Fail(err, "\"logit_bias\" values must be finite numbers");
+    bias = static_cast<float>(v);
+  } else {
+    return Fail(err, "\"logit_bias\" values must be numbers or false");
+  }
+  const int n_vocab = model.hparams().n_vocab;
+  auto add_id = [&](long long id) {
+    if (id < 0 || id >= n_vocab) {
+      return Fail(err, "token id " + std::to_string(id) + " in \"logit_bias\" is out of range");
+    }
+    p->logit_bias.push_back({static_cast<int32_t>(id), bias});
+    return true;
+  };
+  if (key.is_number_integer()) return add_id(key.get<long long>());
+  if (!key.is_string()) return Fail(err, "\"logit_bias\" keys must be token ids or strings");
+  const std::string text = key.get<std::string>();
+  if (!text.empty() && text.size() < 12 &&
+      std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return add_id(std::stoll(text));
+  }
+  for (int32_t id : model.tokenizer().Encode(text, false, false)) p->logit_bias.push_back({id, bias});
+  return true;
+}
+
+}  // namespace
+
+bool ReadLogitBias(const json& body, const Model& model, GenerateParams* p, ApiError* err) {
+  auto it = body.find("logit_bias");
+  if (it == body.end() || it->is_null()) return true;
+  if (it->size() > kMaxLogitBias) return Fail(err, "\"logit_bias\" has over 4096 entries");
+  if (it->is_object()) {
+    for (const auto& [k, v] : it->items()) {
+      if (!AddBias(json(k), v, model, p, err)) return false;
+    }
+  } else if (it->is_array()) {
+    for (const json& pair : *it) {
+      if (!pair.is_array() || pair.size() != 2) {
+        return Fail(err, "\"logit_bias\" entries must be [token or text, bias] pairs");
+      }
+      if (!AddBias(pair[0], pair[1], model, p, err)) return false;
+    }
+  } else {
+    return Fail(err, "\"logit_bias\" must be an object or an array of pairs");
+  }
+  return true;
+}
+
 std::vector<int32_t> TokenizePrompt(const Model& model, const std::string& text, bool add_special) {
   return model.tokenizer().Encode(text, add_special, /*parse_special=*/true);
 }
@@ -245,7 +306,17 @@ bool ParseCompletion(const json& body, const Model& model, const Defaults& defau
                      Completion* out, ApiError* err) {
   if (!body.is_object()) return Fail(err, "the body must be a JSON object");
   serve::Request base;
-  if (!ReadParams(body, defaults, &base, err)) return false;
+  if (!ReadParams(body, defaults, &base, err) ||
+      !ReadLogitBias(body, model, &base.params, err)) {
+    return false;
+  }
+  if (auto rf = body.find("response_fields"); rf != body.end() && !rf->is_null()) {
+    if (!rf->is_array()) return Fail(err, "\"response_fields\" must be an array of strings");
+    for (const json& f : *rf) {
+      if (!f.is_string()) return Fail(err, "\"response_fields\" must be an array of strings");
+      out->response_fields.push_back(f.get<std::string>());
+    }
+  }
   if (!GetBool(body, "stream", &out->stream, err) ||
       !GetBool(body, "return_tokens", &out->return_tokens, err)) {
     return false;
@@ -283,26 +354,9 @@ bool ParseCompletion(const json& body, const Model& model, const Defaults& defau
   return true;
 }
 
-bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,
-               const Defaults& defaults, Completion* out, ApiError* err) {
+bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
+                    std::string* prompt, ApiError* err) {
   if (!body.is_object()) return Fail(err, "the body must be a JSON object");
-  serve::Request r;
-  if (!ReadParams(body, defaults, &r, err)) return false;
-  if (!GetBool(body, "stream", &out->stream, err)) return false;
-  if (auto so = body.find("stream_options"); so != body.end() && so->is_object()) {
-    if (!GetBool(*so, "include_usage", &out->include_usage, err)) return false;
-  }
-  if (!GetBool(body, "logprobs", &out->logprobs, err) ||
-      !GetInt(body, "top_logprobs", &out->top_logprobs, err)) {
-    return false;
-  }
-  if (out->top_logprobs < 0 || out->top_logprobs > 20) {
-    return Fail(err, "\"top_logprobs\" must be in [0, 20]");
-  }
-  if (out->top_logprobs > 0 && !out->logprobs) {
-    return Fail(err, "\"top_logprobs\" needs \"logprobs\": true");
-  }
-  r.n_probs = out->logprobs ? std::max(1, out->top_logprobs) : 0;
   auto it = body.find("messages");
   if (it == body.end() || !it->is_array()) return Fail(err, "\"messages\" must be an array");
   if (it->empty()) return Fail(err, "\"messages\" is empty");
@@ -336,7 +390,35 @@ bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,
   }
   Result<std::string> text = RenderChatPrompt(chat, messages, model.tokenizer());
   if (!text.ok()) return Fail(err, text.error().message);
-  r.prompt = TokenizePrompt(model, *text, true);
+  *prompt = std::move(*text);
+  return true;
+}
+
+bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,
+               const Defaults& defaults, Completion* out, ApiError* err) {
+  if (!body.is_object()) return Fail(err, "the body must be a JSON object");
+  serve::Request r;
+  if (!ReadParams(body, defaults, &r, err) || !ReadLogitBias(body, model, &r.params, err)) {
+    return false;
+  }
+  if (!GetBool(body, "stream", &out->stream, err)) return false;
+  if (auto so = body.find("stream_options"); so != body.end() && so->is_object()) {
+    if (!GetBool(*so, "include_usage", &out->include_usage, err)) return false;
+  }
+  if (!GetBool(body, "logprobs", &out->logprobs, err) ||
+      !GetInt(body, "top_logprobs", &out->top_logprobs, err)) {
+    return false;
+  }
+  if (out->top_logprobs < 0 || out->top_logprobs > 20) {
+    return Fail(err, "\"top_logprobs\" must be in [0, 20]");
+  }
+  if (out->top_logprobs > 0 && !out->logprobs) {
+    return Fail(err, "\"top_logprobs\" needs \"logprobs\": true");
+  }
+  r.n_probs = out->logprobs ? std::max(1, out->top_logprobs) : 0;
+  std::string text;
+  if (!RenderMessages(body, model, chat, &text, err)) return false;
+  r.prompt = TokenizePrompt(model, text, true);
   out->requests.push_back(std::move(r));
   return true;
 }

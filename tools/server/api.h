@@ -39,15 +39,27 @@ struct Completion {
   // native `n_probs: N` (the requests carry n_probs).
   bool logprobs = false;
   int top_logprobs = 0;
+  // llama-server's response_fields: only these keys of each native answer ("a/b" = the nested
+  // key b of a, returned under the key "a/b"); empty: all.
+  std::vector<std::string> response_fields;
 };
 
 // Fills the sampling and control fields shared by every completion route from `body`.
 bool ReadParams(const json& body, const Defaults& defaults, serve::Request* out, ApiError* err);
 
+// logit_bias as llama-server and OpenAI take it: an object {"id" or "text": bias} or an array
+// of [id or text, bias] pairs; false = never; a text biases each of its tokens.
+bool ReadLogitBias(const json& body, const Model& model, GenerateParams* params, ApiError* err);
+
 // POST /completion and /v1/completions: "prompt" as text, token ids, a mix of both, or an
 // array of prompts.
 bool ParseCompletion(const json& body, const Model& model, const Defaults& defaults, bool oai,
                      Completion* out, ApiError* err);
+
+// "messages" rendered with the chat setup (the prompt text, before tokenizing); also
+// POST /apply-template.
+bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
+                    std::string* prompt, ApiError* err);
 
 // POST /v1/chat/completions: "messages" rendered with the chat setup.
 bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,

@@ -181,6 +181,44 @@ void Server::Remember(RecentRequest r) {
   while (recent_.size() > 32) recent_.pop_front();
 }
 
+namespace {
+
+// [[id, bias], ...] as llama-server lists it (false for a token that is never sampled).
+json LogitBiasJson(const GenerateParams& p) {
+  json out = json::array();
+  for (const auto& [id, bias] : p.logit_bias) {
+    out.push_back({id, std::isinf(bias) && bias < 0 ? json(false) : json(bias)});
+  }
+  return out;
+}
+
+// llama-server's response_fields: the value at each "a/b" path, under the key "a/b".
+json PickFields(const json& answer, const std::vector<std::string>& paths) {
+  json out = json::object();
+  for (const std::string& path : paths) {
+    const json* at = &answer;
+    size_t start = 0;
+    bool found = true;
+    while (found) {
+      const size_t slash = path.find('/', start);
+      const std::string key = path.substr(start, slash == std::string::npos ? std::string::npos
+                                                                             : slash - start);
+      auto it = at->is_object() ? at->find(key) : at->end();
+      if (!at->is_object() || it == at->end()) {
+        found = false;
+        break;
+      }
+      at = &*it;
+      if (slash == std::string::npos) break;
+      start = slash + 1;
+    }
+    if (found) out[path] = *at;
+  }
+  return out;
+}
+
+}  // namespace
+
 json Server::ParamsJson(const GenerateParams& p) const {
   return {{"n_predict", p.n_predict},
           {"seed", p.sampler.seed},
@@ -191,7 +229,8 @@ json Server::ParamsJson(const GenerateParams& p) const {
           {"repeat_penalty", p.sampler.repeat_penalty},
           {"repeat_last_n", p.sampler.repeat_last_n},
           {"stop", p.stop},
-          {"ignore_eos", p.ignore_eos}};
+          {"ignore_eos", p.ignore_eos},
+          {"logit_bias", LogitBiasJson(p)}};
 }
 
 // Collected log-probabilities of one answer.
@@ -393,6 +432,9 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
           answers.push_back(NativeFinal(*c, i, r, text, tokens, e));
           if (c->logprobs)
             answers.back()["completion_probabilities"] = ProbEntries(tok, probs, c->top_logprobs);
+          if (!c->response_fields.empty()) {
+            answers.back() = PickFields(answers.back(), c->response_fields);
+          }
         } else if (route == Route::kOaiCompletion) {
           json choice = {{"index", i},
                          {"text", text},
@@ -941,6 +983,16 @@ void Server::SetUpRoutes() {
   http_.Post("/v1/completions", completion(Route::kOaiCompletion, "/v1/completions"));
   http_.Post("/chat/completions", completion(Route::kOaiChat, "/v1/chat/completions"));
   http_.Post("/v1/chat/completions", completion(Route::kOaiChat, "/v1/chat/completions"));
+  http_.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
+    Count("/apply-template");
+    if (!Ready(res)) return;
+    json body;
+    if (!ParseBody(req, res, &body)) return;
+    std::string prompt;
+    ApiError err;
+    if (!api::RenderMessages(body, *model_, chat_, &prompt, &err)) return SendError(res, err);
+    res.set_content(Dump({{"prompt", prompt}}), "application/json; charset=utf-8");
+  });
   http_.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
     Count("/tokenize");
     HandleTokenize(req, res);
