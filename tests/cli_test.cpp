@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "process_util.h"
 
@@ -158,3 +159,37 @@ TEST(Cli, SpeculativeErrorsAreOneLineWithExitCodes) {
 }
 
 }  // namespace
+
+// Constrained output on the command line: the text follows the grammar or the schema; a
+// malformed grammar or schema is one line naming its position, exit 2 as an option, 3 as a file.
+TEST(Cli, GrammarAndJsonSchemaOptions) {
+  if (!std::filesystem::exists(Stories())) GTEST_SKIP() << Stories() << " is absent";
+  Output g = Lamina("run -m " + Stories() +
+                    " -p \"Once upon a time\" -n 40 --temp 0 --json --grammar "
+                    "'root ::= (\"yes\" | \"no\") \" \" [a-z]{2,5} \".\"'");
+  ASSERT_EQ(g.code, 0) << g.out;
+  const std::string text = nlohmann::json::parse(g.out)["text"];
+  const std::regex want("(yes|no) [a-z]{2,5}[.]");
+  const bool matches = std::regex_match(text, want);
+  EXPECT_TRUE(matches) << text;
+  const std::string schema_file = ::testing::TempDir() + "lamina_cli_schema.json";
+  std::ofstream(schema_file) << R"({"type":"object","properties":{"n":{"type":"integer"}},)"
+                             << R"("required":["n"]})";
+  Output s = Lamina("run -m " + Stories() + " -p \"Once\" -n 40 --temp 0 --json --json-schema " +
+                    schema_file);
+  ASSERT_EQ(s.code, 0) << s.out;
+  const auto doc = nlohmann::json::parse(nlohmann::json::parse(s.out)["text"].get<std::string>());
+  EXPECT_TRUE(doc["n"].is_number_integer()) << doc.dump();
+  Output bad = lamina::testing_util::RunShell(kBinary + " run -m " + Stories() +
+                                              " -p hi --grammar 'root ::= (\"a\"' 2>&1");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.out.find("grammar: line 1, column 14: expected ')'"), std::string::npos) << bad.out;
+  std::ofstream(schema_file) << R"({"type": "widget"})";
+  Output bad_file = lamina::testing_util::RunShell(
+      kBinary + " run -m " + Stories() + " -p hi --json-schema-file " + schema_file + " 2>&1");
+  EXPECT_EQ(bad_file.code, 3);
+  EXPECT_NE(bad_file.out.find("json_schema at /type: unsupported type \"widget\""),
+            std::string::npos)
+      << bad_file.out;
+  EXPECT_EQ(Lamina("run -m " + Stories() + " -p hi --grammar 'root ::= \"a\"' -j '{}'").code, 2);
+}

@@ -28,8 +28,8 @@ constexpr double kExactRow = 1e-3;
 struct GoldenCase {
   std::string json_path;
   std::string model_path;
-  std::string kv;   // f32 / f16
-  double tolerance; // max |logit diff| allowed
+  std::string kv;    // f32 / f16
+  double tolerance;  // max |logit diff| allowed
 };
 
 std::string CaseName(const testing::TestParamInfo<GoldenCase>& info) {
@@ -47,15 +47,15 @@ std::string CaseName(const testing::TestParamInfo<GoldenCase>& info) {
 // are the measured maxima with ~20% headroom (docs/GOLDENS.md).
 double ToleranceFor(const std::string& model_stem, const std::string& kv) {
   static const std::map<std::string, double> by_type = {
-      {"F32", 3e-4}, {"F16", 2e-2}, {"Q8_0", 0.3}, {"Q4_0", 0.2}, {"Q4_K_M", 0.55},
-      {"Q5_K_M", 0.2}, {"Q6_K", 0.5}};
+      {"F32", 3e-4},    {"F16", 2e-2},   {"Q8_0", 0.3}, {"Q4_0", 0.2},
+      {"Q4_K_M", 0.55}, {"Q5_K_M", 0.2}, {"Q6_K", 0.5}};
   // Per-file bounds where one activation-rounding flip lands above the per-type bound (measured
   // maximum with ~20% headroom): rows before the flip agree to 5e-5. The qwen2moe one is not a
   // routing flip: forcing any layer's runner-up expert at that position does not restore
   // agreement.
   static const std::map<std::string, double> by_file = {
-      {"synth-qwen2-d128.Q4_0", 0.3},       // 0.247: once, from prompt position 2 on
-      {"synth-qwen2moe-kq.Q4_K_M", 0.7},   // 0.561: p100, from prompt position 41 on
+      {"synth-qwen2-d128.Q4_0", 0.3},     // 0.247: once, from prompt position 2 on
+      {"synth-qwen2moe-kq.Q4_K_M", 0.7},  // 0.561: p100, from prompt position 41 on
       // 1.51 at p100 prompt position 83 (rows before it agree to 5e-5): one discrete jump, the
       // size an expert-routing flip makes, which appeared when attention's f32 sums changed
       // order (AVX-512 kernels); the F32-weight file matches to 5e-5 throughout.
@@ -136,7 +136,8 @@ TEST_P(GoldenTest, LogitsAndGreedyMatchLlamaCpp) {
     std::vector<float> want = want_row.get<std::vector<float>>();
     ASSERT_EQ(static_cast<int>(want.size()), n_vocab);
     double row_err = 0.0;
-    for (int i = 0; i < n_vocab; ++i) row_err = std::max(row_err, std::fabs(double(got[i]) - want[i]));
+    for (int i = 0; i < n_vocab; ++i)
+      row_err = std::max(row_err, std::fabs(double(got[i]) - want[i]));
     if (row_err > max_err) worst = where;
     ++n_rows;
     if (row_err <= kExactRow) ++n_exact_rows;
@@ -168,17 +169,19 @@ TEST_P(GoldenTest, LogitsAndGreedyMatchLlamaCpp) {
     const int want_next = i + 1 < gen.size() ? gen[i + 1] : g["next_token_after_last"].get<int>();
     compare_row(*s, gen_logits[i], "generation step " + std::to_string(i), want_next);
   }
-  std::printf("[golden] %s: max |logit diff| %.3g at %s (tolerance %.3g), rows within %.0e: %d/%d, "
-              "greedy checked %d, skipped %d\n",
-              fs::path(c.json_path).filename().c_str(), max_err, worst.c_str(), c.tolerance,
-              kExactRow, n_exact_rows, n_rows, greedy_checked, greedy_skipped);
+  std::printf(
+      "[golden] %s: max |logit diff| %.3g at %s (tolerance %.3g), rows within %.0e: %d/%d, "
+      "greedy checked %d, skipped %d\n",
+      fs::path(c.json_path).filename().c_str(), max_err, worst.c_str(), c.tolerance, kExactRow,
+      n_exact_rows, n_rows, greedy_checked, greedy_skipped);
 }
 
 INSTANTIATE_TEST_SUITE_P(LlamaCpp, GoldenTest, testing::ValuesIn(Collect()), CaseName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GoldenTest);
 
 TEST(GoldenFixtures, PresentOrSkipped) {
-  if (!fs::exists(kShared + "/golden")) GTEST_SKIP() << "../shared/golden is absent; golden tests skipped";
+  if (!fs::exists(kShared + "/golden"))
+    GTEST_SKIP() << "../shared/golden is absent; golden tests skipped";
   EXPECT_FALSE(Collect().empty());
 }
 
@@ -193,7 +196,8 @@ TEST(GoldenCli, RunPrintsReferenceGreedyTokens) {
       std::ifstream in(json);
       ASSERT_TRUE(in) << json;
       const nlohmann::json g = nlohmann::json::parse(in);
-      const fs::path prompt_file = fs::path(kShared) / "golden" / "prompts" / (std::string("prompt_") + prompt + ".txt");
+      const fs::path prompt_file =
+          fs::path(kShared) / "golden" / "prompts" / (std::string("prompt_") + prompt + ".txt");
       const std::string cmd = std::string(LAMINA_BINARY) + " run -m " + kShared +
                               "/models/stories260K.gguf -f " + prompt_file.string() +
                               " -n 64 --temp 0 --ignore-eos --json -t 2 --kv " + kv;

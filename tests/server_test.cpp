@@ -859,3 +859,61 @@ TEST_F(ServerTest, StructuredOutput) {
     }
   }
 }
+
+// llama-server's sampling extras on stories260K: n_probs gives exactly N entries per token, a
+// -100 (or false) logit bias keeps a word out, response_fields returns exactly the keys asked
+// for (nested paths flattened), /apply-template renders the chat template.
+TEST(ServerStories, SamplingExtras) {
+  const std::string model = kShared + "/models/stories260K.gguf";
+  if (!fs::exists(model)) GTEST_SKIP() << model << " is absent";
+  ServerProcess s({"-m", model, "-c", "1024", "-t", "1"});
+  ASSERT_TRUE(s.healthy()) << s.Log();
+  const json base = {{"prompt", "Once upon a time"}, {"n_predict", 24}, {"temperature", 0}};
+  auto [st, plain] = s.Post("/completion", base);
+  ASSERT_EQ(st, 200);
+  const std::string text = plain["content"];
+  json with_probs = base;
+  with_probs["n_probs"] = 5;
+  auto [pst, probs] = s.Post("/completion", with_probs);
+  ASSERT_EQ(pst, 200);
+  ASSERT_EQ(probs["completion_probabilities"].size(), 24u);
+  for (const json& e : probs["completion_probabilities"]) EXPECT_EQ(e["top_logprobs"].size(), 5u);
+  // The answer's most frequent word, biased out as text and by its token ids.
+  const std::string word = " Lily";
+  ASSERT_NE(text.find(word), std::string::npos) << text;
+  for (const json& bias :
+       {json::array({json::array({word, -100})}), json::array({json::array({word, false})})}) {
+    json b = base;
+    b["logit_bias"] = bias;
+    auto [bst, biased] = s.Post("/completion", b);
+    ASSERT_EQ(bst, 200) << biased.dump();
+    EXPECT_EQ(biased["content"].get<std::string>().find(word), std::string::npos)
+        << biased["content"];
+    EXPECT_FALSE(biased["generation_settings"]["logit_bias"].empty());
+  }
+  auto [tst, tok] = s.Post("/tokenize", {{"content", word}});
+  json by_id = json::object();
+  for (const json& id : tok["tokens"]) by_id[std::to_string(id.get<int>())] = -100;
+  json b = base;
+  b["logit_bias"] = by_id;
+  auto [ist, by_ids] = s.Post("/completion", b);
+  ASSERT_EQ(ist, 200);
+  EXPECT_EQ(by_ids["content"].get<std::string>().find(word), std::string::npos);
+  json fields = base;
+  fields["response_fields"] = {"content", "generation_settings/n_predict", "timings/predicted_n",
+                               "no/such"};
+  auto [fst, picked] = s.Post("/completion", fields);
+  ASSERT_EQ(fst, 200);
+  EXPECT_EQ(picked.size(), 3u) << picked.dump();
+  EXPECT_EQ(picked["content"], text);
+  EXPECT_EQ(picked["generation_settings/n_predict"], 24);
+  EXPECT_EQ(picked["timings/predicted_n"], 24);
+  auto [ast, applied] =
+      s.Post("/apply-template", {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}});
+  ASSERT_EQ(ast, 200) << applied.dump();
+  EXPECT_NE(applied["prompt"].get<std::string>().find("Hi"), std::string::npos);
+  auto [e1, bad_bias] = s.Post("/completion", {{"prompt", "x"}, {"logit_bias", {{1, "x"}}}});
+  EXPECT_EQ(e1, 400);
+  auto [e2, bad_id] = s.Post("/completion", {{"prompt", "x"}, {"logit_bias", {{"99999", 1}}}});
+  EXPECT_EQ(e2, 400);
+}

@@ -238,7 +238,8 @@ bool AddBias(const json& key, const json& value, const Model& model, GeneratePar
       std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     return add_id(std::stoll(text));
   }
-  for (int32_t id : model.tokenizer().Encode(text, false, false)) p->logit_bias.push_back({id, bias});
+  for (int32_t id : model.tokenizer().Encode(text, false, false))
+    p->logit_bias.push_back({id, bias});
   return true;
 }
 
@@ -306,8 +307,7 @@ bool ParseCompletion(const json& body, const Model& model, const Defaults& defau
                      Completion* out, ApiError* err) {
   if (!body.is_object()) return Fail(err, "the body must be a JSON object");
   serve::Request base;
-  if (!ReadParams(body, defaults, &base, err) ||
-      !ReadLogitBias(body, model, &base.params, err)) {
+  if (!ReadParams(body, defaults, &base, err) || !ReadLogitBias(body, model, &base.params, err)) {
     return false;
   }
   if (auto rf = body.find("response_fields"); rf != body.end() && !rf->is_null()) {

@@ -201,8 +201,8 @@ json PickFields(const json& answer, const std::vector<std::string>& paths) {
     bool found = true;
     while (found) {
       const size_t slash = path.find('/', start);
-      const std::string key = path.substr(start, slash == std::string::npos ? std::string::npos
-                                                                             : slash - start);
+      const std::string key =
+          path.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
       auto it = at->is_object() ? at->find(key) : at->end();
       if (!at->is_object() || it == at->end()) {
         found = false;
