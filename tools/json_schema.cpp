@@ -264,21 +264,12 @@ class RegexToGbnf {
         case 'S':
           *out = std::string("[^ ") + kJsonUnescaped + "]";
           return true;
-        case 'n':
-          *out = JsonChar('\n');
+        default: {
+          uint32_t cp;
+          if (!EscapedChar(e, "", &cp)) return false;
+          *out = JsonChar(cp);
           return true;
-        case 't':
-          *out = JsonChar('\t');
-          return true;
-        case 'r':
-          *out = JsonChar('\r');
-          return true;
-        default:
-          if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9')) {
-            return Fail(std::string("unsupported escape '\\") + e + "'");
-          }
-          *out = JsonChar(static_cast<uint8_t>(e));
-          return true;
+        }
       }
     }
     if (c == '*' || c == '+' || c == '?' || c == '{') return Fail("nothing to repeat");
@@ -303,22 +294,23 @@ class RegexToGbnf {
       case 's':
         *named = " ";
         return true;
-      case 'n':
-        *cp = '\n';
-        return true;
-      case 't':
-        *cp = '\t';
-        return true;
-      case 'r':
-        *cp = '\r';
-        return true;
       default:
-        if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9')) {
-          return Fail(std::string("unsupported escape '\\") + e + "' in a class");
-        }
-        *cp = static_cast<uint8_t>(e);
-        return true;
+        return EscapedChar(e, " in a class", cp);
     }
+  }
+
+  // The character of an escape that is not a class shorthand: \n, \t, \r, or punctuation as
+  // itself; other letters and digits (back-references, \b, ...) are unsupported.
+  bool EscapedChar(char e, const char* where, uint32_t* cp) {
+    if (e == 'n' || e == 't' || e == 'r') {
+      *cp = e == 'n' ? '\n' : e == 't' ? '\t' : '\r';
+      return true;
+    }
+    if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9')) {
+      return Fail(std::string("unsupported escape '\\") + e + "'" + where);
+    }
+    *cp = static_cast<uint8_t>(e);
+    return true;
   }
 
   bool Class(std::string* out) {
