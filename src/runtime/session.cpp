@@ -253,7 +253,7 @@ Result<const float*> Session::Decode(const SequenceBatch& b) {
 
 Result<const float*> Session::Run(const ForwardBatch& batch, int n_out) {
   if (memory_limit_ != UINT64_MAX) {
-    const uint64_t cache = KvCacheBytes(cache_.config());
+    const uint64_t cache = SatAdd(KvCacheBytes(cache_.config()), recurrent_.bytes());
     const uint64_t need = ForwardBytes(model_.hparams(), batch.n_tokens, n_out);
     if (SatAdd(cache, need) > memory_limit_) {
       return Error{"a batch of " + std::to_string(batch.n_tokens) + " tokens needs " +
