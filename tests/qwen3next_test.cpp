@@ -318,5 +318,68 @@ TEST(Qwen3NextMalformed, EachDefectGivesOneClearError) {
   fs::remove_all(dir);
 }
 
+// The legacy fused layout: ssm_in holds per K head g the rows [q_g | k_g | v_g | z_g] of
+// attn_qkv and attn_gate. The F32 fixture rewritten that way gives the same logits (each output
+// row is the same dot product, only its place in the matrix moves).
+TEST(Qwen3NextFused, SsmInGivesTheSplitLayoutsLogits) {
+  if (!fs::exists(kF32)) GTEST_SKIP() << kF32 << " is absent";
+  Result<std::unique_ptr<gguf::File>> f = gguf::File::Open(kF32);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  const int kHeads = 2, vHeads = 4, hk = 64, hv = 64, d = 256, r = vHeads / kHeads;
+  const size_t row = d * sizeof(float);
+  gguf::Writer w;
+  for (const auto& [key, value] : (*f)->metadata()) w.SetValue(key, value);
+  std::vector<std::vector<uint8_t>> fused;  // keeps each ssm_in's data alive until written
+  for (const gguf::TensorInfo& t : (*f)->tensors()) {
+    const std::string& n = t.name;
+    const size_t dot = n.find(".attn_qkv.");
+    if (n.find(".attn_gate.") != std::string::npos) continue;
+    if (dot == std::string::npos) {
+      w.AddTensor(n, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.n_bytes);
+      continue;
+    }
+    const std::string p = n.substr(0, dot);
+    const gguf::TensorInfo* gate = (*f)->FindTensor(p + ".attn_gate.weight");
+    ASSERT_NE(gate, nullptr);
+    ASSERT_EQ(t.type, GgmlType::kF32);
+    std::vector<uint8_t> out;
+    auto rows = [&](const uint8_t* src, int first, int count) {
+      out.insert(out.end(), src + first * row, src + (first + count) * row);
+    };
+    for (int g = 0; g < kHeads; ++g) {
+      rows(t.data, g * hk, hk);                            // q_g
+      rows(t.data, kHeads * hk + g * hk, hk);              // k_g
+      rows(t.data, 2 * kHeads * hk + g * r * hv, r * hv);  // v of V heads g*r..
+      rows(gate->data, g * r * hv, r * hv);                // z of the same heads
+    }
+    const int64_t n_rows = static_cast<int64_t>(out.size() / row);
+    fused.push_back(std::move(out));
+    w.AddTensor(p + ".ssm_in.weight", GgmlType::kF32, {d, n_rows}, fused.back().data(),
+                fused.back().size());
+  }
+  const fs::path dir = fs::temp_directory_path() / ("lamina_q3n_fused_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "fused.gguf").string();
+  ASSERT_TRUE(w.WriteFile(path).ok());
+  Result<std::unique_ptr<Model>> split = LoadModel(kF32);
+  Result<std::unique_ptr<Model>> joined = LoadModel(path);
+  ASSERT_TRUE(split.ok() && joined.ok()) << (joined.ok() ? "" : joined.error().message);
+  ThreadPool pool(2);
+  SessionConfig sc;
+  sc.n_ctx = 64;
+  const std::vector<int32_t> tokens = Tokens(40);
+  Session a(**split, sc, pool), b(**joined, sc, pool);
+  Result<const float*> la = a.Eval(tokens, true);
+  Result<const float*> lb = b.Eval(tokens, true);
+  ASSERT_TRUE(la.ok() && lb.ok());
+  const size_t n = tokens.size() * (*split)->hparams().n_vocab;
+  double max_diff = 0;
+  for (size_t i = 0; i < n; ++i)
+    max_diff = std::max(max_diff, double(std::fabs((*la)[i] - (*lb)[i])));
+  EXPECT_LT(max_diff, 1e-5);
+  EXPECT_EQ(StateOf(a, 0), StateOf(b, 0));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace lamina
