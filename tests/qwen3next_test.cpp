@@ -1,6 +1,6 @@
 // qwen3next (hybrid Gated DeltaNet + gated attention) unit tests: the delta-net kernels against
 // double-precision references, the layer pattern and cache shapes read from the shared fixture,
-// exact rollback of recurrent state (within its snapshot ring, refused or dropped beyond it,
+// exact rollback of recurrent state (within its ring of states, refused or dropped beyond it,
 // copied between sequences), and one clear error per malformed file.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -79,7 +79,8 @@ TEST(DeltaNetKernels, GatedDeltaStepMatchesReference) {
     EXPECT_NEAR(qn, 1.0, 1e-5);
     EXPECT_NEAR(kn, 1.0, 1e-5);
     const float decay = std::exp(-0.05f * (t + 1)), beta = 0.1f * (t + 1);
-    GatedDeltaStep(m.data(), q.data(), k.data(), v.data(), decay, beta, scale, dk, dv, out.data());
+    GatedDeltaStep(m.data(), m.data(), q.data(), k.data(), v.data(), decay, beta, scale, dk, dv,
+                   out.data());
     for (double& x : ref) x *= decay;
     for (int i = 0; i < dv; ++i) {
       double mk = 0;
@@ -101,15 +102,18 @@ TEST(DeltaNetKernels, Avx2TwinMatchesScalar) {
   if (!GetCpuFeatures().HasAvx2Set()) GTEST_SKIP() << "no AVX2";
   std::mt19937 rng(3);
   for (auto [dk, dv] : {std::pair{64, 64}, std::pair{24, 128}, std::pair{13, 12}}) {
-    std::vector<float> a = Random(dv * dk, rng, 0.3f), b = a;
+    // The scalar twin in place; the AVX2 one from one buffer into another, then back.
+    std::vector<float> a = Random(dv * dk, rng, 0.3f), b = a, b2(a.size());
     for (int t = 0; t < 6; ++t) {
       std::vector<float> q = Random(dk, rng), k = Random(dk, rng), v = Random(dv, rng);
       L2Normalize(q.data(), dk, 1e-6f);
       L2Normalize(k.data(), dk, 1e-6f);
       std::vector<float> oa(dv), ob(dv);
-      GatedDeltaStep(a.data(), q.data(), k.data(), v.data(), 0.9f, 0.7f, 0.125f, dk, dv, oa.data());
-      Avx2GatedDeltaStep()(b.data(), q.data(), k.data(), v.data(), 0.9f, 0.7f, 0.125f, dk, dv,
-                           ob.data());
+      GatedDeltaStep(a.data(), a.data(), q.data(), k.data(), v.data(), 0.9f, 0.7f, 0.125f, dk, dv,
+                     oa.data());
+      Avx2GatedDeltaStep()(b.data(), b2.data(), q.data(), k.data(), v.data(), 0.9f, 0.7f, 0.125f,
+                           dk, dv, ob.data());
+      std::swap(b, b2);
       ASSERT_EQ(std::memcmp(oa.data(), ob.data(), dv * sizeof(float)), 0) << dk << " " << t;
     }
     ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << dk;
@@ -235,7 +239,7 @@ TEST_F(Qwen3NextSession, CopyPrefixCopiesStateLikeKv) {
   s.CopyPrefix(0, 1, 50);
   EXPECT_EQ(s.n_past(1), 50);
   EXPECT_EQ(StateOf(s, 1), StateOf(s, 0));
-  s.CopyPrefix(0, 1, 45);  // from a snapshot, then continue sequence 1 to 50
+  s.CopyPrefix(0, 1, 45);  // from the ring, then continue sequence 1 to 50
   EXPECT_EQ(s.n_past(1), 45);
   ASSERT_TRUE(s.EvalSeq(1, tokens.data() + 45, 5, false).ok());
   EXPECT_EQ(StateOf(s, 1), StateOf(s, 0));

@@ -172,7 +172,7 @@ TEST_P(SpecGreedy, IdsAndKvBytesEqualPlainGreedy) {
 INSTANTIATE_TEST_SUITE_P(AllModes, SpecGreedy, testing::ValuesIn(Cases()), CaseName);
 
 // The hybrid qwen3next fixture: rejected drafts roll the recurrent state back through its
-// snapshot ring. Prompt lookup, the model drafting for itself (q4_0 cache, which nearly always
+// ring of states. Prompt lookup, the model drafting for itself (q4_0 cache, which nearly always
 // agrees) and its Q4_K_M file drafting for it (which often does not) × --draft-max 1, 4, 8 ×
 // four prompts × 32 tokens, in three KV modes, and with a ring of 4 (drafts capped at 3 so
 // every rollback stays exact): ids, KV bytes and recurrent state of plain greedy.

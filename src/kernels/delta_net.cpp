@@ -47,14 +47,15 @@ void L2Normalize(float* x, int n, float eps) {
   for (int i = 0; i < n; ++i) x[i] *= scale;
 }
 
-void GatedDeltaStep(float* state, const float* q, const float* k, const float* v, float decay,
-                    float beta, float scale, int d_k, int d_v, float* out) {
-  // out = M^T k after the decay.
+void GatedDeltaStep(const float* src, float* state, const float* q, const float* k, const float* v,
+                    float decay, float beta, float scale, int d_k, int d_v, float* out) {
+  // state = decay * src; out = M^T k.
   std::fill(out, out + d_v, 0.0f);
   for (int j = 0; j < d_k; ++j) {
+    const float* from = src + static_cast<int64_t>(j) * d_v;
     float* row = state + static_cast<int64_t>(j) * d_v;
     for (int i = 0; i < d_v; ++i) {
-      row[i] *= decay;
+      row[i] = from[i] * decay;
       out[i] += row[i] * k[j];
     }
   }

@@ -25,18 +25,19 @@ void ConvTailAdvance(const float* tail, const float* x, int n, int channels, int
 void L2Normalize(float* x, int n, float eps);
 
 // One token of the gated delta rule on one head, M: [d_k, d_v] (row j holds value dims of key
-// dim j, so consecutive value dims are contiguous):
-//   M *= decay;  d = beta * (v - M^T k);  M += k d^T;  out = scale * (M^T q)
+// dim j, so consecutive value dims are contiguous), read from `src` and written to `dst` (which
+// may be src: in place; else they must not overlap):
+//   M = decay * M_src;  d = beta * (v - M^T k);  M += k d^T;  out = scale * (M^T q)
 // k and q are L2-normalised by the caller. out: [d_v] (also the scratch for M^T k and d). Every
 // out[i] sums over key dims j in ascending order with separate multiplies and adds, so a twin
 // that vectorises across value dims gives the same bits.
-void GatedDeltaStep(float* state, const float* q, const float* k, const float* v, float decay,
-                    float beta, float scale, int d_k, int d_v, float* out);
+void GatedDeltaStep(const float* src, float* dst, const float* q, const float* k, const float* v,
+                    float decay, float beta, float scale, int d_k, int d_v, float* out);
 
-using GatedDeltaStepFn = void (*)(float* state, const float* q, const float* k, const float* v,
-                                  float decay, float beta, float scale, int d_k, int d_v,
-                                  float* out);
-GatedDeltaStepFn Avx2GatedDeltaStep();  // the AVX2 + FMA twin (same contract)
+using GatedDeltaStepFn = void (*)(const float* src, float* dst, const float* q, const float* k,
+                                  const float* v, float decay, float beta, float scale, int d_k,
+                                  int d_v, float* out);
+GatedDeltaStepFn Avx2GatedDeltaStep();  // the AVX2 twin (same contract, same bits)
 // The twin the CPU and LAMINA_ISA allow (AVX2 when available, else the scalar one).
 GatedDeltaStepFn BestGatedDeltaStep();
 

@@ -15,19 +15,20 @@
 namespace lamina {
 
 namespace {
-void Step(float* state, const float* q, const float* k, const float* v, float decay, float beta,
-          float scale, int d_k, int d_v, float* out) {
+void Step(const float* src, float* state, const float* q, const float* k, const float* v,
+          float decay, float beta, float scale, int d_k, int d_v, float* out) {
   if (d_v % 8 != 0) {
-    GatedDeltaStep(state, q, k, v, decay, beta, scale, d_k, d_v, out);
+    GatedDeltaStep(src, state, q, k, v, decay, beta, scale, d_k, d_v, out);
     return;
   }
   const __m256 vdecay = _mm256_set1_ps(decay);
   for (int i = 0; i < d_v; i += 8) _mm256_storeu_ps(out + i, _mm256_setzero_ps());
   for (int j = 0; j < d_k; ++j) {
+    const float* from = src + static_cast<int64_t>(j) * d_v;
     float* row = state + static_cast<int64_t>(j) * d_v;
     const __m256 kj = _mm256_set1_ps(k[j]);
     for (int i = 0; i < d_v; i += 8) {
-      const __m256 m = _mm256_mul_ps(_mm256_loadu_ps(row + i), vdecay);
+      const __m256 m = _mm256_mul_ps(_mm256_loadu_ps(from + i), vdecay);
       _mm256_storeu_ps(row + i, m);
       _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(out + i), _mm256_mul_ps(m, kj)));
     }

@@ -1,4 +1,4 @@
-// Recurrent (Gated DeltaNet) state with a ring of per-token snapshots (see recurrent_state.h).
+// Recurrent (Gated DeltaNet) state in a ring of per-token states (see recurrent_state.h).
 #include "runtime/recurrent_state.h"
 
 #include <algorithm>
@@ -17,45 +17,52 @@ RecurrentState::RecurrentState(const RecurrentShape& shape, int n_seq, int ring)
                shape.n_v_heads % shape.n_k_heads == 0);
   per_ = static_cast<size_t>(shape.conv_floats() + shape.state_floats());
   const size_t n_ls = static_cast<size_t>(n_seq) * shape.n_layer;
-  live_.assign(n_ls * per_, 0.0f);
-  snaps_.assign(n_ls * ring_ * per_, 0.0f);
+  states_.assign(n_ls * ring_ * per_, 0.0f);
   tags_.assign(n_ls * ring_, -1);
   lengths_.assign(n_ls, 0);
+  for (int seq = 0; seq < n_seq; ++seq) Reset(seq);
+}
+
+void RecurrentState::Reset(int seq) {
+  for (int layer = 0; layer < shape_.n_layer; ++layer) {
+    std::fill_n(Slot(seq, layer, 0), per_, 0.0f);
+    std::fill_n(tags_.begin() + Index(seq, layer) * ring_, ring_, -1);
+    Tag(seq, layer, 0) = 0;
+    lengths_[Index(seq, layer)] = 0;
+  }
 }
 
 int RecurrentState::length(int seq) const {
   if (empty()) return 0;
-  return lengths_[static_cast<size_t>(seq) * shape_.n_layer];
+  return lengths_[Index(seq, 0)];
 }
 
 uint64_t RecurrentState::bytes() const {
-  return static_cast<uint64_t>(live_.size() + snaps_.size()) * sizeof(float);
+  return static_cast<uint64_t>(states_.size()) * sizeof(float);
 }
 
 void RecurrentState::Scan(int layer, int seq, int pos0, int n, const float* conv_w,
                           const float* qkv, const float* decay, const float* beta, float* out,
                           ThreadPool& pool) {
   LAMINA_CHECK(!empty() && layer >= 0 && layer < shape_.n_layer && seq >= 0 && seq < n_seq_);
-  int& len = lengths_[static_cast<size_t>(seq) * shape_.n_layer + layer];
-  LAMINA_CHECK(pos0 == len && n > 0);
+  int& len = lengths_[Index(seq, layer)];
+  LAMINA_CHECK(pos0 == len && n > 0 && TagOf(seq, layer, pos0) == pos0);
   const int C = shape_.conv_channels(), K = shape_.conv_kernel;
   const int hk = shape_.head_k, hv = shape_.head_v;
   const int n_kh = shape_.n_k_heads, n_vh = shape_.n_v_heads, r = n_vh / n_kh;
   const int64_t conv_floats = shape_.conv_floats();
-  float* live = live_.data() + LiveOffset(seq, layer);
-  float* tail = live;                 // [K - 1, C]
-  float* state = live + conv_floats;  // [n_vh, hk, hv]
 
-  // Tokens whose resulting state goes into the ring: the last min(n, ring) of the run.
-  const int first_snap = std::max(0, n - ring_);
+  // The conv tail before the run (its slot may be overwritten below when n >= ring).
+  tail_in_.assign(Slot(seq, layer, pos0), Slot(seq, layer, pos0) + conv_floats);
   if (conv_out_.size() < static_cast<size_t>(n) * C) conv_out_.resize(static_cast<size_t>(n) * C);
   float* co = conv_out_.data();  // [n, C]
-  CausalConvSilu(tail, qkv, n, C, K, conv_w, co);
-  for (int t = first_snap; t < n; ++t) {
-    const int slot = (pos0 + t + 1) % ring_;
-    ConvTailAdvance(tail, qkv, t + 1, C, K, snaps_.data() + SnapOffset(seq, layer, slot));
+  CausalConvSilu(tail_in_.data(), qkv, n, C, K, conv_w, co);
+  // Tokens whose state stays in the ring: the last min(n, ring) of the run; earlier ones'
+  // slots are taken again by later tokens, so their conv tails are not written.
+  const int first_kept = std::max(0, n - ring_);
+  for (int t = first_kept; t < n; ++t) {
+    ConvTailAdvance(tail_in_.data(), qkv, t + 1, C, K, Slot(seq, layer, pos0 + t + 1));
   }
-  ConvTailAdvance(tail, qkv, n, C, K, tail);
   // q and k: L2-normalised per head, in place.
   for (int t = 0; t < n; ++t) {
     float* row = co + static_cast<int64_t>(t) * C;
@@ -63,28 +70,28 @@ void RecurrentState::Scan(int layer, int seq, int pos0, int n, const float* conv
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hk));
   const GatedDeltaStepFn step = BestGatedDeltaStep();
-  const int64_t head_floats = static_cast<int64_t>(hv) * hk;
+  const int64_t head_floats = static_cast<int64_t>(hk) * hv;
   const int64_t vd = static_cast<int64_t>(n_vh) * hv;
+  float* base = states_.data() + Index(seq, layer) * ring_ * per_;  // [ring, per_]
   pool.ParallelFor(n_vh, 1, [&](int64_t h0, int64_t h1) {
     for (int64_t h = h0; h < h1; ++h) {
-      float* m = state + h * head_floats;  // [hk, hv]
       const int64_t kh = h / r;
       for (int t = 0; t < n; ++t) {
+        // The state after pos0 + t tokens, into the slot of the state after pos0 + t + 1.
+        const float* src = base + ((pos0 + t) % ring_) * per_ + conv_floats + h * head_floats;
+        float* dst = base + ((pos0 + t + 1) % ring_) * per_ + conv_floats + h * head_floats;
         const float* row = co + static_cast<int64_t>(t) * C;
         const float* q = row + kh * hk;
         const float* k = row + (n_kh + kh) * hk;
         const float* v = row + 2 * n_kh * hk + h * hv;
-        step(m, q, k, v, decay[static_cast<int64_t>(t) * n_vh + h],
+        step(src, dst, q, k, v, decay[static_cast<int64_t>(t) * n_vh + h],
              beta[static_cast<int64_t>(t) * n_vh + h], scale, hk, hv, out + t * vd + h * hv);
-        if (t >= first_snap) {
-          const int slot = (pos0 + t + 1) % ring_;
-          std::memcpy(snaps_.data() + SnapOffset(seq, layer, slot) + conv_floats + h * head_floats,
-                      m, sizeof(float) * head_floats);
-        }
       }
     }
   });
-  for (int t = first_snap; t < n; ++t) Tag(seq, layer, (pos0 + t + 1) % ring_) = pos0 + t + 1;
+  // Slots of the run's earlier tokens were taken again; with n < ring, pos0's stays valid.
+  for (int t = 0; t < first_kept; ++t) Tag(seq, layer, pos0 + t + 1) = -1;
+  for (int t = first_kept; t < n; ++t) Tag(seq, layer, pos0 + t + 1) = pos0 + t + 1;
   len = pos0 + n;
 }
 
@@ -93,9 +100,7 @@ int RecurrentState::ExactKeep(int seq, int n) const {
   LAMINA_CHECK(seq >= 0 && seq < n_seq_);
   if (n <= 0) return 0;
   for (int layer = 0; layer < shape_.n_layer; ++layer) {
-    const int len = lengths_[static_cast<size_t>(seq) * shape_.n_layer + layer];
-    if (n == len) continue;
-    if (n > len || TagAt(seq, layer, n % ring_) != n) return 0;
+    if (n > lengths_[Index(seq, layer)] || TagOf(seq, layer, n) != n) return 0;
   }
   return n;
 }
@@ -103,21 +108,21 @@ int RecurrentState::ExactKeep(int seq, int n) const {
 void RecurrentState::Truncate(int seq, int n_keep) {
   if (empty()) return;
   LAMINA_CHECK(ExactKeep(seq, n_keep) == n_keep);
+  if (n_keep == 0 && !fault_skip_restore_) {
+    Reset(seq);
+    return;
+  }
   for (int layer = 0; layer < shape_.n_layer; ++layer) {
-    int& len = lengths_[static_cast<size_t>(seq) * shape_.n_layer + layer];
+    int& len = lengths_[Index(seq, layer)];
     if (n_keep == len) continue;
-    float* live = live_.data() + LiveOffset(seq, layer);
-    if (!fault_skip_restore_) {
-      if (n_keep == 0) {
-        std::fill(live, live + per_, 0.0f);
-      } else {
-        const float* snap = snaps_.data() + SnapOffset(seq, layer, n_keep % ring_);
-        std::copy(snap, snap + per_, live);
-      }
+    if (fault_skip_restore_) {  // the rejected tokens' state stays live
+      std::memmove(Slot(seq, layer, n_keep), Current(seq, layer), per_ * sizeof(float));
     }
     for (int slot = 0; slot < ring_; ++slot) {
-      if (Tag(seq, layer, slot) > n_keep) Tag(seq, layer, slot) = -1;
+      int& tag = tags_[Index(seq, layer) * ring_ + slot];
+      if (tag > n_keep) tag = -1;
     }
+    Tag(seq, layer, n_keep) = n_keep;
     len = n_keep;
   }
 }
@@ -125,34 +130,29 @@ void RecurrentState::Truncate(int seq, int n_keep) {
 void RecurrentState::CopyPrefix(int src, int dst, int n) {
   if (empty() || src == dst) return;
   LAMINA_CHECK(ExactKeep(src, n) == n && dst >= 0 && dst < n_seq_);
+  if (n == 0) {
+    Reset(dst);
+    return;
+  }
   for (int layer = 0; layer < shape_.n_layer; ++layer) {
-    const int src_len = lengths_[static_cast<size_t>(src) * shape_.n_layer + layer];
-    float* live = live_.data() + LiveOffset(dst, layer);
-    if (n == 0) {
-      std::fill(live, live + per_, 0.0f);
-    } else {
-      const float* from = n == src_len ? live_.data() + LiveOffset(src, layer)
-                                       : snaps_.data() + SnapOffset(src, layer, n % ring_);
-      std::copy(from, from + per_, live);
-    }
     for (int slot = 0; slot < ring_; ++slot) {
-      const int tag = TagAt(src, layer, slot);
-      const bool keep = tag >= 1 && tag <= n;
-      Tag(dst, layer, slot) = keep ? tag : -1;
-      if (keep) {
-        const float* s = snaps_.data() + SnapOffset(src, layer, slot);
-        std::copy(s, s + per_, snaps_.data() + SnapOffset(dst, layer, slot));
-      }
+      const int tag = tags_[Index(src, layer) * ring_ + slot];
+      const bool keep = tag >= 0 && tag <= n;
+      tags_[Index(dst, layer) * ring_ + slot] = keep ? tag : -1;
+      if (keep) std::copy_n(Slot(src, layer, slot), per_, Slot(dst, layer, slot));
     }
-    lengths_[static_cast<size_t>(dst) * shape_.n_layer + layer] = n;
+    lengths_[Index(dst, layer)] = n;
   }
 }
 
 void RecurrentState::Skip(int seq, int n) {
   if (empty()) return;
   for (int layer = 0; layer < shape_.n_layer; ++layer) {
-    lengths_[static_cast<size_t>(seq) * shape_.n_layer + layer] = n;
-    for (int slot = 0; slot < ring_; ++slot) Tag(seq, layer, slot) = -1;
+    int& len = lengths_[Index(seq, layer)];
+    if (n != len) std::memmove(Slot(seq, layer, n), Current(seq, layer), per_ * sizeof(float));
+    std::fill_n(tags_.begin() + Index(seq, layer) * ring_, ring_, -1);
+    Tag(seq, layer, n) = n;
+    len = n;
   }
 }
 

@@ -33,8 +33,8 @@ struct SessionConfig {
   // Bytes the session may hold (cache + the scratch of a batch); a batch whose scratch would
   // pass it is refused with an error before anything is allocated. UINT64_MAX: unchecked.
   uint64_t memory_limit = UINT64_MAX;
-  // Hybrid models: per-token recurrent-state snapshots kept per sequence, the furthest back a
-  // Truncate restores exactly (at least the longest verify window).
+  // Hybrid models: per-token recurrent states kept per sequence (RecurrentState's ring), the
+  // furthest back a Truncate restores exactly (at least the longest verify window).
   int recurrent_ring = kRecurrentRingDefault;
 };
 
@@ -93,7 +93,7 @@ class Session {
 
   // Drops positions >= n_keep of sequence `seq` (0 when omitted). With a KV window a cut more
   // than kKvWindowSlack cells back keeps nothing (KvCache::ExactKeep), and so does, for a
-  // hybrid model, a cut further back than the recurrent snapshot ring (RecurrentState): read
+  // hybrid model, a cut further back than the ring of recurrent states (RecurrentState): read
   // n_past() after and re-evaluate what was dropped.
   void Truncate(int n_keep) { Truncate(0, n_keep); }
   void Truncate(int seq, int n_keep);
