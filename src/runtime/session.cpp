@@ -31,8 +31,17 @@ Result<KvCacheConfig> MakeKvCacheConfig(const Hparams& hp, const SessionConfig& 
 uint64_t ForwardBytes(const Hparams& hp, int n_tokens, int n_out) {
   // Residual, normed and output-of-attention rows, Q/K/V, gate/up, RoPE tables, the matmul's
   // quantized activations (at most one f32 row's bytes per row) and slack for MoE buffers.
-  const uint64_t per_token_floats = 4ull * hp.n_embd + 3ull * hp.q_dim() + 2ull * hp.kv_dim() +
-                                    4ull * hp.n_ff + static_cast<uint64_t>(hp.rope.n_rot);
+  uint64_t per_token_floats = 4ull * hp.n_embd + 3ull * hp.q_dim() + 2ull * hp.kv_dim() +
+                              4ull * hp.n_ff + static_cast<uint64_t>(hp.rope.n_rot);
+  if (hp.recurrent.n_layer > 0) {
+    // Hybrid layers: qkv and its convolution, z and the heads' output, gates, and the larger
+    // of the gated attention's [q | gate] rows and a fused ssm_in's.
+    const RecurrentShape& r = hp.recurrent;
+    const uint64_t c = static_cast<uint64_t>(r.conv_channels());
+    const uint64_t vd = static_cast<uint64_t>(r.n_v_heads) * r.head_v;
+    per_token_floats += 2 * c + 2 * vd + 4ull * r.n_v_heads +
+                        std::max<uint64_t>(2ull * hp.q_dim(), c + vd);
+  }
   const uint64_t act = SatMul(SatMul(per_token_floats, std::max(0, n_tokens)), sizeof(float));
   const uint64_t logits =
       SatMul(SatMul(static_cast<uint64_t>(std::max(0, n_out)), hp.n_vocab), sizeof(float));
