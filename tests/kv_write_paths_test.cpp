@@ -1,7 +1,9 @@
 // Write-path equivalence: the same token stream fed as one prompt batch, token by token, in
 // random chunks, and as speculative verify windows (a random suffix rejected, truncated and
 // rewritten) must leave byte-identical cache storage and bit-identical logits, in every KV mode
-// and V rounding. A planted fault (one path's writes never reach storage) must be caught.
+// and V rounding. A planted fault (one path's writes never reach storage) must be caught. The
+// hybrid qwen3next fixture adds its recurrent state (conv tails and delta states), which every
+// path must leave bit-identical too, and a planted fault (state not restored on truncate).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,7 +24,19 @@ const std::string kShared = LAMINA_SHARED_DIR;
 struct PathRun {
   std::vector<float> logits;                  // [n_tokens, n_vocab], position p predicts p+1
   std::vector<std::vector<uint8_t>> storage;  // per layer: K bytes then V bytes
+  std::vector<float> state;  // recurrent layers' conv tails and delta states (hybrid models)
 };
+
+// Sequence `seq`'s recurrent state, layer by layer (empty for pure transformers).
+std::vector<float> RecurrentBytes(const Session& s, int seq) {
+  const RecurrentState& r = s.recurrent();
+  std::vector<float> out;
+  for (int l = 0; l < r.shape().n_layer; ++l) {
+    out.insert(out.end(), r.Conv(seq, l), r.Conv(seq, l) + r.shape().conv_floats());
+    out.insert(out.end(), r.Delta(seq, l), r.Delta(seq, l) + r.shape().state_floats());
+  }
+  return out;
+}
 
 enum class Path { kBatch, kTokenByToken, kRandomChunks, kVerifyWindows };
 
@@ -40,12 +54,15 @@ const char* PathName(Path p) {
   return "?";
 }
 
-// observer: the cache's write hook (a planted fault), or none.
+// observer: the cache's write hook (a planted fault), or none; skip_state_restore: the
+// recurrent state's planted fault (Truncate leaves it as it is).
 PathRun RunPath(const Model& model, SessionConfig sc, const std::vector<int32_t>& tokens, Path path,
-                ThreadPool& pool, const KvWriteObserver* observer = nullptr) {
+                ThreadPool& pool, const KvWriteObserver* observer = nullptr,
+                bool skip_state_restore = false) {
   const int n_vocab = model.hparams().n_vocab;
   sc.write_observer = observer;
   Session s(model, sc, pool);
+  s.mutable_recurrent().set_fault_skip_restore(skip_state_restore);
   PathRun run;
   run.logits.resize(tokens.size() * n_vocab);
   std::mt19937 rng(7);
@@ -78,6 +95,7 @@ PathRun RunPath(const Model& model, SessionConfig sc, const std::vector<int32_t>
         for (int i = accept; i < w; ++i) window[i] = (window[i] + 1 + i) % n_vocab;
         eval_keep(pos, window, accept);
         s.Truncate(pos + accept);
+        LAMINA_CHECK(s.n_past() == pos + accept);
         pos += accept;
         continue;
       }
@@ -87,6 +105,7 @@ PathRun RunPath(const Model& model, SessionConfig sc, const std::vector<int32_t>
     pos += take;
   }
   run.storage = KvStorageBytes(s.cache(), 0);
+  run.state = RecurrentBytes(s, 0);
   return run;
 }
 
@@ -99,6 +118,10 @@ std::string Compare(const PathRun& a, const PathRun& b, int n_vocab) {
       return "cache storage differs in layer " + std::to_string(l) + " at byte " +
              std::to_string(i);
     }
+  }
+  if (a.state.size() != b.state.size() ||
+      std::memcmp(a.state.data(), b.state.data(), a.state.size() * sizeof(float)) != 0) {
+    return "recurrent state differs";
   }
   if (std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) != 0) {
     size_t i = 0;
@@ -126,7 +149,8 @@ std::string ModeCaseName(const testing::TestParamInfo<ModeCase>& info) {
 
 std::vector<ModeCase> Cases() {
   std::vector<ModeCase> cases;
-  for (const char* m : {"stories260K.gguf", "synth-llama-kq.F32.gguf"}) {
+  for (const char* m :
+       {"stories260K.gguf", "synth-llama-kq.F32.gguf", "synth-qwen3next-d256.F32.gguf"}) {
     for (KvType t : {KvType::kF32, KvType::kF16, KvType::kInt8, KvType::kQ4_0, KvType::kK8V4}) {
       cases.push_back({m, t, KvRounding::kNearest});
       if (t != KvType::kF32 && t != KvType::kF16) cases.push_back({m, t, KvRounding::kStochastic});
@@ -166,6 +190,7 @@ class KvWritePaths : public testing::TestWithParam<ModeCase> {
     sc_.v_rounding = GetParam().rounding;
     sc_.kv_window = GetParam().window;
     sc_.kv_seed = 99;
+    sc_.recurrent_ring = 40;  // the longest rejected suffix below is 36 tokens
   }
   std::unique_ptr<Model> model_;
   SessionConfig sc_;
@@ -265,6 +290,7 @@ TEST_P(KvWritePaths, SequencesBatchedTogetherMatchEachAlone) {
   for (int i = 0; i < n_seq; ++i) {
     EXPECT_EQ(s.n_past(i), lengths[i]);
     together[i].storage = KvStorageBytes(s.cache(), i);
+    together[i].state = RecurrentBytes(s, i);
     EXPECT_EQ(Compare(alone[i], together[i], n_vocab), "")
         << "sequence " << i << " batched vs alone";
   }
@@ -322,6 +348,26 @@ TEST(KvWritePathsTeeth, PlantedFaultsAreCaught) {
     EXPECT_NE(Compare(batch, faulty, n_vocab), "")
         << probe::FaultName(f) << ": a planted fault went unnoticed";
   }
+}
+
+// The hybrid's planted fault: Truncate moves the length but leaves the recurrent state as the
+// rejected draft left it. Verify windows against one batch must catch it.
+TEST(KvWritePathsTeeth, RecurrentStateNotRestoredOnTruncateIsCaught) {
+  const std::string path = kShared + "/models/synth-qwen3next-d256.F32.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
+  Result<std::unique_ptr<Model>> model = LoadModel(path);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  ThreadPool pool(2);
+  SessionConfig sc;
+  sc.n_ctx = 64;
+  sc.kv_type = KvType::kF16;
+  const std::vector<int32_t> tokens = TestTokens(**model, 60);
+  const int n_vocab = (*model)->hparams().n_vocab;
+  const PathRun batch = RunPath(**model, sc, tokens, Path::kBatch, pool);
+  EXPECT_EQ(Compare(batch, RunPath(**model, sc, tokens, Path::kVerifyWindows, pool), n_vocab), "");
+  const PathRun faulty =
+      RunPath(**model, sc, tokens, Path::kVerifyWindows, pool, nullptr, /*skip_state_restore=*/true);
+  EXPECT_NE(Compare(batch, faulty, n_vocab), "") << "a state left unrestored went unnoticed";
 }
 
 // An observer that changes nothing: the observer path itself (copied rows, one call per Write)

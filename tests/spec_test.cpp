@@ -55,6 +55,7 @@ struct RunOutput {
   std::vector<int32_t> ids;
   int n_past = 0;
   std::vector<std::vector<uint8_t>> storage;  // [n_layer][bytes] of cells [0, n_past)
+  std::vector<float> state;  // hybrid models: every recurrent layer's conv tail and delta state
   spec::SpecStats stats;
 };
 
@@ -80,6 +81,11 @@ RunOutput RunOne(const Model& m, const SessionConfig& sc, ThreadPool& pool,
   out.ids = r->tokens;
   out.n_past = s.n_past(0);
   out.storage = KvStorageBytes(s.cache(), 0, out.n_past);
+  const RecurrentState& rs = s.recurrent();
+  for (int l = 0; l < rs.shape().n_layer; ++l) {
+    out.state.insert(out.state.end(), rs.Conv(0, l), rs.Conv(0, l) + rs.shape().conv_floats());
+    out.state.insert(out.state.end(), rs.Delta(0, l), rs.Delta(0, l) + rs.shape().state_floats());
+  }
   return out;
 }
 
@@ -164,6 +170,69 @@ TEST_P(SpecGreedy, IdsAndKvBytesEqualPlainGreedy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModes, SpecGreedy, testing::ValuesIn(Cases()), CaseName);
+
+// The hybrid qwen3next fixture: rejected drafts roll the recurrent state back through its
+// ring of states. Prompt lookup, the model drafting for itself (q4_0 cache, which nearly always
+// agrees) and its Q4_K_M file drafting for it (which often does not) × --draft-max 1, 4, 8 ×
+// four prompts × 32 tokens, in three KV modes, and with a ring of 4 (drafts capped at 3 so
+// every rollback stays exact): ids, KV bytes and recurrent state of plain greedy.
+TEST(SpecGreedyHybrid, IdsKvBytesAndStateEqualPlainGreedy) {
+  const std::string path = std::string(LAMINA_SHARED_DIR) + "/models/synth-qwen3next-d256.F32.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
+  const std::string q4_path =
+      std::string(LAMINA_SHARED_DIR) + "/models/synth-qwen3next-d256.Q4_K_M.gguf";
+  if (!std::filesystem::exists(q4_path)) GTEST_SKIP() << q4_path << " is absent";
+  std::unique_ptr<Model> q4 = Load(q4_path);
+  std::unique_ptr<Model> model = Load(path);
+  ThreadPool pool(2);
+  SessionConfig self_draft_sc;
+  self_draft_sc.n_ctx = 160;
+  self_draft_sc.kv_type = KvType::kQ4_0;
+  spec::SpecOptions so;
+  so.adaptive = false;
+  spec::SpecStats total;
+  const std::vector<std::vector<int32_t>> prompts = Prompts(*model, /*chat=*/false);
+  struct Mode {
+    KvType type;
+    int ring;
+  };
+  for (const Mode& mode : {Mode{KvType::kF32, kRecurrentRingDefault},
+                           Mode{KvType::kK8V4, kRecurrentRingDefault}, Mode{KvType::kQ4_0, 4}}) {
+    SessionConfig sc;
+    sc.n_ctx = 160;
+    sc.kv_type = mode.type;
+    sc.kv_seed = 5;
+    sc.recurrent_ring = mode.ring;
+    for (size_t pi = 0; pi < prompts.size(); ++pi) {
+      const GenerateOptions go = Greedy(32, pi % 2 ? 7 : 0);
+      const RunOutput plain = RunOne(*model, sc, pool, prompts[pi], go, nullptr);
+      ASSERT_EQ(plain.ids.size(), 32u);
+      ASSERT_FALSE(plain.state.empty());
+      for (int draft_max : {1, 4, 8}) {
+        so.draft_max = draft_max;
+        spec::LookupDrafter lookup(3);
+        spec::ModelDrafter self(*model, self_draft_sc, pool, 0.0f);
+        spec::ModelDrafter quantized(*q4, self_draft_sc, pool, 0.0f);
+        for (spec::Drafter* d :
+             {static_cast<spec::Drafter*>(&lookup), static_cast<spec::Drafter*>(&self),
+              static_cast<spec::Drafter*>(&quantized)}) {
+          const RunOutput r = RunOne(*model, sc, pool, prompts[pi], go, d, so);
+          const std::string where = std::string(d->name()) + " " + KvTypeName(mode.type) +
+                                    " ring " + std::to_string(mode.ring) + " draft_max " +
+                                    std::to_string(draft_max) + " prompt " + std::to_string(pi);
+          EXPECT_EQ(r.ids, plain.ids) << where;
+          EXPECT_EQ(r.n_past, plain.n_past) << where;
+          EXPECT_TRUE(r.storage == plain.storage) << where << ": KV bytes differ";
+          EXPECT_TRUE(r.state == plain.state) << where << ": recurrent state differs";
+          total.Add(r.stats);
+        }
+      }
+    }
+  }
+  EXPECT_GT(total.verify_steps, 100);
+  EXPECT_GT(total.accepted, 50);
+  EXPECT_LT(total.accepted, total.drafted);
+}
 
 // The planted faults must be caught: a verify window's writes that never reach storage (the
 // seed engine's bug) and rejected cells left in place (no Truncate).

@@ -187,7 +187,13 @@ int RunBench(const BenchOptions& o) {
   // Bytes read per decoded token: all weights but the embedding rows, plus the K/V cells
   // attended (depth, the warm-up token and half the generated tokens on average).
   const double kv_read = static_cast<double>(kv_bytes_per_token) * (o.depth + 1 + o.n_gen / 2.0);
-  const double bytes_per_token = static_cast<double>(model.WeightBytesPerToken()) + kv_read;
+  // Hybrid models also read (and write back) every recurrent layer's conv tail and delta state.
+  const RecurrentShape& rec = model.hparams().recurrent;
+  const double state_read = static_cast<double>(rec.n_layer) *
+                            static_cast<double>(rec.conv_floats() + rec.state_floats()) *
+                            sizeof(float);
+  const double bytes_per_token =
+      static_cast<double>(model.WeightBytesPerToken()) + kv_read + state_read;
   if (o.json) {
     nlohmann::json j;
     j["model"] = o.common.model_path;
@@ -203,14 +209,17 @@ int RunBench(const BenchOptions& o) {
     j["pp_samples"] = pp;
     j["tg_samples"] = tg;
     j["bytes_per_token"] = bytes_per_token;
+    j["state_bytes_per_token"] = state_read;
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("model %s | %.1fM params | %d threads | kv %s\n", o.common.model_path.c_str(),
                 model.ParameterCount() / 1e6, pool.size(), KvTypeName(sc.kv_type));
     if (o.n_prompt > 0) std::printf("pp%-6d %10.2f tok/s\n", o.n_prompt, pp_med);
     if (o.n_gen > 0) {
-      std::printf("tg%-6d %10.2f tok/s (depth %d; %.1f MB read per token)\n", o.n_gen, tg_med,
+      std::printf("tg%-6d %10.2f tok/s (depth %d; %.1f MB read per token", o.n_gen, tg_med,
                   o.depth, bytes_per_token / 1e6);
+      if (state_read > 0) std::printf(", %.2f MB of it recurrent state", state_read / 1e6);
+      std::printf(")\n");
     }
   }
   return kExitOk;

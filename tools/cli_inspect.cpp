@@ -130,6 +130,26 @@ std::string ShapeText(const gguf::TensorInfo& t) {
   return out + "]";
 }
 
+// A hybrid model's per-layer kinds from its tensor names, e.g. "DDDA DDDA" (D: Gated DeltaNet,
+// recurrent; A: full attention; ?: neither); "" for models without recurrent layers.
+std::string LayerPattern(const gguf::File& file) {
+  Result<std::string> arch = file.GetString("general.architecture");
+  if (!arch.ok()) return "";
+  Result<int64_t> n = file.GetInt(*arch + ".block_count");
+  if (!n.ok() || *n <= 0 || *n > 4096) return "";
+  std::string out;
+  bool any_recurrent = false;
+  for (int64_t i = 0; i < *n; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    const bool recurrent = file.FindTensor(p + "ssm_conv1d.weight") != nullptr;
+    const bool attention = file.FindTensor(p + "attn_q.weight") != nullptr;
+    any_recurrent |= recurrent;
+    if (i > 0 && i % 4 == 0) out += ' ';
+    out += recurrent ? 'D' : attention ? 'A' : '?';
+  }
+  return any_recurrent ? out : "";
+}
+
 void PrintJson(const gguf::File& file) {
   nlohmann::ordered_json j;
   j["path"] = file.path();
@@ -139,6 +159,9 @@ void PrintJson(const gguf::File& file) {
   nlohmann::ordered_json meta = nlohmann::ordered_json::object();
   for (const auto& [key, value] : file.metadata()) meta[key] = ValueJson(value);
   j["metadata"] = std::move(meta);
+  if (const std::string pattern = LayerPattern(file); !pattern.empty()) {
+    j["layer_pattern"] = pattern;
+  }
   nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
   uint64_t total_bytes = 0;
   uint64_t total_params = 0;
@@ -170,6 +193,9 @@ void PrintText(const gguf::File& file) {
   for (const auto& [key, value] : file.metadata()) {
     std::printf("  %-40s %-7s %s\n", EscapeForText(key, 80, /*quote=*/false).c_str(),
                 gguf::ValueTypeName(value.type), ValueText(value).c_str());
+  }
+  if (const std::string pattern = LayerPattern(file); !pattern.empty()) {
+    std::printf("\nlayer pattern (D: Gated DeltaNet, A: full attention): %s\n", pattern.c_str());
   }
   size_t name_width = 4;
   for (const gguf::TensorInfo& t : file.tensors()) name_width = std::max(name_width, t.name.size());

@@ -39,8 +39,8 @@ class Decoder final : public DecoderModel {
     return Finish(L, unread);
   }
 
-  void Forward(const ForwardBatch& batch, AttentionContext& attention, ForwardScratch& s,
-               ThreadPool& pool, float* logits) const override {
+  void Forward(const ForwardBatch& batch, AttentionContext& attention, RecurrentContext&,
+               ForwardScratch& s, ThreadPool& pool, float* logits) const override {
     PrepareScratch(hparams_, batch.n_tokens, s);
     EmbedTokens(token_embd_, batch, s.x.data());
     for (int i = 0; i < hparams_.n_layer; ++i) {

@@ -20,11 +20,9 @@ Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const RopeOver
   if (!tok.ok()) return tok.error();
   using Factory =
       Result<std::unique_ptr<Model>> (*)(std::unique_ptr<gguf::File>, std::unique_ptr<Tokenizer>);
-  static const std::pair<const char*, Factory> kArchitectures[] = {{"llama", LoadLlama},
-                                                                   {"qwen2", LoadQwen2},
-                                                                   {"qwen2moe", LoadQwen2Moe},
-                                                                   {"qwen3", LoadQwen3},
-                                                                   {"qwen3moe", LoadQwen3Moe}};
+  static const std::pair<const char*, Factory> kArchitectures[] = {
+      {"llama", LoadLlama}, {"qwen2", LoadQwen2},       {"qwen2moe", LoadQwen2Moe},
+      {"qwen3", LoadQwen3}, {"qwen3moe", LoadQwen3Moe}, {"qwen3next", LoadQwen3Next}};
   Factory factory = nullptr;
   std::string supported;
   for (const auto& [name, f] : kArchitectures) {

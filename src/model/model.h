@@ -1,7 +1,8 @@
 // A loaded model: hyper-parameters and weights read from GGUF metadata, a tokenizer, and a
 // forward pass. Each architecture lives in its own file (llama.cpp, ...) over the shared
-// building blocks in layers.h. The model knows nothing of how K/V are stored: the runtime
-// passes an AttentionContext that owns the cache.
+// building blocks in layers.h. The model knows nothing of how K/V or recurrent state are
+// stored: the runtime passes an AttentionContext that owns the KV cache and a RecurrentContext
+// that owns the Gated DeltaNet state of hybrid models.
 #pragma once
 
 #include <memory>
@@ -41,6 +42,22 @@ struct RopeOverrides {
   bool empty() const { return !type && scale == 0.0f && yarn_orig_ctx == 0; }
 };
 
+// The recurrent (Gated DeltaNet) layers of a hybrid model such as qwen3next; n_layer 0 for a
+// pure transformer. Per sequence and recurrent layer the runtime keeps a conv tail
+// [conv_kernel - 1, conv_channels()] and a delta state [n_v_heads, head_k, head_v].
+struct RecurrentShape {
+  int n_layer = 0;       // recurrent layers
+  int conv_kernel = 0;   // taps of the causal depthwise convolution
+  int n_k_heads = 0;     // query/key heads
+  int n_v_heads = 0;     // value heads (a multiple of n_k_heads; V head j reads K head j / r)
+  int head_k = 0;        // query/key head dimension
+  int head_v = 0;        // value head dimension
+  float l2_eps = 1e-6f;  // epsilon of the L2 normalisation of q and k
+  int conv_channels() const { return 2 * n_k_heads * head_k + n_v_heads * head_v; }
+  int64_t conv_floats() const { return static_cast<int64_t>(conv_kernel - 1) * conv_channels(); }
+  int64_t state_floats() const { return static_cast<int64_t>(n_v_heads) * head_v * head_k; }
+};
+
 struct Hparams {
   std::string arch;
   int n_vocab = 0;
@@ -54,6 +71,11 @@ struct Hparams {
   float rms_eps = 1e-5f;
   RopeParams rope;
   RopeScalingConfig rope_scaling;
+  // Layers with a KV cache: n_layer for a pure transformer; a hybrid model's attention layers
+  // are numbered 0..n_layer_kv-1 in the cache.
+  int n_layer_kv = 0;
+  RecurrentShape recurrent;
+  int kv_layers() const { return n_layer_kv > 0 ? n_layer_kv : n_layer; }
   int q_dim() const { return n_head * head_dim; }
   int kv_dim() const { return n_head_kv * head_dim; }
 };
@@ -69,6 +91,20 @@ class AttentionContext {
   // after RoPE); out: [n_tokens, n_head * head_dim].
   virtual void Attend(int layer, const float* q, const float* k, const float* v,
                       float* out) = 0;
+};
+
+// Implemented by the runtime (recurrent state store). For the current batch and recurrent layer
+// `layer` (0..recurrent.n_layer-1), Scan runs, per run of one sequence's tokens and continuing
+// that sequence's state: the causal convolution (conv_w [conv_channels, conv_kernel]) with
+// SiLU over qkv, L2 normalisation of q and k, and the gated delta rule, writing the state
+// through the store's single writer. qkv: [n_tokens, conv_channels] = [q | k | v] before the
+// convolution; decay, beta: [n_tokens, n_v_heads] (decay = exp(g)); out: [n_tokens, n_v_heads *
+// head_v].
+class RecurrentContext {
+ public:
+  virtual ~RecurrentContext() = default;
+  virtual void Scan(int layer, const float* conv_w, const float* qkv, const float* decay,
+                    const float* beta, float* out) = 0;
 };
 
 // A batch of tokens from one or more sequences, the shape of llama.cpp's llama_batch: every
@@ -112,6 +148,16 @@ struct ForwardScratch {
     std::vector<float> slots;     // [n_tokens, n_expert_used, n_embd] output per (token, slot)
     std::vector<float> shared_g;  // [n_tokens] shared-expert gate logits
   } moe;
+  // Gated DeltaNet and gated attention (hybrid models); empty otherwise.
+  struct Hybrid {
+    std::vector<float> qkv;    // [n_tokens, conv_channels] (fused ssm_in: [n_tokens, qkvz])
+    std::vector<float> z;      // [n_tokens, n_v_heads * head_v] output gate
+    std::vector<float> ba;     // [n_tokens, 2 * n_v_heads] beta and alpha logits
+    std::vector<float> decay;  // [n_tokens, n_v_heads]
+    std::vector<float> beta;   // [n_tokens, n_v_heads]
+    std::vector<float> out;    // [n_tokens, n_v_heads * head_v]
+    std::vector<float> qg;     // [n_tokens, 2 * q_dim] attention query and gate, per head
+  } hybrid;
 };
 
 class Model {
@@ -125,8 +171,10 @@ class Model {
   uint64_t ParameterCount() const { return n_params_; }
 
   // Runs the batch; writes logits [batch.n_outputs(), n_vocab] to `logits`.
+  // `recurrent` serves the Gated DeltaNet layers of hybrid models (unused by the others).
   virtual void Forward(const ForwardBatch& batch, AttentionContext& attention,
-                       ForwardScratch& scratch, ThreadPool& pool, float* logits) const = 0;
+                       RecurrentContext& recurrent, ForwardScratch& scratch, ThreadPool& pool,
+                       float* logits) const = 0;
 
  protected:
   // Applies RopeOverrides after the architecture has read its hyper-parameters.

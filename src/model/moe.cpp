@@ -61,9 +61,9 @@ Result<MoeHparams> ReadMoeHparams(const gguf::File& f, const Hparams& hp, bool d
 }
 
 uint64_t LoadMoeWeights(WeightLoader& L, const Hparams& hp, const MoeHparams& m, int layer,
-                        MoeWeights* w) {
+                        MoeWeights* w, const char* norm_name) {
   const std::string p = "blk." + std::to_string(layer) + ".";
-  w->norm = L.Vector(p + "ffn_norm.weight", hp.n_embd);
+  w->norm = L.Vector(p + norm_name + ".weight", hp.n_embd);
   w->router = L.Matrix(p + "ffn_gate_inp.weight", hp.n_embd, m.n_expert);
   const uint64_t before = L.n_bytes();
   w->gate = L.Stacked(p + "ffn_gate_exps.weight", hp.n_embd, m.n_ff_exp, m.n_expert);

@@ -34,10 +34,10 @@ struct MoeWeights {
   WeightMatrix shared_down;             // [n_embd x n_ff_shexp]
 };
 
-// Loads layer `layer`'s MoE tensors; returns the bytes of the routed expert tensors (the
-// part of which a token reads only k / n_expert).
+// Loads layer `layer`'s MoE tensors (the pre-FFN norm is `blk.N.<norm_name>.weight`); returns
+// the bytes of the routed expert tensors (the part of which a token reads only k / n_expert).
 uint64_t LoadMoeWeights(WeightLoader& loader, const Hparams& hp, const MoeHparams& moe, int layer,
-                        MoeWeights* out);
+                        MoeWeights* out, const char* norm_name = "ffn_norm");
 
 // Router: for each token, softmax over probs [n_tokens, n_expert] (in place, logits in), then
 // the k largest (ties to the lower id) into ids/weights [n_tokens, k], best first; with

@@ -11,7 +11,7 @@ namespace lamina {
 
 Result<KvCacheConfig> MakeKvCacheConfig(const Hparams& hp, const SessionConfig& c) {
   KvCacheConfig kc;
-  kc.n_layer = hp.n_layer;
+  kc.n_layer = hp.kv_layers();
   kc.n_ctx = c.n_ctx > 0 ? c.n_ctx : std::min(hp.n_ctx_train, 4096);
   kc.n_seq = std::max(1, c.n_seq);
   kc.n_kv_heads = hp.n_head_kv;
@@ -31,8 +31,17 @@ Result<KvCacheConfig> MakeKvCacheConfig(const Hparams& hp, const SessionConfig& 
 uint64_t ForwardBytes(const Hparams& hp, int n_tokens, int n_out) {
   // Residual, normed and output-of-attention rows, Q/K/V, gate/up, RoPE tables, the matmul's
   // quantized activations (at most one f32 row's bytes per row) and slack for MoE buffers.
-  const uint64_t per_token_floats = 4ull * hp.n_embd + 3ull * hp.q_dim() + 2ull * hp.kv_dim() +
-                                    4ull * hp.n_ff + static_cast<uint64_t>(hp.rope.n_rot);
+  uint64_t per_token_floats = 4ull * hp.n_embd + 3ull * hp.q_dim() + 2ull * hp.kv_dim() +
+                              4ull * hp.n_ff + static_cast<uint64_t>(hp.rope.n_rot);
+  if (hp.recurrent.n_layer > 0) {
+    // Hybrid layers: qkv and its convolution, z and the heads' output, gates, and the larger
+    // of the gated attention's [q | gate] rows and a fused ssm_in's.
+    const RecurrentShape& r = hp.recurrent;
+    const uint64_t c = static_cast<uint64_t>(r.conv_channels());
+    const uint64_t vd = static_cast<uint64_t>(r.n_v_heads) * r.head_v;
+    per_token_floats += 2 * c + 2 * vd + 4ull * r.n_v_heads +
+                        std::max<uint64_t>(2ull * hp.q_dim(), c + vd);
+  }
   const uint64_t act = SatMul(SatMul(per_token_floats, std::max(0, n_tokens)), sizeof(float));
   const uint64_t logits =
       SatMul(SatMul(static_cast<uint64_t>(std::max(0, n_out)), hp.n_vocab), sizeof(float));
@@ -148,10 +157,31 @@ class Session::CacheAttention final : public AttentionContext {
   std::vector<int> piece_begin_;  // [n_pieces + 1] each piece's first entry of pieces_
 };
 
+// Bridges the model's Gated DeltaNet layers to the recurrent state: per segment of one
+// sequence, the store's single writer.
+class Session::StateRecurrent final : public RecurrentContext {
+ public:
+  StateRecurrent(Session& s, const std::vector<Segment>& segments) : s_(s), segments_(segments) {}
+  void Scan(int layer, const float* conv_w, const float* qkv, const float* decay, const float* beta,
+            float* out) override {
+    const RecurrentShape& r = s_.recurrent_.shape();
+    const int64_t c = r.conv_channels(), nv = r.n_v_heads, vd = nv * r.head_v;
+    for (const Segment& g : segments_) {
+      s_.recurrent_.Scan(layer, g.seq, g.pos0, g.n, conv_w, qkv + g.begin * c, decay + g.begin * nv,
+                         beta + g.begin * nv, out + g.begin * vd, s_.pool_);
+    }
+  }
+
+ private:
+  Session& s_;
+  const std::vector<Segment>& segments_;
+};
+
 Session::Session(const Model& model, const SessionConfig& config, ThreadPool& pool)
     : model_(model),
       pool_(pool),
       cache_(CheckedCacheConfig(model.hparams(), config)),
+      recurrent_(model.hparams().recurrent, cache_.config().n_seq, config.recurrent_ring),
       n_past_(cache_.config().n_seq, 0),
       tokens_(cache_.config().n_seq),
       memory_limit_(config.memory_limit) {}
@@ -232,7 +262,7 @@ Result<const float*> Session::Decode(const SequenceBatch& b) {
 
 Result<const float*> Session::Run(const ForwardBatch& batch, int n_out) {
   if (memory_limit_ != UINT64_MAX) {
-    const uint64_t cache = KvCacheBytes(cache_.config());
+    const uint64_t cache = SatAdd(KvCacheBytes(cache_.config()), recurrent_.bytes());
     const uint64_t need = ForwardBytes(model_.hparams(), batch.n_tokens, n_out);
     if (SatAdd(cache, need) > memory_limit_) {
       return Error{"a batch of " + std::to_string(batch.n_tokens) + " tokens needs " +
@@ -249,8 +279,9 @@ Result<const float*> Session::Run(const ForwardBatch& batch, int n_out) {
     tokens_[g.seq].insert(tokens_[g.seq].end(), batch.tokens + g.begin,
                           batch.tokens + g.begin + g.n);
   }
-  CacheAttention attention(*this, std::move(segments));
-  model_.Forward(batch, attention, scratch_, pool_, logits_.data());
+  StateRecurrent recurrent(*this, segments);
+  CacheAttention attention(*this, segments);
+  model_.Forward(batch, attention, recurrent, scratch_, pool_, logits_.data());
   if (!cache_.nonfinite_error().empty()) {
     const std::string msg = cache_.nonfinite_error();
     cache_.ClearNonfinite();
@@ -278,6 +309,7 @@ void Session::FillWithRandomCells(int n, uint64_t seed) {
   }
   n_past_[0] += n;
   tokens_[0].resize(n_past_[0], -1);
+  recurrent_.Skip(0, n_past_[0]);
 }
 
 void Session::RestoreSequence(int seq, const std::vector<int32_t>& tokens, const uint8_t* state) {
@@ -285,28 +317,54 @@ void Session::RestoreSequence(int seq, const std::vector<int32_t>& tokens, const
   const int n = static_cast<int>(tokens.size());
   LAMINA_CHECK(n <= n_ctx());
   for (int32_t t : tokens) LAMINA_CHECK(t >= 0 && t < model_.hparams().n_vocab);
+  // Session files hold K/V only; they are refused for hybrid models before this point.
+  LAMINA_CHECK(recurrent_.empty());
   cache_.ImportSequence(seq, n, state);
   n_past_[seq] = n;
   tokens_[seq] = tokens;
 }
 
-void Session::Truncate(int seq, int n_keep) {
+int Session::ExactKeep(int seq, int n_keep) const {
   LAMINA_CHECK(seq >= 0 && seq < n_seq());
   n_keep = cache_.ExactKeep(seq, std::max(0, std::min(n_keep, n_past_[seq])));
+  return std::min(n_keep, recurrent_.ExactKeep(seq, n_keep));
+}
+
+void Session::Truncate(int seq, int n_keep) {
+  n_keep = ExactKeep(seq, n_keep);
   cache_.Truncate(seq, n_keep);
+  recurrent_.Truncate(seq, n_keep);
   n_past_[seq] = n_keep;
   tokens_[seq].resize(n_keep);
+}
+
+Status Session::TruncateExact(int seq, int n_keep) {
+  LAMINA_CHECK(seq >= 0 && seq < n_seq());
+  const int want = std::max(0, std::min(n_keep, n_past_[seq]));
+  const int keep = ExactKeep(seq, want);
+  if (keep != want) {
+    return Error{"cannot roll sequence " + std::to_string(seq) + " back from " +
+                 std::to_string(n_past_[seq]) + " to " + std::to_string(want) +
+                 " tokens exactly: " +
+                 (recurrent_.ExactKeep(seq, want) != want
+                      ? "recurrent state is kept for the last " +
+                            std::to_string(recurrent_.ring()) + " tokens only"
+                      : std::string("the KV window no longer holds it"))};
+  }
+  Truncate(seq, keep);
+  return Status::Ok();
 }
 
 void Session::CopyPrefix(int src_seq, int dst_seq, int n) {
   LAMINA_CHECK(src_seq >= 0 && src_seq < n_seq() && dst_seq >= 0 && dst_seq < n_seq());
   LAMINA_CHECK(n >= 0 && n <= n_past_[src_seq]);
-  n = cache_.ExactKeep(src_seq, n);
+  n = ExactKeep(src_seq, n);
   if (src_seq == dst_seq) {
     Truncate(dst_seq, n);
     return;
   }
   cache_.CopyPrefix(src_seq, dst_seq, n);
+  recurrent_.CopyPrefix(src_seq, dst_seq, n);
   n_past_[dst_seq] = n;
   tokens_[dst_seq].assign(tokens_[src_seq].begin(), tokens_[src_seq].begin() + n);
 }

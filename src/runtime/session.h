@@ -1,8 +1,10 @@
-// A session: one model, one KV cache holding one or more sequences, scratch buffers and a
-// thread pool reference. Eval appends tokens to sequence 0 (a prompt in one batch or in
-// chunks, a decoded token, a verify window); Decode runs a mixed batch of several sequences in
-// one forward pass (weight matmuls shared, attention per sequence). Every path reaches the
-// cache only through KvCache::Write, via the model's AttentionContext.
+// A session: one model, one KV cache holding one or more sequences (and, for hybrid models,
+// their recurrent state beside it), scratch buffers and a thread pool reference. Eval appends
+// tokens to sequence 0 (a prompt in one batch or in chunks, a decoded token, a verify window);
+// Decode runs a mixed batch of several sequences in one forward pass (weight matmuls shared,
+// attention per sequence). Every path reaches the cache only through KvCache::Write, via the
+// model's AttentionContext, and the recurrent state only through RecurrentState::Scan, via its
+// RecurrentContext.
 #pragma once
 
 #include <memory>
@@ -11,6 +13,7 @@
 #include "model/model.h"
 #include "runtime/attention.h"
 #include "runtime/kv_cache.h"
+#include "runtime/recurrent_state.h"
 
 namespace lamina {
 
@@ -30,6 +33,9 @@ struct SessionConfig {
   // Bytes the session may hold (cache + the scratch of a batch); a batch whose scratch would
   // pass it is refused with an error before anything is allocated. UINT64_MAX: unchecked.
   uint64_t memory_limit = UINT64_MAX;
+  // Hybrid models: per-token recurrent states kept per sequence (RecurrentState's ring), the
+  // furthest back a Truncate restores exactly (at least the longest verify window).
+  int recurrent_ring = kRecurrentRingDefault;
 };
 
 // Upper estimate of the scratch one forward pass allocates for n_tokens tokens with n_out
@@ -61,6 +67,8 @@ class Session {
   const Model& model() const { return model_; }
   const KvCache& cache() const { return cache_; }
   KvCache& mutable_cache() { return cache_; }
+  const RecurrentState& recurrent() const { return recurrent_; }
+  RecurrentState& mutable_recurrent() { return recurrent_; }
   int n_ctx() const { return cache_.config().n_ctx; }  // cells per sequence
   int n_seq() const { return cache_.config().n_seq; }
   // Tokens held by sequence `seq` (its next position).
@@ -84,11 +92,18 @@ class Session {
   Result<const float*> Decode(const SequenceBatch& batch);
 
   // Drops positions >= n_keep of sequence `seq` (0 when omitted). With a KV window a cut more
-  // than kKvWindowSlack cells back keeps nothing (KvCache::ExactKeep): read n_past() after.
+  // than kKvWindowSlack cells back keeps nothing (KvCache::ExactKeep), and so does, for a
+  // hybrid model, a cut further back than the ring of recurrent states (RecurrentState): read
+  // n_past() after and re-evaluate what was dropped.
   void Truncate(int n_keep) { Truncate(0, n_keep); }
   void Truncate(int seq, int n_keep);
+  // The same, but refused with an error (nothing changed) when the cut cannot be exact.
+  Status TruncateExact(int seq, int n_keep);
+  // The length <= n_keep Truncate(seq, n_keep) would keep.
+  int ExactKeep(int seq, int n_keep) const;
   // Makes dst's first n cells a copy of src's and dst's length n (a shared prompt prefix);
-  // with a KV window, 0 cells when src no longer holds the window before n exactly.
+  // with a KV window, 0 cells when src no longer holds the window before n exactly (the same
+  // for recurrent state past its ring).
   void CopyPrefix(int src_seq, int dst_seq, int n);
 
   // Replaces sequence `seq` by a saved state: `tokens` ([n], each in the vocabulary, n <=
@@ -102,11 +117,13 @@ class Session {
 
  private:
   class CacheAttention;
+  class StateRecurrent;
   // Runs a batch already checked; n_out logits rows land in logits_.
   Result<const float*> Run(const ForwardBatch& batch, int n_out);
   const Model& model_;
   ThreadPool& pool_;
   KvCache cache_;
+  RecurrentState recurrent_;
   ForwardScratch scratch_;
   AttentionScratch attention_scratch_;
   std::vector<float> logits_;                 // [n_outputs, n_vocab]

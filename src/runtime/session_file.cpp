@@ -299,6 +299,9 @@ Result<SessionFileView> ParseSessionFile(const uint8_t* data, size_t size, const
 
 Status SaveSessionFile(const std::string& path, const Session& session, int seq,
                        uint64_t model_hash, const std::string& app) {
+  if (!session.recurrent().empty()) {
+    return Error{path + ": session files hold K/V only; this model's recurrent state is not saved"};
+  }
   const std::vector<uint8_t> bytes = SerializeSessionFile(session, seq, model_hash, app);
   namespace fs = std::filesystem;
   const fs::path target(path);
@@ -330,6 +333,11 @@ Result<SessionRestore> LoadSessionFile(const std::string& path, Session& session
   SessionRestore out;
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return out;
+  if (!session.recurrent().empty()) {
+    return Error{path +
+                 ": session files hold K/V only; this model's recurrent state cannot be "
+                 "restored from one"};
+  }
   struct stat st;
   if (::stat(path.c_str(), &st) == 0 && st.st_size == 0) {
     return Error{path + ": truncated: the file is empty"};

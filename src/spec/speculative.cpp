@@ -86,6 +86,8 @@ Result<GenerateResult> GenerateSpeculative(
     // Drafts beyond the room left or the token budget could never be kept.
     int k_max = std::min(spec.draft_max, room - 1);
     if (gen.remaining() >= 0) k_max = std::min(k_max, gen.remaining() - 1);
+    // A hybrid model rolls its recurrent state back exactly only within its ring of states.
+    if (!session.recurrent().empty()) k_max = std::min(k_max, session.recurrent().ring() - 1);
     draft.clear();
     const bool asked = k_max > 0 && controller.ShouldDraft();
     if (asked) {

@@ -1,0 +1,294 @@
+// The qwen3next hybrid architecture: every `full_attention_interval`-th layer is gated full
+// attention (qwen3 Q/K norms, partial NeoX RoPE, a sigmoid output gate fused into attn_q per
+// head), the others are Gated DeltaNet linear attention (input projections, a short causal conv,
+// L2-normalised q/k, the gated delta rule over a per-head state, a gated RMSNorm and the output
+// projection), and every layer's FFN is a softmax top-k MoE with a sigmoid-gated shared expert.
+// The recurrent part runs in the runtime's RecurrentContext, as attention runs in its
+// AttentionContext.
+#include <algorithm>
+#include <cmath>
+
+#include "model/architectures.h"
+#include "model/layers.h"
+#include "model/moe.h"
+
+namespace lamina {
+
+namespace {
+
+std::string Key(const std::string& arch, const char* suffix) { return arch + "." + suffix; }
+
+template <typename T>
+void Grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+class Qwen3Next final : public DecoderModel {
+ public:
+  Status Init(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer) {
+    Status st = InitHparams(std::move(file), std::move(tokenizer), RopeStyle::kNeox);
+    if (!st.ok()) return st;
+    st = ReadHybridHparams();
+    if (!st.ok()) return st;
+    Result<MoeHparams> moe = ReadMoeHparams(*file_, hparams_, /*default_norm_topk=*/true,
+                                            /*with_shared=*/true);
+    if (!moe.ok()) return moe.error();
+    moe_ = *moe;
+
+    WeightLoader L(*file_);
+    LoadEmbeddingAndHead(L);
+    const Hparams& hp = hparams_;
+    const RecurrentShape& r = hp.recurrent;
+    const int C = r.conv_channels();
+    const int vd = r.n_v_heads * r.head_v;
+    uint64_t expert_bytes = 0;
+    for (int i = 0; i < hp.n_layer; ++i) {
+      Layer& l = layers_[i];
+      const std::string p = "blk." + std::to_string(i) + ".";
+      l.norm = L.Vector(p + "attn_norm.weight", hp.n_embd);
+      if (l.recurrent >= 0) {
+        if (file_->FindTensor(p + "ssm_in.weight") != nullptr) {
+          l.ssm_in = L.Matrix(p + "ssm_in.weight", hp.n_embd, C + vd);
+        } else {
+          l.qkv = L.Matrix(p + "attn_qkv.weight", hp.n_embd, C);
+          l.gate = L.Matrix(p + "attn_gate.weight", hp.n_embd, vd);
+        }
+        WeightMatrix conv = L.Matrix(p + "ssm_conv1d.weight", r.conv_kernel, C);
+        if (conv.valid()) {
+          l.conv.resize(static_cast<size_t>(C) * r.conv_kernel);  // [C, conv_kernel]
+          for (int c = 0; c < C; ++c) DequantizeRow(conv, c, l.conv.data() + c * r.conv_kernel);
+        }
+        l.dt_bias = L.Vector(p + "ssm_dt.bias", r.n_v_heads);
+        l.a = L.Vector(p + "ssm_a", r.n_v_heads);
+        l.ba = L.Matrix(p + "ssm_ba.weight", hp.n_embd, 2 * r.n_v_heads);
+        l.ssm_norm = L.Vector(p + "ssm_norm.weight", r.head_v);
+        l.ssm_out = L.Matrix(p + "ssm_out.weight", vd, hp.n_embd);
+      } else {
+        l.wq = L.Matrix(p + "attn_q.weight", hp.n_embd, 2 * hp.q_dim());
+        l.wk = L.Matrix(p + "attn_k.weight", hp.n_embd, hp.kv_dim());
+        l.wv = L.Matrix(p + "attn_v.weight", hp.n_embd, hp.kv_dim());
+        l.wo = L.Matrix(p + "attn_output.weight", hp.q_dim(), hp.n_embd);
+        l.q_norm = L.Vector(p + "attn_q_norm.weight", hp.head_dim);
+        l.k_norm = L.Vector(p + "attn_k_norm.weight", hp.head_dim);
+      }
+      expert_bytes += LoadMoeWeights(L, hp, moe_, i, &l.moe, "post_attention_norm");
+      if (!L.status().ok()) return L.status();
+    }
+    const uint64_t unread = expert_bytes / moe_.n_expert * (moe_.n_expert - moe_.n_expert_used);
+    return Finish(L, unread);
+  }
+
+  void Forward(const ForwardBatch& b, AttentionContext& attention, RecurrentContext& recurrent,
+               ForwardScratch& s, ThreadPool& pool, float* logits) const override {
+    PrepareScratch(hparams_, b.n_tokens, s);
+    EmbedTokens(token_embd_, b, s.x.data());
+    for (const Layer& l : layers_) {
+      if (l.recurrent >= 0) {
+        DeltaNetBlock(l, b, recurrent, s, pool);
+      } else {
+        GatedAttentionBlock(l, b, attention, s, pool);
+      }
+      MoeBlock(hparams_, moe_, l.moe, b, s, pool);
+    }
+    OutputHead(hparams_, output_norm_, output_, b, s, pool, logits);
+  }
+
+ private:
+  struct Layer {
+    int recurrent = -1;       // index among the recurrent layers; -1: an attention layer
+    int kv = -1;              // index among the attention layers (the KV cache's layer)
+    std::vector<float> norm;  // [n_embd] attn_norm
+    // Gated DeltaNet.
+    WeightMatrix ssm_in;            // [qkvz x n_embd] fused, per K head [q | k | v | z]; or
+    WeightMatrix qkv, gate;         // [conv_channels x n_embd], [n_v_heads*head_v x n_embd]
+    std::vector<float> conv;        // [conv_channels, conv_kernel]
+    std::vector<float> dt_bias, a;  // [n_v_heads]
+    WeightMatrix ba;                // [2*n_v_heads x n_embd] per K head [beta (r) | alpha (r)]
+    std::vector<float> ssm_norm;    // [head_v]
+    WeightMatrix ssm_out;           // [n_embd x n_v_heads*head_v]
+    // Gated attention.
+    WeightMatrix wq;                    // [2*q_dim x n_embd] per head [q (head_dim) | gate]
+    WeightMatrix wk, wv, wo;            // [kv_dim x n_embd] x2, [n_embd x q_dim]
+    std::vector<float> q_norm, k_norm;  // [head_dim]
+    MoeWeights moe;                     // norm = post_attention_norm
+  };
+
+  Status ReadHybridHparams() {
+    const gguf::File& f = *file_;
+    const std::string& a = hparams_.arch;
+    auto req = [&](const char* suffix, int64_t lo, int64_t hi, int* out) -> Status {
+      Result<int64_t> v = f.GetInt(Key(a, suffix));
+      if (!v.ok()) return Error{f.path() + ": missing or invalid required key " + Key(a, suffix)};
+      if (*v < lo || *v > hi) {
+        return Error{f.path() + ": key " + Key(a, suffix) + " out of range: " + std::to_string(*v)};
+      }
+      *out = static_cast<int>(*v);
+      return Status::Ok();
+    };
+    RecurrentShape& r = hparams_.recurrent;
+    int inner = 0, interval = 0;
+    for (Status st :
+         {req("ssm.conv_kernel", 1, 64, &r.conv_kernel), req("ssm.state_size", 1, 4096, &r.head_k),
+          req("ssm.group_count", 1, 4096, &r.n_k_heads),
+          req("ssm.time_step_rank", 1, 4096, &r.n_v_heads),
+          req("ssm.inner_size", 1, 1 << 20, &inner)}) {
+      if (!st.ok()) return st;
+    }
+    Result<int64_t> iv = f.GetIntOr(Key(a, "full_attention_interval"), 4);
+    if (!iv.ok()) return iv.error();
+    if (*iv < 1 || *iv > hparams_.n_layer) {
+      return Error{f.path() + ": " + Key(a, "full_attention_interval") + " = " +
+                   std::to_string(*iv) + " leaves no full-attention layer among " +
+                   std::to_string(hparams_.n_layer)};
+    }
+    interval = static_cast<int>(*iv);
+    if (r.n_v_heads % r.n_k_heads != 0) {
+      return Error{f.path() + ": inconsistent head counts: " + Key(a, "ssm.time_step_rank") +
+                   " (V heads) = " + std::to_string(r.n_v_heads) + " is not a multiple of " +
+                   Key(a, "ssm.group_count") + " (K heads) = " + std::to_string(r.n_k_heads)};
+    }
+    if (inner % r.n_v_heads != 0) {
+      return Error{f.path() + ": inconsistent head counts: " + Key(a, "ssm.inner_size") + " = " +
+                   std::to_string(inner) + " is not a multiple of " + Key(a, "ssm.time_step_rank") +
+                   " = " + std::to_string(r.n_v_heads)};
+    }
+    r.head_v = inner / r.n_v_heads;
+    r.l2_eps = hparams_.rms_eps;
+    layers_.resize(hparams_.n_layer);
+    for (int i = 0; i < hparams_.n_layer; ++i) {
+      if ((i + 1) % interval != 0) {
+        layers_[i].recurrent = r.n_layer++;
+      } else {
+        layers_[i].kv = hparams_.n_layer_kv++;
+      }
+    }
+    return Status::Ok();
+  }
+
+  void DeltaNetBlock(const Layer& l, const ForwardBatch& b, RecurrentContext& recurrent,
+                     ForwardScratch& s, ThreadPool& pool) const {
+    const Hparams& hp = hparams_;
+    const RecurrentShape& r = hp.recurrent;
+    const int n = b.n_tokens;
+    const int64_t d = hp.n_embd, C = r.conv_channels(), nv = r.n_v_heads;
+    const int64_t vd = nv * r.head_v, rr = r.n_v_heads / r.n_k_heads;
+    ForwardScratch::Hybrid& h = s.hybrid;
+    Grow(h.qkv, n * C);
+    Grow(h.z, n * vd);
+    Grow(h.ba, n * 2 * nv);
+    Grow(h.decay, n * nv);
+    Grow(h.beta, n * nv);
+    Grow(h.out, n * vd);
+    for (int t = 0; t < n; ++t) {
+      RmsNorm(s.x.data() + t * d, l.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);
+    }
+    if (l.ssm_in.valid()) {
+      // Fused: per K head g, [q_g (head_k) | k_g (head_k) | v (r heads) | z (r heads)].
+      Grow(h.qg, n * (C + vd));
+      MatMul(l.ssm_in, s.xn.data(), d, n, h.qg.data(), C + vd, s.matmul, pool);
+      const int64_t hk = r.head_k, gv = rr * r.head_v, per = 2 * hk + 2 * gv;
+      for (int t = 0; t < n; ++t) {
+        const float* src = h.qg.data() + t * (C + vd);
+        float* qkv = h.qkv.data() + t * C;
+        float* z = h.z.data() + t * vd;
+        for (int g = 0; g < r.n_k_heads; ++g) {
+          const float* p = src + g * per;
+          std::copy_n(p, hk, qkv + g * hk);
+          std::copy_n(p + hk, hk, qkv + (r.n_k_heads + g) * hk);
+          std::copy_n(p + 2 * hk, gv, qkv + 2 * r.n_k_heads * hk + g * gv);
+          std::copy_n(p + 2 * hk + gv, gv, z + g * gv);
+        }
+      }
+    } else {
+      MatMul(l.qkv, s.xn.data(), d, n, h.qkv.data(), C, s.matmul, pool);
+      MatMul(l.gate, s.xn.data(), d, n, h.z.data(), vd, s.matmul, pool);
+    }
+    MatMul(l.ba, s.xn.data(), d, n, h.ba.data(), 2 * nv, s.matmul, pool);
+    // Per V head j = g*r + i: beta = sigmoid(b), g = softplus(alpha + dt_bias) * a (a < 0).
+    for (int t = 0; t < n; ++t) {
+      const float* ba = h.ba.data() + t * 2 * nv;
+      for (int g = 0; g < r.n_k_heads; ++g) {
+        for (int i = 0; i < rr; ++i) {
+          const int64_t j = g * rr + i;
+          const float bl = ba[g * 2 * rr + i];
+          const float al = ba[g * 2 * rr + rr + i] + l.dt_bias[j];
+          const float sp = al > 20.0f ? al : std::log1p(std::exp(al));
+          h.beta[t * nv + j] = Sigmoid(bl);
+          h.decay[t * nv + j] = std::exp(sp * l.a[j]);
+        }
+      }
+    }
+    recurrent.Scan(l.recurrent, l.conv.data(), h.qkv.data(), h.decay.data(), h.beta.data(),
+                   h.out.data());
+    // Gated RMSNorm per V head: rms(o, ssm_norm) * silu(z).
+    for (int t = 0; t < n; ++t) {
+      for (int j = 0; j < nv; ++j) {
+        float* o = h.out.data() + t * vd + j * r.head_v;
+        const float* z = h.z.data() + t * vd + j * r.head_v;
+        RmsNorm(o, l.ssm_norm.data(), r.head_v, hp.rms_eps, o);
+        for (int i = 0; i < r.head_v; ++i) o[i] *= z[i] / (1.0f + std::exp(-z[i]));
+      }
+    }
+    MatMul(l.ssm_out, h.out.data(), vd, n, s.xn.data(), d, s.matmul, pool);
+    AddInPlace(s.x.data(), s.xn.data(), static_cast<int64_t>(n) * d);
+  }
+
+  void GatedAttentionBlock(const Layer& l, const ForwardBatch& b, AttentionContext& attention,
+                           ForwardScratch& s, ThreadPool& pool) const {
+    const Hparams& hp = hparams_;
+    const int n = b.n_tokens;
+    const int64_t d = hp.n_embd, qd = hp.q_dim(), kvd = hp.kv_dim(), hd = hp.head_dim;
+    ForwardScratch::Hybrid& h = s.hybrid;
+    Grow(h.qg, n * 2 * qd);
+    for (int t = 0; t < n; ++t) {
+      RmsNorm(s.x.data() + t * d, l.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);
+    }
+    MatMul(l.wq, s.xn.data(), d, n, h.qg.data(), 2 * qd, s.matmul, pool);
+    MatMul(l.wk, s.xn.data(), d, n, s.k.data(), kvd, s.matmul, pool);
+    MatMul(l.wv, s.xn.data(), d, n, s.v.data(), kvd, s.matmul, pool);
+    pool.ParallelFor(n, 4, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        float* q = s.q.data() + t * qd;
+        float* k = s.k.data() + t * kvd;
+        const float* qg = h.qg.data() + t * 2 * qd;
+        for (int j = 0; j < hp.n_head; ++j) {
+          RmsNorm(qg + j * 2 * hd, l.q_norm.data(), hd, hp.rms_eps, q + j * hd);
+        }
+        for (int j = 0; j < hp.n_head_kv; ++j) {
+          RmsNorm(k + j * hd, l.k_norm.data(), hd, hp.rms_eps, k + j * hd);
+        }
+        float* cs = s.rope.data() + t * hp.rope.n_rot;
+        RopeCache(hp.rope, b.pos[t], cs);
+        ApplyRope(hp.rope, cs, q, hp.n_head, hd);
+        ApplyRope(hp.rope, cs, k, hp.n_head_kv, hd);
+      }
+    });
+    attention.Attend(l.kv, s.q.data(), s.k.data(), s.v.data(), s.attn.data());
+    for (int t = 0; t < n; ++t) {
+      float* o = s.attn.data() + t * qd;
+      const float* qg = h.qg.data() + t * 2 * qd;
+      for (int j = 0; j < hp.n_head; ++j) {
+        for (int i = 0; i < hd; ++i) o[j * hd + i] *= Sigmoid(qg[j * 2 * hd + hd + i]);
+      }
+    }
+    MatMul(l.wo, s.attn.data(), qd, n, s.xn.data(), d, s.matmul, pool);
+    AddInPlace(s.x.data(), s.xn.data(), static_cast<int64_t>(n) * d);
+  }
+
+  MoeHparams moe_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> LoadQwen3Next(std::unique_ptr<gguf::File> file,
+                                             std::unique_ptr<Tokenizer> tokenizer) {
+  auto model = std::make_unique<Qwen3Next>();
+  Status st = model->Init(std::move(file), std::move(tokenizer));
+  if (!st.ok()) return st.error();
+  return std::unique_ptr<Model>(std::move(model));
+}
+
+}  // namespace lamina
