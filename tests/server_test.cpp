@@ -878,6 +878,31 @@ TEST(ServerStories, SamplingExtras) {
   ASSERT_EQ(pst, 200);
   ASSERT_EQ(probs["completion_probabilities"].size(), 24u);
   for (const json& e : probs["completion_probabilities"]) EXPECT_EQ(e["top_logprobs"].size(), 5u);
+  // post_sampling_probs: probabilities after the sampler chain; with top_k 3 the lists are
+  // shorter than n_probs and sum to 1; greedy gives the chosen token alone, at 1.
+  json post = with_probs;
+  post["post_sampling_probs"] = true;
+  post["temperature"] = 0.8;
+  post["top_k"] = 3;
+  post["seed"] = 7;
+  auto [qst, sampled] = s.Post("/completion", post);
+  ASSERT_EQ(qst, 200) << sampled.dump();
+  ASSERT_EQ(sampled["completion_probabilities"].size(), 24u);
+  for (const json& e : sampled["completion_probabilities"]) {
+    ASSERT_TRUE(e.contains("prob") && e.contains("top_probs")) << e.dump();
+    EXPECT_GT(e["prob"].get<double>(), 0.0);
+    EXPECT_LE(e["top_probs"].size(), 3u);
+    double sum = 0.0;
+    for (const json& t : e["top_probs"]) sum += t["prob"].get<double>();
+    EXPECT_NEAR(sum, 1.0, 1e-4) << e.dump();
+  }
+  post["temperature"] = 0;
+  auto [gst, greedy] = s.Post("/completion", post);
+  ASSERT_EQ(gst, 200);
+  for (const json& e : greedy["completion_probabilities"]) {
+    ASSERT_EQ(e["top_probs"].size(), 1u);
+    EXPECT_EQ(e["prob"].get<double>(), 1.0);
+  }
   // The answer's most frequent word, biased out as text and by its token ids.
   const std::string word = " Lily";
   ASSERT_NE(text.find(word), std::string::npos) << text;

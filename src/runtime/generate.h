@@ -80,6 +80,9 @@ class Generator {
   const std::vector<int32_t>& generated() const { return generated_; }  // sampled tokens
   const std::string& text() const { return text_; }                     // the final text so far
   const std::vector<int32_t>& history() const { return history_; }
+  // The distribution the last sampled token was drawn from, after the sampler chain (and the
+  // logit biases and the grammar's mask): llama-server's post-sampling probabilities.
+  const std::vector<TokenProb>& last_distribution() const { return sampler_.last_distribution(); }
 
  private:
   // Adds a chosen token (or ends at an end-of-generation token) and releases text.

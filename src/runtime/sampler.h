@@ -44,6 +44,10 @@ class Sampler {
   int32_t SampleWithDraft(const float* logits, int n_vocab, const std::vector<int32_t>& history,
                           int32_t draft, const std::vector<TokenProb>* q, bool* accepted);
 
+  // The distribution the last Sample / SampleWithDraft / Distribution call drew from (after the
+  // whole chain; greedy: the arg max alone).
+  const std::vector<TokenProb>& last_distribution() const { return dist_; }
+
  private:
   struct Candidate {
     int32_t id;

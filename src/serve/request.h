@@ -23,6 +23,9 @@ struct Request {
   bool cache_prompt = true;  // reuse the cells a slot already shares with the prompt
   int n_keep = 0;            // context shift: prompt tokens always kept (-1: the whole prompt)
   int n_probs = 0;           // > 0: each sampled token's log-probability and the top n_probs
+  // With n_probs: probabilities after the sampler chain instead of log-probabilities of the raw
+  // logits (the top list holds at most the candidates the chain kept).
+  bool post_sampling_probs = false;
   // Speculative decoding, when the server drafts (llama-server's speculative.n_max / n_min /
   // p_min): -1 / < 0 = the server's setting; draft_max 0 turns drafting off for this request.
   int draft_max = -1;
@@ -53,7 +56,7 @@ struct Event {
   std::string text;
   std::vector<int32_t> tokens;
   // With Request::n_probs > 0, per sampled token: its own log-probability and the top n_probs
-  // ([tokens.size()] each).
+  // ([tokens.size()] each); with post_sampling_probs, probabilities (in the logprob field).
   std::vector<TokenLogprob> logprobs;
   std::vector<std::vector<TokenLogprob>> top_logprobs;
   // kDone

@@ -61,6 +61,18 @@ void Logprobs(const float* logits, int n_vocab, int32_t id, int n, TokenLogprob*
   for (int i = 0; i < n; ++i) top->push_back({order[i], logits[order[i]] - log_z});
 }
 
+// The probability of `id` and the first n candidates of the sampler chain's distribution (most
+// likely first), in TokenLogprob's value field.
+void PostSamplingProbs(const std::vector<TokenProb>& dist, int32_t id, int n, TokenLogprob* own,
+                       std::vector<TokenLogprob>* top) {
+  *own = {id, 0.0f};
+  top->clear();
+  for (const TokenProb& t : dist) {
+    if (t.id == id) own->logprob = t.p;
+    if (static_cast<int>(top->size()) < n) top->push_back({t.id, t.p});
+  }
+}
+
 int CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   size_t n = 0;
   while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
@@ -474,8 +486,13 @@ bool Scheduler::Step() {
           if (s.req.n_probs > 0) {
             e.logprobs.emplace_back();
             e.top_logprobs.emplace_back();
-            Logprobs(logits, n_vocab, step.token, s.req.n_probs, &e.logprobs.back(),
-                     &e.top_logprobs.back());
+            if (s.req.post_sampling_probs) {
+              PostSamplingProbs(s.gen->last_distribution(), step.token, s.req.n_probs,
+                                &e.logprobs.back(), &e.top_logprobs.back());
+            } else {
+              Logprobs(logits, n_vocab, step.token, s.req.n_probs, &e.logprobs.back(),
+                       &e.top_logprobs.back());
+            }
           }
         }
         s.channel->Push(std::move(e));

@@ -344,6 +344,9 @@ bool ParseCompletion(const json& body, const Model& model, const Defaults& defau
     return Fail(err, std::string("\"") + (oai ? "logprobs" : "n_probs") + "\" must be in [0, 20]");
   }
   base.n_probs = n_probs;
+  if (!GetBool(body, "post_sampling_probs", &base.post_sampling_probs, err)) return false;
+  if (oai) base.post_sampling_probs = false;  // OpenAI's logprobs are log-probabilities
+  out->post_sampling_probs = base.post_sampling_probs;
   out->logprobs = n_probs > 0;
   out->top_logprobs = n_probs;
   for (const json* p : prompts) {

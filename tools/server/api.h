@@ -39,6 +39,8 @@ struct Completion {
   // native `n_probs: N` (the requests carry n_probs).
   bool logprobs = false;
   int top_logprobs = 0;
+  // Native n_probs with post_sampling_probs: "prob" / "top_probs" entries after the sampler chain.
+  bool post_sampling_probs = false;
   // llama-server's response_fields: only these keys of each native answer ("a/b" = the nested
   // key b of a, returned under the key "a/b"); empty: all.
   std::vector<std::string> response_fields;

@@ -244,12 +244,14 @@ struct Probs {
 };
 
 // OpenAI chat `logprobs.content` entries (also llama-server's `completion_probabilities`).
-json ProbEntries(const Tokenizer& tok, const Probs& p, int n_top) {
+// post: llama-server's post_sampling_probs shape ("prob", "top_probs").
+json ProbEntries(const Tokenizer& tok, const Probs& p, int n_top, bool post = false) {
   auto one = [&](const serve::TokenLogprob& t) {
     const std::string piece = tok.TokenToPiece(t.id, false);
     json bytes = json::array();
     for (unsigned char ch : piece) bytes.push_back(static_cast<int>(ch));
-    return json{{"id", t.id}, {"token", piece}, {"logprob", t.logprob}, {"bytes", bytes}};
+    return json{
+        {"id", t.id}, {"token", piece}, {post ? "prob" : "logprob", t.logprob}, {"bytes", bytes}};
   };
   json out = json::array();
   for (size_t i = 0; i < p.own.size(); ++i) {
@@ -257,7 +259,7 @@ json ProbEntries(const Tokenizer& tok, const Probs& p, int n_top) {
     json top = json::array();
     for (int k = 0; k < n_top && k < static_cast<int>(p.top[i].size()); ++k)
       top.push_back(one(p.top[i][k]));
-    e["top_logprobs"] = top;
+    e[post ? "top_probs" : "top_logprobs"] = top;
     out.push_back(e);
   }
   return out;
@@ -431,7 +433,8 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
         if (route == Route::kCompletion) {
           answers.push_back(NativeFinal(*c, i, r, text, tokens, e));
           if (c->logprobs)
-            answers.back()["completion_probabilities"] = ProbEntries(tok, probs, c->top_logprobs);
+            answers.back()["completion_probabilities"] =
+                ProbEntries(tok, probs, c->top_logprobs, c->post_sampling_probs);
           if (!c->response_fields.empty()) {
             answers.back() = PickFields(answers.back(), c->response_fields);
           }
@@ -564,7 +567,8 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
           const Tokenizer& tok = model_->tokenizer();
           json probs;  // this chunk's log-probabilities, in the route's shape
           if (c->logprobs) {
-            probs = route == Route::kCompletion ? ProbEntries(tok, state->pending, c->top_logprobs)
+            probs = route == Route::kCompletion
+                        ? ProbEntries(tok, state->pending, c->top_logprobs, c->post_sampling_probs)
                     : route == Route::kOaiCompletion
                         ? LegacyLogprobs(tok, state->pending)
                         : json{{"content", ProbEntries(tok, state->pending, c->top_logprobs)}};
