@@ -273,3 +273,23 @@ INSTANTIATE_TEST_SUITE_P(Models, GrammarModel, testing::Values(kShipped, kStorie
 
 }  // namespace
 }  // namespace lamina
+
+namespace lamina {
+namespace {
+
+// Chains of rules that may be empty expand without recursion and within a budget: a modest one
+// works, a pathological one (10^8 empty expansions) allows nothing instead of overflowing the
+// stack or hanging.
+TEST(GrammarMatch, NullableChainsAreBoundedNotOverflowed) {
+  auto modest = MustParse("root ::= (\"a\"?){100} \"b\"");
+  EXPECT_TRUE(Matches(modest, "b"));
+  EXPECT_TRUE(Matches(modest, "aab"));
+  EXPECT_FALSE(Matches(modest, std::string(101, 'a') + "b"));
+  auto huge = MustParse("root ::= (((\"a\"{0}){9999}){9999}) \"b\"");
+  GrammarMatcher m(huge);
+  EXPECT_FALSE(m.AcceptBytes("b"));
+  EXPECT_FALSE(m.CanEnd());
+}
+
+}  // namespace
+}  // namespace lamina

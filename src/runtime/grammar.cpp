@@ -535,12 +535,17 @@ Result<std::shared_ptr<const Grammar>> Grammar::Parse(std::string_view source,
 namespace {
 constexpr size_t kMaxCachedStates = 1 << 14;  // DFA states kept (each holds 1 KiB of next ids)
 constexpr size_t kMaxStackNodes = 1 << 20;
+// Rule expansions per byte step (and for the start): real grammars need tens to hundreds;
+// pathological ones (long chains of rules that may be empty) are cut off here.
+constexpr size_t kMaxExpandSteps = 1 << 16;
 }  // namespace
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar)
     : grammar_(std::move(grammar)) {
   const Grammar& g = *grammar_;
   std::vector<uint32_t> stacks;
+  expand_budget_ = kMaxExpandSteps;
+  expand_overflow_ = false;
   for (uint32_t alt : g.rule_alts()[g.root()]) {
     const uint32_t s = g.elems()[alt].type != Grammar::ElemType::kEnd
                            ? InternStack(alt, kEmptyStack)
@@ -549,7 +554,9 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar)
   }
   std::sort(stacks.begin(), stacks.end());
   stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
-  state_ = InternState(std::move(stacks), 0, 0, 0);
+  // A grammar whose start takes more expansion than the budget allows nothing at all.
+  if (expand_overflow_) stacks.clear();
+  state_ = InternState(std::move(stacks), 0, 0, 0, /*allow_empty=*/true);
 }
 
 uint32_t GrammarMatcher::InternStack(uint32_t pos, uint32_t parent) {
@@ -560,23 +567,38 @@ uint32_t GrammarMatcher::InternStack(uint32_t pos, uint32_t parent) {
 }
 
 void GrammarMatcher::Expand(uint32_t stack, std::vector<uint32_t>* out) {
-  if (out->size() >= kMaxGrammarStacks) return;
-  if (stack == kEmptyStack) {
-    out->push_back(stack);
-    return;
-  }
+  // A work list, not recursion: chains of rules that may be empty (("a"{0}){9999} repeated)
+  // would otherwise nest as deep as the chain is long.
   const auto& elems = grammar_->elems();
-  const StackNode node = nodes_[stack];
-  const Grammar::Elem& e = elems[node.pos];
-  if (e.type == Grammar::ElemType::kChar) {
-    out->push_back(stack);
-    return;
-  }
-  LAMINA_CHECK(e.type == Grammar::ElemType::kRule);
-  uint32_t base = node.parent;
-  if (elems[node.pos + 1].type != Grammar::ElemType::kEnd) base = InternStack(node.pos + 1, base);
-  for (uint32_t alt : grammar_->rule_alts()[e.value]) {
-    Expand(elems[alt].type != Grammar::ElemType::kEnd ? InternStack(alt, base) : base, out);
+  std::vector<uint32_t>& todo = expand_todo_;
+  todo.clear();
+  todo.push_back(stack);
+  while (!todo.empty()) {
+    if (out->size() >= kMaxGrammarStacks) return;
+    if (expand_budget_ == 0) {
+      expand_overflow_ = true;
+      return;
+    }
+    --expand_budget_;
+    const uint32_t s = todo.back();
+    todo.pop_back();
+    if (s == kEmptyStack) {
+      out->push_back(s);
+      continue;
+    }
+    const StackNode node = nodes_[s];
+    const Grammar::Elem& e = elems[node.pos];
+    if (e.type == Grammar::ElemType::kChar) {
+      out->push_back(s);
+      continue;
+    }
+    LAMINA_CHECK(e.type == Grammar::ElemType::kRule);
+    uint32_t base = node.parent;
+    if (elems[node.pos + 1].type != Grammar::ElemType::kEnd) base = InternStack(node.pos + 1, base);
+    const auto& alts = grammar_->rule_alts()[e.value];
+    for (auto alt = alts.rbegin(); alt != alts.rend(); ++alt) {
+      todo.push_back(elems[*alt].type != Grammar::ElemType::kEnd ? InternStack(*alt, base) : base);
+    }
   }
 }
 
@@ -601,8 +623,8 @@ void GrammarMatcher::Advance(const std::vector<uint32_t>& stacks, uint32_t cp,
 }
 
 int32_t GrammarMatcher::InternState(std::vector<uint32_t> stacks, uint32_t partial, int left,
-                                    int len) {
-  if (stacks.empty()) return kDead;
+                                    int len, bool allow_empty) {
+  if (stacks.empty() && !allow_empty) return kDead;
   std::string key(reinterpret_cast<const char*>(stacks.data()), stacks.size() * sizeof(uint32_t));
   key.append(reinterpret_cast<const char*>(&partial), sizeof(partial));
   key.push_back(static_cast<char>(left));
@@ -613,7 +635,7 @@ int32_t GrammarMatcher::InternState(std::vector<uint32_t> stacks, uint32_t parti
   st.partial = partial;
   st.partial_left = static_cast<int8_t>(left);
   st.partial_len = static_cast<int8_t>(len);
-  st.can_end = left == 0 && stacks.back() == kEmptyStack;  // kEmptyStack sorts last
+  st.can_end = left == 0 && !stacks.empty() && stacks.back() == kEmptyStack;  // sorts last
   st.complete = left == 0 && stacks.size() == 1 && stacks[0] == kEmptyStack;
   st.stacks = std::move(stacks);
   states_.push_back(std::move(st));
@@ -628,6 +650,8 @@ int32_t GrammarMatcher::Step(int32_t state, uint8_t b) {
   }
   const DfaState& st = states_[state];
   const std::vector<uint32_t> stacks = st.stacks;  // states_ may grow below
+  expand_budget_ = kMaxExpandSteps;
+  expand_overflow_ = false;
   uint32_t value = 0;
   int left = 0, len = 0;
   int32_t result = kDead;
@@ -684,6 +708,9 @@ int32_t GrammarMatcher::Step(int32_t state, uint8_t b) {
       result = InternState(scratch_, value, left, len);
     }
   }
+  // Past the expansion budget the parse sets are incomplete: refuse the byte (deterministically,
+  // so the cached answer is the one every later call would compute).
+  if (expand_overflow_) result = kDead;
   states_[state].next[b] = result;
   return result;
 }

@@ -118,7 +118,8 @@ class GrammarMatcher {
   // Pushes the stacks that `stack` expands to (top a character element, or empty) into out.
   void Expand(uint32_t stack, std::vector<uint32_t>* out);
   void Advance(const std::vector<uint32_t>& stacks, uint32_t cp, std::vector<uint32_t>* out);
-  int32_t InternState(std::vector<uint32_t> stacks, uint32_t partial, int left, int len);
+  int32_t InternState(std::vector<uint32_t> stacks, uint32_t partial, int left, int len,
+                      bool allow_empty = false);
   // The state after one byte from `state` (kDead when no parse survives).
   int32_t Step(int32_t state, uint8_t byte);
   int32_t StepBytes(int32_t state, std::string_view bytes);
@@ -132,6 +133,9 @@ class GrammarMatcher {
   std::vector<DfaState> states_;                        // [n_states]
   std::unordered_map<std::string, int32_t> state_ids_;  // serialized state → id
   std::vector<uint32_t> scratch_;                       // Advance / Expand output
+  std::vector<uint32_t> expand_todo_;                   // Expand's work list
+  size_t expand_budget_ = 0;                            // expansion steps left in this step
+  bool expand_overflow_ = false;                        // the budget ran out in this step
   int32_t state_ = 0;
 };
 
