@@ -796,7 +796,11 @@ void GrammarMatcher::AllowedTokens(const Tokenizer& tokenizer, bool first_token,
       if (StepBytes(state_, TokenText(tokenizer, id, true)) >= 0) (*allowed)[id] = 1;
     }
   } else {
-    Walk(tokenizer.PieceTrie(), 0, state_, allowed);
+    const TokenTrie& trie = tokenizer.PieceTrie();
+    Walk(trie, 0, state_, allowed);
+    for (int32_t id : trie.long_tokens()) {
+      if (StepBytes(state_, TokenText(tokenizer, id, false)) >= 0) (*allowed)[id] = 1;
+    }
   }
   if (CanEnd()) {
     for (TokenId id = 0; id < n_vocab; ++id) {

@@ -9,6 +9,10 @@ TokenTrie::TokenTrie(const std::vector<std::string>& pieces, const std::vector<u
   for (size_t id = 0; id < pieces.size(); ++id) {
     if (pieces[id].empty()) continue;
     if (!include.empty() && !include[id]) continue;
+    if (pieces[id].size() > kMaxTriePiece) {
+      long_tokens_.push_back(static_cast<int32_t>(id));
+      continue;
+    }
     order_.push_back(static_cast<int32_t>(id));
   }
   std::sort(order_.begin(), order_.end(), [&](int32_t a, int32_t b) {

@@ -19,6 +19,10 @@ class TokenTrie {
     uint8_t byte = 0;  // the edge byte from the parent (root: unused)
   };
 
+  // Pieces longer than this are kept out of the trie (its build and walks recurse once per byte)
+  // and listed in long_tokens() for a check of their own.
+  static constexpr size_t kMaxTriePiece = 1024;
+
   // pieces: [n_vocab] the bytes of each token; ids with an empty piece are left out, as are
   // ids for which include[id] is false (include empty: all).
   TokenTrie(const std::vector<std::string>& pieces, const std::vector<uint8_t>& include);
@@ -27,14 +31,16 @@ class TokenTrie {
   const Node& node(uint32_t i) const { return nodes_[i]; }
   const std::vector<int32_t>& tokens() const { return tokens_; }
   size_t n_nodes() const { return nodes_.size(); }
+  const std::vector<int32_t>& long_tokens() const { return long_tokens_; }
 
  private:
   void Build(uint32_t node, size_t lo, size_t hi, size_t depth,
              const std::vector<std::string>& pieces);
 
-  std::vector<Node> nodes_;      // [n_nodes], node 0 = the root (the empty prefix)
-  std::vector<int32_t> tokens_;  // [n_tokens in the trie] ids, grouped by the node they end at
-  std::vector<int32_t> order_;   // build scratch: ids sorted by piece
+  std::vector<Node> nodes_;           // [n_nodes], node 0 = the root (the empty prefix)
+  std::vector<int32_t> tokens_;       // [n_tokens in the trie] ids, grouped by the node they end at
+  std::vector<int32_t> order_;        // build scratch: ids sorted by piece
+  std::vector<int32_t> long_tokens_;  // ids whose piece is over kMaxTriePiece bytes
 };
 
 }  // namespace lamina
