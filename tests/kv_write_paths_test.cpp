@@ -365,8 +365,8 @@ TEST(KvWritePathsTeeth, RecurrentStateNotRestoredOnTruncateIsCaught) {
   const int n_vocab = (*model)->hparams().n_vocab;
   const PathRun batch = RunPath(**model, sc, tokens, Path::kBatch, pool);
   EXPECT_EQ(Compare(batch, RunPath(**model, sc, tokens, Path::kVerifyWindows, pool), n_vocab), "");
-  const PathRun faulty =
-      RunPath(**model, sc, tokens, Path::kVerifyWindows, pool, nullptr, /*skip_state_restore=*/true);
+  const PathRun faulty = RunPath(**model, sc, tokens, Path::kVerifyWindows, pool, nullptr,
+                                 /*skip_state_restore=*/true);
   EXPECT_NE(Compare(batch, faulty, n_vocab), "") << "a state left unrestored went unnoticed";
 }
 

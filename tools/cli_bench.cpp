@@ -216,8 +216,8 @@ int RunBench(const BenchOptions& o) {
                 model.ParameterCount() / 1e6, pool.size(), KvTypeName(sc.kv_type));
     if (o.n_prompt > 0) std::printf("pp%-6d %10.2f tok/s\n", o.n_prompt, pp_med);
     if (o.n_gen > 0) {
-      std::printf("tg%-6d %10.2f tok/s (depth %d; %.1f MB read per token", o.n_gen, tg_med,
-                  o.depth, bytes_per_token / 1e6);
+      std::printf("tg%-6d %10.2f tok/s (depth %d; %.1f MB read per token", o.n_gen, tg_med, o.depth,
+                  bytes_per_token / 1e6);
       if (state_read > 0) std::printf(", %.2f MB of it recurrent state", state_read / 1e6);
       std::printf(")\n");
     }

@@ -16,8 +16,8 @@ class Decoder final : public DecoderModel {
     Status st = InitHparams(std::move(file), std::move(tokenizer), options.rope_style);
     if (!st.ok()) return st;
     if (options.moe) {
-      Result<MoeHparams> moe = ReadMoeHparams(*file_, hparams_, options.moe_norm_topk,
-                                              options.moe_shared_expert);
+      Result<MoeHparams> moe =
+          ReadMoeHparams(*file_, hparams_, options.moe_norm_topk, options.moe_shared_expert);
       if (!moe.ok()) return moe.error();
       moe_ = *moe;
     }

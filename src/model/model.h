@@ -65,7 +65,7 @@ struct Hparams {
   int n_layer = 0;
   int n_head = 0;
   int n_head_kv = 0;
-  int head_dim = 0;   // key/value row length per head
+  int head_dim = 0;  // key/value row length per head
   int n_ff = 0;
   int n_ctx_train = 0;
   float rms_eps = 1e-5f;
@@ -89,8 +89,7 @@ class AttentionContext {
   virtual ~AttentionContext() = default;
   // q: [n_tokens, n_head * head_dim] after RoPE; k, v: [n_tokens, n_head_kv * head_dim] (k
   // after RoPE); out: [n_tokens, n_head * head_dim].
-  virtual void Attend(int layer, const float* q, const float* k, const float* v,
-                      float* out) = 0;
+  virtual void Attend(int layer, const float* q, const float* k, const float* v, float* out) = 0;
 };
 
 // Implemented by the runtime (recurrent state store). For the current batch and recurrent layer
@@ -125,15 +124,15 @@ struct ForwardBatch {
 
 // Per-session scratch buffers, grown on demand (explicit and owned by the session).
 struct ForwardScratch {
-  std::vector<float> x;       // [n_tokens, n_embd] residual stream
-  std::vector<float> xn;      // [n_tokens, n_embd] normed
-  std::vector<float> q;       // [n_tokens, q_dim]
-  std::vector<float> k;       // [n_tokens, kv_dim]
-  std::vector<float> v;       // [n_tokens, kv_dim]
-  std::vector<float> attn;    // [n_tokens, q_dim]
-  std::vector<float> gate;    // [n_tokens, n_ff]
-  std::vector<float> up;      // [n_tokens, n_ff]
-  std::vector<float> rope;    // [n_tokens, n_rot]
+  std::vector<float> x;     // [n_tokens, n_embd] residual stream
+  std::vector<float> xn;    // [n_tokens, n_embd] normed
+  std::vector<float> q;     // [n_tokens, q_dim]
+  std::vector<float> k;     // [n_tokens, kv_dim]
+  std::vector<float> v;     // [n_tokens, kv_dim]
+  std::vector<float> attn;  // [n_tokens, q_dim]
+  std::vector<float> gate;  // [n_tokens, n_ff]
+  std::vector<float> up;    // [n_tokens, n_ff]
+  std::vector<float> rope;  // [n_tokens, n_rot]
   MatMulScratch matmul;
   // Mixture-of-experts feed-forward (moe.h); empty for dense models.
   struct Moe {

@@ -39,8 +39,8 @@ uint64_t ForwardBytes(const Hparams& hp, int n_tokens, int n_out) {
     const RecurrentShape& r = hp.recurrent;
     const uint64_t c = static_cast<uint64_t>(r.conv_channels());
     const uint64_t vd = static_cast<uint64_t>(r.n_v_heads) * r.head_v;
-    per_token_floats += 2 * c + 2 * vd + 4ull * r.n_v_heads +
-                        std::max<uint64_t>(2ull * hp.q_dim(), c + vd);
+    per_token_floats +=
+        2 * c + 2 * vd + 4ull * r.n_v_heads + std::max<uint64_t>(2ull * hp.q_dim(), c + vd);
   }
   const uint64_t act = SatMul(SatMul(per_token_floats, std::max(0, n_tokens)), sizeof(float));
   const uint64_t logits =

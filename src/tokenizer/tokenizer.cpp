@@ -70,8 +70,8 @@ class VocabTokenizer final : public Tokenizer {
   std::unique_ptr<PreTokenizer> pre_;
   bool ignore_merges_ = false;
   bool add_space_prefix_ = false;
-  std::vector<uint8_t> lstrip_;  // per token: eat whitespace before it when partitioning
-  std::vector<uint8_t> rstrip_;  // per token: eat whitespace after it
+  std::vector<uint8_t> lstrip_;         // per token: eat whitespace before it when partitioning
+  std::vector<uint8_t> rstrip_;         // per token: eat whitespace after it
   std::vector<TokenId> special_cache_;  // control/user-defined/unknown, longest text first
 };
 
@@ -108,8 +108,7 @@ Result<std::unique_ptr<Tokenizer>> VocabTokenizer::Build(VocabData data) {
     bos = 11;
     eos = 11;
     if (!PreTokenizerConfigFor(data.pre, &pre_config)) {
-      return Error{"tokenizer: unknown pre-tokenizer type (tokenizer.ggml.pre) '" + data.pre +
-                   "'"};
+      return Error{"tokenizer: unknown pre-tokenizer type (tokenizer.ggml.pre) '" + data.pre + "'"};
     }
     add_bos = pre_config.force_add_bos;
     tok->ignore_merges_ = pre_config.ignore_merges;
@@ -132,8 +131,8 @@ Result<std::unique_ptr<Tokenizer>> VocabTokenizer::Build(VocabData data) {
     const std::string& word = tok->tokens_[i];
     const TokenId stored = tok->vocab_.token_to_id.Insert(static_cast<TokenId>(i));
     if (stored != static_cast<TokenId>(i)) {
-      return Error{"tokenizer: duplicate token '" + word + "' with ids " +
-                   std::to_string(stored) + " and " + std::to_string(i)};
+      return Error{"tokenizer: duplicate token '" + word + "' with ids " + std::to_string(stored) +
+                   " and " + std::to_string(i)};
     }
     if (!data.scores.empty()) tok->vocab_.scores[i] = data.scores[i];
     if (!data.token_types.empty()) {
@@ -192,9 +191,17 @@ Result<std::unique_ptr<Tokenizer>> VocabTokenizer::Build(VocabData data) {
   // specials. "</s>" counts only when it already is a control token: some vocabularies (phi-3)
   // use it as plain user-defined text.
   static const char* const kEogTexts[] = {
-      "<|eot_id|>",    "<|im_end|>",      "<|end|>", "<end_of_turn>",
-      "<|endoftext|>", "<|end_of_text|>", "<EOT>",   "_<EOT>",
-      "<|eom_id|>",    "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+      "<|eot_id|>",
+      "<|im_end|>",
+      "<|end|>",
+      "<end_of_turn>",
+      "<|endoftext|>",
+      "<|end_of_text|>",
+      "<EOT>",
+      "_<EOT>",
+      "<|eom_id|>",
+      "<\xEF\xBD\x9C"
+      "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
   };
   std::vector<TokenId> eog;
   for (const char* text : kEogTexts) {
@@ -221,10 +228,9 @@ Result<std::unique_ptr<Tokenizer>> VocabTokenizer::Build(VocabData data) {
     }
   }
   // Longest first so that a special token containing another one wins.
-  std::stable_sort(tok->special_cache_.begin(), tok->special_cache_.end(),
-                   [&](TokenId a, TokenId b) {
-                     return tok->tokens_[a].size() > tok->tokens_[b].size();
-                   });
+  std::stable_sort(
+      tok->special_cache_.begin(), tok->special_cache_.end(),
+      [&](TokenId a, TokenId b) { return tok->tokens_[a].size() > tok->tokens_[b].size(); });
 
   // Per-model token attributes llama.cpp sets by name: phi-3 special tokens swallow the
   // whitespace that follows them, except <unk>, <s> and <|endoftext|>.
@@ -483,8 +489,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const gguf::File& file) {
     }
   }
   if (const gguf::Value* v = file.Find("tokenizer.ggml.token_type")) {
-    if (v->type != gguf::ValueType::kArray || !(v->elem_type == gguf::ValueType::kI32 ||
-                                                v->elem_type == gguf::ValueType::kU32)) {
+    if (v->type != gguf::ValueType::kArray ||
+        !(v->elem_type == gguf::ValueType::kI32 || v->elem_type == gguf::ValueType::kU32)) {
       return Error{"tokenizer: tokenizer.ggml.token_type must be an array of i32"};
     }
     data.token_types.reserve(v->array.size());
