@@ -7,12 +7,13 @@
 namespace lamina {
 
 namespace {
-std::string Key(const std::string& arch, const char* suffix) { return arch + "." + suffix; }
 
 Result<int64_t> RequiredInt(const gguf::File& f, const std::string& key) {
   Result<int64_t> r = f.GetInt(key);
-  if (!r.ok()) return Error{f.path() + ": missing or invalid required key " + key + ": " + r.error().message};
-  if (*r <= 0 || *r > (1ll << 31)) return Error{f.path() + ": key " + key + " out of range: " + std::to_string(*r)};
+  if (!r.ok())
+    return Error{f.path() + ": missing or invalid required key " + key + ": " + r.error().message};
+  if (*r <= 0 || *r > (1ll << 31))
+    return Error{f.path() + ": key " + key + " out of range: " + std::to_string(*r)};
   return r;
 }
 }  // namespace
@@ -23,11 +24,11 @@ Result<Hparams> ReadLlamaLikeHparams(const gguf::File& f, RopeStyle rope_style) 
   if (!arch.ok()) return Error{f.path() + ": missing general.architecture"};
   hp.arch = *arch;
   const std::string& a = hp.arch;
-#define LAMINA_REQ_INT(field, suffix)                          \
-  do {                                                          \
-    Result<int64_t> r_ = RequiredInt(f, Key(a, suffix));        \
-    if (!r_.ok()) return r_.error();                            \
-    hp.field = static_cast<int>(*r_);                           \
+#define LAMINA_REQ_INT(field, suffix)                        \
+  do {                                                       \
+    Result<int64_t> r_ = RequiredInt(f, ArchKey(a, suffix)); \
+    if (!r_.ok()) return r_.error();                         \
+    hp.field = static_cast<int>(*r_);                        \
   } while (0)
   LAMINA_REQ_INT(n_embd, "embedding_length");
   LAMINA_REQ_INT(n_layer, "block_count");
@@ -35,15 +36,15 @@ Result<Hparams> ReadLlamaLikeHparams(const gguf::File& f, RopeStyle rope_style) 
   LAMINA_REQ_INT(n_ff, "feed_forward_length");
   LAMINA_REQ_INT(n_ctx_train, "context_length");
 #undef LAMINA_REQ_INT
-  Result<int64_t> n_head_kv = f.GetIntOr(Key(a, "attention.head_count_kv"), hp.n_head);
+  Result<int64_t> n_head_kv = f.GetIntOr(ArchKey(a, "attention.head_count_kv"), hp.n_head);
   if (!n_head_kv.ok()) return n_head_kv.error();
   hp.n_head_kv = static_cast<int>(*n_head_kv);
   if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0) {
-    return Error{f.path() + ": " + Key(a, "attention.head_count_kv") + " = " +
+    return Error{f.path() + ": " + ArchKey(a, "attention.head_count_kv") + " = " +
                  std::to_string(hp.n_head_kv) + " does not divide head_count " +
                  std::to_string(hp.n_head)};
   }
-  Result<int64_t> key_len = f.GetIntOr(Key(a, "attention.key_length"), hp.n_embd / hp.n_head);
+  Result<int64_t> key_len = f.GetIntOr(ArchKey(a, "attention.key_length"), hp.n_embd / hp.n_head);
   if (!key_len.ok()) return key_len.error();
   hp.head_dim = static_cast<int>(*key_len);
   if (hp.head_dim <= 0 || hp.head_dim > 1024 || hp.head_dim % 2 != 0) {
@@ -51,22 +52,25 @@ Result<Hparams> ReadLlamaLikeHparams(const gguf::File& f, RopeStyle rope_style) 
   }
   // K and V rows share one head_dim here; a model whose value_length differs is rejected
   // rather than misread.
-  Result<int64_t> value_len = f.GetIntOr(Key(a, "attention.value_length"), hp.head_dim);
+  Result<int64_t> value_len = f.GetIntOr(ArchKey(a, "attention.value_length"), hp.head_dim);
   if (!value_len.ok()) return value_len.error();
   if (*value_len != hp.head_dim) {
-    return Error{f.path() + ": " + Key(a, "attention.value_length") + " = " +
+    return Error{f.path() + ": " + ArchKey(a, "attention.value_length") + " = " +
                  std::to_string(*value_len) + " differs from key_length " +
                  std::to_string(hp.head_dim) + " (unsupported)"};
   }
-  Result<double> eps = f.GetFloat(Key(a, "attention.layer_norm_rms_epsilon"));
-  if (!eps.ok()) return Error{f.path() + ": missing or invalid required key " + Key(a, "attention.layer_norm_rms_epsilon")};
+  Result<double> eps = f.GetFloat(ArchKey(a, "attention.layer_norm_rms_epsilon"));
+  if (!eps.ok())
+    return Error{f.path() + ": missing or invalid required key " +
+                 ArchKey(a, "attention.layer_norm_rms_epsilon")};
   hp.rms_eps = static_cast<float>(*eps);
-  Result<double> base = f.GetFloatOr(Key(a, "rope.freq_base"), 10000.0);
+  Result<double> base = f.GetFloatOr(ArchKey(a, "rope.freq_base"), 10000.0);
   if (!base.ok()) return base.error();
-  Result<int64_t> n_rot = f.GetIntOr(Key(a, "rope.dimension_count"), hp.head_dim);
+  Result<int64_t> n_rot = f.GetIntOr(ArchKey(a, "rope.dimension_count"), hp.head_dim);
   if (!n_rot.ok()) return n_rot.error();
   if (*n_rot <= 0 || *n_rot > hp.head_dim || *n_rot % 2 != 0) {
-    return Error{f.path() + ": invalid " + Key(a, "rope.dimension_count") + " " + std::to_string(*n_rot)};
+    return Error{f.path() + ": invalid " + ArchKey(a, "rope.dimension_count") + " " +
+                 std::to_string(*n_rot)};
   }
   hp.rope.n_rot = static_cast<int>(*n_rot);
   hp.rope.freq_base = static_cast<float>(*base);
@@ -81,9 +85,9 @@ Result<Hparams> ReadLlamaLikeHparams(const gguf::File& f, RopeStyle rope_style) 
 Result<RopeScalingConfig> ReadRopeScaling(const gguf::File& f, const std::string& a,
                                           int n_ctx_train) {
   RopeScalingConfig c;
-  if (const gguf::Value* st = f.Find(Key(a, "rope.scaling.type"))) {
+  if (const gguf::Value* st = f.Find(ArchKey(a, "rope.scaling.type"))) {
     if (st->type != gguf::ValueType::kString) {
-      return Error{f.path() + ": " + Key(a, "rope.scaling.type") + " is not a string"};
+      return Error{f.path() + ": " + ArchKey(a, "rope.scaling.type") + " is not a string"};
     }
     if (st->str == "none") {
       c.type = RopeScalingType::kNone;
@@ -96,19 +100,20 @@ Result<RopeScalingConfig> ReadRopeScaling(const gguf::File& f, const std::string
     }
   }
   // llama.cpp reads rope.scaling.factor, falling back to the older rope.scale_linear; 0 = 1.
-  const std::string factor_key = f.Find(Key(a, "rope.scaling.factor"))
-                                     ? Key(a, "rope.scaling.factor")
-                                     : Key(a, "rope.scale_linear");
+  const std::string factor_key = f.Find(ArchKey(a, "rope.scaling.factor"))
+                                     ? ArchKey(a, "rope.scaling.factor")
+                                     : ArchKey(a, "rope.scale_linear");
   Result<double> factor = f.GetFloatOr(factor_key, 0.0);
   if (!factor.ok()) return factor.error();
   if (*factor < 0.0 || !std::isfinite(*factor)) {
     return Error{f.path() + ": invalid " + factor_key + " " + std::to_string(*factor)};
   }
   c.factor = *factor == 0.0 ? 1.0f : static_cast<float>(*factor);
-  Result<int64_t> orig = f.GetIntOr(Key(a, "rope.scaling.original_context_length"), n_ctx_train);
+  Result<int64_t> orig =
+      f.GetIntOr(ArchKey(a, "rope.scaling.original_context_length"), n_ctx_train);
   if (!orig.ok()) return orig.error();
   if (*orig <= 0 || *orig > (1ll << 31)) {
-    return Error{f.path() + ": invalid " + Key(a, "rope.scaling.original_context_length")};
+    return Error{f.path() + ": invalid " + ArchKey(a, "rope.scaling.original_context_length")};
   }
   c.n_ctx_orig = static_cast<int>(*orig);
   struct FloatKey {
@@ -119,15 +124,14 @@ Result<RopeScalingConfig> ReadRopeScaling(const gguf::File& f, const std::string
                             FloatKey{"rope.scaling.yarn_ext_factor", &c.ext_factor},
                             FloatKey{"rope.scaling.yarn_beta_fast", &c.beta_fast},
                             FloatKey{"rope.scaling.yarn_beta_slow", &c.beta_slow}}) {
-    Result<double> v = f.GetFloatOr(Key(a, k.suffix), *k.field);
+    Result<double> v = f.GetFloatOr(ArchKey(a, k.suffix), *k.field);
     if (!v.ok()) return v.error();
     *k.field = static_cast<float>(*v);
   }
   return c;
 }
 
-RopeParams ResolveRope(const RopeParams& base, const RopeScalingConfig& c,
-                       const RopeOverrides& o) {
+RopeParams ResolveRope(const RopeParams& base, const RopeScalingConfig& c, const RopeOverrides& o) {
   RopeParams p = base;
   const RopeScalingType type = o.type.value_or(c.type);
   const float factor = o.scale > 0.0f ? o.scale : c.factor;
@@ -180,8 +184,8 @@ WeightMatrix WeightLoader::Matrix(const std::string& name, int64_t cols, int64_t
   return w;
 }
 
-std::vector<WeightMatrix> WeightLoader::Stacked(const std::string& name, int64_t cols,
-                                                int64_t rows, int64_t n_mat, bool required) {
+std::vector<WeightMatrix> WeightLoader::Stacked(const std::string& name, int64_t cols, int64_t rows,
+                                                int64_t n_mat, bool required) {
   std::vector<WeightMatrix> out;
   const gguf::TensorInfo* t = Find(name, required);
   if (t == nullptr) return out;
@@ -296,12 +300,12 @@ void AddBias(float* x, const std::vector<float>& bias, int n_tokens, int64_t dim
 }
 }  // namespace
 
-void AttentionBlock(const Hparams& hp, const AttentionWeights& w, int layer,
-                    const ForwardBatch& b, AttentionContext& attention, ForwardScratch& s,
-                    ThreadPool& pool) {
+void AttentionBlock(const Hparams& hp, const AttentionWeights& w, int layer, const ForwardBatch& b,
+                    AttentionContext& attention, ForwardScratch& s, ThreadPool& pool) {
   const int n = b.n_tokens;
   const int64_t d = hp.n_embd, qd = hp.q_dim(), kvd = hp.kv_dim();
-  for (int t = 0; t < n; ++t) RmsNorm(s.x.data() + t * d, w.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);
+  for (int t = 0; t < n; ++t)
+    RmsNorm(s.x.data() + t * d, w.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);
   MatMul(w.wq, s.xn.data(), d, n, s.q.data(), qd, s.matmul, pool);
   MatMul(w.wk, s.xn.data(), d, n, s.k.data(), kvd, s.matmul, pool);
   MatMul(w.wv, s.xn.data(), d, n, s.v.data(), kvd, s.matmul, pool);
@@ -313,8 +317,12 @@ void AttentionBlock(const Hparams& hp, const AttentionWeights& w, int layer,
       float* q = s.q.data() + t * qd;
       float* k = s.k.data() + t * kvd;
       if (!w.q_norm.empty()) {
-        for (int h = 0; h < hp.n_head; ++h) RmsNorm(q + h * hp.head_dim, w.q_norm.data(), hp.head_dim, hp.rms_eps, q + h * hp.head_dim);
-        for (int h = 0; h < hp.n_head_kv; ++h) RmsNorm(k + h * hp.head_dim, w.k_norm.data(), hp.head_dim, hp.rms_eps, k + h * hp.head_dim);
+        for (int h = 0; h < hp.n_head; ++h)
+          RmsNorm(q + h * hp.head_dim, w.q_norm.data(), hp.head_dim, hp.rms_eps,
+                  q + h * hp.head_dim);
+        for (int h = 0; h < hp.n_head_kv; ++h)
+          RmsNorm(k + h * hp.head_dim, w.k_norm.data(), hp.head_dim, hp.rms_eps,
+                  k + h * hp.head_dim);
       }
       float* cs = s.rope.data() + t * hp.rope.n_rot;
       RopeCache(hp.rope, b.pos[t], cs);
@@ -332,7 +340,8 @@ void FfnBlock(const Hparams& hp, const FfnWeights& w, const ForwardBatch& b, For
               ThreadPool& pool) {
   const int n = b.n_tokens;
   const int64_t d = hp.n_embd, ff = hp.n_ff;
-  for (int t = 0; t < n; ++t) RmsNorm(s.x.data() + t * d, w.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);
+  for (int t = 0; t < n; ++t)
+    RmsNorm(s.x.data() + t * d, w.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);
   MatMul(w.gate, s.xn.data(), d, n, s.gate.data(), ff, s.matmul, pool);
   MatMul(w.up, s.xn.data(), d, n, s.up.data(), ff, s.matmul, pool);
   SiluMul(s.gate.data(), s.up.data(), static_cast<int64_t>(n) * ff, s.gate.data());

@@ -10,6 +10,17 @@
 
 namespace lamina {
 
+// "<arch>.<suffix>": a GGUF metadata key of an architecture.
+inline std::string ArchKey(const std::string& arch, const char* suffix) {
+  return arch + "." + suffix;
+}
+
+// Grows a reusable scratch buffer to at least n elements (never shrinks it).
+template <typename T>
+void GrowTo(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
 // Reads `<arch>.*` hyper-parameters common to llama-like architectures. Missing required keys
 // are an error naming the key.
 Result<Hparams> ReadLlamaLikeHparams(const gguf::File& file, RopeStyle rope_style);
@@ -49,15 +60,15 @@ class WeightLoader {
 };
 
 struct AttentionWeights {
-  std::vector<float> norm;                 // [n_embd]
-  WeightMatrix wq, wk, wv, wo;             // [q_dim x n_embd], [kv_dim x n_embd] x2, [n_embd x q_dim]
-  std::vector<float> bq, bk, bv;           // optional biases (empty when absent)
-  std::vector<float> q_norm, k_norm;       // optional per-head RMSNorm weights [head_dim]
+  std::vector<float> norm;            // [n_embd]
+  WeightMatrix wq, wk, wv, wo;        // [q_dim x n_embd], [kv_dim x n_embd] x2, [n_embd x q_dim]
+  std::vector<float> bq, bk, bv;      // optional biases (empty when absent)
+  std::vector<float> q_norm, k_norm;  // optional per-head RMSNorm weights [head_dim]
 };
 
 struct FfnWeights {
-  std::vector<float> norm;                 // [n_embd]
-  WeightMatrix gate, up, down;             // [n_ff x n_embd] x2, [n_embd x n_ff]
+  std::vector<float> norm;      // [n_embd]
+  WeightMatrix gate, up, down;  // [n_ff x n_embd] x2, [n_embd x n_ff]
 };
 
 void LoadAttentionWeights(WeightLoader& loader, const Hparams& hp, int layer, bool with_bias,
@@ -76,8 +87,8 @@ void AttentionBlock(const Hparams& hp, const AttentionWeights& w, int layer,
                     ThreadPool& pool);
 
 // x += down(silu(gate·norm(x)) * up·norm(x)).
-void FfnBlock(const Hparams& hp, const FfnWeights& w, const ForwardBatch& batch,
-              ForwardScratch& s, ThreadPool& pool);
+void FfnBlock(const Hparams& hp, const FfnWeights& w, const ForwardBatch& batch, ForwardScratch& s,
+              ThreadPool& pool);
 
 // Final norm and output head into logits ([batch.n_outputs(), n_vocab], in batch order).
 void OutputHead(const Hparams& hp, const std::vector<float>& norm, const WeightMatrix& output,

@@ -7,25 +7,16 @@
 
 namespace lamina {
 
-namespace {
-std::string Key(const std::string& arch, const char* suffix) { return arch + "." + suffix; }
-
-template <typename T>
-void Grow(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
-}  // namespace
-
 Result<MoeHparams> ReadMoeHparams(const gguf::File& f, const Hparams& hp, bool default_norm_topk,
                                   bool with_shared) {
   MoeHparams m;
   const std::string& a = hp.arch;
-  Result<int64_t> n_expert = f.GetInt(Key(a, "expert_count"));
+  Result<int64_t> n_expert = f.GetInt(ArchKey(a, "expert_count"));
   if (!n_expert.ok())
-    return Error{f.path() + ": missing or invalid required key " + Key(a, "expert_count")};
-  Result<int64_t> n_used = f.GetInt(Key(a, "expert_used_count"));
+    return Error{f.path() + ": missing or invalid required key " + ArchKey(a, "expert_count")};
+  Result<int64_t> n_used = f.GetInt(ArchKey(a, "expert_used_count"));
   if (!n_used.ok())
-    return Error{f.path() + ": missing or invalid required key " + Key(a, "expert_used_count")};
+    return Error{f.path() + ": missing or invalid required key " + ArchKey(a, "expert_used_count")};
   if (*n_expert <= 0 || *n_expert > 1024 || *n_used <= 0 || *n_used > *n_expert) {
     return Error{f.path() + ": invalid expert_count " + std::to_string(*n_expert) +
                  " / expert_used_count " + std::to_string(*n_used)};
@@ -33,29 +24,29 @@ Result<MoeHparams> ReadMoeHparams(const gguf::File& f, const Hparams& hp, bool d
   m.n_expert = static_cast<int>(*n_expert);
   m.n_expert_used = static_cast<int>(*n_used);
   Result<int64_t> ff_exp =
-      f.GetIntOr(Key(a, "expert_feed_forward_length"), hp.n_ff / m.n_expert_used);
+      f.GetIntOr(ArchKey(a, "expert_feed_forward_length"), hp.n_ff / m.n_expert_used);
   if (!ff_exp.ok()) return ff_exp.error();
   if (*ff_exp <= 0 || *ff_exp > (1 << 20)) {
-    return Error{f.path() + ": invalid " + Key(a, "expert_feed_forward_length")};
+    return Error{f.path() + ": invalid " + ArchKey(a, "expert_feed_forward_length")};
   }
   m.n_ff_exp = static_cast<int>(*ff_exp);
   if (with_shared) {
-    Result<int64_t> ff_sh = f.GetIntOr(Key(a, "expert_shared_feed_forward_length"), hp.n_ff);
+    Result<int64_t> ff_sh = f.GetIntOr(ArchKey(a, "expert_shared_feed_forward_length"), hp.n_ff);
     if (!ff_sh.ok()) return ff_sh.error();
     if (*ff_sh <= 0 || *ff_sh > (1 << 20)) {
-      return Error{f.path() + ": invalid " + Key(a, "expert_shared_feed_forward_length")};
+      return Error{f.path() + ": invalid " + ArchKey(a, "expert_shared_feed_forward_length")};
     }
     m.n_ff_shexp = static_cast<int>(*ff_sh);
   }
-  Result<bool> norm = f.GetBoolOr(Key(a, "expert_weights_norm"), default_norm_topk);
+  Result<bool> norm = f.GetBoolOr(ArchKey(a, "expert_weights_norm"), default_norm_topk);
   if (!norm.ok()) return norm.error();
   m.norm_topk = *norm;
   // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 = softmax (the Qwen default), 2 = sigmoid.
-  Result<int64_t> gating = f.GetIntOr(Key(a, "expert_gating_func"), 1);
+  Result<int64_t> gating = f.GetIntOr(ArchKey(a, "expert_gating_func"), 1);
   if (!gating.ok()) return gating.error();
   if (*gating != 1) {
-    return Error{f.path() + ": " + Key(a, "expert_gating_func") + " = " + std::to_string(*gating) +
-                 " is not supported (softmax gating only)"};
+    return Error{f.path() + ": " + ArchKey(a, "expert_gating_func") + " = " +
+                 std::to_string(*gating) + " is not supported (softmax gating only)"};
   }
   return m;
 }
@@ -111,16 +102,16 @@ void MoeBlock(const Hparams& hp, const MoeHparams& m, const MoeWeights& w, const
   const int64_t d = hp.n_embd;
   const int64_t ff_max = std::max(m.n_ff_exp, m.n_ff_shexp);
   ForwardScratch::Moe& ms = s.moe;
-  Grow(ms.probs, static_cast<size_t>(n) * m.n_expert);
-  Grow(ms.ids, static_cast<size_t>(n) * k);
-  Grow(ms.weights, static_cast<size_t>(n) * k);
-  Grow(ms.order, static_cast<size_t>(n) * k);
-  Grow(ms.in, static_cast<size_t>(n) * d);
-  Grow(ms.gate, static_cast<size_t>(n) * ff_max);
-  Grow(ms.up, static_cast<size_t>(n) * ff_max);
-  Grow(ms.out, static_cast<size_t>(n) * d);
-  Grow(ms.slots, static_cast<size_t>(n) * k * d);
-  Grow(ms.shared_g, static_cast<size_t>(n));
+  GrowTo(ms.probs, static_cast<size_t>(n) * m.n_expert);
+  GrowTo(ms.ids, static_cast<size_t>(n) * k);
+  GrowTo(ms.weights, static_cast<size_t>(n) * k);
+  GrowTo(ms.order, static_cast<size_t>(n) * k);
+  GrowTo(ms.in, static_cast<size_t>(n) * d);
+  GrowTo(ms.gate, static_cast<size_t>(n) * ff_max);
+  GrowTo(ms.up, static_cast<size_t>(n) * ff_max);
+  GrowTo(ms.out, static_cast<size_t>(n) * d);
+  GrowTo(ms.slots, static_cast<size_t>(n) * k * d);
+  GrowTo(ms.shared_g, static_cast<size_t>(n));
 
   for (int t = 0; t < n; ++t)
     RmsNorm(s.x.data() + t * d, w.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);

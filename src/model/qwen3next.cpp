@@ -16,13 +16,6 @@ namespace lamina {
 
 namespace {
 
-std::string Key(const std::string& arch, const char* suffix) { return arch + "." + suffix; }
-
-template <typename T>
-void Grow(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
-
 float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 class Qwen3Next final : public DecoderModel {
@@ -119,10 +112,12 @@ class Qwen3Next final : public DecoderModel {
     const gguf::File& f = *file_;
     const std::string& a = hparams_.arch;
     auto req = [&](const char* suffix, int64_t lo, int64_t hi, int* out) -> Status {
-      Result<int64_t> v = f.GetInt(Key(a, suffix));
-      if (!v.ok()) return Error{f.path() + ": missing or invalid required key " + Key(a, suffix)};
+      Result<int64_t> v = f.GetInt(ArchKey(a, suffix));
+      if (!v.ok())
+        return Error{f.path() + ": missing or invalid required key " + ArchKey(a, suffix)};
       if (*v < lo || *v > hi) {
-        return Error{f.path() + ": key " + Key(a, suffix) + " out of range: " + std::to_string(*v)};
+        return Error{f.path() + ": key " + ArchKey(a, suffix) +
+                     " out of range: " + std::to_string(*v)};
       }
       *out = static_cast<int>(*v);
       return Status::Ok();
@@ -136,23 +131,23 @@ class Qwen3Next final : public DecoderModel {
           req("ssm.inner_size", 1, 1 << 20, &inner)}) {
       if (!st.ok()) return st;
     }
-    Result<int64_t> iv = f.GetIntOr(Key(a, "full_attention_interval"), 4);
+    Result<int64_t> iv = f.GetIntOr(ArchKey(a, "full_attention_interval"), 4);
     if (!iv.ok()) return iv.error();
     if (*iv < 1 || *iv > hparams_.n_layer) {
-      return Error{f.path() + ": " + Key(a, "full_attention_interval") + " = " +
+      return Error{f.path() + ": " + ArchKey(a, "full_attention_interval") + " = " +
                    std::to_string(*iv) + " leaves no full-attention layer among " +
                    std::to_string(hparams_.n_layer)};
     }
     interval = static_cast<int>(*iv);
     if (r.n_v_heads % r.n_k_heads != 0) {
-      return Error{f.path() + ": inconsistent head counts: " + Key(a, "ssm.time_step_rank") +
+      return Error{f.path() + ": inconsistent head counts: " + ArchKey(a, "ssm.time_step_rank") +
                    " (V heads) = " + std::to_string(r.n_v_heads) + " is not a multiple of " +
-                   Key(a, "ssm.group_count") + " (K heads) = " + std::to_string(r.n_k_heads)};
+                   ArchKey(a, "ssm.group_count") + " (K heads) = " + std::to_string(r.n_k_heads)};
     }
     if (inner % r.n_v_heads != 0) {
-      return Error{f.path() + ": inconsistent head counts: " + Key(a, "ssm.inner_size") + " = " +
-                   std::to_string(inner) + " is not a multiple of " + Key(a, "ssm.time_step_rank") +
-                   " = " + std::to_string(r.n_v_heads)};
+      return Error{f.path() + ": inconsistent head counts: " + ArchKey(a, "ssm.inner_size") +
+                   " = " + std::to_string(inner) + " is not a multiple of " +
+                   ArchKey(a, "ssm.time_step_rank") + " = " + std::to_string(r.n_v_heads)};
     }
     r.head_v = inner / r.n_v_heads;
     r.l2_eps = hparams_.rms_eps;
@@ -175,18 +170,18 @@ class Qwen3Next final : public DecoderModel {
     const int64_t d = hp.n_embd, C = r.conv_channels(), nv = r.n_v_heads;
     const int64_t vd = nv * r.head_v, rr = r.n_v_heads / r.n_k_heads;
     ForwardScratch::Hybrid& h = s.hybrid;
-    Grow(h.qkv, n * C);
-    Grow(h.z, n * vd);
-    Grow(h.ba, n * 2 * nv);
-    Grow(h.decay, n * nv);
-    Grow(h.beta, n * nv);
-    Grow(h.out, n * vd);
+    GrowTo(h.qkv, n * C);
+    GrowTo(h.z, n * vd);
+    GrowTo(h.ba, n * 2 * nv);
+    GrowTo(h.decay, n * nv);
+    GrowTo(h.beta, n * nv);
+    GrowTo(h.out, n * vd);
     for (int t = 0; t < n; ++t) {
       RmsNorm(s.x.data() + t * d, l.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);
     }
     if (l.ssm_in.valid()) {
       // Fused: per K head g, [q_g (head_k) | k_g (head_k) | v (r heads) | z (r heads)].
-      Grow(h.qg, n * (C + vd));
+      GrowTo(h.qg, n * (C + vd));
       MatMul(l.ssm_in, s.xn.data(), d, n, h.qg.data(), C + vd, s.matmul, pool);
       const int64_t hk = r.head_k, gv = rr * r.head_v, per = 2 * hk + 2 * gv;
       for (int t = 0; t < n; ++t) {
@@ -241,7 +236,7 @@ class Qwen3Next final : public DecoderModel {
     const int n = b.n_tokens;
     const int64_t d = hp.n_embd, qd = hp.q_dim(), kvd = hp.kv_dim(), hd = hp.head_dim;
     ForwardScratch::Hybrid& h = s.hybrid;
-    Grow(h.qg, n * 2 * qd);
+    GrowTo(h.qg, n * 2 * qd);
     for (int t = 0; t < n; ++t) {
       RmsNorm(s.x.data() + t * d, l.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);
     }
