@@ -486,18 +486,67 @@ TEST(AttentionRowKernels, Avx512MatchesScalarTwins) {
   CheckRowKernelsAgainstScalar(simd);
 }
 
-// Integer K scores: the AVX-512 scorer equals its scalar twin bit for bit (exact int32 dots,
-// the same float steps), for whole and partial 16-cell blocks and several queries per call;
+// Fused V accumulation: the AVX2 kernel gives exactly the bits of the AVX2 decoder followed by
+// the AVX2 accumulate_rows (per-query row limits, including none and beyond the rows, more
+// queries than one register block), and stays within rounding of the scalar twin.
+TEST(KvAccumulate, Avx2MatchesDecodeThenAccumulate) {
+  KvAccumulateFn any = Avx2KvAccumulator(KvRowFormat::kInt8);
+  const AttentionRowKernels* rk = Avx2AttentionRowKernels();
+  if (any == nullptr || rk == nullptr || !GetCpuFeatures().HasAvx2Set()) {
+    GTEST_SKIP() << "no AVX2 on this CPU";
+  }
+  std::mt19937 rng(44);
+  std::normal_distribution<float> normal;
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (KvRowFormat f : {KvRowFormat::kF16, KvRowFormat::kInt8, KvRowFormat::kQ4_0}) {
+    for (int hd : {32, 64, 128}) {
+      for (int n : {1, 13, 64}) {
+        for (int nq : {1, 3, 4, 9}) {
+          const size_t rb = KvRowBytes(f, hd);
+          std::vector<uint8_t> rows(rb * n);
+          std::vector<float> x(hd), decoded(static_cast<size_t>(n) * hd);
+          for (int r = 0; r < n; ++r) {
+            for (float& v : x) v = 2.0f * normal(rng);
+            EncodeKvRow(f, x.data(), hd, nullptr, rows.data() + r * rb);
+          }
+          Avx2KvRowDecoder(f)(rows.data(), n, hd, decoded.data());
+          const int64_t stride = n + 5;
+          std::vector<float> p(nq * stride);
+          for (float& v : p) v = unit(rng);
+          std::vector<int> lim(nq);
+          for (int qi = 0; qi < nq; ++qi) lim[qi] = qi == 1 ? 0 : qi == 2 ? n + 3 : n - qi % 3;
+          std::vector<float> want(static_cast<size_t>(nq) * hd), got, twin;
+          for (float& v : want) v = normal(rng);
+          got = twin = want;
+          for (int qi = 0; qi < nq; ++qi) {
+            const int m = std::clamp(lim[qi], 0, n);
+            if (m > 0)
+              rk->accumulate_rows(p.data() + qi * stride, decoded.data(), m, hd,
+                                  want.data() + qi * hd);
+          }
+          Avx2KvAccumulator(f)(rows.data(), n, hd, nq, p.data(), stride, lim.data(), got.data());
+          ScalarKvAccumulator(f)(rows.data(), n, hd, nq, p.data(), stride, lim.data(), twin.data());
+          EXPECT_EQ(want, got) << int(f) << " hd " << hd << " n " << n << " nq " << nq;
+          for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(twin[i], got[i], 1e-5 * n);
+        }
+      }
+    }
+  }
+}
+
+// Integer K scores: the AVX2 and AVX-512 scorers equal their scalar twin bit for bit (exact
+// int32 dots, the same float steps), for whole and partial blocks and several queries per call
+// (more than the AVX2 kernel de-interleaves at once);
 // both stay within the int16 query's rounding of the scores from decoded K rows.
-TEST(KvIntScore, Avx512MatchesScalarTwinAndDecodedScores) {
+TEST(KvIntScore, SimdMatchesScalarTwinAndDecodedScores) {
   std::mt19937 rng(33);
   std::normal_distribution<float> normal;
   const AttentionRowKernels& ref = ScalarAttentionRowKernels();
   for (KvRowFormat f : {KvRowFormat::kInt8, KvRowFormat::kQ4_0}) {
     for (int hd : {32, 64, 128, 256}) {
       ASSERT_TRUE(KvIntScoreSupported(f, hd));
-      for (int n : {1, 15, 16, 17, 64, 77}) {
-        const int nq = 5;
+      for (int n : {1, 7, 8, 15, 16, 17, 64, 77}) {
+        const int nq = n == 17 ? 37 : 5;
         const size_t rb = KvRowBytes(f, hd);
         std::vector<uint8_t> rows(rb * n);
         std::vector<float> x(hd), q(static_cast<size_t>(nq) * hd),
@@ -532,7 +581,12 @@ TEST(KvIntScore, Avx512MatchesScalarTwinAndDecodedScores) {
         }
         if (KvScoreFn simd = Avx512KvScorer(f); simd != nullptr && HasAvx512Vnni()) {
           simd(rows.data(), n, hd, nq, qq.data(), qd.data(), 0.125f, b.data(), stride);
-          EXPECT_EQ(a, b) << int(f) << " hd " << hd << " n " << n;
+          EXPECT_EQ(a, b) << "avx512 " << int(f) << " hd " << hd << " n " << n;
+        }
+        if (KvScoreFn simd = Avx2KvScorer(f); simd != nullptr && GetCpuFeatures().HasAvx2Set()) {
+          std::fill(b.begin(), b.end(), -1.0f);
+          simd(rows.data(), n, hd, nq, qq.data(), qd.data(), 0.125f, b.data(), stride);
+          EXPECT_EQ(a, b) << "avx2 " << int(f) << " hd " << hd << " n " << n;
         }
       }
     }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "util/cpu_features.h"
 
@@ -62,6 +63,22 @@ void ScoreScalar(const uint8_t* rows, int n_rows, int head_dim, int nq, const in
   }
 }
 
+template <KvRowFormat F>
+void AccumulateScalar(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
+                      int64_t p_stride, const int* lim, float* acc) {
+  const size_t row_bytes = KvRowBytes(F, head_dim);
+  std::vector<float> x(head_dim);  // [head_dim] one decoded row
+  for (int j = 0; j < n_rows; ++j) {
+    DecodeKvRow(F, rows + j * row_bytes, head_dim, x.data());
+    for (int qi = 0; qi < nq; ++qi) {
+      if (j >= lim[qi]) continue;
+      const float w = p[qi * p_stride + j];
+      float* a = acc + static_cast<int64_t>(qi) * head_dim;
+      for (int i = 0; i < head_dim; ++i) a[i] += w * x[i];
+    }
+  }
+}
+
 // The CPU has the kernels' instructions and LAMINA_ISA allows them.
 bool HasAvx2() { return GetCpuFeatures().HasAvx2Set() && IsaAllowed(Isa::kAvx2); }
 
@@ -90,6 +107,25 @@ KvRowDecodeFn BestKvRowDecoder(KvRowFormat format) {
     if (KvRowDecodeFn f = Avx2KvRowDecoder(format)) return f;
   }
   return ScalarKvRowDecoder(format);
+}
+
+KvAccumulateFn ScalarKvAccumulator(KvRowFormat format) {
+  switch (format) {
+    case KvRowFormat::kF32:
+      return AccumulateScalar<KvRowFormat::kF32>;
+    case KvRowFormat::kF16:
+      return AccumulateScalar<KvRowFormat::kF16>;
+    case KvRowFormat::kInt8:
+      return AccumulateScalar<KvRowFormat::kInt8>;
+    case KvRowFormat::kQ4_0:
+      return AccumulateScalar<KvRowFormat::kQ4_0>;
+  }
+  return nullptr;
+}
+
+KvAccumulateFn BestKvAccumulator(KvRowFormat format) {
+  if (HasAvx512() || !HasAvx2()) return nullptr;
+  return Avx2KvAccumulator(format);
 }
 
 bool KvIntScoreSupported(KvRowFormat format, int head_dim) {
@@ -131,7 +167,8 @@ KvScoreFn ScalarKvScorer(KvRowFormat format) {
 }
 
 KvScoreFn BestKvScorer(KvRowFormat format) {
-  return HasAvx512() ? Avx512KvScorer(format) : nullptr;
+  if (HasAvx512()) return Avx512KvScorer(format);
+  return HasAvx2() ? Avx2KvScorer(format) : nullptr;
 }
 
 }  // namespace lamina

@@ -25,6 +25,20 @@ KvRowDecodeFn Avx2KvRowDecoder(KvRowFormat format);    // nullptr when none
 KvRowDecodeFn Avx512KvRowDecoder(KvRowFormat format);  // nullptr when none
 KvRowDecodeFn BestKvRowDecoder(KvRowFormat format);
 
+// Weighted sum of encoded rows: acc[qi * head_dim + i] += sum_{j < lim[qi]} p[qi * p_stride + j]
+// * row_j[i] for qi < nq (lim[qi] clamped to [0, n_rows]), each accumulator updated in row
+// order with the decoder's values. The scalar twin decodes each row and adds p * x; the AVX2
+// variant decodes 16 columns into registers and fuses the multiply-add, giving the bits of the
+// AVX2 decoder followed by the AVX2 attention accumulate_rows.
+using KvAccumulateFn = void (*)(const uint8_t* rows, int n_rows, int head_dim, int nq,
+                                const float* p, int64_t p_stride, const int* lim, float* acc);
+
+KvAccumulateFn ScalarKvAccumulator(KvRowFormat format);
+KvAccumulateFn Avx2KvAccumulator(KvRowFormat format);  // nullptr when none
+// The fused kernel where it is the fastest V path (AVX2 without AVX-512), else nullptr: the
+// caller decodes tiles and accumulates them with the attention row kernels.
+KvAccumulateFn BestKvAccumulator(KvRowFormat format);
+
 // Integer scoring needs int8 or q4_0 rows of whole 32-value groups (head_dim % 32 == 0).
 bool KvIntScoreSupported(KvRowFormat format, int head_dim);
 
@@ -36,14 +50,15 @@ void QuantizeQueryInt16(const float* q, int head_dim, int16_t* qq, float* qd);
 
 // out[qi * out_stride + j] = score of query qi (qq + qi * head_dim, qd + qi * head_dim / 32)
 // against row j, for qi < nq and j < n_rows (formula above).
-using KvScoreFn = void (*)(const uint8_t* rows, int n_rows, int head_dim, int nq,
-                           const int16_t* qq, const float* qd, float scale, float* out,
-                           int64_t out_stride);
+using KvScoreFn = void (*)(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t* qq,
+                           const float* qd, float scale, float* out, int64_t out_stride);
 
 KvScoreFn ScalarKvScorer(KvRowFormat format);  // nullptr unless int8 / q4_0
+KvScoreFn Avx2KvScorer(KvRowFormat format);    // nullptr when none
 KvScoreFn Avx512KvScorer(KvRowFormat format);  // nullptr when none
-// The AVX-512 scorer when the CPU has AVX-512 VNNI, else nullptr: without it the decode-to-f32
-// path is faster than scalar integer scoring.
+// The AVX-512 scorer when the CPU has AVX-512 VNNI, else the AVX2 one (vpmaddwd), else nullptr:
+// without SIMD the decode-to-f32 path is faster than scalar integer scoring. Every variant
+// gives the scalar twin's bits.
 KvScoreFn BestKvScorer(KvRowFormat format);
 
 }  // namespace lamina

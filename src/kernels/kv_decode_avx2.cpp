@@ -1,7 +1,16 @@
-// AVX2 + F16C KV row decoders (twins of the scalar ones in kv_decode.cpp). Rows whose group
-// size is not a multiple of 8 (head_dim < 32 and not 16/8) fall back to the scalar decoder.
+// AVX2 + F16C KV row decoders and integer K scorers (twins of the scalar ones in
+// kv_decode.cpp). Rows whose group size is not a multiple of 8 (head_dim < 32 and not 16/8)
+// fall back to the scalar decoder.
+//
+// Scorer layout: a block of 8 cells is expanded once into int16 codes in natural order (an
+// L1-resident buffer shared by every query of the call); each query, put back into natural
+// order once per call, meets them with vpmaddwd, so each cell's group dot is an exact int32
+// whatever the summation order. Eight cells' partial-sum vectors reduce to one vector of 8
+// cell sums by an hadd tree, and the float steps (fma with d_k * d_q per group, then the
+// scale) are the scalar twin's, lane by lane, so the results agree bit for bit.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/kv_decode.h"
@@ -14,7 +23,8 @@ void DecodeF16(const uint8_t* row, int n_rows, int head_dim, float* out) {
   const int64_t n = static_cast<int64_t>(n_rows) * head_dim;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+    _mm256_storeu_ps(out + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
   }
   for (; i < n; ++i) out[i] = Fp16ToF32(h[i]);
 }
@@ -64,7 +74,8 @@ void DecodeQ4(const uint8_t* row, int n_rows, int head_dim, float* out) {
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(d16));
     const uint8_t* qs = grp + 2;
     for (int i = 0; i < half; i += 8) {
-      const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + i)));
+      const __m256i bytes =
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + i)));
       const __m256i lo = _mm256_sub_epi32(_mm256_and_si256(bytes, low_mask), eight);
       const __m256i hi = _mm256_sub_epi32(_mm256_srli_epi32(bytes, 4), eight);
       _mm256_storeu_ps(out + b * g + i, _mm256_mul_ps(d, _mm256_cvtepi32_ps(lo)));
@@ -72,16 +83,274 @@ void DecodeQ4(const uint8_t* row, int n_rows, int head_dim, float* out) {
     }
   }
 }
+constexpr int kGroup = 32;      // values per scale
+constexpr int kBlockCells = 8;  // cells expanded at once
+constexpr int kMaxHeadDim = 512;
+constexpr int kMaxQueries = 32;  // queries de-interleaved at once
+
+// Lane j = the sum of the 8 int32 lanes of a[j].
+inline __m256i ReduceCells8(const __m256i a[8]) {
+  const __m256i s01 = _mm256_hadd_epi32(a[0], a[1]);
+  const __m256i s23 = _mm256_hadd_epi32(a[2], a[3]);
+  const __m256i s45 = _mm256_hadd_epi32(a[4], a[5]);
+  const __m256i s67 = _mm256_hadd_epi32(a[6], a[7]);
+  const __m256i s0123 = _mm256_hadd_epi32(s01, s23);
+  const __m256i s4567 = _mm256_hadd_epi32(s45, s67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(s0123, s4567, 0x20),
+                          _mm256_permute2x128_si256(s0123, s4567, 0x31));
+}
+
+// codes [kBlockCells][head_dim] int16 in natural element order, dk [n_groups][kBlockCells].
+template <KvRowFormat F>
+void ExpandBlock(const uint8_t* rows, size_t row_bytes, int head_dim, int n_valid, int16_t* codes,
+                 float* dk) {
+  const int n_groups = head_dim / kGroup;
+  const size_t group_bytes = row_bytes / n_groups;
+  for (int c = 0; c < kBlockCells; ++c) {
+    int16_t* out = codes + static_cast<size_t>(c) * head_dim;
+    if (c >= n_valid) {  // padding cells score 0 and are never stored
+      std::memset(out, 0, sizeof(int16_t) * head_dim);
+      for (int g = 0; g < n_groups; ++g) dk[g * kBlockCells + c] = 0.0f;
+      continue;
+    }
+    const uint8_t* row = rows + c * row_bytes;
+    for (int g = 0; g < n_groups; ++g) {
+      const uint8_t* grp = row + g * group_bytes;
+      fp16_t d16;
+      std::memcpy(&d16, grp, 2);
+      dk[g * kBlockCells + c] = _cvtsh_ss(d16);
+      __m128i lo, hi;  // elements 0..15 and 16..31 as signed bytes
+      if constexpr (F == KvRowFormat::kInt8) {
+        lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + 2));
+        hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + 18));
+      } else {
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + 2));
+        const __m128i nib = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+        lo = _mm_sub_epi8(_mm_and_si128(b, nib), eight);
+        hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), nib), eight);
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + g * kGroup), _mm256_cvtepi8_epi16(lo));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + g * kGroup + 16),
+                          _mm256_cvtepi8_epi16(hi));
+    }
+  }
+}
+
+template <KvRowFormat F>
+void ScoreQueries(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t* qq,
+                  const float* qd, float scale, float* out, int64_t out_stride) {
+  const int n_groups = head_dim / kGroup;
+  const size_t row_bytes = KvRowBytes(F, head_dim);
+  // Queries in natural order: [nq][head_dim] (QuantizeQueryInt16 stores evens, then odds).
+  alignas(32) int16_t qn[kMaxQueries * kMaxHeadDim];
+  for (int qi = 0; qi < nq; ++qi) {
+    for (int k = 0; k < head_dim; k += 16) {
+      const int16_t* src = qq + static_cast<int64_t>(qi) * head_dim + k;
+      const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+      const __m128i o = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 8));
+      int16_t* dst = qn + static_cast<int64_t>(qi) * head_dim + k;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm_unpacklo_epi16(e, o));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 8), _mm_unpackhi_epi16(e, o));
+    }
+  }
+  alignas(32) int16_t codes[kBlockCells * kMaxHeadDim];      // [cell][head_dim]
+  alignas(32) float dk[kMaxHeadDim / kGroup * kBlockCells];  // [group][cell]
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int j = 0; j < n_rows; j += kBlockCells) {
+    const int n_valid = std::min(kBlockCells, n_rows - j);
+    ExpandBlock<F>(rows + j * row_bytes, row_bytes, head_dim, n_valid, codes, dk);
+    for (int qi = 0; qi < nq; ++qi) {
+      const int16_t* qv = qn + static_cast<int64_t>(qi) * head_dim;
+      const float* qs = qd + static_cast<int64_t>(qi) * n_groups;
+      __m256 s = _mm256_setzero_ps();
+      for (int g = 0; g < n_groups; ++g) {
+        const __m256i q0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(qv + g * kGroup));
+        const __m256i q1 =
+            _mm256_load_si256(reinterpret_cast<const __m256i*>(qv + g * kGroup + 16));
+        __m256i acc[kBlockCells];
+        for (int c = 0; c < kBlockCells; ++c) {
+          const int16_t* cc = codes + c * head_dim + g * kGroup;
+          acc[c] = _mm256_add_epi32(
+              _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(cc)), q0),
+              _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(cc + 16)), q1));
+        }
+        const __m256 f = _mm256_mul_ps(_mm256_load_ps(dk + g * kBlockCells), _mm256_set1_ps(qs[g]));
+        s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ReduceCells8(acc)), f, s);
+      }
+      s = _mm256_mul_ps(s, vscale);
+      float* o = out + qi * out_stride + j;
+      if (n_valid == kBlockCells) {
+        _mm256_storeu_ps(o, s);
+      } else {
+        alignas(32) float tmp[kBlockCells];
+        _mm256_store_ps(tmp, s);
+        std::memcpy(o, tmp, sizeof(float) * n_valid);
+      }
+    }
+  }
+}
+template <KvRowFormat F>
+void Score(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t* qq,
+           const float* qd, float scale, float* out, int64_t out_stride) {
+  if (head_dim > kMaxHeadDim) {
+    ScalarKvScorer(F)(rows, n_rows, head_dim, nq, qq, qd, scale, out, out_stride);
+    return;
+  }
+  // Queries are independent: chunks of kMaxQueries give each one the same bits.
+  for (int q0 = 0; q0 < nq; q0 += kMaxQueries) {
+    ScoreQueries<F>(rows, n_rows, head_dim, std::min(kMaxQueries, nq - q0),
+                    qq + static_cast<int64_t>(q0) * head_dim, qd + q0 * (head_dim / kGroup), scale,
+                    out + q0 * out_stride, out_stride);
+  }
+}
+// Fused V decode + weighted accumulation: 16 columns of each row are decoded into registers
+// once and meet up to 4 queries' weights, so the row is never written out as floats. The
+// values and the fma order per accumulator are those of DecodeInt8 / DecodeQ4 / DecodeF16
+// followed by the AVX2 accumulate_rows, so the result is the same bits.
+constexpr int kAccQueries = 4;  // queries per register block (8 accumulators)
+
+// Columns [col, col + 16) of one row as floats.
+template <KvRowFormat F>
+inline void DecodeColumns16(const uint8_t* row, int head_dim, int col, __m256* v0, __m256* v1) {
+  if constexpr (F == KvRowFormat::kF16) {
+    const uint8_t* h = row + 2 * col;
+    *v0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+    *v1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 16)));
+  } else {
+    constexpr int g = kGroup;  // head_dim % 32 == 0 here
+    const uint8_t* grp = row + (col / g) * (2 + (F == KvRowFormat::kInt8 ? g : g / 2));
+    fp16_t d16;
+    std::memcpy(&d16, grp, 2);
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(d16));
+    __m256i a, b;
+    if constexpr (F == KvRowFormat::kInt8) {
+      const int8_t* q = reinterpret_cast<const int8_t*>(grp + 2 + col % g);
+      a = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)));
+      b = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8)));
+    } else {
+      const uint8_t* qs = grp + 2;
+      const __m256i eight = _mm256_set1_epi32(8), low_mask = _mm256_set1_epi32(0x0F);
+      a = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs)));
+      b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8)));
+      if (col % g == 0) {
+        a = _mm256_sub_epi32(_mm256_and_si256(a, low_mask), eight);
+        b = _mm256_sub_epi32(_mm256_and_si256(b, low_mask), eight);
+      } else {
+        a = _mm256_sub_epi32(_mm256_srli_epi32(a, 4), eight);
+        b = _mm256_sub_epi32(_mm256_srli_epi32(b, 4), eight);
+      }
+    }
+    *v0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(a));
+    *v1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(b));
+  }
+}
+
+// kNq queries (1..4) over rows [j0, j1) of 16 columns.
+template <KvRowFormat F, int kNq>
+inline void AccumulateBlock(const uint8_t* rows, size_t row_bytes, int head_dim, int col, int j0,
+                            int j1, const float* const* p, float* const* acc) {
+  __m256 a[kNq][2];
+  for (int q = 0; q < kNq; ++q) {
+    a[q][0] = _mm256_loadu_ps(acc[q] + col);
+    a[q][1] = _mm256_loadu_ps(acc[q] + col + 8);
+  }
+  for (int j = j0; j < j1; ++j) {
+    __m256 v0, v1;
+    DecodeColumns16<F>(rows + j * row_bytes, head_dim, col, &v0, &v1);
+    for (int q = 0; q < kNq; ++q) {
+      const __m256 pj = _mm256_broadcast_ss(p[q] + j);
+      a[q][0] = _mm256_fmadd_ps(pj, v0, a[q][0]);
+      a[q][1] = _mm256_fmadd_ps(pj, v1, a[q][1]);
+    }
+  }
+  for (int q = 0; q < kNq; ++q) {
+    _mm256_storeu_ps(acc[q] + col, a[q][0]);
+    _mm256_storeu_ps(acc[q] + col + 8, a[q][1]);
+  }
+}
+
+template <KvRowFormat F>
+void AccumulateEncoded(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
+                       int64_t p_stride, const int* lim, float* acc) {
+  if (head_dim % 32 != 0) {
+    ScalarKvAccumulator(F)(rows, n_rows, head_dim, nq, p, p_stride, lim, acc);
+    return;
+  }
+  const size_t row_bytes = KvRowBytes(F, head_dim);
+  for (int q0 = 0; q0 < nq; q0 += kAccQueries) {
+    const int n = std::min(kAccQueries, nq - q0);
+    const float* pq[kAccQueries];
+    float* aq[kAccQueries];
+    int common = n_rows;  // rows every query of the block reads
+    for (int q = 0; q < n; ++q) {
+      pq[q] = p + (q0 + q) * p_stride;
+      aq[q] = acc + static_cast<int64_t>(q0 + q) * head_dim;
+      common = std::min(common, std::max(0, std::min(lim[q0 + q], n_rows)));
+    }
+    for (int col = 0; col < head_dim; col += 16) {
+      switch (n) {
+        case 1:
+          AccumulateBlock<F, 1>(rows, row_bytes, head_dim, col, 0, common, pq, aq);
+          break;
+        case 2:
+          AccumulateBlock<F, 2>(rows, row_bytes, head_dim, col, 0, common, pq, aq);
+          break;
+        case 3:
+          AccumulateBlock<F, 3>(rows, row_bytes, head_dim, col, 0, common, pq, aq);
+          break;
+        default:
+          AccumulateBlock<F, 4>(rows, row_bytes, head_dim, col, 0, common, pq, aq);
+          break;
+      }
+      // Each query's own rows past the common ones, in the same row order.
+      for (int q = 0; q < n; ++q) {
+        const int end = std::min(lim[q0 + q], n_rows);
+        if (end > common) {
+          AccumulateBlock<F, 1>(rows, row_bytes, head_dim, col, common, end, pq + q, aq + q);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 KvRowDecodeFn Avx2KvRowDecoder(KvRowFormat format) {
   switch (format) {
-    case KvRowFormat::kF32: return nullptr;
-    case KvRowFormat::kF16: return DecodeF16;
-    case KvRowFormat::kInt8: return DecodeInt8;
-    case KvRowFormat::kQ4_0: return DecodeQ4;
+    case KvRowFormat::kF32:
+      return nullptr;
+    case KvRowFormat::kF16:
+      return DecodeF16;
+    case KvRowFormat::kInt8:
+      return DecodeInt8;
+    case KvRowFormat::kQ4_0:
+      return DecodeQ4;
   }
   return nullptr;
+}
+
+KvAccumulateFn Avx2KvAccumulator(KvRowFormat format) {
+  switch (format) {
+    case KvRowFormat::kF16:
+      return AccumulateEncoded<KvRowFormat::kF16>;
+    case KvRowFormat::kInt8:
+      return AccumulateEncoded<KvRowFormat::kInt8>;
+    case KvRowFormat::kQ4_0:
+      return AccumulateEncoded<KvRowFormat::kQ4_0>;
+    default:
+      return nullptr;
+  }
+}
+
+KvScoreFn Avx2KvScorer(KvRowFormat format) {
+  switch (format) {
+    case KvRowFormat::kInt8:
+      return Score<KvRowFormat::kInt8>;
+    case KvRowFormat::kQ4_0:
+      return Score<KvRowFormat::kQ4_0>;
+    default:
+      return nullptr;
+  }
 }
 
 }  // namespace lamina

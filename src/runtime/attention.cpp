@@ -114,6 +114,8 @@ void CausalAttentionSegments(const KvCache& cache, int layer, const AttentionSeg
   const KvSideSpec ks = cache.k_spec(), vs = cache.v_spec();
   const KvRowDecodeFn decode_k = BestKvRowDecoder(ks.format);
   const KvRowDecodeFn decode_v = BestKvRowDecoder(vs.format);
+  // V rows decoded in registers and accumulated at once, where that is the faster path.
+  const KvAccumulateFn accumulate_v = BestKvAccumulator(vs.format);
   // The recent window's exact copies (f16 rows in each side's frame), when the cache has one.
   const KvRowDecodeFn decode_exact = BestKvRowDecoder(KvRowFormat::kF16);
   const int window_ring = cache.window_ring();
@@ -149,7 +151,8 @@ void CausalAttentionSegments(const KvCache& cache, int layer, const AttentionSeg
                       : nullptr;
     float* qd = acc;
     // Per query: the first cell read from the window's exact copy (its causal end: none).
-    std::vector<int> wb(max_queries);  // [max_queries]
+    std::vector<int> wb(max_queries);    // [max_queries]
+    std::vector<int> lims(max_queries);  // [max_queries] a tile's rows each query reads
     int s = 0;
     for (int64_t flat = begin; flat < end; ++flat) {
       while (flat >= first_item[s + 1]) ++s;
@@ -236,6 +239,12 @@ void CausalAttentionSegments(const KvCache& cache, int layer, const AttentionSeg
         bool any_encoded = false;  // a tile every query reads exactly is not decoded
         for (int qi = 0; qi < nq && !any_encoded; ++qi) any_encoded = wb[qi] > c0;
         if (!any_encoded) continue;
+        if (accumulate_v != nullptr) {
+          for (int qi = 0; qi < nq; ++qi) lims[qi] = std::min(nc, wb[qi] - c0);
+          accumulate_v(cache.VHead(layer, seq, g, c0), nc, hd, nq, scores + c0, n_ctx, lims.data(),
+                       acc);
+          continue;
+        }
         decode_v(cache.VHead(layer, seq, g, c0), nc, hd, tile);
         for (int qi = 0; qi < nq; ++qi) {
           const int lim = std::min(nc, wb[qi] - c0);
