@@ -209,6 +209,32 @@ TEST(Probe, HealthyLegsExitZeroAndPrintOneRowPerLeg) {
   EXPECT_NE(o.out.find("leg 4 k8v4/stochastic: PASS"), std::string::npos) << o.out;
 }
 
+// The KL split by position (quarters of the text) and by distance (the same mode with several
+// recent exact windows side by side): printed, and each leg's window in probe.json.
+TEST(Probe, KlByPositionAndDistanceTables) {
+  REQUIRE_MODEL("stories260K.gguf");
+  const std::string dir = TempDir("distance");
+  Output o = Lamina("probe -m " + Model("stories260K.gguf") +
+                    " --kv k8v4 --kv-window 0,16 --probes divergence --ctx 256"
+                    " --divergence-tokens 200 --free-run-tokens 8 -t 2 --out " +
+                    dir);
+  EXPECT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("mean KL by position"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("pos 0-49"), std::string::npos) << o.out;
+  const size_t d = o.out.find("mean KL by distance");
+  ASSERT_NE(d, std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("R = 0", d), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("k8v4/rtn ", d), std::string::npos) << o.out;
+  const nlohmann::json r = ReadJson(dir + "/probe.json");
+  ASSERT_EQ(r["legs"].size(), 3u);
+  EXPECT_EQ(r["legs"][1]["kv_window"], 0);
+  EXPECT_EQ(r["legs"][2]["kv_window"], 16);
+  // The recent cells are the sensitive ones: 16 exact cells lower the KL.
+  EXPECT_LT(Probe(r, 2, "divergence")["kl_mean"].get<double>(),
+            Probe(r, 1, "divergence")["kl_mean"].get<double>());
+  fs::remove_all(dir);
+}
+
 TEST(Probe, BadUsageExitsTwo) {
   REQUIRE_MODEL("stories260K.gguf");
   const std::string m = " -m " + Model("stories260K.gguf");

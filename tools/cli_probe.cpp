@@ -5,6 +5,7 @@
 #include "cli_probe.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -124,6 +125,104 @@ int RunRemoteProbe(const ProbeOptions& o, const probe::ProbeConfig& config) {
 
 namespace probe_view {
 
+namespace {
+std::string Sci(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2g", x);
+  return buf;
+}
+
+bool MeasuredLeg(const probe::LegReport& leg) {
+  return !leg.reference && leg.divergence && leg.divergence->measured;
+}
+
+// Rows as aligned text columns.
+std::string AlignRows(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    if (width.size() < row.size()) width.resize(row.size(), 0);
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) {
+      out += row[c] + (c + 1 < row.size() ? std::string(width[c] - row[c].size() + 2, ' ') : "");
+    }
+    out += "\n";
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<std::vector<std::string>> KlByPositionRows(const probe::ProbeReport& report) {
+  std::vector<std::vector<std::string>> rows;
+  for (const probe::LegReport& leg : report.legs) {
+    if (!MeasuredLeg(leg) || leg.divergence->buckets.empty()) continue;
+    if (rows.empty()) {
+      std::vector<std::string> header = {"leg"};
+      for (const probe::KlBucket& b : leg.divergence->buckets) {
+        header.push_back("pos " + std::to_string(b.from) + "-" + std::to_string(b.to - 1));
+      }
+      header.push_back("all");
+      rows.push_back(header);
+    }
+    std::vector<std::string> row = {leg.name};
+    for (const probe::KlBucket& b : leg.divergence->buckets) row.push_back(Sci(b.mean_kl));
+    row.push_back(Sci(leg.divergence->kl_mean));
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+std::vector<std::vector<std::string>> KlByDistanceRows(const probe::ProbeReport& report) {
+  // Group key: the leg's name without its "/wR" part (mode, rounding, fault, speculation).
+  auto key_of = [](const std::string& name) {
+    const size_t w = name.find("/w");
+    if (w == std::string::npos) return name;
+    size_t end = w + 2;
+    while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
+    return name.substr(0, w) + name.substr(end);
+  };
+  std::vector<std::string> keys;
+  std::map<std::string, std::map<int, double>> kl;  // key -> window -> mean KL
+  std::set<int> windows;
+  for (const probe::LegReport& leg : report.legs) {
+    if (!MeasuredLeg(leg) || !leg.kv_window) continue;
+    const std::string key = key_of(leg.name);
+    if (!kl.count(key)) keys.push_back(key);
+    kl[key][*leg.kv_window] = leg.divergence->kl_mean;
+    windows.insert(*leg.kv_window);
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const std::string& key : keys) {
+    const std::map<int, double>& by_window = kl[key];
+    if (by_window.size() < 2) continue;
+    if (rows.empty()) {
+      std::vector<std::string> header = {"mode"};
+      for (int w : windows) header.push_back("R = " + std::to_string(w));
+      rows.push_back(header);
+    }
+    std::vector<std::string> row = {key};
+    const auto none = by_window.find(0);
+    for (int w : windows) {
+      const auto it = by_window.find(w);
+      if (it == by_window.end()) {
+        row.push_back("");
+        continue;
+      }
+      std::string cell = Sci(it->second);
+      if (w != 0 && none != by_window.end() && none->second > 0.0) {
+        char pct[32];
+        std::snprintf(pct, sizeof(pct), " (%.0f%%)", 100.0 * it->second / none->second);
+        cell += pct;
+      }
+      row.push_back(cell);
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
 std::string ProbeTable(const probe::ProbeReport& report) {
   // The table cell of one probe: status mark, then the probe's own summary.
   auto cell_text = [](const probe::Outcome* o) -> std::string {
@@ -165,6 +264,17 @@ std::string ProbeTable(const probe::ProbeReport& report) {
   }
   out += "\n";
   for (const probe::LegReport& leg : report.legs) out += leg.verdict_line + "\n";
+  const std::vector<std::vector<std::string>> by_position = KlByPositionRows(report);
+  if (!by_position.empty()) {
+    out += "\nmean KL by position (quarters of the text):\n" + AlignRows(by_position);
+  }
+  const std::vector<std::vector<std::string>> by_distance = KlByDistanceRows(report);
+  if (!by_distance.empty()) {
+    out +=
+        "\nmean KL by distance: the R most recent cells exact, older cells compressed "
+        "(in brackets: share of the R = 0 KL left):\n" +
+        AlignRows(by_distance);
+  }
   return out;
 }
 

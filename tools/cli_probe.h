@@ -6,6 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "probe/backend.h"
 #include "probe/report.h"
@@ -15,6 +16,17 @@ namespace lamina::cli::probe_view {
 
 // The table (one row per leg, one column per probe) and the verdict lines, as printed.
 std::string ProbeTable(const probe::ProbeReport& report);
+
+// The divergence probe's KL split two ways, as rows of cells (the first row is the header);
+// empty when no non-reference leg measured it.
+// By position: each leg's mean KL over each quarter of the text (later positions attend over
+// more compressed cells).
+std::vector<std::vector<std::string>> KlByPositionRows(const probe::ProbeReport& report);
+// By distance: legs that differ only in their recent exact window R, side by side. With R cells
+// kept exact a query reads only cells at distance >= R from the compressed storage, so
+// KL(0) - KL(R) is what the R most recent cells contribute; each cell also gives the share of
+// the R = 0 leg's KL that remains. Empty unless some mode ran with two or more windows.
+std::vector<std::vector<std::string>> KlByDistanceRows(const probe::ProbeReport& report);
 
 // probe.json: every number of the report.
 nlohmann::json ProbeJson(const probe::ProbeReport& report);

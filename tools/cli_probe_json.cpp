@@ -198,6 +198,7 @@ json ProbeJson(const probe::ProbeReport& report) {
               {"fault", leg.fault},
               {"bits_per_element", leg.bits_per_element ? json(*leg.bits_per_element) : json()},
               {"bytes_per_token", leg.bytes_per_token ? json(*leg.bytes_per_token) : json()},
+              {"kv_window", leg.kv_window ? json(*leg.kv_window) : json()},
               {"probes", json::object()}};
     json& p = l["probes"];
     if (leg.prefill) p["prefill"] = PrefillJson(*leg.prefill);

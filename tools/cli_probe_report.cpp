@@ -313,6 +313,30 @@ std::string RenderHtmlReport(const ProbeReport& report) {
          "first eighth is one "
          "prompt batch, every later token a single-token decode step.</p>" +
          KlChart(report);
+    auto rows_table = [](const std::vector<std::vector<std::string>>& rows) {
+      std::string t = "<table>";
+      for (size_t r = 0; r < rows.size(); ++r) {
+        t += "<tr>";
+        for (const std::string& cell : rows[r]) {
+          t += (r == 0 ? "<th>" : "<td>") + Esc(cell) + (r == 0 ? "</th>" : "</td>");
+        }
+        t += "</tr>";
+      }
+      return t + "</table>\n";
+    };
+    const auto by_position = KlByPositionRows(report);
+    if (!by_position.empty()) {
+      h += "<h2>KL by position</h2><p>Mean KL over each quarter of the text.</p>" +
+           rows_table(by_position);
+    }
+    const auto by_distance = KlByDistanceRows(report);
+    if (!by_distance.empty()) {
+      h += "<h2>KL by distance</h2><p>With the R most recent cells kept exact a query reads "
+           "only cells at distance &#8805; R from the compressed storage, so KL(0) &#8722; KL(R) "
+           "is what the R most recent cells contribute; in brackets the share of the R = 0 KL "
+           "left.</p>" +
+           rows_table(by_distance);
+    }
     h += "<h2>Stored versus exact K/V per layer</h2>" + LayerBars(report) + LayerTable(report);
   }
   if (has(ProbeKind::kNeedle)) {

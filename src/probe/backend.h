@@ -55,6 +55,7 @@ struct BackendInfo {
   std::string fault = "none";
   std::optional<double> bits_per_element;
   std::optional<size_t> bytes_per_token;
+  std::optional<int> kv_window;    // recent cells kept exact (0: none); unknown for a server
   bool logits = false;             // Tokenize, NewStream and the rest of the logit calls work
   std::string no_logits_reason;    // why not (the n/a reason of prefill and divergence)
   bool exact_token_counts = true;  // CountTokens is the model's tokenizer, not an estimate

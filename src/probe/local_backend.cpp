@@ -51,6 +51,7 @@ BackendInfo LocalBackend::Info() const {
     const KvCache cache(*kc);
     info.bits_per_element = cache.BitsPerElement();
     info.bytes_per_token = cache.BytesPerToken();
+    info.kv_window = cache.window();
   }
   info.logits = true;
   info.exact_token_counts = true;

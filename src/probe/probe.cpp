@@ -155,6 +155,7 @@ ProbeReport RunProbe(const ProbeConfig& config, std::vector<Leg>& legs) {
     leg.fault = info.fault;
     leg.bits_per_element = info.bits_per_element;
     leg.bytes_per_token = info.bytes_per_token;
+    leg.kv_window = info.kv_window;
     report.legs.push_back(std::move(leg));
   }
   const double t0 = NowSeconds();

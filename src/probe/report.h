@@ -192,6 +192,7 @@ struct LegReport {
   std::string fault = "none";
   std::optional<double> bits_per_element;
   std::optional<size_t> bytes_per_token;
+  std::optional<int> kv_window;  // recent cells kept exact (0: none)
   std::optional<PrefillResult> prefill;
   std::optional<CountingResult> counting;
   std::optional<NeedleResult> needle;
