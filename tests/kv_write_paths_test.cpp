@@ -161,6 +161,9 @@ std::vector<ModeCase> Cases() {
       cases.push_back({m, t, KvRounding::kNearest, 12});
     }
     cases.push_back({m, KvType::kK8V4, KvRounding::kStochastic, 12});
+    // Lloyd-Max V levels: the same writer, nearest and stochastic, without and with a window.
+    cases.push_back({m, KvType::kK8V4Nl, KvRounding::kNearest});
+    cases.push_back({m, KvType::kK8V4Nl, KvRounding::kStochastic, 12});
   }
   return cases;
 }

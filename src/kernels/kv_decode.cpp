@@ -95,6 +95,8 @@ KvRowDecodeFn ScalarKvRowDecoder(KvRowFormat format) {
       return DecodeScalar<KvRowFormat::kInt8>;
     case KvRowFormat::kQ4_0:
       return DecodeScalar<KvRowFormat::kQ4_0>;
+    case KvRowFormat::kQ4Nl:
+      return DecodeScalar<KvRowFormat::kQ4Nl>;
   }
   return nullptr;
 }
@@ -119,6 +121,8 @@ KvAccumulateFn ScalarKvAccumulator(KvRowFormat format) {
       return AccumulateScalar<KvRowFormat::kInt8>;
     case KvRowFormat::kQ4_0:
       return AccumulateScalar<KvRowFormat::kQ4_0>;
+    case KvRowFormat::kQ4Nl:
+      return AccumulateScalar<KvRowFormat::kQ4Nl>;
   }
   return nullptr;
 }

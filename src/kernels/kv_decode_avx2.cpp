@@ -83,6 +83,41 @@ void DecodeQ4(const uint8_t* row, int n_rows, int head_dim, float* out) {
     }
   }
 }
+// q4_nl: nibbles to their int8 levels with one byte shuffle.
+inline __m128i Q4NlLevelBytes(__m128i nibbles) {
+  const __m128i lut = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kQ4NlLevels));
+  return _mm_shuffle_epi8(lut, nibbles);
+}
+
+void DecodeQ4Nl(const uint8_t* row, int n_rows, int head_dim, float* out) {
+  const int g = KvGroupSize(head_dim);
+  if (g != 32) {
+    for (int r = 0; r < n_rows; ++r) {
+      DecodeKvRow(KvRowFormat::kQ4Nl, row + r * KvRowBytes(KvRowFormat::kQ4Nl, head_dim), head_dim,
+                  out + static_cast<int64_t>(r) * head_dim);
+    }
+    return;
+  }
+  const int64_t n_groups = static_cast<int64_t>(n_rows) * (head_dim / g);
+  const __m128i nib = _mm_set1_epi8(0x0F);
+  for (int64_t b = 0; b < n_groups; ++b) {
+    const uint8_t* grp = row + b * (2 + g / 2);
+    fp16_t d16;
+    std::memcpy(&d16, grp, 2);
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(d16));
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + 2));
+    const __m128i lo = Q4NlLevelBytes(_mm_and_si128(bytes, nib));
+    const __m128i hi = Q4NlLevelBytes(_mm_and_si128(_mm_srli_epi16(bytes, 4), nib));
+    float* o = out + b * g;
+    _mm256_storeu_ps(o, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
+    _mm256_storeu_ps(
+        o + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
+    _mm256_storeu_ps(o + 16, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
+    _mm256_storeu_ps(
+        o + 24, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
+  }
+}
+
 constexpr int kGroup = 32;      // values per scale
 constexpr int kBlockCells = 8;  // cells expanded at once
 constexpr int kMaxHeadDim = 512;
@@ -219,6 +254,7 @@ inline void DecodeColumns16(const uint8_t* row, int head_dim, int col, __m256* v
   } else {
     constexpr int g = kGroup;  // head_dim % 32 == 0 here
     const uint8_t* grp = row + (col / g) * (2 + (F == KvRowFormat::kInt8 ? g : g / 2));
+    static_assert(F == KvRowFormat::kInt8 || F == KvRowFormat::kQ4_0 || F == KvRowFormat::kQ4Nl);
     fp16_t d16;
     std::memcpy(&d16, grp, 2);
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(d16));
@@ -227,6 +263,14 @@ inline void DecodeColumns16(const uint8_t* row, int head_dim, int col, __m256* v
       const int8_t* q = reinterpret_cast<const int8_t*>(grp + 2 + col % g);
       a = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)));
       b = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8)));
+    } else if constexpr (F == KvRowFormat::kQ4Nl) {
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + 2));
+      const __m128i nib = col % g == 0
+                              ? _mm_and_si128(bytes, _mm_set1_epi8(0x0F))
+                              : _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0F));
+      const __m128i lv = Q4NlLevelBytes(nib);
+      a = _mm256_cvtepi8_epi32(lv);
+      b = _mm256_cvtepi8_epi32(_mm_srli_si128(lv, 8));
     } else {
       const uint8_t* qs = grp + 2;
       const __m256i eight = _mm256_set1_epi32(8), low_mask = _mm256_set1_epi32(0x0F);
@@ -325,6 +369,8 @@ KvRowDecodeFn Avx2KvRowDecoder(KvRowFormat format) {
       return DecodeInt8;
     case KvRowFormat::kQ4_0:
       return DecodeQ4;
+    case KvRowFormat::kQ4Nl:
+      return DecodeQ4Nl;
   }
   return nullptr;
 }
@@ -337,6 +383,8 @@ KvAccumulateFn Avx2KvAccumulator(KvRowFormat format) {
       return AccumulateEncoded<KvRowFormat::kInt8>;
     case KvRowFormat::kQ4_0:
       return AccumulateEncoded<KvRowFormat::kQ4_0>;
+    case KvRowFormat::kQ4Nl:
+      return AccumulateEncoded<KvRowFormat::kQ4Nl>;
     default:
       return nullptr;
   }

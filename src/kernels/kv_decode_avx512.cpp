@@ -27,7 +27,8 @@ void DecodeF16(const uint8_t* row, int n_rows, int head_dim, float* out) {
   const int64_t n = static_cast<int64_t>(n_rows) * head_dim;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
+    _mm512_storeu_ps(out + i,
+                     _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
   }
   for (; i < n; ++i) out[i] = _cvtsh_ss(h[i]);
 }
@@ -71,7 +72,8 @@ void DecodeQ4(const uint8_t* row, int n_rows, int head_dim, float* out) {
     const __m512 d = _mm512_set1_ps(_cvtsh_ss(d16));
     const uint8_t* qs = grp + 2;
     for (int i = 0; i < half; i += 16) {
-      const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + i)));
+      const __m512i bytes =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + i)));
       const __m512i lo = _mm512_sub_epi32(_mm512_and_si512(bytes, low_mask), eight);
       const __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(bytes, 4), eight);
       _mm512_storeu_ps(out + b * g + i, _mm512_mul_ps(d, _mm512_cvtepi32_ps(lo)));
@@ -80,7 +82,7 @@ void DecodeQ4(const uint8_t* row, int n_rows, int head_dim, float* out) {
   }
 }
 
-constexpr int kGroup = 32;      // values per scale
+constexpr int kGroup = 32;       // values per scale
 constexpr int kBlockCells = 16;  // cells expanded at once
 constexpr int kMaxHeadDim = 512;
 
@@ -89,7 +91,8 @@ inline __m512i LoadRuns4(const uint8_t* p, size_t stride) {
   __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + stride)), 1);
   v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * stride)), 2);
-  return _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 3 * stride)), 3);
+  return _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 3 * stride)),
+                            3);
 }
 
 // Signed bytes -> (even bytes, odd bytes) as int16 pairs per dword.
@@ -100,8 +103,10 @@ inline void SplitEvenOdd(__m512i b, __m512i* even, __m512i* odd) {
 
 // Sums of the four dwords of each 128-bit lane of a[0..3]: lane 4j + m = lane j of a[m].
 inline __m512i Reduce4(const __m512i a[4]) {
-  const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[0], a[1]), _mm512_unpackhi_epi32(a[0], a[1]));
-  const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2], a[3]), _mm512_unpackhi_epi32(a[2], a[3]));
+  const __m512i s01 =
+      _mm512_add_epi32(_mm512_unpacklo_epi32(a[0], a[1]), _mm512_unpackhi_epi32(a[0], a[1]));
+  const __m512i s23 =
+      _mm512_add_epi32(_mm512_unpacklo_epi32(a[2], a[3]), _mm512_unpackhi_epi32(a[2], a[3]));
   return _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
 }
 
@@ -115,7 +120,8 @@ void ScoreBlock(const uint8_t* rows, size_t row_bytes, int head_dim, int nq, con
   // [group]: K scales, lane 4j + m = cell 4m + j.
   alignas(64) __m512 dk[kMaxHeadDim / kGroup];
   const __m512i lane_cell = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  const __m512i scale_offsets = _mm512_mullo_epi32(lane_cell, _mm512_set1_epi32(static_cast<int>(row_bytes)));
+  const __m512i scale_offsets =
+      _mm512_mullo_epi32(lane_cell, _mm512_set1_epi32(static_cast<int>(row_bytes)));
   for (int g = 0; g < n_groups; ++g) {
     const uint8_t* grp = rows + g * group_bytes;
     const __m512i d = _mm512_i32gather_epi32(scale_offsets, grp, 1);
@@ -146,8 +152,10 @@ void ScoreBlock(const uint8_t* rows, size_t row_bytes, int head_dim, int nq, con
       __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
                         _mm512_setzero_si512()};
       for (int k = 2 * g; k < 2 * g + 2; ++k) {
-        const __m512i qe = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qv + 16 * k)));
-        const __m512i qo = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qv + 16 * k + 8)));
+        const __m512i qe =
+            _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qv + 16 * k)));
+        const __m512i qo = _mm512_broadcast_i32x4(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(qv + 16 * k + 8)));
         for (int m = 0; m < 4; ++m) {
           acc[m] = _mm512_dpwssd_epi32(acc[m], w[k][m][0], qe);
           acc[m] = _mm512_dpwssd_epi32(acc[m], w[k][m][1], qo);
@@ -171,8 +179,8 @@ void Score(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t*
   const size_t row_bytes = KvRowBytes(F, head_dim);
   int j = 0;
   for (; j + kBlockCells <= n_rows; j += kBlockCells) {
-    ScoreBlock<F>(rows + j * row_bytes, row_bytes, head_dim, nq, qq, qd, scale, out + j,
-                  out_stride, kBlockCells);
+    ScoreBlock<F>(rows + j * row_bytes, row_bytes, head_dim, nq, qq, qd, scale, out + j, out_stride,
+                  kBlockCells);
   }
   if (j < n_rows) {
     // The tail runs through a zero-padded copy so the block code never reads past the rows.
@@ -187,19 +195,28 @@ void Score(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t*
 
 KvRowDecodeFn Avx512KvRowDecoder(KvRowFormat format) {
   switch (format) {
-    case KvRowFormat::kF32: return nullptr;
-    case KvRowFormat::kF16: return DecodeF16;
-    case KvRowFormat::kInt8: return DecodeInt8;
-    case KvRowFormat::kQ4_0: return DecodeQ4;
+    case KvRowFormat::kF32:
+      return nullptr;
+    case KvRowFormat::kF16:
+      return DecodeF16;
+    case KvRowFormat::kInt8:
+      return DecodeInt8;
+    case KvRowFormat::kQ4_0:
+      return DecodeQ4;
+    case KvRowFormat::kQ4Nl:
+      return nullptr;  // the AVX2 decoder
   }
   return nullptr;
 }
 
 KvScoreFn Avx512KvScorer(KvRowFormat format) {
   switch (format) {
-    case KvRowFormat::kInt8: return Score<KvRowFormat::kInt8>;
-    case KvRowFormat::kQ4_0: return Score<KvRowFormat::kQ4_0>;
-    default: return nullptr;
+    case KvRowFormat::kInt8:
+      return Score<KvRowFormat::kInt8>;
+    case KvRowFormat::kQ4_0:
+      return Score<KvRowFormat::kQ4_0>;
+    default:
+      return nullptr;
   }
 }
 

@@ -14,10 +14,13 @@ int KvGroupSize(int head_dim) { return std::min(32, head_dim); }
 
 size_t KvRowBytes(KvRowFormat format, int head_dim) {
   switch (format) {
-    case KvRowFormat::kF32: return 4u * head_dim;
-    case KvRowFormat::kF16: return 2u * head_dim;
+    case KvRowFormat::kF32:
+      return 4u * head_dim;
+    case KvRowFormat::kF16:
+      return 2u * head_dim;
     case KvRowFormat::kInt8:
-    case KvRowFormat::kQ4_0: {
+    case KvRowFormat::kQ4_0:
+    case KvRowFormat::kQ4Nl: {
       const int g = KvGroupSize(head_dim);
       if (g % 2 != 0 || head_dim % g != 0) return 0;
       const size_t per_group = format == KvRowFormat::kInt8 ? 2 + g : 2 + g / 2;
@@ -130,8 +133,7 @@ float Q4Error(const float* x, int g, float d) {
   return err;
 }
 
-void EncodeQ4Group(const float* x, int g, const RoundingKey* key, uint32_t element0,
-                   uint8_t* out) {
+void EncodeQ4Group(const float* x, int g, const RoundingKey* key, uint32_t element0, uint8_t* out) {
   float amax = 0.0f, max = 0.0f;
   for (int i = 0; i < g; ++i) {
     if (std::fabs(x[i]) > amax) {
@@ -156,9 +158,78 @@ void EncodeQ4Group(const float* x, int g, const RoundingKey* key, uint32_t eleme
   const int half = g / 2;
   auto code = [&](int i) -> uint8_t {
     const float y = x[i] * id + 8.0f;
-    const float r = key ? std::floor(y + StochasticUniform(*key, element0 + i))
-                        : std::trunc(y + 0.5f);
+    const float r =
+        key ? std::floor(y + StochasticUniform(*key, element0 + i)) : std::trunc(y + 0.5f);
     return static_cast<uint8_t>(std::clamp(r, 0.0f, 15.0f));
+  };
+  for (int i = 0; i < half; ++i) qs[i] = static_cast<uint8_t>(code(i) | (code(i + half) << 4));
+}
+// q4_nl: the midpoints between neighbouring levels (a value's nearest level is the number of
+// midpoints below it).
+struct Q4NlTables {
+  float level[16];
+  float mid[15];
+  constexpr Q4NlTables() : level(), mid() {
+    for (int k = 0; k < 16; ++k) level[k] = kQ4NlLevels[k];
+    for (int k = 0; k < 15; ++k) mid[k] = 0.5f * (level[k] + level[k + 1]);
+  }
+};
+constexpr Q4NlTables kQ4Nl;
+constexpr int kQ4NlScaleSteps = 20;
+constexpr float kQ4NlScaleStep = 0.01f;
+
+inline int Q4NlNearest(float t) {
+  int c = 0;
+  for (int k = 0; k < 15; ++k) c += t > kQ4Nl.mid[k];
+  return c;
+}
+
+// Squared error of encoding x with scale d (the fp16-rounded scale decodes).
+float Q4NlError(const float* x, int g, float d) {
+  const float dq = Fp16ToF32(F32ToFp16(d));
+  const float id = dq != 0.0f ? 1.0f / dq : 0.0f;
+  float err = 0.0f;
+  for (int i = 0; i < g; ++i) {
+    const float e = dq * kQ4Nl.level[Q4NlNearest(x[i] * id)] - x[i];
+    err += e * e;
+  }
+  return err;
+}
+
+void EncodeQ4NlGroup(const float* x, int g, const RoundingKey* key, uint32_t element0,
+                     uint8_t* out) {
+  float amax = 0.0f, max = 0.0f;
+  for (int i = 0; i < g; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  }
+  const float top = kQ4Nl.level[15];
+  float d = std::clamp(max / top, -kFp16Max, kFp16Max);
+  if (amax > 0.0f && amax < kFp16Max) {
+    const int s = SearchScaleStep(-kQ4NlScaleSteps, kQ4NlScaleSteps, [&](int step) {
+      return Q4NlError(x, g, max / (top * (1.0f + kQ4NlScaleStep * step)));
+    });
+    d = max / (top * (1.0f + kQ4NlScaleStep * s));
+  }
+  const fp16_t d16 = F32ToFp16(d);
+  std::memcpy(out, &d16, 2);
+  const float dq = Fp16ToF32(d16);
+  const float id = dq != 0.0f ? 1.0f / dq : 0.0f;
+  uint8_t* qs = out + 2;
+  const int half = g / 2;
+  auto code = [&](int i) -> uint8_t {
+    const float t = x[i] * id;
+    if (!key) return static_cast<uint8_t>(Q4NlNearest(t));
+    // Stochastic: between the two levels around t, the upper one with probability equal to
+    // t's fraction of the way there (the expectation is t within the levels' range).
+    if (!(t > kQ4Nl.level[0])) return 0;  // also NaN
+    if (t >= kQ4Nl.level[15]) return 15;
+    int k = 0;
+    while (t >= kQ4Nl.level[k + 1]) ++k;
+    const float frac = (t - kQ4Nl.level[k]) / (kQ4Nl.level[k + 1] - kQ4Nl.level[k]);
+    return static_cast<uint8_t>(k + (StochasticUniform(*key, element0 + i) < frac ? 1 : 0));
   };
   for (int i = 0; i < half; ++i) qs[i] = static_cast<uint8_t>(code(i) | (code(i + half) << 4));
 }
@@ -183,13 +254,16 @@ void EncodeKvRow(KvRowFormat format, const float* x, int head_dim, const Roundin
       return;
     }
     case KvRowFormat::kInt8:
-    case KvRowFormat::kQ4_0: {
+    case KvRowFormat::kQ4_0:
+    case KvRowFormat::kQ4Nl: {
       const int g = KvGroupSize(head_dim);
       const size_t group_bytes = KvRowBytes(format, head_dim) / (head_dim / g);
       const uint32_t e0 = key ? key->element0 : 0;
       for (int b = 0; b < head_dim / g; ++b) {
         if (format == KvRowFormat::kInt8) {
           EncodeInt8Group(x + b * g, g, key, e0 + b * g, out + b * group_bytes);
+        } else if (format == KvRowFormat::kQ4Nl) {
+          EncodeQ4NlGroup(x + b * g, g, key, e0 + b * g, out + b * group_bytes);
         } else {
           EncodeQ4Group(x + b * g, g, key, e0 + b * g, out + b * group_bytes);
         }
@@ -233,6 +307,22 @@ void DecodeKvRow(KvRowFormat format, const uint8_t* row, int head_dim, float* ou
         for (int i = 0; i < half; ++i) {
           out[b * g + i] = d * (static_cast<int>(qs[i] & 0x0F) - 8);
           out[b * g + i + half] = d * (static_cast<int>(qs[i] >> 4) - 8);
+        }
+      }
+      return;
+    }
+    case KvRowFormat::kQ4Nl: {
+      const int g = KvGroupSize(head_dim);
+      const int half = g / 2;
+      for (int b = 0; b < head_dim / g; ++b) {
+        const uint8_t* grp = row + b * (2 + half);
+        fp16_t d16;
+        std::memcpy(&d16, grp, 2);
+        const float d = Fp16ToF32(d16);
+        const uint8_t* qs = grp + 2;
+        for (int i = 0; i < half; ++i) {
+          out[b * g + i] = d * static_cast<float>(kQ4NlLevels[qs[i] & 0x0F]);
+          out[b * g + i + half] = d * static_cast<float>(kQ4NlLevels[qs[i] >> 4]);
         }
       }
       return;

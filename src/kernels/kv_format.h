@@ -11,6 +11,12 @@
 //           d = m / (-8 + 0.1 s), m the signed value of largest magnitude and s in [-20, 20]
 //           chosen for the least squared error (s = 0 is GGML's own scale; the search lowers
 //           the error by ~6% for 32-value blocks and ~13% for 8-value blocks).
+//   q4_nl : the q4_0 block layout with non-uniform levels: x = d * kQ4NlLevels[q], the 16 int8
+//           levels of a Lloyd-Max quantizer fitted to 32-value Gaussian blocks divided by their
+//           signed largest value (what rotated V rows look like). Encoding: q = the nearest
+//           level of x / d, d = m / (125 (1 + 0.01 s)), m the signed value of largest magnitude
+//           and s in [-20, 20] chosen for the least squared error (s = 0 maps m to the top
+//           level). 12% less squared error than q4_0 with its scale search at the same bytes.
 // Stochastic rounding replaces the round-to-nearest step by floor(y + u), u in [0, 1) drawn
 // from a counter-based hash of (seed, layer, position, element), so the bytes stored for a cell
 // depend only on its values and coordinates, never on the order of writes.
@@ -23,9 +29,13 @@
 
 namespace lamina {
 
-enum class KvRowFormat { kF32, kF16, kInt8, kQ4_0 };
+enum class KvRowFormat { kF32, kF16, kInt8, kQ4_0, kQ4Nl };
 
-// Bytes of one encoded head row; 0 when the format cannot hold head_dim (int8/q4_0 need
+// The q4_nl levels (ascending; decoded value = d * level).
+inline constexpr int8_t kQ4NlLevels[16] = {-114, -93, -76, -61, -46, -33, -19, -6,
+                                           7,    21,  35,  49,  64,  81,  101, 125};
+
+// Bytes of one encoded head row; 0 when the format cannot hold head_dim (int8/q4_0/q4_nl need
 // head_dim < 32 and even, or a multiple of 32).
 size_t KvRowBytes(KvRowFormat format, int head_dim);
 int KvGroupSize(int head_dim);  // min(32, head_dim)

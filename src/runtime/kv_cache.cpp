@@ -36,6 +36,7 @@ const char* HeadDimNeeds(KvRowFormat format) {
       return "";
     case KvRowFormat::kInt8:
     case KvRowFormat::kQ4_0:
+    case KvRowFormat::kQ4Nl:
       return "head_dim below 32 and even, or a multiple of 32";
   }
   return "";

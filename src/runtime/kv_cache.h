@@ -31,7 +31,7 @@ namespace lamina {
 
 // The KV modes, in the order of their rows in kKvModes (the enumerators are stored in session
 // files: append, never reorder).
-enum class KvType { kF32, kF16, kInt8, kQ4_0, kK8V4 };
+enum class KvType { kF32, kF16, kInt8, kQ4_0, kK8V4, kK8V4Nl };
 
 enum class KvRounding { kNearest, kStochastic };
 Result<KvRounding> ParseKvRounding(const std::string& name);
@@ -61,6 +61,7 @@ inline constexpr KvSideSpec kSideF32{KvRowFormat::kF32, false};
 inline constexpr KvSideSpec kSideF16{KvRowFormat::kF16, false};
 inline constexpr KvSideSpec kSideInt8{KvRowFormat::kInt8, false};
 inline constexpr KvSideSpec kSideQ4_0Rotated{KvRowFormat::kQ4_0, true};
+inline constexpr KvSideSpec kSideQ4NlRotated{KvRowFormat::kQ4Nl, true};
 
 // clang-format off
 inline constexpr KvMode kKvModes[] = {
@@ -70,6 +71,8 @@ inline constexpr KvMode kKvModes[] = {
     {KvType::kInt8, "int8", kSideInt8,         kSideInt8,         false,   true,  8.5,  32},
     {KvType::kQ4_0, "q4_0", kSideQ4_0Rotated,  kSideQ4_0Rotated,  true,    true,  4.5,  32},
     {KvType::kK8V4, "k8v4", kSideInt8,         kSideQ4_0Rotated,  false,   true,  6.5,  32},
+    // k8v4 with Lloyd-Max levels for the rotated V rows (kv_format.h, q4_nl)
+    {KvType::kK8V4Nl, "k8v4nl", kSideInt8,     kSideQ4NlRotated,  false,   true,  6.5,  32},
 };
 // clang-format on
 inline constexpr int kKvModeCount = static_cast<int>(std::size(kKvModes));
@@ -87,7 +90,7 @@ constexpr const KvMode& KvModeOf(KvType type) { return kKvModes[static_cast<int>
 inline const char* KvTypeName(KvType type) { return KvModeOf(type).name; }
 // The mode named `name` (a row's name); the error lists the names.
 Result<KvType> ParseKvType(const std::string& name);
-// "f32, f16, int8, q4_0 or k8v4": the names of every row, for help texts and errors.
+// "f32, f16, int8, q4_0, k8v4 or k8v4nl": the names of every row, for help texts and errors.
 std::string KvModeNames();
 // The one check of a mode against a model: whether its K and V formats can hold head_dim; the
 // error names the mode, the head_dim and what the mode needs.
