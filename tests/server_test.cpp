@@ -1013,6 +1013,17 @@ TEST_F(ServerTest, ChoicesPrefillInputTokensAndProgress) {
   ASSERT_EQ(native.size(), 2u);
   EXPECT_EQ(native[1]["index"], 1);
   EXPECT_EQ(native[1]["content"], Count(8));
+  // The choices of a new prompt evaluate it once: the second copies the first one's cells.
+  auto [sf, fresh] = s.Post("/completion", {{"prompt", ChatPrompt("Count from 1 to 5, please.")},
+                                            {"temperature", 0},
+                                            {"n_predict", 8},
+                                            {"n_cmpl", 2}});
+  ASSERT_EQ(sf, 200) << fresh.dump();
+  const int n_fresh = fresh[0]["tokens_evaluated"];
+  EXPECT_GT(fresh[0]["timings"]["prompt_n"].get<int>(), 1);
+  EXPECT_EQ(fresh[1]["timings"]["cache_n"], n_fresh - 1);
+  EXPECT_EQ(fresh[1]["timings"]["prompt_n"], 1);
+  EXPECT_EQ(fresh[1]["content"], fresh[0]["content"]);
   for (const json& bad : {json(17), json(0), json("two")}) {
     auto [sb, err] = s.Post("/v1/chat/completions", {{"messages", messages}, {"n", bad}});
     EXPECT_EQ(sb, 400) << bad;

@@ -33,6 +33,9 @@ struct Request {
   float draft_p_min = -1.0f;
   // kProgress events after each batch of prompt tokens (llama-server's return_progress).
   bool return_progress = false;
+  // Requests of one group share one prompt (the choices of an `n` request): while a member is
+  // still evaluating it, the others wait in the queue, then copy its cells (0: no group).
+  uint64_t prefix_group = 0;
 };
 
 // A token's log-probability under the model (softmax of its raw logits).

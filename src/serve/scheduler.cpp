@@ -222,6 +222,14 @@ void Scheduler::Admit() {
       it = queue_.erase(it);
       continue;
     }
+    // A member of a prompt group waits while another member still evaluates the prompt.
+    if (q.request.prefix_group != 0 &&
+        std::any_of(slots_.begin(), slots_.end(), [&](const auto& s) {
+          return s->busy && !s->prompt_done && s->req.prefix_group == q.request.prefix_group;
+        })) {
+      ++it;
+      continue;
+    }
     // The idle slot asked for, else the idle slot sharing the longest prefix, else the least
     // recently used.
     Slot* best = nullptr;

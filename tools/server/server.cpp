@@ -131,6 +131,7 @@ class Server {
   std::string kv_name_;
   double started_at_ = 0.0;
 
+  std::atomic<uint64_t> next_group_{1};  // serve::Request::prefix_group of n choices
   std::mutex stats_mutex_;
   std::map<std::string, uint64_t> http_requests_;  // route → count
   std::deque<RecentRequest> recent_;               // newest last, at most 32
@@ -355,6 +356,13 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
       return;
     }
     if (n == 0) return SendError(res, {400, "invalid_request_error", "the prompt is empty"});
+  }
+  // The choices of one prompt share it: the first evaluates it, the others copy its cells.
+  if (c->n_choices > 1) {
+    const uint64_t group = next_group_.fetch_add(c->requests.size() / c->n_choices);
+    for (size_t i = 0; i < c->requests.size(); ++i) {
+      if (c->requests[i].cache_prompt) c->requests[i].prefix_group = group + i / c->n_choices;
+    }
   }
   std::vector<std::shared_ptr<serve::Channel>> channels;
   for (const serve::Request& r : c->requests) channels.push_back(scheduler_->Submit(r));
