@@ -1257,3 +1257,42 @@ TEST(ServerStories, ChoicesUseSeedPlusIndex) {
   ASSERT_EQ(ost, 200);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(cmpl["choices"][i]["text"], answers[i]["content"]);
 }
+
+// Assistant prefill in the native formats and in Jinja templates: the last assistant message is
+// rendered open after the generation prompt.
+TEST_F(ServerTest, AssistantPrefillInEveryTemplate) {
+  const json messages = {{{"role", "system"}, {"content", "S"}},
+                         {{"role", "user"}, {"content", "U"}},
+                         {{"role", "assistant"}, {"content", "1\n2\n3"}}};
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--chat-template", "llama3"},
+       "<|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|><|start_header_id|>assistant<|end_"
+       "header_id|>\n\n1\n2\n3"},
+      {{"--chat-template", "qwen3"},
+       "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n1\n2\n3"},
+      {{"--chat-template", "gemma"},
+       "<start_of_turn>user\nS\n\nU<end_of_turn>\n<start_of_turn>model\n1\n2\n3"},
+      {{"--chat-template", "phi3"}, "<|user|>\nU<|end|>\n<|assistant|>\n1\n2\n3"},
+      {{"--jinja"}, "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n1\n2\n3"},
+  };
+  for (const auto& [flags, tail] : cases) {
+    std::vector<std::string> args = {"-m", kShipped, "-c", "512"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    ServerProcess s(args);
+    ASSERT_TRUE(s.healthy()) << s.Log();
+    auto [st, r] = s.Post("/apply-template", {{"messages", messages}});
+    ASSERT_EQ(st, 200) << r.dump();
+    EXPECT_TRUE(r["prompt"].get<std::string>().ends_with(tail)) << flags.back() << ": " << r.dump();
+  }
+  // --no-prefill-assistant: a finished turn unless the request asks to continue it.
+  ServerProcess s({"-m", kShipped, "-c", "512", "--no-prefill-assistant"});
+  ASSERT_TRUE(s.healthy()) << s.Log();
+  auto [st, closed] = s.Post("/apply-template", {{"messages", messages}});
+  EXPECT_TRUE(
+      closed["prompt"].get<std::string>().ends_with("1\n2\n3<|im_end|>\n<|im_start|>assistant\n"))
+      << closed.dump();
+  auto [ot, open] =
+      s.Post("/apply-template", {{"messages", messages}, {"continue_final_message", true}});
+  EXPECT_TRUE(open["prompt"].get<std::string>().ends_with("<|im_start|>assistant\n1\n2\n3"))
+      << open.dump();
+}
