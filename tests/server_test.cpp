@@ -1065,6 +1065,33 @@ TEST_F(ServerTest, ChoicesPrefillInputTokensAndProgress) {
     EXPECT_EQ(usage["completion_tokens"], 2 * n_completion);
   }
 
+  {
+    httplib::Client c = s.Client();
+    auto r = c.Post("/v1/completions",
+                    json({{"prompt", p8},
+                          {"temperature", 0},
+                          {"n", 2},
+                          {"stream", true},
+                          {"stream_options", {{"include_usage", true}}}})
+                        .dump(),
+                    "application/json");
+    ASSERT_TRUE(r && r->status == 200);
+    std::string texts[2];
+    int usages = 0;
+    json last;
+    for (const json& e : SseEvents(r->body)) {
+      const int i = e["choices"][0]["index"];
+      texts[i] += e["choices"][0]["text"].get<std::string>();
+      usages += e.contains("usage");
+      last = e;
+    }
+    EXPECT_EQ(texts[0], Count(8));
+    EXPECT_EQ(texts[1], Count(8));
+    EXPECT_EQ(usages, 1);
+    EXPECT_EQ(last["usage"]["prompt_tokens"], tok8["tokens"].size());
+    EXPECT_EQ(last["usage"]["completion_tokens"], 2 * n_completion);
+  }
+
   // Assistant prefill: the last assistant message is continued; the answer is the new text.
   json prefill = messages;
   prefill.push_back({{"role", "assistant"}, {"content", "1\n2\n3"}});
