@@ -1234,6 +1234,7 @@ TEST_F(ServerTest, ServerDefaultGrammar) {
     auto [tt, text] = s.Post("/v1/chat/completions",
                              {{"messages", {{{"role", "user"}, {"content", "Count from 1 to 3."}}}},
                               {"temperature", 0},
+                              {"max_tokens", 20},
                               {"response_format", {{"type", "text"}}}});
     ASSERT_EQ(tt, 200);
     EXPECT_NE(text["choices"][0]["message"]["content"], "yes.");
