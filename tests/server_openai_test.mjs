@@ -1,6 +1,7 @@
 // Drives a real `lamina serve` (the shipped model, a free loopback port) with the real `openai`
-// npm package: models, chat completions with and without streaming, text completions, prefix
-// reuse in usage, a wrong API key, malformed requests and a prompt over the slot's context.
+// npm package: models, chat completions with and without streaming, n: 2 choices, text
+// completions, prefix reuse in usage, a wrong API key, malformed requests and a prompt over the
+// slot's context.
 // Exit 0: pass; 77: skipped (the openai package is not installed); anything else: failure.
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
@@ -117,6 +118,43 @@ await check('logprobs: one entry per token, greedy picks the top one', async () 
     assert.equal(e.top_logprobs[0].token, e.token);
     assert.ok(e.logprob <= 0 && e.top_logprobs[1].logprob <= e.top_logprobs[0].logprob);
   }
+});
+
+await check('n: 2 gives two choices; usage counts the prompt once and both answers', async () => {
+  const r = await client.chat.completions.create({
+    model: 'lamina-counter', temperature: 0, max_tokens: 100, n: 2,
+    messages: [{ role: 'user', content: countPrompt(12) }],
+  });
+  assert.equal(r.choices.length, 2);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1]);
+  for (const c of r.choices) {
+    assert.equal(c.message.content, count(12));  // greedy: equal answers
+    assert.equal(c.finish_reason, 'stop');
+  }
+  assert.equal(r.usage.prompt_tokens, plain.usage.prompt_tokens);
+  assert.equal(r.usage.completion_tokens, 2 * plain.usage.completion_tokens);
+  // Streamed and sampled: each chunk names its choice; the choices add up separately.
+  const stream = await client.chat.completions.create({
+    model: 'lamina-counter', temperature: 1, seed: 5, max_tokens: 30, n: 2, stream: true,
+    stream_options: { include_usage: true },
+    messages: [{ role: 'user', content: countPrompt(12) }],
+  });
+  const texts = ['', ''];
+  const finished = [null, null];
+  let usage;
+  for await (const c of stream) {
+    if (c.usage) usage = c.usage;
+    for (const ch of c.choices) {
+      texts[ch.index] += ch.delta?.content ?? '';
+      finished[ch.index] = ch.finish_reason ?? finished[ch.index];
+    }
+  }
+  assert.ok(finished.every((f) => f === 'stop' || f === 'length'));
+  assert.ok(texts[0].length > 0 && texts[1].length > 0);
+  assert.equal(usage.prompt_tokens, plain.usage.prompt_tokens);
+  await assert.rejects(client.chat.completions.create({ model: 'x', n: 17,
+                                                        messages: [{ role: 'user', content: 'hi' }] }),
+                       (e) => e.status === 400 && /"n" must be in \[1, 16\]/.test(e.message));
 });
 
 await check('max_tokens ends with finish_reason length', async () => {

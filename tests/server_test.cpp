@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
+#include <set>
 #include <thread>
 
 namespace {
@@ -463,7 +464,10 @@ TEST_F(ServerTest, BadFlagsAreUsageErrors) {
   for (const std::vector<std::string>& extra : {std::vector<std::string>{"--no-such-flag"},
                                                 {"-np", "0"},
                                                 {"--kv", "q9"},
-                                                {"--port", "70000"}}) {
+                                                {"--port", "70000"},
+                                                {"--grammar", "'root ::= (\"a\"'"},
+                                                {"-j", "'{\"type\": \"widget\"}'"},
+                                                {"--grammar", "'root ::= \"a\"'", "-j", "'{}'"}}) {
     std::string cmd = kBinary + " serve -m " + kShipped + " --port " + std::to_string(FreePort());
     for (const std::string& a : extra) cmd += " " + a;
     cmd += " >/dev/null 2>&1";
@@ -949,4 +953,374 @@ TEST(ServerStories, SamplingExtras) {
   EXPECT_EQ(e1, 400);
   auto [e2, bad_id] = s.Post("/completion", {{"prompt", "x"}, {"logit_bias", {{"99999", 1}}}});
   EXPECT_EQ(e2, 400);
+}
+
+// OpenAI `n` (llama-server `n_cmpl`): n choices of one prompt, choice i sampled with seed + i,
+// the prompt counted once in usage, streamed chunks naming their choice; assistant prefill;
+// /v1/chat/completions/input_tokens; timings_per_token and return_progress while streaming.
+TEST_F(ServerTest, ChoicesPrefillInputTokensAndProgress) {
+  ServerProcess s({"-m", kShipped, "-np", "2", "-c", "2048", "-b", "8"});
+  ASSERT_TRUE(s.healthy()) << s.Log();
+  const json messages = {
+      {{"role", "user"}, {"content", "Count from 1 to 8, one number per line."}}};
+  auto [st1, one] = s.Post("/v1/chat/completions", {{"messages", messages}, {"temperature", 0}});
+  ASSERT_EQ(st1, 200) << one.dump();
+  const int n_prompt = one["usage"]["prompt_tokens"];
+  const int n_completion = one["usage"]["completion_tokens"];
+  auto [st3, three] =
+      s.Post("/v1/chat/completions", {{"messages", messages}, {"temperature", 0}, {"n", 3}});
+  ASSERT_EQ(st3, 200) << three.dump();
+  ASSERT_EQ(three["choices"].size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(three["choices"][i]["index"], i);
+    EXPECT_EQ(three["choices"][i]["message"]["content"], Count(8));
+    EXPECT_EQ(three["choices"][i]["finish_reason"], "stop");
+  }
+  EXPECT_EQ(three["usage"]["prompt_tokens"], n_prompt);
+  EXPECT_EQ(three["usage"]["completion_tokens"], 3 * n_completion);
+  EXPECT_EQ(three["usage"]["total_tokens"], n_prompt + 3 * n_completion);
+  // Sampled: choice i is the single request with seed + i.
+  const json sampled = {{"messages", messages}, {"temperature", 1.5}, {"max_tokens", 12}};
+  json pair_body = sampled;
+  pair_body["n"] = 2;
+  pair_body["seed"] = 11;
+  auto [sp, pair] = s.Post("/v1/chat/completions", pair_body);
+  ASSERT_EQ(sp, 200) << pair.dump();
+  for (int i = 0; i < 2; ++i) {
+    json b = sampled;
+    b["seed"] = 11 + i;
+    auto [ss, single] = s.Post("/v1/chat/completions", b);
+    ASSERT_EQ(ss, 200);
+    EXPECT_EQ(pair["choices"][i]["message"]["content"], single["choices"][0]["message"]["content"])
+        << "choice " << i;
+  }
+  // Text completions: two prompts times n = 2, prompt-major; usage counts each prompt once.
+  const std::string p8 = ChatPrompt("Count from 1 to 8, one number per line.");
+  const std::string p3 = ChatPrompt("Count from 1 to 3, one number per line.");
+  auto [sc, cmpl] = s.Post("/v1/completions", {{"prompt", {p8, p3}}, {"temperature", 0}, {"n", 2}});
+  ASSERT_EQ(sc, 200) << cmpl.dump();
+  ASSERT_EQ(cmpl["choices"].size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(cmpl["choices"][i]["index"], i);
+    EXPECT_EQ(cmpl["choices"][i]["text"], Count(i < 2 ? 8 : 3));
+  }
+  auto [t8, tok8] = s.Post("/tokenize", {{"content", p8}, {"add_special", true}});
+  auto [t3, tok3] = s.Post("/tokenize", {{"content", p3}, {"add_special", true}});
+  EXPECT_EQ(cmpl["usage"]["prompt_tokens"], tok8["tokens"].size() + tok3["tokens"].size());
+  auto [sn, native] = s.Post("/completion", {{"prompt", p8}, {"temperature", 0}, {"n_cmpl", 2}});
+  ASSERT_EQ(sn, 200) << native.dump();
+  ASSERT_TRUE(native.is_array());
+  ASSERT_EQ(native.size(), 2u);
+  EXPECT_EQ(native[1]["index"], 1);
+  EXPECT_EQ(native[1]["content"], Count(8));
+  // The choices of a new prompt evaluate it once: the second copies the first one's cells.
+  auto [sf, fresh] = s.Post("/completion", {{"prompt", ChatPrompt("Count from 1 to 5, please.")},
+                                            {"temperature", 0},
+                                            {"n_predict", 8},
+                                            {"n_cmpl", 2}});
+  ASSERT_EQ(sf, 200) << fresh.dump();
+  const int n_fresh = fresh[0]["tokens_evaluated"];
+  EXPECT_GT(fresh[0]["timings"]["prompt_n"].get<int>(), 1);
+  EXPECT_EQ(fresh[1]["timings"]["cache_n"], n_fresh - 1);
+  EXPECT_EQ(fresh[1]["timings"]["prompt_n"], 1);
+  EXPECT_EQ(fresh[1]["content"], fresh[0]["content"]);
+  for (const json& bad : {json(17), json(0), json("two")}) {
+    auto [sb, err] = s.Post("/v1/chat/completions", {{"messages", messages}, {"n", bad}});
+    EXPECT_EQ(sb, 400) << bad;
+    EXPECT_NE(err["error"]["message"].get<std::string>().find("\"n\""), std::string::npos)
+        << err.dump();
+  }
+  auto [sl, limit] = s.Post("/v1/chat/completions", {{"messages", messages}, {"n", 17}});
+  EXPECT_EQ(limit["error"]["message"], "\"n\" must be in [1, 16]");
+  // Streamed choices interleave; each adds up to the same answer and ends once.
+  {
+    httplib::Client c = s.Client();
+    auto r = c.Post("/v1/chat/completions",
+                    json({{"messages", messages},
+                          {"temperature", 0},
+                          {"n", 2},
+                          {"stream", true},
+                          {"stream_options", {{"include_usage", true}}}})
+                        .dump(),
+                    "application/json");
+    ASSERT_TRUE(r && r->status == 200);
+    std::string texts[2];
+    int finishes[2] = {0, 0};
+    json usage;
+    for (const json& e : SseEvents(r->body)) {
+      if (e.contains("usage")) usage = e["usage"];
+      for (const json& ch : e["choices"]) {
+        const int i = ch["index"];
+        ASSERT_TRUE(i == 0 || i == 1) << e.dump();
+        if (ch["delta"].contains("content") && ch["delta"]["content"].is_string())
+          texts[i] += ch["delta"]["content"].get<std::string>();
+        if (!ch["finish_reason"].is_null()) ++finishes[i];
+      }
+    }
+    EXPECT_EQ(texts[0], Count(8));
+    EXPECT_EQ(texts[1], Count(8));
+    EXPECT_EQ(finishes[0], 1);
+    EXPECT_EQ(finishes[1], 1);
+    EXPECT_EQ(usage["prompt_tokens"], n_prompt);
+    EXPECT_EQ(usage["completion_tokens"], 2 * n_completion);
+  }
+
+  {
+    httplib::Client c = s.Client();
+    auto r = c.Post("/v1/completions",
+                    json({{"prompt", p8},
+                          {"temperature", 0},
+                          {"n", 2},
+                          {"stream", true},
+                          {"stream_options", {{"include_usage", true}}}})
+                        .dump(),
+                    "application/json");
+    ASSERT_TRUE(r && r->status == 200);
+    std::string texts[2];
+    int usages = 0;
+    json last;
+    for (const json& e : SseEvents(r->body)) {
+      const int i = e["choices"][0]["index"];
+      texts[i] += e["choices"][0]["text"].get<std::string>();
+      usages += e.contains("usage");
+      last = e;
+    }
+    EXPECT_EQ(texts[0], Count(8));
+    EXPECT_EQ(texts[1], Count(8));
+    EXPECT_EQ(usages, 1);
+    EXPECT_EQ(last["usage"]["prompt_tokens"], tok8["tokens"].size());
+    EXPECT_EQ(last["usage"]["completion_tokens"], 2 * n_completion);
+  }
+
+  // Assistant prefill: the last assistant message is continued; the answer is the new text.
+  json prefill = messages;
+  prefill.push_back({{"role", "assistant"}, {"content", "1\n2\n3"}});
+  auto [ap, applied] = s.Post("/apply-template", {{"messages", prefill}});
+  ASSERT_EQ(ap, 200);
+  EXPECT_TRUE(applied["prompt"].get<std::string>().ends_with("<|im_start|>assistant\n1\n2\n3"))
+      << applied.dump();
+  auto [pc, continued] =
+      s.Post("/v1/chat/completions", {{"messages", prefill}, {"temperature", 0}});
+  ASSERT_EQ(pc, 200) << continued.dump();
+  EXPECT_EQ(continued["choices"][0]["message"]["content"], "\n4\n5\n6\n7\n8");
+  auto [ac, closed] =
+      s.Post("/apply-template", {{"messages", prefill}, {"continue_final_message", false}});
+  ASSERT_EQ(ac, 200);
+  EXPECT_TRUE(
+      closed["prompt"].get<std::string>().ends_with("1\n2\n3<|im_end|>\n<|im_start|>assistant\n"))
+      << closed.dump();
+  auto [e1, no_assistant] =
+      s.Post("/v1/chat/completions", {{"messages", messages}, {"continue_final_message", true}});
+  EXPECT_EQ(e1, 400);
+  EXPECT_NE(no_assistant.dump().find("continue_final_message"), std::string::npos);
+  json two = prefill;
+  two.push_back({{"role", "assistant"}, {"content", "4"}});
+  auto [e2, two_assistants] = s.Post("/v1/chat/completions", {{"messages", two}});
+  EXPECT_EQ(e2, 400) << two_assistants.dump();
+  auto [e3, bad_flag] =
+      s.Post("/apply-template", {{"messages", prefill}, {"continue_final_message", "yes"}});
+  EXPECT_EQ(e3, 400);
+
+  // input_tokens: the chat request's prompt tokens, both spellings.
+  for (const char* path : {"/v1/chat/completions/input_tokens", "/chat/completions/input_tokens"}) {
+    auto [it, counted] = s.Post(path, {{"messages", messages}, {"temperature", 0}});
+    ASSERT_EQ(it, 200) << counted.dump();
+    EXPECT_EQ(counted["object"], "response.input_tokens");
+    EXPECT_EQ(counted["input_tokens"], n_prompt);
+  }
+  auto [ib, bad_count] = s.Post("/v1/chat/completions/input_tokens", {{"messages", "hi"}});
+  EXPECT_EQ(ib, 400);
+  EXPECT_NE(bad_count.dump().find("messages"), std::string::npos);
+
+  // timings_per_token: every streamed piece carries the timings so far.
+  {
+    httplib::Client c = s.Client();
+    auto r = c.Post(
+        "/completion",
+        json({{"prompt", p8}, {"temperature", 0}, {"stream", true}, {"timings_per_token", true}})
+            .dump(),
+        "application/json");
+    ASSERT_TRUE(r && r->status == 200);
+    int last_n = 0, pieces = 0;
+    for (const json& e : SseEvents(r->body)) {
+      if (e["stop"] == true) break;
+      ++pieces;
+      ASSERT_TRUE(e.contains("timings")) << e.dump();
+      const int n = e["timings"]["predicted_n"];
+      EXPECT_GE(n, last_n);
+      last_n = n;
+    }
+    EXPECT_GT(pieces, 0);
+    EXPECT_GT(last_n, 0);
+  }
+  // return_progress: prompt_progress events (batches of 8) before the first piece, up to the
+  // whole prompt.
+  for (const char* path : {"/completion", "/v1/chat/completions"}) {
+    const bool chat = std::string(path) != "/completion";
+    json body = {{"temperature", 0},
+                 {"stream", true},
+                 {"return_progress", true},
+                 {"cache_prompt", false},
+                 {"n_predict", 4}};
+    if (chat) {
+      body["messages"] = messages;
+    } else {
+      body["prompt"] = p8;
+    }
+    httplib::Client c = s.Client();
+    auto r = c.Post(path, body.dump(), "application/json");
+    ASSERT_TRUE(r && r->status == 200);
+    std::vector<json> progress;
+    bool text_seen = false;
+    for (const json& e : SseEvents(r->body)) {
+      if (e.contains("prompt_progress")) {
+        EXPECT_FALSE(text_seen) << e.dump();
+        progress.push_back(e["prompt_progress"]);
+        continue;
+      }
+      const std::string piece =
+          chat ? (e["choices"].empty() || !e["choices"][0]["delta"].contains("content") ||
+                          !e["choices"][0]["delta"]["content"].is_string()
+                      ? ""
+                      : e["choices"][0]["delta"]["content"].get<std::string>())
+               : e.value("content", "");
+      text_seen = text_seen || !piece.empty();
+    }
+    ASSERT_GE(progress.size(), 2u) << path;
+    const int total = progress.back()["total"];
+    EXPECT_EQ(total, chat ? n_prompt : static_cast<int>(tok8["tokens"].size())) << path;
+    EXPECT_EQ(progress.back()["processed"], total);
+    EXPECT_EQ(progress.back()["cache"], 0);
+    for (size_t i = 1; i < progress.size(); ++i) {
+      EXPECT_GT(progress[i]["processed"].get<int>(), progress[i - 1]["processed"].get<int>());
+      EXPECT_LE(progress[i]["processed"].get<int>() - progress[i - 1]["processed"].get<int>(), 8);
+    }
+  }
+  EXPECT_EQ(s.Stop(), 0) << s.Log();
+}
+
+// Server-wide grammar defaults (--grammar, -j/--json-schema, their file forms): every request
+// follows them unless it brings its own constraint or turns it off.
+TEST_F(ServerTest, ServerDefaultGrammar) {
+  const fs::path schema =
+      fs::temp_directory_path() / ("lamina-schema-" + std::to_string(getpid()) + ".json");
+  {
+    std::ofstream out(schema);
+    out << R"({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})";
+  }
+  const std::string prompt = ChatPrompt("Count from 1 to 8, one number per line.");
+  {
+    ServerProcess s(
+        {"-m", kShipped, "-c", "1024", "--grammar", "root ::= (\"yes\" | \"no\") \".\""});
+    ASSERT_TRUE(s.healthy()) << s.Log();
+    auto [st, r] = s.Post("/completion", {{"prompt", prompt}, {"temperature", 0}});
+    ASSERT_EQ(st, 200) << r.dump();
+    EXPECT_TRUE(r["content"] == "yes." || r["content"] == "no.") << r.dump();
+    auto [ct, chat] = s.Post(
+        "/v1/chat/completions",
+        {{"messages", {{{"role", "user"}, {"content", "Is the sky blue?"}}}}, {"temperature", 0}});
+    ASSERT_EQ(ct, 200);
+    const std::string answer = chat["choices"][0]["message"]["content"];
+    EXPECT_TRUE(answer == "yes." || answer == "no.") << answer;
+    // A request's own grammar replaces the default; "grammar": "" turns it off.
+    auto [ot, own] = s.Post(
+        "/completion",
+        {{"prompt", prompt}, {"temperature", 0}, {"grammar", "root ::= [0-9] (\"\\n\" [0-9])*"}});
+    ASSERT_EQ(ot, 200) << own.dump();
+    EXPECT_EQ(own["content"], Count(8));
+    auto [ft, off] =
+        s.Post("/completion", {{"prompt", prompt}, {"temperature", 0}, {"grammar", ""}});
+    EXPECT_EQ(off["content"], Count(8));
+    auto [tt, text] = s.Post("/v1/chat/completions",
+                             {{"messages", {{{"role", "user"}, {"content", "Count from 1 to 3."}}}},
+                              {"temperature", 0},
+                              {"max_tokens", 20},
+                              {"response_format", {{"type", "text"}}}});
+    ASSERT_EQ(tt, 200);
+    EXPECT_NE(text["choices"][0]["message"]["content"], "yes.");
+    EXPECT_NE(text["choices"][0]["message"]["content"], "no.");
+  }
+  {
+    ServerProcess s({"-m", kShipped, "-c", "1024", "-jf", schema.string()});
+    ASSERT_TRUE(s.healthy()) << s.Log();
+    auto [st, r] =
+        s.Post("/completion", {{"prompt", prompt}, {"temperature", 0}, {"n_predict", 60}});
+    ASSERT_EQ(st, 200) << r.dump();
+    const json doc = json::parse(r["content"].get<std::string>(), nullptr, false);
+    ASSERT_FALSE(doc.is_discarded()) << r.dump();
+    EXPECT_TRUE(doc["n"].is_number_integer()) << r.dump();
+  }
+  fs::remove(schema);
+}
+
+// Sampled choices on stories260K: choice i of `n_cmpl` / `n` is the single request with the
+// seed + i, so a fixed seed gives different answers that a client can reproduce one by one.
+TEST(ServerStories, ChoicesUseSeedPlusIndex) {
+  const std::string model = kShared + "/models/stories260K.gguf";
+  if (!fs::exists(model)) GTEST_SKIP() << model << " is absent";
+  ServerProcess s({"-m", model, "-c", "1024", "-np", "2", "-t", "1"});
+  ASSERT_TRUE(s.healthy()) << s.Log();
+  const json base = {
+      {"prompt", "Once upon a time"}, {"n_predict", 16}, {"temperature", 1}, {"seed", 5}};
+  json many = base;
+  many["n_cmpl"] = 3;
+  auto [st, answers] = s.Post("/completion", many);
+  ASSERT_EQ(st, 200) << answers.dump();
+  ASSERT_EQ(answers.size(), 3u);
+  std::set<std::string> distinct;
+  for (int i = 0; i < 3; ++i) {
+    json one = base;
+    one["seed"] = 5 + i;
+    auto [ost, single] = s.Post("/completion", one);
+    ASSERT_EQ(ost, 200);
+    EXPECT_EQ(answers[i]["index"], i);
+    EXPECT_EQ(answers[i]["content"], single["content"]) << "choice " << i;
+    EXPECT_EQ(answers[i]["generation_settings"]["seed"], 5 + i);
+    distinct.insert(answers[i]["content"].get<std::string>());
+  }
+  EXPECT_GE(distinct.size(), 2u);
+  json oai = base;
+  oai["n"] = 3;
+  auto [ost, cmpl] = s.Post("/v1/completions", oai);
+  ASSERT_EQ(ost, 200);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(cmpl["choices"][i]["text"], answers[i]["content"]);
+}
+
+// Assistant prefill in the native formats and in Jinja templates: the last assistant message is
+// rendered open after the generation prompt.
+TEST_F(ServerTest, AssistantPrefillInEveryTemplate) {
+  const json messages = {{{"role", "system"}, {"content", "S"}},
+                         {{"role", "user"}, {"content", "U"}},
+                         {{"role", "assistant"}, {"content", "1\n2\n3"}}};
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--chat-template", "llama3"},
+       "<|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|><|start_header_id|>assistant<|end_"
+       "header_id|>\n\n1\n2\n3"},
+      {{"--chat-template", "qwen3"},
+       "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n1\n2\n3"},
+      {{"--chat-template", "gemma"},
+       "<start_of_turn>user\nS\n\nU<end_of_turn>\n<start_of_turn>model\n1\n2\n3"},
+      {{"--chat-template", "phi3"}, "<|user|>\nU<|end|>\n<|assistant|>\n1\n2\n3"},
+      {{"--jinja"}, "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n1\n2\n3"},
+  };
+  for (const auto& [flags, tail] : cases) {
+    std::vector<std::string> args = {"-m", kShipped, "-c", "512"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    ServerProcess s(args);
+    ASSERT_TRUE(s.healthy()) << s.Log();
+    auto [st, r] = s.Post("/apply-template", {{"messages", messages}});
+    ASSERT_EQ(st, 200) << r.dump();
+    EXPECT_TRUE(r["prompt"].get<std::string>().ends_with(tail)) << flags.back() << ": " << r.dump();
+  }
+  // --no-prefill-assistant: a finished turn unless the request asks to continue it.
+  ServerProcess s({"-m", kShipped, "-c", "512", "--no-prefill-assistant"});
+  ASSERT_TRUE(s.healthy()) << s.Log();
+  auto [st, closed] = s.Post("/apply-template", {{"messages", messages}});
+  EXPECT_TRUE(
+      closed["prompt"].get<std::string>().ends_with("1\n2\n3<|im_end|>\n<|im_start|>assistant\n"))
+      << closed.dump();
+  auto [ot, open] =
+      s.Post("/apply-template", {{"messages", messages}, {"continue_final_message", true}});
+  EXPECT_TRUE(open["prompt"].get<std::string>().ends_with("<|im_start|>assistant\n1\n2\n3"))
+      << open.dump();
 }

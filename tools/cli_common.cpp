@@ -55,7 +55,8 @@ std::vector<std::string> NormalizeLlamaArgs(int argc, char** argv) {
                                                               {"-mg", "--main-gpu"},
                                                               {"-dev", "--device"},
                                                               {"-to", "--timeout"},
-                                                              {"-md", "--model-draft"}};
+                                                              {"-md", "--model-draft"},
+                                                              {"-jf", "--json-schema-file"}};
   std::vector<std::string> out;
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];

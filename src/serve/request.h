@@ -31,6 +31,11 @@ struct Request {
   int draft_max = -1;
   int draft_min = -1;
   float draft_p_min = -1.0f;
+  // kProgress events after each batch of prompt tokens (llama-server's return_progress).
+  bool return_progress = false;
+  // Requests of one group share one prompt (the choices of an `n` request): while a member is
+  // still evaluating it, the others wait in the queue, then copy its cells (0: no group).
+  uint64_t prefix_group = 0;
 };
 
 // A token's log-probability under the model (softmax of its raw logits).
@@ -49,8 +54,17 @@ struct Timings {
   int64_t draft_n_accepted = 0;  // of which accepted
 };
 
+// Prompt processing progress: the prompt's tokens, those reused from the slot's cells, those in
+// the cells so far (reused included) and the milliseconds since the request started.
+struct Progress {
+  int total = 0;
+  int cache = 0;
+  int processed = 0;
+  double time_ms = 0.0;
+};
+
 struct Event {
-  enum class Kind { kText, kDone, kError };
+  enum class Kind { kText, kProgress, kDone, kError };
   Kind kind = Kind::kText;
   // kText: final text released with these sampled tokens (either may be empty, not both).
   std::string text;
@@ -59,13 +73,15 @@ struct Event {
   // ([tokens.size()] each); with post_sampling_probs, probabilities (in the logprob field).
   std::vector<TokenLogprob> logprobs;
   std::vector<std::vector<TokenLogprob>> top_logprobs;
+  // kProgress (with Request::return_progress)
+  Progress progress;
   // kDone
   StopReason reason = StopReason::kNone;
   std::string stop_word;
   bool truncated = false;  // the context filled up (or was shifted)
   int slot = -1;
-  int n_ctx = 0;  // the slot's context
-  Timings timings;
+  int n_ctx = 0;    // the slot's context
+  Timings timings;  // kDone: the request's; kText: so far
   // kError: the HTTP status, the error type llama-server uses and a message.
   int status = 0;
   std::string error_type;

@@ -222,6 +222,14 @@ void Scheduler::Admit() {
       it = queue_.erase(it);
       continue;
     }
+    // A member of a prompt group waits while another member still evaluates the prompt.
+    if (q.request.prefix_group != 0 &&
+        std::any_of(slots_.begin(), slots_.end(), [&](const auto& s) {
+          return s->busy && !s->prompt_done && s->req.prefix_group == q.request.prefix_group;
+        })) {
+      ++it;
+      continue;
+    }
     // The idle slot asked for, else the idle slot sharing the longest prefix, else the least
     // recently used.
     Slot* best = nullptr;
@@ -456,6 +464,15 @@ bool Scheduler::Step() {
   for (const Row& row : rows) {
     Slot& s = *row.slot;
     s.pending_done += row.n;
+    if (!s.prompt_done && s.req.return_progress) {
+      Event e;
+      e.kind = Event::Kind::kProgress;
+      e.progress.total = s.n_prompt;
+      e.progress.cache = s.n_cached;
+      e.progress.processed = s.n_cached + static_cast<int>(s.pending_done);
+      e.progress.time_ms = (NowSeconds() - s.t_start) * 1e3;
+      s.channel->Push(std::move(e));
+    }
     if (row.n_out == 0) continue;
     const float* base = *r + static_cast<size_t>(out_row) * n_vocab;
     out_row += row.n_out;
@@ -495,6 +512,15 @@ bool Scheduler::Step() {
             }
           }
         }
+        // The timings so far (llama-server's timings_per_token).
+        const double now = NowSeconds();
+        e.timings.prompt_n = s.n_prompt - s.n_cached;
+        e.timings.cache_n = s.n_cached;
+        e.timings.predicted_n = static_cast<int>(s.gen->generated().size());
+        e.timings.prompt_ms = (s.t_prompt_done - s.t_start) * 1e3;
+        e.timings.predicted_ms = (now - s.t_prompt_done) * 1e3;
+        e.timings.draft_n = s.draft_n;
+        e.timings.draft_n_accepted = s.draft_accepted;
         s.channel->Push(std::move(e));
       }
       if (step.done || !accepted || s.channel->cancelled()) break;

@@ -70,8 +70,9 @@ bool GetBool(const json& j, const char* key, bool* out, ApiError* err) {
 
 // The grammar a body asks for: "grammar" (GBNF), "json_schema", or "response_format"
 // ({"type": "json_object"[, "schema"]}, {"type": "json_schema", "json_schema": {"schema"}});
-// empty when none.
-bool ReadConstraint(const json& body, std::string* gbnf, ApiError* err) {
+// empty when none. *none: the body turns a constraint off ("grammar": "" or response_format
+// {"type": "text"}), e.g. the server's default one.
+bool ReadConstraint(const json& body, std::string* gbnf, bool* none, ApiError* err) {
   const json* schema = nullptr;
   json any_json = json::object();
   if (auto it = body.find("json_schema"); it != body.end() && !it->is_null()) {
@@ -99,7 +100,9 @@ bool ReadConstraint(const json& body, std::string* gbnf, ApiError* err) {
         return Fail(err, "\"response_format.json_schema.schema\" must be a JSON schema object");
       }
       schema = &*s;
-    } else if (t != "text") {
+    } else if (t == "text") {
+      *none = true;
+    } else {
       return Fail(
           err,
           "\"response_format.type\" must be \"text\", \"json_object\" or \"json_schema\", got \"" +
@@ -107,6 +110,7 @@ bool ReadConstraint(const json& body, std::string* gbnf, ApiError* err) {
     }
   }
   auto g = body.find("grammar");
+  if (g != body.end() && g->is_string() && g->get<std::string>().empty()) *none = true;
   const bool has_grammar =
       g != body.end() && !g->is_null() && !(g->is_string() && g->get<std::string>().empty());
   if (has_grammar && schema) {
@@ -129,6 +133,38 @@ bool ReadConstraint(const json& body, std::string* gbnf, ApiError* err) {
 
 constexpr size_t kMaxStops = 16;
 constexpr size_t kMaxPrompts = 64;
+
+// The choice count under `key` (`n` or `n_cmpl`) and llama-server's streaming extras.
+bool ReadChoices(const json& body, const char* key, size_t n_prompts, Completion* out,
+                 ApiError* err) {
+  int n = 1;
+  if (!GetInt(body, key, &n, err)) return false;
+  if (n < 1 || n > kMaxChoices) {
+    return Fail(err,
+                std::string("\"") + key + "\" must be in [1, " + std::to_string(kMaxChoices) + "]");
+  }
+  if (n_prompts * static_cast<size_t>(n) > kMaxPrompts) {
+    return Fail(err, std::string("more than ") + std::to_string(kMaxPrompts) +
+                         " completions in one request (prompts times \"" + key + "\")");
+  }
+  out->n_choices = n;
+  return GetBool(body, "timings_per_token", &out->timings_per_token, err) &&
+         GetBool(body, "return_progress", &out->return_progress, err);
+}
+
+// One request per prompt → n_choices per prompt, choice c with the seed + c.
+void ExpandChoices(Completion* out) {
+  for (serve::Request& r : out->requests) r.return_progress = out->return_progress && out->stream;
+  if (out->n_choices == 1) return;
+  std::vector<serve::Request> all;
+  for (const serve::Request& r : out->requests) {
+    for (int c = 0; c < out->n_choices; ++c) {
+      all.push_back(r);
+      all.back().params.sampler.seed = r.params.sampler.seed + static_cast<uint64_t>(c);
+    }
+  }
+  out->requests = std::move(all);
+}
 
 }  // namespace
 
@@ -175,7 +211,9 @@ bool ReadParams(const json& body, const Defaults& d, serve::Request* out, ApiErr
     }
   }
   std::string gbnf;
-  if (!ReadConstraint(body, &gbnf, err)) return false;
+  bool none = false;
+  if (!ReadConstraint(body, &gbnf, &none, err)) return false;
+  if (none) p.grammar.reset();  // the server's default grammar too
   if (!gbnf.empty()) {
     Result<std::shared_ptr<const Grammar>> grammar = Grammar::Parse(gbnf);
     if (!grammar.ok()) return Fail(err, grammar.error().message);
@@ -349,16 +387,18 @@ bool ParseCompletion(const json& body, const Model& model, const Defaults& defau
   out->post_sampling_probs = base.post_sampling_probs;
   out->logprobs = n_probs > 0;
   out->top_logprobs = n_probs;
+  if (!ReadChoices(body, oai ? "n" : "n_cmpl", prompts.size(), out, err)) return false;
   for (const json* p : prompts) {
     serve::Request r = base;
     if (!ReadOnePrompt(*p, model, &r.prompt, err)) return false;
     out->requests.push_back(std::move(r));
   }
+  ExpandChoices(out);
   return true;
 }
 
 bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
-                    std::string* prompt, ApiError* err) {
+                    bool prefill_assistant, std::string* prompt, ApiError* err) {
   if (!body.is_object()) return Fail(err, "the body must be a JSON object");
   auto it = body.find("messages");
   if (it == body.end() || !it->is_array()) return Fail(err, "\"messages\" must be an array");
@@ -391,9 +431,28 @@ bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
     }
     messages.push_back(std::move(msg));
   }
+  // Assistant prefill: the last assistant message is continued, not closed.
+  const bool last_is_assistant = messages.back().role == "assistant";
+  bool prefill = prefill_assistant && last_is_assistant;
+  if (auto cf = body.find("continue_final_message"); cf != body.end() && !cf->is_null()) {
+    if (!cf->is_boolean()) return Fail(err, "\"continue_final_message\" must be a boolean");
+    prefill = cf->get<bool>();
+    if (prefill && !last_is_assistant) {
+      return Fail(err,
+                  "\"continue_final_message\" needs the last message to be from the assistant");
+    }
+  }
+  std::string prefix;
+  if (prefill) {
+    if (messages.size() >= 2 && messages[messages.size() - 2].role == "assistant") {
+      return Fail(err, "cannot continue the last message: two assistant messages end the list");
+    }
+    prefix = std::move(messages.back().content);
+    messages.pop_back();
+  }
   Result<std::string> text = RenderChatPrompt(chat, messages, model.tokenizer());
   if (!text.ok()) return Fail(err, text.error().message);
-  *prompt = std::move(*text);
+  *prompt = std::move(*text) + prefix;
   return true;
 }
 
@@ -419,10 +478,12 @@ bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,
     return Fail(err, "\"top_logprobs\" needs \"logprobs\": true");
   }
   r.n_probs = out->logprobs ? std::max(1, out->top_logprobs) : 0;
+  if (!ReadChoices(body, "n", 1, out, err)) return false;
   std::string text;
-  if (!RenderMessages(body, model, chat, &text, err)) return false;
+  if (!RenderMessages(body, model, chat, defaults.prefill_assistant, &text, err)) return false;
   r.prompt = TokenizePrompt(model, text, true);
   out->requests.push_back(std::move(r));
+  ExpandChoices(out);
   return true;
 }
 

@@ -27,11 +27,21 @@ json ErrorBody(const ApiError& e);
 struct Defaults {
   GenerateParams params;
   long long seed = -1;  // -1: random per request
+  // A conversation ending with an assistant message continues that message (llama-server's
+  // default; --no-prefill-assistant turns it off).
+  bool prefill_assistant = true;
 };
+
+// Most choices one request may ask for (`n`, `n_cmpl`).
+inline constexpr int kMaxChoices = 16;
 
 // What a completion body asks beyond the typed request.
 struct Completion {
-  std::vector<serve::Request> requests;  // one per prompt
+  // n_choices per prompt, prompt-major: requests[p * n_choices + c] is choice c of prompt p.
+  // Choice c samples with the request's seed + c, so a fixed seed gives n different,
+  // reproducible answers and greedy sampling n equal ones.
+  std::vector<serve::Request> requests;
+  int n_choices = 1;  // OpenAI `n`, llama-server `n_cmpl`
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool return_tokens = false;  // llama-server: token ids in each answer
@@ -44,6 +54,11 @@ struct Completion {
   // llama-server's response_fields: only these keys of each native answer ("a/b" = the nested
   // key b of a, returned under the key "a/b"); empty: all.
   std::vector<std::string> response_fields;
+  // llama-server's timings_per_token: each streamed chunk carries the timings so far.
+  bool timings_per_token = false;
+  // llama-server's return_progress (streaming only): prompt_progress chunks while the prompt is
+  // evaluated.
+  bool return_progress = false;
 };
 
 // Fills the sampling and control fields shared by every completion route from `body`.
@@ -59,9 +74,12 @@ bool ParseCompletion(const json& body, const Model& model, const Defaults& defau
                      Completion* out, ApiError* err);
 
 // "messages" rendered with the chat setup (the prompt text, before tokenizing); also
-// POST /apply-template.
+// POST /apply-template and /v1/chat/completions/input_tokens. A last assistant message is
+// continued (the conversation before it rendered with the generation prompt, then its text,
+// left open) when `continue_final_message` is true, or when it is absent and prefill_assistant
+// is on.
 bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
-                    std::string* prompt, ApiError* err);
+                    bool prefill_assistant, std::string* prompt, ApiError* err);
 
 // POST /v1/chat/completions: "messages" rendered with the chat setup.
 bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,

@@ -103,7 +103,7 @@ class Server {
   json NativeFinal(const api::Completion& c, size_t index, const serve::Request& r,
                    const std::string& text, const std::vector<int32_t>& tokens,
                    const serve::Event& done) const;
-  json Usage(const serve::Request& r, const serve::Event& done) const;
+  json Usage(const api::Completion& c, const std::vector<serve::Timings>& t) const;
   void HandleTokenize(const httplib::Request& req, httplib::Response& res);
   void HandleDetokenize(const httplib::Request& req, httplib::Response& res);
   void HandleProps(httplib::Response& res);
@@ -131,6 +131,7 @@ class Server {
   std::string kv_name_;
   double started_at_ = 0.0;
 
+  std::atomic<uint64_t> next_group_{1};  // serve::Request::prefix_group of n choices
   std::mutex stats_mutex_;
   std::map<std::string, uint64_t> http_requests_;  // route → count
   std::deque<RecentRequest> recent_;               // newest last, at most 32
@@ -285,13 +286,20 @@ json LegacyLogprobs(const Tokenizer& tok, const Probs& p) {
           {"text_offset", offsets}};
 }
 
-json Server::Usage(const serve::Request& r, const serve::Event& done) const {
-  const int prompt = static_cast<int>(r.prompt.size());
-  const int completion = done.timings.predicted_n;
+json Server::Usage(const api::Completion& c, const std::vector<serve::Timings>& t) const {
+  // Each prompt once (its first choice's), every completion token.
+  int prompt = 0, cached = 0, completion = 0;
+  for (size_t i = 0; i < c.requests.size() && i < t.size(); ++i) {
+    if (i % c.n_choices == 0) {
+      prompt += static_cast<int>(c.requests[i].prompt.size());
+      cached += t[i].cache_n;
+    }
+    completion += t[i].predicted_n;
+  }
   return {{"prompt_tokens", prompt},
           {"completion_tokens", completion},
           {"total_tokens", prompt + completion},
-          {"prompt_tokens_details", {{"cached_tokens", done.timings.cache_n}}}};
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 json Server::NativeFinal(const api::Completion& c, size_t index, const serve::Request& r,
@@ -331,9 +339,6 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
                       : api::ParseCompletion(body, *model_, defaults_,
                                              route == Route::kOaiCompletion, c.get(), &err);
   if (!ok) return SendError(res, err);
-  if (route != Route::kCompletion && c->requests.size() > 1 && route == Route::kOaiChat) {
-    return SendError(res, {400, "invalid_request_error", "one conversation per request"});
-  }
   // Prompts over a slot's context are refused here, before any stream starts.
   for (const serve::Request& r : c->requests) {
     const int n = static_cast<int>(r.prompt.size());
@@ -351,6 +356,13 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
       return;
     }
     if (n == 0) return SendError(res, {400, "invalid_request_error", "the prompt is empty"});
+  }
+  // The choices of one prompt share it: the first evaluates it, the others copy its cells.
+  if (c->n_choices > 1) {
+    const uint64_t group = next_group_.fetch_add(c->requests.size() / c->n_choices);
+    for (size_t i = 0; i < c->requests.size(); ++i) {
+      if (c->requests[i].cache_prompt) c->requests[i].prefix_group = group + i / c->n_choices;
+    }
   }
   std::vector<std::shared_ptr<serve::Channel>> channels;
   for (const serve::Request& r : c->requests) channels.push_back(scheduler_->Submit(r));
@@ -401,6 +413,7 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
                                         std::chrono::milliseconds(1))) {
             continue;
           }
+          if (e.kind == serve::Event::Kind::kProgress) continue;
           if (e.kind == serve::Event::Kind::kText) {
             k.text += e.text;
             k.tokens.insert(k.tokens.end(), e.tokens.begin(), e.tokens.end());
@@ -416,74 +429,60 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
     // The whole answer once everything is collected: (HTTP status, body).
     auto answer = [this, c, col, route, id, created, remember,
                    cancel_all]() -> std::pair<int, json> {
-      json answers = json::array();
-      for (size_t i = 0; i < col->size(); ++i) {
-        const std::string& text = (*col)[i].text;
-        const std::vector<int32_t>& tokens = (*col)[i].tokens;
-        const Probs& probs = (*col)[i].probs;
-        const serve::Event& e = (*col)[i].last;
-        if (e.kind == serve::Event::Kind::kError) {
+      std::vector<serve::Timings> timings;
+      for (const Collected& k : *col) {
+        if (k.last.kind == serve::Event::Kind::kError) {
           cancel_all();
-          remember(e.status, e);
-          return {e.status, api::ErrorBody({e.status, e.error_type, e.message})};
+          remember(k.last.status, k.last);
+          return {k.last.status,
+                  api::ErrorBody({k.last.status, k.last.error_type, k.last.message})};
         }
-        remember(200, e);
-        const serve::Request& r = c->requests[i];
-        const Tokenizer& tok = model_->tokenizer();
-        if (route == Route::kCompletion) {
-          answers.push_back(NativeFinal(*c, i, r, text, tokens, e));
-          if (c->logprobs)
-            answers.back()["completion_probabilities"] =
-                ProbEntries(tok, probs, c->top_logprobs, c->post_sampling_probs);
-          if (!c->response_fields.empty()) {
-            answers.back() = PickFields(answers.back(), c->response_fields);
+        remember(200, k.last);
+        timings.push_back(k.last.timings);
+      }
+      const Tokenizer& tok = model_->tokenizer();
+      if (route == Route::kCompletion) {
+        json answers = json::array();
+        for (size_t i = 0; i < col->size(); ++i) {
+          const Collected& k = (*col)[i];
+          json a = NativeFinal(*c, i, c->requests[i], k.text, k.tokens, k.last);
+          if (c->logprobs) {
+            a["completion_probabilities"] =
+                ProbEntries(tok, k.probs, c->top_logprobs, c->post_sampling_probs);
           }
-        } else if (route == Route::kOaiCompletion) {
-          json choice = {{"index", i},
-                         {"text", text},
-                         {"logprobs", c->logprobs ? LegacyLogprobs(tok, probs) : json(nullptr)},
-                         {"finish_reason", api::FinishReason(e.reason)}};
-          if (answers.empty()) {
-            answers.push_back({{"id", id},
-                               {"object", "text_completion"},
-                               {"created", created},
-                               {"model", model_id_},
-                               {"system_fingerprint", "lamina"},
-                               {"choices", json::array()},
-                               {"usage", Usage(r, e)},
-                               {"timings", api::TimingsJson(e.timings)}});
-          } else {
-            json& u = answers[0]["usage"];
-            const json more = Usage(r, e);
-            u["prompt_tokens"] = u["prompt_tokens"].get<int>() + more["prompt_tokens"].get<int>();
-            u["completion_tokens"] =
-                u["completion_tokens"].get<int>() + more["completion_tokens"].get<int>();
-            u["total_tokens"] = u["total_tokens"].get<int>() + more["total_tokens"].get<int>();
-          }
-          answers[0]["choices"].push_back(choice);
+          if (!c->response_fields.empty()) a = PickFields(a, c->response_fields);
+          answers.push_back(std::move(a));
+        }
+        return {200, answers.size() == 1 ? answers[0] : answers};
+      }
+      json choices = json::array();
+      for (size_t i = 0; i < col->size(); ++i) {
+        const Collected& k = (*col)[i];
+        if (route == Route::kOaiCompletion) {
+          choices.push_back(
+              {{"index", i},
+               {"text", k.text},
+               {"logprobs", c->logprobs ? LegacyLogprobs(tok, k.probs) : json(nullptr)},
+               {"finish_reason", api::FinishReason(k.last.reason)}});
         } else {
-          answers.push_back(
+          choices.push_back(
+              {{"index", i},
+               {"message", {{"role", "assistant"}, {"content", k.text}}},
+               {"logprobs", c->logprobs
+                                ? json{{"content", ProbEntries(tok, k.probs, c->top_logprobs)}}
+                                : json(nullptr)},
+               {"finish_reason", api::FinishReason(k.last.reason)}});
+        }
+      }
+      return {200,
               {{"id", id},
-               {"object", "chat.completion"},
+               {"object", route == Route::kOaiCompletion ? "text_completion" : "chat.completion"},
                {"created", created},
                {"model", model_id_},
                {"system_fingerprint", "lamina"},
-               {"choices",
-                json::array(
-                    {{{"index", 0},
-                      {"message", {{"role", "assistant"}, {"content", text}}},
-                      {"logprobs", c->logprobs
-                                       ? json{{"content", ProbEntries(tok, probs, c->top_logprobs)}}
-                                       : json(nullptr)},
-                      {"finish_reason", api::FinishReason(e.reason)}}})},
-               {"usage", Usage(r, e)},
-               {"timings", api::TimingsJson(e.timings)}});
-        }
-      }
-      const json out = route == Route::kCompletion && answers.size() == 1 ? answers[0]
-                       : route == Route::kCompletion                      ? answers
-                                                                          : answers[0];
-      return {200, out};
+               {"choices", std::move(choices)},
+               {"usage", Usage(*c, timings)},
+               {"timings", api::TimingsJson(timings[0])}}};
     };
     if (collect(std::chrono::steady_clock::now() + std::chrono::milliseconds(500))) {
       auto [status, out] = answer();
@@ -512,16 +511,26 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
     return;
   }
 
-  // Streaming: server-sent events as the engine releases text.
+  // Streaming: server-sent events as the engine releases text; the choices' events interleave,
+  // each chunk carrying its choice's index.
   struct StreamState {
-    size_t current = 0;  // the channel being drained
     bool started = false;
-    std::string text;
-    std::vector<int32_t> tokens;
-    Probs pending;  // log-probabilities not sent yet (their text may be held back)
+    size_t next = 0;  // the channel polled first (round robin)
+    size_t n_done = 0;
+    std::vector<bool> done;
+    std::vector<std::string> text;
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<Probs> pending;  // log-probabilities not sent yet (their text may be held back)
+    std::vector<serve::Timings> timings;
     bool finished = false;
   };
   auto state = std::make_shared<StreamState>();
+  const size_t n_channels = channels.size();
+  state->done.assign(n_channels, false);
+  state->text.resize(n_channels);
+  state->tokens.resize(n_channels);
+  state->pending.resize(n_channels);
+  state->timings.resize(n_channels);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
@@ -534,71 +543,114 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
           }
           return true;
         };
-        auto chunk = [&](json delta, json finish) {
+        auto chunk = [&](size_t index, json delta, json finish) {
           return json{{"id", id},
                       {"object", "chat.completion.chunk"},
                       {"created", created},
                       {"model", model_id_},
                       {"system_fingerprint", "lamina"},
-                      {"choices", json::array({{{"index", 0},
+                      {"choices", json::array({{{"index", index},
                                                 {"delta", std::move(delta)},
                                                 {"logprobs", nullptr},
                                                 {"finish_reason", std::move(finish)}}})}};
         };
-        if (route == Route::kOaiChat && !state->started) {
-          state->started = true;
-          if (!write(Sse(chunk({{"role", "assistant"}, {"content", nullptr}}, nullptr))))
-            return false;
-        }
-        if (state->current >= channels.size()) {
-          if (route != Route::kCompletion) write("data: [DONE]\n\n");
-          sink.done();
-          return true;
-        }
-        const size_t i = state->current;
-        serve::Event e;
-        if (!channels[i]->Pop(&e, std::chrono::milliseconds(100))) return true;
-        const serve::Request& r = c->requests[i];
-        if (e.kind == serve::Event::Kind::kText) {
-          state->text += e.text;
-          state->tokens.insert(state->tokens.end(), e.tokens.begin(), e.tokens.end());
-          state->pending.Add(e);
-          if (e.text.empty() && !(route == Route::kCompletion && c->return_tokens)) return true;
-          const Tokenizer& tok = model_->tokenizer();
-          json probs;  // this chunk's log-probabilities, in the route's shape
-          if (c->logprobs) {
-            probs = route == Route::kCompletion
-                        ? ProbEntries(tok, state->pending, c->top_logprobs, c->post_sampling_probs)
-                    : route == Route::kOaiCompletion
-                        ? LegacyLogprobs(tok, state->pending)
-                        : json{{"content", ProbEntries(tok, state->pending, c->top_logprobs)}};
-          }
-          state->pending = Probs();
-          if (route == Route::kCompletion) {
-            json j = {{"index", i},
-                      {"content", e.text},
-                      {"tokens", c->return_tokens ? json(e.tokens) : json::array()},
-                      {"stop", false},
-                      {"id_slot", -1},
-                      {"tokens_predicted", state->tokens.size()},
-                      {"tokens_evaluated", r.prompt.size()}};
-            if (c->logprobs) j["completion_probabilities"] = probs;
-            return write(Sse(j));
-          }
-          if (route == Route::kOaiCompletion) {
-            json j = {{"id", id},
+        auto text_chunk = [&](size_t index, const std::string& text, json logprobs, json finish) {
+          return json{{"id", id},
                       {"object", "text_completion"},
                       {"created", created},
                       {"model", model_id_},
                       {"system_fingerprint", "lamina"},
-                      {"choices", json::array({{{"index", i},
-                                                {"text", e.text},
-                                                {"logprobs", c->logprobs ? probs : json(nullptr)},
-                                                {"finish_reason", nullptr}}})}};
-            return write(Sse(j));
+                      {"choices", json::array({{{"index", index},
+                                                {"text", text},
+                                                {"logprobs", std::move(logprobs)},
+                                                {"finish_reason", std::move(finish)}}})}};
+        };
+        if (route == Route::kOaiChat && !state->started) {
+          state->started = true;
+          for (size_t i = 0; i < channels.size(); ++i) {
+            if (!write(Sse(chunk(i, {{"role", "assistant"}, {"content", nullptr}}, nullptr))))
+              return false;
           }
-          json j = chunk({{"content", e.text}}, nullptr);
-          if (c->logprobs) j["choices"][0]["logprobs"] = probs;
+        }
+        if (state->finished || state->n_done >= channels.size()) {
+          if (route != Route::kCompletion) write("data: [DONE]\n\n");
+          sink.done();
+          return true;
+        }
+        // The next event of any unfinished choice, polled round robin; else a short wait on one.
+        serve::Event e;
+        size_t i = channels.size();
+        for (size_t k = 0; k < channels.size() && i == channels.size(); ++k) {
+          const size_t j = (state->next + k) % channels.size();
+          if (!state->done[j] && channels[j]->Pop(&e, std::chrono::milliseconds(0))) i = j;
+        }
+        if (i == channels.size()) {
+          const auto wait = std::chrono::milliseconds(channels.size() == 1 ? 100 : 10);
+          for (size_t k = 0; k < channels.size(); ++k) {
+            const size_t j = (state->next + k) % channels.size();
+            if (state->done[j]) continue;
+            if (channels[j]->Pop(&e, wait)) i = j;
+            break;
+          }
+          if (i == channels.size()) return true;
+        }
+        state->next = i + 1;
+        const serve::Request& r = c->requests[i];
+        if (e.kind == serve::Event::Kind::kProgress) {
+          const json progress = {{"total", e.progress.total},
+                                 {"cache", e.progress.cache},
+                                 {"processed", e.progress.processed},
+                                 {"time_ms", static_cast<int64_t>(e.progress.time_ms)}};
+          json j;
+          if (route == Route::kCompletion) {
+            j = {{"index", i},
+                 {"content", ""},
+                 {"tokens", json::array()},
+                 {"stop", false},
+                 {"id_slot", -1},
+                 {"tokens_predicted", 0},
+                 {"tokens_evaluated", r.prompt.size()}};
+          } else if (route == Route::kOaiCompletion) {
+            j = text_chunk(i, "", nullptr, nullptr);
+          } else {
+            j = chunk(i, {{"role", "assistant"}, {"content", nullptr}}, nullptr);
+          }
+          j["prompt_progress"] = progress;
+          return write(Sse(j));
+        }
+        if (e.kind == serve::Event::Kind::kText) {
+          state->text[i] += e.text;
+          state->tokens[i].insert(state->tokens[i].end(), e.tokens.begin(), e.tokens.end());
+          state->pending[i].Add(e);
+          if (e.text.empty() && !(route == Route::kCompletion && c->return_tokens)) return true;
+          const Tokenizer& tok = model_->tokenizer();
+          json probs;  // this chunk's log-probabilities, in the route's shape
+          const Probs& pending = state->pending[i];
+          if (c->logprobs) {
+            probs = route == Route::kCompletion
+                        ? ProbEntries(tok, pending, c->top_logprobs, c->post_sampling_probs)
+                    : route == Route::kOaiCompletion
+                        ? LegacyLogprobs(tok, pending)
+                        : json{{"content", ProbEntries(tok, pending, c->top_logprobs)}};
+          }
+          state->pending[i] = Probs();
+          json j;
+          if (route == Route::kCompletion) {
+            j = {{"index", i},
+                 {"content", e.text},
+                 {"tokens", c->return_tokens ? json(e.tokens) : json::array()},
+                 {"stop", false},
+                 {"id_slot", -1},
+                 {"tokens_predicted", state->tokens[i].size()},
+                 {"tokens_evaluated", r.prompt.size()}};
+            if (c->logprobs) j["completion_probabilities"] = probs;
+          } else if (route == Route::kOaiCompletion) {
+            j = text_chunk(i, e.text, c->logprobs ? probs : json(nullptr), nullptr);
+          } else {
+            j = chunk(i, {{"content", e.text}}, nullptr);
+            if (c->logprobs) j["choices"][0]["logprobs"] = probs;
+          }
+          if (c->timings_per_token) j["timings"] = api::TimingsJson(e.timings);
           return write(Sse(j));
         }
         if (e.kind == serve::Event::Kind::kError) {
@@ -606,49 +658,43 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
           cancel_all();
           json j = api::ErrorBody({e.status, e.error_type, e.message});
           write(route == Route::kCompletion ? "error: " + Dump(j) + "\n\n" : Sse(j));
-          state->current = channels.size();
+          state->finished = true;
           if (route != Route::kCompletion) write("data: [DONE]\n\n");
           sink.done();
           return true;
         }
         remember(200, e);
+        state->done[i] = true;
+        state->timings[i] = e.timings;
+        const bool last = ++state->n_done == channels.size();
         bool ok = true;
         if (route == Route::kCompletion) {
-          json j = NativeFinal(*c, i, r, state->text, state->tokens, e);
+          json j = NativeFinal(*c, i, r, state->text[i], state->tokens[i], e);
           j["content"] = "";
           if (!c->return_tokens) j["tokens"] = json::array();
           ok = write(Sse(j));
         } else if (route == Route::kOaiCompletion) {
-          json j = {{"id", id},
-                    {"object", "text_completion"},
-                    {"created", created},
-                    {"model", model_id_},
-                    {"system_fingerprint", "lamina"},
-                    {"choices", json::array({{{"index", i},
-                                              {"text", ""},
-                                              {"logprobs", nullptr},
-                                              {"finish_reason", api::FinishReason(e.reason)}}})}};
-          if (c->include_usage) j["usage"] = Usage(r, e);
+          json j = text_chunk(i, "", nullptr, api::FinishReason(e.reason));
+          if (last && c->include_usage) j["usage"] = Usage(*c, state->timings);
           j["timings"] = api::TimingsJson(e.timings);
           ok = write(Sse(j));
         } else {
-          json j = chunk(json::object(), api::FinishReason(e.reason));
+          json j = chunk(i, json::object(), api::FinishReason(e.reason));
           j["timings"] = api::TimingsJson(e.timings);
           ok = write(Sse(j));
-          if (ok && c->include_usage) {
+          if (ok && last && c->include_usage) {
             json u = {{"id", id},
                       {"object", "chat.completion.chunk"},
                       {"created", created},
                       {"model", model_id_},
                       {"system_fingerprint", "lamina"},
                       {"choices", json::array()},
-                      {"usage", Usage(r, e)}};
+                      {"usage", Usage(*c, state->timings)}};
             ok = write(Sse(u));
           }
         }
-        state->text.clear();
-        state->tokens.clear();
-        ++state->current;
+        state->text[i].clear();
+        state->tokens[i].clear();
         return ok;
       },
       [cancel_all](bool) { cancel_all(); });
@@ -994,9 +1040,28 @@ void Server::SetUpRoutes() {
     if (!ParseBody(req, res, &body)) return;
     std::string prompt;
     ApiError err;
-    if (!api::RenderMessages(body, *model_, chat_, &prompt, &err)) return SendError(res, err);
+    if (!api::RenderMessages(body, *model_, chat_, defaults_.prefill_assistant, &prompt, &err)) {
+      return SendError(res, err);
+    }
     res.set_content(Dump({{"prompt", prompt}}), "application/json; charset=utf-8");
   });
+  // The prompt tokens a chat request would use, without generating (llama-server's shape).
+  auto input_tokens = [this](const httplib::Request& req, httplib::Response& res) {
+    Count("/v1/chat/completions/input_tokens");
+    if (!Ready(res)) return;
+    json body;
+    if (!ParseBody(req, res, &body)) return;
+    std::string prompt;
+    ApiError err;
+    if (!api::RenderMessages(body, *model_, chat_, defaults_.prefill_assistant, &prompt, &err)) {
+      return SendError(res, err);
+    }
+    const size_t n = api::TokenizePrompt(*model_, prompt, true).size();
+    res.set_content(Dump({{"object", "response.input_tokens"}, {"input_tokens", n}}),
+                    "application/json; charset=utf-8");
+  };
+  http_.Post("/chat/completions/input_tokens", input_tokens);
+  http_.Post("/v1/chat/completions/input_tokens", input_tokens);
   http_.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
     Count("/tokenize");
     HandleTokenize(req, res);
@@ -1065,6 +1130,15 @@ int Server::Run() {
     }
   }
   // Usage errors that need no model come before the port is taken.
+  {
+    RunOptions g;
+    g.grammar = o_.grammar;
+    g.grammar_file = o_.grammar_file;
+    g.json_schema = o_.json_schema;
+    g.json_schema_file = o_.json_schema_file;
+    int rc = kExitOk;
+    if (!MakeGrammar(g, &defaults_.params.grammar, &rc)) return rc;
+  }
   Result<KvType> kv = ParseKvType(o_.kv);
   Result<KvRounding> round = ParseKvRounding(o_.kv_v_round);
   if (!kv.ok() || !round.ok()) {
@@ -1201,6 +1275,7 @@ int Server::Run() {
   defaults_.params.sampler.repeat_last_n = o_.repeat_last_n;
   defaults_.params.n_predict = o_.n_predict;
   defaults_.seed = o_.seed;
+  defaults_.prefill_assistant = o_.prefill_assistant;
   aliases_ = SplitCommas(o_.alias);
   tags_ = SplitCommas(o_.tags);
   model_id_ =
@@ -1265,6 +1340,15 @@ int RunServeCommand(int argc, char** argv) {
   app.add_flag("--jinja", o.jinja,
                "Render the model's chat template with the Jinja engine even when it is a format "
                "lamina knows");
+  app.add_option("--grammar", o.grammar,
+                 "Default GBNF grammar of every request (the text, or a file holding it)");
+  app.add_option("--grammar-file", o.grammar_file, "Read the default GBNF grammar from a file");
+  app.add_option("-j,--json-schema", o.json_schema,
+                 "Default JSON schema of every request (the text, or a file holding it)");
+  app.add_option("--json-schema-file", o.json_schema_file,
+                 "Read the default JSON schema from a file (-jf)");
+  app.add_flag("!--no-prefill-assistant", o.prefill_assistant,
+               "A last assistant message is a finished turn, not text to continue");
   app.add_option("--kv", o.kv, "KV cache mode: " + KvModeNames());
   app.add_option("--kv-v-round", o.kv_v_round, "V rounding of quantized modes: rtn, stochastic");
   app.add_option("--kv-seed", o.kv_seed, "Seed of stochastic rounding")->check(Seed());

@@ -40,6 +40,14 @@ struct ServeOptions {
   std::string chat_template;       // --chat-template: a built-in name or a Jinja source
   std::string chat_template_file;  // --chat-template-file: a Jinja source file
   bool jinja = false;              // --jinja: the model's template through the Jinja engine
+  bool prefill_assistant = true;   // off: --no-prefill-assistant
+  // The default grammar of every request (a request's own grammar, json_schema or
+  // response_format replaces it): --grammar / --grammar-file / -j,--json-schema /
+  // -jf,--json-schema-file, as `lamina run` takes them.
+  std::string grammar;
+  std::string grammar_file;
+  std::string json_schema;
+  std::string json_schema_file;
   std::string kv = "f16";
   std::string kv_v_round = "rtn";
   int kv_window = -1;  // --kv-window; -1: the mode's default
