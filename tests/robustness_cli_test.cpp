@@ -43,6 +43,31 @@ TEST(MemoryGuard, OversizeContextIsRefusedWithTheBytesTheLimitAndTheOptions) {
   EXPECT_FALSE(Contains(o.out, "bad_alloc")) << o.out;
 }
 
+// Hybrid models: the ring of recurrent states is planned with the cache, and --recurrent-ring
+// is range-checked; a small ring still runs (drafts stay below it).
+TEST(MemoryGuard, RecurrentRingIsPlannedAndRangeChecked) {
+  const std::string hybrid =
+      std::string(LAMINA_SHARED_DIR) + "/models/synth-qwen3next-d256.Q4_K_M.gguf";
+  if (!std::filesystem::exists(hybrid)) GTEST_SKIP() << hybrid << " is absent";
+  Output big =
+      Lamina("run -m " + hybrid + " -c 256 -p hi -n 1 --recurrent-ring 4096 --mem-limit 64M");
+  EXPECT_EQ(big.code, 2) << big.out;
+  EXPECT_TRUE(Contains(big.out, "the recurrent states (4096 per sequence x 1 sequence) need"))
+      << big.out;
+  EXPECT_TRUE(Contains(big.out, "--recurrent-ring")) << big.out;
+  Output zero = Lamina("run -m " + hybrid + " -p hi --recurrent-ring 0");
+  EXPECT_EQ(zero.code, 2) << zero.out;
+  EXPECT_TRUE(Contains(zero.out, "--recurrent-ring")) << zero.out;
+  Output small = Lamina("run -m " + hybrid +
+                        " -c 256 -p \"1 2 3 1 2 3 1 2 3\" -n 16 --temp 0 "
+                        "--recurrent-ring 3 --spec lookup");
+  EXPECT_EQ(small.code, 0) << small.out;
+  Output plain = Lamina("run -m " + hybrid + " -c 256 -p \"1 2 3 1 2 3 1 2 3\" -n 16 --temp 0");
+  EXPECT_EQ(plain.code, 0) << plain.out;
+  // The same greedy text (stdout's first line) with a 3-state ring and lookup drafts.
+  EXPECT_EQ(small.out.substr(0, small.out.find('\n')), plain.out.substr(0, plain.out.find('\n')));
+}
+
 TEST(MemoryGuard, TheLimitComesFromTheOptionOrTheEnvironment) {
   Output env = lamina::testing_util::RunShell("LAMINA_MEM_LIMIT=1M " + kBinary + " run -m " +
                                               kShipped + " -p hi -n 1 2>&1");

@@ -35,7 +35,8 @@ struct CommonOptions {
   int n_threads = 0;  // 0: all cores
   std::string kv = "f16";
   std::string kv_v_round = "rtn";
-  int kv_window = -1;  // --kv-window R; -1: the mode's default (kKvModes)
+  int kv_window = -1;       // --kv-window R; -1: the mode's default (kKvModes)
+  int recurrent_ring = 32;  // --recurrent-ring N (hybrid models; kRecurrentRingDefault)
   uint64_t kv_seed = 0;
   std::string rope_scaling;  // none, linear or yarn; empty: the model's
   float rope_scale = 0.0f;   // context scaling factor; 0: the model's

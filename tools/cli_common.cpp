@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "runtime/generate.h"
+#include "runtime/recurrent_state.h"
 #include "runtime/session_file.h"
 #include "util/memory.h"
 #include "util/timer.h"
@@ -104,6 +105,7 @@ bool MakeSessionConfig(const CommonOptions& o, const Model& model, SessionConfig
   out->v_rounding = *round;
   out->kv_seed = o.kv_seed;
   out->kv_window = o.kv_window < 0 ? kKvWindowModeDefault : o.kv_window;
+  out->recurrent_ring = o.recurrent_ring;
   Result<KvCacheConfig> kc = MakeKvCacheConfig(model.hparams(), *out);
   if (!kc.ok()) {
     std::fprintf(stderr, "lamina: %s\n", kc.error().message.c_str());
@@ -130,7 +132,10 @@ bool CheckMemoryPlan(const CommonOptions& o, const Model& model, SessionConfig* 
     *exit_code = kExitUsage;
     return false;
   }
-  const uint64_t cache = KvCacheBytes(*kc);
+  // The KV cache and, on hybrid models, every sequence's ring of recurrent states.
+  const uint64_t recurrent =
+      RecurrentState::PlanBytes(model.hparams().recurrent, kc->n_seq, sc->recurrent_ring);
+  const uint64_t cache = SatAdd(KvCacheBytes(*kc), recurrent);
   const uint64_t batch = batch_tokens > 0 || logit_rows > 0
                              ? ForwardBytes(model.hparams(), batch_tokens, logit_rows)
                              : 0;
@@ -138,7 +143,15 @@ bool CheckMemoryPlan(const CommonOptions& o, const Model& model, SessionConfig* 
   if (total <= limit->bytes) return true;
   const std::string limit_text = FormatBytes(limit->bytes) + " (" + limit->source +
                                  "; change it with --mem-limit or LAMINA_MEM_LIMIT)";
-  if (cache > limit->bytes) {
+  if (recurrent > 0 && cache > limit->bytes && recurrent > KvCacheBytes(*kc)) {
+    std::fprintf(stderr,
+                 "lamina: the recurrent states (%d per sequence x %d sequence%s) need %s besides "
+                 "the %s KV cache, over the memory limit of %s; lower --recurrent-ring or use "
+                 "fewer --parallel sequences\n",
+                 sc->recurrent_ring, kc->n_seq, kc->n_seq == 1 ? "" : "s",
+                 FormatBytes(recurrent).c_str(), FormatBytes(KvCacheBytes(*kc)).c_str(),
+                 limit_text.c_str());
+  } else if (cache > limit->bytes) {
     std::fprintf(stderr,
                  "lamina: the KV cache (%s, %d tokens x %d sequence%s) needs %s, over the memory "
                  "limit of %s; lower --ctx-size/-c, choose a smaller --kv mode or fewer --parallel "

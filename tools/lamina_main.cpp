@@ -30,6 +30,11 @@ void AddCommon(CLI::App* cmd, lamina::cli::CommonOptions& c, bool model_required
                   "Recent cells kept exact (f16) in lossy KV modes; 0: off (default: the mode's)")
       ->check(IntRange(0, 1 << 20));
   cmd->add_option("--kv-seed", c.kv_seed, "Seed of stochastic V rounding")->check(Seed());
+  cmd->add_option("--recurrent-ring", c.recurrent_ring,
+                  "Hybrid models: recurrent states kept per sequence, the furthest a rollback "
+                  "(speculative verify, prefix reuse) restores exactly; drafts stay below it "
+                  "(default 32)")
+      ->check(IntRange(1, 4096));
   cmd->add_option("--rope-scaling", c.rope_scaling,
                   "RoPE scaling: none, linear or yarn (default: the model's)")
       ->check(CLI::IsMember({"none", "linear", "yarn"}));

@@ -41,6 +41,13 @@ uint64_t RecurrentState::bytes() const {
   return static_cast<uint64_t>(states_.size()) * sizeof(float);
 }
 
+uint64_t RecurrentState::PlanBytes(const RecurrentShape& shape, int n_seq, int ring) {
+  if (shape.n_layer == 0) return 0;
+  const uint64_t per = static_cast<uint64_t>(shape.conv_floats() + shape.state_floats());
+  return static_cast<uint64_t>(std::max(0, n_seq)) * shape.n_layer * std::max(1, ring) * per *
+         sizeof(float);
+}
+
 void RecurrentState::Scan(int layer, int seq, int pos0, int n, const float* conv_w,
                           const float* qkv, const float* decay, const float* beta, float* out,
                           ThreadPool& pool) {

@@ -34,6 +34,8 @@ class RecurrentState {
   int length(int seq) const;
   // Bytes held: every sequence's ring of states.
   uint64_t bytes() const;
+  // The bytes a store of this shape would hold, computed before allocating it (0 when empty).
+  static uint64_t PlanBytes(const RecurrentShape& shape, int n_seq, int ring);
 
   // The single writer: continues layer `layer` of sequence `seq` (at length pos0) over n tokens.
   // conv_w: [conv_channels, conv_kernel]; qkv: [n, conv_channels] before the convolution;

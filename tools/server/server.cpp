@@ -1211,6 +1211,7 @@ int Server::Run() {
   sc.session.v_rounding = *round;
   sc.session.kv_seed = o_.kv_seed;
   sc.session.kv_window = o_.kv_window < 0 ? kKvWindowModeDefault : o_.kv_window;
+  sc.session.recurrent_ring = o_.recurrent_ring;
   sc.session.n_seq = sc.n_slots;
   Result<KvCacheConfig> kc = MakeKvCacheConfig(hp, sc.session);
   if (!kc.ok()) {
@@ -1355,6 +1356,10 @@ int RunServeCommand(int argc, char** argv) {
   app.add_option("--kv-window", o.kv_window,
                  "Recent cells kept exact (f16) in lossy KV modes; 0: off (default: the mode's)")
       ->check(IntRange(0, 1 << 20));
+  app.add_option("--recurrent-ring", o.recurrent_ring,
+                 "Hybrid models: recurrent states kept per slot, the furthest a rollback restores "
+                 "exactly (default 32)")
+      ->check(IntRange(1, 4096));
   app.add_option("--mem-limit", o.mem_limit,
                  "Most bytes the KV cache and a batch may take, e.g. 8G, or none (default: "
                  "LAMINA_MEM_LIMIT, else 90% of MemAvailable)");

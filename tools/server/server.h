@@ -50,7 +50,8 @@ struct ServeOptions {
   std::string json_schema_file;
   std::string kv = "f16";
   std::string kv_v_round = "rtn";
-  int kv_window = -1;  // --kv-window; -1: the mode's default
+  int kv_window = -1;       // --kv-window; -1: the mode's default
+  int recurrent_ring = 32;  // --recurrent-ring (hybrid models; kRecurrentRingDefault)
   std::string
       mem_limit;  // --mem-limit SIZE|none; empty: LAMINA_MEM_LIMIT, else 90% of MemAvailable
   unsigned long long kv_seed = 0;
