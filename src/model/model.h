@@ -1,5 +1,5 @@
 // A loaded model: hyper-parameters and weights read from GGUF metadata, a tokenizer, and a
-// forward pass. Each architecture lives in its own file (llama.cpp, ...) over the shared
+// forward pass. Each architecture is a row of the table in architectures.h over the shared
 // building blocks in layers.h. The model knows nothing of how K/V or recurrent state are
 // stored: the runtime passes an AttentionContext that owns the KV cache and a RecurrentContext
 // that owns the Gated DeltaNet state of hybrid models.
