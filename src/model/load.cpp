@@ -2,7 +2,7 @@
 // general.architecture through the architecture table (architectures.h), then apply any RoPE
 // scaling overrides.
 #include "model/architectures.h"
-#include "model/layers.h"
+#include "model/hparams.h"
 #include "model/model.h"
 
 namespace lamina {

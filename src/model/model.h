@@ -1,6 +1,6 @@
 // A loaded model: hyper-parameters and weights read from GGUF metadata, a tokenizer, and a
 // forward pass. Each architecture is a row of the table in architectures.h over the shared
-// building blocks in layers.h. The model knows nothing of how K/V or recurrent state are
+// building blocks in blocks.h. The model knows nothing of how K/V or recurrent state are
 // stored: the runtime passes an AttentionContext that owns the KV cache and a RecurrentContext
 // that owns the Gated DeltaNet state of hybrid models.
 #pragma once
@@ -22,7 +22,7 @@ namespace lamina {
 enum class RopeScalingType { kNone, kLinear, kYarn };
 
 // RoPE scaling as the GGUF metadata records it (`<arch>.rope.scaling.*`), before any
-// command-line override; ResolveRope (layers.h) turns it into the kernel's RopeParams.
+// command-line override; ResolveRope (hparams.h) turns it into the kernel's RopeParams.
 struct RopeScalingConfig {
   RopeScalingType type = RopeScalingType::kLinear;  // llama.cpp's default when the key is absent
   float factor = 1.0f;       // context extension factor s (freq_scale = 1 / s)
