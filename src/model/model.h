@@ -19,6 +19,8 @@
 
 namespace lamina {
 
+class WeightLoader;  // weight_loader.h
+
 enum class RopeScalingType { kNone, kLinear, kYarn };
 
 // RoPE scaling as the GGUF metadata records it (`<arch>.rope.scaling.*`), before any
@@ -180,11 +182,32 @@ class Model {
   friend Result<std::unique_ptr<Model>> LoadModel(const std::string& path,
                                                   const RopeOverrides& overrides);
 
+  // What every architecture loads the same way (model.cpp): hyper-parameters, the embedding,
+  // the final norm and the output head (tied to the embedding when output.weight is absent).
+  // An architecture derives from Model and adds its layers between LoadEmbeddingAndHead and
+  // Finish.
+
+  // Takes ownership, reads the llama-like hyper-parameters and checks the vocabulary size.
+  Status InitHparams(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer,
+                     RopeStyle rope_style);
+  // Loads token_embd, output_norm and output, remembering the embedding's bytes.
+  void LoadEmbeddingAndHead(WeightLoader& loader);
+  // Records the parameter count and the bytes a decoded token reads: everything but the
+  // embedding table (unless tied) minus `unread_bytes` (e.g. experts a token does not select).
+  Status Finish(const WeightLoader& loader, uint64_t unread_bytes);
+
   Hparams hparams_;
   std::unique_ptr<gguf::File> file_;
   std::unique_ptr<Tokenizer> tokenizer_;
   uint64_t weight_bytes_per_token_ = 0;
   uint64_t n_params_ = 0;
+  WeightMatrix token_embd_;
+  WeightMatrix output_;
+  std::vector<float> output_norm_;
+
+ private:
+  uint64_t embd_bytes_ = 0;
+  bool tied_ = false;
 };
 
 // Opens a GGUF file and builds the model for its general.architecture.

@@ -1,5 +1,9 @@
-// DecoderModel: the hyper-parameters, embedding and output head every architecture loads alike.
-#include "model/layers.h"
+// The Model base class: ForwardBatch::n_outputs and the hyper-parameters, embedding and output
+// head every architecture loads alike.
+#include "model/model.h"
+
+#include "model/hparams.h"
+#include "model/weight_loader.h"
 
 namespace lamina {
 
@@ -10,8 +14,8 @@ int ForwardBatch::n_outputs() const {
   return n;
 }
 
-Status DecoderModel::InitHparams(std::unique_ptr<gguf::File> file,
-                                 std::unique_ptr<Tokenizer> tokenizer, RopeStyle rope_style) {
+Status Model::InitHparams(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer,
+                          RopeStyle rope_style) {
   file_ = std::move(file);
   tokenizer_ = std::move(tokenizer);
   Result<Hparams> hp = ReadLlamaLikeHparams(*file_, rope_style);
@@ -28,7 +32,7 @@ Status DecoderModel::InitHparams(std::unique_ptr<gguf::File> file,
   return Status::Ok();
 }
 
-void DecoderModel::LoadEmbeddingAndHead(WeightLoader& L) {
+void Model::LoadEmbeddingAndHead(WeightLoader& L) {
   const uint64_t before = L.n_bytes();
   token_embd_ = L.Matrix("token_embd.weight", hparams_.n_embd, hparams_.n_vocab);
   embd_bytes_ = L.n_bytes() - before;
@@ -38,7 +42,7 @@ void DecoderModel::LoadEmbeddingAndHead(WeightLoader& L) {
   if (tied_) output_ = token_embd_;
 }
 
-Status DecoderModel::Finish(const WeightLoader& L, uint64_t unread_bytes) {
+Status Model::Finish(const WeightLoader& L, uint64_t unread_bytes) {
   if (!L.status().ok()) return L.status();
   n_params_ = L.n_params();
   weight_bytes_per_token_ = L.n_bytes() - embd_bytes_ + (tied_ ? embd_bytes_ : 0) - unread_bytes;
