@@ -14,7 +14,7 @@
 
 #include "gguf/gguf.h"
 #include "kernels/ops.h"
-#include "model/layers.h"
+#include "model/hparams.h"
 #include "model/moe.h"
 #include "runtime/session.h"
 #include "tokenizer/chat_template.h"

@@ -1,18 +1,53 @@
-// Factories of the architectures other than llama (one file each: qwen2.cpp, qwen2moe.cpp,
-// qwen3.cpp, qwen3moe.cpp, qwen3next.cpp); LoadModel dispatches on general.architecture.
+// The supported architectures as rows of one table: a name (general.architecture) and the
+// DecoderOptions the shared decoder (decoder.h) runs it with, or the factory of an architecture
+// with its own loader. LoadModel (load.cpp) dispatches on this table.
 #pragma once
 
+#include "model/decoder.h"
 #include "model/model.h"
 
 namespace lamina {
-Result<std::unique_ptr<Model>> LoadQwen2(std::unique_ptr<gguf::File> file,
-                                         std::unique_ptr<Tokenizer> tokenizer);
-Result<std::unique_ptr<Model>> LoadQwen2Moe(std::unique_ptr<gguf::File> file,
-                                            std::unique_ptr<Tokenizer> tokenizer);
-Result<std::unique_ptr<Model>> LoadQwen3(std::unique_ptr<gguf::File> file,
-                                         std::unique_ptr<Tokenizer> tokenizer);
-Result<std::unique_ptr<Model>> LoadQwen3Moe(std::unique_ptr<gguf::File> file,
-                                            std::unique_ptr<Tokenizer> tokenizer);
+
+using ModelFactory = Result<std::unique_ptr<Model>> (*)(std::unique_ptr<gguf::File> file,
+                                                        std::unique_ptr<Tokenizer> tokenizer);
+
+// The qwen3next hybrid (qwen3next.cpp): Gated DeltaNet and gated-attention layers.
 Result<std::unique_ptr<Model>> LoadQwen3Next(std::unique_ptr<gguf::File> file,
                                              std::unique_ptr<Tokenizer> tokenizer);
+
+struct Architecture {
+  const char* name;        // general.architecture
+  DecoderOptions options;  // the shared decoder's options (unused when factory is set)
+  ModelFactory factory;    // nullptr: LoadDecoder(file, tokenizer, options)
+};
+
+// clang-format off
+inline constexpr Architecture kArchitectures[] = {
+    // name       rope style          attn_bias qk_norm moe    moe_norm_topk moe_shared_expert
+    // llama: token embedding, pre-norm GQA attention with "normal" (adjacent pair) RoPE, SwiGLU
+    // FFN, RMSNorm, output head tied to the embedding when output.weight is absent. Q/K/V biases
+    // are loaded when a file has them.
+    {"llama",     {RopeStyle::kNormal, true,     false,  false, false,        false}, nullptr},
+    // qwen2: llama's layout with Q/K/V biases and NeoX (half-split) RoPE; the output head is
+    // tied to the embedding when output.weight is absent.
+    {"qwen2",     {RopeStyle::kNeox,   true,     false,  false, false,        false}, nullptr},
+    // qwen2moe: qwen2 attention (Q/K/V biases, NeoX RoPE) and a mixture-of-experts FFN: softmax
+    // router over all experts, top-k weights used as they are (not renormalised), plus a shared
+    // expert gated by sigmoid(ffn_gate_inp_shexp · x).
+    {"qwen2moe",  {RopeStyle::kNeox,   true,     false,  true,  false,        true},  nullptr},
+    // qwen3: NeoX RoPE attention without biases but with a per-head RMSNorm of Q and K before
+    // RoPE; head_dim comes from attention.key_length and may differ from n_embd / n_head. The
+    // output head is tied to the embedding when output.weight is absent.
+    {"qwen3",     {RopeStyle::kNeox,   false,    true,   false, false,        false}, nullptr},
+    // qwen3moe: qwen3 attention (per-head Q/K RMSNorm before NeoX RoPE, head_dim from
+    // attention.key_length) and a mixture-of-experts FFN without a shared expert. The top-k
+    // weights are renormalised to sum 1: llama.cpp hard-codes this for qwen3moe (the real
+    // models' norm_topk_prob), and expert_weights_norm, when present, overrides it.
+    {"qwen3moe",  {RopeStyle::kNeox,   false,    true,   true,  true,         false}, nullptr},
+    // qwen3next: the hybrid of Gated DeltaNet and gated full attention with a MoE FFN, its own
+    // loader (qwen3next.cpp documents it).
+    {"qwen3next", {},                                                                 LoadQwen3Next},
+};
+// clang-format on
+
 }  // namespace lamina

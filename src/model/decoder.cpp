@@ -1,14 +1,15 @@
 // The shared decoder-only transformer (see decoder.h).
 #include "model/decoder.h"
 
-#include "model/layers.h"
+#include "model/blocks.h"
 #include "model/moe.h"
+#include "model/weight_loader.h"
 
 namespace lamina {
 
 namespace {
 
-class Decoder final : public DecoderModel {
+class Decoder final : public Model {
  public:
   Status Init(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer,
               const DecoderOptions& options) {

@@ -1,8 +1,8 @@
 // LoadModel: open the GGUF (every file of a split model), build the tokenizer, dispatch on
-// general.architecture, then apply any RoPE scaling overrides.
+// general.architecture through the architecture table (architectures.h), then apply any RoPE
+// scaling overrides.
 #include "model/architectures.h"
-#include "model/layers.h"
-#include "model/llama.h"
+#include "model/hparams.h"
 #include "model/model.h"
 
 namespace lamina {
@@ -18,22 +18,19 @@ Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const RopeOver
   if (!arch.ok()) return Error{path + ": missing general.architecture"};
   Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromGguf(**file);
   if (!tok.ok()) return tok.error();
-  using Factory =
-      Result<std::unique_ptr<Model>> (*)(std::unique_ptr<gguf::File>, std::unique_ptr<Tokenizer>);
-  static const std::pair<const char*, Factory> kArchitectures[] = {
-      {"llama", LoadLlama}, {"qwen2", LoadQwen2},       {"qwen2moe", LoadQwen2Moe},
-      {"qwen3", LoadQwen3}, {"qwen3moe", LoadQwen3Moe}, {"qwen3next", LoadQwen3Next}};
-  Factory factory = nullptr;
+  const Architecture* found = nullptr;
   std::string supported;
-  for (const auto& [name, f] : kArchitectures) {
-    if (*arch == name) factory = f;
-    supported += (supported.empty() ? "" : ", ") + std::string(name);
+  for (const Architecture& a : kArchitectures) {
+    if (*arch == a.name) found = &a;
+    supported += (supported.empty() ? "" : ", ") + std::string(a.name);
   }
-  if (factory == nullptr) {
+  if (found == nullptr) {
     return Error{path + ": unsupported architecture \"" + *arch + "\" (supported: " + supported +
                  ")"};
   }
-  Result<std::unique_ptr<Model>> model = factory(std::move(*file), std::move(*tok));
+  Result<std::unique_ptr<Model>> model =
+      found->factory != nullptr ? found->factory(std::move(*file), std::move(*tok))
+                                : LoadDecoder(std::move(*file), std::move(*tok), found->options);
   if (!model.ok() || overrides.empty()) return model;
   Hparams& hp = (*model)->hparams_;
   hp.rope = ResolveRope(hp.rope, hp.rope_scaling, overrides);

@@ -1,6 +1,6 @@
 // A loaded model: hyper-parameters and weights read from GGUF metadata, a tokenizer, and a
-// forward pass. Each architecture lives in its own file (llama.cpp, ...) over the shared
-// building blocks in layers.h. The model knows nothing of how K/V or recurrent state are
+// forward pass. Each architecture is a row of the table in architectures.h over the shared
+// building blocks in blocks.h. The model knows nothing of how K/V or recurrent state are
 // stored: the runtime passes an AttentionContext that owns the KV cache and a RecurrentContext
 // that owns the Gated DeltaNet state of hybrid models.
 #pragma once
@@ -19,10 +19,12 @@
 
 namespace lamina {
 
+class WeightLoader;  // weight_loader.h
+
 enum class RopeScalingType { kNone, kLinear, kYarn };
 
 // RoPE scaling as the GGUF metadata records it (`<arch>.rope.scaling.*`), before any
-// command-line override; ResolveRope (layers.h) turns it into the kernel's RopeParams.
+// command-line override; ResolveRope (hparams.h) turns it into the kernel's RopeParams.
 struct RopeScalingConfig {
   RopeScalingType type = RopeScalingType::kLinear;  // llama.cpp's default when the key is absent
   float factor = 1.0f;       // context extension factor s (freq_scale = 1 / s)
@@ -180,11 +182,32 @@ class Model {
   friend Result<std::unique_ptr<Model>> LoadModel(const std::string& path,
                                                   const RopeOverrides& overrides);
 
+  // What every architecture loads the same way (model.cpp): hyper-parameters, the embedding,
+  // the final norm and the output head (tied to the embedding when output.weight is absent).
+  // An architecture derives from Model and adds its layers between LoadEmbeddingAndHead and
+  // Finish.
+
+  // Takes ownership, reads the llama-like hyper-parameters and checks the vocabulary size.
+  Status InitHparams(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer,
+                     RopeStyle rope_style);
+  // Loads token_embd, output_norm and output, remembering the embedding's bytes.
+  void LoadEmbeddingAndHead(WeightLoader& loader);
+  // Records the parameter count and the bytes a decoded token reads: everything but the
+  // embedding table (unless tied) minus `unread_bytes` (e.g. experts a token does not select).
+  Status Finish(const WeightLoader& loader, uint64_t unread_bytes);
+
   Hparams hparams_;
   std::unique_ptr<gguf::File> file_;
   std::unique_ptr<Tokenizer> tokenizer_;
   uint64_t weight_bytes_per_token_ = 0;
   uint64_t n_params_ = 0;
+  WeightMatrix token_embd_;
+  WeightMatrix output_;
+  std::vector<float> output_norm_;
+
+ private:
+  uint64_t embd_bytes_ = 0;
+  bool tied_ = false;
 };
 
 // Opens a GGUF file and builds the model for its general.architecture.

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "model/hparams.h"
+
 namespace lamina {
 
 Result<MoeHparams> ReadMoeHparams(const gguf::File& f, const Hparams& hp, bool default_norm_topk,

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/layers.h"
+#include "model/blocks.h"
 
 namespace lamina {
 

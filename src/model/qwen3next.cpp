@@ -9,8 +9,10 @@
 #include <cmath>
 
 #include "model/architectures.h"
-#include "model/layers.h"
+#include "model/blocks.h"
+#include "model/hparams.h"
 #include "model/moe.h"
+#include "model/weight_loader.h"
 
 namespace lamina {
 
@@ -18,7 +20,7 @@ namespace {
 
 float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
-class Qwen3Next final : public DecoderModel {
+class Qwen3Next final : public Model {
  public:
   Status Init(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer) {
     Status st = InitHparams(std::move(file), std::move(tokenizer), RopeStyle::kNeox);

@@ -1,0 +1,126 @@
+// The transformer blocks shared by the architectures: attention and FFN weights, scratch,
+// embedding lookup, pre-norm attention and SwiGLU blocks, the output head.
+#include "model/blocks.h"
+
+namespace lamina {
+
+void LoadAttentionWeights(WeightLoader& L, const Hparams& hp, int layer, bool with_bias,
+                          bool with_qk_norm, AttentionWeights* w) {
+  const std::string p = "blk." + std::to_string(layer) + ".";
+  w->norm = L.Vector(p + "attn_norm.weight", hp.n_embd);
+  w->wq = L.Matrix(p + "attn_q.weight", hp.n_embd, hp.q_dim());
+  w->wk = L.Matrix(p + "attn_k.weight", hp.n_embd, hp.kv_dim());
+  w->wv = L.Matrix(p + "attn_v.weight", hp.n_embd, hp.kv_dim());
+  w->wo = L.Matrix(p + "attn_output.weight", hp.q_dim(), hp.n_embd);
+  if (with_bias) {
+    w->bq = L.Vector(p + "attn_q.bias", hp.q_dim(), false);
+    w->bk = L.Vector(p + "attn_k.bias", hp.kv_dim(), false);
+    w->bv = L.Vector(p + "attn_v.bias", hp.kv_dim(), false);
+  }
+  if (with_qk_norm) {
+    w->q_norm = L.Vector(p + "attn_q_norm.weight", hp.head_dim);
+    w->k_norm = L.Vector(p + "attn_k_norm.weight", hp.head_dim);
+  }
+}
+
+void LoadFfnWeights(WeightLoader& L, const Hparams& hp, int layer, FfnWeights* w) {
+  const std::string p = "blk." + std::to_string(layer) + ".";
+  w->norm = L.Vector(p + "ffn_norm.weight", hp.n_embd);
+  w->gate = L.Matrix(p + "ffn_gate.weight", hp.n_embd, hp.n_ff);
+  w->up = L.Matrix(p + "ffn_up.weight", hp.n_embd, hp.n_ff);
+  w->down = L.Matrix(p + "ffn_down.weight", hp.n_ff, hp.n_embd);
+}
+
+void PrepareScratch(const Hparams& hp, int n, ForwardScratch& s) {
+  auto grow = [](std::vector<float>& v, size_t size) {
+    if (v.size() < size) v.resize(size);
+  };
+  const size_t nt = static_cast<size_t>(n);
+  grow(s.x, nt * hp.n_embd);
+  grow(s.xn, nt * hp.n_embd);
+  grow(s.q, nt * hp.q_dim());
+  grow(s.k, nt * hp.kv_dim());
+  grow(s.v, nt * hp.kv_dim());
+  grow(s.attn, nt * hp.q_dim());
+  grow(s.gate, nt * hp.n_ff);
+  grow(s.up, nt * hp.n_ff);
+  grow(s.rope, nt * hp.rope.n_rot);
+}
+
+void EmbedTokens(const WeightMatrix& embd, const ForwardBatch& b, float* x) {
+  for (int t = 0; t < b.n_tokens; ++t) {
+    const int32_t id = b.tokens[t];
+    LAMINA_CHECK(id >= 0 && id < embd.rows);
+    DequantizeRow(embd, id, x + static_cast<int64_t>(t) * embd.cols);
+  }
+}
+
+namespace {
+void AddBias(float* x, const std::vector<float>& bias, int n_tokens, int64_t dim) {
+  if (bias.empty()) return;
+  for (int t = 0; t < n_tokens; ++t) AddInPlace(x + t * dim, bias.data(), dim);
+}
+}  // namespace
+
+void AttentionBlock(const Hparams& hp, const AttentionWeights& w, int layer, const ForwardBatch& b,
+                    AttentionContext& attention, ForwardScratch& s, ThreadPool& pool) {
+  const int n = b.n_tokens;
+  const int64_t d = hp.n_embd, qd = hp.q_dim(), kvd = hp.kv_dim();
+  for (int t = 0; t < n; ++t)
+    RmsNorm(s.x.data() + t * d, w.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);
+  MatMul(w.wq, s.xn.data(), d, n, s.q.data(), qd, s.matmul, pool);
+  MatMul(w.wk, s.xn.data(), d, n, s.k.data(), kvd, s.matmul, pool);
+  MatMul(w.wv, s.xn.data(), d, n, s.v.data(), kvd, s.matmul, pool);
+  AddBias(s.q.data(), w.bq, n, qd);
+  AddBias(s.k.data(), w.bk, n, kvd);
+  AddBias(s.v.data(), w.bv, n, kvd);
+  pool.ParallelFor(n, 4, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* q = s.q.data() + t * qd;
+      float* k = s.k.data() + t * kvd;
+      if (!w.q_norm.empty()) {
+        for (int h = 0; h < hp.n_head; ++h)
+          RmsNorm(q + h * hp.head_dim, w.q_norm.data(), hp.head_dim, hp.rms_eps,
+                  q + h * hp.head_dim);
+        for (int h = 0; h < hp.n_head_kv; ++h)
+          RmsNorm(k + h * hp.head_dim, w.k_norm.data(), hp.head_dim, hp.rms_eps,
+                  k + h * hp.head_dim);
+      }
+      float* cs = s.rope.data() + t * hp.rope.n_rot;
+      RopeCache(hp.rope, b.pos[t], cs);
+      ApplyRope(hp.rope, cs, q, hp.n_head, hp.head_dim);
+      ApplyRope(hp.rope, cs, k, hp.n_head_kv, hp.head_dim);
+    }
+  });
+  attention.Attend(layer, s.q.data(), s.k.data(), s.v.data(), s.attn.data());
+  // The output projection accumulates into the residual via a temporary (xn is free now).
+  MatMul(w.wo, s.attn.data(), qd, n, s.xn.data(), d, s.matmul, pool);
+  AddInPlace(s.x.data(), s.xn.data(), static_cast<int64_t>(n) * d);
+}
+
+void FfnBlock(const Hparams& hp, const FfnWeights& w, const ForwardBatch& b, ForwardScratch& s,
+              ThreadPool& pool) {
+  const int n = b.n_tokens;
+  const int64_t d = hp.n_embd, ff = hp.n_ff;
+  for (int t = 0; t < n; ++t)
+    RmsNorm(s.x.data() + t * d, w.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);
+  MatMul(w.gate, s.xn.data(), d, n, s.gate.data(), ff, s.matmul, pool);
+  MatMul(w.up, s.xn.data(), d, n, s.up.data(), ff, s.matmul, pool);
+  SiluMul(s.gate.data(), s.up.data(), static_cast<int64_t>(n) * ff, s.gate.data());
+  MatMul(w.down, s.gate.data(), ff, n, s.xn.data(), d, s.matmul, pool);
+  AddInPlace(s.x.data(), s.xn.data(), static_cast<int64_t>(n) * d);
+}
+
+void OutputHead(const Hparams& hp, const std::vector<float>& norm, const WeightMatrix& output,
+                const ForwardBatch& b, ForwardScratch& s, ThreadPool& pool, float* logits) {
+  const int64_t d = hp.n_embd;
+  int count = 0;
+  for (int t = 0; t < b.n_tokens; ++t) {
+    if (!b.wants_output(t)) continue;
+    RmsNorm(s.x.data() + t * d, norm.data(), d, hp.rms_eps, s.xn.data() + count * d);
+    ++count;
+  }
+  if (count > 0) MatMul(output, s.xn.data(), d, count, logits, hp.n_vocab, s.matmul, pool);
+}
+
+}  // namespace lamina

@@ -1,0 +1,53 @@
+// The transformer blocks shared by the architectures: their weights and loaders, scratch
+// sizing, the embedding lookup, the pre-norm attention and SwiGLU FFN blocks and the output head.
+#pragma once
+
+#include <vector>
+
+#include "model/model.h"
+#include "model/weight_loader.h"
+
+namespace lamina {
+
+// Grows a reusable scratch buffer to at least n elements (never shrinks it).
+template <typename T>
+void GrowTo(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+struct AttentionWeights {
+  std::vector<float> norm;            // [n_embd]
+  WeightMatrix wq, wk, wv, wo;        // [q_dim x n_embd], [kv_dim x n_embd] x2, [n_embd x q_dim]
+  std::vector<float> bq, bk, bv;      // optional biases (empty when absent)
+  std::vector<float> q_norm, k_norm;  // optional per-head RMSNorm weights [head_dim]
+};
+
+struct FfnWeights {
+  std::vector<float> norm;      // [n_embd]
+  WeightMatrix gate, up, down;  // [n_ff x n_embd] x2, [n_embd x n_ff]
+};
+
+void LoadAttentionWeights(WeightLoader& loader, const Hparams& hp, int layer, bool with_bias,
+                          bool with_qk_norm, AttentionWeights* out);
+void LoadFfnWeights(WeightLoader& loader, const Hparams& hp, int layer, FfnWeights* out);
+
+// Grows the scratch buffers for n_tokens.
+void PrepareScratch(const Hparams& hp, int n_tokens, ForwardScratch& s);
+
+// Token embedding lookup: x[t] = row tokens[t] of the embedding table (dequantized).
+void EmbedTokens(const WeightMatrix& embd, const ForwardBatch& batch, float* x);
+
+// x += Wo · attention(RoPE(Wq·norm(x)), RoPE(Wk·norm(x)), Wv·norm(x)) for the whole batch.
+void AttentionBlock(const Hparams& hp, const AttentionWeights& w, int layer,
+                    const ForwardBatch& batch, AttentionContext& attention, ForwardScratch& s,
+                    ThreadPool& pool);
+
+// x += down(silu(gate·norm(x)) * up·norm(x)).
+void FfnBlock(const Hparams& hp, const FfnWeights& w, const ForwardBatch& batch, ForwardScratch& s,
+              ThreadPool& pool);
+
+// Final norm and output head into logits ([batch.n_outputs(), n_vocab], in batch order).
+void OutputHead(const Hparams& hp, const std::vector<float>& norm, const WeightMatrix& output,
+                const ForwardBatch& batch, ForwardScratch& s, ThreadPool& pool, float* logits);
+
+}  // namespace lamina

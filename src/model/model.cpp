@@ -1,0 +1,52 @@
+// The Model base class: ForwardBatch::n_outputs and the hyper-parameters, embedding and output
+// head every architecture loads alike.
+#include "model/model.h"
+
+#include "model/hparams.h"
+#include "model/weight_loader.h"
+
+namespace lamina {
+
+int ForwardBatch::n_outputs() const {
+  if (output == nullptr) return n_tokens > 0 ? 1 : 0;
+  int n = 0;
+  for (int t = 0; t < n_tokens; ++t) n += output[t] != 0;
+  return n;
+}
+
+Status Model::InitHparams(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer,
+                          RopeStyle rope_style) {
+  file_ = std::move(file);
+  tokenizer_ = std::move(tokenizer);
+  Result<Hparams> hp = ReadLlamaLikeHparams(*file_, rope_style);
+  if (!hp.ok()) return hp.error();
+  hparams_ = *hp;
+  const gguf::TensorInfo* embd = file_->FindTensor("token_embd.weight");
+  if (embd == nullptr) return Error{file_->path() + ": missing tensor token_embd.weight"};
+  hparams_.n_vocab = static_cast<int>(embd->ne[1]);
+  if (hparams_.n_vocab != tokenizer_->vocab_size()) {
+    return Error{file_->path() + ": token_embd.weight has " + std::to_string(hparams_.n_vocab) +
+                 " rows but the tokenizer has " + std::to_string(tokenizer_->vocab_size()) +
+                 " tokens"};
+  }
+  return Status::Ok();
+}
+
+void Model::LoadEmbeddingAndHead(WeightLoader& L) {
+  const uint64_t before = L.n_bytes();
+  token_embd_ = L.Matrix("token_embd.weight", hparams_.n_embd, hparams_.n_vocab);
+  embd_bytes_ = L.n_bytes() - before;
+  output_norm_ = L.Vector("output_norm.weight", hparams_.n_embd);
+  output_ = L.Matrix("output.weight", hparams_.n_embd, hparams_.n_vocab, /*required=*/false);
+  tied_ = !output_.valid();
+  if (tied_) output_ = token_embd_;
+}
+
+Status Model::Finish(const WeightLoader& L, uint64_t unread_bytes) {
+  if (!L.status().ok()) return L.status();
+  n_params_ = L.n_params();
+  weight_bytes_per_token_ = L.n_bytes() - embd_bytes_ + (tied_ ? embd_bytes_ : 0) - unread_bytes;
+  return Status::Ok();
+}
+
+}  // namespace lamina

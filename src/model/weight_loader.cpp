@@ -1,0 +1,92 @@
+// WeightLoader: tensors resolved by name with shape and type checks.
+#include "model/weight_loader.h"
+
+namespace lamina {
+
+const gguf::TensorInfo* WeightLoader::Find(const std::string& name, bool required) {
+  const gguf::TensorInfo* t = file_.FindTensor(name);
+  if (t == nullptr && required) Fail(file_.path() + ": missing tensor " + name);
+  return t;
+}
+
+void WeightLoader::Fail(const std::string& message) {
+  if (status_.ok()) status_ = Error{message};
+}
+
+WeightMatrix WeightLoader::Matrix(const std::string& name, int64_t cols, int64_t rows,
+                                  bool required) {
+  WeightMatrix w;
+  const gguf::TensorInfo* t = Find(name, required);
+  if (t == nullptr) return w;
+  if (t->n_dims > 2 || t->ne[0] != cols || t->ne[1] != rows) {
+    Fail(file_.path() + ": tensor " + name + " has shape [" + std::to_string(t->ne[0]) + ", " +
+         std::to_string(t->ne[1]) + "], expected [" + std::to_string(cols) + ", " +
+         std::to_string(rows) + "]");
+    return w;
+  }
+  if (!IsSupportedWeightType(t->type)) {
+    Fail(file_.path() + ": tensor " + name + " has unsupported type " + GgmlTypeName(t->type));
+    return w;
+  }
+  w.type = t->type;
+  w.rows = rows;
+  w.cols = cols;
+  w.row_bytes = RowSize(t->type, cols);
+  w.data = t->data;
+  n_params_ += static_cast<uint64_t>(rows * cols);
+  n_bytes_ += t->n_bytes;
+  return w;
+}
+
+std::vector<WeightMatrix> WeightLoader::Stacked(const std::string& name, int64_t cols, int64_t rows,
+                                                int64_t n_mat, bool required) {
+  std::vector<WeightMatrix> out;
+  const gguf::TensorInfo* t = Find(name, required);
+  if (t == nullptr) return out;
+  if (t->n_dims > 3 || t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != n_mat) {
+    Fail(file_.path() + ": tensor " + name + " has shape [" + std::to_string(t->ne[0]) + ", " +
+         std::to_string(t->ne[1]) + ", " + std::to_string(t->ne[2]) + "], expected [" +
+         std::to_string(cols) + ", " + std::to_string(rows) + ", " + std::to_string(n_mat) + "]");
+    return out;
+  }
+  if (!IsSupportedWeightType(t->type)) {
+    Fail(file_.path() + ": tensor " + name + " has unsupported type " + GgmlTypeName(t->type));
+    return out;
+  }
+  const size_t row_bytes = RowSize(t->type, cols);
+  out.resize(n_mat);
+  for (int64_t m = 0; m < n_mat; ++m) {
+    WeightMatrix& w = out[m];
+    w.type = t->type;
+    w.rows = rows;
+    w.cols = cols;
+    w.row_bytes = row_bytes;
+    w.data = t->data + static_cast<size_t>(m * rows) * row_bytes;
+  }
+  n_params_ += static_cast<uint64_t>(rows * cols * n_mat);
+  n_bytes_ += t->n_bytes;
+  return out;
+}
+
+std::vector<float> WeightLoader::Vector(const std::string& name, int64_t n, bool required) {
+  std::vector<float> out;
+  const gguf::TensorInfo* t = Find(name, required);
+  if (t == nullptr) return out;
+  if (static_cast<int64_t>(t->n_elements) != n || t->ne[0] != n) {
+    Fail(file_.path() + ": tensor " + name + " has " + std::to_string(t->n_elements) +
+         " elements, expected " + std::to_string(n));
+    return out;
+  }
+  const TypeKernels& k = GetKernels(t->type);
+  if (k.dequantize == nullptr) {
+    Fail(file_.path() + ": tensor " + name + " has unsupported type " + GgmlTypeName(t->type));
+    return out;
+  }
+  out.resize(n);
+  k.dequantize(t->data, out.data(), n);
+  n_params_ += static_cast<uint64_t>(n);
+  n_bytes_ += t->n_bytes;
+  return out;
+}
+
+}  // namespace lamina

@@ -1,0 +1,38 @@
+// WeightLoader: resolves GGUF tensors by name into weight matrices and vectors, checking shape
+// and type, counting parameters and bytes, and remembering the first error.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+
+namespace lamina {
+
+// Resolves tensors by name with shape and type checks; remembers the first error.
+class WeightLoader {
+ public:
+  explicit WeightLoader(const gguf::File& file) : file_(file) {}
+  // A 2-D weight with ne = {cols, rows}; invalid (data == nullptr) when absent and !required.
+  WeightMatrix Matrix(const std::string& name, int64_t cols, int64_t rows, bool required = true);
+  // A 3-D tensor of n_mat stacked 2-D matrices (ne = {cols, rows, n_mat}), one WeightMatrix per
+  // matrix pointing into the mapped data; empty when absent and !required.
+  std::vector<WeightMatrix> Stacked(const std::string& name, int64_t cols, int64_t rows,
+                                    int64_t n_mat, bool required = true);
+  // A 1-D f32 vector of n elements, dequantized into an owned copy.
+  std::vector<float> Vector(const std::string& name, int64_t n, bool required = true);
+  const Status& status() const { return status_; }
+  uint64_t n_params() const { return n_params_; }
+  uint64_t n_bytes() const { return n_bytes_; }
+
+ private:
+  const gguf::TensorInfo* Find(const std::string& name, bool required);
+  void Fail(const std::string& message);
+  const gguf::File& file_;
+  Status status_;
+  uint64_t n_params_ = 0;
+  uint64_t n_bytes_ = 0;
+};
+
+}  // namespace lamina
