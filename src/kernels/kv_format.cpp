@@ -295,23 +295,11 @@ void DecodeKvRow(KvRowFormat format, const uint8_t* row, int head_dim, float* ou
       }
       return;
     }
-    case KvRowFormat::kQ4_0: {
-      const int g = KvGroupSize(head_dim);
-      const int half = g / 2;
-      for (int b = 0; b < head_dim / g; ++b) {
-        const uint8_t* grp = row + b * (2 + half);
-        fp16_t d16;
-        std::memcpy(&d16, grp, 2);
-        const float d = Fp16ToF32(d16);
-        const uint8_t* qs = grp + 2;
-        for (int i = 0; i < half; ++i) {
-          out[b * g + i] = d * (static_cast<int>(qs[i] & 0x0F) - 8);
-          out[b * g + i + half] = d * (static_cast<int>(qs[i] >> 4) - 8);
-        }
-      }
-      return;
-    }
+    case KvRowFormat::kQ4_0:
     case KvRowFormat::kQ4Nl: {
+      // A nibble's level: q - 8 (Q4_0) or the q4_nl table.
+      const bool nl = format == KvRowFormat::kQ4Nl;
+      auto level = [nl](int q) { return static_cast<float>(nl ? kQ4NlLevels[q] : q - 8); };
       const int g = KvGroupSize(head_dim);
       const int half = g / 2;
       for (int b = 0; b < head_dim / g; ++b) {
@@ -321,8 +309,8 @@ void DecodeKvRow(KvRowFormat format, const uint8_t* row, int head_dim, float* ou
         const float d = Fp16ToF32(d16);
         const uint8_t* qs = grp + 2;
         for (int i = 0; i < half; ++i) {
-          out[b * g + i] = d * static_cast<float>(kQ4NlLevels[qs[i] & 0x0F]);
-          out[b * g + i + half] = d * static_cast<float>(kQ4NlLevels[qs[i] >> 4]);
+          out[b * g + i] = d * level(qs[i] & 0x0F);
+          out[b * g + i + half] = d * level(qs[i] >> 4);
         }
       }
       return;

@@ -1033,29 +1033,29 @@ void Server::SetUpRoutes() {
   http_.Post("/v1/completions", completion(Route::kOaiCompletion, "/v1/completions"));
   http_.Post("/chat/completions", completion(Route::kOaiChat, "/v1/chat/completions"));
   http_.Post("/v1/chat/completions", completion(Route::kOaiChat, "/v1/chat/completions"));
-  http_.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
-    Count("/apply-template");
-    if (!Ready(res)) return;
+  // A chat request's prompt text (the template applied); false when an error was sent.
+  auto render = [this](const httplib::Request& req, httplib::Response& res, const char* route,
+                       std::string* prompt) {
+    Count(route);
+    if (!Ready(res)) return false;
     json body;
-    if (!ParseBody(req, res, &body)) return;
-    std::string prompt;
+    if (!ParseBody(req, res, &body)) return false;
     ApiError err;
-    if (!api::RenderMessages(body, *model_, chat_, defaults_.prefill_assistant, &prompt, &err)) {
-      return SendError(res, err);
+    if (!api::RenderMessages(body, *model_, chat_, defaults_.prefill_assistant, prompt, &err)) {
+      SendError(res, err);
+      return false;
     }
+    return true;
+  };
+  http_.Post("/apply-template", [render](const httplib::Request& req, httplib::Response& res) {
+    std::string prompt;
+    if (!render(req, res, "/apply-template", &prompt)) return;
     res.set_content(Dump({{"prompt", prompt}}), "application/json; charset=utf-8");
   });
   // The prompt tokens a chat request would use, without generating (llama-server's shape).
-  auto input_tokens = [this](const httplib::Request& req, httplib::Response& res) {
-    Count("/v1/chat/completions/input_tokens");
-    if (!Ready(res)) return;
-    json body;
-    if (!ParseBody(req, res, &body)) return;
+  auto input_tokens = [this, render](const httplib::Request& req, httplib::Response& res) {
     std::string prompt;
-    ApiError err;
-    if (!api::RenderMessages(body, *model_, chat_, defaults_.prefill_assistant, &prompt, &err)) {
-      return SendError(res, err);
-    }
+    if (!render(req, res, "/v1/chat/completions/input_tokens", &prompt)) return;
     const size_t n = api::TokenizePrompt(*model_, prompt, true).size();
     res.set_content(Dump({{"object", "response.input_tokens"}, {"input_tokens", n}}),
                     "application/json; charset=utf-8");
