@@ -195,11 +195,28 @@ def main():
     n_ctx, _, n_chunk, ptokens = read_llama_tokens(w("llama-base.kld"))
 
     def llama_kld(ctk, ctv):
-        out, err = run(pcommon + ["-ctk", ctk, "-ctv", ctv, "--kl-divergence-base", w("llama-base.kld"),
-                                  "--kl-divergence"], args.verbose)
-        text = out + err
-        mean = re.search(r"Mean\s+KLD:\s*([-0-9.eE+]+)\s*±\s*([-0-9.eE+]+)", text)
+        cmd = pcommon + ["-lv", "4", "-ctk", ctk, "-ctv", ctv, "--kl-divergence-base", w("llama-base.kld"),
+                         "--kl-divergence"]
+        if args.verbose:
+            print("+ " + " ".join(cmd), file=sys.stderr)
+        # llama-perplexity logs through an asynchronous logger that can lose its last lines
+        # (the summary) at exit; the run is deterministic, so it is simply run again.
+        for _ in range(8):
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            text = p.stdout + p.stderr
+            if p.returncode != 0:
+                # e.g. a head_dim that the cache type's block does not divide: report, do not stop
+                why = [l for l in text.splitlines() if " E " in l and "llama_init_from_model" in l]
+                why = why[0].split("llama_init_from_model: ", 1)[-1] if why else "exit %d" % p.returncode
+                return None, None, {"refused": why}
+            mean = re.search(r"Mean\s+KLD:\s*([-0-9.eE+]+)\s*±\s*([-0-9.eE+]+)", text)
+            if mean:
+                break
         rot = re.findall(r"attn_rot_([kv]) = (\d)", text)
+        ppl_all = re.search(r"Mean PPL\(Q\)\s*:\s*([-0-9.eE+]+)", text)
+        ppl_first = re.search(r"^\s*1\s+([0-9.]+) ±", text, re.M)
+        if ppl_all and ppl_first:
+            rot += [("ppl_all", float(ppl_all.group(1))), ("ppl_first", float(ppl_first.group(1)))]
         if not mean:
             raise RuntimeError("no 'Mean KLD' in llama-perplexity's output")
         return float(mean.group(1)), float(mean.group(2)), dict(rot)
@@ -218,6 +235,16 @@ def main():
           "token ids %s" % (args.model, args.file, len(ltokens), n_ctx, n_chunk, len(positions),
                             "identical" if not mism else "DIFFER at %d positions (first %d)" % (len(mism), mism[0])))
     print("llama.cpp f32 vs its own f32 base (floor): mean KLD %.6f ± %.6f" % (floor[0], floor[1]))
+    def ppl(pos):
+        nll = 0.0
+        for i in pos:
+            nll -= log_softmax(lbase[i * n_vocab:(i + 1) * n_vocab])[ltokens[i + 1]]
+        return math.exp(nll / len(pos))
+    if "ppl_all" in floor[2]:
+        print("f32 perplexity over the compared positions: first chunk lamina %.4f, llama.cpp %.4f; "
+              "all chunks lamina %.4f, llama.cpp %.4f (llama.cpp puts BOS first in every chunk)"
+              % (ppl(positions[:n_ctx - 1 - n_ctx // 2]), floor[2]["ppl_first"], ppl(positions),
+                 floor[2]["ppl_all"]))
 
     rows = []
     for m in modes:
@@ -233,15 +260,20 @@ def main():
             lk = kl_restricted(lbase, lq, n_vocab, positions)
             rows.append({"mode": m, "llama": "%s/%s" % (ctk, ctv), "window": "default" if win is None else str(win),
                          "lamina_kld": lk, "lamina_kld_all": j["kld_mean"], "llama_kld": pk, "llama_unc": pu,
-                         "llama_rot": "K%s V%s" % (rot.get("k", "?"), rot.get("v", "?"))})
+                         "llama_rot": ("refused: " + rot["refused"]) if "refused" in rot else
+                         "K %s, V %s" % ("on" if rot.get("k") == "1" else "off", "on" if rot.get("v") == "1" else "off")})
     print("| mode (lamina / llama.cpp) | lamina --kv-window | lamina KLD | llama.cpp KLD | ratio | "
           "lamina KLD, all positions | llama.cpp rotation |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        ratio = r["lamina_kld"] / r["llama_kld"] if r["llama_kld"] > 0 else float("inf")
-        print("| %s / %s | %s | %.3g | %.3g ± %.1g | %.2f | %.3g | %s |" %
-              (r["mode"], r["llama"], r["window"], r["lamina_kld"], r["llama_kld"], r["llama_unc"],
-               ratio, r["lamina_kld_all"], r["llama_rot"]))
+        if r["llama_kld"] is None:
+            peer, ratio = "–", "–"
+        else:
+            peer = "%.3g ± %.1g" % (r["llama_kld"], r["llama_unc"])
+            ratio = "%.2f" % (r["lamina_kld"] / r["llama_kld"]) if r["llama_kld"] > 0 else "∞"
+        print("| %s / %s | %s | %.3g | %s | %s | %.3g | %s |" %
+              (r["mode"], r["llama"], r["window"], r["lamina_kld"], peer, ratio, r["lamina_kld_all"],
+               r["llama_rot"]))
     return 0
 
 
