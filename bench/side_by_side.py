@@ -118,7 +118,8 @@ def bandwidth(path, verbose):
         name = b.get("name", "")
         if "GB/s" in b:
             threads = name.split("/")[1] if "/" in name else "?"
-            res[threads] = b["GB/s"]
+            # Google Benchmark's rate counter is in bytes per second
+            res[threads] = b["GB/s"] / 1e9
     return res
 
 
