@@ -123,6 +123,14 @@ def bandwidth(path, verbose):
     return res
 
 
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
 def label(m):
     kind, n, depth = m
     return "%s%d" % (kind, n) + ("@%d" % depth if depth else "")
@@ -179,8 +187,9 @@ def main():
     info = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "model": args.model,
             "threads": args.threads, "rounds": args.rounds, "reps": args.reps,
             "lamina": args.lamina, "llama_bench": args.llama_bench, "bandwidth_gb_s": bw}
-    print("date %s | model %s | %d threads | %d rounds x %d reps" %
-          (info["date"], args.model, args.threads, args.rounds, args.reps))
+    info["load_start"] = loadavg()
+    print("date %s | model %s | %d threads | %d rounds x %d reps | load average %s" %
+          (info["date"], args.model, args.threads, args.rounds, args.reps, info["load_start"]))
     if bw:
         print("read bandwidth (matmul_bench MemoryReadBandwidth): " +
               ", ".join("%.1f GB/s on %s thread%s" % (v, t, "" if t == "1" else "s") for t, v in sorted(bw.items())))
@@ -208,7 +217,8 @@ def main():
                           (rnd + 1, kv, label(m), lres[m], pres[m]), file=sys.stderr, flush=True)
 
     info["llama_cpp"] = peer_build
-    print("llama.cpp: %s, llama-bench -fa 1" % peer_build)
+    info["load_end"] = loadavg()
+    print("llama.cpp: %s, llama-bench -fa 1 | load average at the end %s" % (peer_build, info["load_end"]))
     hdr = "| KV (lamina / llama.cpp) | test | lamina tok/s | llama.cpp tok/s | ratio min | ratio median | ratio max |"
     print(hdr)
     print("|---|---|---|---|---|---|---|")
