@@ -30,6 +30,20 @@ std::string TempPath(const std::string& tag) {
          tag + ".gguf";
 }
 
+// Removes this process's files (TempPath) when its tests end.
+class TempFileCleanup : public testing::Environment {
+ public:
+  void TearDown() override {
+    const std::string prefix = "gguf_test_" + std::to_string(getpid()) + "_";
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(testing::TempDir(), ec)) {
+      if (e.path().filename().string().starts_with(prefix)) std::filesystem::remove(e.path(), ec);
+    }
+  }
+};
+[[maybe_unused]] testing::Environment* const kTempFileCleanup =
+    testing::AddGlobalTestEnvironment(new TempFileCleanup);
+
 void WriteBytes(const std::string& path, const Bytes& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(bytes.data()),

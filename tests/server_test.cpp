@@ -70,7 +70,11 @@ class ServerProcess {
       if (!healthy_) std::this_thread::sleep_for(std::chrono::milliseconds(25));
     }
   }
-  ~ServerProcess() { Stop(); }
+  ~ServerProcess() {
+    Stop();
+    // The log stays behind only when a test failed (its messages point at it).
+    if (!testing::Test::HasFailure()) std::filesystem::remove(log_);
+  }
   // SIGTERM; returns the exit status (-1 if it had to be killed).
   int Stop() {
     if (pid_ <= 0) return exit_code_;
