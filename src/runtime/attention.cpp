@@ -237,19 +237,20 @@ void CausalAttentionSegments(const KvCache& cache, int layer, const AttentionSeg
       for (int c0 = 0; c0 < n_cells; c0 += kCellTile) {
         const int nc = std::min(kCellTile, n_cells - c0);
         bool any_encoded = false;  // a tile every query reads exactly is not decoded
-        for (int qi = 0; qi < nq && !any_encoded; ++qi) any_encoded = wb[qi] > c0;
+        for (int qi = 0; qi < nq; ++qi) {
+          lims[qi] = std::min(nc, wb[qi] - c0);  // the tile's rows before the query's window
+          any_encoded |= lims[qi] > 0;
+        }
         if (!any_encoded) continue;
         if (accumulate_v != nullptr) {
-          for (int qi = 0; qi < nq; ++qi) lims[qi] = std::min(nc, wb[qi] - c0);
           accumulate_v(cache.VHead(layer, seq, g, c0), nc, hd, nq, scores + c0, n_ctx, lims.data(),
                        acc);
           continue;
         }
         decode_v(cache.VHead(layer, seq, g, c0), nc, hd, tile);
         for (int qi = 0; qi < nq; ++qi) {
-          const int lim = std::min(nc, wb[qi] - c0);
-          if (lim <= 0) continue;
-          kern.accumulate_rows(scores + static_cast<size_t>(qi) * n_ctx + c0, tile, lim, hd,
+          if (lims[qi] <= 0) continue;
+          kern.accumulate_rows(scores + static_cast<size_t>(qi) * n_ctx + c0, tile, lims[qi], hd,
                                acc + static_cast<size_t>(qi) * hd);
         }
       }
