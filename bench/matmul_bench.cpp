@@ -69,6 +69,30 @@ BENCHMARK(BM_MatMul)
                    {1, 2}})
     ->UseRealTime();
 
+// args: type, n_tokens. 1024 x 384, the FFN up projection of the shipped model: cache-resident,
+// so it measures the kernels' compute (decode and short verify windows), one thread.
+void BM_MatMulCacheResident(benchmark::State& state) {
+  const GgmlType type = static_cast<GgmlType>(state.range(0));
+  const int64_t n_tokens = state.range(1);
+  ThreadPool pool(1);
+  Weights w = MakeWeights(type, 1024, 384);
+  std::vector<float> x(n_tokens * 384, 0.5f),
+      y(n_tokens * 1024);  // [n_tokens, 384], [n_tokens, 1024]
+  MatMulScratch scratch;
+  for (auto _ : state) {
+    MatMul(w.w, x.data(), 384, n_tokens, y.data(), 1024, scratch, pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(GgmlTypeName(type));
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * 1024 * 384 * n_tokens * state.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_MatMulCacheResident)
+    ->ArgsProduct({{int(GgmlType::kQ8_0), int(GgmlType::kQ4_0), int(GgmlType::kF16),
+                    int(GgmlType::kF32)},
+                   {1, 2, 3, 4, 8}});
+
 // args: kv type, depth, threads, keys. One decode step of one layer of the 181M shape (16 heads,
 // 4 KV heads, head_dim 64, RoPE over all 64 dimensions). keys 0: Gaussian rows (a random-weight
 // model: q4_0's anchored form rarely wins, so few cells carry the score correction); keys 1: a

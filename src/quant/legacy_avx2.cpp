@@ -3,6 +3,7 @@
 // (byte-identical to the scalar ones in legacy.cpp).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "quant/kernel_registry.h"
@@ -63,6 +64,15 @@ void RoundF16AsF32(const float* x, void* vy, int64_t k) {
   for (; i < k; ++i) y[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
 }
 
+// The elements past the last whole 8-element step, summed in order (shared by the multi and
+// the tile kernels, so both round the tail alike).
+template <class SW, class SA>
+inline float FloatTail(const typename SW::T* w, const typename SA::T* a, int64_t i, int64_t k) {
+  float tail = 0.0f;
+  for (int64_t t = i; t < k; ++t) tail += SW::One(w + t) * SA::One(a + t);
+  return tail;
+}
+
 template <class SW, class SA, int N>
 void VecDotFloatMultiN(int64_t k, const void* vw, const char* act, size_t stride, float* out) {
   using TW = typename SW::T;
@@ -80,11 +90,7 @@ void VecDotFloatMultiN(int64_t k, const void* vw, const char* act, size_t stride
 #pragma GCC unroll 8
     for (int j = 0; j < N; ++j) acc[j] = _mm256_fmadd_ps(wv, SA::Load8(a[j] + i), acc[j]);
   }
-  for (int j = 0; j < N; ++j) {
-    float tail = 0.0f;
-    for (int64_t t = i; t < k; ++t) tail += SW::One(w + t) * SA::One(a[j] + t);
-    out[j] = HsumPs(acc[j]) + tail;
-  }
+  for (int j = 0; j < N; ++j) out[j] = HsumPs(acc[j]) + FloatTail<SW, SA>(w, a[j], i, k);
 }
 
 template <class SW, class SA>
@@ -109,6 +115,110 @@ void VecDotFloatMulti(int64_t k, const void* w, const void* act, size_t stride, 
       return VecDotFloatMultiN<SW, SA, 8>(k, w, a, stride, out);
     default:
       for (int j = 0; j < n; ++j) VecDotFloatMultiN<SW, SA, 1>(k, w, a + j * stride, 0, &out[j]);
+  }
+}
+
+// Float tiles: R weight rows x N activation rows (N <= 3) per register block. Each pair keeps
+// the one 8-lane accumulator, FMA sequence, tail and reduction of VecDotFloatMultiN, so every
+// output is that kernel's bits. The gain is for few tokens (decode, short verify windows): one
+// accumulator per pair is a chain of dependent FMAs, and R rows make R x N independent chains,
+// while each widened weight vector still serves every token of the block. From 4 tokens on,
+// the multi kernel already has enough chains and widens each weight vector once for all.
+template <class SW, class SA, int R, int N>
+void VecDotFloatTileBlock(int64_t k, const typename SW::T* const* w, const typename SA::T* const* a,
+                          float* out, size_t out_stride) {
+  __m256 acc[R][N];
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < N; ++j) acc[r][j] = _mm256_setzero_ps();
+  }
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) {
+    __m256 av[N];
+#pragma GCC unroll 4
+    for (int j = 0; j < N; ++j) av[j] = SA::Load8(a[j] + i);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 wv = SW::Load8(w[r] + i);
+#pragma GCC unroll 4
+      for (int j = 0; j < N; ++j) acc[r][j] = _mm256_fmadd_ps(wv, av[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < N; ++j) {
+      out[j * out_stride + r] = HsumPs(acc[r][j]) + FloatTail<SW, SA>(w[r], a[j], i, k);
+    }
+  }
+}
+
+template <class SW, class SA, int R>
+void VecDotFloatTileRows(int64_t k, const typename SW::T* const* w, const char* act,
+                         size_t act_row_bytes, int n_act, float* out, size_t out_stride) {
+  using TA = typename SA::T;
+  const TA* a[3];
+  for (int j = 0; j < n_act && j < 3; ++j) {
+    a[j] = reinterpret_cast<const TA*>(act + j * act_row_bytes);
+  }
+  switch (n_act) {
+    case 1:
+      return VecDotFloatTileBlock<SW, SA, R, 1>(k, w, a, out, out_stride);
+    case 2:
+      return VecDotFloatTileBlock<SW, SA, R, 2>(k, w, a, out, out_stride);
+    default:
+      return VecDotFloatTileBlock<SW, SA, R, 3>(k, w, a, out, out_stride);
+  }
+}
+
+template <class SW, class SA>
+void VecDotFloatTile(int64_t k, const void* vw, size_t w_row_bytes, int n_rows, const void* act,
+                     size_t act_row_bytes, int n_act, float* out, size_t out_stride) {
+  using T = typename SW::T;
+  const char* wc = static_cast<const char*>(vw);
+  if (n_act > 3) {  // groups of up to three tokens (4 + 4 for four; 3 + 3 + 2 for eight)
+    for (int j0 = 0; j0 < n_act;) {
+      const int left = n_act - j0;
+      const int nj = left == 4 ? 2 : std::min(3, left);
+      VecDotFloatTile<SW, SA>(k, vw, w_row_bytes, n_rows,
+                              static_cast<const char*>(act) + j0 * act_row_bytes, act_row_bytes, nj,
+                              out + j0 * out_stride, out_stride);
+      j0 += nj;
+    }
+    return;
+  }
+  // One token: up to 8 rows (8 chains, 10 registers); two or three tokens: 4 rows at a time
+  // (up to 12 accumulators, 3 activation vectors and the widened weight vector).
+  const int rows_per_block = n_act == 1 ? 8 : 4;
+  const char* a = static_cast<const char*>(act);
+  for (int r0 = 0; r0 < n_rows; r0 += rows_per_block) {
+    const int nr = std::min(rows_per_block, n_rows - r0);
+    const T* w[8];
+    for (int r = 0; r < nr; ++r) w[r] = reinterpret_cast<const T*>(wc + (r0 + r) * w_row_bytes);
+    float* o = out + r0;
+    switch (nr) {
+      case 1:
+        VecDotFloatTileRows<SW, SA, 1>(k, w, a, act_row_bytes, n_act, o, out_stride);
+        break;
+      case 2:
+        VecDotFloatTileRows<SW, SA, 2>(k, w, a, act_row_bytes, n_act, o, out_stride);
+        break;
+      case 3:
+        VecDotFloatTileRows<SW, SA, 3>(k, w, a, act_row_bytes, n_act, o, out_stride);
+        break;
+      case 4:
+        VecDotFloatTileRows<SW, SA, 4>(k, w, a, act_row_bytes, n_act, o, out_stride);
+        break;
+      case 5:  // 5..8 rows: one token only
+        VecDotFloatTileRows<SW, SA, 5>(k, w, a, act_row_bytes, n_act, o, out_stride);
+        break;
+      case 6:
+        VecDotFloatTileRows<SW, SA, 6>(k, w, a, act_row_bytes, n_act, o, out_stride);
+        break;
+      case 7:
+        VecDotFloatTileRows<SW, SA, 7>(k, w, a, act_row_bytes, n_act, o, out_stride);
+        break;
+      default:
+        VecDotFloatTileRows<SW, SA, 8>(k, w, a, act_row_bytes, n_act, o, out_stride);
+        break;
+    }
   }
 }
 
@@ -299,6 +409,9 @@ void RegisterAvx2Legacy(KernelTable& table) {
   set(GgmlType::kQ5_0, VecDotQuantOne<Q5_0W>, VecDotQuantMulti<Q5_0W>);
   set(GgmlType::kQ5_1, VecDotQuantOne<Q5_1W>, VecDotQuantMulti<Q5_1W>);
   set(GgmlType::kQ8_0, VecDotQuantOne<Q8_0W>, VecDotQuantMulti<Q8_0W>);
+  table[static_cast<int>(GgmlType::kF32)].vec_dot_tile = VecDotFloatTile<F32Src, F32Src>;
+  table[static_cast<int>(GgmlType::kF16)].vec_dot_tile = VecDotFloatTile<F16Src, F32Src>;
+  table[static_cast<int>(GgmlType::kBF16)].vec_dot_tile = VecDotFloatTile<BF16Src, BF16Src>;
   table[static_cast<int>(GgmlType::kQ8_0)].quantize = QuantizeQ8_0;
   table[static_cast<int>(GgmlType::kQ8_1)].quantize = QuantizeQ8_1;
   table[static_cast<int>(GgmlType::kF16)].quantize = QuantizeF16;

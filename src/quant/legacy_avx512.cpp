@@ -16,6 +16,8 @@
 namespace lamina::quant_internal {
 namespace {
 
+constexpr int kAvx512TileRows = 4;  // rows per register block of the tiles below
+
 inline float HsumPs(__m256 v) {
   __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   r = _mm_add_ps(r, _mm_movehl_ps(r, r));
@@ -217,7 +219,7 @@ void VecDotFloatTile(int64_t k, const void* vw, size_t w_row_bytes, int n_rows, 
     }
     return;
   }
-  const T* w[kMaxTileRows];
+  const T* w[kAvx512TileRows];
   for (int r = 0; r < n_rows; ++r) {
     w[r] = reinterpret_cast<const T*>(static_cast<const char*>(vw) + r * w_row_bytes);
   }
@@ -434,7 +436,7 @@ void DotTile(int64_t nb, const char* w, size_t w_stride, const char* act, size_t
 
 // Widest token group per row count that keeps R x N accumulators plus R rows' codes, biases
 // and scales within the 32 vector registers.
-constexpr int kTileTokens[kMaxTileRows + 1] = {0, 8, 6, 4, 4};
+constexpr int kTileTokens[kAvx512TileRows + 1] = {0, 8, 6, 4, 4};
 
 template <class W, int R>
 void DotTileRows(int64_t nb, const char* w, size_t w_stride, const char* act, size_t a_stride,
@@ -556,6 +558,17 @@ void VecDotQuantOne(int64_t k, float* s, const void* w, const void* a) {
   VecDotQuantMultiN<W, 1>(k, w, static_cast<const char*>(a), 0, s);
 }
 
+// These tiles block at most kAvx512TileRows rows; a caller may pass up to kMaxTileRows (the AVX2
+// float tile's one-token shape), so the registered kernels take them four at a time.
+template <VecDotTileFn kTile>
+void InTilesOfFour(int64_t k, const void* w, size_t w_row_bytes, int n_rows, const void* act,
+                   size_t act_row_bytes, int n_act, float* out, size_t out_stride) {
+  for (int r = 0; r < n_rows; r += kAvx512TileRows) {
+    kTile(k, static_cast<const char*>(w) + r * w_row_bytes, w_row_bytes,
+          std::min(kAvx512TileRows, n_rows - r), act, act_row_bytes, n_act, out + r, out_stride);
+  }
+}
+
 void RegisterAvx512Legacy(KernelTable& table) {
   auto set = [&](GgmlType t, VecDotFn dot, VecDotMultiFn multi) {
     table[static_cast<int>(t)].vec_dot = dot;
@@ -564,16 +577,19 @@ void RegisterAvx512Legacy(KernelTable& table) {
   set(GgmlType::kF32, VecDotFloatOne<F32Src, F32Src>, VecDotFloatMulti<F32Src, F32Src>);
   set(GgmlType::kF16, VecDotFloatOne<F16Src, F32Src>, VecDotFloatMulti<F16Src, F32Src>);
   set(GgmlType::kBF16, VecDotFloatOne<BF16Src, BF16Src>, VecDotFloatMulti<BF16Src, BF16Src>);
-  table[static_cast<int>(GgmlType::kF32)].vec_dot_tile = VecDotFloatTile<F32Src, F32Src>;
-  table[static_cast<int>(GgmlType::kF16)].vec_dot_tile = VecDotFloatTile<F16Src, F32Src>;
-  table[static_cast<int>(GgmlType::kBF16)].vec_dot_tile = VecDotFloatTile<BF16Src, BF16Src>;
+  table[static_cast<int>(GgmlType::kF32)].vec_dot_tile =
+      InTilesOfFour<VecDotFloatTile<F32Src, F32Src>>;
+  table[static_cast<int>(GgmlType::kF16)].vec_dot_tile =
+      InTilesOfFour<VecDotFloatTile<F16Src, F32Src>>;
+  table[static_cast<int>(GgmlType::kBF16)].vec_dot_tile =
+      InTilesOfFour<VecDotFloatTile<BF16Src, BF16Src>>;
   set(GgmlType::kQ4_0, VecDotTileOne<Q4_0Tile>, VecDotTileMulti<Q4_0Tile>);
-  table[static_cast<int>(GgmlType::kQ4_0)].vec_dot_tile = VecDotTile<Q4_0Tile>;
+  table[static_cast<int>(GgmlType::kQ4_0)].vec_dot_tile = InTilesOfFour<VecDotTile<Q4_0Tile>>;
   set(GgmlType::kQ4_1, VecDotQuantOne<Q4_1W>, VecDotQuantMulti<Q4_1W>);
   set(GgmlType::kQ5_0, VecDotQuantOne<Q5_0W>, VecDotQuantMulti<Q5_0W>);
   set(GgmlType::kQ5_1, VecDotQuantOne<Q5_1W>, VecDotQuantMulti<Q5_1W>);
   set(GgmlType::kQ8_0, VecDotTileOne<Q8_0Tile>, VecDotTileMulti<Q8_0Tile>);
-  table[static_cast<int>(GgmlType::kQ8_0)].vec_dot_tile = VecDotTile<Q8_0Tile>;
+  table[static_cast<int>(GgmlType::kQ8_0)].vec_dot_tile = InTilesOfFour<VecDotTile<Q8_0Tile>>;
   table[static_cast<int>(GgmlType::kQ8_0)].quantize = QuantizeQ8_0;
   table[static_cast<int>(GgmlType::kQ8_1)].quantize = QuantizeQ8_1;
   // F16 activations keep the AVX2 F16C quantizer inherited from the AVX2 table.

@@ -29,7 +29,7 @@ constexpr int kMaxMultiDot = 8;
 using VecDotTileFn = void (*)(int64_t k, const void* w, size_t w_row_bytes, int n_rows,
                               const void* act, size_t act_row_bytes, int n_act, float* out,
                               size_t out_stride);
-constexpr int kMaxTileRows = 4;
+constexpr int kMaxTileRows = 8;  // kernels may block fewer rows per register tile
 
 const char* IsaName(Isa isa);  // Isa: util/cpu_features.h
 // The best ISA this CPU supports (detected once).
