@@ -1,13 +1,15 @@
 // Fuzz target: session-file loading (ParseSessionFile, then Session::RestoreSequence and one
-// decode step over the restored cells) on the shipped model, one session per KV mode; the
-// header's KV-mode field picks the session. Each input is parsed twice: as it is, and with its
-// header and section checksums recomputed, so that mutations reach the checks behind them. A
-// file that parses is restored, saved again, and the saved bytes must parse to the same state.
+// decode step over the restored cells) on the shipped model, one session per KV mode and KV
+// window (the mode's default, or none); the header's KV-mode and window fields pick the session.
+// Each input is parsed twice: as it is, and with its header and section checksums recomputed, so
+// that mutations reach the checks behind them. A file that parses is restored, saved again, and the
+// saved bytes must parse to the same state.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,14 +25,15 @@ namespace {
 using lamina::KvType;
 
 constexpr int kCtx = 64;  // cells per sequence; the seeds hold fewer tokens
-constexpr KvType kModes[] = {KvType::kF32, KvType::kF16, KvType::kInt8, KvType::kQ4_0,
-                             KvType::kK8V4};
+constexpr KvType kModes[] = {KvType::kF32,  KvType::kF16,  KvType::kInt8,
+                             KvType::kQ4_0, KvType::kK8V4, KvType::kK8V4Nl};
 
 struct State {
   std::unique_ptr<lamina::Model> model;
   uint64_t model_hash = 0;
   lamina::ThreadPool pool{1};
-  std::vector<std::unique_ptr<lamina::Session>> sessions;  // [kModes], indexed by KvType
+  // [2][kModes], indexed by KvType: the modes' default KV windows, then no window
+  std::vector<std::unique_ptr<lamina::Session>> sessions;
 };
 
 State* LoadState() {
@@ -44,11 +47,14 @@ State* LoadState() {
   }
   s->model = std::move(model).value();
   s->model_hash = lamina::ModelIdentityHash(*s->model);
-  for (KvType mode : kModes) {
-    lamina::SessionConfig config;
-    config.n_ctx = kCtx;
-    config.kv_type = mode;
-    s->sessions.push_back(std::make_unique<lamina::Session>(*s->model, config, s->pool));
+  for (const bool no_window : {false, true}) {
+    for (KvType mode : kModes) {
+      lamina::SessionConfig config;
+      config.n_ctx = kCtx;
+      config.kv_type = mode;
+      if (no_window) config.kv_window = 0;
+      s->sessions.push_back(std::make_unique<lamina::Session>(*s->model, config, s->pool));
+    }
   }
   return s;
 }
@@ -71,11 +77,15 @@ void Put(uint8_t* p, T v) {
 }
 
 // Rewrites the header checksum and every section checksum that lies inside the bytes.
+// Offsets of the version-2 header (session_file.h).
 void FixChecksums(std::vector<uint8_t>& b) {
-  if (b.size() < 80) return;
-  Put<uint64_t>(b.data() + 72, lamina::Xxh64::Of(b.data(), 72));
+  static_assert(lamina::kSessionFileVersion == 2, "update the header offsets below");
+  constexpr size_t kHeaderBytes = 88;
+  constexpr size_t kHeaderChecksumAt = 80;  // XXH64 of the 80 bytes before it
+  if (b.size() < kHeaderBytes) return;
+  Put<uint64_t>(b.data() + kHeaderChecksumAt, lamina::Xxh64::Of(b.data(), kHeaderChecksumAt));
   const uint32_t n_sections = Get<uint32_t>(b.data() + 60);
-  size_t at = 80;
+  size_t at = kHeaderBytes;
   for (uint32_t s = 0; s < n_sections && s < 32 && b.size() - at >= 24; ++s) {
     const uint64_t bytes = Get<uint64_t>(b.data() + at + 8);
     if (bytes > b.size() - at - 24) break;
@@ -91,8 +101,12 @@ void Check(bool ok, const char* what) {
 }
 
 void LoadOne(State& st, const std::vector<uint8_t>& bytes) {
+  // The session of the header's KV mode, with the mode's default KV window or (header window 0)
+  // none, so that files of either kind get past the configuration checks.
+  constexpr size_t kNumModes = std::size(kModes);
   const uint32_t mode = bytes.size() >= 28 ? Get<uint32_t>(bytes.data() + 24) : 0;
-  lamina::Session& session = *st.sessions[mode % st.sessions.size()];
+  const bool no_window = bytes.size() >= 76 && Get<uint32_t>(bytes.data() + 72) == 0;
+  lamina::Session& session = *st.sessions[mode % kNumModes + (no_window ? kNumModes : 0)];
   auto view = lamina::ParseSessionFile(bytes.data(), bytes.size(), session, st.model_hash);
   if (!view.ok()) {
     Check(!view.error().message.empty(), "a refusal without a reason");
