@@ -119,10 +119,16 @@ void LoadOne(State& st, const std::vector<uint8_t>& bytes) {
       lamina::SerializeSessionFile(session, 0, st.model_hash, view->app);
   auto reparsed = lamina::ParseSessionFile(again.data(), again.size(), session, st.model_hash);
   Check(reparsed.ok(), "a restored state saved again does not parse");
-  Check(reparsed->tokens == view->tokens && reparsed->app == view->app &&
-            reparsed->kv_bytes == view->kv_bytes &&
-            std::memcmp(reparsed->kv, view->kv, view->kv_bytes) == 0,
-        "a restored state saved again differs from the file");
+  Check(reparsed->tokens == view->tokens, "a restored state saved again has other tokens");
+  Check(reparsed->app == view->app, "a restored state saved again has another payload");
+  Check(reparsed->kv_bytes == view->kv_bytes, "a restored state saved again has another KV size");
+  if (std::memcmp(reparsed->kv, view->kv, view->kv_bytes) != 0) {
+    size_t at = 0;
+    while (reparsed->kv[at] == view->kv[at]) ++at;
+    std::fprintf(stderr, "fuzz_session_file: KV state byte %zu of %zu: %u saved again, %u read\n",
+                 at, view->kv_bytes, reparsed->kv[at], view->kv[at]);
+    Check(false, "a restored state saved again has other KV bytes");
+  }
   // One decode step attends over every restored cell (any bit pattern must be survivable).
   if (session.n_past(0) < session.n_ctx()) {
     const int32_t token = view->tokens.empty() ? 1 : view->tokens.back();

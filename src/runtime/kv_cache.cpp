@@ -554,6 +554,36 @@ Status KvCache::CheckSequenceState(int n, const uint8_t* in) const {
       }
     }
   }
+  if (window_ > 0) {
+    // What ExportSequence writes: per layer the first position the ring holds, in
+    // [n - m, n], then each head's K and V copies of the last m positions, zeros below it.
+    const int m = std::min(ring_, n);
+    for (int layer = 0; layer < config_.n_layer; ++layer) {
+      int32_t m0;
+      std::memcpy(&m0, in, sizeof(m0));
+      in += sizeof(m0);
+      if (m0 < n - m || m0 > n) {
+        return Error{"KV window of layer " + std::to_string(layer) + " starts at cell " +
+                     std::to_string(m0) + ", outside [" + std::to_string(n - m) + ", " +
+                     std::to_string(n) + "]"};
+      }
+      for (int h = 0; h < config_.n_kv_heads; ++h) {
+        for (int side = 0; side < 2; ++side) {
+          for (int p = n - m; p < n; ++p, in += ring_row_bytes_) {
+            const char* what = side == 0 ? "exact K copy" : "exact V copy";
+            if (p < m0) {
+              if (std::any_of(in, in + ring_row_bytes_, [](uint8_t b) { return b != 0; })) {
+                return Error{std::string(what) + " before the window's start holds data at " +
+                             where(layer, h, p)};
+              }
+            } else if (has_nan(KvRowFormat::kF16, in)) {
+              return Error{std::string(what) + " holds NaN at " + where(layer, h, p)};
+            }
+          }
+        }
+      }
+    }
+  }
   return Status::Ok();
 }
 

@@ -218,8 +218,10 @@ class KvCache {
   // ExportSequence writes them); every layer then holds n cells.
   void ImportSequence(int seq, int n, const uint8_t* in);
   // Checks n cells in ExportSequence's layout for what the writer never stores (a NaN in a
-  // decoded K or V row, an anchor flag other than 0 or 1, a non-finite anchor); the error names
-  // the layer, KV head and cell. Untrusted state must pass it before ImportSequence.
+  // decoded K or V row, an anchor flag other than 0 or 1, a non-finite anchor; with a KV window:
+  // a window start outside [n - held, n], data in the exact copies before it, a NaN in them); the
+  // error names the layer, KV head and cell. Untrusted state must pass it before ImportSequence,
+  // and state that passes is exported again byte for byte.
   Status CheckSequenceState(int n, const uint8_t* in) const;
 
   // Encoded head rows. Storage is head-major per (sequence, layer): the rows of one KV head
