@@ -47,6 +47,26 @@ ModelDrafter::ModelDrafter(const Model& draft_model, const SessionConfig& config
   LAMINA_CHECK(config.n_seq == 1);
 }
 
+int ModelDrafter::KeepCommonPrefix(const std::vector<int32_t>& tokens, int limit) {
+  const std::vector<int32_t>& cached = session_.tokens();
+  int keep = 0;
+  while (keep < limit && keep < static_cast<int>(cached.size()) && cached[keep] == tokens[keep]) {
+    ++keep;
+  }
+  session_.Truncate(keep);
+  return session_.n_past();  // less where a KV window could not be kept
+}
+
+Status ModelDrafter::Prepare(const std::vector<int32_t>& prompt) {
+  // Everything but the last token: Draft evaluates that one for its first logits.
+  const int n = std::min(static_cast<int>(prompt.size()) - 1, session_.n_ctx());
+  if (n <= 0) return Status::Ok();
+  const int keep = KeepCommonPrefix(prompt, n);
+  if (keep >= n) return Status::Ok();
+  Result<const float*> r = session_.Eval(prompt.data() + keep, n - keep, /*all_logits=*/false);
+  return r.ok() ? Status::Ok() : Status(r.error());
+}
+
 Status ModelDrafter::Draft(const std::vector<int32_t>& history, int max_tokens,
                            std::vector<int32_t>* draft) {
   draft->clear();
@@ -56,13 +76,7 @@ Status ModelDrafter::Draft(const std::vector<int32_t>& history, int max_tokens,
   if (max_tokens <= 0) return Status::Ok();
   // Align the draft's cells with the history: keep the common prefix, evaluate the rest (at
   // least the last token, whose logits give the first draft).
-  const std::vector<int32_t>& cached = session_.tokens();
-  int keep = 0;
-  while (keep < n - 1 && keep < static_cast<int>(cached.size()) && cached[keep] == history[keep]) {
-    ++keep;
-  }
-  session_.Truncate(keep);
-  keep = session_.n_past();  // less where a KV window could not be kept
+  const int keep = KeepCommonPrefix(history, n - 1);
   Result<const float*> r = session_.Eval(history.data() + keep, n - keep, /*all_logits=*/false);
   if (!r.ok()) return r.error();
   const int n_vocab = session_.model().hparams().n_vocab;

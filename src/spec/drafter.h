@@ -23,6 +23,12 @@ class Drafter {
   // Replaces *draft with at most max_tokens proposed continuations (possibly none).
   virtual Status Draft(const std::vector<int32_t>& history, int max_tokens,
                        std::vector<int32_t>* draft) = 0;
+  // Called once the target has evaluated the prompt (and counted as prompt time): a draft model
+  // evaluates the prompt as well, so that its first draft costs decode steps, not a prompt.
+  virtual Status Prepare(const std::vector<int32_t>& prompt) {
+    (void)prompt;
+    return Status::Ok();
+  }
   // The target accepted n_accepted of the last draft's n_drafted tokens.
   virtual void Accepted(int n_drafted, int n_accepted) {
     (void)n_drafted;
@@ -53,12 +59,17 @@ class ModelDrafter : public Drafter {
   ModelDrafter(const Model& draft_model, const SessionConfig& config, ThreadPool& pool,
                float p_min);
   const char* name() const override { return "draft"; }
+  Status Prepare(const std::vector<int32_t>& prompt) override;
   Status Draft(const std::vector<int32_t>& history, int max_tokens,
                std::vector<int32_t>* draft) override;
   const Session& session() const { return session_; }
   void set_p_min(float p_min) { p_min_ = p_min; }
 
  private:
+  // Keeps the cells of the longest common prefix of `tokens` and the session's (at most
+  // `limit` tokens), returns how many it kept.
+  int KeepCommonPrefix(const std::vector<int32_t>& tokens, int limit);
+
   Session session_;
   float p_min_;
 };

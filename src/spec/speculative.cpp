@@ -58,6 +58,10 @@ Result<GenerateResult> GenerateSpeculative(
   Result<PromptEval> pe = EvalPrompt(session, seq, prompt, options, on_prompt_progress);
   if (!pe.ok()) return pe.error();
   GenerateResult result = BeginResult(prompt, *pe);
+  const double t_prepare = NowSeconds();
+  Status prepared = drafter.Prepare(prompt);
+  if (!prepared.ok()) return prepared.error();
+  result.prompt_seconds += NowSeconds() - t_prepare;
   const double t1 = NowSeconds();
 
   const int n_vocab = session.model().hparams().n_vocab;
