@@ -47,7 +47,10 @@ std::string ToolsSection(const ChatTools& tools) {
   std::string out =
       "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
       "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
-  for (const jinja::Value& t : tools.array()) out += "\n" + jinja::ToJson(t);
+  for (const jinja::Value& t : tools.array()) {
+    out += '\n';
+    out += jinja::ToJson(t);
+  }
   out +=
       "\n</tools>\n\nFor each function call, return a json object with function name and "
       "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
@@ -138,7 +141,10 @@ std::string RenderChatML(const std::vector<ChatMessage>& m, bool add_generation_
     } else if (msg.role == "assistant" && !msg.tool_calls.empty()) {
       out += "<|im_start|>assistant";
       if (!msg.content.empty()) out += "\n" + msg.content;
-      for (const ChatToolCall& c : msg.tool_calls) out += "\n" + ToolCallBlock(c, false);
+      for (const ChatToolCall& c : msg.tool_calls) {
+        out += '\n';
+        out += ToolCallBlock(c, false);
+      }
       out += "<|im_end|>\n";
     } else {
       out += "<|im_start|>" + msg.role + "\n" + msg.content + "<|im_end|>\n";
