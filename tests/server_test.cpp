@@ -1,8 +1,8 @@
 // `lamina serve` as a real process on a free loopback port, driven over plain HTTP: every native
 // llama-server route, the error shapes, slots and slot files, context limits and shift, token
 // counts and greedy tokens equal to llama.cpp's on stories260K, batch invariance (8 concurrent
-// requests = each alone, in every KV mode, at two batch sizes) and a load of 64 clients with
-// cancellations and oversize bodies.
+// requests = each alone, in every KV mode, at two batch sizes), a load of 64 clients with
+// cancellations and oversize bodies, and tool calling (forced calls, every parsed format).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -1557,4 +1557,109 @@ TEST_F(ServerTest, ToolsRefusedByTheLlama3Builtin) {
   EXPECT_EQ(st, 400) << r.dump();
   EXPECT_NE(r["error"]["message"].get<std::string>().find("--jinja"), std::string::npos)
       << r.dump();
+}
+
+// Tool calls parsed from each format, the output pinned by a grammar under tool_choice "auto":
+// content beside the calls, streamed text held back from a call's opener on, a malformed call
+// and a JSON answer naming no tool left as content.
+TEST_F(ServerTest, ToolCallsParsedFromEveryFormat) {
+  ServerProcess s({"-m", kShipped, "-c", "2048"});
+  ASSERT_TRUE(s.healthy()) << s.Log();
+  const json tools = {{{"type", "function"},
+                       {"function", {{"name", "get_weather"}, {"parameters", json::object()}}}},
+                      {{"type", "function"}, {"function", {{"name", "get_time"}}}}};
+  auto gbnf = [](const std::string& text) { return "root ::= " + json(text).dump(); };
+  struct Case {
+    std::string output;
+    json content;  // the non-streaming content
+    std::vector<std::pair<std::string, std::string>> calls;
+    std::string streamed;  // streamed content
+  };
+  const std::vector<Case> cases = {
+      {"Sure. <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n"
+       "</tool_call>",
+       "Sure.",
+       {{"get_weather", "{\"city\":\"Oslo\"}"}},
+       "Sure. "},
+      {"<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>\n<tool_call>{\"name\": "
+       "\"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}</tool_call>",
+       nullptr,
+       {{"get_time", "{}"}, {"get_weather", "{\"city\":\"Paris\"}"}},
+       ""},
+      {"{\"name\": \"get_time\", \"parameters\": {\"tz\": \"UTC\"}}",
+       nullptr,
+       {{"get_time", "{\"tz\":\"UTC\"}"}},
+       ""},
+      {"[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}]",
+       nullptr,
+       {{"get_weather", "{\"city\":\"Rome\"}"}},
+       ""},
+      {"Hmm <tool_call>{\"name\": \"get_time\", \"arguments\": {]}</tool_call>",
+       "Hmm <tool_call>{\"name\": \"get_time\", \"arguments\": {]}</tool_call>",
+       {},
+       "Hmm <tool_call>{\"name\": \"get_time\", \"arguments\": {]}</tool_call>"},
+      {"{\"name\": \"someone\", \"age\": 3}",
+       "{\"name\": \"someone\", \"age\": 3}",
+       {},
+       "{\"name\": \"someone\", \"age\": 3}"},
+  };
+  httplib::Client c = s.Client();
+  for (const Case& k : cases) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                 {"tools", tools},
+                 {"grammar", gbnf(k.output)},
+                 {"temperature", 0},
+                 {"max_tokens", 300}};
+    auto [st, r] = s.Post("/v1/chat/completions", body);
+    ASSERT_EQ(st, 200) << r.dump();
+    const json& ch = r["choices"][0];
+    EXPECT_EQ(ch["message"]["content"], k.content) << k.output << "\n" << r.dump();
+    EXPECT_EQ(ch["finish_reason"], k.calls.empty() ? "stop" : "tool_calls") << r.dump();
+    if (k.calls.empty()) {
+      EXPECT_FALSE(ch["message"].contains("tool_calls")) << r.dump();
+    } else {
+      ASSERT_EQ(ch["message"]["tool_calls"].size(), k.calls.size()) << r.dump();
+      for (size_t i = 0; i < k.calls.size(); ++i) {
+        EXPECT_EQ(ch["message"]["tool_calls"][i]["function"]["name"], k.calls[i].first);
+        EXPECT_EQ(ch["message"]["tool_calls"][i]["function"]["arguments"], k.calls[i].second);
+      }
+    }
+    // Streamed: the content deltas, then one tool_calls delta per call in order.
+    body["stream"] = true;
+    auto sr = c.Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(sr && sr->status == 200);
+    std::string streamed;
+    std::vector<json> deltas;
+    json finish;
+    for (const json& e : SseEvents(sr->body)) {
+      const json& d = e["choices"][0]["delta"];
+      if (d.contains("content") && d["content"].is_string()) {
+        EXPECT_TRUE(deltas.empty()) << "content after a tool call: " << sr->body;
+        streamed += d["content"].get<std::string>();
+      }
+      if (d.contains("tool_calls")) deltas.push_back(d["tool_calls"][0]);
+      if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
+    }
+    EXPECT_EQ(streamed, k.streamed) << sr->body;
+    EXPECT_EQ(finish, k.calls.empty() ? "stop" : "tool_calls") << sr->body;
+    ASSERT_EQ(deltas.size(), k.calls.size()) << sr->body;
+    for (size_t i = 0; i < k.calls.size(); ++i) {
+      EXPECT_EQ(deltas[i]["index"], i);
+      EXPECT_EQ(deltas[i]["type"], "function");
+      EXPECT_TRUE(deltas[i]["id"].get<std::string>().starts_with("call_"));
+      EXPECT_EQ(deltas[i]["function"]["name"], k.calls[i].first);
+      EXPECT_EQ(deltas[i]["function"]["arguments"], k.calls[i].second);
+    }
+  }
+  // tool_choice "none": the same output is plain content.
+  json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+               {"tools", tools},
+               {"tool_choice", "none"},
+               {"grammar", gbnf(cases[0].output)},
+               {"temperature", 0},
+               {"max_tokens", 300}};
+  auto [st, r] = s.Post("/v1/chat/completions", body);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["content"], cases[0].output);
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
 }
