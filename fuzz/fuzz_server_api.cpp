@@ -86,6 +86,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(c.n_choices >= 1 && c.n_choices <= api::kMaxChoices, "n / n_cmpl out of [1, 16]");
   Check(c.requests.size() % c.n_choices == 0 && c.requests.size() <= 64,
         "not n choices per prompt, or over 64 completions");
+  Check(!c.parse_tool_calls || !c.tool_names.empty(), "tool calls looked for without tools");
   const int n_vocab = st.model->hparams().n_vocab;
   for (const lamina::serve::Request& r : c.requests) {
     for (int32_t id : r.prompt)

@@ -114,6 +114,15 @@ TEST(GrammarMatch, AlternationsGroupsAndRecursion) {
   EXPECT_FALSE(Matches(nested, "[1,]"));
 }
 
+TEST(GrammarParse, GroupRulesNeverClashWithLaterNames) {
+  // A group's own rule once took the name "root-1", refusing a later rule of that name (as
+  // the JSON schema converter writes for an anyOf at the top).
+  auto g = MustParse("root ::= (root-0 | root-1)\nroot-0 ::= \"a\"\nroot-1 ::= \"b\" (\"c\")*\n");
+  EXPECT_TRUE(Matches(g, "a"));
+  EXPECT_TRUE(Matches(g, "bcc"));
+  EXPECT_FALSE(Matches(g, "ab"));
+}
+
 TEST(GrammarMatch, ClassesNegationAnyAndUtf8) {
   auto g = MustParse(
       "root ::= [a-zA-Z_] [a-zA-Z0-9_]* \" \" [^\\n0-9]+ \"\\n\" greek\n"

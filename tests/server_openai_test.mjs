@@ -1,7 +1,7 @@
 // Drives a real `lamina serve` (the shipped model, a free loopback port) with the real `openai`
 // npm package: models, chat completions with and without streaming, n: 2 choices, text
-// completions, prefix reuse in usage, a wrong API key, malformed requests and a prompt over the
-// slot's context.
+// completions, prefix reuse in usage, a wrong API key, malformed requests, a prompt over the
+// slot's context, and tool calls (forced by tool_choice, plain and streamed).
 // Exit 0: pass; 77: skipped (the openai package is not installed); anything else: failure.
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
@@ -242,6 +242,82 @@ await check('a prompt over the slot context is a 400 exceed_context_size_error, 
                          (e) => e.status === 400 && e.error?.type === 'exceed_context_size_error' &&
                                 /512/.test(e.message));
   }
+});
+
+const weatherTool = {
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: 'The weather of a city',
+    parameters: {
+      type: 'object',
+      properties: { city: { type: 'string', enum: ['Paris', 'Oslo'] } },
+      required: ['city'],
+    },
+  },
+};
+const toolAsk = [{ role: 'user', content: 'What is the weather in Paris?' }];
+
+await check('tools with tool_choice "required": a tool call with JSON arguments', async () => {
+  const r = await client.chat.completions.create({
+    model: 'lamina-counter', temperature: 0, max_tokens: 200, tools: [weatherTool],
+    tool_choice: 'required', messages: toolAsk,
+  });
+  const choice = r.choices[0];
+  assert.equal(choice.finish_reason, 'tool_calls');
+  assert.equal(choice.message.content, null);
+  assert.equal(choice.message.tool_calls.length, 1);
+  const call = choice.message.tool_calls[0];
+  assert.match(call.id, /^call_/);
+  assert.equal(call.type, 'function');
+  assert.equal(call.function.name, 'get_weather');
+  const args = JSON.parse(call.function.arguments);
+  assert.ok(['Paris', 'Oslo'].includes(args.city), call.function.arguments);
+
+  // The call and a tool answer go back in the next request.
+  const next = await client.chat.completions.create({
+    model: 'lamina-counter', temperature: 0, max_tokens: 20, tools: [weatherTool],
+    messages: [...toolAsk, choice.message,
+               { role: 'tool', tool_call_id: call.id, content: '{"temp": 21}' }],
+  });
+  assert.ok(['stop', 'length', 'tool_calls'].includes(next.choices[0].finish_reason));
+});
+
+await check('streamed tool call: tool_calls deltas, finish_reason "tool_calls"', async () => {
+  const stream = await client.chat.completions.create({
+    model: 'lamina-counter', temperature: 0, max_tokens: 200, tools: [weatherTool],
+    tool_choice: { type: 'function', function: { name: 'get_weather' } }, stream: true,
+    messages: toolAsk,
+  });
+  const calls = [];
+  let content = '';
+  let finish = null;
+  for await (const c of stream) {
+    const ch = c.choices[0];
+    if (!ch) continue;
+    content += ch.delta?.content ?? '';
+    for (const d of ch.delta?.tool_calls ?? []) {
+      if (!calls[d.index]) calls[d.index] = { id: d.id, name: '', arguments: '' };
+      calls[d.index].name += d.function?.name ?? '';
+      calls[d.index].arguments += d.function?.arguments ?? '';
+    }
+    if (ch.finish_reason) finish = ch.finish_reason;
+  }
+  assert.equal(finish, 'tool_calls');
+  assert.equal(content.includes('<tool_call>'), false, content);
+  assert.equal(calls.length, 1);
+  assert.match(calls[0].id, /^call_/);
+  assert.equal(calls[0].name, 'get_weather');
+  assert.ok(['Paris', 'Oslo'].includes(JSON.parse(calls[0].arguments).city));
+});
+
+await check('malformed tools are a 400', async () => {
+  await assert.rejects(client.chat.completions.create({ model: 'x', tools: [{ type: 'function' }],
+                                                        messages: toolAsk }),
+                       (e) => e.status === 400 && /tools\[0\]\.function/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ model: 'x', tool_choice: 'required',
+                                                        messages: toolAsk }),
+                       (e) => e.status === 400 && /needs "tools"/.test(e.message));
 });
 
 await check('SIGTERM stops the server within a few seconds', async () => { await stopServer(server); });

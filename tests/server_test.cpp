@@ -1,8 +1,8 @@
 // `lamina serve` as a real process on a free loopback port, driven over plain HTTP: every native
 // llama-server route, the error shapes, slots and slot files, context limits and shift, token
 // counts and greedy tokens equal to llama.cpp's on stories260K, batch invariance (8 concurrent
-// requests = each alone, in every KV mode, at two batch sizes) and a load of 64 clients with
-// cancellations and oversize bodies.
+// requests = each alone, in every KV mode, at two batch sizes), a load of 64 clients with
+// cancellations and oversize bodies, and tool calling (forced calls, every parsed format).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -1327,4 +1327,339 @@ TEST_F(ServerTest, AssistantPrefillInEveryTemplate) {
       s.Post("/apply-template", {{"messages", messages}, {"continue_final_message", true}});
   EXPECT_TRUE(open["prompt"].get<std::string>().ends_with("<|im_start|>assistant\n1\n2\n3"))
       << open.dump();
+}
+
+// Tool calling on /v1/chat/completions: tools in the prompt, tool_choice "required" and a named
+// function forcing a parseable call out of the shipped model (which knows no tools), the
+// non-streaming and streaming shapes, "auto" leaving plain answers alone, and the 400s.
+TEST_F(ServerTest, ToolCalls) {
+  ServerProcess s({"-m", kShipped, "-c", "2048", "-np", "2"});
+  ASSERT_TRUE(s.healthy()) << s.Log();
+  const json weather = {
+      {"type", "function"},
+      {"function",
+       {{"name", "get_weather"},
+        {"description", "The weather of a city"},
+        {"parameters",
+         {{"type", "object"},
+          {"properties", {{"city", {{"type", "string"}, {"enum", {"Paris", "Oslo"}}}}}},
+          {"required", {"city"}}}}}}};
+  const json clock = {{"type", "function"},
+                      {"function",
+                       {{"name", "get_time"},
+                        {"parameters",
+                         {{"type", "object"},
+                          {"properties", {{"utc", {{"type", "boolean"}}}}},
+                          {"required", {"utc"}}}}}}};
+  const json tools = {weather, clock};
+  const json ask = {{{"role", "user"}, {"content", "What is the weather in Paris?"}}};
+
+  // The template gets the tools, the assistant's calls and the tool's answer.
+  const json history = {
+      {{"role", "user"}, {"content", "Weather in Paris?"}},
+      {{"role", "assistant"},
+       {"content", nullptr},
+       {"tool_calls",
+        {{{"id", "call_1"},
+          {"type", "function"},
+          {"function", {{"name", "get_weather"}, {"arguments", "{\"city\":\"Paris\"}"}}}}}}},
+      {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "21 C"}}};
+  auto [at, applied] = s.Post("/apply-template", {{"messages", history}, {"tools", tools}});
+  ASSERT_EQ(at, 200) << applied.dump();
+  const std::string prompt = applied["prompt"];
+  // (This test's JSON sorts keys; the server keeps the order it is sent.)
+  EXPECT_NE(prompt.find("<tools>\n{\"function\": {\"description\": \"The weather of a city\", "
+                        "\"name\": \"get_weather\""),
+            std::string::npos)
+      << prompt;
+  EXPECT_NE(prompt.find("<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", "
+                        "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n"
+                        "<|im_start|>user\n<tool_response>\n21 C\n</tool_response><|im_end|>\n"
+                        "<|im_start|>assistant\n"),
+            std::string::npos)
+      << prompt;
+  auto [nt, none] =
+      s.Post("/apply-template", {{"messages", ask}, {"tools", tools}, {"tool_choice", "none"}});
+  ASSERT_EQ(nt, 200);
+  EXPECT_EQ(none["prompt"].get<std::string>().find("<tools>"), std::string::npos);
+
+  // tool_choice "required": a call to an offered tool with arguments of its schema.
+  auto check_call = [](const json& call, const std::string& name) {
+    EXPECT_TRUE(call["id"].get<std::string>().starts_with("call_")) << call.dump();
+    EXPECT_EQ(call["type"], "function");
+    EXPECT_EQ(call["function"]["name"], name) << call.dump();
+    const json args = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+    ASSERT_TRUE(args.is_object()) << call.dump();
+    if (name == "get_weather") {
+      EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Oslo") << args.dump();
+    } else {
+      EXPECT_TRUE(args["utc"].is_boolean()) << args.dump();
+    }
+  };
+  json body = {{"messages", ask},
+               {"tools", tools},
+               {"tool_choice", "required"},
+               {"temperature", 0},
+               {"max_tokens", 200}};
+  auto [st, r] = s.Post("/v1/chat/completions", body);
+  ASSERT_EQ(st, 200) << r.dump();
+  const json& choice = r["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls") << r.dump();
+  EXPECT_TRUE(choice["message"]["content"].is_null()) << r.dump();
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << r.dump();
+  const std::string forced_name = choice["message"]["tool_calls"][0]["function"]["name"];
+  check_call(choice["message"]["tool_calls"][0], forced_name);
+
+  // A named function.
+  for (const std::string name : {"get_time", "get_weather"}) {
+    json named = body;
+    named["tool_choice"] = {{"type", "function"}, {"function", {{"name", name}}}};
+    auto [nst, nr] = s.Post("/v1/chat/completions", named);
+    ASSERT_EQ(nst, 200) << nr.dump();
+    EXPECT_EQ(nr["choices"][0]["finish_reason"], "tool_calls") << nr.dump();
+    ASSERT_EQ(nr["choices"][0]["message"]["tool_calls"].size(), 1u) << nr.dump();
+    check_call(nr["choices"][0]["message"]["tool_calls"][0], name);
+  }
+
+  // Streaming: no tag text in content deltas, one tool_calls delta with index, id, type, name
+  // and the whole arguments, then finish_reason "tool_calls".
+  json sbody = body;
+  sbody["stream"] = true;
+  httplib::Client c = s.Client();
+  auto sr = c.Post("/v1/chat/completions", sbody.dump(), "application/json");
+  ASSERT_TRUE(sr && sr->status == 200);
+  std::string content;
+  std::vector<json> deltas;
+  json finish;
+  for (const json& e : SseEvents(sr->body)) {
+    ASSERT_EQ(e["object"], "chat.completion.chunk") << e.dump();
+    const json& ch = e["choices"][0];
+    if (ch["delta"].contains("content") && ch["delta"]["content"].is_string()) {
+      content += ch["delta"]["content"].get<std::string>();
+    }
+    if (ch["delta"].contains("tool_calls")) {
+      for (const json& d : ch["delta"]["tool_calls"]) deltas.push_back(d);
+    }
+    if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+  }
+  EXPECT_EQ(content.find("<tool_call>"), std::string::npos) << content;
+  EXPECT_EQ(finish, "tool_calls") << sr->body;
+  ASSERT_EQ(deltas.size(), 1u) << sr->body;
+  EXPECT_EQ(deltas[0]["index"], 0);
+  check_call(deltas[0], forced_name);
+  // Greedy: the same call as the non-streaming answer.
+  EXPECT_EQ(deltas[0]["function"]["arguments"],
+            choice["message"]["tool_calls"][0]["function"]["arguments"]);
+
+  // parallel_tool_calls with "required": one call or more, each a valid one.
+  json par = body;
+  par["parallel_tool_calls"] = true;
+  auto [pst, pr] = s.Post("/v1/chat/completions", par);
+  ASSERT_EQ(pst, 200) << pr.dump();
+  if (pr["choices"][0]["finish_reason"] == "tool_calls") {
+    for (const json& call : pr["choices"][0]["message"]["tool_calls"]) {
+      check_call(call, call["function"]["name"]);
+    }
+  } else {
+    EXPECT_EQ(pr["choices"][0]["finish_reason"], "length") << pr.dump();  // calls until the budget
+  }
+
+  // "auto": the model counts as it always does (past 6: the tools prompt is new to it); plain
+  // content, no tool_calls, streamed alike.
+  json counting = {{"messages", {{{"role", "user"}, {"content", "Count from 1 to 6."}}}},
+                   {"tools", tools},
+                   {"temperature", 0},
+                   {"max_tokens", 60}};
+  auto [ast, ar] = s.Post("/v1/chat/completions", counting);
+  ASSERT_EQ(ast, 200) << ar.dump();
+  EXPECT_NE(ar["choices"][0]["finish_reason"], "tool_calls") << ar.dump();
+  EXPECT_FALSE(ar["choices"][0]["message"].contains("tool_calls")) << ar.dump();
+  const std::string answer = ar["choices"][0]["message"]["content"];
+  EXPECT_FALSE(answer.empty());
+  counting["stream"] = true;
+  auto as = c.Post("/v1/chat/completions", counting.dump(), "application/json");
+  ASSERT_TRUE(as && as->status == 200);
+  std::string streamed;
+  for (const json& e : SseEvents(as->body)) {
+    const json& d = e["choices"][0]["delta"];
+    if (d.contains("content") && d["content"].is_string()) streamed += d["content"];
+    EXPECT_FALSE(d.contains("tool_calls")) << e.dump();
+  }
+  EXPECT_EQ(streamed, answer);
+
+  // Untrusted input: clear 400s.
+  json many = json::array();
+  for (int i = 0; i < 129; ++i) {
+    json t = weather;
+    t["function"]["name"] = "f" + std::to_string(i);
+    many.push_back(t);
+  }
+  const std::vector<std::pair<json, std::string>> bad = {
+      {{{"tools", "get_weather"}}, "\"tools\" must be an array"},
+      {{{"tools", {42}}}, "tools[0] must be an object"},
+      {{{"tools", {{{"type", "function"}}}}}, "tools[0].function must be an object"},
+      {{{"tools", {{{"type", "function"}, {"function", {{"name", "a b"}}}}}}},
+       "tools[0].function.name must be"},
+      {{{"tools", {{{"type", "retrieval"}, {"function", {{"name", "a"}}}}}}},
+       "tools[0].type must be \"function\""},
+      {{{"tools", {weather, weather}}}, "given twice"},
+      {{{"tools", many}}, "more than 128 tools"},
+      {{{"tools", tools}, {"tool_choice", "always"}}, "\"tool_choice\" must be"},
+      {{{"tools", tools}, {"tool_choice", 3}}, "\"tool_choice\" must be"},
+      {{{"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "x"}}}}}},
+       "not in \"tools\""},
+      {{{"tool_choice", "required"}}, "needs \"tools\""},
+      {{{"tools", tools}, {"parallel_tool_calls", "yes"}}, "must be a boolean"},
+      {{{"tools", tools}, {"tool_choice", "required"}, {"grammar", "root ::= \"x\""}},
+       "cannot be combined"},
+      {{{"messages", {{{"role", "user"}, {"content", "x"}, {"tool_calls", json::array()}}}}},
+       "only assistant turns have tool_calls"},
+      {{{"messages",
+         {{{"role", "assistant"},
+           {"tool_calls", {{{"function", {{"name", "f"}, {"arguments", 5}}}}}}}}}},
+       "arguments must be a string (JSON) or an object"},
+      {{{"messages", {{{"role", "assistant"}, {"tool_calls", {{{"type", "function"}}}}}}}},
+       "function must be an object"},
+      {{{"messages", {{{"role", "tool"}, {"content", "x"}, {"tool_call_id", 7}}}}},
+       "tool_call_id must be a string"},
+  };
+  for (const auto& [extra, want] : bad) {
+    json b = {{"messages", ask}, {"max_tokens", 4}};
+    for (const auto& [k, v] : extra.items()) b[k] = v;
+    auto [bst, br] = s.Post("/v1/chat/completions", b);
+    EXPECT_EQ(bst, 400) << extra.dump() << " " << br.dump();
+    EXPECT_EQ(br["error"]["code"], 400) << br.dump();
+    EXPECT_EQ(br["error"]["type"], "invalid_request_error") << br.dump();
+    EXPECT_NE(br["error"]["message"].get<std::string>().find(want), std::string::npos)
+        << extra.dump() << " " << br.dump();
+  }
+  // Deeply nested tool parameters are refused, not recursed into.
+  json deep = json::object();
+  for (int i = 0; i < 200; ++i) deep = {{"type", "object"}, {"properties", {{"a", deep}}}};
+  json dt = weather;
+  dt["function"]["parameters"] = deep;
+  auto [dst, dr] = s.Post("/v1/chat/completions", {{"messages", ask}, {"tools", {dt}}});
+  EXPECT_EQ(dst, 400) << dr.dump();
+  // The server is still serving.
+  auto [hst, hr] = s.Get("/health");
+  EXPECT_EQ(hst, 200);
+}
+
+// The built-in llama3 format renders no tools: a clear 400 (the --jinja template may).
+TEST_F(ServerTest, ToolsRefusedByTheLlama3Builtin) {
+  ServerProcess s({"-m", kShipped, "-c", "512", "--chat-template", "llama3"});
+  ASSERT_TRUE(s.healthy()) << s.Log();
+  const json weather = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  auto [st, r] =
+      s.Post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                                      {"tools", {weather}},
+                                      {"max_tokens", 4}});
+  EXPECT_EQ(st, 400) << r.dump();
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("--jinja"), std::string::npos)
+      << r.dump();
+}
+
+// Tool calls parsed from each format, the output pinned by a grammar under tool_choice "auto":
+// content beside the calls, streamed text held back from a call's opener on, a malformed call
+// and a JSON answer naming no tool left as content.
+TEST_F(ServerTest, ToolCallsParsedFromEveryFormat) {
+  ServerProcess s({"-m", kShipped, "-c", "2048"});
+  ASSERT_TRUE(s.healthy()) << s.Log();
+  const json tools = {{{"type", "function"},
+                       {"function", {{"name", "get_weather"}, {"parameters", json::object()}}}},
+                      {{"type", "function"}, {"function", {{"name", "get_time"}}}}};
+  auto gbnf = [](const std::string& text) { return "root ::= " + json(text).dump(); };
+  struct Case {
+    std::string output;
+    json content;  // the non-streaming content
+    std::vector<std::pair<std::string, std::string>> calls;
+    std::string streamed;  // streamed content
+  };
+  const std::vector<Case> cases = {
+      {"Sure. <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n"
+       "</tool_call>",
+       "Sure.",
+       {{"get_weather", "{\"city\":\"Oslo\"}"}},
+       "Sure. "},
+      {"<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>\n<tool_call>{\"name\": "
+       "\"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}</tool_call>",
+       nullptr,
+       {{"get_time", "{}"}, {"get_weather", "{\"city\":\"Paris\"}"}},
+       ""},
+      {"{\"name\": \"get_time\", \"parameters\": {\"tz\": \"UTC\"}}",
+       nullptr,
+       {{"get_time", "{\"tz\":\"UTC\"}"}},
+       ""},
+      {"[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}]",
+       nullptr,
+       {{"get_weather", "{\"city\":\"Rome\"}"}},
+       ""},
+      {"Hmm <tool_call>{\"name\": \"get_time\", \"arguments\": {]}</tool_call>",
+       "Hmm <tool_call>{\"name\": \"get_time\", \"arguments\": {]}</tool_call>",
+       {},
+       "Hmm <tool_call>{\"name\": \"get_time\", \"arguments\": {]}</tool_call>"},
+      {"{\"name\": \"someone\", \"age\": 3}",
+       "{\"name\": \"someone\", \"age\": 3}",
+       {},
+       "{\"name\": \"someone\", \"age\": 3}"},
+  };
+  httplib::Client c = s.Client();
+  for (const Case& k : cases) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                 {"tools", tools},
+                 {"grammar", gbnf(k.output)},
+                 {"temperature", 0},
+                 {"max_tokens", 300}};
+    auto [st, r] = s.Post("/v1/chat/completions", body);
+    ASSERT_EQ(st, 200) << r.dump();
+    const json& ch = r["choices"][0];
+    EXPECT_EQ(ch["message"]["content"], k.content) << k.output << "\n" << r.dump();
+    EXPECT_EQ(ch["finish_reason"], k.calls.empty() ? "stop" : "tool_calls") << r.dump();
+    if (k.calls.empty()) {
+      EXPECT_FALSE(ch["message"].contains("tool_calls")) << r.dump();
+    } else {
+      ASSERT_EQ(ch["message"]["tool_calls"].size(), k.calls.size()) << r.dump();
+      for (size_t i = 0; i < k.calls.size(); ++i) {
+        EXPECT_EQ(ch["message"]["tool_calls"][i]["function"]["name"], k.calls[i].first);
+        EXPECT_EQ(ch["message"]["tool_calls"][i]["function"]["arguments"], k.calls[i].second);
+      }
+    }
+    // Streamed: the content deltas, then one tool_calls delta per call in order.
+    body["stream"] = true;
+    auto sr = c.Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(sr && sr->status == 200);
+    std::string streamed;
+    std::vector<json> deltas;
+    json finish;
+    for (const json& e : SseEvents(sr->body)) {
+      const json& d = e["choices"][0]["delta"];
+      if (d.contains("content") && d["content"].is_string()) {
+        EXPECT_TRUE(deltas.empty()) << "content after a tool call: " << sr->body;
+        streamed += d["content"].get<std::string>();
+      }
+      if (d.contains("tool_calls")) deltas.push_back(d["tool_calls"][0]);
+      if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
+    }
+    EXPECT_EQ(streamed, k.streamed) << sr->body;
+    EXPECT_EQ(finish, k.calls.empty() ? "stop" : "tool_calls") << sr->body;
+    ASSERT_EQ(deltas.size(), k.calls.size()) << sr->body;
+    for (size_t i = 0; i < k.calls.size(); ++i) {
+      EXPECT_EQ(deltas[i]["index"], i);
+      EXPECT_EQ(deltas[i]["type"], "function");
+      EXPECT_TRUE(deltas[i]["id"].get<std::string>().starts_with("call_"));
+      EXPECT_EQ(deltas[i]["function"]["name"], k.calls[i].first);
+      EXPECT_EQ(deltas[i]["function"]["arguments"], k.calls[i].second);
+    }
+  }
+  // tool_choice "none": the same output is plain content.
+  json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+               {"tools", tools},
+               {"tool_choice", "none"},
+               {"grammar", gbnf(cases[0].output)},
+               {"temperature", 0},
+               {"max_tokens", 300}};
+  auto [st, r] = s.Post("/v1/chat/completions", body);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["content"], cases[0].output);
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
 }

@@ -153,10 +153,12 @@ class GrammarBuilder {
     return id;
   }
 
+  // A rule for a group or repetition; '#' keeps its name apart from every name the source may
+  // define later (a JSON schema's converter names rules "root-1", "root-2", ...).
   uint32_t NewRule(const std::string& base) {
     std::string name;
     do {
-      name = base + "-" + std::to_string(++generated_);
+      name = base + "#" + std::to_string(++generated_);
     } while (ids_.count(name));
     const uint32_t id = RuleId(name, pos_);
     defined_.insert(id);

@@ -39,10 +39,47 @@ bool IsToolResponse(std::string_view content) {
   return content.starts_with("<tool_response>") && content.ends_with("</tool_response>");
 }
 
+bool HasTools(const ChatTools& tools) { return tools.is_array() && !tools.array().empty(); }
+
+// The "# Tools" section of Qwen2.5's and Qwen3's templates (the text after the system prompt
+// and its blank line), ending with the system turn's <|im_end|>.
+std::string ToolsSection(const ChatTools& tools) {
+  std::string out =
+      "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+      "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+  for (const jinja::Value& t : tools.array()) {
+    out += '\n';
+    out += jinja::ToJson(t);
+  }
+  out +=
+      "\n</tools>\n\nFor each function call, return a json object with function name and "
+      "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+      "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
+  return out;
+}
+
+// One Hermes-style call block; arguments as `| tojson` writes them (Qwen3: a string as is).
+std::string ToolCallBlock(const ChatToolCall& c, bool string_as_is) {
+  const std::string args =
+      string_as_is && c.arguments.is_string() ? c.arguments.str() : jinja::ToJson(c.arguments);
+  return "<tool_call>\n{\"name\": \"" + c.name + "\", \"arguments\": " + args + "}\n</tool_call>";
+}
+
+// Tool turns in a row become one user turn of <tool_response> blocks (Qwen2.5 and Qwen3).
+void AppendToolTurn(const std::vector<ChatMessage>& m, size_t i, std::string* out) {
+  if (i == 0 || m[i - 1].role != "tool") *out += "<|im_start|>user";
+  *out += "\n<tool_response>\n" + m[i].content + "\n</tool_response>";
+  if (i + 1 == m.size() || m[i + 1].role != "tool") *out += "<|im_end|>\n";
+}
+
 std::string RenderQwen3(const std::vector<ChatMessage>& m, bool add_generation_prompt,
-                        bool enable_thinking) {
+                        bool enable_thinking, const ChatTools& tools) {
   std::string out;
-  if (!m.empty() && m[0].role == "system") {
+  if (HasTools(tools)) {
+    out += "<|im_start|>system\n";
+    if (!m.empty() && m[0].role == "system") out += m[0].content + "\n\n";
+    out += ToolsSection(tools);
+  } else if (!m.empty() && m[0].role == "system") {
     out += "<|im_start|>system\n" + m[0].content + "<|im_end|>\n";
   }
   // The last user turn that is not a tool response: assistant turns after it keep reasoning.
@@ -68,11 +105,13 @@ std::string RenderQwen3(const std::vector<ChatMessage>& m, bool add_generation_p
       } else {
         out += "<|im_start|>assistant\n" + content;
       }
+      for (size_t k = 0; k < msg.tool_calls.size(); ++k) {
+        if (k > 0 || !content.empty()) out += "\n";
+        out += ToolCallBlock(msg.tool_calls[k], /*string_as_is=*/true);
+      }
       out += "<|im_end|>\n";
     } else if (msg.role == "tool") {
-      if (i == 0 || m[i - 1].role != "tool") out += "<|im_start|>user";
-      out += "\n<tool_response>\n" + msg.content + "\n</tool_response>";
-      if (last || m[i + 1].role != "tool") out += "<|im_end|>\n";
+      AppendToolTurn(m, i, &out);
     }
   }
   if (add_generation_prompt) {
@@ -82,14 +121,34 @@ std::string RenderQwen3(const std::vector<ChatMessage>& m, bool add_generation_p
   return out;
 }
 
+// ChatML as Qwen2.5's template writes it (tools, tool calls and tool turns included).
 std::string RenderChatML(const std::vector<ChatMessage>& m, bool add_generation_prompt,
-                         std::string_view default_system) {
+                         std::string_view default_system, const ChatTools& tools) {
   std::string out;
-  if (!default_system.empty() && (m.empty() || m[0].role != "system")) {
+  const bool has_system = !m.empty() && m[0].role == "system";
+  size_t first = 0;
+  if (HasTools(tools)) {
+    const std::string system = has_system ? m[0].content : std::string(default_system);
+    out += "<|im_start|>system\n" + system + (system.empty() ? "" : "\n\n") + ToolsSection(tools);
+    first = has_system ? 1 : 0;
+  } else if (!default_system.empty() && !has_system) {
     out += "<|im_start|>system\n" + std::string(default_system) + "<|im_end|>\n";
   }
-  for (const ChatMessage& msg : m) {
-    out += "<|im_start|>" + msg.role + "\n" + msg.content + "<|im_end|>\n";
+  for (size_t i = first; i < m.size(); ++i) {
+    const ChatMessage& msg = m[i];
+    if (msg.role == "tool") {
+      AppendToolTurn(m, i, &out);
+    } else if (msg.role == "assistant" && !msg.tool_calls.empty()) {
+      out += "<|im_start|>assistant";
+      if (!msg.content.empty()) out += "\n" + msg.content;
+      for (const ChatToolCall& c : msg.tool_calls) {
+        out += '\n';
+        out += ToolCallBlock(c, false);
+      }
+      out += "<|im_end|>\n";
+    } else {
+      out += "<|im_start|>" + msg.role + "\n" + msg.content + "<|im_end|>\n";
+    }
   }
   if (add_generation_prompt) out += "<|im_start|>assistant\n";
   return out;
@@ -218,17 +277,17 @@ std::string DefaultSystemPrompt(std::string_view t) {
 
 std::string RenderChat(ChatFormat format, const std::vector<ChatMessage>& messages,
                        bool add_generation_prompt, bool enable_thinking,
-                       std::string_view default_system) {
+                       std::string_view default_system, const ChatTools& tools) {
   switch (format) {
     case ChatFormat::kQwen3:
-      return RenderQwen3(messages, add_generation_prompt, enable_thinking);
+      return RenderQwen3(messages, add_generation_prompt, enable_thinking, tools);
     case ChatFormat::kLlama3:
       return RenderLlama3(messages, add_generation_prompt);
     case ChatFormat::kChatML:
     case ChatFormat::kJinja:  // rendered by RenderChatJinja; ChatML when called without one
     case ChatFormat::kUnknown:
       // ChatML is the common fallback for an unrecognised template, as in llama.cpp.
-      return RenderChatML(messages, add_generation_prompt, default_system);
+      return RenderChatML(messages, add_generation_prompt, default_system, tools);
   }
   return {};
 }
@@ -296,12 +355,30 @@ Result<ChatSetup> ChatSetupForModel(std::string_view template_text, const Tokeni
 
 Result<std::string> RenderChatJinja(const ChatSetup& setup,
                                     const std::vector<ChatMessage>& messages,
-                                    bool add_generation_prompt, bool enable_thinking) {
+                                    bool add_generation_prompt, bool enable_thinking,
+                                    const ChatTools& tools) {
   LAMINA_CHECK(setup.jinja != nullptr);
   jinja::Array list;
   for (const ChatMessage& m : messages) {
-    list.push_back(jinja::Value::MakeObject(
-        {{"role", jinja::Value(m.role)}, {"content", jinja::Value(m.content)}}));
+    const bool null_content = m.content_null && !m.tool_calls.empty();
+    jinja::Value msg = jinja::Value::MakeObject(
+        {{"role", jinja::Value(m.role)},
+         {"content", null_content ? jinja::Value::None() : jinja::Value(m.content)}});
+    if (!m.tool_calls.empty()) {
+      jinja::Array calls;
+      for (const ChatToolCall& c : m.tool_calls) {
+        jinja::Value call = jinja::Value::MakeObject();
+        if (!c.id.empty()) call.Set("id", jinja::Value(c.id));
+        call.Set("type", jinja::Value("function"));
+        call.Set("function", jinja::Value::MakeObject(
+                                 {{"name", jinja::Value(c.name)}, {"arguments", c.arguments}}));
+        calls.push_back(std::move(call));
+      }
+      msg.Set("tool_calls", jinja::Value::MakeArray(std::move(calls)));
+    }
+    if (!m.tool_call_id.empty()) msg.Set("tool_call_id", jinja::Value(m.tool_call_id));
+    if (!m.name.empty()) msg.Set("name", jinja::Value(m.name));
+    list.push_back(std::move(msg));
   }
   const jinja::Value context = jinja::Value::MakeObject({
       {"messages", jinja::Value::MakeArray(std::move(list))},
@@ -309,7 +386,7 @@ Result<std::string> RenderChatJinja(const ChatSetup& setup,
       {"eos_token", jinja::Value(setup.eos_token)},
       {"add_generation_prompt", jinja::Value(add_generation_prompt)},
       {"enable_thinking", jinja::Value(enable_thinking)},
-      {"tools", jinja::Value::None()},
+      {"tools", HasTools(tools) ? tools : jinja::Value::None()},
   });
   Result<std::string> out = setup.jinja->Render(context, setup.render);
   if (!out.ok()) return Error{"chat template: " + out.error().message};
@@ -317,17 +394,28 @@ Result<std::string> RenderChatJinja(const ChatSetup& setup,
 }
 
 Result<std::string> RenderChatPrompt(const ChatSetup& setup,
-                                     const std::vector<ChatMessage>& messages,
-                                     const Tokenizer& tok) {
+                                     const std::vector<ChatMessage>& messages, const Tokenizer& tok,
+                                     const ChatTools& tools) {
   std::string text;
   if (setup.format == ChatFormat::kJinja) {
     Result<std::string> r = RenderChatJinja(setup, messages, /*add_generation_prompt=*/true,
-                                            /*enable_thinking=*/false);
+                                            /*enable_thinking=*/false, tools);
     if (!r.ok()) return r.error();
     text = std::move(*r);
   } else {
+    if (setup.format == ChatFormat::kLlama3) {
+      bool tool_turns = HasTools(tools);
+      for (const ChatMessage& m : messages) {
+        tool_turns = tool_turns || m.role == "tool" || !m.tool_calls.empty();
+      }
+      if (tool_turns) {
+        return Error{
+            "the built-in llama3 chat format renders no tools, tool calls or tool messages; "
+            "start the server with --jinja to use the model's own template"};
+      }
+    }
     text = RenderChat(setup.format, messages, /*add_generation_prompt=*/true,
-                      /*enable_thinking=*/false, setup.default_system);
+                      /*enable_thinking=*/false, setup.default_system, tools);
   }
   if (tok.add_bos() && tok.bos() >= 0) {
     const std::string& bos = tok.TokenText(tok.bos());

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tokenizer/jinja.h"
@@ -19,10 +20,30 @@ namespace lamina {
 
 enum class ChatFormat { kChatML, kQwen3, kLlama3, kJinja, kUnknown };
 
-struct ChatMessage {
-  std::string role;  // "system", "user", "assistant" (ChatML formats also take "tool")
-  std::string content;
+// A tool call an assistant turn made (OpenAI's tool_calls[i]).
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  // The arguments as templates expect them: an object when the client's arguments are a JSON
+  // object (or a string holding one), else the string as given.
+  jinja::Value arguments;
 };
+
+struct ChatMessage {
+  ChatMessage() = default;
+  ChatMessage(std::string r, std::string c) : role(std::move(r)), content(std::move(c)) {}
+
+  std::string role;  // "system", "user", "assistant", "tool"
+  std::string content;
+  std::vector<ChatToolCall> tool_calls;  // assistant turns
+  std::string tool_call_id;              // tool turns: the call answered
+  std::string name;                      // tool turns: the function's name, when given
+  bool content_null = false;             // the client sent "content": null
+};
+
+// Tools offered to the model: OpenAI's `tools` array as template values (each
+// {"type": "function", "function": {"name", "description", "parameters"}}); none: no tools.
+using ChatTools = jinja::Value;
 
 // The format a template text belongs to, from markers only that format uses.
 ChatFormat DetectChatFormat(std::string_view template_text);
@@ -36,9 +57,16 @@ std::string DefaultSystemPrompt(std::string_view template_text);
 // it (as the official template does) and earlier assistant turns lose their reasoning. kLlama3
 // output starts with "<|begin_of_text|>", so it must be tokenized without adding another BOS.
 // Special-token text in the result is meant to be tokenized with parse_special=true.
+//
+// Tools (kChatML, kQwen3), as Qwen2.5 / Qwen3 (Hermes style) templates render them: a system
+// turn (the conversation's own system text, else for kChatML the default one, then "# Tools")
+// listing each tool as JSON inside <tools></tools> and asking for
+// <tool_call>{"name": ..., "arguments": ...}</tool_call>; assistant tool calls as such blocks
+// after the turn's text; "tool" turns folded into one user turn of <tool_response> blocks.
+// kLlama3 renders no tools (RenderChatPrompt refuses them).
 std::string RenderChat(ChatFormat format, const std::vector<ChatMessage>& messages,
                        bool add_generation_prompt, bool enable_thinking = true,
-                       std::string_view default_system = {});
+                       std::string_view default_system = {}, const ChatTools& tools = {});
 
 // A model's chat setup: the format its template belongs to and its built-in system prompt;
 // for kJinja the parsed template and the texts its bos_token / eos_token variables hold.
@@ -67,19 +95,22 @@ Result<ChatSetup> ChatSetupFromName(std::string_view name, const Tokenizer& toke
 Result<ChatSetup> ChatSetupForModel(std::string_view template_text, const Tokenizer& tokenizer,
                                     bool force_jinja);
 
-// Renders a kJinja setup: messages (role, content), bos_token, eos_token,
-// add_generation_prompt, enable_thinking and tools (none) are the template's variables.
+// Renders a kJinja setup: messages (role, content: none for a null one beside tool calls;
+// tool_calls as [{"id", "type": "function", "function": {"name", "arguments"}}], tool_call_id
+// and name when given), bos_token, eos_token, add_generation_prompt, enable_thinking and tools
+// (none when there are none) are the template's variables.
 Result<std::string> RenderChatJinja(const ChatSetup& setup,
                                     const std::vector<ChatMessage>& messages,
-                                    bool add_generation_prompt, bool enable_thinking);
+                                    bool add_generation_prompt, bool enable_thinking,
+                                    const ChatTools& tools = {});
 
 // The prompt text of a conversation ending with the assistant header, ready for
 // Encode(text, add_special=true, parse_special=true): a leading BOS text (Llama-3's
 // "<|begin_of_text|>") is dropped when the tokenizer adds BOS itself, so it is not doubled.
-// Thinking is off for Qwen3 (the empty think block). Only a Jinja template can fail
-// (raise_exception, a limit).
+// Thinking is off for Qwen3 (the empty think block). A Jinja template can fail
+// (raise_exception, a limit), and kLlama3 refuses tools, tool calls and tool turns.
 Result<std::string> RenderChatPrompt(const ChatSetup& setup,
                                      const std::vector<ChatMessage>& messages,
-                                     const Tokenizer& tokenizer);
+                                     const Tokenizer& tokenizer, const ChatTools& tools = {});
 
 }  // namespace lamina

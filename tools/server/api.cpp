@@ -7,6 +7,7 @@
 
 #include "../json_schema.h"
 #include "runtime/grammar.h"
+#include "serve/tool_calls.h"
 
 namespace lamina::cli::api {
 
@@ -397,6 +398,242 @@ bool ParseCompletion(const json& body, const Model& model, const Defaults& defau
   return true;
 }
 
+namespace {
+
+constexpr int kMaxToolJsonDepth = 64;
+
+// A JSON value as a template value (object members keep their order).
+bool ToTemplateValue(const json& j, int depth, jinja::Value* out) {
+  if (depth > kMaxToolJsonDepth) return false;
+  switch (j.type()) {
+    case json::value_t::null:
+      *out = jinja::Value::None();
+      return true;
+    case json::value_t::boolean:
+      *out = jinja::Value(j.get<bool>());
+      return true;
+    case json::value_t::number_integer:
+      *out = jinja::Value(static_cast<int64_t>(j.get<int64_t>()));
+      return true;
+    case json::value_t::number_unsigned: {
+      const uint64_t u = j.get<uint64_t>();
+      *out = u <= static_cast<uint64_t>(INT64_MAX) ? jinja::Value(static_cast<int64_t>(u))
+                                                   : jinja::Value(static_cast<double>(u));
+      return true;
+    }
+    case json::value_t::number_float:
+      *out = jinja::Value(j.get<double>());
+      return true;
+    case json::value_t::string:
+      *out = jinja::Value(j.get<std::string>());
+      return true;
+    case json::value_t::array: {
+      jinja::Array a;
+      for (const json& v : j) {
+        a.emplace_back();
+        if (!ToTemplateValue(v, depth + 1, &a.back())) return false;
+      }
+      *out = jinja::Value::MakeArray(std::move(a));
+      return true;
+    }
+    case json::value_t::object: {
+      jinja::Object o;
+      for (const auto& [k, v] : j.items()) {
+        o.emplace_back(k, jinja::Value());
+        if (!ToTemplateValue(v, depth + 1, &o.back().second)) return false;
+      }
+      *out = jinja::Value::MakeObject(std::move(o));
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+// Depth of a JSON value (nlohmann parses deep input; templates and grammars must not recurse
+// on it unchecked).
+bool WithinDepth(const json& j, int depth) {
+  if (depth > kMaxToolJsonDepth) return false;
+  if (j.is_array() || j.is_object()) {
+    for (const json& v : j) {
+      if (!WithinDepth(v, depth + 1)) return false;
+    }
+  }
+  return true;
+}
+
+bool ValidToolName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.';
+  });
+}
+
+// An assistant message's "tool_calls".
+bool ReadMessageToolCalls(const json& calls, const std::string& where,
+                          std::vector<ChatToolCall>* out, ApiError* err) {
+  if (!calls.is_array()) return Fail(err, where + ".tool_calls must be an array");
+  if (calls.size() > kMaxToolCallsPerMessage) {
+    return Fail(err, where + ".tool_calls has more than " +
+                         std::to_string(kMaxToolCallsPerMessage) + " calls");
+  }
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const json& c = calls[k];
+    const std::string at = where + ".tool_calls[" + std::to_string(k) + "]";
+    if (!c.is_object()) return Fail(err, at + " must be an object");
+    ChatToolCall call;
+    if (auto id = c.find("id"); id != c.end() && !id->is_null()) {
+      if (!id->is_string()) return Fail(err, at + ".id must be a string");
+      call.id = id->get<std::string>();
+    }
+    if (auto type = c.find("type"); type != c.end() && !type->is_null()) {
+      if (!type->is_string() || *type != "function") {
+        return Fail(err, at + ".type must be \"function\"");
+      }
+    }
+    auto fn = c.find("function");
+    if (fn == c.end() || !fn->is_object()) return Fail(err, at + ".function must be an object");
+    auto name = fn->find("name");
+    if (name == fn->end() || !name->is_string() || name->get<std::string>().empty()) {
+      return Fail(err, at + ".function.name must be a non-empty string");
+    }
+    call.name = name->get<std::string>();
+    auto args = fn->find("arguments");
+    if (args == fn->end() || args->is_null()) {
+      call.arguments = jinja::Value::MakeObject();
+    } else if (args->is_string()) {
+      // Templates (Qwen's, Llama's) write `arguments | tojson`: an object is what they expect.
+      const json parsed = json::parse(args->get<std::string>(), nullptr, false);
+      if (parsed.is_object() && WithinDepth(parsed, 0)) {
+        ToTemplateValue(parsed, 0, &call.arguments);
+      } else {
+        call.arguments = jinja::Value(args->get<std::string>());
+      }
+    } else if (args->is_object()) {
+      if (!ToTemplateValue(*args, 0, &call.arguments)) {
+        return Fail(err, at + ".function.arguments is nested too deeply");
+      }
+    } else {
+      return Fail(err, at + ".function.arguments must be a string (JSON) or an object");
+    }
+    out->push_back(std::move(call));
+  }
+  return true;
+}
+
+}  // namespace
+
+bool ReadTools(const json& body, ToolRequest* out, ApiError* err) {
+  *out = ToolRequest();
+  if (auto it = body.find("tools"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) return Fail(err, "\"tools\" must be an array of function tools");
+    if (it->size() > kMaxTools) {
+      return Fail(err, "\"tools\" has more than " + std::to_string(kMaxTools) + " tools");
+    }
+    if (!WithinDepth(*it, 0)) return Fail(err, "\"tools\" is nested too deeply");
+    if (it->dump().size() > kMaxToolsBytes) {
+      return Fail(err, "\"tools\" is over " + std::to_string(kMaxToolsBytes >> 10) + " KiB");
+    }
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& t = (*it)[i];
+      const std::string at = "tools[" + std::to_string(i) + "]";
+      if (!t.is_object()) return Fail(err, at + " must be an object");
+      auto type = t.find("type");
+      if (type == t.end() || !type->is_string() || *type != "function") {
+        return Fail(err, at + ".type must be \"function\"");
+      }
+      auto fn = t.find("function");
+      if (fn == t.end() || !fn->is_object()) return Fail(err, at + ".function must be an object");
+      auto name = fn->find("name");
+      if (name == fn->end() || !name->is_string() || !ValidToolName(name->get<std::string>())) {
+        return Fail(err, at + ".function.name must be 1 to 64 letters, digits, underscores, "
+                              "dashes or dots");
+      }
+      if (auto d = fn->find("description"); d != fn->end() && !d->is_null() && !d->is_string()) {
+        return Fail(err, at + ".function.description must be a string");
+      }
+      if (auto p = fn->find("parameters"); p != fn->end() && !p->is_null() && !p->is_object()) {
+        return Fail(err, at + ".function.parameters must be an object (a JSON schema)");
+      }
+      const std::string n = name->get<std::string>();
+      if (std::find(out->names.begin(), out->names.end(), n) != out->names.end()) {
+        return Fail(err, "tool \"" + n + "\" is given twice in \"tools\"");
+      }
+      out->names.push_back(n);
+    }
+    out->tools = *it;
+  }
+  const bool has_tools = !out->tools.empty();
+  out->choice = has_tools ? "auto" : "none";
+  if (auto it = body.find("tool_choice"); it != body.end() && !it->is_null()) {
+    if (it->is_string()) {
+      const std::string c = it->get<std::string>();
+      if (c != "none" && c != "auto" && c != "required") {
+        return Fail(err,
+                    "\"tool_choice\" must be \"none\", \"auto\", \"required\" or "
+                    "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+      }
+      out->choice = c;
+    } else if (it->is_object()) {
+      auto fn = it->find("function");
+      auto type = it->find("type");
+      auto name = fn != it->end() && fn->is_object() ? fn->find("name") : it->end();
+      if (type == it->end() || !type->is_string() || *type != "function" || fn == it->end() ||
+          !fn->is_object() || name == fn->end() || !name->is_string()) {
+        return Fail(err,
+                    "\"tool_choice\" must be \"none\", \"auto\", \"required\" or "
+                    "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+      }
+      out->choice = "function";
+      out->forced = name->get<std::string>();
+      if (std::find(out->names.begin(), out->names.end(), out->forced) == out->names.end()) {
+        return Fail(err,
+                    "\"tool_choice\" names \"" + out->forced + "\", which is not in \"tools\"");
+      }
+    } else {
+      return Fail(err, "\"tool_choice\" must be a string or an object");
+    }
+    if (!has_tools && out->choice != "none") {
+      return Fail(err, "\"tool_choice\" needs \"tools\"");
+    }
+  }
+  return GetBool(body, "parallel_tool_calls", &out->parallel, err);
+}
+
+bool ToolCallGrammar(const ToolRequest& tools, std::string* gbnf, std::string* root,
+                     ApiError* err) {
+  // One JSON schema for the call object: {"name": const, "arguments": parameters} per tool.
+  auto call_schema = [&](bool any_arguments) {
+    json alts = json::array();
+    for (const json& t : tools.tools) {
+      const json& fn = t["function"];
+      const std::string name = fn["name"].get<std::string>();
+      if (tools.choice == "function" && name != tools.forced) continue;
+      json params = {{"type", "object"}};
+      if (!any_arguments) {
+        if (auto p = fn.find("parameters"); p != fn.end() && p->is_object() && !p->empty()) {
+          params = *p;
+        }
+      }
+      alts.push_back({{"type", "object"},
+                      {"properties", {{"name", {{"const", name}}}, {"arguments", params}}},
+                      {"required", {"name", "arguments"}}});
+    }
+    return alts.size() == 1 ? alts[0] : json{{"anyOf", alts}};
+  };
+  Result<std::string> converted = JsonSchemaToGbnf(call_schema(false));
+  // A parameters schema the converter cannot take (or one whose $refs point at the tool's own
+  // root): any object for the arguments.
+  if (!converted.ok()) converted = JsonSchemaToGbnf(call_schema(true));
+  if (!converted.ok()) return Fail(err, "tools: " + converted.error().message);
+  *root = "lamina-tool-calls";
+  *gbnf = std::move(*converted) +
+          "\nlamina-tool-call ::= \"<tool_call>\\n\" root \"\\n</tool_call>\"\n" + *root +
+          " ::= lamina-tool-call" + (tools.parallel ? " (\"\\n\" lamina-tool-call)*" : "") + "\n";
+  return true;
+}
+
 bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
                     bool prefill_assistant, std::string* prompt, ApiError* err) {
   if (!body.is_object()) return Fail(err, "the body must be a JSON object");
@@ -413,7 +650,7 @@ bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
     ChatMessage msg{role->get<std::string>(), ""};
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
-      // an assistant turn with tool calls only: empty content
+      msg.content_null = true;  // an assistant turn with tool calls only
     } else if (content->is_string()) {
       msg.content = content->get<std::string>();
     } else if (content->is_array()) {  // content parts: the text ones, concatenated
@@ -429,10 +666,24 @@ bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
     } else {
       return Fail(err, where + ".content must be a string or an array of parts");
     }
+    if (auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null()) {
+      if (msg.role != "assistant")
+        return Fail(err, where + ": only assistant turns have tool_calls");
+      if (!ReadMessageToolCalls(*calls, where, &msg.tool_calls, err)) return false;
+    }
+    for (auto [key, field] :
+         {std::pair{"tool_call_id", &msg.tool_call_id}, std::pair{"name", &msg.name}}) {
+      auto f = m.find(key);
+      if (f == m.end() || f->is_null()) continue;
+      if (!f->is_string()) return Fail(err, where + "." + key + " must be a string");
+      *field = f->get<std::string>();
+    }
     messages.push_back(std::move(msg));
   }
   // Assistant prefill: the last assistant message is continued, not closed.
-  const bool last_is_assistant = messages.back().role == "assistant";
+  // (An assistant turn with tool calls is a finished turn, never continued.)
+  const bool last_is_assistant =
+      messages.back().role == "assistant" && messages.back().tool_calls.empty();
   bool prefill = prefill_assistant && last_is_assistant;
   if (auto cf = body.find("continue_final_message"); cf != body.end() && !cf->is_null()) {
     if (!cf->is_boolean()) return Fail(err, "\"continue_final_message\" must be a boolean");
@@ -450,7 +701,11 @@ bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
     prefix = std::move(messages.back().content);
     messages.pop_back();
   }
-  Result<std::string> text = RenderChatPrompt(chat, messages, model.tokenizer());
+  ToolRequest tools;
+  if (!ReadTools(body, &tools, err)) return false;
+  ChatTools template_tools;
+  if (tools.active()) ToTemplateValue(tools.tools, 0, &template_tools);  // depth checked
+  Result<std::string> text = RenderChatPrompt(chat, messages, model.tokenizer(), template_tools);
   if (!text.ok()) return Fail(err, text.error().message);
   *prompt = std::move(*text) + prefix;
   return true;
@@ -479,6 +734,28 @@ bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,
   }
   r.n_probs = out->logprobs ? std::max(1, out->top_logprobs) : 0;
   if (!ReadChoices(body, "n", 1, out, err)) return false;
+  ToolRequest tools;
+  if (!ReadTools(body, &tools, err)) return false;
+  if (tools.active()) {
+    out->parse_tool_calls = true;
+    out->tool_names = tools.names;
+  }
+  if (tools.active() && tools.choice != "auto") {
+    // "required" or a named function: the output is constrained to a call.
+    std::string unused;
+    bool none = false;
+    if (!ReadConstraint(body, &unused, &none, err)) return false;
+    if (!unused.empty()) {
+      return Fail(err, "\"tool_choice\": \"" + tools.choice +
+                           "\" cannot be combined with \"grammar\", \"json_schema\" or "
+                           "\"response_format\"");
+    }
+    std::string gbnf, root;
+    if (!ToolCallGrammar(tools, &gbnf, &root, err)) return false;
+    Result<std::shared_ptr<const Grammar>> grammar = Grammar::Parse(gbnf, root);
+    if (!grammar.ok()) return Fail(err, "tools: " + grammar.error().message);
+    r.params.grammar = std::move(*grammar);
+  }
   std::string text;
   if (!RenderMessages(body, model, chat, defaults.prefill_assistant, &text, err)) return false;
   r.prompt = TokenizePrompt(model, text, true);

@@ -59,7 +59,34 @@ struct Completion {
   // llama-server's return_progress (streaming only): prompt_progress chunks while the prompt is
   // evaluated.
   bool return_progress = false;
+  // Tool calling (chat): the output is read for tool calls (`tools` given and `tool_choice` not
+  // "none"); the offered tools' names.
+  bool parse_tool_calls = false;
+  std::vector<std::string> tool_names;
 };
+
+// Hard caps on a request's tools.
+inline constexpr size_t kMaxTools = 128;
+inline constexpr size_t kMaxToolsBytes = 256 << 10;  // the `tools` array as compact JSON
+inline constexpr size_t kMaxToolCallsPerMessage = 128;
+
+// A chat body's `tools`, `tool_choice` and `parallel_tool_calls`, checked.
+struct ToolRequest {
+  json tools = json::array();  // the offered tools (validated), empty when none
+  std::vector<std::string> names;
+  // "none" (tools neither rendered nor parsed), "auto", "required" or "function" (one named
+  // tool, `forced`).
+  std::string choice = "none";
+  std::string forced;
+  bool parallel = false;  // llama-server's default
+  bool active() const { return !tools.empty() && choice != "none"; }
+};
+bool ReadTools(const json& body, ToolRequest* out, ApiError* err);
+
+// The grammar that forces a tool call for `tool_choice` "required" or a named function:
+// `<tool_call>\n{"name": <a tool's name>, "arguments": <its parameters' schema, or any
+// object when the schema converter cannot take it>}\n</tool_call>`, one or (parallel) more.
+bool ToolCallGrammar(const ToolRequest& tools, std::string* gbnf, std::string* root, ApiError* err);
 
 // Fills the sampling and control fields shared by every completion route from `body`.
 bool ReadParams(const json& body, const Defaults& defaults, serve::Request* out, ApiError* err);

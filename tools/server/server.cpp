@@ -28,6 +28,7 @@
 #include "model/model.h"
 #include "runtime/kv_cache.h"
 #include "serve/scheduler.h"
+#include "serve/tool_calls.h"
 #include "util/timer.h"
 
 namespace lamina::cli {
@@ -66,6 +67,34 @@ std::string Sse(const json& j) {
 }
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// Generated arguments as compact JSON text (the generated text when it does not parse here).
+std::string ArgumentsText(const std::string& generated) {
+  const json parsed = json::parse(generated, nullptr, false);
+  return parsed.is_discarded() ? generated : Dump(parsed);
+}
+
+// OpenAI's message.tool_calls (streaming: each with its "index").
+json ToolCallsJson(const std::vector<serve::ToolCall>& calls, bool with_index) {
+  json out = json::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    json c = json::object();
+    if (with_index) c["index"] = k;
+    c["id"] = RandomId("call_");
+    c["type"] = "function";
+    c["function"] = {{"name", calls[k].name}, {"arguments", ArgumentsText(calls[k].arguments)}};
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// The content beside tool calls: trimmed; null when nothing is left.
+json ContentBeside(const std::string& text) {
+  const size_t b = text.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return nullptr;
+  const size_t e = text.find_last_not_of(" \t\r\n");
+  return text.substr(b, e - b + 1);
+}
 
 // One finished (or failed) request, for the monitor.
 struct RecentRequest {
@@ -465,13 +494,23 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
                {"logprobs", c->logprobs ? LegacyLogprobs(tok, k.probs) : json(nullptr)},
                {"finish_reason", api::FinishReason(k.last.reason)}});
         } else {
+          json message = {{"role", "assistant"}, {"content", k.text}};
+          const char* finish = api::FinishReason(k.last.reason);
+          if (c->parse_tool_calls) {
+            serve::ToolCallParse parsed = serve::ParseToolCalls(k.text, c->tool_names);
+            if (!parsed.calls.empty()) {
+              message["content"] = ContentBeside(parsed.content);
+              message["tool_calls"] = ToolCallsJson(parsed.calls, false);
+              finish = "tool_calls";
+            }
+          }
           choices.push_back(
               {{"index", i},
-               {"message", {{"role", "assistant"}, {"content", k.text}}},
+               {"message", std::move(message)},
                {"logprobs", c->logprobs
                                 ? json{{"content", ProbEntries(tok, k.probs, c->top_logprobs)}}
                                 : json(nullptr)},
-               {"finish_reason", api::FinishReason(k.last.reason)}});
+               {"finish_reason", finish}});
         }
       }
       return {200,
@@ -521,6 +560,7 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
     std::vector<std::string> text;
     std::vector<std::vector<int32_t>> tokens;
     std::vector<Probs> pending;  // log-probabilities not sent yet (their text may be held back)
+    std::vector<size_t> sent;    // chat with tools: bytes of text sent as content so far
     std::vector<serve::Timings> timings;
     bool finished = false;
   };
@@ -530,6 +570,7 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
   state->text.resize(n_channels);
   state->tokens.resize(n_channels);
   state->pending.resize(n_channels);
+  state->sent.assign(n_channels, 0);
   state->timings.resize(n_channels);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
@@ -622,7 +663,15 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
           state->text[i] += e.text;
           state->tokens[i].insert(state->tokens[i].end(), e.tokens.begin(), e.tokens.end());
           state->pending[i].Add(e);
-          if (e.text.empty() && !(route == Route::kCompletion && c->return_tokens)) return true;
+          std::string text = e.text;
+          if (route == Route::kOaiChat && c->parse_tool_calls) {
+            // Text that may belong to a tool call is held back until the answer is complete.
+            const size_t safe = serve::ToolCallSafePrefix(state->text[i]);
+            if (safe <= state->sent[i]) return true;
+            text = state->text[i].substr(state->sent[i], safe - state->sent[i]);
+            state->sent[i] = safe;
+          }
+          if (text.empty() && !(route == Route::kCompletion && c->return_tokens)) return true;
           const Tokenizer& tok = model_->tokenizer();
           json probs;  // this chunk's log-probabilities, in the route's shape
           const Probs& pending = state->pending[i];
@@ -647,7 +696,7 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
           } else if (route == Route::kOaiCompletion) {
             j = text_chunk(i, e.text, c->logprobs ? probs : json(nullptr), nullptr);
           } else {
-            j = chunk(i, {{"content", e.text}}, nullptr);
+            j = chunk(i, {{"content", text}}, nullptr);
             if (c->logprobs) j["choices"][0]["logprobs"] = probs;
           }
           if (c->timings_per_token) j["timings"] = api::TimingsJson(e.timings);
@@ -679,9 +728,40 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
           j["timings"] = api::TimingsJson(e.timings);
           ok = write(Sse(j));
         } else {
-          json j = chunk(i, json::object(), api::FinishReason(e.reason));
+          const char* finish = api::FinishReason(e.reason);
+          if (c->parse_tool_calls) {
+            // The held-back text: tool calls, or content after all.
+            const std::string& all = state->text[i];
+            serve::ToolCallParse parsed = serve::ParseToolCalls(all, c->tool_names);
+            const size_t sent = state->sent[i];
+            std::string rest;
+            if (parsed.calls.empty()) {
+              rest = all.substr(std::min(sent, all.size()));
+            } else if (parsed.content.compare(0, sent, all, 0, sent) == 0) {
+              rest = parsed.content.substr(std::min(sent, parsed.content.size()));
+              if (rest.find_first_not_of(" \t\r\n") == std::string::npos) rest.clear();
+            }
+            if (!rest.empty() || !state->pending[i].own.empty()) {
+              json j = chunk(i, {{"content", rest}}, nullptr);
+              if (c->logprobs) {
+                j["choices"][0]["logprobs"] = {
+                    {"content",
+                     ProbEntries(model_->tokenizer(), state->pending[i], c->top_logprobs)}};
+              }
+              state->pending[i] = Probs();
+              ok = write(Sse(j));
+            }
+            if (ok && !parsed.calls.empty()) {
+              json calls = ToolCallsJson(parsed.calls, true);
+              for (json& call : calls) {
+                ok = ok && write(Sse(chunk(i, {{"tool_calls", json::array({call})}}, nullptr)));
+              }
+              finish = "tool_calls";
+            }
+          }
+          json j = chunk(i, json::object(), finish);
           j["timings"] = api::TimingsJson(e.timings);
-          ok = write(Sse(j));
+          ok = ok && write(Sse(j));
           if (ok && last && c->include_usage) {
             json u = {{"id", id},
                       {"object", "chat.completion.chunk"},
