@@ -28,28 +28,22 @@ int DraftController::DraftLength(int max_tokens) const {
 
 void DraftController::Record(bool asked, int drafted, int accepted, int emitted, double seconds) {
   if (!adaptive_ || seconds <= 0.0) return;
-  const double tokens = std::max(1, emitted);
+  constexpr double kAlpha = 0.25;
+  const double rate = std::max(1, emitted) / seconds;
   if (!asked) {
-    plain_tokens_ += tokens;
-    plain_seconds_ += seconds;
+    plain_rate_ = n_plain_ == 0 ? rate : plain_rate_ + kAlpha * (rate - plain_rate_);
     ++n_plain_;
     if (pause_left_ > 0) --pause_left_;
     return;
   }
   if (drafted > 0) length_ = accepted == drafted ? std::min(length_, drafted) + 2 : accepted + 1;
-  spec_tokens_ += tokens;
-  spec_seconds_ += seconds;
+  spec_rate_ = n_spec_ == 0 ? rate : spec_rate_ + kAlpha * (rate - spec_rate_);
   ++n_spec_;
-  if (n_spec_ < kMinSpecSteps) return;
-  // Whole-run rates (since the last pause for speculation): single steps of a small model last
-  // a fraction of a millisecond, too short for a per-step average to be steady.
-  const double plain_rate = plain_tokens_ / plain_seconds_;
-  const double spec_rate = spec_tokens_ / spec_seconds_;
-  if (spec_rate < 0.95 * plain_rate) {
+  if (n_spec_ < 3) return;
+  if (spec_rate_ < 0.95 * plain_rate_) {
     pause_left_ = backoff_;
     backoff_ = std::min(256, backoff_ * 2);
     n_spec_ = 0;
-    spec_tokens_ = spec_seconds_ = 0.0;
   } else if (n_spec_ >= 16) {
     backoff_ = 8;  // it pays: a later loss pauses briefly again
   }

@@ -38,10 +38,9 @@ struct SpecStats {
   void Add(const SpecStats& o);
 };
 
-// Decides per step whether to draft and how much. Throughput: tokens per second of the plain
-// steps so far and of the speculative steps since the last pause; after 4 speculative steps,
-// speculation pauses when it is below 0.95 of plain (8 steps, doubling to 256 while it keeps
-// losing) and is tried again after. Length:
+// Decides per step whether to draft and how much. Throughput: an exponential average of tokens
+// per second over speculative steps and over plain ones; speculation pauses when it is below 0.95
+// of plain (8 steps, doubling to 256 while it keeps losing) and is tried again after. Length:
 // after a window whose drafts were all accepted the next may be 2 longer (up to the maximum);
 // after a rejection it is one more than what was accepted.
 class DraftController {
@@ -57,11 +56,8 @@ class DraftController {
 
  private:
   bool adaptive_;
-  static constexpr int kMinSpecSteps = 4;  // speculative steps measured before a decision
-  double plain_tokens_ = 0.0;              // tokens and seconds of plain steps (the whole run)
-  double plain_seconds_ = 0.0;
-  double spec_tokens_ = 0.0;  // of speculative steps since the last pause
-  double spec_seconds_ = 0.0;
+  double plain_rate_ = 0.0;  // tokens/s, exponential average
+  double spec_rate_ = 0.0;
   int n_plain_ = 0;
   int n_spec_ = 0;      // speculative steps since the last pause
   int pause_left_ = 0;  // plain steps left in the current pause
