@@ -82,8 +82,8 @@ TEST(QuantContract, MultiDotEqualsSingleDotBitForBit) {
 // the tile shape and the pair's place in it. Odd block counts take the lone-block tail; float
 // types also a 16-element step and a masked tail.
 TEST(QuantContract, TileDotEqualsSingleDotBitForBit) {
-  const GgmlType types[] = {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kF32, GgmlType::kF16,
-                            GgmlType::kBF16};
+  const GgmlType types[] = {GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kQ8_0,
+                            GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16};
   std::mt19937 rng(19);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   // Float types take any k: 405 = 12 steps of 32, the lone 16-step and a masked tail of 5.

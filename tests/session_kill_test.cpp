@@ -50,7 +50,10 @@ TEST(SessionKill, AKilledSaveLeavesTheOldFileOrTheNewOne) {
   std::uniform_int_distribution<int> delay_us(0, std::max(200, static_cast<int>(3e6 * save_s)));
 
   int mid_save = 0;  // trials where a temporary file shows the kill came during a save
-  for (int trial = 0; trial < kTrials; ++trial) {
+  // kTrials trials, more (up to 4x) while fewer than a quarter of the kills landed during a save:
+  // on a loaded machine the saver may not have started its save yet when the kill comes.
+  int trial = 0;
+  for (; trial < kTrials || (mid_save < kTrials / 4 && trial < 4 * kTrials); ++trial) {
     session.Truncate(0, TokensOfSave(-1));
     ASSERT_TRUE(SaveSessionFile(file, session, 0, hash).ok());
     int done_pipe[2];
@@ -96,7 +99,7 @@ TEST(SessionKill, AKilledSaveLeavesTheOldFileOrTheNewOne) {
         << "trial " << trial << ": " << n << " tokens after " << completed << " saves";
     EXPECT_TRUE(std::equal(view->tokens.begin(), view->tokens.end(), tokens.begin()));
   }
-  std::printf("%d trials, %d killed during a save (one save: %.2f ms)\n", kTrials, mid_save,
+  std::printf("%d trials, %d killed during a save (one save: %.2f ms)\n", trial, mid_save,
               1e3 * save_s);
   EXPECT_GE(mid_save, kTrials / 4) << "the kills should land during saves";
   std::filesystem::remove_all(dir);

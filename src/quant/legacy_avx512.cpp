@@ -570,9 +570,12 @@ void InTilesOfFour(int64_t k, const void* w, size_t w_row_bytes, int n_rows, con
 }
 
 void RegisterAvx512Legacy(KernelTable& table) {
+  // A tile inherited from the AVX2 table gives the AVX2 kernel's bits: every type whose dot
+  // product is replaced here loses it, and the types with an AVX-512 tile set theirs below.
   auto set = [&](GgmlType t, VecDotFn dot, VecDotMultiFn multi) {
     table[static_cast<int>(t)].vec_dot = dot;
     table[static_cast<int>(t)].vec_dot_multi = multi;
+    table[static_cast<int>(t)].vec_dot_tile = nullptr;
   };
   set(GgmlType::kF32, VecDotFloatOne<F32Src, F32Src>, VecDotFloatMulti<F32Src, F32Src>);
   set(GgmlType::kF16, VecDotFloatOne<F16Src, F32Src>, VecDotFloatMulti<F16Src, F32Src>);
