@@ -329,6 +329,156 @@ TEST(Jinja, TruncatedAndCorruptedTemplatesFailCleanly) {
   EXPECT_GT(ok, 0u);
 }
 
+bool Has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+TEST(Jinja, FilterBlocks) {
+  EXPECT_EQ(R("{% filter upper %}hi {{ 'there' }}{% endfilter %}!"), "HI THERE!");
+  EXPECT_EQ(R("{% filter trim | replace('a', 'b') %}  aa  {% endfilter %}|"), "bb|");
+  EXPECT_EQ(R("{% filter indent(2, true) %}x\ny{% endfilter %}"), "  x\n  y");
+  EXPECT_EQ(R("{% for i in [1, 2] %}{% filter upper %}{% filter trim %} a{{ i }} {% endfilter %}"
+              "b{% endfilter %}{% endfor %}"),
+            "A1BA2B");
+  // trim_blocks / lstrip_blocks apply to its tags like any block tag.
+  EXPECT_EQ(R("  {% filter upper %}\nx\n  {% endfilter %}\ny"), "X\ny");
+  EXPECT_TRUE(Has(Err("{% filter nosuch %}x{% endfilter %}"),
+                  "line 1, column 11: unknown filter 'nosuch'"));
+  EXPECT_TRUE(Has(Err("{% filter %}x{% endfilter %}"), "expected a name"));
+  EXPECT_TRUE(Has(Err("{% filter upper %}x"), "line 1, column 4: unclosed 'filter' block"));
+}
+
+TEST(Jinja, CallBlocks) {
+  EXPECT_EQ(R("{% macro box(title) %}[{{ title }}: {{ caller() }}]{% endmacro %}"
+              "{% call box('T') %}body {{ 1 + 1 }}{% endcall %}"),
+            "[T: body 2]");
+  // caller() with arguments; the body sees the call block's variables, not the macro's.
+  EXPECT_EQ(R("{% macro each(xs) %}{% set p = 'macro' %}{% for x in xs %}{{ caller(x) }}"
+              "{% endfor %}{% endmacro %}{% set p = '-' %}"
+              "{% call(item, sep='.') each([1, 2]) %}{{ p }}{{ item }}{{ sep }}{% endcall %}"),
+            "-1.-2.");
+  EXPECT_EQ(R("{% macro twice() %}{{ caller() }}{{ caller() }}{% endmacro %}"
+              "{% for i in [1, 2] %}{% call twice() %}{{ i }}{% endcall %}{% endfor %}"),
+            "1122");
+  // Nested call blocks, and a macro reached through a namespace.
+  EXPECT_EQ(R("{% macro wrap(t) %}<{{ t }}>{{ caller() }}</{{ t }}>{% endmacro %}"
+              "{% set ns = namespace(w=wrap) %}"
+              "{% call ns.w('a') %}{% call wrap('b') %}x{% endcall %}{% endcall %}"),
+            "<a><b>x</b></a>");
+  EXPECT_TRUE(Has(Err("{% macro m() %}{{ caller() }}{% endmacro %}{{ m() }}"), "'caller'"));
+  EXPECT_TRUE(Has(Err("{% set x = 1 %}{% call x() %}{% endcall %}"), "'call' needs a macro"));
+  EXPECT_TRUE(Has(TryRender("{% call 1 + 2 %}{% endcall %}").error().message,
+                  "line 1, column 9: expected a macro call after 'call'"));
+  // Runaway call / caller nesting stops at the macro depth limit with the position.
+  auto t0 = std::chrono::steady_clock::now();
+  std::string e = Err("{% macro r() %}{% call r() %}x{% endcall %}{% endmacro %}{{ r() }}");
+  EXPECT_TRUE(Has(e, "nest deeper than the limit of 50")) << e;
+  EXPECT_TRUE(Has(e, "line 1, column")) << e;
+  e =
+      Err("{% macro m() %}{{ caller() }}{% endmacro %}\n"
+          "{% macro r() %}{% call m() %}{{ r() }}{% endcall %}{% endmacro %}{{ r() }}");
+  EXPECT_TRUE(
+      Has(e, "line 1, column 25: caller() and macro calls nest deeper than the limit of 50"))
+      << e;
+  jinja::Limits small;
+  small.max_call_depth = 3;
+  e =
+      Err("{% macro m() %}{{ caller() }}{% endmacro %}"
+          "{% call m() %}{% call m() %}{% call m() %}x{% endcall %}{% endcall %}{% endcall %}",
+          Value::MakeObject(), small);
+  EXPECT_TRUE(Has(e, "calls nest deeper than the limit of 3")) << e;
+  EXPECT_LT(Seconds(t0), 5.0);
+}
+
+TEST(Jinja, LoopHelpers) {
+  EXPECT_EQ(R("{% for x in range(5) %}{{ loop.cycle('a', 'b', 'c') }}{% endfor %}"), "abcab");
+  EXPECT_EQ(R("{% for x in [1, 2] %}{{ loop.depth }}{{ loop.depth0 }}"
+              "{% for y in [1] %}{{ loop.depth }}{% endfor %}{% endfor %}"),
+            "101101");
+  EXPECT_EQ(R("{% for x in [1, 1, 2, 2, 3, 1] %}{% if loop.changed(x) %}{{ x }}{% endif %}"
+              "{% endfor %}"),
+            "1231");
+  EXPECT_EQ(R("{% for x in ['a', 'b', 'c'] %}{{ loop.previtem or '^' }}{{ x }}"
+              "{{ loop.nextitem or '$' }}{{ loop.length }} {% endfor %}"),
+            "^ab3 abc3 bc$3 ");
+  // The outer loop's helpers through a variable.
+  EXPECT_EQ(R("{% for x in [1, 2] %}{% set outer = loop %}{% for y in [1, 2] %}"
+              "{{ outer.cycle('o', 'e') }}{% endfor %}{% endfor %}"),
+            "ooee");
+  EXPECT_TRUE(Has(Err("{% for x in [1] %}{{ loop.cycle() }}{% endfor %}"),
+                  "loop.cycle() takes at least one value"));
+}
+
+TEST(Jinja, RecursiveLoops) {
+  auto node = [](const char* name, Array children) {
+    return Value::MakeObject({{"name", name}, {"children", Value::MakeArray(std::move(children))}});
+  };
+  const Value tree = Value::MakeObject(
+      {{"items", Value::MakeArray(
+                     {node("a", {node("b", {}), node("c", {node("d", {})})}), node("e", {})})}});
+  EXPECT_EQ(R("{% for x in items recursive %}{{ x.name }}{{ loop.depth }}"
+              "{% if x.children %}({{ loop(x.children) }}){% endif %}{% endfor %}",
+              tree),
+            "a1(b2c2(d3))e1");
+  EXPECT_EQ(R("{% for x in items recursive %}{{ '  ' * loop.depth0 }}- {{ x.name }}"
+              "{{ loop.index }}/{{ loop.length }};{% if x.children %}{{ loop(x.children) }}"
+              "{% endif %}{% endfor %}",
+              tree),
+            "- a1/2;  - b1/2;  - c2/2;    - d1/1;- e2/2;");
+  EXPECT_TRUE(Has(Err("{% for x in [1] %}{{ loop([2]) }}{% endfor %}"), "not recursive"));
+  EXPECT_TRUE(Has(Err("{% for x in [1] recursive %}{{ loop() }}{% endfor %}"),
+                  "loop() takes one iterable"));
+  // Runaway recursion stops at the call depth limit, wide recursion at the loop limit.
+  auto t0 = std::chrono::steady_clock::now();
+  std::string e = Err("{% for x in [1] recursive %}\n  {{ loop([x]) }}{% endfor %}");
+  EXPECT_TRUE(Has(e, "line 2, column 10: recursive loop calls nest deeper than the limit of 50"))
+      << e;
+  e =
+      Err("{% for x in range(1000) recursive %}{{ loop(range(1000)) if loop.depth < 3 }}"
+          "{% endfor %}");
+  EXPECT_TRUE(Has(e, "the loop limit of 100000 iterations is exceeded")) << e;
+  e = Err("{% for x in range(2) recursive %}{{ loop([x] * 2) ~ 'x' * 100000 }}{% endfor %}");
+  EXPECT_TRUE(Has(e, "limit")) << e;
+  EXPECT_LT(Seconds(t0), 5.0);
+}
+
+TEST(Jinja, PercentFormatting) {
+  EXPECT_EQ(R("{{ '%s: %d' % ('a', 3) }}|{{ '%s!' % 'hi' }}|{{ '100%%' % () }}|{{ 7 % 3 }}"),
+            "a: 3|hi!|100%|1");
+  EXPECT_EQ(R("{{ '%5.2f|%-4d|%04d|%x|%#x|%X|%o|%+d|% d|%e|%g|%.3d|%-5s|%5s' % (3.14159, 7, 42, "
+              "255, 255, 255, 8, 5, 5, 12345.678, 0.0001, 7, 'ab', 'ab') }}"),
+            " 3.14|7   |0042|ff|0xff|FF|10|+5| 5|1.234568e+04|0.0001|007|ab   |   ab");
+  EXPECT_EQ(
+      R("{{ '%(name)s is %(age)d' % {'name': 'Ann', 'age': 30} }}|{{ '%s' % [1, 2] }}|"
+        "{{ '%s' % none }}|{{ '%s' % true }}|{{ '%d' % true }}|{{ '%r' % 'x' }}|"
+        "{{ '%.2s' % 'h\xc3\xa9llo' }}|{{ '%c' % 65 }}|{{ '%d' % -3.7 }}|{{ '%06.1f' % -2.25 }}"
+        "|{{ '%*d' % (4, 1) }}"),
+      "Ann is 30|[1, 2]|None|True|1|'x'|h\xc3\xa9|A|-3|-002.2|   1");
+  EXPECT_EQ(R("{{ '%s - %s'|format('a', 'b') }}|{{ '%(x)s'|format(x=1) }}|{{ '%s'|format([1]) }}"),
+            "a - b|1|[1]");
+  EXPECT_TRUE(Has(Err("{{ '%s %s' % ('a',) }}"), "line 1, column 12: not enough arguments"));
+  EXPECT_TRUE(Has(Err("{{ '%d %d' % (1, 2, 3) }}"), "not all arguments converted"));
+  EXPECT_TRUE(Has(Err("{{ 'x' % 1 }}"), "not all arguments converted"));
+  EXPECT_TRUE(Has(Err("{{ '%d' % 'x' }}"), "%d format: a number is required"));
+  EXPECT_TRUE(Has(Err("{{ '%q' % 1 }}"), "unsupported format character 'q'"));
+  EXPECT_TRUE(Has(Err("{{ '%(k)s' % 1 }}"), "format requires a mapping"));
+  EXPECT_TRUE(Has(Err("{{ '%(k)s' % {} }}"), "format key 'k' is missing"));
+  EXPECT_TRUE(Has(Err("{{ '%' % () }}"), "incomplete format"));
+  EXPECT_TRUE(Has(Err("{{ '%s'|format(1, x=2) }}"), "not both"));
+  EXPECT_TRUE(Has(Err("{{ '%s'|format(1, 2) }}"), "not all arguments converted"));
+  EXPECT_TRUE(Has(Err("{{ '%999999999d' % 1 }}"), "output limit"));
+  EXPECT_TRUE(Has(Err("{{ '%.999999999f' % 1.0 }}"), "output limit"));
+}
+
+TEST(Jinja, WithBlocks) {
+  EXPECT_EQ(R("{% with a = 1, b = 'x' %}{{ a }}{{ b }}{% set a = 2 %}{{ a }}{% endwith %}"
+              "{{ a is defined }}"),
+            "1x2False");
+  EXPECT_EQ(R("{% for i in [1, 2] %}{% with j = i * 10 %}{% if j > 10 %}{% break %}{% endif %}"
+              "{{ j }}{% endwith %}{% endfor %}"),
+            "10");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Chat templates
 
