@@ -303,6 +303,19 @@ TEST(Jinja, LimitsStopRunawayTemplatesQuickly) {
   Result<Template> nested = Template::Parse(deep);
   ASSERT_FALSE(nested.ok());
   EXPECT_NE(nested.error().message.find("nesting deeper than the limit"), std::string::npos);
+  // Long chains of operators, postfixes and filters: a parse error, not a deep tree.
+  for (const std::string link : {"+1", " and 1", " is odd", ".b", "[0]", "|trim", "()"}) {
+    std::string chain = "{{ a";
+    for (int i = 0; i < 100000; ++i) chain += link;
+    Result<Template> t = Template::Parse(chain + " }}");
+    ASSERT_FALSE(t.ok()) << link;
+    EXPECT_NE(t.error().message.find("chains more operations than the limit of 400"),
+              std::string::npos)
+        << t.error().message;
+  }
+  std::string sum = "{{ 1";
+  for (int i = 0; i < 300; ++i) sum += " + 1";
+  EXPECT_EQ(R(sum + " }}"), "301");
   std::string blocks;
   for (int i = 0; i < 5000; ++i) blocks += "{% if true %}";
   Result<Template> deep_blocks = Template::Parse(blocks);

@@ -744,6 +744,23 @@ class Parser {
     ~Depth() { --p->depth_; }
     Parser* p;
   };
+  // Chains of operators, postfixes and filters (a + b + c, x.y[0].z, x|f|g) build left-deep
+  // trees: the links along the current path count against four times the nesting limit (what
+  // rendering allows), so the tree stays shallow enough to walk and free recursively.
+  struct Chain {
+    explicit Chain(Parser* p) : p(p), saved(p->links_) {}
+    ~Chain() { p->links_ = saved; }
+    bool Link(size_t at) {
+      if (++p->links_ > p->limits_.max_nesting * 4) {
+        return p->Fail(at, "an expression chains more operations than the limit of " +
+                               std::to_string(p->limits_.max_nesting * 4));
+      }
+      return true;
+    }
+    Parser* p;
+    int saved;
+  };
+
   bool CheckDepth(size_t at) {
     if (depth_ > limits_.max_nesting) {
       return Fail(at, "nesting deeper than the limit of " + std::to_string(limits_.max_nesting));
@@ -999,8 +1016,10 @@ class Parser {
   }
 
   bool ParseOr(ExprPtr* out) {
+    Chain c(this);
     if (!ParseAnd(out)) return false;
     while (IsName("or")) {
+      if (!c.Link(Peek().pos)) return false;
       ExprPtr e = Make(Expr::K::kOr, Next().pos);
       ExprPtr rhs;
       if (!ParseAnd(&rhs)) return false;
@@ -1012,8 +1031,10 @@ class Parser {
   }
 
   bool ParseAnd(ExprPtr* out) {
+    Chain c(this);
     if (!ParseNot(out)) return false;
     while (IsName("and")) {
+      if (!c.Link(Peek().pos)) return false;
       ExprPtr e = Make(Expr::K::kAnd, Next().pos);
       ExprPtr rhs;
       if (!ParseNot(&rhs)) return false;
@@ -1040,6 +1061,7 @@ class Parser {
   }
 
   bool ParseCompare(ExprPtr* out) {
+    Chain c(this);
     if (!ParseMath1(out)) return false;
     while (true) {
       const Token& t = Peek();
@@ -1058,6 +1080,7 @@ class Parser {
       } else {
         return true;
       }
+      if (!c.Link(t.pos)) return false;
       ExprPtr e = Make(Expr::K::kBinary, t.pos);
       e->name = op;
       ExprPtr rhs;
@@ -1070,12 +1093,14 @@ class Parser {
 
   bool ParseBinaryLevel(ExprPtr* out, std::initializer_list<std::string_view> ops,
                         bool (Parser::*next)(ExprPtr*)) {
+    Chain c(this);
     if (!(this->*next)(out)) return false;
     while (true) {
       const Token& t = Peek();
       bool match = false;
       for (std::string_view op : ops) match = match || (t.type == Tok::kOp && t.text == op);
       if (!match) return true;
+      if (!c.Link(t.pos)) return false;
       Next();
       ExprPtr e = Make(Expr::K::kBinary, t.pos);
       e->name = t.text;
@@ -1129,7 +1154,9 @@ class Parser {
   }
 
   bool ParsePostfix(ExprPtr* out) {
+    Chain c(this);
     while (true) {
+      if ((IsOp(".") || IsOp("[") || IsOp("(")) && !c.Link(Peek().pos)) return false;
       if (IsOp(".")) {
         ExprPtr e = Make(Expr::K::kAttr, Next().pos);
         if (Peek().type == Tok::kInt) {  // foo.0
@@ -1180,7 +1207,9 @@ class Parser {
   }
 
   bool ParseFilters(ExprPtr* out) {
+    Chain c(this);
     while (true) {
+      if ((IsOp("|") || IsName("is")) && !c.Link(Peek().pos)) return false;
       if (IsOp("|")) {
         ExprPtr e = Make(Expr::K::kFilter, Next().pos);
         if (!ExpectName(&e->name)) return false;
@@ -1313,6 +1342,7 @@ class Parser {
   const Limits& limits_;
   size_t p_ = 0;
   int depth_ = 0;
+  int links_ = 0;  // chain links on the current path (Chain)
   Error err_;
 };
 
