@@ -97,6 +97,10 @@ TEST(Jinja, Tests) {
               "{{ 9 is divisibleby(3) }} {{ 'a' is in 'abc' }} {{ 1 is eq 1 }}"),
             "True False True True True True True True True True True");
   EXPECT_EQ(R("{{ not x is defined }}", ctx), "False");
+  EXPECT_EQ(
+      R("{{ strftime_now is defined }}{{ raise_exception is undefined }}{{ range is callable }}"
+        "{% set range = 1 %}{{ range is callable }}"),
+      "TrueFalseTrueFalse");
 }
 
 TEST(Jinja, AttributesItemsAndSlices) {

@@ -3299,7 +3299,19 @@ class Renderer {
       JINJA_TRY(Eval(*e.args[i], &a));
       targs.push_back(std::move(a));
     }
+    // The global functions are defined callables (`strftime_now is defined`, as Llama 3.2's
+    // template asks before it calls it), unless a variable of the same name hides them.
+    if (v.is_undefined() && subject.k == Expr::K::kName && IsGlobalFunction(subject.name) &&
+        (e.name == "defined" || e.name == "undefined" || e.name == "callable")) {
+      *r = e.name != "undefined";
+      return true;
+    }
     return ApplyTest(e.pos, e.name, v, targs, r);
+  }
+
+  static bool IsGlobalFunction(const std::string& name) {
+    return name == "raise_exception" || name == "range" || name == "namespace" || name == "dict" ||
+           name == "strftime_now";
   }
 
   static bool Int(const Value& v, int64_t* out) {
