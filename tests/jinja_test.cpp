@@ -807,5 +807,572 @@ TEST(JinjaChat, EveryGgufTemplateRendersThreeTurns) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Published chat templates, byte for byte. Each template below is the model's published
+// artifact (its tokenizer_config.json chat_template, as copied by the source named above it);
+// each expected string is written from the model card's documented prompt layout.
+
+// A template rendered with a hand-built context (messages of any shape, tools), time fixed.
+Result<std::string> RenderTemplate(std::string_view source, const Value& ctx,
+                                   int64_t now = kJuly26th2024) {
+  Result<Template> t = Template::Parse(source);
+  if (!t.ok()) return t.error();
+  jinja::RenderOptions ro;
+  ro.now_unix = now;
+  return t->Render(ctx, ro);
+}
+
+std::string Rendered(std::string_view source, const Value& ctx, int64_t now = kJuly26th2024) {
+  Result<std::string> r = RenderTemplate(source, ctx, now);
+  EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
+  return r.ok() ? *r : "<error>";
+}
+
+std::string ChatError(std::string_view source, const std::vector<ChatMessage>& m) {
+  Result<std::string> r = RenderChatJinja(JinjaSetup(source, "<s>", "</s>"), m, true, true);
+  EXPECT_FALSE(r.ok());
+  return r.ok() ? "" : r.error().message;
+}
+
+Value Msg(const char* role, Value content) {
+  return Value::MakeObject({{"role", role}, {"content", std::move(content)}});
+}
+
+// The get_weather tool of the tool-use tests, in the OpenAI layout chat templates take.
+Value WeatherTool() {
+  return Value::MakeObject(
+      {{"type", "function"},
+       {"function",
+        Value::MakeObject(
+            {{"name", "get_weather"},
+             {"description", "Get the weather"},
+             {"parameters",
+              Value::MakeObject(
+                  {{"type", "object"},
+                   {"properties",
+                    Value::MakeObject({{"city", Value::MakeObject({{"type", "string"}})}})},
+                   {"required", Value::MakeArray({"city"})}})}})}});
+}
+
+// mistralai/Mistral-Nemo-Instruct-2407 (ggml-org/llama.cpp, models/templates/
+// mistralai-Mistral-Nemo-Instruct-2407.jinja).
+constexpr std::string_view kMistralNemo = R"tpl({%- if messages[0]["role"] == "system" %}
+    {%- set system_message = messages[0]["content"] %}
+    {%- set loop_messages = messages[1:] %}
+{%- else %}
+    {%- set loop_messages = messages %}
+{%- endif %}
+{%- if not tools is defined %}
+    {%- set tools = none %}
+{%- endif %}
+{%- set user_messages = loop_messages | selectattr("role", "equalto", "user") | list %}
+
+{#- This block checks for alternating user/assistant messages, skipping tool calling messages #}
+{%- set ns = namespace() %}
+{%- set ns.index = 0 %}
+{%- for message in loop_messages %}
+    {%- if not (message.role == "tool" or message.role == "tool_results" or (message.tool_calls is defined and message.tool_calls is not none)) %}
+        {%- if (message["role"] == "user") != (ns.index % 2 == 0) %}
+            {{- raise_exception("After the optional system message, conversation roles must alternate user/assistant/user/assistant/...") }}
+        {%- endif %}
+        {%- set ns.index = ns.index + 1 %}
+    {%- endif %}
+{%- endfor %}
+
+{{- bos_token }}
+{%- for message in loop_messages %}
+    {%- if message["role"] == "user" %}
+        {%- if tools is not none and (message == user_messages[-1]) %}
+            {{- "[AVAILABLE_TOOLS][" }}
+            {%- for tool in tools %}
+                {%- set tool = tool.function %}
+                {{- '{"type": "function", "function": {' }}
+                {%- for key, val in tool.items() if key != "return" %}
+                    {%- if val is string %}
+                        {{- '"' + key + '": "' + val + '"' }}
+                    {%- else %}
+                        {{- '"' + key + '": ' + val|tojson }}
+                    {%- endif %}
+                    {%- if not loop.last %}
+                        {{- ", " }}
+                    {%- endif %}
+                {%- endfor %}
+                {{- "}}" }}
+                {%- if not loop.last %}
+                    {{- ", " }}
+                {%- else %}
+                    {{- "]" }}
+                {%- endif %}
+            {%- endfor %}
+            {{- "[/AVAILABLE_TOOLS]" }}
+            {%- endif %}
+        {%- if loop.last and system_message is defined %}
+            {{- "[INST]" + system_message + "\n\n" + message["content"] + "[/INST]" }}
+        {%- else %}
+            {{- "[INST]" + message["content"] + "[/INST]" }}
+        {%- endif %}
+    {%- elif (message.tool_calls is defined and message.tool_calls is not none) %}
+        {{- "[TOOL_CALLS][" }}
+        {%- for tool_call in message.tool_calls %}
+            {%- set out = tool_call.function|tojson %}
+            {{- out[:-1] }}
+            {%- if not tool_call.id is defined or tool_call.id|length != 9 %}
+                {{- raise_exception("Tool call IDs should be alphanumeric strings with length 9!") }}
+            {%- endif %}
+            {{- ', "id": "' + tool_call.id + '"}' }}
+            {%- if not loop.last %}
+                {{- ", " }}
+            {%- else %}
+                {{- "]" + eos_token }}
+            {%- endif %}
+        {%- endfor %}
+    {%- elif message["role"] == "assistant" %}
+        {{- message["content"] + eos_token}}
+    {%- elif message["role"] == "tool_results" or message["role"] == "tool" %}
+        {%- if message.content is defined and message.content.content is defined %}
+            {%- set content = message.content.content %}
+        {%- else %}
+            {%- set content = message.content %}
+        {%- endif %}
+        {{- '[TOOL_RESULTS]{"content": ' + content|string + ", " }}
+        {%- if not message.tool_call_id is defined or message.tool_call_id|length != 9 %}
+            {{- raise_exception("Tool call IDs should be alphanumeric strings with length 9!") }}
+        {%- endif %}
+        {{- '"call_id": "' + message.tool_call_id + '"}[/TOOL_RESULTS]' }}
+    {%- else %}
+        {{- raise_exception("Only user and assistant roles are supported, with the exception of an initial optional system message!") }}
+    {%- endif %}
+{%- endfor %}
+)tpl";
+
+// google/gemma-2-2b-it (ggml-org/llama.cpp, models/templates/google-gemma-2-2b-it.jinja).
+constexpr std::string_view kGemma2 =
+    R"tpl({{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '
+' + message['content'] | trim + '<end_of_turn>
+' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model
+'}}{% endif %})tpl";
+
+// google/gemma-3 instruct (tokenizer_config.json of google/gemma-3-4b-it, bos_token "<bos>";
+// the copy quoted in ShishirPatil/gorilla's BFCL Gemma handler).
+constexpr std::string_view kGemma3 = R"tpl({{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '
+
+' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '
+
+' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '
+' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>
+' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model
+'}}
+{%- endif -%}
+)tpl";
+
+// deepseek-ai/DeepSeek-R1-Distill-Qwen-32B (ggml-org/llama.cpp, models/templates/
+// deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja).
+constexpr std::string_view kDeepSeekR1Distill = R"tpl({% if not add_generation_prompt is defined -%}
+  {%- set add_generation_prompt = false -%}
+{%- endif -%}
+{%- set ns = namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='') -%}
+{%- for message in messages -%}
+  {%- if message['role'] == 'system' -%}
+    {%- set ns.system_prompt = message['content'] -%}
+  {%- endif -%}
+{%- endfor -%}{{bos_token}}{{ns.system_prompt}}
+{%- for message in messages -%}
+  {%- if message['role'] == 'user' -%}
+    {%- set ns.is_tool = false -%}{{'<｜User｜>' + message['content']}}
+  {%- endif -%}
+  {%- if message['role'] == 'assistant' and message['tool_calls'] -%}
+    {%- set ns.is_tool = false -%}
+    {%- for tool in message['tool_calls']-%}
+      {%- if not ns.is_first -%}
+        {{'<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '\n' + '```json' + '\n' + tool['function']['arguments'] + '\n' + '```' + '<｜tool▁call▁end｜>'}}
+        {%- set ns.is_first = true -%}
+      {%- else -%}
+        {{'\n' + '<｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '\n' + '```json' + '\n' + tool['function']['arguments'] + '\n' + '```' + '<｜tool▁call▁end｜>'}}
+      {%- endif -%}
+    {%- endfor -%}
+    {{'<｜tool▁calls▁end｜><｜end▁of▁sentence｜>'}}
+  {%- endif -%}
+  {%- if message['role'] == 'assistant' and message['content'] is not none -%}
+    {%- if ns.is_tool -%}{{'<｜tool▁outputs▁end｜>' + message['content'] + '<｜end▁of▁sentence｜>'}}
+      {%- set ns.is_tool = false -%}
+    {%- else -%}
+      {%- set content = message['content'] -%}
+      {%- if '</think>' in content -%}
+        {%- set content = content.split('</think>')[-1] -%}
+      {%- endif -%}{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}
+    {%- endif -%}
+  {%- endif -%}
+  {%- if message['role'] == 'tool' -%}
+    {%- set ns.is_tool = true -%}
+    {%- if ns.is_output_first -%}{{'<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}
+      {%- set ns.is_output_first = false -%}
+      {%- else -%}{{'\n<｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}
+    {%- endif -%}
+  {%- endif -%}
+{%- endfor -%}
+{%- if ns.is_tool -%}{{'<｜tool▁outputs▁end｜>'}}
+{%- endif -%}
+{%- if add_generation_prompt and not ns.is_tool -%}{{'<｜Assistant｜><think>\n'}}
+{%- endif %})tpl";
+
+// microsoft/Phi-3.5-mini-instruct (ggml-org/llama.cpp, models/templates/
+// microsoft-Phi-3.5-mini-instruct.jinja).
+constexpr std::string_view kPhi35Mini =
+    R"tpl({% for message in messages %}{% if message['role'] == 'system' and message['content'] %}{{'<|system|>
+' + message['content'] + '<|end|>
+'}}{% elif message['role'] == 'user' %}{{'<|user|>
+' + message['content'] + '<|end|>
+'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>
+' + message['content'] + '<|end|>
+'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>
+' }}{% else %}{{ eos_token }}{% endif %})tpl";
+
+// meta-llama/Llama-3.2-3B-Instruct (ggml-org/llama.cpp, models/templates/
+// meta-llama-Llama-3.2-3B-Instruct.jinja).
+constexpr std::string_view kLlama32 = R"tpl({{- bos_token }}
+{%- if custom_tools is defined %}
+    {%- set tools = custom_tools %}
+{%- endif %}
+{%- if not tools_in_user_message is defined %}
+    {%- set tools_in_user_message = true %}
+{%- endif %}
+{%- if not date_string is defined %}
+    {%- if strftime_now is defined %}
+        {%- set date_string = strftime_now("%d %b %Y") %}
+    {%- else %}
+        {%- set date_string = "26 Jul 2024" %}
+    {%- endif %}
+{%- endif %}
+{%- if not tools is defined %}
+    {%- set tools = none %}
+{%- endif %}
+
+{#- This block extracts the system message, so we can slot it into the right place. #}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content']|trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+
+{#- System message #}
+{{- "<|start_header_id|>system<|end_header_id|>\n\n" }}
+{%- if tools is not none %}
+    {{- "Environment: ipython\n" }}
+{%- endif %}
+{{- "Cutting Knowledge Date: December 2023\n" }}
+{{- "Today Date: " + date_string + "\n\n" }}
+{%- if tools is not none and not tools_in_user_message %}
+    {{- "You have access to the following functions. To call a function, please respond with JSON for a function call." }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\n\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+{%- endif %}
+{{- system_message }}
+{{- "<|eot_id|>" }}
+
+{#- Custom tools are passed in a user message with some extra guidance #}
+{%- if tools_in_user_message and not tools is none %}
+    {#- Extract the first user message so we can plug it in here #}
+    {%- if messages | length != 0 %}
+        {%- set first_user_message = messages[0]['content']|trim %}
+        {%- set messages = messages[1:] %}
+    {%- else %}
+        {{- raise_exception("Cannot put tools in the first user message when there's no first user message!") }}
+{%- endif %}
+    {{- '<|start_header_id|>user<|end_header_id|>\n\n' -}}
+    {{- "Given the following functions, please respond with a JSON for a function call " }}
+    {{- "with its proper arguments that best answers the given prompt.\n\n" }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\n\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+    {{- first_user_message + "<|eot_id|>"}}
+{%- endif %}
+
+{%- for message in messages %}
+    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}
+        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}
+    {%- elif 'tool_calls' in message %}
+        {%- if not message.tool_calls|length == 1 %}
+            {{- raise_exception("This model only supports single tool-calls at once!") }}
+        {%- endif %}
+        {%- set tool_call = message.tool_calls[0].function %}
+        {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
+        {{- '{"name": "' + tool_call.name + '", ' }}
+        {{- '"parameters": ' }}
+        {{- tool_call.arguments | tojson }}
+        {{- "}" }}
+        {{- "<|eot_id|>" }}
+    {%- elif message.role == "tool" or message.role == "ipython" %}
+        {{- "<|start_header_id|>ipython<|end_header_id|>\n\n" }}
+        {%- if message.content is mapping or message.content is iterable %}
+            {{- message.content | tojson }}
+        {%- else %}
+            {{- message.content }}
+        {%- endif %}
+        {{- "<|eot_id|>" }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
+{%- endif %}
+)tpl";
+
+// Mistral's instruct layout: <s>[INST]user[/INST]answer</s>[INST]user[/INST]; Nemo's template
+// puts no space after [INST] and folds the system prompt into the last user turn.
+TEST(PublishedTemplates, MistralNemo) {
+  const ChatSetup s = JinjaSetup(kMistralNemo, "<s>", "</s>");
+  const std::string want =
+      "<s>[INST]Hello[/INST]Hi there!</s>[INST]You are a helpful assistant.\n\nHow are you?[/INST]";
+  EXPECT_EQ(Chat(s, ThreeTurns(true), true), want);
+  EXPECT_EQ(Chat(s, ThreeTurns(true), false), want);  // no generation prompt of its own
+  EXPECT_EQ(Chat(s, ThreeTurns(false), true),
+            "<s>[INST]Hello[/INST]Hi there!</s>[INST]How are you?[/INST]");
+  std::string e = ChatError(kMistralNemo, {{"user", "a"}, {"user", "b"}});
+  EXPECT_TRUE(Has(e,
+                  "After the optional system message, conversation roles must alternate "
+                  "user/assistant/user/assistant/..."))
+      << e;
+  e = ChatError(kMistralNemo, {{"user", "a"}, {"critic", "b"}});
+  EXPECT_TRUE(Has(e, "Only user and assistant roles are supported")) << e;
+
+  // Tools: [AVAILABLE_TOOLS] before the last user turn, [TOOL_CALLS] and [TOOL_RESULTS] turns.
+  const Value call = Value::MakeObject(
+      {{"id", "abcdef123"},
+       {"type", "function"},
+       {"function", Value::MakeObject({{"name", "get_weather"},
+                                       {"arguments", Value::MakeObject({{"city", "Paris"}})}})}});
+  Value tool_msg = Msg("tool", "22C");
+  tool_msg.Set("tool_call_id", "abcdef123");
+  Value call_msg = Msg("assistant", Value::None());
+  call_msg.Set("tool_calls", Value::MakeArray({call}));
+  const Value ctx = Value::MakeObject(
+      {{"messages",
+        Value::MakeArray({Msg("user", "What's the weather in Paris?"), call_msg, tool_msg,
+                          Msg("assistant", "It is 22C in Paris."), Msg("user", "And in Rome?")})},
+       {"tools", Value::MakeArray({WeatherTool()})},
+       {"bos_token", "<s>"},
+       {"eos_token", "</s>"},
+       {"add_generation_prompt", true}});
+  EXPECT_EQ(Rendered(kMistralNemo, ctx),
+            "<s>[INST]What's the weather in Paris?[/INST]"
+            "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, "
+            "\"id\": \"abcdef123\"}]</s>"
+            "[TOOL_RESULTS]{\"content\": 22C, \"call_id\": \"abcdef123\"}[/TOOL_RESULTS]"
+            "It is 22C in Paris.</s>"
+            "[AVAILABLE_TOOLS][{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+            "\"description\": \"Get the weather\", \"parameters\": {\"type\": \"object\", "
+            "\"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}]"
+            "[/AVAILABLE_TOOLS][INST]And in Rome?[/INST]");
+  tool_msg.Set("tool_call_id", "short");
+  e = RenderTemplate(kMistralNemo, ctx).error().message;
+  EXPECT_TRUE(Has(e, "Tool call IDs should be alphanumeric strings with length 9!")) << e;
+}
+
+// Gemma's turns: <start_of_turn>user\n...<end_of_turn>\n, the assistant's role named "model".
+TEST(PublishedTemplates, Gemma2) {
+  const ChatSetup s = JinjaSetup(kGemma2, "<bos>", "<eos>");
+  const std::string turns =
+      "<bos><start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\nHi there!"
+      "<end_of_turn>\n<start_of_turn>user\nHow are you?<end_of_turn>\n";
+  EXPECT_EQ(Chat(s, ThreeTurns(false), true), turns + "<start_of_turn>model\n");
+  EXPECT_EQ(Chat(s, ThreeTurns(false), false), turns);
+  // Contents are trimmed.
+  EXPECT_EQ(Chat(s, {{"user", "  Hi \n"}}, true),
+            "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+  // Gemma 2 has no system role, and turns must alternate.
+  EXPECT_TRUE(Has(ChatError(kGemma2, ThreeTurns(true)), "System role not supported"));
+  EXPECT_TRUE(Has(ChatError(kGemma2, {{"user", "a"}, {"user", "b"}}),
+                  "Conversation roles must alternate user/assistant/user/assistant/..."));
+}
+
+// Gemma 3: the same turns; a system prompt opens the first user turn, followed by a blank line.
+TEST(PublishedTemplates, Gemma3) {
+  const ChatSetup s = JinjaSetup(kGemma3, "<bos>", "<eos>");
+  const std::string turns =
+      "<bos><start_of_turn>user\nYou are a helpful assistant.\n\nHello<end_of_turn>\n"
+      "<start_of_turn>model\nHi there!<end_of_turn>\n<start_of_turn>user\nHow are you?"
+      "<end_of_turn>\n";
+  EXPECT_EQ(Chat(s, ThreeTurns(true), true), turns + "<start_of_turn>model\n");
+  EXPECT_EQ(Chat(s, ThreeTurns(true), false), turns);
+  EXPECT_EQ(Chat(s, ThreeTurns(false), true),
+            "<bos><start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\nHi there!"
+            "<end_of_turn>\n<start_of_turn>user\nHow are you?<end_of_turn>\n"
+            "<start_of_turn>model\n");
+  // Multimodal contents: an image part is <start_of_image>, text parts are trimmed.
+  const Value parts = Value::MakeArray(
+      {Value::MakeObject({{"type", "image"}}),
+       Value::MakeObject({{"type", "text"}, {"text", " What is in this image? "}})});
+  const Value sys_parts =
+      Value::MakeArray({Value::MakeObject({{"type", "text"}, {"text", "Be brief."}})});
+  const Value ctx = Value::MakeObject(
+      {{"messages", Value::MakeArray({Msg("system", sys_parts), Msg("user", parts)})},
+       {"bos_token", "<bos>"},
+       {"add_generation_prompt", true}});
+  EXPECT_EQ(Rendered(kGemma3, ctx),
+            "<bos><start_of_turn>user\nBe brief.\n\n<start_of_image>What is in this image?"
+            "<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_TRUE(Has(ChatError(kGemma3, {{"system", "s"}, {"assistant", "a"}}),
+                  "Conversation roles must alternate user/assistant/user/assistant/..."));
+  const Value bad = Value::MakeObject({{"messages", Value::MakeArray({Msg("user", 5)})}});
+  EXPECT_TRUE(Has(RenderTemplate(kGemma3, bad).error().message, "Invalid content type"));
+}
+
+// DeepSeek-R1 distills: the system prompt right after BOS, <｜User｜> / <｜Assistant｜> turns,
+// earlier answers without their reasoning, and the generation prompt opening a think block.
+TEST(PublishedTemplates, DeepSeekR1Distill) {
+  const ChatSetup s =
+      JinjaSetup(kDeepSeekR1Distill, "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>");
+  const std::string turns =
+      "<｜begin▁of▁sentence｜>You are a helpful assistant.<｜User｜>Hello<｜Assistant｜>Hi there!"
+      "<｜end▁of▁sentence｜><｜User｜>How are you?";
+  EXPECT_EQ(Chat(s, ThreeTurns(true), true), turns + "<｜Assistant｜><think>\n");
+  EXPECT_EQ(Chat(s, ThreeTurns(true), false), turns);
+  EXPECT_EQ(
+      Chat(s,
+           {{"user", "Hello"},
+            {"assistant", "<think>\nhmm\n</think>\n\nHi there!"},
+            {"user", "How are you?"}},
+           true),
+      "<｜begin▁of▁sentence｜><｜User｜>Hello<｜Assistant｜>\n\nHi there!<｜end▁of▁sentence｜>"
+      "<｜User｜>How are you?<｜Assistant｜><think>\n");
+  // Tool calls and tool outputs.
+  const Value call = Value::MakeObject(
+      {{"type", "function"},
+       {"function",
+        Value::MakeObject({{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}})}});
+  Value call_msg = Msg("assistant", Value::None());
+  call_msg.Set("tool_calls", Value::MakeArray({call}));
+  const Value ctx = Value::MakeObject(
+      {{"messages",
+        Value::MakeArray({Msg("user", "Weather in Paris?"), call_msg, Msg("tool", "22C"),
+                          Msg("assistant", "It is 22C."), Msg("user", "Thanks")})},
+       {"bos_token", "<｜begin▁of▁sentence｜>"},
+       {"add_generation_prompt", true}});
+  EXPECT_EQ(Rendered(kDeepSeekR1Distill, ctx),
+            "<｜begin▁of▁sentence｜><｜User｜>Weather in Paris?"
+            "<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+            "get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>"
+            "<｜tool▁calls▁end｜><｜end▁of▁sentence｜>"
+            "<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>22C<｜tool▁output▁end｜>"
+            "<｜tool▁outputs▁end｜>It is 22C.<｜end▁of▁sentence｜><｜User｜>Thanks"
+            "<｜Assistant｜><think>\n");
+}
+
+// Phi-3.5: <|role|>\ncontent<|end|>\n per turn; without a generation prompt the text ends
+// with the EOS token.
+TEST(PublishedTemplates, Phi35Mini) {
+  const ChatSetup s = JinjaSetup(kPhi35Mini, "<s>", "<|endoftext|>");
+  const std::string turns =
+      "<|system|>\nYou are a helpful assistant.<|end|>\n<|user|>\nHello<|end|>\n<|assistant|>\n"
+      "Hi there!<|end|>\n<|user|>\nHow are you?<|end|>\n";
+  EXPECT_EQ(Chat(s, ThreeTurns(true), true), turns + "<|assistant|>\n");
+  EXPECT_EQ(Chat(s, ThreeTurns(true), false), turns + "<|endoftext|>");
+  EXPECT_EQ(Chat(s, {{"system", ""}, {"user", "Hi"}}, true),
+            "<|user|>\nHi<|end|>\n<|assistant|>\n");
+}
+
+// Llama 3.2: the system header with the knowledge cutoff and today's date (strftime_now),
+// tools as indented JSON in the first user turn, ipython turns for tool outputs.
+TEST(PublishedTemplates, Llama32) {
+  const ChatSetup s = JinjaSetup(kLlama32, "<|begin_of_text|>", "<|eot_id|>");
+  const std::string head =
+      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+      "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
+  const std::string turns =
+      "<|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\nHi there!<|eot_id|>"
+      "<|start_header_id|>user<|end_header_id|>\n\nHow are you?<|eot_id|>";
+  const std::string gen = "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  EXPECT_EQ(Chat(s, ThreeTurns(true), true),
+            head + "You are a helpful assistant.<|eot_id|>" + turns + gen);
+  EXPECT_EQ(Chat(s, ThreeTurns(true), false),
+            head + "You are a helpful assistant.<|eot_id|>" + turns);
+  EXPECT_EQ(Chat(s, ThreeTurns(false), true), head + "<|eot_id|>" + turns + gen);
+  // Today's date comes from strftime_now (2025-01-15 here), not the template's fallback.
+  const Value plain = Value::MakeObject(
+      {{"messages", Value::MakeArray({Msg("user", "Hi")})}, {"bos_token", "<|begin_of_text|>"}});
+  EXPECT_TRUE(Has(Rendered(kLlama32, plain, 1736899200), "Today Date: 15 Jan 2025\n"));
+
+  Value call_msg = Msg("assistant", Value::None());
+  call_msg.Set("tool_calls",
+               Value::MakeArray({Value::MakeObject(
+                   {{"type", "function"},
+                    {"function", Value::MakeObject(
+                                     {{"name", "get_weather"},
+                                      {"arguments", Value::MakeObject({{"city", "Paris"}})}})}})}));
+  const Value ctx =
+      Value::MakeObject({{"messages", Value::MakeArray({Msg("user", "What's the weather in Paris?"),
+                                                        call_msg, Msg("tool", "22C")})},
+                         {"tools", Value::MakeArray({WeatherTool()})},
+                         {"bos_token", "<|begin_of_text|>"},
+                         {"add_generation_prompt", true}});
+  EXPECT_EQ(Rendered(kLlama32, ctx),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+            "Environment: ipython\nCutting Knowledge Date: December 2023\n"
+            "Today Date: 26 Jul 2024\n\n<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\n"
+            "Given the following functions, please respond with a JSON for a function call with "
+            "its proper arguments that best answers the given prompt.\n\n"
+            "Respond in the format {\"name\": function name, \"parameters\": dictionary of "
+            "argument name and its value}.Do not use variables.\n\n"
+            "{\n    \"type\": \"function\",\n    \"function\": {\n"
+            "        \"name\": \"get_weather\",\n        \"description\": \"Get the weather\",\n"
+            "        \"parameters\": {\n            \"type\": \"object\",\n"
+            "            \"properties\": {\n                \"city\": {\n"
+            "                    \"type\": \"string\"\n                }\n            },\n"
+            "            \"required\": [\n                \"city\"\n            ]\n"
+            "        }\n    }\n}\n\n"
+            "What's the weather in Paris?<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n"
+            "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}<|eot_id|>"
+            "<|start_header_id|>ipython<|end_header_id|>\n\n\"22C\"<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
 }  // namespace
 }  // namespace lamina
