@@ -487,6 +487,16 @@ TEST(Jinja, PercentFormatting) {
   EXPECT_TRUE(Has(Err("{{ '%.999999999f' % 1.0 }}"), "output limit"));
 }
 
+TEST(Jinja, RawBlocks) {
+  EXPECT_EQ(R("{% raw %}{{ x }}{% if %}{# c #}{% endraw %}!"), "{{ x }}{% if %}{# c #}!");
+  EXPECT_EQ(R("a\n  {% raw %}\n{{ b }}\n  {% endraw %}\nc"), "a\n{{ b }}\nc");
+  EXPECT_EQ(R("[{%- raw -%}  {{x}}  {%- endraw %}]"), "[{{x}}]");
+  EXPECT_EQ(R("{% raw %}{% endraw x %}{%endraw%}"), "{% endraw x %}");
+  EXPECT_TRUE(Has(TryRender("ok\n{% raw %}{{ never closed").error().message,
+                  "line 2, column 1: unclosed 'raw' block"));
+  EXPECT_TRUE(Has(TryRender("{% rawx %}").error().message, "unknown statement 'rawx'"));
+}
+
 TEST(Jinja, WithBlocks) {
   EXPECT_EQ(R("{% with a = 1, b = 'x' %}{{ a }}{{ b }}{% set a = 2 %}{{ a }}{% endwith %}"
               "{{ a is defined }}"),

@@ -414,6 +414,16 @@ class Lexer {
         continue;
       }
       const bool block = kind == '%';
+      if (block) {
+        char close_mark = '\0';
+        const size_t after = MatchTag(j, "raw", &close_mark);
+        if (after != std::string_view::npos) {
+          Result<size_t> end = LexRaw(j, after, close_mark, &strip_leading, &trim_newline);
+          if (!end.ok()) return end.error();
+          i = *end;
+          continue;
+        }
+      }
       out_.push_back(Token{block ? Tok::kBlockBegin : Tok::kVarBegin, "", 0, 0, j});
       size_t p = j + 2;
       if (p < src_.size() && (src_[p] == '-' || src_[p] == '+')) ++p;
@@ -428,6 +438,64 @@ class Lexer {
  private:
   Error Fail(size_t at, const std::string& what) const {
     return Error{pos_.Where(at) + ": " + what};
+  }
+
+  // When the block tag at `open` ("{%") is `{% word %}` (with any whitespace control), the
+  // offset after it and its closing mark ('-', '+' or '\0'); npos otherwise.
+  size_t MatchTag(size_t open, std::string_view word, char* close_mark) const {
+    size_t p = open + 2;
+    if (p < src_.size() && (src_[p] == '-' || src_[p] == '+')) ++p;
+    while (p < src_.size() && IsSpace(src_[p])) ++p;
+    if (src_.substr(p, word.size()) != word) return std::string_view::npos;
+    p += word.size();
+    if (p < src_.size() && (IsNameStart(src_[p]) || IsDigit(src_[p]))) {
+      return std::string_view::npos;
+    }
+    while (p < src_.size() && IsSpace(src_[p])) ++p;
+    *close_mark = '\0';
+    if (p < src_.size() && (src_[p] == '-' || src_[p] == '+')) *close_mark = src_[p++];
+    if (src_.substr(p, 2) != "%}") return std::string_view::npos;
+    return p + 2;
+  }
+
+  // {% raw %}...{% endraw %}: the text between the tags, untouched but for the whitespace
+  // control of the two tags (as for any block tag). Returns the offset after "{% endraw %}".
+  Result<size_t> LexRaw(size_t open, size_t start, char raw_close, bool* strip_leading,
+                        bool* trim_newline) {
+    size_t end_open = start;
+    size_t after = std::string_view::npos;
+    char end_close = '\0';
+    while (true) {
+      end_open = src_.find("{%", end_open);
+      if (end_open == std::string_view::npos) {
+        return Fail(open, "unclosed 'raw' block (expected '{% endraw %}')");
+      }
+      after = MatchTag(end_open, "endraw", &end_close);
+      if (after != std::string_view::npos) break;
+      end_open += 2;
+    }
+    size_t b = start, e = end_open;
+    if (raw_close == '-') {
+      while (b < e && IsSpace(src_[b])) ++b;
+    } else if (raw_close != '+') {
+      if (b < e && src_[b] == '\n') {
+        ++b;
+      } else if (b + 1 < e && src_[b] == '\r' && src_[b + 1] == '\n') {
+        b += 2;
+      }
+    }
+    const char end_mark = end_open + 2 < src_.size() ? src_[end_open + 2] : '\0';
+    if (end_mark == '-') {
+      while (e > b && IsSpace(src_[e - 1])) --e;
+    } else if (end_mark != '+') {  // lstrip_blocks
+      size_t k = e;
+      while (k > b && (src_[k - 1] == ' ' || src_[k - 1] == '\t')) --k;
+      if (k == 0 || src_[k - 1] == '\n') e = k;
+    }
+    if (e > b) out_.push_back(Token{Tok::kText, std::string(src_.substr(b, e - b)), 0, 0, b});
+    *strip_leading = end_close == '-';
+    *trim_newline = end_close != '-' && end_close != '+';
+    return after;
   }
 
   // Lexes the inside of a tag from p; returns the offset after its closing delimiter.
