@@ -487,6 +487,31 @@ TEST(Jinja, PercentFormatting) {
   EXPECT_TRUE(Has(Err("{{ '%.999999999f' % 1.0 }}"), "output limit"));
 }
 
+TEST(Jinja, SortUniqueMinMaxFoldCaseLikeJinja) {
+  EXPECT_EQ(R("{{ ['b', 'A', 'a', 'C']|sort }}{{ ['b', 'A', 'C']|sort(case_sensitive=true) }}"
+              "{{ [1, 3, 2]|sort(true) }}{{ ['b', 'a', 'B']|sort(reverse=true) }}"),
+            "['A', 'a', 'b', 'C']['A', 'C', 'b'][3, 2, 1]['b', 'B', 'a']");
+  const Value ctx =
+      Value::MakeObject({{"d", Value::MakeObject({{"b", 1}, {"A", 3}, {"c", 2}})},
+                         {"ps", Value::MakeArray({Value::MakeObject({{"n", "x"}, {"age", 30}}),
+                                                  Value::MakeObject({{"n", "y"}, {"age", 20}})})}});
+  EXPECT_EQ(R("{{ d|dictsort }}{{ d|dictsort(true) }}{{ d|dictsort(by='value') }}"
+              "{{ d|dictsort(reverse=true) }}",
+              ctx),
+            "[['A', 3], ['b', 1], ['c', 2]][['A', 3], ['b', 1], ['c', 2]]"
+            "[['b', 1], ['c', 2], ['A', 3]][['c', 2], ['b', 1], ['A', 3]]");
+  EXPECT_EQ(R("{{ ps|sort(attribute='age')|map(attribute='n')|join }}"
+              "{{ (ps|min(attribute='age')).n }}{{ (ps|max(attribute='age')).n }}"
+              "{{ ['a', 'B', 'c']|max }}{{ ['a', 'B', 'c']|min(case_sensitive=true) }}",
+              ctx),
+            "yxyxcB");
+  EXPECT_EQ(R("{{ ['a', 'A', 'b']|unique|list }}{{ ['a', 'A']|unique(true)|list }}"
+              "{{ ps|unique(attribute='n')|length }}",
+              ctx),
+            "['a', 'b']['a', 'A']2");
+  EXPECT_TRUE(Has(Err("{{ {'a': 1}|dictsort(by='x') }}"), "only sort by 'key' or 'value'"));
+}
+
 TEST(Jinja, RawBlocks) {
   EXPECT_EQ(R("{% raw %}{{ x }}{% if %}{# c #}{% endraw %}!"), "{{ x }}{% if %}{# c #}!");
   EXPECT_EQ(R("a\n  {% raw %}\n{{ b }}\n  {% endraw %}\nc"), "a\n{{ b }}\nc");

@@ -2964,6 +2964,21 @@ class Renderer {
 
   bool ApplyTest(size_t pos, const std::string& name, const Value& v, const Array& targs, bool* r);
 
+  // The key sort, dictsort, unique, min and max compare: the item or its attribute, strings
+  // lowercased unless case_sensitive.
+  bool SortKey(const Value& x, const Value* attr, const Value* case_sensitive, Value* key) {
+    *key = x;
+    if (attr != nullptr && !attr->is_none() && !attr->is_undefined()) {
+      JINJA_TRY(Attribute(x, ToStr(*attr), key));
+    }
+    if (key->is_string() && (case_sensitive == nullptr || !case_sensitive->Truthy())) {
+      std::string low = key->str();
+      for (char& c : low) c = Lower(c);
+      *key = Value(std::move(low));
+    }
+    return true;
+  }
+
   bool EvalFilter(const Expr& e, Value* out) {
     Value v;
     JINJA_TRY(Eval(*e.args[0], &v));
@@ -3175,49 +3190,68 @@ class Renderer {
       *out = Value::MakeArray(std::move(items));
       return true;
     }
-    if (f == "unique") {
-      Array items, r;
+    if (f == "unique") {  // unique(case_sensitive=false, attribute=none)
+      const Value* cs = args.Get(0, "case_sensitive");
+      const Value* attr = args.Get(1, "attribute");
+      Array items, r, keys;
       JINJA_TRY(Iterable(pos, v, &items));
       JINJA_TRY(Charge(pos, static_cast<int64_t>(items.size() * items.size() / 16)));
       for (const Value& x : items) {
+        Value k;
+        JINJA_TRY(SortKey(x, attr, cs, &k));
         bool seen = false;
-        for (const Value& y : r) seen = seen || Equal(x, y);
-        if (!seen) r.push_back(x);
+        for (const Value& y : keys) seen = seen || Equal(k, y);
+        if (!seen) {
+          r.push_back(x);
+          keys.push_back(std::move(k));
+        }
       }
       *out = Value::MakeArray(std::move(r));
       return true;
     }
+    // sort(reverse=false, case_sensitive=false, attribute=none);
+    // dictsort(case_sensitive=false, by='key', reverse=false): the (key, value) pairs.
     if (f == "sort" || f == "dictsort") {
+      const bool dict = f == "dictsort";
       Array items;
-      if (f == "dictsort") {
+      if (dict) {
+        if (!v.is_object() && !v.is_undefined() && !v.is_none()) {
+          return Fail(pos, "dictsort of a non-mapping");
+        }
         JINJA_TRY(CallMethod(pos, v.is_object() ? v : Value::MakeObject(), "items", Args{}, out));
         items = out->array();
       } else {
         JINJA_TRY(Iterable(pos, v, &items));
       }
-      const Value* rev = args.Get(0, "reverse");
-      const Value* attr = args.Get(2, "attribute");
+      const Value* rev = args.Get(dict ? 2 : 0, "reverse");
+      const Value* cs = args.Get(dict ? 0 : 1, "case_sensitive");
+      const Value* attr = dict ? nullptr : args.Get(2, "attribute");
+      size_t pick = 0;
+      if (dict) {
+        const Value* by = args.Get(1, "by");
+        if (by != nullptr && !(by->is_string() && (by->str() == "key" || by->str() == "value"))) {
+          return Fail(pos, "dictsort can only sort by 'key' or 'value'");
+        }
+        pick = by != nullptr && by->str() == "value" ? 1 : 0;
+      }
+      const bool reverse = rev != nullptr && rev->Truthy();
       JINJA_TRY(Charge(pos, static_cast<int64_t>(items.size()) * 20));
       std::vector<std::pair<Value, Value>> keyed;
       for (const Value& x : items) {
-        Value k = x;
-        if (f == "dictsort") {
-          k = x.array()[0];
-        } else if (attr != nullptr && attr->is_string()) {
-          JINJA_TRY(Attribute(x, attr->str(), &k));
-        }
-        keyed.emplace_back(k, x);
+        Value k;
+        JINJA_TRY(SortKey(dict ? x.array()[pick] : x, attr, cs, &k));
+        keyed.emplace_back(std::move(k), x);
       }
       bool bad = false;
+      // Stable in both directions, as Python's sorted(reverse=True).
       std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
         int c = 0;
         if (!Compare(a.first, b.first, &c)) bad = true;
-        return c < 0;
+        return reverse ? c > 0 : c < 0;
       });
       if (bad) return Fail(pos, "sort of values that do not order");
       Array r;
       for (auto& [k, x] : keyed) r.push_back(std::move(x));
-      if (rev != nullptr && rev->Truthy()) std::reverse(r.begin(), r.end());
       *out = Value::MakeArray(std::move(r));
       return true;
     }
@@ -3324,18 +3358,25 @@ class Renderer {
       *out = acc;
       return true;
     }
-    if (f == "min" || f == "max") {
+    if (f == "min" || f == "max") {  // min(case_sensitive=false, attribute=none)
+      const Value* cs = args.Get(0, "case_sensitive");
+      const Value* attr = args.Get(1, "attribute");
       Array items;
       JINJA_TRY(Iterable(pos, v, &items));
       *out = Value();
+      Value best;
       for (const Value& x : items) {
+        Value k;
+        JINJA_TRY(SortKey(x, attr, cs, &k));
         int c = 0;
         if (out->is_undefined()) {
           *out = x;
-        } else if (!Compare(x, *out, &c)) {
+          best = std::move(k);
+        } else if (!Compare(k, best, &c)) {
           return Fail(pos, f + " of values that do not order");
         } else if ((f == "min" && c < 0) || (f == "max" && c > 0)) {
           *out = x;
+          best = std::move(k);
         }
       }
       return true;
