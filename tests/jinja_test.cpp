@@ -512,6 +512,30 @@ TEST(Jinja, SortUniqueMinMaxFoldCaseLikeJinja) {
   EXPECT_TRUE(Has(Err("{{ {'a': 1}|dictsort(by='x') }}"), "only sort by 'key' or 'value'"));
 }
 
+TEST(Jinja, TupleAndFilteredSet) {
+  EXPECT_EQ(R("{% set a, b = 1, 'x' %}{{ a }}{{ b }}{% set t = 1, 2 %}{{ t }}"
+              "{% set p, q = [3, 4] %}{{ p + q }}"),
+            "1x[1, 2]7");
+  EXPECT_EQ(R("{% set s | upper | trim %} hi {{ 1 }} {% endset %}[{{ s }}]"), "[HI 1]");
+  EXPECT_TRUE(Has(Err("{% set a, b = [1, 2, 3] %}"), "cannot unpack a value into 2 names"));
+}
+
+TEST(Jinja, BatchSliceCenterTruncate) {
+  EXPECT_EQ(R("{{ [1, 2, 3, 4, 5]|batch(2)|list }}{{ [1, 2, 3]|batch(2, 0)|list }}"),
+            "[[1, 2], [3, 4], [5]][[1, 2], [3, 0]]");
+  EXPECT_EQ(R("{{ [1, 2, 3, 4, 5]|slice(3)|list }}{{ [1, 2, 3, 4]|slice(3, 'x')|list }}"),
+            "[[1, 2], [3, 4], [5]][[1, 2], [3, 'x'], [4, 'x']]");
+  EXPECT_EQ(R("[{{ 'ab'|center(7) }}][{{ 'abc'|center(6) }}][{{ 'long'|center(2) }}]"),
+            "[   ab  ][ abc  ][long]");
+  EXPECT_EQ(R("{{ 'foo bar baz qux'|truncate(9, leeway=0) }}|{{ 'foo bar baz'|truncate(9, true, "
+              "leeway=0) }}|{{ 'short'|truncate(9) }}|{{ 'h\xc3\xa9llo world'|truncate(8, true, "
+              "'~', 0) }}"),
+            "foo...|foo ba...|short|h\xc3\xa9llo w~");
+  EXPECT_TRUE(Has(Err("{{ [1]|batch(0) }}"), "batch takes a positive integer"));
+  EXPECT_TRUE(Has(Err("{{ [1]|slice(1000000) }}"), "loop limit"));
+  EXPECT_TRUE(Has(Err("{{ 'x'|center(999999999) }}"), "output limit"));
+}
+
 TEST(Jinja, RawBlocks) {
   EXPECT_EQ(R("{% raw %}{{ x }}{% if %}{# c #}{% endraw %}!"), "{{ x }}{% if %}{# c #}!");
   EXPECT_EQ(R("a\n  {% raw %}\n{{ b }}\n  {% endraw %}\nc"), "a\n{{ b }}\nc");

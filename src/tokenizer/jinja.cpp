@@ -947,15 +947,36 @@ class Parser {
         Next();
         if (!ExpectName(&s->attr)) return false;
       }
-      if (IsOp(",")) return Fail(Peek().pos, "tuple assignment in 'set' is not supported");
-      if (Peek().type == Tok::kBlockEnd) {
-        if (!s->attr.empty()) return Fail(Peek().pos, "expected '='");
-        s->k = Stmt::K::kSetBlock;
+      while (IsOp(",") && s->attr.empty()) {  // {% set a, b = ... %}
         Next();
-        if (!ParseBody(&s->body, {"endset"}, &stop, &kw) || !ExpectBlockEnd()) return false;
+        std::string v;
+        if (!ExpectName(&v)) return false;
+        s->vars.push_back(std::move(v));
+      }
+      if ((Peek().type == Tok::kBlockEnd || IsOp("|")) && s->vars.size() == 1) {
+        if (!s->attr.empty()) return Fail(Peek().pos, "expected '='");
+        s->k = Stmt::K::kSetBlock;  // {% set x %}...{% endset %}, {% set x | f %}...
+        if (IsOp("|") && !ParseFilterChain(&s->expr)) return false;
+        if (!ExpectBlockEnd() || !ParseBody(&s->body, {"endset"}, &stop, &kw) ||
+            !ExpectBlockEnd()) {
+          return false;
+        }
       } else {
         s->k = Stmt::K::kSet;
-        if (!Expect("=") || !ParseExpr(&s->expr) || !ExpectBlockEnd()) return false;
+        if (!Expect("=") || !ParseExpr(&s->expr)) return false;
+        if (IsOp(",")) {  // a bare tuple: {% set t = 1, 2 %}
+          ExprPtr e = Make(Expr::K::kList, s->expr->pos);
+          e->args.push_back(std::move(s->expr));
+          while (IsOp(",")) {
+            Next();
+            if (Peek().type == Tok::kBlockEnd) break;
+            ExprPtr x;
+            if (!ParseExpr(&x)) return false;
+            e->args.push_back(std::move(x));
+          }
+          s->expr = std::move(e);
+        }
+        if (!ExpectBlockEnd()) return false;
       }
     } else if (k == "macro") {
       s->k = Stmt::K::kMacro;
@@ -975,24 +996,7 @@ class Parser {
       }
     } else if (k == "filter") {
       s->k = Stmt::K::kFilterBlock;
-      ExprPtr chain = Make(Expr::K::kBlockValue, kw.pos);
-      int filters = 0;
-      do {
-        if (IsOp("|")) Next();
-        if (++filters > limits_.max_nesting) {
-          return Fail(Peek().pos,
-                      "nesting deeper than the limit of " + std::to_string(limits_.max_nesting));
-        }
-        ExprPtr e = Make(Expr::K::kFilter, Peek().pos);
-        if (!ExpectName(&e->name)) return false;
-        e->args.push_back(std::move(chain));
-        if (IsOp("(")) {
-          Next();
-          if (!ParseArgs(e.get())) return false;
-        }
-        chain = std::move(e);
-      } while (IsOp("|"));
-      s->expr = std::move(chain);
+      if (!ParseFilterChain(&s->expr)) return false;
       if (!ExpectBlockEnd() || !ParseBody(&s->body, {"endfilter"}, &stop, &kw) ||
           !ExpectBlockEnd()) {
         return false;
@@ -1030,6 +1034,29 @@ class Parser {
       return Fail(kw.pos, "unknown statement '" + k + "'");
     }
     out->push_back(std::move(s));
+    return true;
+  }
+
+  // The filters of {% filter f|g(x) %} and {% set x | f %}: a chain over the block's text.
+  bool ParseFilterChain(ExprPtr* out) {
+    ExprPtr chain = Make(Expr::K::kBlockValue, Peek().pos);
+    int filters = 0;
+    do {
+      if (IsOp("|")) Next();
+      if (++filters > limits_.max_nesting) {
+        return Fail(Peek().pos,
+                    "nesting deeper than the limit of " + std::to_string(limits_.max_nesting));
+      }
+      ExprPtr e = Make(Expr::K::kFilter, Peek().pos);
+      if (!ExpectName(&e->name)) return false;
+      e->args.push_back(std::move(chain));
+      if (IsOp("(")) {
+        Next();
+        if (!ParseArgs(e.get())) return false;
+      }
+      chain = std::move(e);
+    } while (IsOp("|"));
+    *out = std::move(chain);
     return true;
   }
 
@@ -1593,6 +1620,14 @@ class Renderer {
         const Value* target = s.attr.empty() ? nullptr : Lookup(s.vars[0]);
         JINJA_TRY(CheckStored(
             s.pos, v, target != nullptr && target->is_object() ? &target->object() : nullptr, 0));
+        if (s.vars.size() > 1) {
+          if (!v.is_array() || v.array().size() != s.vars.size()) {
+            return Fail(s.pos,
+                        "cannot unpack a value into " + std::to_string(s.vars.size()) + " names");
+          }
+          for (size_t i = 0; i < s.vars.size(); ++i) Assign(s.vars[i], v.array()[i]);
+          return true;
+        }
         if (s.attr.empty()) {
           Assign(s.vars[0], std::move(v));
           return true;
@@ -1607,7 +1642,15 @@ class Renderer {
       case Stmt::K::kSetBlock: {
         std::string text;
         JINJA_TRY(Capture(s.body, &text));
-        Assign(s.vars[0], Value(std::move(text)));
+        if (!s.expr) {
+          Assign(s.vars[0], Value(std::move(text)));
+          return true;
+        }
+        block_value_ = std::move(text);
+        Value v;
+        JINJA_TRY(Eval(*s.expr, &v));
+        block_value_.clear();
+        Assign(s.vars[0], std::move(v));
         return true;
       }
       case Stmt::K::kMacro:
@@ -2720,6 +2763,21 @@ class Renderer {
     return s;
   }
 
+  static int64_t Utf8Length(const std::string& s) {
+    int64_t n = 0;
+    for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+    return n;
+  }
+  // The first n characters (code points) of s.
+  static std::string Utf8Prefix(const std::string& s, int64_t n) {
+    size_t at = 0;
+    for (int64_t k = 0; k < n && at < s.size(); ++k) {
+      ++at;
+      while (at < s.size() && (static_cast<unsigned char>(s[at]) & 0xC0) == 0x80) ++at;
+    }
+    return s.substr(0, at);
+  }
+
   static char Upper(char c) { return c >= 'a' && c <= 'z' ? c - 32 : c; }
   static char Lower(char c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
   static bool IsAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
@@ -3379,6 +3437,78 @@ class Renderer {
           best = std::move(k);
         }
       }
+      return true;
+    }
+    if (f == "batch" || f == "slice") {  // batch(size, fill_with), slice(count, fill_with)
+      const Value* nv = args.Get(0, f == "batch" ? "linecount" : "slices");
+      const Value* fill = args.Get(1, "fill_with");
+      if (nv == nullptr || !nv->is_int() || nv->as_int() <= 0) {
+        return Fail(pos, f + " takes a positive integer");
+      }
+      Array items, r;
+      JINJA_TRY(Iterable(pos, v, &items));
+      const int64_t n = nv->as_int(), len = static_cast<int64_t>(items.size());
+      const bool filling = fill != nullptr && !fill->is_none() && !fill->is_undefined();
+      if (f == "batch") {
+        for (int64_t at = 0; at < len; at += n) {
+          Array part(items.begin() + at, items.begin() + std::min(len, at + n));
+          while (filling && static_cast<int64_t>(part.size()) < n) part.push_back(*fill);
+          r.push_back(Value::MakeArray(std::move(part)));
+        }
+      } else {
+        JINJA_TRY(CheckCount(pos, n));
+        const int64_t per = len / n, extra = len % n;
+        int64_t offset = 0;
+        for (int64_t k = 0; k < n; ++k) {  // Jinja's slice: the first `extra` get one more
+          const int64_t start = offset + k * per;
+          if (k < extra) ++offset;
+          const int64_t end = offset + (k + 1) * per;
+          Array part(items.begin() + start, items.begin() + end);
+          if (filling && k >= extra) part.push_back(*fill);
+          r.push_back(Value::MakeArray(std::move(part)));
+        }
+      }
+      *out = Value::MakeArray(std::move(r));
+      return true;
+    }
+    if (f == "center") {  // center(width=80), as Python's str.center
+      const Value* wv = args.Get(0, "width");
+      const std::string str = ToStr(v);
+      const int64_t width = wv != nullptr && wv->is_int() ? wv->as_int() : 80;
+      const int64_t len = Utf8Length(str);
+      if (width > static_cast<int64_t>(lim_.max_output_bytes)) {
+        return CheckSize(pos, lim_.max_output_bytes + 1);
+      }
+      if (width <= len) {
+        *out = Value(str);
+        return true;
+      }
+      const int64_t pad = width - len;
+      const int64_t left = pad / 2 + (pad & width & 1);
+      *out = Value(std::string(static_cast<size_t>(left), ' ') + str +
+                   std::string(static_cast<size_t>(pad - left), ' '));
+      return true;
+    }
+    if (f == "truncate") {  // truncate(length=255, killwords=false, end='...', leeway=5)
+      const Value* lv = args.Get(0, "length");
+      const Value* kill = args.Get(1, "killwords");
+      const Value* ev = args.Get(2, "end");
+      const Value* lw = args.Get(3, "leeway");
+      const std::string str = ToStr(v);
+      const int64_t length = lv != nullptr && lv->is_int() ? lv->as_int() : 255;
+      const std::string end = ev != nullptr ? ToStr(*ev) : "...";
+      const int64_t leeway = lw != nullptr && lw->is_int() ? lw->as_int() : 5;
+      if (length < Utf8Length(end)) return Fail(pos, "truncate: length is shorter than the end");
+      if (Utf8Length(str) <= length + leeway) {
+        *out = Value(str);
+        return true;
+      }
+      std::string head = Utf8Prefix(str, length - Utf8Length(end));
+      if (kill == nullptr || !kill->Truthy()) {
+        const size_t sp = head.rfind(' ');
+        if (sp != std::string::npos) head.resize(sp);
+      }
+      *out = Value(head + end);
       return true;
     }
     if (f == "format") {
