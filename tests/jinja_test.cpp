@@ -422,6 +422,10 @@ TEST(Jinja, LoopHelpers) {
   EXPECT_EQ(R("{% for x in [1, 2] %}{% set outer = loop %}{% for y in [1, 2] %}"
               "{{ outer.cycle('o', 'e') }}{% endfor %}{% endfor %}"),
             "ooee");
+  // Replacing `loop` in the body does not free the loop's object under its helpers.
+  EXPECT_EQ(R("{% for x in [1, 2] %}{% set outer = loop %}{% set loop = {} %}"
+              "{{ outer.cycle('a', 'b') }}{{ loop.index }}{% endfor %}"),
+            "ab");
   EXPECT_TRUE(Has(Err("{% for x in [1] %}{{ loop.cycle() }}{% endfor %}"),
                   "loop.cycle() takes at least one value"));
 }

@@ -1493,7 +1493,7 @@ class Renderer {
   using Frame = std::vector<std::pair<std::string, Value>>;
   struct ActiveLoop {
     const Stmt* s;
-    const Object* obj;  // its `loop` object of this iteration
+    Value obj;  // its `loop` object of this iteration (kept alive: compared by address)
     int64_t depth;
     Value last;  // loop.changed()'s last values
     bool has_last;
@@ -1802,7 +1802,7 @@ class Renderer {
     Array items;
     JINJA_TRY(Iterable(pos, seq, &items));
     frames_.emplace_back();
-    loops_.push_back(ActiveLoop{&s, nullptr, depth, Value(), false});
+    loops_.push_back(ActiveLoop{&s, Value(), depth, Value(), false});
     struct Pop {
       ~Pop() {
         r->frames_.pop_back();
@@ -1849,7 +1849,7 @@ class Renderer {
                      {"depth", Value(depth)},
                      {"depth0", Value(depth - 1)}};
       Value lv = Value::MakeObject(std::move(loop));
-      loops_.back().obj = &lv.object();
+      loops_.back().obj = lv;
       Assign("loop", std::move(lv));
       Flow f = Flow::kNormal;
       JINJA_TRY(RenderBody(s.body, &f));
@@ -2588,7 +2588,7 @@ class Renderer {
   ActiveLoop* FindLoop(const Value& v) {
     if (!v.is_object()) return nullptr;
     for (size_t i = loops_.size(); i-- > 0;) {
-      if (loops_[i].obj == &v.object()) return &loops_[i];
+      if (loops_[i].obj.is_object() && &loops_[i].obj.object() == &v.object()) return &loops_[i];
     }
     return nullptr;
   }
