@@ -1656,5 +1656,156 @@ TEST(PublishedTemplates, MistralSmall31) {
   EXPECT_TRUE(Has(e, "Tool call IDs should be alphanumeric strings with length >= 9! (2)abc")) << e;
 }
 
+// zai-org/GLM-4.6 (ggml-org/llama.cpp, models/templates/GLM-4.6.jinja).
+constexpr std::string_view kGlm46 = R"tpl([gMASK]<sop>
+{%- if tools -%}
+<|system|>
+# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{% for tool in tools %}
+{{ tool | tojson(ensure_ascii=False) }}
+{% endfor %}
+</tools>
+
+For each function call, output the function name and arguments within the following XML format:
+<tool_call>{function-name}
+<arg_key>{arg-key-1}</arg_key>
+<arg_value>{arg-value-1}</arg_value>
+<arg_key>{arg-key-2}</arg_key>
+<arg_value>{arg-value-2}</arg_value>
+...
+</tool_call>{%- endif -%}
+{%- macro visible_text(content) -%}
+    {%- if content is string -%}
+        {{- content }}
+    {%- elif content is iterable and content is not mapping -%}
+        {%- for item in content -%}
+            {%- if item is mapping and item.type == 'text' -%}
+                {{- item.text }}
+            {%- elif item is string -%}
+                {{- item }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{- content }}
+    {%- endif -%}
+{%- endmacro -%}
+{%- set ns = namespace(last_user_index=-1) %}
+{%- for m in messages %}
+    {%- if m.role == 'user' %}
+        {% set ns.last_user_index = loop.index0 -%}
+    {%- endif %}
+{%- endfor %}
+{% for m in messages %}
+{%- if m.role == 'user' -%}<|user|>
+{{ visible_text(m.content) }}
+{{- '/nothink' if (enable_thinking is defined and not enable_thinking and not visible_text(m.content).endswith("/nothink")) else '' -}}
+{%- elif m.role == 'assistant' -%}
+<|assistant|>
+{%- set reasoning_content = '' %}
+{%- set content = visible_text(m.content) %}
+{%- if m.reasoning_content is string %}
+    {%- set reasoning_content = m.reasoning_content %}
+{%- else %}
+    {%- if '</think>' in content %}
+        {%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+        {%- set content = content.split('</think>')[-1].lstrip('\n') %}
+    {%- endif %}
+{%- endif %}
+{%- if loop.index0 > ns.last_user_index and reasoning_content -%}
+{{ '\n<think>' + reasoning_content.strip() +  '</think>'}}
+{%- else -%}
+{{ '\n<think></think>' }}
+{%- endif -%}
+{%- if content.strip() -%}
+{{ '\n' + content.strip() }}
+{%- endif -%}
+{% if m.tool_calls %}
+{% for tc in m.tool_calls %}
+{%- if tc.function %}
+    {%- set tc = tc.function %}
+{%- endif %}
+{{ '\n<tool_call>' + tc.name }}
+{% set _args = tc.arguments or {} %}
+{% for k, v in _args.items() %}
+<arg_key>{{ k }}</arg_key>
+<arg_value>{{ v | tojson(ensure_ascii=False) if v is not string else v }}</arg_value>
+{% endfor %}
+</tool_call>{% endfor %}
+{% endif %}
+{%- elif m.role == 'tool' -%}
+{%- if m.content is string -%}
+{%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+    {{- '<|observation|>' }}
+{%- endif %}
+{{- '\n<tool_response>\n' }}
+{{- m.content }}
+{{- '\n</tool_response>' }}
+{%- else -%}
+<|observation|>{% for tr in m.content %}
+
+<tool_response>
+{{ tr.output if tr.output is defined else tr }}
+</tool_response>{% endfor -%}
+{% endif -%}
+{%- elif m.role == 'system' -%}
+<|system|>
+{{ visible_text(m.content) }}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    <|assistant|>{{- '\n<think></think>' if (enable_thinking is defined and not enable_thinking) else '' -}}
+{%- endif -%}
+)tpl";
+
+// GLM-4.6: [gMASK]<sop>, then <|system|> / <|user|> / <|assistant|> / <|observation|> turns
+// with no newline after the content; every answer opens with its think block (empty unless it
+// follows the last user turn), enable_thinking=false appends /nothink to user turns, tools are
+// listed as JSON lines in a system block, calls as <tool_call>name / <arg_key> / <arg_value>.
+TEST(PublishedTemplates, Glm46) {
+  const ChatSetup s = JinjaSetup(kGlm46, "", "<|endoftext|>");
+  const std::string turns =
+      "[gMASK]<sop><|system|>\nYou are a helpful assistant.<|user|>\nHello<|assistant|>\n"
+      "<think></think>\nHi there!<|user|>\nHow are you?";
+  EXPECT_EQ(Chat(s, ThreeTurns(true), true), turns + "<|assistant|>");
+  EXPECT_EQ(Chat(s, ThreeTurns(true), false), turns);
+  EXPECT_EQ(Chat(s, ThreeTurns(false), true, /*thinking=*/false),
+            "[gMASK]<sop><|user|>\nHello/nothink<|assistant|>\n<think></think>\nHi there!"
+            "<|user|>\nHow are you?/nothink<|assistant|>\n<think></think>");
+  EXPECT_EQ(Chat(s, {{"user", "2+2?"}, {"assistant", "<think>\nadd\n</think>\n\n4"}}, false),
+            "[gMASK]<sop><|user|>\n2+2?<|assistant|>\n<think>add</think>\n4");
+
+  Value call_msg = Msg("assistant", "");
+  call_msg.Set("tool_calls",
+               Value::MakeArray({Value::MakeObject(
+                   {{"function", Value::MakeObject(
+                                     {{"name", "get_weather"},
+                                      {"arguments", Value::MakeObject({{"city", "Paris"}})}})}})}));
+  const Value ctx = Value::MakeObject(
+      {{"messages",
+        Value::MakeArray({Msg("user", "Weather in Paris?"), call_msg, Msg("tool", "22C")})},
+       {"tools", Value::MakeArray({WeatherTool()})},
+       {"add_generation_prompt", true}});
+  EXPECT_EQ(
+      Rendered(kGlm46, ctx),
+      "[gMASK]<sop><|system|>\n# Tools\n\nYou may call one or more functions to assist with "
+      "the user query.\n\nYou are provided with function signatures within <tools></tools> "
+      "XML tags:\n<tools>\n"
+      "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
+      "\"Get the weather\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": "
+      "{\"type\": \"string\"}}, \"required\": [\"city\"]}}}\n"
+      "</tools>\n\nFor each function call, output the function name and arguments within "
+      "the following XML format:\n<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n"
+      "<arg_value>{arg-value-1}</arg_value>\n<arg_key>{arg-key-2}</arg_key>\n"
+      "<arg_value>{arg-value-2}</arg_value>\n...\n</tool_call>"
+      "<|user|>\nWeather in Paris?<|assistant|>\n<think></think>\n<tool_call>get_weather\n"
+      "<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>"
+      "<|observation|>\n<tool_response>\n22C\n</tool_response><|assistant|>");
+}
+
 }  // namespace
 }  // namespace lamina
