@@ -550,6 +550,16 @@ TEST(Jinja, RawBlocks) {
   EXPECT_TRUE(Has(TryRender("{% rawx %}").error().message, "unknown statement 'rawx'"));
 }
 
+TEST(Jinja, StrFormat) {
+  EXPECT_EQ(R("{{ '{} + {} = {}'.format(1, 2, 3) }}|{{ '{1}{0}{1}'.format('a', 'b') }}|"
+              "{{ '{name}: {0}'.format(true, name='x') }}|{{ '{{{}}}'.format(none) }}"),
+            "1 + 2 = 3|bab|x: True|{None}");
+  EXPECT_TRUE(Has(Err("{{ '{:>5}'.format(1) }}"), "only {}, {N} and {name}"));
+  EXPECT_TRUE(Has(Err("{{ '{} {}'.format(1) }}"), "no value for {}"));
+  EXPECT_TRUE(Has(Err("{{ 'a}'.format() }}"), "single '}'"));
+  EXPECT_TRUE(Has(Err("{{ '{a'.format() }}"), "single '{'"));
+}
+
 TEST(Jinja, WithBlocks) {
   EXPECT_EQ(R("{% with a = 1, b = 'x' %}{{ a }}{{ b }}{% set a = 2 %}{{ a }}{% endwith %}"
               "{{ a is defined }}"),

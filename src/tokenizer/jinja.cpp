@@ -2955,6 +2955,55 @@ class Renderer {
         *out = Value(std::move(r));
         return true;
       }
+      if (name == "format") {  // str.format: {} / {0} / {name} fields, {{ and }}; no specs
+        std::string r;
+        size_t next = 0;
+        for (size_t i = 0; i < s.size(); ++i) {
+          const char c = s[i];
+          if (c == '}') {
+            if (i + 1 < s.size() && s[i + 1] == '}') {
+              r.push_back('}');
+              ++i;
+              continue;
+            }
+            return Fail(pos, "single '}' encountered in format string");
+          }
+          if (c != '{') {
+            r.push_back(c);
+            continue;
+          }
+          if (i + 1 < s.size() && s[i + 1] == '{') {
+            r.push_back('{');
+            ++i;
+            continue;
+          }
+          const size_t close = s.find('}', i);
+          if (close == std::string::npos)
+            return Fail(pos, "single '{' encountered in format string");
+          const std::string field = s.substr(i + 1, close - i - 1);
+          i = close;
+          if (field.find_first_of(":!.[") != std::string::npos) {
+            return Fail(pos, "str.format() supports only {}, {N} and {name} fields");
+          }
+          const Value* v = nullptr;
+          if (field.empty()) {
+            v = next < args.pos.size() ? &args.pos[next] : nullptr;
+            ++next;
+          } else if (std::all_of(field.begin(), field.end(), IsDigit)) {
+            const size_t k = field.size() < 6 ? std::stoul(field) : args.pos.size();
+            v = k < args.pos.size() ? &args.pos[k] : nullptr;
+          } else {
+            for (const auto& [k, x] : args.kw) {
+              if (k == field) v = &x;
+            }
+          }
+          if (v == nullptr) return Fail(pos, "str.format() has no value for {" + field + "}");
+          PyStr(*v, &r);
+          JINJA_TRY(CheckSize(pos, r.size()));
+        }
+        *out = Value(std::move(r));
+        return true;
+      }
       if (name == "splitlines") {
         Array lines;
         size_t at = 0;
