@@ -97,6 +97,10 @@ TEST(Jinja, Tests) {
               "{{ 9 is divisibleby(3) }} {{ 'a' is in 'abc' }} {{ 1 is eq 1 }}"),
             "True False True True True True True True True True True");
   EXPECT_EQ(R("{{ not x is defined }}", ctx), "False");
+  EXPECT_EQ(
+      R("{{ strftime_now is defined }}{{ raise_exception is undefined }}{{ range is callable }}"
+        "{% set range = 1 %}{{ range is callable }}"),
+      "TrueFalseTrueFalse");
 }
 
 TEST(Jinja, AttributesItemsAndSlices) {
@@ -303,6 +307,19 @@ TEST(Jinja, LimitsStopRunawayTemplatesQuickly) {
   Result<Template> nested = Template::Parse(deep);
   ASSERT_FALSE(nested.ok());
   EXPECT_NE(nested.error().message.find("nesting deeper than the limit"), std::string::npos);
+  // Long chains of operators, postfixes and filters: a parse error, not a deep tree.
+  for (const std::string link : {"+1", " and 1", " is odd", ".b", "[0]", "|trim", "()"}) {
+    std::string chain = "{{ a";
+    for (int i = 0; i < 100000; ++i) chain += link;
+    Result<Template> t = Template::Parse(chain + " }}");
+    ASSERT_FALSE(t.ok()) << link;
+    EXPECT_NE(t.error().message.find("chains more operations than the limit of 400"),
+              std::string::npos)
+        << t.error().message;
+  }
+  std::string sum = "{{ 1";
+  for (int i = 0; i < 300; ++i) sum += " + 1";
+  EXPECT_EQ(R(sum + " }}"), "301");
   std::string blocks;
   for (int i = 0; i < 5000; ++i) blocks += "{% if true %}";
   Result<Template> deep_blocks = Template::Parse(blocks);
@@ -327,6 +344,229 @@ TEST(Jinja, TruncatedAndCorruptedTemplatesFailCleanly) {
     ok += TryRender(bad, ctx).ok();
   }
   EXPECT_GT(ok, 0u);
+}
+
+bool Has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+TEST(Jinja, FilterBlocks) {
+  EXPECT_EQ(R("{% filter upper %}hi {{ 'there' }}{% endfilter %}!"), "HI THERE!");
+  EXPECT_EQ(R("{% filter trim | replace('a', 'b') %}  aa  {% endfilter %}|"), "bb|");
+  EXPECT_EQ(R("{% filter indent(2, true) %}x\ny{% endfilter %}"), "  x\n  y");
+  EXPECT_EQ(R("{% for i in [1, 2] %}{% filter upper %}{% filter trim %} a{{ i }} {% endfilter %}"
+              "b{% endfilter %}{% endfor %}"),
+            "A1BA2B");
+  // trim_blocks / lstrip_blocks apply to its tags like any block tag.
+  EXPECT_EQ(R("  {% filter upper %}\nx\n  {% endfilter %}\ny"), "X\ny");
+  EXPECT_TRUE(Has(Err("{% filter nosuch %}x{% endfilter %}"),
+                  "line 1, column 11: unknown filter 'nosuch'"));
+  EXPECT_TRUE(Has(Err("{% filter %}x{% endfilter %}"), "expected a name"));
+  EXPECT_TRUE(Has(Err("{% filter upper %}x"), "line 1, column 4: unclosed 'filter' block"));
+}
+
+TEST(Jinja, CallBlocks) {
+  EXPECT_EQ(R("{% macro box(title) %}[{{ title }}: {{ caller() }}]{% endmacro %}"
+              "{% call box('T') %}body {{ 1 + 1 }}{% endcall %}"),
+            "[T: body 2]");
+  // caller() with arguments; the body sees the call block's variables, not the macro's.
+  EXPECT_EQ(R("{% macro each(xs) %}{% set p = 'macro' %}{% for x in xs %}{{ caller(x) }}"
+              "{% endfor %}{% endmacro %}{% set p = '-' %}"
+              "{% call(item, sep='.') each([1, 2]) %}{{ p }}{{ item }}{{ sep }}{% endcall %}"),
+            "-1.-2.");
+  EXPECT_EQ(R("{% macro twice() %}{{ caller() }}{{ caller() }}{% endmacro %}"
+              "{% for i in [1, 2] %}{% call twice() %}{{ i }}{% endcall %}{% endfor %}"),
+            "1122");
+  // Nested call blocks, and a macro reached through a namespace.
+  EXPECT_EQ(R("{% macro wrap(t) %}<{{ t }}>{{ caller() }}</{{ t }}>{% endmacro %}"
+              "{% set ns = namespace(w=wrap) %}"
+              "{% call ns.w('a') %}{% call wrap('b') %}x{% endcall %}{% endcall %}"),
+            "<a><b>x</b></a>");
+  EXPECT_TRUE(Has(Err("{% macro m() %}{{ caller() }}{% endmacro %}{{ m() }}"), "'caller'"));
+  EXPECT_TRUE(Has(Err("{% set x = 1 %}{% call x() %}{% endcall %}"), "'call' needs a macro"));
+  EXPECT_TRUE(Has(TryRender("{% call 1 + 2 %}{% endcall %}").error().message,
+                  "line 1, column 9: expected a macro call after 'call'"));
+  // Runaway call / caller nesting stops at the macro depth limit with the position.
+  auto t0 = std::chrono::steady_clock::now();
+  std::string e = Err("{% macro r() %}{% call r() %}x{% endcall %}{% endmacro %}{{ r() }}");
+  EXPECT_TRUE(Has(e, "nest deeper than the limit of 50")) << e;
+  EXPECT_TRUE(Has(e, "line 1, column")) << e;
+  e =
+      Err("{% macro m() %}{{ caller() }}{% endmacro %}\n"
+          "{% macro r() %}{% call m() %}{{ r() }}{% endcall %}{% endmacro %}{{ r() }}");
+  EXPECT_TRUE(
+      Has(e, "line 1, column 25: caller() and macro calls nest deeper than the limit of 50"))
+      << e;
+  jinja::Limits small;
+  small.max_call_depth = 3;
+  e =
+      Err("{% macro m() %}{{ caller() }}{% endmacro %}"
+          "{% call m() %}{% call m() %}{% call m() %}x{% endcall %}{% endcall %}{% endcall %}",
+          Value::MakeObject(), small);
+  EXPECT_TRUE(Has(e, "calls nest deeper than the limit of 3")) << e;
+  EXPECT_LT(Seconds(t0), 5.0);
+}
+
+TEST(Jinja, LoopHelpers) {
+  EXPECT_EQ(R("{% for x in range(5) %}{{ loop.cycle('a', 'b', 'c') }}{% endfor %}"), "abcab");
+  EXPECT_EQ(R("{% for x in [1, 2] %}{{ loop.depth }}{{ loop.depth0 }}"
+              "{% for y in [1] %}{{ loop.depth }}{% endfor %}{% endfor %}"),
+            "101101");
+  EXPECT_EQ(R("{% for x in [1, 1, 2, 2, 3, 1] %}{% if loop.changed(x) %}{{ x }}{% endif %}"
+              "{% endfor %}"),
+            "1231");
+  EXPECT_EQ(R("{% for x in ['a', 'b', 'c'] %}{{ loop.previtem or '^' }}{{ x }}"
+              "{{ loop.nextitem or '$' }}{{ loop.length }} {% endfor %}"),
+            "^ab3 abc3 bc$3 ");
+  // The outer loop's helpers through a variable.
+  EXPECT_EQ(R("{% for x in [1, 2] %}{% set outer = loop %}{% for y in [1, 2] %}"
+              "{{ outer.cycle('o', 'e') }}{% endfor %}{% endfor %}"),
+            "ooee");
+  // Replacing `loop` in the body does not free the loop's object under its helpers.
+  EXPECT_EQ(R("{% for x in [1, 2] %}{% set outer = loop %}{% set loop = {} %}"
+              "{{ outer.cycle('a', 'b') }}{{ loop.index }}{% endfor %}"),
+            "ab");
+  EXPECT_TRUE(Has(Err("{% for x in [1] %}{{ loop.cycle() }}{% endfor %}"),
+                  "loop.cycle() takes at least one value"));
+}
+
+TEST(Jinja, RecursiveLoops) {
+  auto node = [](const char* name, Array children) {
+    return Value::MakeObject({{"name", name}, {"children", Value::MakeArray(std::move(children))}});
+  };
+  const Value tree = Value::MakeObject(
+      {{"items", Value::MakeArray(
+                     {node("a", {node("b", {}), node("c", {node("d", {})})}), node("e", {})})}});
+  EXPECT_EQ(R("{% for x in items recursive %}{{ x.name }}{{ loop.depth }}"
+              "{% if x.children %}({{ loop(x.children) }}){% endif %}{% endfor %}",
+              tree),
+            "a1(b2c2(d3))e1");
+  EXPECT_EQ(R("{% for x in items recursive %}{{ '  ' * loop.depth0 }}- {{ x.name }}"
+              "{{ loop.index }}/{{ loop.length }};{% if x.children %}{{ loop(x.children) }}"
+              "{% endif %}{% endfor %}",
+              tree),
+            "- a1/2;  - b1/2;  - c2/2;    - d1/1;- e2/2;");
+  EXPECT_TRUE(Has(Err("{% for x in [1] %}{{ loop([2]) }}{% endfor %}"), "not recursive"));
+  EXPECT_TRUE(Has(Err("{% for x in [1] recursive %}{{ loop() }}{% endfor %}"),
+                  "loop() takes one iterable"));
+  // Runaway recursion stops at the call depth limit, wide recursion at the loop limit.
+  auto t0 = std::chrono::steady_clock::now();
+  std::string e = Err("{% for x in [1] recursive %}\n  {{ loop([x]) }}{% endfor %}");
+  EXPECT_TRUE(Has(e, "line 2, column 10: recursive loop calls nest deeper than the limit of 50"))
+      << e;
+  e =
+      Err("{% for x in range(1000) recursive %}{{ loop(range(1000)) if loop.depth < 3 }}"
+          "{% endfor %}");
+  EXPECT_TRUE(Has(e, "the loop limit of 100000 iterations is exceeded")) << e;
+  e = Err("{% for x in range(2) recursive %}{{ loop([x] * 2) ~ 'x' * 100000 }}{% endfor %}");
+  EXPECT_TRUE(Has(e, "limit")) << e;
+  EXPECT_LT(Seconds(t0), 5.0);
+}
+
+TEST(Jinja, PercentFormatting) {
+  EXPECT_EQ(R("{{ '%s: %d' % ('a', 3) }}|{{ '%s!' % 'hi' }}|{{ '100%%' % () }}|{{ 7 % 3 }}"),
+            "a: 3|hi!|100%|1");
+  EXPECT_EQ(R("{{ '%5.2f|%-4d|%04d|%x|%#x|%X|%o|%+d|% d|%e|%g|%.3d|%-5s|%5s' % (3.14159, 7, 42, "
+              "255, 255, 255, 8, 5, 5, 12345.678, 0.0001, 7, 'ab', 'ab') }}"),
+            " 3.14|7   |0042|ff|0xff|FF|10|+5| 5|1.234568e+04|0.0001|007|ab   |   ab");
+  EXPECT_EQ(
+      R("{{ '%(name)s is %(age)d' % {'name': 'Ann', 'age': 30} }}|{{ '%s' % [1, 2] }}|"
+        "{{ '%s' % none }}|{{ '%s' % true }}|{{ '%d' % true }}|{{ '%r' % 'x' }}|"
+        "{{ '%.2s' % 'h\xc3\xa9llo' }}|{{ '%c' % 65 }}|{{ '%d' % -3.7 }}|{{ '%06.1f' % -2.25 }}"
+        "|{{ '%*d' % (4, 1) }}"),
+      "Ann is 30|[1, 2]|None|True|1|'x'|h\xc3\xa9|A|-3|-002.2|   1");
+  EXPECT_EQ(R("{{ '%s - %s'|format('a', 'b') }}|{{ '%(x)s'|format(x=1) }}|{{ '%s'|format([1]) }}"),
+            "a - b|1|[1]");
+  EXPECT_TRUE(Has(Err("{{ '%s %s' % ('a',) }}"), "line 1, column 12: not enough arguments"));
+  EXPECT_TRUE(Has(Err("{{ '%d %d' % (1, 2, 3) }}"), "not all arguments converted"));
+  EXPECT_TRUE(Has(Err("{{ 'x' % 1 }}"), "not all arguments converted"));
+  EXPECT_TRUE(Has(Err("{{ '%d' % 'x' }}"), "%d format: a number is required"));
+  EXPECT_TRUE(Has(Err("{{ '%q' % 1 }}"), "unsupported format character 'q'"));
+  EXPECT_TRUE(Has(Err("{{ '%(k)s' % 1 }}"), "format requires a mapping"));
+  EXPECT_TRUE(Has(Err("{{ '%(k)s' % {} }}"), "format key 'k' is missing"));
+  EXPECT_TRUE(Has(Err("{{ '%' % () }}"), "incomplete format"));
+  EXPECT_TRUE(Has(Err("{{ '%s'|format(1, x=2) }}"), "not both"));
+  EXPECT_TRUE(Has(Err("{{ '%s'|format(1, 2) }}"), "not all arguments converted"));
+  EXPECT_TRUE(Has(Err("{{ '%999999999d' % 1 }}"), "output limit"));
+  EXPECT_TRUE(Has(Err("{{ '%.999999999f' % 1.0 }}"), "output limit"));
+}
+
+TEST(Jinja, SortUniqueMinMaxFoldCaseLikeJinja) {
+  EXPECT_EQ(R("{{ ['b', 'A', 'a', 'C']|sort }}{{ ['b', 'A', 'C']|sort(case_sensitive=true) }}"
+              "{{ [1, 3, 2]|sort(true) }}{{ ['b', 'a', 'B']|sort(reverse=true) }}"),
+            "['A', 'a', 'b', 'C']['A', 'C', 'b'][3, 2, 1]['b', 'B', 'a']");
+  const Value ctx =
+      Value::MakeObject({{"d", Value::MakeObject({{"b", 1}, {"A", 3}, {"c", 2}})},
+                         {"ps", Value::MakeArray({Value::MakeObject({{"n", "x"}, {"age", 30}}),
+                                                  Value::MakeObject({{"n", "y"}, {"age", 20}})})}});
+  EXPECT_EQ(R("{{ d|dictsort }}{{ d|dictsort(true) }}{{ d|dictsort(by='value') }}"
+              "{{ d|dictsort(reverse=true) }}",
+              ctx),
+            "[['A', 3], ['b', 1], ['c', 2]][['A', 3], ['b', 1], ['c', 2]]"
+            "[['b', 1], ['c', 2], ['A', 3]][['c', 2], ['b', 1], ['A', 3]]");
+  EXPECT_EQ(R("{{ ps|sort(attribute='age')|map(attribute='n')|join }}"
+              "{{ (ps|min(attribute='age')).n }}{{ (ps|max(attribute='age')).n }}"
+              "{{ ['a', 'B', 'c']|max }}{{ ['a', 'B', 'c']|min(case_sensitive=true) }}",
+              ctx),
+            "yxyxcB");
+  EXPECT_EQ(R("{{ ['a', 'A', 'b']|unique|list }}{{ ['a', 'A']|unique(true)|list }}"
+              "{{ ps|unique(attribute='n')|length }}",
+              ctx),
+            "['a', 'b']['a', 'A']2");
+  EXPECT_TRUE(Has(Err("{{ {'a': 1}|dictsort(by='x') }}"), "only sort by 'key' or 'value'"));
+}
+
+TEST(Jinja, TupleAndFilteredSet) {
+  EXPECT_EQ(R("{% set a, b = 1, 'x' %}{{ a }}{{ b }}{% set t = 1, 2 %}{{ t }}"
+              "{% set p, q = [3, 4] %}{{ p + q }}"),
+            "1x[1, 2]7");
+  EXPECT_EQ(R("{% set s | upper | trim %} hi {{ 1 }} {% endset %}[{{ s }}]"), "[HI 1]");
+  EXPECT_TRUE(Has(Err("{% set a, b = [1, 2, 3] %}"), "cannot unpack a value into 2 names"));
+}
+
+TEST(Jinja, BatchSliceCenterTruncate) {
+  EXPECT_EQ(R("{{ [1, 2, 3, 4, 5]|batch(2)|list }}{{ [1, 2, 3]|batch(2, 0)|list }}"),
+            "[[1, 2], [3, 4], [5]][[1, 2], [3, 0]]");
+  EXPECT_EQ(R("{{ [1, 2, 3, 4, 5]|slice(3)|list }}{{ [1, 2, 3, 4]|slice(3, 'x')|list }}"),
+            "[[1, 2], [3, 4], [5]][[1, 2], [3, 'x'], [4, 'x']]");
+  EXPECT_EQ(R("[{{ 'ab'|center(7) }}][{{ 'abc'|center(6) }}][{{ 'long'|center(2) }}]"),
+            "[   ab  ][ abc  ][long]");
+  EXPECT_EQ(R("{{ 'foo bar baz qux'|truncate(9, leeway=0) }}|{{ 'foo bar baz'|truncate(9, true, "
+              "leeway=0) }}|{{ 'short'|truncate(9) }}|{{ 'h\xc3\xa9llo world'|truncate(8, true, "
+              "'~', 0) }}"),
+            "foo...|foo ba...|short|h\xc3\xa9llo w~");
+  EXPECT_TRUE(Has(Err("{{ [1]|batch(0) }}"), "batch takes a positive integer"));
+  EXPECT_TRUE(Has(Err("{{ [1]|slice(1000000) }}"), "loop limit"));
+  EXPECT_TRUE(Has(Err("{{ 'x'|center(999999999) }}"), "output limit"));
+}
+
+TEST(Jinja, RawBlocks) {
+  EXPECT_EQ(R("{% raw %}{{ x }}{% if %}{# c #}{% endraw %}!"), "{{ x }}{% if %}{# c #}!");
+  EXPECT_EQ(R("a\n  {% raw %}\n{{ b }}\n  {% endraw %}\nc"), "a\n{{ b }}\nc");
+  EXPECT_EQ(R("[{%- raw -%}  {{x}}  {%- endraw %}]"), "[{{x}}]");
+  EXPECT_EQ(R("{% raw %}{% endraw x %}{%endraw%}"), "{% endraw x %}");
+  EXPECT_TRUE(Has(TryRender("ok\n{% raw %}{{ never closed").error().message,
+                  "line 2, column 1: unclosed 'raw' block"));
+  EXPECT_TRUE(Has(TryRender("{% rawx %}").error().message, "unknown statement 'rawx'"));
+}
+
+TEST(Jinja, StrFormat) {
+  EXPECT_EQ(R("{{ '{} + {} = {}'.format(1, 2, 3) }}|{{ '{1}{0}{1}'.format('a', 'b') }}|"
+              "{{ '{name}: {0}'.format(true, name='x') }}|{{ '{{{}}}'.format(none) }}"),
+            "1 + 2 = 3|bab|x: True|{None}");
+  EXPECT_TRUE(Has(Err("{{ '{:>5}'.format(1) }}"), "only {}, {N} and {name}"));
+  EXPECT_TRUE(Has(Err("{{ '{} {}'.format(1) }}"), "no value for {}"));
+  EXPECT_TRUE(Has(Err("{{ 'a}'.format() }}"), "single '}'"));
+  EXPECT_TRUE(Has(Err("{{ '{a'.format() }}"), "single '{'"));
+}
+
+TEST(Jinja, WithBlocks) {
+  EXPECT_EQ(R("{% with a = 1, b = 'x' %}{{ a }}{{ b }}{% set a = 2 %}{{ a }}{% endwith %}"
+              "{{ a is defined }}"),
+            "1x2False");
+  EXPECT_EQ(R("{% for i in [1, 2] %}{% with j = i * 10 %}{% if j > 10 %}{% break %}{% endif %}"
+              "{{ j }}{% endwith %}{% endfor %}"),
+            "10");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -638,6 +878,943 @@ TEST(JinjaChat, EveryGgufTemplateRendersThreeTurns) {
           << g.path;
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Published chat templates, byte for byte. Each template below is the model's published
+// artifact (its tokenizer_config.json chat_template, as copied by the source named above it);
+// each expected string is written from the model card's documented prompt layout.
+
+// A template rendered with a hand-built context (messages of any shape, tools), time fixed.
+Result<std::string> RenderTemplate(std::string_view source, const Value& ctx,
+                                   int64_t now = kJuly26th2024) {
+  Result<Template> t = Template::Parse(source);
+  if (!t.ok()) return t.error();
+  jinja::RenderOptions ro;
+  ro.now_unix = now;
+  return t->Render(ctx, ro);
+}
+
+std::string Rendered(std::string_view source, const Value& ctx, int64_t now = kJuly26th2024) {
+  Result<std::string> r = RenderTemplate(source, ctx, now);
+  EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
+  return r.ok() ? *r : "<error>";
+}
+
+std::string ChatError(std::string_view source, const std::vector<ChatMessage>& m) {
+  Result<std::string> r = RenderChatJinja(JinjaSetup(source, "<s>", "</s>"), m, true, true);
+  EXPECT_FALSE(r.ok());
+  return r.ok() ? "" : r.error().message;
+}
+
+Value Msg(const char* role, Value content) {
+  return Value::MakeObject({{"role", role}, {"content", std::move(content)}});
+}
+
+// The get_weather tool of the tool-use tests, in the OpenAI layout chat templates take.
+Value WeatherTool() {
+  return Value::MakeObject(
+      {{"type", "function"},
+       {"function",
+        Value::MakeObject(
+            {{"name", "get_weather"},
+             {"description", "Get the weather"},
+             {"parameters",
+              Value::MakeObject(
+                  {{"type", "object"},
+                   {"properties",
+                    Value::MakeObject({{"city", Value::MakeObject({{"type", "string"}})}})},
+                   {"required", Value::MakeArray({"city"})}})}})}});
+}
+
+// mistralai/Mistral-Nemo-Instruct-2407 (ggml-org/llama.cpp, models/templates/
+// mistralai-Mistral-Nemo-Instruct-2407.jinja).
+constexpr std::string_view kMistralNemo = R"tpl({%- if messages[0]["role"] == "system" %}
+    {%- set system_message = messages[0]["content"] %}
+    {%- set loop_messages = messages[1:] %}
+{%- else %}
+    {%- set loop_messages = messages %}
+{%- endif %}
+{%- if not tools is defined %}
+    {%- set tools = none %}
+{%- endif %}
+{%- set user_messages = loop_messages | selectattr("role", "equalto", "user") | list %}
+
+{#- This block checks for alternating user/assistant messages, skipping tool calling messages #}
+{%- set ns = namespace() %}
+{%- set ns.index = 0 %}
+{%- for message in loop_messages %}
+    {%- if not (message.role == "tool" or message.role == "tool_results" or (message.tool_calls is defined and message.tool_calls is not none)) %}
+        {%- if (message["role"] == "user") != (ns.index % 2 == 0) %}
+            {{- raise_exception("After the optional system message, conversation roles must alternate user/assistant/user/assistant/...") }}
+        {%- endif %}
+        {%- set ns.index = ns.index + 1 %}
+    {%- endif %}
+{%- endfor %}
+
+{{- bos_token }}
+{%- for message in loop_messages %}
+    {%- if message["role"] == "user" %}
+        {%- if tools is not none and (message == user_messages[-1]) %}
+            {{- "[AVAILABLE_TOOLS][" }}
+            {%- for tool in tools %}
+                {%- set tool = tool.function %}
+                {{- '{"type": "function", "function": {' }}
+                {%- for key, val in tool.items() if key != "return" %}
+                    {%- if val is string %}
+                        {{- '"' + key + '": "' + val + '"' }}
+                    {%- else %}
+                        {{- '"' + key + '": ' + val|tojson }}
+                    {%- endif %}
+                    {%- if not loop.last %}
+                        {{- ", " }}
+                    {%- endif %}
+                {%- endfor %}
+                {{- "}}" }}
+                {%- if not loop.last %}
+                    {{- ", " }}
+                {%- else %}
+                    {{- "]" }}
+                {%- endif %}
+            {%- endfor %}
+            {{- "[/AVAILABLE_TOOLS]" }}
+            {%- endif %}
+        {%- if loop.last and system_message is defined %}
+            {{- "[INST]" + system_message + "\n\n" + message["content"] + "[/INST]" }}
+        {%- else %}
+            {{- "[INST]" + message["content"] + "[/INST]" }}
+        {%- endif %}
+    {%- elif (message.tool_calls is defined and message.tool_calls is not none) %}
+        {{- "[TOOL_CALLS][" }}
+        {%- for tool_call in message.tool_calls %}
+            {%- set out = tool_call.function|tojson %}
+            {{- out[:-1] }}
+            {%- if not tool_call.id is defined or tool_call.id|length != 9 %}
+                {{- raise_exception("Tool call IDs should be alphanumeric strings with length 9!") }}
+            {%- endif %}
+            {{- ', "id": "' + tool_call.id + '"}' }}
+            {%- if not loop.last %}
+                {{- ", " }}
+            {%- else %}
+                {{- "]" + eos_token }}
+            {%- endif %}
+        {%- endfor %}
+    {%- elif message["role"] == "assistant" %}
+        {{- message["content"] + eos_token}}
+    {%- elif message["role"] == "tool_results" or message["role"] == "tool" %}
+        {%- if message.content is defined and message.content.content is defined %}
+            {%- set content = message.content.content %}
+        {%- else %}
+            {%- set content = message.content %}
+        {%- endif %}
+        {{- '[TOOL_RESULTS]{"content": ' + content|string + ", " }}
+        {%- if not message.tool_call_id is defined or message.tool_call_id|length != 9 %}
+            {{- raise_exception("Tool call IDs should be alphanumeric strings with length 9!") }}
+        {%- endif %}
+        {{- '"call_id": "' + message.tool_call_id + '"}[/TOOL_RESULTS]' }}
+    {%- else %}
+        {{- raise_exception("Only user and assistant roles are supported, with the exception of an initial optional system message!") }}
+    {%- endif %}
+{%- endfor %}
+)tpl";
+
+// google/gemma-2-2b-it (ggml-org/llama.cpp, models/templates/google-gemma-2-2b-it.jinja).
+constexpr std::string_view kGemma2 =
+    R"tpl({{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '
+' + message['content'] | trim + '<end_of_turn>
+' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model
+'}}{% endif %})tpl";
+
+// google/gemma-3 instruct (tokenizer_config.json of google/gemma-3-4b-it, bos_token "<bos>";
+// the copy quoted in ShishirPatil/gorilla's BFCL Gemma handler).
+constexpr std::string_view kGemma3 = R"tpl({{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '
+
+' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '
+
+' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '
+' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>
+' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model
+'}}
+{%- endif -%}
+)tpl";
+
+// deepseek-ai/DeepSeek-R1-Distill-Qwen-32B (ggml-org/llama.cpp, models/templates/
+// deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja).
+constexpr std::string_view kDeepSeekR1Distill = R"tpl({% if not add_generation_prompt is defined -%}
+  {%- set add_generation_prompt = false -%}
+{%- endif -%}
+{%- set ns = namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='') -%}
+{%- for message in messages -%}
+  {%- if message['role'] == 'system' -%}
+    {%- set ns.system_prompt = message['content'] -%}
+  {%- endif -%}
+{%- endfor -%}{{bos_token}}{{ns.system_prompt}}
+{%- for message in messages -%}
+  {%- if message['role'] == 'user' -%}
+    {%- set ns.is_tool = false -%}{{'<｜User｜>' + message['content']}}
+  {%- endif -%}
+  {%- if message['role'] == 'assistant' and message['tool_calls'] -%}
+    {%- set ns.is_tool = false -%}
+    {%- for tool in message['tool_calls']-%}
+      {%- if not ns.is_first -%}
+        {{'<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '\n' + '```json' + '\n' + tool['function']['arguments'] + '\n' + '```' + '<｜tool▁call▁end｜>'}}
+        {%- set ns.is_first = true -%}
+      {%- else -%}
+        {{'\n' + '<｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '\n' + '```json' + '\n' + tool['function']['arguments'] + '\n' + '```' + '<｜tool▁call▁end｜>'}}
+      {%- endif -%}
+    {%- endfor -%}
+    {{'<｜tool▁calls▁end｜><｜end▁of▁sentence｜>'}}
+  {%- endif -%}
+  {%- if message['role'] == 'assistant' and message['content'] is not none -%}
+    {%- if ns.is_tool -%}{{'<｜tool▁outputs▁end｜>' + message['content'] + '<｜end▁of▁sentence｜>'}}
+      {%- set ns.is_tool = false -%}
+    {%- else -%}
+      {%- set content = message['content'] -%}
+      {%- if '</think>' in content -%}
+        {%- set content = content.split('</think>')[-1] -%}
+      {%- endif -%}{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}
+    {%- endif -%}
+  {%- endif -%}
+  {%- if message['role'] == 'tool' -%}
+    {%- set ns.is_tool = true -%}
+    {%- if ns.is_output_first -%}{{'<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}
+      {%- set ns.is_output_first = false -%}
+      {%- else -%}{{'\n<｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}
+    {%- endif -%}
+  {%- endif -%}
+{%- endfor -%}
+{%- if ns.is_tool -%}{{'<｜tool▁outputs▁end｜>'}}
+{%- endif -%}
+{%- if add_generation_prompt and not ns.is_tool -%}{{'<｜Assistant｜><think>\n'}}
+{%- endif %})tpl";
+
+// microsoft/Phi-3.5-mini-instruct (ggml-org/llama.cpp, models/templates/
+// microsoft-Phi-3.5-mini-instruct.jinja).
+constexpr std::string_view kPhi35Mini =
+    R"tpl({% for message in messages %}{% if message['role'] == 'system' and message['content'] %}{{'<|system|>
+' + message['content'] + '<|end|>
+'}}{% elif message['role'] == 'user' %}{{'<|user|>
+' + message['content'] + '<|end|>
+'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>
+' + message['content'] + '<|end|>
+'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>
+' }}{% else %}{{ eos_token }}{% endif %})tpl";
+
+// meta-llama/Llama-3.2-3B-Instruct (ggml-org/llama.cpp, models/templates/
+// meta-llama-Llama-3.2-3B-Instruct.jinja).
+constexpr std::string_view kLlama32 = R"tpl({{- bos_token }}
+{%- if custom_tools is defined %}
+    {%- set tools = custom_tools %}
+{%- endif %}
+{%- if not tools_in_user_message is defined %}
+    {%- set tools_in_user_message = true %}
+{%- endif %}
+{%- if not date_string is defined %}
+    {%- if strftime_now is defined %}
+        {%- set date_string = strftime_now("%d %b %Y") %}
+    {%- else %}
+        {%- set date_string = "26 Jul 2024" %}
+    {%- endif %}
+{%- endif %}
+{%- if not tools is defined %}
+    {%- set tools = none %}
+{%- endif %}
+
+{#- This block extracts the system message, so we can slot it into the right place. #}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content']|trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+
+{#- System message #}
+{{- "<|start_header_id|>system<|end_header_id|>\n\n" }}
+{%- if tools is not none %}
+    {{- "Environment: ipython\n" }}
+{%- endif %}
+{{- "Cutting Knowledge Date: December 2023\n" }}
+{{- "Today Date: " + date_string + "\n\n" }}
+{%- if tools is not none and not tools_in_user_message %}
+    {{- "You have access to the following functions. To call a function, please respond with JSON for a function call." }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\n\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+{%- endif %}
+{{- system_message }}
+{{- "<|eot_id|>" }}
+
+{#- Custom tools are passed in a user message with some extra guidance #}
+{%- if tools_in_user_message and not tools is none %}
+    {#- Extract the first user message so we can plug it in here #}
+    {%- if messages | length != 0 %}
+        {%- set first_user_message = messages[0]['content']|trim %}
+        {%- set messages = messages[1:] %}
+    {%- else %}
+        {{- raise_exception("Cannot put tools in the first user message when there's no first user message!") }}
+{%- endif %}
+    {{- '<|start_header_id|>user<|end_header_id|>\n\n' -}}
+    {{- "Given the following functions, please respond with a JSON for a function call " }}
+    {{- "with its proper arguments that best answers the given prompt.\n\n" }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\n\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+    {{- first_user_message + "<|eot_id|>"}}
+{%- endif %}
+
+{%- for message in messages %}
+    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}
+        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}
+    {%- elif 'tool_calls' in message %}
+        {%- if not message.tool_calls|length == 1 %}
+            {{- raise_exception("This model only supports single tool-calls at once!") }}
+        {%- endif %}
+        {%- set tool_call = message.tool_calls[0].function %}
+        {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
+        {{- '{"name": "' + tool_call.name + '", ' }}
+        {{- '"parameters": ' }}
+        {{- tool_call.arguments | tojson }}
+        {{- "}" }}
+        {{- "<|eot_id|>" }}
+    {%- elif message.role == "tool" or message.role == "ipython" %}
+        {{- "<|start_header_id|>ipython<|end_header_id|>\n\n" }}
+        {%- if message.content is mapping or message.content is iterable %}
+            {{- message.content | tojson }}
+        {%- else %}
+            {{- message.content }}
+        {%- endif %}
+        {{- "<|eot_id|>" }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
+{%- endif %}
+)tpl";
+
+// Mistral's instruct layout: <s>[INST]user[/INST]answer</s>[INST]user[/INST]; Nemo's template
+// puts no space after [INST] and folds the system prompt into the last user turn.
+TEST(PublishedTemplates, MistralNemo) {
+  const ChatSetup s = JinjaSetup(kMistralNemo, "<s>", "</s>");
+  const std::string want =
+      "<s>[INST]Hello[/INST]Hi there!</s>[INST]You are a helpful assistant.\n\nHow are you?[/INST]";
+  EXPECT_EQ(Chat(s, ThreeTurns(true), true), want);
+  EXPECT_EQ(Chat(s, ThreeTurns(true), false), want);  // no generation prompt of its own
+  EXPECT_EQ(Chat(s, ThreeTurns(false), true),
+            "<s>[INST]Hello[/INST]Hi there!</s>[INST]How are you?[/INST]");
+  std::string e = ChatError(kMistralNemo, {{"user", "a"}, {"user", "b"}});
+  EXPECT_TRUE(Has(e,
+                  "After the optional system message, conversation roles must alternate "
+                  "user/assistant/user/assistant/..."))
+      << e;
+  e = ChatError(kMistralNemo, {{"user", "a"}, {"critic", "b"}});
+  EXPECT_TRUE(Has(e, "Only user and assistant roles are supported")) << e;
+
+  // Tools: [AVAILABLE_TOOLS] before the last user turn, [TOOL_CALLS] and [TOOL_RESULTS] turns.
+  const Value call = Value::MakeObject(
+      {{"id", "abcdef123"},
+       {"type", "function"},
+       {"function", Value::MakeObject({{"name", "get_weather"},
+                                       {"arguments", Value::MakeObject({{"city", "Paris"}})}})}});
+  Value tool_msg = Msg("tool", "22C");
+  tool_msg.Set("tool_call_id", "abcdef123");
+  Value call_msg = Msg("assistant", Value::None());
+  call_msg.Set("tool_calls", Value::MakeArray({call}));
+  const Value ctx = Value::MakeObject(
+      {{"messages",
+        Value::MakeArray({Msg("user", "What's the weather in Paris?"), call_msg, tool_msg,
+                          Msg("assistant", "It is 22C in Paris."), Msg("user", "And in Rome?")})},
+       {"tools", Value::MakeArray({WeatherTool()})},
+       {"bos_token", "<s>"},
+       {"eos_token", "</s>"},
+       {"add_generation_prompt", true}});
+  EXPECT_EQ(Rendered(kMistralNemo, ctx),
+            "<s>[INST]What's the weather in Paris?[/INST]"
+            "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, "
+            "\"id\": \"abcdef123\"}]</s>"
+            "[TOOL_RESULTS]{\"content\": 22C, \"call_id\": \"abcdef123\"}[/TOOL_RESULTS]"
+            "It is 22C in Paris.</s>"
+            "[AVAILABLE_TOOLS][{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+            "\"description\": \"Get the weather\", \"parameters\": {\"type\": \"object\", "
+            "\"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}]"
+            "[/AVAILABLE_TOOLS][INST]And in Rome?[/INST]");
+  tool_msg.Set("tool_call_id", "short");
+  e = RenderTemplate(kMistralNemo, ctx).error().message;
+  EXPECT_TRUE(Has(e, "Tool call IDs should be alphanumeric strings with length 9!")) << e;
+}
+
+// Gemma's turns: <start_of_turn>user\n...<end_of_turn>\n, the assistant's role named "model".
+TEST(PublishedTemplates, Gemma2) {
+  const ChatSetup s = JinjaSetup(kGemma2, "<bos>", "<eos>");
+  const std::string turns =
+      "<bos><start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\nHi there!"
+      "<end_of_turn>\n<start_of_turn>user\nHow are you?<end_of_turn>\n";
+  EXPECT_EQ(Chat(s, ThreeTurns(false), true), turns + "<start_of_turn>model\n");
+  EXPECT_EQ(Chat(s, ThreeTurns(false), false), turns);
+  // Contents are trimmed.
+  EXPECT_EQ(Chat(s, {{"user", "  Hi \n"}}, true),
+            "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+  // Gemma 2 has no system role, and turns must alternate.
+  EXPECT_TRUE(Has(ChatError(kGemma2, ThreeTurns(true)), "System role not supported"));
+  EXPECT_TRUE(Has(ChatError(kGemma2, {{"user", "a"}, {"user", "b"}}),
+                  "Conversation roles must alternate user/assistant/user/assistant/..."));
+}
+
+// Gemma 3: the same turns; a system prompt opens the first user turn, followed by a blank line.
+TEST(PublishedTemplates, Gemma3) {
+  const ChatSetup s = JinjaSetup(kGemma3, "<bos>", "<eos>");
+  const std::string turns =
+      "<bos><start_of_turn>user\nYou are a helpful assistant.\n\nHello<end_of_turn>\n"
+      "<start_of_turn>model\nHi there!<end_of_turn>\n<start_of_turn>user\nHow are you?"
+      "<end_of_turn>\n";
+  EXPECT_EQ(Chat(s, ThreeTurns(true), true), turns + "<start_of_turn>model\n");
+  EXPECT_EQ(Chat(s, ThreeTurns(true), false), turns);
+  EXPECT_EQ(Chat(s, ThreeTurns(false), true),
+            "<bos><start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\nHi there!"
+            "<end_of_turn>\n<start_of_turn>user\nHow are you?<end_of_turn>\n"
+            "<start_of_turn>model\n");
+  // Multimodal contents: an image part is <start_of_image>, text parts are trimmed.
+  const Value parts = Value::MakeArray(
+      {Value::MakeObject({{"type", "image"}}),
+       Value::MakeObject({{"type", "text"}, {"text", " What is in this image? "}})});
+  const Value sys_parts =
+      Value::MakeArray({Value::MakeObject({{"type", "text"}, {"text", "Be brief."}})});
+  const Value ctx = Value::MakeObject(
+      {{"messages", Value::MakeArray({Msg("system", sys_parts), Msg("user", parts)})},
+       {"bos_token", "<bos>"},
+       {"add_generation_prompt", true}});
+  EXPECT_EQ(Rendered(kGemma3, ctx),
+            "<bos><start_of_turn>user\nBe brief.\n\n<start_of_image>What is in this image?"
+            "<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_TRUE(Has(ChatError(kGemma3, {{"system", "s"}, {"assistant", "a"}}),
+                  "Conversation roles must alternate user/assistant/user/assistant/..."));
+  const Value bad = Value::MakeObject({{"messages", Value::MakeArray({Msg("user", 5)})}});
+  EXPECT_TRUE(Has(RenderTemplate(kGemma3, bad).error().message, "Invalid content type"));
+}
+
+// DeepSeek-R1 distills: the system prompt right after BOS, <｜User｜> / <｜Assistant｜> turns,
+// earlier answers without their reasoning, and the generation prompt opening a think block.
+TEST(PublishedTemplates, DeepSeekR1Distill) {
+  const ChatSetup s =
+      JinjaSetup(kDeepSeekR1Distill, "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>");
+  const std::string turns =
+      "<｜begin▁of▁sentence｜>You are a helpful assistant.<｜User｜>Hello<｜Assistant｜>Hi there!"
+      "<｜end▁of▁sentence｜><｜User｜>How are you?";
+  EXPECT_EQ(Chat(s, ThreeTurns(true), true), turns + "<｜Assistant｜><think>\n");
+  EXPECT_EQ(Chat(s, ThreeTurns(true), false), turns);
+  EXPECT_EQ(
+      Chat(s,
+           {{"user", "Hello"},
+            {"assistant", "<think>\nhmm\n</think>\n\nHi there!"},
+            {"user", "How are you?"}},
+           true),
+      "<｜begin▁of▁sentence｜><｜User｜>Hello<｜Assistant｜>\n\nHi there!<｜end▁of▁sentence｜>"
+      "<｜User｜>How are you?<｜Assistant｜><think>\n");
+  // Tool calls and tool outputs.
+  const Value call = Value::MakeObject(
+      {{"type", "function"},
+       {"function",
+        Value::MakeObject({{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}})}});
+  Value call_msg = Msg("assistant", Value::None());
+  call_msg.Set("tool_calls", Value::MakeArray({call}));
+  const Value ctx = Value::MakeObject(
+      {{"messages",
+        Value::MakeArray({Msg("user", "Weather in Paris?"), call_msg, Msg("tool", "22C"),
+                          Msg("assistant", "It is 22C."), Msg("user", "Thanks")})},
+       {"bos_token", "<｜begin▁of▁sentence｜>"},
+       {"add_generation_prompt", true}});
+  EXPECT_EQ(Rendered(kDeepSeekR1Distill, ctx),
+            "<｜begin▁of▁sentence｜><｜User｜>Weather in Paris?"
+            "<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+            "get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>"
+            "<｜tool▁calls▁end｜><｜end▁of▁sentence｜>"
+            "<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>22C<｜tool▁output▁end｜>"
+            "<｜tool▁outputs▁end｜>It is 22C.<｜end▁of▁sentence｜><｜User｜>Thanks"
+            "<｜Assistant｜><think>\n");
+}
+
+// Phi-3.5: <|role|>\ncontent<|end|>\n per turn; without a generation prompt the text ends
+// with the EOS token.
+TEST(PublishedTemplates, Phi35Mini) {
+  const ChatSetup s = JinjaSetup(kPhi35Mini, "<s>", "<|endoftext|>");
+  const std::string turns =
+      "<|system|>\nYou are a helpful assistant.<|end|>\n<|user|>\nHello<|end|>\n<|assistant|>\n"
+      "Hi there!<|end|>\n<|user|>\nHow are you?<|end|>\n";
+  EXPECT_EQ(Chat(s, ThreeTurns(true), true), turns + "<|assistant|>\n");
+  EXPECT_EQ(Chat(s, ThreeTurns(true), false), turns + "<|endoftext|>");
+  EXPECT_EQ(Chat(s, {{"system", ""}, {"user", "Hi"}}, true),
+            "<|user|>\nHi<|end|>\n<|assistant|>\n");
+}
+
+// Llama 3.2: the system header with the knowledge cutoff and today's date (strftime_now),
+// tools as indented JSON in the first user turn, ipython turns for tool outputs.
+TEST(PublishedTemplates, Llama32) {
+  const ChatSetup s = JinjaSetup(kLlama32, "<|begin_of_text|>", "<|eot_id|>");
+  const std::string head =
+      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+      "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
+  const std::string turns =
+      "<|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\nHi there!<|eot_id|>"
+      "<|start_header_id|>user<|end_header_id|>\n\nHow are you?<|eot_id|>";
+  const std::string gen = "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  EXPECT_EQ(Chat(s, ThreeTurns(true), true),
+            head + "You are a helpful assistant.<|eot_id|>" + turns + gen);
+  EXPECT_EQ(Chat(s, ThreeTurns(true), false),
+            head + "You are a helpful assistant.<|eot_id|>" + turns);
+  EXPECT_EQ(Chat(s, ThreeTurns(false), true), head + "<|eot_id|>" + turns + gen);
+  // Today's date comes from strftime_now (2025-01-15 here), not the template's fallback.
+  const Value plain = Value::MakeObject(
+      {{"messages", Value::MakeArray({Msg("user", "Hi")})}, {"bos_token", "<|begin_of_text|>"}});
+  EXPECT_TRUE(Has(Rendered(kLlama32, plain, 1736899200), "Today Date: 15 Jan 2025\n"));
+
+  Value call_msg = Msg("assistant", Value::None());
+  call_msg.Set("tool_calls",
+               Value::MakeArray({Value::MakeObject(
+                   {{"type", "function"},
+                    {"function", Value::MakeObject(
+                                     {{"name", "get_weather"},
+                                      {"arguments", Value::MakeObject({{"city", "Paris"}})}})}})}));
+  const Value ctx =
+      Value::MakeObject({{"messages", Value::MakeArray({Msg("user", "What's the weather in Paris?"),
+                                                        call_msg, Msg("tool", "22C")})},
+                         {"tools", Value::MakeArray({WeatherTool()})},
+                         {"bos_token", "<|begin_of_text|>"},
+                         {"add_generation_prompt", true}});
+  EXPECT_EQ(Rendered(kLlama32, ctx),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+            "Environment: ipython\nCutting Knowledge Date: December 2023\n"
+            "Today Date: 26 Jul 2024\n\n<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\n"
+            "Given the following functions, please respond with a JSON for a function call with "
+            "its proper arguments that best answers the given prompt.\n\n"
+            "Respond in the format {\"name\": function name, \"parameters\": dictionary of "
+            "argument name and its value}.Do not use variables.\n\n"
+            "{\n    \"type\": \"function\",\n    \"function\": {\n"
+            "        \"name\": \"get_weather\",\n        \"description\": \"Get the weather\",\n"
+            "        \"parameters\": {\n            \"type\": \"object\",\n"
+            "            \"properties\": {\n                \"city\": {\n"
+            "                    \"type\": \"string\"\n                }\n            },\n"
+            "            \"required\": [\n                \"city\"\n            ]\n"
+            "        }\n    }\n}\n\n"
+            "What's the weather in Paris?<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n"
+            "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}<|eot_id|>"
+            "<|start_header_id|>ipython<|end_header_id|>\n\n\"22C\"<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+// mistralai/Mistral-Small-3.1-24B-Instruct-2503 (ggml-org/llama.cpp, models/templates/
+// mistralai-Mistral-Small-3.1-24B-Instruct-2503.jinja).
+constexpr std::string_view kMistralSmall31 = R"tpl({%- set today = strftime_now("%Y-%m-%d") %}
+{%- set default_system_message = "You are Mistral Small 3, a Large Language Model (LLM) created by Mistral AI, a French startup headquartered in Paris.\
+Your knowledge base was last updated on 2023-10-01. The current date is " + today + ".\
+\
+When you're not sure about some information, you say that you don't have the information and don't make up anything.\
+If the user's question is not clear, ambiguous, or does not provide enough context for you to accurately answer the question, you do not try to answer it right away and you rather ask the user to clarify their request (e.g. \"What are some good restaurants around me?\" => \"Where are you?\" or \"When is the next flight to Tokyo\" => \"Where do you travel from?\")" %}
+
+{{- bos_token }}
+
+{%- if messages[0]['role'] == 'system' %}
+    {%- if messages[0]['content'] is string %}
+        {%- set system_message = messages[0]['content'] %}
+        {%- set loop_messages = messages[1:] %}
+    {%- else %}
+        {%- set system_message = messages[0]['content'][0]['text'] %}
+        {%- set loop_messages = messages[1:] %}
+    {%- endif %}
+{%- else %}
+    {%- set system_message = default_system_message %}
+    {%- set loop_messages = messages %}
+{%- endif %}
+{%- if not tools is defined %}
+    {%- set tools = none %}
+{%- elif tools is not none %}
+    {%- set parallel_tool_prompt = "You are a helpful assistant that can call tools. If you call one or more tools, format them in a single JSON array or objects, where each object is a tool call, not as separate objects outside of an array or multiple arrays. Use the format [{\"name\": tool call name, \"arguments\": tool call arguments}, additional tool calls] if you call more than one tool. If you call tools, do not attempt to interpret them or otherwise provide a response until you receive a tool call result that you can interpret for the user." %}
+    {%- if system_message is defined %}
+        {%- set system_message = parallel_tool_prompt + "\
+\
+" + system_message %}
+    {%- else %}
+        {%- set system_message = parallel_tool_prompt %}
+    {%- endif %}
+{%- endif %}
+{{- '[SYSTEM_PROMPT]' + system_message + '[/SYSTEM_PROMPT]' }}
+
+{%- set user_messages = loop_messages | selectattr("role", "equalto", "user") | list %}
+
+{%- set filtered_messages = [] %}
+{%- for message in loop_messages %}
+    {%- if message["role"] not in ["tool", "tool_results"] and not message.get("tool_calls") %}
+        {%- set filtered_messages = filtered_messages + [message] %}
+    {%- endif %}
+{%- endfor %}
+
+{%- for message in filtered_messages %}
+    {%- if (message["role"] == "user") != (loop.index0 % 2 == 0) %}
+        {{- raise_exception("After the optional system message, conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif %}
+{%- endfor %}
+
+{%- for message in loop_messages %}
+    {%- if message["role"] == "user" %}
+        {%- if tools is not none and (message == user_messages[-1]) %}
+            {{- "[AVAILABLE_TOOLS] [" }}
+            {%- for tool in tools %}
+                {%- set tool = tool.function %}
+                {{- '{"type": "function", "function": {' }}
+                {%- for key, val in tool.items() if key != "return" %}
+                    {%- if val is string %}
+                        {{- '"' + key + '": "' + val + '"' }}
+                    {%- else %}
+                        {{- '"' + key + '": ' + val|tojson }}
+                    {%- endif %}
+                    {%- if not loop.last %}
+                        {{- ", " }}
+                    {%- endif %}
+                {%- endfor %}
+                {{- "}}" }}
+                {%- if not loop.last %}
+                    {{- ", " }}
+                {%- else %}
+                    {{- "]" }}
+                {%- endif %}
+            {%- endfor %}
+            {{- "[/AVAILABLE_TOOLS]" }}
+        {%- endif %}
+        {%- if message['content'] is string %}
+        {{- '[INST]' + message['content'] + '[/INST]' }}
+        {%- else %}
+                {{- '[INST]' }}
+                {%- for block in message['content'] %}
+                        {%- if block['type'] == 'text' %}
+                                {{- block['text'] }}
+                        {%- elif block['type'] == 'image' or block['type'] == 'image_url' %}
+                                {{- '[IMG]' }}
+                            {%- else %}
+                                {{- raise_exception('Only text and image blocks are supported in message content!') }}
+                            {%- endif %}
+                    {%- endfor %}
+                {{- '[/INST]' }}
+            {%- endif %}
+    {%- elif message["role"] == "tool_calls" or message.tool_calls is defined %}
+        {%- if message.tool_calls is defined %}
+            {%- set tool_calls = message.tool_calls %}
+        {%- else %}
+            {%- set tool_calls = message.content %}
+        {%- endif %}
+        {{- "[TOOL_CALLS] [" }}
+        {%- for tool_call in tool_calls %}
+            {%- set out = tool_call.function|tojson %}
+            {{- out[:-1] }}
+            {%- if not tool_call.id is defined or tool_call.id|length < 9 %}
+                {{- raise_exception("Tool call IDs should be alphanumeric strings with length >= 9! (1)" + tool_call.id) }}
+            {%- endif %}
+            {{- ', "id": "' + tool_call.id[-9:] + '"}' }}
+            {%- if not loop.last %}
+                {{- ", " }}
+            {%- else %}
+                {{- "]" + eos_token }}
+            {%- endif %}
+        {%- endfor %}
+    {%- elif message['role'] == 'assistant' %}
+        {%- if message['content'] is string %}
+            {{- message['content'] + eos_token }}
+        {%- else %}
+            {{- message['content'][0]['text'] + eos_token }}
+        {%- endif %}
+    {%- elif message["role"] == "tool_results" or message["role"] == "tool" %}
+        {%- if message.content is defined and message.content.content is defined %}
+            {%- set content = message.content.content %}
+        {%- else %}
+            {%- set content = message.content %}
+        {%- endif %}
+        {{- '[TOOL_RESULTS] {"content": ' + content|string + ", " }}
+        {%- if not message.tool_call_id is defined or message.tool_call_id|length < 9 %}
+            {{- raise_exception("Tool call IDs should be alphanumeric strings with length >= 9! (2)" + message.tool_call_id) }}
+        {%- endif %}
+        {{- '"call_id": "' + message.tool_call_id[-9:] + '"}[/TOOL_RESULTS]' }}
+    {%- else %}
+        {{- raise_exception("Only user and assistant roles are supported, with the exception of an initial optional system message!") }}
+    {%- endif %}
+{%- endfor %}
+)tpl";
+
+// Mistral Small 3.1: [SYSTEM_PROMPT]...[/SYSTEM_PROMPT] after BOS (its default system prompt,
+// with today's date, when the conversation has none), then [INST] turns. A backslash before a
+// line break inside the template's strings continues the line (Python's string escapes), so the
+// default prompt's sentences and the tool prompt join without line breaks.
+TEST(PublishedTemplates, MistralSmall31) {
+  const ChatSetup s = JinjaSetup(kMistralSmall31, "<s>", "</s>");
+  const std::string want =
+      "<s>[SYSTEM_PROMPT]You are a helpful assistant.[/SYSTEM_PROMPT][INST]Hello[/INST]Hi there!"
+      "</s>[INST]How are you?[/INST]";
+  EXPECT_EQ(Chat(s, ThreeTurns(true), true), want);
+  EXPECT_EQ(Chat(s, ThreeTurns(true), false), want);
+  EXPECT_EQ(
+      Chat(s, {{"user", "Hello"}}, true),
+      "<s>[SYSTEM_PROMPT]You are Mistral Small 3, a Large Language Model (LLM) created by "
+      "Mistral AI, a French startup headquartered in Paris.Your knowledge base was last "
+      "updated on 2023-10-01. The current date is 2024-07-26.When you're not sure about some "
+      "information, you say that you don't have the information and don't make up anything."
+      "If the user's question is not clear, ambiguous, or does not provide enough context for "
+      "you to accurately answer the question, you do not try to answer it right away and you "
+      "rather ask the user to clarify their request (e.g. \"What are some good restaurants "
+      "around me?\" => \"Where are you?\" or \"When is the next flight to Tokyo\" => \"Where "
+      "do you travel from?\")[/SYSTEM_PROMPT][INST]Hello[/INST]");
+  // Its alternation check never fires: the list it checks is built by `set` inside a for
+  // loop, which in Jinja does not outlive the loop, so the list is empty (as in Jinja).
+  EXPECT_TRUE(Chat(s, {{"assistant", "a"}}, true).ends_with("[/SYSTEM_PROMPT]a</s>"));
+  EXPECT_TRUE(Has(ChatError(kMistralSmall31, {{"user", "a"}, {"critic", "b"}}),
+                  "Only user and assistant roles are supported"));
+
+  // Content blocks: text and images; a system prompt given as blocks.
+  const Value user_parts =
+      Value::MakeArray({Value::MakeObject({{"type", "text"}, {"text", "Describe this:"}}),
+                        Value::MakeObject({{"type", "image"}})});
+  const Value sys_parts =
+      Value::MakeArray({Value::MakeObject({{"type", "text"}, {"text", "Be brief."}})});
+  Value ctx = Value::MakeObject(
+      {{"messages", Value::MakeArray({Msg("system", sys_parts), Msg("user", user_parts)})},
+       {"bos_token", "<s>"},
+       {"eos_token", "</s>"}});
+  EXPECT_EQ(Rendered(kMistralSmall31, ctx),
+            "<s>[SYSTEM_PROMPT]Be brief.[/SYSTEM_PROMPT][INST]Describe this:[IMG][/INST]");
+
+  // Tools: the tool prompt before the system prompt, [AVAILABLE_TOOLS] before the last user
+  // turn, call IDs cut to their last nine characters.
+  const Value call = Value::MakeObject(
+      {{"id", "call_abcdef123"},
+       {"type", "function"},
+       {"function", Value::MakeObject({{"name", "get_weather"},
+                                       {"arguments", Value::MakeObject({{"city", "Paris"}})}})}});
+  Value call_msg = Msg("assistant", Value::None());
+  call_msg.Set("tool_calls", Value::MakeArray({call}));
+  Value tool_msg = Msg("tool", "22C");
+  tool_msg.Set("tool_call_id", "call_abcdef123");
+  ctx = Value::MakeObject(
+      {{"messages",
+        Value::MakeArray({Msg("system", "You are a helpful assistant."),
+                          Msg("user", "What's the weather in Paris?"), call_msg, tool_msg,
+                          Msg("assistant", "It is 22C in Paris."), Msg("user", "And in Rome?")})},
+       {"tools", Value::MakeArray({WeatherTool()})},
+       {"bos_token", "<s>"},
+       {"eos_token", "</s>"},
+       {"add_generation_prompt", true}});
+  EXPECT_EQ(Rendered(kMistralSmall31, ctx),
+            "<s>[SYSTEM_PROMPT]You are a helpful assistant that can call tools. If you call one or "
+            "more tools, format them in a single JSON array or objects, where each object is a "
+            "tool call, not as separate objects outside of an array or multiple arrays. Use the "
+            "format [{\"name\": tool call name, \"arguments\": tool call arguments}, additional "
+            "tool calls] if you call more than one tool. If you call tools, do not attempt to "
+            "interpret them or otherwise provide a response until you receive a tool call result "
+            "that you can interpret for the user.You are a helpful assistant.[/SYSTEM_PROMPT]"
+            "[INST]What's the weather in Paris?[/INST]"
+            "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, "
+            "\"id\": \"abcdef123\"}]</s>"
+            "[TOOL_RESULTS] {\"content\": 22C, \"call_id\": \"abcdef123\"}[/TOOL_RESULTS]"
+            "It is 22C in Paris.</s>"
+            "[AVAILABLE_TOOLS] [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+            "\"description\": \"Get the weather\", \"parameters\": {\"type\": \"object\", "
+            "\"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}]"
+            "[/AVAILABLE_TOOLS][INST]And in Rome?[/INST]");
+  tool_msg.Set("tool_call_id", "abc");
+  const std::string e = RenderTemplate(kMistralSmall31, ctx).error().message;
+  EXPECT_TRUE(Has(e, "Tool call IDs should be alphanumeric strings with length >= 9! (2)abc")) << e;
+}
+
+// zai-org/GLM-4.6 (ggml-org/llama.cpp, models/templates/GLM-4.6.jinja).
+constexpr std::string_view kGlm46 = R"tpl([gMASK]<sop>
+{%- if tools -%}
+<|system|>
+# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{% for tool in tools %}
+{{ tool | tojson(ensure_ascii=False) }}
+{% endfor %}
+</tools>
+
+For each function call, output the function name and arguments within the following XML format:
+<tool_call>{function-name}
+<arg_key>{arg-key-1}</arg_key>
+<arg_value>{arg-value-1}</arg_value>
+<arg_key>{arg-key-2}</arg_key>
+<arg_value>{arg-value-2}</arg_value>
+...
+</tool_call>{%- endif -%}
+{%- macro visible_text(content) -%}
+    {%- if content is string -%}
+        {{- content }}
+    {%- elif content is iterable and content is not mapping -%}
+        {%- for item in content -%}
+            {%- if item is mapping and item.type == 'text' -%}
+                {{- item.text }}
+            {%- elif item is string -%}
+                {{- item }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{- content }}
+    {%- endif -%}
+{%- endmacro -%}
+{%- set ns = namespace(last_user_index=-1) %}
+{%- for m in messages %}
+    {%- if m.role == 'user' %}
+        {% set ns.last_user_index = loop.index0 -%}
+    {%- endif %}
+{%- endfor %}
+{% for m in messages %}
+{%- if m.role == 'user' -%}<|user|>
+{{ visible_text(m.content) }}
+{{- '/nothink' if (enable_thinking is defined and not enable_thinking and not visible_text(m.content).endswith("/nothink")) else '' -}}
+{%- elif m.role == 'assistant' -%}
+<|assistant|>
+{%- set reasoning_content = '' %}
+{%- set content = visible_text(m.content) %}
+{%- if m.reasoning_content is string %}
+    {%- set reasoning_content = m.reasoning_content %}
+{%- else %}
+    {%- if '</think>' in content %}
+        {%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+        {%- set content = content.split('</think>')[-1].lstrip('\n') %}
+    {%- endif %}
+{%- endif %}
+{%- if loop.index0 > ns.last_user_index and reasoning_content -%}
+{{ '\n<think>' + reasoning_content.strip() +  '</think>'}}
+{%- else -%}
+{{ '\n<think></think>' }}
+{%- endif -%}
+{%- if content.strip() -%}
+{{ '\n' + content.strip() }}
+{%- endif -%}
+{% if m.tool_calls %}
+{% for tc in m.tool_calls %}
+{%- if tc.function %}
+    {%- set tc = tc.function %}
+{%- endif %}
+{{ '\n<tool_call>' + tc.name }}
+{% set _args = tc.arguments or {} %}
+{% for k, v in _args.items() %}
+<arg_key>{{ k }}</arg_key>
+<arg_value>{{ v | tojson(ensure_ascii=False) if v is not string else v }}</arg_value>
+{% endfor %}
+</tool_call>{% endfor %}
+{% endif %}
+{%- elif m.role == 'tool' -%}
+{%- if m.content is string -%}
+{%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+    {{- '<|observation|>' }}
+{%- endif %}
+{{- '\n<tool_response>\n' }}
+{{- m.content }}
+{{- '\n</tool_response>' }}
+{%- else -%}
+<|observation|>{% for tr in m.content %}
+
+<tool_response>
+{{ tr.output if tr.output is defined else tr }}
+</tool_response>{% endfor -%}
+{% endif -%}
+{%- elif m.role == 'system' -%}
+<|system|>
+{{ visible_text(m.content) }}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    <|assistant|>{{- '\n<think></think>' if (enable_thinking is defined and not enable_thinking) else '' -}}
+{%- endif -%}
+)tpl";
+
+// GLM-4.6: [gMASK]<sop>, then <|system|> / <|user|> / <|assistant|> / <|observation|> turns
+// with no newline after the content; every answer opens with its think block (empty unless it
+// follows the last user turn), enable_thinking=false appends /nothink to user turns, tools are
+// listed as JSON lines in a system block, calls as <tool_call>name / <arg_key> / <arg_value>.
+TEST(PublishedTemplates, Glm46) {
+  const ChatSetup s = JinjaSetup(kGlm46, "", "<|endoftext|>");
+  const std::string turns =
+      "[gMASK]<sop><|system|>\nYou are a helpful assistant.<|user|>\nHello<|assistant|>\n"
+      "<think></think>\nHi there!<|user|>\nHow are you?";
+  EXPECT_EQ(Chat(s, ThreeTurns(true), true), turns + "<|assistant|>");
+  EXPECT_EQ(Chat(s, ThreeTurns(true), false), turns);
+  EXPECT_EQ(Chat(s, ThreeTurns(false), true, /*thinking=*/false),
+            "[gMASK]<sop><|user|>\nHello/nothink<|assistant|>\n<think></think>\nHi there!"
+            "<|user|>\nHow are you?/nothink<|assistant|>\n<think></think>");
+  EXPECT_EQ(Chat(s, {{"user", "2+2?"}, {"assistant", "<think>\nadd\n</think>\n\n4"}}, false),
+            "[gMASK]<sop><|user|>\n2+2?<|assistant|>\n<think>add</think>\n4");
+
+  Value call_msg = Msg("assistant", "");
+  call_msg.Set("tool_calls",
+               Value::MakeArray({Value::MakeObject(
+                   {{"function", Value::MakeObject(
+                                     {{"name", "get_weather"},
+                                      {"arguments", Value::MakeObject({{"city", "Paris"}})}})}})}));
+  const Value ctx = Value::MakeObject(
+      {{"messages",
+        Value::MakeArray({Msg("user", "Weather in Paris?"), call_msg, Msg("tool", "22C")})},
+       {"tools", Value::MakeArray({WeatherTool()})},
+       {"add_generation_prompt", true}});
+  EXPECT_EQ(
+      Rendered(kGlm46, ctx),
+      "[gMASK]<sop><|system|>\n# Tools\n\nYou may call one or more functions to assist with "
+      "the user query.\n\nYou are provided with function signatures within <tools></tools> "
+      "XML tags:\n<tools>\n"
+      "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
+      "\"Get the weather\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": "
+      "{\"type\": \"string\"}}, \"required\": [\"city\"]}}}\n"
+      "</tools>\n\nFor each function call, output the function name and arguments within "
+      "the following XML format:\n<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n"
+      "<arg_value>{arg-value-1}</arg_value>\n<arg_key>{arg-key-2}</arg_key>\n"
+      "<arg_value>{arg-value-2}</arg_value>\n...\n</tool_call>"
+      "<|user|>\nWeather in Paris?<|assistant|>\n<think></think>\n<tool_call>get_weather\n"
+      "<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>"
+      "<|observation|>\n<tool_response>\n22C\n</tool_response><|assistant|>");
 }
 
 }  // namespace

@@ -338,6 +338,24 @@ bool IsSpace(char c) {
 bool IsNameStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
+void AppendUtf8(uint32_t cp, std::string* s) {
+  if (cp < 0x80) {
+    s->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    s->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    s->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    s->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    s->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    s->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    s->push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    s->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    s->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    s->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
 class Lexer {
  public:
   Lexer(std::string_view src, const Positions& pos) : src_(src), pos_(pos) {}
@@ -396,6 +414,16 @@ class Lexer {
         continue;
       }
       const bool block = kind == '%';
+      if (block) {
+        char close_mark = '\0';
+        const size_t after = MatchTag(j, "raw", &close_mark);
+        if (after != std::string_view::npos) {
+          Result<size_t> end = LexRaw(j, after, close_mark, &strip_leading, &trim_newline);
+          if (!end.ok()) return end.error();
+          i = *end;
+          continue;
+        }
+      }
       out_.push_back(Token{block ? Tok::kBlockBegin : Tok::kVarBegin, "", 0, 0, j});
       size_t p = j + 2;
       if (p < src_.size() && (src_[p] == '-' || src_[p] == '+')) ++p;
@@ -410,6 +438,64 @@ class Lexer {
  private:
   Error Fail(size_t at, const std::string& what) const {
     return Error{pos_.Where(at) + ": " + what};
+  }
+
+  // When the block tag at `open` ("{%") is `{% word %}` (with any whitespace control), the
+  // offset after it and its closing mark ('-', '+' or '\0'); npos otherwise.
+  size_t MatchTag(size_t open, std::string_view word, char* close_mark) const {
+    size_t p = open + 2;
+    if (p < src_.size() && (src_[p] == '-' || src_[p] == '+')) ++p;
+    while (p < src_.size() && IsSpace(src_[p])) ++p;
+    if (src_.substr(p, word.size()) != word) return std::string_view::npos;
+    p += word.size();
+    if (p < src_.size() && (IsNameStart(src_[p]) || IsDigit(src_[p]))) {
+      return std::string_view::npos;
+    }
+    while (p < src_.size() && IsSpace(src_[p])) ++p;
+    *close_mark = '\0';
+    if (p < src_.size() && (src_[p] == '-' || src_[p] == '+')) *close_mark = src_[p++];
+    if (src_.substr(p, 2) != "%}") return std::string_view::npos;
+    return p + 2;
+  }
+
+  // {% raw %}...{% endraw %}: the text between the tags, untouched but for the whitespace
+  // control of the two tags (as for any block tag). Returns the offset after "{% endraw %}".
+  Result<size_t> LexRaw(size_t open, size_t start, char raw_close, bool* strip_leading,
+                        bool* trim_newline) {
+    size_t end_open = start;
+    size_t after = std::string_view::npos;
+    char end_close = '\0';
+    while (true) {
+      end_open = src_.find("{%", end_open);
+      if (end_open == std::string_view::npos) {
+        return Fail(open, "unclosed 'raw' block (expected '{% endraw %}')");
+      }
+      after = MatchTag(end_open, "endraw", &end_close);
+      if (after != std::string_view::npos) break;
+      end_open += 2;
+    }
+    size_t b = start, e = end_open;
+    if (raw_close == '-') {
+      while (b < e && IsSpace(src_[b])) ++b;
+    } else if (raw_close != '+') {
+      if (b < e && src_[b] == '\n') {
+        ++b;
+      } else if (b + 1 < e && src_[b] == '\r' && src_[b + 1] == '\n') {
+        b += 2;
+      }
+    }
+    const char end_mark = end_open + 2 < src_.size() ? src_[end_open + 2] : '\0';
+    if (end_mark == '-') {
+      while (e > b && IsSpace(src_[e - 1])) --e;
+    } else if (end_mark != '+') {  // lstrip_blocks
+      size_t k = e;
+      while (k > b && (src_[k - 1] == ' ' || src_[k - 1] == '\t')) --k;
+      if (k == 0 || src_[k - 1] == '\n') e = k;
+    }
+    if (e > b) out_.push_back(Token{Tok::kText, std::string(src_.substr(b, e - b)), 0, 0, b});
+    *strip_leading = end_close == '-';
+    *trim_newline = end_close != '-' && end_close != '+';
+    return after;
   }
 
   // Lexes the inside of a tag from p; returns the offset after its closing delimiter.
@@ -558,19 +644,6 @@ class Lexer {
     }
   }
 
-  static void AppendUtf8(uint32_t cp, std::string* s) {
-    if (cp < 0x80) {
-      s->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      s->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      s->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      s->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      s->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      s->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
-
   std::string_view src_;
   const Positions& pos_;
   std::vector<Token> out_;
@@ -598,7 +671,8 @@ struct Expr {
     kOr,
     kTernary,  // args[1] if args[0] else args[2] (null: undefined)
     kList,
-    kDict,  // args: key, value, key, value, ...
+    kDict,        // args: key, value, key, value, ...
+    kBlockValue,  // the text a {% filter %} block rendered (the start of its filter chain)
   };
   K k;
   size_t pos;
@@ -624,7 +698,10 @@ struct Stmt {
     kBreak,
     kContinue,
     kBlock,
-    kDo
+    kDo,
+    kFilterBlock,  // {% filter f|g(x) %}: expr is the chain applied to the body's text
+    kCallBlock,    // {% call(params) macro(args) %}: expr is the call, body is caller()
+    kWith,         // {% with a = 1, b = 2 %}: vars and defaults hold the names and values
   };
   K k;
   size_t pos;
@@ -638,6 +715,7 @@ struct Stmt {
   std::string name;  // macro
   std::vector<std::string> params;
   std::vector<ExprPtr> defaults;  // per param, null when none
+  bool recursive = false;         // for ... recursive
 };
 
 }  // namespace
@@ -734,6 +812,23 @@ class Parser {
     ~Depth() { --p->depth_; }
     Parser* p;
   };
+  // Chains of operators, postfixes and filters (a + b + c, x.y[0].z, x|f|g) build left-deep
+  // trees: the links along the current path count against four times the nesting limit (what
+  // rendering allows), so the tree stays shallow enough to walk and free recursively.
+  struct Chain {
+    explicit Chain(Parser* p) : p(p), saved(p->links_) {}
+    ~Chain() { p->links_ = saved; }
+    bool Link(size_t at) {
+      if (++p->links_ > p->limits_.max_nesting * 4) {
+        return p->Fail(at, "an expression chains more operations than the limit of " +
+                               std::to_string(p->limits_.max_nesting * 4));
+      }
+      return true;
+    }
+    Parser* p;
+    int saved;
+  };
+
   bool CheckDepth(size_t at) {
     if (depth_ > limits_.max_nesting) {
       return Fail(at, "nesting deeper than the limit of " + std::to_string(limits_.max_nesting));
@@ -833,7 +928,10 @@ class Parser {
         Next();
         if (!ParseOr(&s->cond)) return false;
       }
-      if (IsName("recursive")) return Fail(Peek().pos, "recursive loops are not supported");
+      if (IsName("recursive")) {
+        Next();
+        s->recursive = true;
+      }
       if (!ExpectBlockEnd()) return false;
       if (!ParseBody(&s->body, {"else", "endfor"}, &stop, &kw)) return false;
       if (stop == "else") {
@@ -849,33 +947,41 @@ class Parser {
         Next();
         if (!ExpectName(&s->attr)) return false;
       }
-      if (IsOp(",")) return Fail(Peek().pos, "tuple assignment in 'set' is not supported");
-      if (Peek().type == Tok::kBlockEnd) {
-        if (!s->attr.empty()) return Fail(Peek().pos, "expected '='");
-        s->k = Stmt::K::kSetBlock;
+      while (IsOp(",") && s->attr.empty()) {  // {% set a, b = ... %}
         Next();
-        if (!ParseBody(&s->body, {"endset"}, &stop, &kw) || !ExpectBlockEnd()) return false;
+        std::string v;
+        if (!ExpectName(&v)) return false;
+        s->vars.push_back(std::move(v));
+      }
+      if ((Peek().type == Tok::kBlockEnd || IsOp("|")) && s->vars.size() == 1) {
+        if (!s->attr.empty()) return Fail(Peek().pos, "expected '='");
+        s->k = Stmt::K::kSetBlock;  // {% set x %}...{% endset %}, {% set x | f %}...
+        if (IsOp("|") && !ParseFilterChain(&s->expr)) return false;
+        if (!ExpectBlockEnd() || !ParseBody(&s->body, {"endset"}, &stop, &kw) ||
+            !ExpectBlockEnd()) {
+          return false;
+        }
       } else {
         s->k = Stmt::K::kSet;
-        if (!Expect("=") || !ParseExpr(&s->expr) || !ExpectBlockEnd()) return false;
+        if (!Expect("=") || !ParseExpr(&s->expr)) return false;
+        if (IsOp(",")) {  // a bare tuple: {% set t = 1, 2 %}
+          ExprPtr e = Make(Expr::K::kList, s->expr->pos);
+          e->args.push_back(std::move(s->expr));
+          while (IsOp(",")) {
+            Next();
+            if (Peek().type == Tok::kBlockEnd) break;
+            ExprPtr x;
+            if (!ParseExpr(&x)) return false;
+            e->args.push_back(std::move(x));
+          }
+          s->expr = std::move(e);
+        }
+        if (!ExpectBlockEnd()) return false;
       }
     } else if (k == "macro") {
       s->k = Stmt::K::kMacro;
-      if (!ExpectName(&s->name) || !Expect("(")) return false;
-      while (!IsOp(")")) {
-        std::string p;
-        if (!ExpectName(&p)) return false;
-        s->params.push_back(p);
-        ExprPtr def;
-        if (IsOp("=")) {
-          Next();
-          if (!ParseExpr(&def)) return false;
-        }
-        s->defaults.push_back(std::move(def));
-        if (!IsOp(",")) break;
-        Next();
-      }
-      if (!Expect(")") || !ExpectBlockEnd()) return false;
+      if (!ExpectName(&s->name) || !Expect("(") || !ParseParams(s.get())) return false;
+      if (!ExpectBlockEnd()) return false;
       if (!ParseBody(&s->body, {"endmacro"}, &stop, &kw)) return false;
       if (Peek().type == Tok::kName) Next();  // {% endmacro name %}
       if (!ExpectBlockEnd()) return false;
@@ -888,6 +994,39 @@ class Parser {
           !ExpectBlockEnd()) {
         return false;
       }
+    } else if (k == "filter") {
+      s->k = Stmt::K::kFilterBlock;
+      if (!ParseFilterChain(&s->expr)) return false;
+      if (!ExpectBlockEnd() || !ParseBody(&s->body, {"endfilter"}, &stop, &kw) ||
+          !ExpectBlockEnd()) {
+        return false;
+      }
+    } else if (k == "call") {
+      s->k = Stmt::K::kCallBlock;
+      if (IsOp("(")) {  // {% call(item) macro() %}: the parameters of caller()
+        Next();
+        if (!ParseParams(s.get())) return false;
+      }
+      const size_t at = Peek().pos;
+      if (!ParseExpr(&s->expr)) return false;
+      if (s->expr->k != Expr::K::kCall) return Fail(at, "expected a macro call after 'call'");
+      if (!ExpectBlockEnd() || !ParseBody(&s->body, {"endcall"}, &stop, &kw) || !ExpectBlockEnd()) {
+        return false;
+      }
+    } else if (k == "with") {
+      s->k = Stmt::K::kWith;
+      while (Peek().type == Tok::kName) {
+        std::string v;
+        ExprPtr value;
+        if (!ExpectName(&v) || !Expect("=") || !ParseExpr(&value)) return false;
+        s->vars.push_back(std::move(v));
+        s->defaults.push_back(std::move(value));
+        if (!IsOp(",")) break;
+        Next();
+      }
+      if (!ExpectBlockEnd() || !ParseBody(&s->body, {"endwith"}, &stop, &kw) || !ExpectBlockEnd()) {
+        return false;
+      }
     } else if (k == "do") {
       s->k = Stmt::K::kDo;
       if (!ParseExpr(&s->expr) || !ExpectBlockEnd()) return false;
@@ -896,6 +1035,47 @@ class Parser {
     }
     out->push_back(std::move(s));
     return true;
+  }
+
+  // The filters of {% filter f|g(x) %} and {% set x | f %}: a chain over the block's text.
+  bool ParseFilterChain(ExprPtr* out) {
+    ExprPtr chain = Make(Expr::K::kBlockValue, Peek().pos);
+    int filters = 0;
+    do {
+      if (IsOp("|")) Next();
+      if (++filters > limits_.max_nesting) {
+        return Fail(Peek().pos,
+                    "nesting deeper than the limit of " + std::to_string(limits_.max_nesting));
+      }
+      ExprPtr e = Make(Expr::K::kFilter, Peek().pos);
+      if (!ExpectName(&e->name)) return false;
+      e->args.push_back(std::move(chain));
+      if (IsOp("(")) {
+        Next();
+        if (!ParseArgs(e.get())) return false;
+      }
+      chain = std::move(e);
+    } while (IsOp("|"));
+    *out = std::move(chain);
+    return true;
+  }
+
+  // Macro or caller parameters after '(' up to and including ')': names with optional defaults.
+  bool ParseParams(Stmt* s) {
+    while (!IsOp(")")) {
+      std::string p;
+      if (!ExpectName(&p)) return false;
+      s->params.push_back(p);
+      ExprPtr def;
+      if (IsOp("=")) {
+        Next();
+        if (!ParseExpr(&def)) return false;
+      }
+      s->defaults.push_back(std::move(def));
+      if (!IsOp(",")) break;
+      Next();
+    }
+    return Expect(")");
   }
 
   ExprPtr Make(Expr::K k, size_t pos) {
@@ -931,8 +1111,10 @@ class Parser {
   }
 
   bool ParseOr(ExprPtr* out) {
+    Chain c(this);
     if (!ParseAnd(out)) return false;
     while (IsName("or")) {
+      if (!c.Link(Peek().pos)) return false;
       ExprPtr e = Make(Expr::K::kOr, Next().pos);
       ExprPtr rhs;
       if (!ParseAnd(&rhs)) return false;
@@ -944,8 +1126,10 @@ class Parser {
   }
 
   bool ParseAnd(ExprPtr* out) {
+    Chain c(this);
     if (!ParseNot(out)) return false;
     while (IsName("and")) {
+      if (!c.Link(Peek().pos)) return false;
       ExprPtr e = Make(Expr::K::kAnd, Next().pos);
       ExprPtr rhs;
       if (!ParseNot(&rhs)) return false;
@@ -972,6 +1156,7 @@ class Parser {
   }
 
   bool ParseCompare(ExprPtr* out) {
+    Chain c(this);
     if (!ParseMath1(out)) return false;
     while (true) {
       const Token& t = Peek();
@@ -990,6 +1175,7 @@ class Parser {
       } else {
         return true;
       }
+      if (!c.Link(t.pos)) return false;
       ExprPtr e = Make(Expr::K::kBinary, t.pos);
       e->name = op;
       ExprPtr rhs;
@@ -1002,12 +1188,14 @@ class Parser {
 
   bool ParseBinaryLevel(ExprPtr* out, std::initializer_list<std::string_view> ops,
                         bool (Parser::*next)(ExprPtr*)) {
+    Chain c(this);
     if (!(this->*next)(out)) return false;
     while (true) {
       const Token& t = Peek();
       bool match = false;
       for (std::string_view op : ops) match = match || (t.type == Tok::kOp && t.text == op);
       if (!match) return true;
+      if (!c.Link(t.pos)) return false;
       Next();
       ExprPtr e = Make(Expr::K::kBinary, t.pos);
       e->name = t.text;
@@ -1061,7 +1249,9 @@ class Parser {
   }
 
   bool ParsePostfix(ExprPtr* out) {
+    Chain c(this);
     while (true) {
+      if ((IsOp(".") || IsOp("[") || IsOp("(")) && !c.Link(Peek().pos)) return false;
       if (IsOp(".")) {
         ExprPtr e = Make(Expr::K::kAttr, Next().pos);
         if (Peek().type == Tok::kInt) {  // foo.0
@@ -1112,7 +1302,9 @@ class Parser {
   }
 
   bool ParseFilters(ExprPtr* out) {
+    Chain c(this);
     while (true) {
+      if ((IsOp("|") || IsName("is")) && !c.Link(Peek().pos)) return false;
       if (IsOp("|")) {
         ExprPtr e = Make(Expr::K::kFilter, Next().pos);
         if (!ExpectName(&e->name)) return false;
@@ -1245,6 +1437,7 @@ class Parser {
   const Limits& limits_;
   size_t p_ = 0;
   int depth_ = 0;
+  int links_ = 0;  // chain links on the current path (Chain)
   Error err_;
 };
 
@@ -1298,6 +1491,17 @@ class Renderer {
 
  private:
   using Frame = std::vector<std::pair<std::string, Value>>;
+  struct ActiveLoop {
+    const Stmt* s;
+    Value obj;  // its `loop` object of this iteration (kept alive: compared by address)
+    int64_t depth;
+    Value last;  // loop.changed()'s last values
+    bool has_last;
+  };
+  struct CallerScope {
+    const Stmt* s;  // the call block
+    Frame frame;    // the variables its body sees
+  };
 
   bool Fail(size_t pos, const std::string& what) {
     if (err_.message.empty()) err_.message = impl_.positions->Where(pos) + ": " + what;
@@ -1395,10 +1599,7 @@ class Renderer {
       case Stmt::K::kOutput: {
         Value v;
         JINJA_TRY(Eval(*s.expr, &v));
-        if (v.is_string()) return Emit(s.pos, v.str());
-        std::string text;
-        PyStr(v, &text);
-        return Emit(s.pos, text);
+        return EmitValue(s.pos, v);
       }
       case Stmt::K::kIf:
         for (const auto& [cond, body] : s.branches) {
@@ -1419,6 +1620,14 @@ class Renderer {
         const Value* target = s.attr.empty() ? nullptr : Lookup(s.vars[0]);
         JINJA_TRY(CheckStored(
             s.pos, v, target != nullptr && target->is_object() ? &target->object() : nullptr, 0));
+        if (s.vars.size() > 1) {
+          if (!v.is_array() || v.array().size() != s.vars.size()) {
+            return Fail(s.pos,
+                        "cannot unpack a value into " + std::to_string(s.vars.size()) + " names");
+          }
+          for (size_t i = 0; i < s.vars.size(); ++i) Assign(s.vars[i], v.array()[i]);
+          return true;
+        }
         if (s.attr.empty()) {
           Assign(s.vars[0], std::move(v));
           return true;
@@ -1433,7 +1642,15 @@ class Renderer {
       case Stmt::K::kSetBlock: {
         std::string text;
         JINJA_TRY(Capture(s.body, &text));
-        Assign(s.vars[0], Value(std::move(text)));
+        if (!s.expr) {
+          Assign(s.vars[0], Value(std::move(text)));
+          return true;
+        }
+        block_value_ = std::move(text);
+        Value v;
+        JINJA_TRY(Eval(*s.expr, &v));
+        block_value_.clear();
+        Assign(s.vars[0], std::move(v));
         return true;
       }
       case Stmt::K::kMacro:
@@ -1451,8 +1668,83 @@ class Renderer {
         Value v;
         return Eval(*s.expr, &v);
       }
+      case Stmt::K::kFilterBlock: {
+        std::string text;
+        JINJA_TRY(Capture(s.body, &text));
+        // The chain's first filter reads the text before any of its arguments is evaluated,
+        // so a filter block inside an argument cannot replace it first.
+        block_value_ = std::move(text);
+        Value v;
+        JINJA_TRY(Eval(*s.expr, &v));
+        block_value_.clear();
+        return EmitValue(s.pos, v);
+      }
+      case Stmt::K::kCallBlock:
+        return RenderCallBlock(s);
+      case Stmt::K::kWith: {
+        Frame f;
+        for (size_t i = 0; i < s.vars.size(); ++i) {
+          Value v;
+          JINJA_TRY(Eval(*s.defaults[i], &v));
+          f.emplace_back(s.vars[i], std::move(v));
+        }
+        frames_.push_back(std::move(f));
+        struct Pop {
+          ~Pop() { r->frames_.pop_back(); }
+          Renderer* r;
+        } pop{this};
+        return RenderBody(s.body, flow);
+      }
     }
     return true;
+  }
+
+  bool EmitValue(size_t pos, const Value& v) {
+    if (v.is_string()) return Emit(pos, v.str());
+    std::string text;
+    PyStr(v, &text);
+    return Emit(pos, text);
+  }
+
+  // {% call(params) macro(args) %}body{% endcall %}: the macro runs with `caller` bound to the
+  // body, which renders in a copy of the variables seen at the call block.
+  bool RenderCallBlock(const Stmt& s) {
+    const Expr& call = *s.expr;
+    const Expr& callee = *call.args[0];
+    Value fn;
+    if (callee.k == Expr::K::kAttr) {
+      Value obj;
+      JINJA_TRY(Eval(*callee.args[0], &obj));
+      if (const Value* m = obj.Find(callee.name)) fn = *m;
+    } else {
+      JINJA_TRY(Eval(callee, &fn));
+    }
+    if (!fn.is_macro()) return Fail(call.pos, "'call' needs a macro to call");
+    Args args;
+    JINJA_TRY(EvalArgs(call, 1, &args));
+    Frame scope;
+    auto add = [&](const Frame& f) {
+      for (const auto& [k, v] : f) {
+        bool found = false;
+        for (auto& [k2, v2] : scope) {
+          if (k2 == k) {
+            v2 = v;
+            found = true;
+            break;
+          }
+        }
+        if (!found) scope.emplace_back(k, v);
+      }
+    };
+    if (floor_ > 0) add(frames_[0]);
+    for (size_t i = floor_; i < frames_.size(); ++i) add(frames_[i]);
+    JINJA_TRY(Charge(s.pos, static_cast<int64_t>(scope.size() * scope.size() / 16 + 1)));
+    callers_.push_back(CallerScope{&s, std::move(scope)});
+    Value out;
+    const bool ok = CallMacro(call.pos, fn, args, &out, &s);
+    callers_.pop_back();
+    JINJA_TRY(ok);
+    return EmitValue(s.pos, out);
   }
 
   // A value stored by `set`: bounded nesting, and a namespace never inside itself (so values
@@ -1501,11 +1793,21 @@ class Renderer {
   bool RenderFor(const Stmt& s, Flow* flow) {
     Value seq;
     JINJA_TRY(Eval(*s.expr, &seq));
+    return RenderLoop(s, s.expr->pos, seq, 1, flow);
+  }
+
+  // One level of a for loop over `seq`; depth is 1 for the loop itself and one more for each
+  // loop(...) call of a recursive loop.
+  bool RenderLoop(const Stmt& s, size_t pos, const Value& seq, int64_t depth, Flow* flow) {
     Array items;
-    JINJA_TRY(Iterable(s.expr->pos, seq, &items));
+    JINJA_TRY(Iterable(pos, seq, &items));
     frames_.emplace_back();
+    loops_.push_back(ActiveLoop{&s, Value(), depth, Value(), false});
     struct Pop {
-      ~Pop() { r->frames_.pop_back(); }
+      ~Pop() {
+        r->frames_.pop_back();
+        r->loops_.pop_back();
+      }
       Renderer* r;
     } pop{this};
     auto bind = [&](const Value& item) -> bool {
@@ -1543,8 +1845,12 @@ class Renderer {
                      {"last", Value(i == n - 1)},
                      {"length", Value(n)},
                      {"previtem", i > 0 ? items[i - 1] : Value()},
-                     {"nextitem", i + 1 < n ? items[i + 1] : Value()}};
-      Assign("loop", Value::MakeObject(std::move(loop)));
+                     {"nextitem", i + 1 < n ? items[i + 1] : Value()},
+                     {"depth", Value(depth)},
+                     {"depth0", Value(depth - 1)}};
+      Value lv = Value::MakeObject(std::move(loop));
+      loops_.back().obj = lv;
+      Assign("loop", std::move(lv));
       Flow f = Flow::kNormal;
       JINJA_TRY(RenderBody(s.body, &f));
       if (f == Flow::kBreak) break;
@@ -1667,6 +1973,9 @@ class Renderer {
       }
       case Expr::K::kBinary:
         return EvalBinary(e, out);
+      case Expr::K::kBlockValue:
+        *out = Value(block_value_);
+        return true;
     }
     return Fail(e.pos, "bad expression");
   }
@@ -1840,6 +2149,7 @@ class Renderer {
   }
 
   bool Arith(size_t pos, const std::string& op, Value a, Value b, Value* out) {
+    if (op == "%" && a.is_string()) return PercentFormat(pos, a.str(), b, out);
     if (a.is_bool()) a = Value(static_cast<int64_t>(a.as_bool()));
     if (b.is_bool()) b = Value(static_cast<int64_t>(b.as_bool()));
     if (op == "+") {
@@ -1949,6 +2259,245 @@ class Renderer {
     return true;
   }
 
+  // Python's printf-style formatting, fmt % values: a list (a tuple) gives the values in order,
+  // a mapping the values of %(key)s, anything else the one value. Unless `exact`, a list given
+  // to a format that takes one value, when the list does not hold exactly one, is that value.
+  bool PercentFormat(size_t pos, const std::string& fmt, const Value& values, Value* out,
+                     bool exact = false) {
+    Array vals;
+    const Value* mapping = nullptr;
+    if (values.is_array()) {
+      vals = values.array();
+      size_t need = 0;  // values the format takes: one per conversion and one per '*'
+      for (size_t i = 0; i + 1 < fmt.size(); ++i) {
+        if (fmt[i] != '%') continue;
+        if (fmt[i + 1] == '%') {
+          ++i;
+          continue;
+        }
+        ++need;
+        for (++i; i < fmt.size() &&
+                  std::string_view("-+ #0123456789.*hlL").find(fmt[i]) != std::string_view::npos;
+             ++i) {
+          need += fmt[i] == '*';
+        }
+      }
+      if (!exact && need == 1 && vals.size() != 1) vals = Array{values};
+    } else if (values.is_object()) {
+      mapping = &values;
+    } else {
+      vals.push_back(values);
+    }
+    size_t next = 0;
+    std::string r;
+    const size_t n = fmt.size();
+    auto take_int = [&](int64_t* v) -> bool {
+      if (next >= vals.size()) return Fail(pos, "not enough arguments for format string");
+      const Value& x = vals[next++];
+      if (!x.is_int()) return Fail(pos, "* wants an integer");
+      *v = x.as_int();
+      return true;
+    };
+    for (size_t i = 0; i < n; ++i) {
+      if (fmt[i] != '%') {
+        r.push_back(fmt[i]);
+        continue;
+      }
+      if (++i >= n) return Fail(pos, "incomplete format");
+      std::string key;
+      bool keyed = false;
+      if (fmt[i] == '(') {
+        const size_t close = fmt.find(')', i);
+        if (close == std::string::npos) return Fail(pos, "incomplete format key");
+        key = fmt.substr(i + 1, close - i - 1);
+        keyed = true;
+        i = close + 1;
+      }
+      bool left = false, plus = false, space = false, alt = false, zero = false;
+      for (; i < n; ++i) {
+        const char c = fmt[i];
+        if (c == '-') {
+          left = true;
+        } else if (c == '+') {
+          plus = true;
+        } else if (c == ' ') {
+          space = true;
+        } else if (c == '#') {
+          alt = true;
+        } else if (c == '0') {
+          zero = true;
+        } else {
+          break;
+        }
+      }
+      int64_t width = 0, prec = -1;
+      if (i < n && fmt[i] == '*') {
+        JINJA_TRY(take_int(&width));
+        if (width < 0) {
+          left = true;
+          width = -width;
+        }
+        ++i;
+      } else {
+        for (; i < n && IsDigit(fmt[i]); ++i)
+          width = std::min<int64_t>(width * 10 + (fmt[i] - '0'), 1LL << 40);
+      }
+      if (i < n && fmt[i] == '.') {
+        ++i;
+        prec = 0;
+        if (i < n && fmt[i] == '*') {
+          JINJA_TRY(take_int(&prec));
+          prec = std::max<int64_t>(prec, 0);
+          ++i;
+        } else {
+          for (; i < n && IsDigit(fmt[i]); ++i)
+            prec = std::min<int64_t>(prec * 10 + (fmt[i] - '0'), 1LL << 40);
+        }
+      }
+      while (i < n && (fmt[i] == 'h' || fmt[i] == 'l' || fmt[i] == 'L')) ++i;
+      if (i >= n) return Fail(pos, "incomplete format");
+      const char conv = fmt[i];
+      if (conv == '%') {
+        r.push_back('%');
+        continue;
+      }
+      Value v;
+      if (keyed) {
+        if (mapping == nullptr) return Fail(pos, "format requires a mapping");
+        const Value* x = mapping->Find(key);
+        if (x == nullptr) return Fail(pos, "format key '" + key + "' is missing");
+        v = *x;
+      } else {
+        if (mapping != nullptr) return Fail(pos, "format requires a tuple, not a mapping");
+        if (next >= vals.size()) return Fail(pos, "not enough arguments for format string");
+        v = vals[next++];
+      }
+      if (width > static_cast<int64_t>(lim_.max_output_bytes) ||
+          prec > static_cast<int64_t>(lim_.max_output_bytes)) {
+        return CheckSize(pos, lim_.max_output_bytes + 1);
+      }
+      std::string body;  // the converted value without its sign
+      std::string sign;  // "-", "+", " " or "" (and 0x / 0o prefixes)
+      bool numeric = false;
+      if (v.is_bool() && conv != 's' && conv != 'r' && conv != 'a') {
+        v = Value(static_cast<int64_t>(v.as_bool()));
+      }
+      switch (conv) {
+        case 's':
+        case 'r':
+        case 'a':
+          if (conv == 's') {
+            PyStr(v, &body);
+          } else {
+            PyRepr(v, &body);
+          }
+          if (prec >= 0) {  // at most prec characters (UTF-8 aware)
+            size_t chars = 0, at = 0;
+            while (at < body.size() && chars < static_cast<size_t>(prec)) {
+              ++at;
+              while (at < body.size() && (static_cast<unsigned char>(body[at]) & 0xC0) == 0x80)
+                ++at;
+              ++chars;
+            }
+            body.resize(at);
+          }
+          break;
+        case 'd':
+        case 'i':
+        case 'u':
+        case 'x':
+        case 'X':
+        case 'o': {
+          int64_t x = 0;
+          if (v.is_int()) {
+            x = v.as_int();
+          } else if (v.is_float() && (conv == 'd' || conv == 'i' || conv == 'u')) {
+            const double d = v.as_double();
+            if (!std::isfinite(d) || std::fabs(d) >= 9.2e18) {
+              return Fail(pos, "cannot convert float to integer in format");
+            }
+            x = static_cast<int64_t>(d);
+          } else {
+            return Fail(pos, std::string("%") + conv + " format: a number is required");
+          }
+          numeric = true;
+          const uint64_t mag = x < 0 ? 0 - static_cast<uint64_t>(x) : static_cast<uint64_t>(x);
+          char buf[32];
+          const int base = conv == 'o' ? 8 : (conv == 'x' || conv == 'X') ? 16 : 10;
+          auto res = std::to_chars(buf, buf + sizeof(buf), mag, base);
+          body.assign(buf, res.ptr);
+          if (conv == 'X') {
+            for (char& c : body) c = Upper(c);
+          }
+          if (prec > static_cast<int64_t>(body.size())) {
+            body.insert(0, static_cast<size_t>(prec) - body.size(), '0');
+          }
+          sign = x < 0 ? "-" : plus ? "+" : space ? " " : "";
+          if (alt && base != 10) sign += conv == 'o' ? "0o" : conv == 'x' ? "0x" : "0X";
+          break;
+        }
+        case 'f':
+        case 'F':
+        case 'e':
+        case 'E':
+        case 'g':
+        case 'G': {
+          if (!v.is_number()) {
+            return Fail(pos, std::string("%") + conv + " format: a number is required");
+          }
+          numeric = true;
+          const double d = v.as_double();
+          const std::string cfmt = std::string("%") + (alt ? "#" : "") + ".*" + conv;
+          const int p = static_cast<int>(std::min<int64_t>(prec < 0 ? 6 : prec, 400));
+          char buf[512];
+          const int len = std::snprintf(buf, sizeof(buf), cfmt.c_str(), p, std::fabs(d));
+          if (len < 0 || len >= static_cast<int>(sizeof(buf))) {
+            return Fail(pos, "a formatted number is too long");
+          }
+          body.assign(buf, static_cast<size_t>(len));
+          sign = std::signbit(d) && !std::isnan(d) ? "-" : plus ? "+" : space ? " " : "";
+          break;
+        }
+        case 'c':
+          if (v.is_int()) {
+            if (v.as_int() < 0 || v.as_int() > 0x10FFFF) return Fail(pos, "%c arg not in range");
+            AppendUtf8(static_cast<uint32_t>(v.as_int()), &body);
+          } else if (v.is_string()) {
+            body = v.str();
+          } else {
+            return Fail(pos, "%c requires an integer or a character");
+          }
+          break;
+        default:
+          return Fail(pos, std::string("unsupported format character '") + conv + "'");
+      }
+      const size_t len = sign.size() + body.size();
+      const size_t w = static_cast<size_t>(width);
+      if (len >= w) {
+        r += sign;
+        r += body;
+      } else if (left) {
+        r += sign;
+        r += body;
+        r.append(w - len, ' ');
+      } else if (zero && numeric) {
+        r += sign;
+        r.append(w - len, '0');
+        r += body;
+      } else {
+        r.append(w - len, ' ');
+        r += sign;
+        r += body;
+      }
+      JINJA_TRY(CheckSize(pos, r.size()));
+    }
+    if (mapping == nullptr && next < vals.size()) {
+      return Fail(pos, "not all arguments converted during string formatting");
+    }
+    *out = Value(std::move(r));
+    return true;
+  }
+
   bool EvalBinary(const Expr& e, Value* out) {
     Value a, b;
     JINJA_TRY(Eval(*e.args[0], &a));
@@ -2015,6 +2564,11 @@ class Renderer {
       Value obj;
       JINJA_TRY(Eval(*callee.args[0], &obj));
       JINJA_TRY(EvalArgs(e, 1, &args));
+      if (ActiveLoop* l = FindLoop(obj)) {
+        if (callee.name == "cycle" || callee.name == "changed") {
+          return LoopMethod(e.pos, l, obj, callee.name, args, out);
+        }
+      }
       const Value* member = obj.Find(callee.name);
       if (member != nullptr && member->is_macro()) return CallMacro(e.pos, *member, args, out);
       return CallMethod(e.pos, obj, callee.name, args, out);
@@ -2023,17 +2577,91 @@ class Renderer {
     JINJA_TRY(Eval(callee, &fn));
     JINJA_TRY(EvalArgs(e, 1, &args));
     if (fn.is_macro()) return CallMacro(e.pos, fn, args, out);
+    if (const ActiveLoop* l = FindLoop(fn)) return RecurseLoop(e.pos, *l, args, out);
     if (callee.k == Expr::K::kName && fn.is_undefined()) {
       return CallGlobal(e.pos, callee.name, args, out);
     }
     return Fail(e.pos, "the value called is not callable");
   }
 
-  bool CallMacro(size_t pos, const Value& fn, const Args& args, Value* out) {
+  // The loop in progress whose `loop` object `v` is (nullptr when it is none).
+  ActiveLoop* FindLoop(const Value& v) {
+    if (!v.is_object()) return nullptr;
+    for (size_t i = loops_.size(); i-- > 0;) {
+      if (loops_[i].obj.is_object() && &loops_[i].obj.object() == &v.object()) return &loops_[i];
+    }
+    return nullptr;
+  }
+
+  bool LoopMethod(size_t pos, ActiveLoop* l, const Value& loop, const std::string& name,
+                  const Args& args, Value* out) {
+    if (name == "cycle") {
+      if (args.pos.empty()) return Fail(pos, "loop.cycle() takes at least one value");
+      const Value* i = loop.Find("index0");
+      const int64_t k = i != nullptr && i->is_int() ? i->as_int() : 0;
+      *out = args.pos[static_cast<size_t>(k) % args.pos.size()];
+      return true;
+    }
+    // changed(*values): true on the first call and whenever the values differ from the last.
+    Value now = Value::MakeArray(args.pos);
+    *out = Value(!l->has_last || !Equal(l->last, now));
+    l->last = std::move(now);
+    l->has_last = true;
+    return true;
+  }
+
+  // loop(items) inside a recursive loop: the loop's body over items, one level deeper.
+  bool RecurseLoop(size_t pos, const ActiveLoop& l, const Args& args, Value* out) {
+    if (!l.s->recursive) {
+      return Fail(pos,
+                  "loop() is called in a loop that is not recursive (add 'recursive' to its "
+                  "'for')");
+    }
+    if (args.pos.size() != 1 || !args.kw.empty()) {
+      return Fail(pos, "loop() takes one iterable");
+    }
+    if (call_depth_ >= lim_.max_call_depth) {
+      return Fail(pos, "recursive loop calls nest deeper than the limit of " +
+                           std::to_string(lim_.max_call_depth));
+    }
+    const Stmt& s = *l.s;
+    const int64_t depth = l.depth + 1;
+    ++call_depth_;
+    std::string saved = std::move(out_);
+    out_.clear();
+    Flow flow = Flow::kNormal;
+    const bool ok = RenderLoop(s, pos, args.pos[0], depth, &flow);
+    std::string text = std::move(out_);
+    out_ = std::move(saved);
+    --call_depth_;
+    JINJA_TRY(ok);
+    *out = Value(std::move(text));
+    return true;
+  }
+
+  // Calls a macro, or a call block's body (caller()). `caller_block`: the call block whose
+  // body the macro's `caller` renders.
+  bool CallMacro(size_t pos, const Value& fn, const Args& args, Value* out,
+                 const Stmt* caller_block = nullptr) {
     const Stmt& m = *static_cast<const Stmt*>(fn.macro());
     if (call_depth_ >= lim_.max_call_depth) {
-      return Fail(
-          pos, "macro calls nest deeper than the limit of " + std::to_string(lim_.max_call_depth));
+      return Fail(pos, std::string(m.k == Stmt::K::kCallBlock ? "caller() and macro" : "macro") +
+                           " calls nest deeper than the limit of " +
+                           std::to_string(lim_.max_call_depth));
+    }
+    const size_t base = frames_.size();
+    if (m.k == Stmt::K::kCallBlock) {
+      const CallerScope* scope = nullptr;
+      for (size_t i = callers_.size(); i-- > 0;) {
+        if (callers_[i].s == &m) {
+          scope = &callers_[i];
+          break;
+        }
+      }
+      if (scope == nullptr) return Fail(pos, "caller() is called outside its 'call' block");
+      JINJA_TRY(Charge(pos, static_cast<int64_t>(scope->frame.size())));
+      Frame copy = scope->frame;
+      frames_.push_back(std::move(copy));
     }
     Frame frame;
     for (size_t i = 0; i < m.params.size(); ++i) {
@@ -2048,14 +2676,15 @@ class Renderer {
         frame.emplace_back(m.params[i], Value());
       }
     }
+    if (caller_block != nullptr) frame.emplace_back("caller", Value::MakeMacro(caller_block));
     const size_t saved_floor = floor_;
     frames_.push_back(std::move(frame));
-    floor_ = frames_.size() - 1;
+    floor_ = base;
     ++call_depth_;
     std::string text;
     const bool ok = Capture(m.body, &text);
     --call_depth_;
-    frames_.pop_back();
+    frames_.resize(base);
     floor_ = saved_floor;
     JINJA_TRY(ok);
     *out = Value(std::move(text));
@@ -2132,6 +2761,21 @@ class Renderer {
     while (l && !s.empty() && in(s.front())) s.remove_prefix(1);
     while (r && !s.empty() && in(s.back())) s.remove_suffix(1);
     return s;
+  }
+
+  static int64_t Utf8Length(const std::string& s) {
+    int64_t n = 0;
+    for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+    return n;
+  }
+  // The first n characters (code points) of s.
+  static std::string Utf8Prefix(const std::string& s, int64_t n) {
+    size_t at = 0;
+    for (int64_t k = 0; k < n && at < s.size(); ++k) {
+      ++at;
+      while (at < s.size() && (static_cast<unsigned char>(s[at]) & 0xC0) == 0x80) ++at;
+    }
+    return s.substr(0, at);
   }
 
   static char Upper(char c) { return c >= 'a' && c <= 'z' ? c - 32 : c; }
@@ -2311,6 +2955,55 @@ class Renderer {
         *out = Value(std::move(r));
         return true;
       }
+      if (name == "format") {  // str.format: {} / {0} / {name} fields, {{ and }}; no specs
+        std::string r;
+        size_t next = 0;
+        for (size_t i = 0; i < s.size(); ++i) {
+          const char c = s[i];
+          if (c == '}') {
+            if (i + 1 < s.size() && s[i + 1] == '}') {
+              r.push_back('}');
+              ++i;
+              continue;
+            }
+            return Fail(pos, "single '}' encountered in format string");
+          }
+          if (c != '{') {
+            r.push_back(c);
+            continue;
+          }
+          if (i + 1 < s.size() && s[i + 1] == '{') {
+            r.push_back('{');
+            ++i;
+            continue;
+          }
+          const size_t close = s.find('}', i);
+          if (close == std::string::npos)
+            return Fail(pos, "single '{' encountered in format string");
+          const std::string field = s.substr(i + 1, close - i - 1);
+          i = close;
+          if (field.find_first_of(":!.[") != std::string::npos) {
+            return Fail(pos, "str.format() supports only {}, {N} and {name} fields");
+          }
+          const Value* v = nullptr;
+          if (field.empty()) {
+            v = next < args.pos.size() ? &args.pos[next] : nullptr;
+            ++next;
+          } else if (std::all_of(field.begin(), field.end(), IsDigit)) {
+            const size_t k = field.size() < 6 ? std::stoul(field) : args.pos.size();
+            v = k < args.pos.size() ? &args.pos[k] : nullptr;
+          } else {
+            for (const auto& [k, x] : args.kw) {
+              if (k == field) v = &x;
+            }
+          }
+          if (v == nullptr) return Fail(pos, "str.format() has no value for {" + field + "}");
+          PyStr(*v, &r);
+          JINJA_TRY(CheckSize(pos, r.size()));
+        }
+        *out = Value(std::move(r));
+        return true;
+      }
       if (name == "splitlines") {
         Array lines;
         size_t at = 0;
@@ -2377,6 +3070,21 @@ class Renderer {
   }
 
   bool ApplyTest(size_t pos, const std::string& name, const Value& v, const Array& targs, bool* r);
+
+  // The key sort, dictsort, unique, min and max compare: the item or its attribute, strings
+  // lowercased unless case_sensitive.
+  bool SortKey(const Value& x, const Value* attr, const Value* case_sensitive, Value* key) {
+    *key = x;
+    if (attr != nullptr && !attr->is_none() && !attr->is_undefined()) {
+      JINJA_TRY(Attribute(x, ToStr(*attr), key));
+    }
+    if (key->is_string() && (case_sensitive == nullptr || !case_sensitive->Truthy())) {
+      std::string low = key->str();
+      for (char& c : low) c = Lower(c);
+      *key = Value(std::move(low));
+    }
+    return true;
+  }
 
   bool EvalFilter(const Expr& e, Value* out) {
     Value v;
@@ -2589,49 +3297,68 @@ class Renderer {
       *out = Value::MakeArray(std::move(items));
       return true;
     }
-    if (f == "unique") {
-      Array items, r;
+    if (f == "unique") {  // unique(case_sensitive=false, attribute=none)
+      const Value* cs = args.Get(0, "case_sensitive");
+      const Value* attr = args.Get(1, "attribute");
+      Array items, r, keys;
       JINJA_TRY(Iterable(pos, v, &items));
       JINJA_TRY(Charge(pos, static_cast<int64_t>(items.size() * items.size() / 16)));
       for (const Value& x : items) {
+        Value k;
+        JINJA_TRY(SortKey(x, attr, cs, &k));
         bool seen = false;
-        for (const Value& y : r) seen = seen || Equal(x, y);
-        if (!seen) r.push_back(x);
+        for (const Value& y : keys) seen = seen || Equal(k, y);
+        if (!seen) {
+          r.push_back(x);
+          keys.push_back(std::move(k));
+        }
       }
       *out = Value::MakeArray(std::move(r));
       return true;
     }
+    // sort(reverse=false, case_sensitive=false, attribute=none);
+    // dictsort(case_sensitive=false, by='key', reverse=false): the (key, value) pairs.
     if (f == "sort" || f == "dictsort") {
+      const bool dict = f == "dictsort";
       Array items;
-      if (f == "dictsort") {
+      if (dict) {
+        if (!v.is_object() && !v.is_undefined() && !v.is_none()) {
+          return Fail(pos, "dictsort of a non-mapping");
+        }
         JINJA_TRY(CallMethod(pos, v.is_object() ? v : Value::MakeObject(), "items", Args{}, out));
         items = out->array();
       } else {
         JINJA_TRY(Iterable(pos, v, &items));
       }
-      const Value* rev = args.Get(0, "reverse");
-      const Value* attr = args.Get(2, "attribute");
+      const Value* rev = args.Get(dict ? 2 : 0, "reverse");
+      const Value* cs = args.Get(dict ? 0 : 1, "case_sensitive");
+      const Value* attr = dict ? nullptr : args.Get(2, "attribute");
+      size_t pick = 0;
+      if (dict) {
+        const Value* by = args.Get(1, "by");
+        if (by != nullptr && !(by->is_string() && (by->str() == "key" || by->str() == "value"))) {
+          return Fail(pos, "dictsort can only sort by 'key' or 'value'");
+        }
+        pick = by != nullptr && by->str() == "value" ? 1 : 0;
+      }
+      const bool reverse = rev != nullptr && rev->Truthy();
       JINJA_TRY(Charge(pos, static_cast<int64_t>(items.size()) * 20));
       std::vector<std::pair<Value, Value>> keyed;
       for (const Value& x : items) {
-        Value k = x;
-        if (f == "dictsort") {
-          k = x.array()[0];
-        } else if (attr != nullptr && attr->is_string()) {
-          JINJA_TRY(Attribute(x, attr->str(), &k));
-        }
-        keyed.emplace_back(k, x);
+        Value k;
+        JINJA_TRY(SortKey(dict ? x.array()[pick] : x, attr, cs, &k));
+        keyed.emplace_back(std::move(k), x);
       }
       bool bad = false;
+      // Stable in both directions, as Python's sorted(reverse=True).
       std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
         int c = 0;
         if (!Compare(a.first, b.first, &c)) bad = true;
-        return c < 0;
+        return reverse ? c > 0 : c < 0;
       });
       if (bad) return Fail(pos, "sort of values that do not order");
       Array r;
       for (auto& [k, x] : keyed) r.push_back(std::move(x));
-      if (rev != nullptr && rev->Truthy()) std::reverse(r.begin(), r.end());
       *out = Value::MakeArray(std::move(r));
       return true;
     }
@@ -2738,21 +3465,108 @@ class Renderer {
       *out = acc;
       return true;
     }
-    if (f == "min" || f == "max") {
+    if (f == "min" || f == "max") {  // min(case_sensitive=false, attribute=none)
+      const Value* cs = args.Get(0, "case_sensitive");
+      const Value* attr = args.Get(1, "attribute");
       Array items;
       JINJA_TRY(Iterable(pos, v, &items));
       *out = Value();
+      Value best;
       for (const Value& x : items) {
+        Value k;
+        JINJA_TRY(SortKey(x, attr, cs, &k));
         int c = 0;
         if (out->is_undefined()) {
           *out = x;
-        } else if (!Compare(x, *out, &c)) {
+          best = std::move(k);
+        } else if (!Compare(k, best, &c)) {
           return Fail(pos, f + " of values that do not order");
         } else if ((f == "min" && c < 0) || (f == "max" && c > 0)) {
           *out = x;
+          best = std::move(k);
         }
       }
       return true;
+    }
+    if (f == "batch" || f == "slice") {  // batch(size, fill_with), slice(count, fill_with)
+      const Value* nv = args.Get(0, f == "batch" ? "linecount" : "slices");
+      const Value* fill = args.Get(1, "fill_with");
+      if (nv == nullptr || !nv->is_int() || nv->as_int() <= 0) {
+        return Fail(pos, f + " takes a positive integer");
+      }
+      Array items, r;
+      JINJA_TRY(Iterable(pos, v, &items));
+      const int64_t n = nv->as_int(), len = static_cast<int64_t>(items.size());
+      const bool filling = fill != nullptr && !fill->is_none() && !fill->is_undefined();
+      if (f == "batch") {
+        for (int64_t at = 0; at < len; at += n) {
+          Array part(items.begin() + at, items.begin() + std::min(len, at + n));
+          while (filling && static_cast<int64_t>(part.size()) < n) part.push_back(*fill);
+          r.push_back(Value::MakeArray(std::move(part)));
+        }
+      } else {
+        JINJA_TRY(CheckCount(pos, n));
+        const int64_t per = len / n, extra = len % n;
+        int64_t offset = 0;
+        for (int64_t k = 0; k < n; ++k) {  // Jinja's slice: the first `extra` get one more
+          const int64_t start = offset + k * per;
+          if (k < extra) ++offset;
+          const int64_t end = offset + (k + 1) * per;
+          Array part(items.begin() + start, items.begin() + end);
+          if (filling && k >= extra) part.push_back(*fill);
+          r.push_back(Value::MakeArray(std::move(part)));
+        }
+      }
+      *out = Value::MakeArray(std::move(r));
+      return true;
+    }
+    if (f == "center") {  // center(width=80), as Python's str.center
+      const Value* wv = args.Get(0, "width");
+      const std::string str = ToStr(v);
+      const int64_t width = wv != nullptr && wv->is_int() ? wv->as_int() : 80;
+      const int64_t len = Utf8Length(str);
+      if (width > static_cast<int64_t>(lim_.max_output_bytes)) {
+        return CheckSize(pos, lim_.max_output_bytes + 1);
+      }
+      if (width <= len) {
+        *out = Value(str);
+        return true;
+      }
+      const int64_t pad = width - len;
+      const int64_t left = pad / 2 + (pad & width & 1);
+      *out = Value(std::string(static_cast<size_t>(left), ' ') + str +
+                   std::string(static_cast<size_t>(pad - left), ' '));
+      return true;
+    }
+    if (f == "truncate") {  // truncate(length=255, killwords=false, end='...', leeway=5)
+      const Value* lv = args.Get(0, "length");
+      const Value* kill = args.Get(1, "killwords");
+      const Value* ev = args.Get(2, "end");
+      const Value* lw = args.Get(3, "leeway");
+      const std::string str = ToStr(v);
+      const int64_t length = lv != nullptr && lv->is_int() ? lv->as_int() : 255;
+      const std::string end = ev != nullptr ? ToStr(*ev) : "...";
+      const int64_t leeway = lw != nullptr && lw->is_int() ? lw->as_int() : 5;
+      if (length < Utf8Length(end)) return Fail(pos, "truncate: length is shorter than the end");
+      if (Utf8Length(str) <= length + leeway) {
+        *out = Value(str);
+        return true;
+      }
+      std::string head = Utf8Prefix(str, length - Utf8Length(end));
+      if (kill == nullptr || !kill->Truthy()) {
+        const size_t sp = head.rfind(' ');
+        if (sp != std::string::npos) head.resize(sp);
+      }
+      *out = Value(head + end);
+      return true;
+    }
+    if (f == "format") {
+      if (!args.pos.empty() && !args.kw.empty()) {
+        return Fail(pos, "format takes positional or keyword arguments, not both");
+      }
+      const Value values =
+          args.kw.empty() ? Value::MakeArray(args.pos) : Value::MakeObject(args.kw);
+      return PercentFormat(pos, ToStr(v), values, out, /*exact=*/true);
     }
     if (f == "wordcount") {
       Value parts;
@@ -2773,7 +3587,19 @@ class Renderer {
       JINJA_TRY(Eval(*e.args[i], &a));
       targs.push_back(std::move(a));
     }
+    // The global functions are defined callables (`strftime_now is defined`, as Llama 3.2's
+    // template asks before it calls it), unless a variable of the same name hides them.
+    if (v.is_undefined() && subject.k == Expr::K::kName && IsGlobalFunction(subject.name) &&
+        (e.name == "defined" || e.name == "undefined" || e.name == "callable")) {
+      *r = e.name != "undefined";
+      return true;
+    }
     return ApplyTest(e.pos, e.name, v, targs, r);
+  }
+
+  static bool IsGlobalFunction(const std::string& name) {
+    return name == "raise_exception" || name == "range" || name == "namespace" || name == "dict" ||
+           name == "strftime_now";
   }
 
   static bool Int(const Value& v, int64_t* out) {
@@ -2790,7 +3616,10 @@ class Renderer {
   const RenderOptions& options_;
   std::string out_;
   std::vector<Frame> frames_;
-  size_t floor_ = 0;  // frames below this (except the template's own, 0) are a caller's
+  size_t floor_ = 0;         // frames below this (except the template's own, 0) are a caller's
+  std::string block_value_;  // the text of the {% filter %} block being filtered
+  std::vector<ActiveLoop> loops_;     // loops in progress, innermost last
+  std::vector<CallerScope> callers_;  // call blocks in progress, innermost last
   int depth_ = 0;
   int call_depth_ = 0;
   int64_t iterations_ = 0;

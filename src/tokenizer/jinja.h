@@ -1,8 +1,9 @@
 // A small Jinja engine for chat templates: the subset GGUF chat templates use (expressions,
-// filters, tests, for/if/set/macro, namespaces, string and dict methods, raise_exception,
-// strftime_now), rendered the way Hugging Face renders chat templates (trim_blocks and
-// lstrip_blocks on, tojson as json.dumps). Templates are untrusted input: parsing and rendering
-// run under hard limits and fail with an Error naming the line and column.
+// filters, tests, for (recursive too) / if / set / macro / call / filter / with / raw blocks,
+// namespaces, % and str.format formatting, string and dict methods, raise_exception,
+// strftime_now; the list: docs/SERVER.md), rendered the way Hugging Face renders chat templates
+// (trim_blocks and lstrip_blocks on, tojson as json.dumps). Templates are untrusted input: parsing
+// and rendering run under hard limits and fail with an Error naming the line and column.
 #pragma once
 
 #include <cstdint>
