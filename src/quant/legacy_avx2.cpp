@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "quant/kernel_registry.h"
-#include "util/check.h"
 
 namespace lamina::quant_internal {
 namespace {
@@ -320,125 +319,6 @@ struct Prepared {
 
 #include "quant/legacy_quant_dot.inc"
 
-// Quant tiles for the signed types (Q4_0, Q5_0, Q8_0 weights; Q8_0 activations): R weight rows
-// x N activation rows per register block. Each pair keeps VecDotQuantMultiN's one accumulator,
-// its per-block int32 lanes (maddubs(|w|, sign(y, w)) then madd: exact, so any order of the
-// integer work gives them), its scale d_w * d_a and its FMA order, so every output is that
-// kernel's bits. A weight block is unpacked once per tile and the N activation scales once per
-// block; the R x N scale products are formed with one vector multiply per row.
-template <class W, int R, int N>
-void QuantTileBlock(int64_t nb, const typename W::Block* const* w, const BlockQ8_0* const* a,
-                    float* out, size_t out_stride) {
-  static_assert(W::kSigned, "unsigned types carry a second term");
-  __m256 acc[R][N];
-  for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < N; ++j) acc[r][j] = _mm256_setzero_ps();
-  }
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t i = 0; i < nb; ++i) {
-    float da[N];  // activation scales of block i
-#pragma GCC unroll 4
-    for (int j = 0; j < N; ++j) da[j] = HalfToF32(a[j][i].d);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m256i wc = W::Codes(w[r][i]);
-      const __m256i aw = _mm256_sign_epi8(wc, wc);
-      const float dw = HalfToF32(w[r][i].d);
-#pragma GCC unroll 4
-      for (int j = 0; j < N; ++j) {
-        const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[j][i].qs));
-        const __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(y, wc));
-        const __m256 sj = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-        acc[r][j] = _mm256_fmadd_ps(sj, _mm256_set1_ps(dw * da[j]), acc[r][j]);
-      }
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < N; ++j) out[j * out_stride + r] = HsumPs(acc[r][j]);
-  }
-}
-
-// Dispatches nr rows (1..kMaxRows) of a tile with N tokens.
-template <class W, int N, int kMaxRows>
-void QuantTileRows(int64_t nb, const typename W::Block* const* w, int nr, const BlockQ8_0* const* a,
-                   float* out, size_t out_stride) {
-  static_assert(kMaxRows >= 1 && kMaxRows <= 8);
-  switch (nr) {
-    case 1:
-      return QuantTileBlock<W, 1, N>(nb, w, a, out, out_stride);
-    case 2:
-      if constexpr (kMaxRows >= 2) return QuantTileBlock<W, 2, N>(nb, w, a, out, out_stride);
-      break;
-    case 3:
-      if constexpr (kMaxRows >= 3) return QuantTileBlock<W, 3, N>(nb, w, a, out, out_stride);
-      break;
-    case 4:
-      if constexpr (kMaxRows >= 4) return QuantTileBlock<W, 4, N>(nb, w, a, out, out_stride);
-      break;
-    case 5:
-      if constexpr (kMaxRows >= 5) return QuantTileBlock<W, 5, N>(nb, w, a, out, out_stride);
-      break;
-    case 6:
-      if constexpr (kMaxRows >= 6) return QuantTileBlock<W, 6, N>(nb, w, a, out, out_stride);
-      break;
-    case 7:
-      if constexpr (kMaxRows >= 7) return QuantTileBlock<W, 7, N>(nb, w, a, out, out_stride);
-      break;
-    case 8:
-      if constexpr (kMaxRows >= 8) return QuantTileBlock<W, 8, N>(nb, w, a, out, out_stride);
-      break;
-  }
-  LAMINA_DCHECK(false);
-}
-
-template <class W>
-void VecDotQuantTile(int64_t k, const void* vw, size_t w_row_bytes, int n_rows, const void* act,
-                     size_t act_row_bytes, int n_act, float* out, size_t out_stride) {
-  const int64_t nb = k / kQK;
-  const char* wc = static_cast<const char*>(vw);
-  const char* ac = static_cast<const char*>(act);
-  // At most 8 accumulators: 8 rows for one token, 4 rows for two, 2 rows x 4 tokens from three.
-  const int rows_per_block = n_act == 1 ? 8 : n_act == 2 ? 4 : 2;
-  const int acts_per_block = n_act >= 3 ? 4 : n_act;
-  for (int j0 = 0; j0 < n_act; j0 += acts_per_block) {
-    const int nj = std::min(acts_per_block, n_act - j0);
-    const BlockQ8_0* a[4];
-    for (int j = 0; j < nj; ++j) {
-      a[j] = reinterpret_cast<const BlockQ8_0*>(ac + (j0 + j) * act_row_bytes);
-    }
-    for (int r0 = 0; r0 < n_rows; r0 += rows_per_block) {
-      const int nr = std::min(rows_per_block, n_rows - r0);
-      const typename W::Block* w[8];
-      for (int r = 0; r < nr; ++r) {
-        w[r] = reinterpret_cast<const typename W::Block*>(wc + (r0 + r) * w_row_bytes);
-      }
-      float* o = out + j0 * out_stride + r0;
-      switch (nj) {
-        case 1:
-          if (n_act == 1) {
-            QuantTileRows<W, 1, 8>(nb, w, nr, a, o, out_stride);
-          } else {
-            QuantTileRows<W, 1, 2>(nb, w, nr, a, o, out_stride);
-          }
-          break;
-        case 2:
-          if (n_act == 2) {
-            QuantTileRows<W, 2, 4>(nb, w, nr, a, o, out_stride);
-          } else {
-            QuantTileRows<W, 2, 2>(nb, w, nr, a, o, out_stride);
-          }
-          break;
-        case 3:
-          QuantTileRows<W, 3, 2>(nb, w, nr, a, o, out_stride);
-          break;
-        default:
-          QuantTileRows<W, 4, 2>(nb, w, nr, a, o, out_stride);
-          break;
-      }
-    }
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Activation quantizers: the same arithmetic as the scalar ones (amax, d = amax / 127,
 // id = 127 / amax, x * id rounded to nearest even by cvtps2dq).
@@ -532,9 +412,6 @@ void RegisterAvx2Legacy(KernelTable& table) {
   table[static_cast<int>(GgmlType::kF32)].vec_dot_tile = VecDotFloatTile<F32Src, F32Src>;
   table[static_cast<int>(GgmlType::kF16)].vec_dot_tile = VecDotFloatTile<F16Src, F32Src>;
   table[static_cast<int>(GgmlType::kBF16)].vec_dot_tile = VecDotFloatTile<BF16Src, BF16Src>;
-  table[static_cast<int>(GgmlType::kQ4_0)].vec_dot_tile = VecDotQuantTile<Q4_0W>;
-  table[static_cast<int>(GgmlType::kQ5_0)].vec_dot_tile = VecDotQuantTile<Q5_0W>;
-  table[static_cast<int>(GgmlType::kQ8_0)].vec_dot_tile = VecDotQuantTile<Q8_0W>;
   table[static_cast<int>(GgmlType::kQ8_0)].quantize = QuantizeQ8_0;
   table[static_cast<int>(GgmlType::kQ8_1)].quantize = QuantizeQ8_1;
   table[static_cast<int>(GgmlType::kF16)].quantize = QuantizeF16;
