@@ -115,7 +115,8 @@ void EncodeInt8Group(const float* x, int g, const RoundingKey* key, uint32_t ele
   for (int i = 0; i < g; ++i) {
     const float y = x[i] * id;
     const float r = key ? std::floor(y + StochasticUniform(*key, element0 + i)) : RoundHalfEven(y);
-    q[i] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+    // NaN (a finite row whose rotation overflowed) codes as 0 rather than an undefined cast.
+    q[i] = std::isnan(r) ? 0 : static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
   }
 }
 
@@ -126,7 +127,9 @@ float Q4Error(const float* x, int g, float d) {
   float err = 0.0f;
   for (int i = 0; i < g; ++i) {
     // Truncation toward zero then the clamp equals trunc-then-clamp of GGML's formula.
-    const int c = std::clamp(static_cast<int>(x[i] * id + 8.5f), 0, 15);
+    // The same in float first, so that NaN and +-inf never reach the integer cast.
+    const float t = x[i] * id + 8.5f;
+    const int c = t >= 0.0f ? (t < 15.0f ? static_cast<int>(t) : 15) : 0;
     const float e = dq * static_cast<float>(c - 8) - x[i];
     err += e * e;
   }
@@ -160,7 +163,7 @@ void EncodeQ4Group(const float* x, int g, const RoundingKey* key, uint32_t eleme
     const float y = x[i] * id + 8.0f;
     const float r =
         key ? std::floor(y + StochasticUniform(*key, element0 + i)) : std::trunc(y + 0.5f);
-    return static_cast<uint8_t>(std::clamp(r, 0.0f, 15.0f));
+    return std::isnan(r) ? uint8_t{8} : static_cast<uint8_t>(std::clamp(r, 0.0f, 15.0f));
   };
   for (int i = 0; i < half; ++i) qs[i] = static_cast<uint8_t>(code(i) | (code(i + half) << 4));
 }
