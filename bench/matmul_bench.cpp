@@ -91,7 +91,7 @@ void BM_MatMulCacheResident(benchmark::State& state) {
 BENCHMARK(BM_MatMulCacheResident)
     ->ArgsProduct({{int(GgmlType::kQ8_0), int(GgmlType::kQ4_0), int(GgmlType::kF16),
                     int(GgmlType::kF32)},
-                   {1, 2, 3, 4, 8}});
+                   {1, 2, 3, 4, 8, 64}});
 
 // args: kv type, depth, threads, keys. One decode step of one layer of the 181M shape (16 heads,
 // 4 KV heads, head_dim 64, RoPE over all 64 dimensions). keys 0: Gaussian rows (a random-weight

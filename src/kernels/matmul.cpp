@@ -58,6 +58,7 @@ void MatMulRows(const WeightMatrix& w, int64_t row_begin, int64_t row_end, const
     act = dst;
   }
 
+  const bool use_tile = kern.vec_dot_tile != nullptr && n_tokens >= kern.tile_min_tokens;
   const int64_t n_rows = row_end - row_begin;
   const int64_t n_row_tiles = (n_rows + kRowTile - 1) / kRowTile;
   const size_t y_step = static_cast<size_t>(y_stride);
@@ -71,7 +72,7 @@ void MatMulRows(const WeightMatrix& w, int64_t row_begin, int64_t row_end, const
       for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxMultiDot) {
         const int nt = static_cast<int>(std::min<int64_t>(kMaxMultiDot, n_tokens - t0));
         const uint8_t* act_tile = act + static_cast<size_t>(t0) * act_row_bytes;
-        if (kern.vec_dot_tile != nullptr) {
+        if (use_tile) {
           for (int64_t r = r0; r < r1; r += kMaxTileRows) {
             const int nr = static_cast<int>(std::min<int64_t>(kMaxTileRows, r1 - r));
             kern.vec_dot_tile(w.cols, w.Row(r), w.row_bytes, nr, act_tile, act_row_bytes, nt,

@@ -319,6 +319,123 @@ struct Prepared {
 
 #include "quant/legacy_quant_dot.inc"
 
+// Quant tiles for prompt batches (Q4_0, Q5_0, Q8_0 weights; Q8_0 activations): R weight rows x
+// N activation rows per register block. Each pair keeps VecDotQuantMultiN's one accumulator,
+// its per-block int32 lanes (maddubs(|w|, sign(y, w)) then madd: exact, so any order of the
+// integer work gives them), its scale d_w * d_a and its FMA order, so every output is that
+// kernel's bits. A weight block is unpacked once per tile, the activation scales are widened
+// once per call, and the R x N scale products take one 4-lane multiply per row and block,
+// read back by broadcast loads (no shuffle per pair). Only matmuls of many tokens use it
+// (tile_min_tokens): with a token or two per row the rows stream from memory, and interleaving
+// several of them cost more than the saved loads.
+constexpr int kTileRows = 2;  // weight rows per register block (3 x 4 and 4 x 3 measured no faster)
+constexpr int kTileActs = 4;  // activation rows per register block
+constexpr int kQuantTileMinTokens = 16;   // see above; measured in docs/PERFORMANCE.md
+constexpr int64_t kTileMaxBlocks = 2048;  // longer rows (k > 65536) take the row kernel
+
+template <class W, int R, int N>
+void QuantTileBlock(int64_t nb, const typename W::Block* const* w, const BlockQ8_0* const* a,
+                    const float* da, float* out, size_t out_stride) {
+  static_assert(W::kSigned, "unsigned types carry a second term");
+  static_assert(N <= 4);
+  __m256 acc[R][N];
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < N; ++j) acc[r][j] = _mm256_setzero_ps();
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  alignas(16) float scale[R][4];  // d_w[r] * d_a[j] of block i
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m128 dav = _mm_load_ps(da + i * 4);  // [4] activation scales
+    __m256i wm[R], ws[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      ws[r] = W::Codes(w[r][i]);
+      wm[r] = _mm256_sign_epi8(ws[r], ws[r]);
+      _mm_store_ps(scale[r], _mm_mul_ps(_mm_set1_ps(HalfToF32(w[r][i].d)), dav));
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < N; ++j) {
+      const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[j][i].qs));
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m256i p16 = _mm256_maddubs_epi16(wm[r], _mm256_sign_epi8(y, ws[r]));
+        const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+        acc[r][j] = _mm256_fmadd_ps(s, _mm256_broadcast_ss(&scale[r][j]), acc[r][j]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < N; ++j) out[j * out_stride + r] = HsumPs(acc[r][j]) + 0.0f;
+  }
+}
+
+template <class W, int N>
+void QuantTileRows(int64_t nb, const typename W::Block* const* w, int nr, const BlockQ8_0* const* a,
+                   const float* da, float* out, size_t out_stride) {
+  switch (nr) {
+    case 1:
+      return QuantTileBlock<W, 1, N>(nb, w, a, da, out, out_stride);
+    case 2:
+      if constexpr (kTileRows >= 2) return QuantTileBlock<W, 2, N>(nb, w, a, da, out, out_stride);
+      break;
+    case 3:
+      if constexpr (kTileRows >= 3) return QuantTileBlock<W, 3, N>(nb, w, a, da, out, out_stride);
+      break;
+    case 4:
+      if constexpr (kTileRows >= 4) return QuantTileBlock<W, 4, N>(nb, w, a, da, out, out_stride);
+      break;
+  }
+}
+
+template <class W>
+void VecDotQuantTile(int64_t k, const void* vw, size_t w_row_bytes, int n_rows, const void* act,
+                     size_t act_row_bytes, int n_act, float* out, size_t out_stride) {
+  const int64_t nb = k / kQK;
+  const char* wc = static_cast<const char*>(vw);
+  const char* ac = static_cast<const char*>(act);
+  if (nb > kTileMaxBlocks) {
+    for (int r = 0; r < n_rows; ++r) {
+      float row_out[kMaxMultiDot];
+      VecDotQuantMulti<W>(k, wc + r * w_row_bytes, act, act_row_bytes, n_act, row_out);
+      for (int j = 0; j < n_act; ++j) out[j * out_stride + r] = row_out[j];
+    }
+    return;
+  }
+  alignas(16) float da[kTileMaxBlocks * 4];  // [nb][4] activation scales, zero-padded
+  for (int j0 = 0; j0 < n_act; j0 += kTileActs) {
+    const int nj = std::min(kTileActs, n_act - j0);
+    const BlockQ8_0* a[4];
+    for (int j = 0; j < nj; ++j) {
+      a[j] = reinterpret_cast<const BlockQ8_0*>(ac + (j0 + j) * act_row_bytes);
+    }
+    for (int64_t i = 0; i < nb; ++i) {
+      for (int j = 0; j < 4; ++j) da[i * 4 + j] = j < nj ? HalfToF32(a[j][i].d) : 0.0f;
+    }
+    for (int r0 = 0; r0 < n_rows; r0 += kTileRows) {
+      const int nr = std::min(kTileRows, n_rows - r0);
+      const typename W::Block* w[kTileRows];
+      for (int r = 0; r < nr; ++r) {
+        w[r] = reinterpret_cast<const typename W::Block*>(wc + (r0 + r) * w_row_bytes);
+      }
+      float* o = out + j0 * out_stride + r0;
+      switch (nj) {
+        case 1:
+          QuantTileRows<W, 1>(nb, w, nr, a, da, o, out_stride);
+          break;
+        case 2:
+          QuantTileRows<W, 2>(nb, w, nr, a, da, o, out_stride);
+          break;
+        case 3:
+          QuantTileRows<W, 3>(nb, w, nr, a, da, o, out_stride);
+          break;
+        default:
+          QuantTileRows<W, 4>(nb, w, nr, a, da, o, out_stride);
+          break;
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Activation quantizers: the same arithmetic as the scalar ones (amax, d = amax / 127,
 // id = 127 / amax, x * id rounded to nearest even by cvtps2dq).
@@ -412,6 +529,12 @@ void RegisterAvx2Legacy(KernelTable& table) {
   table[static_cast<int>(GgmlType::kF32)].vec_dot_tile = VecDotFloatTile<F32Src, F32Src>;
   table[static_cast<int>(GgmlType::kF16)].vec_dot_tile = VecDotFloatTile<F16Src, F32Src>;
   table[static_cast<int>(GgmlType::kBF16)].vec_dot_tile = VecDotFloatTile<BF16Src, BF16Src>;
+  for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kQ8_0}) {
+    table[static_cast<int>(t)].tile_min_tokens = kQuantTileMinTokens;
+  }
+  table[static_cast<int>(GgmlType::kQ4_0)].vec_dot_tile = VecDotQuantTile<Q4_0W>;
+  table[static_cast<int>(GgmlType::kQ5_0)].vec_dot_tile = VecDotQuantTile<Q5_0W>;
+  table[static_cast<int>(GgmlType::kQ8_0)].vec_dot_tile = VecDotQuantTile<Q8_0W>;
   table[static_cast<int>(GgmlType::kQ8_0)].quantize = QuantizeQ8_0;
   table[static_cast<int>(GgmlType::kQ8_1)].quantize = QuantizeQ8_1;
   table[static_cast<int>(GgmlType::kF16)].quantize = QuantizeF16;

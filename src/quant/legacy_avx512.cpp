@@ -576,6 +576,7 @@ void RegisterAvx512Legacy(KernelTable& table) {
     table[static_cast<int>(t)].vec_dot = dot;
     table[static_cast<int>(t)].vec_dot_multi = multi;
     table[static_cast<int>(t)].vec_dot_tile = nullptr;
+    table[static_cast<int>(t)].tile_min_tokens = 1;
   };
   set(GgmlType::kF32, VecDotFloatOne<F32Src, F32Src>, VecDotFloatMulti<F32Src, F32Src>);
   set(GgmlType::kF16, VecDotFloatOne<F16Src, F32Src>, VecDotFloatMulti<F16Src, F32Src>);

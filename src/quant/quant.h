@@ -45,6 +45,9 @@ struct TypeKernels {
   // nullptr where no ISA kernel exists: callers then run vec_dot_multi row by row (the same
   // results, since both equal vec_dot bit for bit).
   VecDotTileFn vec_dot_tile = nullptr;
+  // Matmuls of fewer tokens than this skip vec_dot_tile (same results): a tile that only pays
+  // when its weight rows stay in cache across many tokens.
+  int tile_min_tokens = 1;
   // When set, the matmul prepares activations with this (into vec_dot_type's layout) instead
   // of GetKernels(vec_dot_type).quantize. F16 weights: activations rounded to f16 as GGML does,
   // kept as f32 so that no kernel widens them again per weight row (the products are the same).
