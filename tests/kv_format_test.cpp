@@ -362,6 +362,83 @@ TEST(KvAnchoredKeys, AttentionRestoresTheOffsetAndTheErrorShrinks) {
   }
 }
 
+// Contexts longer than attention's cell chunk (kAttentionCellChunk) are split into chunks whose
+// results are merged: the output stays within the budget of the double-precision softmax over the
+// rows attention reads, and is the same bits whether the queries come as one batch or one by one,
+// and on 1 or 3 threads (the chunk boundaries depend on the cell index only). One KV head, so
+// the chunks are all the parallelism there is; the batch's queries straddle a chunk boundary.
+TEST(AttentionSplitContext, MatchesTheReferenceAndIsBatchAndThreadInvariant) {
+  const int hd = 64, n_kv = 1, n_head = 4;
+  const int n_ctx = 2 * kAttentionCellChunk + 300;
+  // The batch's queries end at cells 2 * chunk - 4 .. 2 * chunk + 6: two and three chunks.
+  const int pos0 = 2 * kAttentionCellChunk - 5, n_tok = 11;
+  for (KvType type : {KvType::kF16, KvType::kInt8, KvType::kK8V4, KvType::kQ4_0}) {
+    for (int window : {0, 256}) {
+      KvCacheConfig c;
+      c.n_layer = 1;
+      c.n_ctx = n_ctx;
+      c.n_kv_heads = n_kv;
+      c.head_dim = hd;
+      c.type = type;
+      c.window = window;
+      c.rope.n_rot = hd;
+      KvCache cache(c);
+      std::mt19937 rng(11 + static_cast<int>(type) + window);
+      std::normal_distribution<float> unit(0.0f, 1.0f);
+      const int n_cells = pos0 + n_tok;
+      std::vector<float> k(static_cast<size_t>(n_cells) * n_kv * hd);  // [n_cells, n_kv, hd]
+      std::vector<float> v(k.size());
+      for (float& x : k) x = 2.0f * unit(rng);
+      for (float& x : v) x = unit(rng);
+      cache.Write(0, 0, 0, n_cells, k.data(), v.data());
+      std::vector<float> q(static_cast<size_t>(n_tok) * n_head * hd);  // [n_tok, n_head, hd]
+      for (float& x : q) x = unit(rng);
+      const AttentionShape shape{n_head, n_kv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
+      AttentionScratch scratch;
+      ThreadPool pool1(1), pool3(3);
+      std::vector<float> batch(q.size()), batch3(q.size()), single(q.size());
+      CausalAttention(cache, 0, 0, pos0, n_tok, q.data(), batch.data(), shape, scratch, pool1);
+      CausalAttention(cache, 0, 0, pos0, n_tok, q.data(), batch3.data(), shape, scratch, pool3);
+      const size_t row = static_cast<size_t>(n_head) * hd;
+      for (int t = 0; t < n_tok; ++t) {
+        CausalAttention(cache, 0, 0, pos0 + t, 1, q.data() + t * row, single.data() + t * row,
+                        shape, scratch, pool3);
+      }
+      for (size_t i = 0; i < q.size(); ++i) {
+        ASSERT_EQ(F32ToBits(batch[i]), F32ToBits(single[i]))
+            << KvTypeName(type) << " window " << window << " element " << i;
+        ASSERT_EQ(F32ToBits(batch[i]), F32ToBits(batch3[i]))
+            << KvTypeName(type) << " window " << window << " element " << i;
+      }
+      if (window != 0) continue;  // ReadHeadRows gives the encoded rows, not the window's
+      std::vector<float> kr(static_cast<size_t>(n_cells) * hd), vr(kr.size());  // [n_cells, hd]
+      cache.ReadHeadRows(0, 0, 0, 0, n_cells, kr.data());
+      cache.ReadHeadRows(1, 0, 0, 0, n_cells, vr.data());
+      for (int h = 0; h < n_head; h += 3) {
+        for (int t : {0, 4, 5, 10}) {  // before, at and after the chunk boundary
+          const float* qr = q.data() + t * row + static_cast<size_t>(h) * hd;
+          const int n = pos0 + t + 1;
+          std::vector<double> w(n);
+          double mx = -1e300, sum = 0;
+          for (int p = 0; p < n; ++p) {
+            double d = 0;
+            for (int e = 0; e < hd; ++e) d += double(qr[e]) * kr[static_cast<size_t>(p) * hd + e];
+            w[p] = d * shape.scale;
+            mx = std::max(mx, w[p]);
+          }
+          for (double& x : w) sum += (x = std::exp(x - mx));
+          for (int e = 0; e < hd; ++e) {
+            double o = 0;
+            for (int p = 0; p < n; ++p) o += w[p] / sum * vr[static_cast<size_t>(p) * hd + e];
+            EXPECT_NEAR(batch[t * row + static_cast<size_t>(h) * hd + e], o, 2e-3)
+                << KvTypeName(type) << " head " << h << " token " << t << " element " << e;
+          }
+        }
+      }
+    }
+  }
+}
+
 // CopyPrefix and Truncate are cache operations like Write: a copied prefix reads back with the
 // same bytes (anchored keys' flags and anchor included) and attends identically, and a
 // sequence truncated to nothing and rewritten matches one written fresh.

@@ -1,6 +1,7 @@
 // Causal grouped-query attention over the KV cache, for a batch of queries at consecutive
-// positions of one sequence. Work items are (KV head, block of tokens): each decodes a tile of
-// cells once and reuses it for every query head of the GQA group and every token of the block.
+// positions of one sequence. Work items are (KV head, block of tokens, chunk of cells): each
+// decodes a tile of cells once and reuses it for every query head of the GQA group and every
+// token of the block.
 // Two passes (scores, then the V sum) keep softmax exact in f32 with normalised weights, which
 // is how GGML's non-flash path rounds with an f16 cache (query and softmax weights rounded to
 // f16). Rotated K: the query is rotated too; rotated V: the output is rotated back once per
@@ -16,6 +17,13 @@
 
 namespace lamina {
 
+// Cells per work item. A token block whose queries see more cells is split at multiples of
+// this (fixed by cell index, never by thread count or batch): each chunk runs the two passes
+// over its cells with weights normalised within the chunk, and the chunks' results are merged
+// in chunk order, weighted by their softmax mass. So a long context spreads over every thread
+// even with few KV heads, and a context within one chunk keeps the single-pass bits.
+inline constexpr int kAttentionCellChunk = 4096;
+
 struct AttentionShape {
   int n_head = 0;
   int n_head_kv = 0;
@@ -26,6 +34,7 @@ struct AttentionShape {
 struct AttentionScratch {
   std::vector<float> per_thread;      // [n_threads][per-thread floats, see attention.cpp]
   std::vector<int16_t> per_thread_q;  // [n_threads][queries per item][head_dim] int16 queries
+  std::vector<float> chunks;          // [stored chunks][see attention.cpp] split-context results
 };
 
 // out[t, h*head_dim..] = attention of query (t, h) over cells [0, pos0 + t] of `seq`.
