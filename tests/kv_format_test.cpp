@@ -260,6 +260,26 @@ TEST(KvCacheWriter, NonFiniteValuesAreReportedNotStored) {
 // anchor's offset back exactly: its output equals attention computed in double over the rows
 // ReadHeadRows reports. Covers both RoPE layouts, a partial rotary width and batched plus
 // single-cell writes.
+// Softmax attention of one query over rows [0, n) in double precision: [hd].
+// k, v: [n, hd] as attention reads them (KvCache::ReadHeadRows).
+std::vector<double> ReferenceAttention(const float* q, const float* k, const float* v, int n,
+                                       int hd, float scale) {
+  std::vector<double> w(n);
+  double mx = -1e300, sum = 0;
+  for (int p = 0; p < n; ++p) {
+    double d = 0;
+    for (int e = 0; e < hd; ++e) d += double(q[e]) * k[static_cast<size_t>(p) * hd + e];
+    w[p] = d * scale;
+    mx = std::max(mx, w[p]);
+  }
+  for (double& x : w) sum += (x = std::exp(x - mx));
+  std::vector<double> out(hd, 0.0);
+  for (int e = 0; e < hd; ++e) {
+    for (int p = 0; p < n; ++p) out[e] += w[p] / sum * v[static_cast<size_t>(p) * hd + e];
+  }
+  return out;
+}
+
 TEST(KvAnchoredKeys, AttentionRestoresTheOffsetAndTheErrorShrinks) {
   struct Case {
     int head_dim, n_rot;
@@ -341,20 +361,10 @@ TEST(KvAnchoredKeys, AttentionRestoresTheOffsetAndTheErrorShrinks) {
       cache.ReadHeadRows(1, 0, 0, h / group, n_ctx, vr.data());
       for (int t = 0; t < n_tok; ++t) {
         const float* qr = q.data() + (static_cast<size_t>(t) * n_head + h) * hd;
-        const int n_cells = pos0 + t + 1;
-        std::vector<double> w(n_cells);
-        double mx = -1e300, sum = 0;
-        for (int p = 0; p < n_cells; ++p) {
-          double d = 0;
-          for (int e = 0; e < hd; ++e) d += double(qr[e]) * kr[static_cast<size_t>(p) * hd + e];
-          w[p] = d * shape.scale;
-          mx = std::max(mx, w[p]);
-        }
-        for (double& x : w) sum += (x = std::exp(x - mx));
+        const std::vector<double> o =
+            ReferenceAttention(qr, kr.data(), vr.data(), pos0 + t + 1, hd, shape.scale);
         for (int e = 0; e < hd; ++e) {
-          double o = 0;
-          for (int p = 0; p < n_cells; ++p) o += w[p] / sum * vr[static_cast<size_t>(p) * hd + e];
-          EXPECT_NEAR(out[(static_cast<size_t>(t) * n_head + h) * hd + e], o, 2e-3)
+          EXPECT_NEAR(out[(static_cast<size_t>(t) * n_head + h) * hd + e], o[e], 2e-3)
               << "hd " << hd << " n_rot " << tc.n_rot << " head " << h << " token " << t;
         }
       }
@@ -417,20 +427,10 @@ TEST(AttentionSplitContext, MatchesTheReferenceAndIsBatchAndThreadInvariant) {
       for (int h = 0; h < n_head; h += 3) {
         for (int t : {0, 4, 5, 10}) {  // before, at and after the chunk boundary
           const float* qr = q.data() + t * row + static_cast<size_t>(h) * hd;
-          const int n = pos0 + t + 1;
-          std::vector<double> w(n);
-          double mx = -1e300, sum = 0;
-          for (int p = 0; p < n; ++p) {
-            double d = 0;
-            for (int e = 0; e < hd; ++e) d += double(qr[e]) * kr[static_cast<size_t>(p) * hd + e];
-            w[p] = d * shape.scale;
-            mx = std::max(mx, w[p]);
-          }
-          for (double& x : w) sum += (x = std::exp(x - mx));
+          const std::vector<double> o =
+              ReferenceAttention(qr, kr.data(), vr.data(), pos0 + t + 1, hd, shape.scale);
           for (int e = 0; e < hd; ++e) {
-            double o = 0;
-            for (int p = 0; p < n; ++p) o += w[p] / sum * vr[static_cast<size_t>(p) * hd + e];
-            EXPECT_NEAR(batch[t * row + static_cast<size_t>(h) * hd + e], o, 2e-3)
+            EXPECT_NEAR(batch[t * row + static_cast<size_t>(h) * hd + e], o[e], 2e-3)
                 << KvTypeName(type) << " head " << h << " token " << t << " element " << e;
           }
         }
