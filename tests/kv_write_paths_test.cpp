@@ -119,11 +119,14 @@ std::string Compare(const PathRun& a, const PathRun& b, int n_vocab) {
              std::to_string(i);
     }
   }
+  // memcmp only on non-empty buffers: an empty vector's data() may be null.
   if (a.state.size() != b.state.size() ||
-      std::memcmp(a.state.data(), b.state.data(), a.state.size() * sizeof(float)) != 0) {
+      (!a.state.empty() &&
+       std::memcmp(a.state.data(), b.state.data(), a.state.size() * sizeof(float)) != 0)) {
     return "recurrent state differs";
   }
-  if (std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) != 0) {
+  if (!a.logits.empty() &&
+      std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) != 0) {
     size_t i = 0;
     while (a.logits[i] == b.logits[i]) ++i;
     return "logits differ at position " + std::to_string(i / n_vocab);
