@@ -372,19 +372,9 @@ void QuantTileBlock(int64_t nb, const typename W::Block* const* w, const BlockQ8
 template <class W, int N>
 void QuantTileRows(int64_t nb, const typename W::Block* const* w, int nr, const BlockQ8_0* const* a,
                    const float* da, float* out, size_t out_stride) {
-  switch (nr) {
-    case 1:
-      return QuantTileBlock<W, 1, N>(nb, w, a, da, out, out_stride);
-    case 2:
-      if constexpr (kTileRows >= 2) return QuantTileBlock<W, 2, N>(nb, w, a, da, out, out_stride);
-      break;
-    case 3:
-      if constexpr (kTileRows >= 3) return QuantTileBlock<W, 3, N>(nb, w, a, da, out, out_stride);
-      break;
-    case 4:
-      if constexpr (kTileRows >= 4) return QuantTileBlock<W, 4, N>(nb, w, a, da, out, out_stride);
-      break;
-  }
+  static_assert(kTileRows == 2);
+  if (nr == 2) return QuantTileBlock<W, 2, N>(nb, w, a, da, out, out_stride);
+  QuantTileBlock<W, 1, N>(nb, w, a, da, out, out_stride);
 }
 
 template <class W>

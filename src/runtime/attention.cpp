@@ -154,6 +154,12 @@ void CausalAttentionSegments(const KvCache& cache, int layer, const AttentionSeg
   }
   // Stored chunk results: acc [slot][max_queries][hd], then max and mass [slot][max_queries].
   const size_t slot_floats = static_cast<size_t>(max_queries) * (hd + 2);
+  const size_t slot_max = static_cast<size_t>(max_queries) * hd;  // offsets within a slot
+  const size_t slot_mass = slot_max + max_queries;
+  // Item g * n_chunks + chunk of a unit with stored chunks.
+  auto slot_of = [&](const Unit& unit, int64_t item) {
+    return scratch.chunks.data() + static_cast<size_t>(unit.first_slot + item) * slot_floats;
+  };
 
   // Runs cells [c_lo, c_hi) of the unit's KV head g; with `slot` set, leaves the chunk's
   // normalised V sums and its per-query (max, mass) there instead of writing the output.
@@ -251,8 +257,8 @@ void CausalAttentionSegments(const KvCache& cache, int layer, const AttentionSeg
         if (v_f16) kern.round_f16(srow, n);
       }
       if (slot != nullptr) {
-        slot[static_cast<size_t>(max_queries) * hd + qi] = max;
-        slot[static_cast<size_t>(max_queries) * (hd + 1) + qi] = static_cast<float>(mass);
+        slot[slot_max + qi] = max;
+        slot[slot_mass + qi] = static_cast<float>(mass);
       }
       std::fill(acc + static_cast<size_t>(qi) * hd, acc + static_cast<size_t>(qi + 1) * hd, 0.0f);
     }
@@ -302,23 +308,17 @@ void CausalAttentionSegments(const KvCache& cache, int layer, const AttentionSeg
     const int nq = unit.nt * group;
     for (int qi = 0; qi < nq; ++qi) {
       auto slot = [&](int ch) {
-        return scratch.chunks.data() +
-               static_cast<size_t>(unit.first_slot + static_cast<int64_t>(g) * unit.n_chunks + ch) *
-                   slot_floats;
+        return slot_of(unit, static_cast<int64_t>(g) * unit.n_chunks + ch);
       };
       float max = -INFINITY;
       for (int ch = 0; ch < unit.n_chunks; ++ch) {
-        if (slot(ch)[static_cast<size_t>(max_queries) * (hd + 1) + qi] > 0.0f) {
-          max = std::max(max, slot(ch)[static_cast<size_t>(max_queries) * hd + qi]);
-        }
+        if (slot(ch)[slot_mass + qi] > 0.0f) max = std::max(max, slot(ch)[slot_max + qi]);
       }
       double total = 0.0;
       for (int ch = 0; ch < unit.n_chunks; ++ch) {
-        const float mass = slot(ch)[static_cast<size_t>(max_queries) * (hd + 1) + qi];
-        weight[ch] = mass > 0.0f
-                         ? mass * std::exp(static_cast<double>(
-                                      slot(ch)[static_cast<size_t>(max_queries) * hd + qi] - max))
-                         : 0.0;
+        const float mass = slot(ch)[slot_mass + qi];
+        weight[ch] =
+            mass > 0.0f ? mass * std::exp(static_cast<double>(slot(ch)[slot_max + qi] - max)) : 0.0;
         total += weight[ch];
       }
       std::fill_n(merged, hd, 0.0f);
@@ -363,10 +363,7 @@ void CausalAttentionSegments(const KvCache& cache, int layer, const AttentionSeg
         const int ch = static_cast<int>(item % unit.n_chunks);
         const int n_cells = segments[unit.seg].pos0 + unit.t0 + unit.nt;
         const int c_lo = ch * kCellChunk, c_hi = std::min(n_cells, c_lo + kCellChunk);
-        float* slot =
-            unit.first_slot < 0
-                ? nullptr
-                : scratch.chunks.data() + static_cast<size_t>(unit.first_slot + item) * slot_floats;
+        float* slot = unit.first_slot < 0 ? nullptr : slot_of(unit, item);
         run_chunk(unit, g, c_lo, c_hi, slot, thread, wb.data(), lims.data());
       }
     });
