@@ -14,7 +14,6 @@
 #include "gguf/gguf.h"
 #include "kernels/delta_net.h"
 #include "runtime/session.h"
-#include "util/cpu_features.h"
 
 namespace lamina {
 namespace {
@@ -95,14 +94,14 @@ TEST(DeltaNetKernels, GatedDeltaStepMatchesReference) {
   for (int i = 0; i < dv * dk; ++i) ASSERT_NEAR(m[i], ref[i], 1e-5);
 }
 
-// The AVX2 twin against the scalar one on random inputs: the same bits, state and outputs,
-// over several tokens (d_v a multiple of 8, wider than one register pass, and not: the
-// scalar fallback).
-TEST(DeltaNetKernels, Avx2TwinMatchesScalar) {
-  if (!GetCpuFeatures().HasAvx2Set()) GTEST_SKIP() << "no AVX2";
+// The SIMD twins (AVX2, AVX-512) against the scalar one on random inputs: the same bits, state
+// and outputs, over several tokens (d_v a multiple of the register width, wider than one
+// register pass, and not: the scalar fallback).
+void CheckDeltaTwinAgainstScalar(GatedDeltaStepFn twin) {
   std::mt19937 rng(3);
-  for (auto [dk, dv] : {std::pair{64, 64}, std::pair{24, 128}, std::pair{13, 12}}) {
-    // The scalar twin in place; the AVX2 one from one buffer into another, then back.
+  for (auto [dk, dv] : {std::pair{64, 64}, std::pair{24, 128}, std::pair{16, 256},
+                        std::pair{13, 12}, std::pair{8, 24}}) {
+    // The scalar twin in place; the SIMD one from one buffer into another, then back.
     std::vector<float> a = Random(dv * dk, rng, 0.3f), b = a, b2(a.size());
     for (int t = 0; t < 6; ++t) {
       std::vector<float> q = Random(dk, rng), k = Random(dk, rng), v = Random(dv, rng);
@@ -111,13 +110,25 @@ TEST(DeltaNetKernels, Avx2TwinMatchesScalar) {
       std::vector<float> oa(dv), ob(dv);
       GatedDeltaStep(a.data(), a.data(), q.data(), k.data(), v.data(), 0.9f, 0.7f, 0.125f, dk, dv,
                      oa.data());
-      Avx2GatedDeltaStep()(b.data(), b2.data(), q.data(), k.data(), v.data(), 0.9f, 0.7f, 0.125f,
-                           dk, dv, ob.data());
+      twin(b.data(), b2.data(), q.data(), k.data(), v.data(), 0.9f, 0.7f, 0.125f, dk, dv,
+           ob.data());
       std::swap(b, b2);
       ASSERT_EQ(std::memcmp(oa.data(), ob.data(), dv * sizeof(float)), 0) << dk << " " << t;
     }
     ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << dk;
   }
+}
+
+TEST(DeltaNetKernels, Avx2TwinMatchesScalar) {
+  GatedDeltaStepFn twin = Avx2GatedDeltaStep();
+  if (twin == nullptr) GTEST_SKIP() << "no AVX2 on this CPU";
+  CheckDeltaTwinAgainstScalar(twin);
+}
+
+TEST(DeltaNetKernels, Avx512TwinMatchesScalar) {
+  GatedDeltaStepFn twin = Avx512GatedDeltaStep();
+  if (twin == nullptr) GTEST_SKIP() << "no AVX-512 on this CPU";
+  CheckDeltaTwinAgainstScalar(twin);
 }
 
 // ---------------------------------------------------------------------------------------------

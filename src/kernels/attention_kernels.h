@@ -1,6 +1,7 @@
 // Row kernels for attention over decoded (f32) K and V tiles: scores of one query against
-// many cell rows, the exp/sum step of softmax, and the weighted sum of V rows. A scalar twin,
-// an AVX2 + FMA variant and an AVX-512 variant share each signature; the best is chosen once. Results of a call
+// many cell rows, the exp/sum step of softmax, and the weighted sum of V rows. A scalar twin
+// and one Highway source compiled for AVX2 + FMA and for AVX-512 (attention_kernels_hwy.cpp)
+// share each signature; the best is chosen once. Results of a call
 // do not depend on how cells are grouped into calls beyond the (fixed) cell index, so a query
 // gives the same output whatever batch it is in.
 #pragma once
@@ -28,8 +29,9 @@ struct AttentionRowKernels {
 };
 
 const AttentionRowKernels& ScalarAttentionRowKernels();
-const AttentionRowKernels* Avx2AttentionRowKernels();    // nullptr if not built
-const AttentionRowKernels* Avx512AttentionRowKernels();  // nullptr if not built
+// nullptr if not built or the CPU lacks the instructions they were compiled for.
+const AttentionRowKernels* Avx2AttentionRowKernels();
+const AttentionRowKernels* Avx512AttentionRowKernels();
 const AttentionRowKernels& BestAttentionRowKernels();
 
 }  // namespace lamina

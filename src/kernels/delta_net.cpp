@@ -74,8 +74,12 @@ void GatedDeltaStep(const float* src, float* state, const float* q, const float*
 
 GatedDeltaStepFn BestGatedDeltaStep() {
   static const GatedDeltaStepFn best = [] {
-    const CpuFeatures& cpu = GetCpuFeatures();
-    if (cpu.HasAvx2Set() && IsaAllowed(Isa::kAvx2)) return Avx2GatedDeltaStep();
+    if (IsaAllowed(Isa::kAvx512)) {
+      if (GatedDeltaStepFn f = Avx512GatedDeltaStep()) return f;
+    }
+    if (IsaAllowed(Isa::kAvx2)) {
+      if (GatedDeltaStepFn f = Avx2GatedDeltaStep()) return f;
+    }
     return &GatedDeltaStep;
   }();
   return best;

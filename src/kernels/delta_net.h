@@ -1,8 +1,9 @@
 // Kernels of the Gated DeltaNet linear-attention layer over raw pointers: the short causal
 // depthwise convolution with SiLU, per-head L2 normalisation, and one step of the gated delta
-// rule on one head's state. Scalar reference twins, and an AVX2 + FMA twin of the delta step
-// (the hot loop) chosen once at runtime; callers loop tokens (the recurrence is sequential in
-// time) and may run heads in parallel (heads are independent).
+// rule on one head's state. Scalar reference twins, and a SIMD twin of the delta step (the hot
+// loop; one Highway source compiled for AVX2 and AVX-512) chosen once at runtime; callers loop
+// tokens (the recurrence is sequential in time) and may run heads in parallel (heads are
+// independent).
 #pragma once
 
 #include <cstdint>
@@ -37,8 +38,10 @@ void GatedDeltaStep(const float* src, float* dst, const float* q, const float* k
 using GatedDeltaStepFn = void (*)(const float* src, float* dst, const float* q, const float* k,
                                   const float* v, float decay, float beta, float scale, int d_k,
                                   int d_v, float* out);
-GatedDeltaStepFn Avx2GatedDeltaStep();  // the AVX2 twin (same contract, same bits)
-// The twin the CPU and LAMINA_ISA allow (AVX2 when available, else the scalar one).
+// The SIMD twins (same contract, same bits); nullptr where the CPU lacks their instructions.
+GatedDeltaStepFn Avx2GatedDeltaStep();
+GatedDeltaStepFn Avx512GatedDeltaStep();
+// The twin the CPU and LAMINA_ISA allow (the widest available, else the scalar one).
 GatedDeltaStepFn BestGatedDeltaStep();
 
 }  // namespace lamina
