@@ -1,6 +1,6 @@
 // Matmul and attention micro-benchmarks: matrix-vector (decode) and matrix-matrix (prompt)
-// products per weight type, causal attention per KV mode at several depths, and the machine's
-// memory read bandwidth (the roofline's denominator).
+// products per weight type, causal attention per KV mode at several depths, the attention row
+// kernels per ISA, and the machine's memory read bandwidth (the roofline's denominator).
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/attention_kernels.h"
 #include "kernels/matmul.h"
 #include "runtime/attention.h"
 #include "runtime/kv_cache.h"
@@ -145,6 +146,57 @@ BENCHMARK(BM_DecodeAttention)
                    {1, 2},
                    {0, 1}})
     ->UseRealTime();
+
+// args: ISA (0 scalar twin, 1 AVX2, 2 AVX-512), kernel (0 score_rows, 1 exp_sum, 2
+// accumulate_rows, 3 max + scale). One GQA group of 4 queries, head_dim 64, over 2,048 decoded
+// rows (512 KiB, cache-resident as a decoded tile is): the row kernels' own speed, no memory.
+void BM_AttentionRowKernels(benchmark::State& state) {
+  const AttentionRowKernels* k = state.range(0) == 0   ? &ScalarAttentionRowKernels()
+                                 : state.range(0) == 1 ? Avx2AttentionRowKernels()
+                                                       : Avx512AttentionRowKernels();
+  if (k == nullptr) {
+    state.SkipWithError("this CPU lacks the ISA");
+    return;
+  }
+  constexpr int kHd = 64, kRows = 2048, kQueries = 4;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  std::vector<float> q(kQueries * kHd),
+      rows(static_cast<size_t>(kRows) * kHd);                             // [4, 64], [2048, 64]
+  std::vector<float> scores(kRows), weights(kRows), acc(kQueries * kHd);  // [2048], [2048], [4, 64]
+  for (float& x : q) x = normal(rng);
+  for (float& x : rows) x = normal(rng);
+  k->score_rows(q.data(), rows.data(), kRows, kHd, 0.125f, scores.data());
+  const float max = k->max(scores.data(), kRows);
+  const int kernel = static_cast<int>(state.range(1));
+  for (auto _ : state) {
+    for (int h = 0; h < kQueries; ++h) {
+      switch (kernel) {
+        case 0:
+          k->score_rows(q.data() + h * kHd, rows.data(), kRows, kHd, 0.125f, scores.data());
+          break;
+        case 1:
+          std::copy(scores.begin(), scores.end(), weights.begin());
+          benchmark::DoNotOptimize(k->exp_sum(weights.data(), kRows, max));
+          break;
+        case 2:
+          k->accumulate_rows(weights.data(), rows.data(), kRows, kHd, acc.data() + h * kHd);
+          break;
+        default:
+          benchmark::DoNotOptimize(k->max(scores.data(), kRows));
+          k->scale(weights.data(), kRows, 1.0f);
+      }
+    }
+    benchmark::DoNotOptimize(scores.data());
+    benchmark::DoNotOptimize(acc.data());
+  }
+  static const char* const kIsa[] = {"scalar", "avx2", "avx512"};
+  static const char* const kKernel[] = {"score_rows", "exp_sum", "accumulate_rows", "max+scale"};
+  state.SetLabel(std::string(kIsa[state.range(0)]) + " " + kKernel[kernel]);
+  state.counters["rows/s"] = benchmark::Counter(static_cast<double>(kRows) * kQueries,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_AttentionRowKernels)->ArgsProduct({{0, 1, 2}, {0, 1, 2, 3}});
 
 // Streaming read bandwidth over a buffer far larger than the caches, on 1 or 2 threads. Integer
 // adds into 8 independent accumulators keep the loop far from compute-bound, so it measures the
