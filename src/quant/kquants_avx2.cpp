@@ -15,6 +15,8 @@
 namespace lamina::quant_internal {
 namespace {
 
+#include "quant/kquants_shared.inc"
+
 // One decoded weight super-block. Value of element e is w[e] (0..63) combined with its group scale
 // through scl; the group offset (a min, or the constant bias of a signed format) goes through the
 // activation's bsums: dot = d * (sum scl*w*q8 - [int offset] bsums*bs_mul) - dmin * bsums*bs_mul.
@@ -25,15 +27,6 @@ struct Decoded {
   float d;
   float dmin;  // only for formats with a float min term
 };
-
-inline float HalfToFloat(fp16_t h) { return _cvtsh_ss(h); }
-
-inline float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // For 16-value groups: register k covers groups 2k (low 128-bit lane) and 2k+1 (high lane), so its
 // multiplier is scales16[2k] broadcast in the low lane and scales16[2k+1] in the high lane.
@@ -51,22 +44,6 @@ inline float HorizontalSum(__m256 v) {
   }
 }
 
-// Unpacks the 12-byte Q4_K/Q5_K scale field: bytes 0..7 of the result are the scales, 8..15 the
-// mins (the same word shuffle GGML uses).
-inline __m128i UnpackScaleMinK4(const uint8_t* packed) {
-  constexpr uint32_t kMask1 = 0x3f3f3f3f, kMask2 = 0x0f0f0f0f, kMask3 = 0x03030303;
-  uint32_t utmp[4];
-  std::memcpy(utmp, packed, 12);
-  utmp[3] = ((utmp[2] >> 4) & kMask2) | (((utmp[1] >> 6) & kMask3) << 4);
-  const uint32_t uaux = utmp[1] & kMask1;
-  utmp[1] = (utmp[2] & kMask2) | (((utmp[0] >> 6) & kMask3) << 4);
-  utmp[2] = uaux;
-  utmp[0] &= kMask1;
-  // Built from registers: a 16-byte reload of the words just stored would miss store forwarding.
-  return _mm_setr_epi32(static_cast<int>(utmp[0]), static_cast<int>(utmp[1]),
-                        static_cast<int>(utmp[2]), static_cast<int>(utmp[3]));
-}
-
 // Q4_K/Q5_K: one scale per 32-value group (one register each); mins repeat over two bsums.
 [[gnu::always_inline]] inline void ScalesMinsK4(const uint8_t* packed, Decoded* out) {
   const __m128i sm = UnpackScaleMinK4(packed);
@@ -81,8 +58,6 @@ inline __m128i UnpackScaleMinK4(const uint8_t* packed) {
   const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
   out->bs_mul = _mm256_setr_m128i(_mm_unpacklo_epi16(mins, mins), _mm_unpackhi_epi16(mins, mins));
 }
-
-inline __m256i Load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 struct Q2K {
   using Block = BlockQ2_K;
@@ -211,82 +186,21 @@ struct Q6K {
   }
 };
 
-// Dot of N activation rows against one weight row; N is a template constant so the per-row
-// accumulators stay in registers.
-template <class T, int N>
-void MultiDot(int64_t k, const void* w_row, const uint8_t* act, size_t act_row_bytes, float* out) {
-  LAMINA_DCHECK(k % kQK_K == 0);
-  const auto* x = static_cast<const typename T::Block*>(w_row);
-  __m256 acc[N];
+// sum over the super-block of scale * code * activation, in eight int32 lanes.
+[[gnu::always_inline]] inline __m256i CodeSums(const Decoded& dec, const BlockQ8_K& y) {
+  __m256i isum0 = _mm256_setzero_si256();
+  __m256i isum1 = _mm256_setzero_si256();
 #pragma GCC unroll 8
-  for (int r = 0; r < N; ++r) acc[r] = _mm256_setzero_ps();
-  const int64_t nb = k / kQK_K;
-  for (int64_t i = 0; i < nb; ++i) {
-    Decoded dec;
-    T::Decode(x[i], &dec);
-#pragma GCC unroll 8
-    for (int r = 0; r < N; ++r) {
-      const BlockQ8_K& y = reinterpret_cast<const BlockQ8_K*>(act + r * act_row_bytes)[i];
-      __m256i isum0 = _mm256_setzero_si256();
-      __m256i isum1 = _mm256_setzero_si256();
-#pragma GCC unroll 8
-      for (int kk = 0; kk < 8; kk += 2) {
-        const __m256i p0 = _mm256_maddubs_epi16(dec.w[kk], Load256(y.qs + 32 * kk));
-        const __m256i p1 = _mm256_maddubs_epi16(dec.w[kk + 1], Load256(y.qs + 32 * kk + 32));
-        isum0 = _mm256_add_epi32(isum0, _mm256_madd_epi16(p0, dec.scl[kk]));
-        isum1 = _mm256_add_epi32(isum1, _mm256_madd_epi16(p1, dec.scl[kk + 1]));
-      }
-      __m256i isum = _mm256_add_epi32(isum0, isum1);
-      const __m256i bsm = _mm256_madd_epi16(Load256(y.bsums), dec.bs_mul);
-      if constexpr (T::kIntOffset) {
-        isum = _mm256_sub_epi32(isum, bsm);
-        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dec.d * y.d), _mm256_cvtepi32_ps(isum), acc[r]);
-      } else {
-        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dec.d * y.d), _mm256_cvtepi32_ps(isum), acc[r]);
-        acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(dec.dmin * y.d), _mm256_cvtepi32_ps(bsm), acc[r]);
-      }
-    }
+  for (int kk = 0; kk < 8; kk += 2) {
+    const __m256i p0 = _mm256_maddubs_epi16(dec.w[kk], Load256(y.qs + 32 * kk));
+    const __m256i p1 = _mm256_maddubs_epi16(dec.w[kk + 1], Load256(y.qs + 32 * kk + 32));
+    isum0 = _mm256_add_epi32(isum0, _mm256_madd_epi16(p0, dec.scl[kk]));
+    isum1 = _mm256_add_epi32(isum1, _mm256_madd_epi16(p1, dec.scl[kk + 1]));
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < N; ++r) out[r] = HorizontalSum(acc[r]);
+  return _mm256_add_epi32(isum0, isum1);
 }
 
-template <class T>
-void VecDot(int64_t k, float* s, const void* w_row, const void* act_row) {
-  MultiDot<T, 1>(k, w_row, static_cast<const uint8_t*>(act_row), 0, s);
-}
-
-template <class T>
-void VecDotMulti(int64_t k, const void* w_row, const void* act, size_t act_row_bytes, int n_act,
-                 float* out) {
-  LAMINA_DCHECK(n_act >= 1 && n_act <= kMaxMultiDot);
-  const auto* a = static_cast<const uint8_t*>(act);
-  switch (n_act) {
-    case 1:
-      return MultiDot<T, 1>(k, w_row, a, act_row_bytes, out);
-    case 2:
-      return MultiDot<T, 2>(k, w_row, a, act_row_bytes, out);
-    case 3:
-      return MultiDot<T, 3>(k, w_row, a, act_row_bytes, out);
-    case 4:
-      return MultiDot<T, 4>(k, w_row, a, act_row_bytes, out);
-    case 5:
-      return MultiDot<T, 5>(k, w_row, a, act_row_bytes, out);
-    case 6:
-      return MultiDot<T, 6>(k, w_row, a, act_row_bytes, out);
-    case 7:
-      return MultiDot<T, 7>(k, w_row, a, act_row_bytes, out);
-    default:
-      return MultiDot<T, 8>(k, w_row, a, act_row_bytes, out);
-  }
-}
-
-template <class T>
-void Set(KernelTable& table, GgmlType type) {
-  TypeKernels& e = table[static_cast<int>(type)];
-  e.vec_dot = VecDot<T>;
-  e.vec_dot_multi = VecDotMulti<T>;
-}
+#include "quant/kquants_multidot.inc"
 
 }  // namespace
 
