@@ -1,5 +1,6 @@
-// Fast decoders of KV head rows (see kv_format.h for the layouts): a scalar twin and AVX2 + F16C
-// and AVX-512 variants with the same signature, chosen once.
+// Fast decoders of KV head rows (see kv_format.h for the layouts): a scalar twin and one Highway
+// source compiled for AVX2 + F16C and for AVX-512 (kv_decode_hwy.cpp), same signature, chosen
+// once.
 //
 // Integer scores: int8 and q4_0 K rows can be scored against a query without decoding them to
 // floats. The query is quantized once to int16 per 32-value group (QuantizeQueryInt16) and each

@@ -1,5 +1,5 @@
-// AVX-512 (F/BW/VL/DQ/VNNI) KV row decoders and integer K scorers, twins of the scalar ones in
-// kv_decode.cpp. Decoders whose group size does not fit the vector fall back to the AVX2 ones.
+// AVX-512 (F/BW/VL/DQ/VNNI) integer K scorers, twins of the scalar ones in kv_decode.cpp (the
+// plain row decoders are in kv_decode_hwy.cpp).
 //
 // Scorer layout: a block of 16 cells is expanded once into int16 codes and reused by every
 // query of the call. Each zmm holds one 16-value run of 4 cells (one cell per 128-bit lane);
@@ -22,65 +22,6 @@
 namespace lamina {
 
 namespace {
-void DecodeF16(const uint8_t* row, int n_rows, int head_dim, float* out) {
-  const fp16_t* h = reinterpret_cast<const fp16_t*>(row);
-  const int64_t n = static_cast<int64_t>(n_rows) * head_dim;
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    _mm512_storeu_ps(out + i,
-                     _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
-  }
-  for (; i < n; ++i) out[i] = _cvtsh_ss(h[i]);
-}
-
-void DecodeInt8(const uint8_t* row, int n_rows, int head_dim, float* out) {
-  const int g = KvGroupSize(head_dim);
-  if (g % 16 != 0) {
-    Avx2KvRowDecoder(KvRowFormat::kInt8)(row, n_rows, head_dim, out);
-    return;
-  }
-  // Rows are whole groups, so n_rows rows are n_rows * head_dim / g consecutive groups.
-  const int64_t n_groups = static_cast<int64_t>(n_rows) * (head_dim / g);
-  for (int64_t b = 0; b < n_groups; ++b) {
-    const uint8_t* grp = row + b * (2 + g);
-    fp16_t d16;
-    std::memcpy(&d16, grp, 2);
-    const __m512 d = _mm512_set1_ps(_cvtsh_ss(d16));
-    const int8_t* q = reinterpret_cast<const int8_t*>(grp + 2);
-    for (int i = 0; i < g; i += 16) {
-      const __m128i q8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i));
-      const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q8));
-      _mm512_storeu_ps(out + b * g + i, _mm512_mul_ps(d, qf));
-    }
-  }
-}
-
-void DecodeQ4(const uint8_t* row, int n_rows, int head_dim, float* out) {
-  const int g = KvGroupSize(head_dim);
-  if (g % 32 != 0) {
-    Avx2KvRowDecoder(KvRowFormat::kQ4_0)(row, n_rows, head_dim, out);
-    return;
-  }
-  const int64_t n_groups = static_cast<int64_t>(n_rows) * (head_dim / g);
-  const int half = g / 2;
-  const __m512i eight = _mm512_set1_epi32(8);
-  const __m512i low_mask = _mm512_set1_epi32(0x0F);
-  for (int64_t b = 0; b < n_groups; ++b) {
-    const uint8_t* grp = row + b * (2 + half);
-    fp16_t d16;
-    std::memcpy(&d16, grp, 2);
-    const __m512 d = _mm512_set1_ps(_cvtsh_ss(d16));
-    const uint8_t* qs = grp + 2;
-    for (int i = 0; i < half; i += 16) {
-      const __m512i bytes =
-          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + i)));
-      const __m512i lo = _mm512_sub_epi32(_mm512_and_si512(bytes, low_mask), eight);
-      const __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(bytes, 4), eight);
-      _mm512_storeu_ps(out + b * g + i, _mm512_mul_ps(d, _mm512_cvtepi32_ps(lo)));
-      _mm512_storeu_ps(out + b * g + i + half, _mm512_mul_ps(d, _mm512_cvtepi32_ps(hi)));
-    }
-  }
-}
 
 constexpr int kGroup = 32;       // values per scale
 constexpr int kBlockCells = 16;  // cells expanded at once
@@ -192,22 +133,6 @@ void Score(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t*
   }
 }
 }  // namespace
-
-KvRowDecodeFn Avx512KvRowDecoder(KvRowFormat format) {
-  switch (format) {
-    case KvRowFormat::kF32:
-      return nullptr;
-    case KvRowFormat::kF16:
-      return DecodeF16;
-    case KvRowFormat::kInt8:
-      return DecodeInt8;
-    case KvRowFormat::kQ4_0:
-      return DecodeQ4;
-    case KvRowFormat::kQ4Nl:
-      return nullptr;  // the AVX2 decoder
-  }
-  return nullptr;
-}
 
 KvScoreFn Avx512KvScorer(KvRowFormat format) {
   switch (format) {

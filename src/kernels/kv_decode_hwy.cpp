@@ -1,0 +1,176 @@
+// KV row decoders (f16, int8, q4_0, q4_nl head rows to floats; twins of the scalar ones in
+// kv_decode.cpp, the selection is there), written once with Highway and compiled for AVX2 and
+// for AVX-512. Each value is one conversion and at most one multiply by its group's scale, as
+// in the scalar twin, so every decoder gives the scalar twin's bits. Rows whose groups are not
+// whole vectors (head_dim < 32) take the scalar twin.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/kv_decode_hwy.cpp"
+// Only the targets lamina dispatches to (the static baseline target is always compiled too).
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4 | HWY_AVX3_DL)
+#endif
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/kv_decode.h"
+#include "util/fp16.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace lamina {
+namespace HWY_NAMESPACE {
+namespace {
+
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+using DI = hn::RebindToSigned<DF>;
+using DU = hn::RebindToUnsigned<DF>;
+constexpr int kLanes = static_cast<int>(HWY_MAX_BYTES / sizeof(float));
+
+// The scalar twin, row by row (groups that are not whole vectors).
+void DecodeRowsScalar(KvRowFormat format, const uint8_t* rows, int n_rows, int head_dim,
+                      float* out) {
+  const size_t row_bytes = KvRowBytes(format, head_dim);
+  for (int r = 0; r < n_rows; ++r) {
+    DecodeKvRow(format, rows + r * row_bytes, head_dim, out + static_cast<int64_t>(r) * head_dim);
+  }
+}
+
+// A group's f16 scale (its first two bytes) in every lane, converted by the F16C instruction.
+HWY_INLINE hn::Vec<DF> GroupScale(DF d, const uint8_t* group) {
+  const hn::CappedTag<hwy::float16_t, 1> dh1;
+  const hn::Rebind<float, decltype(dh1)> df1;
+  const auto half = hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(group));
+  return hn::Set(d, hn::GetLane(hn::PromoteTo(df1, half)));
+}
+
+// out[i] = d * codes[i] for i < n (n a multiple of the lanes), codes int8.
+HWY_INLINE void ScaleInt8(DF d, hn::Vec<DF> scale, const int8_t* codes, int n, float* out) {
+  const DI di;
+  const hn::Rebind<int8_t, DI> d8;
+  for (int i = 0; i < n; i += kLanes) {
+    const auto q = hn::PromoteTo(di, hn::LoadU(d8, codes + i));
+    hn::StoreU(hn::Mul(scale, hn::ConvertTo(d, q)), d, out + i);
+  }
+}
+
+void DecodeF16(const uint8_t* row, int n_rows, int head_dim, float* out) {
+  const DF d;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const fp16_t* h = reinterpret_cast<const fp16_t*>(row);
+  const int64_t n = static_cast<int64_t>(n_rows) * head_dim;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const auto half = hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(h + i));
+    hn::StoreU(hn::PromoteTo(d, half), d, out + i);
+  }
+  for (; i < n; ++i) out[i] = Fp16ToF32(h[i]);
+}
+
+void DecodeInt8(const uint8_t* row, int n_rows, int head_dim, float* out) {
+  const int g = KvGroupSize(head_dim);
+  if (g % kLanes != 0) return DecodeRowsScalar(KvRowFormat::kInt8, row, n_rows, head_dim, out);
+  const DF d;
+  // Rows are whole groups, so n_rows rows are n_rows * head_dim / g consecutive groups.
+  const int64_t n_groups = static_cast<int64_t>(n_rows) * (head_dim / g);
+  for (int64_t b = 0; b < n_groups; ++b) {
+    const uint8_t* group = row + b * (2 + g);  // [f16 scale][g int8 codes]
+    ScaleInt8(d, GroupScale(d, group), reinterpret_cast<const int8_t*>(group + 2), g, out + b * g);
+  }
+}
+
+void DecodeQ4(const uint8_t* row, int n_rows, int head_dim, float* out) {
+  const int g = KvGroupSize(head_dim);
+  const int half = g / 2;  // byte i holds value i (low nibble) and value i + half (high)
+  if (half % kLanes != 0) return DecodeRowsScalar(KvRowFormat::kQ4_0, row, n_rows, head_dim, out);
+  const DF d;
+  const DI di;
+  const DU du;
+  const hn::Rebind<uint8_t, DU> d8;
+  const auto eight = hn::Set(di, 8);
+  const auto low_mask = hn::Set(du, 0x0F);
+  const int64_t n_groups = static_cast<int64_t>(n_rows) * (head_dim / g);
+  for (int64_t b = 0; b < n_groups; ++b) {
+    const uint8_t* group = row + b * (2 + half);  // [f16 scale][half bytes of nibble pairs]
+    const auto scale = GroupScale(d, group);
+    const uint8_t* qs = group + 2;
+    for (int i = 0; i < half; i += kLanes) {
+      const auto bytes = hn::PromoteTo(du, hn::LoadU(d8, qs + i));
+      const auto lo = hn::Sub(hn::BitCast(di, hn::And(bytes, low_mask)), eight);
+      const auto hi = hn::Sub(hn::BitCast(di, hn::ShiftRight<4>(bytes)), eight);
+      hn::StoreU(hn::Mul(scale, hn::ConvertTo(d, lo)), d, out + b * g + i);
+      hn::StoreU(hn::Mul(scale, hn::ConvertTo(d, hi)), d, out + b * g + i + half);
+    }
+  }
+}
+
+void DecodeQ4Nl(const uint8_t* row, int n_rows, int head_dim, float* out) {
+#if HWY_TARGET != HWY_SCALAR
+  const int g = KvGroupSize(head_dim);
+  if (g == 32 && g % kLanes == 0) {
+    const DF d;
+    // Nibbles to their int8 levels with one byte table lookup per 16 values.
+    const hn::FixedTag<uint8_t, 16> d16;
+    const auto table = hn::LoadU(d16, reinterpret_cast<const uint8_t*>(kQ4NlLevels));
+    const auto nibble = hn::Set(d16, 0x0F);
+    const int64_t n_groups = static_cast<int64_t>(n_rows) * (head_dim / g);
+    alignas(64) int8_t levels[32];  // [g] the group's levels: value i from nibble i
+    for (int64_t b = 0; b < n_groups; ++b) {
+      const uint8_t* group = row + b * (2 + g / 2);  // [f16 scale][16 bytes of nibble pairs]
+      const auto bytes = hn::LoadU(d16, group + 2);
+      hn::StoreU(hn::TableLookupBytes(table, hn::And(bytes, nibble)), d16,
+                 reinterpret_cast<uint8_t*>(levels));
+      hn::StoreU(hn::TableLookupBytes(table, hn::ShiftRight<4>(bytes)), d16,
+                 reinterpret_cast<uint8_t*>(levels + 16));
+      ScaleInt8(d, GroupScale(d, group), levels, g, out + b * g);
+    }
+    return;
+  }
+#endif
+  DecodeRowsScalar(KvRowFormat::kQ4Nl, row, n_rows, head_dim, out);
+}
+
+}  // namespace
+
+KvRowDecodeFn HighwayKvRowDecoder(KvRowFormat format) {
+  switch (format) {
+    case KvRowFormat::kF32:
+      return nullptr;  // the scalar twin is a copy
+    case KvRowFormat::kF16:
+      return DecodeF16;
+    case KvRowFormat::kInt8:
+      return DecodeInt8;
+    case KvRowFormat::kQ4_0:
+      return DecodeQ4;
+    case KvRowFormat::kQ4Nl:
+      return DecodeQ4Nl;
+  }
+  return nullptr;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace lamina
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace lamina {
+
+// Each target's decoders only where Highway finds every instruction it compiled them with.
+KvRowDecodeFn Avx2KvRowDecoder(KvRowFormat format) {
+#if HWY_TARGETS & HWY_AVX2
+  if ((hwy::SupportedTargets() & HWY_AVX2) != 0) return N_AVX2::HighwayKvRowDecoder(format);
+#endif
+  return nullptr;
+}
+
+KvRowDecodeFn Avx512KvRowDecoder(KvRowFormat format) {
+#if HWY_TARGETS & HWY_AVX3
+  if ((hwy::SupportedTargets() & HWY_AVX3) != 0) return N_AVX3::HighwayKvRowDecoder(format);
+#endif
+  return nullptr;
+}
+
+}  // namespace lamina
+#endif  // HWY_ONCE
