@@ -12,6 +12,7 @@
 #include "model/model.h"
 #include "runtime/generate.h"
 #include "runtime/grammar.h"
+#include "server/json_limits.h"
 #include "tokenizer/unicode.h"
 
 namespace lamina {
@@ -176,6 +177,191 @@ TEST(JsonSchema, MalformedSchemasNameTheirPath) {
     EXPECT_NE(g.error().message.find(want), std::string::npos)
         << text << "\n got: " << g.error().message;
   }
+}
+
+std::string Repeat(std::string_view s, size_t n) {
+  std::string out;
+  out.reserve(s.size() * n);
+  for (size_t i = 0; i < n; ++i) out += s;
+  return out;
+}
+
+// The converter's error for `schema` (empty when it converts).
+std::string SchemaError(const ojson& schema) {
+  Result<std::string> g = cli::JsonSchemaToGbnf(schema);
+  return g.ok() ? "" : g.error().message;
+}
+
+// Deep nesting of every kind is an error naming the pointer and the limit, never a stack
+// overflow; just under each limit the schema still converts to a grammar that parses.
+TEST(JsonSchema, DeepPatternsAreErrorsNotCrashes) {
+  auto pattern = [](const std::string& re) {
+    return ojson{{"type", "object"},
+                 {"properties", {{"a", {{"type", "string"}, {"pattern", re}}}}}};
+  };
+  // 100,000 parentheses: refused by length before anything recurses.
+  std::string e = SchemaError(pattern(Repeat("(", 100000) + "a" + Repeat(")", 100000)));
+  EXPECT_NE(e.find("json_schema at /properties/a/pattern: the pattern is 200001 bytes, over the "
+                   "limit of 16384"),
+            std::string::npos)
+      << e;
+  // Short enough, but nested past the limit (also unclosed ones).
+  for (const std::string& re : {Repeat("(", 5000) + "a" + Repeat(")", 5000), Repeat("(?:", 65),
+                                Repeat("(a|", 65) + Repeat(")", 65)}) {
+    e = SchemaError(pattern(re));
+    EXPECT_NE(e.find("json_schema at /properties/a/pattern: the pattern nests groups deeper "
+                     "than 64 at offset "),
+              std::string::npos)
+        << e;
+  }
+  // 64 groups, each with alternation and a quantifier: converts, parses and matches.
+  const std::string at_limit = Repeat("(x|", 64) + "a" + Repeat(")+", 64);
+  auto g = FromSchema(pattern(at_limit));
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(Matches(g, R"({"a": "aaa"})"));
+  EXPECT_TRUE(Matches(g, R"({"a": "xax"})"));
+  EXPECT_FALSE(Matches(g, R"({"a": "ab"})"));
+  // Repetitions: counts over the grammar's limit, and totals over its element cap.
+  e = SchemaError(pattern("a{10001}"));
+  EXPECT_NE(e.find("/properties/a/pattern: repetition count over the limit of 10000"),
+            std::string::npos)
+      << e;
+  e = SchemaError(pattern("a{99999999999999999999}"));
+  EXPECT_NE(e.find("repetition count over the limit"), std::string::npos) << e;
+  e = SchemaError(pattern(Repeat("(a{10000}){10000}", 60)));
+  EXPECT_NE(e.find("the pattern's repetitions expand to over 1048576 grammar elements"),
+            std::string::npos)
+      << e;
+  e = SchemaError(pattern("a{1000}{1000}"));
+  EXPECT_NE(e.find("nothing to repeat"), std::string::npos) << e;
+  for (const char* bad : {"a{,3}", "a{1,2,3}", "a{3,1}", "a{x}"}) {
+    EXPECT_NE(SchemaError(pattern(bad)).find("/properties/a/pattern"), std::string::npos) << bad;
+  }
+  // Nested repetitions add (each group is one rule), so they stay within the cap.
+  g = FromSchema(pattern("((a{100}){100}){100}"));
+  ASSERT_NE(g, nullptr);
+  EXPECT_FALSE(Matches(g, R"({"a": "aaa"})"));
+}
+
+TEST(JsonSchema, DeepSchemasAreErrorsNotCrashes) {
+  // const / enum values nested 100,000 deep: refused before anything dumps or copies them.
+  const ojson deep_array = ojson::parse(Repeat("[", 100000) + Repeat("]", 100000));
+  for (const char* key : {"const", "enum"}) {
+    ojson schema = {{"type", "object"}, {"properties", {{"a", ojson::object()}}}};
+    schema["properties"]["a"][key] = deep_array;
+    const std::string e = SchemaError(schema);
+    EXPECT_EQ(e, "json_schema at /: the schema nests deeper than 128 levels of JSON") << key;
+  }
+  // Schema levels: items, properties, anyOf, additionalProperties, prefixItems, allOf, type
+  // lists and $ref chains, each 100,000 deep (JSON past its limit) and 65 deep (schema levels
+  // past theirs, JSON within).
+  struct Kind {
+    std::string open, close;
+  };
+  const std::vector<Kind> kinds = {
+      {R"({"items":)", "}"},
+      {R"({"properties":{"p":)", "}}"},
+      {R"({"anyOf":[)", "]}"},
+      {R"({"additionalProperties":)", "}"},
+      {R"({"prefixItems":[)", "]}"},
+      {R"({"allOf":[)", "]}"},
+  };
+  for (const Kind& k : kinds) {
+    const ojson deep = ojson::parse(Repeat(k.open, 100000) + "{}" + Repeat(k.close, 100000));
+    EXPECT_EQ(SchemaError(deep), "json_schema at /: the schema nests deeper than 128 levels of JSON")
+        << k.open;
+    // (Kinds taking two JSON levels per schema level reach the JSON limit first.)
+    const ojson over = ojson::parse(Repeat(k.open, 65) + "{}" + Repeat(k.close, 65));
+    std::string e = SchemaError(over);
+    EXPECT_NE(e.find(k.close.size() == 1 ? "the schema nests deeper than 64 levels"
+                                         : "the schema nests deeper than 128 levels of JSON"),
+              std::string::npos)
+        << k.open << " " << e;
+    const ojson under = ojson::parse(Repeat(k.open, 40) + "{}" + Repeat(k.close, 40));
+    EXPECT_NE(FromSchema(under), nullptr) << k.open;
+  }
+  // A chain of 2,000 $refs (each definition shallow, the chain long).
+  ojson defs = ojson::object();
+  for (int i = 0; i < 2000; ++i) {
+    defs["d" + std::to_string(i)] = {{"$ref", "#/$defs/d" + std::to_string(i + 1)}};
+  }
+  defs["d2000"] = {{"type", "integer"}};
+  ojson chain = {{"$defs", defs}, {"$ref", "#/$defs/d0"}};
+  std::string e = SchemaError(chain);
+  EXPECT_NE(e.find("json_schema at /$defs/d64: the schema nests deeper than 64 levels"),
+            std::string::npos)
+      << e;
+  chain["$ref"] = "#/$defs/d1950";
+  auto g = FromSchema(chain);
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(Matches(g, "42"));
+  // Nested type lists visit the schema once per listed type: no copies, distinct types only.
+  e = SchemaError(ojson::parse(R"({"type":["string","string"]})"));
+  EXPECT_NE(e.find("json_schema at /type/1: repeats a type"), std::string::npos) << e;
+  ojson typed = ojson::parse(R"({"type":["integer","null"]})");
+  for (int i = 0; i < 30; ++i) typed = {{"type", {"object", "array", "null"}}, {"items", typed}};
+  g = FromSchema(typed);
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(Matches(g, "[[null, [[]]], {}]"));
+  EXPECT_FALSE(Matches(g, "[[\"x\"]]"));
+  g = FromSchema(ojson::parse(
+      R"({"type":["object","array","null"],"properties":{"a":{"type":["integer","string"]}},"items":{"type":"boolean"}})"));
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(Matches(g, R"({"a": 1})"));
+  EXPECT_TRUE(Matches(g, R"({"a": "x"})"));
+  EXPECT_TRUE(Matches(g, "[true, false]"));
+  EXPECT_TRUE(Matches(g, "null"));
+  EXPECT_FALSE(Matches(g, "[1]"));
+  // Long property names do not make every rule long: 256 properties of 4 KiB names end in a
+  // bounded grammar or the size error, quickly.
+  ojson wide = {{"type", "object"}, {"properties", ojson::object()}};
+  for (int i = 0; i < 256; ++i) {
+    wide["properties"][std::to_string(i) + std::string(4096, 'k')] = {{"type", "integer"}};
+  }
+  Result<std::string> w = cli::JsonSchemaToGbnf(wide);
+  if (w.ok()) {
+    EXPECT_LE(w->size(), kMaxGrammarBytes);
+  } else {
+    EXPECT_NE(w.error().message.find("a grammar of over 1048576 bytes"), std::string::npos)
+        << w.error().message;
+  }
+}
+
+// The bounded parser: the same values as json::parse, and deep or malformed text refused with
+// a message naming the limit.
+TEST(JsonLimits, ParseJsonBoundedRefusesDeepText) {
+  std::string error;
+  json out;
+  ASSERT_TRUE(cli::ParseJsonBounded(R"({"a": [1, {"b": null}], "c": "x"})", cli::kMaxJsonDepth,
+                                    &out, &error))
+      << error;
+  EXPECT_EQ(out, json::parse(R"({"a": [1, {"b": null}], "c": "x"})"));
+  for (const auto& [open, close] :
+       std::vector<std::pair<std::string, std::string>>{{"[", "]"}, {R"({"a":)", "}"}}) {
+    for (size_t n : {size_t{100000}, size_t{129}}) {
+      ojson o;
+      EXPECT_FALSE(cli::ParseJsonBounded(Repeat(open, n) + Repeat(close, n), cli::kMaxJsonDepth,
+                                         &o, &error));
+      EXPECT_EQ(error, "the request body nests deeper than 128 levels");
+      EXPECT_TRUE(o.is_null());
+    }
+    // Unclosed: refused at the first level too deep, before the end is read.
+    ojson o;
+    EXPECT_FALSE(cli::ParseJsonBounded(Repeat(open, 100000), cli::kMaxJsonDepth, &o, &error));
+    EXPECT_EQ(error, "the request body nests deeper than 128 levels");
+    ASSERT_TRUE(cli::ParseJsonBounded(Repeat(open, 128) + "1" + Repeat(close, 128),
+                                      cli::kMaxJsonDepth, &o, &error))
+        << error;
+    EXPECT_TRUE(cli::JsonDepthWithin(o, 128));
+    EXPECT_FALSE(cli::JsonDepthWithin(o, 127));
+    EXPECT_EQ(o.dump().size(), 128 * (open.size() + close.size()) + 1);
+  }
+  EXPECT_FALSE(cli::ParseJsonBounded("{\"a\": [1,}", 8, &out, &error, "the JSON schema"));
+  EXPECT_EQ(error.rfind("the JSON schema is not valid JSON: ", 0), 0u) << error;
+  EXPECT_FALSE(cli::ParseJsonBounded("", 8, &out, &error));
+  EXPECT_EQ(error.rfind("the request body is not valid JSON", 0), 0u) << error;
+  EXPECT_TRUE(cli::JsonDepthWithin(json(5), 0));
+  EXPECT_FALSE(cli::JsonDepthWithin(json::array(), 0));
 }
 
 // Random schemas in which every sentence is bounded (strings and arrays have maxima), so a

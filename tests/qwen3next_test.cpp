@@ -309,7 +309,12 @@ TEST(Qwen3NextMalformed, EachDefectGivesOneClearError) {
        "",
        "",
        "inconsistent head counts"},
-      {"inner_disagrees_with_tensors", {{"qwen3next.ssm.inner_size", 512}}, "", "", "has shape"},
+      {"inner_disagrees_with_tensors",
+       {{"qwen3next.ssm.inner_size", 512}},
+       "",
+       "",
+       "\"qwen3next.ssm.inner_size\" = 512, but it gives 4 value heads of 128, and "
+       "blk.0.ssm_norm.weight has 64"},
       {"no_attention_layer",
        {{"qwen3next.full_attention_interval", 5}},
        "",
@@ -319,7 +324,8 @@ TEST(Qwen3NextMalformed, EachDefectGivesOneClearError) {
        {{"qwen3next.full_attention_interval", 2}},
        "",
        "",
-       "missing tensor blk.1.attn_q.weight"},
+       "\"qwen3next.full_attention_interval\" = 2, but it makes blk.1 a full-attention layer, "
+       "and blk.1.attn_q.weight is missing"},
   };
   for (const Defect& d : defects) {
     const std::string path = (dir / (d.name + ".gguf")).string();

@@ -1,12 +1,21 @@
 // Refused inputs of the lamina CLI as a real process: the memory guard (oversize context,
-// oversize batch, the limit's option and variable), an allocation failing despite it, and
-// numeric options out of range; each checks the one-line message and the exit code.
+// oversize batch, the limit's option and variable), an allocation failing despite it, numeric
+// options out of range, and model files whose metadata counts contradict their tensors; each
+// checks the one-line message and the exit code.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "gguf/gguf.h"
+#include "model/model.h"
 #include "process_util.h"
 
 namespace {
@@ -193,6 +202,343 @@ TEST(OptionRanges, ThreadsAboveTheCoreCountWarn) {
   EXPECT_TRUE(Contains(o.out, "lamina: warning: " + std::to_string(cores + 1) + " threads on " +
                                   std::to_string(cores) + " cores"))
       << o.out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metadata counts against the tensors present (docs/ROBUSTNESS.md, "Hyper-parameters against
+// tensors"): a real model file rewritten with one count inflated (or contradicted) is refused
+// by LoadModel with the key, the value and what contradicts it, and by `lamina run` with exit
+// code 3 in well under a second, before anything is sized from the count.
+
+using lamina::LoadModel;
+using lamina::Model;
+using lamina::Result;
+namespace gguf = lamina::gguf;
+
+// The longest a refusal may take, the process's start included (measured: 0.01 to 0.06 s).
+constexpr double kMaxRefusalSeconds = 1.0;
+
+gguf::Value U32(uint32_t v) {
+  gguf::Value x;
+  x.type = gguf::ValueType::kU32;
+  x.u = v;
+  return x;
+}
+
+gguf::Value U64(uint64_t v) {
+  gguf::Value x;
+  x.type = gguf::ValueType::kU64;
+  x.u = v;
+  return x;
+}
+
+gguf::Value I32Array(const std::vector<int32_t>& items) {
+  gguf::Value x;
+  x.type = gguf::ValueType::kArray;
+  x.elem_type = gguf::ValueType::kI32;
+  for (int32_t i : items) {
+    gguf::Value e;
+    e.type = gguf::ValueType::kI32;
+    e.i = i;
+    x.array.push_back(e);
+  }
+  return x;
+}
+
+struct CountCase {
+  std::string name;
+  std::string fixture;                                     // the real model file rewritten
+  std::vector<std::pair<std::string, gguf::Value>> edits;  // metadata set or replaced
+  std::vector<std::string> fragments;                      // all in the error message
+  std::string drop_prefix;                                 // tensors left out ("": none)
+  // Applied to the serialized file (for what the writer cannot express); nullptr: none.
+  std::function<void(std::vector<uint8_t>*)> poke;
+};
+
+// Writes `c.fixture` with the case's edits as a new file; "" when the fixture is absent.
+std::string WriteCase(const CountCase& c) {
+  auto file = gguf::File::Open(c.fixture);
+  if (!file.ok()) return "";
+  gguf::Writer w;
+  for (const auto& [key, value] : (*file)->metadata()) w.SetValue(key, value);
+  for (const auto& [key, value] : c.edits) w.SetValue(key, value);
+  for (const gguf::TensorInfo& t : (*file)->tensors()) {
+    if (!c.drop_prefix.empty() && t.name.starts_with(c.drop_prefix)) continue;
+    w.AddTensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.n_bytes);
+  }
+  std::vector<uint8_t> bytes = w.Serialize();
+  if (c.poke) c.poke(&bytes);
+  const std::string path =
+      testing::TempDir() + "/counts_" + std::to_string(getpid()) + "_" + c.name + ".gguf";
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return "";
+  const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  std::fclose(f);
+  return ok ? path : "";
+}
+
+// Position of a metadata key's value in a serialized file (the key text is unique there).
+size_t ValueAt(const std::vector<uint8_t>& bytes, const std::string& key) {
+  const auto it = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
+  EXPECT_NE(it, bytes.end()) << key;
+  return static_cast<size_t>(it - bytes.begin()) + key.size() + 4;  // after the u32 type
+}
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+void ExpectRefusedQuickly(const CountCase& c, bool parser_level) {
+  SCOPED_TRACE(c.name);
+  const std::string path = WriteCase(c);
+  ASSERT_FALSE(path.empty()) << "could not rewrite " << c.fixture;
+  if (!parser_level) {
+    // The file itself is well-formed GGUF: the parser keeps it, the model loader refuses it.
+    ASSERT_TRUE(gguf::File::Open(path).ok());
+  }
+  auto start = std::chrono::steady_clock::now();
+  Result<std::unique_ptr<Model>> model = LoadModel(path);
+  const double load_s = Seconds(start);
+  ASSERT_FALSE(model.ok()) << path << " was loaded";
+  const std::string& msg = model.error().message;
+  EXPECT_EQ(msg.rfind(path + ": ", 0), 0u) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  for (const std::string& f : c.fragments) EXPECT_TRUE(Contains(msg, f)) << f << " not in: " << msg;
+  EXPECT_LT(load_s, kMaxRefusalSeconds) << msg;
+
+  start = std::chrono::steady_clock::now();
+  Output run = Lamina("run -m " + path + " -p hi -n 1");
+  const double run_s = Seconds(start);
+  EXPECT_EQ(run.code, 3) << run.out;
+  EXPECT_EQ(run.out, "lamina: " + msg + "\n");
+  EXPECT_LT(run_s, kMaxRefusalSeconds) << run.out;
+
+  // inspect shows a well-formed file whatever its counts claim (exit 0), and refuses one the
+  // parser refuses (exit 3), in well under a second either way.
+  start = std::chrono::steady_clock::now();
+  Output inspect = Lamina("inspect " + path + " >/dev/null");
+  const double inspect_s = Seconds(start);
+  EXPECT_EQ(inspect.code, parser_level ? 3 : 0) << inspect.out;
+  EXPECT_LT(inspect_s, kMaxRefusalSeconds);
+  std::printf("  %-28s load %.3f s, run %.3f s, inspect %.3f s: %s\n", c.name.c_str(), load_s,
+              run_s, inspect_s, msg.c_str() + path.size() + 2);
+  std::filesystem::remove(path);
+}
+
+TEST(HparamCounts, EveryLlamaCountIsCheckedAgainstTheTensors) {
+  // lamina-counter: llama, 5 layers, n_embd 384, 6 heads of 64 (2 KV heads), FFN 1024,
+  // 1,024 tokens.
+  const std::string m = kShipped;
+  const std::vector<CountCase> cases = {
+      {"layers_5M",
+       m,
+       {{"llama.block_count", U32(5000000)}},
+       {"metadata key \"llama.block_count\" = 5000000",
+        "but the tensors hold 5 layers (blk.0 .. blk.4)"}},
+      {"layers_int_max",
+       m,
+       {{"llama.block_count", U32(2147483647)}},
+       {"\"llama.block_count\" = 2147483647", "the tensors hold 5 layers"}},
+      {"layers_2_40", m, {{"llama.block_count", U64(1ull << 40)}}, {"out of range [1, "}},
+      {"layers_fewer",
+       m,
+       {{"llama.block_count", U32(3)}},
+       {"\"llama.block_count\" = 3", "tensors of blk.3 are present (layers are blk.0 .. blk.2)"}},
+      {"layer_missing",
+       m,
+       {},
+       {"\"llama.block_count\" = 5", "the tensors hold 4 layers and none of blk.2"},
+       "blk.2."},
+      {"heads_2_20",
+       m,
+       {{"llama.attention.head_count", U32(1u << 20)}},
+       {"\"llama.attention.head_count\" = 1048576 is out of range [1, 65536]"}},
+      {"heads_4096",
+       m,
+       {{"llama.attention.head_count", U32(4096)}},
+       {"\"llama.attention.head_count\" = 4096",
+        "blk.0.attn_q.weight has 384 rows, not a multiple of it"}},
+      {"kv_heads_2_20",
+       m,
+       {{"llama.attention.head_count_kv", U32(1u << 20)}},
+       {"\"llama.attention.head_count_kv\" = 1048576", "does not divide"}},
+      // 2^32 + 2 used to be cast to int and read as 2.
+      {"kv_heads_2_32_plus_2",
+       m,
+       {{"llama.attention.head_count_kv", U64((1ull << 32) + 2)}},
+       {"\"llama.attention.head_count_kv\" = 4294967298", "does not divide"}},
+      {"kv_heads_3",
+       m,
+       {{"llama.attention.head_count_kv", U32(3)}},
+       {"\"llama.attention.head_count_kv\" = 3",
+        "blk.0.attn_k.weight has 128 rows, not a multiple of it"}},
+      {"key_length_2_32_plus_64",
+       m,
+       {{"llama.attention.key_length", U64((1ull << 32) + 64)}},
+       {"\"llama.attention.key_length\" = 4294967360", "even and in [2, 1024]"}},
+      {"key_length_32",
+       m,
+       {{"llama.attention.key_length", U32(32)}},
+       {"\"llama.attention.key_length\" = 32", "blk.0.attn_q.weight has 384 rows for 6 heads"}},
+      {"embd_2_30",
+       m,
+       {{"llama.embedding_length", U32(1u << 30)}},
+       {"\"llama.embedding_length\" = 1073741824", "token_embd.weight has rows of 384 elements"}},
+      {"ff_2_30",
+       m,
+       {{"llama.feed_forward_length", U32(1u << 30)}},
+       {"\"llama.feed_forward_length\" = 1073741824", "blk.0.ffn_up.weight has 1024 rows"}},
+      {"ff_per_layer_array",
+       m,
+       {{"llama.feed_forward_length", I32Array({1024, 1024, 1024, 1024, 1 << 30})}},
+       {"llama.feed_forward_length", "has type array, expected an integer"}},
+      {"ctx_2_31",
+       m,
+       {{"llama.context_length", U32(1u << 31)}},
+       {"\"llama.context_length\" = 2147483648 is out of range [1, 1073741824]"}},
+      {"yarn_orig_ctx_2_31",
+       m,
+       {{"llama.rope.scaling.original_context_length", U32(1u << 31)}},
+       {"\"llama.rope.scaling.original_context_length\" = 2147483648", "[1, 1073741824]"}},
+      {"rope_dims_2_20",
+       m,
+       {{"llama.rope.dimension_count", U32(1u << 20)}},
+       {"\"llama.rope.dimension_count\" = 1048576", "in [2, head dimension 64]"}},
+      {"vocab_size_2_30",
+       m,
+       {{"llama.vocab_size", U32(1u << 30)}},
+       {"\"llama.vocab_size\" = 1073741824", "tokenizer.ggml.tokens has 1024 tokens"}},
+  };
+  for (const CountCase& c : cases) ExpectRefusedQuickly(c, /*parser_level=*/false);
+}
+
+// Counts the GGUF parser itself bounds (src/gguf/gguf.h): array lengths, the tensor count.
+TEST(HparamCounts, ArrayLengthsAndTensorCountsAreCappedByTheParser) {
+  CountCase tokens{"tokens_2_60", kShipped, {}, {"tokenizer.ggml.tokens", "exceeds the cap"}};
+  tokens.poke = [](std::vector<uint8_t>* b) {
+    const uint64_t huge = 1ull << 60;  // after the element type
+    std::memcpy(b->data() + ValueAt(*b, "tokenizer.ggml.tokens") + 4, &huge, sizeof(huge));
+  };
+  ExpectRefusedQuickly(tokens, /*parser_level=*/true);
+  CountCase tensors{"tensors_2_40", kShipped, {}, {"header.n_tensors", "exceeds the cap"}};
+  tensors.poke = [](std::vector<uint8_t>* b) {
+    const uint64_t huge = 1ull << 40;  // magic, version, then n_tensors
+    std::memcpy(b->data() + 8, &huge, sizeof(huge));
+  };
+  ExpectRefusedQuickly(tensors, /*parser_level=*/true);
+  CountCase chat{"string_2_40", kShipped, {}, {"tokenizer.chat_template", "exceeds the cap"}};
+  chat.poke = [](std::vector<uint8_t>* b) {
+    const uint64_t huge = 1ull << 40;  // the string's length
+    std::memcpy(b->data() + ValueAt(*b, "tokenizer.chat_template"), &huge, sizeof(huge));
+  };
+  ExpectRefusedQuickly(chat, /*parser_level=*/true);
+}
+
+std::string SharedModel(const std::string& name) {
+  return std::string(LAMINA_SHARED_DIR) + "/models/" + name;
+}
+
+TEST(HparamCounts, ExpertCountsAreCheckedAgainstTheExpertTensors) {
+  // 8 experts (2 used) of width 256, feed_forward_length 512, 4 layers.
+  const std::string moe = SharedModel("synth-qwen3moe-d256.Q4_K_M.gguf");
+  // 8 experts of 96 and a shared expert of 384.
+  const std::string moe2 = SharedModel("synth-qwen2moe-d128.Q8_0.gguf");
+  if (!std::filesystem::exists(moe) || !std::filesystem::exists(moe2)) {
+    GTEST_SKIP() << "the MoE fixtures of ../shared are absent (" << moe << ", " << moe2 << ")";
+  }
+  const std::vector<CountCase> cases = {
+      {"moe_layers_5M",
+       moe,
+       {{"qwen3moe.block_count", U32(5000000)}},
+       {"\"qwen3moe.block_count\" = 5000000", "the tensors hold 4 layers"}},
+      {"experts_1M",
+       moe,
+       {{"qwen3moe.expert_count", U32(1000000)}},
+       {"\"qwen3moe.expert_count\" = 1000000", "must be in [1, 1024]"}},
+      {"experts_16",
+       moe,
+       {{"qwen3moe.expert_count", U32(16)}},
+       {"\"qwen3moe.expert_count\" = 16", "blk.0.ffn_gate_exps.weight holds 8 experts"}},
+      {"experts_used_100",
+       moe,
+       {{"qwen3moe.expert_used_count", U32(100)}},
+       {"\"qwen3moe.expert_used_count\" = 100", "[1, qwen3moe.expert_count 8]"}},
+      {"expert_ff_2_20",
+       moe,
+       {{"qwen3moe.expert_feed_forward_length", U32(1u << 20)}},
+       {"\"qwen3moe.expert_feed_forward_length\" = 1048576",
+        "blk.0.ffn_gate_exps.weight has 256 rows per expert"}},
+      {"moe_ff_2_30",
+       moe,
+       {{"qwen3moe.feed_forward_length", U32(1u << 30)}},
+       {"\"qwen3moe.feed_forward_length\" = 1073741824", "the experts together are 2048 wide"}},
+      {"shared_ff_2_20",
+       moe2,
+       {{"qwen2moe.expert_shared_feed_forward_length", U32(1u << 20)}},
+       {"\"qwen2moe.expert_shared_feed_forward_length\" = 1048576",
+        "blk.0.ffn_gate_shexp.weight has 384 rows"}},
+  };
+  for (const CountCase& c : cases) ExpectRefusedQuickly(c, /*parser_level=*/false);
+}
+
+TEST(HparamCounts, HybridCountsAreCheckedAgainstTheDeltaNetTensors) {
+  // 4 layers (every 4th full attention), conv kernel 4, 2 K heads of 64, 4 V heads, inner 256.
+  const std::string next = SharedModel("synth-qwen3next-d256.Q4_K_M.gguf");
+  if (!std::filesystem::exists(next)) GTEST_SKIP() << next << " is absent";
+  const std::vector<CountCase> cases = {
+      {"next_layers_5M",
+       next,
+       {{"qwen3next.block_count", U32(5000000)}},
+       {"\"qwen3next.block_count\" = 5000000", "the tensors hold 4 layers"}},
+      {"next_heads_4096",
+       next,
+       {{"qwen3next.attention.head_count", U32(4096)}},
+       {"\"qwen3next.attention.head_count\" = 4096", "blk.3.attn_q.weight has",
+        "not a multiple of 2 x it"}},
+      {"interval_2",
+       next,
+       {{"qwen3next.full_attention_interval", U32(2)}},
+       {"\"qwen3next.full_attention_interval\" = 2",
+        "makes blk.1 a full-attention layer, and blk.1.attn_q.weight is missing"}},
+      {"conv_kernel_64",
+       next,
+       {{"qwen3next.ssm.conv_kernel", U32(64)}},
+       {"\"qwen3next.ssm.conv_kernel\" = 64", "blk.0.ssm_conv1d.weight has 4 taps"}},
+      {"state_size_4096",
+       next,
+       {{"qwen3next.ssm.state_size", U32(4096)}},
+       {"\"qwen3next.ssm.state_size\" = 4096", "= 16640 channels",
+        "blk.0.ssm_conv1d.weight has 512"}},
+      {"v_heads_8",
+       next,
+       {{"qwen3next.ssm.time_step_rank", U32(8)}},
+       {"\"qwen3next.ssm.time_step_rank\" = 8", "blk.0.ssm_a has 4 heads"}},
+      {"inner_2_20",
+       next,
+       {{"qwen3next.ssm.inner_size", U32(1u << 20)}},
+       {"\"qwen3next.ssm.inner_size\" = 1048576", "blk.0.ssm_norm.weight has 64"}},
+      {"next_experts_16",
+       next,
+       {{"qwen3next.expert_count", U32(16)}},
+       {"\"qwen3next.expert_count\" = 16", "holds 8 experts"}},
+  };
+  for (const CountCase& c : cases) ExpectRefusedQuickly(c, /*parser_level=*/false);
+}
+
+// The rewriting itself keeps a model loadable: the unedited copies load and run.
+TEST(HparamCounts, UneditedCopiesStillLoad) {
+  std::vector<std::string> fixtures = {kShipped};
+  for (const char* name : {"synth-qwen3moe-d256.Q4_K_M.gguf", "synth-qwen2moe-d128.Q8_0.gguf",
+                           "synth-qwen3next-d256.Q4_K_M.gguf"}) {
+    if (std::filesystem::exists(SharedModel(name))) fixtures.push_back(SharedModel(name));
+  }
+  for (size_t k = 0; k < fixtures.size(); ++k) {
+    const std::string path = WriteCase({"copy_" + std::to_string(k), fixtures[k], {}, {}});
+    ASSERT_FALSE(path.empty()) << fixtures[k];
+    Result<std::unique_ptr<Model>> model = LoadModel(path);
+    EXPECT_TRUE(model.ok()) << model.error().message;
+    std::filesystem::remove(path);
+  }
 }
 
 }  // namespace

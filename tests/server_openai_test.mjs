@@ -154,7 +154,7 @@ await check('n: 2 gives two choices; usage counts the prompt once and both answe
   assert.equal(usage.prompt_tokens, plain.usage.prompt_tokens);
   await assert.rejects(client.chat.completions.create({ model: 'x', n: 17,
                                                         messages: [{ role: 'user', content: 'hi' }] }),
-                       (e) => e.status === 400 && /"n" must be in \[1, 16\]/.test(e.message));
+                       (e) => e.status === 400 && /"n" must be an integer in \[1, 16\], got 17/.test(e.message));
 });
 
 await check('max_tokens ends with finish_reason length', async () => {

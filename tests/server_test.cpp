@@ -63,7 +63,7 @@ class ServerProcess {
       execv(argv[0], argv.data());
       _exit(127);
     }
-    for (int i = 0; i < 400 && !healthy_; ++i) {
+    for (int i = 0; i < 1200 && !healthy_; ++i) {
       httplib::Client c("127.0.0.1", port_);
       auto r = c.Get("/health");
       healthy_ = r && r->status == 200;
@@ -412,7 +412,8 @@ TEST_F(ServerTest, SlotFilesRestoreEncodedCellsAndRefuseDamagedOnes) {
 }
 
 TEST_F(ServerTest, ErrorsAuthCorsAndUi) {
-  ServerProcess s({"-m", kShipped, "--api-key", "k1", "--max-body", "65536"});
+  ServerProcess s({"-m", kShipped, "--api-key", "k1", "--max-body", "65536", "--cors-origin",
+                   "http://example.test"});
   ASSERT_TRUE(s.healthy()) << s.Log();
   const httplib::Headers auth = {{"Authorization", "Bearer k1"}};
   auto [nst, noauth] = s.Post("/completion", {{"prompt", "hi"}});
@@ -447,6 +448,14 @@ TEST_F(ServerTest, ErrorsAuthCorsAndUi) {
   EXPECT_LT(pre->status, 300);
   EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Origin"), "http://example.test");
   EXPECT_NE(pre->get_header_value("Access-Control-Allow-Methods").find("POST"), std::string::npos);
+  // An origin not on --cors-origin gets no Access-Control-Allow-Origin: its pages cannot read.
+  auto foreign = c.Options("/v1/chat/completions", {{"Origin", "http://evil.test"},
+                                                    {"Access-Control-Request-Method", "POST"}});
+  ASSERT_TRUE(foreign);
+  EXPECT_EQ(foreign->get_header_value("Access-Control-Allow-Origin"), "");
+  auto foreign_get = c.Get("/health", {{"Origin", "http://evil.test"}});
+  ASSERT_TRUE(foreign_get);
+  EXPECT_EQ(foreign_get->get_header_value("Access-Control-Allow-Origin"), "");
   auto page = c.Get("/");
   ASSERT_TRUE(page);
   EXPECT_EQ(page->status, 200);
@@ -1035,7 +1044,7 @@ TEST_F(ServerTest, ChoicesPrefillInputTokensAndProgress) {
         << err.dump();
   }
   auto [sl, limit] = s.Post("/v1/chat/completions", {{"messages", messages}, {"n", 17}});
-  EXPECT_EQ(limit["error"]["message"], "\"n\" must be in [1, 16]");
+  EXPECT_EQ(limit["error"]["message"], "\"n\" must be an integer in [1, 16], got 17");
   // Streamed choices interleave; each adds up to the same answer and ends once.
   {
     httplib::Client c = s.Client();

@@ -6,6 +6,7 @@
 
 #include "cli_common.h"
 #include "json_schema.h"
+#include "server/json_limits.h"
 
 namespace lamina::cli {
 
@@ -57,10 +58,10 @@ bool MakeGrammar(const RunOptions& o, std::shared_ptr<const Grammar>* out, int* 
                     exit_code)) {
       return false;
     }
-    const nlohmann::ordered_json schema =
-        nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (schema.is_discarded()) {
-      std::fprintf(stderr, "lamina: the JSON schema is not valid JSON\n");
+    nlohmann::ordered_json schema;
+    std::string error;
+    if (!ParseJsonBounded(text, kMaxJsonDepth, &schema, &error, "the JSON schema")) {
+      std::fprintf(stderr, "lamina: %s\n", error.c_str());
       *exit_code = from_file ? kExitBadInput : kExitUsage;
       return false;
     }

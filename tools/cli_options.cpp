@@ -39,18 +39,6 @@ int Cores() {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
-CLI::Validator RealRange(double lo, double hi, bool lo_open, const std::string& what) {
-  return CLI::Validator(
-      [=](std::string& s) -> std::string {
-        double v = 0;
-        if (!ParseFinite(s, &v) || v < lo || v > hi || (lo_open && v == lo)) {
-          return "must be " + what + ", got " + s;
-        }
-        return "";
-      },
-      what);
-}
-
 }  // namespace
 
 CLI::Validator Threads() {
@@ -75,21 +63,23 @@ CLI::Validator Threads() {
       "0..4xCORES");
 }
 
-CLI::Validator Probability() { return RealRange(0.0, 1.0, false, "a probability in [0, 1]"); }
-CLI::Validator Positive() { return RealRange(0.0, 1e30, true, "a finite number > 0"); }
-CLI::Validator NonNegativeFinite() { return RealRange(0.0, 1e30, false, "a finite number >= 0"); }
-CLI::Validator Temperature() { return RealRange(0.0, 100.0, false, "a temperature in [0, 100]"); }
-
-CLI::Validator IntRange(int64_t lo, int64_t hi) {
-  const std::string what = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+CLI::Validator InRange(const ValueRange& range) {
   return CLI::Validator(
-      [=](std::string& s) -> std::string {
-        int64_t v = 0;
-        if (!ParseInt(s, &v) || v < lo || v > hi) return "must be " + what + ", got " + s;
-        return "";
+      [range](std::string& s) -> std::string {
+        double v = NAN;  // stays NaN (out of every range) when s is no number of its kind
+        int64_t i = 0;
+        if (range.integer && ParseInt(s, &i)) v = static_cast<double>(i);
+        if (!range.integer) ParseFinite(s, &v);
+        return CheckRange(range, v, s).value_or("");
       },
-      what);
+      range.What());
 }
+
+CLI::Validator Probability() { return InRange(kProbabilityRange); }
+CLI::Validator Positive() { return InRange(kPositiveRange); }
+CLI::Validator NonNegativeFinite() { return InRange(kNonNegativeRange); }
+CLI::Validator Temperature() { return InRange(kTemperatureRange); }
+CLI::Validator IntRange(int64_t lo, int64_t hi) { return InRange(IntegerRange(lo, hi)); }
 
 CLI::Validator Seed() {
   return CLI::Validator(
@@ -105,7 +95,7 @@ CLI::Validator Seed() {
       "SEED");
 }
 
-CLI::Validator ContextSize() { return IntRange(0, int64_t{1} << 30); }
+CLI::Validator ContextSize() { return InRange(kContextSizeRange); }
 
 int ParseErrorExit(const CLI::App& app, const CLI::ParseError& e) {
   if (e.get_exit_code() == 0) return app.exit(e);  // --help and the like

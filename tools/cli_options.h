@@ -7,6 +7,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 
+#include "value_ranges.h"
+
 namespace lamina::cli {
 
 // Threads may be at most this many times the machine's cores.
@@ -14,6 +16,8 @@ constexpr int kMaxThreadsPerCore = 4;
 
 // 0 (all cores) .. kMaxThreadsPerCore x cores; a warning on stderr above the core count.
 CLI::Validator Threads();
+// A value in `range` (value_ranges.h: the rules the server's request fields share).
+CLI::Validator InRange(const ValueRange& range);
 // A finite number in [0, 1] (top-p, min-p).
 CLI::Validator Probability();
 // A finite number > 0 (penalties).

@@ -3,10 +3,13 @@
 // through a small regex → GBNF translation.
 #include "json_schema.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <vector>
 
+#include "runtime/grammar.h"
+#include "server/json_limits.h"
 #include "tokenizer/unicode.h"
 
 namespace lamina::cli {
@@ -14,10 +17,22 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-constexpr int kMaxDepth = 64;
+// Untrusted schemas (requests, tool parameters, --json-schema files) are converted under these
+// caps; each refusal is an error naming the schema's JSON pointer and the limit.
+constexpr int kMaxDepth = 64;  // schema levels (properties, items, anyOf, $ref, ...) nested
 constexpr size_t kMaxRules = 10000;
 constexpr size_t kMaxProperties = 256;
-constexpr int64_t kMaxCount = 10000;  // the grammar's repetition limit
+constexpr int64_t kMaxCount = kMaxGrammarRepeat;  // the grammar's repetition limit
+constexpr size_t kMaxTypes = 7;                   // distinct names in a "type" array
+// Rule names are made from the path of property names; longer prefixes are cut here (a number
+// keeps them apart), so a long key cannot make every rule mentioning it long.
+constexpr size_t kMaxNameHint = 48;
+// Regex `pattern`s: groups nested (the converter recurses per group, and each regex level
+// becomes at most three GBNF group levels, inside the grammar parser's kMaxGrammarNesting),
+// their length, and the elements their repetitions expand to (the grammar parser's cap).
+constexpr int kMaxRegexNesting = 64;
+constexpr size_t kMaxPatternBytes = 16 << 10;
+constexpr uint64_t kMaxRegexElements = kMaxGrammarElements;
 
 // A GBNF string literal for the bytes of `text`.
 std::string Literal(const std::string& text) {
@@ -115,9 +130,14 @@ class RegexToGbnf {
  public:
   explicit RegexToGbnf(const std::string& re) : re_(re) {}
   Result<std::string> Convert() {
+    if (re_.size() > kMaxPatternBytes) {
+      return Error{"the pattern is " + std::to_string(re_.size()) + " bytes, over the limit of " +
+                   std::to_string(kMaxPatternBytes)};
+    }
     if (pos_ < re_.size() && re_[pos_] == '^') ++pos_;
     std::string out;
-    if (!Alt(&out)) return Error{error_};
+    uint64_t size = 0;
+    if (!Alt(&out, &size)) return Error{error_};
     if (pos_ < re_.size())
       return Error{"unexpected '" + std::string(1, re_[pos_]) + "' at " + std::to_string(pos_)};
     return out;
@@ -132,11 +152,16 @@ class RegexToGbnf {
   // $ at the very end is the anchor; elsewhere it is unsupported.
   bool AtAnchorEnd() const { return pos_ + 1 == re_.size() && re_[pos_] == '$'; }
 
-  bool Alt(std::string* out) {
+  // *size: the grammar elements the expression expands to once its repetitions are written
+  // out (capped just past kMaxRegexElements).
+  bool Alt(std::string* out, uint64_t* size) {
     std::vector<std::string> alts;
+    *size = 0;
     while (true) {
       std::string seq;
-      if (!Seq(&seq)) return false;
+      uint64_t seq_size = 0;
+      if (!Seq(&seq, &seq_size)) return false;
+      *size = std::min(*size + seq_size, kMaxRegexElements + 1);
       alts.push_back(seq.empty() ? "\"\"" : seq);
       if (!AtEnd() && re_[pos_] == '|') {
         ++pos_;
@@ -155,26 +180,58 @@ class RegexToGbnf {
     return true;
   }
 
-  bool Seq(std::string* out) {
+  bool Seq(std::string* out, uint64_t* size) {
     while (!AtEnd() && re_[pos_] != '|' && re_[pos_] != ')' && !AtAnchorEnd()) {
       std::string atom;
-      if (!Atom(&atom)) return false;
+      uint64_t atom_size = 1;
+      if (!Atom(&atom, &atom_size)) return false;
       if (!AtEnd()) {
         const char q = re_[pos_];
         if (q == '*' || q == '+' || q == '?') {
           atom = "(" + atom + ")" + q;
+          atom_size += 3;  // the group's rule reference and a helper rule
           ++pos_;
         } else if (q == '{') {
+          const size_t at = pos_;
           const size_t close = re_.find('}', pos_);
           if (close == std::string::npos) return Fail("unclosed '{'");
           const std::string body = re_.substr(pos_ + 1, close - pos_ - 1);
-          for (char c : body) {
-            if (!(c >= '0' && c <= '9') && c != ',') return Fail("bad repetition '{" + body + "}'");
+          // {m}, {m,} or {m,n}, each count at most the grammar's repetition limit.
+          const size_t comma = body.find(',');
+          const std::string lo = body.substr(0, comma);
+          const std::string hi = comma == std::string::npos ? lo : body.substr(comma + 1);
+          auto count = [](const std::string& digits, uint64_t* v) {
+            if (digits.empty()) return false;
+            *v = 0;
+            for (char c : digits) {
+              if (c < '0' || c > '9') return false;
+              *v = std::min<uint64_t>(*v * 10 + (c - '0'), UINT32_MAX);  // saturates
+            }
+            return true;
+          };
+          uint64_t min = 0, max = 0;
+          if (!count(lo, &min) || (!hi.empty() && !count(hi, &max)) ||
+              (comma != std::string::npos && hi.find(',') != std::string::npos)) {
+            return Fail("bad repetition '{" + body + "}'");
           }
+          if (hi.empty()) max = min;  // {m,}: m copies and a loop
+          if (std::max(min, max) > static_cast<uint64_t>(kMaxCount)) {
+            pos_ = at;
+            return Fail("repetition count over the limit of " + std::to_string(kMaxCount));
+          }
+          if (!hi.empty() && max < min) return Fail("repetition {m,n} with n < m");
           atom = "(" + atom + "){" + body + "}";
+          // The unit is a group (one rule reference), written out max(m, n) times plus a
+          // helper rule per optional copy: the grammar parser's count, so nesting adds.
+          atom_size += 2 * std::max<uint64_t>(std::max(min, max), 1) + 1;
           pos_ = close + 1;
         }
         if (!AtEnd() && re_[pos_] == '?') ++pos_;  // lazy: the same language
+      }
+      *size = std::min(*size + atom_size, kMaxRegexElements + 1);
+      if (*size > kMaxRegexElements) {
+        return Fail("the pattern's repetitions expand to over " +
+                    std::to_string(kMaxRegexElements) + " grammar elements");
       }
       if (!out->empty()) *out += " ";
       *out += atom;
@@ -218,9 +275,12 @@ class RegexToGbnf {
 
   static constexpr const char* kJsonUnescaped = "\"\\\\\\x7F\\x00-\\x1F";  // class tail
 
-  bool Atom(std::string* out) {
+  bool Atom(std::string* out, uint64_t* size) {
     const char c = re_[pos_];
     if (c == '(') {
+      if (depth_ >= kMaxRegexNesting) {
+        return Fail("the pattern nests groups deeper than " + std::to_string(kMaxRegexNesting));
+      }
       ++pos_;
       if (re_.compare(pos_, 2, "?:") == 0) {
         pos_ += 2;
@@ -228,7 +288,10 @@ class RegexToGbnf {
         return Fail("lookarounds and named groups are not supported");
       }
       std::string inner;
-      if (!Alt(&inner)) return false;
+      ++depth_;
+      const bool ok = Alt(&inner, size);
+      --depth_;
+      if (!ok) return false;
       if (AtEnd() || re_[pos_] != ')') return Fail("unclosed '('");
       ++pos_;
       *out = "(" + inner + ")";
@@ -398,6 +461,7 @@ class RegexToGbnf {
  private:
   const std::string re_;
   size_t pos_ = 0;
+  int depth_ = 0;  // groups open at pos_
   std::string error_;
 };
 
@@ -430,7 +494,7 @@ class Converter {
 
   static std::string Sanitize(const std::string& name) {
     std::string out;
-    for (char c : name) {
+    for (char c : name.substr(0, kMaxNameHint)) {
       const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
       out += ok ? c : '-';
     }
@@ -462,6 +526,11 @@ class Converter {
     rules_[name] = body;
     if (rules_.size() > kMaxRules) {
       return Fail("", "the schema needs over " + std::to_string(kMaxRules) + " rules");
+    }
+    bytes_ += name.size() + body.size() + 6;
+    if (bytes_ > kMaxGrammarBytes) {
+      return Fail("", "the schema needs a grammar of over " + std::to_string(kMaxGrammarBytes) +
+                          " bytes");
     }
     return true;
   }
@@ -506,7 +575,9 @@ class Converter {
   // Visits schema node `s` at JSON pointer `path`; *rule = a rule name (or a primitive's).
   bool Visit(const json& s, const std::string& hint, const std::string& path, int depth,
              std::string* rule) {
-    if (depth > kMaxDepth) return Fail(path, "nested over " + std::to_string(kMaxDepth) + " deep");
+    if (depth > kMaxDepth) {
+      return Fail(path, "the schema nests deeper than " + std::to_string(kMaxDepth) + " levels");
+    }
     if (s.is_boolean()) {
       if (!s.get<bool>()) return Fail(path, "the schema false allows nothing");
       *rule = Primitive("value");
@@ -593,14 +664,32 @@ class Converter {
     std::string type;
     if (type_it != s.end()) {
       if (type_it->is_array()) {
-        // Each listed type with the rest of the schema.
-        json alts = json::array();
-        for (const json& t : *type_it) {
-          json one = s;
-          one["type"] = t;
-          alts.push_back(std::move(one));
+        // Each listed type with the rest of the schema (not copied: a copy per type of a large
+        // schema, nested, would cost its size times the types at every level).
+        if (type_it->empty()) return Fail(path + "/type", "must be a non-empty array");
+        if (type_it->size() > kMaxTypes) {
+          return Fail(path + "/type", "lists over " + std::to_string(kMaxTypes) + " types");
         }
-        return Alternatives(alts, "type", hint, path, depth, body);
+        std::set<std::string> seen;
+        std::string out;
+        for (size_t i = 0; i < type_it->size(); ++i) {
+          const json& t = (*type_it)[i];
+          const std::string at = path + "/type/" + std::to_string(i);
+          if (!t.is_string()) return Fail(at, "must be a string");
+          if (!seen.insert(t.get<std::string>()).second) return Fail(at, "repeats a type");
+          std::string alt, r;
+          const std::string alt_hint = hint + "-" + std::to_string(i);
+          if (!TypedBody(s, t.get<std::string>(), alt_hint, path, depth + 1, &alt)) return false;
+          if (Primitives().count(alt) && rules_.count(alt)) {
+            r = alt;
+          } else {
+            r = NewName(alt_hint);
+            if (!Add(r, alt)) return false;
+          }
+          out += (i ? " | " : "") + r;
+        }
+        *body = type_it->size() == 1 ? out : "(" + out + ")";
+        return true;
       }
       if (!type_it->is_string()) return Fail(path + "/type", "must be a string or an array");
       type = type_it->get<std::string>();
@@ -616,6 +705,15 @@ class Converter {
     } else {
       *body = Primitive("value");
       return true;
+    }
+    return TypedBody(s, type, hint, path, depth, body);
+  }
+
+  // The body of schema `s` read as the one type `type` (its "type", or one of its list).
+  bool TypedBody(const json& s, const std::string& type, const std::string& hint,
+                 const std::string& path, int depth, std::string* body) {
+    if (depth > kMaxDepth) {
+      return Fail(path, "the schema nests deeper than " + std::to_string(kMaxDepth) + " levels");
     }
     if (type == "boolean" || type == "null" || type == "integer" || type == "number") {
       *body = Primitive(type);
@@ -797,12 +895,18 @@ class Converter {
   std::map<std::string, std::string> rules_;
   std::set<std::string> reserved_;
   std::map<std::string, std::string> refs_;
+  size_t bytes_ = 0;  // the rules' text so far
   std::string error_;
 };
 
 }  // namespace
 
 Result<std::string> JsonSchemaToGbnf(const nlohmann::ordered_json& schema) {
+  // Before any recursive walk (dump of a const, a copy): the JSON itself is bounded.
+  if (!JsonDepthWithin(schema, kMaxJsonDepth)) {
+    return Error{"json_schema at /: the schema nests deeper than " + std::to_string(kMaxJsonDepth) +
+                 " levels of JSON"};
+  }
   return Converter(schema).Run();
 }
 

@@ -33,6 +33,7 @@ class Decoder final : public Model {
       } else {
         LoadFfnWeights(L, hparams_, i, &layers_[i].ffn);
       }
+      if (!L.status().ok()) return L.status();  // the first error; later layers add nothing
     }
     // A decoded token reads k of the n_expert experts of each MoE layer.
     const uint64_t unread =

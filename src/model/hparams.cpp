@@ -2,53 +2,181 @@
 // command-line overrides.
 #include "model/hparams.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string_view>
+#include <vector>
 
 namespace lamina {
 
 namespace {
 
-Result<int64_t> RequiredInt(const gguf::File& f, const std::string& key) {
+std::string Quoted(const std::string& key) { return "\"" + key + "\""; }
+
+// An integer key in [1, max]; missing, another type (e.g. a per-layer array) or out of range is
+// an error naming it.
+Result<int64_t> RequiredInt(const gguf::File& f, const std::string& key, int64_t max) {
   Result<int64_t> r = f.GetInt(key);
-  if (!r.ok())
-    return Error{f.path() + ": missing or invalid required key " + key + ": " + r.error().message};
-  if (*r <= 0 || *r > (1ll << 31))
-    return Error{f.path() + ": key " + key + " out of range: " + std::to_string(*r)};
+  if (!r.ok()) return r.error();  // names the file and the key: missing or another type
+  if (*r <= 0 || *r > max) {
+    return Error{f.path() + ": metadata key " + Quoted(key) + " = " + std::to_string(*r) +
+                 " is out of range [1, " + std::to_string(max) + "]"};
+  }
   return r;
 }
+
+// Parses the layer index of a tensor named "blk.<N>.<rest>" (N in decimal without leading
+// zeros, as llama.cpp writes it); false for any other name. An index too long for int64 reads
+// as INT64_MAX (beyond any layer count).
+bool ParseLayerIndex(const std::string& name, int64_t* index) {
+  constexpr std::string_view kPrefix = "blk.";
+  if (!name.starts_with(kPrefix)) return false;
+  size_t end = kPrefix.size();
+  while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
+  const size_t digits = end - kPrefix.size();
+  if (digits == 0 || end >= name.size() || name[end] != '.') return false;
+  if (digits > 1 && name[kPrefix.size()] == '0') return false;
+  constexpr size_t kMaxDigits = 18;  // 10^18 - 1 < INT64_MAX
+  if (digits > kMaxDigits) {
+    *index = INT64_MAX;
+    return true;
+  }
+  int64_t v = 0;
+  for (size_t k = kPrefix.size(); k < end; ++k) v = v * 10 + (name[k] - '0');
+  *index = v;
+  return true;
+}
+
 }  // namespace
 
-Result<Hparams> ReadLlamaLikeHparams(const gguf::File& f, RopeStyle rope_style) {
+Error HparamError(const gguf::File& f, const std::string& key, int64_t value,
+                  const std::string& why, const std::string& how_defaulted) {
+  std::string what = "metadata key " + Quoted(key);
+  if (!how_defaulted.empty() && f.Find(key) == nullptr) what += " (absent; " + how_defaulted + ")";
+  return Error{f.path() + ": " + what + " = " + std::to_string(value) + ", but " + why};
+}
+
+const gguf::TensorInfo* FirstLayerTensor(const gguf::File& f, int n_layer,
+                                         const std::string& suffix, int* layer) {
+  for (int i = 0; i < n_layer; ++i) {
+    if (const gguf::TensorInfo* t = f.FindTensor("blk." + std::to_string(i) + "." + suffix)) {
+      if (layer != nullptr) *layer = i;
+      return t;
+    }
+  }
+  return nullptr;
+}
+
+Status CheckLayerCount(const gguf::File& f, const std::string& key, int64_t n_layer) {
+  std::vector<int64_t> layers;  // [tensors named blk.N.*] their N; sized by the tensor table
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    int64_t index = 0;
+    if (!ParseLayerIndex(t.name, &index)) continue;
+    if (index >= n_layer) {
+      // The layer, not the name: the rest of a name from the file may be any bytes.
+      return HparamError(f, key, n_layer,
+                         "tensors of blk." + std::to_string(index) +
+                             " are present (layers are blk.0 .. blk." +
+                             std::to_string(n_layer - 1) + ")");
+    }
+    layers.push_back(index);
+  }
+  std::sort(layers.begin(), layers.end());
+  layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
+  if (static_cast<int64_t>(layers.size()) == n_layer) return Status::Ok();
+  if (layers.empty()) return HparamError(f, key, n_layer, "no blk.N tensor is present");
+  if (static_cast<int64_t>(layers.size()) == layers.back() + 1) {
+    return HparamError(f, key, n_layer,
+                       "the tensors hold " + std::to_string(layers.size()) +
+                           " layers (blk.0 .. blk." + std::to_string(layers.back()) + ")");
+  }
+  int64_t missing = 0;
+  while (layers[missing] == missing) ++missing;
+  return HparamError(f, key, n_layer,
+                     "the tensors hold " + std::to_string(layers.size()) +
+                         " layers and none of blk." + std::to_string(missing));
+}
+
+Result<Hparams> ReadLlamaLikeHparams(const gguf::File& f, RopeStyle rope_style,
+                                     int q_rows_per_head_dim) {
   Hparams hp;
   Result<std::string> arch = f.GetString("general.architecture");
   if (!arch.ok()) return Error{f.path() + ": missing general.architecture"};
   hp.arch = *arch;
   const std::string& a = hp.arch;
-#define LAMINA_REQ_INT(field, suffix)                        \
-  do {                                                       \
-    Result<int64_t> r_ = RequiredInt(f, ArchKey(a, suffix)); \
-    if (!r_.ok()) return r_.error();                         \
-    hp.field = static_cast<int>(*r_);                        \
+#define LAMINA_REQ_INT(field, suffix, max)                        \
+  do {                                                            \
+    Result<int64_t> r_ = RequiredInt(f, ArchKey(a, suffix), max); \
+    if (!r_.ok()) return r_.error();                              \
+    hp.field = static_cast<int>(*r_);                             \
   } while (0)
-  LAMINA_REQ_INT(n_embd, "embedding_length");
-  LAMINA_REQ_INT(n_layer, "block_count");
-  LAMINA_REQ_INT(n_head, "attention.head_count");
-  LAMINA_REQ_INT(n_ff, "feed_forward_length");
-  LAMINA_REQ_INT(n_ctx_train, "context_length");
+  LAMINA_REQ_INT(n_embd, "embedding_length", kMaxHparamInt);
+  LAMINA_REQ_INT(n_layer, "block_count", kMaxHparamInt);
+  LAMINA_REQ_INT(n_head, "attention.head_count", kMaxHeads);
+  LAMINA_REQ_INT(n_ff, "feed_forward_length", kMaxHparamInt);
+  LAMINA_REQ_INT(n_ctx_train, "context_length", kMaxContextLength);
 #undef LAMINA_REQ_INT
-  Result<int64_t> n_head_kv = f.GetIntOr(ArchKey(a, "attention.head_count_kv"), hp.n_head);
-  if (!n_head_kv.ok()) return n_head_kv.error();
-  hp.n_head_kv = static_cast<int>(*n_head_kv);
-  if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0) {
-    return Error{f.path() + ": " + ArchKey(a, "attention.head_count_kv") + " = " +
-                 std::to_string(hp.n_head_kv) + " does not divide head_count " +
-                 std::to_string(hp.n_head)};
+  // Before anything is sized from the counts, check them against the tensors present.
+  Status layers = CheckLayerCount(f, ArchKey(a, "block_count"), hp.n_layer);
+  if (!layers.ok()) return layers.error();
+  if (const gguf::TensorInfo* embd = f.FindTensor("token_embd.weight");
+      embd != nullptr && embd->ne[0] != hp.n_embd) {
+    return HparamError(
+        f, ArchKey(a, "embedding_length"), hp.n_embd,
+        "token_embd.weight has rows of " + std::to_string(embd->ne[0]) + " elements");
   }
-  Result<int64_t> key_len = f.GetIntOr(ArchKey(a, "attention.key_length"), hp.n_embd / hp.n_head);
+  const std::string head_key = ArchKey(a, "attention.head_count");
+  const std::string kv_key = ArchKey(a, "attention.head_count_kv");
+  Result<int64_t> n_head_kv = f.GetIntOr(kv_key, hp.n_head);
+  if (!n_head_kv.ok()) return n_head_kv.error();
+  if (*n_head_kv <= 0 || *n_head_kv > hp.n_head || hp.n_head % *n_head_kv != 0) {
+    return HparamError(f, kv_key, *n_head_kv,
+                       "it does not divide " + head_key + " " + std::to_string(hp.n_head));
+  }
+  hp.n_head_kv = static_cast<int>(*n_head_kv);
+  int q_layer = 0;
+  int k_layer = 0;
+  const gguf::TensorInfo* wq = FirstLayerTensor(f, hp.n_layer, "attn_q.weight", &q_layer);
+  const gguf::TensorInfo* wk = FirstLayerTensor(f, hp.n_layer, "attn_k.weight", &k_layer);
+  const std::string q_name = "blk." + std::to_string(q_layer) + ".attn_q.weight";
+  const std::string k_name = "blk." + std::to_string(k_layer) + ".attn_k.weight";
+  const int64_t q_per_head = q_rows_per_head_dim;  // query rows per head and head dimension
+  const std::string q_multiple = q_per_head == 1 ? "it" : std::to_string(q_per_head) + " x it";
+  if (wq != nullptr && wq->ne[1] % (q_per_head * hp.n_head) != 0) {
+    return HparamError(
+        f, head_key, hp.n_head,
+        q_name + " has " + std::to_string(wq->ne[1]) + " rows, not a multiple of " + q_multiple);
+  }
+  if (wk != nullptr && wk->ne[1] % hp.n_head_kv != 0) {
+    return HparamError(
+        f, kv_key, hp.n_head_kv,
+        k_name + " has " + std::to_string(wk->ne[1]) + " rows, not a multiple of it");
+  }
+  const std::string key_len_key = ArchKey(a, "attention.key_length");
+  const std::string key_len_default = "embedding_length " + std::to_string(hp.n_embd) +
+                                      " / head_count " + std::to_string(hp.n_head);
+  Result<int64_t> key_len = f.GetIntOr(key_len_key, hp.n_embd / hp.n_head);
   if (!key_len.ok()) return key_len.error();
+  if (*key_len <= 0 || *key_len > kMaxHeadDim || *key_len % 2 != 0) {
+    return HparamError(
+        f, key_len_key, *key_len,
+        "a head dimension must be even and in [2, " + std::to_string(kMaxHeadDim) + "]",
+        key_len_default);
+  }
   hp.head_dim = static_cast<int>(*key_len);
-  if (hp.head_dim <= 0 || hp.head_dim > 1024 || hp.head_dim % 2 != 0) {
-    return Error{f.path() + ": invalid head dimension " + std::to_string(hp.head_dim)};
+  if (wq != nullptr && wq->ne[1] != q_per_head * hp.q_dim()) {
+    return HparamError(f, key_len_key, hp.head_dim,
+                       q_name + " has " + std::to_string(wq->ne[1]) + " rows for " +
+                           std::to_string(hp.n_head) + " heads (" +
+                           std::to_string(wq->ne[1] / (q_per_head * hp.n_head)) + " per head" +
+                           (q_per_head == 1 ? "" : " and query/gate half") + ")",
+                       key_len_default);
+  }
+  if (wk != nullptr && wk->ne[1] != hp.kv_dim()) {
+    return HparamError(f, kv_key, hp.n_head_kv,
+                       k_name + " has " + std::to_string(wk->ne[1]) + " rows, not " +
+                           std::to_string(hp.n_head_kv) + " x head dimension " +
+                           std::to_string(hp.head_dim));
   }
   // K and V rows share one head_dim here; a model whose value_length differs is rejected
   // rather than misread.
@@ -58,6 +186,14 @@ Result<Hparams> ReadLlamaLikeHparams(const gguf::File& f, RopeStyle rope_style) 
     return Error{f.path() + ": " + ArchKey(a, "attention.value_length") + " = " +
                  std::to_string(*value_len) + " differs from key_length " +
                  std::to_string(hp.head_dim) + " (unsupported)"};
+  }
+  // Dense FFN widths (MoE layers have no ffn_up.weight; ReadMoeHparams bounds n_ff there).
+  int ff_layer = 0;
+  if (const gguf::TensorInfo* up = FirstLayerTensor(f, hp.n_layer, "ffn_up.weight", &ff_layer);
+      up != nullptr && up->ne[1] != hp.n_ff) {
+    return HparamError(f, ArchKey(a, "feed_forward_length"), hp.n_ff,
+                       "blk." + std::to_string(ff_layer) + ".ffn_up.weight has " +
+                           std::to_string(up->ne[1]) + " rows");
   }
   Result<double> eps = f.GetFloat(ArchKey(a, "attention.layer_norm_rms_epsilon"));
   if (!eps.ok())
@@ -69,8 +205,9 @@ Result<Hparams> ReadLlamaLikeHparams(const gguf::File& f, RopeStyle rope_style) 
   Result<int64_t> n_rot = f.GetIntOr(ArchKey(a, "rope.dimension_count"), hp.head_dim);
   if (!n_rot.ok()) return n_rot.error();
   if (*n_rot <= 0 || *n_rot > hp.head_dim || *n_rot % 2 != 0) {
-    return Error{f.path() + ": invalid " + ArchKey(a, "rope.dimension_count") + " " +
-                 std::to_string(*n_rot)};
+    return HparamError(
+        f, ArchKey(a, "rope.dimension_count"), *n_rot,
+        "it must be even and in [2, head dimension " + std::to_string(hp.head_dim) + "]");
   }
   hp.rope.n_rot = static_cast<int>(*n_rot);
   hp.rope.freq_base = static_cast<float>(*base);
@@ -112,8 +249,9 @@ Result<RopeScalingConfig> ReadRopeScaling(const gguf::File& f, const std::string
   Result<int64_t> orig =
       f.GetIntOr(ArchKey(a, "rope.scaling.original_context_length"), n_ctx_train);
   if (!orig.ok()) return orig.error();
-  if (*orig <= 0 || *orig > (1ll << 31)) {
-    return Error{f.path() + ": invalid " + ArchKey(a, "rope.scaling.original_context_length")};
+  if (*orig <= 0 || *orig > kMaxContextLength) {
+    return HparamError(f, ArchKey(a, "rope.scaling.original_context_length"), *orig,
+                       "it must be in [1, " + std::to_string(kMaxContextLength) + "]");
   }
   c.n_ctx_orig = static_cast<int>(*orig);
   struct FloatKey {

@@ -1,7 +1,13 @@
 // Hyper-parameters read from GGUF metadata: the llama-like `<arch>.*` keys every architecture
 // shares, RoPE scaling as recorded, and the kernel's RoPE parameters with overrides applied.
+//
+// Every count read from metadata is checked against the tensors present (or, where no tensor
+// pins it down, against a hard cap below) before anything is sized from it: a file that claims
+// millions of layers, heads or experts its tensors do not hold is refused at once with the key,
+// its value and what contradicts it (docs/ROBUSTNESS.md, "Hyper-parameters against tensors").
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "model/model.h"
@@ -13,9 +19,40 @@ inline std::string ArchKey(const std::string& arch, const char* suffix) {
   return arch + "." + suffix;
 }
 
+// Hard caps for counts that no tensor shape bounds (or before the tensors are looked at).
+// The longest training context accepted: the CLI's largest --ctx-size. The value only picks the
+// default context (at most 4,096) and YaRN's original context, but 2^31 would not fit its int.
+constexpr int64_t kMaxContextLength = int64_t{1} << 30;
+// Attention heads per layer: keeps n_head * head_dim (and the K/V widths) well inside an int;
+// published models have at most a few hundred.
+constexpr int64_t kMaxHeads = int64_t{1} << 16;
+// Longest K/V row of one head (what the KV modes and attention kernels are built for).
+constexpr int64_t kMaxHeadDim = 1024;
+// Any other integer hyper-parameter is kept in an int.
+constexpr int64_t kMaxHparamInt = INT32_MAX;
+
+// "<path>: metadata key "<key>" = <value>, but <why>": a count that the tensors (or a cap)
+// contradict. `how_defaulted`, when the key is absent and the value was derived, says from what.
+Error HparamError(const gguf::File& file, const std::string& key, int64_t value,
+                  const std::string& why, const std::string& how_defaulted = "");
+
+// The first tensor `blk.N.<suffix>` over the layers 0..n_layer-1 (n_layer already checked by
+// CheckLayerCount), with its layer in *layer; nullptr when no layer has one.
+const gguf::TensorInfo* FirstLayerTensor(const gguf::File& file, int n_layer,
+                                         const std::string& suffix, int* layer = nullptr);
+
+// `key` (block_count) against the `blk.N.*` tensors present: their layer indices must be
+// exactly 0..n_layer-1. Costs one pass over the tensor table, whatever the value claims.
+Status CheckLayerCount(const gguf::File& file, const std::string& key, int64_t n_layer);
+
 // Reads `<arch>.*` hyper-parameters common to llama-like architectures. Missing required keys
-// are an error naming the key.
-Result<Hparams> ReadLlamaLikeHparams(const gguf::File& file, RopeStyle rope_style);
+// are an error naming the key. Each count is checked against the tensors present: block_count
+// against the blk.N layers, embedding_length against token_embd.weight, head_count,
+// head_count_kv and key_length against the first attn_q / attn_k weights (whose rows are
+// q_rows_per_head_dim x head_count x head_dim: 2 when attn_q also holds a per-head output gate),
+// feed_forward_length against the first dense ffn_up weight.
+Result<Hparams> ReadLlamaLikeHparams(const gguf::File& file, RopeStyle rope_style,
+                                     int q_rows_per_head_dim = 1);
 
 // Reads `<arch>.rope.scaling.*` (and the older `rope.scale_linear`) as llama.cpp does.
 Result<RopeScalingConfig> ReadRopeScaling(const gguf::File& file, const std::string& arch,

@@ -15,20 +15,29 @@ int ForwardBatch::n_outputs() const {
 }
 
 Status Model::InitHparams(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer,
-                          RopeStyle rope_style) {
+                          RopeStyle rope_style, int q_rows_per_head_dim) {
   file_ = std::move(file);
   tokenizer_ = std::move(tokenizer);
-  Result<Hparams> hp = ReadLlamaLikeHparams(*file_, rope_style);
+  Result<Hparams> hp = ReadLlamaLikeHparams(*file_, rope_style, q_rows_per_head_dim);
   if (!hp.ok()) return hp.error();
   hparams_ = *hp;
   const gguf::TensorInfo* embd = file_->FindTensor("token_embd.weight");
   if (embd == nullptr) return Error{file_->path() + ": missing tensor token_embd.weight"};
-  hparams_.n_vocab = static_cast<int>(embd->ne[1]);
-  if (hparams_.n_vocab != tokenizer_->vocab_size()) {
-    return Error{file_->path() + ": token_embd.weight has " + std::to_string(hparams_.n_vocab) +
-                 " rows but the tokenizer has " + std::to_string(tokenizer_->vocab_size()) +
-                 " tokens"};
+  // The vocabulary is the token array (its length is what the file holds); the embedding rows
+  // and <arch>.vocab_size, when present, must agree with it.
+  const int64_t n_tokens = tokenizer_->vocab_size();
+  if (embd->ne[1] != n_tokens) {
+    return Error{file_->path() + ": token_embd.weight has " + std::to_string(embd->ne[1]) +
+                 " rows but tokenizer.ggml.tokens has " + std::to_string(n_tokens) + " tokens"};
   }
+  const std::string vocab_key = ArchKey(hparams_.arch, "vocab_size");
+  Result<int64_t> vocab_size = file_->GetIntOr(vocab_key, n_tokens);
+  if (!vocab_size.ok()) return vocab_size.error();
+  if (*vocab_size != n_tokens) {
+    return HparamError(*file_, vocab_key, *vocab_size,
+                       "tokenizer.ggml.tokens has " + std::to_string(n_tokens) + " tokens");
+  }
+  hparams_.n_vocab = static_cast<int>(n_tokens);
   return Status::Ok();
 }
 

@@ -187,9 +187,11 @@ class Model {
   // An architecture derives from Model and adds its layers between LoadEmbeddingAndHead and
   // Finish.
 
-  // Takes ownership, reads the llama-like hyper-parameters and checks the vocabulary size.
+  // Takes ownership, reads the llama-like hyper-parameters (each count checked against the
+  // tensors present: ReadLlamaLikeHparams, whose q_rows_per_head_dim this passes on) and checks
+  // the vocabulary size.
   Status InitHparams(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer,
-                     RopeStyle rope_style);
+                     RopeStyle rope_style, int q_rows_per_head_dim = 1);
   // Loads token_embd, output_norm and output, remembering the embedding's bytes.
   void LoadEmbeddingAndHead(WeightLoader& loader);
   // Records the parameter count and the bytes a decoded token reads: everything but the

@@ -13,32 +13,87 @@ Result<MoeHparams> ReadMoeHparams(const gguf::File& f, const Hparams& hp, bool d
                                   bool with_shared) {
   MoeHparams m;
   const std::string& a = hp.arch;
-  Result<int64_t> n_expert = f.GetInt(ArchKey(a, "expert_count"));
-  if (!n_expert.ok())
-    return Error{f.path() + ": missing or invalid required key " + ArchKey(a, "expert_count")};
-  Result<int64_t> n_used = f.GetInt(ArchKey(a, "expert_used_count"));
-  if (!n_used.ok())
-    return Error{f.path() + ": missing or invalid required key " + ArchKey(a, "expert_used_count")};
-  if (*n_expert <= 0 || *n_expert > 1024 || *n_used <= 0 || *n_used > *n_expert) {
-    return Error{f.path() + ": invalid expert_count " + std::to_string(*n_expert) +
-                 " / expert_used_count " + std::to_string(*n_used)};
+  const std::string count_key = ArchKey(a, "expert_count");
+  const std::string used_key = ArchKey(a, "expert_used_count");
+  Result<int64_t> n_expert = f.GetInt(count_key);
+  if (!n_expert.ok()) return Error{f.path() + ": missing or invalid required key " + count_key};
+  Result<int64_t> n_used = f.GetInt(used_key);
+  if (!n_used.ok()) return Error{f.path() + ": missing or invalid required key " + used_key};
+  if (*n_expert <= 0 || *n_expert > kMaxExperts) {
+    return HparamError(f, count_key, *n_expert,
+                       "it must be in [1, " + std::to_string(kMaxExperts) + "]");
+  }
+  if (*n_used <= 0 || *n_used > *n_expert) {
+    return HparamError(f, used_key, *n_used,
+                       "it must be in [1, " + count_key + " " + std::to_string(*n_expert) + "]");
   }
   m.n_expert = static_cast<int>(*n_expert);
   m.n_expert_used = static_cast<int>(*n_used);
-  Result<int64_t> ff_exp =
-      f.GetIntOr(ArchKey(a, "expert_feed_forward_length"), hp.n_ff / m.n_expert_used);
+  // The first layer's expert tensors pin the counts down before anything is sized from them.
+  int exps_layer = 0;
+  int router_layer = 0;
+  const gguf::TensorInfo* exps =
+      FirstLayerTensor(f, hp.n_layer, "ffn_gate_exps.weight", &exps_layer);
+  const gguf::TensorInfo* router =
+      FirstLayerTensor(f, hp.n_layer, "ffn_gate_inp.weight", &router_layer);
+  const std::string exps_name = "blk." + std::to_string(exps_layer) + ".ffn_gate_exps.weight";
+  if (exps != nullptr && exps->ne[2] != m.n_expert) {
+    return HparamError(f, count_key, m.n_expert,
+                       exps_name + " holds " + std::to_string(exps->ne[2]) + " experts");
+  }
+  if (router != nullptr && router->ne[1] != m.n_expert) {
+    return HparamError(f, count_key, m.n_expert,
+                       "blk." + std::to_string(router_layer) + ".ffn_gate_inp.weight routes to " +
+                           std::to_string(router->ne[1]) + " experts");
+  }
+  const std::string ff_exp_key = ArchKey(a, "expert_feed_forward_length");
+  Result<int64_t> ff_exp = f.GetIntOr(ff_exp_key, hp.n_ff / m.n_expert_used);
   if (!ff_exp.ok()) return ff_exp.error();
-  if (*ff_exp <= 0 || *ff_exp > (1 << 20)) {
-    return Error{f.path() + ": invalid " + ArchKey(a, "expert_feed_forward_length")};
+  const std::string ff_exp_default = "feed_forward_length " + std::to_string(hp.n_ff) + " / " +
+                                     used_key + " " + std::to_string(m.n_expert_used);
+  if (exps != nullptr && exps->ne[1] != *ff_exp) {
+    return HparamError(f, ff_exp_key, *ff_exp,
+                       exps_name + " has " + std::to_string(exps->ne[1]) + " rows per expert",
+                       ff_exp_default);
+  }
+  if (*ff_exp <= 0 || *ff_exp > kMaxExpertFeedForward) {
+    return HparamError(f, ff_exp_key, *ff_exp,
+                       "it must be in [1, " + std::to_string(kMaxExpertFeedForward) + "]",
+                       ff_exp_default);
   }
   m.n_ff_exp = static_cast<int>(*ff_exp);
   if (with_shared) {
-    Result<int64_t> ff_sh = f.GetIntOr(ArchKey(a, "expert_shared_feed_forward_length"), hp.n_ff);
+    const std::string ff_sh_key = ArchKey(a, "expert_shared_feed_forward_length");
+    const std::string ff_sh_default = "feed_forward_length " + std::to_string(hp.n_ff);
+    Result<int64_t> ff_sh = f.GetIntOr(ff_sh_key, hp.n_ff);
     if (!ff_sh.ok()) return ff_sh.error();
-    if (*ff_sh <= 0 || *ff_sh > (1 << 20)) {
-      return Error{f.path() + ": invalid " + ArchKey(a, "expert_shared_feed_forward_length")};
+    int sh_layer = 0;
+    if (const gguf::TensorInfo* sh =
+            FirstLayerTensor(f, hp.n_layer, "ffn_gate_shexp.weight", &sh_layer);
+        sh != nullptr && sh->ne[1] != *ff_sh) {
+      return HparamError(f, ff_sh_key, *ff_sh,
+                         "blk." + std::to_string(sh_layer) + ".ffn_gate_shexp.weight has " +
+                             std::to_string(sh->ne[1]) + " rows",
+                         ff_sh_default);
+    }
+    if (*ff_sh <= 0 || *ff_sh > kMaxExpertFeedForward) {
+      return HparamError(f, ff_sh_key, *ff_sh,
+                         "it must be in [1, " + std::to_string(kMaxExpertFeedForward) + "]",
+                         ff_sh_default);
     }
     m.n_ff_shexp = static_cast<int>(*ff_sh);
+  }
+  // feed_forward_length has no tensor in a MoE model (it is the dense equivalent's width, and
+  // the default of the widths above) but sizes the dense FFN scratch: it may not exceed all the
+  // experts together.
+  const int64_t experts_width =
+      static_cast<int64_t>(m.n_expert) * m.n_ff_exp + static_cast<int64_t>(m.n_ff_shexp);
+  if (hp.n_ff > experts_width) {
+    return HparamError(
+        f, ArchKey(a, "feed_forward_length"), hp.n_ff,
+        "the experts together are " + std::to_string(experts_width) + " wide (" + count_key + " " +
+            std::to_string(m.n_expert) + " x " + std::to_string(m.n_ff_exp) +
+            (m.n_ff_shexp > 0 ? " + shared " + std::to_string(m.n_ff_shexp) : "") + ")");
   }
   Result<bool> norm = f.GetBoolOr(ArchKey(a, "expert_weights_norm"), default_norm_topk);
   if (!norm.ok()) return norm.error();

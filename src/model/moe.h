@@ -10,6 +10,12 @@
 
 namespace lamina {
 
+// Experts per layer: the router's softmax and top-k run over all of them per token; published
+// models have at most a few hundred.
+constexpr int64_t kMaxExperts = 1024;
+// Width of one expert's (or the shared expert's) FFN.
+constexpr int64_t kMaxExpertFeedForward = int64_t{1} << 20;
+
 struct MoeHparams {
   int n_expert = 0;        // experts per layer
   int n_expert_used = 0;   // k experts chosen per token
@@ -21,6 +27,9 @@ struct MoeHparams {
 // Reads `<arch>.expert_count`, `expert_used_count`, `expert_feed_forward_length` (default
 // n_ff / k, as llama.cpp), `expert_shared_feed_forward_length` (when with_shared, default n_ff)
 // and `expert_weights_norm` (default `default_norm_topk`). Only softmax gating is supported.
+// The counts are checked against the first layer's expert tensors (ffn_gate_exps: [n_embd,
+// n_ff_exp, n_expert]; ffn_gate_inp: [n_embd, n_expert]; ffn_gate_shexp: [n_embd, n_ff_shexp])
+// and feed_forward_length, which only sizes scratch here, against the experts' total width.
 Result<MoeHparams> ReadMoeHparams(const gguf::File& file, const Hparams& hp, bool default_norm_topk,
                                   bool with_shared);
 

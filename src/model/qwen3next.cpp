@@ -23,7 +23,9 @@ float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 class Qwen3Next final : public Model {
  public:
   Status Init(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer) {
-    Status st = InitHparams(std::move(file), std::move(tokenizer), RopeStyle::kNeox);
+    // attn_q holds each head's query and output gate: 2 x head_dim rows per head.
+    Status st = InitHparams(std::move(file), std::move(tokenizer), RopeStyle::kNeox,
+                            /*q_rows_per_head_dim=*/2);
     if (!st.ok()) return st;
     st = ReadHybridHparams();
     if (!st.ok()) return st;
@@ -153,12 +155,71 @@ class Qwen3Next final : public Model {
     }
     r.head_v = inner / r.n_v_heads;
     r.l2_eps = hparams_.rms_eps;
+    Status shapes = CheckHybridShapes(interval, inner);
+    if (!shapes.ok()) return shapes;
     layers_.resize(hparams_.n_layer);
     for (int i = 0; i < hparams_.n_layer; ++i) {
       if ((i + 1) % interval != 0) {
         layers_[i].recurrent = r.n_layer++;
       } else {
         layers_[i].kv = hparams_.n_layer_kv++;
+      }
+    }
+    return Status::Ok();
+  }
+
+  // The hybrid's counts against the tensors present (n_layer is already checked against the
+  // blk.N layers): the attention layers full_attention_interval picks are the ones with
+  // attn_q.weight, and the first Gated DeltaNet layer's ssm_a, ssm_norm and conv shapes match
+  // the ssm.* keys (value heads and their width first, so the conv's channel count, which
+  // depends on all of them, names state_size only when the others agree).
+  Status CheckHybridShapes(int interval, int inner) const {
+    const gguf::File& f = *file_;
+    const std::string& a = hparams_.arch;
+    const RecurrentShape& r = hparams_.recurrent;
+    for (int i = 0; i < hparams_.n_layer; ++i) {
+      const bool attention = (i + 1) % interval == 0;
+      const std::string q = "blk." + std::to_string(i) + ".attn_q.weight";
+      if (attention != (f.FindTensor(q) != nullptr)) {
+        return HparamError(f, ArchKey(a, "full_attention_interval"), interval,
+                           "it makes blk." + std::to_string(i) + " a " +
+                               (attention ? "full-attention layer, and " + q + " is missing"
+                                          : "Gated DeltaNet layer, and it has " + q),
+                           "4 by default");
+      }
+    }
+    int layer = 0;
+    const auto name = [&layer](const char* suffix) {
+      return "blk." + std::to_string(layer) + "." + suffix;
+    };
+    if (const gguf::TensorInfo* ssm_a = FirstLayerTensor(f, hparams_.n_layer, "ssm_a", &layer);
+        ssm_a != nullptr && static_cast<int64_t>(ssm_a->n_elements) != r.n_v_heads) {
+      return HparamError(f, ArchKey(a, "ssm.time_step_rank"), r.n_v_heads,
+                         name("ssm_a") + " has " + std::to_string(ssm_a->n_elements) + " heads");
+    }
+    if (const gguf::TensorInfo* norm =
+            FirstLayerTensor(f, hparams_.n_layer, "ssm_norm.weight", &layer);
+        norm != nullptr && norm->ne[0] != r.head_v) {
+      return HparamError(f, ArchKey(a, "ssm.inner_size"), inner,
+                         "it gives " + std::to_string(r.n_v_heads) + " value heads of " +
+                             std::to_string(r.head_v) + ", and " + name("ssm_norm.weight") +
+                             " has " + std::to_string(norm->ne[0]));
+    }
+    if (const gguf::TensorInfo* conv =
+            FirstLayerTensor(f, hparams_.n_layer, "ssm_conv1d.weight", &layer)) {
+      if (conv->ne[0] != r.conv_kernel) {
+        return HparamError(
+            f, ArchKey(a, "ssm.conv_kernel"), r.conv_kernel,
+            name("ssm_conv1d.weight") + " has " + std::to_string(conv->ne[0]) + " taps");
+      }
+      if (conv->ne[1] != r.conv_channels()) {
+        return HparamError(f, ArchKey(a, "ssm.state_size"), r.head_k,
+                           "with ssm.group_count " + std::to_string(r.n_k_heads) +
+                               " and ssm.inner_size " + std::to_string(inner) +
+                               " the convolution has 2 x " + std::to_string(r.n_k_heads) + " x " +
+                               std::to_string(r.head_k) + " + " + std::to_string(inner) + " = " +
+                               std::to_string(r.conv_channels()) + " channels, and " +
+                               name("ssm_conv1d.weight") + " has " + std::to_string(conv->ne[1]));
       }
     }
     return Status::Ok();

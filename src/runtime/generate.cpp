@@ -49,7 +49,7 @@ int32_t Generator::GreedyIfAllowed(const float* logits, int n_vocab) {
   // Greedy picks the arg max after the repetition penalty; masking only removes candidates,
   // so an allowed arg max of the whole vocabulary is the arg max of the allowed ones.
   const int32_t id = sampler_.Sample(logits, n_vocab, history_);
-  return GrammarAllows(id) ? id : -1;
+  return id != kNoToken && GrammarAllows(id) ? id : -1;
 }
 
 const float* Generator::Bias(const float* logits, int n_vocab) {
@@ -123,7 +123,10 @@ Generator::Step Generator::Next(const float* logits, int n_vocab) {
     // Nothing may follow: the grammar's sentence is complete.
     if (!logits) return Step{-1, Finish(StopReason::kEos), true};
   }
-  return Emit(sampler_.Sample(logits, n_vocab, history_));
+  const int32_t id = sampler_.Sample(logits, n_vocab, history_);
+  // Every token is banned (logit biases, with the grammar's mask): nothing more can be said.
+  if (id == kNoToken) return Step{-1, Finish(StopReason::kEos), true};
+  return Emit(id);
 }
 
 Generator::Step Generator::NextWithDraft(const float* logits, int n_vocab, int32_t draft,
@@ -140,7 +143,9 @@ Generator::Step Generator::NextWithDraft(const float* logits, int n_vocab, int32
     logits = Constrain(logits, n_vocab);
     if (!logits) return Step{-1, Finish(StopReason::kEos), true};
   }
-  return Emit(sampler_.SampleWithDraft(logits, n_vocab, history_, draft, q, accepted));
+  const int32_t id = sampler_.SampleWithDraft(logits, n_vocab, history_, draft, q, accepted);
+  if (id == kNoToken) return Step{-1, Finish(StopReason::kEos), true};
+  return Emit(id);
 }
 
 Generator::Step Generator::Emit(int32_t id) {

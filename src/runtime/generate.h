@@ -31,7 +31,8 @@ struct GenerateParams {
   // sampled (GBNF; JSON schemas are converted to it), and generation ends when it is complete.
   std::shared_ptr<const Grammar> grammar;
   // Added to a token's logit before the sampler chain (-inf: never sampled), as llama.cpp's
-  // logit-bias sampler; later entries for the same token add up.
+  // logit-bias sampler; later entries for the same token add up. When no token is left (all
+  // at -inf, or all the grammar allows), generation ends as at an end-of-generation token.
   std::vector<std::pair<int32_t, float>> logit_bias;
 };
 

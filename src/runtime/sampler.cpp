@@ -2,6 +2,7 @@
 #include "runtime/sampler.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <unordered_set>
 
@@ -33,12 +34,19 @@ const std::vector<TokenProb>& Sampler::Distribution(const float* logits, int n_v
     }
   }
   dist_.clear();
+  // A -inf logit (a logit bias of false, a grammar's mask) or a NaN one is no candidate; +inf
+  // is the largest finite logit (it would make the softmax NaN).
+  candidates_.erase(std::remove_if(candidates_.begin(), candidates_.end(),
+                                   [](const Candidate& c) { return !(c.logit > -INFINITY); }),
+                    candidates_.end());
+  if (candidates_.empty()) return dist_;  // nothing may be sampled
+  for (Candidate& c : candidates_) c.logit = std::min(c.logit, FLT_MAX);
   if (config_.temperature <= 0.0f) {
-    int32_t best = 0;
-    for (int i = 1; i < n_vocab; ++i) {
+    size_t best = 0;
+    for (size_t i = 1; i < candidates_.size(); ++i) {
       if (candidates_[i].logit > candidates_[best].logit) best = i;
     }
-    dist_.push_back({best, 1.0f});
+    dist_.push_back({candidates_[best].id, 1.0f});
     return dist_;
   }
   auto by_logit = [](const Candidate& a, const Candidate& b) {
@@ -89,15 +97,19 @@ const std::vector<TokenProb>& Sampler::Distribution(const float* logits, int n_v
 
 namespace {
 
-// Inverse-CDF draw from probabilities summing to `total`.
+// Inverse-CDF draw from probabilities summing to `total`. Rounding that leaves r past the last
+// sum draws the last token of non-zero probability, never one of probability 0.
 int32_t Draw(const std::vector<TokenProb>& dist, double total, double u) {
   const double r = u * total;
   double cum = 0.0;
+  int32_t last = dist.front().id;
   for (const TokenProb& t : dist) {
+    if (t.p <= 0.0f) continue;
     cum += t.p;
+    last = t.id;
     if (r < cum) return t.id;
   }
-  return dist.back().id;
+  return last;
 }
 
 float ProbOf(const std::vector<TokenProb>& dist, int32_t id) {
@@ -111,6 +123,7 @@ float ProbOf(const std::vector<TokenProb>& dist, int32_t id) {
 
 int32_t Sampler::Sample(const float* logits, int n_vocab, const std::vector<int32_t>& history) {
   const std::vector<TokenProb>& dist = Distribution(logits, n_vocab, history);
+  if (dist.empty()) return kNoToken;
   if (config_.temperature <= 0.0f) return dist[0].id;
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   return Draw(dist, 1.0, uniform(rng_));
@@ -120,6 +133,10 @@ int32_t Sampler::SampleWithDraft(const float* logits, int n_vocab,
                                  const std::vector<int32_t>& history, int32_t draft,
                                  const std::vector<TokenProb>* q, bool* accepted) {
   const std::vector<TokenProb>& dist = Distribution(logits, n_vocab, history);
+  if (dist.empty()) {
+    *accepted = false;
+    return kNoToken;
+  }
   if (config_.temperature <= 0.0f) {
     *accepted = dist[0].id == draft;
     return dist[0].id;

@@ -27,20 +27,27 @@ struct TokenProb {
   float p;
 };
 
+// What Sample and SampleWithDraft return when no token may be sampled: every logit is -inf
+// (or NaN), e.g. a logit bias of false on every token, or on every token a grammar allows.
+inline constexpr int32_t kNoToken = -1;
+
 class Sampler {
  public:
   explicit Sampler(const SamplerConfig& config);
   // Picks a token from logits [n_vocab]; `history` is the context so far (for the penalty).
+  // Never a token whose logit is -inf or NaN; kNoToken when every one is.
   int32_t Sample(const float* logits, int n_vocab, const std::vector<int32_t>& history);
 
   // The distribution Sample draws from, after the whole chain: the candidates that survive,
-  // probabilities summing to 1, most likely first (greedy: the arg max alone, p = 1).
+  // probabilities summing to 1, most likely first (greedy: the arg max alone, p = 1). Tokens of
+  // logit -inf or NaN are never candidates; empty when no token is.
   const std::vector<TokenProb>& Distribution(const float* logits, int n_vocab,
                                              const std::vector<int32_t>& history);
 
   // Speculative step for a drafted token. q: the drafter's distribution for this position
   // (nullptr: a deterministic draft, q one-hot on `draft`). Returns the emitted token and sets
   // *accepted when it is the draft. Greedy: the arg max, accepted when it equals the draft.
+  // kNoToken (not accepted) when no token may be sampled.
   int32_t SampleWithDraft(const float* logits, int n_vocab, const std::vector<int32_t>& history,
                           int32_t draft, const std::vector<TokenProb>* q, bool* accepted);
 

@@ -36,6 +36,11 @@ struct Request {
   // Requests of one group share one prompt (the choices of an `n` request): while a member is
   // still evaluating it, the others wait in the queue, then copy its cells (0: no group).
   uint64_t prefix_group = 0;
+  // The prefix cache's tenant (opaque; the server derives it from the API key and the request's
+  // cache_salt; empty: the default scope). A request reuses only cells written under its own
+  // scope: a slot holding another scope's cells counts as empty (cache_n 0), and which slot it
+  // is given never depends on what another scope's slots hold.
+  std::string cache_scope;
 };
 
 // A token's log-probability under the model (softmax of its raw logits).

@@ -9,6 +9,7 @@
 #include <future>
 
 #include "runtime/session_file.h"
+#include "util/mapped_file.h"
 #include "util/timer.h"
 
 namespace lamina::serve {
@@ -30,6 +31,7 @@ struct Scheduler::Slot {
   double t_start = 0.0;
   double t_prompt_done = 0.0;
   uint64_t last_used = 0;
+  std::string scope;  // the Request::cache_scope its cells were written under
   // Speculative decoding (config.spec): the slot's drafter and controller, and the drafts of
   // the verify window in flight (pending is then [last token, drafts...]).
   std::unique_ptr<spec::Drafter> drafter;
@@ -88,6 +90,7 @@ SessionConfig SlotSessionConfig(const SchedulerConfig& c) {
 
 Scheduler::Scheduler(const Model& model, const SchedulerConfig& config, ThreadPool& pool)
     : model_(model),
+      pool_(pool),
       config_(config),
       session_(model, SlotSessionConfig(config), pool),
       model_hash_(ModelIdentityHash(model)) {
@@ -97,22 +100,48 @@ Scheduler::Scheduler(const Model& model, const SchedulerConfig& config, ThreadPo
     slots_.push_back(std::make_unique<Slot>());
     Slot& slot = *slots_.back();
     slot.id = i;
-    const SpecConfig& sp = config_.spec;
-    if (sp.mode == SpecConfig::Mode::kLookup) {
-      slot.drafter = std::make_unique<spec::LookupDrafter>(sp.lookup_ngram);
-    } else if (sp.mode == SpecConfig::Mode::kDraft) {
-      LAMINA_CHECK(sp.draft_model != nullptr);
-      SessionConfig dc = sp.draft_session;
-      dc.n_seq = 1;
-      slot.drafter =
-          std::make_unique<spec::ModelDrafter>(*sp.draft_model, dc, pool, sp.draft_p_min);
-    }
+    slot.drafter = MakeDrafter();
   }
   stats_.kv_bytes = session_.cache().BytesTotal();
   PublishInfo();
 }
 
 Scheduler::~Scheduler() { Stop(); }
+
+std::unique_ptr<spec::Drafter> Scheduler::MakeDrafter() const {
+  const SpecConfig& sp = config_.spec;
+  if (sp.mode == SpecConfig::Mode::kLookup) {
+    return std::make_unique<spec::LookupDrafter>(sp.lookup_ngram);
+  }
+  if (sp.mode == SpecConfig::Mode::kDraft) {
+    LAMINA_CHECK(sp.draft_model != nullptr);
+    SessionConfig dc = sp.draft_session;
+    dc.n_seq = 1;
+    return std::make_unique<spec::ModelDrafter>(*sp.draft_model, dc, pool_, sp.draft_p_min);
+  }
+  return nullptr;
+}
+
+bool Scheduler::SlotReadableBy(const Slot& slot, const std::string& scope) const {
+  return slot.scope == scope || session_.n_past(slot.id) == 0;
+}
+
+void Scheduler::ClaimSlot(Slot& slot, const std::string& scope) {
+  if (slot.scope == scope) return;
+  session_.Truncate(slot.id, 0);
+  SetScope(slot, scope);
+}
+
+void Scheduler::SetScope(Slot& slot, const std::string& scope) {
+  if (slot.scope == scope) return;
+  // A draft model's session keeps the last history it drafted for, and reuses its prefix:
+  // that would make drafting time depend on another scope's tokens.
+  if (dynamic_cast<spec::ModelDrafter*>(slot.drafter.get()) != nullptr) {
+    slot.drafter.reset();
+    slot.drafter = MakeDrafter();
+  }
+  slot.scope = scope;
+}
 
 void Scheduler::Start() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -223,21 +252,24 @@ void Scheduler::Admit() {
       continue;
     }
     // A member of a prompt group waits while another member still evaluates the prompt.
+    const std::string& scope = q.request.cache_scope;
     if (q.request.prefix_group != 0 &&
         std::any_of(slots_.begin(), slots_.end(), [&](const auto& s) {
-          return s->busy && !s->prompt_done && s->req.prefix_group == q.request.prefix_group;
+          return s->busy && !s->prompt_done && s->req.prefix_group == q.request.prefix_group &&
+                 s->req.cache_scope == scope;
         })) {
       ++it;
       continue;
     }
     // The idle slot asked for, else the idle slot sharing the longest prefix, else the least
-    // recently used.
+    // recently used. Another scope's cells count as none: the choice never depends on them.
     Slot* best = nullptr;
     int best_common = -1;
     for (auto& s : slots_) {
       if (s->busy) continue;
       if (q.request.id_slot >= 0 && s->id != q.request.id_slot) continue;
-      const int common = CommonPrefix(session_.tokens(s->id), q.request.prompt);
+      const int common =
+          s->scope == scope ? CommonPrefix(session_.tokens(s->id), q.request.prompt) : 0;
       if (best == nullptr || common > best_common ||
           (common == best_common && s->last_used < best->last_used)) {
         best = s.get();
@@ -270,12 +302,15 @@ void Scheduler::StartInSlot(Slot& slot, Queued q) {
   slot.t_start = NowSeconds();
   const std::vector<int32_t>& prompt = slot.req.prompt;
   slot.n_prompt = static_cast<int>(prompt.size());
+  // Cells of another scope are dropped: this request reuses only its own scope's.
+  ClaimSlot(slot, slot.req.cache_scope);
   if (slot.req.cache_prompt) {
-    // A longer shared prefix held by another slot is copied over (a common system prompt).
+    // A longer shared prefix held by another slot of the scope is copied over (a common system
+    // prompt).
     int own = CommonPrefix(session_.tokens(slot.id), prompt);
     int donor = -1, donor_common = own;
     for (auto& s : slots_) {
-      if (s->id == slot.id) continue;
+      if (s->id == slot.id || s->scope != slot.scope) continue;
       const int common = CommonPrefix(session_.tokens(s->id), prompt);
       if (common > donor_common) {
         donor = s->id;
@@ -385,10 +420,10 @@ bool Scheduler::Step() {
     if (s->pending.size() - s->pending_done != 1) continue;
     const int draft_max = s->req.draft_max >= 0 ? s->req.draft_max : config_.spec.options.draft_max;
     const int draft_min = s->req.draft_min >= 0 ? s->req.draft_min : config_.spec.options.draft_min;
-    // Drafts beyond the slot's room, the token budget or the batch could never be kept.
-    int k_max = std::min(draft_max, n_ctx_slot() - session_.n_past(s->id) - 1);
-    if (s->gen->remaining() >= 0) k_max = std::min(k_max, s->gen->remaining() - 1);
-    k_max = std::min(k_max, config_.n_batch - 1);
+    // Drafts beyond the slot's room, the token budget, the recurrent ring (a hybrid model) or
+    // the batch could never be kept.
+    const int k_max = std::min(spec::DraftBudget(session_, s->id, draft_max, s->gen->remaining()),
+                               config_.n_batch - 1);
     if (k_max <= 0 || !s->controller->ShouldDraft()) continue;
     s->asked = true;
     const double t0 = NowSeconds();
@@ -584,6 +619,7 @@ void Scheduler::PublishInfo() {
     i.n_prompt = s->n_prompt;
     i.n_decoded = s->gen ? static_cast<int>(s->gen->generated().size()) : 0;
     i.n_ctx = n_ctx_slot();
+    i.scope = s->scope;
     used += static_cast<size_t>(i.n_past) * session_.cache().BytesPerToken();
     busy += s->busy;
     info.push_back(i);
@@ -597,6 +633,11 @@ void Scheduler::PublishInfo() {
 std::vector<SlotInfo> Scheduler::Slots() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return info_;
+}
+
+std::string Scheduler::slot_scope(int i) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return i >= 0 && i < static_cast<int>(info_.size()) ? info_[i].scope : std::string();
 }
 
 Stats Scheduler::stats() const {
@@ -644,25 +685,79 @@ size_t FileBytes(const std::string& path) {
 }
 }  // namespace
 
-Result<SlotFileResult> Scheduler::SaveSlot(int id, const std::string& path) {
+namespace {
+Error OtherScope(int id) {
+  return Error{"slot " + std::to_string(id) + " holds another client's cache"};
+}
+
+// A slot file records the scope of its cells in its APPD payload (nothing for the default
+// scope, so such files are the same bytes as before scopes existed); any other payload (a
+// chat's turns) counts as the default scope.
+constexpr char kScopeTag[] = "lamina.cache_scope=";
+
+std::string ScopeApp(const std::string& scope) {
+  return scope.empty() ? std::string() : kScopeTag + scope;
+}
+
+std::string ScopeOfApp(const std::string& app) {
+  const size_t n = sizeof(kScopeTag) - 1;
+  return app.compare(0, n, kScopeTag) == 0 ? app.substr(n) : std::string();
+}
+
+Error OtherScopeFile(const std::string& path) {
+  return Error{path + ": the slot file holds another client's cache"};
+}
+}  // namespace
+
+Result<SlotFileResult> Scheduler::SaveSlot(int id, const std::string& path,
+                                           const std::string& scope) {
   return OnIdleSlot(id, [&]() -> Result<SlotFileResult> {
-    Status st = SaveSessionFile(path, session_, id, model_hash_);
+    if (!SlotReadableBy(*slots_[id], scope)) return OtherScope(id);
+    Status st = SaveSessionFile(path, session_, id, model_hash_, ScopeApp(slots_[id]->scope));
     if (!st.ok()) return st.error();
     return SlotFileResult{session_.n_past(id), FileBytes(path), 0.0};
   });
 }
 
-Result<SlotFileResult> Scheduler::RestoreSlot(int id, const std::string& path) {
-  return OnIdleSlot(id, [&]() -> Result<SlotFileResult> {
+Result<SlotFileResult> Scheduler::RestoreSlot(int id, const std::string& path,
+                                              const std::string& scope) {
+  Result<SlotFileResult> out = OnIdleSlot(id, [&]() -> Result<SlotFileResult> {
+    // Only the scope that saved a file may restore it: checked before the slot changes.
+    if (session_.recurrent().empty()) {
+      Result<std::unique_ptr<MappedFile>> file = MappedFile::Open(path);
+      if (file.ok()) {
+        Result<SessionFileView> view =
+            ParseSessionFile((*file)->data(), (*file)->size(), session_, model_hash_);
+        if (view.ok()) {
+          if (ScopeOfApp(view->app) != scope) return OtherScopeFile(path);
+          session_.RestoreSequence(id, view->tokens, view->kv);
+          SetScope(*slots_[id], scope);
+          return SlotFileResult{static_cast<int>(view->tokens.size()), (*file)->size(), 0.0};
+        }
+      }
+    }
+    // Refused files get LoadSessionFile's reasons.
     Result<SessionRestore> r = LoadSessionFile(path, session_, id, model_hash_);
     if (!r.ok()) return r.error();
     if (!r->found) return Error{path + ": no such file"};
+    if (ScopeOfApp(r->app) != scope) {  // the file changed since: drop what it restored
+      session_.Truncate(id, 0);
+      return OtherScopeFile(path);
+    }
+    // The file's cells replaced all the slot's: they are the restoring client's now.
+    SetScope(*slots_[id], scope);
     return SlotFileResult{r->n_file, FileBytes(path), 0.0};
   });
+  if (out.ok()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (id < static_cast<int>(info_.size())) info_[id].scope = scope;
+  }
+  return out;
 }
 
-Result<int> Scheduler::EraseSlot(int id) {
+Result<int> Scheduler::EraseSlot(int id, const std::string& scope) {
   Result<SlotFileResult> r = OnIdleSlot(id, [&]() -> Result<SlotFileResult> {
+    if (!SlotReadableBy(*slots_[id], scope)) return OtherScope(id);
     const int n = session_.n_past(id);
     session_.Truncate(id, 0);
     return SlotFileResult{n, 0, 0.0};

@@ -51,6 +51,9 @@ struct SlotInfo {
   int n_prompt = 0;
   int n_decoded = 0;
   int n_ctx = 0;
+  // The Request::cache_scope its cells were written under (or a restore's); the server shows a
+  // client only its own scope's slot details.
+  std::string scope;
 };
 
 struct Stats {
@@ -91,14 +94,21 @@ class Scheduler {
 
   // Slot files (run on the engine thread; block until done) in the session-file format
   // (runtime/session_file.h): the slot's tokens and encoded KV cells, written atomically.
-  // Restoring replaces the slot's cells by the file's bytes; a file of another model, KV mode
-  // or shape, a truncated one or one with a flipped bit is refused with the reason (the slot
-  // unchanged).
-  Result<SlotFileResult> SaveSlot(int slot, const std::string& path);
-  Result<SlotFileResult> RestoreSlot(int slot, const std::string& path);
-  Result<int> EraseSlot(int slot);  // the number of cells dropped
+  // Restoring replaces the slot's cells by the file's bytes and marks them as `scope`'s (a
+  // Request::cache_scope); a file of another model, KV mode or shape, a truncated one or one
+  // with a flipped bit is refused with the reason (the slot unchanged). Scopes: a file records
+  // the scope of the cells it holds (its APPD payload; none for the default scope) and only
+  // that scope may restore it; saving and erasing are refused when the slot holds cells of a
+  // scope other than `scope` (checked on the engine thread, so no request can slip in between
+  // the check and the file).
+  Result<SlotFileResult> SaveSlot(int slot, const std::string& path, const std::string& scope = {});
+  Result<SlotFileResult> RestoreSlot(int slot, const std::string& path,
+                                     const std::string& scope = {});
+  Result<int> EraseSlot(int slot, const std::string& scope = {});  // the number of cells dropped
 
   std::vector<SlotInfo> Slots() const;
+  // The cache scope of slot i's cells (SlotInfo::scope; empty for a slot out of range).
+  std::string slot_scope(int i) const;
   Stats stats() const;
   int n_slots() const { return config_.n_slots; }
   int n_ctx_slot() const { return session_.n_ctx(); }
@@ -127,8 +137,17 @@ class Scheduler {
   Result<SlotFileResult> OnIdleSlot(int id, const std::function<Result<SlotFileResult>()>& fn);
   // Runs fn on the engine thread and waits for it.
   void RunOnEngine(const std::function<void()>& fn);
+  // Makes the slot's cells (and its drafter's) belong to `scope`, dropping them first when they
+  // belong to another one.
+  void ClaimSlot(Slot& slot, const std::string& scope);
+  // Marks the slot's cells as `scope`'s (resetting its drafter's when the scope changes).
+  void SetScope(Slot& slot, const std::string& scope);
+  // Whether the slot's cells may be read by `scope`: its own, or none held.
+  bool SlotReadableBy(const Slot& slot, const std::string& scope) const;
+  std::unique_ptr<spec::Drafter> MakeDrafter() const;
 
   const Model& model_;
+  ThreadPool& pool_;
   SchedulerConfig config_;
   Session session_;
   uint64_t model_hash_ = 0;  // ModelIdentityHash(model_), the slot files' model identity

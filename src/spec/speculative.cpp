@@ -49,6 +49,15 @@ void DraftController::Record(bool asked, int drafted, int accepted, int emitted,
   }
 }
 
+int DraftBudget(const Session& session, int seq, int draft_max, int remaining) {
+  // Drafts beyond the room left or the token budget could never be kept.
+  int k_max = std::min(draft_max, session.n_ctx() - session.n_past(seq) - 1);
+  if (remaining >= 0) k_max = std::min(k_max, remaining - 1);
+  // A hybrid model rolls its recurrent state back exactly only within its ring of states.
+  if (!session.recurrent().empty()) k_max = std::min(k_max, session.recurrent().ring() - 1);
+  return k_max;
+}
+
 Result<GenerateResult> GenerateSpeculative(
     Session& session, int seq, const std::vector<int32_t>& prompt, const GenerateOptions& options,
     Drafter& drafter, const SpecOptions& spec, SpecStats* stats,
@@ -87,11 +96,7 @@ Result<GenerateResult> GenerateSpeculative(
       break;
     }
     const double t_step = NowSeconds();
-    // Drafts beyond the room left or the token budget could never be kept.
-    int k_max = std::min(spec.draft_max, room - 1);
-    if (gen.remaining() >= 0) k_max = std::min(k_max, gen.remaining() - 1);
-    // A hybrid model rolls its recurrent state back exactly only within its ring of states.
-    if (!session.recurrent().empty()) k_max = std::min(k_max, session.recurrent().ring() - 1);
+    const int k_max = DraftBudget(session, seq, spec.draft_max, gen.remaining());
     draft.clear();
     const bool asked = k_max > 0 && controller.ShouldDraft();
     if (asked) {

@@ -65,6 +65,14 @@ class DraftController {
   int length_ = 1 << 30;  // the current draft length cap
 };
 
+// The most draft tokens worth verifying on sequence `seq` of `session` this step: draft_max,
+// capped by what could ever be kept: the room left in the sequence's context after the token
+// the window starts with, the generation's remaining tokens after it (remaining < 0: no limit)
+// and, for a hybrid model, the ring of recurrent states a rejected draft is rolled back within
+// (further back Truncate could not restore the state exactly). <= 0: do not draft. The CLI's
+// GenerateSpeculative and the server's scheduler both cap their windows with it.
+int DraftBudget(const Session& session, int seq, int draft_max, int remaining);
+
 // Generate (runtime/generate.h) with speculation on sequence `seq`; stats (optional) receives
 // the drafting figures.
 Result<GenerateResult> GenerateSpeculative(

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
+#include <unordered_map>
 
 #include "../json_schema.h"
 #include "runtime/grammar.h"
@@ -12,10 +14,53 @@
 namespace lamina::cli::api {
 
 json ErrorBody(const ApiError& e) {
-  return {{"error", {{"code", e.status}, {"message", e.message}, {"type", e.type}}}};
+  json error = {{"code", e.status}, {"message", e.message}, {"type", e.type}};
+  if (e.extra.is_object()) {
+    for (const auto& [k, v] : e.extra.items()) error[k] = v;
+  }
+  return {{"error", error}};
 }
 
 namespace {
+
+constexpr ValueRange kChoicesRange = IntegerRange(1, kMaxChoices);
+constexpr ValueRange kLogprobsRange = IntegerRange(0, kMaxLogprobs);
+// llama-server's seeds: -1 (and 0xFFFFFFFF, its LLAMA_DEFAULT_SEED) draw a random one.
+constexpr ValueRange kSeedRange{-1.0, 0x1p64, false, true,
+                                "-1 (random) or an integer in [0, 2^64)"};
+
+// The one table of numeric request fields and their ranges.
+constexpr NumericField kNumericFields[] = {
+    {"temperature", kTemperatureRange},
+    {"top_k", kTopKRange},
+    {"top_p", kProbabilityRange},
+    {"min_p", kProbabilityRange},
+    {"repeat_penalty", kPositiveRange},
+    {"repeat_last_n", kRepeatLastNRange},
+    {"seed", kSeedRange},
+    {"n_predict", kNPredictRange},
+    {"max_tokens", kNPredictRange},
+    {"max_completion_tokens", kNPredictRange},
+    {"n_probs", kLogprobsRange},
+    {"logprobs", kLogprobsRange},  // /v1/completions
+    {"top_logprobs", kLogprobsRange},
+    {"n", kChoicesRange},
+    {"n_cmpl", kChoicesRange},
+    {"n_keep", kNKeepRange},
+    {"id_slot", kSlotIdRange},
+    {"speculative.n_max", kDraftTokensRange},
+    {"speculative.n_min", kDraftTokensRange},
+    {"speculative.p_min", kProbabilityRange},
+};
+
+const ValueRange& RangeOf(std::string_view key) {
+  for (const NumericField& f : kNumericFields) {
+    if (f.key == key) return f.range;
+  }
+  std::abort();  // every numeric field read below is in the table
+}
+
+std::string Quote(std::string_view key) { return "\"" + std::string(key) + "\""; }
 
 bool Fail(ApiError* err, const std::string& message) {
   err->status = 400;
@@ -24,40 +69,62 @@ bool Fail(ApiError* err, const std::string& message) {
   return false;
 }
 
-// Optional typed fields: absent or null leaves *out unchanged; a wrong type is an error.
-bool GetFloat(const json& j, const char* key, float* out, ApiError* err) {
+// A value as a message shows it: its JSON, cut at 64 bytes.
+std::string Shown(const json& v) {
+  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > 64) text = text.substr(0, 64) + "...";
+  return text;
+}
+
+// Optional numeric fields, checked against their range in kNumericFields: absent or null leaves
+// *out unchanged; anything else outside the range (a string, NaN, infinity, a fraction for an
+// integer) is a 400 naming the field, the range and the value.
+bool GetNumber(const json& j, const char* key, double* out, ApiError* err) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return true;
-  if (!it->is_number()) return Fail(err, std::string("\"") + key + "\" must be a number");
-  *out = it->get<float>();
+  const double v = it->is_number() ? it->get<double>() : NAN;
+  if (auto bad = CheckRange(RangeOf(key), v, Shown(*it))) return Fail(err, Quote(key) + " " + *bad);
+  *out = v;
   return true;
 }
 
-bool GetInt(const json& j, const char* key, long long* out, ApiError* err) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return true;
-  if (it->is_number_integer()) {
-    *out = it->get<long long>();
-    return true;
-  }
-  if (it->is_number_float()) {
-    const double v = it->get<double>();
-    // A whole number inside long long's range (casting one outside it is undefined).
-    if (v >= -0x1p63 && v < 0x1p63 && v == std::floor(v)) {
-      *out = static_cast<long long>(v);
-      return true;
-    }
-  }
-  return Fail(err, std::string("\"") + key + "\" must be an integer");
+bool GetFloat(const json& j, const char* key, float* out, ApiError* err) {
+  double v = *out;
+  if (!GetNumber(j, key, &v, err)) return false;
+  *out = static_cast<float>(v);
+  return true;
 }
 
+// Integer fields: their ranges lie within int.
 bool GetInt(const json& j, const char* key, int* out, ApiError* err) {
-  long long v = *out;
-  if (!GetInt(j, key, &v, err)) return false;
-  if (v < -(1LL << 31) || v > (1LL << 31) - 1) {
-    return Fail(err, std::string("\"") + key + "\" is out of range");
-  }
+  double v = *out;
+  if (!GetNumber(j, key, &v, err)) return false;
   *out = static_cast<int>(v);
+  return true;
+}
+
+// "seed": -1 or an unsigned 64-bit integer (checked on the integer itself, which a double
+// cannot hold exactly); -1 and 0xFFFFFFFF leave *random set.
+bool GetSeed(const json& j, uint64_t* out, bool* random, ApiError* err) {
+  auto it = j.find("seed");
+  if (it == j.end() || it->is_null()) return true;
+  const double v = it->is_number() ? it->get<double>() : NAN;
+  if (v == -1.0) {
+    *random = true;
+    return true;
+  }
+  uint64_t seed = 0;
+  if (it->is_number_unsigned()) {
+    seed = it->get<uint64_t>();
+  } else if (it->is_number_integer() && it->get<long long>() >= 0) {
+    seed = static_cast<uint64_t>(it->get<long long>());
+  } else if (it->is_number_float() && v >= 0.0 && v < 0x1p64 && v == std::floor(v)) {
+    seed = static_cast<uint64_t>(v);
+  } else {
+    return Fail(err, "\"seed\" must be " + kSeedRange.What() + ", got " + Shown(*it));
+  }
+  *random = seed == 0xFFFFFFFFULL;
+  *out = seed;
   return true;
 }
 
@@ -132,25 +199,43 @@ bool ReadConstraint(const json& body, std::string* gbnf, bool* none, ApiError* e
   return true;
 }
 
-constexpr size_t kMaxStops = 16;
-constexpr size_t kMaxPrompts = 64;
-
 // The choice count under `key` (`n` or `n_cmpl`) and llama-server's streaming extras.
 bool ReadChoices(const json& body, const char* key, size_t n_prompts, Completion* out,
                  ApiError* err) {
   int n = 1;
   if (!GetInt(body, key, &n, err)) return false;
-  if (n < 1 || n > kMaxChoices) {
-    return Fail(err,
-                std::string("\"") + key + "\" must be in [1, " + std::to_string(kMaxChoices) + "]");
-  }
-  if (n_prompts * static_cast<size_t>(n) > kMaxPrompts) {
-    return Fail(err, std::string("more than ") + std::to_string(kMaxPrompts) +
+  if (n_prompts * static_cast<size_t>(n) > kMaxCompletions) {
+    return Fail(err, std::string("more than ") + std::to_string(kMaxCompletions) +
                          " completions in one request (prompts times \"" + key + "\")");
   }
   out->n_choices = n;
   return GetBool(body, "timings_per_token", &out->timings_per_token, err) &&
          GetBool(body, "return_progress", &out->return_progress, err);
+}
+
+// Before the requests are copied for their choices: each prompt within the slot's context, and
+// the logit biases of all completions within kMaxLogitBiasCopies.
+bool CheckCopies(const Completion& c, const Defaults& d, ApiError* err) {
+  const size_t n_completions = c.requests.size() * static_cast<size_t>(c.n_choices);
+  for (const serve::Request& r : c.requests) {
+    const size_t n = r.prompt.size();
+    if (d.n_ctx_slot > 0 && n > static_cast<size_t>(d.n_ctx_slot)) {
+      err->status = 400;
+      err->type = "exceed_context_size_error";
+      err->message =
+          "the request exceeds the available context size, try increasing it: the prompt has " +
+          std::to_string(n) + " tokens and a slot's context is " + std::to_string(d.n_ctx_slot);
+      err->extra = {{"n_prompt_tokens", n}, {"n_ctx", d.n_ctx_slot}};
+      return false;
+    }
+    if (r.params.logit_bias.size() * n_completions > kMaxLogitBiasCopies) {
+      return Fail(err, "\"logit_bias\" biases " + std::to_string(r.params.logit_bias.size()) +
+                           " tokens in each of " + std::to_string(n_completions) +
+                           " completions; at most " + std::to_string(kMaxLogitBiasCopies) +
+                           " in all");
+    }
+  }
+  return true;
 }
 
 // One request per prompt → n_choices per prompt, choice c with the seed + c.
@@ -180,35 +265,36 @@ bool ReadParams(const json& body, const Defaults& d, serve::Request* out, ApiErr
       !GetBool(body, "ignore_eos", &p.ignore_eos, err)) {
     return false;
   }
-  if (s.top_p < 0.0f || s.top_p > 1.0f) return Fail(err, "\"top_p\" must be in [0, 1]");
-  if (s.min_p < 0.0f || s.min_p > 1.0f) return Fail(err, "\"min_p\" must be in [0, 1]");
-  if (s.temperature < 0.0f) s.temperature = 0.0f;
-  if (s.repeat_penalty <= 0.0f) return Fail(err, "\"repeat_penalty\" must be > 0");
-  long long seed = d.seed;
-  if (!GetInt(body, "seed", &seed, err)) return false;
-  if (seed < 0 || seed == 0xFFFFFFFFLL) {
-    seed = static_cast<long long>(std::random_device{}() & 0x7FFFFFFF);
-  }
-  s.seed = static_cast<uint64_t>(seed);
+  bool random = d.seed < 0 || d.seed == 0xFFFFFFFFLL;
+  uint64_t seed = random ? 0 : static_cast<uint64_t>(d.seed);
+  if (!GetSeed(body, &seed, &random, err)) return false;
+  if (random) seed = std::random_device{}() & 0x7FFFFFFF;
+  s.seed = seed;
   // Token budget: n_predict (llama-server), max_tokens / max_completion_tokens (OpenAI).
-  int n = p.n_predict;
-  if (!GetInt(body, "n_predict", &n, err) || !GetInt(body, "max_tokens", &n, err) ||
-      !GetInt(body, "max_completion_tokens", &n, err)) {
+  if (!GetInt(body, "n_predict", &p.n_predict, err) ||
+      !GetInt(body, "max_tokens", &p.n_predict, err) ||
+      !GetInt(body, "max_completion_tokens", &p.n_predict, err)) {
     return false;
   }
-  p.n_predict = n < 0 ? -1 : n;
   if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
     p.stop.clear();
-    if (it->is_string()) {
-      p.stop.push_back(it->get<std::string>());
-    } else if (it->is_array()) {
-      if (it->size() > kMaxStops) return Fail(err, "\"stop\" has more than 16 strings");
-      for (const json& v : *it) {
-        if (!v.is_string()) return Fail(err, "\"stop\" must be a string or an array of strings");
-        p.stop.push_back(v.get<std::string>());
-      }
-    } else {
+    const bool array = it->is_array();
+    if (!it->is_string() && !array) {
       return Fail(err, "\"stop\" must be a string or an array of strings");
+    }
+    if (array && it->size() > kMaxStops) {
+      return Fail(err, "\"stop\" has " + std::to_string(it->size()) + " strings; at most " +
+                           std::to_string(kMaxStops));
+    }
+    const json one = array ? json() : json::array({*it});
+    for (const json& v : array ? *it : one) {
+      if (!v.is_string()) return Fail(err, "\"stop\" must be a string or an array of strings");
+      if (v.get_ref<const std::string&>().size() > kMaxStopBytes) {
+        return Fail(err, "a \"stop\" string has " +
+                             std::to_string(v.get_ref<const std::string&>().size()) +
+                             " bytes; at most " + std::to_string(kMaxStopBytes));
+      }
+      p.stop.push_back(v.get<std::string>());
     }
   }
   std::string gbnf;
@@ -228,36 +314,51 @@ bool ReadParams(const json& body, const Defaults& d, serve::Request* out, ApiErr
       !GetInt(body, "speculative.n_min", &out->draft_min, err)) {
     return false;
   }
-  if (out->draft_max < -1 || out->draft_max > 64) {
-    return Fail(err, "\"speculative.n_max\" must be in [0, 64]");
+  if (out->draft_min > out->draft_max && out->draft_max >= 0) {
+    return Fail(err, "\"speculative.n_min\" (" + std::to_string(out->draft_min) +
+                         ") exceeds \"speculative.n_max\" (" + std::to_string(out->draft_max) +
+                         ")");
   }
-  if (out->draft_min < -1 || out->draft_min > 64) {
-    return Fail(err, "\"speculative.n_min\" must be in [0, 64]");
-  }
-  if (auto it = body.find("speculative.p_min"); it != body.end() && !it->is_null()) {
-    if (!it->is_number() || it->get<double>() < 0.0 || it->get<double>() > 1.0) {
-      return Fail(err, "\"speculative.p_min\" must be a number in [0, 1]");
-    }
-    out->draft_p_min = it->get<float>();
-  }
-  return true;
+  return GetFloat(body, "speculative.p_min", &out->draft_p_min, err);
 }
 
 namespace {
 
-constexpr size_t kMaxLogitBias = 4096;
+// A request's biases, summed per token as llama.cpp's logit-bias sampler adds them up (-inf
+// stays -inf), one entry per token in the order tokens first appear.
+class BiasSum {
+ public:
+  explicit BiasSum(std::vector<std::pair<int32_t, float>>* out) : out_(out) {
+    for (size_t i = 0; i < out->size(); ++i) at_.try_emplace((*out)[i].first, i);
+  }
+  void Add(int32_t id, float bias) {
+    auto [it, fresh] = at_.try_emplace(id, out_->size());
+    if (fresh) {
+      out_->push_back({id, bias});
+    } else {
+      (*out_)[it->second].second += bias;
+    }
+  }
+
+ private:
+  std::vector<std::pair<int32_t, float>>* out_;
+  std::unordered_map<int32_t, size_t> at_;  // token → its entry in *out_
+};
 
 // One logit_bias entry: a token id (a number, or a string of digits in the object form) or a
 // text (each of its tokens gets the bias), and a bias (a number, or false = never).
-bool AddBias(const json& key, const json& value, const Model& model, GenerateParams* p,
-             ApiError* err) {
+bool AddBias(const json& key, const json& value, const Model& model, BiasSum* sum, ApiError* err) {
   float bias;
   if (value.is_boolean()) {
     if (value.get<bool>()) return true;  // true: no change
     bias = -INFINITY;
   } else if (value.is_number()) {
+    // Bounded, so that the sum of every bias a token may get stays a finite float.
     const double v = value.get<double>();
-    if (!std::isfinite(v)) return Fail(err, "\"logit_bias\" values must be finite numbers");
+    if (!std::isfinite(v) || std::fabs(v) > kMaxLogitBiasValue) {
+      return Fail(err, "\"logit_bias\" values must be false or numbers in [-1e30, 1e30], got " +
+                           Shown(value));
+    }
     bias = static_cast<float>(v);
   } else {
     return Fail(err, "\"logit_bias\" values must be numbers or false");
@@ -267,18 +368,21 @@ bool AddBias(const json& key, const json& value, const Model& model, GeneratePar
     if (id < 0 || id >= n_vocab) {
       return Fail(err, "token id " + std::to_string(id) + " in \"logit_bias\" is out of range");
     }
-    p->logit_bias.push_back({static_cast<int32_t>(id), bias});
+    sum->Add(static_cast<int32_t>(id), bias);
     return true;
   };
   if (key.is_number_integer()) return add_id(key.get<long long>());
   if (!key.is_string()) return Fail(err, "\"logit_bias\" keys must be token ids or strings");
-  const std::string text = key.get<std::string>();
+  const std::string& text = key.get_ref<const std::string&>();
   if (!text.empty() && text.size() < 12 &&
       std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     return add_id(std::stoll(text));
   }
-  for (int32_t id : model.tokenizer().Encode(text, false, false))
-    p->logit_bias.push_back({id, bias});
+  if (text.size() > kMaxLogitBiasTextBytes) {
+    return Fail(err, "a \"logit_bias\" text has " + std::to_string(text.size()) +
+                         " bytes; at most " + std::to_string(kMaxLogitBiasTextBytes));
+  }
+  for (int32_t id : model.tokenizer().Encode(text, false, false)) sum->Add(id, bias);
   return true;
 }
 
@@ -287,20 +391,25 @@ bool AddBias(const json& key, const json& value, const Model& model, GeneratePar
 bool ReadLogitBias(const json& body, const Model& model, GenerateParams* p, ApiError* err) {
   auto it = body.find("logit_bias");
   if (it == body.end() || it->is_null()) return true;
-  if (it->size() > kMaxLogitBias) return Fail(err, "\"logit_bias\" has over 4096 entries");
+  if (!it->is_object() && !it->is_array()) {
+    return Fail(err, "\"logit_bias\" must be an object or an array of pairs");
+  }
+  if (it->size() > kMaxLogitBiasEntries) {
+    return Fail(err, "\"logit_bias\" has " + std::to_string(it->size()) + " entries; at most " +
+                         std::to_string(kMaxLogitBiasEntries));
+  }
+  BiasSum sum(&p->logit_bias);
   if (it->is_object()) {
     for (const auto& [k, v] : it->items()) {
-      if (!AddBias(json(k), v, model, p, err)) return false;
+      if (!AddBias(json(k), v, model, &sum, err)) return false;
     }
-  } else if (it->is_array()) {
+  } else {
     for (const json& pair : *it) {
       if (!pair.is_array() || pair.size() != 2) {
         return Fail(err, "\"logit_bias\" entries must be [token or text, bias] pairs");
       }
-      if (!AddBias(pair[0], pair[1], model, p, err)) return false;
+      if (!AddBias(pair[0], pair[1], model, &sum, err)) return false;
     }
-  } else {
-    return Fail(err, "\"logit_bias\" must be an object or an array of pairs");
   }
   return true;
 }
@@ -372,16 +481,15 @@ bool ParseCompletion(const json& body, const Model& model, const Defaults& defau
     for (const json& v : *it) many = many && (v.is_string() || v.is_array());
   }
   if (many) {
-    if (it->size() > kMaxPrompts) return Fail(err, "more than 64 prompts in one request");
+    if (it->size() > kMaxCompletions) {
+      return Fail(err, "more than " + std::to_string(kMaxCompletions) + " prompts in one request");
+    }
     for (const json& v : *it) prompts.push_back(&v);
   } else {
     prompts.push_back(&*it);
   }
   int n_probs = 0;
   if (!GetInt(body, oai ? "logprobs" : "n_probs", &n_probs, err)) return false;
-  if (n_probs < 0 || n_probs > 20) {
-    return Fail(err, std::string("\"") + (oai ? "logprobs" : "n_probs") + "\" must be in [0, 20]");
-  }
   base.n_probs = n_probs;
   if (!GetBool(body, "post_sampling_probs", &base.post_sampling_probs, err)) return false;
   if (oai) base.post_sampling_probs = false;  // OpenAI's logprobs are log-probabilities
@@ -394,6 +502,7 @@ bool ParseCompletion(const json& body, const Model& model, const Defaults& defau
     if (!ReadOnePrompt(*p, model, &r.prompt, err)) return false;
     out->requests.push_back(std::move(r));
   }
+  if (!CheckCopies(*out, defaults, err)) return false;
   ExpandChoices(out);
   return true;
 }
@@ -726,9 +835,6 @@ bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,
       !GetInt(body, "top_logprobs", &out->top_logprobs, err)) {
     return false;
   }
-  if (out->top_logprobs < 0 || out->top_logprobs > 20) {
-    return Fail(err, "\"top_logprobs\" must be in [0, 20]");
-  }
   if (out->top_logprobs > 0 && !out->logprobs) {
     return Fail(err, "\"top_logprobs\" needs \"logprobs\": true");
   }
@@ -760,6 +866,7 @@ bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,
   if (!RenderMessages(body, model, chat, defaults.prefill_assistant, &text, err)) return false;
   r.prompt = TokenizePrompt(model, text, true);
   out->requests.push_back(std::move(r));
+  if (!CheckCopies(*out, defaults, err)) return false;
   ExpandChoices(out);
   return true;
 }
@@ -820,6 +927,75 @@ json PieceJson(const std::string& piece) {
   json bytes = json::array();
   for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
   return bytes;
+}
+
+std::span<const NumericField> NumericFields() { return kNumericFields; }
+
+bool TokenizeAnswer(const json& body, const Model& model, std::string* answer, ApiError* err) {
+  if (!body.is_object()) return Fail(err, "the body must be a JSON object");
+  auto content = body.find("content");
+  if (content == body.end() || !content->is_string()) {
+    return Fail(err, "\"content\" must be a string");
+  }
+  bool add_special = false, with_pieces = false, parse_special = true;
+  if (!GetBool(body, "add_special", &add_special, err) ||
+      !GetBool(body, "with_pieces", &with_pieces, err) ||
+      !GetBool(body, "parse_special", &parse_special, err)) {
+    return false;
+  }
+  // At most a token per byte (and the special ones added): bounded by the body's size.
+  const Tokenizer& tok = model.tokenizer();
+  const std::vector<int32_t> ids =
+      tok.Encode(content->get_ref<const std::string&>(), add_special, parse_special);
+  if (ids.size() > kMaxTokenizeTokens) {
+    return Fail(err, "\"content\" has " + std::to_string(ids.size()) +
+                         " tokens; /tokenize answers at most " +
+                         std::to_string(kMaxTokenizeTokens));
+  }
+  std::string& out = *answer;
+  out.clear();
+  out.reserve(ids.size() * (with_pieces ? 24 : 7) + 16);
+  out += "{\"tokens\":[";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) out += ',';
+    if (with_pieces) {
+      out += "{\"id\":" + std::to_string(ids[i]) + ",\"piece\":";
+      out += PieceJson(tok.TokenToPiece(ids[i], true))
+                 .dump(-1, ' ', false, json::error_handler_t::replace);
+      out += '}';
+    } else {
+      out += std::to_string(ids[i]);
+    }
+  }
+  out += "]}";
+  return true;
+}
+
+bool DetokenizeAnswer(const json& body, const Model& model, std::string* answer, ApiError* err) {
+  if (!body.is_object()) return Fail(err, "the body must be a JSON object");
+  std::string text;
+  auto tokens = body.find("tokens");
+  if (tokens != body.end() && !tokens->is_null()) {
+    if (!tokens->is_array()) return Fail(err, "\"tokens\" must be an array");
+    if (tokens->size() > kMaxDetokenizeTokens) {
+      return Fail(err, "\"tokens\" has " + std::to_string(tokens->size()) +
+                           " tokens; /detokenize takes at most " +
+                           std::to_string(kMaxDetokenizeTokens));
+    }
+    const int n_vocab = model.hparams().n_vocab;
+    for (const json& t : *tokens) {
+      if (!t.is_number_integer() || t.get<long long>() < 0 || t.get<long long>() >= n_vocab) {
+        return Fail(err, "\"tokens\" holds an invalid token id");
+      }
+      text += model.tokenizer().TokenToPiece(t.get<int32_t>(), true);
+      if (text.size() > kMaxDetokenizeBytes) {
+        return Fail(err, "the text of \"tokens\" is over " + std::to_string(kMaxDetokenizeBytes) +
+                             " bytes");
+      }
+    }
+  }
+  *answer = json{{"content", std::move(text)}}.dump(-1, ' ', false, json::error_handler_t::replace);
+  return true;
 }
 
 }  // namespace lamina::cli::api

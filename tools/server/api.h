@@ -2,10 +2,14 @@
 // typed serve::Request values with type checks, and events mapped back onto response JSON.
 #pragma once
 
+#include <cstddef>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "../value_ranges.h"
 #include "model/model.h"
 #include "serve/request.h"
 #include "server.h"
@@ -15,11 +19,13 @@ namespace lamina::cli::api {
 
 using json = nlohmann::ordered_json;  // members keep their order (JSON schemas, responses)
 
-// A client error: HTTP status, llama-server error type, message.
+// A client error: HTTP status, llama-server error type, message; `extra` members go into the
+// error object beside them (exceed_context_size_error: n_prompt_tokens and n_ctx).
 struct ApiError {
   int status = 400;
   std::string type = "invalid_request_error";
   std::string message;
+  json extra = json::object();
 };
 json ErrorBody(const ApiError& e);
 
@@ -30,10 +36,50 @@ struct Defaults {
   // A conversation ending with an assistant message continues that message (llama-server's
   // default; --no-prefill-assistant turns it off).
   bool prefill_assistant = true;
+  // A slot's context: a prompt over it is refused (400 exceed_context_size_error with
+  // n_prompt_tokens and n_ctx) before the request is copied for its choices. 0: not checked
+  // here (the caller checks).
+  int n_ctx_slot = 0;
 };
 
+// Hard caps on one request's work and memory (docs/SERVER.md, "Limits"). Each is refused with a
+// 400 invalid_request_error naming the field and the limit.
 // Most choices one request may ask for (`n`, `n_cmpl`).
 inline constexpr int kMaxChoices = 16;
+// Most completions one request may ask for: prompts times choices.
+inline constexpr size_t kMaxCompletions = 64;
+// Stop strings: a request's count and each one's length in bytes (every step of every slot
+// searches the pending text for each, and holds back what could start one).
+inline constexpr size_t kMaxStops = 16;
+inline constexpr size_t kMaxStopBytes = 256;
+// logit_bias: entries (keys or pairs) in the body, and the bytes of a text key (each of its
+// tokens is biased). The biases are summed per token (llama.cpp adds them up), so a request
+// holds at most one per vocabulary token.
+inline constexpr size_t kMaxLogitBiasEntries = 4096;
+inline constexpr size_t kMaxLogitBiasTextBytes = 256;
+// Biased tokens times completions: every completion holds its own copy.
+inline constexpr size_t kMaxLogitBiasCopies = 1 << 20;
+// |bias| at most this: a sum of biases stays a finite float.
+inline constexpr double kMaxLogitBiasValue = 1e30;
+// Log-probabilities per token (n_probs, logprobs, top_logprobs), as llama-server and OpenAI.
+inline constexpr int kMaxLogprobs = 20;
+// /tokenize: tokens in one answer (with pieces, about 30 bytes of JSON each plus the piece: a
+// full answer is a few tens of MB; without, ids only, at most about 8 MB).
+inline constexpr size_t kMaxTokenizeTokens = 1 << 20;
+// /detokenize: tokens in one request, and the bytes of the text answered.
+inline constexpr size_t kMaxDetokenizeTokens = 1 << 20;
+inline constexpr size_t kMaxDetokenizeBytes = 16 << 20;
+
+// A numeric request field and its range (value_ranges.h: the command line's rules where the
+// field has a flag). Values outside it, NaN and infinities are refused with a 400 naming the
+// field, the range and the value.
+struct NumericField {
+  std::string_view key;
+  ValueRange range;
+};
+// Every numeric field of the completion routes, the one table the parsers check against.
+// (`logprobs` is a count on /v1/completions and a boolean on the chat route.)
+std::span<const NumericField> NumericFields();
 
 // What a completion body asks beyond the typed request.
 struct Completion {
@@ -127,5 +173,15 @@ json TimingsJson(const serve::Timings& t);
 // A token's piece for /tokenize with_pieces: the text, or its byte values when it is not
 // valid UTF-8 on its own (a byte-fallback piece).
 json PieceJson(const std::string& piece);
+
+// POST /tokenize: {"content", "add_special" (false), "with_pieces" (false), "parse_special"
+// (true)} → the answer's JSON text, {"tokens": [id, ...]} or {"tokens": [{"id", "piece"}, ...]}.
+// Over kMaxTokenizeTokens tokens is a 400 naming the count and the limit. Written as text, not
+// as a JSON value, so an answer costs its bytes and no more.
+bool TokenizeAnswer(const json& body, const Model& model, std::string* answer, ApiError* err);
+
+// POST /detokenize: {"tokens": [id, ...]} → the answer's JSON text, {"content": text}. Over
+// kMaxDetokenizeTokens tokens, or a text over kMaxDetokenizeBytes, is a 400 naming the limit.
+bool DetokenizeAnswer(const json& body, const Model& model, std::string* answer, ApiError* err);
 
 }  // namespace lamina::cli::api

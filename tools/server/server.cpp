@@ -1,9 +1,9 @@
 // `lamina serve`: flags, start-up and shutdown, and the HTTP routes (see server.h).
 #include "server.h"
 
-#include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -25,6 +25,8 @@
 #include "../cli_options.h"
 #include "../cli_spec.h"
 #include "api.h"
+#include "http.h"
+#include "json_limits.h"
 #include "model/model.h"
 #include "runtime/kv_cache.h"
 #include "serve/scheduler.h"
@@ -51,6 +53,12 @@ std::vector<std::string> SplitCommas(const std::string& s) {
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
+  return out;
+}
+
+std::string JoinCommas(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : ", ") + p;
   return out;
 }
 
@@ -97,7 +105,11 @@ json ContentBeside(const std::string& text) {
 }
 
 // One finished (or failed) request, for the monitor.
+// The longest cache_salt a request may give.
+constexpr size_t kMaxCacheSalt = 256;
+
 struct RecentRequest {
+  std::string key_scope;  // the API key's digest (Server::KeyScope): shown to that key only
   std::string route;
   int status = 200;
   int slot = -1;
@@ -117,33 +129,42 @@ class Server {
   int Run();
 
  private:
+  int LoadAccessLists();
   enum class Route { kCompletion, kOaiCompletion, kOaiChat };
 
   void SetUpRoutes();
-  bool Authorized(const httplib::Request& req) const;
-  bool Ready(httplib::Response& res) const;
-  void SendError(httplib::Response& res, const ApiError& e) const;
-  bool ParseBody(const httplib::Request& req, httplib::Response& res, json* body) const;
+  // The index of the request's API key in api_keys_ (0 when the server has none), -1 when it
+  // has none of them. Requests of different keys never share cached prompt cells.
+  int KeyIndex(const http::Request& req) const;
+  // The request's tenant: a digest of its API key ("" without keys). Prefix-cache cells, slot
+  // details, the monitor's recent requests and slot files never cross tenants.
+  std::string KeyScope(const http::Request& req) const;
+  bool HostAllowed(const std::string& host_header) const;
+  bool OriginAllowed(const std::string& origin) const;
+  void AddCorsHeaders(const http::Request& req, http::Response& res) const;
+  bool Ready(http::Response& res) const;
+  void SendError(http::Response& res, const ApiError& e) const;
+  bool ParseBody(const http::Request& req, http::Response& res, json* body) const;
   void Count(const std::string& route);
   void Remember(RecentRequest r);
 
-  void HandleCompletion(const httplib::Request& req, httplib::Response& res, Route route);
+  void HandleCompletion(const http::Request& req, http::Response& res, Route route);
   json ParamsJson(const GenerateParams& p) const;
   json NativeFinal(const api::Completion& c, size_t index, const serve::Request& r,
                    const std::string& text, const std::vector<int32_t>& tokens,
                    const serve::Event& done) const;
   json Usage(const api::Completion& c, const std::vector<serve::Timings>& t) const;
-  void HandleTokenize(const httplib::Request& req, httplib::Response& res);
-  void HandleDetokenize(const httplib::Request& req, httplib::Response& res);
-  void HandleProps(httplib::Response& res);
-  void HandleSlots(httplib::Response& res);
-  void HandleSlotAction(const httplib::Request& req, httplib::Response& res);
-  void HandleModels(httplib::Response& res);
-  void HandleMetrics(httplib::Response& res);
-  void HandleMonitor(httplib::Response& res);
+  void HandleTokenize(const http::Request& req, http::Response& res);
+  void HandleDetokenize(const http::Request& req, http::Response& res);
+  void HandleProps(http::Response& res);
+  void HandleSlots(const http::Request& req, http::Response& res);
+  void HandleSlotAction(const http::Request& req, http::Response& res);
+  void HandleModels(http::Response& res);
+  void HandleMetrics(http::Response& res);
+  void HandleMonitor(const http::Request& req, http::Response& res);
 
   ServeOptions o_;
-  httplib::Server http_;
+  std::unique_ptr<http::Server> http_;
   std::atomic<bool> ready_{false};
   std::unique_ptr<Model> model_;
   std::unique_ptr<ThreadPool> pool_;
@@ -157,6 +178,9 @@ class Server {
   std::vector<std::string> aliases_;
   std::vector<std::string> tags_;
   std::vector<std::string> api_keys_;
+  std::vector<std::string> key_digests_;    // KeyDigest of each key, same order
+  std::vector<std::string> cors_origins_;   // --cors-origin
+  std::vector<std::string> allowed_hosts_;  // --host-allow, lower-cased
   std::string kv_name_;
   double started_at_ = 0.0;
 
@@ -166,30 +190,62 @@ class Server {
   std::deque<RecentRequest> recent_;               // newest last, at most 32
 };
 
-bool Server::Authorized(const httplib::Request& req) const {
-  if (api_keys_.empty()) return true;
+// Equal strings, in a time that does not depend on where they differ.
+bool ConstantTimeEquals(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < b.size(); ++i) {
+    diff |= static_cast<unsigned char>(b[i] ^ (i < a.size() ? a[i] : 0));
+  }
+  return diff == 0;
+}
+
+// FNV-1a of a key, as 16 hex digits: names a key's cache scope and slot-file folder without
+// keeping the key itself in either.
+std::string KeyDigest(const std::string& key) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : key) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
+std::string Server::KeyScope(const http::Request& req) const {
+  const int k = KeyIndex(req);
+  return k < 0 || api_keys_.empty() ? std::string() : key_digests_[static_cast<size_t>(k)];
+}
+
+int Server::KeyIndex(const http::Request& req) const {
+  if (api_keys_.empty()) return 0;
   std::string key;
   const std::string auth = req.get_header_value("Authorization");
   if (auth.rfind("Bearer ", 0) == 0) key = auth.substr(7);
   if (key.empty()) key = req.get_header_value("X-Api-Key");
-  return std::find(api_keys_.begin(), api_keys_.end(), key) != api_keys_.end();
+  if (key.empty()) return -1;
+  int found = -1;
+  for (size_t i = 0; i < api_keys_.size(); ++i) {
+    if (ConstantTimeEquals(key, api_keys_[i]) && found < 0) found = static_cast<int>(i);
+  }
+  return found;
 }
 
-void Server::SendError(httplib::Response& res, const ApiError& e) const {
+void Server::SendError(http::Response& res, const ApiError& e) const {
   res.status = e.status;
   res.set_content(Dump(api::ErrorBody(e)), "application/json; charset=utf-8");
 }
 
-bool Server::Ready(httplib::Response& res) const {
+bool Server::Ready(http::Response& res) const {
   if (ready_) return true;
   SendError(res, {503, "unavailable_error", "Loading model"});
   return false;
 }
 
-bool Server::ParseBody(const httplib::Request& req, httplib::Response& res, json* body) const {
-  *body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (body->is_discarded()) {
-    SendError(res, {400, "invalid_request_error", "the request body is not valid JSON"});
+bool Server::ParseBody(const http::Request& req, http::Response& res, json* body) const {
+  std::string error;
+  if (!ParseJsonBounded(req.body, kMaxJsonDepth, body, &error)) {
+    SendError(res, {400, "invalid_request_error", error});
     return false;
   }
   if (!body->is_object()) {
@@ -212,6 +268,61 @@ void Server::Remember(RecentRequest r) {
 }
 
 namespace {
+
+// Whether a slot's cells (a cache scope: key digest, then "|salt:..." when salted) belong to
+// the API key of key_scope.
+bool SameKey(const std::string& slot_scope, const std::string& key_scope) {
+  return slot_scope.substr(0, slot_scope.find('|')) == key_scope;
+}
+
+// A slot of another tenant as that tenant's neighbours see it: its id and size only.
+serve::SlotInfo HiddenSlot(const serve::SlotInfo& s) {
+  serve::SlotInfo out;
+  out.id = s.id;
+  out.n_ctx = s.n_ctx;
+  return out;
+}
+
+// Slot file names: 1..128 characters of [A-Za-z0-9._-], not starting with a dot (so no "..",
+// no hidden or temporary file, no separator, NUL or control character).
+bool SlotFileNameValid(const std::string& name) {
+  if (name.empty() || name.size() > 128 || name.front() == '.') return false;
+  if (name.find(".tmp.") != std::string::npos) return false;  // the writer's temporary names
+  for (unsigned char ch : name) {
+    if (!std::isalnum(ch) && ch != '.' && ch != '_' && ch != '-') return false;
+  }
+  return true;
+}
+
+// Removes the temporary files a killed server left in the slot folder (and its key folders):
+// NAME.tmp.PID of a process that no longer runs.
+void SweepStaleSlotFiles(const std::string& folder) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (folder.empty() || !fs::is_directory(folder, ec)) return;
+  size_t removed = 0;
+  auto sweep = [&removed](const fs::path& dir) {
+    std::error_code e;
+    for (const fs::directory_entry& f : fs::directory_iterator(dir, e)) {
+      const std::string name = f.path().filename().string();
+      const size_t at = name.rfind(".tmp.");
+      if (at == std::string::npos || !f.is_regular_file(e)) continue;
+      const std::string pid = name.substr(at + 5);
+      if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      if (pid != std::to_string(::getpid()) && fs::exists("/proc/" + pid, e)) continue;
+      if (fs::remove(f.path(), e)) ++removed;
+    }
+  };
+  sweep(folder);
+  for (const fs::directory_entry& d : fs::directory_iterator(folder, ec)) {
+    std::error_code e;
+    if (d.is_directory(e) && d.path().filename().string().rfind("key-", 0) == 0) sweep(d.path());
+  }
+  if (removed > 0) {
+    std::fprintf(stderr, "lamina: removed %zu stale temporary slot file(s) from %s\n", removed,
+                 folder.c_str());
+  }
+}
 
 // [[id, bias], ...] as llama-server lists it (false for a token that is never sampled).
 json LogitBiasJson(const GenerateParams& p) {
@@ -357,7 +468,7 @@ json Server::NativeFinal(const api::Completion& c, size_t index, const serve::Re
           {"timings", api::TimingsJson(done.timings)}};
 }
 
-void Server::HandleCompletion(const httplib::Request& req, httplib::Response& res, Route route) {
+void Server::HandleCompletion(const http::Request& req, http::Response& res, Route route) {
   if (!Ready(res)) return;
   json body;
   if (!ParseBody(req, res, &body)) return;
@@ -368,6 +479,17 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
                       : api::ParseCompletion(body, *model_, defaults_,
                                              route == Route::kOaiCompletion, c.get(), &err);
   if (!ok) return SendError(res, err);
+  // The prefix cache's tenant: the API key, narrowed by the request's cache_salt (vLLM's field).
+  std::string scope = KeyScope(req);
+  if (auto salt = body.find("cache_salt"); salt != body.end() && !salt->is_null()) {
+    if (!salt->is_string() || salt->get_ref<const std::string&>().size() > kMaxCacheSalt) {
+      return SendError(res, {400, "invalid_request_error",
+                             "\"cache_salt\" must be a string of at most " +
+                                 std::to_string(kMaxCacheSalt) + " bytes"});
+    }
+    scope += "|salt:" + salt->get<std::string>();
+  }
+  for (serve::Request& r : c->requests) r.cache_scope = scope;
   // Prompts over a slot's context are refused here, before any stream starts.
   for (const serve::Request& r : c->requests) {
     const int n = static_cast<int>(r.prompt.size());
@@ -400,8 +522,10 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
                                                                   : "/completion";
   const std::string id = RandomId(route == Route::kOaiChat ? "chatcmpl-" : "cmpl-");
   const long long created = static_cast<long long>(std::time(nullptr));
-  auto remember = [this, route_name](int status, const serve::Event& done) {
+  auto remember = [this, route_name, key_scope = KeyScope(req)](int status,
+                                                                const serve::Event& done) {
     RecentRequest rr;
+    rr.key_scope = key_scope;
     rr.route = route_name;
     rr.status = status;
     rr.slot = done.slot;
@@ -533,7 +657,7 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
     // JSON) every 250 ms, so a client that goes away cancels its request within a step or two.
     res.set_chunked_content_provider(
         "application/json; charset=utf-8",
-        [collect, answer, cancel_all](size_t, httplib::DataSink& sink) {
+        [collect, answer, cancel_all](size_t, http::DataSink& sink) {
           if (!collect(std::chrono::steady_clock::now() + std::chrono::milliseconds(250))) {
             if (!sink.write(" ", 1)) {
               cancel_all();
@@ -575,8 +699,8 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, c, channels, state, route, id, created, cancel_all, remember](
-          size_t, httplib::DataSink& sink) {
+      [this, c, channels, state, route, id, created, cancel_all, remember](size_t,
+                                                                           http::DataSink& sink) {
         auto write = [&](const std::string& s) {
           if (!sink.write(s.data(), s.size())) {
             cancel_all();
@@ -780,64 +904,27 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
       [cancel_all](bool) { cancel_all(); });
 }
 
-void Server::HandleTokenize(const httplib::Request& req, httplib::Response& res) {
+void Server::HandleTokenize(const http::Request& req, http::Response& res) {
   if (!Ready(res)) return;
   json body;
   if (!ParseBody(req, res, &body)) return;
-  auto content = body.find("content");
-  if (content == body.end() || !content->is_string()) {
-    return SendError(res, {400, "invalid_request_error", "\"content\" must be a string"});
-  }
-  bool add_special = false, with_pieces = false, parse_special = true;
-  for (auto [key, out] :
-       {std::pair{"add_special", &add_special}, std::pair{"with_pieces", &with_pieces},
-        std::pair{"parse_special", &parse_special}}) {
-    auto it = body.find(key);
-    if (it == body.end() || it->is_null()) continue;
-    if (!it->is_boolean()) {
-      return SendError(
-          res, {400, "invalid_request_error", std::string("\"") + key + "\" must be a boolean"});
-    }
-    *out = it->get<bool>();
-  }
-  const Tokenizer& tok = model_->tokenizer();
-  const std::vector<int32_t> ids =
-      tok.Encode(content->get<std::string>(), add_special, parse_special);
-  json tokens = json::array();
-  for (int32_t id : ids) {
-    if (with_pieces) {
-      tokens.push_back({{"id", id}, {"piece", api::PieceJson(tok.TokenToPiece(id, true))}});
-    } else {
-      tokens.push_back(id);
-    }
-  }
-  res.set_content(Dump({{"tokens", tokens}}), "application/json; charset=utf-8");
+  std::string answer;
+  ApiError err;
+  if (!api::TokenizeAnswer(body, *model_, &answer, &err)) return SendError(res, err);
+  res.set_content(std::move(answer), "application/json; charset=utf-8");
 }
 
-void Server::HandleDetokenize(const httplib::Request& req, httplib::Response& res) {
+void Server::HandleDetokenize(const http::Request& req, http::Response& res) {
   if (!Ready(res)) return;
   json body;
   if (!ParseBody(req, res, &body)) return;
-  std::vector<int32_t> ids;
-  auto tokens = body.find("tokens");
-  if (tokens != body.end() && !tokens->is_null()) {
-    if (!tokens->is_array())
-      return SendError(res, {400, "invalid_request_error", "\"tokens\" must be an array"});
-    for (const json& t : *tokens) {
-      if (!t.is_number_integer() || t.get<long long>() < 0 ||
-          t.get<long long>() >= model_->hparams().n_vocab) {
-        return SendError(res,
-                         {400, "invalid_request_error", "\"tokens\" holds an invalid token id"});
-      }
-      ids.push_back(t.get<int32_t>());
-    }
-  }
-  std::string text;
-  for (int32_t id : ids) text += model_->tokenizer().TokenToPiece(id, true);
-  res.set_content(Dump({{"content", text}}), "application/json; charset=utf-8");
+  std::string answer;
+  ApiError err;
+  if (!api::DetokenizeAnswer(body, *model_, &answer, &err)) return SendError(res, err);
+  res.set_content(std::move(answer), "application/json; charset=utf-8");
 }
 
-void Server::HandleProps(httplib::Response& res) {
+void Server::HandleProps(http::Response& res) {
   if (!Ready(res)) return;
   json params = ParamsJson(defaults_.params);
   params["seed"] = defaults_.seed < 0 ? 0xFFFFFFFFLL : defaults_.seed;
@@ -863,7 +950,7 @@ void Server::HandleProps(httplib::Response& res) {
                   "application/json; charset=utf-8");
 }
 
-void Server::HandleSlots(httplib::Response& res) {
+void Server::HandleSlots(const http::Request& req, http::Response& res) {
   if (!Ready(res)) return;
   if (!o_.slots) {
     return SendError(res,
@@ -871,7 +958,9 @@ void Server::HandleSlots(httplib::Response& res) {
   }
   json out = json::array();
   json params = ParamsJson(defaults_.params);
-  for (const serve::SlotInfo& s : scheduler_->Slots()) {
+  const std::string key_scope = KeyScope(req);
+  for (serve::SlotInfo s : scheduler_->Slots()) {
+    if (!SameKey(s.scope, key_scope)) s = HiddenSlot(s);
     out.push_back({{"id", s.id},
                    {"id_task", s.busy ? static_cast<long long>(s.request) : -1},
                    {"n_ctx", s.n_ctx},
@@ -885,7 +974,7 @@ void Server::HandleSlots(httplib::Response& res) {
   res.set_content(Dump(out), "application/json; charset=utf-8");
 }
 
-void Server::HandleSlotAction(const httplib::Request& req, httplib::Response& res) {
+void Server::HandleSlotAction(const http::Request& req, http::Response& res) {
   if (!Ready(res)) return;
   if (!o_.slots) {
     return SendError(res,
@@ -893,13 +982,13 @@ void Server::HandleSlotAction(const httplib::Request& req, httplib::Response& re
   }
   int id = -1;
   try {
-    id = std::stoi(req.matches[1].str());
+    id = std::stoi(req.matches.at(1));
   } catch (...) {
     return SendError(res, {400, "invalid_request_error", "invalid slot id"});
   }
   const std::string action = req.get_param_value("action");
   if (action == "erase") {
-    Result<int> n = scheduler_->EraseSlot(id);
+    Result<int> n = scheduler_->EraseSlot(id, KeyScope(req));
     if (!n.ok()) return SendError(res, {400, "invalid_request_error", n.error().message});
     res.set_content(Dump({{"id_slot", id}, {"n_erased", *n}}), "application/json; charset=utf-8");
     return;
@@ -919,15 +1008,36 @@ void Server::HandleSlotAction(const httplib::Request& req, httplib::Response& re
     return SendError(res, {400, "invalid_request_error", "\"filename\" must be a string"});
   }
   const std::string filename = fn->get<std::string>();
-  if (filename.empty() || filename.size() > 255 || filename.find('/') != std::string::npos ||
-      filename.find('\\') != std::string::npos || filename.find("..") != std::string::npos) {
-    return SendError(res, {400, "invalid_request_error", "Invalid filename"});
+  if (!SlotFileNameValid(filename)) {
+    return SendError(res, {400, "invalid_request_error",
+                           "Invalid filename: 1 to 128 of A-Z a-z 0-9 . _ -, not starting with a "
+                           "dot"});
   }
-  const std::string path = (std::filesystem::path(o_.slot_save_path) / filename).string();
+  // With API keys, each key has a folder of its own: a tenant cannot restore another's file.
+  std::filesystem::path folder(o_.slot_save_path);
+  const std::string key_scope = KeyScope(req);
+  if (!key_scope.empty()) {
+    folder /= "key-" + key_scope;
+    std::error_code ec;
+    std::filesystem::create_directories(folder, ec);
+  }
+  const std::string path = (folder / filename).string();
+  const std::string scope = key_scope;  // restored cells belong to the key (no salt)
   const bool save = action == "save";
   Result<serve::SlotFileResult> r =
-      save ? scheduler_->SaveSlot(id, path) : scheduler_->RestoreSlot(id, path);
-  if (!r.ok()) return SendError(res, {400, "invalid_request_error", r.error().message});
+      save ? scheduler_->SaveSlot(id, path, scope) : scheduler_->RestoreSlot(id, path, scope);
+  if (!r.ok()) {
+    // The reason without the server's folder (which a client has no business knowing).
+    std::string message = r.error().message;
+    for (size_t at; (at = message.find(path)) != std::string::npos;) {
+      message.replace(at, path.size(), filename);
+    }
+    const std::string dir = folder.string();
+    for (size_t at; !dir.empty() && (at = message.find(dir)) != std::string::npos;) {
+      message.replace(at, dir.size(), "<slot-save-path>");
+    }
+    return SendError(res, {400, "invalid_request_error", message});
+  }
   res.set_content(Dump({{"id_slot", id},
                         {"filename", filename},
                         {save ? "n_saved" : "n_restored", r->n_tokens},
@@ -936,7 +1046,7 @@ void Server::HandleSlotAction(const httplib::Request& req, httplib::Response& re
                   "application/json; charset=utf-8");
 }
 
-void Server::HandleModels(httplib::Response& res) {
+void Server::HandleModels(http::Response& res) {
   if (!Ready(res)) return;
   const Hparams& hp = model_->hparams();
   json meta = {{"vocab_type", 2},
@@ -968,7 +1078,7 @@ void Server::HandleModels(httplib::Response& res) {
       "application/json; charset=utf-8");
 }
 
-void Server::HandleMetrics(httplib::Response& res) {
+void Server::HandleMetrics(http::Response& res) {
   if (!Ready(res)) return;
   const serve::Stats s = scheduler_->stats();
   std::string out;
@@ -1013,11 +1123,13 @@ void Server::HandleMetrics(httplib::Response& res) {
   res.set_content(out, "text/plain; version=0.0.4");
 }
 
-void Server::HandleMonitor(httplib::Response& res) {
+void Server::HandleMonitor(const http::Request& req, http::Response& res) {
   if (!Ready(res)) return;
   const serve::Stats s = scheduler_->stats();
   json slots = json::array();
-  for (const serve::SlotInfo& i : scheduler_->Slots()) {
+  const std::string key_scope = KeyScope(req);
+  for (serve::SlotInfo i : scheduler_->Slots()) {
+    if (!SameKey(i.scope, key_scope)) i = HiddenSlot(i);
     slots.push_back({{"id", i.id},
                      {"busy", i.busy},
                      {"n_past", i.n_past},
@@ -1029,6 +1141,7 @@ void Server::HandleMonitor(httplib::Response& res) {
   {
     std::lock_guard<std::mutex> lock(stats_mutex_);
     for (auto it = recent_.rbegin(); it != recent_.rend(); ++it) {
+      if (it->key_scope != key_scope) continue;
       recent.push_back({{"route", it->route},
                         {"status", it->status},
                         {"slot", it->slot},
@@ -1059,62 +1172,104 @@ void Server::HandleMonitor(httplib::Response& res) {
       "application/json; charset=utf-8");
 }
 
+// Whether a Host header names this server: any host when --host-allow has "*" (the default of
+// a server bound to a non-loopback address), else one of the allowed names (with any port).
+bool Server::HostAllowed(const std::string& host_header) const {
+  if (host_header.empty()) return true;  // HTTP/1.0; a browser always sends Host
+  if (std::find(allowed_hosts_.begin(), allowed_hosts_.end(), "*") != allowed_hosts_.end())
+    return true;
+  std::string host = host_header;
+  if (!host.empty() && host.front() == '[') {
+    host = host.substr(0, host.find(']') + 1);
+  } else if (host.find(':') != std::string::npos) {
+    host = host.substr(0, host.find(':'));
+  }
+  for (char& ch : host) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return std::find(allowed_hosts_.begin(), allowed_hosts_.end(), host) != allowed_hosts_.end();
+}
+
+// CORS: an origin of --cors-origin is echoed (Vary: Origin); "*" allows every origin without
+// credentials; no other origin gets an Access-Control-Allow-Origin, so browsers keep foreign
+// pages from reading answers.
+bool Server::OriginAllowed(const std::string& origin) const {
+  if (origin.empty()) return false;
+  for (const std::string& o : cors_origins_) {
+    if (o == "*" || o == origin) return true;
+  }
+  return false;
+}
+
+void Server::AddCorsHeaders(const http::Request& req, http::Response& res) const {
+  const std::string origin = req.get_header_value("Origin");
+  if (!OriginAllowed(origin)) return;
+  const bool any =
+      std::find(cors_origins_.begin(), cors_origins_.end(), "*") != cors_origins_.end();
+  res.set_header("Access-Control-Allow-Origin", any ? "*" : origin);
+  if (!any) res.set_header("Vary", "Origin");
+}
+
 void Server::SetUpRoutes() {
-  http_.set_payload_max_length(o_.max_body_bytes);
-  http_.set_default_headers({{"Server", "lamina"}, {"Access-Control-Allow-Origin", "*"}});
-  const size_t http_threads = o_.n_threads_http > 0 ? static_cast<size_t>(o_.n_threads_http)
-                                                    : std::max<size_t>(72, 4 * o_.n_parallel);
-  http_.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
-  http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (req.method == "OPTIONS") return httplib::Server::HandlerResponse::Unhandled;
+  http::Limits limits;
+  limits.max_body_bytes = o_.max_body_bytes;
+  limits.n_workers = o_.n_threads_http > 0 ? static_cast<size_t>(o_.n_threads_http)
+                                           : std::max<size_t>(72, 4 * o_.n_parallel);
+  limits.max_connections = static_cast<size_t>(o_.max_connections);
+  http_ = std::make_unique<http::Server>(limits);
+  http_->SetDefaultHeaders({{"Server", "lamina"}});
+  // Runs on every request head, before its body is read: a request from a foreign Host or
+  // without a valid key costs only its head.
+  http_->SetDecorator(
+      [this](const http::Request& req, http::Response& res) { AddCorsHeaders(req, res); });
+  http_->SetHeadFilter([this](const http::Request& req, http::Response& res) {
+    if (!HostAllowed(req.get_header_value("Host"))) {
+      SendError(res, {403, "permission_error",
+                      "Host header not allowed (see --host-allow): this server answers to " +
+                          JoinCommas(allowed_hosts_)});
+      return true;
+    }
+    if (req.method == "OPTIONS") return false;
     static const char* const kPublic[] = {"/health", "/models", "/v1/models", "/", "/index.html"};
     for (const char* p : kPublic) {
-      if (req.path == p) return httplib::Server::HandlerResponse::Unhandled;
+      if (req.path == p && (req.method == "GET" || req.method == "HEAD")) return false;
     }
-    if (!Authorized(req)) {
+    if (KeyIndex(req) < 0) {
       SendError(res, {401, "authentication_error", "Invalid API Key"});
-      return httplib::Server::HandlerResponse::Handled;
+      return true;
     }
-    return httplib::Server::HandlerResponse::Unhandled;
+    return false;
   });
-  http_.set_error_handler([this](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    if (res.status == 404) {
-      SendError(res, {404, "not_found_error", "File Not Found"});
-    } else if (res.status == 413) {
-      SendError(res, {413, "invalid_request_error",
-                      "the request body exceeds " + std::to_string(o_.max_body_bytes) + " bytes"});
-    } else if (res.status == 400) {
-      SendError(res, {400, "invalid_request_error", "bad request"});
-    }
+  http_->SetErrorWriter([this](http::Response& res, int status, const std::string& message) {
+    const char* type = status == 404   ? "not_found_error"
+                       : status == 503 ? "unavailable_error"
+                       : status >= 500 ? "server_error"
+                                       : "invalid_request_error";
+    SendError(res, {status, type, message});
   });
-  http_.Options(".*", [](const httplib::Request& req, httplib::Response& res) {
-    const std::string origin = req.get_header_value("Origin");
-    res.headers.erase("Access-Control-Allow-Origin");
-    res.set_header("Access-Control-Allow-Origin", origin.empty() ? "*" : origin);
-    res.set_header("Access-Control-Allow-Credentials", "true");
-    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-    res.set_header("Access-Control-Allow-Headers", "*");
+  http_->Options(".*", [this](const http::Request& req, http::Response& res) {
     res.status = 204;
+    if (!OriginAllowed(req.get_header_value("Origin"))) return;
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key");
+    res.set_header("Access-Control-Max-Age", "600");
   });
-  http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  http_->Get("/health", [this](const http::Request&, http::Response& res) {
     Count("/health");
     if (!Ready(res)) return;
     res.set_content(R"({"status":"ok"})", "application/json; charset=utf-8");
   });
   auto completion = [this](Route route, const char* name) {
-    return [this, route, name](const httplib::Request& req, httplib::Response& res) {
+    return [this, route, name](const http::Request& req, http::Response& res) {
       Count(name);
       HandleCompletion(req, res, route);
     };
   };
-  http_.Post("/completion", completion(Route::kCompletion, "/completion"));
-  http_.Post("/completions", completion(Route::kCompletion, "/completion"));
-  http_.Post("/v1/completions", completion(Route::kOaiCompletion, "/v1/completions"));
-  http_.Post("/chat/completions", completion(Route::kOaiChat, "/v1/chat/completions"));
-  http_.Post("/v1/chat/completions", completion(Route::kOaiChat, "/v1/chat/completions"));
+  http_->Post("/completion", completion(Route::kCompletion, "/completion"));
+  http_->Post("/completions", completion(Route::kCompletion, "/completion"));
+  http_->Post("/v1/completions", completion(Route::kOaiCompletion, "/v1/completions"));
+  http_->Post("/chat/completions", completion(Route::kOaiChat, "/v1/chat/completions"));
+  http_->Post("/v1/chat/completions", completion(Route::kOaiChat, "/v1/chat/completions"));
   // A chat request's prompt text (the template applied); false when an error was sent.
-  auto render = [this](const httplib::Request& req, httplib::Response& res, const char* route,
+  auto render = [this](const http::Request& req, http::Response& res, const char* route,
                        std::string* prompt) {
     Count(route);
     if (!Ready(res)) return false;
@@ -1127,63 +1282,137 @@ void Server::SetUpRoutes() {
     }
     return true;
   };
-  http_.Post("/apply-template", [render](const httplib::Request& req, httplib::Response& res) {
+  http_->Post("/apply-template", [render](const http::Request& req, http::Response& res) {
     std::string prompt;
     if (!render(req, res, "/apply-template", &prompt)) return;
     res.set_content(Dump({{"prompt", prompt}}), "application/json; charset=utf-8");
   });
   // The prompt tokens a chat request would use, without generating (llama-server's shape).
-  auto input_tokens = [this, render](const httplib::Request& req, httplib::Response& res) {
+  auto input_tokens = [this, render](const http::Request& req, http::Response& res) {
     std::string prompt;
     if (!render(req, res, "/v1/chat/completions/input_tokens", &prompt)) return;
     const size_t n = api::TokenizePrompt(*model_, prompt, true).size();
     res.set_content(Dump({{"object", "response.input_tokens"}, {"input_tokens", n}}),
                     "application/json; charset=utf-8");
   };
-  http_.Post("/chat/completions/input_tokens", input_tokens);
-  http_.Post("/v1/chat/completions/input_tokens", input_tokens);
-  http_.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+  http_->Post("/chat/completions/input_tokens", input_tokens);
+  http_->Post("/v1/chat/completions/input_tokens", input_tokens);
+  http_->Post("/tokenize", [this](const http::Request& req, http::Response& res) {
     Count("/tokenize");
     HandleTokenize(req, res);
   });
-  http_.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+  http_->Post("/detokenize", [this](const http::Request& req, http::Response& res) {
     Count("/detokenize");
     HandleDetokenize(req, res);
   });
-  http_.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
+  http_->Get("/props", [this](const http::Request&, http::Response& res) {
     Count("/props");
     HandleProps(res);
   });
-  http_.Get("/slots", [this](const httplib::Request&, httplib::Response& res) {
+  http_->Get("/slots", [this](const http::Request& req, http::Response& res) {
     Count("/slots");
-    HandleSlots(res);
+    HandleSlots(req, res);
   });
-  http_.Post(R"(/slots/(-?\d+))", [this](const httplib::Request& req, httplib::Response& res) {
+  http_->Post(R"(/slots/(-?\d+))", [this](const http::Request& req, http::Response& res) {
     Count("/slots/{id}");
     HandleSlotAction(req, res);
   });
   for (const char* path : {"/models", "/v1/models"}) {
-    http_.Get(path, [this](const httplib::Request&, httplib::Response& res) {
+    http_->Get(path, [this](const http::Request&, http::Response& res) {
       Count("/v1/models");
       HandleModels(res);
     });
   }
-  http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  http_->Get("/metrics", [this](const http::Request&, http::Response& res) {
     Count("/metrics");
     HandleMetrics(res);
   });
-  http_.Get("/monitor", [this](const httplib::Request&, httplib::Response& res) {
+  http_->Get("/monitor", [this](const http::Request& req, http::Response& res) {
     Count("/monitor");
-    HandleMonitor(res);
+    HandleMonitor(req, res);
   });
   if (o_.ui) {
     for (const char* path : {"/", "/index.html"}) {
-      http_.Get(path, [this](const httplib::Request&, httplib::Response& res) {
+      http_->Get(path, [this](const http::Request&, http::Response& res) {
         Count("/");
         res.set_content(WebPage(), "text/html; charset=utf-8");
       });
     }
   }
+}
+
+// API keys (fail closed: an empty key, or a key file without one, stops the server), the CORS
+// origins and the allowed Host names. Returns an exit code.
+int Server::LoadAccessLists() {
+  auto add_key = [this](const std::string& key, const std::string& where) {
+    if (key.empty()) {
+      std::fprintf(stderr, "lamina: %s: an API key may not be empty\n", where.c_str());
+      return false;
+    }
+    for (unsigned char ch : key) {
+      if (ch <= 0x20 || ch == 0x7f) {
+        std::fprintf(stderr, "lamina: %s: an API key may not hold spaces or control characters\n",
+                     where.c_str());
+        return false;
+      }
+    }
+    api_keys_.push_back(key);
+    key_digests_.push_back(KeyDigest(key));
+    return true;
+  };
+  for (const std::string& arg : o_.api_keys) {
+    if (arg.empty() || arg.front() == ',' || arg.back() == ',' ||
+        arg.find(",,") != std::string::npos) {
+      std::fprintf(stderr, "lamina: --api-key: an API key may not be empty\n");
+      return kExitUsage;
+    }
+    for (const std::string& k : SplitCommas(arg)) {
+      if (!add_key(k, "--api-key")) return kExitUsage;
+    }
+  }
+  if (!o_.api_key_file.empty()) {
+    std::ifstream in(o_.api_key_file);
+    if (!in) {
+      std::fprintf(stderr, "lamina: --api-key-file %s: cannot read\n", o_.api_key_file.c_str());
+      return kExitBadInput;
+    }
+    std::string line;
+    size_t n_file = 0;
+    while (std::getline(in, line)) {
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+      if (line.empty() || line.front() == '#') continue;
+      if (!add_key(line, "--api-key-file " + o_.api_key_file)) return kExitBadInput;
+      ++n_file;
+    }
+    if (n_file == 0) {
+      std::fprintf(stderr, "lamina: --api-key-file %s: holds no API key\n",
+                   o_.api_key_file.c_str());
+      return kExitBadInput;
+    }
+  }
+  cors_origins_ = SplitCommas(o_.cors_origins);
+  for (std::string h : SplitCommas(o_.allowed_hosts)) {
+    for (char& ch : h) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    allowed_hosts_.push_back(h);
+  }
+  if (allowed_hosts_.empty()) {
+    const std::string& h = o_.host;
+    const bool loopback =
+        h == "127.0.0.1" || h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0;
+    if (loopback) {
+      allowed_hosts_ = {"localhost", "127.0.0.1", "[::1]"};
+      if (h.rfind("127.", 0) == 0 && h != "127.0.0.1") allowed_hosts_.push_back(h);
+    } else {
+      allowed_hosts_ = {"*"};
+    }
+  }
+  if (api_keys_.empty() && !allowed_hosts_.empty() && allowed_hosts_[0] == "*") {
+    std::fprintf(stderr,
+                 "lamina: warning: listening on %s without an API key: anyone who can reach "
+                 "this address can use the model (--api-key)\n",
+                 o_.host.c_str());
+  }
+  return kExitOk;
 }
 
 int Server::Run() {
@@ -1196,18 +1425,13 @@ int Server::Run() {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  api_keys_ = o_.api_keys;
-  if (!o_.api_key_file.empty()) {
-    std::ifstream in(o_.api_key_file);
-    if (!in) {
-      std::fprintf(stderr, "lamina: --api-key-file %s: cannot read\n", o_.api_key_file.c_str());
-      return kExitBadInput;
-    }
-    std::string line;
-    while (std::getline(in, line)) {
-      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-      if (!line.empty()) api_keys_.push_back(line);
-    }
+  if (int rc = LoadAccessLists(); rc != kExitOk) return rc;
+  SweepStaleSlotFiles(o_.slot_save_path);
+  // Every connection is a descriptor: take the hard limit, so --max-connections is reachable.
+  if (rlimit nofile{};
+      getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
   }
   // Usage errors that need no model come before the port is taken.
   {
@@ -1226,31 +1450,13 @@ int Server::Run() {
     return kExitUsage;
   }
   SetUpRoutes();
-  // cpp-httplib listens with a backlog of 5, which drops connections when many clients connect
-  // at once; the listening socket is taken here (keeping SO_REUSEADDR, so a restarted server
-  // can bind the port at once) and listen() is called again with a deeper queue.
-  int listen_fd = -1;
-  http_.set_socket_options([&listen_fd](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    listen_fd = sock;
-  });
-  if (!http_.bind_to_port(o_.host, o_.port)) {
-    std::fprintf(stderr, "lamina: cannot listen on %s:%d (in use, or not a local address)\n",
-                 o_.host.c_str(), o_.port);
+  std::string bind_error;
+  if (!http_->Bind(o_.host, o_.port, &bind_error)) {
+    std::fprintf(stderr, "lamina: cannot listen on %s:%d (%s)\n", o_.host.c_str(), o_.port,
+                 bind_error.c_str());
     return kExitFailure;
   }
-  if (listen_fd >= 0) ::listen(listen_fd, 1024);
-  std::atomic<bool> listener_done{false};
-  std::thread listener([this, &listener_done] {
-    http_.listen_after_bind();
-    listener_done = true;
-  });
-  // stop() before the accept loop has started would be lost (the loop would then run on), so
-  // wait for it to run before anything may stop it.
-  for (int i = 0; i < 5000 && !http_.is_running() && !listener_done; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  std::thread listener([this] { http_->Run(); });
   std::fprintf(stderr, "lamina: listening on http://%s:%d\n", o_.host.c_str(), o_.port);
 
   // A signal ends the wait; the main thread then stops the engine (open requests get an error)
@@ -1266,7 +1472,7 @@ int Server::Run() {
     if (!wait && !stopping.exchange(true)) pthread_kill(signal_waiter.native_handle(), SIGTERM);
     signal_waiter.join();
     if (scheduler_) scheduler_->Stop();
-    http_.stop();
+    http_->Stop();
     listener.join();
     return rc;
   };
@@ -1326,6 +1532,7 @@ int Server::Run() {
     speculative_ = true;
   }
   scheduler_ = std::make_unique<serve::Scheduler>(*model_, sc, *pool_);
+  defaults_.n_ctx_slot = scheduler_->n_ctx_slot();
 
   // Chat format: --chat-template-file / --chat-template, else the model's (native or through
   // the Jinja engine), else ChatML.
@@ -1407,7 +1614,17 @@ int RunServeCommand(int argc, char** argv) {
   app.add_option("--tags", o.tags, "Model tags, comma-separated");
   app.add_option("--api-key", o.api_keys,
                  "API key (repeatable); requests need it as Bearer or X-Api-Key");
-  app.add_option("--api-key-file", o.api_key_file, "File with one API key per line");
+  app.add_option("--api-key-file", o.api_key_file,
+                 "File with one API key per line (# comments); a file without a key is an error");
+  app.add_option("--cors-origin", o.cors_origins,
+                 "Origins whose web pages may read answers, comma-separated (*: any; default: "
+                 "none, the server's own page needs none)");
+  app.add_option("--host-allow", o.allowed_hosts,
+                 "Host header names answered, comma-separated (*: any; default: the loopback "
+                 "names when bound to loopback, else any)");
+  app.add_option("--max-connections", o.max_connections,
+                 "Open connections at most (idle and slow ones give way to new clients)")
+      ->check(IntRange(16, 65536));
   app.add_flag("--slots,!--no-slots", o.slots, "Expose /slots (default on)");
   app.add_option("--slot-save-path", o.slot_save_path, "Folder for slot save/restore files");
   app.add_flag("--context-shift,!--no-context-shift", o.context_shift,

@@ -27,11 +27,18 @@ struct ServeOptions {
   float min_p = 0.05f;
   float repeat_penalty = 1.0f;
   int repeat_last_n = 64;
-  long long seed = -1;  // default seed of every request; -1: a random one per request
-  std::string alias;    // comma list; the first is the model id
-  std::string tags;     // comma list
-  std::vector<std::string> api_keys;
+  long long seed = -1;                // default seed of every request; -1: a random one per request
+  std::string alias;                  // comma list; the first is the model id
+  std::string tags;                   // comma list
+  std::vector<std::string> api_keys;  // --api-key (repeatable; each may be a comma list)
   std::string api_key_file;
+  // --cors-origin: origins whose pages may read answers (comma list; "*": any, without
+  // credentials); empty: no cross-origin reads.
+  std::string cors_origins;
+  // --host-allow: names the Host header may carry (comma list; "*": any); empty: the loopback
+  // names when bound to a loopback address (a guard against DNS rebinding), else any.
+  std::string allowed_hosts;
+  int max_connections = 1024;  // --max-connections
   bool slots = true;
   std::string slot_save_path;
   bool context_shift = false;
