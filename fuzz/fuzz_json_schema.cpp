@@ -44,8 +44,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::abort();
   }
   if (!g.ok()) return 0;
-  for (std::string_view text : {std::string_view("\"abc\""), std::string_view("{\"a\": [1, null]}"),
-                                body.substr(0, 128)}) {
+  for (std::string_view text :
+       {std::string_view("\"abc\""), std::string_view("{\"a\": [1, null]}"), body.substr(0, 128)}) {
     lamina::GrammarMatcher m(*g);
     for (size_t i = 0; i < text.size(); ++i) {
       if (!m.AcceptBytes(text.substr(i, 1))) break;

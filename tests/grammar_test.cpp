@@ -300,5 +300,53 @@ TEST(GrammarMatch, NullableChainsAreBoundedNotOverflowed) {
   EXPECT_FALSE(m.CanEnd());
 }
 
+// Deep nesting of every kind ends in an error naming line and column or in a working grammar,
+// never a stack overflow: groups (refused past kMaxGrammarNesting), long chains of rule
+// references (parsed and expanded without recursion) and deeply recursive sentences (the
+// matcher's stacks are heap nodes).
+TEST(GrammarParse, DeepNestingIsAnErrorNotACrash) {
+  auto nest = [](size_t n) {
+    return "root ::= \"x\" " + std::string(n, '(') + "\"a\"" + std::string(n, ')') + "\n";
+  };
+  for (size_t n : {size_t{100000}, size_t{kMaxGrammarNesting + 1}}) {
+    Result<std::shared_ptr<const Grammar>> g = Grammar::Parse(nest(n));
+    ASSERT_FALSE(g.ok());
+    EXPECT_EQ(g.error().message,
+              "grammar: line 1, column 271: groups nest deeper than the limit of 256");
+  }
+  // Unclosed, and with alternatives and repetitions inside.
+  std::string open;
+  for (int i = 0; i < 100000; ++i) open += "(\"a\" | ";
+  Result<std::shared_ptr<const Grammar>> g = Grammar::Parse("root ::= " + open);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.error().message.find("groups nest deeper than the limit of 256"), std::string::npos);
+  auto at_limit = MustParse(nest(kMaxGrammarNesting));
+  ASSERT_NE(at_limit, nullptr);
+  EXPECT_TRUE(Matches(at_limit, "xa"));
+  EXPECT_FALSE(Matches(at_limit, "xaa"));
+
+  // 60,000 rules (within the source cap), each naming the next: parsed and expanded without
+  // recursion (a longer chain would reach the expansion budget and allow nothing).
+  std::string chain = "root::=r0\n";
+  for (int i = 0; i < 60000; ++i) {
+    chain += "r" + std::to_string(i) + "::=r" + std::to_string(i + 1) + "\n";
+  }
+  chain += "r60000::=\"a\"\n";
+  auto long_chain = MustParse(chain);
+  ASSERT_NE(long_chain, nullptr);
+  EXPECT_TRUE(Matches(long_chain, "a"));
+  EXPECT_FALSE(Matches(long_chain, "b"));
+
+  // A recursive rule matched 100,000 levels deep.
+  auto parens = MustParse("root ::= \"(\" root \")\" | \"a\"");
+  ASSERT_NE(parens, nullptr);
+  const std::string deep = std::string(100000, '(') + "a" + std::string(100000, ')');
+  GrammarMatcher m(parens);
+  for (size_t i = 0; i < deep.size(); i += 1000) {
+    ASSERT_TRUE(m.AcceptBytes(std::string_view(deep).substr(i, 1000))) << i;
+  }
+  EXPECT_TRUE(m.CanEnd());
+}
+
 }  // namespace
 }  // namespace lamina

@@ -327,6 +327,94 @@ TEST(Jinja, LimitsStopRunawayTemplatesQuickly) {
   EXPECT_NE(deep_blocks.error().message.find("nesting deeper"), std::string::npos);
 }
 
+std::string Times(std::string_view s, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) out += s;
+  return out;
+}
+
+// 100,000-deep nestings of every kind the parser and renderer recurse on end in an error
+// naming line and column (or render, just under the limits), never in a stack overflow.
+TEST(Jinja, DeepNestingIsAnErrorNotACrash) {
+  constexpr size_t kDeep = 100000;
+  const std::vector<std::pair<std::string, std::string>> parse_cases = {
+      {"{{ " + Times("(", kDeep) + "1" + Times(")", kDeep) + " }}", "nesting deeper"},
+      {"{{ " + Times("[", kDeep) + Times("]", kDeep) + " }}", "nesting deeper"},
+      {"{{ " + Times("{'a': ", kDeep) + "1" + Times("}", kDeep) + " }}", "nesting deeper"},
+      {"{{ " + Times("not ", kDeep) + "1 }}", "nesting deeper"},
+      {"{{ " + Times("-", kDeep) + "1 }}", "nesting deeper"},
+      {"{{ " + Times("1 if x else ", kDeep) + "1 }}", "nesting deeper"},
+      {"{{ " + Times("f(", kDeep) + Times(")", kDeep) + " }}", "nesting deeper"},
+      {"{{ x" + Times("[x", kDeep) + Times("]", kDeep) + " }}", "nesting deeper"},
+      {"{{ " + Times("1 + ", kDeep) + "1 }}", "chains more operations"},
+      {"{{ " + Times("1 ~ ", kDeep) + "1 }}", "chains more operations"},
+      {"{{ 1 " + Times("< 1 ", kDeep) + "}}", "chains more operations"},
+      {"{{ x" + Times("|f", kDeep) + " }}", "chains more operations"},
+      {Times("{% if x %}", kDeep), "nesting deeper"},
+      {Times("{% for x in y %}", kDeep), "nesting deeper"},
+      {Times("{% macro m() %}", kDeep), "nesting deeper"},
+      {Times("{% with a = 1 %}", kDeep), "nesting deeper"},
+      {Times("{% filter upper %}", kDeep), "nesting deeper"},
+      {Times("{% call m() %}", kDeep), "nesting deeper"},
+      {"{% filter " + Times("upper|", kDeep) + "upper %}{% endfilter %}", "nesting deeper"},
+  };
+  jinja::Limits roomy;  // past the size cap too, so nesting is what stops each
+  roomy.max_template_bytes = 4 << 20;
+  for (const auto& [src, want] : parse_cases) {
+    Result<Template> t = Template::Parse(src, roomy);
+    ASSERT_FALSE(t.ok()) << src.substr(0, 40);
+    EXPECT_EQ(t.error().message.rfind("line 1, column ", 0), 0u) << t.error().message;
+    EXPECT_NE(t.error().message.find(want), std::string::npos)
+        << src.substr(0, 40) << ": " << t.error().message;
+  }
+  // Just under the parse limits (a bracket costs two levels: an expression and an operand).
+  EXPECT_EQ(R("{{ " + Times("(", 48) + "1" + Times(")", 48) + " }}"), "1");
+  EXPECT_EQ(R("{{ " + Times("[", 48) + Times("]", 48) + " | length }}"), "1");
+  EXPECT_EQ(R(Times("{% if true %}", 90) + "y" + Times("{% endif %}", 90)), "y");
+
+  // Data 100,000 deep in the variables (as messages' content could be): refused before any
+  // walk over it; the value itself is built and freed without recursion.
+  Value deep = Value::MakeArray();
+  for (size_t i = 0; i < kDeep; ++i) deep = Value::MakeArray({deep});
+  for (const char* src : {"{{ x | tojson }}", "{{ x }}", "{{ x == x }}", "{{ 1 in x }}",
+                          "{{ x | length }}", "{{ x | string }}", "hi"}) {
+    const std::string e = Err(src, Value::MakeObject({{"x", deep}}));
+    EXPECT_EQ(e, "line 1, column 1: the template's variables nest deeper than the limit of 128")
+        << src;
+  }
+  Value messages = Value::MakeArray();
+  Value content = Value("x");
+  for (size_t i = 0; i < kDeep; ++i) content = Value::MakeObject({{"text", content}});
+  messages.Push(Value::MakeObject({{"role", "user"}, {"content", content}}));
+  EXPECT_NE(Err("{% for m in messages %}{{ m.content | tojson }}{% endfor %}",
+                Value::MakeObject({{"messages", messages}}))
+                .find("nest deeper than the limit of 128"),
+            std::string::npos);
+  // Just under: the object itself (level 1), then 126 arrays.
+  Value ok = Value::MakeArray();
+  for (int i = 0; i < 125; ++i) ok = Value::MakeArray({ok});
+  EXPECT_EQ(R("{{ x | tojson | length }}", Value::MakeObject({{"x", ok}})), "252");
+
+  // Depth grown during a render: through set, macro arguments, loop() and with.
+  std::string e =
+      Err("{% macro f(x, n) %}{% if n > 0 %}{{ f([[[[[[[[[[x]]]]]]]]]], n - 1) }}{% else %}"
+          "{{ x | tojson }}{% endif %}{% endmacro %}{{ f(1, 49) }}");
+  EXPECT_NE(e.find("values nest deeper than the limit of 128"), std::string::npos) << e;
+  EXPECT_EQ(R("{% macro f(x, n) %}{% if n > 0 %}{{ f([[[[[[[[[[x]]]]]]]]]], n - 1) }}{% else %}"
+              "{{ x | tojson | length }}{% endif %}{% endmacro %}{{ f(1, 12) }}"),
+            "241");
+  e =
+      Err("{% for x in [[1]] recursive %}{% if loop.depth < 49 %}{{ loop([[[[[[[[[[x]]]]]]]]]]) }}"
+          "{% endif %}{% endfor %}");
+  EXPECT_NE(e.find("values nest deeper than the limit of 128"), std::string::npos) << e;
+  e = Err("{% set x = 1 %}" + Times("{% with x = [[[[[[[[[[x]]]]]]]]]] %}", 20) + "{{ x }}" +
+          Times("{% endwith %}", 20));
+  EXPECT_NE(e.find("values nest deeper than the limit of 128"), std::string::npos) << e;
+  // Recursive macros stop at the call limit.
+  e = Err("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}");
+  EXPECT_NE(e.find("macro calls nest deeper than the limit of 50"), std::string::npos) << e;
+}
+
 // Every prefix and many single-byte corruptions of a real template parse or fail cleanly, and
 // render or fail cleanly.
 TEST(Jinja, TruncatedAndCorruptedTemplatesFailCleanly) {

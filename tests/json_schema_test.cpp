@@ -259,16 +259,14 @@ TEST(JsonSchema, DeepSchemasAreErrorsNotCrashes) {
     std::string open, close;
   };
   const std::vector<Kind> kinds = {
-      {R"({"items":)", "}"},
-      {R"({"properties":{"p":)", "}}"},
-      {R"({"anyOf":[)", "]}"},
-      {R"({"additionalProperties":)", "}"},
-      {R"({"prefixItems":[)", "]}"},
-      {R"({"allOf":[)", "]}"},
+      {R"({"items":)", "}"},         {R"({"properties":{"p":)", "}}"},
+      {R"({"anyOf":[)", "]}"},       {R"({"additionalProperties":)", "}"},
+      {R"({"prefixItems":[)", "]}"}, {R"({"allOf":[)", "]}"},
   };
   for (const Kind& k : kinds) {
     const ojson deep = ojson::parse(Repeat(k.open, 100000) + "{}" + Repeat(k.close, 100000));
-    EXPECT_EQ(SchemaError(deep), "json_schema at /: the schema nests deeper than 128 levels of JSON")
+    EXPECT_EQ(SchemaError(deep),
+              "json_schema at /: the schema nests deeper than 128 levels of JSON")
         << k.open;
     // (Kinds taking two JSON levels per schema level reach the JSON limit first.)
     const ojson over = ojson::parse(Repeat(k.open, 65) + "{}" + Repeat(k.close, 65));
@@ -340,8 +338,8 @@ TEST(JsonLimits, ParseJsonBoundedRefusesDeepText) {
        std::vector<std::pair<std::string, std::string>>{{"[", "]"}, {R"({"a":)", "}"}}) {
     for (size_t n : {size_t{100000}, size_t{129}}) {
       ojson o;
-      EXPECT_FALSE(cli::ParseJsonBounded(Repeat(open, n) + Repeat(close, n), cli::kMaxJsonDepth,
-                                         &o, &error));
+      EXPECT_FALSE(cli::ParseJsonBounded(Repeat(open, n) + Repeat(close, n), cli::kMaxJsonDepth, &o,
+                                         &error));
       EXPECT_EQ(error, "the request body nests deeper than 128 levels");
       EXPECT_TRUE(o.is_null());
     }

@@ -529,8 +529,8 @@ class Converter {
     }
     bytes_ += name.size() + body.size() + 6;
     if (bytes_ > kMaxGrammarBytes) {
-      return Fail("", "the schema needs a grammar of over " + std::to_string(kMaxGrammarBytes) +
-                          " bytes");
+      return Fail(
+          "", "the schema needs a grammar of over " + std::to_string(kMaxGrammarBytes) + " bytes");
     }
     return true;
   }

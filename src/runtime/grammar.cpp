@@ -197,10 +197,16 @@ class GrammarBuilder {
   }
 
   bool ParseAlternatives(const std::string& rule_name, bool nested, Alts* alts) {
-    if (++depth_ > 256) return Fail("groups nested over 256 deep");
+    if (depth_ > kMaxGrammarNesting) {  // depth_ counts the rule itself, then its groups
+      return Fail("groups nest deeper than the limit of " + std::to_string(kMaxGrammarNesting));
+    }
+    ++depth_;
     while (true) {
       Seq seq;
-      if (!ParseSequence(rule_name, nested, &seq)) return false;
+      if (!ParseSequence(rule_name, nested, &seq)) {
+        --depth_;
+        return false;
+      }
       alts->push_back(std::move(seq));
       if (!nested && (Peek() == '\n' || Peek() == '\r')) {
         // A rule may go on with `| ...` on the next line.

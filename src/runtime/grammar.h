@@ -24,6 +24,9 @@ constexpr size_t kMaxGrammarBytes = 1 << 20;     // source text
 constexpr size_t kMaxGrammarElements = 1 << 20;  // after repetitions are expanded
 constexpr int kMaxGrammarRepeat = 10000;         // m and n of x{m,n}
 constexpr size_t kMaxGrammarStacks = 4096;       // live parses kept by the matcher
+// Groups nested in one rule: the parser recurses per group (the matcher never recurses: its
+// stacks are heap nodes and its expansion a work list). Deeper is an error naming the position.
+constexpr int kMaxGrammarNesting = 256;
 
 class Grammar {
  public:

@@ -14,6 +14,29 @@ namespace lamina::jinja {
 // ---------------------------------------------------------------------------------------------
 // Values
 
+Value::~Value() {
+  if (!a_ && !o_) return;
+  // Detach children whose last owner is being freed, so each container frees only leaves.
+  std::vector<std::shared_ptr<Array>> arrays;
+  std::vector<std::shared_ptr<Object>> objects;
+  auto take = [&](Value& v) {
+    if (v.a_ && v.a_.use_count() == 1) arrays.push_back(std::move(v.a_));
+    if (v.o_ && v.o_.use_count() == 1) objects.push_back(std::move(v.o_));
+  };
+  take(*this);
+  while (!arrays.empty() || !objects.empty()) {
+    if (!arrays.empty()) {
+      std::shared_ptr<Array> a = std::move(arrays.back());
+      arrays.pop_back();
+      for (Value& x : *a) take(x);
+    } else {
+      std::shared_ptr<Object> o = std::move(objects.back());
+      objects.pop_back();
+      for (auto& [k, x] : *o) take(x);
+    }
+  }
+}
+
 Value Value::None() {
   Value v;
   v.kind_ = Kind::kNone;
@@ -1482,6 +1505,7 @@ class Renderer {
   }
 
   bool Run(std::string* out) {
+    JINJA_TRY(CheckContext());
     Flow flow = Flow::kNormal;
     JINJA_TRY(RenderBody(impl_.body, &flow));
     *out = std::move(out_);
@@ -1686,6 +1710,7 @@ class Renderer {
         for (size_t i = 0; i < s.vars.size(); ++i) {
           Value v;
           JINJA_TRY(Eval(*s.defaults[i], &v));
+          JINJA_TRY(CheckStored(s.pos, v, nullptr, 0));
           f.emplace_back(s.vars[i], std::move(v));
         }
         frames_.push_back(std::move(f));
@@ -1747,6 +1772,29 @@ class Renderer {
     return EmitValue(s.pos, out);
   }
 
+  // The variables a render starts with: nested at most kMaxValueDepth, checked without
+  // recursion (each visit charged as work, so shared sub-values cannot make it unbounded).
+  bool CheckContext() {
+    std::vector<std::pair<const Value*, int>> todo{{&context_, 0}};
+    while (!todo.empty()) {
+      auto [v, depth] = todo.back();
+      todo.pop_back();
+      if (!v->is_array() && !v->is_object()) continue;
+      if (depth >= kMaxValueDepth) {
+        return Fail(0, "the template's variables nest deeper than the limit of " +
+                           std::to_string(kMaxValueDepth));
+      }
+      if (v->is_array()) {
+        JINJA_TRY(Charge(0, static_cast<int64_t>(v->array().size())));
+        for (const Value& x : v->array()) todo.push_back({&x, depth + 1});
+      } else {
+        JINJA_TRY(Charge(0, static_cast<int64_t>(v->object().size())));
+        for (const auto& [k, x] : v->object()) todo.push_back({&x, depth + 1});
+      }
+    }
+    return true;
+  }
+
   // A value stored by `set`: bounded nesting, and a namespace never inside itself (so values
   // stay acyclic and every walk over them ends).
   bool CheckStored(size_t pos, const Value& v, const Object* forbid, int depth) {
@@ -1763,7 +1811,6 @@ class Renderer {
     }
     return true;
   }
-  static constexpr int kMaxValueDepth = 128;
 
   bool Capture(const Body& body, std::string* text) {
     std::string saved = std::move(out_);
@@ -2624,6 +2671,7 @@ class Renderer {
       return Fail(pos, "recursive loop calls nest deeper than the limit of " +
                            std::to_string(lim_.max_call_depth));
     }
+    JINJA_TRY(CheckStored(pos, args.pos[0], nullptr, 0));
     const Stmt& s = *l.s;
     const int64_t depth = l.depth + 1;
     ++call_depth_;
@@ -2667,6 +2715,7 @@ class Renderer {
     for (size_t i = 0; i < m.params.size(); ++i) {
       const Value* v = args.Get(i, m.params[i]);
       if (v != nullptr) {
+        JINJA_TRY(CheckStored(pos, *v, nullptr, 0));  // depth could grow call by call
         frame.emplace_back(m.params[i], *v);
       } else if (m.defaults[i]) {
         Value d;

@@ -38,7 +38,14 @@ class Value {
     kMacro
   };
 
-  Value() = default;                                                // undefined
+  Value() = default;  // undefined
+  Value(const Value&) = default;
+  Value(Value&&) = default;
+  Value& operator=(const Value&) = default;
+  Value& operator=(Value&&) = default;
+  // Frees nested arrays and objects with a work list, not recursion: a value nested as deep as
+  // memory allows (built by a caller from untrusted data) is freed without overflowing the stack.
+  ~Value();
   Value(bool b) : kind_(Kind::kBool), b_(b) {}                      // NOLINT
   Value(int i) : kind_(Kind::kInt), i_(i) {}                        // NOLINT
   Value(int64_t i) : kind_(Kind::kInt), i_(i) {}                    // NOLINT
@@ -91,6 +98,11 @@ class Value {
   std::shared_ptr<Object> o_;
   const void* macro_ = nullptr;
 };
+
+// The deepest nesting of arrays and objects a render accepts in its context, stores with `set`
+// or binds to macro and loop() arguments: the walks over values (tojson, printing, ==, `in`)
+// recurse per level, and an expression adds at most a few hundred levels to what it reads.
+inline constexpr int kMaxValueDepth = 128;
 
 // Hard caps of one template: its size and nesting when parsed, and what one render may do.
 struct Limits {

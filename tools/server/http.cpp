@@ -16,7 +16,6 @@
 #include <list>
 #include <mutex>
 #include <optional>
-#include <regex>
 #include <thread>
 
 namespace lamina::cli::http {
@@ -66,10 +65,38 @@ bool BodylessMethod(const std::string& m) {
   return m == "GET" || m == "HEAD" || m == "OPTIONS" || m == "DELETE";
 }
 
+// A route's path: "*" (any), a literal, or a literal with one "{int}" (an optional '-' and 1 to
+// 10 digits, captured). No regular expressions: matching is linear and never recurses.
 struct Route {
   std::string method;
-  std::regex pattern;
+  std::string pattern;
   Handler handler;
+
+  bool Match(const std::string& path, std::vector<std::string>* groups) const {
+    groups->clear();
+    if (pattern == "*" || pattern == path) {
+      groups->push_back(path);
+      return true;
+    }
+    const size_t at = pattern.find("{int}");
+    if (at == std::string::npos) return false;
+    const std::string_view prefix(pattern.data(), at);
+    const std::string_view suffix(pattern.data() + at + 5, pattern.size() - at - 5);
+    if (path.size() < prefix.size() + suffix.size() + 1 || path.compare(0, at, prefix) != 0 ||
+        path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      return false;
+    }
+    const std::string middle = path.substr(at, path.size() - at - suffix.size());
+    const size_t digits_from = !middle.empty() && middle[0] == '-' ? 1 : 0;
+    const size_t n_digits = middle.size() - digits_from;
+    if (n_digits < 1 || n_digits > 10) return false;
+    for (size_t i = digits_from; i < middle.size(); ++i) {
+      if (middle[i] < '0' || middle[i] > '9') return false;
+    }
+    groups->push_back(path);
+    groups->push_back(middle);
+    return true;
+  }
 };
 
 // A fixed set of handler threads over one queue.
@@ -566,15 +593,14 @@ void Connection::RefuseWith(Response res) {
 
 const Route* Server::Impl::FindRoute(const std::string& method, const std::string& path,
                                      std::vector<std::string>* matches, bool* other_method) const {
+  std::vector<std::string> groups;
   for (const Route& r : routes) {
-    std::smatch m;
-    if (!std::regex_match(path, m, r.pattern)) continue;
+    if (!r.Match(path, &groups)) continue;
     if (r.method != method) {
       *other_method = true;
       continue;
     }
-    matches->clear();
-    for (const auto& g : m) matches->push_back(g.str());
+    *matches = std::move(groups);
     return &r;
   }
   return nullptr;
@@ -628,13 +654,13 @@ Server::Server(Limits limits) : impl_(std::make_unique<Impl>(limits)) {}
 Server::~Server() { Stop(); }
 
 void Server::Get(const std::string& pattern, Handler h) {
-  impl_->routes.push_back({"GET", std::regex(pattern), std::move(h)});
+  impl_->routes.push_back({"GET", pattern, std::move(h)});
 }
 void Server::Post(const std::string& pattern, Handler h) {
-  impl_->routes.push_back({"POST", std::regex(pattern), std::move(h)});
+  impl_->routes.push_back({"POST", pattern, std::move(h)});
 }
 void Server::Options(const std::string& pattern, Handler h) {
-  impl_->routes.push_back({"OPTIONS", std::regex(pattern), std::move(h)});
+  impl_->routes.push_back({"OPTIONS", pattern, std::move(h)});
 }
 void Server::SetHeadFilter(HeadFilter f) { impl_->head_filter = std::move(f); }
 void Server::SetErrorWriter(ErrorWriter w) { impl_->error_writer = std::move(w); }

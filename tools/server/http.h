@@ -91,7 +91,8 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Routes: the pattern must match the whole decoded path (std::regex ECMAScript).
+  // Routes: the pattern is "*" (any path), a literal path, or a literal with one "{int}" (an
+  // integer, Request::matches[1]); matched against the whole decoded path.
   void Get(const std::string& pattern, Handler h);
   void Post(const std::string& pattern, Handler h);
   void Options(const std::string& pattern, Handler h);

@@ -18,8 +18,8 @@ class BoundedSax {
   using string_t = typename Json::string_t;
   using binary_t = typename Json::binary_t;
 
-  BoundedSax(Json* out, size_t max_depth) : dom_(*out, /*allow_exceptions=*/false),
-                                            max_depth_(max_depth) {}
+  BoundedSax(Json* out, size_t max_depth)
+      : dom_(*out, /*allow_exceptions=*/false), max_depth_(max_depth) {}
 
   bool null() { return dom_.null(); }
   bool boolean(bool v) { return dom_.boolean(v); }
@@ -28,10 +28,30 @@ class BoundedSax {
   bool number_float(number_float_t v, const string_t& s) { return dom_.number_float(v, s); }
   bool string(string_t& v) { return dom_.string(v); }
   bool binary(binary_t& v) { return dom_.binary(v); }
-  bool start_object(std::size_t n) { return Open() && dom_.start_object(n); }
-  bool key(string_t& k) { return dom_.key(k); }
+  bool start_object(std::size_t n) {
+    if (!Open()) return false;
+    members_.push_back(0);
+    return dom_.start_object(n);
+  }
+  // ordered_json finds a key's place by a linear search of its object: inserting the k-th member
+  // costs k comparisons, which members_ and member_work_ bound.
+  bool key(string_t& k) {
+    size_t& n = members_.back();
+    member_work_ += n;
+    if (++n > kMaxJsonObjectMembers) {
+      limit_error_ = "has an object of over " + std::to_string(kMaxJsonObjectMembers) + " members";
+      return false;
+    }
+    if (member_work_ > kMaxJsonMemberWork) {
+      limit_error_ = "has objects holding too many members together (limit: " +
+                     std::to_string(kMaxJsonMemberWork) + " key comparisons)";
+      return false;
+    }
+    return dom_.key(k);
+  }
   bool end_object() {
     --depth_;
+    members_.pop_back();
     return dom_.end_object();
   }
   bool start_array(std::size_t n) { return Open() && dom_.start_array(n); }
@@ -46,6 +66,7 @@ class BoundedSax {
   }
 
   bool too_deep() const { return too_deep_; }
+  const std::string& limit_error() const { return limit_error_; }
   const std::string& parse_error_text() const { return parse_error_; }
 
  private:
@@ -61,6 +82,9 @@ class BoundedSax {
   size_t max_depth_;
   size_t depth_ = 0;
   bool too_deep_ = false;
+  std::vector<size_t> members_;  // [depth of open objects]: members read so far in each
+  size_t member_work_ = 0;
+  std::string limit_error_;
   std::string parse_error_;
 };
 
@@ -69,10 +93,15 @@ bool ParseBounded(std::string_view text, size_t max_depth, Json* out, std::strin
                   std::string_view subject) {
   Json parsed;
   BoundedSax<Json> sax(&parsed, max_depth);
-  const bool ok = Json::sax_parse(text.begin(), text.end(), &sax, nlohmann::json::input_format_t::json,
-                                  /*strict=*/true);
+  const bool ok =
+      Json::sax_parse(text.begin(), text.end(), &sax, nlohmann::json::input_format_t::json,
+                      /*strict=*/true);
   if (sax.too_deep()) {
     *error = std::string(subject) + " nests deeper than " + std::to_string(max_depth) + " levels";
+    return false;
+  }
+  if (!sax.limit_error().empty()) {
+    *error = std::string(subject) + " " + sax.limit_error();
     return false;
   }
   if (!ok) {

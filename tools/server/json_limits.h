@@ -15,6 +15,11 @@ namespace lamina::cli {
 // this leaves the schema converter's own limit (64 schema levels) reachable; every recursive
 // walk of nlohmann::json (dump, copy, ==) stays a few hundred frames deep at most.
 inline constexpr size_t kMaxJsonDepth = 128;
+// Members of one object (the largest legitimate one, a logit_bias object, has at most 4096), and
+// the key comparisons of all objects together (ordered_json inserts by a linear search, so an
+// object of n members costs n^2/2): about 0.1 s of parsing at most.
+inline constexpr size_t kMaxJsonObjectMembers = 8192;
+inline constexpr size_t kMaxJsonMemberWork = size_t{1} << 25;
 
 // Parses `text` into *out. False with *error set when it is not valid JSON ("<subject> is not
 // valid JSON: ...") or nests arrays and objects deeper than max_depth ("<subject> nests deeper

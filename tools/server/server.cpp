@@ -1245,7 +1245,7 @@ void Server::SetUpRoutes() {
                                        : "invalid_request_error";
     SendError(res, {status, type, message});
   });
-  http_->Options(".*", [this](const http::Request& req, http::Response& res) {
+  http_->Options("*", [this](const http::Request& req, http::Response& res) {
     res.status = 204;
     if (!OriginAllowed(req.get_header_value("Origin"))) return;
     res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
@@ -1313,7 +1313,7 @@ void Server::SetUpRoutes() {
     Count("/slots");
     HandleSlots(req, res);
   });
-  http_->Post(R"(/slots/(-?\d+))", [this](const http::Request& req, http::Response& res) {
+  http_->Post("/slots/{int}", [this](const http::Request& req, http::Response& res) {
     Count("/slots/{id}");
     HandleSlotAction(req, res);
   });
