@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build pkg-config libhwy-dev libpcre2-dev nlohmann-json3-dev
-          libcli11-dev libcpp-httplib-dev libboost-dev googletest libgtest-dev libbenchmark-dev)
+          libcli11-dev libcpp-httplib-dev libboost-dev libedit-dev googletest libgtest-dev
+          libbenchmark-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

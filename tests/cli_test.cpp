@@ -1,5 +1,7 @@
 // The lamina CLI as a real process: --prompt-chunk invariance in every KV mode, JSON outputs of
-// run / score / bench, and documented exit codes.
+// run / score / bench, documented exit codes, and the conventions llama.cpp and Ollama users
+// expect (--version, suggestions for mistyped commands and options, llama.cpp flags refused by
+// name, grouped help with defaults, a random sampling seed that --seed fixes).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -156,6 +158,153 @@ TEST(Cli, SpeculativeErrorsAreOneLineWithExitCodes) {
   const auto j = nlohmann::json::parse(ok.out);
   EXPECT_EQ(j["spec"]["mode"], "lookup");
   EXPECT_TRUE(j["spec"]["acceptance"].is_number());
+}
+
+// stderr only (stdout dropped).
+Output LaminaErr(const std::string& args) {
+  return lamina::testing_util::RunShell(kBinary + " " + args + " 2>&1 >/dev/null");
+}
+
+bool Has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+const std::string kShipped = std::string(LAMINA_SOURCE_DIR) + "/models/lamina-counter.gguf";
+
+TEST(CliConventions, VersionPrintsNameAndVersion) {
+  const std::regex want("lamina [0-9]+\\.[0-9]+\\.[0-9]+( \\([0-9a-f]+\\))?\n");
+  for (const char* args : {"--version", "version"}) {
+    Output o = Lamina(args);
+    EXPECT_EQ(o.code, 0) << args;
+    const bool matches = std::regex_match(o.out, want);
+    EXPECT_TRUE(matches) << args << ": " << o.out;
+  }
+}
+
+TEST(CliConventions, MistypedCommandSuggestsTheClosest) {
+  struct Case {
+    const char* typed;
+    const char* want;
+  };
+  for (const Case& c : {Case{"rnu", "run"}, Case{"rn", "run"}, Case{"chta", "chat"},
+                        Case{"bnech", "bench"}, Case{"benchmark", "bench"}, Case{"scor", "score"},
+                        Case{"prbe", "probe"}, Case{"inspcet", "inspect"}, Case{"serv", "serve"}}) {
+    Output o = LaminaErr(std::string(c.typed) + " -p hi");
+    EXPECT_EQ(o.code, 2) << c.typed;
+    EXPECT_EQ(o.out, "lamina: unknown command '" + std::string(c.typed) + "'; did you mean '" +
+                         c.want + "'?\n");
+  }
+  // Nothing close: the commands are listed.
+  Output o = LaminaErr("xyzzy");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_TRUE(Has(o.out, "unknown command 'xyzzy'; the commands are run, chat")) << o.out;
+}
+
+TEST(CliConventions, MistypedOptionSuggestsTheClosest) {
+  struct Case {
+    std::string args;
+    std::string typed;
+    std::string want;
+  };
+  for (const Case& c : {Case{"run -p hi --temperatur 0.5", "--temperatur", "--temp"},
+                        Case{"run -p hi --temperature 0.5", "--temperature", "--temp"},
+                        Case{"run -p hi --seeed 3", "--seeed", "--seed"},
+                        Case{"run -p hi --n-predcit 3", "--n-predcit", "--n-predict"},
+                        Case{"run -p hi --top_k 3", "--top_k", "--top-k"},
+                        Case{"chat --sytem hi", "--sytem", "--system"},
+                        Case{"bench --n-promt 8", "--n-promt", "--n-prompt"},
+                        Case{"score -f x --save-logit y", "--save-logit", "--save-logits"},
+                        Case{"probe --probs counting", "--probs", "--probes"}}) {
+    Output o = LaminaErr(c.args);
+    EXPECT_EQ(o.code, 2) << c.args;
+    EXPECT_EQ(o.out, "lamina: unknown option '" + c.typed + "'; did you mean '" + c.want + "'?\n");
+  }
+  Output far = LaminaErr("run -p hi --zzzzzz");
+  EXPECT_EQ(far.code, 2);
+  EXPECT_EQ(far.out, "lamina: unknown option '--zzzzzz' (--help lists the options)\n");
+}
+
+// llama.cpp's multi-letter one-dash flags: CLI11 would read -cnv as -c nv, -ps as -p s (a prompt
+// of "s"), -fa as -f a. Each is refused with one line naming it, or works as in llama.cpp.
+TEST(CliConventions, LlamaCppFlagsAreRefusedByNameNotMisread) {
+  for (const char* flag : {"-cnv",         "-ngl 99", "-fa",       "-ctk q8_0",
+                           "-ctv q8_0",    "-np 4",   "-ts 1",     "-mu x",
+                           "-hf x",        "-nkvo",   "-dev none", "-sm none",
+                           "-mg 0",        "-tb 2",   "-ub 8",     "-cb",
+                           "-nocb",        "-dt 0.1", "-lv 1",     "-otd x",
+                           "-sp",          "-ps 0.1", "-st",       "-kvu",
+                           "-b 8",         "-i",      "-sys hi",   "--n-gpu-layers 99",
+                           "--flash-attn", "-tgs 3",  "-pg 8,4",   "-to 5"}) {
+    const std::string name = std::string(flag).substr(0, std::string(flag).find(' '));
+    for (const char* cmd : {"run -p hi", "score -f x", "bench", "probe"}) {
+      if (std::string(cmd) == "bench" && name == "-np") continue;  // bench's --parallel
+      const std::string args = std::string(cmd) + " -m " + kShipped + " " + flag;
+      Output o = LaminaErr(args);
+      EXPECT_EQ(o.code, 2) << args << ": " << o.out;
+      EXPECT_EQ(o.out.rfind("lamina: " + name + ": ", 0), 0u) << args << ": " << o.out;
+      EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1) << args << ": " << o.out;
+    }
+  }
+  Output cnv = LaminaErr("run -cnv -p hi");
+  EXPECT_TRUE(Has(cnv.out, "lamina chat")) << cnv.out;
+  EXPECT_FALSE(Has(cnv.out, "ctx")) << cnv.out;
+  // Where lamina has the feature, the llama.cpp spelling works: chat is a conversation, -sys its
+  // system turn, -s the seed, -md the draft model, -np bench's batched decode.
+  EXPECT_EQ(Lamina("chat -m " + kShipped + " -cnv -i -sys hi -s 3 -n 2 </dev/null").code, 0);
+  EXPECT_EQ(Lamina("run -m " + kShipped + " -p hi -n 2 -s 3 -md " + kShipped).code, 0);
+  EXPECT_EQ(Lamina("bench -m " + kShipped + " -p 8 -n 4 -r 1 -np 1,2 --json").code, 0);
+}
+
+TEST(CliConventions, SamplingSeedIsRandomUnlessGiven) {
+  auto seed_of = [](const Output& o) {
+    std::smatch m;
+    const std::regex re("lamina: seed: ([0-9]+)\n");
+    return std::regex_search(o.out, m, re) ? m[1].str() : std::string();
+  };
+  const std::string run = kBinary + " run -m " + kShipped + " -p hi -n 8 --temp 0.9 --json";
+  Output a = lamina::testing_util::RunShell(run + " 2>&1");
+  Output b = lamina::testing_util::RunShell(run + " 2>&1");
+  ASSERT_EQ(a.code, 0) << a.out;
+  ASSERT_FALSE(seed_of(a).empty()) << a.out;
+  EXPECT_NE(seed_of(a), seed_of(b));
+  // The printed seed repeats the run.
+  const std::string seed = seed_of(a);
+  Output x = Lamina("run -m " + kShipped + " -p hi -n 8 --temp 0.9 --json --seed " + seed);
+  Output y = Lamina("run -m " + kShipped + " -p hi -n 8 --temp 0.9 --json -s " + seed);
+  ASSERT_EQ(x.code, 0);
+  const auto jx = nlohmann::json::parse(x.out);
+  EXPECT_EQ(jx["generated_tokens"], nlohmann::json::parse(y.out)["generated_tokens"]);
+  EXPECT_EQ(std::to_string(jx["seed"].get<uint64_t>()), seed);
+  const std::string a_json = a.out.substr(a.out.find('{'));
+  EXPECT_EQ(jx["generated_tokens"], nlohmann::json::parse(a_json)["generated_tokens"]);
+  // Greedy decoding prints no seed.
+  Output greedy = LaminaErr("run -m " + kShipped + " -p hi -n 4 --temp 0 --json");
+  EXPECT_EQ(greedy.code, 0);
+  EXPECT_TRUE(seed_of(greedy).empty()) << greedy.out;
+}
+
+TEST(CliConventions, BenchDefaultsToTheShippedModel) {
+  Output o = Lamina("bench -p 8 -n 4 -r 1 --json");
+  ASSERT_EQ(o.code, 0);
+  const auto j = nlohmann::json::parse(o.out);
+  EXPECT_GT(j["pp_tok_s"].get<double>(), 0.0);
+  EXPECT_GT(j["tg_tok_s"].get<double>(), 0.0);
+}
+
+TEST(CliConventions, HelpIsGroupedWithDefaults) {
+  Output run = Lamina("run --help");
+  ASSERT_EQ(run.code, 0);
+  for (const char* part :
+       {"Model and context:", "KV cache:", "Prompt and output:", "Sampling:", "Chat template:",
+        "Session:", "Constrained output:", "Speculative decoding:", "=0.8", "=128", "=f16"}) {
+    EXPECT_TRUE(Has(run.out, part)) << part;
+  }
+  for (const char* cmd : {"chat", "score", "bench", "probe"}) {
+    Output o = Lamina(std::string(cmd) + " --help");
+    EXPECT_EQ(o.code, 0) << cmd;
+    EXPECT_TRUE(Has(o.out, "Model and context:")) << cmd;
+  }
+  EXPECT_TRUE(Has(Lamina("chat --help").out, "=512")) << "chat's -n default";
 }
 
 }  // namespace

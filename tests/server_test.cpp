@@ -480,12 +480,47 @@ TEST_F(ServerTest, BadFlagsAreUsageErrors) {
                                                 {"--port", "70000"},
                                                 {"--grammar", "'root ::= (\"a\"'"},
                                                 {"-j", "'{\"type\": \"widget\"}'"},
-                                                {"--grammar", "'root ::= \"a\"'", "-j", "'{}'"}}) {
+                                                {"--grammar", "'root ::= \"a\"'", "-j", "'{}'"},
+                                                // llama-server flags lamina cannot honour
+                                                {"-ctk", "q8_0", "-ctv", "f16"},
+                                                {"-ctk", "bf16", "-ctv", "bf16"},
+                                                {"-ctk", "q8_0", "-ctv", "q8_0", "--kv", "f16"},
+                                                {"--path", "/srv"},
+                                                {"--api-prefix", "/v2"},
+                                                {"--log-file", "x.log"},
+                                                {"--reasoning-format", "deepseek"},
+                                                // fail-closed keys
+                                                {"--api-key", "''"},
+                                                {"--api-key", "'a b'"}}) {
     std::string cmd = kBinary + " serve -m " + kShipped + " --port " + std::to_string(FreePort());
     for (const std::string& a : extra) cmd += " " + a;
     cmd += " >/dev/null 2>&1";
     const int rc = std::system(cmd.c_str());
     EXPECT_EQ(WEXITSTATUS(rc), 2) << cmd;
+  }
+}
+
+// llama-server's -ctk/-ctv pick lamina's KV mode; flags without meaning on a CPU warn once.
+TEST_F(ServerTest, LlamaServerCacheTypesAndGpuFlags) {
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"-ctk", "q8_0", "-ctv", "q8_0"}, "int8"},
+      {{"-ctk", "q8_0", "-ctv", "q4_0"}, "k8v4"},
+      {{"--cache-type-k", "q4_0", "--cache-type-v", "q4_0"}, "q4_0"},
+      {{"-ctk", "f32", "-ctv", "f32"}, "f32"}};
+  for (const auto& [flags, mode] : cases) {
+    std::vector<std::string> args = {"-m", kShipped};
+    args.insert(args.end(), flags.begin(), flags.end());
+    ServerProcess s(args);
+    ASSERT_TRUE(s.healthy()) << s.Log();
+    auto [st, props] = s.Get("/props");
+    ASSERT_EQ(st, 200);
+    EXPECT_EQ(props["kv_cache"]["type"], mode) << flags[1] << "/" << flags[3];
+  }
+  ServerProcess gpu({"-m", kShipped, "-ngl", "99", "-fa", "on", "--mlock"});
+  ASSERT_TRUE(gpu.healthy()) << gpu.Log();
+  const std::string log = gpu.Log();
+  for (const char* flag : {"--n-gpu-layers", "--flash-attn", "--mlock"}) {
+    EXPECT_NE(log.find(std::string("warning: ") + flag), std::string::npos) << log;
   }
 }
 

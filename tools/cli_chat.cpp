@@ -1,5 +1,5 @@
-// `lamina chat` (an interactive loop over the model's chat template), the chat setup that
-// `run --chat` shares, and the lookup of the shipped model used when no -m is given.
+// `lamina chat` (an interactive loop over the model's chat template, with /commands), the chat
+// setup that `run --chat` shares, and the lookup of the shipped model used when no -m is given.
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_chat_input.h"
 #include "cli_common.h"
 #include "cli_spec.h"
 #include "runtime/generate.h"
@@ -134,6 +135,118 @@ bool ResolveModelPath(std::string* model_path) {
   return false;
 }
 
+namespace {
+
+constexpr const char* kChatHelp =
+    "commands:\n"
+    "  /help          this list\n"
+    "  /clear         forget the conversation (the system turn stays)\n"
+    "  /save FILE     save the conversation (its turns and KV cells, as --session FILE)\n"
+    "  /load FILE     load a conversation saved with /save or --session\n"
+    "  /bye           exit (also /exit, /quit, Ctrl-D, or Ctrl-C twice at an empty prompt)\n"
+    "Ctrl-C stops an answer (what was shown stays in the conversation). A line starting\n"
+    "with // or \\/ sends the rest of it, from its '/', to the model.\n";
+
+// The model's general.name, else its file name without .gguf.
+std::string ModelName(const Model& model) {
+  Result<std::string> name = model.file().GetString("general.name");
+  if (name.ok() && !name->empty()) return *name;
+  return fs::path(model.file().path()).stem().string();
+}
+
+// The conversation of `lamina chat` and the session holding its cells.
+struct ChatState {
+  ChatState(const RunOptions& options, Session& s) : o(options), session(s) {}
+
+  const RunOptions& o;
+  Session& session;
+  uint64_t model_hash = 0;
+  std::string system;
+  std::vector<ChatMessage> messages;
+  std::vector<int32_t> history;  // the tokens of the last turn (prompt + answer)
+
+  void Clear() {
+    messages.clear();
+    if (!system.empty()) messages.push_back({"system", system});
+  }
+
+  // /save FILE: the --session file format (the cells of the conversation and its turns).
+  void Save(const std::string& path) {
+    if (model_hash == 0) model_hash = ModelIdentityHash(session.model());
+    RunOptions to = o;
+    to.session = path;
+    int rc = kExitOk;
+    if (SaveSessionForCli(to, session, model_hash, history, TurnsToJson(messages), &rc)) {
+      std::fprintf(stderr, "lamina: saved %zu turns to %s\n", messages.size(), path.c_str());
+    }
+  }
+
+  // /load FILE: a file of /save or --session; a refused file leaves the conversation as it was.
+  void Load(const std::string& path) {
+    std::error_code ec;
+    if (!fs::exists(path, ec)) {
+      std::fprintf(stderr, "lamina: %s: no such file\n", path.c_str());
+      return;
+    }
+    if (model_hash == 0) model_hash = ModelIdentityHash(session.model());
+    RunOptions from = o;
+    from.session = path;
+    from.session_fresh_on_error = false;
+    std::string turns;
+    int rc = kExitOk;
+    if (!RestoreSessionForCli(from, session, model_hash, nullptr, &turns, &rc)) return;
+    history = session.tokens(0);
+    std::vector<ChatMessage> loaded = TurnsFromJson(turns);
+    if (loaded.empty()) {
+      std::fprintf(stderr, "lamina: %s holds no conversation turns; the conversation is kept\n",
+                   path.c_str());
+      return;
+    }
+    messages = std::move(loaded);
+    std::fprintf(stderr, "lamina: loaded %zu turns from %s\n", messages.size(), path.c_str());
+  }
+};
+
+enum class LineKind { kSend, kHandled, kExit };
+
+// A line starting with '/': a command (run here, never sent to the model), or with "//" or
+// "\/" a line sent from its second character.
+LineKind HandleCommand(std::string* line, ChatState* chat) {
+  if (line->starts_with("//") || line->starts_with("\\/")) {
+    line->erase(0, 1);
+    return LineKind::kSend;
+  }
+  if (!line->starts_with("/")) return LineKind::kSend;
+  const size_t space = line->find_first_of(" \t");
+  const std::string name = line->substr(0, space);
+  std::string arg = space == std::string::npos ? "" : line->substr(space + 1);
+  arg.erase(0, arg.find_first_not_of(" \t"));
+  arg.erase(arg.find_last_not_of(" \t") + 1);
+  if (name == "/bye" || name == "/exit" || name == "/quit") return LineKind::kExit;
+  if (name == "/help" || name == "/?") {
+    std::fputs(kChatHelp, stderr);
+  } else if (name == "/clear") {
+    chat->Clear();
+    std::fprintf(stderr, "lamina: conversation cleared\n");
+  } else if (name == "/save" || name == "/load") {
+    if (arg.empty()) {
+      std::fprintf(stderr, "lamina: usage: %s FILE\n", name.c_str());
+    } else if (name == "/save") {
+      chat->Save(arg);
+    } else {
+      chat->Load(arg);
+    }
+  } else {
+    std::fprintf(stderr,
+                 "lamina: unknown command %s (type /help for commands; start the line with // "
+                 "to send it)\n",
+                 name.c_str());
+  }
+  return LineKind::kHandled;
+}
+
+}  // namespace
+
 int RunChat(const ChatOptions& options) {
   const RunOptions& o = options.run;
   LoadedModel lm = LoadModelForCli(o.common);
@@ -143,6 +256,10 @@ int RunChat(const ChatOptions& options) {
   int rc = kExitOk;
   if (!ReadChatSetup(model, o.chat_template, &setup, &rc)) return rc;
   const Tokenizer& tok = model.tokenizer();
+  const bool interactive = isatty(STDIN_FILENO) != 0;
+  // On a terminal Ctrl-C stops an answer: the worker threads are created with SIGINT blocked,
+  // so that it reaches the thread that reads the terminal and polls the flag.
+  if (interactive) BlockInterrupts();
   ThreadPool pool(o.common.n_threads);
   SessionConfig sc;
   if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
@@ -151,6 +268,7 @@ int RunChat(const ChatOptions& options) {
   if (!MakeSpecSetup(o.spec, o.common.model_path, model, session.n_ctx(), pool, &spec, &rc)) {
     return rc;
   }
+  if (interactive) InstallInterruptHandler();
   spec::SpecStats spec_stats;
 
   GenerateOptions go;
@@ -158,25 +276,47 @@ int RunChat(const ChatOptions& options) {
   go.params.n_predict = o.n_predict;
   if (!MakeGrammar(o, &go.params.grammar, &rc)) return rc;
 
-  const bool interactive = isatty(STDIN_FILENO) != 0;
-  std::vector<ChatMessage> messages;
-  if (!options.system.empty()) messages.push_back({"system", options.system});
+  ChatState chat(o, session);
+  chat.system = options.system;
+  chat.Clear();
+  std::vector<ChatMessage>& messages = chat.messages;
   // --session FILE: the conversation so far (its cells, and its turns in the file's payload).
-  const uint64_t model_hash = o.session.empty() ? 0 : ModelIdentityHash(model);
   if (!o.session.empty()) {
+    chat.model_hash = ModelIdentityHash(model);
     std::string turns;
-    if (!RestoreSessionForCli(o, session, model_hash, nullptr, &turns, &rc)) return rc;
+    if (!RestoreSessionForCli(o, session, chat.model_hash, nullptr, &turns, &rc)) return rc;
     if (!turns.empty()) messages = TurnsFromJson(turns);
+    chat.history = session.tokens(0);
   }
+  if (interactive) {
+    std::fprintf(stderr,
+                 "lamina chat: %s, context %d tokens, at most %d tokens per answer (-n), KV %s\n"
+                 "type /help for commands, Ctrl-C to stop an answer\n",
+                 ModelName(model).c_str(), session.n_ctx(), o.n_predict, o.common.kv.c_str());
+  }
+  ChatInput input(interactive);
+  bool interrupted_at_prompt = false;  // the last thing read was Ctrl-C at an empty prompt
   std::string line;
   while (true) {
-    if (interactive) {
-      std::fprintf(stderr, "> ");
-      std::fflush(stderr);
+    bool had_text = false;
+    const ChatInput::Status status = input.Read(&line, &had_text);
+    if (status == ChatInput::Status::kEof) break;
+    if (status == ChatInput::Status::kInterrupted) {
+      if (had_text) {
+        interrupted_at_prompt = false;
+        continue;
+      }
+      if (interrupted_at_prompt) break;
+      interrupted_at_prompt = true;
+      std::fprintf(stderr, "(press Ctrl-C again or type /bye to exit)\n");
+      continue;
     }
-    if (!std::getline(std::cin, line)) break;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
+    interrupted_at_prompt = false;
     if (line.empty()) continue;
+    input.Remember(line);
+    const LineKind kind = HandleCommand(&line, &chat);
+    if (kind == LineKind::kExit) break;
+    if (kind == LineKind::kHandled) continue;
     messages.push_back({"user", line});
 
     Result<std::string> text = RenderChatPrompt(setup, messages, tok);
@@ -187,10 +327,12 @@ int RunChat(const ChatOptions& options) {
     }
     std::vector<int32_t> tokens = tok.Encode(*text, true, true);
     // Forget the oldest turns (keeping a system turn) while the conversation does not fit.
+    int dropped = 0;
     while (static_cast<int>(tokens.size()) + 1 >= session.n_ctx() && messages.size() > 1) {
       const size_t first = messages[0].role == "system" ? 1 : 0;
       if (messages.size() - first <= 1) break;
       messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first));
+      ++dropped;
       text = RenderChatPrompt(setup, messages, tok);
       if (!text.ok()) break;
       tokens = tok.Encode(*text, true, true);
@@ -202,9 +344,23 @@ int RunChat(const ChatOptions& options) {
       messages.pop_back();
       continue;
     }
+    if (dropped > 0) {
+      if (dropped == 1) {
+        std::fprintf(stderr, "[dropped the oldest turn to fit the %d-token context]\n",
+                     session.n_ctx());
+      } else {
+        std::fprintf(stderr, "[dropped the %d oldest turns to fit the %d-token context]\n", dropped,
+                     session.n_ctx());
+      }
+    }
     // The cells the session shares with this conversation are reused; the rest is evaluated.
-    Result<GenerateResult> r =
-        GenerateWithSpec(session, tokens, go, spec, &spec_stats, [](const std::string& piece) {
+    // Ctrl-C (the flag) stops the answer between tokens; what was shown is the answer.
+    ClearInterrupt();
+    std::string shown;
+    Result<GenerateResult> r = GenerateWithSpec(
+        session, tokens, go, spec, &spec_stats, [&shown](const std::string& piece) {
+          if (InterruptPending()) return false;
+          shown += piece;
           std::fwrite(piece.data(), 1, piece.size(), stdout);
           std::fflush(stdout);
           return true;
@@ -213,14 +369,20 @@ int RunChat(const ChatOptions& options) {
       std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
       return kExitFailure;
     }
-    const std::string& answer = r->text;
+    const bool stopped = r->reason == StopReason::kCancelled || InterruptPending();
+    ClearInterrupt();
     std::printf("\n");
     std::fflush(stdout);
-    messages.push_back({"assistant", answer});
+    chat.history = tokens;
+    chat.history.insert(chat.history.end(), r->tokens.begin(), r->tokens.end());
+    if (stopped && shown.empty()) {
+      messages.pop_back();  // stopped before any text: the question is dropped too
+    } else {
+      messages.push_back({"assistant", stopped ? shown : r->text});
+    }
     if (!o.session.empty()) {
-      std::vector<int32_t> history = tokens;
-      history.insert(history.end(), r->tokens.begin(), r->tokens.end());
-      if (!SaveSessionForCli(o, session, model_hash, history, TurnsToJson(messages), &rc)) {
+      if (!SaveSessionForCli(o, session, chat.model_hash, chat.history, TurnsToJson(messages),
+                             &rc)) {
         return rc;
       }
     }

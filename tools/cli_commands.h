@@ -168,5 +168,11 @@ int RunProbe(const ProbeOptions& options);
 // llama.cpp spells some flags with one dash and several letters (-np, -fa, -md, ...); CLI11
 // wants those long. Returns argv with each such flag replaced by its long spelling.
 std::vector<std::string> NormalizeLlamaArgs(int argc, char** argv);
+// The long name NormalizeLlamaArgs gives a llama.cpp one-dash flag ("-np": "--parallel"); ""
+// when it keeps the flag as it is.
+std::string LlamaLongName(const std::string& flag);
+// What to use instead of a llama.cpp flag (either spelling: "-cnv" or "--conversation") that
+// lamina's run, chat, score, bench and probe do not take; "" when it is no such flag.
+std::string LlamaFlagAdvice(const std::string& flag);
 
 }  // namespace lamina::cli

@@ -41,7 +41,11 @@ LoadedModel LoadModelForCli(const CommonOptions& options) {
   return out;
 }
 
-std::vector<std::string> NormalizeLlamaArgs(int argc, char** argv) {
+namespace {
+
+// llama.cpp's one-dash spellings of long flags (-np, -fa, -md, ...): CLI11 would read "-np" as
+// "-n p", so each is rewritten to its long name before parsing.
+const std::map<std::string, std::string>& LlamaAliases() {
   static const std::map<std::string, std::string> kAliases = {{"-np", "--parallel"},
                                                               {"-fa", "--flash-attn"},
                                                               {"-ngl", "--n-gpu-layers"},
@@ -57,14 +61,96 @@ std::vector<std::string> NormalizeLlamaArgs(int argc, char** argv) {
                                                               {"-dev", "--device"},
                                                               {"-to", "--timeout"},
                                                               {"-md", "--model-draft"},
-                                                              {"-jf", "--json-schema-file"}};
+                                                              {"-jf", "--json-schema-file"},
+                                                              {"-sys", "--system-prompt"},
+                                                              {"-cnv", "--conversation"},
+                                                              {"-if", "--interactive-first"},
+                                                              {"-mli", "--multiline-input"}};
+  return kAliases;
+}
+
+struct ForeignFlag {
+  const char* short_name;  // llama.cpp's one-dash spelling, or ""
+  const char* long_name;   // its long spelling, or ""
+  const char* advice;      // what to use with lamina instead
+};
+
+// llama.cpp flags (llama-cli, llama-bench, llama-server) and what to use instead where a lamina
+// subcommand does not take them. A subcommand that does take one (serve: -fa, -ngl, ...; bench:
+// --parallel) never gets here.
+constexpr ForeignFlag kForeignFlags[] = {
+    {"-cnv", "--conversation", "use `lamina chat` for a conversation"},
+    {"-no-cnv", "--no-conversation", "`lamina run` never converses; drop it"},
+    {"-st", "--single-turn", "use `lamina run --chat -p TEXT` for one turn"},
+    {"-i", "--interactive", "use `lamina chat`"},
+    {"-if", "--interactive-first", "use `lamina chat`"},
+    {"-mli", "--multiline-input", "use `lamina chat`"},
+    {"-sys", "--system-prompt", "use `lamina chat --system TEXT`"},
+    {"-r", "--reverse-prompt", "generation stops at the model's end-of-generation tokens"},
+    {"-ngl", "--n-gpu-layers", "lamina runs on the CPU; drop it"},
+    {"", "--gpu-layers", "lamina runs on the CPU; drop it"},
+    {"-ngld", "--n-gpu-layers-draft", "lamina runs on the CPU; drop it"},
+    {"-dev", "--device", "lamina runs on the CPU; drop it"},
+    {"-devd", "--device-draft", "lamina runs on the CPU; drop it"},
+    {"-sm", "--split-mode", "lamina runs on the CPU; drop it"},
+    {"-mg", "--main-gpu", "lamina runs on the CPU; drop it"},
+    {"-ts", "--tensor-split", "lamina runs on the CPU; drop it"},
+    {"-nkvo", "--no-kv-offload", "lamina runs on the CPU; drop it"},
+    {"-ot", "--override-tensor", "lamina runs on the CPU; drop it"},
+    {"-otd", "--override-tensor-draft", "lamina runs on the CPU; drop it"},
+    {"-cmoe", "--cpu-moe", "lamina runs on the CPU; drop it"},
+    {"-ncmoe", "--n-cpu-moe", "lamina runs on the CPU; drop it"},
+    {"-fa", "--flash-attn", "lamina's attention is always tiled (flash-style); drop it"},
+    {"-ctk", "--cache-type-k", "use --kv MODE (K and V together: f16, int8, k8v4, q4_0, ...)"},
+    {"-ctv", "--cache-type-v", "use --kv MODE (K and V together: f16, int8, k8v4, q4_0, ...)"},
+    {"-ctkd", "--cache-type-k-draft", "use --kv-draft MODE"},
+    {"-ctvd", "--cache-type-v-draft", "use --kv-draft MODE"},
+    {"-np", "--parallel", "one sequence here; `lamina serve -np N` serves N at once"},
+    {"-cb", "--cont-batching", "a server flag (`lamina serve` always batches continuously)"},
+    {"-nocb", "--no-cont-batching", "a server flag; drop it"},
+    {"-kvu", "--kv-unified", "a server flag; drop it"},
+    {"-to", "--timeout", "a server flag; drop it"},
+    {"-b", "--batch-size", "use `lamina run --prompt-chunk N` for the prompt's batch size"},
+    {"-ub", "--ubatch-size", "lamina has no micro-batches; drop it"},
+    {"-tb", "--threads-batch", "-t N sets the threads of the prompt and of generation alike"},
+    {"-dt", "--defrag-thold", "lamina's KV cache needs no defragmentation; drop it"},
+    {"-lv", "--verbosity", "lamina has no log levels; drop it"},
+    {"-v", "--verbose", "lamina has no log levels; drop it"},
+    {"-sp", "--special", "not supported by lamina; drop it"},
+    {"-ps", "--draft-p-split", "use --draft-p-min P"},
+    {"-mu", "--model-url", "lamina reads local GGUF files: download it, then pass -m FILE"},
+    {"-hf", "--hf-repo", "lamina reads local GGUF files: download it, then pass -m FILE"},
+    {"-hff", "--hf-file", "lamina reads local GGUF files: download it, then pass -m FILE"},
+    {"-hft", "--hf-token", "lamina reads local GGUF files: download it, then pass -m FILE"},
+    {"-dr", "--docker-repo", "lamina reads local GGUF files: download it, then pass -m FILE"},
+    {"-pg", "", "use -p N -n M (bench runs the prompt and the generation tests)"},
+    {"-o", "", "use --json for machine-readable output"},
+    {"", "--mlock", "lamina does not lock the model in memory; drop it"},
+    {"", "--no-mmap", "lamina reads the model into memory; drop it"},
+};
+
+}  // namespace
+
+std::vector<std::string> NormalizeLlamaArgs(int argc, char** argv) {
   std::vector<std::string> out;
   for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    auto it = kAliases.find(a);
-    out.push_back(it != kAliases.end() ? it->second : a);
+    const std::string long_name = LlamaLongName(argv[i]);
+    out.push_back(long_name.empty() ? std::string(argv[i]) : long_name);
   }
   return out;
+}
+
+std::string LlamaLongName(const std::string& flag) {
+  auto it = LlamaAliases().find(flag);
+  return it != LlamaAliases().end() ? it->second : "";
+}
+
+std::string LlamaFlagAdvice(const std::string& flag) {
+  if (flag.empty()) return "";
+  for (const ForeignFlag& f : kForeignFlags) {
+    if (flag == f.short_name || flag == f.long_name) return f.advice;
+  }
+  return "";
 }
 
 bool StderrIsTerminal() { return ::isatty(STDERR_FILENO) == 1; }
@@ -222,6 +308,10 @@ SamplerConfig MakeSamplerConfig(const RunOptions& o) {
   samp.min_p = o.min_p;
   samp.repeat_penalty = o.repeat_penalty;
   samp.seed = o.seed;
+  // The seed (random unless --seed gave it) on stderr, so that a sampled run can be repeated.
+  if (o.temperature > 0.0f) {
+    std::fprintf(stderr, "lamina: seed: %llu\n", static_cast<unsigned long long>(o.seed));
+  }
   return samp;
 }
 

@@ -64,7 +64,8 @@ bool RestoreSessionForCli(const RunOptions& options, Session& session, uint64_t 
 bool SaveSessionForCli(const RunOptions& options, Session& session, uint64_t model_hash,
                        const std::vector<int32_t>& history, const std::string& app, int* exit_code);
 
-// The sampler settings of run / chat.
+// The sampler settings of run / chat; when sampling (temperature > 0), prints "lamina: seed: N"
+// on stderr so that the run can be repeated with --seed N.
 SamplerConfig MakeSamplerConfig(const RunOptions& options);
 
 // Prints the KV cache's size line to stderr.

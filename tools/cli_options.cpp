@@ -1,8 +1,12 @@
 // The shared option validators (cli_options.h).
 #include "cli_options.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -97,8 +101,127 @@ CLI::Validator Seed() {
 
 CLI::Validator ContextSize() { return InRange(kContextSizeRange); }
 
+namespace {
+
+// Optimal string alignment distance: insertions, deletions, substitutions and swaps of two
+// neighbouring characters each count one.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+std::string StripDashes(const std::string& s) {
+  const size_t i = s.find_first_not_of('-');
+  return i == std::string::npos ? "" : s.substr(i);
+}
+
+// The subcommand whose arguments were left over (CLI11's ExtrasError), else `app` itself.
+const CLI::App& AppWithExtras(const CLI::App& app) {
+  for (const CLI::App* sub : app.get_subcommands()) {
+    if (!sub->remaining().empty()) return AppWithExtras(*sub);
+  }
+  return app;
+}
+
+std::vector<std::string> LongOptionNames(const CLI::App& cmd) {
+  std::vector<std::string> names;
+  for (const CLI::Option* opt : cmd.get_options()) {
+    if (opt->get_group().empty()) continue;  // hidden
+    for (const std::string& l : opt->get_lnames()) names.push_back("--" + l);
+  }
+  return names;
+}
+
+bool HasOption(const CLI::App& cmd, const std::string& name) {
+  return const_cast<CLI::App&>(cmd).get_option_no_throw(name) != nullptr;
+}
+
+}  // namespace
+
+std::string ClosestName(const std::string& typed, const std::vector<std::string>& names) {
+  const std::string t = StripDashes(typed);
+  if (t.empty()) return "";
+  const size_t max_distance = t.size() <= 3 ? 1 : t.size() <= 6 ? 2 : 3;
+  std::string best;
+  size_t best_distance = SIZE_MAX;
+  for (const std::string& name : names) {
+    const std::string n = StripDashes(name);
+    const size_t d = EditDistance(t, n);
+    const std::string& shorter = t.size() < n.size() ? t : n;
+    const std::string& longer = t.size() < n.size() ? n : t;
+    const bool prefix = shorter.size() >= 3 && longer.compare(0, shorter.size(), shorter) == 0;
+    if ((d <= max_distance || prefix) && d < best_distance) {
+      best = name;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+std::string ForeignFlagError(const CLI::App& cmd, const std::vector<std::string>& args) {
+  for (const std::string& a : args) {
+    if (a == "--") break;
+    if (a.size() < 2 || a[0] != '-' || !std::isalpha(static_cast<unsigned char>(a.back()))) {
+      continue;  // values, negative numbers
+    }
+    std::string name = a.substr(0, a.find('='));
+    if (HasOption(cmd, name)) continue;
+    const std::string long_name = LlamaLongName(name);
+    if (!long_name.empty() && HasOption(cmd, long_name)) continue;  // -md: --model-draft
+    const std::string advice = LlamaFlagAdvice(name);
+    if (!advice.empty()) return "lamina: " + name + ": " + advice;
+    if (!long_name.empty()) {
+      return "lamina: " + name + " (" + long_name + "): not an option of `lamina " +
+             cmd.get_name() + "`";
+    }
+    // "-tgs": CLI11 would take it as -t with the value "gs" ("-temp" as -t "emp").
+    const bool word =
+        name[1] != '-' && name.size() > 2 && std::all_of(name.begin() + 1, name.end(), [](char c) {
+          return std::isalpha(static_cast<unsigned char>(c)) || c == '-';
+        });
+    if (!word || !HasOption(cmd, name.substr(0, 2))) continue;
+    std::string line = "lamina: " + name + ": not an option of `lamina " + cmd.get_name() + "`";
+    const std::string near = ClosestName(name, LongOptionNames(cmd));
+    if (!near.empty()) return line + "; did you mean '" + near + "'?";
+    const CLI::Option* opt = const_cast<CLI::App&>(cmd).get_option_no_throw(name.substr(0, 2));
+    if (opt->get_type_size() != 0) {
+      line += " (to give " + name.substr(0, 2) + " the value " + name.substr(2) + ", write " +
+              name.substr(0, 2) + " " + name.substr(2) + ")";
+    }
+    return line;
+  }
+  return "";
+}
+
 int ParseErrorExit(const CLI::App& app, const CLI::ParseError& e) {
   if (e.get_exit_code() == 0) return app.exit(e);  // --help and the like
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+    const CLI::App& cmd = AppWithExtras(app);
+    for (const std::string& extra : cmd.remaining()) {
+      if (extra.size() < 3 || extra.compare(0, 2, "--") != 0) continue;
+      const std::string name = extra.substr(0, extra.find('='));
+      const std::string near = ClosestName(name, LongOptionNames(cmd));
+      if (near.empty()) {
+        std::fprintf(stderr, "lamina: unknown option '%s' (--help lists the options)\n",
+                     name.c_str());
+      } else {
+        std::fprintf(stderr, "lamina: unknown option '%s'; did you mean '%s'?\n", name.c_str(),
+                     near.c_str());
+      }
+      return kExitUsage;
+    }
+  }
   std::fprintf(stderr, "lamina: %s\n", e.what());
   return kExitUsage;
 }

@@ -6,6 +6,8 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "value_ranges.h"
 
@@ -35,7 +37,18 @@ CLI::Validator Seed();
 CLI::Validator ContextSize();
 
 // The exit code for a CLI11 parse error: help and version print as CLI11 prints them (exit 0);
-// any other error prints one line "lamina: <what>" and returns the bad-usage code.
+// any other error prints one line "lamina: <what>" and returns the bad-usage code. An unknown
+// long option names the closest known one ("did you mean '--temp'?").
 int ParseErrorExit(const CLI::App& app, const CLI::ParseError& e);
+
+// The name in `names` closest to `typed`: within a small edit distance (a swap of two neighbours
+// counts once), or one a prefix of the other; "" when none is close.
+std::string ClosestName(const std::string& typed, const std::vector<std::string>& names);
+
+// The one-line error for the first argument of `args` (a subcommand's arguments, as the user
+// typed them) that is a llama.cpp flag `cmd` does not take ("lamina: -cnv: use `lamina chat`
+// ..."), or a one-dash word CLI11 would split into a short option and its value ("-tgs" as
+// "-t gs"); "" when there is none.
+std::string ForeignFlagError(const CLI::App& cmd, const std::vector<std::string>& args);
 
 }  // namespace lamina::cli

@@ -124,6 +124,7 @@ int RunGenerate(const RunOptions& o) {
                     {"n_generated", generated.size()}};
     j["kv"] = KvTypeName(sc.kv_type);
     j["kv_v_round"] = KvRoundingName(sc.v_rounding);
+    j["seed"] = o.seed;
     if (spec.drafter) {
       j["spec"] = {{"mode", spec.drafter->name()},
                    {"draft_max", spec.options.draft_max},

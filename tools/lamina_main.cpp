@@ -1,10 +1,14 @@
 // The `lamina` command line: run, chat, score, bench, probe, inspect, serve. Exit codes: see
 // cli_commands.h.
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <new>
+#include <random>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "cli_commands.h"
 #include "cli_options.h"
@@ -16,40 +20,113 @@
 namespace {
 using namespace lamina::cli;  // NOLINT: the validators of cli_options.h
 
+#ifndef LAMINA_VERSION
+#define LAMINA_VERSION "0.0.0"
+#endif
+#ifndef LAMINA_GIT_COMMIT
+#define LAMINA_GIT_COMMIT ""
+#endif
+
+// "lamina 0.1.0 (abc123def456)": the CMake project version, and the commit when git knew it at
+// configure time.
+std::string VersionLine() {
+  std::string v = std::string("lamina ") + LAMINA_VERSION;
+  if (std::strlen(LAMINA_GIT_COMMIT) > 0) v += std::string(" (") + LAMINA_GIT_COMMIT + ")";
+  return v;
+}
+
+// The help's option groups, shared by the subcommands.
+constexpr const char* kGroupModel = "Model and context";
+constexpr const char* kGroupKv = "KV cache";
+constexpr const char* kGroupInput = "Prompt and output";
+constexpr const char* kGroupSampling = "Sampling";
+constexpr const char* kGroupTemplate = "Chat template";
+constexpr const char* kGroupSession = "Session";
+constexpr const char* kGroupConstrained = "Constrained output";
+constexpr const char* kGroupSpec = "Speculative decoding";
+
 void AddCommon(CLI::App* cmd, lamina::cli::CommonOptions& c, bool model_required) {
-  auto* m = cmd->add_option("-m,--model", c.model_path, "GGUF model file");
+  auto* m = cmd->add_option("-m,--model", c.model_path,
+                            model_required ? "GGUF model file"
+                                           : "GGUF model file (default: the "
+                                             "shipped model)");
+  m->group(kGroupModel);
   if (model_required) m->required();
   cmd->add_option("-c,--ctx-size", c.n_ctx,
                   "Context size in tokens (0: the model's, capped at 4096)")
-      ->check(ContextSize());
-  cmd->add_option("-t,--threads", c.n_threads, "Threads (0: all cores)")->check(Threads());
-  cmd->add_option("--kv", c.kv, "KV cache mode: " + lamina::KvModeNames());
-  cmd->add_option("--kv-v-round", c.kv_v_round,
-                  "V rounding for quantized modes: rtn or stochastic");
-  cmd->add_option("--kv-window", c.kv_window,
-                  "Recent cells kept exact (f16) in lossy KV modes; 0: off (default: the mode's)")
-      ->check(IntRange(0, 1 << 20));
-  cmd->add_option("--kv-seed", c.kv_seed, "Seed of stochastic V rounding")->check(Seed());
-  cmd->add_option("--recurrent-ring", c.recurrent_ring,
-                  "Hybrid models: recurrent states kept per sequence, the furthest a rollback "
-                  "(speculative verify, prefix reuse) restores exactly; drafts stay below it "
-                  "(default 32)")
-      ->check(IntRange(1, 4096));
+      ->check(ContextSize())
+      ->group(kGroupModel);
+  cmd->add_option("-t,--threads", c.n_threads, "Threads (0: all cores)")
+      ->check(Threads())
+      ->group(kGroupModel);
   cmd->add_option("--rope-scaling", c.rope_scaling,
                   "RoPE scaling: none, linear or yarn (default: the model's)")
-      ->check(CLI::IsMember({"none", "linear", "yarn"}));
+      ->check(CLI::IsMember({"none", "linear", "yarn"}))
+      ->group(kGroupModel);
   cmd->add_option("--rope-scale", c.rope_scale,
                   "RoPE context scaling factor (default: the model's)")
-      ->check(NonNegativeFinite());
+      ->check(NonNegativeFinite())
+      ->default_str("")
+      ->group(kGroupModel);
   cmd->add_option("--yarn-orig-ctx", c.yarn_orig_ctx,
                   "YaRN original context length (default: the model's)")
-      ->check(IntRange(0, 1 << 30));
+      ->check(IntRange(0, 1 << 30))
+      ->default_str("")
+      ->group(kGroupModel);
   cmd->add_option("--mem-limit", c.mem_limit,
                   "Most bytes the KV cache and a batch may take, e.g. 8G, or none (default: "
-                  "LAMINA_MEM_LIMIT, else 90% of MemAvailable)");
+                  "LAMINA_MEM_LIMIT, else 90% of MemAvailable)")
+      ->group(kGroupModel);
+  cmd->add_option("--kv", c.kv, "KV cache mode: " + lamina::KvModeNames())->group(kGroupKv);
+  cmd->add_option("--kv-v-round", c.kv_v_round, "V rounding for quantized modes: rtn or stochastic")
+      ->group(kGroupKv);
+  cmd->add_option("--kv-window", c.kv_window,
+                  "Recent cells kept exact (f16) in lossy KV modes; 0: off (default: the mode's)")
+      ->check(IntRange(0, 1 << 20))
+      ->default_str("")
+      ->group(kGroupKv);
+  cmd->add_option("--kv-seed", c.kv_seed, "Seed of stochastic V rounding")
+      ->check(Seed())
+      ->group(kGroupKv);
+  cmd->add_option("--recurrent-ring", c.recurrent_ring,
+                  "Hybrid models: recurrent states kept per sequence, the furthest a rollback "
+                  "(speculative verify, prefix reuse) restores exactly; drafts stay below it")
+      ->check(IntRange(1, 4096))
+      ->group(kGroupKv);
+}
+
+// Sampling options of run and chat. The seed's default is random (ChooseSeed).
+void AddSamplingOptions(CLI::App* cmd, lamina::cli::RunOptions& r) {
+  cmd->option_defaults()->group(kGroupSampling);
+  cmd->add_option("--temp", r.temperature, "Temperature (0: greedy)")->check(Temperature());
+  cmd->add_option("--top-k", r.top_k, "Top-k (0: off)")->check(IntRange(0, 1 << 30));
+  cmd->add_option("--top-p", r.top_p, "Top-p (1: off)")->check(Probability());
+  cmd->add_option("--min-p", r.min_p, "Min-p (0: off)")->check(Probability());
+  cmd->add_option("--repeat-penalty", r.repeat_penalty, "Repetition penalty (1: off)")
+      ->check(Positive());
+  cmd->add_option("-s,--seed", r.seed,
+                  "RNG seed of sampling (default: random; printed on stderr when sampling)")
+      ->check(Seed())
+      ->default_str("");
+}
+
+// A sampling seed that differs from run to run, for when --seed is not given.
+uint64_t RandomSeed() {
+  std::random_device rd;
+  const uint64_t time =
+      static_cast<uint64_t>(std::chrono::high_resolution_clock::now().time_since_epoch().count());
+  return ((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ time) & ((uint64_t{1} << 53) - 1);
+}
+
+// The subcommands' names, for the suggestion on a mistyped one.
+const std::vector<std::string>& CommandNames() {
+  static const std::vector<std::string> kNames = {"run",   "chat",    "score", "bench",
+                                                  "probe", "inspect", "serve", "version"};
+  return kNames;
 }
 
 void AddChatTemplateOptions(CLI::App* cmd, lamina::cli::ChatTemplateOptions& t) {
+  cmd->option_defaults()->group(kGroupTemplate);
   cmd->add_option(
       "--chat-template", t.name,
       "Chat template: a built-in name (" + lamina::ChatTemplateNames() + ") or a Jinja source");
@@ -60,6 +137,7 @@ void AddChatTemplateOptions(CLI::App* cmd, lamina::cli::ChatTemplateOptions& t) 
 }
 
 void AddGrammarOptions(CLI::App* cmd, lamina::cli::RunOptions& r) {
+  cmd->option_defaults()->group(kGroupConstrained);
   cmd->add_option("--grammar", r.grammar,
                   "GBNF grammar the output must follow (the text, or a file holding it)");
   cmd->add_option("--grammar-file", r.grammar_file, "Read the GBNF grammar from a file");
@@ -69,6 +147,7 @@ void AddGrammarOptions(CLI::App* cmd, lamina::cli::RunOptions& r) {
 }
 
 void AddSessionOptions(CLI::App* cmd, lamina::cli::RunOptions& r) {
+  cmd->option_defaults()->group(kGroupSession);
   cmd->add_option("--session", r.session,
                   "Session file: restore the state it holds when its tokens begin the prompt, "
                   "save the state after the run there (written atomically)");
@@ -77,30 +156,61 @@ void AddSessionOptions(CLI::App* cmd, lamina::cli::RunOptions& r) {
                 "prompt again instead of exiting with code 3");
 }
 
+// Speculative decoding's options (cli_spec.h) in their help group; --draft-max's default
+// depends on the mode, as its description says.
+void AddSpecGroup(CLI::App* cmd, lamina::cli::SpecCliOptions& spec) {
+  cmd->option_defaults()->group(kGroupSpec);
+  lamina::cli::AddSpecOptions(cmd, spec);
+  cmd->get_option("--draft-max")->default_str("");
+}
+
+// The mistyped subcommand's line: the closest name, or the list when none is close.
+int UnknownCommand(const std::string& typed) {
+  const std::string near = ClosestName(typed, CommandNames());
+  if (!near.empty()) {
+    std::fprintf(stderr, "lamina: unknown command '%s'; did you mean '%s'?\n", typed.c_str(),
+                 near.c_str());
+  } else {
+    std::string list;
+    for (const std::string& n : CommandNames()) list += (list.empty() ? "" : ", ") + n;
+    std::fprintf(stderr, "lamina: unknown command '%s'; the commands are %s\n", typed.c_str(),
+                 list.c_str());
+  }
+  return kExitUsage;
+}
+
 int Main(int argc, char** argv) {
   using namespace lamina::cli;
+  if (argc == 2 &&
+      (std::strcmp(argv[1], "version") == 0 || std::strcmp(argv[1], "--version") == 0)) {
+    std::printf("%s\n", VersionLine().c_str());
+    return kExitOk;
+  }
   // `serve` parses its own flags, spelled as llama-server spells them (tools/server/).
   if (argc > 1 && std::strcmp(argv[1], "serve") == 0) return RunServeCommand(argc - 1, argv + 1);
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    for (const std::string& n : CommandNames()) known = known || n == argv[1];
+    if (!known) return UnknownCommand(argv[1]);
+  }
   CLI::App app{"lamina: LLM inference for GGUF models"};
   app.footer(
       "Also: lamina serve [flags] — an OpenAI- and llama-server-compatible HTTP server "
       "(lamina serve --help).");
   app.require_subcommand(1);
+  app.set_version_flag("--version", VersionLine());
+  // Every option's help shows its default (options whose default is "the model's" or "the
+  // mode's" say so in their description instead).
+  app.option_defaults()->always_capture_default();
 
   RunOptions run;
   CLI::App* run_cmd = app.add_subcommand("run", "Generate a continuation of a prompt");
   AddCommon(run_cmd, run.common, false);  // no -m: the shipped model
+  run_cmd->option_defaults()->group(kGroupInput);
   run_cmd->add_option("-p,--prompt", run.prompt, "Prompt text");
   run_cmd->add_option("-f,--file", run.prompt_file, "Read the prompt from a file");
   run_cmd->add_option("-n,--n-predict", run.n_predict, "Tokens to generate")
       ->check(IntRange(0, 1 << 30));
-  run_cmd->add_option("--temp", run.temperature, "Temperature (0: greedy)")->check(Temperature());
-  run_cmd->add_option("--top-k", run.top_k, "Top-k (0: off)")->check(IntRange(0, 1 << 30));
-  run_cmd->add_option("--top-p", run.top_p, "Top-p (1: off)")->check(Probability());
-  run_cmd->add_option("--min-p", run.min_p, "Min-p (0: off)")->check(Probability());
-  run_cmd->add_option("--repeat-penalty", run.repeat_penalty, "Repetition penalty (1: off)")
-      ->check(Positive());
-  run_cmd->add_option("--seed", run.seed, "RNG seed")->check(Seed());
   run_cmd->add_flag("--ignore-eos", run.ignore_eos, "Do not stop at end-of-generation tokens");
   run_cmd->add_flag("--json", run.json, "Print one JSON object instead of streaming text");
   run_cmd
@@ -109,34 +219,37 @@ int Main(int argc, char** argv) {
       ->check(IntRange(0, 1 << 30));
   run_cmd->add_flag("--chat", run.chat,
                     "Apply the model's chat template: the prompt is one user turn");
+  AddSamplingOptions(run_cmd, run);
   AddChatTemplateOptions(run_cmd, run.chat_template);
   AddSessionOptions(run_cmd, run);
   AddGrammarOptions(run_cmd, run);
-  AddSpecOptions(run_cmd, run.spec);
+  AddSpecGroup(run_cmd, run.spec);
 
   ChatOptions chat;
   CLI::App* chat_cmd =
       app.add_subcommand("chat", "Interactive chat: one user turn per stdin line, EOF ends");
   AddCommon(chat_cmd, chat.run.common, false);
+  chat_cmd->option_defaults()->group(kGroupInput);
   chat_cmd->add_option("-n,--n-predict", chat.run.n_predict, "Most tokens per answer")
-      ->check(IntRange(0, 1 << 30));
-  chat_cmd->add_option("--temp", chat.run.temperature, "Temperature (0: greedy)")
-      ->check(Temperature());
-  chat_cmd->add_option("--top-k", chat.run.top_k, "Top-k (0: off)")->check(IntRange(0, 1 << 30));
-  chat_cmd->add_option("--top-p", chat.run.top_p, "Top-p (1: off)")->check(Probability());
-  chat_cmd->add_option("--min-p", chat.run.min_p, "Min-p (0: off)")->check(Probability());
-  chat_cmd->add_option("--repeat-penalty", chat.run.repeat_penalty, "Repetition penalty (1: off)")
-      ->check(Positive());
-  chat_cmd->add_option("--seed", chat.run.seed, "RNG seed")->check(Seed());
-  chat_cmd->add_option("--system", chat.system, "System turn");
+      ->check(IntRange(0, 1 << 30))
+      ->default_str("512");
+  chat_cmd->add_option("--system,--system-prompt", chat.system, "System turn (-sys)");
+  // llama-cli's conversation switches: chat is always one.
+  bool conversation = false;
+  chat_cmd
+      ->add_flag("-i,--interactive,--conversation,--interactive-first,--multiline-input",
+                 conversation, "llama-cli's conversation flags (-cnv, -i, -if, -mli): no effect")
+      ->group("");
+  AddSamplingOptions(chat_cmd, chat.run);
   AddChatTemplateOptions(chat_cmd, chat.run.chat_template);
   AddSessionOptions(chat_cmd, chat.run);
   AddGrammarOptions(chat_cmd, chat.run);
-  AddSpecOptions(chat_cmd, chat.run.spec);
+  AddSpecGroup(chat_cmd, chat.run.spec);
 
   ScoreOptions score;
   CLI::App* score_cmd = app.add_subcommand("score", "Teacher-forced perplexity and KL divergence");
-  AddCommon(score_cmd, score.common, true);
+  AddCommon(score_cmd, score.common, false);
+  score_cmd->option_defaults()->group("Scoring");
   score_cmd->add_option("-f,--file", score.text_file, "Text file to score")->required();
   score_cmd->add_option("--save-logits", score.save_logits, "Write every position's logits here");
   score_cmd->add_option("--kl-base", score.kl_base,
@@ -145,7 +258,8 @@ int Main(int argc, char** argv) {
 
   BenchOptions bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "Prompt and generation throughput");
-  AddCommon(bench_cmd, bench.common, true);
+  AddCommon(bench_cmd, bench.common, false);
+  bench_cmd->option_defaults()->group("Benchmark");
   bench_cmd->add_option("-p,--n-prompt", bench.n_prompt, "Prompt tokens (pp test)")
       ->check(IntRange(0, 1 << 30));
   bench_cmd->add_option("-n,--n-gen", bench.n_gen, "Generated tokens (tg test)")
@@ -157,11 +271,15 @@ int Main(int argc, char** argv) {
   bench_cmd->add_flag("--json", bench.json, "Print one JSON object");
   bench_cmd->add_option("--parallel", bench.parallel,
                         "Batched decode: B sequences per step, e.g. 1,2,4,8 (each at DEPTH)");
+  bench_cmd->option_defaults()->group(kGroupSpec);
   bench_cmd->add_option("--spec", bench.spec,
                         "Speculative decoding on a fixed task set: off,lookup,draft (with -md, "
                         "--draft-max, --draft-p-min, --lookup-ngram, --kv-draft)");
   bench_cmd->add_option("--model-draft", bench.spec_options.draft_model, "Draft model (-md)");
-  bench_cmd->add_option("--draft-max", bench.spec_options.draft_max, "Tokens drafted per step");
+  bench_cmd
+      ->add_option("--draft-max", bench.spec_options.draft_max,
+                   "Tokens drafted per step (default: 8)")
+      ->default_str("");
   bench_cmd->add_option("--draft-p-min", bench.spec_options.draft_p_min,
                         "Draft model's probability floor");
   bench_cmd->add_option("--lookup-ngram", bench.spec_options.lookup_ngram,
@@ -172,9 +290,15 @@ int Main(int argc, char** argv) {
   ProbeOptions probe;
   CLI::App* probe_cmd = app.add_subcommand(
       "probe", "A/B the KV cache modes: prefill, counting, needle, JSON, copy, divergence");
+  probe_cmd->option_defaults()->group(kGroupModel);
   probe_cmd->add_option("-m,--model", probe.model_path,
                         "GGUF model file (default: the shipped model); with --url, the model "
                         "name sent to the server");
+  probe_cmd->add_option("-c,--ctx", probe.n_ctx, "Context size per leg")
+      ->check(IntRange(64, 1 << 30));
+  probe_cmd->add_option("-t,--threads", probe.n_threads, "Threads (0: all cores)")
+      ->check(Threads());
+  probe_cmd->option_defaults()->group("Legs");
   probe_cmd->add_option("--kv", probe.kv,
                         "KV modes, comma-separated (f32 reference first unless f32/f16 leads)");
   probe_cmd->add_option("--kv-v-round", probe.kv_v_round,
@@ -182,10 +306,18 @@ int Main(int argc, char** argv) {
   probe_cmd->add_option("--kv-window", probe.kv_window,
                         "Recent full-precision windows crossed with the quantized modes, e.g. "
                         "0,32 (default: each mode's)");
+  probe_cmd->add_option("--spec", probe.spec,
+                        "Speculative legs: off,lookup,draft crossed with every KV leg");
+  probe_cmd->add_option("--model-draft", probe.spec_options.draft_model,
+                        "Draft model of the draft legs (-md; default <model>-draft.gguf)");
+  probe_cmd
+      ->add_option("--draft-max", probe.spec_options.draft_max,
+                   "Tokens drafted per step (default: 8)")
+      ->default_str("");
+  probe_cmd->add_option("--kv-draft", probe.spec_options.kv_draft, "Draft model's KV mode");
+  probe_cmd->option_defaults()->group("Probes");
   probe_cmd->add_option("--probes", probe.probes,
                         "Probes: prefill,counting,needle,json,schema,copy,divergence");
-  probe_cmd->add_option("-c,--ctx", probe.n_ctx, "Context size per leg")
-      ->check(IntRange(64, 1 << 30));
   probe_cmd->add_option("--needle-depths", probe.needle_depths, "Needle depths in percent");
   probe_cmd->add_option("--needle-lengths", probe.needle_lengths, "Haystack lengths in tokens");
   probe_cmd->add_option("--count-to", probe.count_to, "N of the counting probe")
@@ -199,21 +331,15 @@ int Main(int argc, char** argv) {
       ->check(IntRange(0, 1 << 30));
   probe_cmd->add_option("--text", probe.text_file,
                         "Text file for the divergence probe (default: seeded filler)");
-  probe_cmd->add_option("--out", probe.out_dir, "Write probe.json and report.html here");
+  // The probe stays reproducible: its seed is fixed unless given.
   probe_cmd->add_option("--seed", probe.seed, "Seed of texts, needles and stochastic rounding")
       ->check(Seed());
-  probe_cmd->add_option("-t,--threads", probe.n_threads, "Threads (0: all cores)")
-      ->check(Threads());
+  probe_cmd->add_option("--out", probe.out_dir, "Write probe.json and report.html here");
+  probe_cmd->option_defaults()->group("Server");
   probe_cmd->add_option("--url", probe.url,
                         "Probe an OpenAI-compatible server (lamina serve, llama-server) as the "
                         "one leg: counting, needle, JSON and copy over /v1/chat/completions");
   probe_cmd->add_option("--api-key", probe.api_key, "API key for --url (sent as a Bearer token)");
-  probe_cmd->add_option("--spec", probe.spec,
-                        "Speculative legs: off,lookup,draft crossed with every KV leg");
-  probe_cmd->add_option("--model-draft", probe.spec_options.draft_model,
-                        "Draft model of the draft legs (-md; default <model>-draft.gguf)");
-  probe_cmd->add_option("--draft-max", probe.spec_options.draft_max, "Tokens drafted per step");
-  probe_cmd->add_option("--kv-draft", probe.spec_options.kv_draft, "Draft model's KV mode");
   // Test-only and hidden: plants a KV cache fault in one leg to show the probes catch it.
   probe_cmd->add_option("--inject-fault", probe.inject_faults, "LEG_INDEX:FAULT (test-only)")
       ->group("");
@@ -224,7 +350,20 @@ int Main(int argc, char** argv) {
   inspect_cmd->add_option("model", inspect.model_path, "GGUF file")->required();
   inspect_cmd->add_flag("--json", inspect.json, "Print one JSON object");
 
-  std::vector<std::string> args = NormalizeLlamaArgs(argc, argv);  // -md
+  // llama.cpp's spellings: the flags a subcommand does not take are refused by name (-cnv would
+  // be -c nv to CLI11), the rest rewritten to their long names (-md: --model-draft).
+  if (argc > 2) {
+    const std::vector<std::string> typed(argv + 2, argv + argc);
+    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      if (sub->get_name() != argv[1]) continue;
+      const std::string error = ForeignFlagError(*sub, typed);
+      if (!error.empty()) {
+        std::fprintf(stderr, "%s\n", error.c_str());
+        return kExitUsage;
+      }
+    }
+  }
+  std::vector<std::string> args = NormalizeLlamaArgs(argc, argv);
   std::vector<char*> arg_ptrs;
   for (std::string& a : args) arg_ptrs.push_back(a.data());
   try {
@@ -239,15 +378,23 @@ int Main(int argc, char** argv) {
       return kExitUsage;
     }
     if (!ResolveModelPath(&run.common.model_path)) return kExitUsage;
+    if (!run_cmd->count("--seed")) run.seed = RandomSeed();
     return RunGenerate(run);
   }
   if (*chat_cmd) {
     if (!ResolveModelPath(&chat.run.common.model_path)) return kExitUsage;
     chat.run.n_predict = chat_cmd->count("-n") ? chat.run.n_predict : 512;
+    if (!chat_cmd->count("--seed")) chat.run.seed = RandomSeed();
     return RunChat(chat);
   }
-  if (*score_cmd) return RunScore(score);
-  if (*bench_cmd) return RunBench(bench);
+  if (*score_cmd) {
+    if (!ResolveModelPath(&score.common.model_path)) return kExitUsage;
+    return RunScore(score);
+  }
+  if (*bench_cmd) {
+    if (!ResolveModelPath(&bench.common.model_path)) return kExitUsage;
+    return RunBench(bench);
+  }
   if (*inspect_cmd) return RunInspect(inspect);
   if (*probe_cmd) return RunProbe(probe);
   return kExitUsage;

@@ -307,6 +307,7 @@ bool ReadParams(const json& body, const Defaults& d, serve::Request* out, ApiErr
     p.grammar = std::move(*grammar);
   }
   out->params = p;
+  out->n_keep = d.n_keep;
   if (!GetInt(body, "id_slot", &out->id_slot, err) ||
       !GetBool(body, "cache_prompt", &out->cache_prompt, err) ||
       !GetInt(body, "n_keep", &out->n_keep, err) ||

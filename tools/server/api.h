@@ -40,6 +40,7 @@ struct Defaults {
   // n_prompt_tokens and n_ctx) before the request is copied for its choices. 0: not checked
   // here (the caller checks).
   int n_ctx_slot = 0;
+  int n_keep = 0;  // --keep: prompt tokens a context shift keeps (-1: all); a request's n_keep wins
 };
 
 // Hard caps on one request's work and memory (docs/SERVER.md, "Limits"). Each is refused with a

@@ -172,6 +172,10 @@ bool SendAll(int fd, const char* data, size_t size, int timeout_ms) {
   return true;
 }
 
+double MsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
 // True when the peer has closed or reset the connection (a half-close counts: an HTTP client
 // that shut its sending side wants no more of the answer in practice).
 bool PeerGone(int fd) {
@@ -248,6 +252,7 @@ class Server::Impl {
   HeadFilter head_filter;
   ErrorWriter error_writer;
   Decorator decorator;
+  AccessLog access_log;
   std::vector<std::pair<std::string, std::string>> default_headers;
   std::unique_ptr<WorkerPool> workers;
   std::atomic<bool> running{false};
@@ -310,6 +315,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Request request_;
   const Route* route_ = nullptr;
   bool keep_alive_ = true;
+  std::chrono::steady_clock::time_point head_at_ = std::chrono::steady_clock::now();
   std::string out_;  // the I/O thread's own answer while it is written
 };
 
@@ -364,6 +370,7 @@ void Connection::OnHead(boost::system::error_code ec) {
   if (ec) return Refuse(400, "malformed HTTP request (" + ec.message() + ")");
 
   const auto& h = parser_->get();
+  head_at_ = std::chrono::steady_clock::now();
   request_ = Request{};
   request_.method = std::string(h.method_string());
   request_.target = std::string(h.target());
@@ -475,6 +482,7 @@ void Connection::Handle() {
   }
   if (s_.decorator) s_.decorator(request_, res);
   const bool ok = WriteResponse(res, keep_alive_, request_.method == "HEAD");
+  if (s_.access_log) s_.access_log(request_, res, MsSince(head_at_));
   request_ = Request{};
   asio::post(s_.io, [self = shared_from_this(), ok] {
     if (ok && self->keep_alive_ && !self->s_.stopped) {
@@ -586,6 +594,7 @@ void Connection::RefuseWith(Response res) {
   state_ = State::kBody;  // owned by the I/O thread until closed
   Arm(s_.limits.write_timeout_ms);
   out_ = s_.Head(res, false, false) + (request_.method == "HEAD" ? "" : res.body);
+  if (s_.access_log) s_.access_log(request_, res, MsSince(head_at_));
   asio::async_write(
       socket_, asio::buffer(out_),
       [self = shared_from_this()](boost::system::error_code, size_t) { self->Close(); });
@@ -665,6 +674,7 @@ void Server::Options(const std::string& pattern, Handler h) {
 void Server::SetHeadFilter(HeadFilter f) { impl_->head_filter = std::move(f); }
 void Server::SetErrorWriter(ErrorWriter w) { impl_->error_writer = std::move(w); }
 void Server::SetDecorator(Decorator d) { impl_->decorator = std::move(d); }
+void Server::SetAccessLog(AccessLog log) { impl_->access_log = std::move(log); }
 void Server::SetDefaultHeaders(std::vector<std::pair<std::string, std::string>> headers) {
   impl_->default_headers = std::move(headers);
 }

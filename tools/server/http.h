@@ -83,6 +83,9 @@ using HeadFilter = std::function<bool(const Request& head, Response& res)>;
 using ErrorWriter = std::function<void(Response& res, int status, const std::string& message)>;
 // Adds headers to every answer (handlers' and the layer's own) just before it is written.
 using Decorator = std::function<void(const Request& req, Response& res)>;
+// Told of every answer once it is written (or failed): the request (its head only when the layer
+// refused it), the answer, and the milliseconds since the head was complete.
+using AccessLog = std::function<void(const Request& req, const Response& res, double ms)>;
 
 class Server {
  public:
@@ -99,6 +102,7 @@ class Server {
   void SetHeadFilter(HeadFilter f);
   void SetErrorWriter(ErrorWriter w);
   void SetDecorator(Decorator d);
+  void SetAccessLog(AccessLog log);
   void SetDefaultHeaders(std::vector<std::pair<std::string, std::string>> headers);
 
   // Binds and listens; false with the reason in *error.

@@ -78,8 +78,10 @@ std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 // Generated arguments as compact JSON text (the generated text when it does not parse here).
 std::string ArgumentsText(const std::string& generated) {
-  const json parsed = json::parse(generated, nullptr, false);
-  return parsed.is_discarded() ? generated : Dump(parsed);
+  json parsed;
+  std::string error;
+  if (!ParseJsonBounded(generated, kMaxJsonDepth, &parsed, &error, "arguments")) return generated;
+  return Dump(parsed);
 }
 
 // OpenAI's message.tool_calls (streaming: each with its "index").
@@ -1220,6 +1222,28 @@ void Server::SetUpRoutes() {
   // without a valid key costs only its head.
   http_->SetDecorator(
       [this](const http::Request& req, http::Response& res) { AddCorsHeaders(req, res); });
+  if (o_.verbose) {
+    // -v: one line per answer, errors with their message.
+    http_->SetAccessLog([this](const http::Request& req, const http::Response& res, double ms) {
+      std::string what;
+      if (res.status >= 400) {
+        json err;
+        std::string ignored;
+        if (ParseJsonBounded(res.body, 8, &err, &ignored) && err.contains("error") &&
+            err["error"].is_object() && err["error"].contains("message") &&
+            err["error"]["message"].is_string()) {
+          what = " " + err["error"]["message"].get<std::string>().substr(0, 200);
+        }
+      }
+      const int key = KeyIndex(req);
+      std::fprintf(stderr, "lamina: %s %s %s %d %.1f ms%s%s\n", req.remote_addr.c_str(),
+                   req.method.c_str(), req.path.substr(0, 200).c_str(), res.status, ms,
+                   api_keys_.empty()
+                       ? ""
+                       : (key < 0 ? " key=none" : (" key=" + std::to_string(key)).c_str()),
+                   what.c_str());
+    });
+  }
   http_->SetHeadFilter([this](const http::Request& req, http::Response& res) {
     if (!HostAllowed(req.get_header_value("Host"))) {
       SendError(res, {403, "permission_error",
@@ -1564,6 +1588,7 @@ int Server::Run() {
   defaults_.params.n_predict = o_.n_predict;
   defaults_.seed = o_.seed;
   defaults_.prefill_assistant = o_.prefill_assistant;
+  defaults_.n_keep = o_.n_keep;
   aliases_ = SplitCommas(o_.alias);
   tags_ = SplitCommas(o_.tags);
   model_id_ =
@@ -1578,6 +1603,26 @@ int Server::Run() {
   const int rc = shut_down(kExitOk, /*wait=*/true);  // until SIGTERM / SIGINT
   std::fprintf(stderr, "lamina: stopped\n");
   return rc;
+}
+
+// llama-server's -ctk/-ctv pair as a lamina KV mode.
+Result<std::string> KvModeOfCacheTypes(const std::string& k, const std::string& v) {
+  static const struct {
+    const char* k;
+    const char* v;
+    const char* mode;
+  } kPairs[] = {{"f32", "f32", "f32"},
+                {"f16", "f16", "f16"},
+                {"q8_0", "q8_0", "int8"},
+                {"q8_0", "q4_0", "k8v4"},
+                {"q4_0", "q4_0", "q4_0"}};
+  for (const auto& p : kPairs) {
+    if (k == p.k && v == p.v) return std::string(p.mode);
+  }
+  return Error{"-ctk " + k + " -ctv " + v +
+               ": lamina's KV modes are -ctk/-ctv f32/f32 (--kv f32), f16/f16 (f16), q8_0/q8_0 "
+               "(int8), q8_0/q4_0 (k8v4), q4_0/q4_0 (q4_0); or --kv " +
+               KvModeNames()};
 }
 
 }  // namespace
@@ -1663,19 +1708,71 @@ int RunServeCommand(int argc, char** argv) {
   app.add_option("--max-body", o.max_body_bytes, "Largest request body in bytes")
       ->check(IntRange(1024, 1 << 30));
   AddSpecOptions(&app, o.spec);  // -md alone turns on --spec draft, as in llama-server
-  // Accepted for llama-server compatibility; lamina has no use for them (docs/SERVER.md).
-  std::string ignored_value;
-  bool ignored_flag = false;
-  for (const char* name :
-       {"--n-gpu-layers", "--flash-attn", "--ubatch-size", "--threads-batch", "--cache-type-k",
-        "--cache-type-v", "--split-mode", "--main-gpu", "--device", "--timeout", "--cache-reuse",
-        "--keep", "--log-file", "--path", "--api-prefix", "--reasoning-format"}) {
-    app.add_option(name, ignored_value, "accepted, no effect")->group("");
+  // llama-server's flags: each works, warns that it has no meaning on lamina, or is refused
+  // (docs/SERVER.md, "llama-server flags").
+  std::string cache_type_k, cache_type_v;
+  app.add_option("--cache-type-k", cache_type_k,
+                 "llama-server's K cache type (-ctk; with -ctv "
+                 "it picks --kv: q8_0/q8_0 int8, q8_0/q4_0 k8v4, q4_0/q4_0 q4_0, f16, f32)");
+  app.add_option("--cache-type-v", cache_type_v, "llama-server's V cache type (-ctv)");
+  app.add_option("--keep", o.n_keep,
+                 "Default n_keep of a request (tokens of the prompt kept "
+                 "by a context shift; -1: all)")
+      ->check(IntRange(-1, 1 << 30));
+  std::vector<std::string> warned;  // flags given that mean nothing here, warned once each
+  std::string unused_value;
+  bool unused_flag = false;
+  struct NoEffect {
+    const char* name;
+    const char* why;
+  };
+  for (const NoEffect& f : std::initializer_list<NoEffect>{
+           {"--n-gpu-layers", "lamina runs on the CPU"},
+           {"--split-mode", "lamina runs on the CPU"},
+           {"--main-gpu", "lamina runs on the CPU"},
+           {"--device", "lamina runs on the CPU"},
+           {"--flash-attn", "lamina's attention is always tiled (flash-style)"},
+           {"--ubatch-size", "lamina's batch is -b"},
+           {"--threads-batch", "-t threads serve prompts and decoding alike"},
+           {"--timeout", "the HTTP layer's deadlines are fixed (docs/SERVER.md, Limits)"},
+           {"--cache-reuse", "the prefix cache reuses whole prefixes"}}) {
+    CLI::Option* opt = app.add_option(f.name, unused_value, "no effect on lamina")
+                           ->group("")
+                           ->each([&warned, f](const std::string&) {
+                             warned.push_back(std::string(f.name) + ": " + f.why + "; ignored");
+                           });
+    // llama-server's -fa takes on/off/auto today and was a plain flag before.
+    if (std::string(f.name) == "--flash-attn") {
+      opt->expected(0, 1)->default_str("on");
+    }
   }
-  for (const char* name : {"--offline", "--kv-unified", "--no-kv-unified", "--no-jinja",
-                           "--metrics", "--props", "--no-mmap", "--mlock", "--cont-batching",
-                           "--no-cont-batching", "--log-disable", "--no-warmup", "--no-perf"}) {
-    app.add_flag(name, ignored_flag, "accepted, no effect")->group("");
+  for (const NoEffect& f : std::initializer_list<NoEffect>{
+           {"--mlock", "lamina does not lock the model in memory"},
+           {"--no-mmap", "lamina reads the model into memory"},
+           {"--no-kv-unified", "lamina's cache is always one unified cache"},
+           {"--no-cont-batching", "lamina always batches continuously"},
+           {"--no-jinja", "formats lamina knows are rendered natively, others need Jinja"},
+           {"--no-warmup", "lamina has no warm-up run"},
+           {"--no-perf", "timings are always measured"}}) {
+    app.add_flag_callback(
+           f.name,
+           [&warned, f] { warned.push_back(std::string(f.name) + ": " + f.why + "; ignored"); })
+        ->group("");
+  }
+  // True of lamina anyway: accepted without a word.
+  for (const char* name :
+       {"--offline", "--kv-unified", "--metrics", "--props", "--cont-batching", "--log-disable"}) {
+    app.add_flag(name, unused_flag, "always so on lamina")->group("");
+  }
+  std::string reasoning_format;
+  app.add_option("--reasoning-format", reasoning_format,
+                 "llama-server's reasoning extraction (lamina: none only, for now)")
+      ->group("");
+  std::vector<std::string> refused;  // llama-server flags lamina does not offer
+  for (const char* name : {"--log-file", "--path", "--api-prefix"}) {
+    app.add_option(name, unused_value, "not supported")
+        ->group("")
+        ->each([name, &refused](const std::string&) { refused.push_back(name); });
   }
   std::vector<std::string> args = NormalizeLlamaArgs(argc, argv);
   std::vector<char*> ptrs;
@@ -1685,6 +1782,31 @@ int RunServeCommand(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return ParseErrorExit(app, e);
   }
+  if (!refused.empty()) {
+    std::fprintf(stderr, "lamina: %s: not supported by lamina serve (docs/SERVER.md)\n",
+                 refused[0].c_str());
+    return kExitUsage;
+  }
+  if (!reasoning_format.empty() && reasoning_format != "none") {
+    std::fprintf(stderr, "lamina: --reasoning-format %s: not supported yet (only none)\n",
+                 reasoning_format.c_str());
+    return kExitUsage;
+  }
+  if (!cache_type_k.empty() || !cache_type_v.empty()) {
+    Result<std::string> mode = KvModeOfCacheTypes(cache_type_k.empty() ? "f16" : cache_type_k,
+                                                  cache_type_v.empty() ? "f16" : cache_type_v);
+    if (!mode.ok()) {
+      std::fprintf(stderr, "lamina: %s\n", mode.error().message.c_str());
+      return kExitUsage;
+    }
+    if (app.count("--kv") > 0 && o.kv != *mode) {
+      std::fprintf(stderr, "lamina: --kv %s contradicts -ctk/-ctv (which mean --kv %s)\n",
+                   o.kv.c_str(), mode->c_str());
+      return kExitUsage;
+    }
+    o.kv = *mode;
+  }
+  for (const std::string& w : warned) std::fprintf(stderr, "lamina: warning: %s\n", w.c_str());
   if (!ResolveModelPath(&o.model_path)) return kExitUsage;
   Server server(o);
   return server.Run();

@@ -39,6 +39,7 @@ struct ServeOptions {
   // names when bound to a loopback address (a guard against DNS rebinding), else any.
   std::string allowed_hosts;
   int max_connections = 1024;  // --max-connections
+  int n_keep = 0;              // --keep: the default n_keep of a request
   bool slots = true;
   std::string slot_save_path;
   bool context_shift = false;
