@@ -72,6 +72,13 @@ double ToleranceFor(const std::string& model_stem, const std::string& kv) {
   // running there; the file's real check is the AVX-512 one above.
   const bool avx512 = IsaAllowed(Isa::kAvx512) && GetCpuFeatures().HasAvx512Set();
   if (!avx512 && model_stem == "synth-qwen2moe-kq.Q4_K_M" && kv == "f32") return 3.4;
+  // With the Highway attention kernels (summation in another order than the AVX-512 kernels
+  // they replaced) one Q8_K activation code of layer 0 rounds the other way on AVX-512, and the
+  // qwen3moe K-quant file's p100 prompt meets three expert-routing near-ties (layer 2 at
+  // position 93: second and third router scores 0.00025 apart): 0.99 at 56, 1.62 at 76, 3.77 at
+  // 93, each a spike that falls back; every AVX-512 kernel matches its scalar twin to 5e-7 of
+  // the output on the same inputs (Intel Xeon, AVX-512, 2026-12-04). The AVX2 path gives 0.39.
+  if (avx512 && model_stem == "synth-qwen3moe-d256.Q4_K_M" && kv == "f32") return 4.5;
   if (auto it = by_file.find(model_stem); it != by_file.end() && kv == "f32") return it->second;
   double tol = 3e-4;
   const auto dot = model_stem.rfind('.');
