@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Installs the Debian packages lamina builds with (when missing), the npm test clients (when npm
-# is here) and builds the release preset.
+# Installs the Debian packages lamina builds with (when missing) and builds the `lamina` binary
+# of the release preset. With --tests: also the test and benchmark packages, the npm test
+# clients (when npm is here), and every target (tests, benchmarks, fuzz regressions).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tests=0
+[ "${1:-}" = "--tests" ] && tests=1
 packages=(build-essential cmake ninja-build pkg-config libhwy-dev libpcre2-dev nlohmann-json3-dev
-          libcli11-dev libcpp-httplib-dev libboost-dev libedit-dev googletest libgtest-dev
-          libbenchmark-dev)
+          libcli11-dev libcpp-httplib-dev libboost-dev libedit-dev)
+[ "$tests" -eq 1 ] && packages+=(googletest libgtest-dev libbenchmark-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -19,10 +22,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 # The server tests' real clients (tests/node/package.json) when npm is here; they skip without.
-if command -v npm >/dev/null 2>&1 && [ ! -d tests/node/node_modules ]; then
+if [ "$tests" -eq 1 ] && command -v npm >/dev/null 2>&1 && [ ! -d tests/node/node_modules ]; then
   npm ci --prefix tests/node --no-audit --no-fund --loglevel=error >/dev/null || \
     echo "setup: npm packages of tests/node could not be installed; those tests will skip" >&2
 fi
 preset=${LAMINA_PRESET:-release}
-cmake --preset "$preset" >/dev/null
-cmake --build --preset "$preset" -j "$(nproc)"
+if [ "$tests" -eq 1 ]; then
+  cmake --preset "$preset" -DLAMINA_BUILD_TESTS=ON -DLAMINA_BUILD_BENCH=ON >/dev/null
+  cmake --build --preset "$preset" -j "$(nproc)"
+else
+  cmake --preset "$preset" -DLAMINA_BUILD_TESTS=OFF -DLAMINA_BUILD_BENCH=OFF >/dev/null
+  cmake --build --preset "$preset" -j "$(nproc)" --target lamina
+fi
