@@ -189,12 +189,12 @@ struct ChatState {
       return;
     }
     if (model_hash == 0) model_hash = ModelIdentityHash(session.model());
-    RunOptions from = o;
-    from.session = path;
-    from.session_fresh_on_error = false;
-    std::string turns;
-    int rc = kExitOk;
-    if (!RestoreSessionForCli(from, session, model_hash, nullptr, &turns, &rc)) return;
+    Result<SessionRestore> r = LoadSessionFile(path, session, 0, model_hash);
+    if (!r.ok()) {
+      std::fprintf(stderr, "lamina: /load %s\n", r.error().message.c_str());
+      return;
+    }
+    const std::string& turns = r->app;
     history = session.tokens(0);
     std::vector<ChatMessage> loaded = TurnsFromJson(turns);
     if (loaded.empty()) {
@@ -203,7 +203,8 @@ struct ChatState {
       return;
     }
     messages = std::move(loaded);
-    std::fprintf(stderr, "lamina: loaded %zu turns from %s\n", messages.size(), path.c_str());
+    std::fprintf(stderr, "lamina: loaded %zu turns (%d cached tokens) from %s\n", messages.size(),
+                 r->n_file, path.c_str());
   }
 };
 

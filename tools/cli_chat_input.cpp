@@ -158,6 +158,7 @@ ChatInput::Status ChatInput::Read(std::string* line, bool* had_text) {
       std::fputc('\n', stderr);
       return Status::kInterrupted;
     }
+    std::fputc('\n', stderr);  // Ctrl-D leaves the cursor after the prompt
     return Status::kEof;
   }
   if (!terminal_) {

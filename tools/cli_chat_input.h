@@ -10,10 +10,10 @@ struct history;
 namespace lamina::cli {
 
 // Ctrl-C: once InstallInterruptHandler has run, SIGINT only sets a flag (async-signal-safe),
-// which the generation loop polls between tokens and the line reader between keys. Call it from
-// the main thread after the worker threads exist: it blocks SIGINT in the threads created
-// before it (they inherited the mask the caller passes through BlockInterrupts) so that the
-// signal always lands in the thread that reads the terminal.
+// which the generation loop polls between tokens and the line reader while it waits. Call
+// BlockInterrupts before creating worker threads (they inherit the blocked signal) and
+// InstallInterruptHandler after, from the main thread, which it unblocks: the signal then always
+// lands in the thread that reads the terminal.
 void BlockInterrupts();  // before creating worker threads
 void InstallInterruptHandler();
 bool InterruptPending();
