@@ -75,6 +75,22 @@ struct RunOptions {
   float top_p = 0.95f;
   float min_p = 0.05f;
   float repeat_penalty = 1.0f;
+  int repeat_last_n = 64;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float typical_p = 1.0f;
+  float xtc_probability = 0.0f;
+  float xtc_threshold = 0.1f;
+  int mirostat = 0;
+  float mirostat_tau = 5.0f;  // --mirostat-ent
+  float mirostat_eta = 0.1f;  // --mirostat-lr
+  float dry_multiplier = 0.0f;
+  float dry_base = 1.75f;
+  int dry_allowed_length = 2;
+  int dry_penalty_last_n = -1;
+  // --dry-sequence-breaker (repeatable; "none": no breakers); empty: llama.cpp's defaults.
+  std::vector<std::string> dry_sequence_breakers;
+  std::string samplers;  // --samplers a;b;c (llama.cpp's names); empty: the default order
   uint64_t seed = 0;
   bool ignore_eos = false;
   bool json = false;

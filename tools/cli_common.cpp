@@ -300,6 +300,29 @@ bool SaveSessionForCli(const RunOptions& o, Session& session, uint64_t model_has
   return true;
 }
 
+std::vector<SamplerStage> ParseSamplerStages(const std::string& names, std::string* error) {
+  std::vector<SamplerStage> out;
+  size_t begin = 0;
+  while (begin <= names.size() && !names.empty()) {
+    size_t end = names.find(';', begin);
+    if (end == std::string::npos) end = names.size();
+    const std::string name = names.substr(begin, end - begin);
+    SamplerStage stage;
+    if (!name.empty()) {
+      if (!SamplerStageFromName(name, &stage)) {
+        if (error) {
+          *error = "unknown sampler '" + name +
+                   "' (known: penalties, dry, top_k, typ_p, top_p, min_p, xtc, temperature)";
+        }
+        return {};
+      }
+      out.push_back(stage);
+    }
+    begin = end + 1;
+  }
+  return out;
+}
+
 SamplerConfig MakeSamplerConfig(const RunOptions& o) {
   SamplerConfig samp;
   samp.temperature = o.temperature;
@@ -307,6 +330,26 @@ SamplerConfig MakeSamplerConfig(const RunOptions& o) {
   samp.top_p = o.top_p;
   samp.min_p = o.min_p;
   samp.repeat_penalty = o.repeat_penalty;
+  samp.repeat_last_n = o.repeat_last_n;
+  samp.presence_penalty = o.presence_penalty;
+  samp.frequency_penalty = o.frequency_penalty;
+  samp.typical_p = o.typical_p;
+  samp.xtc_probability = o.xtc_probability;
+  samp.xtc_threshold = o.xtc_threshold;
+  samp.mirostat = o.mirostat;
+  samp.mirostat_tau = o.mirostat_tau;
+  samp.mirostat_eta = o.mirostat_eta;
+  samp.dry_multiplier = o.dry_multiplier;
+  samp.dry_base = o.dry_base;
+  samp.dry_allowed_length = o.dry_allowed_length;
+  samp.dry_penalty_last_n = o.dry_penalty_last_n;
+  if (!o.dry_sequence_breakers.empty()) {
+    samp.dry_sequence_breakers.clear();
+    for (const std::string& b : o.dry_sequence_breakers) {
+      if (b != "none") samp.dry_sequence_breakers.push_back(b.substr(0, kMaxDryBreakerBytes));
+    }
+  }
+  samp.samplers = ParseSamplerStages(o.samplers);
   samp.seed = o.seed;
   // The seed (random unless --seed gave it) on stderr, so that a sampled run can be repeated.
   if (o.temperature > 0.0f) {

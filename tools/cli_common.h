@@ -66,6 +66,10 @@ bool SaveSessionForCli(const RunOptions& options, Session& session, uint64_t mod
 
 // The sampler settings of run / chat; when sampling (temperature > 0), prints "lamina: seed: N"
 // on stderr so that the run can be repeated with --seed N.
+// --samplers: names separated by ';' (llama.cpp's); empty for "" or an unknown name (then
+// *error says which).
+std::vector<SamplerStage> ParseSamplerStages(const std::string& names,
+                                             std::string* error = nullptr);
 SamplerConfig MakeSamplerConfig(const RunOptions& options);
 
 // Prints the KV cache's size line to stderr.

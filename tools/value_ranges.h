@@ -51,12 +51,18 @@ inline constexpr ValueRange kTemperatureRange{0.0, 100.0, false, false,
 inline constexpr ValueRange kProbabilityRange{0.0, 1.0, false, false, "a probability in [0, 1]"};
 // Penalties (1: off).
 inline constexpr ValueRange kPositiveRange{0.0, 1e30, true, false, "a finite number > 0"};
-// Scales where 0 means "the model's".
+// Scales where 0 means "the model's"; mirostat's tau and eta, DRY's multiplier and base.
 inline constexpr ValueRange kNonNegativeRange{0.0, 1e30, false, false, "a finite number >= 0"};
+// OpenAI's presence_penalty and frequency_penalty (0: off).
+inline constexpr ValueRange kOpenAiPenaltyRange{-2.0, 2.0, false, false, "a number in [-2, 2]"};
+// mirostat: 0 (off), 1 or 2 (the version).
+inline constexpr ValueRange kMirostatRange = IntegerRange(0, 2);
+// dry_allowed_length: repeats this long go unpenalized.
+inline constexpr ValueRange kDryAllowedLengthRange = IntegerRange(0, 1 << 20);
 // top-k (0: off): beyond any vocabulary.
 inline constexpr ValueRange kTopKRange = IntegerRange(0, 1 << 20);
-// repeat_last_n: the tokens the penalty looks back (0: off; -1: the whole context, as
-// llama-server takes it in a request).
+// repeat_last_n and dry_penalty_last_n: the tokens the penalty looks back (0: off; -1: the whole
+// context, as llama-server takes it in a request).
 inline constexpr ValueRange kRepeatLastNRange = IntegerRange(-1, 1 << 20);
 // n_predict / max_tokens (-1: until a stop rule or the slot is full), as `serve -n`.
 inline constexpr ValueRange kNPredictRange = IntegerRange(-1, 1 << 24);

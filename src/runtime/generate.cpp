@@ -30,7 +30,7 @@ Generator::Generator(const Tokenizer& tokenizer, const GenerateParams& params,
                      std::vector<int32_t> history)
     : tokenizer_(tokenizer),
       params_(params),
-      sampler_(params.sampler),
+      sampler_(params.sampler, &tokenizer),
       detok_(tokenizer),
       history_(std::move(history)) {
   params_.stop.erase(std::remove(params_.stop.begin(), params_.stop.end(), std::string()),

@@ -37,6 +37,18 @@ constexpr NumericField kNumericFields[] = {
     {"min_p", kProbabilityRange},
     {"repeat_penalty", kPositiveRange},
     {"repeat_last_n", kRepeatLastNRange},
+    {"presence_penalty", kOpenAiPenaltyRange},
+    {"frequency_penalty", kOpenAiPenaltyRange},
+    {"typical_p", kProbabilityRange},
+    {"xtc_probability", kProbabilityRange},
+    {"xtc_threshold", kProbabilityRange},
+    {"mirostat", kMirostatRange},
+    {"mirostat_tau", kNonNegativeRange},
+    {"mirostat_eta", kNonNegativeRange},
+    {"dry_multiplier", kNonNegativeRange},
+    {"dry_base", kNonNegativeRange},
+    {"dry_allowed_length", kDryAllowedLengthRange},
+    {"dry_penalty_last_n", kRepeatLastNRange},
     {"seed", kSeedRange},
     {"n_predict", kNPredictRange},
     {"max_tokens", kNPredictRange},
@@ -262,8 +274,87 @@ bool ReadParams(const json& body, const Defaults& d, serve::Request* out, ApiErr
       !GetFloat(body, "min_p", &s.min_p, err) ||
       !GetFloat(body, "repeat_penalty", &s.repeat_penalty, err) ||
       !GetInt(body, "repeat_last_n", &s.repeat_last_n, err) ||
+      !GetFloat(body, "presence_penalty", &s.presence_penalty, err) ||
+      !GetFloat(body, "frequency_penalty", &s.frequency_penalty, err) ||
+      !GetFloat(body, "typical_p", &s.typical_p, err) ||
+      !GetFloat(body, "xtc_probability", &s.xtc_probability, err) ||
+      !GetFloat(body, "xtc_threshold", &s.xtc_threshold, err) ||
+      !GetInt(body, "mirostat", &s.mirostat, err) ||
+      !GetFloat(body, "mirostat_tau", &s.mirostat_tau, err) ||
+      !GetFloat(body, "mirostat_eta", &s.mirostat_eta, err) ||
+      !GetFloat(body, "dry_multiplier", &s.dry_multiplier, err) ||
+      !GetFloat(body, "dry_base", &s.dry_base, err) ||
+      !GetInt(body, "dry_allowed_length", &s.dry_allowed_length, err) ||
+      !GetInt(body, "dry_penalty_last_n", &s.dry_penalty_last_n, err) ||
       !GetBool(body, "ignore_eos", &p.ignore_eos, err)) {
     return false;
+  }
+  // DRY's sequence breakers: an array of at most kMaxDryBreakers strings of at most
+  // kMaxDryBreakerBytes bytes (an empty array: none).
+  if (auto it = body.find("dry_sequence_breakers"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) return Fail(err, "\"dry_sequence_breakers\" must be an array of strings");
+    if (it->size() > kMaxDryBreakers) {
+      return Fail(err, "\"dry_sequence_breakers\" has " + std::to_string(it->size()) +
+                           " strings; at most " + std::to_string(kMaxDryBreakers));
+    }
+    s.dry_sequence_breakers.clear();
+    for (const json& v : *it) {
+      if (!v.is_string()) return Fail(err, "\"dry_sequence_breakers\" must be an array of strings");
+      const std::string& text = v.get_ref<const std::string&>();
+      if (text.size() > kMaxDryBreakerBytes) {
+        return Fail(err, "a \"dry_sequence_breakers\" string has " + std::to_string(text.size()) +
+                             " bytes; at most " + std::to_string(kMaxDryBreakerBytes));
+      }
+      s.dry_sequence_breakers.push_back(text);
+    }
+  }
+  // llama-server's `samplers`: the chain's order, an array of step names (at most 32).
+  if (auto it = body.find("samplers"); it != body.end() && !it->is_null()) {
+    constexpr size_t kMaxSamplerStages = 32;
+    const std::string names =
+        "\"penalties\", \"dry\", \"top_k\", \"typ_p\", \"top_p\", \"min_p\", \"xtc\", "
+        "\"temperature\"";
+    // llama-server's short form: one letter a step ("edkyp" ...).
+    if (it->is_string()) {
+      static constexpr std::pair<char, SamplerStage> kLetters[] = {
+          {'e', SamplerStage::kPenalties}, {'d', SamplerStage::kDry},
+          {'k', SamplerStage::kTopK},      {'y', SamplerStage::kTypicalP},
+          {'p', SamplerStage::kTopP},      {'m', SamplerStage::kMinP},
+          {'x', SamplerStage::kXtc},       {'t', SamplerStage::kTemperature}};
+      const std::string& letters = it->get_ref<const std::string&>();
+      if (letters.size() > kMaxSamplerStages) {
+        return Fail(err, "\"samplers\" has " + std::to_string(letters.size()) +
+                             " letters; at most " + std::to_string(kMaxSamplerStages));
+      }
+      s.samplers.clear();
+      for (char ch : letters) {
+        auto l = std::find_if(std::begin(kLetters), std::end(kLetters),
+                              [ch](const auto& e) { return e.first == ch; });
+        if (l == std::end(kLetters)) {
+          return Fail(err, "\"samplers\" has the letter " + Shown(json(std::string(1, ch))) +
+                               "; the known letters are e (penalties), d (dry), k (top_k), y "
+                               "(typ_p), p (top_p), m (min_p), x (xtc), t (temperature)");
+        }
+        s.samplers.push_back(l->second);
+      }
+    } else if (!it->is_array()) {
+      return Fail(err, "\"samplers\" must be an array of strings or a string of letters: " + names);
+    } else {
+      if (it->size() > kMaxSamplerStages) {
+        return Fail(err, "\"samplers\" has " + std::to_string(it->size()) + " names; at most " +
+                             std::to_string(kMaxSamplerStages));
+      }
+      s.samplers.clear();
+      for (const json& v : *it) {
+        SamplerStage stage;
+        if (!v.is_string() || !SamplerStageFromName(v.get<std::string>(), &stage)) {
+          return Fail(err, "\"samplers\" has " + Shown(v) + "; the known samplers are " + names);
+        }
+        s.samplers.push_back(stage);
+      }
+    }
+    // An empty array or string: temperature alone.
+    if (s.samplers.empty()) s.samplers.push_back(SamplerStage::kTemperature);
   }
   bool random = d.seed < 0 || d.seed == 0xFFFFFFFFLL;
   uint64_t seed = random ? 0 : static_cast<uint64_t>(d.seed);

@@ -261,6 +261,7 @@ class Server::Impl {
   std::list<std::shared_ptr<Connection>> connections;
   std::atomic<size_t> n_open{0};
   std::atomic<size_t> n_busy{0};
+  std::atomic<size_t> body_bytes{0};  // reserved by the bodies in flight
 
   void Accept();
   void MakeRoom();
@@ -294,6 +295,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  private:
   void Arm(int ms);
+  // The most body bytes the request's method may send.
+  size_t BodyCap() const {
+    return BodylessMethod(request_.method) ? s_.limits.max_bodyless_bytes
+                                           : s_.limits.max_body_bytes;
+  }
   void OnHead(boost::system::error_code ec);
   void ReadBody();
   void OnBody(boost::system::error_code ec);
@@ -316,7 +322,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const Route* route_ = nullptr;
   bool keep_alive_ = true;
   std::chrono::steady_clock::time_point head_at_ = std::chrono::steady_clock::now();
-  std::string out_;  // the I/O thread's own answer while it is written
+  std::string out_;                  // the I/O thread's own answer while it is written
+  std::atomic<size_t> reserved_{0};  // this request's share of Impl::body_bytes
+  void Release() { s_.body_bytes -= reserved_.exchange(0); }
 };
 
 void Connection::Arm(int ms) {
@@ -331,6 +339,7 @@ void Connection::Close() {
   if (state_ == State::kClosed) return;
   if (state_ == State::kBusy) s_.n_busy--;
   state_ = State::kClosed;
+  Release();
   boost::system::error_code ec;
   timer_.cancel();
   socket_.shutdown(tcp::socket::shutdown_both, ec);
@@ -406,12 +415,20 @@ void Connection::OnHead(boost::system::error_code ec) {
     return Refuse(415, "Content-Encoding \"" + encoding.substr(0, 32) +
                            "\" is not supported: send the body uncompressed");
   }
-  const size_t body_cap =
-      BodylessMethod(request_.method) ? s_.limits.max_bodyless_bytes : s_.limits.max_body_bytes;
+  const size_t body_cap = BodyCap();
   if (parser_->content_length() && *parser_->content_length() > body_cap) {
     return Refuse(413, "the request body exceeds " + std::to_string(body_cap) + " bytes");
   }
   parser_->body_limit(body_cap);
+  const size_t want = parser_->content_length() ? static_cast<size_t>(*parser_->content_length())
+                                                : (parser_->chunked() ? body_cap : 0);
+  if (want > 0) {
+    if (s_.body_bytes.fetch_add(want) + want > s_.limits.max_body_bytes_in_flight) {
+      s_.body_bytes -= want;
+      return Refuse(503, "the server is receiving too many request bodies; try again");
+    }
+    reserved_ = want;
+  }
 
   bool other_method = false;
   const std::string method = request_.method == "HEAD" ? "GET" : request_.method;
@@ -449,8 +466,7 @@ void Connection::ReadBody() {
 void Connection::OnBody(boost::system::error_code ec) {
   if (state_ == State::kClosed) return;
   if (ec == bhttp::error::body_limit || ec == bhttp::error::buffer_overflow) {
-    const size_t cap =
-        BodylessMethod(request_.method) ? s_.limits.max_bodyless_bytes : s_.limits.max_body_bytes;
+    const size_t cap = BodyCap();
     return Refuse(413, "the request body exceeds " + std::to_string(cap) + " bytes");
   }
   if (ec) return Close();
@@ -484,6 +500,7 @@ void Connection::Handle() {
   const bool ok = WriteResponse(res, keep_alive_, request_.method == "HEAD");
   if (s_.access_log) s_.access_log(request_, res, MsSince(head_at_));
   request_ = Request{};
+  Release();
   asio::post(s_.io, [self = shared_from_this(), ok] {
     if (ok && self->keep_alive_ && !self->s_.stopped) {
       self->ReadHead();

@@ -27,6 +27,10 @@ struct Limits {
   // waited longest for a head (idle keep-alive or slow); only when every connection has a
   // request in the workers is the new one refused (503).
   size_t max_connections = 1024;
+  // Bytes of request bodies being received or handled at once (a body counts its Content-Length,
+  // or the body cap when chunked, from its head until its handler returns); a request that would
+  // pass it is refused (503) from its head, so many large uploads cannot add up.
+  size_t max_body_bytes_in_flight = size_t{256} << 20;
   size_t n_workers = 64;  // handler threads: requests handled at once (more wait in a queue)
 };
 

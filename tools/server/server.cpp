@@ -14,6 +14,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,6 +29,7 @@
 #include "http.h"
 #include "json_limits.h"
 #include "model/model.h"
+#include "protocols.h"
 #include "runtime/kv_cache.h"
 #include "serve/scheduler.h"
 #include "serve/tool_calls.h"
@@ -39,6 +41,7 @@ namespace {
 
 using api::ApiError;
 using api::json;
+using Channels = std::vector<std::shared_ptr<serve::Channel>>;
 
 std::vector<std::string> SplitCommas(const std::string& s) {
   std::vector<std::string> out;
@@ -109,6 +112,8 @@ json ContentBeside(const std::string& text) {
 // One finished (or failed) request, for the monitor.
 // The longest cache_salt a request may give.
 constexpr size_t kMaxCacheSalt = 256;
+// The Ollama API level /api/version reports (clients gate features on it).
+constexpr const char* kOllamaApiVersion = "0.9.0";
 
 struct RecentRequest {
   std::string key_scope;  // the API key's digest (Server::KeyScope): shown to that key only
@@ -123,6 +128,9 @@ struct RecentRequest {
   double finished_at = 0.0;  // seconds since the epoch
 };
 
+struct Collector;
+class OaiStream;
+
 // Everything the routes share. The model and scheduler appear once loading is done.
 class Server {
  public:
@@ -133,6 +141,10 @@ class Server {
  private:
   int LoadAccessLists();
   enum class Route { kCompletion, kOaiCompletion, kOaiChat };
+  // The other protocols (protocols.h) and the error shape of each.
+  enum class Protocol { kAnthropic, kOllamaChat, kOllamaGenerate };
+  enum class ErrorStyle { kOpenAi, kAnthropic, kOllama };
+  static ErrorStyle StyleOf(const std::string& path);
 
   void SetUpRoutes();
   // The index of the request's API key in api_keys_ (0 when the server has none), -1 when it
@@ -144,13 +156,30 @@ class Server {
   bool HostAllowed(const std::string& host_header) const;
   bool OriginAllowed(const std::string& origin) const;
   void AddCorsHeaders(const http::Request& req, http::Response& res) const;
-  bool Ready(http::Response& res) const;
-  void SendError(http::Response& res, const ApiError& e) const;
-  bool ParseBody(const http::Request& req, http::Response& res, json* body) const;
+  bool Ready(http::Response& res, ErrorStyle style = ErrorStyle::kOpenAi) const;
+  void SendError(http::Response& res, const ApiError& e,
+                 ErrorStyle style = ErrorStyle::kOpenAi) const;
+  bool ParseBody(const http::Request& req, http::Response& res, json* body,
+                 ErrorStyle style = ErrorStyle::kOpenAi) const;
   void Count(const std::string& route);
   void Remember(RecentRequest r);
 
+  // A parsed completion's checks (cache_salt, context) and its channels; false: *err is set.
+  bool Admit(const http::Request& req, const json& body, api::Completion* c, Channels* channels,
+             ApiError* err);
+  // Records a finished request of `route_name` for the monitor.
+  std::function<void(int, const serve::Event&)> Rememberer(const http::Request& req,
+                                                           std::string route_name);
   void HandleCompletion(const http::Request& req, http::Response& res, Route route);
+  std::pair<int, json> OaiWhole(const api::Completion& c, const Collector& col, Route route,
+                                const std::string& id, long long created,
+                                const std::vector<serve::Timings>& timings) const;
+  friend class OaiStream;
+  void HandleProtocol(const http::Request& req, http::Response& res, Protocol p);
+  void HandleCountTokens(const http::Request& req, http::Response& res);
+  json OllamaModel() const;
+  void HandleOllamaShow(const http::Request& req, http::Response& res);
+  void SetUpProtocolRoutes();
   json ParamsJson(const GenerateParams& p) const;
   json NativeFinal(const api::Completion& c, size_t index, const serve::Request& r,
                    const std::string& text, const std::vector<int32_t>& tokens,
@@ -233,25 +262,35 @@ int Server::KeyIndex(const http::Request& req) const {
   return found;
 }
 
-void Server::SendError(http::Response& res, const ApiError& e) const {
-  res.status = e.status;
-  res.set_content(Dump(api::ErrorBody(e)), "application/json; charset=utf-8");
+Server::ErrorStyle Server::StyleOf(const std::string& path) {
+  if (path.rfind("/v1/messages", 0) == 0) return ErrorStyle::kAnthropic;
+  if (path.rfind("/api/", 0) == 0) return ErrorStyle::kOllama;
+  return ErrorStyle::kOpenAi;
 }
 
-bool Server::Ready(http::Response& res) const {
+void Server::SendError(http::Response& res, const ApiError& e, ErrorStyle style) const {
+  res.status = e.status;
+  const json body = style == ErrorStyle::kAnthropic ? protocols::AnthropicError(e)
+                    : style == ErrorStyle::kOllama  ? protocols::OllamaError(e)
+                                                    : api::ErrorBody(e);
+  res.set_content(Dump(body), "application/json; charset=utf-8");
+}
+
+bool Server::Ready(http::Response& res, ErrorStyle style) const {
   if (ready_) return true;
-  SendError(res, {503, "unavailable_error", "Loading model"});
+  SendError(res, {503, "unavailable_error", "Loading model"}, style);
   return false;
 }
 
-bool Server::ParseBody(const http::Request& req, http::Response& res, json* body) const {
+bool Server::ParseBody(const http::Request& req, http::Response& res, json* body,
+                       ErrorStyle style) const {
   std::string error;
   if (!ParseJsonBounded(req.body, kMaxJsonDepth, body, &error)) {
-    SendError(res, {400, "invalid_request_error", error});
+    SendError(res, {400, "invalid_request_error", error}, style);
     return false;
   }
   if (!body->is_object()) {
-    SendError(res, {400, "invalid_request_error", "the request body must be a JSON object"});
+    SendError(res, {400, "invalid_request_error", "the request body must be a JSON object"}, style);
     return false;
   }
   return true;
@@ -363,17 +402,37 @@ json PickFields(const json& answer, const std::vector<std::string>& paths) {
 }  // namespace
 
 json Server::ParamsJson(const GenerateParams& p) const {
-  return {{"n_predict", p.n_predict},
-          {"seed", p.sampler.seed},
-          {"temperature", p.sampler.temperature},
-          {"top_k", p.sampler.top_k},
-          {"top_p", p.sampler.top_p},
-          {"min_p", p.sampler.min_p},
-          {"repeat_penalty", p.sampler.repeat_penalty},
-          {"repeat_last_n", p.sampler.repeat_last_n},
-          {"stop", p.stop},
-          {"ignore_eos", p.ignore_eos},
-          {"logit_bias", LogitBiasJson(p)}};
+  json out = {{"n_predict", p.n_predict},
+              {"seed", p.sampler.seed},
+              {"temperature", p.sampler.temperature},
+              {"top_k", p.sampler.top_k},
+              {"top_p", p.sampler.top_p},
+              {"min_p", p.sampler.min_p},
+              {"repeat_penalty", p.sampler.repeat_penalty},
+              {"repeat_last_n", p.sampler.repeat_last_n},
+              {"stop", p.stop},
+              {"ignore_eos", p.ignore_eos},
+              {"logit_bias", LogitBiasJson(p)}};
+  const SamplerConfig& c = p.sampler;
+  json stages = json::array();
+  for (SamplerStage st : c.samplers.empty() ? DefaultSamplerStages() : c.samplers) {
+    stages.push_back(SamplerStageName(st));
+  }
+  out.update({{"typical_p", c.typical_p},
+              {"presence_penalty", c.presence_penalty},
+              {"frequency_penalty", c.frequency_penalty},
+              {"xtc_probability", c.xtc_probability},
+              {"xtc_threshold", c.xtc_threshold},
+              {"mirostat", c.mirostat},
+              {"mirostat_tau", c.mirostat_tau},
+              {"mirostat_eta", c.mirostat_eta},
+              {"dry_multiplier", c.dry_multiplier},
+              {"dry_base", c.dry_base},
+              {"dry_allowed_length", c.dry_allowed_length},
+              {"dry_penalty_last_n", c.dry_penalty_last_n},
+              {"dry_sequence_breakers", c.dry_sequence_breakers},
+              {"samplers", stages}});
+  return out;
 }
 
 // Collected log-probabilities of one answer.
@@ -428,6 +487,47 @@ json LegacyLogprobs(const Tokenizer& tok, const Probs& p) {
           {"text_offset", offsets}};
 }
 
+// Each answer's events, gathered until its kDone or kError.
+struct Collector {
+  struct Answer {
+    std::string text;
+    std::vector<int32_t> tokens;
+    Probs probs;
+    serve::Event last;
+    bool done = false;
+  };
+  explicit Collector(Channels c) : channels(std::move(c)), answers(channels.size()) {}
+  // Pops events until every answer is done (true) or `until` passes (false).
+  bool Collect(std::chrono::steady_clock::time_point until) {
+    for (size_t i = 0; i < channels.size(); ++i) {
+      Answer& k = answers[i];
+      while (!k.done) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= until) return false;
+        serve::Event e;
+        const auto wait = std::min<std::chrono::steady_clock::duration>(
+            std::chrono::milliseconds(100), until - now);
+        if (!channels[i]->Pop(&e, std::chrono::duration_cast<std::chrono::milliseconds>(wait) +
+                                      std::chrono::milliseconds(1))) {
+          continue;
+        }
+        if (e.kind == serve::Event::Kind::kProgress) continue;
+        if (e.kind == serve::Event::Kind::kText) {
+          k.text += e.text;
+          k.tokens.insert(k.tokens.end(), e.tokens.begin(), e.tokens.end());
+          k.probs.Add(e);
+          continue;
+        }
+        k.last = std::move(e);
+        k.done = true;
+      }
+    }
+    return true;
+  }
+  Channels channels;
+  std::vector<Answer> answers;
+};
+
 json Server::Usage(const api::Completion& c, const std::vector<serve::Timings>& t) const {
   // Each prompt once (its first choice's), every completion token.
   int prompt = 0, cached = 0, completion = 0;
@@ -470,24 +570,16 @@ json Server::NativeFinal(const api::Completion& c, size_t index, const serve::Re
           {"timings", api::TimingsJson(done.timings)}};
 }
 
-void Server::HandleCompletion(const http::Request& req, http::Response& res, Route route) {
-  if (!Ready(res)) return;
-  json body;
-  if (!ParseBody(req, res, &body)) return;
-  auto c = std::make_shared<api::Completion>();
-  ApiError err;
-  const bool ok = route == Route::kOaiChat
-                      ? api::ParseChat(body, *model_, chat_, defaults_, c.get(), &err)
-                      : api::ParseCompletion(body, *model_, defaults_,
-                                             route == Route::kOaiCompletion, c.get(), &err);
-  if (!ok) return SendError(res, err);
+bool Server::Admit(const http::Request& req, const json& body, api::Completion* c,
+                   Channels* channels, ApiError* err) {
   // The prefix cache's tenant: the API key, narrowed by the request's cache_salt (vLLM's field).
   std::string scope = KeyScope(req);
   if (auto salt = body.find("cache_salt"); salt != body.end() && !salt->is_null()) {
     if (!salt->is_string() || salt->get_ref<const std::string&>().size() > kMaxCacheSalt) {
-      return SendError(res, {400, "invalid_request_error",
-                             "\"cache_salt\" must be a string of at most " +
-                                 std::to_string(kMaxCacheSalt) + " bytes"});
+      *err = {
+          400, "invalid_request_error",
+          "\"cache_salt\" must be a string of at most " + std::to_string(kMaxCacheSalt) + " bytes"};
+      return false;
     }
     scope += "|salt:" + salt->get<std::string>();
   }
@@ -496,19 +588,19 @@ void Server::HandleCompletion(const http::Request& req, http::Response& res, Rou
   for (const serve::Request& r : c->requests) {
     const int n = static_cast<int>(r.prompt.size());
     if (n > scheduler_->n_ctx_slot()) {
-      ApiError e{400, "exceed_context_size_error",
-                 "the request exceeds the available context size, try increasing it: the prompt "
-                 "has " +
-                     std::to_string(n) + " tokens and a slot's context is " +
-                     std::to_string(scheduler_->n_ctx_slot())};
-      json j = api::ErrorBody(e);
-      j["error"]["n_prompt_tokens"] = n;
-      j["error"]["n_ctx"] = scheduler_->n_ctx_slot();
-      res.status = 400;
-      res.set_content(Dump(j), "application/json; charset=utf-8");
-      return;
+      *err = {400,
+              "exceed_context_size_error",
+              "the request exceeds the available context size, try increasing it: the prompt "
+              "has " +
+                  std::to_string(n) + " tokens and a slot's context is " +
+                  std::to_string(scheduler_->n_ctx_slot()),
+              {{"n_prompt_tokens", n}, {"n_ctx", scheduler_->n_ctx_slot()}}};
+      return false;
     }
-    if (n == 0) return SendError(res, {400, "invalid_request_error", "the prompt is empty"});
+    if (n == 0) {
+      *err = {400, "invalid_request_error", "the prompt is empty"};
+      return false;
+    }
   }
   // The choices of one prompt share it: the first evaluates it, the others copy its cells.
   if (c->n_choices > 1) {
@@ -517,15 +609,13 @@ void Server::HandleCompletion(const http::Request& req, http::Response& res, Rou
       if (c->requests[i].cache_prompt) c->requests[i].prefix_group = group + i / c->n_choices;
     }
   }
-  std::vector<std::shared_ptr<serve::Channel>> channels;
-  for (const serve::Request& r : c->requests) channels.push_back(scheduler_->Submit(r));
-  const std::string route_name = route == Route::kOaiChat         ? "/v1/chat/completions"
-                                 : route == Route::kOaiCompletion ? "/v1/completions"
-                                                                  : "/completion";
-  const std::string id = RandomId(route == Route::kOaiChat ? "chatcmpl-" : "cmpl-");
-  const long long created = static_cast<long long>(std::time(nullptr));
-  auto remember = [this, route_name, key_scope = KeyScope(req)](int status,
-                                                                const serve::Event& done) {
+  for (const serve::Request& r : c->requests) channels->push_back(scheduler_->Submit(r));
+  return true;
+}
+
+std::function<void(int, const serve::Event&)> Server::Rememberer(const http::Request& req,
+                                                                 std::string route_name) {
+  return [this, route_name, key_scope = KeyScope(req)](int status, const serve::Event& done) {
     RecentRequest rr;
     rr.key_scope = key_scope;
     rr.route = route_name;
@@ -540,52 +630,390 @@ void Server::HandleCompletion(const http::Request& req, http::Response& res, Rou
     rr.stop_type = status == 200 ? api::StopType(done.reason) : "error";
     Remember(std::move(rr));
   };
+}
 
+void SendCollected(http::Response& res, std::shared_ptr<Collector> col,
+                   std::function<std::pair<int, json>()> answer, std::function<void()> cancel_all) {
+  if (col->Collect(std::chrono::steady_clock::now() + std::chrono::milliseconds(500))) {
+    auto [status, out] = answer();
+    res.status = status;
+    res.set_content(Dump(out), "application/json; charset=utf-8");
+    return;
+  }
+  // A longer answer: the connection is probed with JSON whitespace (a leading blank is valid
+  // JSON) every 250 ms, so a client that goes away cancels its request within a step or two.
+  res.set_chunked_content_provider(
+      "application/json; charset=utf-8",
+      [col, answer, cancel_all](size_t, http::DataSink& sink) {
+        if (!col->Collect(std::chrono::steady_clock::now() + std::chrono::milliseconds(250))) {
+          if (!sink.write(" ", 1)) {
+            cancel_all();
+            return false;
+          }
+          return true;
+        }
+        const std::string body = Dump(answer().second);
+        sink.write(body.data(), body.size());
+        sink.done();
+        return true;
+      },
+      [cancel_all](bool) { cancel_all(); });
+}
+
+// A streamed completion of the llama-server and OpenAI routes: server-sent events as the engine
+// releases text; the choices' events interleave, each chunk carrying its choice's index.
+class OaiStream {
+ public:
+  using Route = Server::Route;
+  OaiStream(const Server* server, std::shared_ptr<api::Completion> c, Channels channels,
+            Route route, std::string id, long long created,
+            std::function<void(int, const serve::Event&)> remember)
+      : s_(server),
+        c_(std::move(c)),
+        channels_(std::move(channels)),
+        route_(route),
+        id_(std::move(id)),
+        created_(created),
+        remember_(std::move(remember)) {
+    const size_t n = channels_.size();
+    done_.assign(n, false);
+    text_.resize(n);
+    tokens_.resize(n);
+    pending_.resize(n);
+    sent_.assign(n, 0);
+    timings_.resize(n);
+  }
+
+  // One call of the chunked content provider.
+  bool Step(http::DataSink& sink) {
+    sink_ = &sink;
+    if (route_ == Route::kOaiChat && !started_) {
+      started_ = true;
+      for (size_t i = 0; i < channels_.size(); ++i) {
+        if (!Write(Sse(Chunk(i, {{"role", "assistant"}, {"content", nullptr}}, nullptr))))
+          return false;
+      }
+    }
+    if (finished_ || n_done_ >= channels_.size()) {
+      if (route_ != Route::kCompletion) Write("data: [DONE]\n\n");
+      sink.done();
+      return true;
+    }
+    // The next event of any unfinished choice, polled round robin; else a short wait on one.
+    serve::Event e;
+    size_t i = channels_.size();
+    for (size_t k = 0; k < channels_.size() && i == channels_.size(); ++k) {
+      const size_t j = (next_ + k) % channels_.size();
+      if (!done_[j] && channels_[j]->Pop(&e, std::chrono::milliseconds(0))) i = j;
+    }
+    if (i == channels_.size()) {
+      const auto wait = std::chrono::milliseconds(channels_.size() == 1 ? 100 : 10);
+      for (size_t k = 0; k < channels_.size(); ++k) {
+        const size_t j = (next_ + k) % channels_.size();
+        if (done_[j]) continue;
+        if (channels_[j]->Pop(&e, wait)) i = j;
+        break;
+      }
+      if (i == channels_.size()) return true;
+    }
+    next_ = i + 1;
+    if (e.kind == serve::Event::Kind::kProgress) return Progress(i, e);
+    if (e.kind == serve::Event::Kind::kText) return Text(i, e);
+    if (e.kind == serve::Event::Kind::kError) return Error(e);
+    return Final(i, e);
+  }
+
+ private:
+  void CancelAll() const {
+    for (auto& ch : channels_) ch->Cancel();
+  }
+  bool Write(const std::string& s) {
+    if (!sink_->write(s.data(), s.size())) {
+      CancelAll();
+      return false;
+    }
+    return true;
+  }
+  json Chunk(size_t index, json delta, json finish) const {
+    return json{{"id", id_},
+                {"object", "chat.completion.chunk"},
+                {"created", created_},
+                {"model", s_->model_id_},
+                {"system_fingerprint", "lamina"},
+                {"choices", json::array({{{"index", index},
+                                          {"delta", std::move(delta)},
+                                          {"logprobs", nullptr},
+                                          {"finish_reason", std::move(finish)}}})}};
+  }
+  json TextChunk(size_t index, const std::string& text, json logprobs, json finish) const {
+    return json{{"id", id_},
+                {"object", "text_completion"},
+                {"created", created_},
+                {"model", s_->model_id_},
+                {"system_fingerprint", "lamina"},
+                {"choices", json::array({{{"index", index},
+                                          {"text", text},
+                                          {"logprobs", std::move(logprobs)},
+                                          {"finish_reason", std::move(finish)}}})}};
+  }
+
+  bool Progress(size_t i, const serve::Event& e) {
+    const serve::Request& r = c_->requests[i];
+    const json progress = {{"total", e.progress.total},
+                           {"cache", e.progress.cache},
+                           {"processed", e.progress.processed},
+                           {"time_ms", static_cast<int64_t>(e.progress.time_ms)}};
+    json j;
+    if (route_ == Route::kCompletion) {
+      j = {{"index", i},
+           {"content", ""},
+           {"tokens", json::array()},
+           {"stop", false},
+           {"id_slot", -1},
+           {"tokens_predicted", 0},
+           {"tokens_evaluated", r.prompt.size()}};
+    } else if (route_ == Route::kOaiCompletion) {
+      j = TextChunk(i, "", nullptr, nullptr);
+    } else {
+      j = Chunk(i, {{"role", "assistant"}, {"content", nullptr}}, nullptr);
+    }
+    j["prompt_progress"] = progress;
+    return Write(Sse(j));
+  }
+
+  bool Text(size_t i, const serve::Event& e) {
+    const api::Completion* c = c_.get();
+    text_[i] += e.text;
+    tokens_[i].insert(tokens_[i].end(), e.tokens.begin(), e.tokens.end());
+    pending_[i].Add(e);
+    std::string text = e.text;
+    if (route_ == Route::kOaiChat && c->parse_tool_calls) {
+      // Text that may belong to a tool call is held back until the answer is complete.
+      const size_t safe = serve::ToolCallSafePrefix(text_[i]);
+      if (safe <= sent_[i]) return true;
+      text = text_[i].substr(sent_[i], safe - sent_[i]);
+      sent_[i] = safe;
+    }
+    if (text.empty() && !(route_ == Route::kCompletion && c->return_tokens)) return true;
+    const Tokenizer& tok = s_->model_->tokenizer();
+    json probs;  // this chunk's log-probabilities, in the route's shape
+    const Probs& pending = pending_[i];
+    if (c->logprobs) {
+      probs = route_ == Route::kCompletion
+                  ? ProbEntries(tok, pending, c->top_logprobs, c->post_sampling_probs)
+              : route_ == Route::kOaiCompletion
+                  ? LegacyLogprobs(tok, pending)
+                  : json{{"content", ProbEntries(tok, pending, c->top_logprobs)}};
+    }
+    pending_[i] = Probs();
+    json j;
+    if (route_ == Route::kCompletion) {
+      j = {{"index", i},
+           {"content", e.text},
+           {"tokens", c->return_tokens ? json(e.tokens) : json::array()},
+           {"stop", false},
+           {"id_slot", -1},
+           {"tokens_predicted", tokens_[i].size()},
+           {"tokens_evaluated", c->requests[i].prompt.size()}};
+      if (c->logprobs) j["completion_probabilities"] = probs;
+    } else if (route_ == Route::kOaiCompletion) {
+      j = TextChunk(i, e.text, c->logprobs ? probs : json(nullptr), nullptr);
+    } else {
+      j = Chunk(i, {{"content", text}}, nullptr);
+      if (c->logprobs) j["choices"][0]["logprobs"] = probs;
+    }
+    if (c->timings_per_token) j["timings"] = api::TimingsJson(e.timings);
+    return Write(Sse(j));
+  }
+
+  bool Error(const serve::Event& e) {
+    remember_(e.status, e);
+    CancelAll();
+    json j = api::ErrorBody({e.status, e.error_type, e.message});
+    Write(route_ == Route::kCompletion ? "error: " + Dump(j) + "\n\n" : Sse(j));
+    finished_ = true;
+    if (route_ != Route::kCompletion) Write("data: [DONE]\n\n");
+    sink_->done();
+    return true;
+  }
+
+  // A chat choice's held-back text at its end: tool calls, or content after all.
+  bool ChatToolTail(size_t i, const char** finish) {
+    const std::string& all = text_[i];
+    serve::ToolCallParse parsed = serve::ParseToolCalls(all, c_->tool_names);
+    const size_t sent = sent_[i];
+    std::string rest;
+    if (parsed.calls.empty()) {
+      rest = all.substr(std::min(sent, all.size()));
+    } else if (parsed.content.compare(0, sent, all, 0, sent) == 0) {
+      rest = parsed.content.substr(std::min(sent, parsed.content.size()));
+      if (rest.find_first_not_of(" \t\r\n") == std::string::npos) rest.clear();
+    }
+    bool ok = true;
+    if (!rest.empty() || !pending_[i].own.empty()) {
+      json j = Chunk(i, {{"content", rest}}, nullptr);
+      if (c_->logprobs) {
+        j["choices"][0]["logprobs"] = {
+            {"content", ProbEntries(s_->model_->tokenizer(), pending_[i], c_->top_logprobs)}};
+      }
+      pending_[i] = Probs();
+      ok = Write(Sse(j));
+    }
+    if (ok && !parsed.calls.empty()) {
+      json calls = ToolCallsJson(parsed.calls, true);
+      for (json& call : calls) {
+        ok = ok && Write(Sse(Chunk(i, {{"tool_calls", json::array({call})}}, nullptr)));
+      }
+      *finish = "tool_calls";
+    }
+    return ok;
+  }
+
+  bool Final(size_t i, const serve::Event& e) {
+    const api::Completion* c = c_.get();
+    remember_(200, e);
+    done_[i] = true;
+    timings_[i] = e.timings;
+    const bool last = ++n_done_ == channels_.size();
+    bool ok = true;
+    if (route_ == Route::kCompletion) {
+      json j = s_->NativeFinal(*c, i, c->requests[i], text_[i], tokens_[i], e);
+      j["content"] = "";
+      if (!c->return_tokens) j["tokens"] = json::array();
+      ok = Write(Sse(j));
+    } else if (route_ == Route::kOaiCompletion) {
+      json j = TextChunk(i, "", nullptr, api::FinishReason(e.reason));
+      if (last && c->include_usage) j["usage"] = s_->Usage(*c, timings_);
+      j["timings"] = api::TimingsJson(e.timings);
+      ok = Write(Sse(j));
+    } else {
+      const char* finish = api::FinishReason(e.reason);
+      if (c->parse_tool_calls) ok = ChatToolTail(i, &finish);
+      json j = Chunk(i, json::object(), finish);
+      j["timings"] = api::TimingsJson(e.timings);
+      ok = ok && Write(Sse(j));
+      if (ok && last && c->include_usage) {
+        json u = {{"id", id_},
+                  {"object", "chat.completion.chunk"},
+                  {"created", created_},
+                  {"model", s_->model_id_},
+                  {"system_fingerprint", "lamina"},
+                  {"choices", json::array()},
+                  {"usage", s_->Usage(*c, timings_)}};
+        ok = Write(Sse(u));
+      }
+    }
+    text_[i].clear();
+    tokens_[i].clear();
+    return ok;
+  }
+
+  const Server* s_;
+  std::shared_ptr<api::Completion> c_;
+  Channels channels_;
+  Route route_;
+  std::string id_;
+  long long created_;
+  std::function<void(int, const serve::Event&)> remember_;
+  http::DataSink* sink_ = nullptr;
+  bool started_ = false;
+  size_t next_ = 0;  // the channel polled first (round robin)
+  size_t n_done_ = 0;
+  std::vector<bool> done_;
+  std::vector<std::string> text_;
+  std::vector<std::vector<int32_t>> tokens_;
+  std::vector<Probs> pending_;  // log-probabilities not sent yet (their text may be held back)
+  std::vector<size_t> sent_;    // chat with tools: bytes of text sent as content so far
+  std::vector<serve::Timings> timings_;
+  bool finished_ = false;
+};
+
+// The whole answer of a non-streamed completion route: (HTTP status, body).
+std::pair<int, json> Server::OaiWhole(const api::Completion& c, const Collector& col, Route route,
+                                      const std::string& id, long long created,
+                                      const std::vector<serve::Timings>& timings) const {
+  const Tokenizer& tok = model_->tokenizer();
+  if (route == Route::kCompletion) {
+    json answers = json::array();
+    for (size_t i = 0; i < col.answers.size(); ++i) {
+      const Collector::Answer& k = col.answers[i];
+      json a = NativeFinal(c, i, c.requests[i], k.text, k.tokens, k.last);
+      if (c.logprobs) {
+        a["completion_probabilities"] =
+            ProbEntries(tok, k.probs, c.top_logprobs, c.post_sampling_probs);
+      }
+      if (!c.response_fields.empty()) a = PickFields(a, c.response_fields);
+      answers.push_back(std::move(a));
+    }
+    return {200, answers.size() == 1 ? answers[0] : answers};
+  }
+  json choices = json::array();
+  for (size_t i = 0; i < col.answers.size(); ++i) {
+    const Collector::Answer& k = col.answers[i];
+    if (route == Route::kOaiCompletion) {
+      choices.push_back({{"index", i},
+                         {"text", k.text},
+                         {"logprobs", c.logprobs ? LegacyLogprobs(tok, k.probs) : json(nullptr)},
+                         {"finish_reason", api::FinishReason(k.last.reason)}});
+    } else {
+      json message = {{"role", "assistant"}, {"content", k.text}};
+      const char* finish = api::FinishReason(k.last.reason);
+      if (c.parse_tool_calls) {
+        serve::ToolCallParse parsed = serve::ParseToolCalls(k.text, c.tool_names);
+        if (!parsed.calls.empty()) {
+          message["content"] = ContentBeside(parsed.content);
+          message["tool_calls"] = ToolCallsJson(parsed.calls, false);
+          finish = "tool_calls";
+        }
+      }
+      choices.push_back(
+          {{"index", i},
+           {"message", std::move(message)},
+           {"logprobs", c.logprobs ? json{{"content", ProbEntries(tok, k.probs, c.top_logprobs)}}
+                                   : json(nullptr)},
+           {"finish_reason", finish}});
+    }
+  }
+  return {200,
+          {{"id", id},
+           {"object", route == Route::kOaiCompletion ? "text_completion" : "chat.completion"},
+           {"created", created},
+           {"model", model_id_},
+           {"system_fingerprint", "lamina"},
+           {"choices", std::move(choices)},
+           {"usage", Usage(c, timings)},
+           {"timings", api::TimingsJson(timings[0])}}};
+}
+
+void Server::HandleCompletion(const http::Request& req, http::Response& res, Route route) {
+  if (!Ready(res)) return;
+  json body;
+  if (!ParseBody(req, res, &body)) return;
+  auto c = std::make_shared<api::Completion>();
+  ApiError err;
+  const bool ok = route == Route::kOaiChat
+                      ? api::ParseChat(body, *model_, chat_, defaults_, c.get(), &err)
+                      : api::ParseCompletion(body, *model_, defaults_,
+                                             route == Route::kOaiCompletion, c.get(), &err);
+  if (!ok) return SendError(res, err);
+  Channels channels;
+  if (!Admit(req, body, c.get(), &channels, &err)) return SendError(res, err);
+  const std::string route_name = route == Route::kOaiChat         ? "/v1/chat/completions"
+                                 : route == Route::kOaiCompletion ? "/v1/completions"
+                                                                  : "/completion";
+  const std::string id = RandomId(route == Route::kOaiChat ? "chatcmpl-" : "cmpl-");
+  const long long created = static_cast<long long>(std::time(nullptr));
+  auto remember = Rememberer(req, route_name);
   auto cancel_all = [channels] {
     for (auto& ch : channels) ch->Cancel();
   };
   if (!c->stream) {
-    // Each answer's events, gathered until its kDone or kError.
-    struct Collected {
-      std::string text;
-      std::vector<int32_t> tokens;
-      Probs probs;
-      serve::Event last;
-      bool done = false;
-    };
-    auto col = std::make_shared<std::vector<Collected>>(channels.size());
-    // Pops events until every answer is done (true) or `until` passes (false).
-    auto collect = [channels, col](std::chrono::steady_clock::time_point until) {
-      for (size_t i = 0; i < channels.size(); ++i) {
-        Collected& k = (*col)[i];
-        while (!k.done) {
-          const auto now = std::chrono::steady_clock::now();
-          if (now >= until) return false;
-          serve::Event e;
-          const auto wait = std::min<std::chrono::steady_clock::duration>(
-              std::chrono::milliseconds(100), until - now);
-          if (!channels[i]->Pop(&e, std::chrono::duration_cast<std::chrono::milliseconds>(wait) +
-                                        std::chrono::milliseconds(1))) {
-            continue;
-          }
-          if (e.kind == serve::Event::Kind::kProgress) continue;
-          if (e.kind == serve::Event::Kind::kText) {
-            k.text += e.text;
-            k.tokens.insert(k.tokens.end(), e.tokens.begin(), e.tokens.end());
-            k.probs.Add(e);
-            continue;
-          }
-          k.last = std::move(e);
-          k.done = true;
-        }
-      }
-      return true;
-    };
+    auto col = std::make_shared<Collector>(channels);
     // The whole answer once everything is collected: (HTTP status, body).
     auto answer = [this, c, col, route, id, created, remember,
                    cancel_all]() -> std::pair<int, json> {
       std::vector<serve::Timings> timings;
-      for (const Collected& k : *col) {
+      for (const Collector::Answer& k : col->answers) {
         if (k.last.kind == serve::Event::Kind::kError) {
           cancel_all();
           remember(k.last.status, k.last);
@@ -595,314 +1023,18 @@ void Server::HandleCompletion(const http::Request& req, http::Response& res, Rou
         remember(200, k.last);
         timings.push_back(k.last.timings);
       }
-      const Tokenizer& tok = model_->tokenizer();
-      if (route == Route::kCompletion) {
-        json answers = json::array();
-        for (size_t i = 0; i < col->size(); ++i) {
-          const Collected& k = (*col)[i];
-          json a = NativeFinal(*c, i, c->requests[i], k.text, k.tokens, k.last);
-          if (c->logprobs) {
-            a["completion_probabilities"] =
-                ProbEntries(tok, k.probs, c->top_logprobs, c->post_sampling_probs);
-          }
-          if (!c->response_fields.empty()) a = PickFields(a, c->response_fields);
-          answers.push_back(std::move(a));
-        }
-        return {200, answers.size() == 1 ? answers[0] : answers};
-      }
-      json choices = json::array();
-      for (size_t i = 0; i < col->size(); ++i) {
-        const Collected& k = (*col)[i];
-        if (route == Route::kOaiCompletion) {
-          choices.push_back(
-              {{"index", i},
-               {"text", k.text},
-               {"logprobs", c->logprobs ? LegacyLogprobs(tok, k.probs) : json(nullptr)},
-               {"finish_reason", api::FinishReason(k.last.reason)}});
-        } else {
-          json message = {{"role", "assistant"}, {"content", k.text}};
-          const char* finish = api::FinishReason(k.last.reason);
-          if (c->parse_tool_calls) {
-            serve::ToolCallParse parsed = serve::ParseToolCalls(k.text, c->tool_names);
-            if (!parsed.calls.empty()) {
-              message["content"] = ContentBeside(parsed.content);
-              message["tool_calls"] = ToolCallsJson(parsed.calls, false);
-              finish = "tool_calls";
-            }
-          }
-          choices.push_back(
-              {{"index", i},
-               {"message", std::move(message)},
-               {"logprobs", c->logprobs
-                                ? json{{"content", ProbEntries(tok, k.probs, c->top_logprobs)}}
-                                : json(nullptr)},
-               {"finish_reason", finish}});
-        }
-      }
-      return {200,
-              {{"id", id},
-               {"object", route == Route::kOaiCompletion ? "text_completion" : "chat.completion"},
-               {"created", created},
-               {"model", model_id_},
-               {"system_fingerprint", "lamina"},
-               {"choices", std::move(choices)},
-               {"usage", Usage(*c, timings)},
-               {"timings", api::TimingsJson(timings[0])}}};
+      return OaiWhole(*c, *col, route, id, created, timings);
     };
-    if (collect(std::chrono::steady_clock::now() + std::chrono::milliseconds(500))) {
-      auto [status, out] = answer();
-      res.status = status;
-      res.set_content(Dump(out), "application/json; charset=utf-8");
-      return;
-    }
-    // A longer answer: the connection is probed with JSON whitespace (a leading blank is valid
-    // JSON) every 250 ms, so a client that goes away cancels its request within a step or two.
-    res.set_chunked_content_provider(
-        "application/json; charset=utf-8",
-        [collect, answer, cancel_all](size_t, http::DataSink& sink) {
-          if (!collect(std::chrono::steady_clock::now() + std::chrono::milliseconds(250))) {
-            if (!sink.write(" ", 1)) {
-              cancel_all();
-              return false;
-            }
-            return true;
-          }
-          const std::string body = Dump(answer().second);
-          sink.write(body.data(), body.size());
-          sink.done();
-          return true;
-        },
-        [cancel_all](bool) { cancel_all(); });
+    SendCollected(res, col, answer, cancel_all);
     return;
   }
 
   // Streaming: server-sent events as the engine releases text; the choices' events interleave,
   // each chunk carrying its choice's index.
-  struct StreamState {
-    bool started = false;
-    size_t next = 0;  // the channel polled first (round robin)
-    size_t n_done = 0;
-    std::vector<bool> done;
-    std::vector<std::string> text;
-    std::vector<std::vector<int32_t>> tokens;
-    std::vector<Probs> pending;  // log-probabilities not sent yet (their text may be held back)
-    std::vector<size_t> sent;    // chat with tools: bytes of text sent as content so far
-    std::vector<serve::Timings> timings;
-    bool finished = false;
-  };
-  auto state = std::make_shared<StreamState>();
-  const size_t n_channels = channels.size();
-  state->done.assign(n_channels, false);
-  state->text.resize(n_channels);
-  state->tokens.resize(n_channels);
-  state->pending.resize(n_channels);
-  state->sent.assign(n_channels, 0);
-  state->timings.resize(n_channels);
+  auto stream = std::make_shared<OaiStream>(this, c, channels, route, id, created, remember);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, c, channels, state, route, id, created, cancel_all, remember](size_t,
-                                                                           http::DataSink& sink) {
-        auto write = [&](const std::string& s) {
-          if (!sink.write(s.data(), s.size())) {
-            cancel_all();
-            return false;
-          }
-          return true;
-        };
-        auto chunk = [&](size_t index, json delta, json finish) {
-          return json{{"id", id},
-                      {"object", "chat.completion.chunk"},
-                      {"created", created},
-                      {"model", model_id_},
-                      {"system_fingerprint", "lamina"},
-                      {"choices", json::array({{{"index", index},
-                                                {"delta", std::move(delta)},
-                                                {"logprobs", nullptr},
-                                                {"finish_reason", std::move(finish)}}})}};
-        };
-        auto text_chunk = [&](size_t index, const std::string& text, json logprobs, json finish) {
-          return json{{"id", id},
-                      {"object", "text_completion"},
-                      {"created", created},
-                      {"model", model_id_},
-                      {"system_fingerprint", "lamina"},
-                      {"choices", json::array({{{"index", index},
-                                                {"text", text},
-                                                {"logprobs", std::move(logprobs)},
-                                                {"finish_reason", std::move(finish)}}})}};
-        };
-        if (route == Route::kOaiChat && !state->started) {
-          state->started = true;
-          for (size_t i = 0; i < channels.size(); ++i) {
-            if (!write(Sse(chunk(i, {{"role", "assistant"}, {"content", nullptr}}, nullptr))))
-              return false;
-          }
-        }
-        if (state->finished || state->n_done >= channels.size()) {
-          if (route != Route::kCompletion) write("data: [DONE]\n\n");
-          sink.done();
-          return true;
-        }
-        // The next event of any unfinished choice, polled round robin; else a short wait on one.
-        serve::Event e;
-        size_t i = channels.size();
-        for (size_t k = 0; k < channels.size() && i == channels.size(); ++k) {
-          const size_t j = (state->next + k) % channels.size();
-          if (!state->done[j] && channels[j]->Pop(&e, std::chrono::milliseconds(0))) i = j;
-        }
-        if (i == channels.size()) {
-          const auto wait = std::chrono::milliseconds(channels.size() == 1 ? 100 : 10);
-          for (size_t k = 0; k < channels.size(); ++k) {
-            const size_t j = (state->next + k) % channels.size();
-            if (state->done[j]) continue;
-            if (channels[j]->Pop(&e, wait)) i = j;
-            break;
-          }
-          if (i == channels.size()) return true;
-        }
-        state->next = i + 1;
-        const serve::Request& r = c->requests[i];
-        if (e.kind == serve::Event::Kind::kProgress) {
-          const json progress = {{"total", e.progress.total},
-                                 {"cache", e.progress.cache},
-                                 {"processed", e.progress.processed},
-                                 {"time_ms", static_cast<int64_t>(e.progress.time_ms)}};
-          json j;
-          if (route == Route::kCompletion) {
-            j = {{"index", i},
-                 {"content", ""},
-                 {"tokens", json::array()},
-                 {"stop", false},
-                 {"id_slot", -1},
-                 {"tokens_predicted", 0},
-                 {"tokens_evaluated", r.prompt.size()}};
-          } else if (route == Route::kOaiCompletion) {
-            j = text_chunk(i, "", nullptr, nullptr);
-          } else {
-            j = chunk(i, {{"role", "assistant"}, {"content", nullptr}}, nullptr);
-          }
-          j["prompt_progress"] = progress;
-          return write(Sse(j));
-        }
-        if (e.kind == serve::Event::Kind::kText) {
-          state->text[i] += e.text;
-          state->tokens[i].insert(state->tokens[i].end(), e.tokens.begin(), e.tokens.end());
-          state->pending[i].Add(e);
-          std::string text = e.text;
-          if (route == Route::kOaiChat && c->parse_tool_calls) {
-            // Text that may belong to a tool call is held back until the answer is complete.
-            const size_t safe = serve::ToolCallSafePrefix(state->text[i]);
-            if (safe <= state->sent[i]) return true;
-            text = state->text[i].substr(state->sent[i], safe - state->sent[i]);
-            state->sent[i] = safe;
-          }
-          if (text.empty() && !(route == Route::kCompletion && c->return_tokens)) return true;
-          const Tokenizer& tok = model_->tokenizer();
-          json probs;  // this chunk's log-probabilities, in the route's shape
-          const Probs& pending = state->pending[i];
-          if (c->logprobs) {
-            probs = route == Route::kCompletion
-                        ? ProbEntries(tok, pending, c->top_logprobs, c->post_sampling_probs)
-                    : route == Route::kOaiCompletion
-                        ? LegacyLogprobs(tok, pending)
-                        : json{{"content", ProbEntries(tok, pending, c->top_logprobs)}};
-          }
-          state->pending[i] = Probs();
-          json j;
-          if (route == Route::kCompletion) {
-            j = {{"index", i},
-                 {"content", e.text},
-                 {"tokens", c->return_tokens ? json(e.tokens) : json::array()},
-                 {"stop", false},
-                 {"id_slot", -1},
-                 {"tokens_predicted", state->tokens[i].size()},
-                 {"tokens_evaluated", r.prompt.size()}};
-            if (c->logprobs) j["completion_probabilities"] = probs;
-          } else if (route == Route::kOaiCompletion) {
-            j = text_chunk(i, e.text, c->logprobs ? probs : json(nullptr), nullptr);
-          } else {
-            j = chunk(i, {{"content", text}}, nullptr);
-            if (c->logprobs) j["choices"][0]["logprobs"] = probs;
-          }
-          if (c->timings_per_token) j["timings"] = api::TimingsJson(e.timings);
-          return write(Sse(j));
-        }
-        if (e.kind == serve::Event::Kind::kError) {
-          remember(e.status, e);
-          cancel_all();
-          json j = api::ErrorBody({e.status, e.error_type, e.message});
-          write(route == Route::kCompletion ? "error: " + Dump(j) + "\n\n" : Sse(j));
-          state->finished = true;
-          if (route != Route::kCompletion) write("data: [DONE]\n\n");
-          sink.done();
-          return true;
-        }
-        remember(200, e);
-        state->done[i] = true;
-        state->timings[i] = e.timings;
-        const bool last = ++state->n_done == channels.size();
-        bool ok = true;
-        if (route == Route::kCompletion) {
-          json j = NativeFinal(*c, i, r, state->text[i], state->tokens[i], e);
-          j["content"] = "";
-          if (!c->return_tokens) j["tokens"] = json::array();
-          ok = write(Sse(j));
-        } else if (route == Route::kOaiCompletion) {
-          json j = text_chunk(i, "", nullptr, api::FinishReason(e.reason));
-          if (last && c->include_usage) j["usage"] = Usage(*c, state->timings);
-          j["timings"] = api::TimingsJson(e.timings);
-          ok = write(Sse(j));
-        } else {
-          const char* finish = api::FinishReason(e.reason);
-          if (c->parse_tool_calls) {
-            // The held-back text: tool calls, or content after all.
-            const std::string& all = state->text[i];
-            serve::ToolCallParse parsed = serve::ParseToolCalls(all, c->tool_names);
-            const size_t sent = state->sent[i];
-            std::string rest;
-            if (parsed.calls.empty()) {
-              rest = all.substr(std::min(sent, all.size()));
-            } else if (parsed.content.compare(0, sent, all, 0, sent) == 0) {
-              rest = parsed.content.substr(std::min(sent, parsed.content.size()));
-              if (rest.find_first_not_of(" \t\r\n") == std::string::npos) rest.clear();
-            }
-            if (!rest.empty() || !state->pending[i].own.empty()) {
-              json j = chunk(i, {{"content", rest}}, nullptr);
-              if (c->logprobs) {
-                j["choices"][0]["logprobs"] = {
-                    {"content",
-                     ProbEntries(model_->tokenizer(), state->pending[i], c->top_logprobs)}};
-              }
-              state->pending[i] = Probs();
-              ok = write(Sse(j));
-            }
-            if (ok && !parsed.calls.empty()) {
-              json calls = ToolCallsJson(parsed.calls, true);
-              for (json& call : calls) {
-                ok = ok && write(Sse(chunk(i, {{"tool_calls", json::array({call})}}, nullptr)));
-              }
-              finish = "tool_calls";
-            }
-          }
-          json j = chunk(i, json::object(), finish);
-          j["timings"] = api::TimingsJson(e.timings);
-          ok = ok && write(Sse(j));
-          if (ok && last && c->include_usage) {
-            json u = {{"id", id},
-                      {"object", "chat.completion.chunk"},
-                      {"created", created},
-                      {"model", model_id_},
-                      {"system_fingerprint", "lamina"},
-                      {"choices", json::array()},
-                      {"usage", Usage(*c, state->timings)}};
-            ok = write(Sse(u));
-          }
-        }
-        state->text[i].clear();
-        state->tokens[i].clear();
-        return ok;
-      },
+      "text/event-stream", [stream](size_t, http::DataSink& sink) { return stream->Step(sink); },
       [cancel_all](bool) { cancel_all(); });
 }
 
@@ -1252,12 +1384,13 @@ void Server::SetUpRoutes() {
       return true;
     }
     if (req.method == "OPTIONS") return false;
-    static const char* const kPublic[] = {"/health", "/models", "/v1/models", "/", "/index.html"};
+    static const char* const kPublic[] = {"/health",     "/models",   "/v1/models",  "/",
+                                          "/index.html", "/api/tags", "/api/version"};
     for (const char* p : kPublic) {
       if (req.path == p && (req.method == "GET" || req.method == "HEAD")) return false;
     }
     if (KeyIndex(req) < 0) {
-      SendError(res, {401, "authentication_error", "Invalid API Key"});
+      SendError(res, {401, "authentication_error", "Invalid API Key"}, StyleOf(req.path));
       return true;
     }
     return false;
@@ -1355,6 +1488,7 @@ void Server::SetUpRoutes() {
     Count("/monitor");
     HandleMonitor(req, res);
   });
+  SetUpProtocolRoutes();
   if (o_.ui) {
     for (const char* path : {"/", "/index.html"}) {
       http_->Get(path, [this](const http::Request&, http::Response& res) {
@@ -1363,6 +1497,201 @@ void Server::SetUpRoutes() {
       });
     }
   }
+}
+
+// The answer of one channel in a protocol's stream shape (protocols::Formatter).
+void StreamFormatted(http::Response& res, std::shared_ptr<serve::Channel> ch,
+                     std::shared_ptr<protocols::Formatter> f,
+                     std::function<void(int, const serve::Event&)> remember,
+                     std::function<void()> cancel_all) {
+  auto started = std::make_shared<bool>(false);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      f->stream_type(),
+      [ch, f, remember, cancel_all, started](size_t, http::DataSink& sink) {
+        auto write = [&](const std::string& s) {
+          if (s.empty() || sink.write(s.data(), s.size())) return true;
+          cancel_all();
+          return false;
+        };
+        if (!*started) {
+          *started = true;
+          if (!write(f->Start())) return false;
+        }
+        serve::Event e;
+        if (!ch->Pop(&e, std::chrono::milliseconds(100))) return true;
+        if (e.kind == serve::Event::Kind::kProgress) return true;
+        if (e.kind == serve::Event::Kind::kText) return write(f->Text(e.text));
+        bool ok = true;
+        if (e.kind == serve::Event::Kind::kError) {
+          remember(e.status, e);
+          cancel_all();
+          write(f->StreamError({e.status, e.error_type, e.message}));
+        } else {
+          remember(200, e);
+          ok = write(f->Done(e));
+        }
+        sink.done();
+        return ok;
+      },
+      [cancel_all](bool) { cancel_all(); });
+}
+
+void Server::HandleProtocol(const http::Request& req, http::Response& res, Protocol p) {
+  const ErrorStyle style = p == Protocol::kAnthropic ? ErrorStyle::kAnthropic : ErrorStyle::kOllama;
+  if (!Ready(res, style)) return;
+  json body, mapped;
+  if (!ParseBody(req, res, &body, style)) return;
+  ApiError err;
+  bool raw = false, ok = false;
+  try {
+    ok = p == Protocol::kAnthropic    ? protocols::AnthropicToChat(body, false, &mapped, &err)
+         : p == Protocol::kOllamaChat ? protocols::OllamaChatToChat(body, &mapped, &err)
+                                      : protocols::OllamaGenerateToBody(body, &mapped, &raw, &err);
+  } catch (const json::exception& e) {
+    err = {400, "invalid_request_error", std::string("malformed request: ") + e.what()};
+  }
+  if (!ok) return SendError(res, err, style);
+  auto c = std::make_shared<api::Completion>();
+  ok = raw ? api::ParseCompletion(mapped, *model_, defaults_, false, c.get(), &err)
+           : api::ParseChat(mapped, *model_, chat_, defaults_, c.get(), &err);
+  Channels channels;
+  if (!ok || !Admit(req, mapped, c.get(), &channels, &err)) return SendError(res, err, style);
+  for (size_t i = 1; i < channels.size(); ++i) channels[i]->Cancel();  // one answer only
+  const protocols::AnswerInfo info{model_id_, static_cast<int>(c->requests[0].prompt.size()),
+                                   c->parse_tool_calls, c->tool_names};
+  std::shared_ptr<protocols::Formatter> f =
+      p == Protocol::kAnthropic
+          ? protocols::MakeAnthropicFormatter(info)
+          : protocols::MakeOllamaFormatter(info, p == Protocol::kOllamaGenerate);
+  auto remember = Rememberer(req, p == Protocol::kAnthropic    ? "/v1/messages"
+                                  : p == Protocol::kOllamaChat ? "/api/chat"
+                                                               : "/api/generate");
+  auto cancel_all = [channels] {
+    for (auto& ch : channels) ch->Cancel();
+  };
+  if (c->stream) return StreamFormatted(res, channels[0], f, remember, cancel_all);
+  auto col = std::make_shared<Collector>(Channels{channels[0]});
+  auto answer = [col, f, remember, cancel_all]() -> std::pair<int, json> {
+    const Collector::Answer& k = col->answers[0];
+    if (k.last.kind == serve::Event::Kind::kError) {
+      cancel_all();
+      remember(k.last.status, k.last);
+      return {k.last.status, f->Error({k.last.status, k.last.error_type, k.last.message})};
+    }
+    remember(200, k.last);
+    return {200, f->Whole(k.text, k.last)};
+  };
+  SendCollected(res, col, answer, cancel_all);
+}
+
+void Server::HandleCountTokens(const http::Request& req, http::Response& res) {
+  if (!Ready(res, ErrorStyle::kAnthropic)) return;
+  json body, mapped;
+  if (!ParseBody(req, res, &body, ErrorStyle::kAnthropic)) return;
+  ApiError err;
+  std::string prompt;
+  bool ok = false;
+  try {
+    ok = protocols::AnthropicToChat(body, true, &mapped, &err) &&
+         api::RenderMessages(mapped, *model_, chat_, defaults_.prefill_assistant, &prompt, &err);
+  } catch (const json::exception& e) {
+    err = {400, "invalid_request_error", std::string("malformed request: ") + e.what()};
+  }
+  if (!ok) return SendError(res, err, ErrorStyle::kAnthropic);
+  const size_t n = api::TokenizePrompt(*model_, prompt, true).size();
+  res.set_content(Dump({{"input_tokens", n}}), "application/json; charset=utf-8");
+}
+
+// The model as an entry of Ollama's /api/tags and /api/ps.
+json Server::OllamaModel() const {
+  const Hparams& hp = model_->hparams();
+  const double n = static_cast<double>(model_->ParameterCount());
+  char params[32];
+  if (n >= 1e9) {
+    std::snprintf(params, sizeof params, "%.1fB", n / 1e9);
+  } else {
+    std::snprintf(params, sizeof params, "%.1fM", n / 1e6);
+  }
+  const std::string seed = o_.model_path + "|" + std::to_string(model_->file().total_size());
+  std::string digest;
+  for (const char* salt : {"a", "b", "c", "d"}) digest += KeyDigest(salt + seed);
+  return {{"name", model_id_},
+          {"model", model_id_},
+          {"modified_at", protocols::OllamaTime(started_at_)},
+          {"size", model_->file().total_size()},
+          {"digest", digest},
+          {"details",
+           {{"parent_model", ""},
+            {"format", "gguf"},
+            {"family", hp.arch},
+            {"families", json::array({hp.arch})},
+            {"parameter_size", params},
+            {"quantization_level", ""}}}};
+}
+
+void Server::HandleOllamaShow(const http::Request& req, http::Response& res) {
+  if (!Ready(res, ErrorStyle::kOllama)) return;
+  json body;
+  if (!ParseBody(req, res, &body, ErrorStyle::kOllama)) return;
+  const Hparams& hp = model_->hparams();
+  const json entry = OllamaModel();
+  const GenerateParams& d = defaults_.params;
+  std::string parameters = "temperature " + std::to_string(d.sampler.temperature) + "\ntop_k " +
+                           std::to_string(d.sampler.top_k) + "\ntop_p " +
+                           std::to_string(d.sampler.top_p) + "\nmin_p " +
+                           std::to_string(d.sampler.min_p) + "\n";
+  json info = {{"general.architecture", hp.arch},
+               {"general.parameter_count", model_->ParameterCount()},
+               {hp.arch + ".context_length", hp.n_ctx_train},
+               {hp.arch + ".embedding_length", hp.n_embd},
+               {hp.arch + ".vocab_size", hp.n_vocab}};
+  res.set_content(Dump({{"modelfile", "FROM " + o_.model_path + "\n"},
+                        {"parameters", parameters},
+                        {"template", chat_template_text_},
+                        {"details", entry["details"]},
+                        {"model_info", info},
+                        {"capabilities", json::array({"completion", "tools"})},
+                        {"modified_at", entry["modified_at"]}}),
+                  "application/json; charset=utf-8");
+}
+
+// Anthropic's /v1/messages and Ollama's /api/* (docs/SERVER.md, "Other protocols").
+void Server::SetUpProtocolRoutes() {
+  auto protocol = [this](Protocol p, const char* name) {
+    return [this, p, name](const http::Request& req, http::Response& res) {
+      Count(name);
+      HandleProtocol(req, res, p);
+    };
+  };
+  http_->Post("/v1/messages", protocol(Protocol::kAnthropic, "/v1/messages"));
+  http_->Post("/v1/messages/count_tokens", [this](const http::Request& req, http::Response& res) {
+    Count("/v1/messages/count_tokens");
+    HandleCountTokens(req, res);
+  });
+  http_->Post("/api/chat", protocol(Protocol::kOllamaChat, "/api/chat"));
+  http_->Post("/api/generate", protocol(Protocol::kOllamaGenerate, "/api/generate"));
+  http_->Post("/api/show", [this](const http::Request& req, http::Response& res) {
+    Count("/api/show");
+    HandleOllamaShow(req, res);
+  });
+  for (const char* path : {"/api/tags", "/api/ps"}) {
+    const bool ps = std::string(path) == "/api/ps";
+    http_->Get(path, [this, path, ps](const http::Request&, http::Response& res) {
+      Count(path);
+      if (!Ready(res, ErrorStyle::kOllama)) return;
+      json m = OllamaModel();
+      if (ps) {
+        m["expires_at"] = "0001-01-01T00:00:00Z";
+        m["size_vram"] = 0;
+      }
+      res.set_content(Dump({{"models", json::array({m})}}), "application/json; charset=utf-8");
+    });
+  }
+  http_->Get("/api/version", [this](const http::Request&, http::Response& res) {
+    Count("/api/version");
+    res.set_content(Dump({{"version", kOllamaApiVersion}}), "application/json; charset=utf-8");
+  });
 }
 
 // API keys (fail closed: an empty key, or a key file without one, stops the server), the CORS

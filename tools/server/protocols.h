@@ -1,0 +1,60 @@
+// The other protocols `lamina serve` speaks (Anthropic's Messages API, Ollama's API), at the
+// edge: each request body is mapped onto the OpenAI chat body (or the native completion body)
+// that api::ParseChat / api::ParseCompletion read, and each answer is written from the engine's
+// events by the protocol's Formatter. docs/SERVER.md, "Other protocols", lists the fields.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api.h"
+
+namespace lamina::cli::protocols {
+
+using api::ApiError;
+using api::json;
+
+// POST /v1/messages (count_only: /v1/messages/count_tokens, where max_tokens is not needed) →
+// an OpenAI chat body.
+bool AnthropicToChat(const json& body, bool count_only, json* out, ApiError* err);
+// POST /api/chat → an OpenAI chat body ("stream" defaults to true).
+bool OllamaChatToChat(const json& body, json* out, ApiError* err);
+// POST /api/generate → an OpenAI chat body, or with "raw": true a native completion body
+// (*raw set).
+bool OllamaGenerateToBody(const json& body, json* out, bool* raw, ApiError* err);
+
+// Error bodies: Anthropic's {"type":"error","error":{"type","message"}}, Ollama's {"error"}.
+json AnthropicError(const ApiError& e);
+json OllamaError(const ApiError& e);
+
+// What a formatter knows of the request it answers.
+struct AnswerInfo {
+  std::string model;
+  int prompt_tokens = 0;
+  bool parse_tool_calls = false;
+  std::vector<std::string> tool_names;
+};
+
+// One protocol's answer (one choice) from the engine's events: a whole JSON answer, or a
+// stream (Start, then Text per released piece, then Done; StreamError on a failure).
+class Formatter {
+ public:
+  virtual ~Formatter() = default;
+  virtual const char* stream_type() const = 0;
+  virtual json Whole(const std::string& text, const serve::Event& done) = 0;
+  virtual std::string Start() = 0;
+  virtual std::string Text(const std::string& piece) = 0;
+  virtual std::string Done(const serve::Event& done) = 0;
+  virtual json Error(const ApiError& e) const = 0;
+  virtual std::string StreamError(const ApiError& e) const = 0;
+};
+
+std::unique_ptr<Formatter> MakeAnthropicFormatter(AnswerInfo info);
+// generate: /api/generate's "response" pieces, else /api/chat's "message".
+std::unique_ptr<Formatter> MakeOllamaFormatter(AnswerInfo info, bool generate);
+
+// The time as Ollama writes it (RFC 3339, UTC, microseconds).
+std::string OllamaTime(double seconds_since_epoch);
+
+}  // namespace lamina::cli::protocols
