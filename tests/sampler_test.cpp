@@ -381,9 +381,10 @@ TEST(SamplerChain, DefaultsLeaveTheChainUnchanged) {
           EXPECT_EQ(got[i].p, want[i].p);
         }
       }
-      // The draws: the same uniform stream as a plain inverse CDF over the legacy distribution.
+      // The draws: llama.cpp's (a 32-bit Mersenne twister seeded with the seed, the first
+      // candidate whose running probability reaches the uniform) over the legacy distribution.
       Sampler s(c);
-      std::mt19937_64 ref_rng(c.seed);
+      std::mt19937 ref_rng(static_cast<uint32_t>(c.seed));
       for (int draw = 0; draw < 5; ++draw) {
         const int32_t id = s.Sample(logits.data(), kVocab, history);
         if (c.temperature <= 0.0f) {
@@ -395,7 +396,7 @@ TEST(SamplerChain, DefaultsLeaveTheChainUnchanged) {
         int32_t ref = want.back().id;
         for (const TokenProb& t : want) {
           cum += t.p;
-          if (r < cum) {
+          if (cum >= r) {
             ref = t.id;
             break;
           }

@@ -118,10 +118,12 @@ await check('generate raw: the prompt as given, continued', async () => {
   assert.ok(r.response.startsWith('3\n4\n5'), r.response);
 });
 
-await check('format "json": the answer parses as JSON', async () => {
-  const r = await client.chat({ model: 'x', messages: countAsk, format: 'json', stream: false,
-                                options: { temperature: 0, num_predict: 40 } });
-  JSON.parse(r.message.content);
+await check('format "json": the answer parses as a JSON object', async () => {
+  const ask = [{ role: 'user', content: 'Write a JSON object with the fields "name" = "Bob", "age" = 7.' }];
+  const r = await client.chat({ model: 'x', messages: ask, format: 'json', stream: false,
+                                options: { temperature: 0, num_predict: 60 } });
+  const obj = JSON.parse(r.message.content);
+  assert.ok(typeof obj === 'object' && obj !== null && !Array.isArray(obj), r.message.content);
 });
 
 await check('tools: a forced tool call comes back as message.tool_calls', async () => {

@@ -175,7 +175,7 @@ await check('stop strings end the answer before them', async () => {
   assert.equal(r.choices[0].finish_reason, 'stop');
 });
 
-await check('response_format json_schema gives JSON of the schema; json_object any JSON', async () => {
+await check('response_format json_schema gives JSON of the schema; json_object a JSON object', async () => {
   const schema = {
     type: 'object',
     properties: { name: { type: 'string', maxLength: 12 }, age: { type: 'integer' } },
@@ -194,10 +194,12 @@ await check('response_format json_schema gives JSON of the schema; json_object a
   assert.equal(r.choices[0].finish_reason, 'stop');
   const any = await client.chat.completions.create({
     model: 'lamina-counter', temperature: 0, max_tokens: 80,
-    messages: [{ role: 'user', content: 'Write a JSON array of these values: "red", 7, "blue".' }],
+    messages: [{ role: 'user', content: 'Write a JSON object with the fields "name" = "Bob", "age" = 7.' }],
     response_format: { type: 'json_object' },
   });
-  JSON.parse(any.choices[0].message.content);
+  const obj = JSON.parse(any.choices[0].message.content);
+  assert.equal(typeof obj, 'object');
+  assert.ok(!Array.isArray(obj) && obj !== null);
 });
 
 await check('completions.create, plain and streamed', async () => {

@@ -86,7 +86,11 @@ Result<ChatSetup> ChooseChatSetup(const Model& model, const ChatTemplateOptions&
     return setup;
   }
   if (!o.name.empty()) {
-    if (o.name.find("{%") != std::string::npos || o.name.find("{{") != std::string::npos) {
+    // As llama-server, a value that is not a name is a Jinja source: one with Jinja tags or
+    // with white space. A single word must be a built-in name (a typo is an error, not a
+    // template that prints the word).
+    if (o.name.find("{%") != std::string::npos || o.name.find("{{") != std::string::npos ||
+        o.name.find_first_of(" \t\n\r") != std::string::npos) {
       return ChatSetupFromJinja(o.name, tok);
     }
     return ChatSetupFromName(o.name, tok);

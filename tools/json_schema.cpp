@@ -767,13 +767,22 @@ class Converter {
   bool ArrayBody(const json& s, const std::string& hint, const std::string& path, int depth,
                  std::string* body) {
     Primitive("space");
-    if (auto it = s.find("prefixItems"); it != s.end()) {
+    // A tuple: prefixItems, or (draft 4's form, as llama.cpp reads it) items given as an array.
+    auto tuple = s.find("prefixItems");
+    const char* tuple_key = "prefixItems";
+    if (tuple == s.end()) {
+      if (auto items = s.find("items"); items != s.end() && items->is_array()) {
+        tuple = items;
+        tuple_key = "items";
+      }
+    }
+    if (auto it = tuple; it != s.end()) {
       if (!it->is_array()) return Fail(path + "/prefixItems", "must be an array");
       std::string out = "\"[\" space";
       for (size_t i = 0; i < it->size(); ++i) {
         std::string r;
         if (!Visit((*it)[i], hint + "-" + std::to_string(i),
-                   path + "/prefixItems/" + std::to_string(i), depth + 1, &r)) {
+                   path + "/" + tuple_key + "/" + std::to_string(i), depth + 1, &r)) {
           return false;
         }
         out += (i ? " \",\" space " : " ") + r;

@@ -15,26 +15,12 @@
 #include "cli_options.h"
 #include "cli_spec.h"
 #include "runtime/kv_cache.h"
+#include "build_info.h"
 #include "server/server.h"
 #include "tokenizer/chat_template.h"
 
 namespace {
 using namespace lamina::cli;  // NOLINT: the validators of cli_options.h
-
-#ifndef LAMINA_VERSION
-#define LAMINA_VERSION "0.0.0"
-#endif
-#ifndef LAMINA_GIT_COMMIT
-#define LAMINA_GIT_COMMIT ""
-#endif
-
-// "lamina 0.1.0 (abc123def456)": the CMake project version, and the commit when git knew it at
-// configure time.
-std::string VersionLine() {
-  std::string v = std::string("lamina ") + LAMINA_VERSION;
-  if (std::strlen(LAMINA_GIT_COMMIT) > 0) v += std::string(" (") + LAMINA_GIT_COMMIT + ")";
-  return v;
-}
 
 // The help's option groups, shared by the subcommands.
 constexpr const char* kGroupModel = "Model and context";
@@ -229,7 +215,7 @@ int Main(int argc, char** argv) {
   using namespace lamina::cli;
   if (argc == 2 &&
       (std::strcmp(argv[1], "version") == 0 || std::strcmp(argv[1], "--version") == 0)) {
-    std::printf("%s\n", VersionLine().c_str());
+    std::printf("%s\n", lamina::VersionLine().c_str());
     return kExitOk;
   }
   // `serve` parses its own flags, spelled as llama-server spells them (tools/server/).
@@ -244,7 +230,7 @@ int Main(int argc, char** argv) {
       "Also: lamina serve [flags] — an OpenAI- and llama-server-compatible HTTP server "
       "(lamina serve --help).");
   app.require_subcommand(1);
-  app.set_version_flag("--version", VersionLine());
+  app.set_version_flag("--version", lamina::VersionLine());
   // Every option's help shows its default (options whose default is "the model's" or "the
   // mode's" say so in their description instead).
   app.option_defaults()->always_capture_default();

@@ -7,7 +7,8 @@
 # TEST_FILE defaults to the files whose models have local stand-ins (see lamina_suite_plugin.py).
 # Needs: build/release/lamina, ../shared/models, Debian's python3-pytest python3-requests
 # python3-numpy python3-aiohttp python3-prometheus-client python3-wget, and the `openai` Python
-# package importable (PYTHONPATH) for the files that use it. Results: build/llama-suite/.
+# package importable (PYTHONPATH) for the files that use it. Results: build/llama-suite/
+# (LLAMA_SUITE_OUT to change); PORT sets the server's port (the suite's default 8080).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -24,7 +25,7 @@ if [[ ${#files[@]} -eq 0 ]]; then
 fi
 lamina="${LAMINA:-$repo/build/release/lamina}"
 [[ -x "$lamina" ]] || { echo "run.sh: $lamina not built (cmake --build build/release --target lamina)" >&2; exit 2; }
-out="$repo/build/llama-suite"
+out="${LLAMA_SUITE_OUT:-$repo/build/llama-suite}"
 mkdir -p "$out"
 shim="$out/llama-server"
 printf '#!/bin/sh\nexec "%s" serve "$@"\n' "$lamina" > "$shim"

@@ -31,8 +31,9 @@ Generator::Generator(const Tokenizer& tokenizer, const GenerateParams& params,
     : tokenizer_(tokenizer),
       params_(params),
       sampler_(params.sampler, &tokenizer),
-      detok_(tokenizer),
-      history_(std::move(history)) {
+      detok_(tokenizer, history.empty() || (history.size() == 1 && history[0] == tokenizer.bos())),
+      history_(std::move(history)),
+      text_starts_(history_.empty() || (history_.size() == 1 && history_[0] == tokenizer.bos())) {
   params_.stop.erase(std::remove(params_.stop.begin(), params_.stop.end(), std::string()),
                      params_.stop.end());
   if (params_.n_predict == 0) reason_ = StopReason::kLimit;
@@ -41,7 +42,7 @@ Generator::Generator(const Tokenizer& tokenizer, const GenerateParams& params,
 
 bool Generator::GrammarAllows(int32_t id) {
   if (params_.ignore_eos && tokenizer_.IsEog(id)) return false;
-  return matcher_->Allows(tokenizer_, id, generated_.empty());
+  return matcher_->Allows(tokenizer_, id, text_starts_ && generated_.empty());
 }
 
 int32_t Generator::GreedyIfAllowed(const float* logits, int n_vocab) {
@@ -63,7 +64,7 @@ const float* Generator::Bias(const float* logits, int n_vocab) {
 
 const float* Generator::Constrain(const float* logits, int n_vocab) {
   if (!matcher_) return logits;
-  matcher_->AllowedTokens(tokenizer_, generated_.empty(), &allowed_);
+  matcher_->AllowedTokens(tokenizer_, text_starts_ && generated_.empty(), &allowed_);
   masked_.assign(logits, logits + n_vocab);
   bool any = false;
   for (int i = 0; i < n_vocab; ++i) {
@@ -152,7 +153,7 @@ Generator::Step Generator::Emit(int32_t id) {
   Step step;
   if (matcher_) {
     // Constrain allowed only what the matcher accepts.
-    LAMINA_CHECK(matcher_->AcceptToken(tokenizer_, id, generated_.empty()));
+    LAMINA_CHECK(matcher_->AcceptToken(tokenizer_, id, text_starts_ && generated_.empty()));
   }
   if (!params_.ignore_eos && tokenizer_.IsEog(id)) {
     reason_ = StopReason::kEos;

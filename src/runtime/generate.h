@@ -105,6 +105,9 @@ class Generator {
   Sampler sampler_;
   StreamingDetokenizer detok_;
   std::vector<int32_t> history_;
+  // The generated text begins the document (no history but BOS): its first token loses its
+  // leading space, for the grammar as in the text. Otherwise it continues the prompt.
+  bool text_starts_;
   std::vector<int32_t> generated_;
   std::string text_;     // released text
   std::string pending_;  // decoded, not yet released (may begin a stop string)

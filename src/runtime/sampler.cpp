@@ -109,8 +109,8 @@ DryBreakers MakeDryBreakers(const std::vector<std::string>& breakers, const Toke
 
 Sampler::Sampler(const SamplerConfig& config, const Tokenizer* tokenizer)
     : config_(config),
-      rng_(config.seed),
-      xtc_rng_(config.seed ^ 0x9E3779B97F4A7C15ull),
+      rng_(static_cast<uint32_t>(config.seed)),
+      xtc_rng_(static_cast<uint32_t>(config.seed)),
       mu_(2.0f * config.mirostat_tau) {
   if (tokenizer && config_.dry_multiplier != 0.0f && !config_.dry_sequence_breakers.empty()) {
     dry_breakers_ = MakeDryBreakers(config_.dry_sequence_breakers, *tokenizer);
@@ -318,14 +318,20 @@ void Sampler::TypicalP() {
   EnsureSorted();
 }
 
+// llama.cpp's top-p and min-p, float sums and all, so that a seed draws what it draws there.
 void Sampler::TopP() {
   if (config_.top_p >= 1.0f) return;
   EnsureSorted();
-  Softmax(1.0f);
-  double cum = 0.0;
+  const float max = candidates_[0].logit;
+  float sum = 0.0f;
+  for (auto& c : candidates_) {
+    c.p = std::exp(c.logit - max);
+    sum += c.p;
+  }
+  float cum = 0.0f;
   size_t keep = candidates_.size();
   for (size_t i = 0; i < candidates_.size(); ++i) {
-    cum += candidates_[i].p;
+    cum += candidates_[i].p / sum;
     if (cum >= config_.top_p) {
       keep = i + 1;
       break;
@@ -337,10 +343,10 @@ void Sampler::TopP() {
 void Sampler::MinP() {
   if (config_.min_p <= 0.0f) return;
   EnsureSorted();
-  Softmax(1.0f);
-  const float threshold = candidates_[0].p * config_.min_p;
+  // p_i >= min_p * p_max, on the logits.
+  const float min_logit = candidates_[0].logit + std::log(config_.min_p);
   size_t keep = 1;
-  while (keep < candidates_.size() && candidates_[keep].p >= threshold) ++keep;
+  while (keep < candidates_.size() && candidates_[keep].logit >= min_logit) ++keep;
   candidates_.resize(keep);
 }
 
@@ -486,6 +492,7 @@ const std::vector<TokenProb>& Sampler::Distribution(const float* logits, int n_v
   if (candidates_.empty()) return dist_;
   EnsureSorted();
   Softmax(final_temp);
+  final_temp_ = final_temp;
   for (const auto& c : candidates_) dist_.push_back({c.id, c.p});
   return dist_;
 }
@@ -494,7 +501,7 @@ namespace {
 
 // Inverse-CDF draw from probabilities summing to `total`. Rounding that leaves r past the last
 // sum draws the last token of non-zero probability, never one of probability 0.
-int32_t Draw(const std::vector<TokenProb>& dist, double total, double u) {
+int32_t DrawInverseCdf(const std::vector<TokenProb>& dist, double total, double u) {
   const double r = u * total;
   double cum = 0.0;
   int32_t last = dist.front().id;
@@ -520,8 +527,38 @@ int32_t Sampler::Sample(const float* logits, int n_vocab, const std::vector<int3
   const std::vector<TokenProb>& dist = Distribution(logits, n_vocab, history);
   if (dist.empty()) return kNoToken;
   if (config_.temperature <= 0.0f) return dist[0].id;
+  return Draw(dist);
+}
+
+int32_t Sampler::Draw(const std::vector<TokenProb>& dist) {
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
-  const int32_t id = Draw(dist, 1.0, uniform(rng_));
+  const double u = uniform(rng_);
+  int32_t id;
+  if (config_.mirostat != 0) {
+    id = DrawInverseCdf(dist, 1.0, u);
+  } else {
+    // llama.cpp's dist sampler: weights exp(l_i / t - l_0 / t) of the sorted candidates, the
+    // first whose running sum reaches u times their total.
+    // (A logit near FLT_MAX over a small temperature overflows: then the differences are scaled.)
+    const float first = candidates_[0].logit / final_temp_;
+    const bool overflow = !std::isfinite(first);
+    double total = 0.0;
+    for (Candidate& c : candidates_) {
+      c.p = overflow ? std::exp((c.logit - candidates_[0].logit) / final_temp_)
+                     : std::exp(c.logit / final_temp_ - first);
+      total += c.p;
+    }
+    const double target = total * u;
+    double run = 0.0;
+    id = candidates_.back().id;
+    for (const Candidate& c : candidates_) {
+      run += c.p;
+      if (run >= target && c.p > 0.0f) {
+        id = c.id;
+        break;
+      }
+    }
+  }
   UpdateMu(id);
   return id;
 }
@@ -537,6 +574,14 @@ int32_t Sampler::SampleWithDraft(const float* logits, int n_vocab,
   if (config_.temperature <= 0.0f) {
     *accepted = dist[0].id == draft;
     return dist[0].id;
+  }
+  if (q == nullptr) {
+    // A deterministic draft: the token is drawn exactly as Sample draws it (one uniform, the
+    // same chain), accepted when it is the draft — exact for a one-hot q, and the same tokens
+    // as decoding without a draft for the same seed.
+    const int32_t id = Draw(dist);
+    *accepted = id == draft;
+    return id;
   }
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   const double u_accept = uniform(rng_);
@@ -566,8 +611,8 @@ int32_t AcceptOrResample(const std::vector<TokenProb>& p, int32_t draft,
     }
   }
   // p <= q everywhere only when p == q, where the draft is always accepted; guard rounding.
-  if (scratch->empty()) return Draw(p, 1.0, u_draw);
-  return Draw(*scratch, total, u_draw);
+  if (scratch->empty()) return DrawInverseCdf(p, 1.0, u_draw);
+  return DrawInverseCdf(*scratch, total, u_draw);
 }
 
 }  // namespace lamina

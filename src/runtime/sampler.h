@@ -1,6 +1,7 @@
 // Token sampling: greedy, or penalties (repetition, presence, frequency) → DRY → top-k →
 // typical-p → top-p → min-p → XTC → temperature → a draw from a seeded RNG (llama.cpp's default
-// chain; SamplerConfig::samplers reorders it), or mirostat (temperature → mirostat, as
+// chain, generator and draw: a seed gives llama.cpp's tokens for the same logits;
+// SamplerConfig::samplers reorders the chain), or mirostat (temperature → mirostat, as
 // llama.cpp). Deterministic for a seed; all state (RNGs, mirostat's mu) lives in the Sampler, so
 // one sequence's draws never depend on another's.
 // SampleWithDraft is the speculative-sampling step: it accepts a drafted token with
@@ -102,8 +103,9 @@ class Sampler {
                                              const std::vector<int32_t>& history);
 
   // Speculative step for a drafted token. q: the drafter's distribution for this position
-  // (nullptr: a deterministic draft, q one-hot on `draft`). Returns the emitted token and sets
-  // *accepted when it is the draft. Greedy: the arg max, accepted when it equals the draft.
+  // (nullptr: a deterministic draft, q one-hot on `draft`: the token is drawn as Sample draws
+  // it, so a seed gives the same tokens with and without drafts). Returns the emitted token and
+  // sets *accepted when it is the draft. Greedy: the arg max, accepted when it equals the draft.
   // kNoToken (not accepted) when no token may be sampled.
   int32_t SampleWithDraft(const float* logits, int n_vocab, const std::vector<int32_t>& history,
                           int32_t draft, const std::vector<TokenProb>* q, bool* accepted);
@@ -134,10 +136,16 @@ class Sampler {
   void Xtc();
   void Mirostat(int n_vocab);
   void UpdateMu(int32_t id);
+  // One draw from `dist` (the last Distribution; candidates_ still hold its logits), as
+  // llama.cpp's dist sampler draws; mirostat's mu updated.
+  int32_t Draw(const std::vector<TokenProb>& dist);
 
   SamplerConfig config_;
-  std::mt19937_64 rng_;
-  std::mt19937_64 xtc_rng_;  // XTC's draws, apart from the token draws
+  // llama.cpp's generators: 32-bit Mersenne twisters seeded with the seed's low 32 bits, one for
+  // the token draws and one for XTC's, so that a seed draws the tokens it draws in llama.cpp.
+  std::mt19937 rng_;
+  std::mt19937 xtc_rng_;
+  float final_temp_ = 1.0f;  // the temperature of the last Distribution's final softmax
   float mu_ = 0.0f;
   DryBreakers dry_breakers_;
   bool prepared_ = false;  // banned tokens removed (candidates_ no longer indexed by id)

@@ -154,8 +154,10 @@ std::string RenderChatML(const std::vector<ChatMessage>& m, bool add_generation_
   return out;
 }
 
+constexpr std::string_view kLlama3Bos = "<|begin_of_text|>";
+
 std::string RenderLlama3(const std::vector<ChatMessage>& m, bool add_generation_prompt) {
-  std::string out = "<|begin_of_text|>";
+  std::string out(kLlama3Bos);
   for (const ChatMessage& msg : m) {
     out += "<|start_header_id|>" + msg.role + "<|end_header_id|>\n\n" +
            std::string(Trim(msg.content)) + "<|eot_id|>";
@@ -236,6 +238,60 @@ constexpr BuiltinTemplate kBuiltins[] = {
 {%- endif -%}
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{ '<｜Assistant｜>' }}{%- endif -%})"},
+    // Command R: <|START_OF_TURN_TOKEN|> + a role token, the trimmed text, <|END_OF_TURN_TOKEN|>.
+    {"command-r",
+     R"({%- for message in messages -%}
+{%- set role = {'system': '<|SYSTEM_TOKEN|>', 'user': '<|USER_TOKEN|>', 'assistant': '<|CHATBOT_TOKEN|>'}[message['role']] -%}
+{{ '<|START_OF_TURN_TOKEN|>' + role + message['content'] | trim + '<|END_OF_TURN_TOKEN|>' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{ '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>' }}{%- endif -%})"},
+    // Zephyr: <|role|>, a newline, the text, <|endoftext|> and a newline.
+    {"zephyr",
+     R"({%- for message in messages -%}
+{{ '<|' + message['role'] + '|>
+' + message['content'] + '<|endoftext|>
+' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{ '<|assistant|>
+' }}{%- endif -%})"},
+    // Vicuna 1.1: the system text and a blank line, "USER: " / "ASSISTANT: " lines, </s> after
+    // an answer.
+    {"vicuna",
+     R"({%- for message in messages -%}
+{%- if message['role'] == 'system' -%}{{ message['content'] + '
+
+' }}
+{%- elif message['role'] == 'user' -%}{{ 'USER: ' + message['content'] + '
+' }}
+{%- elif message['role'] == 'assistant' -%}{{ 'ASSISTANT: ' + message['content'] + '</s>
+' }}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{ 'ASSISTANT:' }}{%- endif -%})"},
+    // OpenChat 3.5: "GPT4 Correct User: " / "GPT4 Correct Assistant: " turns ending
+    // <|end_of_turn|>; the system text alone before its <|end_of_turn|>.
+    {"openchat",
+     R"({%- for message in messages -%}
+{%- if message['role'] == 'system' -%}{{ message['content'] + '<|end_of_turn|>' }}
+{%- else -%}{{ 'GPT4 Correct ' + message['role'] | capitalize + ': ' + message['content'] + '<|end_of_turn|>' }}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{ 'GPT4 Correct Assistant:' }}{%- endif -%})"},
+    // Phi-4: ChatML with <|im_sep|> after the role.
+    {"phi4",
+     R"({%- for message in messages -%}
+{{ '<|im_start|>' + message['role'] + '<|im_sep|>' + message['content'] + '<|im_end|>' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{ '<|im_start|>assistant<|im_sep|>' }}{%- endif -%})"},
+    // Falcon 3: <|role|>, a newline, the text and a newline.
+    {"falcon3",
+     R"({%- for message in messages -%}
+{{ '<|' + message['role'] + '|>
+' + message['content'] + '
+' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{ '<|assistant|>
+' }}{%- endif -%})"},
 };
 
 }  // namespace
@@ -395,10 +451,10 @@ Result<std::string> RenderChatJinja(const ChatSetup& setup,
 
 Result<std::string> RenderChatPrompt(const ChatSetup& setup,
                                      const std::vector<ChatMessage>& messages, const Tokenizer& tok,
-                                     const ChatTools& tools) {
+                                     const ChatTools& tools, bool add_generation_prompt) {
   std::string text;
   if (setup.format == ChatFormat::kJinja) {
-    Result<std::string> r = RenderChatJinja(setup, messages, /*add_generation_prompt=*/true,
+    Result<std::string> r = RenderChatJinja(setup, messages, add_generation_prompt,
                                             /*enable_thinking=*/false, tools);
     if (!r.ok()) return r.error();
     text = std::move(*r);
@@ -414,12 +470,18 @@ Result<std::string> RenderChatPrompt(const ChatSetup& setup,
             "start the server with --jinja to use the model's own template"};
       }
     }
-    text = RenderChat(setup.format, messages, /*add_generation_prompt=*/true,
+    text = RenderChat(setup.format, messages, add_generation_prompt,
                       /*enable_thinking=*/false, setup.default_system, tools);
   }
   if (tok.add_bos() && tok.bos() >= 0) {
     const std::string& bos = tok.TokenText(tok.bos());
-    if (!bos.empty() && text.starts_with(bos)) text.erase(0, bos.size());
+    if (!bos.empty() && text.starts_with(bos)) {
+      text.erase(0, bos.size());
+    } else if (setup.format == ChatFormat::kLlama3 && text.starts_with(kLlama3Bos)) {
+      // The built-in llama3 format on a model whose BOS is another token (llama.cpp's
+      // built-in leaves the BOS to the tokenizer too).
+      text.erase(0, kLlama3Bos.size());
+    }
   }
   return text;
 }

@@ -104,13 +104,15 @@ Result<std::string> RenderChatJinja(const ChatSetup& setup,
                                     bool add_generation_prompt, bool enable_thinking,
                                     const ChatTools& tools = {});
 
-// The prompt text of a conversation ending with the assistant header, ready for
-// Encode(text, add_special=true, parse_special=true): a leading BOS text (Llama-3's
-// "<|begin_of_text|>") is dropped when the tokenizer adds BOS itself, so it is not doubled.
-// Thinking is off for Qwen3 (the empty think block). A Jinja template can fail
-// (raise_exception, a limit), and kLlama3 refuses tools, tool calls and tool turns.
+// The prompt text of a conversation ending with the assistant header (without it when
+// add_generation_prompt is false), ready for Encode(text, add_special=true,
+// parse_special=true): a leading BOS text (Llama-3's "<|begin_of_text|>") is dropped when the
+// tokenizer adds BOS itself, so it is not doubled. Thinking is off for Qwen3 (the empty think
+// block). A Jinja template can fail (raise_exception, a limit), and kLlama3 refuses tools, tool
+// calls and tool turns.
 Result<std::string> RenderChatPrompt(const ChatSetup& setup,
                                      const std::vector<ChatMessage>& messages,
-                                     const Tokenizer& tokenizer, const ChatTools& tools = {});
+                                     const Tokenizer& tokenizer, const ChatTools& tools = {},
+                                     bool add_generation_prompt = true);
 
 }  // namespace lamina

@@ -100,9 +100,12 @@ class Tokenizer {
 
 // Turns a stream of token ids into text without splitting a UTF-8 character across outputs:
 // bytes of an incomplete character are held until it completes (or flushed as-is by Flush()).
+// at_start: the tokens begin the text, so the first one loses its leading space as Decode drops
+// it; false: they continue a text (a prompt), so every token is its piece (llama.cpp's output).
 class StreamingDetokenizer {
  public:
-  explicit StreamingDetokenizer(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  explicit StreamingDetokenizer(const Tokenizer& tokenizer, bool at_start = true)
+      : tokenizer_(tokenizer), first_(at_start) {}
   std::string Push(TokenId id);
   std::string Flush();
 

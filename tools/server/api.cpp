@@ -154,7 +154,8 @@ bool GetBool(const json& j, const char* key, bool* out, ApiError* err) {
 // {"type": "text"}), e.g. the server's default one.
 bool ReadConstraint(const json& body, std::string* gbnf, bool* none, ApiError* err) {
   const json* schema = nullptr;
-  json any_json = json::object();
+  // json_object without a schema: any JSON object (OpenAI's JSON mode; llama-server's too).
+  json any_json = {{"type", "object"}};
   if (auto it = body.find("json_schema"); it != body.end() && !it->is_null()) {
     if (!it->is_object() && !it->is_boolean()) {
       return Fail(err, "\"json_schema\" must be an object (a JSON schema)");
@@ -222,7 +223,8 @@ bool ReadChoices(const json& body, const char* key, size_t n_prompts, Completion
   }
   out->n_choices = n;
   return GetBool(body, "timings_per_token", &out->timings_per_token, err) &&
-         GetBool(body, "return_progress", &out->return_progress, err);
+         GetBool(body, "return_progress", &out->return_progress, err) &&
+         GetBool(body, "verbose", &out->verbose, err);
 }
 
 // Before the requests are copied for their choices: each prompt within the slot's context, and
@@ -588,6 +590,7 @@ bool ParseCompletion(const json& body, const Model& model, const Defaults& defau
   out->post_sampling_probs = base.post_sampling_probs;
   out->logprobs = n_probs > 0;
   out->top_logprobs = n_probs;
+  out->verbose = defaults.verbose;
   if (!ReadChoices(body, oai ? "n" : "n_cmpl", prompts.size(), out, err)) return false;
   for (const json* p : prompts) {
     serve::Request r = base;
@@ -842,6 +845,7 @@ bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
   if (it == body.end() || !it->is_array()) return Fail(err, "\"messages\" must be an array");
   if (it->empty()) return Fail(err, "\"messages\" is empty");
   std::vector<ChatMessage> messages;
+  std::vector<std::string> last_parts;  // the last message's text parts, when it has parts
   for (size_t i = 0; i < it->size(); ++i) {
     const json& m = (*it)[i];
     const std::string where = "messages[" + std::to_string(i) + "]";
@@ -854,7 +858,10 @@ bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
       msg.content_null = true;  // an assistant turn with tool calls only
     } else if (content->is_string()) {
       msg.content = content->get<std::string>();
-    } else if (content->is_array()) {  // content parts: the text ones, concatenated
+    } else if (content->is_array()) {
+      // Content parts: the text ones, joined by a newline (by a blank line in a continued
+      // assistant message), as llama-server joins them.
+      last_parts.clear();
       for (const json& part : *content) {
         // json::value() throws on a non-string "type"; look the fields up instead.
         auto type = part.is_object() ? part.find("type") : part.end();
@@ -862,8 +869,11 @@ bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
           return Fail(err, where + ".content: only text parts are supported");
         }
         auto text = part.find("text");
-        if (text != part.end() && text->is_string()) msg.content += text->get<std::string>();
+        last_parts.push_back(text != part.end() && text->is_string() ? text->get<std::string>()
+                                                                     : std::string());
+        msg.content += (last_parts.size() > 1 ? "\n" : "") + last_parts.back();
       }
+      if (i + 1 < it->size()) last_parts.clear();
     } else {
       return Fail(err, where + ".content must be a string or an array of parts");
     }
@@ -886,6 +896,13 @@ bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
   const bool last_is_assistant =
       messages.back().role == "assistant" && messages.back().tool_calls.empty();
   bool prefill = prefill_assistant && last_is_assistant;
+  bool add_generation_prompt = true;
+  auto agp = body.find("add_generation_prompt");
+  const bool explicit_generation_prompt = agp != body.end() && !agp->is_null();
+  if (explicit_generation_prompt) {
+    if (!agp->is_boolean()) return Fail(err, "\"add_generation_prompt\" must be a boolean");
+    add_generation_prompt = agp->get<bool>();
+  }
   if (auto cf = body.find("continue_final_message"); cf != body.end() && !cf->is_null()) {
     if (!cf->is_boolean()) return Fail(err, "\"continue_final_message\" must be a boolean");
     prefill = cf->get<bool>();
@@ -893,20 +910,32 @@ bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
       return Fail(err,
                   "\"continue_final_message\" needs the last message to be from the assistant");
     }
+    if (prefill && explicit_generation_prompt && add_generation_prompt) {
+      return Fail(err,
+                  "\"add_generation_prompt\" and \"continue_final_message\" cannot both be true");
+    }
   }
   std::string prefix;
   if (prefill) {
     if (messages.size() >= 2 && messages[messages.size() - 2].role == "assistant") {
       return Fail(err, "cannot continue the last message: two assistant messages end the list");
     }
-    prefix = std::move(messages.back().content);
+    if (!last_parts.empty()) {
+      for (size_t p = 0; p < last_parts.size(); ++p) {
+        prefix += (p > 0 ? "\n\n" : "") + last_parts[p];
+      }
+    } else {
+      prefix = std::move(messages.back().content);
+    }
     messages.pop_back();
+    add_generation_prompt = true;  // the continued turn's header
   }
   ToolRequest tools;
   if (!ReadTools(body, &tools, err)) return false;
   ChatTools template_tools;
   if (tools.active()) ToTemplateValue(tools.tools, 0, &template_tools);  // depth checked
-  Result<std::string> text = RenderChatPrompt(chat, messages, model.tokenizer(), template_tools);
+  Result<std::string> text =
+      RenderChatPrompt(chat, messages, model.tokenizer(), template_tools, add_generation_prompt);
   if (!text.ok()) return Fail(err, text.error().message);
   *prompt = std::move(*text) + prefix;
   return true;
@@ -931,6 +960,7 @@ bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,
     return Fail(err, "\"top_logprobs\" needs \"logprobs\": true");
   }
   r.n_probs = out->logprobs ? std::max(1, out->top_logprobs) : 0;
+  out->verbose = defaults.verbose;
   if (!ReadChoices(body, "n", 1, out, err)) return false;
   ToolRequest tools;
   if (!ReadTools(body, &tools, err)) return false;

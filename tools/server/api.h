@@ -41,6 +41,7 @@ struct Defaults {
   // here (the caller checks).
   int n_ctx_slot = 0;
   int n_keep = 0;  // --keep: prompt tokens a context shift keeps (-1: all); a request's n_keep wins
+  bool verbose = false;  // --verbose: answers carry __verbose unless the request says otherwise
 };
 
 // Hard caps on one request's work and memory (docs/SERVER.md, "Limits"). Each is refused with a
@@ -106,6 +107,9 @@ struct Completion {
   // llama-server's return_progress (streaming only): prompt_progress chunks while the prompt is
   // evaluated.
   bool return_progress = false;
+  // llama-server's `verbose`: an OpenAI-format answer (or its first streamed chunk) carries the
+  // native answer, the rendered prompt included, as "__verbose".
+  bool verbose = false;
   // Tool calling (chat): the output is read for tool calls (`tools` given and `tool_choice` not
   // "none"); the offered tools' names.
   bool parse_tool_calls = false;

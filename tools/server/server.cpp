@@ -21,6 +21,7 @@
 #include <random>
 #include <thread>
 
+#include "../build_info.h"
 #include "../cli_commands.h"
 #include "../cli_common.h"
 #include "../cli_options.h"
@@ -739,7 +740,7 @@ class OaiStream {
                 {"object", "chat.completion.chunk"},
                 {"created", created_},
                 {"model", s_->model_id_},
-                {"system_fingerprint", "lamina"},
+                {"system_fingerprint", BuildFingerprint()},
                 {"choices", json::array({{{"index", index},
                                           {"delta", std::move(delta)},
                                           {"logprobs", nullptr},
@@ -750,7 +751,7 @@ class OaiStream {
                 {"object", "text_completion"},
                 {"created", created_},
                 {"model", s_->model_id_},
-                {"system_fingerprint", "lamina"},
+                {"system_fingerprint", BuildFingerprint()},
                 {"choices", json::array({{{"index", index},
                                           {"text", text},
                                           {"logprobs", std::move(logprobs)},
@@ -810,7 +811,7 @@ class OaiStream {
     if (route_ == Route::kCompletion) {
       j = {{"index", i},
            {"content", e.text},
-           {"tokens", c->return_tokens ? json(e.tokens) : json::array()},
+           {"tokens", e.tokens},  // llama-server: a chunk's tokens, whatever return_tokens
            {"stop", false},
            {"id_slot", -1},
            {"tokens_predicted", tokens_[i].size()},
@@ -897,9 +898,10 @@ class OaiStream {
                   {"object", "chat.completion.chunk"},
                   {"created", created_},
                   {"model", s_->model_id_},
-                  {"system_fingerprint", "lamina"},
+                  {"system_fingerprint", BuildFingerprint()},
                   {"choices", json::array()},
-                  {"usage", s_->Usage(*c, timings_)}};
+                  {"usage", s_->Usage(*c, timings_)},
+                  {"timings", api::TimingsJson(e.timings)}};
         ok = Write(Sse(u));
       }
     }
@@ -974,15 +976,19 @@ std::pair<int, json> Server::OaiWhole(const api::Completion& c, const Collector&
            {"finish_reason", finish}});
     }
   }
-  return {200,
-          {{"id", id},
-           {"object", route == Route::kOaiCompletion ? "text_completion" : "chat.completion"},
-           {"created", created},
-           {"model", model_id_},
-           {"system_fingerprint", "lamina"},
-           {"choices", std::move(choices)},
-           {"usage", Usage(c, timings)},
-           {"timings", api::TimingsJson(timings[0])}}};
+  json whole = {{"id", id},
+                {"object", route == Route::kOaiCompletion ? "text_completion" : "chat.completion"},
+                {"created", created},
+                {"model", model_id_},
+                {"system_fingerprint", BuildFingerprint()},
+                {"choices", std::move(choices)},
+                {"usage", Usage(c, timings)},
+                {"timings", api::TimingsJson(timings[0])}};
+  if (c.verbose && !col.answers.empty()) {
+    const Collector::Answer& k = col.answers[0];
+    whole["__verbose"] = NativeFinal(c, 0, c.requests[0], k.text, k.tokens, k.last);
+  }
+  return {200, std::move(whole)};
 }
 
 void Server::HandleCompletion(const http::Request& req, http::Response& res, Route route) {
@@ -1075,7 +1081,7 @@ void Server::HandleProps(http::Response& res) {
                         {"model_alias", model_id_},
                         {"chat_template", chat_template_text_},
                         {"modalities", {{"vision", false}, {"audio", false}}},
-                        {"build_info", "lamina"},
+                        {"build_info", BuildFingerprint()},
                         {"kv_cache",
                          {{"type", kv_name_},
                           {"bits_per_element", kv.BitsPerElement()},
@@ -1091,29 +1097,28 @@ void Server::HandleSlots(const http::Request& req, http::Response& res) {
                      {501, "not_supported_error", "This server does not support slots endpoint."});
   }
   json out = json::array();
-  json params = ParamsJson(defaults_.params);
+  const json params = ParamsJson(defaults_.params);
   const std::string key_scope = KeyScope(req);
   for (serve::SlotInfo s : scheduler_->Slots()) {
     if (!SameKey(s.scope, key_scope)) s = HiddenSlot(s);
-    out.push_back({{"id", s.id},
-                   {"id_task", s.busy ? static_cast<long long>(s.request) : -1},
-                   {"n_ctx", s.n_ctx},
-                   {"speculative", speculative_},
-                   {"is_processing", s.busy},
-                   {"n_past", s.n_past},
-                   {"n_prompt_tokens", s.n_prompt},
-                   {"n_decoded", s.n_decoded},
-                   {"params", params}});
+    json slot = {{"id", s.id},
+                 {"id_task", s.busy ? static_cast<long long>(s.request) : -1},
+                 {"n_ctx", s.n_ctx},
+                 {"speculative", speculative_},
+                 {"is_processing", s.busy},
+                 {"n_past", s.n_past},
+                 {"n_prompt_tokens", s.n_prompt},
+                 {"n_decoded", s.n_decoded}};
+    // As llama-server: "params" only once the slot has run a request.
+    if (s.request != 0) slot["params"] = params;
+    out.push_back(std::move(slot));
   }
   res.set_content(Dump(out), "application/json; charset=utf-8");
 }
 
+// Slot actions do not depend on --slots (which governs GET /slots only), as in llama-server.
 void Server::HandleSlotAction(const http::Request& req, http::Response& res) {
   if (!Ready(res)) return;
-  if (!o_.slots) {
-    return SendError(res,
-                     {501, "not_supported_error", "This server does not support slots endpoint."});
-  }
   int id = -1;
   try {
     id = std::stoi(req.matches.at(1));
@@ -1918,8 +1923,15 @@ int Server::Run() {
   defaults_.seed = o_.seed;
   defaults_.prefill_assistant = o_.prefill_assistant;
   defaults_.n_keep = o_.n_keep;
-  aliases_ = SplitCommas(o_.alias);
-  tags_ = SplitCommas(o_.tags);
+  defaults_.verbose = o_.verbose;
+  // As llama-server's std::set: sorted, without repeats; the id is the first alias in that order.
+  auto sorted_set = [](std::vector<std::string> v) {
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    return v;
+  };
+  aliases_ = sorted_set(SplitCommas(o_.alias));
+  tags_ = sorted_set(SplitCommas(o_.tags));
   model_id_ =
       aliases_.empty() ? std::filesystem::path(o_.model_path).filename().string() : aliases_[0];
   if (aliases_.empty()) aliases_.push_back(model_id_);
