@@ -1,6 +1,7 @@
 // The library's generation loop: prefix reuse gives exactly the cold run's tokens, stop strings
 // cut the text before them (also when the streamed pieces split them), the token budget and a
-// full context end generation, and the streamed pieces add up to the final text.
+// full context end generation, the streamed pieces add up to the final text, and a thinking
+// budget forces the close tag after exactly its number of tokens.
 #include "runtime/generate.h"
 
 #include <gtest/gtest.h>
@@ -109,6 +110,53 @@ TEST_F(GenerateTest, BudgetAndContextEndGeneration) {
   ASSERT_TRUE(cancelled.ok());
   EXPECT_EQ(cancelled->reason, StopReason::kCancelled);
   EXPECT_LE(cancelled->tokens.size(), 3u);
+}
+
+// The thinking budget, to the token: a generator that would think forever (the logits always
+// pick one token) gets exactly `budget` tokens inside the block, then the close tag's tokens, then
+// content; with the block opened by the answer itself too; budget 0 closes it at once.
+TEST_F(GenerateTest, ThinkingBudgetForcesTheCloseTagAfterExactlyItsTokens) {
+  const Tokenizer& tok = model_->tokenizer();
+  const int n_vocab = tok.vocab_size();
+  const std::vector<int32_t> close = tok.Encode("</think>", false, true);
+  const std::vector<int32_t> open = tok.Encode("<think>", false, true);
+  const int32_t word = tok.Encode("Lily", false, false).back();
+  ASSERT_FALSE(close.empty());
+  // Plays `script` (token by token), then `word` for ever.
+  auto run = [&](int budget, bool at_start, const std::vector<int32_t>& script) {
+    GenerateParams p;
+    p.sampler.temperature = 0.0f;
+    p.n_predict = 24;
+    p.reasoning_budget = budget;
+    p.thinking_at_start = at_start;
+    p.think_close = close;
+    Generator gen(tok, p, Encode("Hi"));
+    std::vector<float> logits(n_vocab, 0.0f);
+    std::vector<int32_t> out;
+    for (size_t step = 0; !gen.done(); ++step) {
+      const int32_t want = step < script.size() ? script[step] : word;
+      std::fill(logits.begin(), logits.end(), 0.0f);
+      logits[want] = 10.0f;
+      Generator::Step s = gen.Next(logits.data(), n_vocab);
+      if (s.token >= 0) out.push_back(s.token);
+    }
+    return out;
+  };
+  auto expect = [&](std::vector<int32_t> head, int n_word, bool closed) {
+    for (int i = 0; i < n_word; ++i) head.push_back(word);
+    if (closed) head.insert(head.end(), close.begin(), close.end());
+    while (head.size() < 24) head.push_back(word);
+    return head;
+  };
+  EXPECT_EQ(run(3, true, {}), expect({}, 3, true));
+  EXPECT_EQ(run(0, true, {}), expect({}, 0, true));
+  EXPECT_EQ(run(2, false, open), expect(open, 2, true));
+  EXPECT_EQ(run(-1, true, {}), expect({}, 24, false));  // no budget: nothing forced
+  EXPECT_EQ(run(2, false, {}), expect({}, 24, false));  // no block: nothing forced
+  // The model's own close tag within the budget ends the block: nothing is forced after it.
+  std::vector<int32_t> own = {word};
+  own.insert(own.end(), close.begin(), close.end());
+  EXPECT_EQ(run(5, true, own), expect(own, 0, false));
 }
 
 }  // namespace

@@ -49,3 +49,26 @@ export async function stopServer(s, servers = null) {
   if (servers) servers.delete(s);
   return Date.now() - t0;
 }
+
+// The checks of one test script: check(name, fn) runs and reports one; finish(server) exits 1
+// with the server's log when any failed.
+export function checkRunner() {
+  let failures = 0;
+  async function check(name, fn) {
+    try {
+      await fn();
+      console.log(`ok   ${name}`);
+    } catch (e) {
+      ++failures;
+      console.log(`FAIL ${name}: ${e.stack || e}`);
+    }
+  }
+  function finish(server) {
+    if (failures > 0) {
+      console.log(`${failures} check(s) failed; server log:\n${server.log()}`);
+      process.exit(1);
+    }
+    console.log('all checks passed');
+  }
+  return { check, finish };
+}

@@ -54,6 +54,8 @@ const std::map<std::string, std::string>& LlamaAliases() {
                                                               {"-ub", "--ubatch-size"},
                                                               {"-tb", "--threads-batch"},
                                                               {"-kvu", "--kv-unified"},
+                                                              {"-no-kvu", "--no-kv-unified"},
+                                                              {"-bs", "--backend-sampling"},
                                                               {"-ctk", "--cache-type-k"},
                                                               {"-ctv", "--cache-type-v"},
                                                               {"-sm", "--split-mode"},
@@ -65,7 +67,8 @@ const std::map<std::string, std::string>& LlamaAliases() {
                                                               {"-sys", "--system-prompt"},
                                                               {"-cnv", "--conversation"},
                                                               {"-if", "--interactive-first"},
-                                                              {"-mli", "--multiline-input"}};
+                                                              {"-mli", "--multiline-input"},
+                                                              {"-rea", "--reasoning"}};
   return kAliases;
 }
 

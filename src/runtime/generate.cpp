@@ -38,6 +38,66 @@ Generator::Generator(const Tokenizer& tokenizer, const GenerateParams& params,
                      params_.stop.end());
   if (params_.n_predict == 0) reason_ = StopReason::kLimit;
   if (params_.grammar) matcher_.emplace(params_.grammar);
+  if (params_.reasoning_budget < 0 || params_.think_close.empty() || matcher_) {
+    params_.reasoning_budget = -1;
+  }
+  thinking_ = params_.reasoning_budget >= 0 && params_.thinking_at_start;
+  thinking_decided_ = thinking_;
+}
+
+int32_t Generator::ForcedToken() {
+  if (params_.reasoning_budget < 0) return -1;
+  if (!forcing_ && thinking_ && thinking_tokens_ >= params_.reasoning_budget) {
+    // A model in the middle of its own close tag finishes it (a few tokens past the budget).
+    constexpr std::string_view kClose = "</think>";
+    bool closing = false;
+    for (size_t len = 1; len < kClose.size() && len <= think_tail_.size(); ++len) {
+      closing |= std::string_view(think_tail_).substr(think_tail_.size() - len) ==
+                 kClose.substr(0, len);
+    }
+    const int grace = static_cast<int>(params_.think_close.size());
+    if (!closing || thinking_tokens_ >= params_.reasoning_budget + grace) {
+      forcing_ = true;
+      forced_at_ = 0;
+    }
+  }
+  if (!forcing_) return -1;
+  const int32_t id = params_.think_close[forced_at_++];
+  if (forced_at_ == params_.think_close.size()) {
+    forcing_ = false;
+    thinking_ = false;  // the block is closed, however the tag's tokens read back
+  }
+  return id;
+}
+
+void Generator::TrackThinking(int32_t id) {
+  if (params_.reasoning_budget < 0) return;
+  constexpr std::string_view kOpen = "<think>", kClose = "</think>";
+  const std::string piece = tokenizer_.TokenToPiece(id, true);
+  if (!thinking_decided_) {
+    // The answer opens a block when its text, after white space, starts with the open tag.
+    think_head_ += piece;
+    const size_t at = think_head_.find_first_not_of(" \t\r\n");
+    if (at == std::string::npos) return;
+    const std::string_view rest = std::string_view(think_head_).substr(at);
+    if (rest.starts_with(kOpen)) {
+      thinking_ = true;
+      thinking_decided_ = true;
+      think_tail_ = std::string(rest.substr(kOpen.size()));
+    } else if (!kOpen.starts_with(rest)) {
+      thinking_decided_ = true;
+    }
+    return;
+  }
+  if (!thinking_) return;
+  think_tail_ += piece;
+  if (think_tail_.find(kClose) != std::string::npos) {
+    thinking_ = false;
+    forcing_ = false;
+    return;
+  }
+  if (think_tail_.size() > 64) think_tail_.erase(0, think_tail_.size() - 16);
+  if (!forcing_) ++thinking_tokens_;
 }
 
 bool Generator::GrammarAllows(int32_t id) {
@@ -116,6 +176,7 @@ std::string Generator::Release(bool final) {
 
 Generator::Step Generator::Next(const float* logits, int n_vocab) {
   if (done()) return Step{-1, "", true};
+  if (const int32_t forced = ForcedToken(); forced >= 0) return Emit(forced);
   logits = Bias(logits, n_vocab);
   if (matcher_) {
     const int32_t greedy = GreedyIfAllowed(logits, n_vocab);
@@ -134,6 +195,10 @@ Generator::Step Generator::NextWithDraft(const float* logits, int n_vocab, int32
                                          const std::vector<TokenProb>* q, bool* accepted) {
   *accepted = false;
   if (done()) return Step{-1, "", true};
+  if (const int32_t forced = ForcedToken(); forced >= 0) {
+    *accepted = forced == draft;
+    return Emit(forced);
+  }
   logits = Bias(logits, n_vocab);
   if (matcher_) {
     const int32_t greedy = GreedyIfAllowed(logits, n_vocab);
@@ -165,6 +230,7 @@ Generator::Step Generator::Emit(int32_t id) {
   step.token = id;
   history_.push_back(id);
   generated_.push_back(id);
+  TrackThinking(id);
   pending_ += detok_.Push(id);
   const bool at_limit =
       params_.n_predict >= 0 && static_cast<int>(generated_.size()) >= params_.n_predict;

@@ -34,6 +34,13 @@ struct GenerateParams {
   // logit-bias sampler; later entries for the same token add up. When no token is left (all
   // at -inf, or all the grammar allows), generation ends as at an end-of-generation token.
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // A thinking budget (llama-server's --reasoning-budget): when >= 0, once this many tokens were
+  // generated inside the thinking block (a `<think>` that opens the answer, or one the prompt
+  // opened: thinking_at_start), the tokens of think_close are forced, which ends the block (a
+  // model in the middle of its own close tag may finish it first). Not applied with a grammar.
+  int reasoning_budget = -1;
+  bool thinking_at_start = false;
+  std::vector<int32_t> think_close;  // the close tag's tokens
 };
 
 enum class StopReason {
@@ -99,6 +106,9 @@ class Generator {
   // arg max), else -1.
   int32_t GreedyIfAllowed(const float* logits, int n_vocab);
   bool GrammarAllows(int32_t id);
+  // The thinking budget: the token to force next (-1: none), and the state after a token.
+  int32_t ForcedToken();
+  void TrackThinking(int32_t id);
 
   const Tokenizer& tokenizer_;
   GenerateParams params_;
@@ -109,7 +119,17 @@ class Generator {
   // leading space, for the grammar as in the text. Otherwise it continues the prompt.
   bool text_starts_;
   std::vector<int32_t> generated_;
-  std::string text_;     // released text
+  // The thinking budget's state: inside the block, the tokens generated in it, the close tag
+  // being forced (its next token at forced_at_), the start of the answer's raw text while it may
+  // still open a block.
+  bool thinking_ = false;
+  bool thinking_decided_ = false;
+  int thinking_tokens_ = 0;
+  size_t forced_at_ = 0;
+  bool forcing_ = false;
+  std::string think_head_;
+  std::string think_tail_;  // the last bytes of the raw text inside the block
+  std::string text_;        // released text
   std::string pending_;  // decoded, not yet released (may begin a stop string)
   StopReason reason_ = StopReason::kNone;
   std::string stop_word_;

@@ -31,6 +31,7 @@ struct Scheduler::Slot {
   double t_start = 0.0;
   double t_prompt_done = 0.0;
   uint64_t last_used = 0;
+  int reserved = 0;   // kv_unified: cells set aside for the request it runs
   std::string scope;  // the Request::cache_scope its cells were written under
   // Speculative decoding (config.spec): the slot's drafter and controller, and the drafts of
   // the verify window in flight (pending is then [last token, drafts...]).
@@ -280,6 +281,8 @@ void Scheduler::Admit() {
       ++it;  // waits for its slot (or any slot) to free up; later requests may still start
       continue;
     }
+    // A request waiting for room in a unified cache keeps its place: later ones wait behind it.
+    if (config_.kv_unified && !MakeUnifiedRoom(UnifiedReserve(q.request), *best)) break;
     Queued taken = std::move(q);
     it = queue_.erase(it);
     stats_.queued = static_cast<int>(queue_.size());
@@ -291,6 +294,37 @@ void Scheduler::Admit() {
   stats_.queued = static_cast<int>(queue_.size());
 }
 
+int Scheduler::UnifiedReserve(const Request& request) const {
+  const int64_t n_predict = request.params.n_predict;
+  if (n_predict < 0) return n_ctx_slot();
+  const int64_t most = static_cast<int64_t>(request.prompt.size()) + std::max<int64_t>(1, n_predict);
+  return static_cast<int>(std::min<int64_t>(n_ctx_slot(), most));
+}
+
+bool Scheduler::MakeUnifiedRoom(int need, const Slot& taker) {
+  const int pool = n_ctx_slot();
+  int used = need;
+  for (const auto& s : slots_) {
+    if (s->busy) used += s->reserved;
+  }
+  if (used > pool) return false;
+  std::vector<Slot*> idle;
+  for (const auto& s : slots_) {
+    if (!s->busy && s.get() != &taker && session_.n_past(s->id) > 0) {
+      idle.push_back(s.get());
+      used += session_.n_past(s->id);
+    }
+  }
+  std::sort(idle.begin(), idle.end(),
+            [](const Slot* a, const Slot* b) { return a->last_used < b->last_used; });
+  for (Slot* s : idle) {
+    if (used <= pool) break;
+    used -= session_.n_past(s->id);
+    session_.Truncate(s->id, 0);
+  }
+  return true;
+}
+
 void Scheduler::StartInSlot(Slot& slot, Queued q) {
   slot.busy = true;
   slot.request = q.id;
@@ -300,6 +334,7 @@ void Scheduler::StartInSlot(Slot& slot, Queued q) {
   slot.truncated = false;
   slot.prompt_done = false;
   slot.t_start = NowSeconds();
+  slot.reserved = config_.kv_unified ? UnifiedReserve(slot.req) : 0;
   const std::vector<int32_t>& prompt = slot.req.prompt;
   slot.n_prompt = static_cast<int>(prompt.size());
   // Cells of another scope are dropped: this request reuses only its own scope's.
@@ -328,6 +363,14 @@ void Scheduler::StartInSlot(Slot& slot, Queued q) {
   slot.pending.assign(prompt.begin() + slot.n_cached, prompt.end());
   slot.pending_done = 0;
   slot.n_prompt_evaluated = 0;
+  if (slot.req.return_progress) {  // the start: only the reused cells processed so far
+    Event e;
+    e.kind = Event::Kind::kProgress;
+    e.progress.total = slot.n_prompt;
+    e.progress.cache = slot.n_cached;
+    e.progress.processed = slot.n_cached;
+    slot.channel->Push(std::move(e));
+  }
   slot.gen = std::make_unique<Generator>(model_.tokenizer(), slot.req.params, prompt);
   slot.controller = std::make_unique<spec::DraftController>(config_.spec.options.adaptive);
   slot.draft.clear();
@@ -339,6 +382,7 @@ void Scheduler::StartInSlot(Slot& slot, Queued q) {
 
 void Scheduler::Release(Slot& slot, bool cancelled) {
   slot.busy = false;
+  slot.reserved = 0;
   slot.channel.reset();
   slot.gen.reset();
   slot.pending.clear();
@@ -422,8 +466,11 @@ bool Scheduler::Step() {
     const int draft_min = s->req.draft_min >= 0 ? s->req.draft_min : config_.spec.options.draft_min;
     // Drafts beyond the slot's room, the token budget, the recurrent ring (a hybrid model) or
     // the batch could never be kept.
-    const int k_max = std::min(spec::DraftBudget(session_, s->id, draft_max, s->gen->remaining()),
-                               config_.n_batch - 1);
+    // The window must leave the slot's last cell free (the full-slot rule in the loop below),
+    // so that drafting never yields a token more than plain decoding would.
+    const int k_max =
+        std::min({spec::DraftBudget(session_, s->id, draft_max, s->gen->remaining()),
+                  config_.n_batch - 1, n_ctx_slot() - session_.n_past(s->id) - 2});
     if (k_max <= 0 || !s->controller->ShouldDraft()) continue;
     s->asked = true;
     const double t0 = NowSeconds();
@@ -587,7 +634,9 @@ bool Scheduler::Step() {
       Release(s, /*cancelled=*/true);
       continue;
     }
-    if (session_.n_past(s.id) >= n_ctx_slot()) {
+    // As llama-server: the slot is full when the token just sampled would take its last cell
+    // (n_ctx - n_prompt tokens at most without a shift).
+    if (session_.n_past(s.id) + 1 >= n_ctx_slot()) {
       if (config_.context_shift && n_ctx_slot() >= 4) {
         ShiftContext(s, step.token);
       } else {

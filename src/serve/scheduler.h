@@ -39,7 +39,13 @@ struct SchedulerConfig {
   int n_slots = 1;
   int n_batch = 512;           // most tokens per forward pass
   bool context_shift = false;  // when a slot fills: drop old cells and go on (else stop)
-  SessionConfig session;       // n_ctx: cells per slot; n_seq is set to n_slots
+  // llama-server's --kv-unified: every slot may use the whole session.n_ctx, and the slots'
+  // cells together stay within it. A request starts only when the cells it may come to hold
+  // (its prompt and n_predict tokens, at most n_ctx) fit beside those set aside for the busy
+  // slots (idle slots' cached cells are dropped to make room), so no request ever fails or
+  // changes for lack of room once started.
+  bool kv_unified = false;
+  SessionConfig session;  // n_ctx: cells per slot; n_seq is set to n_slots
   SpecConfig spec;
 };
 
@@ -126,6 +132,12 @@ class Scheduler {
   // Places queued requests into idle slots (engine thread; takes the lock).
   void Admit();
   void StartInSlot(Slot& slot, Queued q);
+  // kv_unified: the cells a request may come to hold, set aside while it runs.
+  int UnifiedReserve(const Request& request) const;
+  // kv_unified: whether `need` cells fit beside the busy slots' reservations; idle slots' cells
+  // (never `taker`'s, which the request reuses) are dropped, least recently used first, until
+  // they fit too.
+  bool MakeUnifiedRoom(int need, const Slot& taker);
   // One forward pass over every busy slot's next tokens; false when there was nothing to do.
   bool Step();
   void Finish(Slot& slot, StopReason reason);

@@ -412,7 +412,7 @@ Result<ChatSetup> ChatSetupForModel(std::string_view template_text, const Tokeni
 Result<std::string> RenderChatJinja(const ChatSetup& setup,
                                     const std::vector<ChatMessage>& messages,
                                     bool add_generation_prompt, bool enable_thinking,
-                                    const ChatTools& tools) {
+                                    const ChatTools& tools, const jinja::Value& extra) {
   LAMINA_CHECK(setup.jinja != nullptr);
   jinja::Array list;
   for (const ChatMessage& m : messages) {
@@ -436,7 +436,7 @@ Result<std::string> RenderChatJinja(const ChatSetup& setup,
     if (!m.name.empty()) msg.Set("name", jinja::Value(m.name));
     list.push_back(std::move(msg));
   }
-  const jinja::Value context = jinja::Value::MakeObject({
+  jinja::Value context = jinja::Value::MakeObject({
       {"messages", jinja::Value::MakeArray(std::move(list))},
       {"bos_token", jinja::Value(setup.bos_token)},
       {"eos_token", jinja::Value(setup.eos_token)},
@@ -444,6 +444,15 @@ Result<std::string> RenderChatJinja(const ChatSetup& setup,
       {"enable_thinking", jinja::Value(enable_thinking)},
       {"tools", HasTools(tools) ? tools : jinja::Value::None()},
   });
+  if (extra.is_object()) {
+    for (const auto& [key, value] : extra.object()) {
+      if (key == "messages" || key == "bos_token" || key == "eos_token" ||
+          key == "add_generation_prompt" || key == "tools" || key == "enable_thinking") {
+        continue;
+      }
+      context.Set(key, value);
+    }
+  }
   Result<std::string> out = setup.jinja->Render(context, setup.render);
   if (!out.ok()) return Error{"chat template: " + out.error().message};
   return out;
@@ -451,11 +460,11 @@ Result<std::string> RenderChatJinja(const ChatSetup& setup,
 
 Result<std::string> RenderChatPrompt(const ChatSetup& setup,
                                      const std::vector<ChatMessage>& messages, const Tokenizer& tok,
-                                     const ChatTools& tools, bool add_generation_prompt) {
+                                     const ChatTools& tools, const ChatRenderOptions& options) {
   std::string text;
   if (setup.format == ChatFormat::kJinja) {
-    Result<std::string> r = RenderChatJinja(setup, messages, add_generation_prompt,
-                                            /*enable_thinking=*/false, tools);
+    Result<std::string> r = RenderChatJinja(setup, messages, options.add_generation_prompt,
+                                            options.enable_thinking, tools, options.extra);
     if (!r.ok()) return r.error();
     text = std::move(*r);
   } else {
@@ -470,8 +479,8 @@ Result<std::string> RenderChatPrompt(const ChatSetup& setup,
             "start the server with --jinja to use the model's own template"};
       }
     }
-    text = RenderChat(setup.format, messages, add_generation_prompt,
-                      /*enable_thinking=*/false, setup.default_system, tools);
+    text = RenderChat(setup.format, messages, options.add_generation_prompt,
+                      options.enable_thinking, setup.default_system, tools);
   }
   if (tok.add_bos() && tok.bos() >= 0) {
     const std::string& bos = tok.TokenText(tok.bos());

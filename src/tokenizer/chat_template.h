@@ -102,17 +102,29 @@ Result<ChatSetup> ChatSetupForModel(std::string_view template_text, const Tokeni
 Result<std::string> RenderChatJinja(const ChatSetup& setup,
                                     const std::vector<ChatMessage>& messages,
                                     bool add_generation_prompt, bool enable_thinking,
-                                    const ChatTools& tools = {});
+                                    const ChatTools& tools = {},
+                                    const jinja::Value& extra = jinja::Value());
 
-// The prompt text of a conversation ending with the assistant header (without it when
-// add_generation_prompt is false), ready for Encode(text, add_special=true,
-// parse_special=true): a leading BOS text (Llama-3's "<|begin_of_text|>") is dropped when the
-// tokenizer adds BOS itself, so it is not doubled. Thinking is off for Qwen3 (the empty think
-// block). A Jinja template can fail (raise_exception, a limit), and kLlama3 refuses tools, tool
-// calls and tool turns.
+// How RenderChatPrompt renders: with the assistant header (add_generation_prompt), thinking on
+// or off (enable_thinking: Qwen3's switch, and the variable of that name for a Jinja template),
+// and more variables for a Jinja template (`extra`: an object, e.g. a request's
+// chat_template_kwargs; None: none; its keys never replace messages, tools, bos_token,
+// eos_token or add_generation_prompt).
+struct ChatRenderOptions {
+  bool add_generation_prompt = true;
+  bool enable_thinking = false;
+  jinja::Value extra;
+};
+
+// The prompt text of a conversation ending with the assistant header (unless
+// add_generation_prompt is off), ready for Encode(text, add_special=true, parse_special=true): a
+// leading BOS text (Llama-3's "<|begin_of_text|>") is dropped when the tokenizer adds BOS
+// itself, so it is not doubled. By default thinking is off (Qwen3's empty think block). A Jinja
+// template can fail (raise_exception, a limit), and kLlama3 refuses tools, tool calls and tool
+// turns.
 Result<std::string> RenderChatPrompt(const ChatSetup& setup,
                                      const std::vector<ChatMessage>& messages,
                                      const Tokenizer& tokenizer, const ChatTools& tools = {},
-                                     bool add_generation_prompt = true);
+                                     const ChatRenderOptions& options = {});
 
 }  // namespace lamina

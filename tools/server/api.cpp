@@ -9,6 +9,7 @@
 
 #include "../json_schema.h"
 #include "runtime/grammar.h"
+#include "serve/reasoning.h"
 #include "serve/tool_calls.h"
 
 namespace lamina::cli::api {
@@ -63,6 +64,7 @@ constexpr NumericField kNumericFields[] = {
     {"speculative.n_max", kDraftTokensRange},
     {"speculative.n_min", kDraftTokensRange},
     {"speculative.p_min", kProbabilityRange},
+    {"reasoning_budget_tokens", kNPredictRange},
 };
 
 const ValueRange& RangeOf(std::string_view key) {
@@ -514,14 +516,31 @@ std::vector<int32_t> TokenizePrompt(const Model& model, const std::string& text,
 
 namespace {
 
-// One prompt: text, token ids, or a mix (the first text part gets BOS).
+// One prompt: text, token ids, a mix (the first text part gets BOS), or llama-server's object
+// {"prompt_string": one of those} ("multimodal_data" beside it is refused: no media here).
 bool ReadOnePrompt(const json& v, const Model& model, std::vector<int32_t>* out, ApiError* err) {
   const int n_vocab = model.hparams().n_vocab;
   if (v.is_string()) {
     *out = TokenizePrompt(model, v.get<std::string>(), true);
     return true;
   }
-  if (!v.is_array()) return Fail(err, "\"prompt\" must be a string, token ids or an array of them");
+  if (v.is_object()) {
+    if (v.contains("multimodal_data")) {
+      return Fail(err,
+                  "\"multimodal_data\" in \"prompt\": this model does not take images or audio");
+    }
+    auto text = v.find("prompt_string");
+    if (text == v.end() || !(text->is_string() || text->is_array())) {
+      return Fail(err,
+                  "a \"prompt\" object needs \"prompt_string\": a string, token ids or a mix");
+    }
+    return ReadOnePrompt(*text, model, out, err);
+  }
+  if (!v.is_array()) {
+    return Fail(err,
+                "\"prompt\" must be a string, token ids, a mix of both, an object with "
+                "\"prompt_string\", or an array of those");
+  }
   bool first = true;
   for (const json& part : v) {
     if (part.is_number_integer()) {
@@ -568,11 +587,11 @@ bool ParseCompletion(const json& body, const Model& model, const Defaults& defau
   }
   auto it = body.find("prompt");
   if (it == body.end()) return Fail(err, "\"prompt\" is required");
-  // An array whose elements are all strings or arrays is several prompts; otherwise one.
+  // As llama-server: an array without a number in it is several prompts; otherwise one.
   std::vector<const json*> prompts;
   bool many = it->is_array() && !it->empty();
   if (many) {
-    for (const json& v : *it) many = many && (v.is_string() || v.is_array());
+    for (const json& v : *it) many = many && !v.is_number();
   }
   if (many) {
     if (it->size() > kMaxCompletions) {
@@ -838,8 +857,54 @@ bool ToolCallGrammar(const ToolRequest& tools, std::string* gbnf, std::string* r
   return true;
 }
 
+namespace {
+
+// The render options of a chat body: thinking and the template variables (see RenderMessages).
+bool ReadRenderOptions(const json& body, const Defaults& defaults, ChatRenderOptions* out,
+                       ApiError* err) {
+  out->enable_thinking = defaults.enable_thinking;
+  json kwargs = defaults.chat_template_kwargs;
+  if (auto it = body.find("chat_template_kwargs"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) return Fail(err, "\"chat_template_kwargs\" must be an object");
+    if (it->size() > kMaxTemplateKwargs ||
+        it->dump().size() > kMaxTemplateKwargsBytes) {
+      return Fail(err, "\"chat_template_kwargs\" over " + std::to_string(kMaxTemplateKwargs) +
+                           " members or " + std::to_string(kMaxTemplateKwargsBytes) + " bytes");
+    }
+    for (const auto& [key, value] : it->items()) kwargs[key] = value;
+  }
+  if (auto effort = body.find("reasoning_effort"); effort != body.end() && !effort->is_null()) {
+    static const char* const kEfforts[] = {"none", "minimal", "low", "medium", "high"};
+    const bool known = effort->is_string() &&
+                       std::any_of(std::begin(kEfforts), std::end(kEfforts),
+                                   [&](const char* e) { return *effort == e; });
+    if (!known) {
+      return Fail(err,
+                  "\"reasoning_effort\" must be \"none\", \"minimal\", \"low\", \"medium\" or "
+                  "\"high\"");
+    }
+    kwargs["reasoning_effort"] = *effort;
+    if (*effort == "none") out->enable_thinking = false;
+  }
+  if (auto t = kwargs.find("enable_thinking"); t != kwargs.end()) {
+    if (!t->is_boolean()) {
+      return Fail(err, "\"chat_template_kwargs.enable_thinking\" must be a boolean");
+    }
+    out->enable_thinking = t->get<bool>();
+  }
+  if (!kwargs.empty() && !ToTemplateValue(kwargs, 0, &out->extra)) {
+    return Fail(err, "\"chat_template_kwargs\" is nested too deep");
+  }
+  return true;
+}
+
+}  // namespace
+
 bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
-                    bool prefill_assistant, std::string* prompt, ApiError* err) {
+                    const Defaults& defaults, std::string* prompt, ApiError* err) {
+  const bool prefill_assistant = defaults.prefill_assistant;
+  ChatRenderOptions options;
+  if (!ReadRenderOptions(body, defaults, &options, err)) return false;
   if (!body.is_object()) return Fail(err, "the body must be a JSON object");
   auto it = body.find("messages");
   if (it == body.end() || !it->is_array()) return Fail(err, "\"messages\" must be an array");
@@ -934,8 +999,9 @@ bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
   if (!ReadTools(body, &tools, err)) return false;
   ChatTools template_tools;
   if (tools.active()) ToTemplateValue(tools.tools, 0, &template_tools);  // depth checked
+  options.add_generation_prompt = add_generation_prompt;
   Result<std::string> text =
-      RenderChatPrompt(chat, messages, model.tokenizer(), template_tools, add_generation_prompt);
+      RenderChatPrompt(chat, messages, model.tokenizer(), template_tools, options);
   if (!text.ok()) return Fail(err, text.error().message);
   *prompt = std::move(*text) + prefix;
   return true;
@@ -985,7 +1051,34 @@ bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,
     r.params.grammar = std::move(*grammar);
   }
   std::string text;
-  if (!RenderMessages(body, model, chat, defaults.prefill_assistant, &text, err)) return false;
+  if (!RenderMessages(body, model, chat, defaults, &text, err)) return false;
+  // Reasoning: how the answer's thinking block comes back, and its budget.
+  out->reasoning_format = defaults.reasoning_format;
+  if (auto f = body.find("reasoning_format"); f != body.end() && !f->is_null()) {
+    if (!f->is_string() ||
+        !serve::ReasoningFormatFromName(f->get<std::string>(), &out->reasoning_format)) {
+      return Fail(err,
+                  "\"reasoning_format\" must be \"none\", \"deepseek\", \"deepseek-legacy\" or "
+                  "\"auto\"");
+    }
+  }
+  out->thinking_at_start = serve::PromptOpensThinking(text);
+  int budget = defaults.reasoning_budget;
+  if (!GetInt(body, "reasoning_budget_tokens", &budget, err)) return false;
+  std::string message = defaults.reasoning_budget_message;
+  if (auto m = body.find("reasoning_budget_message"); m != body.end() && !m->is_null()) {
+    if (!m->is_string() || m->get_ref<const std::string&>().size() > kMaxStopBytes) {
+      return Fail(err, "\"reasoning_budget_message\" must be a string of at most " +
+                           std::to_string(kMaxStopBytes) + " bytes");
+    }
+    message = m->get<std::string>();
+  }
+  if (budget >= 0) {
+    r.params.reasoning_budget = budget;
+    r.params.thinking_at_start = out->thinking_at_start;
+    r.params.think_close = model.tokenizer().Encode(
+        message + std::string(serve::kThinkClose), /*add_special=*/false, /*parse_special=*/true);
+  }
   r.prompt = TokenizePrompt(model, text, true);
   out->requests.push_back(std::move(r));
   if (!CheckCopies(*out, defaults, err)) return false;

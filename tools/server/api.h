@@ -11,6 +11,7 @@
 
 #include "../value_ranges.h"
 #include "model/model.h"
+#include "serve/reasoning.h"
 #include "serve/request.h"
 #include "server.h"
 #include "tokenizer/chat_template.h"
@@ -42,7 +43,20 @@ struct Defaults {
   int n_ctx_slot = 0;
   int n_keep = 0;  // --keep: prompt tokens a context shift keeps (-1: all); a request's n_keep wins
   bool verbose = false;  // --verbose: answers carry __verbose unless the request says otherwise
+  // Reasoning (--reasoning-format, --reasoning, --reasoning-budget[-message],
+  // --chat-template-kwargs): how a chat answer's thinking block is returned, whether templates
+  // think (enable_thinking), the thinking budget in tokens (-1: none) and the text forced before
+  // the close tag, and template variables of every request.
+  serve::ReasoningFormat reasoning_format = serve::ReasoningFormat::kDeepseek;
+  bool enable_thinking = true;
+  int reasoning_budget = -1;
+  std::string reasoning_budget_message;
+  json chat_template_kwargs = json::object();
 };
+
+// Hard caps on chat_template_kwargs: members, and the object as compact JSON.
+inline constexpr size_t kMaxTemplateKwargs = 64;
+inline constexpr size_t kMaxTemplateKwargsBytes = 64 << 10;
 
 // Hard caps on one request's work and memory (docs/SERVER.md, "Limits"). Each is refused with a
 // 400 invalid_request_error naming the field and the limit.
@@ -110,6 +124,10 @@ struct Completion {
   // llama-server's `verbose`: an OpenAI-format answer (or its first streamed chunk) carries the
   // native answer, the rendered prompt included, as "__verbose".
   bool verbose = false;
+  // Chat: how a thinking block in the answer is returned (kNone on the other routes), and
+  // whether the prompt opened one (the answer starts inside it).
+  serve::ReasoningFormat reasoning_format = serve::ReasoningFormat::kNone;
+  bool thinking_at_start = false;
   // Tool calling (chat): the output is read for tool calls (`tools` given and `tool_choice` not
   // "none"); the offered tools' names.
   bool parse_tool_calls = false;
@@ -154,10 +172,12 @@ bool ParseCompletion(const json& body, const Model& model, const Defaults& defau
 // "messages" rendered with the chat setup (the prompt text, before tokenizing); also
 // POST /apply-template and /v1/chat/completions/input_tokens. A last assistant message is
 // continued (the conversation before it rendered with the generation prompt, then its text,
-// left open) when `continue_final_message` is true, or when it is absent and prefill_assistant
-// is on.
+// left open) when `continue_final_message` is true, or when it is absent and
+// defaults.prefill_assistant is on. Thinking: the body's chat_template_kwargs (merged over the
+// server's; enable_thinking a boolean) and reasoning_effort ("none" turns thinking off; also a
+// template variable), else defaults.enable_thinking.
 bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
-                    bool prefill_assistant, std::string* prompt, ApiError* err);
+                    const Defaults& defaults, std::string* prompt, ApiError* err);
 
 // POST /v1/chat/completions: "messages" rendered with the chat setup.
 bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,

@@ -520,7 +520,7 @@ std::string Server::Impl::Head(const Response& res, bool chunked, bool keep_aliv
   }
   if (chunked) {
     head += "Transfer-Encoding: chunked\r\n";
-  } else {
+  } else if (res.status != 204) {  // a 204 has no body, so no Content-Length (RFC 9110 8.6)
     head += "Content-Length: " + std::to_string(res.body.size()) + "\r\n";
   }
   head += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
@@ -574,7 +574,7 @@ bool Connection::WriteResponse(Response& res, bool keep_alive, bool head_only) {
   if (!res.provider) {
     const std::string head = s_.Head(res, false, keep_alive);
     if (!SendAll(fd, head.data(), head.size(), timeout)) return false;
-    if (head_only) return true;
+    if (head_only || res.status == 204) return true;
     return SendAll(fd, res.body.data(), res.body.size(), timeout);
   }
   const std::string head = s_.Head(res, true, keep_alive);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <ctime>
@@ -27,11 +28,13 @@
 #include "../cli_options.h"
 #include "../cli_spec.h"
 #include "api.h"
+#include "cors_proxy.h"
 #include "http.h"
 #include "json_limits.h"
 #include "model/model.h"
 #include "protocols.h"
 #include "runtime/kv_cache.h"
+#include "serve/reasoning.h"
 #include "serve/scheduler.h"
 #include "serve/tool_calls.h"
 #include "util/timer.h"
@@ -212,6 +215,7 @@ class Server {
   std::vector<std::string> api_keys_;
   std::vector<std::string> key_digests_;    // KeyDigest of each key, same order
   std::vector<std::string> cors_origins_;   // --cors-origin
+  bool cors_echo_any_ = false;              // no --cors-origin, API keys: any origin is echoed
   std::vector<std::string> allowed_hosts_;  // --host-allow, lower-cased
   std::string kv_name_;
   double started_at_ = 0.0;
@@ -366,11 +370,36 @@ void SweepStaleSlotFiles(const std::string& folder) {
   }
 }
 
-// [[id, bias], ...] as llama-server lists it (false for a token that is never sampled).
-json LogitBiasJson(const GenerateParams& p) {
+// [{"bias", "token"}, ...] as llama-server lists it (bias null for a token that is never
+// sampled). With ignore_eos, the end-of-generation tokens follow with null, as llama-server
+// turns ignore_eos into those biases.
+json LogitBiasJson(const GenerateParams& p, const Tokenizer& tokenizer) {
   json out = json::array();
-  for (const auto& [id, bias] : p.logit_bias) {
-    out.push_back({id, std::isinf(bias) && bias < 0 ? json(false) : json(bias)});
+  auto add = [&out](int32_t id, float bias) {
+    out.push_back({{"bias", std::isinf(bias) && bias < 0 ? json(nullptr) : json(bias)},
+                   {"token", id}});
+  };
+  for (const auto& [id, bias] : p.logit_bias) add(id, bias);
+  if (p.ignore_eos) {
+    for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+      if (tokenizer.IsEog(id)) add(id, -INFINITY);
+    }
+  }
+  return out;
+}
+
+// The prompt's text as llama-server shows it: every token's piece, special tokens included
+// ("<s> I believe..."), the tokenizer's space prefix removed from the first piece.
+std::string PromptText(const Tokenizer& tokenizer, const std::vector<int32_t>& tokens) {
+  std::string out;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    std::string piece = tokenizer.TokenToPiece(tokens[i], true);
+    // Decode drops exactly that prefix from a first token's plain piece.
+    if (i == 0 && !piece.empty() && piece[0] == ' ' &&
+        tokenizer.Decode({tokens[0]}) != tokenizer.TokenToPiece(tokens[0], false)) {
+      piece.erase(0, 1);
+    }
+    out += piece;
   }
   return out;
 }
@@ -413,7 +442,7 @@ json Server::ParamsJson(const GenerateParams& p) const {
               {"repeat_last_n", p.sampler.repeat_last_n},
               {"stop", p.stop},
               {"ignore_eos", p.ignore_eos},
-              {"logit_bias", LogitBiasJson(p)}};
+              {"logit_bias", LogitBiasJson(p, model_->tokenizer())}};
   const SamplerConfig& c = p.sampler;
   json stages = json::array();
   for (SamplerStage st : c.samplers.empty() ? DefaultSamplerStages() : c.samplers) {
@@ -563,7 +592,7 @@ json Server::NativeFinal(const api::Completion& c, size_t index, const serve::Re
           {"tokens_evaluated", static_cast<int>(r.prompt.size())},
           {"tokens_cached", static_cast<int>(r.prompt.size()) + done.timings.predicted_n},
           {"generation_settings", settings},
-          {"prompt", model_->tokenizer().Decode(r.prompt)},
+          {"prompt", PromptText(model_->tokenizer(), r.prompt)},
           {"has_new_line", text.find('\n') != std::string::npos},
           {"truncated", done.truncated},
           {"stop_type", api::StopType(done.reason)},
@@ -682,6 +711,10 @@ class OaiStream {
     tokens_.resize(n);
     pending_.resize(n);
     sent_.assign(n, 0);
+    content_.resize(n);
+    for (size_t k = 0; k < n; ++k) {
+      splitters_.emplace_back(c_->reasoning_format, c_->thinking_at_start);
+    }
     timings_.resize(n);
   }
 
@@ -788,11 +821,23 @@ class OaiStream {
     tokens_[i].insert(tokens_[i].end(), e.tokens.begin(), e.tokens.end());
     pending_[i].Add(e);
     std::string text = e.text;
+    if (route_ == Route::kOaiChat) {
+      if (c->reasoning_format != serve::ReasoningFormat::kNone) {
+        // The thinking block goes out as reasoning_content deltas.
+        serve::ReasoningDelta d = splitters_[i].Push(e.text);
+        if (!d.reasoning.empty() &&
+            !Write(Sse(Chunk(i, {{"reasoning_content", d.reasoning}}, nullptr)))) {
+          return false;
+        }
+        text = std::move(d.content);
+      }
+      content_[i] += text;
+    }
     if (route_ == Route::kOaiChat && c->parse_tool_calls) {
       // Text that may belong to a tool call is held back until the answer is complete.
-      const size_t safe = serve::ToolCallSafePrefix(text_[i]);
+      const size_t safe = serve::ToolCallSafePrefix(content_[i]);
       if (safe <= sent_[i]) return true;
-      text = text_[i].substr(sent_[i], safe - sent_[i]);
+      text = content_[i].substr(sent_[i], safe - sent_[i]);
       sent_[i] = safe;
     }
     if (text.empty() && !(route_ == Route::kCompletion && c->return_tokens)) return true;
@@ -840,7 +885,7 @@ class OaiStream {
 
   // A chat choice's held-back text at its end: tool calls, or content after all.
   bool ChatToolTail(size_t i, const char** finish) {
-    const std::string& all = text_[i];
+    const std::string& all = content_[i];
     serve::ToolCallParse parsed = serve::ParseToolCalls(all, c_->tool_names);
     const size_t sent = sent_[i];
     std::string rest;
@@ -889,7 +934,17 @@ class OaiStream {
       ok = Write(Sse(j));
     } else {
       const char* finish = api::FinishReason(e.reason);
-      if (c->parse_tool_calls) ok = ChatToolTail(i, &finish);
+      if (c->reasoning_format != serve::ReasoningFormat::kNone) {
+        serve::ReasoningDelta d = splitters_[i].Flush();
+        if (!d.reasoning.empty()) {
+          ok = Write(Sse(Chunk(i, {{"reasoning_content", d.reasoning}}, nullptr)));
+        }
+        content_[i] += d.content;
+        if (ok && !c->parse_tool_calls && !d.content.empty()) {
+          ok = Write(Sse(Chunk(i, {{"content", d.content}}, nullptr)));
+        }
+      }
+      if (ok && c->parse_tool_calls) ok = ChatToolTail(i, &finish);
       json j = Chunk(i, json::object(), finish);
       j["timings"] = api::TimingsJson(e.timings);
       ok = ok && Write(Sse(j));
@@ -926,6 +981,8 @@ class OaiStream {
   std::vector<std::vector<int32_t>> tokens_;
   std::vector<Probs> pending_;  // log-probabilities not sent yet (their text may be held back)
   std::vector<size_t> sent_;    // chat with tools: bytes of text sent as content so far
+  std::vector<std::string> content_;  // chat: the answer's content so far (no thinking block)
+  std::vector<serve::ReasoningSplitter> splitters_;  // chat: thinking block apart
   std::vector<serve::Timings> timings_;
   bool finished_ = false;
 };
@@ -958,10 +1015,19 @@ std::pair<int, json> Server::OaiWhole(const api::Completion& c, const Collector&
                          {"logprobs", c.logprobs ? LegacyLogprobs(tok, k.probs) : json(nullptr)},
                          {"finish_reason", api::FinishReason(k.last.reason)}});
     } else {
-      json message = {{"role", "assistant"}, {"content", k.text}};
+      std::string content = k.text, reasoning;
+      if (c.reasoning_format != serve::ReasoningFormat::kNone) {
+        serve::ReasoningSplitter splitter(c.reasoning_format, c.thinking_at_start);
+        serve::ReasoningDelta d = splitter.Push(k.text);
+        serve::ReasoningDelta tail = splitter.Flush();
+        content = d.content + tail.content;
+        reasoning = d.reasoning + tail.reasoning;
+      }
+      json message = {{"role", "assistant"}, {"content", content}};
+      if (!reasoning.empty()) message["reasoning_content"] = reasoning;
       const char* finish = api::FinishReason(k.last.reason);
       if (c.parse_tool_calls) {
-        serve::ToolCallParse parsed = serve::ParseToolCalls(k.text, c.tool_names);
+        serve::ToolCallParse parsed = serve::ParseToolCalls(content, c.tool_names);
         if (!parsed.calls.empty()) {
           message["content"] = ContentBeside(parsed.content);
           message["tool_calls"] = ToolCallsJson(parsed.calls, false);
@@ -1327,13 +1393,38 @@ bool Server::HostAllowed(const std::string& host_header) const {
   return std::find(allowed_hosts_.begin(), allowed_hosts_.end(), host) != allowed_hosts_.end();
 }
 
-// CORS: an origin of --cors-origin is echoed (Vary: Origin); "*" allows every origin without
-// credentials; no other origin gets an Access-Control-Allow-Origin, so browsers keep foreign
-// pages from reading answers.
+namespace {
+
+// Whether an Origin ("http://localhost:3000", "https://[::1]") names this machine.
+bool LoopbackOrigin(const std::string& origin) {
+  const size_t scheme_end = origin.find("://");
+  if (scheme_end == std::string::npos) return false;
+  const std::string scheme = origin.substr(0, scheme_end);
+  if (scheme != "http" && scheme != "https") return false;
+  std::string host = origin.substr(scheme_end + 3);
+  if (!host.empty() && host.front() == '[') {
+    const size_t close = host.find(']');
+    if (close == std::string::npos) return false;
+    host = host.substr(0, close + 1);
+  } else {
+    host = host.substr(0, host.find(':'));
+  }
+  return host == "localhost" || host == "127.0.0.1" || host == "[::1]";
+}
+
+}  // namespace
+
+// CORS: an origin of --cors-origin is echoed (Vary: Origin); "localhost" stands for every
+// origin on this machine; "*" allows every origin without credentials. Without --cors-origin,
+// every origin is echoed when the server has API keys (a foreign page then still needs a key
+// for anything beyond the public routes, as with llama-server's default) and none without
+// keys. No other origin gets an Access-Control-Allow-Origin, so browsers keep foreign pages
+// from reading answers.
 bool Server::OriginAllowed(const std::string& origin) const {
   if (origin.empty()) return false;
+  if (cors_echo_any_) return true;
   for (const std::string& o : cors_origins_) {
-    if (o == "*" || o == origin) return true;
+    if (o == "*" || o == origin || (o == "localhost" && LoopbackOrigin(origin))) return true;
   }
   return false;
 }
@@ -1389,8 +1480,17 @@ void Server::SetUpRoutes() {
       return true;
     }
     if (req.method == "OPTIONS") return false;
-    static const char* const kPublic[] = {"/health",     "/models",   "/v1/models",  "/",
-                                          "/index.html", "/api/tags", "/api/version"};
+    // The web page's files are public, as llama-server's web UI assets (404 with --no-ui).
+    static const char* const kPublic[] = {"/health",
+                                          "/models",
+                                          "/v1/models",
+                                          "/",
+                                          "/index.html",
+                                          "/sw.js",
+                                          "/manifest.webmanifest",
+                                          "/_app/version.json",
+                                          "/api/tags",
+                                          "/api/version"};
     for (const char* p : kPublic) {
       if (req.path == p && (req.method == "GET" || req.method == "HEAD")) return false;
     }
@@ -1407,11 +1507,21 @@ void Server::SetUpRoutes() {
                                        : "invalid_request_error";
     SendError(res, {status, type, message});
   });
+  // Preflights: 200 with an empty body, as llama-server; the Access-Control-Allow-* headers
+  // only for an allowed origin. Without --cors-origin the answer is llama-server's own; with
+  // it the headers are named, since browsers never let "*" stand for Authorization.
   http_->Options("*", [this](const http::Request& req, http::Response& res) {
-    res.status = 204;
+    res.status = 200;
+    res.set_content("", "text/html");
     if (!OriginAllowed(req.get_header_value("Origin"))) return;
-    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key");
+    if (cors_echo_any_) {
+      res.set_header("Access-Control-Allow-Credentials", "true");
+      res.set_header("Access-Control-Allow-Methods", "GET, POST");
+      res.set_header("Access-Control-Allow-Headers", "*");
+    } else {
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key");
+    }
     res.set_header("Access-Control-Max-Age", "600");
   });
   http_->Get("/health", [this](const http::Request&, http::Response& res) {
@@ -1438,7 +1548,7 @@ void Server::SetUpRoutes() {
     json body;
     if (!ParseBody(req, res, &body)) return false;
     ApiError err;
-    if (!api::RenderMessages(body, *model_, chat_, defaults_.prefill_assistant, prompt, &err)) {
+    if (!api::RenderMessages(body, *model_, chat_, defaults_, prompt, &err)) {
       SendError(res, err);
       return false;
     }
@@ -1493,12 +1603,53 @@ void Server::SetUpRoutes() {
     Count("/monitor");
     HandleMonitor(req, res);
   });
+  // llama-server's MCP CORS proxy: only with --ui-mcp-proxy (else 403, as llama-server).
+  auto cors_proxy = [this](const http::Request& req, http::Response& res) {
+    Count("/cors-proxy");
+    if (!o_.ui_mcp_proxy) {
+      return SendError(res, {403, "feature_disabled",
+                             "this feature is disabled (start the server with --ui-mcp-proxy)"});
+    }
+    cors_proxy::Failure failure;
+    if (!cors_proxy::Forward(req, res, &failure)) {
+      SendError(res, {failure.status, failure.type, failure.message});
+    }
+  };
+  http_->Get("/cors-proxy", cors_proxy);
+  http_->Post("/cors-proxy", cors_proxy);
   SetUpProtocolRoutes();
   if (o_.ui) {
     for (const char* path : {"/", "/index.html"}) {
       http_->Get(path, [this](const http::Request&, http::Response& res) {
         Count("/");
         res.set_content(WebPage(), "text/html; charset=utf-8");
+      });
+    }
+    // The files a browser asks for at the paths of llama-server's web UI (an installable page):
+    // a manifest, the build's version, and a service worker. lamina's page registers no worker;
+    // this one only takes the place of one that llama-server's UI left at this address, drops
+    // its caches and unregisters, so the browser shows lamina's page.
+    static const std::string kServiceWorker =
+        "self.addEventListener('install', () => self.skipWaiting());\n"
+        "self.addEventListener('activate', (event) => event.waitUntil((async () => {\n"
+        "  for (const key of await caches.keys()) await caches.delete(key);\n"
+        "  await self.registration.unregister();\n"
+        "})()));\n";
+    const std::vector<std::pair<std::string, std::pair<std::string, std::string>>> assets = {
+        {"/sw.js", {kServiceWorker, "text/javascript; charset=utf-8"}},
+        {"/manifest.webmanifest",
+         {Dump({{"name", "lamina"},
+                {"short_name", "lamina"},
+                {"start_url", "/"},
+                {"display", "standalone"},
+                {"icons", json::array()}}),
+          "application/manifest+json"}},
+        {"/_app/version.json",
+         {Dump({{"version", BuildFingerprint()}}), "application/json; charset=utf-8"}}};
+    for (const auto& [path, file] : assets) {
+      http_->Get(path, [file](const http::Request&, http::Response& res) {
+        res.set_header("Cache-Control", "no-cache");
+        res.set_content(file.first, file.second);
       });
     }
   }
@@ -1599,7 +1750,7 @@ void Server::HandleCountTokens(const http::Request& req, http::Response& res) {
   bool ok = false;
   try {
     ok = protocols::AnthropicToChat(body, true, &mapped, &err) &&
-         api::RenderMessages(mapped, *model_, chat_, defaults_.prefill_assistant, &prompt, &err);
+         api::RenderMessages(mapped, *model_, chat_, defaults_, &prompt, &err);
   } catch (const json::exception& e) {
     err = {400, "invalid_request_error", std::string("malformed request: ") + e.what()};
   }
@@ -1749,6 +1900,8 @@ int Server::LoadAccessLists() {
     }
   }
   cors_origins_ = SplitCommas(o_.cors_origins);
+  if (cors_origins_.size() == 1 && cors_origins_[0] == "none") cors_origins_.clear();
+  cors_echo_any_ = o_.cors_origins.empty() && !api_keys_.empty();
   for (std::string h : SplitCommas(o_.allowed_hosts)) {
     for (char& ch : h) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     allowed_hosts_.push_back(h);
@@ -1770,6 +1923,11 @@ int Server::LoadAccessLists() {
                  "this address can use the model (--api-key)\n",
                  o_.host.c_str());
   }
+  if (o_.ui_mcp_proxy) {
+    std::fprintf(stderr,
+                 "lamina: warning: --ui-mcp-proxy: /cors-proxy fetches any URL a client names, "
+                 "from this machine; do not let untrusted clients reach this server\n");
+  }
   return kExitOk;
 }
 
@@ -1784,6 +1942,17 @@ int Server::Run() {
   signal(SIGPIPE, SIG_IGN);
 
   if (int rc = LoadAccessLists(); rc != kExitOk) return rc;
+  if (!o_.slot_save_path.empty()) {
+    // A missing slot folder is made now (llama-server requires it to exist): a save then
+    // never fails for want of it.
+    std::error_code ec;
+    std::filesystem::create_directories(o_.slot_save_path, ec);
+    if (!std::filesystem::is_directory(o_.slot_save_path, ec)) {
+      std::fprintf(stderr, "lamina: --slot-save-path %s: not a directory and cannot be made one\n",
+                   o_.slot_save_path.c_str());
+      return kExitUsage;
+    }
+  }
   SweepStaleSlotFiles(o_.slot_save_path);
   // Every connection is a descriptor: take the hard limit, so --max-connections is reachable.
   if (rlimit nofile{};
@@ -1850,7 +2019,12 @@ int Server::Run() {
   sc.n_batch = std::max(1, o_.n_batch);
   sc.context_shift = o_.context_shift;
   const int per_slot_default = std::min(hp.n_ctx_train > 0 ? hp.n_ctx_train : 4096, 4096);
-  sc.session.n_ctx = o_.n_ctx > 0 ? std::max(1, o_.n_ctx / sc.n_slots) : per_slot_default;
+  sc.kv_unified = o_.kv_unified;
+  if (o_.kv_unified) {  // one pool of n_ctx cells, any slot may fill it
+    sc.session.n_ctx = o_.n_ctx > 0 ? o_.n_ctx : per_slot_default;
+  } else {
+    sc.session.n_ctx = o_.n_ctx > 0 ? std::max(1, o_.n_ctx / sc.n_slots) : per_slot_default;
+  }
   sc.session.kv_type = *kv;
   sc.session.v_rounding = *round;
   sc.session.kv_seed = o_.kv_seed;
@@ -1924,6 +2098,27 @@ int Server::Run() {
   defaults_.prefill_assistant = o_.prefill_assistant;
   defaults_.n_keep = o_.n_keep;
   defaults_.verbose = o_.verbose;
+  serve::ReasoningFormatFromName(o_.reasoning_format, &defaults_.reasoning_format);
+  defaults_.reasoning_budget = o_.reasoning_budget;
+  defaults_.reasoning_budget_message = o_.reasoning_budget_message;
+  defaults_.enable_thinking =
+      o_.reasoning == "on" || (o_.reasoning == "auto" && o_.reasoning_budget != 0);
+  if (!o_.chat_template_kwargs.empty()) {
+    json kwargs = json::parse(o_.chat_template_kwargs, nullptr, /*allow_exceptions=*/false);
+    if (!kwargs.is_object() || kwargs.size() > api::kMaxTemplateKwargs) {
+      std::fprintf(stderr, "lamina: --chat-template-kwargs must be a JSON object of at most %zu "
+                   "members\n", api::kMaxTemplateKwargs);
+      return shut_down(kExitUsage);
+    }
+    if (auto t = kwargs.find("enable_thinking"); t != kwargs.end()) {
+      if (!t->is_boolean()) {
+        std::fprintf(stderr, "lamina: --chat-template-kwargs: enable_thinking must be a boolean\n");
+        return shut_down(kExitUsage);
+      }
+      defaults_.enable_thinking = t->get<bool>();
+    }
+    defaults_.chat_template_kwargs = std::move(kwargs);
+  }
   // As llama-server's std::set: sorted, without repeats; the id is the first alias in that order.
   auto sorted_set = [](std::vector<std::string> v) {
     std::sort(v.begin(), v.end());
@@ -1938,9 +2133,10 @@ int Server::Run() {
   scheduler_->Start();
   ready_ = true;
   const KvCache& cache = scheduler_->cache();
-  std::fprintf(stderr, "lamina: model %s loaded in %.2f s; %d slots x %d cells, kv %s (%.2f MiB)\n",
+  std::fprintf(stderr, "lamina: model %s loaded in %.2f s; %d slots %s %d cells, kv %s (%.2f MiB)\n",
                model_id_.c_str(), NowSeconds() - t0, scheduler_->n_slots(),
-               scheduler_->n_ctx_slot(), kv_name_.c_str(), cache.BytesTotal() / 1048576.0);
+               o_.kv_unified ? "sharing" : "x", scheduler_->n_ctx_slot(), kv_name_.c_str(),
+               cache.BytesTotal() / 1048576.0);
   const int rc = shut_down(kExitOk, /*wait=*/true);  // until SIGTERM / SIGINT
   std::fprintf(stderr, "lamina: stopped\n");
   return rc;
@@ -1978,6 +2174,9 @@ int RunServeCommand(int argc, char** argv) {
                  "Context cells over all slots (each slot gets ctx / parallel; 0: 4096 per slot)")
       ->check(ContextSize());
   app.add_option("--parallel", o.n_parallel, "Slots (-np)")->check(IntRange(1, 256));
+  app.add_flag("--kv-unified,!--no-kv-unified", o.kv_unified,
+               "Every slot may use the whole -c context, the slots sharing its cells (-kvu; "
+               "the cache then holds -c cells per slot)");
   app.add_option("-n,--n-predict", o.n_predict, "Default tokens to predict (-1: unlimited)")
       ->check(IntRange(-1, 1 << 24));
   app.add_option("-t,--threads", o.n_threads, "Threads for the model (0: all cores)")
@@ -2002,9 +2201,9 @@ int RunServeCommand(int argc, char** argv) {
                  "API key (repeatable); requests need it as Bearer or X-Api-Key");
   app.add_option("--api-key-file", o.api_key_file,
                  "File with one API key per line (# comments); a file without a key is an error");
-  app.add_option("--cors-origin", o.cors_origins,
-                 "Origins whose web pages may read answers, comma-separated (*: any; default: "
-                 "none, the server's own page needs none)");
+  app.add_option("--cors-origin,--cors-origins", o.cors_origins,
+                 "Origins whose web pages may read answers, comma-separated (*: any; localhost: "
+                 "any on this machine; none: no other; default: any with --api-key, else none)");
   app.add_option("--host-allow", o.allowed_hosts,
                  "Host header names answered, comma-separated (*: any; default: the loopback "
                  "names when bound to loopback, else any)");
@@ -2016,6 +2215,10 @@ int RunServeCommand(int argc, char** argv) {
   app.add_flag("--context-shift,!--no-context-shift", o.context_shift,
                "When a slot fills, drop old cells and go on (default off: stop)");
   app.add_flag("!--no-ui,!--no-webui", o.ui, "Do not serve the web page at /");
+  app.add_flag("--ui-mcp-proxy,--webui-mcp-proxy,!--no-ui-mcp-proxy,!--no-webui-mcp-proxy",
+               o.ui_mcp_proxy,
+               "Serve /cors-proxy?url=U, which fetches U for a client (llama-server's MCP proxy; "
+               "default off: never on a server untrusted clients reach)");
   app.add_flag("-v,--verbose", o.verbose, "More logging");
   app.add_option("--chat-template", o.chat_template,
                  "Chat template: a built-in name (" + ChatTemplateNames() + ") or a Jinja source");
@@ -2090,11 +2293,11 @@ int RunServeCommand(int argc, char** argv) {
   for (const NoEffect& f : std::initializer_list<NoEffect>{
            {"--mlock", "lamina does not lock the model in memory"},
            {"--no-mmap", "lamina reads the model into memory"},
-           {"--no-kv-unified", "lamina's cache is always one unified cache"},
            {"--no-cont-batching", "lamina always batches continuously"},
            {"--no-jinja", "formats lamina knows are rendered natively, others need Jinja"},
            {"--no-warmup", "lamina has no warm-up run"},
-           {"--no-perf", "timings are always measured"}}) {
+           {"--no-perf", "timings are always measured"},
+           {"--backend-sampling", "lamina samples on the CPU"}}) {
     app.add_flag_callback(
            f.name,
            [&warned, f] { warned.push_back(std::string(f.name) + ": " + f.why + "; ignored"); })
@@ -2102,13 +2305,27 @@ int RunServeCommand(int argc, char** argv) {
   }
   // True of lamina anyway: accepted without a word.
   for (const char* name :
-       {"--offline", "--kv-unified", "--metrics", "--props", "--cont-batching", "--log-disable"}) {
+       {"--offline", "--metrics", "--props", "--cont-batching", "--log-disable"}) {
     app.add_flag(name, unused_flag, "always so on lamina")->group("");
   }
-  std::string reasoning_format;
-  app.add_option("--reasoning-format", reasoning_format,
-                 "llama-server's reasoning extraction (lamina: none only, for now)")
-      ->group("");
+  app.add_option("--reasoning-format", o.reasoning_format,
+                 "Thinking blocks: none (left in content), deepseek or auto (reasoning_content "
+                 "apart), deepseek-legacy (both)")
+      ->check(CLI::IsMember({"none", "deepseek", "deepseek-legacy", "auto"}))
+      ->capture_default_str();
+  app.add_option("--reasoning", o.reasoning,
+                 "(-rea) Thinking on, off or auto (on unless --reasoning-budget is 0): the "
+                 "templates' enable_thinking")
+      ->check(CLI::IsMember({"on", "off", "auto"}))
+      ->capture_default_str();
+  app.add_option("--reasoning-budget", o.reasoning_budget,
+                 "Tokens of thinking before the close tag is forced (-1: no limit; 0: thinking off)")
+      ->check(CLI::Range(-1, 1 << 24))
+      ->capture_default_str();
+  app.add_option("--reasoning-budget-message", o.reasoning_budget_message,
+                 "Text forced before the close tag when the budget ends a thought");
+  app.add_option("--chat-template-kwargs", o.chat_template_kwargs,
+                 "A JSON object of more chat-template variables for every request");
   std::vector<std::string> refused;  // llama-server flags lamina does not offer
   for (const char* name : {"--log-file", "--path", "--api-prefix"}) {
     app.add_option(name, unused_value, "not supported")
@@ -2116,6 +2333,12 @@ int RunServeCommand(int argc, char** argv) {
         ->each([name, &refused](const std::string&) { refused.push_back(name); });
   }
   std::vector<std::string> args = NormalizeLlamaArgs(argc, argv);
+  // llama-server reads "--a_b" as "--a-b" (only the name: a "--name=value" value is kept).
+  for (std::string& a : args) {
+    if (a.rfind("--", 0) != 0) continue;
+    const size_t name_end = std::min(a.find('='), a.size());
+    std::replace(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(name_end), '_', '-');
+  }
   std::vector<char*> ptrs;
   for (std::string& a : args) ptrs.push_back(a.data());
   try {
@@ -2126,11 +2349,6 @@ int RunServeCommand(int argc, char** argv) {
   if (!refused.empty()) {
     std::fprintf(stderr, "lamina: %s: not supported by lamina serve (docs/SERVER.md)\n",
                  refused[0].c_str());
-    return kExitUsage;
-  }
-  if (!reasoning_format.empty() && reasoning_format != "none") {
-    std::fprintf(stderr, "lamina: --reasoning-format %s: not supported yet (only none)\n",
-                 reasoning_format.c_str());
     return kExitUsage;
   }
   if (!cache_type_k.empty() || !cache_type_v.empty()) {

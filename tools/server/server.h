@@ -17,6 +17,8 @@ struct ServeOptions {
   int port = 8080;
   int n_ctx = 0;  // total cells over all slots (0: 4096 per slot, capped by training)
   int n_parallel = 1;
+  // --kv-unified: every slot may use all n_ctx cells, the slots sharing them (0: 4096 for all)
+  bool kv_unified = false;
   int n_predict = -1;  // default per request (-1: until a stop rule or the slot is full)
   int n_threads = 0;
   int n_threads_http = 0;  // 0: enough for 64 connections
@@ -44,11 +46,22 @@ struct ServeOptions {
   std::string slot_save_path;
   bool context_shift = false;
   bool ui = true;
+  // --ui-mcp-proxy: llama-server's /cors-proxy, which fetches any URL a client names (off: 403).
+  bool ui_mcp_proxy = false;
   bool verbose = false;
   std::string chat_template;       // --chat-template: a built-in name or a Jinja source
   std::string chat_template_file;  // --chat-template-file: a Jinja source file
   bool jinja = false;              // --jinja: the model's template through the Jinja engine
   bool prefill_assistant = true;   // off: --no-prefill-assistant
+  // Reasoning (docs/SERVER.md, "Reasoning"): --reasoning-format none|deepseek|deepseek-legacy|
+  // auto, -rea/--reasoning on|off|auto (the templates' enable_thinking; auto: on unless the
+  // budget is 0), --reasoning-budget N (-1: none; 0: thinking off), --reasoning-budget-message,
+  // --chat-template-kwargs JSON (more template variables for every request).
+  std::string reasoning_format = "auto";
+  std::string reasoning = "auto";
+  int reasoning_budget = -1;
+  std::string reasoning_budget_message;
+  std::string chat_template_kwargs;
   // The default grammar of every request (a request's own grammar, json_schema or
   // response_format replaces it): --grammar / --grammar-file / -j,--json-schema /
   // -jf,--json-schema-file, as `lamina run` takes them.

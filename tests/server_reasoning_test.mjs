@@ -1,0 +1,113 @@
+// Reasoning through the real `openai` npm client against a real `lamina serve` (the shipped
+// model, a free loopback port) with a template whose generation prompt opens a <think> block when
+// enable_thinking is on: the block comes back as reasoning_content (non-streamed, and streamed as
+// its own deltas that add up to the same text), the thinking budget ends it (the forced close tag,
+// then content), thinking off (chat_template_kwargs, reasoning_effort "none") gives none, the
+// reasoning_format "none" and "deepseek-legacy" keep the block in content, and a bad
+// enable_thinking is a 400.
+// Exit 0: pass; 77: skipped (the package is not installed); anything else: failure.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { checkRunner, startServer, stopServer } from './node_server.mjs';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const repo = path.resolve(here, '..');
+const binary = process.env.LAMINA_BINARY || path.join(repo, 'build/release/lamina');
+const model = process.env.LAMINA_MODEL || path.join(repo, 'models/lamina-counter.gguf');
+
+let OpenAI;
+try {
+  const require = createRequire(path.join(here, 'node', 'package.json'));
+  OpenAI = require('openai').OpenAI;
+} catch {
+  console.log('SKIP: the openai package is not installed (npm ci --prefix tests/node)');
+  process.exit(77);
+}
+
+// ChatML whose generation prompt opens the thinking block, or closes an empty one when thinking
+// is off (as Qwen3's template does).
+const template = `{%- for message in messages -%}
+{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}
+{%- if enable_thinking -%}{{ '<think>\\n' }}{%- else -%}{{ '<think>\\n\\n</think>\\n\\n' }}{%- endif -%}
+{%- endif -%}`;
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lamina-reasoning-'));
+const templateFile = path.join(dir, 'think.jinja');
+fs.writeFileSync(templateFile, template);
+
+const budget = 6;
+const server = await startServer(binary, ['-m', model, '-c', '1024', '--chat-template-file',
+                                          templateFile, '--reasoning-budget', String(budget)]);
+const client = new OpenAI({ apiKey: 'none', baseURL: `${server.base}/v1` });
+const { check, finish } = checkRunner();
+const ask = {
+  model: 'lamina-counter', temperature: 0, max_tokens: 24,
+  messages: [{ role: 'user', content: 'Count from 1 to 5, one number per line.' }],
+};
+const tokenCount = async (text) => {
+  const r = await fetch(`${server.base}/tokenize`, { method: 'POST', body: JSON.stringify({ content: text }) });
+  return (await r.json()).tokens.length;
+};
+
+let whole;
+await check('thinking on: reasoning_content apart, ended by the budget, then content', async () => {
+  whole = (await client.chat.completions.create(ask)).choices[0].message;
+  assert.ok(whole.reasoning_content && whole.reasoning_content.length > 0, JSON.stringify(whole));
+  assert.ok(!whole.content.includes('<think>') && whole.content.length > 0, JSON.stringify(whole));
+  assert.ok(await tokenCount(whole.reasoning_content) <= budget, whole.reasoning_content);
+});
+
+await check('streamed: reasoning_content deltas first, adding up to the same parts', async () => {
+  const stream = await client.chat.completions.create({ ...ask, stream: true });
+  let reasoning = '', content = '';
+  for await (const chunk of stream) {
+    const delta = chunk.choices[0]?.delta ?? {};
+    if (delta.reasoning_content) {
+      assert.equal(content, '', 'reasoning after content');
+      reasoning += delta.reasoning_content;
+    }
+    if (delta.content) content += delta.content;
+  }
+  assert.equal(reasoning, whole.reasoning_content);
+  assert.equal(content, whole.content);
+});
+
+await check('thinking off (chat_template_kwargs, reasoning_effort "none"): no reasoning_content', async () => {
+  for (const extra of [{ chat_template_kwargs: { enable_thinking: false } }, { reasoning_effort: 'none' }]) {
+    const m = (await client.chat.completions.create({ ...ask, ...extra })).choices[0].message;
+    assert.equal(m.reasoning_content, undefined, JSON.stringify(m));
+    assert.ok(m.content.length > 0);
+  }
+});
+
+await check('reasoning_format "none" and "deepseek-legacy" keep the block in content', async () => {
+  const none = (await client.chat.completions.create({ ...ask, reasoning_format: 'none' })).choices[0].message;
+  assert.equal(none.reasoning_content, undefined);
+  assert.ok(none.content.includes('</think>'), none.content);
+  const legacy = (await client.chat.completions.create({ ...ask, reasoning_format: 'deepseek-legacy' })).choices[0].message;
+  assert.equal(legacy.reasoning_content, whole.reasoning_content);
+  assert.ok(legacy.content.includes('</think>'), legacy.content);
+});
+
+await check('a budget per request: reasoning_budget_tokens 2 thinks less', async () => {
+  const m = (await client.chat.completions.create({ ...ask, reasoning_budget_tokens: 2 })).choices[0].message;
+  assert.ok(await tokenCount(m.reasoning_content) <= 2, m.reasoning_content);
+  assert.ok(m.reasoning_content.length < whole.reasoning_content.length);
+});
+
+await check('a bad enable_thinking or reasoning_format is a 400 naming it', async () => {
+  await assert.rejects(client.chat.completions.create({ ...ask, chat_template_kwargs: { enable_thinking: 'yes' } }),
+                       (e) => e.status === 400 && /enable_thinking/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ ...ask, reasoning_format: 'r1' }),
+                       (e) => e.status === 400 && /reasoning_format/.test(e.message));
+});
+
+await check('SIGTERM stops the server', async () => { await stopServer(server); });
+fs.rmSync(dir, { recursive: true, force: true });
+finish(server);
