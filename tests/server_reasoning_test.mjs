@@ -3,8 +3,9 @@
 // enable_thinking is on: the block comes back as reasoning_content (non-streamed, and streamed as
 // its own deltas that add up to the same text), the thinking budget ends it (the forced close tag,
 // then content), thinking off (chat_template_kwargs, reasoning_effort "none") gives none, the
-// reasoning_format "none" and "deepseek-legacy" keep the block in content, and a bad
-// enable_thinking is a 400.
+// reasoning_format "none" and "deepseek-legacy" keep the block in content, a bad
+// enable_thinking is a 400, and the Responses API, Anthropic's Messages and Ollama's chat return
+// the same thought in their own shapes (a reasoning item, a thinking block, message.thinking).
 // Exit 0: pass; 77: skipped (the package is not installed); anything else: failure.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -106,6 +107,29 @@ await check('a bad enable_thinking or reasoning_format is a 400 naming it', asyn
                        (e) => e.status === 400 && /enable_thinking/.test(e.message));
   await assert.rejects(client.chat.completions.create({ ...ask, reasoning_format: 'r1' }),
                        (e) => e.status === 400 && /reasoning_format/.test(e.message));
+});
+
+const post = async (route, body) => {
+  const r = await fetch(`${server.base}${route}`, { method: 'POST', body: JSON.stringify(body) });
+  assert.equal(r.status, 200, await r.clone().text());
+  return r.json();
+};
+await check('the other protocols: a Responses reasoning item, an Anthropic thinking block, Ollama\'s thinking', async () => {
+  const r = await client.responses.create({ model: 'x', temperature: 0, max_output_tokens: 24, input: ask.messages[0].content });
+  assert.equal(r.output[0].type, 'reasoning');
+  assert.equal(r.output[0].content[0].text, whole.reasoning_content);
+  assert.equal(r.output_text, whole.content);
+  const a = await post('/v1/messages', { model: 'x', max_tokens: 24, temperature: 0, messages: ask.messages });
+  assert.equal(a.content[0].type, 'thinking');
+  assert.equal(a.content[0].thinking, whole.reasoning_content);
+  assert.equal(a.content[1].text, whole.content);
+  const off = await post('/v1/messages', { model: 'x', max_tokens: 24, temperature: 0, messages: ask.messages, thinking: { type: 'disabled' } });
+  assert.equal(off.content[0].type, 'text');
+  const o = await post('/api/chat', { model: 'x', stream: false, messages: ask.messages, options: { temperature: 0, num_predict: 24 } });
+  assert.equal(o.message.thinking, whole.reasoning_content);
+  assert.equal(o.message.content, whole.content);
+  const noThink = await post('/api/chat', { model: 'x', stream: false, think: false, messages: ask.messages, options: { temperature: 0, num_predict: 24 } });
+  assert.equal(noThink.message.thinking, undefined);
 });
 
 await check('SIGTERM stops the server', async () => { await stopServer(server); });

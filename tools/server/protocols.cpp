@@ -1,12 +1,15 @@
-// Anthropic's Messages API and Ollama's API mapped onto the OpenAI chat path (see protocols.h).
+// Anthropic's Messages API, OpenAI's Responses API and Ollama's API mapped onto the OpenAI chat
+// path (see protocols.h).
 #include "protocols.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <random>
 
 #include "json_limits.h"
+#include "serve/reasoning.h"
 #include "serve/tool_calls.h"
 
 namespace lamina::cli::protocols {
@@ -83,6 +86,41 @@ std::string SplitCalls(const AnswerInfo& info, const std::string& text,
   if (parsed.calls.empty()) return text;
   *calls = std::move(parsed.calls);
   return Trimmed(parsed.content);
+}
+
+// Streamed answer text: the thinking block apart (AnswerInfo::reasoning_format), the content
+// with tool calls held back.
+class AnswerText {
+ public:
+  explicit AnswerText(const AnswerInfo& info)
+      : splitter_(info.reasoning_format, info.thinking_at_start), held_(info) {}
+  struct Parts {
+    std::string reasoning, content;
+  };
+  // What of `piece` (and of earlier pieces held back) can go out now.
+  Parts Add(const std::string& piece) {
+    serve::ReasoningDelta d = splitter_.Push(piece);
+    return {std::move(d.reasoning), held_.Add(d.content)};
+  }
+  // At the end: the rest, and the tool calls.
+  Parts Finish(std::vector<serve::ToolCall>* calls) {
+    serve::ReasoningDelta d = splitter_.Flush();
+    Parts out{std::move(d.reasoning), held_.Add(d.content)};
+    out.content += held_.Finish(calls);
+    return out;
+  }
+
+ private:
+  serve::ReasoningSplitter splitter_;
+  HeldText held_;
+};
+
+// The whole answer's reasoning, content and calls.
+AnswerText::Parts SplitAnswer(const AnswerInfo& info, const std::string& text,
+                              std::vector<serve::ToolCall>* calls) {
+  serve::ReasoningSplitter splitter(info.reasoning_format, info.thinking_at_start);
+  serve::ReasoningDelta a = splitter.Push(text), b = splitter.Flush();
+  return {a.reasoning + b.reasoning, SplitCalls(info, a.content + b.content, calls)};
 }
 
 // ---- Anthropic ----
@@ -241,6 +279,22 @@ bool OllamaFormat(const json& body, json* out, ApiError* err) {
   return true;
 }
 
+// Ollama's "think": true / false turns the template's thinking on or off ("high", "medium",
+// "low": on, as a reasoning_effort).
+bool OllamaThink(const json& body, json* out, ApiError* err) {
+  auto t = body.find("think");
+  if (t == body.end() || t->is_null()) return true;
+  if (t->is_boolean()) {
+    (*out)["chat_template_kwargs"] = {{"enable_thinking", t->get<bool>()}};
+    return true;
+  }
+  if (t->is_string() && (*t == "high" || *t == "medium" || *t == "low")) {
+    (*out)["reasoning_effort"] = *t;
+    return true;
+  }
+  return Fail(err, "\"think\" must be a boolean or \"high\", \"medium\", \"low\"");
+}
+
 bool OllamaStream(const json& body, json* out, ApiError* err) {
   auto s = body.find("stream");
   if (s != body.end() && !s->is_null() && !s->is_boolean())
@@ -250,6 +304,193 @@ bool OllamaStream(const json& body, json* out, ApiError* err) {
 }
 
 }  // namespace
+
+// ---- OpenAI Responses ----
+
+namespace {
+
+// A message item's content: a string, or input_text / output_text / text parts.
+bool ResponsesContent(const json& v, const std::string& where, std::string* out, ApiError* err) {
+  if (v.is_string()) {
+    *out = v.get<std::string>();
+    return true;
+  }
+  if (!v.is_array()) return Fail(err, where + " must be a string or an array of parts");
+  for (const json& part : v) {
+    auto type = part.is_object() ? part.find("type") : part.end();
+    auto text = part.is_object() ? part.find("text") : part.end();
+    const bool textual = type != part.end() && type->is_string() &&
+                         (*type == "input_text" || *type == "output_text" || *type == "text");
+    if (!textual || text == part.end() || !text->is_string()) {
+      return Fail(err, where + ": only input_text and output_text parts are supported");
+    }
+    if (!out->empty()) out->push_back('\n');
+    out->append(text->get_ref<const std::string&>());
+  }
+  return true;
+}
+
+// The input items → OpenAI chat messages (function calls → an assistant turn's tool_calls,
+// their outputs → "tool" turns).
+bool ResponsesInput(const json& input, json* messages, ApiError* err) {
+  if (input.is_string()) {
+    messages->push_back({{"role", "user"}, {"content", input}});
+    return true;
+  }
+  if (!input.is_array()) return Fail(err, "\"input\" must be a string or an array of items");
+  for (size_t i = 0; i < input.size(); ++i) {
+    const json& item = input[i];
+    const std::string where = "input[" + std::to_string(i) + "]";
+    if (!item.is_object()) return Fail(err, where + " must be an object");
+    const std::string type = item.contains("type") && item["type"].is_string()
+                                 ? item["type"].get<std::string>()
+                                 : "message";
+    if (type == "message") {
+      auto role = item.find("role");
+      static const char* const kRoles[] = {"user", "assistant", "system", "developer"};
+      const bool known = role != item.end() && role->is_string() &&
+                         std::any_of(std::begin(kRoles), std::end(kRoles),
+                                     [&](const char* r) { return *role == r; });
+      if (!known) {
+        return Fail(err, where + ".role must be \"user\", \"assistant\", \"system\" or \"developer\"");
+      }
+      std::string text;
+      auto content = item.find("content");
+      if (content == item.end()) return Fail(err, where + ".content is missing");
+      if (!ResponsesContent(*content, where + ".content", &text, err)) return false;
+      messages->push_back(
+          {{"role", *role == "developer" ? "system" : role->get<std::string>()}, {"content", text}});
+    } else if (type == "function_call") {
+      for (const char* k : {"call_id", "name", "arguments"}) {
+        if (!item.contains(k) || !item[k].is_string()) {
+          return Fail(err, where + "." + k + " must be a string");
+        }
+      }
+      json call = {{"id", item["call_id"]},
+                   {"type", "function"},
+                   {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}};
+      // Consecutive calls are one assistant turn.
+      if (!messages->empty() && messages->back()["role"] == "assistant" &&
+          messages->back().contains("tool_calls")) {
+        messages->back()["tool_calls"].push_back(std::move(call));
+      } else {
+        messages->push_back(
+            {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array({call})}});
+      }
+    } else if (type == "function_call_output") {
+      if (!item.contains("call_id") || !item["call_id"].is_string()) {
+        return Fail(err, where + ".call_id must be a string");
+      }
+      std::string output;
+      auto o = item.find("output");
+      if (o == item.end()) return Fail(err, where + ".output is missing");
+      if (!ResponsesContent(*o, where + ".output", &output, err)) return false;
+      messages->push_back(
+          {{"role", "tool"}, {"tool_call_id", item["call_id"]}, {"content", output}});
+    } else if (type == "reasoning") {
+      continue;  // earlier reasoning items are not rendered again
+    } else {
+      return Fail(err, where + ".type \"" + type + "\" is not supported (message, function_call, "
+                       "function_call_output, reasoning)");
+    }
+  }
+  return true;
+}
+
+// Function tools → chat tools; tool_choice likewise.
+bool ResponsesTools(const json& body, json* out, ApiError* err) {
+  if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
+    if (!tools->is_array()) return Fail(err, "\"tools\" must be an array");
+    json list = json::array();
+    for (size_t k = 0; k < tools->size(); ++k) {
+      const json& t = (*tools)[k];
+      const std::string where = "tools[" + std::to_string(k) + "]";
+      if (!t.is_object() || t.value("type", "") != "function") {
+        return Fail(err, where + ": only function tools are supported");
+      }
+      if (!t.contains("name") || !t["name"].is_string()) {
+        return Fail(err, where + ".name must be a string");
+      }
+      json fn = {{"name", t["name"]},
+                 {"parameters", t.contains("parameters") && !t["parameters"].is_null()
+                                    ? t["parameters"]
+                                    : json{{"type", "object"}}}};
+      if (t.contains("description")) fn["description"] = t["description"];
+      list.push_back({{"type", "function"}, {"function", std::move(fn)}});
+    }
+    if (!list.empty()) (*out)["tools"] = std::move(list);
+  }
+  auto choice = body.find("tool_choice");
+  if (choice == body.end() || choice->is_null()) return true;
+  if (choice->is_string()) {
+    if (*choice != "auto" && *choice != "none" && *choice != "required") {
+      return Fail(err, "\"tool_choice\" must be \"auto\", \"none\", \"required\" or a function");
+    }
+    (*out)["tool_choice"] = *choice;
+    return true;
+  }
+  if (!choice->is_object() || choice->value("type", "") != "function" ||
+      !choice->contains("name") || !(*choice)["name"].is_string()) {
+    return Fail(err, "\"tool_choice\" must be \"auto\", \"none\", \"required\" or a function");
+  }
+  (*out)["tool_choice"] = {{"type", "function"}, {"function", {{"name", (*choice)["name"]}}}};
+  return true;
+}
+
+}  // namespace
+
+bool ResponsesToChat(const json& body, json* out, json* echo, ApiError* err) {
+  if (!body.is_object()) return Fail(err, "the body must be a JSON object");
+  if (auto prev = body.find("previous_response_id"); prev != body.end() && !prev->is_null()) {
+    return Fail(err,
+                "\"previous_response_id\" is not supported: lamina keeps no responses; send the "
+                "conversation as input items");
+  }
+  *out = json::object();
+  json messages = json::array();
+  if (auto ins = body.find("instructions"); ins != body.end() && !ins->is_null()) {
+    if (!ins->is_string()) return Fail(err, "\"instructions\" must be a string");
+    messages.push_back({{"role", "system"}, {"content", *ins}});
+  }
+  auto input = body.find("input");
+  if (input == body.end()) return Fail(err, "\"input\" is missing");
+  if (!ResponsesInput(*input, &messages, err)) return false;
+  if (messages.empty()) return Fail(err, "\"input\" is empty");
+  (*out)["messages"] = std::move(messages);
+  for (const char* k : {"temperature", "top_p", "stream", "parallel_tool_calls", "seed"}) {
+    if (auto it = body.find(k); it != body.end()) (*out)[k] = *it;
+  }
+  if (auto it = body.find("max_output_tokens"); it != body.end()) (*out)["max_tokens"] = *it;
+  if (auto r = body.find("reasoning"); r != body.end() && r->is_object()) {
+    if (auto e = r->find("effort"); e != r->end() && !e->is_null()) (*out)["reasoning_effort"] = *e;
+  }
+  // text.format: {"type": "text" | "json_object" | "json_schema", "schema", "name"}.
+  if (auto text = body.find("text"); text != body.end() && text->is_object()) {
+    if (auto f = text->find("format"); f != text->end() && f->is_object()) {
+      const std::string type = f->value("type", "");
+      if (type == "json_schema") {
+        (*out)["response_format"] = {
+            {"type", "json_schema"},
+            {"json_schema", {{"schema", f->contains("schema") ? (*f)["schema"] : json()}}}};
+      } else if (type == "json_object" || type == "text") {
+        (*out)["response_format"] = {{"type", type}};
+      } else {
+        return Fail(err, "\"text.format.type\" must be \"text\", \"json_object\" or \"json_schema\"");
+      }
+    }
+  }
+  if (!ResponsesTools(body, out, err)) return false;
+  *echo = {{"instructions", body.value("instructions", json())},
+           {"temperature", body.value("temperature", json())},
+           {"top_p", body.value("top_p", json())},
+           {"max_output_tokens", body.value("max_output_tokens", json())},
+           {"tool_choice", body.value("tool_choice", json("auto"))},
+           {"tools", body.value("tools", json::array())},
+           {"parallel_tool_calls", body.value("parallel_tool_calls", json(false))},
+           {"text", body.value("text", json{{"format", {{"type", "text"}}}})},
+           {"metadata", body.value("metadata", json::object())}};
+  return true;
+}
 
 bool AnthropicToChat(const json& body, bool count_only, json* out, ApiError* err) {
   if (!body.is_object()) return Fail(err, "the body must be a JSON object");
@@ -279,6 +520,20 @@ bool AnthropicToChat(const json& body, bool count_only, json* out, ApiError* err
   if (auto it = body.find("stop_sequences"); it != body.end() && !it->is_null()) {
     (*out)["stop"] = *it;
   }
+  // thinking: {"type": "enabled", "budget_tokens": N} or {"type": "disabled"}.
+  if (auto t = body.find("thinking"); t != body.end() && !t->is_null()) {
+    const std::string type = t->is_object() ? t->value("type", "") : "";
+    if (type == "enabled") {
+      (*out)["chat_template_kwargs"] = {{"enable_thinking", true}};
+      if (auto b = t->find("budget_tokens"); b != t->end() && !b->is_null()) {
+        (*out)["reasoning_budget_tokens"] = *b;
+      }
+    } else if (type == "disabled") {
+      (*out)["chat_template_kwargs"] = {{"enable_thinking", false}};
+    } else {
+      return Fail(err, "thinking.type must be \"enabled\" or \"disabled\"");
+    }
+  }
   return AnthropicTools(body, out, err);
 }
 
@@ -307,7 +562,7 @@ bool OllamaChatToChat(const json& body, json* out, ApiError* err) {
   (*out)["messages"] = std::move(messages);
   if (auto t = body.find("tools"); t != body.end() && !t->is_null()) (*out)["tools"] = *t;
   return OllamaOptions(body, out, err) && OllamaFormat(body, out, err) &&
-         OllamaStream(body, out, err);
+         OllamaStream(body, out, err) && OllamaThink(body, out, err);
 }
 
 bool OllamaGenerateToBody(const json& body, json* out, bool* raw, ApiError* err) {
@@ -332,7 +587,7 @@ bool OllamaGenerateToBody(const json& body, json* out, bool* raw, ApiError* err)
     (*out)["messages"] = std::move(messages);
   }
   return OllamaOptions(body, out, err) && OllamaFormat(body, out, err) &&
-         OllamaStream(body, out, err);
+         OllamaStream(body, out, err) && (*raw || OllamaThink(body, out, err));
 }
 
 json AnthropicError(const ApiError& e) {
@@ -370,12 +625,18 @@ class AnthropicFormatter : public Formatter {
  public:
   explicit AnthropicFormatter(AnswerInfo info)
       : info_(std::move(info)), held_(info_), id_(RandomId("msg_")) {}
+  // Thinking comes back as a "thinking" block before the text (signature empty: lamina signs
+  // nothing, and a client that sends it back gets it ignored).
   const char* stream_type() const override { return "text/event-stream"; }
 
   json Whole(const std::string& text, const serve::Event& done) override {
     std::vector<serve::ToolCall> calls;
-    const std::string content = SplitCalls(info_, text, &calls);
+    const AnswerText::Parts parts = SplitAnswer(info_, text, &calls);
+    const std::string& content = parts.content;
     json blocks = json::array();
+    if (!parts.reasoning.empty()) {
+      blocks.push_back({{"type", "thinking"}, {"thinking", parts.reasoning}, {"signature", ""}});
+    }
     if (!content.empty() || calls.empty()) blocks.push_back({{"type", "text"}, {"text", content}});
     for (const serve::ToolCall& c : calls) {
       blocks.push_back({{"type", "tool_use"},
@@ -394,12 +655,17 @@ class AnthropicFormatter : public Formatter {
     return Event("message_start", {{"type", "message_start"}, {"message", msg}});
   }
 
-  std::string Text(const std::string& piece) override { return TextDelta(held_.Add(piece)); }
+  std::string Text(const std::string& piece) override {
+    const AnswerText::Parts parts = held_.Add(piece);
+    return ThinkingDelta(parts.reasoning) + TextDelta(parts.content);
+  }
 
   std::string Done(const serve::Event& done) override {
     std::vector<serve::ToolCall> calls;
-    std::string out = TextDelta(held_.Finish(&calls));
-    if (calls.empty() && !text_open_ && n_blocks_ == 0) out += TextDelta("", true);
+    const AnswerText::Parts parts = held_.Finish(&calls);
+    std::string out = ThinkingDelta(parts.reasoning) + TextDelta(parts.content);
+    if (thinking_open_) out += ThinkingStop();
+    if (calls.empty() && !text_open_ && !text_sent_) out += TextDelta("", true);
     if (text_open_) out += BlockStop();
     for (const serve::ToolCall& c : calls) {
       out += BlockStart({{"type", "tool_use"},
@@ -456,13 +722,38 @@ class AnthropicFormatter : public Formatter {
   static json StopSequence(const serve::Event& done) {
     return done.reason == lamina::StopReason::kStopString ? json(done.stop_word) : json(nullptr);
   }
-  // A text delta, opening the text block first; `force`: open it even for no text.
+  // A thinking delta, opening the thinking block first.
+  std::string ThinkingDelta(const std::string& text) {
+    if (text.empty()) return "";
+    std::string out;
+    if (!thinking_open_) {
+      thinking_open_ = true;
+      out = BlockStart({{"type", "thinking"}, {"thinking", ""}, {"signature", ""}});
+    }
+    return out + Event("content_block_delta",
+                       {{"type", "content_block_delta"},
+                        {"index", n_blocks_},
+                        {"delta", {{"type", "thinking_delta"}, {"thinking", text}}}});
+  }
+  std::string ThinkingStop() {
+    thinking_open_ = false;
+    std::string out = Event("content_block_delta",
+                            {{"type", "content_block_delta"},
+                             {"index", n_blocks_},
+                             {"delta", {{"type", "signature_delta"}, {"signature", ""}}}});
+    out += BlockStop();  // after: it moves n_blocks_ on
+    return out;
+  }
+  // A text delta, opening the text block first (after closing a thinking block); `force`: open
+  // it even for no text.
   std::string TextDelta(const std::string& text, bool force = false) {
     if (text.empty() && !force) return "";
     std::string out;
+    if (thinking_open_) out += ThinkingStop();
     if (!text_open_) {
       text_open_ = true;
-      out = BlockStart({{"type", "text"}, {"text", ""}});
+      text_sent_ = true;
+      out += BlockStart({{"type", "text"}, {"text", ""}});
     }
     if (text.empty()) return out;
     return out +
@@ -485,37 +776,42 @@ class AnthropicFormatter : public Formatter {
   }
 
   AnswerInfo info_;
-  HeldText held_;
+  AnswerText held_;
   std::string id_;
+  bool thinking_open_ = false;
   bool text_open_ = false;
+  bool text_sent_ = false;  // a text block was opened
   bool pinged_ = false;
   int n_blocks_ = 0;
 };
 
 class OllamaFormatter : public Formatter {
  public:
+  // Thinking comes back as Ollama's "thinking" (message.thinking in /api/chat).
   OllamaFormatter(AnswerInfo info, bool generate)
       : info_(std::move(info)), held_(info_), generate_(generate) {}
   const char* stream_type() const override { return "application/x-ndjson"; }
 
   json Whole(const std::string& text, const serve::Event& done) override {
     std::vector<serve::ToolCall> calls;
-    const std::string content = generate_ ? text : SplitCalls(info_, text, &calls);
-    json j = Piece(content, calls);
+    const AnswerText::Parts parts = SplitAnswer(info_, text, &calls);
+    json j = Piece(parts.content, calls, parts.reasoning);
     Final(&j, done);
     return j;
   }
   std::string Start() override { return ""; }
   std::string Text(const std::string& piece) override {
-    const std::string text = held_.Add(piece);
-    if (text.empty()) return "";
-    return Dump(Piece(text, {})) + "\n";
+    const AnswerText::Parts parts = held_.Add(piece);
+    if (parts.content.empty() && parts.reasoning.empty()) return "";
+    return Dump(Piece(parts.content, {}, parts.reasoning)) + "\n";
   }
   std::string Done(const serve::Event& done) override {
     std::vector<serve::ToolCall> calls;
-    const std::string rest = held_.Finish(&calls);
+    const AnswerText::Parts parts = held_.Finish(&calls);
     std::string out;
-    if (!rest.empty() || !calls.empty()) out = Dump(Piece(rest, calls)) + "\n";
+    if (!parts.content.empty() || !parts.reasoning.empty() || !calls.empty()) {
+      out = Dump(Piece(parts.content, calls, parts.reasoning)) + "\n";
+    }
     json j = Piece("", {});
     Final(&j, done);
     return out + Dump(j) + "\n";
@@ -524,12 +820,15 @@ class OllamaFormatter : public Formatter {
   std::string StreamError(const ApiError& e) const override { return Dump(OllamaError(e)) + "\n"; }
 
  private:
-  json Piece(const std::string& text, const std::vector<serve::ToolCall>& calls) const {
+  json Piece(const std::string& text, const std::vector<serve::ToolCall>& calls,
+             const std::string& thinking = "") const {
     json j = {{"model", info_.model}, {"created_at", OllamaTime(Now())}};
     if (generate_) {
       j["response"] = text;
+      if (!thinking.empty()) j["thinking"] = thinking;
     } else {
       j["message"] = {{"role", "assistant"}, {"content", text}};
+      if (!thinking.empty()) j["message"]["thinking"] = thinking;
       if (!calls.empty()) {
         json list = json::array();
         for (const serve::ToolCall& c : calls) {
@@ -556,14 +855,237 @@ class OllamaFormatter : public Formatter {
   }
 
   AnswerInfo info_;
-  HeldText held_;
+  AnswerText held_;
   bool generate_;
+};
+
+// OpenAI's Responses API: a response object with output items (a reasoning item when the
+// answer thought, a message with one output_text part, function calls), or a stream of typed
+// events with sequence numbers.
+class ResponsesFormatter : public Formatter {
+ public:
+  ResponsesFormatter(AnswerInfo info, json echo)
+      : info_(std::move(info)),
+        echo_(std::move(echo)),
+        text_(info_),
+        id_(RandomId("resp_")),
+        created_(static_cast<long long>(Now())) {}
+  const char* stream_type() const override { return "text/event-stream"; }
+
+  json Whole(const std::string& text, const serve::Event& done) override {
+    std::vector<serve::ToolCall> calls;
+    const AnswerText::Parts parts = SplitAnswer(info_, text, &calls);
+    json output = json::array();
+    if (!parts.reasoning.empty()) output.push_back(ReasoningItem(RandomId("rs_"), parts.reasoning));
+    if (!parts.content.empty() || calls.empty()) {
+      output.push_back(MessageItem(RandomId("msg_"), parts.content, "completed"));
+    }
+    for (const serve::ToolCall& c : calls) output.push_back(CallItem(c));
+    return Response(Status(done), std::move(output), &done);
+  }
+
+  std::string Start() override {
+    json r = Response("in_progress", json::array(), nullptr);
+    // One statement per event: the order of a + b's operands is unspecified, their numbers not.
+    std::string out = Event("response.created", {{"response", r}});
+    out += Event("response.in_progress", {{"response", r}});
+    return out;
+  }
+
+  std::string Text(const std::string& piece) override { return Parts(text_.Add(piece)); }
+
+  std::string Done(const serve::Event& done) override {
+    std::vector<serve::ToolCall> calls;
+    std::string out = Parts(text_.Finish(&calls));
+    out += CloseReasoning();
+    if (!message_open_ && calls.empty()) out += OpenMessage();
+    out += CloseMessage();
+    for (const serve::ToolCall& c : calls) {
+      const json item = CallItem(c);
+      const int index = n_items_++;
+      json added = item;
+      added["arguments"] = "";
+      added["status"] = "in_progress";
+      out += Event("response.output_item.added", {{"output_index", index}, {"item", added}});
+      out += Event("response.function_call_arguments.delta",
+                   {{"item_id", item["id"]}, {"output_index", index}, {"delta", c.arguments}});
+      out += Event("response.function_call_arguments.done",
+                   {{"item_id", item["id"]}, {"output_index", index}, {"arguments", c.arguments}});
+      out += Event("response.output_item.done", {{"output_index", index}, {"item", item}});
+      output_.push_back(item);
+    }
+    out += Event("response.completed", {{"response", Response(Status(done), output_, &done)}});
+    return out;
+  }
+
+  json Error(const ApiError& e) const override {
+    return {{"error", {{"message", e.message}, {"type", e.type}, {"param", nullptr},
+                       {"code", e.status}}}};
+  }
+  std::string StreamError(const ApiError& e) const override {
+    return Event("error", {{"code", e.type}, {"message", e.message}, {"param", nullptr}});
+  }
+
+ private:
+  std::string Event(const char* type, json data) const {
+    data["type"] = type;
+    data["sequence_number"] = sequence_++;
+    return std::string("event: ") + type + "\ndata: " + Dump(data) + "\n\n";
+  }
+  static const char* Status(const serve::Event& done) {
+    return done.reason == lamina::StopReason::kLimit ||
+                   done.reason == lamina::StopReason::kContextFull
+               ? "incomplete"
+               : "completed";
+  }
+  json Response(const char* status, json output, const serve::Event* done) const {
+    json r = {{"id", id_},
+              {"object", "response"},
+              {"created_at", created_},
+              {"status", status},
+              {"model", info_.model},
+              {"output", std::move(output)},
+              {"error", nullptr},
+              {"incomplete_details", nullptr},
+              {"previous_response_id", nullptr},
+              {"store", false},
+              {"usage", nullptr}};
+    for (const auto& [k, v] : echo_.items()) r[k] = v;
+    if (std::string(status) == "incomplete") {
+      r["incomplete_details"] = {{"reason", "max_output_tokens"}};
+    }
+    if (done != nullptr) {
+      const int out_tokens = done->timings.predicted_n;
+      r["usage"] = {{"input_tokens", info_.prompt_tokens},
+                    {"input_tokens_details", {{"cached_tokens", done->timings.cache_n}}},
+                    {"output_tokens", out_tokens},
+                    {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                    {"total_tokens", info_.prompt_tokens + out_tokens}};
+    }
+    return r;
+  }
+  static json MessageItem(const std::string& id, const std::string& text, const char* status) {
+    return {{"type", "message"},
+            {"id", id},
+            {"status", status},
+            {"role", "assistant"},
+            {"content", json::array({OutputText(text)})}};
+  }
+  static json OutputText(const std::string& text) {
+    return {{"type", "output_text"}, {"text", text}, {"annotations", json::array()}};
+  }
+  static json ReasoningItem(const std::string& id, const std::string& text) {
+    return {{"type", "reasoning"},
+            {"id", id},
+            {"summary", json::array()},
+            {"content", json::array({{{"type", "reasoning_text"}, {"text", text}}})}};
+  }
+  static json CallItem(const serve::ToolCall& c) {
+    return {{"type", "function_call"},
+            {"id", RandomId("fc_")},
+            {"call_id", RandomId("call_")},
+            {"name", c.name},
+            {"arguments", c.arguments},
+            {"status", "completed"}};
+  }
+  // Streamed parts: reasoning text into the reasoning item, content into the message's part.
+  std::string Parts(const AnswerText::Parts& p) {
+    std::string out;
+    if (!p.reasoning.empty()) {
+      if (reasoning_id_.empty()) {
+        reasoning_id_ = RandomId("rs_");
+        reasoning_index_ = n_items_++;
+        json item = ReasoningItem(reasoning_id_, "");
+        item["content"] = json::array();
+        out += Event("response.output_item.added",
+                     {{"output_index", reasoning_index_}, {"item", item}});
+      }
+      reasoning_ += p.reasoning;
+      out += Event("response.reasoning_text.delta", {{"item_id", reasoning_id_},
+                                                     {"output_index", reasoning_index_},
+                                                     {"content_index", 0},
+                                                     {"delta", p.reasoning}});
+    }
+    if (!p.content.empty()) {
+      out += CloseReasoning();
+      if (!message_open_) out += OpenMessage();
+      content_ += p.content;
+      out += Event("response.output_text.delta", {{"item_id", message_id_},
+                                                  {"output_index", message_index_},
+                                                  {"content_index", 0},
+                                                  {"delta", p.content},
+                                                  {"logprobs", json::array()}});
+    }
+    return out;
+  }
+  std::string CloseReasoning() {
+    if (reasoning_id_.empty() || reasoning_closed_) return "";
+    reasoning_closed_ = true;
+    const json item = ReasoningItem(reasoning_id_, reasoning_);
+    output_.push_back(item);
+    std::string out = Event("response.reasoning_text.done", {{"item_id", reasoning_id_},
+                                                             {"output_index", reasoning_index_},
+                                                             {"content_index", 0},
+                                                             {"text", reasoning_}});
+    out += Event("response.output_item.done", {{"output_index", reasoning_index_}, {"item", item}});
+    return out;
+  }
+  std::string OpenMessage() {
+    message_open_ = true;
+    message_id_ = RandomId("msg_");
+    message_index_ = n_items_++;
+    json item = MessageItem(message_id_, "", "in_progress");
+    item["content"] = json::array();
+    std::string out =
+        Event("response.output_item.added", {{"output_index", message_index_}, {"item", item}});
+    out += Event("response.content_part.added", {{"item_id", message_id_},
+                                                 {"output_index", message_index_},
+                                                 {"content_index", 0},
+                                                 {"part", OutputText("")}});
+    return out;
+  }
+  std::string CloseMessage() {
+    if (!message_open_) return "";
+    message_open_ = false;
+    const json item = MessageItem(message_id_, content_, "completed");
+    output_.push_back(item);
+    std::string out = Event("response.output_text.done", {{"item_id", message_id_},
+                                                          {"output_index", message_index_},
+                                                          {"content_index", 0},
+                                                          {"text", content_},
+                                                          {"logprobs", json::array()}});
+    out += Event("response.content_part.done", {{"item_id", message_id_},
+                                                {"output_index", message_index_},
+                                                {"content_index", 0},
+                                                {"part", OutputText(content_)}});
+    out += Event("response.output_item.done", {{"output_index", message_index_}, {"item", item}});
+    return out;
+  }
+
+  AnswerInfo info_;
+  json echo_;
+  AnswerText text_;
+  std::string id_;
+  long long created_;
+  mutable int sequence_ = 0;  // the stream's events, numbered (StreamError too)
+  int n_items_ = 0;
+  json output_ = json::array();  // the items done so far, for response.completed
+  std::string reasoning_id_, reasoning_;
+  int reasoning_index_ = 0;
+  bool reasoning_closed_ = false;
+  std::string message_id_, content_;
+  int message_index_ = 0;
+  bool message_open_ = false;
 };
 
 }  // namespace
 
 std::unique_ptr<Formatter> MakeAnthropicFormatter(AnswerInfo info) {
   return std::make_unique<AnthropicFormatter>(std::move(info));
+}
+
+std::unique_ptr<Formatter> MakeResponsesFormatter(AnswerInfo info, json echo) {
+  return std::make_unique<ResponsesFormatter>(std::move(info), std::move(echo));
 }
 
 std::unique_ptr<Formatter> MakeOllamaFormatter(AnswerInfo info, bool generate) {

@@ -1,7 +1,8 @@
-// The other protocols `lamina serve` speaks (Anthropic's Messages API, Ollama's API), at the
-// edge: each request body is mapped onto the OpenAI chat body (or the native completion body)
-// that api::ParseChat / api::ParseCompletion read, and each answer is written from the engine's
-// events by the protocol's Formatter. docs/SERVER.md, "Other protocols", lists the fields.
+// The other protocols `lamina serve` speaks (Anthropic's Messages API, OpenAI's Responses API,
+// Ollama's API), at the edge: each request body is mapped onto the OpenAI chat body (or the
+// native completion body) that api::ParseChat / api::ParseCompletion read, and each answer is
+// written from the engine's events by the protocol's Formatter. docs/SERVER.md, "Other
+// protocols", lists the fields.
 #pragma once
 
 #include <memory>
@@ -28,12 +29,19 @@ bool OllamaGenerateToBody(const json& body, json* out, bool* raw, ApiError* err)
 json AnthropicError(const ApiError& e);
 json OllamaError(const ApiError& e);
 
+// POST /v1/responses (OpenAI's Responses API, stateless: no previous_response_id, nothing
+// stored) → an OpenAI chat body. *echo: the request's settings a response object repeats.
+bool ResponsesToChat(const json& body, json* out, json* echo, ApiError* err);
+
 // What a formatter knows of the request it answers.
 struct AnswerInfo {
   std::string model;
   int prompt_tokens = 0;
   bool parse_tool_calls = false;
   std::vector<std::string> tool_names;
+  // The thinking block: how it is returned (kNone: as content), and whether the prompt opened it.
+  serve::ReasoningFormat reasoning_format = serve::ReasoningFormat::kNone;
+  bool thinking_at_start = false;
 };
 
 // One protocol's answer (one choice) from the engine's events: a whole JSON answer, or a
@@ -51,6 +59,8 @@ class Formatter {
 };
 
 std::unique_ptr<Formatter> MakeAnthropicFormatter(AnswerInfo info);
+// echo: what ResponsesToChat set aside.
+std::unique_ptr<Formatter> MakeResponsesFormatter(AnswerInfo info, json echo);
 // generate: /api/generate's "response" pieces, else /api/chat's "message".
 std::unique_ptr<Formatter> MakeOllamaFormatter(AnswerInfo info, bool generate);
 

@@ -146,7 +146,7 @@ class Server {
   int LoadAccessLists();
   enum class Route { kCompletion, kOaiCompletion, kOaiChat };
   // The other protocols (protocols.h) and the error shape of each.
-  enum class Protocol { kAnthropic, kOllamaChat, kOllamaGenerate };
+  enum class Protocol { kAnthropic, kResponses, kOllamaChat, kOllamaGenerate };
   enum class ErrorStyle { kOpenAi, kAnthropic, kOllama };
   static ErrorStyle StyleOf(const std::string& path);
 
@@ -1694,14 +1694,17 @@ void StreamFormatted(http::Response& res, std::shared_ptr<serve::Channel> ch,
 }
 
 void Server::HandleProtocol(const http::Request& req, http::Response& res, Protocol p) {
-  const ErrorStyle style = p == Protocol::kAnthropic ? ErrorStyle::kAnthropic : ErrorStyle::kOllama;
+  const ErrorStyle style = p == Protocol::kAnthropic   ? ErrorStyle::kAnthropic
+                           : p == Protocol::kResponses ? ErrorStyle::kOpenAi
+                                                       : ErrorStyle::kOllama;
   if (!Ready(res, style)) return;
-  json body, mapped;
+  json body, mapped, echo;
   if (!ParseBody(req, res, &body, style)) return;
   ApiError err;
   bool raw = false, ok = false;
   try {
     ok = p == Protocol::kAnthropic    ? protocols::AnthropicToChat(body, false, &mapped, &err)
+         : p == Protocol::kResponses  ? protocols::ResponsesToChat(body, &mapped, &echo, &err)
          : p == Protocol::kOllamaChat ? protocols::OllamaChatToChat(body, &mapped, &err)
                                       : protocols::OllamaGenerateToBody(body, &mapped, &raw, &err);
   } catch (const json::exception& e) {
@@ -1714,13 +1717,17 @@ void Server::HandleProtocol(const http::Request& req, http::Response& res, Proto
   Channels channels;
   if (!ok || !Admit(req, mapped, c.get(), &channels, &err)) return SendError(res, err, style);
   for (size_t i = 1; i < channels.size(); ++i) channels[i]->Cancel();  // one answer only
-  const protocols::AnswerInfo info{model_id_, static_cast<int>(c->requests[0].prompt.size()),
-                                   c->parse_tool_calls, c->tool_names};
+  const protocols::AnswerInfo info{
+      model_id_,           static_cast<int>(c->requests[0].prompt.size()),
+      c->parse_tool_calls, c->tool_names,
+      c->reasoning_format, c->thinking_at_start};
   std::shared_ptr<protocols::Formatter> f =
-      p == Protocol::kAnthropic
-          ? protocols::MakeAnthropicFormatter(info)
+      p == Protocol::kAnthropic ? protocols::MakeAnthropicFormatter(info)
+      : p == Protocol::kResponses
+          ? protocols::MakeResponsesFormatter(info, std::move(echo))
           : protocols::MakeOllamaFormatter(info, p == Protocol::kOllamaGenerate);
   auto remember = Rememberer(req, p == Protocol::kAnthropic    ? "/v1/messages"
+                                  : p == Protocol::kResponses  ? "/v1/responses"
                                   : p == Protocol::kOllamaChat ? "/api/chat"
                                                                : "/api/generate");
   auto cancel_all = [channels] {
@@ -1821,6 +1828,8 @@ void Server::SetUpProtocolRoutes() {
     };
   };
   http_->Post("/v1/messages", protocol(Protocol::kAnthropic, "/v1/messages"));
+  http_->Post("/v1/responses", protocol(Protocol::kResponses, "/v1/responses"));
+  http_->Post("/responses", protocol(Protocol::kResponses, "/v1/responses"));
   http_->Post("/v1/messages/count_tokens", [this](const http::Request& req, http::Response& res) {
     Count("/v1/messages/count_tokens");
     HandleCountTokens(req, res);
