@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../cli_commands.h"
+#include "web_files.h"  // the web page at "/" and its files
 
 namespace lamina::cli {
 
@@ -83,8 +84,5 @@ struct ServeOptions {
 // Parses argv (after the "serve" word) the way llama-server spells its flags and runs the server
 // until SIGTERM/SIGINT. Returns a process exit code (2 for bad usage, 3 for a bad model file).
 int RunServeCommand(int argc, char** argv);
-
-// The web chat and monitor page served at "/".
-const std::string& WebPage();
 
 }  // namespace lamina::cli
