@@ -473,6 +473,56 @@ TEST_F(ServerTest, ErrorsAuthCorsAndUi) {
   EXPECT_EQ(bare.Get("/").first, 404);
 }
 
+// llama-server's defaults where they keep the server safe: with keys and no --cors-origin every
+// origin is echoed (a page still needs a key), without keys none; the web UI's files are public;
+// /cors-proxy is 403 unless --ui-mcp-proxy; aliases and tags are sorted sets.
+TEST_F(ServerTest, LlamaServerCorsDefaultsAssetsAndAliases) {
+  const httplib::Headers preflight = {{"Origin", "http://web.example"},
+                                      {"Access-Control-Request-Method", "POST"},
+                                      {"Access-Control-Request-Headers", "Authorization"}};
+  ServerProcess keyed({"-m", kShipped, "--api-key", "k1", "--alias", "b,c,a,b", "--tags", "y,x"});
+  ASSERT_TRUE(keyed.healthy()) << keyed.Log();
+  httplib::Client c = keyed.Client();
+  auto pre = c.Options("/completions", preflight);
+  ASSERT_TRUE(pre);
+  EXPECT_EQ(pre->status, 200);
+  EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Origin"), "http://web.example");
+  EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Credentials"), "true");
+  EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Methods"), "GET, POST");
+  EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Headers"), "*");
+  // Echoing the origin gives a foreign page nothing beyond the public routes without the key.
+  auto unkeyed = c.Post("/completion", {{"Origin", "http://web.example"}}, R"({"prompt":"1"})",
+                        "application/json");
+  ASSERT_TRUE(unkeyed);
+  EXPECT_EQ(unkeyed->status, 401);
+  EXPECT_EQ(unkeyed->get_header_value("Access-Control-Allow-Credentials"), "");
+  for (const char* path : {"/sw.js", "/manifest.webmanifest", "/_app/version.json"}) {
+    auto asset = c.Get(path);
+    ASSERT_TRUE(asset) << path;
+    EXPECT_EQ(asset->status, 200) << path;
+  }
+  auto [proxy_status, proxy] = keyed.Post("/cors-proxy?url=http://127.0.0.1:1/", json::object(),
+                                          {{"Authorization", "Bearer k1"}});
+  EXPECT_EQ(proxy_status, 403) << proxy.dump();
+  auto [mst, models] = keyed.Get("/v1/models");
+  ASSERT_EQ(mst, 200);
+  EXPECT_EQ(models["data"][0]["id"], "a");
+  EXPECT_EQ(models["data"][0]["aliases"], json({"a", "b", "c"}));
+  EXPECT_EQ(models["data"][0]["tags"], json({"x", "y"}));
+
+  ServerProcess keyless({"-m", kShipped});
+  ASSERT_TRUE(keyless.healthy()) << keyless.Log();
+  httplib::Client k = keyless.Client();
+  auto open_pre = k.Options("/completions", preflight);
+  ASSERT_TRUE(open_pre);
+  EXPECT_EQ(open_pre->status, 200);
+  EXPECT_EQ(open_pre->get_header_value("Access-Control-Allow-Origin"), "");
+  EXPECT_EQ(open_pre->get_header_value("Access-Control-Allow-Methods"), "");
+  auto [sst, slots] = keyless.Get("/slots");
+  ASSERT_EQ(sst, 200);
+  EXPECT_FALSE(slots[0].contains("params")) << "a slot that has run nothing has no params";
+}
+
 TEST_F(ServerTest, BadFlagsAreUsageErrors) {
   for (const std::vector<std::string>& extra : {std::vector<std::string>{"--no-such-flag"},
                                                 {"-np", "0"},
@@ -533,7 +583,8 @@ TEST_F(ServerTest, ContextFullStopsOrShifts) {
     ASSERT_EQ(st, 200) << r.dump();
     EXPECT_EQ(r["truncated"], true);
     EXPECT_EQ(r["stop_type"], "limit");
-    EXPECT_EQ(r["tokens_evaluated"].get<int>() + r["tokens_predicted"].get<int>(), 97);
+    // As llama-server: the last token sampled would have taken the slot's last cell.
+    EXPECT_EQ(r["tokens_evaluated"].get<int>() + r["tokens_predicted"].get<int>(), 96);
     const std::string long_prompt(2000, 'x');
     auto [lst, too_long] = s.Post("/completion", {{"prompt", long_prompt}});
     EXPECT_EQ(lst, 400);

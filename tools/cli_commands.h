@@ -9,9 +9,13 @@
 #include <string>
 #include <vector>
 
+namespace CLI {
+class App;
+}  // namespace CLI
 namespace lamina {
 class Model;
 class ThreadPool;
+struct SamplerConfig;
 }  // namespace lamina
 
 namespace lamina::cli {
@@ -65,17 +69,9 @@ struct ChatTemplateOptions {
   bool jinja = false;  // --jinja: the model's template through the Jinja engine, even a known one
 };
 
-struct RunOptions {
-  CommonOptions common;
-  std::string prompt;
-  std::string prompt_file;
-  int n_predict = 128;
-  float temperature = 0.8f;
-  int top_k = 40;
-  float top_p = 0.95f;
-  float min_p = 0.05f;
-  float repeat_penalty = 1.0f;
-  int repeat_last_n = 64;
+// The sampler chain's flags beyond temperature, top-k, top-p, min-p and the repetition penalty:
+// run, chat and serve (there: every request's defaults) take them alike.
+struct SamplerChainOptions {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   float typical_p = 1.0f;
@@ -91,6 +87,24 @@ struct RunOptions {
   // --dry-sequence-breaker (repeatable; "none": no breakers); empty: llama.cpp's defaults.
   std::vector<std::string> dry_sequence_breakers;
   std::string samplers;  // --samplers a;b;c (llama.cpp's names); empty: the default order
+};
+// Adds the flags of SamplerChainOptions to a command.
+void AddSamplerChainOptions(CLI::App* cmd, SamplerChainOptions& o);
+// Sets the chain's fields of `samp` from the flags.
+void ApplySamplerChain(const SamplerChainOptions& o, SamplerConfig* samp);
+
+struct RunOptions {
+  CommonOptions common;
+  std::string prompt;
+  std::string prompt_file;
+  int n_predict = 128;
+  float temperature = 0.8f;
+  int top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  int repeat_last_n = 64;
+  SamplerChainOptions chain;
   uint64_t seed = 0;
   bool ignore_eos = false;
   bool json = false;

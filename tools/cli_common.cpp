@@ -334,25 +334,7 @@ SamplerConfig MakeSamplerConfig(const RunOptions& o) {
   samp.min_p = o.min_p;
   samp.repeat_penalty = o.repeat_penalty;
   samp.repeat_last_n = o.repeat_last_n;
-  samp.presence_penalty = o.presence_penalty;
-  samp.frequency_penalty = o.frequency_penalty;
-  samp.typical_p = o.typical_p;
-  samp.xtc_probability = o.xtc_probability;
-  samp.xtc_threshold = o.xtc_threshold;
-  samp.mirostat = o.mirostat;
-  samp.mirostat_tau = o.mirostat_tau;
-  samp.mirostat_eta = o.mirostat_eta;
-  samp.dry_multiplier = o.dry_multiplier;
-  samp.dry_base = o.dry_base;
-  samp.dry_allowed_length = o.dry_allowed_length;
-  samp.dry_penalty_last_n = o.dry_penalty_last_n;
-  if (!o.dry_sequence_breakers.empty()) {
-    samp.dry_sequence_breakers.clear();
-    for (const std::string& b : o.dry_sequence_breakers) {
-      if (b != "none") samp.dry_sequence_breakers.push_back(b.substr(0, kMaxDryBreakerBytes));
-    }
-  }
-  samp.samplers = ParseSamplerStages(o.samplers);
+  ApplySamplerChain(o.chain, &samp);
   samp.seed = o.seed;
   // The seed (random unless --seed gave it) on stderr, so that a sampled run can be repeated.
   if (o.temperature > 0.0f) {

@@ -13,6 +13,8 @@
 #include <thread>
 
 #include "cli_commands.h"
+#include "cli_common.h"
+#include "runtime/sampler.h"
 
 namespace lamina::cli {
 
@@ -224,6 +226,73 @@ int ParseErrorExit(const CLI::App& app, const CLI::ParseError& e) {
   }
   std::fprintf(stderr, "lamina: %s\n", e.what());
   return kExitUsage;
+}
+
+void AddSamplerChainOptions(CLI::App* cmd, SamplerChainOptions& o) {
+  cmd->add_option("--presence-penalty", o.presence_penalty,
+                  "Presence penalty: subtracted from the logit of a token seen (0: off)")
+      ->check(InRange(kOpenAiPenaltyRange));
+  cmd->add_option("--frequency-penalty", o.frequency_penalty,
+                  "Frequency penalty: times a token's count, subtracted from its logit (0: off)")
+      ->check(InRange(kOpenAiPenaltyRange));
+  cmd->add_option("--typical", o.typical_p, "Locally typical sampling, p (1: off)")
+      ->check(Probability());
+  cmd->add_option("--xtc-probability", o.xtc_probability, "XTC: chance of a cut (0: off)")
+      ->check(Probability());
+  cmd->add_option("--xtc-threshold", o.xtc_threshold,
+                  "XTC: probability from which tokens are cut (> 0.5: off)")
+      ->check(Probability());
+  cmd->add_option("--mirostat", o.mirostat, "Mirostat version (0: off, 1, 2); replaces the chain")
+      ->check(InRange(kMirostatRange));
+  cmd->add_option("--mirostat-lr", o.mirostat_eta, "Mirostat learning rate, eta")
+      ->check(NonNegativeFinite());
+  cmd->add_option("--mirostat-ent", o.mirostat_tau, "Mirostat target entropy, tau")
+      ->check(NonNegativeFinite());
+  cmd->add_option("--dry-multiplier", o.dry_multiplier, "DRY multiplier (0: off)")
+      ->check(NonNegativeFinite());
+  cmd->add_option("--dry-base", o.dry_base, "DRY base (< 1: off)")->check(NonNegativeFinite());
+  cmd->add_option("--dry-allowed-length", o.dry_allowed_length,
+                  "DRY: repeats this long go unpenalized")
+      ->check(InRange(kDryAllowedLengthRange));
+  cmd->add_option("--dry-penalty-last-n", o.dry_penalty_last_n,
+                  "DRY: tokens looked back (0: off; -1: the whole context, at most 65536)")
+      ->check(InRange(kRepeatLastNRange));
+  cmd->add_option("--dry-sequence-breaker", o.dry_sequence_breakers,
+                  "DRY sequence breaker (repeatable; \"none\": none; default: \\n : \" *)")
+      ->take_all()
+      ->allow_extra_args(false);
+  cmd->add_option("--samplers", o.samplers,
+                  "The chain's order, names separated by ';' (default: "
+                  "penalties;dry;top_k;typ_p;top_p;min_p;xtc;temperature)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            std::string error;
+            ParseSamplerStages(v, &error);
+            return error;
+          },
+          "NAME;NAME..."));
+}
+
+void ApplySamplerChain(const SamplerChainOptions& o, SamplerConfig* samp) {
+  samp->presence_penalty = o.presence_penalty;
+  samp->frequency_penalty = o.frequency_penalty;
+  samp->typical_p = o.typical_p;
+  samp->xtc_probability = o.xtc_probability;
+  samp->xtc_threshold = o.xtc_threshold;
+  samp->mirostat = o.mirostat;
+  samp->mirostat_tau = o.mirostat_tau;
+  samp->mirostat_eta = o.mirostat_eta;
+  samp->dry_multiplier = o.dry_multiplier;
+  samp->dry_base = o.dry_base;
+  samp->dry_allowed_length = o.dry_allowed_length;
+  samp->dry_penalty_last_n = o.dry_penalty_last_n;
+  if (!o.dry_sequence_breakers.empty()) {
+    samp->dry_sequence_breakers.clear();
+    for (const std::string& b : o.dry_sequence_breakers) {
+      if (b != "none") samp->dry_sequence_breakers.push_back(b.substr(0, kMaxDryBreakerBytes));
+    }
+  }
+  samp->samplers = ParseSamplerStages(o.samplers);
 }
 
 }  // namespace lamina::cli

@@ -94,48 +94,7 @@ void AddSamplingOptions(CLI::App* cmd, lamina::cli::RunOptions& r) {
   cmd->add_option("--repeat-last-n", r.repeat_last_n,
                   "Tokens the penalties look back (0: off; -1: the whole context)")
       ->check(InRange(lamina::cli::kRepeatLastNRange));
-  cmd->add_option("--presence-penalty", r.presence_penalty,
-                  "Presence penalty: subtracted from the logit of a token seen (0: off)")
-      ->check(InRange(lamina::cli::kOpenAiPenaltyRange));
-  cmd->add_option("--frequency-penalty", r.frequency_penalty,
-                  "Frequency penalty: times a token's count, subtracted from its logit (0: off)")
-      ->check(InRange(lamina::cli::kOpenAiPenaltyRange));
-  cmd->add_option("--typical", r.typical_p, "Locally typical sampling, p (1: off)")
-      ->check(Probability());
-  cmd->add_option("--xtc-probability", r.xtc_probability, "XTC: chance of a cut (0: off)")
-      ->check(Probability());
-  cmd->add_option("--xtc-threshold", r.xtc_threshold,
-                  "XTC: probability from which tokens are cut (> 0.5: off)")
-      ->check(Probability());
-  cmd->add_option("--mirostat", r.mirostat, "Mirostat version (0: off, 1, 2); replaces the chain")
-      ->check(InRange(lamina::cli::kMirostatRange));
-  cmd->add_option("--mirostat-lr", r.mirostat_eta, "Mirostat learning rate, eta")
-      ->check(NonNegativeFinite());
-  cmd->add_option("--mirostat-ent", r.mirostat_tau, "Mirostat target entropy, tau")
-      ->check(NonNegativeFinite());
-  cmd->add_option("--dry-multiplier", r.dry_multiplier, "DRY multiplier (0: off)")
-      ->check(NonNegativeFinite());
-  cmd->add_option("--dry-base", r.dry_base, "DRY base (< 1: off)")->check(NonNegativeFinite());
-  cmd->add_option("--dry-allowed-length", r.dry_allowed_length,
-                  "DRY: repeats this long go unpenalized")
-      ->check(InRange(lamina::cli::kDryAllowedLengthRange));
-  cmd->add_option("--dry-penalty-last-n", r.dry_penalty_last_n,
-                  "DRY: tokens looked back (0: off; -1: the whole context, at most 65536)")
-      ->check(InRange(lamina::cli::kRepeatLastNRange));
-  cmd->add_option("--dry-sequence-breaker", r.dry_sequence_breakers,
-                  "DRY sequence breaker (repeatable; \"none\": none; default: \\n : \" *)")
-      ->take_all()
-      ->allow_extra_args(false);
-  cmd->add_option("--samplers", r.samplers,
-                  "The chain's order, names separated by ';' (default: "
-                  "penalties;dry;top_k;typ_p;top_p;min_p;xtc;temperature)")
-      ->check(CLI::Validator(
-          [](std::string& v) {
-            std::string error;
-            lamina::cli::ParseSamplerStages(v, &error);
-            return error;
-          },
-          "NAME;NAME..."));
+  AddSamplerChainOptions(cmd, r.chain);
   cmd->add_option("-s,--seed", r.seed,
                   "RNG seed of sampling (default: random; printed on stderr when sampling)")
       ->check(Seed())

@@ -1494,6 +1494,7 @@ void Server::SetUpRoutes() {
     for (const char* p : kPublic) {
       if (req.path == p && (req.method == "GET" || req.method == "HEAD")) return false;
     }
+    if (FindWebFile(req.path) && (req.method == "GET" || req.method == "HEAD")) return false;
     if (KeyIndex(req) < 0) {
       SendError(res, {401, "authentication_error", "Invalid API Key"}, StyleOf(req.path));
       return true;
@@ -1619,10 +1620,11 @@ void Server::SetUpRoutes() {
   http_->Post("/cors-proxy", cors_proxy);
   SetUpProtocolRoutes();
   if (o_.ui) {
-    for (const char* path : {"/", "/index.html"}) {
-      http_->Get(path, [this](const http::Request&, http::Response& res) {
+    for (const std::string& path : WebFilePaths()) {  // "/", "/app.js", ... (web_files.h)
+      http_->Get(path, [this, file = FindWebFile(path)](const http::Request&, http::Response& res) {
         Count("/");
-        res.set_content(WebPage(), "text/html; charset=utf-8");
+        res.set_header("Cache-Control", "no-cache");
+        res.set_content(std::string(file->bytes), file->content_type);
       });
     }
     // The files a browser asks for at the paths of llama-server's web UI (an installable page):
@@ -2102,6 +2104,7 @@ int Server::Run() {
   defaults_.params.sampler.min_p = o_.min_p;
   defaults_.params.sampler.repeat_penalty = o_.repeat_penalty;
   defaults_.params.sampler.repeat_last_n = o_.repeat_last_n;
+  ApplySamplerChain(o_.chain, &defaults_.params.sampler);
   defaults_.params.n_predict = o_.n_predict;
   defaults_.seed = o_.seed;
   defaults_.prefill_assistant = o_.prefill_assistant;
@@ -2317,6 +2320,7 @@ int RunServeCommand(int argc, char** argv) {
        {"--offline", "--metrics", "--props", "--cont-batching", "--log-disable"}) {
     app.add_flag(name, unused_flag, "always so on lamina")->group("");
   }
+  AddSamplerChainOptions(&app, o.chain);
   app.add_option("--reasoning-format", o.reasoning_format,
                  "Thinking blocks: none (left in content), deepseek or auto (reasoning_content "
                  "apart), deepseek-legacy (both)")

@@ -79,6 +79,7 @@ struct ServeOptions {
   unsigned long long kv_seed = 0;
   size_t max_body_bytes = 8u << 20;
   SpecCliOptions spec;  // speculative decoding in every slot (-md, --spec, --draft-max, ...)
+  SamplerChainOptions chain;  // --presence-penalty, --mirostat, --dry-*, --samplers, ...: defaults
 };
 
 // Parses argv (after the "serve" word) the way llama-server spells its flags and runs the server
