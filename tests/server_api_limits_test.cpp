@@ -394,5 +394,38 @@ TEST_F(ApiLimits, Choices) {
   EXPECT_EQ(Refused({{"prompt", many}}).message, "more than 64 prompts in one request");
 }
 
+// llama-server's prompt forms: text, token ids, a mix in one sequence (only a leading text part
+// gets BOS), {"prompt_string": ...}, and an array of those (any array without a number in it).
+TEST_F(ApiLimits, PromptForms) {
+  const std::string text = "Count from 1 to 3.";
+  const std::vector<int32_t> tokens = TokenizePrompt(*model_, text, true);
+  const json ids = tokens;
+  auto prompts_of = [&](const json& prompt) {
+    std::vector<std::vector<int32_t>> out;
+    for (const serve::Request& r : Accepted({{"prompt", prompt}}).requests) {
+      out.push_back(r.prompt);
+    }
+    return out;
+  };
+  using Prompts = std::vector<std::vector<int32_t>>;
+  EXPECT_EQ(prompts_of(text), Prompts{tokens});
+  EXPECT_EQ(prompts_of(ids), Prompts{tokens});
+  EXPECT_EQ(prompts_of({{"prompt_string", text}}), Prompts{tokens});
+  EXPECT_EQ(prompts_of({{"prompt_string", ids}}), Prompts{tokens});
+  EXPECT_EQ(prompts_of({ids, text, {{"prompt_string", text}}}), (Prompts{tokens, tokens, tokens}));
+  // One sequence: ids, then text without BOS.
+  std::vector<int32_t> mixed = {5, 6};
+  const std::vector<int32_t> plain = TokenizePrompt(*model_, text, false);
+  mixed.insert(mixed.end(), plain.begin(), plain.end());
+  EXPECT_EQ(prompts_of({5, 6, text}), Prompts{mixed});
+  EXPECT_NE(Refused({{"prompt", {{"prompt_string", text}, {"multimodal_data", {"AAAA"}}}}})
+                .message.find("multimodal_data"),
+            std::string::npos);
+  EXPECT_NE(Refused({{"prompt", {{"text", text}}}}).message.find("prompt_string"),
+            std::string::npos);
+  Refused({{"prompt", {{"prompt_string", {{"prompt_string", text}}}}}});
+  Refused({{"prompt", {ids, true}}});
+}
+
 }  // namespace
 }  // namespace lamina::cli::api

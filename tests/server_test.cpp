@@ -538,7 +538,10 @@ TEST_F(ServerTest, BadFlagsAreUsageErrors) {
                                                 {"--path", "/srv"},
                                                 {"--api-prefix", "/v2"},
                                                 {"--log-file", "x.log"},
-                                                {"--reasoning-format", "deepseek"},
+                                                {"--reasoning-format", "r1"},
+                                                {"--reasoning", "maybe"},
+                                                {"--reasoning-budget", "-2"},
+                                                {"--chat-template-kwargs", "[1]"},
                                                 // fail-closed keys
                                                 {"--api-key", "''"},
                                                 {"--api-key", "'a b'"}}) {
@@ -566,10 +569,11 @@ TEST_F(ServerTest, LlamaServerCacheTypesAndGpuFlags) {
     ASSERT_EQ(st, 200);
     EXPECT_EQ(props["kv_cache"]["type"], mode) << flags[1] << "/" << flags[3];
   }
-  ServerProcess gpu({"-m", kShipped, "-ngl", "99", "-fa", "on", "--mlock"});
+  // --backend_sampling: llama-server reads "_" in a flag's name as "-".
+  ServerProcess gpu({"-m", kShipped, "-ngl", "99", "-fa", "on", "--mlock", "--backend_sampling"});
   ASSERT_TRUE(gpu.healthy()) << gpu.Log();
   const std::string log = gpu.Log();
-  for (const char* flag : {"--n-gpu-layers", "--flash-attn", "--mlock"}) {
+  for (const char* flag : {"--n-gpu-layers", "--flash-attn", "--mlock", "--backend-sampling"}) {
     EXPECT_NE(log.find(std::string("warning: ") + flag), std::string::npos) << log;
   }
 }
@@ -702,6 +706,49 @@ TEST(ServerBatchInvariance, ConcurrentRequestsEqualSoloRuns) {
       }
     }
   }
+}
+
+// --kv-unified: each slot may use the whole -c context (four slots, 256 cells shared), a request
+// starting only when its prompt and n_predict fit beside the running ones'; every answer is its
+// solo run's and none is cut short. Without it each slot has 256 / 4 cells.
+TEST(ServerBatchInvariance, KvUnifiedSlotsShareTheContext) {
+  const std::string model = kShared + "/models/stories260K.gguf";
+  if (!fs::exists(model)) GTEST_SKIP() << model << " is absent";
+  const std::vector<int> n_predict = {80, 40, 80, 80, 70, -1};
+  auto body = [&](size_t i) {
+    return json{
+        {"prompt", "Once"}, {"n_predict", n_predict[i]}, {"temperature", 0}, {"ignore_eos", true}};
+  };
+  ServerProcess s({"-m", model, "-np", "4", "-c", "256", "--kv-unified"});
+  ASSERT_TRUE(s.healthy()) << s.Log();
+  EXPECT_EQ(s.Get("/props").second["default_generation_settings"]["n_ctx"], 256);
+  std::vector<json> solo(n_predict.size());
+  for (size_t i = 0; i < n_predict.size(); ++i) {
+    json b = body(i);
+    b["cache_prompt"] = false;
+    auto [st, r] = s.Post("/completion", b);
+    ASSERT_EQ(st, 200) << r.dump();
+    solo[i] = r;
+  }
+  EXPECT_EQ(solo[0]["tokens_predicted"], 80);
+  EXPECT_EQ(solo.back()["tokens_evaluated"].get<int>() + solo.back()["tokens_predicted"].get<int>(),
+            256);
+  std::vector<json> together(n_predict.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < n_predict.size(); ++i) {
+    threads.emplace_back([&, i] { together[i] = s.Post("/completion", body(i)).second; });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < n_predict.size(); ++i) {
+    EXPECT_EQ(together[i]["content"], solo[i]["content"]) << "request " << i;
+    EXPECT_EQ(together[i]["tokens_predicted"], solo[i]["tokens_predicted"]) << "request " << i;
+  }
+  ServerProcess split({"-m", model, "-np", "4", "-c", "256"});
+  ASSERT_TRUE(split.healthy()) << split.Log();
+  auto [st, r] = split.Post("/completion", body(0));
+  ASSERT_EQ(st, 200);
+  EXPECT_EQ(r["tokens_evaluated"].get<int>() + r["tokens_predicted"].get<int>(), 64);
+  EXPECT_EQ(r["truncated"], true);
 }
 
 // Speculative slots (prompt lookup; the shipped model drafting for itself from a q4_0 cache,
@@ -1027,6 +1074,18 @@ TEST(ServerStories, SamplingExtras) {
         << biased["content"];
     EXPECT_FALSE(biased["generation_settings"]["logit_bias"].empty());
   }
+  // llama-server lists biases as {"bias", "token"} (null: never sampled), ignore_eos's too; the
+  // answer's prompt is its tokens' text, BOS included.
+  json no_eos = base;
+  no_eos["ignore_eos"] = true;
+  no_eos["logit_bias"] = {{5, 2}};
+  auto [est, ignored] = s.Post("/completion", no_eos);
+  ASSERT_EQ(est, 200);
+  const json listed = ignored["generation_settings"]["logit_bias"];
+  ASSERT_EQ(listed.size(), 2u) << listed.dump();  // stories260K's one end-of-generation token
+  EXPECT_EQ(listed[0], json({{"bias", 2.0}, {"token", 5}}));
+  EXPECT_TRUE(listed[1]["bias"].is_null()) << listed.dump();
+  EXPECT_EQ(ignored["prompt"], "<s> Once upon a time");
   auto [tst, tok] = s.Post("/tokenize", {{"content", word}});
   json by_id = json::object();
   for (const json& id : tok["tokens"]) by_id[std::to_string(id.get<int>())] = -100;
@@ -1286,6 +1345,7 @@ TEST_F(ServerTest, ChoicesPrefillInputTokensAndProgress) {
       text_seen = text_seen || !piece.empty();
     }
     ASSERT_GE(progress.size(), 2u) << path;
+    EXPECT_EQ(progress.front()["processed"], 0) << path;  // the start, as llama-server sends
     const int total = progress.back()["total"];
     EXPECT_EQ(total, chat ? n_prompt : static_cast<int>(tok8["tokens"].size())) << path;
     EXPECT_EQ(progress.back()["processed"], total);
@@ -1395,7 +1455,8 @@ TEST_F(ServerTest, AssistantPrefillInEveryTemplate) {
       {{"--chat-template", "llama3"},
        "<|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|><|start_header_id|>assistant<|end_"
        "header_id|>\n\n1\n2\n3"},
-      {{"--chat-template", "qwen3"},
+      {{"--chat-template", "qwen3"}, "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n1\n2\n3"},
+      {{"--chat-template", "qwen3", "--reasoning", "off"},
        "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n1\n2\n3"},
       {{"--chat-template", "gemma"},
        "<start_of_turn>user\nS\n\nU<end_of_turn>\n<start_of_turn>model\n1\n2\n3"},

@@ -1,8 +1,13 @@
 // Drives the web page of a real `lamina serve` (the shipped model, a free loopback port) in real
-// headless Chromium through the npm package playwright-core (tests/node): the chat streams a
-// greedy count from 1 to 12 with temperature 0 set in the settings, Stop aborts a long answer,
-// New chat clears the thread, the monitor tab shows the slots and the recent requests, and with
-// --api-key the page shows the 401 until the key is entered in its settings.
+// headless Chromium through the npm package playwright-core (tests/node): the page's files and
+// their types, the chat streams a greedy count from 1 to 12 with temperature 0 set in the
+// settings, Stop aborts a long answer at once, a 5,000-token answer streams without a long task
+// on the main thread, Markdown renders (a canned stream: headings, lists, a code block, a table)
+// while HTML and javascript: links in an answer stay text, no marked.min.js means plain text,
+// reload keeps the chats (list, switch, export), dark mode, New chat clears the thread, the
+// monitor tab shows the slots and the recent requests, with --api-key the page shows the 401
+// until the key is entered in its settings, a thinking model's reasoning_content shows in a
+// collapsed "Thinking" block, and the status dot turns red when the server dies.
 // SCREENSHOT=1 saves the chat (1200x800) to docs/web-ui.png.
 // Env: LAMINA_BINARY, LAMINA_MODEL (defaults: build/release/lamina, models/lamina-counter.gguf
 // under the repo root), CHROMIUM (default: /usr/bin/chromium, then chromium-browser).
@@ -53,13 +58,18 @@ process.on('exit', () => {
   if (profileDir) fs.rmSync(profileDir, { recursive: true, force: true });
 });
 const watchdog = setTimeout(() => {
-  console.log(`FAIL: the test ran past 55 s${current ? ` (in: ${current})` : ''}`);
+  console.log(`FAIL: the test ran past 90 s${current ? ` (in: ${current})` : ''}`);
   for (const s of servers) console.log(`server log:\n${s.log()}`);
   process.exit(1);
-}, 55_000);
+}, 90_000);
 
-const startServer = (extra = []) =>
-  startLamina(binary, ['-m', model, '-np', '2', '-c', '2048', ...extra], servers);
+// 6144 cells a slot: room for the 5,000-token answer.
+const everStarted = [];  // bases of the servers this test started, the killed one included
+const startServer = async (extra = []) => {
+  const s = await startLamina(binary, ['-m', model, '-np', '2', '-c', '12288', ...extra], servers);
+  everStarted.push(s.base);
+  return s;
+};
 const stopServer = (s) => stopLamina(s, servers);
 
 let current = '';
@@ -86,7 +96,7 @@ async function waitAnswer(page, nth, timeout = 20_000) {
   await m.and(page.locator('.done')).waitFor({ timeout });
   await page.locator('#send:not([disabled])').waitFor({ timeout: 2000 });
   return {
-    text: await m.locator('.content').textContent(),
+    text: await m.locator('.content').innerText(),
     meta: await m.locator('.meta').textContent(),
     error: (await m.locator('.error').count()) ? await m.locator('.error').textContent() : null,
   };
@@ -94,6 +104,8 @@ async function waitAnswer(page, nth, timeout = 20_000) {
 
 let server;
 let page;
+let markedEmbedded = false;
+let thinker;  // the server of the thinking model, killed to turn the status dot red
 const pageErrors = [];
 
 await step('the server starts and is healthy', async () => { server = await startServer(); });
@@ -114,7 +126,7 @@ await step('Chromium opens the page', async () => {
   // The page is self-contained: any request off the server is a failure.
   page.on('request', (r) => {
     const url = r.url();
-    if (!url.startsWith('data:') && ![...servers].some((s) => url.startsWith(`${s.base}/`))) {
+    if (!/^(data|blob):/.test(url) && !everStarted.some((base) => url.startsWith(`${base}/`))) {
       pageErrors.push(`external request ${url}`);
     }
   });
@@ -124,8 +136,23 @@ await step('Chromium opens the page', async () => {
   for (const id of ['#input', '#send', '#messages', '#tab-chat', '#tab-monitor', '#temperature', '#new-chat']) {
     assert.equal(await page.locator(id).count(), 1, `${id} is on the page`);
   }
-  // /props fills the header's model name.
+  // /props fills the header's model name; /health turns the status dot green.
   await page.locator('#model-name', { hasText: /\S/ }).waitFor();
+  await page.locator('#health-dot.up').waitFor();
+});
+
+await step('the page\'s files are served with their types; marked is embedded', async () => {
+  const types = { '/': 'text/html', '/index.html': 'text/html', '/app.js': 'text/javascript',
+                  '/markdown.js': 'text/javascript', '/style.css': 'text/css' };
+  for (const [file, type] of Object.entries(types)) {
+    const r = await fetch(`${server.base}${file}`);
+    assert.equal(r.status, 200, `${file}: ${r.status}`);
+    assert.equal(r.headers.get('content-type'), `${type}; charset=utf-8`, file);
+  }
+  // Built without libjs-marked, the page shows answers as text; the Markdown checks then skip.
+  markedEmbedded = (await fetch(`${server.base}/marked.min.js`)).status === 200;
+  assert.equal(await page.evaluate(() => typeof window.marked?.parse), markedEmbedded ? 'function' : 'undefined');
+  if (!markedEmbedded) console.log('     (no marked.min.js in this build: the Markdown checks skip)');
 });
 
 await step('Shift+Enter is a newline, not a send', async () => {
@@ -156,27 +183,190 @@ if (process.env.SCREENSHOT === '1') {
   });
 }
 
-await step('Stop aborts a long answer and the page takes the next one', async () => {
-  // The tiny model counts at thousands of tokens per second: the click on Stop comes from inside
-  // the page, as soon as the streamed text holds "3", so the answer cannot finish first.
+await step('Stop aborts a long answer at once and the page takes the next one', async () => {
+  // The click on Stop comes from inside the page, as soon as the streamed text holds "300" (a
+  // third of the way), so the answer cannot finish first; the page stamps the click and the
+  // moment the answer is marked done.
   await page.evaluate(() => {
     const thread = document.getElementById('messages');
     const watch = new MutationObserver(() => {
-      const c = thread.querySelectorAll('.msg.assistant .content')[1];
-      if (c && c.textContent.includes('3')) {
-        watch.disconnect();
+      const m = thread.querySelectorAll('.msg.assistant')[1];
+      if (!m) return;
+      if (!window.__stopAt && m.querySelector('.content').textContent.includes('300')) {
+        window.__stopAt = performance.now();
         document.getElementById('stop').click();
       }
+      if (window.__stopAt && m.classList.contains('done')) {
+        window.__doneAt = performance.now();
+        watch.disconnect();
+      }
     });
-    watch.observe(thread, { childList: true, subtree: true, characterData: true });
+    watch.observe(thread, { childList: true, subtree: true, characterData: true, attributes: true });
   });
   await page.locator('#input').fill(countPrompt(1000));
   await page.locator('#input').press('Enter');
-  const a = await waitAnswer(page, 1, 5000);
+  const a = await waitAnswer(page, 1, 10_000);
   assert.match(a.meta, /stopped/, `the stats line says stopped: ${a.meta}`);
   assert.equal(a.error, null);
   assert.ok(a.text.startsWith('1\n2\n3'), `a partial count: ${a.text.slice(0, 40)}`);
   assert.ok(!a.text.includes('\n1000'), 'the count did not finish');
+  const ms = await page.evaluate(() => window.__doneAt - window.__stopAt);
+  console.log(`     Stop → answer done: ${ms.toFixed(1)} ms`);
+  assert.ok(ms < 200, `Stop took ${ms} ms`);
+});
+
+await step('a 5,000-token answer streams without a long task on the main thread', async () => {
+  await page.locator('#new-chat').click();
+  await page.locator('#max_tokens').fill('5000');
+  // The real server, asked to go on past its end of text: exactly 5,000 tokens.
+  await page.route('**/v1/chat/completions', (route) => {
+    const body = JSON.parse(route.request().postData());
+    route.continue({ postData: JSON.stringify({ ...body, ignore_eos: true }) });
+  });
+  // Long tasks (over 50 ms) and the worst lateness of a 50 ms timer while the answer streams.
+  await page.evaluate(() => {
+    const perf = window.__perf = { longest: 0, longTasks: 0, timerLate: 0 };
+    perf.observer = new PerformanceObserver((list) => {
+      for (const e of list.getEntries()) {
+        (perf.entries ||= []).push([Math.round(e.startTime - (window.__sentAt || 0)), Math.round(e.duration)]);
+        ++perf.longTasks;
+        perf.longest = Math.max(perf.longest, e.duration);
+      }
+    });
+    perf.observer.observe({ type: 'longtask' });
+    let last = performance.now();
+    perf.timer = setInterval(() => {
+      const now = performance.now();
+      perf.timerLate = Math.max(perf.timerLate, now - last - 50);
+      last = now;
+    }, 50);
+  });
+  const t1 = Date.now();
+  await page.locator('#input').fill(countPrompt(3000));
+  await page.evaluate(() => { window.__sentAt = performance.now(); });
+  await page.locator('#input').press('Enter');
+  const a = await waitAnswer(page, 0, 60_000);
+  const secs = (Date.now() - t1) / 1000;
+  const perf = await page.evaluate(() => {
+    clearInterval(window.__perf.timer);
+    window.__perf.observer.disconnect();
+    return { ...window.__perf, segments: document.querySelectorAll('.msg.assistant .seg').length };
+  });
+  await page.unroute('**/v1/chat/completions');
+  await page.locator('#max_tokens').fill('');
+  await page.locator('#max_tokens').dispatchEvent('change');
+  console.log(`     ${secs.toFixed(1)} s; longest task ${perf.longest.toFixed(0)} ms ` +
+              `(${perf.longTasks} over 50 ms); timer late by at most ${perf.timerLate.toFixed(0)} ms; ` +
+              `${perf.segments} segments`, JSON.stringify(perf.entries));
+  assert.equal(a.error, null);
+  assert.match(a.meta, /^5000 tokens .*finish: length/, `the stats line: ${a.meta}`);
+  assert.ok(a.text.startsWith('1\n2\n3\n'), a.text.slice(0, 20));
+  assert.ok(perf.segments > 50, `rendered in segments, not as one block: ${perf.segments}`);
+  assert.ok(perf.longest < 200, `the longest task took ${perf.longest} ms`);
+  assert.ok(perf.timerLate < 250, `a 50 ms timer ran ${perf.timerLate} ms late`);
+});
+
+// A canned answer (the page's fetch answered by the test): Markdown, and HTML that must stay text.
+const cannedAnswer = [
+  '# Shopping list', '', 'Some **bold**, *slanted* and `inline code`.', '', '- one', '- two', '',
+  '```js', "const tag = '<b>not bold</b>';", '```', '',
+  '<script>window.__pwned = 1</script>', '',
+  '<img src=x onerror="window.__pwned = 2">', '',
+  '[a bad link](javascript:window.__pwned=3) and [a good one](https://example.com/)', '',
+  '| a | b |', '|---|---|', '| 1 | 2 |',
+].join('\n');
+function cannedStream(text) {
+  const chunk = (delta, finish = null) =>
+    `data: ${JSON.stringify({ object: 'chat.completion.chunk', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+  let body = chunk({ role: 'assistant', content: '' });
+  for (let i = 0; i < text.length; i += 3) body += chunk({ content: text.slice(i, i + 3) });
+  return body + chunk({}, 'stop') + 'data: [DONE]\n\n';
+}
+
+await step('Markdown renders; HTML and javascript: links in an answer stay text', async () => {
+  await page.locator('#new-chat').click();
+  await page.route('**/v1/chat/completions', (route) => route.fulfill({
+    status: 200, headers: { 'Content-Type': 'text/event-stream' }, body: cannedStream(cannedAnswer) }));
+  await page.locator('#input').fill('Show me Markdown');
+  await page.locator('#send').click();
+  const a = await waitAnswer(page, 0);
+  await page.unroute('**/v1/chat/completions');
+  const c = page.locator('#messages .msg.assistant .content');
+  assert.equal(await c.locator('script, img, [onerror]').count(), 0, 'no element from the answer\'s HTML');
+  assert.equal(await page.evaluate(() => window.__pwned), undefined, 'nothing ran');
+  assert.ok(a.text.includes('<script>window.__pwned = 1</script>'), 'the script tag shows as text');
+  assert.ok(a.text.includes('<img src=x onerror="window.__pwned = 2">'), 'the img tag shows as text');
+  assert.equal(await c.locator('a[href^="javascript"]').count(), 0, 'no javascript: link');
+  if (!markedEmbedded) {
+    assert.ok(a.text.includes('# Shopping list'), 'plain text without marked');
+    return;
+  }
+  assert.equal(await c.locator('h1').textContent(), 'Shopping list');
+  assert.equal(await c.locator('strong').textContent(), 'bold');
+  assert.equal(await c.locator('ul > li').count(), 2);
+  assert.equal(await c.locator('pre > code.language-js').textContent(), "const tag = '<b>not bold</b>';\n");
+  assert.equal(await c.locator('pre b').count(), 0);
+  assert.equal(await c.locator('table td').count(), 2);
+  const good = c.locator('a[href="https://example.com/"]');
+  assert.equal(await good.getAttribute('target'), '_blank');
+  assert.equal(await good.getAttribute('rel'), 'noopener noreferrer');
+  assert.ok(!(await c.innerHTML()).includes('javascript:'), 'the bad link lost its href');
+});
+
+await step('without marked.min.js the answers show as plain text', async () => {
+  await page.route('**/marked.min.js', (route) => route.fulfill({ status: 404, body: '' }));
+  await page.reload();
+  const c = page.locator('#messages .msg.assistant .content');
+  await c.locator('.plain').first().waitFor();
+  assert.equal(await c.locator('h1, script, img').count(), 0);
+  const text = await c.innerText();
+  assert.ok(text.includes('# Shopping list') && text.includes('<script>window.__pwned = 1</script>'), text);
+  assert.equal(await page.evaluate(() => window.__pwned), undefined, 'nothing ran');
+  await page.unroute('**/marked.min.js');
+});
+
+await step('reload keeps the chats: the list, switching, export as JSON and Markdown', async () => {
+  await page.reload();
+  await page.locator('#messages .msg.assistant.done').first().waitFor();
+  assert.equal(await page.locator('#messages .msg').count(), 2, 'the Markdown chat is shown again');
+  assert.equal(await page.locator('#messages .msg.user .content').textContent(), 'Show me Markdown');
+  if (markedEmbedded) assert.equal(await page.locator('#messages .content h1').count(), 1);
+  const titles = await page.locator('#chat-list .chat-item-title').allTextContents();
+  assert.deepEqual(titles, ['Show me Markdown', countPrompt(3000), countPrompt(12)], 'newest first');
+  assert.equal(await page.locator('#chat-list .chat-item.active .chat-item-title').textContent(), 'Show me Markdown');
+  // The first chat: its two answers, as they were.
+  await page.locator('#chat-list .chat-item').nth(2).click();
+  assert.equal(await page.locator('#messages .msg').count(), 4);
+  const first = await waitAnswer(page, 0);
+  assert.equal(first.text.trim(), count(12));
+  assert.match(first.meta, /^\d+ tokens/);
+  assert.match((await waitAnswer(page, 1)).meta, /stopped/);
+  const [json] = await Promise.all([page.waitForEvent('download'), page.locator('#export-json').click()]);
+  assert.match(json.suggestedFilename(), /^lamina-chat-\d{8}-\d{4}\.json$/);
+  const doc = JSON.parse(fs.readFileSync(await json.path(), 'utf8'));
+  assert.equal(doc.messages.length, 4);
+  assert.deepEqual(doc.messages[0], { role: 'user', content: countPrompt(12) });
+  assert.equal(doc.messages[1].content.trim(), count(12));
+  const [md] = await Promise.all([page.waitForEvent('download'), page.locator('#export-md').click()]);
+  const markdown = fs.readFileSync(await md.path(), 'utf8');
+  assert.ok(markdown.startsWith(`# ${countPrompt(12)}\n\n## You\n\n${countPrompt(12)}\n\n## lamina\n\n1\n2\n`), markdown.slice(0, 120));
+});
+
+await step('dark mode: the system\'s choice, and the toggle', async () => {
+  const bg = () => page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+  const light = await bg();
+  await page.emulateMedia({ colorScheme: 'dark' });
+  const dark = await bg();
+  assert.notEqual(dark, light, 'follows prefers-color-scheme');
+  await page.locator('#theme-toggle').click();  // auto → dark
+  assert.equal(await page.evaluate(() => document.documentElement.dataset.theme), 'dark');
+  await page.locator('#theme-toggle').click();  // dark → light, though the system is dark
+  assert.equal(await bg(), light);
+  await page.reload();
+  assert.equal(await bg(), light, 'the choice is kept');
+  await page.locator('#theme-toggle').click();  // light → auto
+  assert.equal(await bg(), dark);
+  await page.emulateMedia({ colorScheme: 'light' });
 });
 
 await step('New chat clears the thread', async () => {
@@ -202,7 +392,7 @@ await step('the monitor tab shows the slots, KV, props and the recent requests',
   assert.match(recent[0], /\/v1\/chat\/completions/);
   assert.match(recent[0], /200/);
   await page.locator('#props-slots', { hasText: '2' }).waitFor();
-  await page.locator('#props-nctx', { hasText: '1024' }).waitFor();
+  await page.locator('#props-nctx', { hasText: '6144' }).waitFor();
   assert.match(await page.locator('#mon-kv').textContent(), /\S/);
   assert.match(await page.locator('#mon-kv-bytes').textContent(), /used of \d/);
   assert.match(await page.locator('#mon-model').textContent(), /\S/);
@@ -217,6 +407,11 @@ await step('the monitor tab shows the slots, KV, props and the recent requests',
 await step('with --api-key: a 401 until the key is entered in the settings', async () => {
   const key = 'sk-lamina-web';
   const keyed = await startServer(['--api-key', key]);
+  // The page's files are public, as "/" is; the API is not.
+  for (const file of ['/', '/app.js', '/markdown.js', '/style.css']) {
+    assert.equal((await fetch(`${keyed.base}${file}`)).status, 200, file);
+  }
+  assert.equal((await fetch(`${keyed.base}/props`)).status, 401);
   await page.goto(`${keyed.base}/`);  // a new origin: nothing stored yet
   await page.locator('#temperature').fill('0');
   await page.locator('#input').fill(countPrompt(3));
@@ -233,6 +428,45 @@ await step('with --api-key: a 401 until the key is entered in the settings', asy
   assert.equal(good.text.trim(), count(3));
   // The key is kept in this browser's localStorage.
   assert.equal(await page.evaluate(() => localStorage.getItem('lamina.apiKey')), key);
+});
+
+await step('a thinking model: reasoning in a collapsed "Thinking" block above the answer', async () => {
+  // ChatML whose generation prompt opens a <think> block (as Qwen3's); the budget of 6 tokens
+  // ends it, then the answer follows (tests/server_reasoning_test.mjs checks the server's side).
+  const template = `{%- for message in messages -%}
+{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n<think>\\n' }}{%- endif -%}`;
+  const templateFile = path.join(profileDir, 'think.jinja');
+  fs.writeFileSync(templateFile, template);
+  thinker = await startServer(['--chat-template-file', templateFile, '--reasoning-budget', '6']);
+  await page.goto(`${thinker.base}/`);
+  await page.locator('#temperature').fill('0');
+  await page.locator('#max_tokens').fill('40');
+  await page.locator('#input').fill(countPrompt(5));
+  await page.locator('#send').click();
+  const a = await waitAnswer(page, 0);
+  assert.equal(a.error, null);
+  const thinking = page.locator('#messages .msg.assistant .thinking');
+  assert.ok(await thinking.isVisible(), 'the Thinking block is shown');
+  assert.equal(await thinking.evaluate((d) => d.open), false, 'collapsed');
+  assert.match(await thinking.locator('summary').textContent(), /^Thought for \d+\.\d s$/);
+  const reasoning = (await thinking.locator('.reasoning').textContent()).trim();
+  assert.ok(reasoning.length > 0, 'the reasoning is in the block');
+  assert.ok(a.text.trim().length > 0 && !a.text.includes(reasoning), `the answer apart: ${a.text}`);
+  await thinking.locator('summary').click();
+  assert.equal(await thinking.evaluate((d) => d.open), true, 'opens on a click');
+  assert.ok(await thinking.locator('.reasoning').isVisible());
+});
+
+await step('the status dot turns red when the server dies', async () => {
+  await page.locator('#health-dot.up').waitFor();
+  thinker.proc.kill('SIGKILL');
+  servers.delete(thinker);
+  const t1 = Date.now();
+  await page.locator('#health-dot.down').waitFor({ timeout: 6000 });
+  console.log(`     red ${Date.now() - t1} ms after the kill`);
+  assert.match(await page.locator('#health-dot').getAttribute('title'), /unreachable/);
 });
 
 await step('the page loaded nothing external and threw nothing', async () => {

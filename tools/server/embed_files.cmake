@@ -11,13 +11,14 @@ set(arrays "")
 set(entries "")
 set(names "")
 set(index 0)
+string(REPEAT "[0-9a-f]" 40 line_of_hex)  # CMake's regular expressions have no {n}
 foreach(path IN LISTS FILES)
   get_filename_component(name "${path}" NAME)
   file(READ "${path}" hex HEX)
   file(SIZE "${path}" size)
   # Two hex digits a byte; 20 bytes a line; a trailing 0 so that an empty file is a valid array.
+  string(REGEX REPLACE "(${line_of_hex})" "\\1\n    " hex "${hex}")
   string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
-  string(REGEX REPLACE "((0x[0-9a-f][0-9a-f],){20})" "\\1\n    " bytes "${bytes}")
   string(APPEND arrays "// ${name}\nconst unsigned char kFile${index}[] = {\n    ${bytes}0x00};\n")
   string(APPEND entries
          "      {\"${name}\", {reinterpret_cast<const char*>(kFile${index}), ${size}}},\n")
