@@ -2,7 +2,27 @@
 // /health, and stop it with SIGTERM (its exit code must be 0).
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
 import net from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const repo = path.resolve(here, '..');
+// The lamina binary and the model the client tests run (LAMINA_BINARY, LAMINA_MODEL override).
+export const binary = process.env.LAMINA_BINARY || path.join(repo, 'build/release/lamina');
+export const model = process.env.LAMINA_MODEL || path.join(repo, 'models/lamina-counter.gguf');
+
+// An npm package from tests/node (never a global one), or exit 77 (skipped) when it is not
+// installed.
+export function requireClient(name) {
+  try {
+    return createRequire(path.join(here, 'node', 'package.json'))(name);
+  } catch {
+    console.log(`SKIP: ${name} is not installed (npm ci --prefix tests/node)`);
+    process.exit(77);
+  }
+}
 
 export function freePort() {
   return new Promise((resolve, reject) => {

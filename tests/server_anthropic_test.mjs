@@ -4,39 +4,15 @@
 // streamed tool_use (input_json_delta), stop_sequences, and /v1/messages/count_tokens.
 // Exit 0: pass; 77: skipped (the package is not installed); anything else: failure.
 import assert from 'node:assert/strict';
-import { createRequire } from 'node:module';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 
-import { startServer, stopServer } from './node_server.mjs';
+import { startServer, stopServer, binary, model, requireClient, checkRunner } from './node_server.mjs';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const repo = path.resolve(here, '..');
-const binary = process.env.LAMINA_BINARY || path.join(repo, 'build/release/lamina');
-const model = process.env.LAMINA_MODEL || path.join(repo, 'models/lamina-counter.gguf');
-
-let Anthropic;
-try {
-  const require = createRequire(path.join(here, 'node', 'package.json'));
-  const mod = require('@anthropic-ai/sdk');
-  Anthropic = mod.default ?? mod.Anthropic ?? mod;
-} catch {
-  console.log('SKIP: @anthropic-ai/sdk is not installed (npm ci --prefix tests/node)');
-  process.exit(77);
-}
+const sdk = requireClient('@anthropic-ai/sdk');
+const Anthropic = sdk.default ?? sdk.Anthropic ?? sdk;
 
 const count = (n) => Array.from({ length: n }, (_, i) => String(i + 1)).join('\n');
 const countAsk = [{ role: 'user', content: 'Count from 1 to 5, one number per line.' }];
-let failures = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    ++failures;
-    console.log(`FAIL ${name}: ${e.stack || e}`);
-  }
-}
+const { check, finish } = checkRunner();
 
 const key = 'sk-lamina-test';
 const server = await startServer(binary, ['-m', model, '-np', '2', '-c', '2048', '--alias',
@@ -196,8 +172,4 @@ await check('count_tokens: the prompt tokens of a request, tools counted', async
 
 await check('SIGTERM stops the server', async () => { await stopServer(server); });
 
-if (failures > 0) {
-  console.log(`${failures} check(s) failed; server log:\n${server.log()}`);
-  process.exit(1);
-}
-console.log('all checks passed');
+finish(server);

@@ -4,39 +4,15 @@
 // and /api/version, and the API key (tags and version public, the others not).
 // Exit 0: pass; 77: skipped (the package is not installed); anything else: failure.
 import assert from 'node:assert/strict';
-import { createRequire } from 'node:module';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 
-import { startServer, stopServer } from './node_server.mjs';
+import { startServer, stopServer, binary, model, requireClient, checkRunner } from './node_server.mjs';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const repo = path.resolve(here, '..');
-const binary = process.env.LAMINA_BINARY || path.join(repo, 'build/release/lamina');
-const model = process.env.LAMINA_MODEL || path.join(repo, 'models/lamina-counter.gguf');
-
-let Ollama;
-try {
-  const require = createRequire(path.join(here, 'node', 'package.json'));
-  ({ Ollama } = require('ollama'));
-} catch {
-  console.log('SKIP: the ollama package is not installed (npm ci --prefix tests/node)');
-  process.exit(77);
-}
+const { Ollama } = requireClient('ollama');
 
 const count = (n) => Array.from({ length: n }, (_, i) => String(i + 1)).join('\n');
 const countPrompt = 'Count from 1 to 5, one number per line.';
 const countAsk = [{ role: 'user', content: countPrompt }];
-let failures = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    ++failures;
-    console.log(`FAIL ${name}: ${e.stack || e}`);
-  }
-}
+const { check, finish } = checkRunner();
 
 const key = 'sk-lamina-test';
 const server = await startServer(binary, ['-m', model, '-np', '2', '-c', '2048', '--alias',
@@ -179,8 +155,4 @@ await check('a bad request is a 400 with Ollama\'s {"error"}', async () => {
 
 await check('SIGTERM stops the server', async () => { await stopServer(server); });
 
-if (failures > 0) {
-  console.log(`${failures} check(s) failed; server log:\n${server.log()}`);
-  process.exit(1);
-}
-console.log('all checks passed');
+finish(server);

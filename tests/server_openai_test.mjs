@@ -4,25 +4,11 @@
 // slot's context, and tool calls (forced by tool_choice, plain and streamed).
 // Exit 0: pass; 77: skipped (the openai package is not installed); anything else: failure.
 import assert from 'node:assert/strict';
-import { createRequire } from 'node:module';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 
-import { startServer as startLamina, stopServer as stopLamina } from './node_server.mjs';
+import { startServer as startLamina, stopServer as stopLamina, binary, model, requireClient, checkRunner } from './node_server.mjs';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const repo = path.resolve(here, '..');
-const binary = process.env.LAMINA_BINARY || path.join(repo, 'build/release/lamina');
-const model = process.env.LAMINA_MODEL || path.join(repo, 'models/lamina-counter.gguf');
-
-let OpenAI;
-try {
-  const require = createRequire(path.join(here, 'node', 'package.json'));
-  OpenAI = require('openai').default ?? require('openai');
-} catch {
-  console.log('SKIP: the openai package is not installed (npm ci --prefix tests/node)');
-  process.exit(77);
-}
+const openai = requireClient('openai');
+const OpenAI = openai.default ?? openai;
 
 const startServer = (extra) =>
   startLamina(binary, ['-m', model, '-np', '2', '-c', '1024', '--alias', 'tiny-counter,lamina-counter',
@@ -35,16 +21,7 @@ async function stopServer(s) {
 
 const count = (n) => Array.from({ length: n }, (_, i) => String(i + 1)).join('\n');
 const countPrompt = (n) => `Count from 1 to ${n}, one number per line.`;
-let failures = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    ++failures;
-    console.log(`FAIL ${name}: ${e.stack || e}`);
-  }
-}
+const { check, finish } = checkRunner();
 
 const key = 'sk-lamina-test';
 const server = await startServer(['--api-key', key]);
@@ -325,8 +302,4 @@ await check('malformed tools are a 400', async () => {
 
 await check('SIGTERM stops the server within a few seconds', async () => { await stopServer(server); });
 
-if (failures > 0) {
-  console.log(`${failures} check(s) failed; server log:\n${server.log()}`);
-  process.exit(1);
-}
-console.log('all checks passed');
+finish(server);

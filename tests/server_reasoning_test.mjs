@@ -9,26 +9,12 @@
 // Exit 0: pass; 77: skipped (the package is not installed); anything else: failure.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 
-import { checkRunner, startServer, stopServer } from './node_server.mjs';
+import { checkRunner, startServer, stopServer, binary, model, requireClient } from './node_server.mjs';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const repo = path.resolve(here, '..');
-const binary = process.env.LAMINA_BINARY || path.join(repo, 'build/release/lamina');
-const model = process.env.LAMINA_MODEL || path.join(repo, 'models/lamina-counter.gguf');
-
-let OpenAI;
-try {
-  const require = createRequire(path.join(here, 'node', 'package.json'));
-  OpenAI = require('openai').OpenAI;
-} catch {
-  console.log('SKIP: the openai package is not installed (npm ci --prefix tests/node)');
-  process.exit(77);
-}
+const { OpenAI } = requireClient('openai');
 
 // ChatML whose generation prompt opens the thinking block, or closes an empty one when thinking
 // is off (as Qwen3's template does).
