@@ -201,7 +201,8 @@ TEST_F(ServeScope, ExplicitSlotOfAnotherScopeReusesNothing) {
 }
 
 // (d) Within a scope, prefixes are reused as before: the own slot's cells and another slot's
-// (copied over) alike.
+// (copied over while that slot is busy) alike; a request that pins its slot (id_slot) uses that
+// slot's cells only, as llama-server.
 TEST_F(ServeScope, SameScopeStillReuses) {
   const std::vector<int32_t> p = Chat("Count from 3 to 12, one number per line.");
   std::vector<int32_t> longer = p;
@@ -209,17 +210,26 @@ TEST_F(ServeScope, SameScopeStillReuses) {
   longer.insert(longer.end(), more.begin() + 1, more.end());
   for (const std::string scope : {"", "A"}) {
     SCOPED_TRACE("scope '" + scope + "'");
-    auto s = Make(2);
+    auto s = Make(3);
     const Outcome a = Run(*s, MakeRequest(p, scope));
     ASSERT_TRUE(a.error.empty()) << a.error;
     const Outcome own = Run(*s, MakeRequest(longer, scope));
     EXPECT_EQ(own.slot, a.slot);
     EXPECT_GE(own.cache_n, static_cast<int>(p.size()));  // and what it generated
     EXPECT_EQ(own.tokens, Solo(MakeRequest(longer, scope)).tokens);
-    const Outcome copied = Run(*s, MakeRequest(p, scope, 6, 1 - a.slot));
-    EXPECT_EQ(copied.slot, 1 - a.slot);
+    // a.slot busy with a long answer: p goes to another slot, its prefix copied from a.slot.
+    std::shared_ptr<serve::Channel> busy = s->Submit(MakeRequest(longer, scope, 96, a.slot));
+    const Outcome copied = Run(*s, MakeRequest(p, scope));
+    EXPECT_TRUE(Collect(*busy).error.empty());
+    EXPECT_NE(copied.slot, a.slot);
     EXPECT_EQ(copied.cache_n, static_cast<int>(p.size()) - 1);
     EXPECT_EQ(copied.tokens, a.tokens);
+    // Pinned to the slot that holds nothing: nothing is copied, the answer is the same.
+    const int empty_slot = 3 - a.slot - copied.slot;
+    const Outcome pinned = Run(*s, MakeRequest(p, scope, 6, empty_slot));
+    EXPECT_EQ(pinned.slot, empty_slot);
+    EXPECT_EQ(pinned.cache_n, 0);
+    EXPECT_EQ(pinned.tokens, a.tokens);
   }
 }
 

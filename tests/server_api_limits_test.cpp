@@ -70,7 +70,7 @@ Model* ApiLimits::model_ = nullptr;
 // The route a table field is read on.
 Route RouteOf(std::string_view key) {
   if (key == "logprobs" || key == "n") return Route::kOaiCompletion;
-  if (key == "top_logprobs") return Route::kChat;
+  if (key == "top_logprobs" || key == "reasoning_budget_tokens") return Route::kChat;
   return Route::kNative;
 }
 

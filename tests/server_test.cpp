@@ -538,6 +538,7 @@ TEST_F(ServerTest, BadFlagsAreUsageErrors) {
                                                 {"--path", "/srv"},
                                                 {"--api-prefix", "/v2"},
                                                 {"--log-file", "x.log"},
+                                                {"--spec-type", "draft-eagle3"},
                                                 {"--reasoning-format", "r1"},
                                                 {"--reasoning", "maybe"},
                                                 {"--reasoning-budget", "-2"},
@@ -576,6 +577,11 @@ TEST_F(ServerTest, LlamaServerCacheTypesAndGpuFlags) {
   for (const char* flag : {"--n-gpu-layers", "--flash-attn", "--mlock", "--backend-sampling"}) {
     EXPECT_NE(log.find(std::string("warning: ") + flag), std::string::npos) << log;
   }
+  // llama.cpp's speculative spellings: --spec-type ngram-simple is --spec lookup.
+  ServerProcess spec({"-m", kShipped, "--spec-type", "ngram-simple", "--spec-draft-n-max", "4",
+                      "--spec-draft-n-min", "1"});
+  ASSERT_TRUE(spec.healthy()) << spec.Log();
+  EXPECT_EQ(spec.Get("/props").second["default_generation_settings"]["speculative"], true);
 }
 
 TEST_F(ServerTest, ContextFullStopsOrShifts) {

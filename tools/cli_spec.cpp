@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <string>
 
 #include "cli_common.h"
 
@@ -13,12 +15,29 @@ void AddSpecOptions(CLI::App* cmd, SpecCliOptions& s) {
   cmd->add_option("--spec", s.mode,
                   "Speculative decoding: off, lookup (prompt lookup) or draft (a draft model)")
       ->check(CLI::IsMember({"off", "lookup", "draft"}));
+  // llama.cpp's --spec-type, for the kinds lamina has: none, draft-simple, ngram-simple.
+  cmd->add_option_function<std::string>(
+         "--spec-type",
+         [&s](const std::string& value) {
+           static const std::map<std::string, std::string> kModes = {
+               {"none", "off"}, {"draft-simple", "draft"}, {"ngram-simple", "lookup"}};
+           auto it = kModes.find(value);
+           if (it == kModes.end()) {
+             throw CLI::ValidationError("--spec-type", value +
+                                                           ": lamina has none, draft-simple "
+                                                           "(--spec draft) and ngram-simple "
+                                                           "(--spec lookup)");
+           }
+           s.mode = it->second;
+         },
+         "llama.cpp's spelling of --spec")
+      ->group("");
   cmd->add_option(
       "--model-draft", s.draft_model,
       "Draft model for --spec draft (-md) (default: <model>-draft.gguf beside the model)");
-  cmd->add_option("--draft-max,--draft,--draft-n", s.draft_max,
+  cmd->add_option("--draft-max,--draft,--draft-n,--spec-draft-n-max", s.draft_max,
                   "Tokens drafted per verify step (default: 8)");
-  cmd->add_option("--draft-min,--draft-n-min", s.draft_min,
+  cmd->add_option("--draft-min,--draft-n-min,--spec-draft-n-min", s.draft_min,
                   "Drafts shorter than this are not verified (default: 0)");
   cmd->add_option("--draft-p-min", s.draft_p_min,
                   "Stop drafting when the draft model's probability falls below P (default: 0.5)");

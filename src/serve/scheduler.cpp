@@ -341,10 +341,12 @@ void Scheduler::StartInSlot(Slot& slot, Queued q) {
   ClaimSlot(slot, slot.req.cache_scope);
   if (slot.req.cache_prompt) {
     // A longer shared prefix held by another slot of the scope is copied over (a common system
-    // prompt).
+    // prompt) — unless the request pinned its slot (id_slot): then it reuses that slot's cells
+    // only, as llama-server does (a slot restored from a file is not topped up from others).
     int own = CommonPrefix(session_.tokens(slot.id), prompt);
     int donor = -1, donor_common = own;
     for (auto& s : slots_) {
+      if (slot.req.id_slot >= 0) break;
       if (s->id == slot.id || s->scope != slot.scope) continue;
       const int common = CommonPrefix(session_.tokens(s->id), prompt);
       if (common > donor_common) {

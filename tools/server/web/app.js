@@ -15,6 +15,7 @@ import { MarkdownStream } from './markdown.js';
 const $ = (id) => document.getElementById(id);
 const SETTINGS = ['temperature', 'top_k', 'top_p', 'min_p', 'max_tokens', 'seed'];
 const INTS = new Set(['top_k', 'max_tokens', 'seed']);
+const narrow = window.matchMedia('(max-width: 860px)');  // style.css's narrow layout
 const store = {
   get(key, fallback) {
     try { const v = localStorage.getItem(key); return v === null ? fallback : v; } catch { return fallback; }
@@ -227,6 +228,13 @@ function openChat(id) {
   stop();
   const c = id ? store.json('lamina.chat.' + id, null) : null;
   chat = c && Array.isArray(c.messages) ? c : null;
+  // An answer the page was closed on before any of it came: left out like a failed turn.
+  chat?.messages.forEach((m, i) => {
+    if (m.pending && !m.content && !m.reasoning_content) {
+      m.failed = true;
+      if (chat.messages[i - 1]?.role === 'user') chat.messages[i - 1].failed = true;
+    }
+  });
   if (chat) store.set('lamina.currentChat', chat.id); else store.remove('lamina.currentChat');
   thread.replaceChildren();
   if (!chat || !chat.messages.length) showEmpty();
@@ -234,7 +242,7 @@ function openChat(id) {
   renderChatList();
   stick = true;
   toBottom();
-  if (window.matchMedia('(max-width: 860px)').matches) $('chats').classList.add('closed');
+  if (narrow.matches) $('chats').classList.add('closed');
 }
 function newChat() {
   openChat(null);
@@ -536,10 +544,14 @@ $('input').addEventListener('input', autosize);
 $('settings-toggle').addEventListener('click', () => $('settings').classList.toggle('closed'));
 $('settings-close').addEventListener('click', () => $('settings').classList.add('closed'));
 $('chats-toggle').addEventListener('click', () => $('chats').classList.toggle('closed'));
-if (window.matchMedia('(max-width: 860px)').matches) {
+// Narrow windows: the chats and the settings open over the thread, closed until asked for.
+function closeSidePanels() {
+  if (!narrow.matches) return;
   $('settings').classList.add('closed');
   $('chats').classList.add('closed');
 }
+narrow.addEventListener('change', closeSidePanels);
+closeSidePanels();
 
 // ---- monitor ----
 let pollTimer = null;
