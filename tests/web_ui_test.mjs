@@ -259,7 +259,8 @@ await step('a 5,000-token answer streams without a long task on the main thread'
     const tasks = p.tasks.filter((t) => t.start < p.doneAt);
     return { longest: Math.max(0, ...tasks.map((t) => t.ms)), longTasks: tasks.length,
              frameGap: p.frameGap,
-             segments: document.querySelectorAll('.msg.assistant .seg').length };
+             segments: document.querySelectorAll('.msg.assistant .seg').length,
+             leftovers: document.querySelectorAll('.msg.assistant :is(.seg.tail, .seg:empty)').length };
   });
   await page.unroute('**/v1/chat/completions');
   await page.locator('#max_tokens').fill('');
@@ -271,8 +272,10 @@ await step('a 5,000-token answer streams without a long task on the main thread'
   assert.match(a.meta, /^5000 tokens .*finish: length/, `the stats line: ${a.meta}`);
   assert.ok(a.text.startsWith('1\n2\n3\n'), a.text.slice(0, 20));
   assert.ok(perf.segments > 50, `rendered in segments, not as one block: ${perf.segments}`);
-  // Quiet, this page has no long task at all (the page that set the whole text per token: 41,
-  // up to 2.9 s each); the bounds leave room for a machine busy with other work.
+  assert.equal(perf.leftovers, 0, 'no unfinished or empty segment is left');
+  // On an idle 2-core machine this page has at most a task or two just over 50 ms (the page
+  // that set the whole text on every token: 57, up to 1.1 s each); the bounds leave room for a
+  // machine busy with other work.
   assert.ok(perf.longest < 500, `the longest task took ${perf.longest} ms`);
   assert.ok(perf.frameGap < 1000, `no frame for ${perf.frameGap} ms`);
 });
@@ -358,12 +361,14 @@ await step('streamed piece by piece, an answer renders exactly as at once', asyn
         pieces.flush();
       }
       pieces.flush(true);
-      return { same: once.innerHTML === streamed.innerHTML, segments: once.childElementCount };
+      return { same: once.innerHTML === streamed.innerHTML, segments: once.childElementCount,
+               leftovers: streamed.querySelectorAll('.seg.tail, .seg:empty').length };
     });
   }, samples);
   for (const [i, r] of results.entries()) {
     assert.ok(r.same, `sample ${i}: streamed and whole differ`);
     assert.ok(r.segments >= 2, `sample ${i}: ${r.segments} segments`);
+    assert.equal(r.leftovers, 0, `sample ${i}: an unfinished or empty segment is left`);
   }
 });
 

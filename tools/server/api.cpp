@@ -293,6 +293,15 @@ bool ReadParams(const json& body, const Defaults& d, serve::Request* out, ApiErr
       !GetBool(body, "ignore_eos", &p.ignore_eos, err)) {
     return false;
   }
+  // llama-server's adaptive-p sampler is not in lamina's chain: asking for it (a target >= 0) is
+  // refused rather than ignored; a negative target (its "off") is accepted.
+  if (auto it = body.find("adaptive_target"); it != body.end() && !it->is_null()) {
+    if (!it->is_number() || it->get<double>() >= 0.0) {
+      return Fail(err,
+                  "\"adaptive_target\": the adaptive-p sampler is not supported (a negative "
+                  "value, its off, is accepted)");
+    }
+  }
   // DRY's sequence breakers: an array of at most kMaxDryBreakers strings of at most
   // kMaxDryBreakerBytes bytes (an empty array: none).
   if (auto it = body.find("dry_sequence_breakers"); it != body.end() && !it->is_null()) {

@@ -461,6 +461,9 @@ json Server::ParamsJson(const GenerateParams& p) const {
               {"dry_allowed_length", c.dry_allowed_length},
               {"dry_penalty_last_n", c.dry_penalty_last_n},
               {"dry_sequence_breakers", c.dry_sequence_breakers},
+              // llama-server's adaptive-p sampler, which lamina has not: always off.
+              {"adaptive_target", -1.0},
+              {"adaptive_decay", 0.9},
               {"samplers", stages}});
   return out;
 }

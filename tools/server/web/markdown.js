@@ -114,6 +114,7 @@ export class MarkdownStream {
     this.tail = null;
     this.tailSource = null;
     this.scheduled = false;
+    this.finished = false;
   }
 
   // Adds streamed text; it shows on the next animation frame.
@@ -125,24 +126,28 @@ export class MarkdownStream {
     if (document.hidden) setTimeout(run, 100); else requestAnimationFrame(run);
   }
 
-  // Shows all the text now; with final, the tail becomes a finished segment too.
+  // Shows all the text now; with final, the tail becomes a finished segment too (and a frame
+  // still scheduled does nothing).
   flush(final = false) {
+    if (this.finished) return;
     this.scanLines();
     if (final) {
+      this.finished = true;
       if (this.segmentStart < this.text.length || this.fencePrefix) this.commit(this.text.length, false);
       if (this.tail) { this.tail.remove(); this.tail = null; }
       if (this.onRender) this.onRender();
       return;
     }
     const source = this.fencePrefix + this.text.slice(this.segmentStart);
-    if (source === this.tailSource) return;
-    if (!this.tail) {
-      this.tail = document.createElement('div');
-      this.tail.className = 'seg tail' + (this.continues ? ' cont' : '');
-      this.container.append(this.tail);
+    if (source !== (this.tailSource ?? '')) {
+      if (!this.tail) {
+        this.tail = document.createElement('div');
+        this.tail.className = 'seg tail' + (this.continues ? ' cont' : '');
+        this.container.append(this.tail);
+      }
+      this.tail.replaceChildren(renderMarkdown(source));
+      this.tailSource = source;
     }
-    this.tail.replaceChildren(renderMarkdown(source));
-    this.tailSource = source;
     if (this.onRender) this.onRender();
   }
 
@@ -189,10 +194,14 @@ export class MarkdownStream {
   // this one's block (no gap between them); fencePrefix: the code fence the next one is inside.
   commit(end, split, fencePrefix = '') {
     const source = this.fencePrefix + this.text.slice(this.segmentStart, end);
-    const segment = this.tail || document.createElement('div');
-    segment.className = 'seg' + (this.continues ? ' cont' : '') + (split ? ' split' : '');
-    if (source !== this.tailSource) segment.replaceChildren(renderMarkdown(source));
-    if (!this.tail) this.container.append(segment);
+    if (source.trim() === '') {  // blank lines between blocks: no segment
+      if (this.tail) this.tail.remove();
+    } else {
+      const segment = this.tail || document.createElement('div');
+      segment.className = 'seg' + (this.continues ? ' cont' : '') + (split ? ' split' : '');
+      if (source !== this.tailSource) segment.replaceChildren(renderMarkdown(source));
+      if (!this.tail) this.container.append(segment);
+    }
     this.tail = null;
     this.tailSource = null;
     this.segmentStart = end;
