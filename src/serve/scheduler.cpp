@@ -569,20 +569,11 @@ bool Scheduler::Step() {
     // target's own token.
     const int k = static_cast<int>(s.draft.size());
     const int n_window_start = session_.n_past(s.id) - static_cast<int>(row.n);
-    Generator::Step step;
-    int used = 0, n_accepted = 0, n_emitted = 0;
-    for (int i = 0; i <= k; ++i) {
-      const float* logits = base + static_cast<size_t>(i) * n_vocab;
-      bool accepted = false;
-      step = i < k ? s.gen->NextWithDraft(logits, n_vocab, s.draft[i], nullptr, &accepted)
-                   : s.gen->Next(logits, n_vocab);
-      used = i;
-      n_accepted += accepted;
+    auto on_step = [&](int, Generator::Step& step, const float* logits) {
       if (!step.text.empty() || step.token >= 0) {
         Event e;
         e.text = std::move(step.text);
         if (step.token >= 0) {
-          ++n_emitted;
           e.tokens.push_back(step.token);
           if (s.req.n_probs > 0) {
             e.logprobs.emplace_back();
@@ -607,8 +598,11 @@ bool Scheduler::Step() {
         e.timings.draft_n_accepted = s.draft_accepted;
         s.channel->Push(std::move(e));
       }
-      if (step.done || !accepted || s.channel->cancelled()) break;
-    }
+      return !s.channel->cancelled();
+    };
+    const spec::WindowOutcome w = spec::AcceptWindow(*s.gen, base, n_vocab, s.draft, on_step);
+    const Generator::Step& step = w.last;
+    const int used = w.used, n_accepted = w.accepted, n_emitted = w.emitted;
     n_decoded += n_emitted;
     if (k > 0) {
       // Keep the cells of window[0..used]; the rest are rejected drafts.

@@ -58,6 +58,25 @@ int DraftBudget(const Session& session, int seq, int draft_max, int remaining) {
   return k_max;
 }
 
+WindowOutcome AcceptWindow(
+    Generator& gen, const float* rows, int n_vocab, const std::vector<int32_t>& draft,
+    const std::function<bool(int, Generator::Step&, const float*)>& on_step) {
+  WindowOutcome out;
+  const int k = static_cast<int>(draft.size());
+  for (int i = 0;; ++i) {
+    const float* logits = rows + static_cast<size_t>(i) * n_vocab;
+    bool accepted = false;
+    out.last = i < k ? gen.NextWithDraft(logits, n_vocab, draft[i], nullptr, &accepted)
+                     : gen.Next(logits, n_vocab);
+    out.used = i;
+    if (out.last.token >= 0) ++out.emitted;
+    if (accepted) ++out.accepted;
+    const bool go_on = on_step(i, out.last, logits);
+    if (out.last.done || !go_on || !accepted) break;
+  }
+  return out;
+}
+
 Result<GenerateResult> GenerateSpeculative(
     Session& session, int seq, const std::vector<int32_t>& prompt, const GenerateOptions& options,
     Drafter& drafter, const SpecOptions& spec, SpecStats* stats,
@@ -113,24 +132,17 @@ Result<GenerateResult> GenerateSpeculative(
     const int k = static_cast<int>(draft.size());
     Result<const float*> r = session.EvalSeq(seq, window.data(), k + 1, /*all_logits=*/true);
     if (!r.ok()) return r.error();
-    // Row i predicts the token after window[i]; a row whose draft is rejected (or the bonus
-    // row after all k) yields the target's own token and ends the step.
-    int row = 0;
-    int n_accepted = 0;
-    int n_emitted = 0;
-    for (;; ++row) {
-      const float* logits = *r + static_cast<size_t>(row) * n_vocab;
-      bool accepted = false;
-      step = row < k ? gen.NextWithDraft(logits, n_vocab, draft[row], nullptr, &accepted)
-                     : gen.Next(logits, n_vocab);
-      if (step.token >= 0) ++n_emitted;
-      if (accepted) ++n_accepted;
-      emit(step.text);
-      if (step.done || cancelled || !accepted) break;
-    }
-    // Keep the cells of window[0..row]: the tokens whose logits were used. The rest are
+    const WindowOutcome w =
+        AcceptWindow(gen, *r, n_vocab, draft, [&](int, Generator::Step& s, const float*) {
+          emit(s.text);
+          return !cancelled;
+        });
+    step = w.last;
+    const int n_accepted = w.accepted;
+    const int n_emitted = w.emitted;
+    // Keep the cells of window[0..used]: the tokens whose logits were used. The rest are
     // rejected drafts (or an accepted one the plain loop would not have evaluated yet).
-    if (!spec.planted_skip_truncate) session.Truncate(seq, n_before + 1 + row);
+    if (!spec.planted_skip_truncate) session.Truncate(seq, n_before + 1 + w.used);
     if (k > 0) drafter.Accepted(k, n_accepted);
     local.drafted += k;
     local.accepted += n_accepted;

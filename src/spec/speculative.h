@@ -73,6 +73,26 @@ class DraftController {
 // GenerateSpeculative and the server's scheduler both cap their windows with it.
 int DraftBudget(const Session& session, int seq, int draft_max, int remaining);
 
+// One verify window's outcome: window[0..used] keep their cells (the tokens whose logits were
+// used; the rest are rejected drafts), `accepted` drafts were kept, `emitted` tokens sampled,
+// and `last` is the final step (done when generation ended).
+struct WindowOutcome {
+  int used = 0;
+  int accepted = 0;
+  int emitted = 0;
+  Generator::Step last;
+};
+
+// The one accept rule of every verify window (the CLI's GenerateSpeculative and the server's
+// scheduler): row i of `rows` ([draft.size() + 1, n_vocab]) predicts the token after window[i];
+// drafts are accepted while the generator's sampler agrees (Generator::NextWithDraft), and the
+// first rejection — or the row after the last draft — gives the target's own token and ends the
+// window. on_step(i, step, logits) sees every step (its text and token) and returns false to
+// stop after it (a cancelled request).
+WindowOutcome AcceptWindow(
+    Generator& gen, const float* rows, int n_vocab, const std::vector<int32_t>& draft,
+    const std::function<bool(int, Generator::Step&, const float*)>& on_step);
+
 // Generate (runtime/generate.h) with speculation on sequence `seq`; stats (optional) receives
 // the drafting figures.
 Result<GenerateResult> GenerateSpeculative(

@@ -203,7 +203,7 @@ function saveChat(c) {
     store.remove('lamina.chat.' + index.pop().id);
   }
   store.set('lamina.chats', JSON.stringify(index));
-  store.set('lamina.currentChat', c.id);
+  if (chat === c) store.set('lamina.currentChat', c.id);  // not when another chat was opened since
   renderChatList();
 }
 let saveTimer = null;
