@@ -68,6 +68,16 @@ struct Progress {
   double time_ms = 0.0;
 };
 
+// Why the engine ended a request with an error. The engine knows no protocol: tools/server maps
+// each kind to an HTTP status and llama-server's error type (api::EventError).
+enum class ErrorKind {
+  kNone,
+  kShuttingDown,     // the server is stopping (or stopped) before the answer ended
+  kBadRequest,       // the request cannot run: an empty prompt, a slot that does not exist
+  kContextExceeded,  // the prompt is longer than a slot's context (n_prompt_tokens, n_ctx)
+  kEngineFailure,    // a forward pass failed
+};
+
 struct Event {
   enum class Kind { kText, kProgress, kDone, kError };
   Kind kind = Kind::kText;
@@ -87,9 +97,9 @@ struct Event {
   int slot = -1;
   int n_ctx = 0;    // the slot's context
   Timings timings;  // kDone: the request's; kText: so far
-  // kError: the HTTP status, the error type llama-server uses and a message.
-  int status = 0;
-  std::string error_type;
+  // kError: what went wrong, in the engine's terms (the HTTP edge maps it to a status and an
+  // error type), and a message.
+  ErrorKind error = ErrorKind::kNone;
   std::string message;
   int n_prompt_tokens = 0;  // exceed_context_size_error: both numbers
 };

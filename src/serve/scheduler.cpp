@@ -167,8 +167,7 @@ std::shared_ptr<Channel> Scheduler::Submit(Request request) {
     if (stop_) {
       Event e;
       e.kind = Event::Kind::kError;
-      e.status = 503;
-      e.error_type = "unavailable_error";
+      e.error = ErrorKind::kShuttingDown;
       e.message = "the server is shutting down";
       channel->Push(std::move(e));
       return channel;
@@ -199,14 +198,13 @@ void Scheduler::Loop() {
   }
   // Ending: every open request gets an error so no HTTP thread waits forever.
   for (auto& s : slots_) {
-    if (s->busy) Fail(*s, 503, "unavailable_error", "the server is shutting down");
+    if (s->busy) Fail(*s, ErrorKind::kShuttingDown, "the server is shutting down");
   }
   std::lock_guard<std::mutex> lock(mutex_);
   for (Queued& q : queue_) {
     Event e;
     e.kind = Event::Kind::kError;
-    e.status = 503;
-    e.error_type = "unavailable_error";
+    e.error = ErrorKind::kShuttingDown;
     e.message = "the server is shutting down";
     q.channel->Push(std::move(e));
   }
@@ -229,12 +227,11 @@ void Scheduler::Admit() {
     if (n_prompt == 0 || n_prompt > n_ctx_slot() || (q.request.id_slot >= config_.n_slots)) {
       Event e;
       e.kind = Event::Kind::kError;
-      e.status = 400;
       if (n_prompt == 0) {
-        e.error_type = "invalid_request_error";
+        e.error = ErrorKind::kBadRequest;
         e.message = "the prompt is empty (and the model adds no BOS token)";
       } else if (n_prompt > n_ctx_slot()) {
-        e.error_type = "exceed_context_size_error";
+        e.error = ErrorKind::kContextExceeded;
         e.message =
             "the request exceeds the available context size, try increasing it: the "
             "prompt has " +
@@ -243,7 +240,7 @@ void Scheduler::Admit() {
         e.n_prompt_tokens = n_prompt;
         e.n_ctx = n_ctx_slot();
       } else {
-        e.error_type = "invalid_request_error";
+        e.error = ErrorKind::kBadRequest;
         e.message = "id_slot " + std::to_string(q.request.id_slot) + " does not exist (" +
                     std::to_string(config_.n_slots) + " slots)";
       }
@@ -424,11 +421,10 @@ void Scheduler::Finish(Slot& slot, StopReason reason) {
   Release(slot, /*cancelled=*/false);
 }
 
-void Scheduler::Fail(Slot& slot, int status, const std::string& type, const std::string& message) {
+void Scheduler::Fail(Slot& slot, ErrorKind error, const std::string& message) {
   Event e;
   e.kind = Event::Kind::kError;
-  e.status = status;
-  e.error_type = type;
+  e.error = error;
   e.message = message;
   slot.channel->Push(std::move(e));
   Release(slot, /*cancelled=*/false);
@@ -539,7 +535,7 @@ bool Scheduler::Step() {
     }
   }
   if (!r.ok()) {
-    for (const Row& row : rows) Fail(*row.slot, 500, "server_error", r.error().message);
+    for (const Row& row : rows) Fail(*row.slot, ErrorKind::kEngineFailure, r.error().message);
     return true;
   }
   const int n_vocab = model_.hparams().n_vocab;

@@ -141,7 +141,7 @@ class Scheduler {
   // One forward pass over every busy slot's next tokens; false when there was nothing to do.
   bool Step();
   void Finish(Slot& slot, StopReason reason);
-  void Fail(Slot& slot, int status, const std::string& type, const std::string& message);
+  void Fail(Slot& slot, ErrorKind error, const std::string& message);
   void Release(Slot& slot, bool cancelled);
   void ShiftContext(Slot& slot, int32_t next_token);
   void PublishInfo();

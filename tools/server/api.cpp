@@ -22,6 +22,22 @@ json ErrorBody(const ApiError& e) {
   return {{"error", error}};
 }
 
+ApiError EventError(const serve::Event& e) {
+  switch (e.error) {
+    case serve::ErrorKind::kShuttingDown:
+      return {503, "unavailable_error", e.message};
+    case serve::ErrorKind::kBadRequest:
+      return {400, "invalid_request_error", e.message};
+    case serve::ErrorKind::kContextExceeded:
+      return {400, "exceed_context_size_error", e.message,
+              {{"n_prompt_tokens", e.n_prompt_tokens}, {"n_ctx", e.n_ctx}}};
+    case serve::ErrorKind::kEngineFailure:
+    case serve::ErrorKind::kNone:
+      break;
+  }
+  return {500, "server_error", e.message};
+}
+
 namespace {
 
 constexpr ValueRange kChoicesRange = IntegerRange(1, kMaxChoices);

@@ -29,6 +29,10 @@ struct ApiError {
   json extra = json::object();
 };
 json ErrorBody(const ApiError& e);
+// An engine error event (serve::ErrorKind) as the HTTP edge answers it: the status and
+// llama-server's error type (503 unavailable_error, 400 invalid_request_error, 400
+// exceed_context_size_error with n_prompt_tokens and n_ctx, 500 server_error) and its message.
+ApiError EventError(const serve::Event& e);
 
 // Request defaults from the command line.
 struct Defaults {

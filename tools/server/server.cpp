@@ -876,9 +876,10 @@ class OaiStream {
   }
 
   bool Error(const serve::Event& e) {
-    remember_(e.status, e);
+    const ApiError err = api::EventError(e);
+    remember_(err.status, e);
     CancelAll();
-    json j = api::ErrorBody({e.status, e.error_type, e.message});
+    json j = api::ErrorBody(err);
     Write(route_ == Route::kCompletion ? "error: " + Dump(j) + "\n\n" : Sse(j));
     finished_ = true;
     if (route_ != Route::kCompletion) Write("data: [DONE]\n\n");
@@ -1091,9 +1092,9 @@ void Server::HandleCompletion(const http::Request& req, http::Response& res, Rou
       for (const Collector::Answer& k : col->answers) {
         if (k.last.kind == serve::Event::Kind::kError) {
           cancel_all();
-          remember(k.last.status, k.last);
-          return {k.last.status,
-                  api::ErrorBody({k.last.status, k.last.error_type, k.last.message})};
+          const ApiError err = api::EventError(k.last);
+          remember(err.status, k.last);
+          return {err.status, api::ErrorBody(err)};
         }
         remember(200, k.last);
         timings.push_back(k.last.timings);
@@ -1685,9 +1686,10 @@ void StreamFormatted(http::Response& res, std::shared_ptr<serve::Channel> ch,
         if (e.kind == serve::Event::Kind::kText) return write(f->Text(e.text));
         bool ok = true;
         if (e.kind == serve::Event::Kind::kError) {
-          remember(e.status, e);
+          const ApiError err = api::EventError(e);
+          remember(err.status, e);
           cancel_all();
-          write(f->StreamError({e.status, e.error_type, e.message}));
+          write(f->StreamError(err));
         } else {
           remember(200, e);
           ok = write(f->Done(e));
@@ -1744,8 +1746,9 @@ void Server::HandleProtocol(const http::Request& req, http::Response& res, Proto
     const Collector::Answer& k = col->answers[0];
     if (k.last.kind == serve::Event::Kind::kError) {
       cancel_all();
-      remember(k.last.status, k.last);
-      return {k.last.status, f->Error({k.last.status, k.last.error_type, k.last.message})};
+      const ApiError err = api::EventError(k.last);
+      remember(err.status, k.last);
+      return {err.status, f->Error(err)};
     }
     remember(200, k.last);
     return {200, f->Whole(k.text, k.last)};
