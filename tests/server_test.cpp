@@ -1461,7 +1461,8 @@ TEST_F(ServerTest, AssistantPrefillInEveryTemplate) {
       {{"--chat-template", "llama3"},
        "<|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|><|start_header_id|>assistant<|end_"
        "header_id|>\n\n1\n2\n3"},
-      {{"--chat-template", "qwen3"}, "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n1\n2\n3"},
+      {{"--chat-template", "qwen3"},
+       "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n1\n2\n3"},
       {{"--chat-template", "qwen3", "--reasoning", "off"},
        "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n1\n2\n3"},
       {{"--chat-template", "gemma"},

@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "build_info.h"
 #include "cli_commands.h"
 #include "cli_common.h"
 #include "cli_options.h"
 #include "cli_spec.h"
 #include "runtime/kv_cache.h"
-#include "build_info.h"
 #include "server/server.h"
 #include "tokenizer/chat_template.h"
 

@@ -26,14 +26,23 @@ const char* StopReasonName(StopReason reason) {
   return "?";
 }
 
+namespace {
+
+// Whether generation after `history` begins the text (nothing but BOS before it).
+bool StartsText(const Tokenizer& tokenizer, const std::vector<int32_t>& history) {
+  return history.empty() || (history.size() == 1 && history[0] == tokenizer.bos());
+}
+
+}  // namespace
+
 Generator::Generator(const Tokenizer& tokenizer, const GenerateParams& params,
                      std::vector<int32_t> history)
     : tokenizer_(tokenizer),
       params_(params),
       sampler_(params.sampler, &tokenizer),
-      detok_(tokenizer, history.empty() || (history.size() == 1 && history[0] == tokenizer.bos())),
+      detok_(tokenizer, StartsText(tokenizer, history)),
       history_(std::move(history)),
-      text_starts_(history_.empty() || (history_.size() == 1 && history_[0] == tokenizer.bos())) {
+      text_starts_(StartsText(tokenizer, history_)) {
   params_.stop.erase(std::remove(params_.stop.begin(), params_.stop.end(), std::string()),
                      params_.stop.end());
   if (params_.n_predict == 0) reason_ = StopReason::kLimit;
@@ -52,8 +61,8 @@ int32_t Generator::ForcedToken() {
     constexpr std::string_view kClose = "</think>";
     bool closing = false;
     for (size_t len = 1; len < kClose.size() && len <= think_tail_.size(); ++len) {
-      closing |= std::string_view(think_tail_).substr(think_tail_.size() - len) ==
-                 kClose.substr(0, len);
+      closing |=
+          std::string_view(think_tail_).substr(think_tail_.size() - len) == kClose.substr(0, len);
     }
     const int grace = static_cast<int>(params_.think_close.size());
     if (!closing || thinking_tokens_ >= params_.reasoning_budget + grace) {

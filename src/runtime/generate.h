@@ -130,7 +130,7 @@ class Generator {
   std::string think_head_;
   std::string think_tail_;  // the last bytes of the raw text inside the block
   std::string text_;        // released text
-  std::string pending_;  // decoded, not yet released (may begin a stop string)
+  std::string pending_;     // decoded, not yet released (may begin a stop string)
   StopReason reason_ = StopReason::kNone;
   std::string stop_word_;
   std::optional<GrammarMatcher> matcher_;

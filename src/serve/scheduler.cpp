@@ -294,7 +294,8 @@ void Scheduler::Admit() {
 int Scheduler::UnifiedReserve(const Request& request) const {
   const int64_t n_predict = request.params.n_predict;
   if (n_predict < 0) return n_ctx_slot();
-  const int64_t most = static_cast<int64_t>(request.prompt.size()) + std::max<int64_t>(1, n_predict);
+  const int64_t most =
+      static_cast<int64_t>(request.prompt.size()) + std::max<int64_t>(1, n_predict);
   return static_cast<int>(std::min<int64_t>(n_ctx_slot(), most));
 }
 
@@ -466,9 +467,8 @@ bool Scheduler::Step() {
     // the batch could never be kept.
     // The window must leave the slot's last cell free (the full-slot rule in the loop below),
     // so that drafting never yields a token more than plain decoding would.
-    const int k_max =
-        std::min({spec::DraftBudget(session_, s->id, draft_max, s->gen->remaining()),
-                  config_.n_batch - 1, n_ctx_slot() - session_.n_past(s->id) - 2});
+    const int k_max = std::min({spec::DraftBudget(session_, s->id, draft_max, s->gen->remaining()),
+                                config_.n_batch - 1, n_ctx_slot() - session_.n_past(s->id) - 2});
     if (k_max <= 0 || !s->controller->ShouldDraft()) continue;
     s->asked = true;
     const double t0 = NowSeconds();

@@ -89,9 +89,9 @@ struct WindowOutcome {
 // first rejection — or the row after the last draft — gives the target's own token and ends the
 // window. on_step(i, step, logits) sees every step (its text and token) and returns false to
 // stop after it (a cancelled request).
-WindowOutcome AcceptWindow(
-    Generator& gen, const float* rows, int n_vocab, const std::vector<int32_t>& draft,
-    const std::function<bool(int, Generator::Step&, const float*)>& on_step);
+WindowOutcome AcceptWindow(Generator& gen, const float* rows, int n_vocab,
+                           const std::vector<int32_t>& draft,
+                           const std::function<bool(int, Generator::Step&, const float*)>& on_step);
 
 // Generate (runtime/generate.h) with speculation on sequence `seq`; stats (optional) receives
 // the drafting figures.

@@ -29,7 +29,9 @@ ApiError EventError(const serve::Event& e) {
     case serve::ErrorKind::kBadRequest:
       return {400, "invalid_request_error", e.message};
     case serve::ErrorKind::kContextExceeded:
-      return {400, "exceed_context_size_error", e.message,
+      return {400,
+              "exceed_context_size_error",
+              e.message,
               {{"n_prompt_tokens", e.n_prompt_tokens}, {"n_ctx", e.n_ctx}}};
     case serve::ErrorKind::kEngineFailure:
     case serve::ErrorKind::kNone:
@@ -556,8 +558,7 @@ bool ReadOnePrompt(const json& v, const Model& model, std::vector<int32_t>* out,
     }
     auto text = v.find("prompt_string");
     if (text == v.end() || !(text->is_string() || text->is_array())) {
-      return Fail(err,
-                  "a \"prompt\" object needs \"prompt_string\": a string, token ids or a mix");
+      return Fail(err, "a \"prompt\" object needs \"prompt_string\": a string, token ids or a mix");
     }
     return ReadOnePrompt(*text, model, out, err);
   }
@@ -891,8 +892,7 @@ bool ReadRenderOptions(const json& body, const Defaults& defaults, ChatRenderOpt
   json kwargs = defaults.chat_template_kwargs;
   if (auto it = body.find("chat_template_kwargs"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) return Fail(err, "\"chat_template_kwargs\" must be an object");
-    if (it->size() > kMaxTemplateKwargs ||
-        it->dump().size() > kMaxTemplateKwargsBytes) {
+    if (it->size() > kMaxTemplateKwargs || it->dump().size() > kMaxTemplateKwargsBytes) {
       return Fail(err, "\"chat_template_kwargs\" over " + std::to_string(kMaxTemplateKwargs) +
                            " members or " + std::to_string(kMaxTemplateKwargsBytes) + " bytes");
     }
@@ -900,9 +900,9 @@ bool ReadRenderOptions(const json& body, const Defaults& defaults, ChatRenderOpt
   }
   if (auto effort = body.find("reasoning_effort"); effort != body.end() && !effort->is_null()) {
     static const char* const kEfforts[] = {"none", "minimal", "low", "medium", "high"};
-    const bool known = effort->is_string() &&
-                       std::any_of(std::begin(kEfforts), std::end(kEfforts),
-                                   [&](const char* e) { return *effort == e; });
+    const bool known =
+        effort->is_string() && std::any_of(std::begin(kEfforts), std::end(kEfforts),
+                                           [&](const char* e) { return *effort == e; });
     if (!known) {
       return Fail(err,
                   "\"reasoning_effort\" must be \"none\", \"minimal\", \"low\", \"medium\" or "
@@ -1101,8 +1101,8 @@ bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,
   if (budget >= 0) {
     r.params.reasoning_budget = budget;
     r.params.thinking_at_start = out->thinking_at_start;
-    r.params.think_close = model.tokenizer().Encode(
-        message + std::string(serve::kThinkClose), /*add_special=*/false, /*parse_special=*/true);
+    r.params.think_close = model.tokenizer().Encode(message + std::string(serve::kThinkClose),
+                                                    /*add_special=*/false, /*parse_special=*/true);
   }
   r.prompt = TokenizePrompt(model, text, true);
   out->requests.push_back(std::move(r));

@@ -352,14 +352,15 @@ bool ResponsesInput(const json& input, json* messages, ApiError* err) {
                          std::any_of(std::begin(kRoles), std::end(kRoles),
                                      [&](const char* r) { return *role == r; });
       if (!known) {
-        return Fail(err, where + ".role must be \"user\", \"assistant\", \"system\" or \"developer\"");
+        return Fail(err,
+                    where + ".role must be \"user\", \"assistant\", \"system\" or \"developer\"");
       }
       std::string text;
       auto content = item.find("content");
       if (content == item.end()) return Fail(err, where + ".content is missing");
       if (!ResponsesContent(*content, where + ".content", &text, err)) return false;
-      messages->push_back(
-          {{"role", *role == "developer" ? "system" : role->get<std::string>()}, {"content", text}});
+      messages->push_back({{"role", *role == "developer" ? "system" : role->get<std::string>()},
+                           {"content", text}});
     } else if (type == "function_call") {
       for (const char* k : {"call_id", "name", "arguments"}) {
         if (!item.contains(k) || !item[k].is_string()) {
@@ -390,8 +391,9 @@ bool ResponsesInput(const json& input, json* messages, ApiError* err) {
     } else if (type == "reasoning") {
       continue;  // earlier reasoning items are not rendered again
     } else {
-      return Fail(err, where + ".type \"" + type + "\" is not supported (message, function_call, "
-                       "function_call_output, reasoning)");
+      return Fail(err, where + ".type \"" + type +
+                           "\" is not supported (message, function_call, "
+                           "function_call_output, reasoning)");
     }
   }
   return true;
@@ -475,7 +477,8 @@ bool ResponsesToChat(const json& body, json* out, json* echo, ApiError* err) {
       } else if (type == "json_object" || type == "text") {
         (*out)["response_format"] = {{"type", type}};
       } else {
-        return Fail(err, "\"text.format.type\" must be \"text\", \"json_object\" or \"json_schema\"");
+        return Fail(err,
+                    "\"text.format.type\" must be \"text\", \"json_object\" or \"json_schema\"");
       }
     }
   }
@@ -737,10 +740,10 @@ class AnthropicFormatter : public Formatter {
   }
   std::string ThinkingStop() {
     thinking_open_ = false;
-    std::string out = Event("content_block_delta",
-                            {{"type", "content_block_delta"},
-                             {"index", n_blocks_},
-                             {"delta", {{"type", "signature_delta"}, {"signature", ""}}}});
+    std::string out =
+        Event("content_block_delta", {{"type", "content_block_delta"},
+                                      {"index", n_blocks_},
+                                      {"delta", {{"type", "signature_delta"}, {"signature", ""}}}});
     out += BlockStop();  // after: it moves n_blocks_ on
     return out;
   }
@@ -919,8 +922,8 @@ class ResponsesFormatter : public Formatter {
   }
 
   json Error(const ApiError& e) const override {
-    return {{"error", {{"message", e.message}, {"type", e.type}, {"param", nullptr},
-                       {"code", e.status}}}};
+    return {{"error",
+             {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", e.status}}}};
   }
   std::string StreamError(const ApiError& e) const override {
     return Event("error", {{"code", e.type}, {"message", e.message}, {"param", nullptr}});
@@ -981,12 +984,8 @@ class ResponsesFormatter : public Formatter {
             {"content", json::array({{{"type", "reasoning_text"}, {"text", text}}})}};
   }
   static json CallItem(const serve::ToolCall& c) {
-    return {{"type", "function_call"},
-            {"id", RandomId("fc_")},
-            {"call_id", RandomId("call_")},
-            {"name", c.name},
-            {"arguments", c.arguments},
-            {"status", "completed"}};
+    return {{"type", "function_call"}, {"id", RandomId("fc_")},    {"call_id", RandomId("call_")},
+            {"name", c.name},          {"arguments", c.arguments}, {"status", "completed"}};
   }
   // Streamed parts: reasoning text into the reasoning item, content into the message's part.
   std::string Parts(const AnswerText::Parts& p) {
