@@ -4,16 +4,16 @@
 #include <cstdint>
 #include <string_view>
 
-#include "tokenizer/jinja.h"
+#include "chat/jinja.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using lamina::jinja::Value;
-  lamina::jinja::Limits limits;
+  using lamina::chat::jinja::Value;
+  lamina::chat::jinja::Limits limits;
   limits.max_template_bytes = 64 << 10;
   limits.max_loop_iterations = 2000;
   limits.max_output_bytes = 1 << 16;
   limits.max_work = 200000;
-  auto t = lamina::jinja::Template::Parse(
+  auto t = lamina::chat::jinja::Template::Parse(
       std::string_view(reinterpret_cast<const char*>(data), size), limits);
   if (!t.ok()) return 0;
   auto msg = [](const char* role, const char* content) {
@@ -27,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
        {"add_generation_prompt", true},
        {"enable_thinking", false},
        {"tools", Value::None()}});
-  lamina::jinja::RenderOptions ro;
+  lamina::chat::jinja::RenderOptions ro;
   ro.now_unix = 1721952000;
   (void)t->Render(ctx, ro);
   return 0;

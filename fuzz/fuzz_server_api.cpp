@@ -10,9 +10,9 @@
 #include <memory>
 #include <string>
 
+#include "chat/chat_template.h"
 #include "model/model.h"
 #include "server/api.h"
-#include "tokenizer/chat_template.h"
 
 namespace {
 
@@ -20,7 +20,7 @@ namespace api = lamina::cli::api;
 
 struct State {
   std::unique_ptr<lamina::Model> model;
-  lamina::ChatSetup chat[4];  // the model's template, ChatML, Qwen3, Llama-3
+  lamina::chat::ChatSetup chat[4];  // the model's template, ChatML, Qwen3, Llama-3
   api::Defaults defaults;
 };
 
@@ -34,13 +34,13 @@ State* LoadState() {
   }
   s->model = std::move(model).value();
   auto tmpl = s->model->file().GetString("tokenizer.chat_template");
-  s->chat[0] = lamina::ChatSetupFromTemplate(tmpl.ok() ? *tmpl : "");
-  if (s->chat[0].format == lamina::ChatFormat::kUnknown) {
-    s->chat[0].format = lamina::ChatFormat::kChatML;
+  s->chat[0] = lamina::chat::ChatSetupFromTemplate(tmpl.ok() ? *tmpl : "");
+  if (s->chat[0].format == lamina::chat::ChatFormat::kUnknown) {
+    s->chat[0].format = lamina::chat::ChatFormat::kChatML;
   }
-  s->chat[1].format = lamina::ChatFormat::kChatML;
-  s->chat[2].format = lamina::ChatFormat::kQwen3;
-  s->chat[3].format = lamina::ChatFormat::kLlama3;
+  s->chat[1].format = lamina::chat::ChatFormat::kChatML;
+  s->chat[2].format = lamina::chat::ChatFormat::kQwen3;
+  s->chat[3].format = lamina::chat::ChatFormat::kLlama3;
   s->defaults.params.n_predict = 16;
   return s;
 }
@@ -69,7 +69,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   State& st = GetState();
   if (size < 1) return 0;
   const int route = data[0] & 3;
-  const lamina::ChatSetup& chat = st.chat[(data[0] >> 2) & 3];
+  const lamina::chat::ChatSetup& chat = st.chat[(data[0] >> 2) & 3];
   const api::json body = api::json::parse(data + 1, data + size, nullptr, false);
   if (body.is_discarded() || !body.is_object()) return 0;  // the server answers 400 before
   api::Completion c;

@@ -2,13 +2,14 @@
 // cut the text before them (also when the streamed pieces split them), the token budget and a
 // full context end generation, the streamed pieces add up to the final text, and a thinking
 // budget forces the close tag after exactly its number of tokens.
-#include "runtime/generate.h"
+#include "engine/generate.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "model/model.h"
+#include "runtime/generate.h"
 
 namespace lamina {
 namespace {
@@ -45,19 +46,19 @@ TEST_F(GenerateTest, ReusedPrefixGivesTheColdRunsTokens) {
     if (t != model_->tokenizer().bos()) ab.push_back(t);
   }
   Session warm(*model_, sc, pool_);
-  Result<GenerateResult> first = Generate(warm, 0, a, Greedy(30));
+  Result<GenerateResult> first = engine::Generate(warm, 0, a, Greedy(30));
   ASSERT_TRUE(first.ok()) << first.error().message;
   EXPECT_EQ(first->n_cached, 0);
-  Result<GenerateResult> reused = Generate(warm, 0, ab, Greedy(30));
+  Result<GenerateResult> reused = engine::Generate(warm, 0, ab, Greedy(30));
   ASSERT_TRUE(reused.ok());
   EXPECT_EQ(reused->n_cached, static_cast<int>(a.size()));
   Session cold(*model_, sc, pool_);
-  Result<GenerateResult> fresh = Generate(cold, 0, ab, Greedy(30));
+  Result<GenerateResult> fresh = engine::Generate(cold, 0, ab, Greedy(30));
   ASSERT_TRUE(fresh.ok());
   EXPECT_EQ(reused->tokens, fresh->tokens);
   EXPECT_EQ(reused->text, fresh->text);
   // The same prompt again reuses all but its last token.
-  Result<GenerateResult> again = Generate(warm, 0, ab, Greedy(30));
+  Result<GenerateResult> again = engine::Generate(warm, 0, ab, Greedy(30));
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->n_cached, static_cast<int>(ab.size()) - 1);
   EXPECT_EQ(again->tokens, fresh->tokens);
@@ -68,7 +69,7 @@ TEST_F(GenerateTest, StopStringsCutTheTextBeforeThem) {
   sc.n_ctx = 512;
   const std::vector<int32_t> prompt = Encode("Count from 1 to 40, one number per line.\n");
   Session s(*model_, sc, pool_);
-  Result<GenerateResult> plain = Generate(s, 0, prompt, Greedy(60));
+  Result<GenerateResult> plain = engine::Generate(s, 0, prompt, Greedy(60));
   ASSERT_TRUE(plain.ok());
   const std::string& text = plain->text;
   ASSERT_GT(text.size(), 30u) << text;
@@ -78,7 +79,7 @@ TEST_F(GenerateTest, StopStringsCutTheTextBeforeThem) {
     GenerateOptions o = Greedy(60);
     o.params.stop = {"never appears", stop};
     std::string streamed;
-    Result<GenerateResult> r = Generate(s, 0, prompt, o, [&](const std::string& piece) {
+    Result<GenerateResult> r = engine::Generate(s, 0, prompt, o, [&](const std::string& piece) {
       streamed += piece;
       return true;
     });
@@ -97,16 +98,16 @@ TEST_F(GenerateTest, BudgetAndContextEndGeneration) {
   sc.n_ctx = 40;
   const std::vector<int32_t> prompt = Encode("Count from 1 to 300, one number per line.\n");
   Session s(*model_, sc, pool_);
-  Result<GenerateResult> none = Generate(s, 0, prompt, Greedy(0));
+  Result<GenerateResult> none = engine::Generate(s, 0, prompt, Greedy(0));
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->tokens.empty());
   EXPECT_EQ(none->reason, StopReason::kLimit);
-  Result<GenerateResult> full = Generate(s, 0, prompt, Greedy(-1));
+  Result<GenerateResult> full = engine::Generate(s, 0, prompt, Greedy(-1));
   ASSERT_TRUE(full.ok());
   EXPECT_EQ(full->reason, StopReason::kContextFull);
   EXPECT_EQ(static_cast<int>(prompt.size() + full->tokens.size()), sc.n_ctx + 1);
   Result<GenerateResult> cancelled =
-      Generate(s, 0, prompt, Greedy(-1), [](const std::string&) { return false; });
+      engine::Generate(s, 0, prompt, Greedy(-1), [](const std::string&) { return false; });
   ASSERT_TRUE(cancelled.ok());
   EXPECT_EQ(cancelled->reason, StopReason::kCancelled);
   EXPECT_LE(cancelled->tokens.size(), 3u);

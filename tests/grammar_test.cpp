@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <random>
 
+#include "engine/generate.h"
 #include "model/model.h"
 #include "runtime/generate.h"
 
@@ -260,7 +261,7 @@ TEST_P(GrammarModel, GenerationAlwaysMatches) {
       o.params.sampler.top_p = 1.0f;
       o.params.sampler.min_p = 0.0f;
       o.params.sampler.seed = seed;
-      Result<GenerateResult> r = Generate(session, 0, prompt, o);
+      Result<GenerateResult> r = engine::Generate(session, 0, prompt, o);
       ASSERT_TRUE(r.ok()) << r.error().message;
       if (r->reason == StopReason::kEos) {
         EXPECT_TRUE(Matches(g, r->text)) << src << "\nseed " << seed << ": '" << r->text << "'";

@@ -1,6 +1,6 @@
 // The Jinja engine: each feature, malformed templates and the limits, the built-in chat
 // templates and the templates found in GGUF files rendered byte for byte.
-#include "tokenizer/jinja.h"
+#include "chat/jinja.h"
 
 #include <gtest/gtest.h>
 
@@ -8,10 +8,10 @@
 #include <filesystem>
 #include <string>
 
+#include "chat/chat_template.h"
 #include "gguf/gguf.h"
-#include "tokenizer/chat_template.h"
 
-namespace lamina {
+namespace lamina::chat {
 namespace {
 
 using jinja::Array;
@@ -1906,4 +1906,4 @@ TEST(PublishedTemplates, Glm46) {
 }
 
 }  // namespace
-}  // namespace lamina
+}  // namespace lamina::chat

@@ -9,6 +9,7 @@
 #include <random>
 #include <regex>
 
+#include "engine/generate.h"
 #include "model/model.h"
 #include "runtime/generate.h"
 #include "runtime/grammar.h"
@@ -436,7 +437,7 @@ TEST_P(JsonSchemaModel, RandomSchemasAlwaysGiveValidJson) {
     o.params.n_predict = 1200;
     o.params.sampler.temperature = i % 4 == 0 ? 0.0f : 0.8f;
     o.params.sampler.seed = i;
-    Result<GenerateResult> r = Generate(session, 0, prompt, o);
+    Result<GenerateResult> r = engine::Generate(session, 0, prompt, o);
     ASSERT_TRUE(r.ok()) << r.error().message;
     ASSERT_EQ(r->reason, StopReason::kEos) << schema.dump() << "\n" << r->text;
     json doc;

@@ -54,15 +54,12 @@ const char* PathName(Path p) {
   return "?";
 }
 
-// observer: the cache's write hook (a planted fault), or none; skip_state_restore: the
-// recurrent state's planted fault (Truncate leaves it as it is).
+// observer: the session's write observer (a planted fault), or none.
 PathRun RunPath(const Model& model, SessionConfig sc, const std::vector<int32_t>& tokens, Path path,
-                ThreadPool& pool, const KvWriteObserver* observer = nullptr,
-                bool skip_state_restore = false) {
+                ThreadPool& pool, const WriteObserver* observer = nullptr) {
   const int n_vocab = model.hparams().n_vocab;
   sc.write_observer = observer;
   Session s(model, sc, pool);
-  s.mutable_recurrent().set_fault_skip_restore(skip_state_restore);
   PathRun run;
   run.logits.resize(tokens.size() * n_vocab);
   std::mt19937 rng(7);
@@ -349,7 +346,7 @@ TEST(KvWritePathsTeeth, PlantedFaultsAreCaught) {
   const int n_vocab = (*model)->hparams().n_vocab;
   const PathRun batch = RunPath(**model, sc, tokens, Path::kBatch, pool);
   for (probe::Fault f : {probe::Fault::kSkipDecodeWrites, probe::Fault::kCorruptDecodeWrites}) {
-    const std::unique_ptr<KvWriteObserver> fault = probe::MakeFaultObserver(f);
+    const std::unique_ptr<WriteObserver> fault = probe::MakeFaultObserver(f);
     const PathRun faulty = RunPath(**model, sc, tokens, Path::kTokenByToken, pool, fault.get());
     EXPECT_NE(Compare(batch, faulty, n_vocab), "")
         << probe::FaultName(f) << ": a planted fault went unnoticed";
@@ -358,6 +355,11 @@ TEST(KvWritePathsTeeth, PlantedFaultsAreCaught) {
 
 // The hybrid's planted fault: Truncate moves the length but leaves the recurrent state as the
 // rejected draft left it. Verify windows against one batch must catch it.
+class StateLeftUnrestored : public WriteObserver {
+ public:
+  bool SkipStateRestore(int, int, int) const override { return true; }
+};
+
 TEST(KvWritePathsTeeth, RecurrentStateNotRestoredOnTruncateIsCaught) {
   const std::string path = kShared + "/models/synth-qwen3next-d256.F32.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
@@ -371,14 +373,14 @@ TEST(KvWritePathsTeeth, RecurrentStateNotRestoredOnTruncateIsCaught) {
   const int n_vocab = (*model)->hparams().n_vocab;
   const PathRun batch = RunPath(**model, sc, tokens, Path::kBatch, pool);
   EXPECT_EQ(Compare(batch, RunPath(**model, sc, tokens, Path::kVerifyWindows, pool), n_vocab), "");
-  const PathRun faulty = RunPath(**model, sc, tokens, Path::kVerifyWindows, pool, nullptr,
-                                 /*skip_state_restore=*/true);
+  const StateLeftUnrestored fault;
+  const PathRun faulty = RunPath(**model, sc, tokens, Path::kVerifyWindows, pool, &fault);
   EXPECT_NE(Compare(batch, faulty, n_vocab), "") << "a state left unrestored went unnoticed";
 }
 
 // An observer that changes nothing: the observer path itself (copied rows, one call per Write)
 // must leave storage and logits bit-identical to no observer, on every path.
-class CountingObserver : public KvWriteObserver {
+class CountingObserver : public WriteObserver {
  public:
   bool OnWrite(const KvWriteSpan& span, float*, float*) const override {
     ++calls;
@@ -521,6 +523,16 @@ TEST_F(KvWindowPaths, AWindowOverTheWholeTextReadsExactCells) {
 // Planted faults of the window: on single-token writes a cell's encoded form is never stored
 // (only its exact copy, so it reads wrong once it leaves the window), or it is encoded twice.
 // Token-by-token writes against one batch must tell both apart.
+class WindowFault : public WriteObserver {
+ public:
+  explicit WindowFault(bool skip) : skip_(skip) {}
+  bool SkipWindowedEncode(const KvWriteSpan&) const override { return skip_; }
+  bool EncodeWindowedTwice(const KvWriteSpan&) const override { return !skip_; }
+
+ private:
+  bool skip_;
+};
+
 TEST(KvWindowTeeth, CellsEncodedNotAtAllOrTwiceAreCaught) {
   const std::string path = kShared + "/models/stories260K.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
@@ -536,13 +548,11 @@ TEST(KvWindowTeeth, CellsEncodedNotAtAllOrTwiceAreCaught) {
     sc.kv_window = 8;
     const PathRun batch = RunPath(**model, sc, tokens, Path::kBatch, pool);
     EXPECT_EQ(Compare(batch, RunPath(**model, sc, tokens, Path::kTokenByToken, pool), n_vocab), "");
-    for (KvWindowFault f :
-         {KvWindowFault::kSkipEncodeOnDecode, KvWindowFault::kEncodeTwiceOnDecode}) {
-      sc.kv_window_fault = f;
-      const PathRun faulty = RunPath(**model, sc, tokens, Path::kTokenByToken, pool);
+    for (bool skip : {true, false}) {
+      const WindowFault fault(skip);
+      const PathRun faulty = RunPath(**model, sc, tokens, Path::kTokenByToken, pool, &fault);
       EXPECT_NE(Compare(batch, faulty, n_vocab), "")
-          << KvTypeName(t) << " fault " << static_cast<int>(f) << " went unnoticed";
-      sc.kv_window_fault = KvWindowFault::kNone;
+          << KvTypeName(t) << (skip ? " skipped" : " twice") << " encode went unnoticed";
     }
   }
 }

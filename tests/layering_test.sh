@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The layer rule (docs/ARCHITECTURE.md): each src/ folder includes only itself and the folders
-# below it in  util → quant → kernels → gguf → tokenizer → model → runtime → spec → probe → serve.
+# below it in  util → quant → kernels → gguf → tokenizer → chat → model → runtime → spec → engine → probe → serve.
 # Fails listing every include that points upward.
 set -euo pipefail
 cd "$(dirname "$0")/../src"
@@ -10,11 +10,13 @@ declare -A allowed=(
   [kernels]="util quant kernels"
   [gguf]="util quant gguf"
   [tokenizer]="util quant gguf tokenizer"
-  [model]="util quant kernels gguf tokenizer model"
-  [runtime]="util quant kernels gguf tokenizer model runtime"
-  [spec]="util quant kernels gguf tokenizer model runtime spec"
-  [probe]="util quant kernels gguf tokenizer model runtime spec probe"
-  [serve]="util quant kernels gguf tokenizer model runtime spec probe serve"
+  [chat]="util quant gguf tokenizer chat"
+  [model]="util quant kernels gguf tokenizer chat model"
+  [runtime]="util quant kernels gguf tokenizer chat model runtime"
+  [spec]="util quant kernels gguf tokenizer chat model runtime spec"
+  [engine]="util quant kernels gguf tokenizer chat model runtime spec engine"
+  [probe]="util quant kernels gguf tokenizer chat model runtime spec engine probe"
+  [serve]="util quant kernels gguf tokenizer chat model runtime spec engine probe serve"
 )
 bad=0
 for dir in */; do

@@ -223,6 +223,12 @@ TEST_F(Qwen3NextSession, TruncateWithinTheRingRestoresTheStateExactly) {
   EXPECT_EQ(StateOf(s, 0), std::vector<float>(before.size(), 0.0f));
 }
 
+// The planted fault: Truncate moves the length back but leaves the rejected tokens' state.
+class StateLeftUnrestored : public WriteObserver {
+ public:
+  bool SkipStateRestore(int, int, int) const override { return true; }
+};
+
 TEST_F(Qwen3NextSession, PlantedFaultStateNotRestoredIsVisible) {
   ThreadPool pool(2);
   SessionConfig sc;
@@ -231,8 +237,9 @@ TEST_F(Qwen3NextSession, PlantedFaultStateNotRestoredIsVisible) {
   const std::vector<int32_t> tokens = Tokens(30);
   Session ref(*model_, sc, pool);
   ASSERT_TRUE(ref.Eval(std::vector<int32_t>(tokens.begin(), tokens.begin() + 25), false).ok());
+  const StateLeftUnrestored fault;
+  sc.write_observer = &fault;
   Session s(*model_, sc, pool);
-  s.mutable_recurrent().set_fault_skip_restore(true);
   ASSERT_TRUE(s.Eval(tokens, false).ok());
   ASSERT_TRUE(s.TruncateExact(0, 25).ok());
   EXPECT_NE(StateOf(s, 0), StateOf(ref, 0)) << "a state left unrestored went unnoticed";

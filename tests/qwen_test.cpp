@@ -12,12 +12,12 @@
 #include <numeric>
 #include <random>
 
+#include "chat/chat_template.h"
 #include "gguf/gguf.h"
 #include "kernels/ops.h"
 #include "model/hparams.h"
 #include "model/moe.h"
 #include "runtime/session.h"
-#include "tokenizer/chat_template.h"
 
 namespace lamina {
 namespace {
@@ -626,35 +626,35 @@ constexpr std::string_view kLlama3Template =
     "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
 
 TEST(ChatTemplate, Detection) {
-  EXPECT_EQ(DetectChatFormat(kQwen3Template), ChatFormat::kQwen3);
-  EXPECT_EQ(DetectChatFormat(kQwen25Template), ChatFormat::kChatML);
-  EXPECT_EQ(DetectChatFormat(kLlama3Template), ChatFormat::kLlama3);
-  EXPECT_EQ(DetectChatFormat("{{ messages }}"), ChatFormat::kUnknown);
-  EXPECT_EQ(DefaultSystemPrompt(kQwen25Template),
+  EXPECT_EQ(chat::DetectChatFormat(kQwen3Template), chat::ChatFormat::kQwen3);
+  EXPECT_EQ(chat::DetectChatFormat(kQwen25Template), chat::ChatFormat::kChatML);
+  EXPECT_EQ(chat::DetectChatFormat(kLlama3Template), chat::ChatFormat::kLlama3);
+  EXPECT_EQ(chat::DetectChatFormat("{{ messages }}"), chat::ChatFormat::kUnknown);
+  EXPECT_EQ(chat::DefaultSystemPrompt(kQwen25Template),
             "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
-  EXPECT_EQ(DefaultSystemPrompt(kQwen3Template), "");
+  EXPECT_EQ(chat::DefaultSystemPrompt(kQwen3Template), "");
 }
 
 TEST(ChatTemplate, Qwen3GenerationPromptWithAndWithoutThinking) {
-  const std::vector<ChatMessage> msgs = {
+  const std::vector<chat::ChatMessage> msgs = {
       {"system", "You are a helpful assistant."},
       {"user", "Give me a short introduction to large language models."}};
-  EXPECT_EQ(RenderChat(ChatFormat::kQwen3, msgs, true, /*enable_thinking=*/true),
+  EXPECT_EQ(chat::RenderChat(chat::ChatFormat::kQwen3, msgs, true, /*enable_thinking=*/true),
             "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
             "<|im_start|>user\nGive me a short introduction to large language models.<|im_end|>\n"
             "<|im_start|>assistant\n");
-  EXPECT_EQ(RenderChat(ChatFormat::kQwen3, msgs, true, /*enable_thinking=*/false),
+  EXPECT_EQ(chat::RenderChat(chat::ChatFormat::kQwen3, msgs, true, /*enable_thinking=*/false),
             "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
             "<|im_start|>user\nGive me a short introduction to large language models.<|im_end|>\n"
             "<|im_start|>assistant\n<think>\n\n</think>\n\n");
 }
 
 TEST(ChatTemplate, Qwen3MultiTurnDropsHistoricalReasoning) {
-  const std::vector<ChatMessage> msgs = {
+  const std::vector<chat::ChatMessage> msgs = {
       {"user", "Hi"},
       {"assistant", "<think>\nThe user greets me.\n</think>\n\nHello! How can I help?"},
       {"user", "What is 2+2?"}};
-  EXPECT_EQ(RenderChat(ChatFormat::kQwen3, msgs, true, /*enable_thinking=*/false),
+  EXPECT_EQ(chat::RenderChat(chat::ChatFormat::kQwen3, msgs, true, /*enable_thinking=*/false),
             "<|im_start|>user\nHi<|im_end|>\n"
             "<|im_start|>assistant\nHello! How can I help?<|im_end|>\n"
             "<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
@@ -662,34 +662,35 @@ TEST(ChatTemplate, Qwen3MultiTurnDropsHistoricalReasoning) {
 }
 
 TEST(ChatTemplate, Qwen3FinalAssistantTurnKeepsThinkBlock) {
-  EXPECT_EQ(
-      RenderChat(ChatFormat::kQwen3,
-                 {{"user", "Hi"}, {"assistant", "<think>\nGreeting.\n</think>\n\nHello!"}}, false),
-      "<|im_start|>user\nHi<|im_end|>\n"
-      "<|im_start|>assistant\n<think>\nGreeting.\n</think>\n\nHello!<|im_end|>\n");
-  // The last assistant turn after the last query gets an (empty) think block.
-  EXPECT_EQ(RenderChat(ChatFormat::kQwen3, {{"user", "Hi"}, {"assistant", "Hello!"}}, false),
+  EXPECT_EQ(chat::RenderChat(
+                chat::ChatFormat::kQwen3,
+                {{"user", "Hi"}, {"assistant", "<think>\nGreeting.\n</think>\n\nHello!"}}, false),
             "<|im_start|>user\nHi<|im_end|>\n"
-            "<|im_start|>assistant\n<think>\n\n</think>\n\nHello!<|im_end|>\n");
+            "<|im_start|>assistant\n<think>\nGreeting.\n</think>\n\nHello!<|im_end|>\n");
+  // The last assistant turn after the last query gets an (empty) think block.
+  EXPECT_EQ(
+      chat::RenderChat(chat::ChatFormat::kQwen3, {{"user", "Hi"}, {"assistant", "Hello!"}}, false),
+      "<|im_start|>user\nHi<|im_end|>\n"
+      "<|im_start|>assistant\n<think>\n\n</think>\n\nHello!<|im_end|>\n");
 }
 
 TEST(ChatTemplate, ChatMLWithDefaultSystem) {
-  const std::string sys = DefaultSystemPrompt(kQwen25Template);
-  EXPECT_EQ(RenderChat(ChatFormat::kChatML, {{"user", "Hello"}}, true, true, sys),
+  const std::string sys = chat::DefaultSystemPrompt(kQwen25Template);
+  EXPECT_EQ(chat::RenderChat(chat::ChatFormat::kChatML, {{"user", "Hello"}}, true, true, sys),
             "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
             "assistant.<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(RenderChat(ChatFormat::kChatML, {{"system", "Be brief."}, {"user", "Hello"}}, true,
-                       true, sys),
+  EXPECT_EQ(chat::RenderChat(chat::ChatFormat::kChatML,
+                             {{"system", "Be brief."}, {"user", "Hello"}}, true, true, sys),
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n"
             "<|im_start|>assistant\n");
 }
 
 TEST(ChatTemplate, Llama3) {
-  EXPECT_EQ(
-      RenderChat(ChatFormat::kLlama3, {{"system", "You are a bot."}, {"user", "  Hello \n"}}, true),
-      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are a "
-      "bot.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|>"
-      "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(chat::RenderChat(chat::ChatFormat::kLlama3,
+                             {{"system", "You are a bot."}, {"user", "  Hello \n"}}, true),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are a "
+            "bot.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 }  // namespace

@@ -1,13 +1,13 @@
-// serve::ReasoningSplitter: the thinking block apart from the content, whole or streamed in any
+// chat::ReasoningSplitter: the thinking block apart from the content, whole or streamed in any
 // pieces (the same parts either way), from a block the answer opens or the prompt opened, in
 // llama-server's deepseek, deepseek-legacy and none formats.
-#include "serve/reasoning.h"
+#include "chat/reasoning.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-namespace lamina::serve {
+namespace lamina::chat {
 namespace {
 
 ReasoningDelta Whole(ReasoningFormat f, bool inside, const std::string& text) {
@@ -92,4 +92,4 @@ TEST(ReasoningFormatNames, LlamaServersNames) {
 }
 
 }  // namespace
-}  // namespace lamina::serve
+}  // namespace lamina::chat

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/generate.h"
 #include "model/model.h"
 #include "runtime/generate.h"
 #include "serve/scheduler.h"
@@ -354,7 +355,7 @@ TEST(ServeHybridSpec, DraftsStayWithinTheRecurrentRing) {
     go.params.sampler.temperature = 0.0f;
     go.params.n_predict = n_predict;
     go.params.ignore_eos = true;
-    Result<GenerateResult> r = Generate(session, 0, p, go);
+    Result<GenerateResult> r = engine::Generate(session, 0, p, go);
     ASSERT_TRUE(r.ok()) << r.error().message;
     plain.push_back(r->tokens);
     ASSERT_EQ(plain.back().size(), static_cast<size_t>(n_predict));

@@ -13,9 +13,9 @@
 #include <random>
 #include <string>
 
+#include "chat/chat_template.h"
 #include "model/model.h"
 #include "server/api.h"
-#include "tokenizer/chat_template.h"
 
 namespace lamina::cli::api {
 namespace {
@@ -34,7 +34,7 @@ class ApiLimits : public testing::Test {
   }
   void SetUp() override {
     if (!model_) GTEST_SKIP() << kModel << " is absent";
-    chat_.format = ChatFormat::kChatML;
+    chat_.format = chat::ChatFormat::kChatML;
     defaults_.params.n_predict = 16;
   }
   // A body on a route: ok, or the error in *err.
@@ -62,7 +62,7 @@ class ApiLimits : public testing::Test {
   int n_vocab() const { return model_->hparams().n_vocab; }
 
   static Model* model_;  // loaded once for the suite
-  ChatSetup chat_;
+  chat::ChatSetup chat_;
   Defaults defaults_;
 };
 Model* ApiLimits::model_ = nullptr;

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "engine/generate.h"
 #include "model/model.h"
 #include "process_util.h"
 #include "runtime/generate.h"
@@ -82,7 +83,7 @@ TEST_F(SessionFileTest, SaveRestoreContinueEqualsAnUninterruptedRunInEveryMode) 
       model_->tokenizer().Encode("Count from 1 to 40, one number per line.", true, true);
   for (const char* kv : kModes) {
     Session whole(*model_, Config(kv), pool_);
-    Result<GenerateResult> ref = Generate(whole, 0, prompt, Greedy(48));
+    Result<GenerateResult> ref = engine::Generate(whole, 0, prompt, Greedy(48));
     ASSERT_TRUE(ref.ok());
     std::vector<int32_t> all = prompt;
     all.insert(all.end(), ref->tokens.begin(), ref->tokens.end());
@@ -94,7 +95,7 @@ TEST_F(SessionFileTest, SaveRestoreContinueEqualsAnUninterruptedRunInEveryMode) 
         history.assign(prompt.begin(), prompt.end() + cut);
         ASSERT_TRUE(first.Eval(history, false).ok());
       } else {
-        Result<GenerateResult> part = Generate(first, 0, prompt, Greedy(cut));
+        Result<GenerateResult> part = engine::Generate(first, 0, prompt, Greedy(cut));
         ASSERT_TRUE(part.ok());
         history = prompt;
         history.insert(history.end(), part->tokens.begin(), part->tokens.end());
@@ -109,7 +110,8 @@ TEST_F(SessionFileTest, SaveRestoreContinueEqualsAnUninterruptedRunInEveryMode) 
       // Continue from the cut: mid-prompt, with the whole prompt; mid-generation, with the
       // history as the prompt of the rest.
       const std::vector<int32_t>& next_prompt = cut < 0 ? prompt : history;
-      Result<GenerateResult> rest = Generate(second, 0, next_prompt, Greedy(48 - std::max(cut, 0)));
+      Result<GenerateResult> rest =
+          engine::Generate(second, 0, next_prompt, Greedy(48 - std::max(cut, 0)));
       ASSERT_TRUE(rest.ok());
       EXPECT_EQ(rest->n_cached, static_cast<int>(cut < 0 ? history.size() : history.size() - 1))
           << kv << " cut " << cut;

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "kv_storage.h"
+#include "engine/generate.h"
 #include "model/model.h"
 #include "probe/faults.h"
 #include "runtime/sampler.h"
@@ -75,8 +76,8 @@ RunOutput RunOne(const Model& m, const SessionConfig& sc, ThreadPool& pool,
   Session s(m, sc, pool);
   RunOutput out;
   Result<GenerateResult> r =
-      drafter ? spec::GenerateSpeculative(s, 0, prompt, go, *drafter, so, &out.stats)
-              : Generate(s, 0, prompt, go);
+      drafter ? engine::GenerateSpeculative(s, 0, prompt, go, *drafter, so, &out.stats)
+              : engine::Generate(s, 0, prompt, go);
   LAMINA_CHECK(r.ok());
   out.ids = r->tokens;
   out.n_past = s.n_past(0);
@@ -255,8 +256,7 @@ class SpecFaults : public testing::Test {
 TEST_F(SpecFaults, SkippedVerifyWritesAreCaught) {
   const GenerateOptions go = Greedy(64, 0);
   const RunOutput plain = RunOne(*model_, sc_, pool_, prompt_, go, nullptr);
-  std::unique_ptr<KvWriteObserver> fault =
-      probe::MakeFaultObserver(probe::Fault::kSkipVerifyWrites);
+  std::unique_ptr<WriteObserver> fault = probe::MakeFaultObserver(probe::Fault::kSkipVerifyWrites);
   SessionConfig faulty = sc_;
   faulty.write_observer = fault.get();
   // The fault alone does not touch plain decoding (one batch from position 0, then single tokens).
@@ -270,15 +270,23 @@ TEST_F(SpecFaults, SkippedVerifyWritesAreCaught) {
   EXPECT_TRUE(r.storage != plain.storage);
 }
 
+// The planted fault: every Truncate keeps the cells it would drop (the rejected drafts).
+class KeepRejectedCells : public WriteObserver {
+ public:
+  bool KeepOnTruncate(int, int, int) const override { return true; }
+};
+
 TEST_F(SpecFaults, SkippedTruncateIsCaught) {
   const GenerateOptions go = Greedy(64, 0);
   const RunOutput plain = RunOne(*model_, sc_, pool_, prompt_, go, nullptr);
   spec::SpecOptions so;
   so.adaptive = false;
   so.draft_max = 4;
-  so.planted_skip_truncate = true;
+  const KeepRejectedCells fault;
+  SessionConfig faulty = sc_;
+  faulty.write_observer = &fault;
   spec::LookupDrafter drafter(3);
-  const RunOutput r = RunOne(*model_, sc_, pool_, prompt_, go, &drafter, so);
+  const RunOutput r = RunOne(*model_, faulty, pool_, prompt_, go, &drafter, so);
   EXPECT_GT(r.stats.drafted, r.stats.accepted);  // something was rejected
   EXPECT_TRUE(r.ids != plain.ids || r.n_past != plain.n_past);
 }
@@ -426,10 +434,10 @@ TEST_F(SpecSampling, SpeculativeSamplingMatchesPlainSampling) {
   spec::SpecStats stats;
   for (int seed = 0; seed < kSeeds; ++seed) {
     go.params.sampler.seed = seed;
-    Result<GenerateResult> a = Generate(plain_s, 0, prompt, go);
+    Result<GenerateResult> a = engine::Generate(plain_s, 0, prompt, go);
     go.params.sampler.seed = seed + 1000003;  // independent draws
     Result<GenerateResult> b =
-        spec::GenerateSpeculative(spec_s, 0, prompt, go, drafter, so, &stats);
+        engine::GenerateSpeculative(spec_s, 0, prompt, go, drafter, so, &stats);
     ASSERT_TRUE(a.ok() && b.ok());
     ++plain[a->tokens[2]];
     ++specd[b->tokens[2]];

@@ -1,19 +1,16 @@
-// Tool calling below the HTTP edge: the parser of generated text (serve/tool_calls: Hermes /
+// Tool calling below the HTTP edge: the parser of generated text (chat/tool_calls: Hermes /
 // Qwen tags, Llama-3 bare JSON, Mistral [TOOL_CALLS], malformed calls left as content, the
 // streaming hold-back) and the rendering of tools, assistant tool calls and tool turns through
 // the built-in ChatML and Qwen3 formats and a Jinja template (the same text both ways).
-#include "serve/tool_calls.h"
+#include "chat/tool_calls.h"
 
 #include <gtest/gtest.h>
 
-#include "tokenizer/chat_template.h"
-#include "tokenizer/jinja.h"
+#include "chat/chat_template.h"
+#include "chat/jinja.h"
 
-namespace lamina {
+namespace lamina::chat {
 namespace {
-
-using serve::ParseToolCalls;
-using serve::ToolCallSafePrefix;
 
 TEST(ToolCallParse, HermesOneCall) {
   auto p = ParseToolCalls(
@@ -139,12 +136,12 @@ TEST(ToolCallParse, StreamingHoldBack) {
 }
 
 TEST(ToolCallParse, IsJson) {
-  EXPECT_TRUE(serve::IsJson(" {\"a\": [1, true, null, \"x\"]} "));
-  EXPECT_TRUE(serve::IsJson("0"));
-  EXPECT_FALSE(serve::IsJson("01"));
-  EXPECT_FALSE(serve::IsJson("{\"a\": 1,}"));
-  EXPECT_FALSE(serve::IsJson("{} {}"));
-  EXPECT_FALSE(serve::IsJson("\"\\x\""));
+  EXPECT_TRUE(IsJson(" {\"a\": [1, true, null, \"x\"]} "));
+  EXPECT_TRUE(IsJson("0"));
+  EXPECT_FALSE(IsJson("01"));
+  EXPECT_FALSE(IsJson("{\"a\": 1,}"));
+  EXPECT_FALSE(IsJson("{} {}"));
+  EXPECT_FALSE(IsJson("\"\\x\""));
 }
 
 // Rendering. A Qwen2.5-style template: the published layout of tools, tool calls (arguments
@@ -328,4 +325,4 @@ TEST(ToolRendering, Qwen3BuiltinWritesItsLayout) {
 }
 
 }  // namespace
-}  // namespace lamina
+}  // namespace lamina::chat

@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "chat/chat_template.h"
 #include "cli_common.h"
 #include "cli_spec.h"
-#include "tokenizer/chat_template.h"
 
 namespace lamina::cli {
 
@@ -53,77 +53,28 @@ struct Leg {
   bool ids_match = true;
 };
 
-}  // namespace
-
-int RunBenchSpec(const BenchOptions& o, const Model& model, ThreadPool& pool) {
-  std::vector<std::string> modes;
-  for (size_t start = 0; start <= o.spec.size();) {
-    const size_t comma = std::min(o.spec.find(',', start), o.spec.size());
-    const std::string m = o.spec.substr(start, comma - start);
+// --spec's modes, each once, "off" (the baseline) first; false (after the message) for an
+// unknown one.
+bool ParseSpecModes(const std::string& list, std::vector<std::string>* modes) {
+  for (size_t start = 0; start <= list.size();) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string m = list.substr(start, comma - start);
     if (m != "off" && m != "lookup" && m != "draft") {
       std::fprintf(stderr, "lamina: --spec takes off, lookup and draft, comma-separated\n");
-      return kExitUsage;
+      return false;
     }
-    if (std::find(modes.begin(), modes.end(), m) == modes.end()) modes.push_back(m);
+    if (std::find(modes->begin(), modes->end(), m) == modes->end()) modes->push_back(m);
     start = comma + 1;
   }
-  if (modes.empty() || modes[0] != "off") modes.insert(modes.begin(), "off");  // the baseline
-  SessionConfig sc;
-  int rc = kExitOk;
-  if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
-  if (o.common.n_ctx == 0) sc.n_ctx = 2048;
-  ChatSetup chat;
-  if (!ReadChatSetup(model, &chat, &rc)) return rc;
-  const Tokenizer& tok = model.tokenizer();
+  if (modes->empty() || (*modes)[0] != "off") modes->insert(modes->begin(), "off");  // the baseline
+  return true;
+}
 
-  // One setup per mode (the draft model loads once).
-  std::map<std::string, SpecCliOptions> options;
-  std::map<std::string, SpecSetup> setups;
-  for (const std::string& m : modes) {
-    SpecCliOptions so = o.spec_options;
-    so.mode = m;
-    if (!MakeSpecSetup(so, o.common.model_path, model, sc.n_ctx, pool, &setups[m], &rc,
-                       /*build_drafter=*/false)) {
-      return rc;
-    }
-    options[m] = so;
-  }
-  const std::vector<Task> tasks = Tasks();
-  std::map<std::string, std::map<std::string, Leg>> legs;  // task → mode → figures
-  for (int round = 0; round < o.reps; ++round) {
-    for (const Task& t : tasks) {
-      const std::vector<int32_t> prompt = tok.Encode(
-          RenderChatPrompt(chat, {ChatMessage{"user", t.user}}, tok).value(), true, true);
-      GenerateOptions go;
-      go.params.sampler.temperature = 0.0f;
-      go.params.n_predict = t.n_predict;
-      std::vector<int32_t> plain_ids;
-      double plain_tok_s = 0.0;
-      for (const std::string& m : modes) {
-        Session session(model, sc, pool);
-        SpecSetup& setup = setups[m];
-        setup.drafter = NewDrafter(options[m], setup, pool);
-        spec::SpecStats stats;
-        Result<GenerateResult> r = GenerateWithSpec(session, prompt, go, setup, &stats);
-        if (!r.ok()) {
-          std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
-          return kExitFailure;
-        }
-        const double tok_s = r->tokens.size() / std::max(r->decode_seconds, 1e-9);
-        Leg& leg = legs[t.name][m];
-        leg.tok_s.push_back(tok_s);
-        leg.n_tokens = static_cast<int>(r->tokens.size());
-        leg.stats.Add(stats);
-        if (m == "off") {
-          plain_ids = r->tokens;
-          plain_tok_s = tok_s;
-        } else {
-          leg.ids_match = leg.ids_match && r->tokens == plain_ids;
-        }
-        leg.ratio.push_back(tok_s / std::max(plain_tok_s, 1e-9));
-      }
-    }
-  }
+// The table (or one JSON array) of every task and mode; false when a speculative run's ids
+// differ from plain decoding's.
+bool PrintSpecBench(const BenchOptions& o, const std::vector<Task>& tasks,
+                    const std::vector<std::string>& modes,
+                    std::map<std::string, std::map<std::string, Leg>>& legs) {
   nlohmann::json out = nlohmann::json::array();
   if (!o.json) {
     std::printf("%-6s %-7s %7s %9s %8s %8s %10s %s\n", "task", "spec", "tokens", "tok/s", "x plain",
@@ -160,7 +111,72 @@ int RunBenchSpec(const BenchOptions& o, const Model& model, ThreadPool& pool) {
     }
   }
   if (o.json) std::printf("%s\n", out.dump().c_str());
-  if (!all_match) {
+  return all_match;
+}
+
+}  // namespace
+
+int RunBenchSpec(const BenchOptions& o, const Model& model, ThreadPool& pool) {
+  std::vector<std::string> modes;
+  if (!ParseSpecModes(o.spec, &modes)) return kExitUsage;
+  SessionConfig sc;
+  int rc = kExitOk;
+  if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
+  if (o.common.n_ctx == 0) sc.n_ctx = 2048;
+  chat::ChatSetup chat;
+  if (!ReadChatSetup(model, &chat, &rc)) return rc;
+  const Tokenizer& tok = model.tokenizer();
+
+  // One setup per mode (the draft model loads once).
+  std::map<std::string, SpecCliOptions> options;
+  std::map<std::string, SpecSetup> setups;
+  for (const std::string& m : modes) {
+    SpecCliOptions so = o.spec_options;
+    so.mode = m;
+    if (!MakeSpecSetup(so, o.common.model_path, model, sc.n_ctx, pool, &setups[m], &rc,
+                       /*build_drafter=*/false)) {
+      return rc;
+    }
+    options[m] = so;
+  }
+  const std::vector<Task> tasks = Tasks();
+  std::map<std::string, std::map<std::string, Leg>> legs;  // task → mode → figures
+  for (int round = 0; round < o.reps; ++round) {
+    for (const Task& t : tasks) {
+      const std::vector<int32_t> prompt =
+          tok.Encode(chat::RenderChatPrompt(chat, {chat::ChatMessage{"user", t.user}}, tok).value(),
+                     true, true);
+      GenerateOptions go;
+      go.params.sampler.temperature = 0.0f;
+      go.params.n_predict = t.n_predict;
+      std::vector<int32_t> plain_ids;
+      double plain_tok_s = 0.0;
+      for (const std::string& m : modes) {
+        Session session(model, sc, pool);
+        SpecSetup& setup = setups[m];
+        setup.drafter = NewDrafter(options[m], setup, pool);
+        spec::SpecStats stats;
+        Result<GenerateResult> r = GenerateWithSpec(session, prompt, go, setup, &stats);
+        if (!r.ok()) {
+          std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
+          return kExitFailure;
+        }
+        const double tok_s = r->tokens.size() / std::max(r->decode_seconds, 1e-9);
+        Leg& leg = legs[t.name][m];
+        leg.tok_s.push_back(tok_s);
+        leg.n_tokens = static_cast<int>(r->tokens.size());
+        leg.stats.Add(stats);
+        if (m == "off") {
+          plain_ids = r->tokens;
+          plain_tok_s = tok_s;
+        } else {
+          leg.ids_match = leg.ids_match && r->tokens == plain_ids;
+        }
+        leg.ratio.push_back(tok_s / std::max(plain_tok_s, 1e-9));
+      }
+    }
+  }
+  if (!PrintSpecBench(o, tasks, modes, legs)) {
     std::fprintf(stderr, "lamina: a speculative run's ids differ from plain decoding\n");
     return kExitFailure;
   }

@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "chat/chat_template.h"
 #include "cli_chat_input.h"
 #include "cli_common.h"
 #include "cli_spec.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
 #include "runtime/session_file.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lamina::cli {
@@ -47,15 +47,17 @@ std::string FindIn(const fs::path& dir) {
 }
 
 // The turns of a conversation as a session file's payload.
-std::string TurnsToJson(const std::vector<ChatMessage>& messages) {
+std::string TurnsToJson(const std::vector<chat::ChatMessage>& messages) {
   nlohmann::json j = nlohmann::json::array();
-  for (const ChatMessage& m : messages) j.push_back({{"role", m.role}, {"content", m.content}});
+  for (const chat::ChatMessage& m : messages) {
+    j.push_back({{"role", m.role}, {"content", m.content}});
+  }
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // The payload's turns; none when it is not what TurnsToJson writes (the cells still help).
-std::vector<ChatMessage> TurnsFromJson(const std::string& text) {
-  std::vector<ChatMessage> out;
+std::vector<chat::ChatMessage> TurnsFromJson(const std::string& text) {
+  std::vector<chat::ChatMessage> out;
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_array()) return out;
   for (const nlohmann::json& m : j) {
@@ -76,12 +78,12 @@ fs::path ExecutableDir() {
 
 }  // namespace
 
-Result<ChatSetup> ChooseChatSetup(const Model& model, const ChatTemplateOptions& o) {
+Result<chat::ChatSetup> ChooseChatSetup(const Model& model, const ChatTemplateOptions& o) {
   const Tokenizer& tok = model.tokenizer();
   if (!o.file.empty()) {
     std::string source, error;
     if (!ReadTextFile(o.file, &source, &error)) return Error{"--chat-template-file " + error};
-    Result<ChatSetup> setup = ChatSetupFromJinja(source, tok);
+    Result<chat::ChatSetup> setup = chat::ChatSetupFromJinja(source, tok);
     if (!setup.ok()) return Error{o.file + ": " + setup.error().message};
     return setup;
   }
@@ -91,9 +93,9 @@ Result<ChatSetup> ChooseChatSetup(const Model& model, const ChatTemplateOptions&
     // template that prints the word).
     if (o.name.find("{%") != std::string::npos || o.name.find("{{") != std::string::npos ||
         o.name.find_first_of(" \t\n\r") != std::string::npos) {
-      return ChatSetupFromJinja(o.name, tok);
+      return chat::ChatSetupFromJinja(o.name, tok);
     }
-    return ChatSetupFromName(o.name, tok);
+    return chat::ChatSetupFromName(o.name, tok);
   }
   Result<std::string> tmpl = model.file().GetString("tokenizer.chat_template");
   if (!tmpl.ok()) {
@@ -101,14 +103,14 @@ Result<ChatSetup> ChooseChatSetup(const Model& model, const ChatTemplateOptions&
                  " has no tokenizer.chat_template (use --chat-template NAME or "
                  "--chat-template-file F, or run without --chat)"};
   }
-  Result<ChatSetup> setup = ChatSetupForModel(*tmpl, tok, o.jinja);
+  Result<chat::ChatSetup> setup = chat::ChatSetupForModel(*tmpl, tok, o.jinja);
   if (!setup.ok()) return Error{model.file().path() + ": " + setup.error().message};
   return setup;
 }
 
-bool ReadChatSetup(const Model& model, const ChatTemplateOptions& options, ChatSetup* out,
+bool ReadChatSetup(const Model& model, const ChatTemplateOptions& options, chat::ChatSetup* out,
                    int* exit_code) {
-  Result<ChatSetup> setup = ChooseChatSetup(model, options);
+  Result<chat::ChatSetup> setup = ChooseChatSetup(model, options);
   if (!setup.ok()) {
     std::fprintf(stderr, "lamina: %s\n", setup.error().message.c_str());
     *exit_code = kExitBadInput;
@@ -166,7 +168,7 @@ struct ChatState {
   Session& session;
   uint64_t model_hash = 0;
   std::string system;
-  std::vector<ChatMessage> messages;
+  std::vector<chat::ChatMessage> messages;
   std::vector<int32_t> history;  // the tokens of the last turn (prompt + answer)
 
   void Clear() {
@@ -200,7 +202,7 @@ struct ChatState {
     }
     const std::string& turns = r->app;
     history = session.tokens(0);
-    std::vector<ChatMessage> loaded = TurnsFromJson(turns);
+    std::vector<chat::ChatMessage> loaded = TurnsFromJson(turns);
     if (loaded.empty()) {
       std::fprintf(stderr, "lamina: %s holds no conversation turns; the conversation is kept\n",
                    path.c_str());
@@ -250,6 +252,87 @@ LineKind HandleCommand(std::string* line, ChatState* chat) {
   return LineKind::kHandled;
 }
 
+// The prompt tokens of the conversation with its new user turn, forgetting the oldest turns
+// (keeping a system turn) while it does not fit; false (after the message, the user turn taken
+// back) when it cannot be rendered or does not fit.
+bool ConversationTokens(const chat::ChatSetup& setup, const Tokenizer& tok, int n_ctx,
+                        std::vector<chat::ChatMessage>* messages, std::vector<int32_t>* tokens) {
+  Result<std::string> text = chat::RenderChatPrompt(setup, *messages, tok);
+  if (!text.ok()) {
+    std::fprintf(stderr, "lamina: %s\n", text.error().message.c_str());
+    messages->pop_back();
+    return false;
+  }
+  *tokens = tok.Encode(*text, true, true);
+  // Forget the oldest turns (keeping a system turn) while the conversation does not fit.
+  int dropped = 0;
+  while (static_cast<int>(tokens->size()) + 1 >= n_ctx && messages->size() > 1) {
+    const size_t first = (*messages)[0].role == "system" ? 1 : 0;
+    if (messages->size() - first <= 1) break;
+    messages->erase(messages->begin() + static_cast<std::ptrdiff_t>(first));
+    ++dropped;
+    text = chat::RenderChatPrompt(setup, *messages, tok);
+    if (!text.ok()) break;
+    *tokens = tok.Encode(*text, true, true);
+  }
+  if (static_cast<int>(tokens->size()) + 1 >= n_ctx) {
+    std::fprintf(stderr, "lamina: this turn (%zu tokens) does not fit the context of %d (use -c)\n",
+                 tokens->size(), n_ctx);
+    messages->pop_back();
+    return false;
+  }
+  if (dropped > 0) {
+    if (dropped == 1) {
+      std::fprintf(stderr, "[dropped the oldest turn to fit the %d-token context]\n", n_ctx);
+    } else {
+      std::fprintf(stderr, "[dropped the %d oldest turns to fit the %d-token context]\n", dropped,
+                   n_ctx);
+    }
+  }
+  return true;
+}
+
+// Streams the answer to `tokens`, adds it to the conversation and saves the session file
+// (--session); an exit code.
+int AnswerTurn(const std::vector<int32_t>& tokens, const GenerateOptions& go, SpecSetup* spec,
+               spec::SpecStats* spec_stats, ChatState* chat) {
+  // The cells the session shares with this conversation are reused; the rest is evaluated.
+  // Ctrl-C (the flag) stops the answer between tokens; what was shown is the answer.
+  ClearInterrupt();
+  std::string shown;
+  Result<GenerateResult> r = GenerateWithSpec(chat->session, tokens, go, *spec, spec_stats,
+                                              [&shown](const std::string& piece) {
+                                                if (InterruptPending()) return false;
+                                                shown += piece;
+                                                std::fwrite(piece.data(), 1, piece.size(), stdout);
+                                                std::fflush(stdout);
+                                                return true;
+                                              });
+  if (!r.ok()) {
+    std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
+    return kExitFailure;
+  }
+  const bool stopped = r->reason == StopReason::kCancelled || InterruptPending();
+  ClearInterrupt();
+  std::printf("\n");
+  std::fflush(stdout);
+  chat->history = tokens;
+  chat->history.insert(chat->history.end(), r->tokens.begin(), r->tokens.end());
+  if (stopped && shown.empty()) {
+    chat->messages.pop_back();  // stopped before any text: the question is dropped too
+  } else {
+    chat->messages.push_back({"assistant", stopped ? shown : r->text});
+  }
+  if (!chat->o.session.empty()) {
+    int rc = kExitOk;
+    if (!SaveSessionForCli(chat->o, chat->session, chat->model_hash, chat->history,
+                           TurnsToJson(chat->messages), &rc)) {
+      return rc;
+    }
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int RunChat(const ChatOptions& options) {
@@ -257,7 +340,7 @@ int RunChat(const ChatOptions& options) {
   LoadedModel lm = LoadModelForCli(o.common);
   if (!lm.model) return kExitBadInput;
   const Model& model = *lm.model;
-  ChatSetup setup;
+  chat::ChatSetup setup;
   int rc = kExitOk;
   if (!ReadChatSetup(model, o.chat_template, &setup, &rc)) return rc;
   const Tokenizer& tok = model.tokenizer();
@@ -284,7 +367,7 @@ int RunChat(const ChatOptions& options) {
   ChatState chat(o, session);
   chat.system = options.system;
   chat.Clear();
-  std::vector<ChatMessage>& messages = chat.messages;
+  std::vector<chat::ChatMessage>& messages = chat.messages;
   // --session FILE: the conversation so far (its cells, and its turns in the file's payload).
   if (!o.session.empty()) {
     chat.model_hash = ModelIdentityHash(model);
@@ -324,73 +407,10 @@ int RunChat(const ChatOptions& options) {
     if (kind == LineKind::kHandled) continue;
     messages.push_back({"user", line});
 
-    Result<std::string> text = RenderChatPrompt(setup, messages, tok);
-    if (!text.ok()) {
-      std::fprintf(stderr, "lamina: %s\n", text.error().message.c_str());
-      messages.pop_back();
-      continue;
-    }
-    std::vector<int32_t> tokens = tok.Encode(*text, true, true);
-    // Forget the oldest turns (keeping a system turn) while the conversation does not fit.
-    int dropped = 0;
-    while (static_cast<int>(tokens.size()) + 1 >= session.n_ctx() && messages.size() > 1) {
-      const size_t first = messages[0].role == "system" ? 1 : 0;
-      if (messages.size() - first <= 1) break;
-      messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first));
-      ++dropped;
-      text = RenderChatPrompt(setup, messages, tok);
-      if (!text.ok()) break;
-      tokens = tok.Encode(*text, true, true);
-    }
-    if (static_cast<int>(tokens.size()) + 1 >= session.n_ctx()) {
-      std::fprintf(stderr,
-                   "lamina: this turn (%zu tokens) does not fit the context of %d (use -c)\n",
-                   tokens.size(), session.n_ctx());
-      messages.pop_back();
-      continue;
-    }
-    if (dropped > 0) {
-      if (dropped == 1) {
-        std::fprintf(stderr, "[dropped the oldest turn to fit the %d-token context]\n",
-                     session.n_ctx());
-      } else {
-        std::fprintf(stderr, "[dropped the %d oldest turns to fit the %d-token context]\n", dropped,
-                     session.n_ctx());
-      }
-    }
-    // The cells the session shares with this conversation are reused; the rest is evaluated.
-    // Ctrl-C (the flag) stops the answer between tokens; what was shown is the answer.
-    ClearInterrupt();
-    std::string shown;
-    Result<GenerateResult> r = GenerateWithSpec(
-        session, tokens, go, spec, &spec_stats, [&shown](const std::string& piece) {
-          if (InterruptPending()) return false;
-          shown += piece;
-          std::fwrite(piece.data(), 1, piece.size(), stdout);
-          std::fflush(stdout);
-          return true;
-        });
-    if (!r.ok()) {
-      std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
-      return kExitFailure;
-    }
-    const bool stopped = r->reason == StopReason::kCancelled || InterruptPending();
-    ClearInterrupt();
-    std::printf("\n");
-    std::fflush(stdout);
-    chat.history = tokens;
-    chat.history.insert(chat.history.end(), r->tokens.begin(), r->tokens.end());
-    if (stopped && shown.empty()) {
-      messages.pop_back();  // stopped before any text: the question is dropped too
-    } else {
-      messages.push_back({"assistant", stopped ? shown : r->text});
-    }
-    if (!o.session.empty()) {
-      if (!SaveSessionForCli(o, session, chat.model_hash, chat.history, TurnsToJson(messages),
-                             &rc)) {
-        return rc;
-      }
-    }
+    std::vector<int32_t> tokens;
+    if (!ConversationTokens(setup, tok, session.n_ctx(), &messages, &tokens)) continue;
+    rc = AnswerTurn(tokens, go, &spec, &spec_stats, &chat);
+    if (rc != kExitOk) return rc;
   }
   if (spec.drafter) std::fprintf(stderr, "lamina: %s\n", SpecSummary(spec, spec_stats).c_str());
   return kExitOk;

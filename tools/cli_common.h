@@ -6,13 +6,13 @@
 #include <memory>
 #include <string>
 
+#include "chat/chat_template.h"
 #include "cli_commands.h"
 #include "model/model.h"
 #include "runtime/grammar.h"
 #include "runtime/kv_cache.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
-#include "tokenizer/chat_template.h"
 
 namespace lamina::cli {
 
@@ -79,13 +79,13 @@ void PrintKvSummary(const KvCache& cache);
 // name or a Jinja source), else the model's tokenizer.chat_template (its native format, or
 // the Jinja engine; --jinja: always the engine). An Error when the template is absent or does
 // not parse, naming the position.
-Result<ChatSetup> ChooseChatSetup(const Model& model, const ChatTemplateOptions& options);
+Result<chat::ChatSetup> ChooseChatSetup(const Model& model, const ChatTemplateOptions& options);
 
 // ChooseChatSetup for run --chat / chat (cli_chat.cpp); false with a message (and *exit_code)
 // on an Error.
-bool ReadChatSetup(const Model& model, const ChatTemplateOptions& options, ChatSetup* out,
+bool ReadChatSetup(const Model& model, const ChatTemplateOptions& options, chat::ChatSetup* out,
                    int* exit_code);
-inline bool ReadChatSetup(const Model& model, ChatSetup* out, int* exit_code) {
+inline bool ReadChatSetup(const Model& model, chat::ChatSetup* out, int* exit_code) {
   return ReadChatSetup(model, ChatTemplateOptions{}, out, exit_code);
 }
 

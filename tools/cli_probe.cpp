@@ -280,37 +280,41 @@ std::string ProbeTable(const probe::ProbeReport& report) {
 
 }  // namespace probe_view
 
-int RunProbe(const ProbeOptions& o) {
-  // Usage checks first: nothing runs on bad options.
-  std::vector<KvType> kvs;
+namespace {
+
+// The KV modes, V roundings and windows the legs are made of; an exit code.
+int ParseKvLists(const ProbeOptions& o, std::vector<KvType>* kvs, std::vector<KvRounding>* rounds,
+                 std::vector<int>* windows) {
   for (const std::string& name : SplitList(o.kv)) {
     Result<KvType> t = ParseKvType(name);
     if (!t.ok()) {
       std::fprintf(stderr, "lamina: --kv: %s\n", t.error().message.c_str());
       return kExitUsage;
     }
-    kvs.push_back(*t);
+    kvs->push_back(*t);
   }
-  std::vector<KvRounding> rounds;
   for (const std::string& name : SplitList(o.kv_v_round)) {
     Result<KvRounding> r = ParseKvRounding(name);
     if (!r.ok()) {
       std::fprintf(stderr, "lamina: --kv-v-round: %s\n", r.error().message.c_str());
       return kExitUsage;
     }
-    rounds.push_back(*r);
+    rounds->push_back(*r);
   }
   // Windows crossed with the lossy legs; empty: each mode's default.
-  std::vector<int> windows;
-  if (!o.kv_window.empty() && !ParseIntList(o.kv_window, "--kv-window", 0, 1 << 20, &windows)) {
+  if (!o.kv_window.empty() && !ParseIntList(o.kv_window, "--kv-window", 0, 1 << 20, windows)) {
     return kExitUsage;
   }
-  if (windows.empty()) windows.push_back(kKvWindowModeDefault);
-  if (kvs.empty() || rounds.empty()) {
+  if (windows->empty()) windows->push_back(kKvWindowModeDefault);
+  if (kvs->empty() || rounds->empty()) {
     std::fprintf(stderr, "lamina: --kv and --kv-v-round need at least one value\n");
     return kExitUsage;
   }
-  probe::ProbeConfig config;
+  return kExitOk;
+}
+
+// The probes to run and their sizes from the options; an exit code.
+int ParseProbeConfig(const ProbeOptions& o, probe::ProbeConfig* config) {
   const std::vector<std::string> probe_list = SplitList(o.probes);
   const std::set<std::string> requested(probe_list.begin(), probe_list.end());
   for (const std::string& name : requested) {
@@ -324,14 +328,14 @@ int RunProbe(const ProbeOptions& o) {
     }
   }
   for (probe::ProbeKind kind : probe::kAllProbes) {
-    if (requested.count(probe::ProbeName(kind))) config.probes.push_back(kind);
+    if (requested.count(probe::ProbeName(kind))) config->probes.push_back(kind);
   }
-  if (config.probes.empty()) {
+  if (config->probes.empty()) {
     std::fprintf(stderr, "lamina: --probes needs at least one probe\n");
     return kExitUsage;
   }
-  if (!ParseIntList(o.needle_depths, "--needle-depths", 0, 100, &config.needle_depths) ||
-      !ParseIntList(o.needle_lengths, "--needle-lengths", 16, 1 << 20, &config.needle_lengths)) {
+  if (!ParseIntList(o.needle_depths, "--needle-depths", 0, 100, &config->needle_depths) ||
+      !ParseIntList(o.needle_lengths, "--needle-lengths", 16, 1 << 20, &config->needle_lengths)) {
     return kExitUsage;
   }
   if (o.n_ctx < 64 || o.count_to < 1 || o.divergence_tokens < 8 || o.free_run_tokens < 0 ||
@@ -346,24 +350,27 @@ int RunProbe(const ProbeOptions& o) {
       std::fprintf(stderr, "lamina: --text: %s\n", err.c_str());
       return kExitBadInput;
     }
-    config.text = text;
+    config->text = text;
   }
-  config.n_ctx = o.n_ctx;
-  config.count_to = o.count_to;
-  config.divergence_tokens = o.divergence_tokens;
-  config.free_run_tokens = o.free_run_tokens;
-  config.seed = o.seed;
-  config.progress = [](const std::string& line) {
+  config->n_ctx = o.n_ctx;
+  config->count_to = o.count_to;
+  config->divergence_tokens = o.divergence_tokens;
+  config->free_run_tokens = o.free_run_tokens;
+  config->seed = o.seed;
+  config->progress = [](const std::string& line) {
     std::fprintf(stderr, "lamina: %s\n", line.c_str());
   };
-  if (!o.url.empty()) return RunRemoteProbe(o, config);
+  return kExitOk;
+}
 
-  // Legs: f32 reference unless the list starts with an exact-enough mode; quantized modes are
-  // crossed with every V rounding.
+// The KV legs: f32 reference unless the list starts with an exact-enough mode; quantized modes
+// are crossed with every V rounding.
+std::vector<LegSpec> KvLegs(std::vector<KvType> kvs, const std::vector<KvRounding>& rounds,
+                            const std::vector<int>& windows) {
+  std::vector<LegSpec> specs;
   if (IsQuantized(kvs.front())) {
     kvs.insert(kvs.begin(), KvType::kF32);
   }
-  std::vector<LegSpec> specs;
   for (KvType kv : kvs) {
     const std::vector<KvRounding> rs =
         IsQuantized(kv) ? rounds : std::vector<KvRounding>{KvRounding::kNearest};
@@ -381,9 +388,14 @@ int RunProbe(const ProbeOptions& o) {
       }
     }
   }
-  // Speculative legs: every KV leg crossed with every mode (the reference is the first KV leg
-  // in the first mode; list "off" first to judge speculation against plain decoding).
-  std::vector<std::string> spec_modes = SplitList(o.spec);
+  return specs;
+}
+
+// Speculative legs (--spec): every KV leg crossed with every mode (the reference is the first
+// KV leg in the first mode; list "off" first to judge speculation against plain decoding). An
+// exit code.
+int CrossSpecModes(const std::string& modes, std::vector<LegSpec>* specs) {
+  std::vector<std::string> spec_modes = SplitList(modes);
   for (const std::string& m : spec_modes) {
     if (m != "off" && m != "lookup" && m != "draft") {
       std::fprintf(stderr, "lamina: --spec: \"%s\" is not off, lookup or draft\n", m.c_str());
@@ -391,19 +403,22 @@ int RunProbe(const ProbeOptions& o) {
     }
   }
   if (spec_modes.empty()) spec_modes.push_back("off");
-  {
-    std::vector<LegSpec> crossed;
-    for (size_t i = 0; i < specs.size(); ++i) {
-      for (const std::string& m : spec_modes) {
-        LegSpec leg = specs[i];
-        leg.spec = m;
-        if (leg.spec != "off") leg.name += "+" + leg.spec;
-        crossed.push_back(leg);
-      }
+  std::vector<LegSpec> crossed;
+  for (size_t i = 0; i < specs->size(); ++i) {
+    for (const std::string& m : spec_modes) {
+      LegSpec leg = (*specs)[i];
+      leg.spec = m;
+      if (leg.spec != "off") leg.name += "+" + leg.spec;
+      crossed.push_back(leg);
     }
-    specs = std::move(crossed);
   }
-  for (const std::string& spec : o.inject_faults) {
+  *specs = std::move(crossed);
+  return kExitOk;
+}
+
+// --inject-fault LEG_INDEX:FAULT (test-only); an exit code.
+int ApplyFaults(const std::vector<std::string>& faults, std::vector<LegSpec>* specs) {
+  for (const std::string& spec : faults) {
     const size_t colon = spec.find(':');
     char* end = nullptr;
     const long idx = colon == std::string::npos ? -1 : std::strtol(spec.c_str(), &end, 10);
@@ -411,17 +426,123 @@ int RunProbe(const ProbeOptions& o) {
                                      ? Result<probe::Fault>(Error{"no colon"})
                                      : probe::ParseFault(spec.substr(colon + 1));
     if (colon == std::string::npos || end != spec.c_str() + colon || idx < 0 ||
-        idx >= static_cast<long>(specs.size()) || !fault.ok()) {
+        idx >= static_cast<long>(specs->size()) || !fault.ok()) {
       std::fprintf(stderr,
                    "lamina: --inject-fault: \"%s\" is not LEG_INDEX:FAULT (legs 0..%zu; faults "
-                   "skip-decode-writes, "
-                   "corrupt-decode-writes, biased-v, skip-verify-writes)\n",
-                   spec.c_str(), specs.size() - 1);
+                   "%s)\n",
+                   spec.c_str(), specs->size() - 1, probe::FaultNames().c_str());
       return kExitUsage;
     }
-    specs[idx].fault = *fault;
-    specs[idx].name += "+" + std::string(probe::FaultName(*fault));
+    (*specs)[idx].fault = *fault;
+    (*specs)[idx].name += "+" + std::string(probe::FaultName(*fault));
   }
+  return kExitOk;
+}
+
+// A leg's session.
+SessionConfig LegSession(const LegSpec& leg, int n_ctx, uint64_t seed) {
+  SessionConfig sc;
+  sc.n_ctx = n_ctx;
+  sc.kv_type = leg.kv;
+  sc.v_rounding = leg.v_round;
+  sc.kv_window = leg.window;
+  sc.kv_seed = seed;
+  return sc;
+}
+
+// Each leg's KV cache suits the model and fits in memory; an exit code.
+int CheckLegMemory(const Model& model, const std::vector<LegSpec>& specs, int n_ctx,
+                   uint64_t seed) {
+  const Hparams& hp = model.hparams();
+  for (const LegSpec& leg : specs) {
+    Result<KvCacheConfig> kc = MakeKvCacheConfig(hp, LegSession(leg, n_ctx, seed));
+    if (!kc.ok()) {
+      std::fprintf(stderr, "lamina: %s\n", kc.error().message.c_str());
+      return kExitUsage;
+    }
+    // Teacher-forced probes evaluate up to a whole context with all its logits.
+    SessionConfig planned = LegSession(leg, n_ctx, seed);
+    int rc = kExitOk;
+    if (!CheckMemoryPlan(CommonOptions{}, model, &planned, n_ctx, n_ctx, 0, "lower --ctx", &rc)) {
+      return rc;
+    }
+  }
+  return kExitOk;
+}
+
+// One setup per speculative mode (the draft model loads once and is checked against the
+// model's vocabulary). The legs' drafters point into it.
+struct SpecSetups {
+  std::map<std::string, SpecSetup> setups;
+  std::map<std::string, SpecCliOptions> options;
+};
+
+// The setups of the legs' speculative modes; an exit code.
+int MakeSpecSetups(const SpecCliOptions& spec_options, const std::string& model_path,
+                   const Model& model, int n_ctx, ThreadPool& pool,
+                   const std::vector<LegSpec>& specs, SpecSetups* out) {
+  for (const LegSpec& leg : specs) {
+    if (leg.spec == "off" || out->setups.count(leg.spec)) continue;
+    SpecCliOptions so = spec_options;
+    so.mode = leg.spec;
+    int rc = kExitOk;
+    if (!MakeSpecSetup(so, model_path, model, n_ctx, pool, &out->setups[leg.spec], &rc,
+                       /*build_drafter=*/false)) {
+      return rc;
+    }
+    out->options[leg.spec] = so;
+  }
+  return kExitOk;
+}
+
+// The local legs' backends.
+std::vector<probe::Leg> MakeLegs(const Model& model, ThreadPool& pool,
+                                 const std::vector<LegSpec>& specs, int n_ctx, uint64_t seed,
+                                 SpecSetups* setups) {
+  std::vector<probe::Leg> legs;
+  for (const LegSpec& spec : specs) {
+    probe::Leg leg;
+    leg.name = spec.name;
+    probe::DrafterFactory drafter;
+    spec::SpecOptions so;
+    if (spec.spec != "off") {
+      const SpecSetup* setup = &setups->setups[spec.spec];
+      const SpecCliOptions* sco = &setups->options[spec.spec];
+      drafter = [setup, sco, &pool] { return NewDrafter(*sco, *setup, pool); };
+      so = setup->options;
+    }
+    leg.backend = std::make_unique<probe::LocalBackend>(model, pool, LegSession(spec, n_ctx, seed),
+                                                        spec.fault, drafter, so);
+    legs.push_back(std::move(leg));
+  }
+  return legs;
+}
+
+// Touch the weights once so the first leg's cold prefill is not charged for page faults.
+void WarmUp(const Model& model, int n_ctx, ThreadPool& pool) {
+  SessionConfig sc;
+  sc.n_ctx = n_ctx;
+  sc.kv_type = KvType::kF32;
+  Session warm(model, sc, pool);
+  std::vector<int32_t> ids = model.tokenizer().Encode("Once upon a time", true, false);
+  (void)warm.Eval(ids, false);
+}
+
+}  // namespace
+
+int RunProbe(const ProbeOptions& o) {
+  // Usage checks first: nothing runs on bad options.
+  std::vector<KvType> kvs;
+  std::vector<KvRounding> rounds;
+  std::vector<int> windows;
+  if (int rc = ParseKvLists(o, &kvs, &rounds, &windows); rc != kExitOk) return rc;
+  probe::ProbeConfig config;
+  if (int rc = ParseProbeConfig(o, &config); rc != kExitOk) return rc;
+  if (!o.url.empty()) return RunRemoteProbe(o, config);
+
+  std::vector<LegSpec> specs = KvLegs(kvs, rounds, windows);
+  if (int rc = CrossSpecModes(o.spec, &specs); rc != kExitOk) return rc;
+  if (int rc = ApplyFaults(o.inject_faults, &specs); rc != kExitOk) return rc;
 
   std::string model_path = o.model_path;
   if (!ResolveModelPath(&model_path)) return kExitUsage;
@@ -434,71 +555,16 @@ int RunProbe(const ProbeOptions& o) {
     std::fprintf(stderr, "lamina: --ctx %d capped at the model's training context %d\n", o.n_ctx,
                  config.n_ctx);
   }
-  auto session_for = [&](const LegSpec& leg) {
-    SessionConfig sc;
-    sc.n_ctx = config.n_ctx;
-    sc.kv_type = leg.kv;
-    sc.v_rounding = leg.v_round;
-    sc.kv_window = leg.window;
-    sc.kv_seed = o.seed;
-    return sc;
-  };
-  for (const LegSpec& leg : specs) {
-    Result<KvCacheConfig> kc = MakeKvCacheConfig(hp, session_for(leg));
-    if (!kc.ok()) {
-      std::fprintf(stderr, "lamina: %s\n", kc.error().message.c_str());
-      return kExitUsage;
-    }
-    // Teacher-forced probes evaluate up to a whole context with all its logits.
-    SessionConfig planned = session_for(leg);
-    int rc = kExitOk;
-    if (!CheckMemoryPlan(CommonOptions{}, model, &planned, config.n_ctx, config.n_ctx, 0,
-                         "lower --ctx", &rc)) {
-      return rc;
-    }
-  }
+  if (int rc = CheckLegMemory(model, specs, config.n_ctx, o.seed); rc != kExitOk) return rc;
   ThreadPool pool(o.n_threads);
-  // One setup per speculative mode (the draft model loads once and is checked against the
-  // model's vocabulary).
-  std::map<std::string, SpecSetup> setups;
-  std::map<std::string, SpecCliOptions> spec_options;
-  for (const LegSpec& leg : specs) {
-    if (leg.spec == "off" || setups.count(leg.spec)) continue;
-    SpecCliOptions so = o.spec_options;
-    so.mode = leg.spec;
-    int rc = kExitOk;
-    if (!MakeSpecSetup(so, model_path, model, config.n_ctx, pool, &setups[leg.spec], &rc,
-                       /*build_drafter=*/false)) {
-      return rc;
-    }
-    spec_options[leg.spec] = so;
+  SpecSetups setups;
+  if (int rc =
+          MakeSpecSetups(o.spec_options, model_path, model, config.n_ctx, pool, specs, &setups);
+      rc != kExitOk) {
+    return rc;
   }
-  std::vector<probe::Leg> legs;
-  for (const LegSpec& spec : specs) {
-    probe::Leg leg;
-    leg.name = spec.name;
-    probe::DrafterFactory drafter;
-    spec::SpecOptions so;
-    if (spec.spec != "off") {
-      const SpecSetup* setup = &setups[spec.spec];
-      const SpecCliOptions* sco = &spec_options[spec.spec];
-      drafter = [setup, sco, &pool] { return NewDrafter(*sco, *setup, pool); };
-      so = setup->options;
-    }
-    leg.backend = std::make_unique<probe::LocalBackend>(model, pool, session_for(spec), spec.fault,
-                                                        drafter, so);
-    legs.push_back(std::move(leg));
-  }
-
-  // Touch the weights once so the first leg's cold prefill is not charged for page faults.
-  {
-    SessionConfig sc;
-    sc.n_ctx = config.n_ctx;
-    sc.kv_type = KvType::kF32;
-    Session warm(model, sc, pool);
-    std::vector<int32_t> ids = model.tokenizer().Encode("Once upon a time", true, false);
-    (void)warm.Eval(ids, false);
-  }
+  std::vector<probe::Leg> legs = MakeLegs(model, pool, specs, config.n_ctx, o.seed, &setups);
+  WarmUp(model, config.n_ctx, pool);
   probe::ProbeReport report = probe::RunProbe(config, legs);
   report.model = model_path;
   report.arch = hp.arch;

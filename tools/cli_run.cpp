@@ -38,10 +38,11 @@ int RunGenerate(const RunOptions& o) {
 
   bool ignore_eos = o.ignore_eos;
   if (o.chat) {  // the prompt is one user turn; the answer ends with the turn
-    ChatSetup setup;
+    chat::ChatSetup setup;
     int chat_rc = kExitOk;
     if (!ReadChatSetup(model, o.chat_template, &setup, &chat_rc)) return chat_rc;
-    Result<std::string> text = RenderChatPrompt(setup, {ChatMessage{"user", prompt}}, tok);
+    Result<std::string> text =
+        chat::RenderChatPrompt(setup, {chat::ChatMessage{"user", prompt}}, tok);
     if (!text.ok()) {
       std::fprintf(stderr, "lamina: %s\n", text.error().message.c_str());
       return kExitBadInput;

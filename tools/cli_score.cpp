@@ -94,6 +94,70 @@ bool ReadDump(const std::string& path, LogitsDump* d, std::string* err) {
   return true;
 }
 
+// The negative log-likelihood of the scored positions, and the context of the last window.
+struct Scored {
+  double nll = 0.0;
+  int64_t n_scored = 0;
+  int n_ctx = 0;
+};
+
+// Scores `tokens` in consecutive windows of n_ctx tokens, each in a fresh session, keeping every
+// position's logits in *dump when keep_logits; false (after the message) when an evaluation
+// fails. Progress goes to a terminal's stderr unless quiet.
+bool ScoreWindows(const Model& model, const SessionConfig& sc, ThreadPool& pool,
+                  const std::vector<int32_t>& tokens, bool keep_logits, bool quiet, Scored* out,
+                  LogitsDump* dump) {
+  const int n_vocab = model.hparams().n_vocab;
+  for (size_t start = 0; start < tokens.size();) {
+    Session session(model, sc, pool);
+    out->n_ctx = session.n_ctx();
+    const int n = static_cast<int>(std::min<size_t>(out->n_ctx, tokens.size() - start));
+    Result<const float*> r = session.Eval(tokens.data() + start, n, true);
+    if (!r.ok()) {
+      std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
+      return false;
+    }
+    std::vector<double> lsm;
+    for (int i = 0; i < n; ++i) {
+      const float* row = *r + static_cast<int64_t>(i) * n_vocab;
+      if (start + i + 1 < tokens.size() && i + 1 < n) {
+        LogSoftmax(row, n_vocab, lsm);
+        out->nll -= lsm[tokens[start + i + 1]];
+        ++out->n_scored;
+      }
+      if (keep_logits) {
+        dump->tokens.push_back(tokens[start + i]);
+        dump->logits.insert(dump->logits.end(), row, row + n_vocab);
+      }
+    }
+    start += n;
+    if (StderrIsTerminal() && !quiet)
+      std::fprintf(stderr, "\rscored %zu/%zu", start, tokens.size());
+  }
+  return true;
+}
+
+// --kl-base: KL(base || this) per position and top-1 agreement, into *j.
+void AddKlStats(const LogitsDump& base, const LogitsDump& dump, int n_vocab, nlohmann::json* j) {
+  std::vector<double> kld(dump.tokens.size());
+  int64_t agree = 0;
+  std::vector<double> lp, lq;
+  for (size_t i = 0; i < dump.tokens.size(); ++i) {
+    const float* p = base.logits.data() + i * n_vocab;
+    const float* q = dump.logits.data() + i * n_vocab;
+    kld[i] = KlDivergence(p, q, n_vocab, lp, lq);
+    agree += (std::max_element(p, p + n_vocab) - p) == (std::max_element(q, q + n_vocab) - q);
+  }
+  double mean = 0.0;
+  for (double k : kld) mean += k;
+  mean /= kld.size();
+  (*j)["kld_mean"] = mean;
+  (*j)["kld_median"] = Percentile(kld, 0.5);
+  (*j)["kld_p99"] = Percentile(kld, 0.99);
+  (*j)["kld_max"] = *std::max_element(kld.begin(), kld.end());
+  (*j)["top1_agreement"] = static_cast<double>(agree) / kld.size();
+}
+
 }  // namespace
 
 int RunScore(const ScoreOptions& o) {
@@ -134,45 +198,20 @@ int RunScore(const ScoreOptions& o) {
   LogitsDump dump;
   dump.n_vocab = static_cast<uint32_t>(n_vocab);
   const bool keep_logits = !o.save_logits.empty() || !o.kl_base.empty();
-  double nll = 0.0;
-  int64_t n_scored = 0;
   const double t0 = NowSeconds();
-  int n_ctx = 0;
-  for (size_t start = 0; start < tokens.size();) {
-    Session session(model, sc, pool);
-    n_ctx = session.n_ctx();
-    const int n = static_cast<int>(std::min<size_t>(n_ctx, tokens.size() - start));
-    Result<const float*> r = session.Eval(tokens.data() + start, n, true);
-    if (!r.ok()) {
-      std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
-      return kExitFailure;
-    }
-    std::vector<double> lsm;
-    for (int i = 0; i < n; ++i) {
-      const float* row = *r + static_cast<int64_t>(i) * n_vocab;
-      if (start + i + 1 < tokens.size() && i + 1 < n) {
-        LogSoftmax(row, n_vocab, lsm);
-        nll -= lsm[tokens[start + i + 1]];
-        ++n_scored;
-      }
-      if (keep_logits) {
-        dump.tokens.push_back(tokens[start + i]);
-        dump.logits.insert(dump.logits.end(), row, row + n_vocab);
-      }
-    }
-    start += n;
-    if (StderrIsTerminal() && !o.json)
-      std::fprintf(stderr, "\rscored %zu/%zu", start, tokens.size());
+  Scored scored;
+  if (!ScoreWindows(model, sc, pool, tokens, keep_logits, o.json, &scored, &dump)) {
+    return kExitFailure;
   }
   if (StderrIsTerminal() && !o.json) std::fprintf(stderr, "\n");
   const double seconds = NowSeconds() - t0;
-  const double ppl = std::exp(nll / std::max<int64_t>(1, n_scored));
+  const double ppl = std::exp(scored.nll / std::max<int64_t>(1, scored.n_scored));
 
   nlohmann::json j;
   j["perplexity"] = ppl;
   j["n_tokens"] = tokens.size();
-  j["n_scored"] = n_scored;
-  j["n_ctx"] = n_ctx;
+  j["n_scored"] = scored.n_scored;
+  j["n_ctx"] = scored.n_ctx;
   j["kv"] = KvTypeName(sc.kv_type);
   j["kv_v_round"] = KvRoundingName(sc.v_rounding);
   j["seconds"] = seconds;
@@ -187,30 +226,14 @@ int RunScore(const ScoreOptions& o) {
                    o.kl_base.c_str());
       return kExitBadInput;
     }
-    std::vector<double> kld(dump.tokens.size());
-    int64_t agree = 0;
-    std::vector<double> lp, lq;
-    for (size_t i = 0; i < dump.tokens.size(); ++i) {
-      const float* p = base.logits.data() + i * n_vocab;
-      const float* q = dump.logits.data() + i * n_vocab;
-      kld[i] = KlDivergence(p, q, n_vocab, lp, lq);
-      agree += (std::max_element(p, p + n_vocab) - p) == (std::max_element(q, q + n_vocab) - q);
-    }
-    double mean = 0.0;
-    for (double k : kld) mean += k;
-    mean /= kld.size();
-    j["kld_mean"] = mean;
-    j["kld_median"] = Percentile(kld, 0.5);
-    j["kld_p99"] = Percentile(kld, 0.99);
-    j["kld_max"] = *std::max_element(kld.begin(), kld.end());
-    j["top1_agreement"] = static_cast<double>(agree) / kld.size();
+    AddKlStats(base, dump, n_vocab, &j);
   }
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("perplexity %.4f over %lld scored tokens (%zu tokens, n_ctx %d, kv %s, %.2f s)\n",
-                ppl, static_cast<long long>(n_scored), tokens.size(), n_ctx, KvTypeName(sc.kv_type),
-                seconds);
+                ppl, static_cast<long long>(scored.n_scored), tokens.size(), scored.n_ctx,
+                KvTypeName(sc.kv_type), seconds);
     if (!o.kl_base.empty()) {
       std::printf(
           "KL divergence vs %s: mean %.6g median %.6g p99 %.6g max %.6g | top-1 agreement %.4f\n",

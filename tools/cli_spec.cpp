@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli_common.h"
+#include "engine/generate.h"
 
 namespace lamina::cli {
 
@@ -127,9 +128,9 @@ Result<GenerateResult> GenerateWithSpec(Session& session, const std::vector<int3
                                         spec::SpecStats* stats,
                                         const std::function<bool(const std::string&)>& on_text,
                                         const std::function<void(int, int)>& on_prompt_progress) {
-  if (!spec.drafter) return Generate(session, 0, prompt, go, on_text, on_prompt_progress);
-  return spec::GenerateSpeculative(session, 0, prompt, go, *spec.drafter, spec.options, stats,
-                                   on_text, on_prompt_progress);
+  if (!spec.drafter) return engine::Generate(session, 0, prompt, go, on_text, on_prompt_progress);
+  return engine::GenerateSpeculative(session, 0, prompt, go, *spec.drafter, spec.options, stats,
+                                     on_text, on_prompt_progress);
 }
 
 std::string SpecSummary(const SpecSetup& spec, const spec::SpecStats& s) {

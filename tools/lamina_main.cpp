@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "build_info.h"
+#include "chat/chat_template.h"
 #include "cli_commands.h"
 #include "cli_common.h"
 #include "cli_options.h"
 #include "cli_spec.h"
 #include "runtime/kv_cache.h"
 #include "server/server.h"
-#include "tokenizer/chat_template.h"
 
 namespace {
 using namespace lamina::cli;  // NOLINT: the validators of cli_options.h
@@ -118,9 +118,9 @@ const std::vector<std::string>& CommandNames() {
 
 void AddChatTemplateOptions(CLI::App* cmd, lamina::cli::ChatTemplateOptions& t) {
   cmd->option_defaults()->group(kGroupTemplate);
-  cmd->add_option(
-      "--chat-template", t.name,
-      "Chat template: a built-in name (" + lamina::ChatTemplateNames() + ") or a Jinja source");
+  cmd->add_option("--chat-template", t.name,
+                  "Chat template: a built-in name (" + lamina::chat::ChatTemplateNames() +
+                      ") or a Jinja source");
   cmd->add_option("--chat-template-file", t.file, "Chat template: a Jinja source file");
   cmd->add_flag("--jinja", t.jinja,
                 "Render the model's chat template with the Jinja engine even when it is a "
@@ -170,6 +170,221 @@ int UnknownCommand(const std::string& typed) {
   return kExitUsage;
 }
 
+// Every subcommand's options and its CLI11 app (set once the subcommand is added).
+struct Commands {
+  RunOptions run;
+  CLI::App* run_cmd = nullptr;
+  ChatOptions chat;
+  CLI::App* chat_cmd = nullptr;
+  bool conversation = false;  // llama-cli's -cnv and friends: no effect
+  ScoreOptions score;
+  CLI::App* score_cmd = nullptr;
+  BenchOptions bench;
+  CLI::App* bench_cmd = nullptr;
+  ProbeOptions probe;
+  CLI::App* probe_cmd = nullptr;
+  InspectOptions inspect;
+  CLI::App* inspect_cmd = nullptr;
+};
+
+// The subcommands, each with its options; Main adds them in the order the help lists them.
+void AddRunCommand(CLI::App* app, Commands* c) {
+  CLI::App* cmd = app->add_subcommand("run", "Generate a continuation of a prompt");
+  AddCommon(cmd, c->run.common, false);  // no -m: the shipped model
+  cmd->option_defaults()->group(kGroupInput);
+  cmd->add_option("-p,--prompt", c->run.prompt, "Prompt text");
+  cmd->add_option("-f,--file", c->run.prompt_file, "Read the prompt from a file");
+  cmd->add_option("-n,--n-predict", c->run.n_predict, "Tokens to generate")
+      ->check(IntRange(0, 1 << 30));
+  cmd->add_flag("--ignore-eos", c->run.ignore_eos, "Do not stop at end-of-generation tokens");
+  cmd->add_flag("--json", c->run.json, "Print one JSON object instead of streaming text");
+  cmd->add_option("--prompt-chunk", c->run.prompt_chunk,
+                  "Process the prompt in chunks of N tokens (0: one batch, 1: token by token)")
+      ->check(IntRange(0, 1 << 30));
+  cmd->add_flag("--chat", c->run.chat,
+                "Apply the model's chat template: the prompt is one user turn");
+  AddSamplingOptions(cmd, c->run);
+  AddChatTemplateOptions(cmd, c->run.chat_template);
+  AddSessionOptions(cmd, c->run);
+  AddGrammarOptions(cmd, c->run);
+  AddSpecGroup(cmd, c->run.spec);
+  c->run_cmd = cmd;
+}
+
+void AddChatCommand(CLI::App* app, Commands* c) {
+  CLI::App* cmd =
+      app->add_subcommand("chat", "Interactive chat: one user turn per stdin line, EOF ends");
+  AddCommon(cmd, c->chat.run.common, false);
+  cmd->option_defaults()->group(kGroupInput);
+  cmd->add_option("-n,--n-predict", c->chat.run.n_predict, "Most tokens per answer")
+      ->check(IntRange(0, 1 << 30))
+      ->default_str("512");
+  cmd->add_option("--system,--system-prompt", c->chat.system, "System turn (-sys)");
+  // llama-cli's conversation switches: chat is always one.
+  cmd->add_flag("-i,--interactive,--conversation,--interactive-first,--multiline-input",
+                c->conversation, "llama-cli's conversation flags (-cnv, -i, -if, -mli): no effect")
+      ->group("");
+  AddSamplingOptions(cmd, c->chat.run);
+  AddChatTemplateOptions(cmd, c->chat.run.chat_template);
+  AddSessionOptions(cmd, c->chat.run);
+  AddGrammarOptions(cmd, c->chat.run);
+  AddSpecGroup(cmd, c->chat.run.spec);
+  c->chat_cmd = cmd;
+}
+
+void AddScoreCommand(CLI::App* app, Commands* c) {
+  CLI::App* cmd = app->add_subcommand("score", "Teacher-forced perplexity and KL divergence");
+  AddCommon(cmd, c->score.common, false);
+  cmd->option_defaults()->group("Scoring");
+  cmd->add_option("-f,--file", c->score.text_file, "Text file to score")->required();
+  cmd->add_option("--save-logits", c->score.save_logits, "Write every position's logits here");
+  cmd->add_option("--kl-base", c->score.kl_base, "Compare against logits saved by --save-logits");
+  cmd->add_flag("--json", c->score.json, "Print one JSON object");
+  c->score_cmd = cmd;
+}
+
+void AddBenchCommand(CLI::App* app, Commands* c) {
+  CLI::App* cmd = app->add_subcommand("bench", "Prompt and generation throughput");
+  AddCommon(cmd, c->bench.common, false);
+  cmd->option_defaults()->group("Benchmark");
+  cmd->add_option("-p,--n-prompt", c->bench.n_prompt, "Prompt tokens (pp test)")
+      ->check(IntRange(0, 1 << 30));
+  cmd->add_option("-n,--n-gen", c->bench.n_gen, "Generated tokens (tg test)")
+      ->check(IntRange(0, 1 << 30));
+  cmd->add_option("-d,--depth", c->bench.depth, "Tokens already in the cache before tg")
+      ->check(IntRange(0, 1 << 30));
+  cmd->add_option("-r,--reps", c->bench.reps, "Repetitions (the median is reported)")
+      ->check(IntRange(1, 1000));
+  cmd->add_flag("--json", c->bench.json, "Print one JSON object");
+  cmd->add_option("--parallel", c->bench.parallel,
+                  "Batched decode: B sequences per step, e.g. 1,2,4,8 (each at DEPTH)");
+  cmd->option_defaults()->group(kGroupSpec);
+  cmd->add_option("--spec", c->bench.spec,
+                  "Speculative decoding on a fixed task set: off,lookup,draft (with -md, "
+                  "--draft-max, --draft-p-min, --lookup-ngram, --kv-draft)");
+  cmd->add_option("--model-draft", c->bench.spec_options.draft_model, "Draft model (-md)");
+  cmd->add_option("--draft-max", c->bench.spec_options.draft_max,
+                  "Tokens drafted per step (default: 8)")
+      ->default_str("");
+  cmd->add_option("--draft-p-min", c->bench.spec_options.draft_p_min,
+                  "Draft model's probability floor");
+  cmd->add_option("--lookup-ngram", c->bench.spec_options.lookup_ngram,
+                  "Shortest match prompt lookup drafts from");
+  cmd->add_option("--kv-draft", c->bench.spec_options.kv_draft, "Draft model's KV mode");
+  cmd->add_flag("--spec-fixed", c->bench.spec_options.fixed, "Always draft");
+  c->bench_cmd = cmd;
+}
+
+void AddProbeCommand(CLI::App* app, Commands* c) {
+  CLI::App* cmd = app->add_subcommand(
+      "probe", "A/B the KV cache modes: prefill, counting, needle, JSON, copy, divergence");
+  cmd->option_defaults()->group(kGroupModel);
+  cmd->add_option("-m,--model", c->probe.model_path,
+                  "GGUF model file (default: the shipped model); with --url, the model "
+                  "name sent to the server");
+  cmd->add_option("-c,--ctx", c->probe.n_ctx, "Context size per leg")->check(IntRange(64, 1 << 30));
+  cmd->add_option("-t,--threads", c->probe.n_threads, "Threads (0: all cores)")->check(Threads());
+  cmd->option_defaults()->group("Legs");
+  cmd->add_option("--kv", c->probe.kv,
+                  "KV modes, comma-separated (f32 reference first unless f32/f16 leads)");
+  cmd->add_option("--kv-v-round", c->probe.kv_v_round,
+                  "V roundings crossed with the quantized modes: rtn,stochastic");
+  cmd->add_option("--kv-window", c->probe.kv_window,
+                  "Recent full-precision windows crossed with the quantized modes, e.g. "
+                  "0,32 (default: each mode's)");
+  cmd->add_option("--spec", c->probe.spec,
+                  "Speculative legs: off,lookup,draft crossed with every KV leg");
+  cmd->add_option("--model-draft", c->probe.spec_options.draft_model,
+                  "Draft model of the draft legs (-md; default <model>-draft.gguf)");
+  cmd->add_option("--draft-max", c->probe.spec_options.draft_max,
+                  "Tokens drafted per step (default: 8)")
+      ->default_str("");
+  cmd->add_option("--kv-draft", c->probe.spec_options.kv_draft, "Draft model's KV mode");
+  cmd->option_defaults()->group("Probes");
+  cmd->add_option("--probes", c->probe.probes,
+                  "Probes: prefill,counting,needle,json,schema,copy,divergence");
+  cmd->add_option("--needle-depths", c->probe.needle_depths, "Needle depths in percent");
+  cmd->add_option("--needle-lengths", c->probe.needle_lengths, "Haystack lengths in tokens");
+  cmd->add_option("--count-to", c->probe.count_to, "N of the counting probe")
+      ->check(IntRange(1, 1 << 20));
+  cmd->add_option("--divergence-tokens", c->probe.divergence_tokens,
+                  "Tokens of teacher-forced text")
+      ->check(IntRange(8, 1 << 30));
+  cmd->add_option("--free-run-tokens", c->probe.free_run_tokens,
+                  "Tokens generated by the free-running comparison")
+      ->check(IntRange(0, 1 << 30));
+  cmd->add_option("--text", c->probe.text_file,
+                  "Text file for the divergence probe (default: seeded filler)");
+  // The probe stays reproducible: its seed is fixed unless given.
+  cmd->add_option("--seed", c->probe.seed, "Seed of texts, needles and stochastic rounding")
+      ->check(Seed());
+  cmd->add_option("--out", c->probe.out_dir, "Write probe.json and report.html here");
+  cmd->option_defaults()->group("Server");
+  cmd->add_option("--url", c->probe.url,
+                  "Probe an OpenAI-compatible server (lamina serve, llama-server) as the "
+                  "one leg: counting, needle, JSON and copy over /v1/chat/completions");
+  cmd->add_option("--api-key", c->probe.api_key, "API key for --url (sent as a Bearer token)");
+  // Test-only and hidden: plants a KV cache fault in one leg to show the probes catch it.
+  cmd->add_option("--inject-fault", c->probe.inject_faults, "LEG_INDEX:FAULT (test-only)")
+      ->group("");
+  c->probe_cmd = cmd;
+}
+
+void AddInspectCommand(CLI::App* app, Commands* c) {
+  CLI::App* cmd = app->add_subcommand("inspect", "Print a GGUF file's metadata and tensor table");
+  cmd->add_option("model", c->inspect.model_path, "GGUF file")->required();
+  cmd->add_flag("--json", c->inspect.json, "Print one JSON object");
+  c->inspect_cmd = cmd;
+}
+
+// llama.cpp's spellings: the flags a subcommand does not take are refused by name (-cnv would
+// be -c nv to CLI11), the rest rewritten to their long names (-md: --model-draft) by
+// NormalizeLlamaArgs. An exit code.
+int RefuseForeignFlags(CLI::App& app, int argc, char** argv) {
+  if (argc <= 2) return kExitOk;
+  const std::vector<std::string> typed(argv + 2, argv + argc);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    if (sub->get_name() != argv[1]) continue;
+    const std::string error = ForeignFlagError(*sub, typed);
+    if (!error.empty()) {
+      std::fprintf(stderr, "%s\n", error.c_str());
+      return kExitUsage;
+    }
+  }
+  return kExitOk;
+}
+
+// Runs the subcommand that was parsed; an exit code.
+int RunParsed(Commands& c) {
+  if (*c.run_cmd) {
+    if (c.run.prompt.empty() && c.run.prompt_file.empty() && !c.run_cmd->count("-p")) {
+      // An empty prompt is allowed (BOS only) when given explicitly; otherwise say how to pass one.
+      std::fprintf(stderr, "lamina: run needs -p PROMPT or -f FILE\n");
+      return kExitUsage;
+    }
+    if (!ResolveModelPath(&c.run.common.model_path)) return kExitUsage;
+    if (!c.run_cmd->count("--seed")) c.run.seed = RandomSeed();
+    return RunGenerate(c.run);
+  }
+  if (*c.chat_cmd) {
+    if (!ResolveModelPath(&c.chat.run.common.model_path)) return kExitUsage;
+    c.chat.run.n_predict = c.chat_cmd->count("-n") ? c.chat.run.n_predict : 512;
+    if (!c.chat_cmd->count("--seed")) c.chat.run.seed = RandomSeed();
+    return RunChat(c.chat);
+  }
+  if (*c.score_cmd) {
+    if (!ResolveModelPath(&c.score.common.model_path)) return kExitUsage;
+    return RunScore(c.score);
+  }
+  if (*c.bench_cmd) {
+    if (!ResolveModelPath(&c.bench.common.model_path)) return kExitUsage;
+    return RunBench(c.bench);
+  }
+  if (*c.inspect_cmd) return RunInspect(c.inspect);
+  if (*c.probe_cmd) return RunProbe(c.probe);
+  return kExitUsage;
+}
+
 int Main(int argc, char** argv) {
   using namespace lamina::cli;
   if (argc == 2 &&
@@ -193,167 +408,14 @@ int Main(int argc, char** argv) {
   // Every option's help shows its default (options whose default is "the model's" or "the
   // mode's" say so in their description instead).
   app.option_defaults()->always_capture_default();
-
-  RunOptions run;
-  CLI::App* run_cmd = app.add_subcommand("run", "Generate a continuation of a prompt");
-  AddCommon(run_cmd, run.common, false);  // no -m: the shipped model
-  run_cmd->option_defaults()->group(kGroupInput);
-  run_cmd->add_option("-p,--prompt", run.prompt, "Prompt text");
-  run_cmd->add_option("-f,--file", run.prompt_file, "Read the prompt from a file");
-  run_cmd->add_option("-n,--n-predict", run.n_predict, "Tokens to generate")
-      ->check(IntRange(0, 1 << 30));
-  run_cmd->add_flag("--ignore-eos", run.ignore_eos, "Do not stop at end-of-generation tokens");
-  run_cmd->add_flag("--json", run.json, "Print one JSON object instead of streaming text");
-  run_cmd
-      ->add_option("--prompt-chunk", run.prompt_chunk,
-                   "Process the prompt in chunks of N tokens (0: one batch, 1: token by token)")
-      ->check(IntRange(0, 1 << 30));
-  run_cmd->add_flag("--chat", run.chat,
-                    "Apply the model's chat template: the prompt is one user turn");
-  AddSamplingOptions(run_cmd, run);
-  AddChatTemplateOptions(run_cmd, run.chat_template);
-  AddSessionOptions(run_cmd, run);
-  AddGrammarOptions(run_cmd, run);
-  AddSpecGroup(run_cmd, run.spec);
-
-  ChatOptions chat;
-  CLI::App* chat_cmd =
-      app.add_subcommand("chat", "Interactive chat: one user turn per stdin line, EOF ends");
-  AddCommon(chat_cmd, chat.run.common, false);
-  chat_cmd->option_defaults()->group(kGroupInput);
-  chat_cmd->add_option("-n,--n-predict", chat.run.n_predict, "Most tokens per answer")
-      ->check(IntRange(0, 1 << 30))
-      ->default_str("512");
-  chat_cmd->add_option("--system,--system-prompt", chat.system, "System turn (-sys)");
-  // llama-cli's conversation switches: chat is always one.
-  bool conversation = false;
-  chat_cmd
-      ->add_flag("-i,--interactive,--conversation,--interactive-first,--multiline-input",
-                 conversation, "llama-cli's conversation flags (-cnv, -i, -if, -mli): no effect")
-      ->group("");
-  AddSamplingOptions(chat_cmd, chat.run);
-  AddChatTemplateOptions(chat_cmd, chat.run.chat_template);
-  AddSessionOptions(chat_cmd, chat.run);
-  AddGrammarOptions(chat_cmd, chat.run);
-  AddSpecGroup(chat_cmd, chat.run.spec);
-
-  ScoreOptions score;
-  CLI::App* score_cmd = app.add_subcommand("score", "Teacher-forced perplexity and KL divergence");
-  AddCommon(score_cmd, score.common, false);
-  score_cmd->option_defaults()->group("Scoring");
-  score_cmd->add_option("-f,--file", score.text_file, "Text file to score")->required();
-  score_cmd->add_option("--save-logits", score.save_logits, "Write every position's logits here");
-  score_cmd->add_option("--kl-base", score.kl_base,
-                        "Compare against logits saved by --save-logits");
-  score_cmd->add_flag("--json", score.json, "Print one JSON object");
-
-  BenchOptions bench;
-  CLI::App* bench_cmd = app.add_subcommand("bench", "Prompt and generation throughput");
-  AddCommon(bench_cmd, bench.common, false);
-  bench_cmd->option_defaults()->group("Benchmark");
-  bench_cmd->add_option("-p,--n-prompt", bench.n_prompt, "Prompt tokens (pp test)")
-      ->check(IntRange(0, 1 << 30));
-  bench_cmd->add_option("-n,--n-gen", bench.n_gen, "Generated tokens (tg test)")
-      ->check(IntRange(0, 1 << 30));
-  bench_cmd->add_option("-d,--depth", bench.depth, "Tokens already in the cache before tg")
-      ->check(IntRange(0, 1 << 30));
-  bench_cmd->add_option("-r,--reps", bench.reps, "Repetitions (the median is reported)")
-      ->check(IntRange(1, 1000));
-  bench_cmd->add_flag("--json", bench.json, "Print one JSON object");
-  bench_cmd->add_option("--parallel", bench.parallel,
-                        "Batched decode: B sequences per step, e.g. 1,2,4,8 (each at DEPTH)");
-  bench_cmd->option_defaults()->group(kGroupSpec);
-  bench_cmd->add_option("--spec", bench.spec,
-                        "Speculative decoding on a fixed task set: off,lookup,draft (with -md, "
-                        "--draft-max, --draft-p-min, --lookup-ngram, --kv-draft)");
-  bench_cmd->add_option("--model-draft", bench.spec_options.draft_model, "Draft model (-md)");
-  bench_cmd
-      ->add_option("--draft-max", bench.spec_options.draft_max,
-                   "Tokens drafted per step (default: 8)")
-      ->default_str("");
-  bench_cmd->add_option("--draft-p-min", bench.spec_options.draft_p_min,
-                        "Draft model's probability floor");
-  bench_cmd->add_option("--lookup-ngram", bench.spec_options.lookup_ngram,
-                        "Shortest match prompt lookup drafts from");
-  bench_cmd->add_option("--kv-draft", bench.spec_options.kv_draft, "Draft model's KV mode");
-  bench_cmd->add_flag("--spec-fixed", bench.spec_options.fixed, "Always draft");
-
-  ProbeOptions probe;
-  CLI::App* probe_cmd = app.add_subcommand(
-      "probe", "A/B the KV cache modes: prefill, counting, needle, JSON, copy, divergence");
-  probe_cmd->option_defaults()->group(kGroupModel);
-  probe_cmd->add_option("-m,--model", probe.model_path,
-                        "GGUF model file (default: the shipped model); with --url, the model "
-                        "name sent to the server");
-  probe_cmd->add_option("-c,--ctx", probe.n_ctx, "Context size per leg")
-      ->check(IntRange(64, 1 << 30));
-  probe_cmd->add_option("-t,--threads", probe.n_threads, "Threads (0: all cores)")
-      ->check(Threads());
-  probe_cmd->option_defaults()->group("Legs");
-  probe_cmd->add_option("--kv", probe.kv,
-                        "KV modes, comma-separated (f32 reference first unless f32/f16 leads)");
-  probe_cmd->add_option("--kv-v-round", probe.kv_v_round,
-                        "V roundings crossed with the quantized modes: rtn,stochastic");
-  probe_cmd->add_option("--kv-window", probe.kv_window,
-                        "Recent full-precision windows crossed with the quantized modes, e.g. "
-                        "0,32 (default: each mode's)");
-  probe_cmd->add_option("--spec", probe.spec,
-                        "Speculative legs: off,lookup,draft crossed with every KV leg");
-  probe_cmd->add_option("--model-draft", probe.spec_options.draft_model,
-                        "Draft model of the draft legs (-md; default <model>-draft.gguf)");
-  probe_cmd
-      ->add_option("--draft-max", probe.spec_options.draft_max,
-                   "Tokens drafted per step (default: 8)")
-      ->default_str("");
-  probe_cmd->add_option("--kv-draft", probe.spec_options.kv_draft, "Draft model's KV mode");
-  probe_cmd->option_defaults()->group("Probes");
-  probe_cmd->add_option("--probes", probe.probes,
-                        "Probes: prefill,counting,needle,json,schema,copy,divergence");
-  probe_cmd->add_option("--needle-depths", probe.needle_depths, "Needle depths in percent");
-  probe_cmd->add_option("--needle-lengths", probe.needle_lengths, "Haystack lengths in tokens");
-  probe_cmd->add_option("--count-to", probe.count_to, "N of the counting probe")
-      ->check(IntRange(1, 1 << 20));
-  probe_cmd
-      ->add_option("--divergence-tokens", probe.divergence_tokens, "Tokens of teacher-forced text")
-      ->check(IntRange(8, 1 << 30));
-  probe_cmd
-      ->add_option("--free-run-tokens", probe.free_run_tokens,
-                   "Tokens generated by the free-running comparison")
-      ->check(IntRange(0, 1 << 30));
-  probe_cmd->add_option("--text", probe.text_file,
-                        "Text file for the divergence probe (default: seeded filler)");
-  // The probe stays reproducible: its seed is fixed unless given.
-  probe_cmd->add_option("--seed", probe.seed, "Seed of texts, needles and stochastic rounding")
-      ->check(Seed());
-  probe_cmd->add_option("--out", probe.out_dir, "Write probe.json and report.html here");
-  probe_cmd->option_defaults()->group("Server");
-  probe_cmd->add_option("--url", probe.url,
-                        "Probe an OpenAI-compatible server (lamina serve, llama-server) as the "
-                        "one leg: counting, needle, JSON and copy over /v1/chat/completions");
-  probe_cmd->add_option("--api-key", probe.api_key, "API key for --url (sent as a Bearer token)");
-  // Test-only and hidden: plants a KV cache fault in one leg to show the probes catch it.
-  probe_cmd->add_option("--inject-fault", probe.inject_faults, "LEG_INDEX:FAULT (test-only)")
-      ->group("");
-
-  InspectOptions inspect;
-  CLI::App* inspect_cmd =
-      app.add_subcommand("inspect", "Print a GGUF file's metadata and tensor table");
-  inspect_cmd->add_option("model", inspect.model_path, "GGUF file")->required();
-  inspect_cmd->add_flag("--json", inspect.json, "Print one JSON object");
-
-  // llama.cpp's spellings: the flags a subcommand does not take are refused by name (-cnv would
-  // be -c nv to CLI11), the rest rewritten to their long names (-md: --model-draft).
-  if (argc > 2) {
-    const std::vector<std::string> typed(argv + 2, argv + argc);
-    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
-      if (sub->get_name() != argv[1]) continue;
-      const std::string error = ForeignFlagError(*sub, typed);
-      if (!error.empty()) {
-        std::fprintf(stderr, "%s\n", error.c_str());
-        return kExitUsage;
-      }
-    }
-  }
+  Commands c;
+  AddRunCommand(&app, &c);
+  AddChatCommand(&app, &c);
+  AddScoreCommand(&app, &c);
+  AddBenchCommand(&app, &c);
+  AddProbeCommand(&app, &c);
+  AddInspectCommand(&app, &c);
+  if (int rc = RefuseForeignFlags(app, argc, argv); rc != kExitOk) return rc;
   std::vector<std::string> args = NormalizeLlamaArgs(argc, argv);
   std::vector<char*> arg_ptrs;
   for (std::string& a : args) arg_ptrs.push_back(a.data());
@@ -362,33 +424,7 @@ int Main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return ParseErrorExit(app, e);
   }
-  if (*run_cmd) {
-    if (run.prompt.empty() && run.prompt_file.empty() && !run_cmd->count("-p")) {
-      // An empty prompt is allowed (BOS only) when given explicitly; otherwise say how to pass one.
-      std::fprintf(stderr, "lamina: run needs -p PROMPT or -f FILE\n");
-      return kExitUsage;
-    }
-    if (!ResolveModelPath(&run.common.model_path)) return kExitUsage;
-    if (!run_cmd->count("--seed")) run.seed = RandomSeed();
-    return RunGenerate(run);
-  }
-  if (*chat_cmd) {
-    if (!ResolveModelPath(&chat.run.common.model_path)) return kExitUsage;
-    chat.run.n_predict = chat_cmd->count("-n") ? chat.run.n_predict : 512;
-    if (!chat_cmd->count("--seed")) chat.run.seed = RandomSeed();
-    return RunChat(chat);
-  }
-  if (*score_cmd) {
-    if (!ResolveModelPath(&score.common.model_path)) return kExitUsage;
-    return RunScore(score);
-  }
-  if (*bench_cmd) {
-    if (!ResolveModelPath(&bench.common.model_path)) return kExitUsage;
-    return RunBench(bench);
-  }
-  if (*inspect_cmd) return RunInspect(inspect);
-  if (*probe_cmd) return RunProbe(probe);
-  return kExitUsage;
+  return RunParsed(c);
 }
 }  // namespace
 

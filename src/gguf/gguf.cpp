@@ -73,6 +73,51 @@ T LoadLE(const uint8_t* p) {
   return v;
 }
 
+// Decodes one scalar of type `t` at `p` into *v (the caller sets v->type and has checked that
+// ScalarSize(t) bytes are there). False for a bool byte other than 0 or 1.
+bool DecodeScalar(ValueType t, const uint8_t* p, Value* v) {
+  switch (t) {
+    case ValueType::kU8:
+      v->u = p[0];
+      break;
+    case ValueType::kI8:
+      v->i = static_cast<int8_t>(p[0]);
+      break;
+    case ValueType::kU16:
+      v->u = LoadLE<uint16_t>(p);
+      break;
+    case ValueType::kI16:
+      v->i = LoadLE<int16_t>(p);
+      break;
+    case ValueType::kU32:
+      v->u = LoadLE<uint32_t>(p);
+      break;
+    case ValueType::kI32:
+      v->i = LoadLE<int32_t>(p);
+      break;
+    case ValueType::kU64:
+      v->u = LoadLE<uint64_t>(p);
+      break;
+    case ValueType::kI64:
+      v->i = LoadLE<int64_t>(p);
+      break;
+    case ValueType::kF32:
+      v->f = LoadLE<float>(p);
+      break;
+    case ValueType::kF64:
+      v->f = LoadLE<double>(p);
+      break;
+    case ValueType::kBool:
+      if (p[0] > 1) return false;
+      v->u = p[0];
+      break;
+    case ValueType::kString:
+    case ValueType::kArray:
+      break;  // not scalars
+  }
+  return true;
+}
+
 std::string Quote(std::string_view s) {
   // Names come from the file: keep the error one printable line.
   std::string out = "\"";
@@ -193,7 +238,17 @@ class Parser {
   Status ReadString(std::string* out, const std::string& field);
   // Reads one value of `type` into *out. `field` names the value; `depth` counts enclosing arrays.
   Status ReadValue(ValueType type, const std::string& field, int depth, Value* out);
+  // The pieces of ReadValue: one scalar, an array, and an array of scalars (count already bounded).
+  Status ReadScalar(ValueType type, const std::string& field, Value* out);
+  Status ReadArray(const std::string& field, int depth, Value* out);
+  Status ReadScalarArray(ValueType elem, const std::string& field, Value* out);
   Status ReadTensorInfo(uint64_t index);
+  // The sections Parse reads in order; value_at holds each metadata value's byte offset.
+  Status ReadHeader(uint64_t* n_tensors, uint64_t* n_kv);
+  Status ReadMetadata(uint64_t n_kv, std::vector<uint64_t>* value_at);
+  Status ReadAlignment(const std::vector<uint64_t>& value_at);
+  Status ReadTensorTable(uint64_t n_tensors);
+  Status PlaceTensorData();
 
   File* file_;
   const uint8_t* data_;
@@ -236,166 +291,85 @@ Status Parser::ReadValue(ValueType type, const std::string& field, int depth, Va
                 "more than " + std::to_string(kMaxMetadataValues) + " metadata values in total");
   }
   switch (type) {
-    case ValueType::kU8: {
-      uint8_t v = 0;
-      LAMINA_GGUF_TRY(Read(&v, field));
-      out->u = v;
-      return Status::Ok();
-    }
-    case ValueType::kI8: {
-      int8_t v = 0;
-      LAMINA_GGUF_TRY(Read(&v, field));
-      out->i = v;
-      return Status::Ok();
-    }
-    case ValueType::kU16: {
-      uint16_t v = 0;
-      LAMINA_GGUF_TRY(Read(&v, field));
-      out->u = v;
-      return Status::Ok();
-    }
-    case ValueType::kI16: {
-      int16_t v = 0;
-      LAMINA_GGUF_TRY(Read(&v, field));
-      out->i = v;
-      return Status::Ok();
-    }
-    case ValueType::kU32: {
-      uint32_t v = 0;
-      LAMINA_GGUF_TRY(Read(&v, field));
-      out->u = v;
-      return Status::Ok();
-    }
-    case ValueType::kI32: {
-      int32_t v = 0;
-      LAMINA_GGUF_TRY(Read(&v, field));
-      out->i = v;
-      return Status::Ok();
-    }
-    case ValueType::kU64: {
-      LAMINA_GGUF_TRY(Read(&out->u, field));
-      return Status::Ok();
-    }
-    case ValueType::kI64: {
-      LAMINA_GGUF_TRY(Read(&out->i, field));
-      return Status::Ok();
-    }
-    case ValueType::kF32: {
-      float v = 0;
-      LAMINA_GGUF_TRY(Read(&v, field));
-      out->f = v;
-      return Status::Ok();
-    }
-    case ValueType::kF64: {
-      LAMINA_GGUF_TRY(Read(&out->f, field));
-      return Status::Ok();
-    }
-    case ValueType::kBool: {
-      uint8_t v = 0;
-      LAMINA_GGUF_TRY(Read(&v, field));
-      if (v > 1)
-        return Fail(at, field, "bad bool value " + std::to_string(v) + " (must be 0 or 1)");
-      out->u = v;
-      return Status::Ok();
-    }
     case ValueType::kString:
       return ReadString(&out->str, field);
-    case ValueType::kArray: {
-      if (depth >= kMaxArrayNesting) {
-        return Fail(at, field,
-                    "arrays nested deeper than " + std::to_string(kMaxArrayNesting) + " levels");
-      }
-      uint32_t raw_elem = 0;
-      LAMINA_GGUF_TRY(Read(&raw_elem, field + ".elem_type"));
-      if (!IsValidValueType(raw_elem)) {
-        return Fail(at, field + ".elem_type", "invalid value type " + std::to_string(raw_elem));
-      }
-      const auto elem = static_cast<ValueType>(raw_elem);
-      out->elem_type = elem;
-      const uint64_t count_at = pos_;
-      uint64_t count = 0;
-      LAMINA_GGUF_TRY(Read(&count, field + ".length"));
-      if (count > kMaxArrayLength) {
-        return Fail(count_at, field + ".length",
-                    "array length " + std::to_string(count) + " exceeds the cap of " +
-                        std::to_string(kMaxArrayLength));
-      }
-      // count <= 2^26 and the element size <= 12, so the product cannot overflow.
-      const uint64_t min_bytes = count * MinEncodedSize(elem);
-      if (min_bytes > Left()) {
-        return Fail(count_at, field + ".length",
-                    "array of " + std::to_string(count) + " " + ValueTypeName(elem) +
-                        " needs at least " + std::to_string(min_bytes) + " bytes, only " +
-                        std::to_string(Left()) + " bytes left");
-      }
-      out->array.resize(count);
-      if (ScalarSize(elem) > 0) {
-        // Fast path for numeric arrays: bounds are already proven above.
-        for (uint64_t k = 0; k < count; ++k) {
-          if (++metadata_values_ > kMaxMetadataValues) {
-            return Fail(
-                pos_, field + "[" + std::to_string(k) + "]",
-                "more than " + std::to_string(kMaxMetadataValues) + " metadata values in total");
-          }
-          Value& v = out->array[k];
-          v.type = elem;
-          const uint8_t* p = data_ + pos_;
-          switch (elem) {
-            case ValueType::kU8:
-              v.u = p[0];
-              break;
-            case ValueType::kI8:
-              v.i = static_cast<int8_t>(p[0]);
-              break;
-            case ValueType::kU16:
-              v.u = LoadLE<uint16_t>(p);
-              break;
-            case ValueType::kI16:
-              v.i = LoadLE<int16_t>(p);
-              break;
-            case ValueType::kU32:
-              v.u = LoadLE<uint32_t>(p);
-              break;
-            case ValueType::kI32:
-              v.i = LoadLE<int32_t>(p);
-              break;
-            case ValueType::kU64:
-              v.u = LoadLE<uint64_t>(p);
-              break;
-            case ValueType::kI64:
-              v.i = LoadLE<int64_t>(p);
-              break;
-            case ValueType::kF32:
-              v.f = LoadLE<float>(p);
-              break;
-            case ValueType::kF64:
-              v.f = LoadLE<double>(p);
-              break;
-            case ValueType::kBool:
-              if (p[0] > 1) {
-                return Fail(pos_, field + "[" + std::to_string(k) + "]",
-                            "bad bool value " + std::to_string(p[0]) + " (must be 0 or 1)");
-              }
-              v.u = p[0];
-              break;
-            case ValueType::kString:
-            case ValueType::kArray:
-              break;  // not scalars
-          }
-          pos_ += ScalarSize(elem);
-        }
-        return Status::Ok();
-      }
-      for (uint64_t k = 0; k < count; ++k) {
-        // The element field is only needed for errors, but building it is cheap next to the
-        // allocation of the element itself.
-        LAMINA_GGUF_TRY(
-            ReadValue(elem, field + "[" + std::to_string(k) + "]", depth + 1, &out->array[k]));
-      }
-      return Status::Ok();
-    }
+    case ValueType::kArray:
+      return ReadArray(field, depth, out);
+    default:
+      return ReadScalar(type, field, out);
   }
-  return Fail(at, field, "invalid value type " + std::to_string(static_cast<uint32_t>(type)));
+}
+
+Status Parser::ReadScalar(ValueType type, const std::string& field, Value* out) {
+  const uint64_t at = pos_;
+  const uint64_t size = ScalarSize(type);
+  if (size == 0) {
+    return Fail(at, field, "invalid value type " + std::to_string(static_cast<uint32_t>(type)));
+  }
+  LAMINA_GGUF_TRY(Need(size, field));
+  if (!DecodeScalar(type, data_ + pos_, out)) {
+    return Fail(at, field, "bad bool value " + std::to_string(data_[pos_]) + " (must be 0 or 1)");
+  }
+  pos_ += size;
+  return Status::Ok();
+}
+
+Status Parser::ReadArray(const std::string& field, int depth, Value* out) {
+  const uint64_t at = pos_;
+  if (depth >= kMaxArrayNesting) {
+    return Fail(at, field,
+                "arrays nested deeper than " + std::to_string(kMaxArrayNesting) + " levels");
+  }
+  uint32_t raw_elem = 0;
+  LAMINA_GGUF_TRY(Read(&raw_elem, field + ".elem_type"));
+  if (!IsValidValueType(raw_elem)) {
+    return Fail(at, field + ".elem_type", "invalid value type " + std::to_string(raw_elem));
+  }
+  const auto elem = static_cast<ValueType>(raw_elem);
+  out->elem_type = elem;
+  const uint64_t count_at = pos_;
+  uint64_t count = 0;
+  LAMINA_GGUF_TRY(Read(&count, field + ".length"));
+  if (count > kMaxArrayLength) {
+    return Fail(count_at, field + ".length",
+                "array length " + std::to_string(count) + " exceeds the cap of " +
+                    std::to_string(kMaxArrayLength));
+  }
+  // count <= 2^26 and the element size <= 12, so the product cannot overflow.
+  const uint64_t min_bytes = count * MinEncodedSize(elem);
+  if (min_bytes > Left()) {
+    return Fail(count_at, field + ".length",
+                "array of " + std::to_string(count) + " " + ValueTypeName(elem) +
+                    " needs at least " + std::to_string(min_bytes) + " bytes, only " +
+                    std::to_string(Left()) + " bytes left");
+  }
+  out->array.resize(count);
+  if (ScalarSize(elem) > 0) return ReadScalarArray(elem, field, out);
+  for (uint64_t k = 0; k < count; ++k) {
+    // The element field is only needed for errors, but building it is cheap next to the
+    // allocation of the element itself.
+    LAMINA_GGUF_TRY(
+        ReadValue(elem, field + "[" + std::to_string(k) + "]", depth + 1, &out->array[k]));
+  }
+  return Status::Ok();
+}
+
+Status Parser::ReadScalarArray(ValueType elem, const std::string& field, Value* out) {
+  // Fast path for numeric arrays: ReadArray has already proven the bounds.
+  for (uint64_t k = 0; k < out->array.size(); ++k) {
+    if (++metadata_values_ > kMaxMetadataValues) {
+      return Fail(pos_, field + "[" + std::to_string(k) + "]",
+                  "more than " + std::to_string(kMaxMetadataValues) + " metadata values in total");
+    }
+    Value& v = out->array[k];
+    v.type = elem;
+    if (!DecodeScalar(elem, data_ + pos_, &v)) {
+      return Fail(pos_, field + "[" + std::to_string(k) + "]",
+                  "bad bool value " + std::to_string(data_[pos_]) + " (must be 0 or 1)");
+    }
+    pos_ += ScalarSize(elem);
+  }
+  return Status::Ok();
 }
 
 Status Parser::ReadTensorInfo(uint64_t index) {
@@ -473,7 +447,18 @@ Status Parser::ReadTensorInfo(uint64_t index) {
 }
 
 Status Parser::Parse() {
-  // Header.
+  uint64_t n_tensors = 0;
+  uint64_t n_kv = 0;
+  LAMINA_GGUF_TRY(ReadHeader(&n_tensors, &n_kv));
+  std::vector<uint64_t> value_at;
+  LAMINA_GGUF_TRY(ReadMetadata(n_kv, &value_at));
+  // Alignment, needed to check tensor offsets.
+  LAMINA_GGUF_TRY(ReadAlignment(value_at));
+  LAMINA_GGUF_TRY(ReadTensorTable(n_tensors));
+  return PlaceTensorData();
+}
+
+Status Parser::ReadHeader(uint64_t* n_tensors, uint64_t* n_kv) {
   LAMINA_GGUF_TRY(Need(4, "header.magic"));
   if (std::memcmp(data_, kMagic, 4) != 0) {
     char buf[64];
@@ -490,32 +475,31 @@ Status Parser::Parse() {
     if (version == 0x02000000u || version == 0x03000000u) why = "big-endian GGUF is not supported";
     return Fail(4, "header.version", why);
   }
-  uint64_t n_tensors = 0;
-  uint64_t n_kv = 0;
-  LAMINA_GGUF_TRY(Read(&n_tensors, "header.n_tensors"));
-  LAMINA_GGUF_TRY(Read(&n_kv, "header.n_kv"));
-  if (n_tensors > kMaxTensors) {
+  LAMINA_GGUF_TRY(Read(n_tensors, "header.n_tensors"));
+  LAMINA_GGUF_TRY(Read(n_kv, "header.n_kv"));
+  if (*n_tensors > kMaxTensors) {
     return Fail(8, "header.n_tensors",
-                "tensor count " + std::to_string(n_tensors) + " exceeds the cap of " +
+                "tensor count " + std::to_string(*n_tensors) + " exceeds the cap of " +
                     std::to_string(kMaxTensors));
   }
-  if (n_kv > kMaxKeyValues) {
+  if (*n_kv > kMaxKeyValues) {
     return Fail(16, "header.n_kv",
-                "key/value count " + std::to_string(n_kv) + " exceeds the cap of " +
+                "key/value count " + std::to_string(*n_kv) + " exceeds the cap of " +
                     std::to_string(kMaxKeyValues));
   }
   // Minimal encoding of a kv: key length + type + 1-byte value. n_kv <= 2^20: no overflow.
   constexpr uint64_t kMinKvBytes = 8 + 4 + 1;
-  if (n_kv * kMinKvBytes > Left()) {
+  if (*n_kv * kMinKvBytes > Left()) {
     return Fail(16, "header.n_kv",
-                std::to_string(n_kv) + " key/values need at least " +
-                    std::to_string(n_kv * kMinKvBytes) + " bytes, only " + std::to_string(Left()) +
+                std::to_string(*n_kv) + " key/values need at least " +
+                    std::to_string(*n_kv * kMinKvBytes) + " bytes, only " + std::to_string(Left()) +
                     " bytes left (truncated file or corrupt count)");
   }
+  return Status::Ok();
+}
 
-  // Metadata.
-  std::vector<uint64_t> value_at;
-  value_at.reserve(n_kv);
+Status Parser::ReadMetadata(uint64_t n_kv, std::vector<uint64_t>* value_at) {
+  value_at->reserve(n_kv);
   file_->kv_.reserve(n_kv);
   for (uint64_t k = 0; k < n_kv; ++k) {
     const std::string base = "kv[" + std::to_string(k) + "]";
@@ -534,29 +518,34 @@ Status Parser::Parse() {
     if (!IsValidValueType(raw_type)) {
       return Fail(type_at, field + ".type", "invalid value type " + std::to_string(raw_type));
     }
-    value_at.push_back(pos_);
+    value_at->push_back(pos_);
     Value value;
     LAMINA_GGUF_TRY(ReadValue(static_cast<ValueType>(raw_type), field + " value", 0, &value));
     file_->kv_index_.emplace(key, file_->kv_.size());
     file_->kv_.emplace_back(std::move(key), std::move(value));
   }
+  return Status::Ok();
+}
 
-  // Alignment, needed to check tensor offsets.
-  if (auto it = file_->kv_index_.find(kAlignmentKey); it != file_->kv_index_.end()) {
-    const Value& v = file_->kv_[it->second].second;
-    const std::string field =
-        "kv[" + std::to_string(it->second) + "] \"" + kAlignmentKey + "\" value";
-    const uint64_t at = value_at[it->second];
-    if (v.type != ValueType::kU32) {
-      return Fail(at, field, std::string("alignment must be u32, got ") + ValueTypeName(v.type));
-    }
-    if (v.u == 0 || !std::has_single_bit(v.u)) {
-      return Fail(at, field, "alignment " + std::to_string(v.u) + " is not a nonzero power of two");
-    }
-    file_->alignment_ = static_cast<uint32_t>(v.u);
+Status Parser::ReadAlignment(const std::vector<uint64_t>& value_at) {
+  auto it = file_->kv_index_.find(kAlignmentKey);
+  if (it == file_->kv_index_.end()) return Status::Ok();
+  const Value& v = file_->kv_[it->second].second;
+  const std::string field =
+      "kv[" + std::to_string(it->second) + "] \"" + kAlignmentKey + "\" value";
+  const uint64_t at = value_at[it->second];
+  if (v.type != ValueType::kU32) {
+    return Fail(at, field, std::string("alignment must be u32, got ") + ValueTypeName(v.type));
   }
+  if (v.u == 0 || !std::has_single_bit(v.u)) {
+    return Fail(at, field, "alignment " + std::to_string(v.u) + " is not a nonzero power of two");
+  }
+  file_->alignment_ = static_cast<uint32_t>(v.u);
+  return Status::Ok();
+}
 
-  // Tensor table. Minimal encoding of an entry: name length + n_dims + type + offset.
+Status Parser::ReadTensorTable(uint64_t n_tensors) {
+  // Minimal encoding of an entry: name length + n_dims + type + offset.
   constexpr uint64_t kMinTensorBytes = 8 + 4 + 4 + 8;
   if (n_tensors * kMinTensorBytes > Left()) {
     return Fail(8, "header.n_tensors",
@@ -568,7 +557,10 @@ Status Parser::Parse() {
   file_->tensors_.reserve(n_tensors);
   offset_field_at_.reserve(n_tensors);
   for (uint64_t t = 0; t < n_tensors; ++t) LAMINA_GGUF_TRY(ReadTensorInfo(t));
+  return Status::Ok();
+}
 
+Status Parser::PlaceTensorData() {
   // Data section: the header end rounded up to the alignment (pos_ <= size_, so no overflow).
   const uint64_t align = file_->alignment_;
   file_->data_offset_ = (pos_ + align - 1) / align * align;

@@ -1,4 +1,4 @@
-// The planted faults of faults.h as KV write observers.
+// The planted faults of faults.h as write observers.
 #include "probe/faults.h"
 
 #include <algorithm>
@@ -9,19 +9,19 @@ namespace lamina::probe {
 
 namespace {
 
-class SkipDecodeWrites : public KvWriteObserver {
+class SkipDecodeWrites : public WriteObserver {
  public:
   bool OnWrite(const KvWriteSpan& span, float*, float*) const override { return span.n != 1; }
 };
 
-class SkipVerifyWrites : public KvWriteObserver {
+class SkipVerifyWrites : public WriteObserver {
  public:
   bool OnWrite(const KvWriteSpan& span, float*, float*) const override {
     return span.n == 1 || span.pos0 == 0;
   }
 };
 
-class CorruptDecodeWrites : public KvWriteObserver {
+class CorruptDecodeWrites : public WriteObserver {
  public:
   bool OnWrite(const KvWriteSpan& span, float*, float* v) const override {
     if (span.n == 1) {
@@ -31,7 +31,17 @@ class CorruptDecodeWrites : public KvWriteObserver {
   }
 };
 
-class BiasedV : public KvWriteObserver {
+class SkipWindowEncode : public WriteObserver {
+ public:
+  bool SkipWindowedEncode(const KvWriteSpan&) const override { return true; }
+};
+
+class SkipTruncate : public WriteObserver {
+ public:
+  bool KeepOnTruncate(int, int, int) const override { return true; }
+};
+
+class BiasedV : public WriteObserver {
  public:
   bool OnWrite(const KvWriteSpan& span, float*, float* v) const override {
     const int hd = span.head_dim;
@@ -59,21 +69,34 @@ const char* FaultName(Fault fault) {
       return "biased-v";
     case Fault::kSkipVerifyWrites:
       return "skip-verify-writes";
+    case Fault::kSkipWindowEncode:
+      return "skip-window-encode";
+    case Fault::kSkipTruncate:
+      return "skip-truncate";
   }
   return "?";
 }
 
-Result<Fault> ParseFault(const std::string& name) {
-  for (Fault f : {Fault::kSkipDecodeWrites, Fault::kCorruptDecodeWrites, Fault::kBiasedV,
-                  Fault::kSkipVerifyWrites}) {
-    if (name == FaultName(f)) return f;
-  }
-  return Error{"unknown fault \"" + name +
-               "\" (expected skip-decode-writes, corrupt-decode-writes, biased-v or "
-               "skip-verify-writes)"};
+namespace {
+constexpr Fault kPlantable[] = {Fault::kSkipDecodeWrites, Fault::kCorruptDecodeWrites,
+                                Fault::kBiasedV,          Fault::kSkipVerifyWrites,
+                                Fault::kSkipWindowEncode, Fault::kSkipTruncate};
+}  // namespace
+
+std::string FaultNames() {
+  std::string names;
+  for (Fault f : kPlantable) names += (names.empty() ? "" : ", ") + std::string(FaultName(f));
+  return names;
 }
 
-std::unique_ptr<KvWriteObserver> MakeFaultObserver(Fault fault) {
+Result<Fault> ParseFault(const std::string& name) {
+  for (Fault f : kPlantable) {
+    if (name == FaultName(f)) return f;
+  }
+  return Error{"unknown fault \"" + name + "\" (expected one of " + FaultNames() + ")"};
+}
+
+std::unique_ptr<WriteObserver> MakeFaultObserver(Fault fault) {
   switch (fault) {
     case Fault::kNone:
       return nullptr;
@@ -85,6 +108,10 @@ std::unique_ptr<KvWriteObserver> MakeFaultObserver(Fault fault) {
       return std::make_unique<BiasedV>();
     case Fault::kSkipVerifyWrites:
       return std::make_unique<SkipVerifyWrites>();
+    case Fault::kSkipWindowEncode:
+      return std::make_unique<SkipWindowEncode>();
+    case Fault::kSkipTruncate:
+      return std::make_unique<SkipTruncate>();
   }
   return nullptr;
 }

@@ -3,9 +3,10 @@
 
 #include <algorithm>
 
+#include "chat/chat_template.h"
+#include "engine/generate.h"
 #include "runtime/generate.h"
 #include "runtime/grammar.h"
-#include "tokenizer/chat_template.h"
 
 namespace lamina::probe {
 
@@ -63,10 +64,10 @@ int LocalBackend::CountTokens(const std::string& text) {
 }
 
 std::string LocalBackend::RenderPrompt(const std::string& user) const {
-  const ChatFormat format = DetectChatFormat(chat_template_);
-  if (format != ChatFormat::kUnknown) {
-    return RenderChat(format, {{"user", user}}, /*add_generation_prompt=*/true,
-                      /*enable_thinking=*/false);
+  const chat::ChatFormat format = chat::DetectChatFormat(chat_template_);
+  if (format != chat::ChatFormat::kUnknown) {
+    return chat::RenderChat(format, {{"user", user}}, /*add_generation_prompt=*/true,
+                            /*enable_thinking=*/false);
   }
   if (chat_template_.find("<|im_start|>") != std::string::npos) {
     return "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
@@ -110,9 +111,10 @@ Generation LocalBackend::Generate(const GenerationRequest& request) {
     return !(request.stop && request.stop(text));
   };
   std::unique_ptr<spec::Drafter> drafter = drafter_ ? drafter_() : nullptr;
-  Result<GenerateResult> r = drafter ? spec::GenerateSpeculative(session, 0, ids, options, *drafter,
-                                                                 spec_options_, nullptr, on_text)
-                                     : lamina::Generate(session, 0, ids, options, on_text);
+  Result<GenerateResult> r = drafter
+                                 ? engine::GenerateSpeculative(session, 0, ids, options, *drafter,
+                                                               spec_options_, nullptr, on_text)
+                                 : engine::Generate(session, 0, ids, options, on_text);
   if (!r.ok()) {
     g.error = true;
     g.error_message = r.error().message;

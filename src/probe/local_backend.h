@@ -1,6 +1,6 @@
 // The probe's backend for a model loaded in this process: every generation and every logit
 // stream is a fresh Session with the leg's SessionConfig (KV mode, V rounding) and, for tests,
-// a planted fault as the cache's write observer. Generations go through runtime/generate.
+// a planted fault as the session's write observer. Generations go through runtime/generate.
 #pragma once
 
 #include <functional>
@@ -46,7 +46,7 @@ class LocalBackend : public ProbeBackend {
   ThreadPool& pool_;
   SessionConfig config_;
   Fault fault_;
-  std::unique_ptr<KvWriteObserver> observer_;
+  std::unique_ptr<WriteObserver> observer_;
   std::string chat_template_;  // tokenizer.chat_template; "" when absent
   DrafterFactory drafter_;
   spec::SpecOptions spec_options_;

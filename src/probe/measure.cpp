@@ -177,8 +177,260 @@ std::vector<KlBucket> Buckets(const std::vector<double>& kl, const std::vector<i
 
 }  // namespace
 
+namespace {
+
+// The text the divergence probe steps through and the sizes derived from it.
+struct DivergenceInput {
+  std::vector<int32_t> ids;
+  int n = 0;  // tokens
+  // The first eighth is one prompt batch; every later token is a single-token decode step, the
+  // path generated tokens take, so a decode-path write fault shows up in the KL.
+  int n_prompt = 0;
+  int n_vocab = 0;
+  int stride = 1;            // every stride-th logit is sampled for the decode-vs-prompt check
+  int n_sample = 0;          // logits sampled per position
+  std::vector<bool> active;  // legs with logits
+};
+
+// What the lockstep pass gathers per leg.
+struct Lockstep {
+  std::vector<std::vector<double>> kl;
+  std::vector<std::vector<int>> agree;
+  std::vector<double> path_diff;
+  std::vector<int> path_first;
+  std::vector<std::string> errors;
+  std::vector<std::optional<std::vector<LayerError>>> diagnostics;
+};
+
+DivergenceInput DivergenceText(const RunContext& ctx) {
+  DivergenceInput in;
+  in.n_vocab = ctx.reference().n_vocab();
+  const std::string text = ctx.config.text ? *ctx.config.text
+                                           : FillerText(ctx, ctx.config.seed * 1000003 + 5,
+                                                        ctx.config.divergence_tokens + 16);
+  in.ids = TextTokens(ctx, text, std::min(ctx.config.divergence_tokens, ctx.config.n_ctx));
+  in.n = static_cast<int>(in.ids.size());
+  in.n_prompt = std::max(1, in.n / 8);
+  in.stride = std::max(1, in.n_vocab / kPathSample);
+  in.n_sample = (in.n_vocab + in.stride - 1) / in.stride;
+  in.active.resize(ctx.legs.size());
+  for (size_t i = 0; i < ctx.legs.size(); ++i) in.active[i] = NoLogitsReason(ctx, i).empty();
+  return in;
+}
+
+// Prompt-path twin of each leg: the whole text as one batch; a strided sample of its logits
+// per position, [n, n_sample], is kept for the comparison with the decode path.
+std::vector<std::vector<float>> PromptPathSamples(const RunContext& ctx,
+                                                  const DivergenceInput& in) {
+  std::vector<std::vector<float>> batch_sample(ctx.legs.size());
+  for (size_t i = 0; i < ctx.legs.size(); ++i) {
+    if (!in.active[i]) continue;
+    std::unique_ptr<LogitStream> s = ctx.legs[i].backend->NewStream();
+    Result<const float*> r = s->Eval(in.ids.data(), in.n, true);
+    if (!r.ok()) continue;
+    batch_sample[i].resize(static_cast<size_t>(in.n) * in.n_sample);
+    for (int p = 0; p < in.n; ++p) {
+      for (int k = 0; k < in.n_sample; ++k) {
+        batch_sample[i][static_cast<size_t>(p) * in.n_sample + k] =
+            (*r)[static_cast<size_t>(p) * in.n_vocab + k * in.stride];
+      }
+    }
+  }
+  return batch_sample;
+}
+
+// Scores the m rows each leg returned for positions [pos, pos + m) against the reference's
+// rows and the leg's own prompt-path sample.
+void CompareRows(const DivergenceInput& in, const std::vector<std::vector<float>>& batch_sample,
+                 const std::vector<const float*>& logits, int pos, int m, double path_diff_max,
+                 Lockstep* out) {
+  std::vector<double> lp, lq;
+  for (int t = 0; t < m; ++t) {
+    const float* ref = logits[0] + static_cast<size_t>(t) * in.n_vocab;
+    const int ref_top = ArgMax(ref, in.n_vocab);
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (!logits[i]) continue;
+      const float* row = logits[i] + static_cast<size_t>(t) * in.n_vocab;
+      out->kl[i][pos + t] = i == 0 ? 0.0 : KlDivergence(ref, row, in.n_vocab, lp, lq);
+      out->agree[i][pos + t] = ArgMax(row, in.n_vocab) == ref_top;
+      if (batch_sample[i].empty()) continue;
+      const float* b = batch_sample[i].data() + static_cast<size_t>(pos + t) * in.n_sample;
+      for (int k = 0; k < in.n_sample; ++k) {
+        const double d = std::fabs(static_cast<double>(row[k * in.stride]) - b[k]);
+        if (d > out->path_diff[i]) out->path_diff[i] = d;
+        if (d > path_diff_max && out->path_first[i] < 0) out->path_first[i] = pos + t;
+      }
+    }
+  }
+}
+
+// All legs step through the text in lockstep (each in its own fresh sequence) so every
+// position's KL against the reference is computed without storing the reference's logits.
+Lockstep RunLockstep(const RunContext& ctx, const DivergenceInput& in,
+                     const std::vector<std::vector<float>>& batch_sample) {
+  const size_t n_legs = ctx.legs.size();
+  std::vector<std::unique_ptr<LogitStream>> streams(n_legs);
+  for (size_t i = 0; i < n_legs; ++i) {
+    if (in.active[i]) streams[i] = ctx.legs[i].backend->NewStream();
+  }
+  Lockstep out;
+  out.kl.assign(n_legs, std::vector<double>(in.n, 0.0));
+  out.agree.assign(n_legs, std::vector<int>(in.n, 0));
+  out.path_diff.assign(n_legs, 0.0);
+  out.path_first.assign(n_legs, -1);
+  out.errors.resize(n_legs);
+  std::vector<const float*> logits(n_legs, nullptr);
+  if (ctx.config.progress) {
+    ctx.config.progress("probe divergence: " + std::to_string(in.n) + " tokens, " +
+                        std::to_string(n_legs) + " legs in lockstep");
+  }
+  for (int pos = 0; pos < in.n;) {
+    const int m = pos == 0 ? in.n_prompt : 1;
+    for (size_t i = 0; i < n_legs; ++i) {
+      logits[i] = nullptr;
+      if (!in.active[i] || !out.errors[i].empty()) continue;
+      Result<const float*> r = streams[i]->Eval(in.ids.data() + pos, m, /*all_logits=*/true);
+      if (!r.ok()) {
+        out.errors[i] = r.error().message;
+        continue;
+      }
+      logits[i] = *r;
+    }
+    if (!logits[0]) break;
+    CompareRows(in, batch_sample, logits, pos, m, ctx.config.thresholds.path_diff_max, &out);
+    pos += m;
+  }
+
+  // Per-layer diagnostics from the lockstep caches (the reference's is the exact one).
+  out.diagnostics.resize(n_legs);
+  for (size_t i = 1; i < n_legs; ++i) {
+    if (!in.active[i] || !out.errors[i].empty() || !out.errors[0].empty()) continue;
+    const KvCache* ref_cache = streams[0]->cache();
+    const KvCache* leg_cache = streams[i]->cache();
+    if (ref_cache && leg_cache) {
+      out.diagnostics[i] = LayerDiagnostics(*ref_cache, *leg_cache, in.n, in.n_prompt);
+    }
+  }
+  return out;
+}
+
+// Free-running: greedy from the text's prompt part; the tokens each leg generates.
+std::vector<std::vector<int32_t>> FreeRun(const RunContext& ctx, const DivergenceInput& in) {
+  const int n_free = std::min(ctx.config.free_run_tokens, ctx.config.n_ctx - in.n_prompt);
+  std::vector<std::vector<int32_t>> free_tokens(ctx.legs.size());
+  for (size_t i = 0; i < ctx.legs.size() && n_free > 0; ++i) {
+    if (!in.active[i]) continue;
+    std::unique_ptr<LogitStream> s = ctx.legs[i].backend->NewStream();
+    Result<const float*> r = s->Eval(in.ids.data(), in.n_prompt, false);
+    for (int g = 0; g < n_free && r.ok(); ++g) {
+      const int32_t id = ArgMax(*r, in.n_vocab);
+      free_tokens[i].push_back(id);
+      if (g + 1 < n_free) r = s->Eval(&id, 1, false);
+    }
+  }
+  return free_tokens;
+}
+
+// Why a measured leg fails the divergence probe, "; "-joined; "" when it passes.
+std::string DivergenceFailures(const DivergenceResult& p, const Thresholds& th) {
+  std::vector<std::string> reasons;
+  if (p.path_first_mismatch >= 0) {
+    reasons.push_back("decode path differs from prompt path from position " +
+                      std::to_string(p.path_first_mismatch) + " (max |dlogit| " +
+                      Fmt("%.3g", p.path_max_abs_diff) + ")");
+  }
+  if (p.kl_mean > th.kl_mean_max) {
+    reasons.push_back("mean KL " + Fmt("%.3g", p.kl_mean) + " > " + Fmt("%g", th.kl_mean_max));
+  }
+  for (const KlBucket& b : p.buckets) {
+    if (b.mean_kl > th.kl_bucket_max) {
+      reasons.push_back("mean KL " + Fmt("%.3g", b.mean_kl) + " at positions " +
+                        std::to_string(b.from) + "-" + std::to_string(b.to) + " > " +
+                        Fmt("%g", th.kl_bucket_max));
+      break;
+    }
+  }
+  // Quantization noise averages out over a layer's cells; a systematic offset does not.
+  if (p.layers) {
+    bool biased = false;
+    for (const LayerError& l : *p.layers) {
+      for (int side = 0; side < 2 && !biased; ++side) {
+        const double b = (side == 0 ? l.k : l.v).bias_rel;
+        if (std::fabs(b) > th.bias_rel_max) {
+          reasons.push_back(std::string(side == 0 ? "K" : "V") + " bias " + Fmt("%.3g", b) +
+                            " x RMS at layer " + std::to_string(l.layer) + " (limit " +
+                            Fmt("%g", th.bias_rel_max) + ")");
+          biased = true;
+        }
+      }
+      if (biased) break;
+    }
+  }
+  if (p.top1_agreement < th.top1_min) {
+    reasons.push_back("top-1 agreement " + Fmt("%.1f%%", 100 * p.top1_agreement) + " < " +
+                      Fmt("%.0f%%", 100 * th.top1_min));
+  }
+  std::string reason;
+  for (const std::string& r : reasons) reason += (reason.empty() ? "" : "; ") + r;
+  return reason;
+}
+
+// Fills leg i's result from the lockstep pass and the free run.
+void SummarizeLeg(const RunContext& ctx, size_t i, const DivergenceInput& in, const Lockstep& ls,
+                  const std::vector<std::vector<int32_t>>& free_tokens, DivergenceResult* p) {
+  const int n = in.n;
+  p->tokens = n;
+  p->prompt_tokens = in.n_prompt;
+  p->decode_steps = n - in.n_prompt;
+  if (!in.active[i]) {
+    p->outcome = {Status::kNotApplicable, "no logits", NoLogitsReason(ctx, i)};
+    return;
+  }
+  if (!ls.errors[i].empty()) {
+    p->outcome = {Status::kFail, "error", ls.errors[i]};
+    return;
+  }
+  p->measured = true;
+  double mean = 0, top1 = 0;
+  for (int pos = 0; pos < n; ++pos) {
+    mean += ls.kl[i][pos];
+    top1 += ls.agree[i][pos];
+  }
+  mean /= std::max(1, n);
+  top1 /= std::max(1, n);
+  p->kl_mean = mean;
+  p->kl_p99 = Percentile(ls.kl[i], 0.99);
+  p->kl_max = n ? *std::max_element(ls.kl[i].begin(), ls.kl[i].end()) : 0.0;
+  p->top1_agreement = top1;
+  p->buckets = Buckets(ls.kl[i], ls.agree[i], kTableBuckets);
+  p->chart = Buckets(ls.kl[i], ls.agree[i], std::min(kChartBuckets, std::max(1, n)));
+  p->path_max_abs_diff = ls.path_diff[i];
+  p->path_first_mismatch = ls.path_first[i];
+  int first_diff = -1;
+  for (size_t g = 0; g < free_tokens[i].size() && g < free_tokens[0].size(); ++g) {
+    if (free_tokens[i][g] != free_tokens[0][g]) {
+      first_diff = static_cast<int>(g);
+      break;
+    }
+  }
+  p->free_run_tokens = static_cast<int>(free_tokens[i].size());
+  p->free_run_first_difference = first_diff;
+  p->free_run_text = ctx.legs[i].backend->Detokenize(free_tokens[i]);
+  if (i > 0) p->layers = ls.diagnostics[i];
+
+  const std::string reason = DivergenceFailures(*p, ctx.config.thresholds);
+  p->outcome.status = reason.empty() ? Status::kPass : Status::kFail;
+  p->outcome.reason = reason;
+  p->outcome.cell =
+      i == 0 ? std::string("reference")
+             : "KL " + Fmt("%.2g", mean) + ", top-1 " + Fmt("%.1f%%", 100 * top1) +
+                   (first_diff < 0 ? std::string(", free-run same")
+                                   : ", free-run differs @" + std::to_string(first_diff));
+}
+
+}  // namespace
+
 std::vector<DivergenceResult> RunDivergenceProbe(const RunContext& ctx) {
-  const Thresholds& th = ctx.config.thresholds;
   const size_t n_legs = ctx.legs.size();
   std::vector<DivergenceResult> results(n_legs);
   for (size_t i = 0; i < n_legs; ++i) results[i].reference = i == 0;
@@ -188,202 +440,12 @@ std::vector<DivergenceResult> RunDivergenceProbe(const RunContext& ctx) {
     }
     return results;
   }
-  const int n_vocab = ctx.reference().n_vocab();
-  const std::string text = ctx.config.text ? *ctx.config.text
-                                           : FillerText(ctx, ctx.config.seed * 1000003 + 5,
-                                                        ctx.config.divergence_tokens + 16);
-  const std::vector<int32_t> ids =
-      TextTokens(ctx, text, std::min(ctx.config.divergence_tokens, ctx.config.n_ctx));
-  const int n = static_cast<int>(ids.size());
-  // The first eighth is one prompt batch; every later token is a single-token decode step, the
-  // path generated tokens take, so a decode-path write fault shows up in the KL.
-  const int n_prompt = std::max(1, n / 8);
-  const int stride = std::max(1, n_vocab / kPathSample);
-  const int n_sample = (n_vocab + stride - 1) / stride;
-  std::vector<bool> active(n_legs);  // legs with logits
-  for (size_t i = 0; i < n_legs; ++i) active[i] = NoLogitsReason(ctx, i).empty();
-
-  // Prompt-path twin of each leg: the whole text as one batch; a strided sample of its logits
-  // per position, [n, n_sample], is kept for the comparison with the decode path.
-  std::vector<std::vector<float>> batch_sample(n_legs);
+  const DivergenceInput in = DivergenceText(ctx);
+  const std::vector<std::vector<float>> batch_sample = PromptPathSamples(ctx, in);
+  const Lockstep lockstep = RunLockstep(ctx, in, batch_sample);
+  const std::vector<std::vector<int32_t>> free_tokens = FreeRun(ctx, in);
   for (size_t i = 0; i < n_legs; ++i) {
-    if (!active[i]) continue;
-    std::unique_ptr<LogitStream> s = ctx.legs[i].backend->NewStream();
-    Result<const float*> r = s->Eval(ids.data(), n, true);
-    if (!r.ok()) continue;
-    batch_sample[i].resize(static_cast<size_t>(n) * n_sample);
-    for (int p = 0; p < n; ++p) {
-      for (int k = 0; k < n_sample; ++k) {
-        batch_sample[i][static_cast<size_t>(p) * n_sample + k] =
-            (*r)[static_cast<size_t>(p) * n_vocab + k * stride];
-      }
-    }
-  }
-
-  // All legs step through the text in lockstep (each in its own fresh sequence) so every
-  // position's KL against the reference is computed without storing the reference's logits.
-  std::vector<std::unique_ptr<LogitStream>> streams(n_legs);
-  for (size_t i = 0; i < n_legs; ++i) {
-    if (active[i]) streams[i] = ctx.legs[i].backend->NewStream();
-  }
-  std::vector<std::vector<double>> kl(n_legs, std::vector<double>(n, 0.0));
-  std::vector<std::vector<int>> agree(n_legs, std::vector<int>(n, 0));
-  std::vector<double> path_diff(n_legs, 0.0);
-  std::vector<int> path_first(n_legs, -1);
-  std::vector<std::string> errors(n_legs);
-  std::vector<double> lp, lq;
-  std::vector<const float*> logits(n_legs, nullptr);
-  if (ctx.config.progress) {
-    ctx.config.progress("probe divergence: " + std::to_string(n) + " tokens, " +
-                        std::to_string(n_legs) + " legs in lockstep");
-  }
-  for (int pos = 0; pos < n;) {
-    const int m = pos == 0 ? n_prompt : 1;
-    for (size_t i = 0; i < n_legs; ++i) {
-      logits[i] = nullptr;
-      if (!active[i] || !errors[i].empty()) continue;
-      Result<const float*> r = streams[i]->Eval(ids.data() + pos, m, /*all_logits=*/true);
-      if (!r.ok()) {
-        errors[i] = r.error().message;
-        continue;
-      }
-      logits[i] = *r;
-    }
-    if (!logits[0]) break;
-    for (int t = 0; t < m; ++t) {
-      const float* ref = logits[0] + static_cast<size_t>(t) * n_vocab;
-      const int ref_top = ArgMax(ref, n_vocab);
-      for (size_t i = 0; i < n_legs; ++i) {
-        if (!logits[i]) continue;
-        const float* row = logits[i] + static_cast<size_t>(t) * n_vocab;
-        kl[i][pos + t] = i == 0 ? 0.0 : KlDivergence(ref, row, n_vocab, lp, lq);
-        agree[i][pos + t] = ArgMax(row, n_vocab) == ref_top;
-        if (!batch_sample[i].empty()) {
-          const float* b = batch_sample[i].data() + static_cast<size_t>(pos + t) * n_sample;
-          for (int k = 0; k < n_sample; ++k) {
-            const double d = std::fabs(static_cast<double>(row[k * stride]) - b[k]);
-            if (d > path_diff[i]) path_diff[i] = d;
-            if (d > th.path_diff_max && path_first[i] < 0) path_first[i] = pos + t;
-          }
-        }
-      }
-    }
-    pos += m;
-  }
-
-  // Per-layer diagnostics from the lockstep caches (the reference's is the exact one).
-  std::vector<std::optional<std::vector<LayerError>>> diagnostics(n_legs);
-  for (size_t i = 1; i < n_legs; ++i) {
-    if (!active[i] || !errors[i].empty() || !errors[0].empty()) continue;
-    const KvCache* ref_cache = streams[0]->cache();
-    const KvCache* leg_cache = streams[i]->cache();
-    if (ref_cache && leg_cache) {
-      diagnostics[i] = LayerDiagnostics(*ref_cache, *leg_cache, n, n_prompt);
-    }
-  }
-  streams.clear();
-
-  // Free-running: greedy from the text's prompt part, index of the first token that differs.
-  const int n_free = std::min(ctx.config.free_run_tokens, ctx.config.n_ctx - n_prompt);
-  std::vector<std::vector<int32_t>> free_tokens(n_legs);
-  for (size_t i = 0; i < n_legs && n_free > 0; ++i) {
-    if (!active[i]) continue;
-    std::unique_ptr<LogitStream> s = ctx.legs[i].backend->NewStream();
-    Result<const float*> r = s->Eval(ids.data(), n_prompt, false);
-    for (int g = 0; g < n_free && r.ok(); ++g) {
-      const int32_t id = ArgMax(*r, n_vocab);
-      free_tokens[i].push_back(id);
-      if (g + 1 < n_free) r = s->Eval(&id, 1, false);
-    }
-  }
-
-  for (size_t i = 0; i < n_legs; ++i) {
-    DivergenceResult& p = results[i];
-    p.tokens = n;
-    p.prompt_tokens = n_prompt;
-    p.decode_steps = n - n_prompt;
-    if (!active[i]) {
-      p.outcome = {Status::kNotApplicable, "no logits", NoLogitsReason(ctx, i)};
-      continue;
-    }
-    if (!errors[i].empty()) {
-      p.outcome = {Status::kFail, "error", errors[i]};
-      continue;
-    }
-    p.measured = true;
-    double mean = 0, top1 = 0;
-    for (int pos = 0; pos < n; ++pos) {
-      mean += kl[i][pos];
-      top1 += agree[i][pos];
-    }
-    mean /= std::max(1, n);
-    top1 /= std::max(1, n);
-    p.kl_mean = mean;
-    p.kl_p99 = Percentile(kl[i], 0.99);
-    p.kl_max = n ? *std::max_element(kl[i].begin(), kl[i].end()) : 0.0;
-    p.top1_agreement = top1;
-    p.buckets = Buckets(kl[i], agree[i], kTableBuckets);
-    p.chart = Buckets(kl[i], agree[i], std::min(kChartBuckets, std::max(1, n)));
-    p.path_max_abs_diff = path_diff[i];
-    p.path_first_mismatch = path_first[i];
-    int first_diff = -1;
-    for (size_t g = 0; g < free_tokens[i].size() && g < free_tokens[0].size(); ++g) {
-      if (free_tokens[i][g] != free_tokens[0][g]) {
-        first_diff = static_cast<int>(g);
-        break;
-      }
-    }
-    p.free_run_tokens = static_cast<int>(free_tokens[i].size());
-    p.free_run_first_difference = first_diff;
-    p.free_run_text = ctx.legs[i].backend->Detokenize(free_tokens[i]);
-    if (i > 0) p.layers = diagnostics[i];
-
-    std::vector<std::string> reasons;
-    if (path_first[i] >= 0) {
-      reasons.push_back("decode path differs from prompt path from position " +
-                        std::to_string(path_first[i]) + " (max |dlogit| " +
-                        Fmt("%.3g", path_diff[i]) + ")");
-    }
-    if (mean > th.kl_mean_max) {
-      reasons.push_back("mean KL " + Fmt("%.3g", mean) + " > " + Fmt("%g", th.kl_mean_max));
-    }
-    for (const KlBucket& b : p.buckets) {
-      if (b.mean_kl > th.kl_bucket_max) {
-        reasons.push_back("mean KL " + Fmt("%.3g", b.mean_kl) + " at positions " +
-                          std::to_string(b.from) + "-" + std::to_string(b.to) + " > " +
-                          Fmt("%g", th.kl_bucket_max));
-        break;
-      }
-    }
-    // Quantization noise averages out over a layer's cells; a systematic offset does not.
-    if (p.layers) {
-      bool biased = false;
-      for (const LayerError& l : *p.layers) {
-        for (int side = 0; side < 2 && !biased; ++side) {
-          const double b = (side == 0 ? l.k : l.v).bias_rel;
-          if (std::fabs(b) > th.bias_rel_max) {
-            reasons.push_back(std::string(side == 0 ? "K" : "V") + " bias " + Fmt("%.3g", b) +
-                              " x RMS at layer " + std::to_string(l.layer) + " (limit " +
-                              Fmt("%g", th.bias_rel_max) + ")");
-            biased = true;
-          }
-        }
-        if (biased) break;
-      }
-    }
-    if (top1 < th.top1_min) {
-      reasons.push_back("top-1 agreement " + Fmt("%.1f%%", 100 * top1) + " < " +
-                        Fmt("%.0f%%", 100 * th.top1_min));
-    }
-    std::string reason;
-    for (const std::string& r : reasons) reason += (reason.empty() ? "" : "; ") + r;
-    p.outcome.status = reasons.empty() ? Status::kPass : Status::kFail;
-    p.outcome.reason = reason;
-    p.outcome.cell =
-        i == 0 ? std::string("reference")
-               : "KL " + Fmt("%.2g", mean) + ", top-1 " + Fmt("%.1f%%", 100 * top1) +
-                     (first_diff < 0 ? std::string(", free-run same")
-                                     : ", free-run differs @" + std::to_string(first_diff));
+    SummarizeLeg(ctx, i, in, lockstep, free_tokens, &results[i]);
   }
   return results;
 }

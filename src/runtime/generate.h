@@ -1,9 +1,7 @@
-// The one generation loop: sampling, stop rules (end-of-generation tokens, stop strings, the
-// token budget, a full context), the streaming detokenizer and prompt-prefix reuse. `run`,
-// `chat`, the probe and the server all go through it. Generator is the per-sequence state that
-// turns logits into tokens and text and never evaluates anything, so a scheduler can step many
-// of them over one batched forward pass; Generate drives one Generator over one sequence of a
-// Session for the command line.
+// A sequence's generation state: sampling, stop rules (end-of-generation tokens, stop strings, the
+// token budget), the streaming detokenizer, and prompt-prefix reuse. Generator turns logits into
+// tokens and text and never evaluates anything, so the engine (src/engine/) can step many of them
+// over one batched forward pass; `run`, `chat`, the probe and the server all reach it there.
 #pragma once
 
 #include <algorithm>
@@ -160,30 +158,5 @@ struct GenerateResult {
   double prompt_seconds = 0.0;
   double decode_seconds = 0.0;
 };
-
-struct PromptEval {
-  int n_cached = 0;               // prompt tokens reused from the sequence's cells
-  const float* logits = nullptr;  // [n_vocab] after the last prompt token (the session's buffer)
-  double seconds = 0.0;
-};
-// Evaluates `prompt` on sequence `seq` after prefix reuse, in chunks of options.prompt_chunk;
-// on_prompt_progress (optional) is called after every chunk with (done, total).
-Result<PromptEval> EvalPrompt(Session& session, int seq, const std::vector<int32_t>& prompt,
-                              const GenerateOptions& options,
-                              const std::function<void(int, int)>& on_prompt_progress = {});
-
-// The result of a generation loop over `prompt` (prompt figures from pe) and its finish: the
-// generator's tokens, text and stop; decode_seconds from t_decode_start. Shared by Generate and
-// the speculative loop (spec/).
-GenerateResult BeginResult(const std::vector<int32_t>& prompt, const PromptEval& pe);
-void EndResult(const Generator& gen, double t_decode_start, GenerateResult* result);
-
-// Evaluates `prompt` on sequence `seq` (after prefix reuse) and generates until a stop rule.
-// on_text receives each piece of final text as it is released; returning false cancels.
-// on_prompt_progress (optional) is called after every prompt chunk with (done, total).
-Result<GenerateResult> Generate(Session& session, int seq, const std::vector<int32_t>& prompt,
-                                const GenerateOptions& options,
-                                const std::function<bool(const std::string&)>& on_text = {},
-                                const std::function<void(int, int)>& on_prompt_progress = {});
 
 }  // namespace lamina

@@ -283,16 +283,22 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
   LAMINA_CHECK(pos0 >= 0 && pos0 <= length && n >= 0 && pos0 + n <= config_.n_ctx);
   const int re = row_elems();
   std::vector<float> observed_k, observed_v;  // [n, row_elems] each, only with an observer
-  if (config_.write_observer != nullptr) {
+  // Planted window faults (write_observer.h), asked once per single-token write.
+  bool skip_windowed_encode = false, encode_windowed_twice = false;
+  if (const WriteObserver* observer = config_.write_observer; observer != nullptr) {
     observed_k.assign(k, k + static_cast<int64_t>(n) * re);
     observed_v.assign(v, v + static_cast<int64_t>(n) * re);
     const KvWriteSpan span{layer, seq, pos0, n, config_.n_kv_heads, config_.head_dim};
-    if (!config_.write_observer->OnWrite(span, observed_k.data(), observed_v.data())) {
+    if (!observer->OnWrite(span, observed_k.data(), observed_v.data())) {
       length = std::max(length, pos0 + n);
       return;
     }
     k = observed_k.data();
     v = observed_v.data();
+    if (n == 1 && window_ > 0) {
+      skip_windowed_encode = observer->SkipWindowedEncode(span);
+      encode_windowed_twice = observer->EncodeWindowedTwice(span);
+    }
   }
   // Non-finite rows are found first, in order, so the reported position is the first one.
   std::vector<char> finite(n, 1);
@@ -357,7 +363,7 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
       if (in_ring) {
         WriteWindowRow(0, layer, seq, h, pos, k + i * re + h * hd, tmp.data());
         WriteWindowRow(1, layer, seq, h, pos, v + i * re + h * hd, tmp.data());
-        if (n == 1 && config_.window_fault == KvWindowFault::kSkipEncodeOnDecode) continue;
+        if (skip_windowed_encode) continue;
       }
       const float* vrow = v + i * re;
       if (k_anchored_) {
@@ -368,7 +374,7 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
       }
       EncodeHead(v_spec_, v_stochastic, layer, pos, h, vrow + h * hd,
                  v_.data() + HeadIndex(layer, seq, h, pos) * v_head_bytes_, tmp.data());
-      if (in_ring && n == 1 && config_.window_fault == KvWindowFault::kEncodeTwiceOnDecode) {
+      if (in_ring && encode_windowed_twice) {
         // The planted fault: the cell is encoded a second time, from its own decoded form.
         uint8_t* slot = v_.data() + HeadIndex(layer, seq, h, pos) * v_head_bytes_;
         DecodeKvRow(v_spec_.format, slot, hd, tmp.data());

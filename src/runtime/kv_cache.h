@@ -24,6 +24,7 @@
 
 #include "kernels/kv_format.h"
 #include "kernels/ops.h"
+#include "runtime/write_observer.h"
 #include "util/status.h"
 #include "util/thread_pool.h"
 
@@ -99,28 +100,6 @@ Status ValidateKvMode(KvType type, int head_dim);
 inline KvSideSpec KSpec(KvType type) { return KvModeOf(type).k; }
 inline KvSideSpec VSpec(KvType type) { return KvModeOf(type).v; }
 
-// Where one KvCache::Write lands, for a KvWriteObserver.
-struct KvWriteSpan {
-  int layer = 0;
-  int seq = 0;
-  int pos0 = 0;  // first position written
-  int n = 0;     // rows (1: a single-token decode step)
-  int n_kv_heads = 0;
-  int head_dim = 0;
-};
-
-// An optional hook on the single writer, for planting faults (tests of the write paths, `lamina
-// probe --inject-fault`). Write calls it once per call, before anything is checked or stored;
-// without one Write does no extra work.
-class KvWriteObserver {
- public:
-  virtual ~KvWriteObserver() = default;
-  // k, v: [n, n_kv_heads * head_dim], writable copies of the rows about to be encoded (k after
-  // RoPE). Returns false to veto the write: no cell is stored, yet the sequence's length
-  // advances, as when a write path loses its rows.
-  virtual bool OnWrite(const KvWriteSpan& span, float* k, float* v) const = 0;
-};
-
 // The recent full-precision window (lossy modes): a query at position t reads cells
 // [t - window + 1, t] from an exact f16 copy (in the side's rotated frame) and older cells from
 // the encoded storage. Every cell is encoded by the writer when it is written, so the encoded
@@ -129,11 +108,6 @@ class KvWriteObserver {
 // move back by up to kKvWindowSlack cells (rejected drafts) and a batch write up to that many
 // cells of one sequence before attention reads them (the session splits longer batches).
 inline constexpr int kKvWindowSlack = 64;
-
-// Test-only faults of the window (the write-path tests must catch them): on single-token
-// writes, the cell's encoded form is not stored at all (only its exact copy), or it is encoded
-// twice (from its own decoded form).
-enum class KvWindowFault { kNone, kSkipEncodeOnDecode, kEncodeTwiceOnDecode };
 
 struct KvCacheConfig {
   int n_layer = 0;
@@ -146,12 +120,12 @@ struct KvCacheConfig {
   uint64_t seed = 0;  // keys stochastic rounding
   // The model's RoPE, which anchored keys' offsets follow (n_rot == 0: a plain offset).
   RopeParams rope;
-  // Optional write hook (planted faults); not owned, must outlive the cache. nullptr: none.
-  const KvWriteObserver* write_observer = nullptr;
+  // Optional hook of planted faults (OnWrite, the window's; write_observer.h); not owned, must
+  // outlive the cache. nullptr: none, and Write does no extra work.
+  const WriteObserver* write_observer = nullptr;
   // Recent cells read from an exact copy (see kKvWindowSlack); 0: none. Lossless modes keep
   // no copy whatever this says (window() is 0).
   int window = 0;
-  KvWindowFault window_fault = KvWindowFault::kNone;  // test-only
 };
 
 // Whether the mode stores anchored keys (see above): q4_0 only.

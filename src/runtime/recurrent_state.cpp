@@ -10,8 +10,9 @@
 
 namespace lamina {
 
-RecurrentState::RecurrentState(const RecurrentShape& shape, int n_seq, int ring)
-    : shape_(shape), n_seq_(n_seq), ring_(std::max(1, ring)) {
+RecurrentState::RecurrentState(const RecurrentShape& shape, int n_seq, int ring,
+                               const WriteObserver* observer)
+    : shape_(shape), n_seq_(n_seq), ring_(std::max(1, ring)), observer_(observer) {
   if (empty()) return;
   LAMINA_CHECK(n_seq > 0 && shape.conv_kernel >= 1 && shape.n_k_heads > 0 &&
                shape.n_v_heads % shape.n_k_heads == 0);
@@ -115,14 +116,17 @@ int RecurrentState::ExactKeep(int seq, int n) const {
 void RecurrentState::Truncate(int seq, int n_keep) {
   if (empty()) return;
   LAMINA_CHECK(ExactKeep(seq, n_keep) == n_keep);
-  if (n_keep == 0 && !fault_skip_restore_) {
+  // A planted fault (write_observer.h): the rejected tokens' state stays live.
+  const bool skip_restore =
+      observer_ != nullptr && observer_->SkipStateRestore(seq, length(seq), n_keep);
+  if (n_keep == 0 && !skip_restore) {
     Reset(seq);
     return;
   }
   for (int layer = 0; layer < shape_.n_layer; ++layer) {
     int& len = lengths_[Index(seq, layer)];
     if (n_keep == len) continue;
-    if (fault_skip_restore_) {  // the rejected tokens' state stays live
+    if (skip_restore) {
       std::memmove(Slot(seq, layer, n_keep), Current(seq, layer), per_ * sizeof(float));
     }
     for (int slot = 0; slot < ring_; ++slot) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "runtime/write_observer.h"
 #include "util/thread_pool.h"
 
 namespace lamina {
@@ -25,7 +26,9 @@ inline constexpr int kRecurrentRingDefault = 32;
 class RecurrentState {
  public:
   // shape.n_layer == 0: an empty store (pure transformers); every call is then a no-op.
-  RecurrentState(const RecurrentShape& shape, int n_seq, int ring);
+  // observer (optional, not owned; planted faults): Truncate asks its SkipStateRestore.
+  RecurrentState(const RecurrentShape& shape, int n_seq, int ring,
+                 const WriteObserver* observer = nullptr);
 
   const RecurrentShape& shape() const { return shape_; }
   bool empty() const { return shape_.n_layer == 0; }
@@ -60,9 +63,6 @@ class RecurrentState {
   const float* Delta(int seq, int layer) const {
     return Current(seq, layer) + shape_.conv_floats();
   }
-  // Test-only planted fault: Truncate leaves the rejected tokens' state in place (only the
-  // length moves back).
-  void set_fault_skip_restore(bool on) { fault_skip_restore_ = on; }
 
  private:
   size_t Index(int seq, int layer) const {
@@ -93,7 +93,7 @@ class RecurrentState {
   std::vector<int> lengths_;     // [n_seq, n_layer]
   std::vector<float> conv_out_;  // [n, conv_channels] scratch of Scan
   std::vector<float> tail_in_;   // [conv_kernel - 1, conv_channels] scratch of Scan
-  bool fault_skip_restore_ = false;
+  const WriteObserver* observer_ = nullptr;
 };
 
 }  // namespace lamina

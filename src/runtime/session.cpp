@@ -22,7 +22,6 @@ Result<KvCacheConfig> MakeKvCacheConfig(const Hparams& hp, const SessionConfig& 
   kc.rope = hp.rope;
   kc.write_observer = c.write_observer;
   kc.window = c.kv_window == kKvWindowModeDefault ? KvModeOf(c.kv_type).window : c.kv_window;
-  kc.window_fault = c.kv_window_fault;
   Status st = ValidateKvConfig(kc);
   if (!st.ok()) return st.error();
   return kc;
@@ -181,7 +180,9 @@ Session::Session(const Model& model, const SessionConfig& config, ThreadPool& po
     : model_(model),
       pool_(pool),
       cache_(CheckedCacheConfig(model.hparams(), config)),
-      recurrent_(model.hparams().recurrent, cache_.config().n_seq, config.recurrent_ring),
+      recurrent_(model.hparams().recurrent, cache_.config().n_seq, config.recurrent_ring,
+                 config.write_observer),
+      observer_(config.write_observer),
       n_past_(cache_.config().n_seq, 0),
       tokens_(cache_.config().n_seq),
       memory_limit_(config.memory_limit) {}
@@ -332,6 +333,10 @@ int Session::ExactKeep(int seq, int n_keep) const {
 
 void Session::Truncate(int seq, int n_keep) {
   n_keep = ExactKeep(seq, n_keep);
+  if (observer_ != nullptr && n_keep < n_past_[seq] &&
+      observer_->KeepOnTruncate(seq, n_past_[seq], n_keep)) {
+    return;  // a planted fault: the cells after n_keep stay
+  }
   cache_.Truncate(seq, n_keep);
   recurrent_.Truncate(seq, n_keep);
   n_past_[seq] = n_keep;

@@ -14,6 +14,7 @@
 #include "runtime/attention.h"
 #include "runtime/kv_cache.h"
 #include "runtime/recurrent_state.h"
+#include "runtime/write_observer.h"
 
 namespace lamina {
 
@@ -28,8 +29,9 @@ struct SessionConfig {
   // Recent cells read from an exact copy (KvCacheConfig::window); kKvWindowModeDefault: the
   // mode's (its row in kKvModes); 0: none.
   int kv_window = kKvWindowModeDefault;
-  const KvWriteObserver* write_observer = nullptr;       // optional write hook (planted faults)
-  KvWindowFault kv_window_fault = KvWindowFault::kNone;  // test-only
+  // Optional hook of planted faults (write_observer.h), handed to the cache and the recurrent
+  // state and asked by Truncate; not owned, must outlive the session. nullptr: none.
+  const WriteObserver* write_observer = nullptr;
   // Bytes the session may hold (cache + the scratch of a batch); a batch whose scratch would
   // pass it is refused with an error before anything is allocated. UINT64_MAX: unchecked.
   uint64_t memory_limit = UINT64_MAX;
@@ -124,6 +126,7 @@ class Session {
   ThreadPool& pool_;
   KvCache cache_;
   RecurrentState recurrent_;
+  const WriteObserver* observer_ = nullptr;  // planted faults; not owned
   ForwardScratch scratch_;
   AttentionScratch attention_scratch_;
   std::vector<float> logits_;                 // [n_outputs, n_vocab]

@@ -1,7 +1,8 @@
-// Speculative generation: a drafter proposes tokens, the target verifies `[last, d1..dk]` as one
-// batch with all logits through the same Session::EvalSeq a prompt chunk takes (so every window
-// cell goes through KvCache::Write), accepts the longest prefix its sampler agrees with plus its
-// own next token, and truncates the rest. At temperature 0 the emitted ids are those of plain
+// Speculative decoding's rules: a drafter proposes tokens, the target verifies `[last, d1..dk]` as
+// one batch with all logits through the same Session::Decode a prompt chunk takes (so every
+// window cell goes through KvCache::Write), accepts the longest prefix its sampler agrees with
+// plus its own next token (AcceptWindow), and truncates the rest; the engine (src/engine/) runs
+// the windows. At temperature 0 the emitted ids are those of plain
 // greedy decoding; above it the accept rule (Sampler::SampleWithDraft) keeps the target's
 // distribution. A controller stops drafting while it does not pay (measured tokens per second).
 #pragma once
@@ -19,8 +20,6 @@ struct SpecOptions {
   int draft_max = 8;     // tokens drafted per verify step (>= 1)
   int draft_min = 0;     // drafts shorter than this are not verified (a plain step instead)
   bool adaptive = true;  // stop drafting while speculative steps are slower than plain ones
-  // Planted fault for tests and the probe: rejected cells are left in the sequence (no Truncate).
-  bool planted_skip_truncate = false;
 };
 
 struct SpecStats {
@@ -69,8 +68,8 @@ class DraftController {
 // capped by what could ever be kept: the room left in the sequence's context after the token
 // the window starts with, the generation's remaining tokens after it (remaining < 0: no limit)
 // and, for a hybrid model, the ring of recurrent states a rejected draft is rolled back within
-// (further back Truncate could not restore the state exactly). <= 0: do not draft. The CLI's
-// GenerateSpeculative and the server's scheduler both cap their windows with it.
+// (further back Truncate could not restore the state exactly). <= 0: do not draft. The
+// engine caps every window with it.
 int DraftBudget(const Session& session, int seq, int draft_max, int remaining);
 
 // One verify window's outcome: window[0..used] keep their cells (the tokens whose logits were
@@ -83,22 +82,14 @@ struct WindowOutcome {
   Generator::Step last;
 };
 
-// The one accept rule of every verify window (the CLI's GenerateSpeculative and the server's
-// scheduler): row i of `rows` ([draft.size() + 1, n_vocab]) predicts the token after window[i];
-// drafts are accepted while the generator's sampler agrees (Generator::NextWithDraft), and the
-// first rejection — or the row after the last draft — gives the target's own token and ends the
-// window. on_step(i, step, logits) sees every step (its text and token) and returns false to
-// stop after it (a cancelled request).
+// The one accept rule of every verify window (the engine's, for the CLI and the server alike): row
+// i of `rows` ([draft.size() + 1, n_vocab]) predicts the token after window[i]; drafts are accepted
+// while the generator's sampler agrees (Generator::NextWithDraft), and the first rejection — or the
+// row after the last draft — gives the target's own token and ends the window. on_step(i, step,
+// logits) sees every step (its text and token) and returns false to stop after it (a cancelled
+// request).
 WindowOutcome AcceptWindow(Generator& gen, const float* rows, int n_vocab,
                            const std::vector<int32_t>& draft,
                            const std::function<bool(int, Generator::Step&, const float*)>& on_step);
-
-// Generate (runtime/generate.h) with speculation on sequence `seq`; stats (optional) receives
-// the drafting figures.
-Result<GenerateResult> GenerateSpeculative(
-    Session& session, int seq, const std::vector<int32_t>& prompt, const GenerateOptions& options,
-    Drafter& drafter, const SpecOptions& spec, SpecStats* stats = nullptr,
-    const std::function<bool(const std::string&)>& on_text = {},
-    const std::function<void(int, int)>& on_prompt_progress = {});
 
 }  // namespace lamina::spec

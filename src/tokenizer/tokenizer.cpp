@@ -50,6 +50,13 @@ struct Fragment {
   size_t length = 0;
 };
 
+// The special ids and flags a tokenizer model implies before its metadata overrides them.
+struct ModelDefaults {
+  int64_t bos = -1, eos = -1, unk = -1;
+  bool add_bos = false, add_eos = false;
+  PreTokenizerConfig pre_config;
+};
+
 class VocabTokenizer final : public Tokenizer {
  public:
   static Result<std::unique_ptr<Tokenizer>> Build(VocabData data);
@@ -63,6 +70,16 @@ class VocabTokenizer final : public Tokenizer {
 
  private:
   VocabTokenizer() = default;
+  // The steps of Build, in order.
+  static Status CheckTableSizes(const VocabData& data);
+  Status ApplyModelDefaults(const VocabData& data, ModelDefaults* defaults);
+  Status LoadTokens(VocabData* data);
+  Status LoadMerges(VocabData* data, const PreTokenizerConfig& pre_config);
+  Status ResolveSpecialIds(const VocabData& data, const ModelDefaults& defaults);
+  void FindEndOfGeneration();
+  void BuildSpecialCache();
+  void SetStripFlags(const std::string& model_name);
+
   std::vector<Fragment> Partition(std::string_view text, bool parse_special) const;
 
   VocabType type_ = VocabType::kSpm;
@@ -77,6 +94,22 @@ class VocabTokenizer final : public Tokenizer {
 
 Result<std::unique_ptr<Tokenizer>> VocabTokenizer::Build(VocabData data) {
   std::unique_ptr<VocabTokenizer> tok(new VocabTokenizer());
+  if (Status s = CheckTableSizes(data); !s.ok()) return s.error();
+  ModelDefaults defaults;
+  if (Status s = tok->ApplyModelDefaults(data, &defaults); !s.ok()) return s.error();
+  if (Status s = tok->LoadTokens(&data); !s.ok()) return s.error();
+  if (tok->type_ == VocabType::kBpe) {
+    if (Status s = tok->LoadMerges(&data, defaults.pre_config); !s.ok()) return s.error();
+  }
+  if (Status s = tok->ResolveSpecialIds(data, defaults); !s.ok()) return s.error();
+  tok->FindEndOfGeneration();
+  tok->BuildSpecialCache();
+  tok->SetStripFlags(data.name);
+  return std::unique_ptr<Tokenizer>(std::move(tok));
+}
+
+// The token count, and the score and type tables at least as long as the token table.
+Status VocabTokenizer::CheckTableSizes(const VocabData& data) {
   const size_t n_tokens = data.tokens.size();
   if (n_tokens == 0) return Error{"tokenizer: tokenizer.ggml.tokens is missing or empty"};
   if (n_tokens > static_cast<size_t>(INT32_MAX)) {
@@ -91,105 +124,120 @@ Result<std::unique_ptr<Tokenizer>> VocabTokenizer::Build(VocabData data) {
                  std::to_string(data.token_types.size()) + " entries for " +
                  std::to_string(n_tokens) + " tokens"};
   }
+  return Status::Ok();
+}
 
-  // Per-model defaults, as in llama.cpp's llama_vocab::impl::load.
-  int64_t bos = -1, eos = -1, unk = -1;
-  bool add_bos = false, add_eos = false;
-  PreTokenizerConfig pre_config;
+// Per-model defaults, as in llama.cpp's llama_vocab::impl::load.
+Status VocabTokenizer::ApplyModelDefaults(const VocabData& data, ModelDefaults* defaults) {
   if (data.model == "llama") {
-    tok->type_ = VocabType::kSpm;
-    bos = 1;
-    eos = 2;
-    unk = 0;
-    add_bos = true;
-    tok->add_space_prefix_ = true;
+    type_ = VocabType::kSpm;
+    defaults->bos = 1;
+    defaults->eos = 2;
+    defaults->unk = 0;
+    defaults->add_bos = true;
+    add_space_prefix_ = true;
   } else if (data.model == "gpt2") {
-    tok->type_ = VocabType::kBpe;
-    bos = 11;
-    eos = 11;
-    if (!PreTokenizerConfigFor(data.pre, &pre_config)) {
+    type_ = VocabType::kBpe;
+    defaults->bos = 11;
+    defaults->eos = 11;
+    if (!PreTokenizerConfigFor(data.pre, &defaults->pre_config)) {
       return Error{"tokenizer: unknown pre-tokenizer type (tokenizer.ggml.pre) '" + data.pre + "'"};
     }
-    add_bos = pre_config.force_add_bos;
-    tok->ignore_merges_ = pre_config.ignore_merges;
-    tok->add_space_prefix_ = false;
+    defaults->add_bos = defaults->pre_config.force_add_bos;
+    ignore_merges_ = defaults->pre_config.ignore_merges;
+    add_space_prefix_ = false;
   } else {
     return Error{"tokenizer: unsupported tokenizer model (tokenizer.ggml.model) '" + data.model +
                  "'; supported: 'llama' (SentencePiece), 'gpt2' (byte-level BPE)"};
   }
-  if (data.add_space_prefix) tok->add_space_prefix_ = *data.add_space_prefix;
+  if (data.add_space_prefix) add_space_prefix_ = *data.add_space_prefix;
+  return Status::Ok();
+}
 
-  tok->tokens_ = std::move(data.tokens);
-  tok->attrs_.assign(n_tokens, TokenAttr::kNormal);
-  tok->vocab_.tokens = &tok->tokens_;
-  tok->vocab_.scores.assign(n_tokens, 0.0f);
+// The token texts (empty ones named "[EMPTY_i]"), their scores and attributes; a text given to
+// two ids is an error.
+Status VocabTokenizer::LoadTokens(VocabData* data) {
+  const size_t n_tokens = data->tokens.size();
+  tokens_ = std::move(data->tokens);
+  attrs_.assign(n_tokens, TokenAttr::kNormal);
+  vocab_.tokens = &tokens_;
+  vocab_.scores.assign(n_tokens, 0.0f);
   for (size_t i = 0; i < n_tokens; ++i) {
-    if (tok->tokens_[i].empty()) tok->tokens_[i] = "[EMPTY_" + std::to_string(i) + "]";
+    if (tokens_[i].empty()) tokens_[i] = "[EMPTY_" + std::to_string(i) + "]";
   }
-  tok->vocab_.token_to_id.Reset(&tok->tokens_);
+  vocab_.token_to_id.Reset(&tokens_);
   for (size_t i = 0; i < n_tokens; ++i) {
-    const std::string& word = tok->tokens_[i];
-    const TokenId stored = tok->vocab_.token_to_id.Insert(static_cast<TokenId>(i));
+    const std::string& word = tokens_[i];
+    const TokenId stored = vocab_.token_to_id.Insert(static_cast<TokenId>(i));
     if (stored != static_cast<TokenId>(i)) {
       return Error{"tokenizer: duplicate token '" + word + "' with ids " + std::to_string(stored) +
                    " and " + std::to_string(i)};
     }
-    if (!data.scores.empty()) tok->vocab_.scores[i] = data.scores[i];
-    if (!data.token_types.empty()) {
-      const int32_t t = data.token_types[i];
-      tok->attrs_[i] = (t >= 0 && t <= 6) ? static_cast<TokenAttr>(t) : TokenAttr::kUndefined;
+    if (!data->scores.empty()) vocab_.scores[i] = data->scores[i];
+    if (!data->token_types.empty()) {
+      const int32_t t = data->token_types[i];
+      attrs_[i] = (t >= 0 && t <= 6) ? static_cast<TokenAttr>(t) : TokenAttr::kUndefined;
     }
   }
+  return Status::Ok();
+}
 
-  if (tok->type_ == VocabType::kBpe) {
-    if (data.merges.empty()) {
-      return Error{"tokenizer: tokenizer.ggml.merges is missing or empty"};
-    }
-    if (data.merges.size() > static_cast<size_t>(INT32_MAX)) {
-      return Error{"tokenizer: too many merges (" + std::to_string(data.merges.size()) + ")"};
-    }
-    tok->vocab_.merges = std::move(data.merges);
-    tok->vocab_.merge_ranks.Reset(&tok->vocab_.merges);
-    for (size_t i = 0; i < tok->vocab_.merges.size(); ++i) {
-      const std::string& line = tok->vocab_.merges[i];
-      // Split at the first space after position 0, like llama.cpp; a line without one
-      // names no pair that a word could ever form. Earlier lines win over duplicates.
-      if (line.size() < 2 || line.find(' ', 1) == std::string::npos) continue;
-      tok->vocab_.merge_ranks.Insert(static_cast<int32_t>(i));
-    }
-    auto pre = PreTokenizer::Create(pre_config.patterns);
-    if (!pre.ok()) return pre.error();
-    tok->pre_ = std::move(pre).value();
+// BPE: the merge ranks and the pre-tokenizer.
+Status VocabTokenizer::LoadMerges(VocabData* data, const PreTokenizerConfig& pre_config) {
+  if (data->merges.empty()) {
+    return Error{"tokenizer: tokenizer.ggml.merges is missing or empty"};
   }
+  if (data->merges.size() > static_cast<size_t>(INT32_MAX)) {
+    return Error{"tokenizer: too many merges (" + std::to_string(data->merges.size()) + ")"};
+  }
+  vocab_.merges = std::move(data->merges);
+  vocab_.merge_ranks.Reset(&vocab_.merges);
+  for (size_t i = 0; i < vocab_.merges.size(); ++i) {
+    const std::string& line = vocab_.merges[i];
+    // Split at the first space after position 0, like llama.cpp; a line without one
+    // names no pair that a word could ever form. Earlier lines win over duplicates.
+    if (line.size() < 2 || line.find(' ', 1) == std::string::npos) continue;
+    vocab_.merge_ranks.Insert(static_cast<int32_t>(i));
+  }
+  auto pre = PreTokenizer::Create(pre_config.patterns);
+  if (!pre.ok()) return pre.error();
+  pre_ = std::move(pre).value();
+  return Status::Ok();
+}
 
-  // Special ids: metadata wins when in range; out-of-range values (e.g. 0xFFFFFFFF for
-  // "none") are ignored and the default stays, as llama.cpp does.
-  const auto n = static_cast<int64_t>(n_tokens);
+// Special ids: metadata wins when in range; out-of-range values (e.g. 0xFFFFFFFF for
+// "none") are ignored and the default stays, as llama.cpp does.
+Status VocabTokenizer::ResolveSpecialIds(const VocabData& data, const ModelDefaults& defaults) {
+  const auto n = static_cast<int64_t>(tokens_.size());
   auto resolve = [&](int64_t def, const std::optional<int64_t>& given) -> TokenId {
     int64_t id = (def >= 0 && def < n) ? def : -1;
     if (given && *given >= 0 && *given < n) id = *given;
     return static_cast<TokenId>(id);
   };
-  tok->bos_ = resolve(bos, data.bos_id);
-  tok->eos_ = resolve(eos, data.eos_id);
-  tok->eot_ = resolve(-1, data.eot_id);
-  tok->vocab_.unk = resolve(unk, data.unk_id);
+  bos_ = resolve(defaults.bos, data.bos_id);
+  eos_ = resolve(defaults.eos, data.eos_id);
+  eot_ = resolve(-1, data.eot_id);
+  vocab_.unk = resolve(defaults.unk, data.unk_id);
+  bool add_bos = defaults.add_bos, add_eos = defaults.add_eos;
   if (data.add_bos) add_bos = *data.add_bos;
   if (data.add_eos) add_eos = *data.add_eos;
-  if (add_bos && tok->bos_ < 0) {
+  if (add_bos && bos_ < 0) {
     return Error{"tokenizer: tokenizer.ggml.add_bos_token is true but there is no valid BOS id"};
   }
-  if (add_eos && tok->eos_ < 0) {
+  if (add_eos && eos_ < 0) {
     return Error{"tokenizer: tokenizer.ggml.add_eos_token is true but there is no valid EOS id"};
   }
-  tok->add_bos_ = add_bos;
-  tok->add_eos_ = add_eos;
+  add_bos_ = add_bos;
+  add_eos_ = add_eos;
+  return Status::Ok();
+}
 
-  // End-of-turn / end-of-generation tokens found by their text (llama.cpp's workaround for
-  // converters that do not record them). The first list entry present becomes EOT when the
-  // metadata names none; such tokens are made control tokens so they render and parse as
-  // specials. "</s>" counts only when it already is a control token: some vocabularies (phi-3)
-  // use it as plain user-defined text.
+// End-of-turn / end-of-generation tokens found by their text (llama.cpp's workaround for
+// converters that do not record them). The first list entry present becomes EOT when the
+// metadata names none; such tokens are made control tokens so they render and parse as
+// specials. "</s>" counts only when it already is a control token: some vocabularies (phi-3)
+// use it as plain user-defined text.
+void VocabTokenizer::FindEndOfGeneration() {
   static const char* const kEogTexts[] = {
       "<|eot_id|>",
       "<|im_end|>",
@@ -205,52 +253,55 @@ Result<std::unique_ptr<Tokenizer>> VocabTokenizer::Build(VocabData data) {
   };
   std::vector<TokenId> eog;
   for (const char* text : kEogTexts) {
-    const TokenId id = tok->vocab_.TextToToken(text);
+    const TokenId id = vocab_.TextToToken(text);
     if (id < 0) continue;
-    if (tok->eot_ < 0 && std::string_view(text) != "<|eom_id|>") tok->eot_ = id;
-    tok->attrs_[id] = TokenAttr::kControl;
+    if (eot_ < 0 && std::string_view(text) != "<|eom_id|>") eot_ = id;
+    attrs_[id] = TokenAttr::kControl;
     eog.push_back(id);
   }
   for (const char* text : {"</s>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"}) {
-    const TokenId id = tok->vocab_.TextToToken(text);
-    if (id >= 0 && tok->attrs_[id] == TokenAttr::kControl) eog.push_back(id);
+    const TokenId id = vocab_.TextToToken(text);
+    if (id >= 0 && attrs_[id] == TokenAttr::kControl) eog.push_back(id);
   }
-  if (tok->eos_ >= 0) eog.push_back(tok->eos_);
-  if (tok->eot_ >= 0) eog.push_back(tok->eot_);
+  if (eos_ >= 0) eog.push_back(eos_);
+  if (eot_ >= 0) eog.push_back(eot_);
   std::sort(eog.begin(), eog.end());
   eog.erase(std::unique(eog.begin(), eog.end()), eog.end());
-  tok->eog_ids_ = std::move(eog);
+  eog_ids_ = std::move(eog);
+}
 
-  for (size_t i = 0; i < n_tokens; ++i) {
-    const TokenAttr a = tok->attrs_[i];
+// The control, user-defined and unknown tokens, longest first so that a special token
+// containing another one wins.
+void VocabTokenizer::BuildSpecialCache() {
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    const TokenAttr a = attrs_[i];
     if (a == TokenAttr::kControl || a == TokenAttr::kUserDefined || a == TokenAttr::kUnknown) {
-      tok->special_cache_.push_back(static_cast<TokenId>(i));
+      special_cache_.push_back(static_cast<TokenId>(i));
     }
   }
-  // Longest first so that a special token containing another one wins.
-  std::stable_sort(
-      tok->special_cache_.begin(), tok->special_cache_.end(),
-      [&](TokenId a, TokenId b) { return tok->tokens_[a].size() > tok->tokens_[b].size(); });
+  std::stable_sort(special_cache_.begin(), special_cache_.end(),
+                   [&](TokenId a, TokenId b) { return tokens_[a].size() > tokens_[b].size(); });
+}
 
-  // Per-model token attributes llama.cpp sets by name: phi-3 special tokens swallow the
-  // whitespace that follows them, except <unk>, <s> and <|endoftext|>.
-  tok->lstrip_.assign(n_tokens, 0);
-  tok->rstrip_.assign(n_tokens, 0);
-  std::string name = data.name;
+// Per-model token attributes llama.cpp sets by name: phi-3 special tokens swallow the
+// whitespace that follows them, except <unk>, <s> and <|endoftext|>.
+void VocabTokenizer::SetStripFlags(const std::string& model_name) {
+  lstrip_.assign(tokens_.size(), 0);
+  rstrip_.assign(tokens_.size(), 0);
+  std::string name = model_name;
   std::transform(name.begin(), name.end(), name.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos) {
-    for (TokenId id : tok->special_cache_) tok->rstrip_[id] = 1;
+    for (TokenId id : special_cache_) rstrip_[id] = 1;
     for (const char* text : {"</s>"}) {
-      const TokenId id = tok->vocab_.TextToToken(text);
-      if (id >= 0) tok->rstrip_[id] = 1;
+      const TokenId id = vocab_.TextToToken(text);
+      if (id >= 0) rstrip_[id] = 1;
     }
     for (const char* text : {"<unk>", "<s>", "<|endoftext|>"}) {
-      const TokenId id = tok->vocab_.TextToToken(text);
-      if (id >= 0) tok->rstrip_[id] = 0;
+      const TokenId id = vocab_.TextToToken(text);
+      if (id >= 0) rstrip_[id] = 0;
     }
   }
-  return std::unique_ptr<Tokenizer>(std::move(tok));
 }
 
 // llama.cpp's tokenizer_st_partition: for each special token in turn (longest first), split

@@ -8,9 +8,9 @@
 #include <unordered_map>
 
 #include "../json_schema.h"
+#include "chat/reasoning.h"
+#include "chat/tool_calls.h"
 #include "runtime/grammar.h"
-#include "serve/reasoning.h"
-#include "serve/tool_calls.h"
 
 namespace lamina::cli::api {
 
@@ -286,11 +286,9 @@ void ExpandChoices(Completion* out) {
   out->requests = std::move(all);
 }
 
-}  // namespace
-
-bool ReadParams(const json& body, const Defaults& d, serve::Request* out, ApiError* err) {
-  GenerateParams p = d.params;
-  SamplerConfig& s = p.sampler;
+// The sampler's numbers and ignore_eos; adaptive_target is refused.
+bool ReadSamplerFields(const json& body, GenerateParams* p, ApiError* err) {
+  SamplerConfig& s = p->sampler;
   if (!GetFloat(body, "temperature", &s.temperature, err) ||
       !GetInt(body, "top_k", &s.top_k, err) || !GetFloat(body, "top_p", &s.top_p, err) ||
       !GetFloat(body, "min_p", &s.min_p, err) ||
@@ -308,7 +306,7 @@ bool ReadParams(const json& body, const Defaults& d, serve::Request* out, ApiErr
       !GetFloat(body, "dry_base", &s.dry_base, err) ||
       !GetInt(body, "dry_allowed_length", &s.dry_allowed_length, err) ||
       !GetInt(body, "dry_penalty_last_n", &s.dry_penalty_last_n, err) ||
-      !GetBool(body, "ignore_eos", &p.ignore_eos, err)) {
+      !GetBool(body, "ignore_eos", &p->ignore_eos, err)) {
     return false;
   }
   // llama-server's adaptive-p sampler is not in lamina's chain: asking for it (a target >= 0) is
@@ -320,15 +318,19 @@ bool ReadParams(const json& body, const Defaults& d, serve::Request* out, ApiErr
                   "value, its off, is accepted)");
     }
   }
-  // DRY's sequence breakers: an array of at most kMaxDryBreakers strings of at most
-  // kMaxDryBreakerBytes bytes (an empty array: none).
+  return true;
+}
+
+// DRY's sequence breakers: an array of at most kMaxDryBreakers strings of at most
+// kMaxDryBreakerBytes bytes (an empty array: none).
+bool ReadDryBreakers(const json& body, SamplerConfig* s, ApiError* err) {
   if (auto it = body.find("dry_sequence_breakers"); it != body.end() && !it->is_null()) {
     if (!it->is_array()) return Fail(err, "\"dry_sequence_breakers\" must be an array of strings");
     if (it->size() > kMaxDryBreakers) {
       return Fail(err, "\"dry_sequence_breakers\" has " + std::to_string(it->size()) +
                            " strings; at most " + std::to_string(kMaxDryBreakers));
     }
-    s.dry_sequence_breakers.clear();
+    s->dry_sequence_breakers.clear();
     for (const json& v : *it) {
       if (!v.is_string()) return Fail(err, "\"dry_sequence_breakers\" must be an array of strings");
       const std::string& text = v.get_ref<const std::string&>();
@@ -336,10 +338,14 @@ bool ReadParams(const json& body, const Defaults& d, serve::Request* out, ApiErr
         return Fail(err, "a \"dry_sequence_breakers\" string has " + std::to_string(text.size()) +
                              " bytes; at most " + std::to_string(kMaxDryBreakerBytes));
       }
-      s.dry_sequence_breakers.push_back(text);
+      s->dry_sequence_breakers.push_back(text);
     }
   }
-  // llama-server's `samplers`: the chain's order, an array of step names (at most 32).
+  return true;
+}
+
+// llama-server's `samplers`: the chain's order, an array of step names (at most 32).
+bool ReadSamplerOrder(const json& body, SamplerConfig* s, ApiError* err) {
   if (auto it = body.find("samplers"); it != body.end() && !it->is_null()) {
     constexpr size_t kMaxSamplerStages = 32;
     const std::string names =
@@ -357,7 +363,7 @@ bool ReadParams(const json& body, const Defaults& d, serve::Request* out, ApiErr
         return Fail(err, "\"samplers\" has " + std::to_string(letters.size()) +
                              " letters; at most " + std::to_string(kMaxSamplerStages));
       }
-      s.samplers.clear();
+      s->samplers.clear();
       for (char ch : letters) {
         auto l = std::find_if(std::begin(kLetters), std::end(kLetters),
                               [ch](const auto& e) { return e.first == ch; });
@@ -366,7 +372,7 @@ bool ReadParams(const json& body, const Defaults& d, serve::Request* out, ApiErr
                                "; the known letters are e (penalties), d (dry), k (top_k), y "
                                "(typ_p), p (top_p), m (min_p), x (xtc), t (temperature)");
         }
-        s.samplers.push_back(l->second);
+        s->samplers.push_back(l->second);
       }
     } else if (!it->is_array()) {
       return Fail(err, "\"samplers\" must be an array of strings or a string of letters: " + names);
@@ -375,31 +381,25 @@ bool ReadParams(const json& body, const Defaults& d, serve::Request* out, ApiErr
         return Fail(err, "\"samplers\" has " + std::to_string(it->size()) + " names; at most " +
                              std::to_string(kMaxSamplerStages));
       }
-      s.samplers.clear();
+      s->samplers.clear();
       for (const json& v : *it) {
         SamplerStage stage;
         if (!v.is_string() || !SamplerStageFromName(v.get<std::string>(), &stage)) {
           return Fail(err, "\"samplers\" has " + Shown(v) + "; the known samplers are " + names);
         }
-        s.samplers.push_back(stage);
+        s->samplers.push_back(stage);
       }
     }
     // An empty array or string: temperature alone.
-    if (s.samplers.empty()) s.samplers.push_back(SamplerStage::kTemperature);
+    if (s->samplers.empty()) s->samplers.push_back(SamplerStage::kTemperature);
   }
-  bool random = d.seed < 0 || d.seed == 0xFFFFFFFFLL;
-  uint64_t seed = random ? 0 : static_cast<uint64_t>(d.seed);
-  if (!GetSeed(body, &seed, &random, err)) return false;
-  if (random) seed = std::random_device{}() & 0x7FFFFFFF;
-  s.seed = seed;
-  // Token budget: n_predict (llama-server), max_tokens / max_completion_tokens (OpenAI).
-  if (!GetInt(body, "n_predict", &p.n_predict, err) ||
-      !GetInt(body, "max_tokens", &p.n_predict, err) ||
-      !GetInt(body, "max_completion_tokens", &p.n_predict, err)) {
-    return false;
-  }
+  return true;
+}
+
+// "stop": a string or an array of at most kMaxStops strings.
+bool ReadStops(const json& body, std::vector<std::string>* stop, ApiError* err) {
   if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
-    p.stop.clear();
+    stop->clear();
     const bool array = it->is_array();
     if (!it->is_string() && !array) {
       return Fail(err, "\"stop\" must be a string or an array of strings");
@@ -416,9 +416,33 @@ bool ReadParams(const json& body, const Defaults& d, serve::Request* out, ApiErr
                              std::to_string(v.get_ref<const std::string&>().size()) +
                              " bytes; at most " + std::to_string(kMaxStopBytes));
       }
-      p.stop.push_back(v.get<std::string>());
+      stop->push_back(v.get<std::string>());
     }
   }
+  return true;
+}
+
+}  // namespace
+
+bool ReadParams(const json& body, const Defaults& d, serve::Request* out, ApiError* err) {
+  GenerateParams p = d.params;
+  SamplerConfig& s = p.sampler;
+  if (!ReadSamplerFields(body, &p, err) || !ReadDryBreakers(body, &s, err) ||
+      !ReadSamplerOrder(body, &s, err)) {
+    return false;
+  }
+  bool random = d.seed < 0 || d.seed == 0xFFFFFFFFLL;
+  uint64_t seed = random ? 0 : static_cast<uint64_t>(d.seed);
+  if (!GetSeed(body, &seed, &random, err)) return false;
+  if (random) seed = std::random_device{}() & 0x7FFFFFFF;
+  s.seed = seed;
+  // Token budget: n_predict (llama-server), max_tokens / max_completion_tokens (OpenAI).
+  if (!GetInt(body, "n_predict", &p.n_predict, err) ||
+      !GetInt(body, "max_tokens", &p.n_predict, err) ||
+      !GetInt(body, "max_completion_tokens", &p.n_predict, err)) {
+    return false;
+  }
+  if (!ReadStops(body, &p.stop, err)) return false;
   std::string gbnf;
   bool none = false;
   if (!ReadConstraint(body, &gbnf, &none, err)) return false;
@@ -652,46 +676,46 @@ namespace {
 constexpr int kMaxToolJsonDepth = 64;
 
 // A JSON value as a template value (object members keep their order).
-bool ToTemplateValue(const json& j, int depth, jinja::Value* out) {
+bool ToTemplateValue(const json& j, int depth, chat::jinja::Value* out) {
   if (depth > kMaxToolJsonDepth) return false;
   switch (j.type()) {
     case json::value_t::null:
-      *out = jinja::Value::None();
+      *out = chat::jinja::Value::None();
       return true;
     case json::value_t::boolean:
-      *out = jinja::Value(j.get<bool>());
+      *out = chat::jinja::Value(j.get<bool>());
       return true;
     case json::value_t::number_integer:
-      *out = jinja::Value(static_cast<int64_t>(j.get<int64_t>()));
+      *out = chat::jinja::Value(static_cast<int64_t>(j.get<int64_t>()));
       return true;
     case json::value_t::number_unsigned: {
       const uint64_t u = j.get<uint64_t>();
-      *out = u <= static_cast<uint64_t>(INT64_MAX) ? jinja::Value(static_cast<int64_t>(u))
-                                                   : jinja::Value(static_cast<double>(u));
+      *out = u <= static_cast<uint64_t>(INT64_MAX) ? chat::jinja::Value(static_cast<int64_t>(u))
+                                                   : chat::jinja::Value(static_cast<double>(u));
       return true;
     }
     case json::value_t::number_float:
-      *out = jinja::Value(j.get<double>());
+      *out = chat::jinja::Value(j.get<double>());
       return true;
     case json::value_t::string:
-      *out = jinja::Value(j.get<std::string>());
+      *out = chat::jinja::Value(j.get<std::string>());
       return true;
     case json::value_t::array: {
-      jinja::Array a;
+      chat::jinja::Array a;
       for (const json& v : j) {
         a.emplace_back();
         if (!ToTemplateValue(v, depth + 1, &a.back())) return false;
       }
-      *out = jinja::Value::MakeArray(std::move(a));
+      *out = chat::jinja::Value::MakeArray(std::move(a));
       return true;
     }
     case json::value_t::object: {
-      jinja::Object o;
+      chat::jinja::Object o;
       for (const auto& [k, v] : j.items()) {
-        o.emplace_back(k, jinja::Value());
+        o.emplace_back(k, chat::jinja::Value());
         if (!ToTemplateValue(v, depth + 1, &o.back().second)) return false;
       }
-      *out = jinja::Value::MakeObject(std::move(o));
+      *out = chat::jinja::Value::MakeObject(std::move(o));
       return true;
     }
     default:
@@ -721,7 +745,7 @@ bool ValidToolName(const std::string& name) {
 
 // An assistant message's "tool_calls".
 bool ReadMessageToolCalls(const json& calls, const std::string& where,
-                          std::vector<ChatToolCall>* out, ApiError* err) {
+                          std::vector<chat::ChatToolCall>* out, ApiError* err) {
   if (!calls.is_array()) return Fail(err, where + ".tool_calls must be an array");
   if (calls.size() > kMaxToolCallsPerMessage) {
     return Fail(err, where + ".tool_calls has more than " +
@@ -731,7 +755,7 @@ bool ReadMessageToolCalls(const json& calls, const std::string& where,
     const json& c = calls[k];
     const std::string at = where + ".tool_calls[" + std::to_string(k) + "]";
     if (!c.is_object()) return Fail(err, at + " must be an object");
-    ChatToolCall call;
+    chat::ChatToolCall call;
     if (auto id = c.find("id"); id != c.end() && !id->is_null()) {
       if (!id->is_string()) return Fail(err, at + ".id must be a string");
       call.id = id->get<std::string>();
@@ -750,14 +774,14 @@ bool ReadMessageToolCalls(const json& calls, const std::string& where,
     call.name = name->get<std::string>();
     auto args = fn->find("arguments");
     if (args == fn->end() || args->is_null()) {
-      call.arguments = jinja::Value::MakeObject();
+      call.arguments = chat::jinja::Value::MakeObject();
     } else if (args->is_string()) {
       // Templates (Qwen's, Llama's) write `arguments | tojson`: an object is what they expect.
       const json parsed = json::parse(args->get<std::string>(), nullptr, false);
       if (parsed.is_object() && WithinDepth(parsed, 0)) {
         ToTemplateValue(parsed, 0, &call.arguments);
       } else {
-        call.arguments = jinja::Value(args->get<std::string>());
+        call.arguments = chat::jinja::Value(args->get<std::string>());
       }
     } else if (args->is_object()) {
       if (!ToTemplateValue(*args, 0, &call.arguments)) {
@@ -886,7 +910,7 @@ bool ToolCallGrammar(const ToolRequest& tools, std::string* gbnf, std::string* r
 namespace {
 
 // The render options of a chat body: thinking and the template variables (see RenderMessages).
-bool ReadRenderOptions(const json& body, const Defaults& defaults, ChatRenderOptions* out,
+bool ReadRenderOptions(const json& body, const Defaults& defaults, chat::ChatRenderOptions* out,
                        ApiError* err) {
   out->enable_thinking = defaults.enable_thinking;
   json kwargs = defaults.chat_template_kwargs;
@@ -923,26 +947,21 @@ bool ReadRenderOptions(const json& body, const Defaults& defaults, ChatRenderOpt
   return true;
 }
 
-}  // namespace
-
-bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
-                    const Defaults& defaults, std::string* prompt, ApiError* err) {
-  const bool prefill_assistant = defaults.prefill_assistant;
-  ChatRenderOptions options;
-  if (!ReadRenderOptions(body, defaults, &options, err)) return false;
+// The "messages" array as chat messages; *last_parts gets the last message's text parts when
+// its content is an array of parts.
+bool ReadMessages(const json& body, std::vector<chat::ChatMessage>* messages,
+                  std::vector<std::string>* last_parts, ApiError* err) {
   if (!body.is_object()) return Fail(err, "the body must be a JSON object");
   auto it = body.find("messages");
   if (it == body.end() || !it->is_array()) return Fail(err, "\"messages\" must be an array");
   if (it->empty()) return Fail(err, "\"messages\" is empty");
-  std::vector<ChatMessage> messages;
-  std::vector<std::string> last_parts;  // the last message's text parts, when it has parts
   for (size_t i = 0; i < it->size(); ++i) {
     const json& m = (*it)[i];
     const std::string where = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) return Fail(err, where + " must be an object");
     auto role = m.find("role");
     if (role == m.end() || !role->is_string()) return Fail(err, where + ".role must be a string");
-    ChatMessage msg{role->get<std::string>(), ""};
+    chat::ChatMessage msg{role->get<std::string>(), ""};
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
       msg.content_null = true;  // an assistant turn with tool calls only
@@ -951,7 +970,7 @@ bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
     } else if (content->is_array()) {
       // Content parts: the text ones, joined by a newline (by a blank line in a continued
       // assistant message), as llama-server joins them.
-      last_parts.clear();
+      last_parts->clear();
       for (const json& part : *content) {
         // json::value() throws on a non-string "type"; look the fields up instead.
         auto type = part.is_object() ? part.find("type") : part.end();
@@ -959,11 +978,11 @@ bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
           return Fail(err, where + ".content: only text parts are supported");
         }
         auto text = part.find("text");
-        last_parts.push_back(text != part.end() && text->is_string() ? text->get<std::string>()
-                                                                     : std::string());
-        msg.content += (last_parts.size() > 1 ? "\n" : "") + last_parts.back();
+        last_parts->push_back(text != part.end() && text->is_string() ? text->get<std::string>()
+                                                                      : std::string());
+        msg.content += (last_parts->size() > 1 ? "\n" : "") + last_parts->back();
       }
-      if (i + 1 < it->size()) last_parts.clear();
+      if (i + 1 < it->size()) last_parts->clear();
     } else {
       return Fail(err, where + ".content must be a string or an array of parts");
     }
@@ -979,8 +998,21 @@ bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
       if (!f->is_string()) return Fail(err, where + "." + key + " must be a string");
       *field = f->get<std::string>();
     }
-    messages.push_back(std::move(msg));
+    messages->push_back(std::move(msg));
   }
+  return true;
+}
+
+}  // namespace
+
+bool RenderMessages(const json& body, const Model& model, const chat::ChatSetup& chat,
+                    const Defaults& defaults, std::string* prompt, ApiError* err) {
+  const bool prefill_assistant = defaults.prefill_assistant;
+  chat::ChatRenderOptions options;
+  if (!ReadRenderOptions(body, defaults, &options, err)) return false;
+  std::vector<chat::ChatMessage> messages;
+  std::vector<std::string> last_parts;  // the last message's text parts, when it has parts
+  if (!ReadMessages(body, &messages, &last_parts, err)) return false;
   // Assistant prefill: the last assistant message is continued, not closed.
   // (An assistant turn with tool calls is a finished turn, never continued.)
   const bool last_is_assistant =
@@ -1022,17 +1054,17 @@ bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
   }
   ToolRequest tools;
   if (!ReadTools(body, &tools, err)) return false;
-  ChatTools template_tools;
+  chat::ChatTools template_tools;
   if (tools.active()) ToTemplateValue(tools.tools, 0, &template_tools);  // depth checked
   options.add_generation_prompt = add_generation_prompt;
   Result<std::string> text =
-      RenderChatPrompt(chat, messages, model.tokenizer(), template_tools, options);
+      chat::RenderChatPrompt(chat, messages, model.tokenizer(), template_tools, options);
   if (!text.ok()) return Fail(err, text.error().message);
   *prompt = std::move(*text) + prefix;
   return true;
 }
 
-bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,
+bool ParseChat(const json& body, const Model& model, const chat::ChatSetup& chat,
                const Defaults& defaults, Completion* out, ApiError* err) {
   if (!body.is_object()) return Fail(err, "the body must be a JSON object");
   serve::Request r;
@@ -1081,13 +1113,13 @@ bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,
   out->reasoning_format = defaults.reasoning_format;
   if (auto f = body.find("reasoning_format"); f != body.end() && !f->is_null()) {
     if (!f->is_string() ||
-        !serve::ReasoningFormatFromName(f->get<std::string>(), &out->reasoning_format)) {
+        !chat::ReasoningFormatFromName(f->get<std::string>(), &out->reasoning_format)) {
       return Fail(err,
                   "\"reasoning_format\" must be \"none\", \"deepseek\", \"deepseek-legacy\" or "
                   "\"auto\"");
     }
   }
-  out->thinking_at_start = serve::PromptOpensThinking(text);
+  out->thinking_at_start = chat::PromptOpensThinking(text);
   int budget = defaults.reasoning_budget;
   if (!GetInt(body, "reasoning_budget_tokens", &budget, err)) return false;
   std::string message = defaults.reasoning_budget_message;
@@ -1101,7 +1133,7 @@ bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,
   if (budget >= 0) {
     r.params.reasoning_budget = budget;
     r.params.thinking_at_start = out->thinking_at_start;
-    r.params.think_close = model.tokenizer().Encode(message + std::string(serve::kThinkClose),
+    r.params.think_close = model.tokenizer().Encode(message + std::string(chat::kThinkClose),
                                                     /*add_special=*/false, /*parse_special=*/true);
   }
   r.prompt = TokenizePrompt(model, text, true);

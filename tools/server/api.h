@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "../value_ranges.h"
+#include "chat/chat_template.h"
+#include "chat/reasoning.h"
 #include "model/model.h"
-#include "serve/reasoning.h"
 #include "serve/request.h"
 #include "server.h"
-#include "tokenizer/chat_template.h"
 
 namespace lamina::cli::api {
 
@@ -51,7 +51,7 @@ struct Defaults {
   // --chat-template-kwargs): how a chat answer's thinking block is returned, whether templates
   // think (enable_thinking), the thinking budget in tokens (-1: none) and the text forced before
   // the close tag, and template variables of every request.
-  serve::ReasoningFormat reasoning_format = serve::ReasoningFormat::kDeepseek;
+  chat::ReasoningFormat reasoning_format = chat::ReasoningFormat::kDeepseek;
   bool enable_thinking = true;
   int reasoning_budget = -1;
   std::string reasoning_budget_message;
@@ -130,7 +130,7 @@ struct Completion {
   bool verbose = false;
   // Chat: how a thinking block in the answer is returned (kNone on the other routes), and
   // whether the prompt opened one (the answer starts inside it).
-  serve::ReasoningFormat reasoning_format = serve::ReasoningFormat::kNone;
+  chat::ReasoningFormat reasoning_format = chat::ReasoningFormat::kNone;
   bool thinking_at_start = false;
   // Tool calling (chat): the output is read for tool calls (`tools` given and `tool_choice` not
   // "none"); the offered tools' names.
@@ -180,11 +180,11 @@ bool ParseCompletion(const json& body, const Model& model, const Defaults& defau
 // defaults.prefill_assistant is on. Thinking: the body's chat_template_kwargs (merged over the
 // server's; enable_thinking a boolean) and reasoning_effort ("none" turns thinking off; also a
 // template variable), else defaults.enable_thinking.
-bool RenderMessages(const json& body, const Model& model, const ChatSetup& chat,
+bool RenderMessages(const json& body, const Model& model, const chat::ChatSetup& chat,
                     const Defaults& defaults, std::string* prompt, ApiError* err);
 
 // POST /v1/chat/completions: "messages" rendered with the chat setup.
-bool ParseChat(const json& body, const Model& model, const ChatSetup& chat,
+bool ParseChat(const json& body, const Model& model, const chat::ChatSetup& chat,
                const Defaults& defaults, Completion* out, ApiError* err);
 
 // Tokenizes text with BOS as the vocabulary says and special tokens parsed (llama-server's

@@ -8,9 +8,9 @@
 #include <ctime>
 #include <random>
 
+#include "chat/reasoning.h"
+#include "chat/tool_calls.h"
 #include "json_limits.h"
-#include "serve/reasoning.h"
-#include "serve/tool_calls.h"
 
 namespace lamina::cli::protocols {
 
@@ -55,16 +55,16 @@ class HeldText {
   // The part of `piece` (and of earlier pieces held back) that can go out now.
   std::string Add(const std::string& piece) {
     all_ += piece;
-    const size_t safe = info_.parse_tool_calls ? serve::ToolCallSafePrefix(all_) : all_.size();
+    const size_t safe = info_.parse_tool_calls ? chat::ToolCallSafePrefix(all_) : all_.size();
     if (safe <= sent_) return "";
     std::string out = all_.substr(sent_, safe - sent_);
     sent_ = safe;
     return out;
   }
   // At the end: the text not sent yet, and the tool calls.
-  std::string Finish(std::vector<serve::ToolCall>* calls) {
+  std::string Finish(std::vector<chat::ToolCall>* calls) {
     if (!info_.parse_tool_calls) return all_.substr(std::min(sent_, all_.size()));
-    serve::ToolCallParse parsed = serve::ParseToolCalls(all_, info_.tool_names);
+    chat::ToolCallParse parsed = chat::ParseToolCalls(all_, info_.tool_names);
     *calls = std::move(parsed.calls);
     if (calls->empty()) return all_.substr(std::min(sent_, all_.size()));
     if (parsed.content.compare(0, sent_, all_, 0, sent_) != 0) return "";
@@ -80,9 +80,9 @@ class HeldText {
 
 // The whole answer's content and calls.
 std::string SplitCalls(const AnswerInfo& info, const std::string& text,
-                       std::vector<serve::ToolCall>* calls) {
+                       std::vector<chat::ToolCall>* calls) {
   if (!info.parse_tool_calls) return text;
-  serve::ToolCallParse parsed = serve::ParseToolCalls(text, info.tool_names);
+  chat::ToolCallParse parsed = chat::ParseToolCalls(text, info.tool_names);
   if (parsed.calls.empty()) return text;
   *calls = std::move(parsed.calls);
   return Trimmed(parsed.content);
@@ -99,27 +99,27 @@ class AnswerText {
   };
   // What of `piece` (and of earlier pieces held back) can go out now.
   Parts Add(const std::string& piece) {
-    serve::ReasoningDelta d = splitter_.Push(piece);
+    chat::ReasoningDelta d = splitter_.Push(piece);
     return {std::move(d.reasoning), held_.Add(d.content)};
   }
   // At the end: the rest, and the tool calls.
-  Parts Finish(std::vector<serve::ToolCall>* calls) {
-    serve::ReasoningDelta d = splitter_.Flush();
+  Parts Finish(std::vector<chat::ToolCall>* calls) {
+    chat::ReasoningDelta d = splitter_.Flush();
     Parts out{std::move(d.reasoning), held_.Add(d.content)};
     out.content += held_.Finish(calls);
     return out;
   }
 
  private:
-  serve::ReasoningSplitter splitter_;
+  chat::ReasoningSplitter splitter_;
   HeldText held_;
 };
 
 // The whole answer's reasoning, content and calls.
 AnswerText::Parts SplitAnswer(const AnswerInfo& info, const std::string& text,
-                              std::vector<serve::ToolCall>* calls) {
-  serve::ReasoningSplitter splitter(info.reasoning_format, info.thinking_at_start);
-  serve::ReasoningDelta a = splitter.Push(text), b = splitter.Flush();
+                              std::vector<chat::ToolCall>* calls) {
+  chat::ReasoningSplitter splitter(info.reasoning_format, info.thinking_at_start);
+  chat::ReasoningDelta a = splitter.Push(text), b = splitter.Flush();
   return {a.reasoning + b.reasoning, SplitCalls(info, a.content + b.content, calls)};
 }
 
@@ -633,7 +633,7 @@ class AnthropicFormatter : public Formatter {
   const char* stream_type() const override { return "text/event-stream"; }
 
   json Whole(const std::string& text, const serve::Event& done) override {
-    std::vector<serve::ToolCall> calls;
+    std::vector<chat::ToolCall> calls;
     const AnswerText::Parts parts = SplitAnswer(info_, text, &calls);
     const std::string& content = parts.content;
     json blocks = json::array();
@@ -641,7 +641,7 @@ class AnthropicFormatter : public Formatter {
       blocks.push_back({{"type", "thinking"}, {"thinking", parts.reasoning}, {"signature", ""}});
     }
     if (!content.empty() || calls.empty()) blocks.push_back({{"type", "text"}, {"text", content}});
-    for (const serve::ToolCall& c : calls) {
+    for (const chat::ToolCall& c : calls) {
       blocks.push_back({{"type", "tool_use"},
                         {"id", RandomId("toolu_")},
                         {"name", c.name},
@@ -664,13 +664,13 @@ class AnthropicFormatter : public Formatter {
   }
 
   std::string Done(const serve::Event& done) override {
-    std::vector<serve::ToolCall> calls;
+    std::vector<chat::ToolCall> calls;
     const AnswerText::Parts parts = held_.Finish(&calls);
     std::string out = ThinkingDelta(parts.reasoning) + TextDelta(parts.content);
     if (thinking_open_) out += ThinkingStop();
     if (calls.empty() && !text_open_ && !text_sent_) out += TextDelta("", true);
     if (text_open_) out += BlockStop();
-    for (const serve::ToolCall& c : calls) {
+    for (const chat::ToolCall& c : calls) {
       out += BlockStart({{"type", "tool_use"},
                          {"id", RandomId("toolu_")},
                          {"name", c.name},
@@ -796,7 +796,7 @@ class OllamaFormatter : public Formatter {
   const char* stream_type() const override { return "application/x-ndjson"; }
 
   json Whole(const std::string& text, const serve::Event& done) override {
-    std::vector<serve::ToolCall> calls;
+    std::vector<chat::ToolCall> calls;
     const AnswerText::Parts parts = SplitAnswer(info_, text, &calls);
     json j = Piece(parts.content, calls, parts.reasoning);
     Final(&j, done);
@@ -809,7 +809,7 @@ class OllamaFormatter : public Formatter {
     return Dump(Piece(parts.content, {}, parts.reasoning)) + "\n";
   }
   std::string Done(const serve::Event& done) override {
-    std::vector<serve::ToolCall> calls;
+    std::vector<chat::ToolCall> calls;
     const AnswerText::Parts parts = held_.Finish(&calls);
     std::string out;
     if (!parts.content.empty() || !parts.reasoning.empty() || !calls.empty()) {
@@ -823,7 +823,7 @@ class OllamaFormatter : public Formatter {
   std::string StreamError(const ApiError& e) const override { return Dump(OllamaError(e)) + "\n"; }
 
  private:
-  json Piece(const std::string& text, const std::vector<serve::ToolCall>& calls,
+  json Piece(const std::string& text, const std::vector<chat::ToolCall>& calls,
              const std::string& thinking = "") const {
     json j = {{"model", info_.model}, {"created_at", OllamaTime(Now())}};
     if (generate_) {
@@ -834,7 +834,7 @@ class OllamaFormatter : public Formatter {
       if (!thinking.empty()) j["message"]["thinking"] = thinking;
       if (!calls.empty()) {
         json list = json::array();
-        for (const serve::ToolCall& c : calls) {
+        for (const chat::ToolCall& c : calls) {
           list.push_back(
               {{"function", {{"name", c.name}, {"arguments", ArgumentsObject(c.arguments)}}}});
         }
@@ -876,14 +876,14 @@ class ResponsesFormatter : public Formatter {
   const char* stream_type() const override { return "text/event-stream"; }
 
   json Whole(const std::string& text, const serve::Event& done) override {
-    std::vector<serve::ToolCall> calls;
+    std::vector<chat::ToolCall> calls;
     const AnswerText::Parts parts = SplitAnswer(info_, text, &calls);
     json output = json::array();
     if (!parts.reasoning.empty()) output.push_back(ReasoningItem(RandomId("rs_"), parts.reasoning));
     if (!parts.content.empty() || calls.empty()) {
       output.push_back(MessageItem(RandomId("msg_"), parts.content, "completed"));
     }
-    for (const serve::ToolCall& c : calls) output.push_back(CallItem(c));
+    for (const chat::ToolCall& c : calls) output.push_back(CallItem(c));
     return Response(Status(done), std::move(output), &done);
   }
 
@@ -898,12 +898,12 @@ class ResponsesFormatter : public Formatter {
   std::string Text(const std::string& piece) override { return Parts(text_.Add(piece)); }
 
   std::string Done(const serve::Event& done) override {
-    std::vector<serve::ToolCall> calls;
+    std::vector<chat::ToolCall> calls;
     std::string out = Parts(text_.Finish(&calls));
     out += CloseReasoning();
     if (!message_open_ && calls.empty()) out += OpenMessage();
     out += CloseMessage();
-    for (const serve::ToolCall& c : calls) {
+    for (const chat::ToolCall& c : calls) {
       const json item = CallItem(c);
       const int index = n_items_++;
       json added = item;
@@ -983,7 +983,7 @@ class ResponsesFormatter : public Formatter {
             {"summary", json::array()},
             {"content", json::array({{{"type", "reasoning_text"}, {"text", text}}})}};
   }
-  static json CallItem(const serve::ToolCall& c) {
+  static json CallItem(const chat::ToolCall& c) {
     return {{"type", "function_call"}, {"id", RandomId("fc_")},    {"call_id", RandomId("call_")},
             {"name", c.name},          {"arguments", c.arguments}, {"status", "completed"}};
   }

@@ -40,7 +40,7 @@ struct AnswerInfo {
   bool parse_tool_calls = false;
   std::vector<std::string> tool_names;
   // The thinking block: how it is returned (kNone: as content), and whether the prompt opened it.
-  serve::ReasoningFormat reasoning_format = serve::ReasoningFormat::kNone;
+  chat::ReasoningFormat reasoning_format = chat::ReasoningFormat::kNone;
   bool thinking_at_start = false;
 };
 

@@ -28,15 +28,15 @@
 #include "../cli_options.h"
 #include "../cli_spec.h"
 #include "api.h"
+#include "chat/reasoning.h"
+#include "chat/tool_calls.h"
 #include "cors_proxy.h"
 #include "http.h"
 #include "json_limits.h"
 #include "model/model.h"
 #include "protocols.h"
 #include "runtime/kv_cache.h"
-#include "serve/reasoning.h"
 #include "serve/scheduler.h"
-#include "serve/tool_calls.h"
 #include "util/timer.h"
 
 namespace lamina::cli {
@@ -92,7 +92,7 @@ std::string ArgumentsText(const std::string& generated) {
 }
 
 // OpenAI's message.tool_calls (streaming: each with its "index").
-json ToolCallsJson(const std::vector<serve::ToolCall>& calls, bool with_index) {
+json ToolCallsJson(const std::vector<chat::ToolCall>& calls, bool with_index) {
   json out = json::array();
   for (size_t k = 0; k < calls.size(); ++k) {
     json c = json::object();
@@ -144,6 +144,12 @@ class Server {
 
  private:
   int LoadAccessLists();
+  // The steps of Run; each returns an exit code, except SetModelNames.
+  int CheckBeforeListening(KvType* kv_type, KvRounding* v_rounding);
+  int StartScheduler(KvType kv, KvRounding round);
+  int ChooseChatFormat();
+  int SetRequestDefaults();
+  void SetModelNames();
   enum class Route { kCompletion, kOaiCompletion, kOaiChat };
   // The other protocols (protocols.h) and the error shape of each.
   enum class Protocol { kAnthropic, kResponses, kOllamaChat, kOllamaGenerate };
@@ -151,6 +157,12 @@ class Server {
   static ErrorStyle StyleOf(const std::string& path);
 
   void SetUpRoutes();
+  // The route groups SetUpRoutes registers, in order (the protocols' are SetUpProtocolRoutes).
+  void SetUpAccessLog();
+  void SetUpGuards();
+  void SetUpCompletionRoutes();
+  void SetUpUtilityRoutes();
+  void SetUpWebRoutes();
   // The index of the request's API key in api_keys_ (0 when the server has none), -1 when it
   // has none of them. Requests of different keys never share cached prompt cells.
   int KeyIndex(const http::Request& req) const;
@@ -206,7 +218,7 @@ class Server {
   SpecSetup spec_;  // the draft model (before scheduler_, which reads it, so it outlives it)
   bool speculative_ = false;
   std::unique_ptr<serve::Scheduler> scheduler_;
-  ChatSetup chat_;
+  chat::ChatSetup chat_;
   std::string chat_template_text_;
   api::Defaults defaults_;
   std::string model_id_;
@@ -376,8 +388,8 @@ void SweepStaleSlotFiles(const std::string& folder) {
 json LogitBiasJson(const GenerateParams& p, const Tokenizer& tokenizer) {
   json out = json::array();
   auto add = [&out](int32_t id, float bias) {
-    out.push_back({{"bias", std::isinf(bias) && bias < 0 ? json(nullptr) : json(bias)},
-                   {"token", id}});
+    out.push_back(
+        {{"bias", std::isinf(bias) && bias < 0 ? json(nullptr) : json(bias)}, {"token", id}});
   };
   for (const auto& [id, bias] : p.logit_bias) add(id, bias);
   if (p.ignore_eos) {
@@ -825,9 +837,9 @@ class OaiStream {
     pending_[i].Add(e);
     std::string text = e.text;
     if (route_ == Route::kOaiChat) {
-      if (c->reasoning_format != serve::ReasoningFormat::kNone) {
+      if (c->reasoning_format != chat::ReasoningFormat::kNone) {
         // The thinking block goes out as reasoning_content deltas.
-        serve::ReasoningDelta d = splitters_[i].Push(e.text);
+        chat::ReasoningDelta d = splitters_[i].Push(e.text);
         if (!d.reasoning.empty() &&
             !Write(Sse(Chunk(i, {{"reasoning_content", d.reasoning}}, nullptr)))) {
           return false;
@@ -838,7 +850,7 @@ class OaiStream {
     }
     if (route_ == Route::kOaiChat && c->parse_tool_calls) {
       // Text that may belong to a tool call is held back until the answer is complete.
-      const size_t safe = serve::ToolCallSafePrefix(content_[i]);
+      const size_t safe = chat::ToolCallSafePrefix(content_[i]);
       if (safe <= sent_[i]) return true;
       text = content_[i].substr(sent_[i], safe - sent_[i]);
       sent_[i] = safe;
@@ -890,7 +902,7 @@ class OaiStream {
   // A chat choice's held-back text at its end: tool calls, or content after all.
   bool ChatToolTail(size_t i, const char** finish) {
     const std::string& all = content_[i];
-    serve::ToolCallParse parsed = serve::ParseToolCalls(all, c_->tool_names);
+    chat::ToolCallParse parsed = chat::ParseToolCalls(all, c_->tool_names);
     const size_t sent = sent_[i];
     std::string rest;
     if (parsed.calls.empty()) {
@@ -938,8 +950,8 @@ class OaiStream {
       ok = Write(Sse(j));
     } else {
       const char* finish = api::FinishReason(e.reason);
-      if (c->reasoning_format != serve::ReasoningFormat::kNone) {
-        serve::ReasoningDelta d = splitters_[i].Flush();
+      if (c->reasoning_format != chat::ReasoningFormat::kNone) {
+        chat::ReasoningDelta d = splitters_[i].Flush();
         if (!d.reasoning.empty()) {
           ok = Write(Sse(Chunk(i, {{"reasoning_content", d.reasoning}}, nullptr)));
         }
@@ -986,7 +998,7 @@ class OaiStream {
   std::vector<Probs> pending_;  // log-probabilities not sent yet (their text may be held back)
   std::vector<size_t> sent_;    // chat with tools: bytes of text sent as content so far
   std::vector<std::string> content_;  // chat: the answer's content so far (no thinking block)
-  std::vector<serve::ReasoningSplitter> splitters_;  // chat: thinking block apart
+  std::vector<chat::ReasoningSplitter> splitters_;  // chat: thinking block apart
   std::vector<serve::Timings> timings_;
   bool finished_ = false;
 };
@@ -1020,10 +1032,10 @@ std::pair<int, json> Server::OaiWhole(const api::Completion& c, const Collector&
                          {"finish_reason", api::FinishReason(k.last.reason)}});
     } else {
       std::string content = k.text, reasoning;
-      if (c.reasoning_format != serve::ReasoningFormat::kNone) {
-        serve::ReasoningSplitter splitter(c.reasoning_format, c.thinking_at_start);
-        serve::ReasoningDelta d = splitter.Push(k.text);
-        serve::ReasoningDelta tail = splitter.Flush();
+      if (c.reasoning_format != chat::ReasoningFormat::kNone) {
+        chat::ReasoningSplitter splitter(c.reasoning_format, c.thinking_at_start);
+        chat::ReasoningDelta d = splitter.Push(k.text);
+        chat::ReasoningDelta tail = splitter.Flush();
         content = d.content + tail.content;
         reasoning = d.reasoning + tail.reasoning;
       }
@@ -1031,7 +1043,7 @@ std::pair<int, json> Server::OaiWhole(const api::Completion& c, const Collector&
       if (!reasoning.empty()) message["reasoning_content"] = reasoning;
       const char* finish = api::FinishReason(k.last.reason);
       if (c.parse_tool_calls) {
-        serve::ToolCallParse parsed = serve::ParseToolCalls(content, c.tool_names);
+        chat::ToolCallParse parsed = chat::ParseToolCalls(content, c.tool_names);
         if (!parsed.calls.empty()) {
           message["content"] = ContentBeside(parsed.content);
           message["tool_calls"] = ToolCallsJson(parsed.calls, false);
@@ -1454,28 +1466,39 @@ void Server::SetUpRoutes() {
   // without a valid key costs only its head.
   http_->SetDecorator(
       [this](const http::Request& req, http::Response& res) { AddCorsHeaders(req, res); });
-  if (o_.verbose) {
-    // -v: one line per answer, errors with their message.
-    http_->SetAccessLog([this](const http::Request& req, const http::Response& res, double ms) {
-      std::string what;
-      if (res.status >= 400) {
-        json err;
-        std::string ignored;
-        if (ParseJsonBounded(res.body, 8, &err, &ignored) && err.contains("error") &&
-            err["error"].is_object() && err["error"].contains("message") &&
-            err["error"]["message"].is_string()) {
-          what = " " + err["error"]["message"].get<std::string>().substr(0, 200);
-        }
+  if (o_.verbose) SetUpAccessLog();
+  SetUpGuards();
+  SetUpCompletionRoutes();
+  SetUpUtilityRoutes();
+  SetUpProtocolRoutes();
+  if (o_.ui) SetUpWebRoutes();
+}
+
+// -v: one line per answer, errors with their message.
+void Server::SetUpAccessLog() {
+  http_->SetAccessLog([this](const http::Request& req, const http::Response& res, double ms) {
+    std::string what;
+    if (res.status >= 400) {
+      json err;
+      std::string ignored;
+      if (ParseJsonBounded(res.body, 8, &err, &ignored) && err.contains("error") &&
+          err["error"].is_object() && err["error"].contains("message") &&
+          err["error"]["message"].is_string()) {
+        what = " " + err["error"]["message"].get<std::string>().substr(0, 200);
       }
-      const int key = KeyIndex(req);
-      std::fprintf(stderr, "lamina: %s %s %s %d %.1f ms%s%s\n", req.remote_addr.c_str(),
-                   req.method.c_str(), req.path.substr(0, 200).c_str(), res.status, ms,
-                   api_keys_.empty()
-                       ? ""
-                       : (key < 0 ? " key=none" : (" key=" + std::to_string(key)).c_str()),
-                   what.c_str());
-    });
-  }
+    }
+    const int key = KeyIndex(req);
+    std::fprintf(
+        stderr, "lamina: %s %s %s %d %.1f ms%s%s\n", req.remote_addr.c_str(), req.method.c_str(),
+        req.path.substr(0, 200).c_str(), res.status, ms,
+        api_keys_.empty() ? "" : (key < 0 ? " key=none" : (" key=" + std::to_string(key)).c_str()),
+        what.c_str());
+  });
+}
+
+// The checks every request passes first (Host, API key), the error shape of the HTTP layer's
+// own errors, and CORS preflights.
+void Server::SetUpGuards() {
   http_->SetHeadFilter([this](const http::Request& req, http::Response& res) {
     if (!HostAllowed(req.get_header_value("Host"))) {
       SendError(res, {403, "permission_error",
@@ -1529,6 +1552,10 @@ void Server::SetUpRoutes() {
     }
     res.set_header("Access-Control-Max-Age", "600");
   });
+}
+
+// /health, the completion routes (native and OpenAI) and the chat template's prompt.
+void Server::SetUpCompletionRoutes() {
   http_->Get("/health", [this](const http::Request&, http::Response& res) {
     Count("/health");
     if (!Ready(res)) return;
@@ -1574,6 +1601,11 @@ void Server::SetUpRoutes() {
   };
   http_->Post("/chat/completions/input_tokens", input_tokens);
   http_->Post("/v1/chat/completions/input_tokens", input_tokens);
+}
+
+// llama-server's other routes: tokens, props, slots, models, metrics, the monitor, the MCP
+// CORS proxy.
+void Server::SetUpUtilityRoutes() {
   http_->Post("/tokenize", [this](const http::Request& req, http::Response& res) {
     Count("/tokenize");
     HandleTokenize(req, res);
@@ -1622,42 +1654,43 @@ void Server::SetUpRoutes() {
   };
   http_->Get("/cors-proxy", cors_proxy);
   http_->Post("/cors-proxy", cors_proxy);
-  SetUpProtocolRoutes();
-  if (o_.ui) {
-    for (const std::string& path : WebFilePaths()) {  // "/", "/app.js", ... (web_files.h)
-      http_->Get(path, [this, file = FindWebFile(path)](const http::Request&, http::Response& res) {
-        Count("/");
-        res.set_header("Cache-Control", "no-cache");
-        res.set_content(std::string(file->bytes), file->content_type);
-      });
-    }
-    // The files a browser asks for at the paths of llama-server's web UI (an installable page):
-    // a manifest, the build's version, and a service worker. lamina's page registers no worker;
-    // this one only takes the place of one that llama-server's UI left at this address, drops
-    // its caches and unregisters, so the browser shows lamina's page.
-    static const std::string kServiceWorker =
-        "self.addEventListener('install', () => self.skipWaiting());\n"
-        "self.addEventListener('activate', (event) => event.waitUntil((async () => {\n"
-        "  for (const key of await caches.keys()) await caches.delete(key);\n"
-        "  await self.registration.unregister();\n"
-        "})()));\n";
-    const std::vector<std::pair<std::string, std::pair<std::string, std::string>>> assets = {
-        {"/sw.js", {kServiceWorker, "text/javascript; charset=utf-8"}},
-        {"/manifest.webmanifest",
-         {Dump({{"name", "lamina"},
-                {"short_name", "lamina"},
-                {"start_url", "/"},
-                {"display", "standalone"},
-                {"icons", json::array()}}),
-          "application/manifest+json"}},
-        {"/_app/version.json",
-         {Dump({{"version", BuildFingerprint()}}), "application/json; charset=utf-8"}}};
-    for (const auto& [path, file] : assets) {
-      http_->Get(path, [file](const http::Request&, http::Response& res) {
-        res.set_header("Cache-Control", "no-cache");
-        res.set_content(file.first, file.second);
-      });
-    }
+}
+
+// The web page (--no-ui: none) and the files a browser asks for at llama-server's UI paths.
+void Server::SetUpWebRoutes() {
+  for (const std::string& path : WebFilePaths()) {  // "/", "/app.js", ... (web_files.h)
+    http_->Get(path, [this, file = FindWebFile(path)](const http::Request&, http::Response& res) {
+      Count("/");
+      res.set_header("Cache-Control", "no-cache");
+      res.set_content(std::string(file->bytes), file->content_type);
+    });
+  }
+  // The files a browser asks for at the paths of llama-server's web UI (an installable page):
+  // a manifest, the build's version, and a service worker. lamina's page registers no worker;
+  // this one only takes the place of one that llama-server's UI left at this address, drops
+  // its caches and unregisters, so the browser shows lamina's page.
+  static const std::string kServiceWorker =
+      "self.addEventListener('install', () => self.skipWaiting());\n"
+      "self.addEventListener('activate', (event) => event.waitUntil((async () => {\n"
+      "  for (const key of await caches.keys()) await caches.delete(key);\n"
+      "  await self.registration.unregister();\n"
+      "})()));\n";
+  const std::vector<std::pair<std::string, std::pair<std::string, std::string>>> assets = {
+      {"/sw.js", {kServiceWorker, "text/javascript; charset=utf-8"}},
+      {"/manifest.webmanifest",
+       {Dump({{"name", "lamina"},
+              {"short_name", "lamina"},
+              {"start_url", "/"},
+              {"display", "standalone"},
+              {"icons", json::array()}}),
+        "application/manifest+json"}},
+      {"/_app/version.json",
+       {Dump({{"version", BuildFingerprint()}}), "application/json; charset=utf-8"}}};
+  for (const auto& [path, file] : assets) {
+    http_->Get(path, [file](const http::Request&, http::Response& res) {
+      res.set_header("Cache-Control", "no-cache");
+      res.set_content(file.first, file.second);
+    });
   }
 }
 
@@ -1958,41 +1991,9 @@ int Server::Run() {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  if (int rc = LoadAccessLists(); rc != kExitOk) return rc;
-  if (!o_.slot_save_path.empty()) {
-    // A missing slot folder is made now (llama-server requires it to exist): a save then
-    // never fails for want of it.
-    std::error_code ec;
-    std::filesystem::create_directories(o_.slot_save_path, ec);
-    if (!std::filesystem::is_directory(o_.slot_save_path, ec)) {
-      std::fprintf(stderr, "lamina: --slot-save-path %s: not a directory and cannot be made one\n",
-                   o_.slot_save_path.c_str());
-      return kExitUsage;
-    }
-  }
-  SweepStaleSlotFiles(o_.slot_save_path);
-  // Every connection is a descriptor: take the hard limit, so --max-connections is reachable.
-  if (rlimit nofile{};
-      getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
-    nofile.rlim_cur = nofile.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &nofile);
-  }
-  // Usage errors that need no model come before the port is taken.
-  {
-    RunOptions g;
-    g.grammar = o_.grammar;
-    g.grammar_file = o_.grammar_file;
-    g.json_schema = o_.json_schema;
-    g.json_schema_file = o_.json_schema_file;
-    int rc = kExitOk;
-    if (!MakeGrammar(g, &defaults_.params.grammar, &rc)) return rc;
-  }
-  Result<KvType> kv = ParseKvType(o_.kv);
-  Result<KvRounding> round = ParseKvRounding(o_.kv_v_round);
-  if (!kv.ok() || !round.ok()) {
-    std::fprintf(stderr, "lamina: %s\n", (!kv.ok() ? kv.error() : round.error()).message.c_str());
-    return kExitUsage;
-  }
+  KvType kv = KvType::kF32;
+  KvRounding round = KvRounding::kNearest;
+  if (int rc = CheckBeforeListening(&kv, &round); rc != kExitOk) return rc;
   SetUpRoutes();
   std::string bind_error;
   if (!http_->Bind(o_.host, o_.port, &bind_error)) {
@@ -2030,6 +2031,68 @@ int Server::Run() {
   }
   if (stopping) return shut_down(kExitOk);
   model_ = std::move(*model);
+  if (int rc = StartScheduler(kv, round); rc != kExitOk) return shut_down(rc);
+  if (int rc = ChooseChatFormat(); rc != kExitOk) return shut_down(rc);
+  if (int rc = SetRequestDefaults(); rc != kExitOk) return shut_down(rc);
+  SetModelNames();
+  scheduler_->Start();
+  ready_ = true;
+  const KvCache& cache = scheduler_->cache();
+  std::fprintf(
+      stderr, "lamina: model %s loaded in %.2f s; %d slots %s %d cells, kv %s (%.2f MiB)\n",
+      model_id_.c_str(), NowSeconds() - t0, scheduler_->n_slots(), o_.kv_unified ? "sharing" : "x",
+      scheduler_->n_ctx_slot(), kv_name_.c_str(), cache.BytesTotal() / 1048576.0);
+  const int rc = shut_down(kExitOk, /*wait=*/true);  // until SIGTERM / SIGINT
+  std::fprintf(stderr, "lamina: stopped\n");
+  return rc;
+}
+
+// The start-up checks that need no model (access lists, the slot folder, the default grammar,
+// the KV mode), before the port is taken. Returns an exit code.
+int Server::CheckBeforeListening(KvType* kv_type, KvRounding* v_rounding) {
+  if (int rc = LoadAccessLists(); rc != kExitOk) return rc;
+  if (!o_.slot_save_path.empty()) {
+    // A missing slot folder is made now (llama-server requires it to exist): a save then
+    // never fails for want of it.
+    std::error_code ec;
+    std::filesystem::create_directories(o_.slot_save_path, ec);
+    if (!std::filesystem::is_directory(o_.slot_save_path, ec)) {
+      std::fprintf(stderr, "lamina: --slot-save-path %s: not a directory and cannot be made one\n",
+                   o_.slot_save_path.c_str());
+      return kExitUsage;
+    }
+  }
+  SweepStaleSlotFiles(o_.slot_save_path);
+  // Every connection is a descriptor: take the hard limit, so --max-connections is reachable.
+  if (rlimit nofile{};
+      getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+  // Usage errors that need no model come before the port is taken.
+  {
+    RunOptions g;
+    g.grammar = o_.grammar;
+    g.grammar_file = o_.grammar_file;
+    g.json_schema = o_.json_schema;
+    g.json_schema_file = o_.json_schema_file;
+    int rc = kExitOk;
+    if (!MakeGrammar(g, &defaults_.params.grammar, &rc)) return rc;
+  }
+  Result<KvType> kv = ParseKvType(o_.kv);
+  Result<KvRounding> round = ParseKvRounding(o_.kv_v_round);
+  if (!kv.ok() || !round.ok()) {
+    std::fprintf(stderr, "lamina: %s\n", (!kv.ok() ? kv.error() : round.error()).message.c_str());
+    return kExitUsage;
+  }
+  *kv_type = *kv;
+  *v_rounding = *round;
+  return kExitOk;
+}
+
+// The scheduler of the loaded model: its slots, KV cache, memory check and speculative
+// decoding. Returns an exit code.
+int Server::StartScheduler(KvType kv, KvRounding round) {
   const Hparams& hp = model_->hparams();
   serve::SchedulerConfig sc;
   sc.n_slots = std::max(1, o_.n_parallel);
@@ -2042,8 +2105,8 @@ int Server::Run() {
   } else {
     sc.session.n_ctx = o_.n_ctx > 0 ? std::max(1, o_.n_ctx / sc.n_slots) : per_slot_default;
   }
-  sc.session.kv_type = *kv;
-  sc.session.v_rounding = *round;
+  sc.session.kv_type = kv;
+  sc.session.v_rounding = round;
   sc.session.kv_seed = o_.kv_seed;
   sc.session.kv_window = o_.kv_window < 0 ? kKvWindowModeDefault : o_.kv_window;
   sc.session.recurrent_ring = o_.recurrent_ring;
@@ -2051,24 +2114,24 @@ int Server::Run() {
   Result<KvCacheConfig> kc = MakeKvCacheConfig(hp, sc.session);
   if (!kc.ok()) {
     std::fprintf(stderr, "lamina: --kv %s: %s\n", o_.kv.c_str(), kc.error().message.c_str());
-    return shut_down(kExitUsage);
+    return kExitUsage;
   }
   {
     CommonOptions mem;
     mem.mem_limit = o_.mem_limit;
     int rc = kExitOk;
     if (!CheckMemoryPlan(mem, *model_, &sc.session, sc.n_batch, sc.n_slots, 0, "lower -b", &rc)) {
-      return shut_down(rc);
+      return rc;
     }
   }
-  kv_name_ = KvTypeName(*kv);
+  kv_name_ = KvTypeName(kv);
   pool_ = std::make_unique<ThreadPool>(o_.n_threads);
   SpecCliOptions spec_options = o_.spec;
   if (spec_options.mode == "off" && !spec_options.draft_model.empty()) spec_options.mode = "draft";
   int spec_rc = kExitOk;
   if (!MakeSpecSetup(spec_options, o_.model_path, *model_, sc.session.n_ctx, *pool_, &spec_,
                      &spec_rc, /*build_drafter=*/false)) {
-    return shut_down(spec_rc);
+    return spec_rc;
   }
   if (spec_options.mode != "off") {
     sc.spec.mode = spec_options.mode == "draft" ? serve::SpecConfig::Mode::kDraft
@@ -2082,28 +2145,36 @@ int Server::Run() {
   }
   scheduler_ = std::make_unique<serve::Scheduler>(*model_, sc, *pool_);
   defaults_.n_ctx_slot = scheduler_->n_ctx_slot();
+  return kExitOk;
+}
 
-  // Chat format: --chat-template-file / --chat-template, else the model's (native or through
-  // the Jinja engine), else ChatML.
+// Chat format: --chat-template-file / --chat-template, else the model's (native or through
+// the Jinja engine), else ChatML. Returns an exit code.
+int Server::ChooseChatFormat() {
   Result<std::string> tmpl = model_->file().GetString("tokenizer.chat_template");
   chat_template_text_ = tmpl.ok() ? *tmpl : "";
   const cli::ChatTemplateOptions cto{o_.chat_template, o_.chat_template_file, o_.jinja};
   const bool asked = !cto.name.empty() || !cto.file.empty();
   if (asked || !chat_template_text_.empty()) {
-    Result<ChatSetup> setup = cli::ChooseChatSetup(*model_, cto);
+    Result<chat::ChatSetup> setup = cli::ChooseChatSetup(*model_, cto);
     if (setup.ok()) {
       chat_ = std::move(*setup);
     } else if (asked) {
       std::fprintf(stderr, "lamina: %s\n", setup.error().message.c_str());
-      return shut_down(kExitUsage);
+      return kExitUsage;
     } else {
       std::fprintf(stderr, "lamina: %s; using ChatML\n", setup.error().message.c_str());
-      chat_ = ChatSetup{};
-      chat_.format = ChatFormat::kChatML;
+      chat_ = chat::ChatSetup{};
+      chat_.format = chat::ChatFormat::kChatML;
     }
   } else {
-    chat_.format = ChatFormat::kChatML;
+    chat_.format = chat::ChatFormat::kChatML;
   }
+  return kExitOk;
+}
+
+// Every request's defaults from the flags. Returns an exit code.
+int Server::SetRequestDefaults() {
   defaults_.params.sampler.temperature = o_.temperature;
   defaults_.params.sampler.top_k = o_.top_k;
   defaults_.params.sampler.top_p = o_.top_p;
@@ -2116,7 +2187,7 @@ int Server::Run() {
   defaults_.prefill_assistant = o_.prefill_assistant;
   defaults_.n_keep = o_.n_keep;
   defaults_.verbose = o_.verbose;
-  serve::ReasoningFormatFromName(o_.reasoning_format, &defaults_.reasoning_format);
+  chat::ReasoningFormatFromName(o_.reasoning_format, &defaults_.reasoning_format);
   defaults_.reasoning_budget = o_.reasoning_budget;
   defaults_.reasoning_budget_message = o_.reasoning_budget_message;
   defaults_.enable_thinking =
@@ -2124,19 +2195,26 @@ int Server::Run() {
   if (!o_.chat_template_kwargs.empty()) {
     json kwargs = json::parse(o_.chat_template_kwargs, nullptr, /*allow_exceptions=*/false);
     if (!kwargs.is_object() || kwargs.size() > api::kMaxTemplateKwargs) {
-      std::fprintf(stderr, "lamina: --chat-template-kwargs must be a JSON object of at most %zu "
-                   "members\n", api::kMaxTemplateKwargs);
-      return shut_down(kExitUsage);
+      std::fprintf(stderr,
+                   "lamina: --chat-template-kwargs must be a JSON object of at most %zu "
+                   "members\n",
+                   api::kMaxTemplateKwargs);
+      return kExitUsage;
     }
     if (auto t = kwargs.find("enable_thinking"); t != kwargs.end()) {
       if (!t->is_boolean()) {
         std::fprintf(stderr, "lamina: --chat-template-kwargs: enable_thinking must be a boolean\n");
-        return shut_down(kExitUsage);
+        return kExitUsage;
       }
       defaults_.enable_thinking = t->get<bool>();
     }
     defaults_.chat_template_kwargs = std::move(kwargs);
   }
+  return kExitOk;
+}
+
+// The model's id, aliases and tags.
+void Server::SetModelNames() {
   // As llama-server's std::set: sorted, without repeats; the id is the first alias in that order.
   auto sorted_set = [](std::vector<std::string> v) {
     std::sort(v.begin(), v.end());
@@ -2148,16 +2226,6 @@ int Server::Run() {
   model_id_ =
       aliases_.empty() ? std::filesystem::path(o_.model_path).filename().string() : aliases_[0];
   if (aliases_.empty()) aliases_.push_back(model_id_);
-  scheduler_->Start();
-  ready_ = true;
-  const KvCache& cache = scheduler_->cache();
-  std::fprintf(stderr, "lamina: model %s loaded in %.2f s; %d slots %s %d cells, kv %s (%.2f MiB)\n",
-               model_id_.c_str(), NowSeconds() - t0, scheduler_->n_slots(),
-               o_.kv_unified ? "sharing" : "x", scheduler_->n_ctx_slot(), kv_name_.c_str(),
-               cache.BytesTotal() / 1048576.0);
-  const int rc = shut_down(kExitOk, /*wait=*/true);  // until SIGTERM / SIGINT
-  std::fprintf(stderr, "lamina: stopped\n");
-  return rc;
 }
 
 // llama-server's -ctk/-ctv pair as a lamina KV mode.
@@ -2180,110 +2248,122 @@ Result<std::string> KvModeOfCacheTypes(const std::string& k, const std::string& 
                KvModeNames()};
 }
 
-}  // namespace
-
-int RunServeCommand(int argc, char** argv) {
-  ServeOptions o;
-  CLI::App app{"lamina serve: an OpenAI- and llama-server-compatible HTTP server", "lamina serve"};
-  app.add_option("-m,--model", o.model_path, "GGUF model (default: the shipped model)");
-  app.add_option("--host", o.host, "Address to listen on");
-  app.add_option("--port", o.port, "Port to listen on")->check(IntRange(0, 65535));
-  app.add_option("-c,--ctx-size", o.n_ctx,
-                 "Context cells over all slots (each slot gets ctx / parallel; 0: 4096 per slot)")
-      ->check(ContextSize());
-  app.add_option("--parallel", o.n_parallel, "Slots (-np)")->check(IntRange(1, 256));
-  app.add_flag("--kv-unified,!--no-kv-unified", o.kv_unified,
-               "Every slot may use the whole -c context, the slots sharing its cells (-kvu; "
-               "the cache then holds -c cells per slot)");
-  app.add_option("-n,--n-predict", o.n_predict, "Default tokens to predict (-1: unlimited)")
-      ->check(IntRange(-1, 1 << 24));
-  app.add_option("-t,--threads", o.n_threads, "Threads for the model (0: all cores)")
-      ->check(Threads());
-  app.add_option("--threads-http", o.n_threads_http,
-                 "HTTP worker threads (0: enough for 64 connections)")
-      ->check(IntRange(0, 1024));
-  app.add_option("-b,--batch-size", o.n_batch, "Most tokens per forward pass")
-      ->check(IntRange(1, 1 << 16));
-  app.add_option("--temp", o.temperature, "Default temperature")->check(Temperature());
-  app.add_option("--top-k", o.top_k, "Default top-k (0: off)")->check(IntRange(0, 1 << 20));
-  app.add_option("--top-p", o.top_p, "Default top-p (1: off)")->check(Probability());
-  app.add_option("--min-p", o.min_p, "Default min-p (0: off)")->check(Probability());
-  app.add_option("--repeat-penalty", o.repeat_penalty, "Default repetition penalty (1: off)")
-      ->check(Positive());
-  app.add_option("--repeat-last-n", o.repeat_last_n, "Tokens the penalty looks back")
-      ->check(IntRange(0, 1 << 20));
-  app.add_option("-s,--seed", o.seed, "Default seed of every request (-1: random per request)");
-  app.add_option("-a,--alias", o.alias, "Model names, comma-separated (the first is the id)");
-  app.add_option("--tags", o.tags, "Model tags, comma-separated");
-  app.add_option("--api-key", o.api_keys,
-                 "API key (repeatable); requests need it as Bearer or X-Api-Key");
-  app.add_option("--api-key-file", o.api_key_file,
-                 "File with one API key per line (# comments); a file without a key is an error");
-  app.add_option("--cors-origin,--cors-origins", o.cors_origins,
-                 "Origins whose web pages may read answers, comma-separated (*: any; localhost: "
-                 "any on this machine; none: no other; default: any with --api-key, else none)");
-  app.add_option("--host-allow", o.allowed_hosts,
-                 "Host header names answered, comma-separated (*: any; default: the loopback "
-                 "names when bound to loopback, else any)");
-  app.add_option("--max-connections", o.max_connections,
-                 "Open connections at most (idle and slow ones give way to new clients)")
-      ->check(IntRange(16, 65536));
-  app.add_flag("--slots,!--no-slots", o.slots, "Expose /slots (default on)");
-  app.add_option("--slot-save-path", o.slot_save_path, "Folder for slot save/restore files");
-  app.add_flag("--context-shift,!--no-context-shift", o.context_shift,
-               "When a slot fills, drop old cells and go on (default off: stop)");
-  app.add_flag("!--no-ui,!--no-webui", o.ui, "Do not serve the web page at /");
-  app.add_flag("--ui-mcp-proxy,--webui-mcp-proxy,!--no-ui-mcp-proxy,!--no-webui-mcp-proxy",
-               o.ui_mcp_proxy,
-               "Serve /cors-proxy?url=U, which fetches U for a client (llama-server's MCP proxy; "
-               "default off: never on a server untrusted clients reach)");
-  app.add_flag("-v,--verbose", o.verbose, "More logging");
-  app.add_option("--chat-template", o.chat_template,
-                 "Chat template: a built-in name (" + ChatTemplateNames() + ") or a Jinja source");
-  app.add_option("--chat-template-file", o.chat_template_file,
-                 "Chat template: a Jinja source file");
-  app.add_flag("--jinja", o.jinja,
-               "Render the model's chat template with the Jinja engine even when it is a format "
-               "lamina knows");
-  app.add_option("--grammar", o.grammar,
-                 "Default GBNF grammar of every request (the text, or a file holding it)");
-  app.add_option("--grammar-file", o.grammar_file, "Read the default GBNF grammar from a file");
-  app.add_option("-j,--json-schema", o.json_schema,
-                 "Default JSON schema of every request (the text, or a file holding it)");
-  app.add_option("--json-schema-file", o.json_schema_file,
-                 "Read the default JSON schema from a file (-jf)");
-  app.add_flag("!--no-prefill-assistant", o.prefill_assistant,
-               "A last assistant message is a finished turn, not text to continue");
-  app.add_option("--kv", o.kv, "KV cache mode: " + KvModeNames());
-  app.add_option("--kv-v-round", o.kv_v_round, "V rounding of quantized modes: rtn, stochastic");
-  app.add_option("--kv-seed", o.kv_seed, "Seed of stochastic rounding")->check(Seed());
-  app.add_option("--kv-window", o.kv_window,
-                 "Recent cells kept exact (f16) in lossy KV modes; 0: off (default: the mode's)")
-      ->check(IntRange(0, 1 << 20));
-  app.add_option("--recurrent-ring", o.recurrent_ring,
-                 "Hybrid models: recurrent states kept per slot, the furthest a rollback restores "
-                 "exactly (default 32)")
-      ->check(IntRange(1, 4096));
-  app.add_option("--mem-limit", o.mem_limit,
-                 "Most bytes the KV cache and a batch may take, e.g. 8G, or none (default: "
-                 "LAMINA_MEM_LIMIT, else 90% of MemAvailable)");
-  app.add_option("--max-body", o.max_body_bytes, "Largest request body in bytes")
-      ->check(IntRange(1024, 1 << 30));
-  AddSpecOptions(&app, o.spec);  // -md alone turns on --spec draft, as in llama-server
-  // llama-server's flags: each works, warns that it has no meaning on lamina, or is refused
-  // (docs/SERVER.md, "llama-server flags").
+// llama-server's flags that lamina takes without an option of its own, read after parsing.
+struct LlamaServerFlags {
   std::string cache_type_k, cache_type_v;
-  app.add_option("--cache-type-k", cache_type_k,
-                 "llama-server's K cache type (-ctk; with -ctv "
-                 "it picks --kv: q8_0/q8_0 int8, q8_0/q4_0 k8v4, q4_0/q4_0 q4_0, f16, f32)");
-  app.add_option("--cache-type-v", cache_type_v, "llama-server's V cache type (-ctv)");
-  app.add_option("--keep", o.n_keep,
-                 "Default n_keep of a request (tokens of the prompt kept "
-                 "by a context shift; -1: all)")
-      ->check(IntRange(-1, 1 << 30));
-  std::vector<std::string> warned;  // flags given that mean nothing here, warned once each
+  std::vector<std::string> warned;   // flags given that mean nothing here, warned once each
+  std::vector<std::string> refused;  // llama-server flags lamina does not offer
   std::string unused_value;
   bool unused_flag = false;
+};
+
+// The server's own options: model, address, slots, sampling defaults, access, the web page.
+void AddServeOptions(CLI::App* app, ServeOptions* o) {
+  app->add_option("-m,--model", o->model_path, "GGUF model (default: the shipped model)");
+  app->add_option("--host", o->host, "Address to listen on");
+  app->add_option("--port", o->port, "Port to listen on")->check(IntRange(0, 65535));
+  app->add_option("-c,--ctx-size", o->n_ctx,
+                  "Context cells over all slots (each slot gets ctx / parallel; 0: 4096 per slot)")
+      ->check(ContextSize());
+  app->add_option("--parallel", o->n_parallel, "Slots (-np)")->check(IntRange(1, 256));
+  app->add_flag("--kv-unified,!--no-kv-unified", o->kv_unified,
+                "Every slot may use the whole -c context, the slots sharing its cells (-kvu; "
+                "the cache then holds -c cells per slot)");
+  app->add_option("-n,--n-predict", o->n_predict, "Default tokens to predict (-1: unlimited)")
+      ->check(IntRange(-1, 1 << 24));
+  app->add_option("-t,--threads", o->n_threads, "Threads for the model (0: all cores)")
+      ->check(Threads());
+  app->add_option("--threads-http", o->n_threads_http,
+                  "HTTP worker threads (0: enough for 64 connections)")
+      ->check(IntRange(0, 1024));
+  app->add_option("-b,--batch-size", o->n_batch, "Most tokens per forward pass")
+      ->check(IntRange(1, 1 << 16));
+  app->add_option("--temp", o->temperature, "Default temperature")->check(Temperature());
+  app->add_option("--top-k", o->top_k, "Default top-k (0: off)")->check(IntRange(0, 1 << 20));
+  app->add_option("--top-p", o->top_p, "Default top-p (1: off)")->check(Probability());
+  app->add_option("--min-p", o->min_p, "Default min-p (0: off)")->check(Probability());
+  app->add_option("--repeat-penalty", o->repeat_penalty, "Default repetition penalty (1: off)")
+      ->check(Positive());
+  app->add_option("--repeat-last-n", o->repeat_last_n, "Tokens the penalty looks back")
+      ->check(IntRange(0, 1 << 20));
+  app->add_option("-s,--seed", o->seed, "Default seed of every request (-1: random per request)");
+  app->add_option("-a,--alias", o->alias, "Model names, comma-separated (the first is the id)");
+  app->add_option("--tags", o->tags, "Model tags, comma-separated");
+  app->add_option("--api-key", o->api_keys,
+                  "API key (repeatable); requests need it as Bearer or X-Api-Key");
+  app->add_option("--api-key-file", o->api_key_file,
+                  "File with one API key per line (# comments); a file without a key is an error");
+  app->add_option("--cors-origin,--cors-origins", o->cors_origins,
+                  "Origins whose web pages may read answers, comma-separated (*: any; localhost: "
+                  "any on this machine; none: no other; default: any with --api-key, else none)");
+  app->add_option("--host-allow", o->allowed_hosts,
+                  "Host header names answered, comma-separated (*: any; default: the loopback "
+                  "names when bound to loopback, else any)");
+  app->add_option("--max-connections", o->max_connections,
+                  "Open connections at most (idle and slow ones give way to new clients)")
+      ->check(IntRange(16, 65536));
+  app->add_flag("--slots,!--no-slots", o->slots, "Expose /slots (default on)");
+  app->add_option("--slot-save-path", o->slot_save_path, "Folder for slot save/restore files");
+  app->add_flag("--context-shift,!--no-context-shift", o->context_shift,
+                "When a slot fills, drop old cells and go on (default off: stop)");
+  app->add_flag("!--no-ui,!--no-webui", o->ui, "Do not serve the web page at /");
+  app->add_flag("--ui-mcp-proxy,--webui-mcp-proxy,!--no-ui-mcp-proxy,!--no-webui-mcp-proxy",
+                o->ui_mcp_proxy,
+                "Serve /cors-proxy?url=U, which fetches U for a client (llama-server's MCP proxy; "
+                "default off: never on a server untrusted clients reach)");
+  app->add_flag("-v,--verbose", o->verbose, "More logging");
+}
+
+// Chat template, default grammar, KV cache, memory and speculative decoding.
+void AddGenerationOptions(CLI::App* app, ServeOptions* o) {
+  app->add_option(
+      "--chat-template", o->chat_template,
+      "Chat template: a built-in name (" + chat::ChatTemplateNames() + ") or a Jinja source");
+  app->add_option("--chat-template-file", o->chat_template_file,
+                  "Chat template: a Jinja source file");
+  app->add_flag("--jinja", o->jinja,
+                "Render the model's chat template with the Jinja engine even when it is a format "
+                "lamina knows");
+  app->add_option("--grammar", o->grammar,
+                  "Default GBNF grammar of every request (the text, or a file holding it)");
+  app->add_option("--grammar-file", o->grammar_file, "Read the default GBNF grammar from a file");
+  app->add_option("-j,--json-schema", o->json_schema,
+                  "Default JSON schema of every request (the text, or a file holding it)");
+  app->add_option("--json-schema-file", o->json_schema_file,
+                  "Read the default JSON schema from a file (-jf)");
+  app->add_flag("!--no-prefill-assistant", o->prefill_assistant,
+                "A last assistant message is a finished turn, not text to continue");
+  app->add_option("--kv", o->kv, "KV cache mode: " + KvModeNames());
+  app->add_option("--kv-v-round", o->kv_v_round, "V rounding of quantized modes: rtn, stochastic");
+  app->add_option("--kv-seed", o->kv_seed, "Seed of stochastic rounding")->check(Seed());
+  app->add_option("--kv-window", o->kv_window,
+                  "Recent cells kept exact (f16) in lossy KV modes; 0: off (default: the mode's)")
+      ->check(IntRange(0, 1 << 20));
+  app->add_option("--recurrent-ring", o->recurrent_ring,
+                  "Hybrid models: recurrent states kept per slot, the furthest a rollback restores "
+                  "exactly (default 32)")
+      ->check(IntRange(1, 4096));
+  app->add_option("--mem-limit", o->mem_limit,
+                  "Most bytes the KV cache and a batch may take, e.g. 8G, or none (default: "
+                  "LAMINA_MEM_LIMIT, else 90% of MemAvailable)");
+  app->add_option("--max-body", o->max_body_bytes, "Largest request body in bytes")
+      ->check(IntRange(1024, 1 << 30));
+  AddSpecOptions(app, o->spec);  // -md alone turns on --spec draft, as in llama-server
+}
+
+// llama-server's flags: each works, warns that it has no meaning on lamina, or is refused
+// (docs/SERVER.md, "llama-server flags"). These are -ctk/-ctv and --keep, then the hidden ones
+// that only warn or are true of lamina anyway; AddRefusedFlags adds the refused ones.
+void AddLlamaServerFlags(CLI::App* app, ServeOptions* o, LlamaServerFlags* flags) {
+  app->add_option("--cache-type-k", flags->cache_type_k,
+                  "llama-server's K cache type (-ctk; with -ctv "
+                  "it picks --kv: q8_0/q8_0 int8, q8_0/q4_0 k8v4, q4_0/q4_0 q4_0, f16, f32)");
+  app->add_option("--cache-type-v", flags->cache_type_v, "llama-server's V cache type (-ctv)");
+  app->add_option("--keep", o->n_keep,
+                  "Default n_keep of a request (tokens of the prompt kept "
+                  "by a context shift; -1: all)")
+      ->check(IntRange(-1, 1 << 30));
+  std::vector<std::string>* warned = &flags->warned;
   struct NoEffect {
     const char* name;
     const char* why;
@@ -2298,10 +2378,10 @@ int RunServeCommand(int argc, char** argv) {
            {"--threads-batch", "-t threads serve prompts and decoding alike"},
            {"--timeout", "the HTTP layer's deadlines are fixed (docs/SERVER.md, Limits)"},
            {"--cache-reuse", "the prefix cache reuses whole prefixes"}}) {
-    CLI::Option* opt = app.add_option(f.name, unused_value, "no effect on lamina")
+    CLI::Option* opt = app->add_option(f.name, flags->unused_value, "no effect on lamina")
                            ->group("")
-                           ->each([&warned, f](const std::string&) {
-                             warned.push_back(std::string(f.name) + ": " + f.why + "; ignored");
+                           ->each([warned, f](const std::string&) {
+                             warned->push_back(std::string(f.name) + ": " + f.why + "; ignored");
                            });
     // llama-server's -fa takes on/off/auto today and was a plain flag before.
     if (std::string(f.name) == "--flash-attn") {
@@ -2316,41 +2396,54 @@ int RunServeCommand(int argc, char** argv) {
            {"--no-warmup", "lamina has no warm-up run"},
            {"--no-perf", "timings are always measured"},
            {"--backend-sampling", "lamina samples on the CPU"}}) {
-    app.add_flag_callback(
+    app->add_flag_callback(
            f.name,
-           [&warned, f] { warned.push_back(std::string(f.name) + ": " + f.why + "; ignored"); })
+           [warned, f] { warned->push_back(std::string(f.name) + ": " + f.why + "; ignored"); })
         ->group("");
   }
   // True of lamina anyway: accepted without a word.
   for (const char* name :
        {"--offline", "--metrics", "--props", "--cont-batching", "--log-disable"}) {
-    app.add_flag(name, unused_flag, "always so on lamina")->group("");
+    app->add_flag(name, flags->unused_flag, "always so on lamina")->group("");
   }
-  AddSamplerChainOptions(&app, o.chain);
-  app.add_option("--reasoning-format", o.reasoning_format,
-                 "Thinking blocks: none (left in content), deepseek or auto (reasoning_content "
-                 "apart), deepseek-legacy (both)")
+}
+
+// The sampler chain, reasoning and chat-template variables.
+void AddReasoningOptions(CLI::App* app, ServeOptions* o) {
+  AddSamplerChainOptions(app, o->chain);
+  app->add_option("--reasoning-format", o->reasoning_format,
+                  "Thinking blocks: none (left in content), deepseek or auto (reasoning_content "
+                  "apart), deepseek-legacy (both)")
       ->check(CLI::IsMember({"none", "deepseek", "deepseek-legacy", "auto"}))
       ->capture_default_str();
-  app.add_option("--reasoning", o.reasoning,
-                 "(-rea) Thinking on, off or auto (on unless --reasoning-budget is 0): the "
-                 "templates' enable_thinking")
+  app->add_option("--reasoning", o->reasoning,
+                  "(-rea) Thinking on, off or auto (on unless --reasoning-budget is 0): the "
+                  "templates' enable_thinking")
       ->check(CLI::IsMember({"on", "off", "auto"}))
       ->capture_default_str();
-  app.add_option("--reasoning-budget", o.reasoning_budget,
-                 "Tokens of thinking before the close tag is forced (-1: no limit; 0: thinking off)")
+  app->add_option(
+         "--reasoning-budget", o->reasoning_budget,
+         "Tokens of thinking before the close tag is forced (-1: no limit; 0: thinking off)")
       ->check(CLI::Range(-1, 1 << 24))
       ->capture_default_str();
-  app.add_option("--reasoning-budget-message", o.reasoning_budget_message,
-                 "Text forced before the close tag when the budget ends a thought");
-  app.add_option("--chat-template-kwargs", o.chat_template_kwargs,
-                 "A JSON object of more chat-template variables for every request");
-  std::vector<std::string> refused;  // llama-server flags lamina does not offer
+  app->add_option("--reasoning-budget-message", o->reasoning_budget_message,
+                  "Text forced before the close tag when the budget ends a thought");
+  app->add_option("--chat-template-kwargs", o->chat_template_kwargs,
+                  "A JSON object of more chat-template variables for every request");
+}
+
+// llama-server flags lamina does not offer: parsed, then refused by name.
+void AddRefusedFlags(CLI::App* app, LlamaServerFlags* flags) {
+  std::vector<std::string>* refused = &flags->refused;
   for (const char* name : {"--log-file", "--path", "--api-prefix"}) {
-    app.add_option(name, unused_value, "not supported")
+    app->add_option(name, flags->unused_value, "not supported")
         ->group("")
-        ->each([name, &refused](const std::string&) { refused.push_back(name); });
+        ->each([name, refused](const std::string&) { refused->push_back(name); });
   }
+}
+
+// The command line with llama-server's spellings normalized.
+std::vector<std::string> ServeArgs(int argc, char** argv) {
   std::vector<std::string> args = NormalizeLlamaArgs(argc, argv);
   // llama-server reads "--a_b" as "--a-b" (only the name: a "--name=value" value is kept).
   for (std::string& a : args) {
@@ -2358,6 +2451,47 @@ int RunServeCommand(int argc, char** argv) {
     const size_t name_end = std::min(a.find('='), a.size());
     std::replace(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(name_end), '_', '-');
   }
+  return args;
+}
+
+// Acts on the llama-server flags once parsing is done: a refused flag, or a -ctk/-ctv pair
+// lamina has no mode for, is a usage error. Returns an exit code.
+int ApplyLlamaServerFlags(const CLI::App& app, const LlamaServerFlags& flags, ServeOptions* o) {
+  if (!flags.refused.empty()) {
+    std::fprintf(stderr, "lamina: %s: not supported by lamina serve (docs/SERVER.md)\n",
+                 flags.refused[0].c_str());
+    return kExitUsage;
+  }
+  if (!flags.cache_type_k.empty() || !flags.cache_type_v.empty()) {
+    Result<std::string> mode =
+        KvModeOfCacheTypes(flags.cache_type_k.empty() ? "f16" : flags.cache_type_k,
+                           flags.cache_type_v.empty() ? "f16" : flags.cache_type_v);
+    if (!mode.ok()) {
+      std::fprintf(stderr, "lamina: %s\n", mode.error().message.c_str());
+      return kExitUsage;
+    }
+    if (app.count("--kv") > 0 && o->kv != *mode) {
+      std::fprintf(stderr, "lamina: --kv %s contradicts -ctk/-ctv (which mean --kv %s)\n",
+                   o->kv.c_str(), mode->c_str());
+      return kExitUsage;
+    }
+    o->kv = *mode;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunServeCommand(int argc, char** argv) {
+  ServeOptions o;
+  CLI::App app{"lamina serve: an OpenAI- and llama-server-compatible HTTP server", "lamina serve"};
+  LlamaServerFlags flags;
+  AddServeOptions(&app, &o);
+  AddGenerationOptions(&app, &o);
+  AddLlamaServerFlags(&app, &o, &flags);
+  AddReasoningOptions(&app, &o);
+  AddRefusedFlags(&app, &flags);
+  std::vector<std::string> args = ServeArgs(argc, argv);
   std::vector<char*> ptrs;
   for (std::string& a : args) ptrs.push_back(a.data());
   try {
@@ -2365,26 +2499,10 @@ int RunServeCommand(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return ParseErrorExit(app, e);
   }
-  if (!refused.empty()) {
-    std::fprintf(stderr, "lamina: %s: not supported by lamina serve (docs/SERVER.md)\n",
-                 refused[0].c_str());
-    return kExitUsage;
+  if (int rc = ApplyLlamaServerFlags(app, flags, &o); rc != kExitOk) return rc;
+  for (const std::string& w : flags.warned) {
+    std::fprintf(stderr, "lamina: warning: %s\n", w.c_str());
   }
-  if (!cache_type_k.empty() || !cache_type_v.empty()) {
-    Result<std::string> mode = KvModeOfCacheTypes(cache_type_k.empty() ? "f16" : cache_type_k,
-                                                  cache_type_v.empty() ? "f16" : cache_type_v);
-    if (!mode.ok()) {
-      std::fprintf(stderr, "lamina: %s\n", mode.error().message.c_str());
-      return kExitUsage;
-    }
-    if (app.count("--kv") > 0 && o.kv != *mode) {
-      std::fprintf(stderr, "lamina: --kv %s contradicts -ctk/-ctv (which mean --kv %s)\n",
-                   o.kv.c_str(), mode->c_str());
-      return kExitUsage;
-    }
-    o.kv = *mode;
-  }
-  for (const std::string& w : warned) std::fprintf(stderr, "lamina: warning: %s\n", w.c_str());
   if (!ResolveModelPath(&o.model_path)) return kExitUsage;
   Server server(o);
   return server.Run();

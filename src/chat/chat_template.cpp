@@ -1,7 +1,7 @@
 // Rendering of the known chat formats, following the official Jinja templates line by line.
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 
-namespace lamina {
+namespace lamina::chat {
 
 namespace {
 
@@ -495,4 +495,4 @@ Result<std::string> RenderChatPrompt(const ChatSetup& setup,
   return text;
 }
 
-}  // namespace lamina
+}  // namespace lamina::chat

@@ -1,9 +1,9 @@
 // ReasoningSplitter: a small state machine over held-back text.
-#include "serve/reasoning.h"
+#include "chat/reasoning.h"
 
 #include <cstddef>
 
-namespace lamina::serve {
+namespace lamina::chat {
 namespace {
 
 bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
@@ -126,4 +126,4 @@ ReasoningDelta ReasoningSplitter::Run(bool final) {
   }
 }
 
-}  // namespace lamina::serve
+}  // namespace lamina::chat

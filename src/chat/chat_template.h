@@ -12,11 +12,11 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/jinja.h"
+#include "chat/jinja.h"
 #include "tokenizer/tokenizer.h"
 #include "util/status.h"
 
-namespace lamina {
+namespace lamina::chat {
 
 enum class ChatFormat { kChatML, kQwen3, kLlama3, kJinja, kUnknown };
 
@@ -127,4 +127,4 @@ Result<std::string> RenderChatPrompt(const ChatSetup& setup,
                                      const Tokenizer& tokenizer, const ChatTools& tools = {},
                                      const ChatRenderOptions& options = {});
 
-}  // namespace lamina
+}  // namespace lamina::chat

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-namespace lamina::serve {
+namespace lamina::chat {
 
 struct ToolCall {
   std::string name;
@@ -38,4 +38,4 @@ size_t ToolCallSafePrefix(std::string_view text);
 // Whether `text` is exactly one JSON value (surrounding whitespace allowed), read strictly.
 bool IsJson(std::string_view text);
 
-}  // namespace lamina::serve
+}  // namespace lamina::chat

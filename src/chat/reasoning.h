@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace lamina::serve {
+namespace lamina::chat {
 
 // What to do with a thinking block (llama-server's --reasoning-format).
 enum class ReasoningFormat {
@@ -52,4 +52,4 @@ class ReasoningSplitter {
   std::string held_;                // text not yet placed
 };
 
-}  // namespace lamina::serve
+}  // namespace lamina::chat

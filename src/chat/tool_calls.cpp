@@ -1,11 +1,11 @@
 // Tool-call parsing over a small strict JSON reader (see tool_calls.h).
-#include "serve/tool_calls.h"
+#include "chat/tool_calls.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <optional>
 
-namespace lamina::serve {
+namespace lamina::chat {
 
 namespace {
 
@@ -362,4 +362,4 @@ size_t ToolCallSafePrefix(std::string_view text) {
   return cut;
 }
 
-}  // namespace lamina::serve
+}  // namespace lamina::chat

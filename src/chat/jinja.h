@@ -16,7 +16,7 @@
 
 #include "util/status.h"
 
-namespace lamina::jinja {
+namespace lamina::chat::jinja {
 
 class Value;
 using Array = std::vector<Value>;
@@ -139,4 +139,4 @@ class Template {
 // separators; indent > 0: one item per line and "," / ": "); the tojson filter.
 std::string ToJson(const Value& v, int indent = -1);
 
-}  // namespace lamina::jinja
+}  // namespace lamina::chat::jinja
