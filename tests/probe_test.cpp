@@ -159,6 +159,33 @@ TEST(Probe, SpeculativeLegsPassAndASkippedVerifyWriteFails) {
   }
 }
 
+// The session's other planted faults: a lossy leg whose decoded cells keep only their exact copy
+// in the recent window (they read as nothing once they leave it) fails divergence, and a
+// speculative leg whose Truncate keeps the rejected drafts fails counting.
+TEST(Probe, AWindowNeverEncodedAndASkippedTruncateFail) {
+  const std::string model = std::string(LAMINA_SOURCE_DIR) + "/models/lamina-counter.gguf";
+  if (!fs::exists(model)) GTEST_SKIP() << "no shipped model (" << model << ")";
+  const std::string dir = TempDir("session_faults");
+  Output o = Lamina("probe -m " + model +
+                    " --kv f16,int8 --spec off,lookup --probes counting,divergence --count-to 45"
+                    " --ctx 512 --divergence-tokens 256 --free-run-tokens 32 -t 2"
+                    " --inject-fault 2:skip-window-encode --inject-fault 3:skip-truncate --out " +
+                    dir);
+  EXPECT_EQ(o.code, 1) << o.out;
+  const nlohmann::json r = ReadJson(dir + "/probe.json");
+  ASSERT_EQ(r["legs"].size(), 4u);
+  for (int leg : {0, 1}) {
+    EXPECT_EQ(r["legs"][leg]["verdict"], "pass") << r["legs"][leg]["verdict_line"];
+  }
+  const nlohmann::json& window = Probe(r, 2, "divergence");
+  EXPECT_EQ(window["status"], "fail") << window.dump();
+  EXPECT_FALSE(window["path_first_mismatch"].is_null());
+  EXPECT_NE(window["reason"].get<std::string>().find("decode path differs"), std::string::npos);
+  EXPECT_EQ(Probe(r, 3, "counting")["status"], "fail") << r["legs"][3]["verdict_line"];
+  EXPECT_EQ(r["legs"][3]["verdict"], "fail");
+  fs::remove_all(dir);
+}
+
 // The constrained-JSON probe: every leg's output is schema-valid (the grammar guarantees it),
 // the healthy legs hold the values asked for as the reference does, and a leg whose decode
 // writes never reach storage gets wrong values although its output is still schema-valid.

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <map>
 
-#include "kv_storage.h"
 #include "engine/generate.h"
+#include "kv_storage.h"
 #include "model/model.h"
 #include "probe/faults.h"
 #include "runtime/sampler.h"
@@ -270,10 +270,11 @@ TEST_F(SpecFaults, SkippedVerifyWritesAreCaught) {
   EXPECT_TRUE(r.storage != plain.storage);
 }
 
-// The planted fault: every Truncate keeps the cells it would drop (the rejected drafts).
+// The planted fault: every Truncate to a prefix keeps the cells it would drop (the rejected
+// drafts); a reset to 0 still clears the sequence.
 class KeepRejectedCells : public WriteObserver {
  public:
-  bool KeepOnTruncate(int, int, int) const override { return true; }
+  bool KeepOnTruncate(int, int, int n_keep) const override { return n_keep > 0; }
 };
 
 TEST_F(SpecFaults, SkippedTruncateIsCaught) {

@@ -13,6 +13,73 @@
 
 namespace lamina::cli {
 
+namespace {
+
+// --chat: the prompt as one user turn in the chat template; an exit code.
+int ApplyChatTemplate(const Model& model, const ChatTemplateOptions& chat_template,
+                      std::string* prompt) {
+  const Tokenizer& tok = model.tokenizer();
+  chat::ChatSetup setup;
+  int rc = kExitOk;
+  if (!ReadChatSetup(model, chat_template, &setup, &rc)) return rc;
+  Result<std::string> text =
+      chat::RenderChatPrompt(setup, {chat::ChatMessage{"user", *prompt}}, tok);
+  if (!text.ok()) {
+    std::fprintf(stderr, "lamina: %s\n", text.error().message.c_str());
+    return kExitBadInput;
+  }
+  *prompt = std::move(*text);
+  return kExitOk;
+}
+
+// The text and timings (--json: one object with the tokens) after the streamed text.
+void PrintRunReport(const RunOptions& o, const LoadedModel& lm, const SessionConfig& sc,
+                    const std::vector<int32_t>& prompt_tokens, const GenerateResult& r,
+                    const SpecSetup& spec, const spec::SpecStats& spec_stats) {
+  const std::vector<int32_t>& generated = r.tokens;
+  const int n_prompt = static_cast<int>(prompt_tokens.size());
+  const std::string& text = r.text;
+  const double t_prompt = r.prompt_seconds, t_gen = r.decode_seconds;
+  const int n_decoded = std::max<int>(0, static_cast<int>(generated.size()) - 1);
+  const double prompt_tps = n_prompt / std::max(t_prompt, 1e-9);
+  const double decode_tps = n_decoded > 0 ? n_decoded / std::max(t_gen, 1e-9) : 0.0;
+
+  if (o.json) {
+    nlohmann::json j;
+    j["prompt_tokens"] = prompt_tokens;
+    j["generated_tokens"] = generated;
+    j["text"] = text;
+    j["timings"] = {{"load_s", lm.load_seconds},      {"prompt_s", t_prompt},
+                    {"prompt_tok_s", prompt_tps},     {"decode_s", t_gen},
+                    {"decode_tok_s", decode_tps},     {"n_prompt", n_prompt},
+                    {"n_generated", generated.size()}};
+    j["kv"] = KvTypeName(sc.kv_type);
+    j["kv_v_round"] = KvRoundingName(sc.v_rounding);
+    j["seed"] = o.seed;
+    if (spec.drafter) {
+      j["spec"] = {{"mode", spec.drafter->name()},
+                   {"draft_max", spec.options.draft_max},
+                   {"drafted", spec_stats.drafted},
+                   {"accepted", spec_stats.accepted},
+                   {"acceptance", spec_stats.acceptance()},
+                   {"tokens_per_verify", spec_stats.tokens_per_verify()},
+                   {"verify_steps", spec_stats.verify_steps},
+                   {"plain_steps", spec_stats.plain_steps},
+                   {"draft_s", spec_stats.draft_seconds}};
+    }
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::printf("\n");
+    std::fprintf(
+        stderr,
+        "lamina: load %.3f s | prompt %d tokens, %.1f tok/s | decode %zu tokens, %.1f tok/s\n",
+        lm.load_seconds, n_prompt, prompt_tps, generated.size(), decode_tps);
+    if (spec.drafter) std::fprintf(stderr, "lamina: %s\n", SpecSummary(spec, spec_stats).c_str());
+  }
+}
+
+}  // namespace
+
 int RunGenerate(const RunOptions& o) {
   std::string prompt = o.prompt;
   if (!o.prompt_file.empty()) {
@@ -38,16 +105,9 @@ int RunGenerate(const RunOptions& o) {
 
   bool ignore_eos = o.ignore_eos;
   if (o.chat) {  // the prompt is one user turn; the answer ends with the turn
-    chat::ChatSetup setup;
-    int chat_rc = kExitOk;
-    if (!ReadChatSetup(model, o.chat_template, &setup, &chat_rc)) return chat_rc;
-    Result<std::string> text =
-        chat::RenderChatPrompt(setup, {chat::ChatMessage{"user", prompt}}, tok);
-    if (!text.ok()) {
-      std::fprintf(stderr, "lamina: %s\n", text.error().message.c_str());
-      return kExitBadInput;
+    if (int chat_rc = ApplyChatTemplate(model, o.chat_template, &prompt); chat_rc != kExitOk) {
+      return chat_rc;
     }
-    prompt = std::move(*text);
     ignore_eos = false;
   }
   std::vector<int32_t> prompt_tokens =
@@ -108,44 +168,7 @@ int RunGenerate(const RunOptions& o) {
     history.insert(history.end(), generated.begin(), generated.end());
     if (!SaveSessionForCli(o, session, model_hash, history, "", &rc)) return rc;
   }
-  const std::string& text = r->text;
-  const double t_prompt = r->prompt_seconds, t_gen = r->decode_seconds;
-  const int n_decoded = std::max<int>(0, static_cast<int>(generated.size()) - 1);
-  const double prompt_tps = n_prompt / std::max(t_prompt, 1e-9);
-  const double decode_tps = n_decoded > 0 ? n_decoded / std::max(t_gen, 1e-9) : 0.0;
-
-  if (o.json) {
-    nlohmann::json j;
-    j["prompt_tokens"] = prompt_tokens;
-    j["generated_tokens"] = generated;
-    j["text"] = text;
-    j["timings"] = {{"load_s", lm.load_seconds},      {"prompt_s", t_prompt},
-                    {"prompt_tok_s", prompt_tps},     {"decode_s", t_gen},
-                    {"decode_tok_s", decode_tps},     {"n_prompt", n_prompt},
-                    {"n_generated", generated.size()}};
-    j["kv"] = KvTypeName(sc.kv_type);
-    j["kv_v_round"] = KvRoundingName(sc.v_rounding);
-    j["seed"] = o.seed;
-    if (spec.drafter) {
-      j["spec"] = {{"mode", spec.drafter->name()},
-                   {"draft_max", spec.options.draft_max},
-                   {"drafted", spec_stats.drafted},
-                   {"accepted", spec_stats.accepted},
-                   {"acceptance", spec_stats.acceptance()},
-                   {"tokens_per_verify", spec_stats.tokens_per_verify()},
-                   {"verify_steps", spec_stats.verify_steps},
-                   {"plain_steps", spec_stats.plain_steps},
-                   {"draft_s", spec_stats.draft_seconds}};
-    }
-    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-  } else {
-    std::printf("\n");
-    std::fprintf(
-        stderr,
-        "lamina: load %.3f s | prompt %d tokens, %.1f tok/s | decode %zu tokens, %.1f tok/s\n",
-        lm.load_seconds, n_prompt, prompt_tps, generated.size(), decode_tps);
-    if (spec.drafter) std::fprintf(stderr, "lamina: %s\n", SpecSummary(spec, spec_stats).c_str());
-  }
+  PrintRunReport(o, lm, sc, prompt_tokens, *r, spec, spec_stats);
   return kExitOk;
 }
 

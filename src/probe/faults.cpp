@@ -36,9 +36,10 @@ class SkipWindowEncode : public WriteObserver {
   bool SkipWindowedEncode(const KvWriteSpan&) const override { return true; }
 };
 
+// Rollbacks to a prefix keep their cells; a reset to 0 still clears the sequence.
 class SkipTruncate : public WriteObserver {
  public:
-  bool KeepOnTruncate(int, int, int) const override { return true; }
+  bool KeepOnTruncate(int, int, int n_keep) const override { return n_keep > 0; }
 };
 
 class BiasedV : public WriteObserver {

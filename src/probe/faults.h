@@ -24,8 +24,8 @@ enum class Fault {
   // Single-token writes of a cache with a recent window (lossy modes) store only the cell's
   // exact copy: it reads as zeros once it leaves the window.
   kSkipWindowEncode,
-  // Every Truncate keeps the cells it would drop: a speculative leg's rejected drafts stay in
-  // the sequence.
+  // Every Truncate to a prefix (n_keep > 0) keeps the cells it would drop: a speculative leg's
+  // rejected drafts stay in the sequence.
   kSkipTruncate,
 };
 
