@@ -48,16 +48,6 @@ class Collector : public engine::EventSink {
   int cancel_after = 0;  // > 0: cancel once this many tokens arrived
 };
 
-std::vector<float> RecurrentBytes(const Session& s, int seq) {
-  const RecurrentState& r = s.recurrent();
-  std::vector<float> out;
-  for (int l = 0; l < r.shape().n_layer; ++l) {
-    out.insert(out.end(), r.Conv(seq, l), r.Conv(seq, l) + r.shape().conv_floats());
-    out.insert(out.end(), r.Delta(seq, l), r.Delta(seq, l) + r.shape().state_floats());
-  }
-  return out;
-}
-
 engine::Request Greedy(const std::vector<int32_t>& prompt, int n_predict) {
   engine::Request r;
   r.prompt = prompt;
@@ -167,7 +157,7 @@ TEST_P(EngineBatching, SlotsSteppedTogetherMatchEachRequestAlone) {
     EXPECT_TRUE(KvStorageBytes(together.cache(), i, together.n_past(i)) ==
                 KvStorageBytes(alone.cache(), i, alone.n_past(i)))
         << "KV bytes differ";
-    EXPECT_TRUE(RecurrentBytes(together, i) == RecurrentBytes(alone, i))
+    EXPECT_TRUE(RecurrentStateFloats(together, i) == RecurrentStateFloats(alone, i))
         << "recurrent state differs";
   }
 }

@@ -1,12 +1,14 @@
-// Test helper: the encoded bytes a KV cache holds for one sequence, per layer (K rows, V rows,
+// Test helpers: the encoded bytes a KV cache holds for one sequence, per layer (K rows, V rows,
 // with anchored keys each head's per-cell flags and anchor, with a window the exact copies the
-// last position reads), for byte-identity checks.
+// last position reads), and a hybrid model's recurrent state of one sequence, for identity
+// checks.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "runtime/kv_cache.h"
+#include "runtime/session.h"
 
 namespace lamina {
 
@@ -41,6 +43,18 @@ inline std::vector<std::vector<uint8_t>> KvStorageBytes(const KvCache& c, int se
     storage.push_back(std::move(bytes));
   }
   return storage;
+}
+
+// Sequence `seq`'s recurrent state, layer by layer: conv tail then delta state (empty for a
+// pure transformer).
+inline std::vector<float> RecurrentStateFloats(const Session& s, int seq) {
+  const RecurrentState& r = s.recurrent();
+  std::vector<float> out;
+  for (int l = 0; l < r.shape().n_layer; ++l) {
+    out.insert(out.end(), r.Conv(seq, l), r.Conv(seq, l) + r.shape().conv_floats());
+    out.insert(out.end(), r.Delta(seq, l), r.Delta(seq, l) + r.shape().state_floats());
+  }
+  return out;
 }
 
 }  // namespace lamina

@@ -27,17 +27,6 @@ struct PathRun {
   std::vector<float> state;  // recurrent layers' conv tails and delta states (hybrid models)
 };
 
-// Sequence `seq`'s recurrent state, layer by layer (empty for pure transformers).
-std::vector<float> RecurrentBytes(const Session& s, int seq) {
-  const RecurrentState& r = s.recurrent();
-  std::vector<float> out;
-  for (int l = 0; l < r.shape().n_layer; ++l) {
-    out.insert(out.end(), r.Conv(seq, l), r.Conv(seq, l) + r.shape().conv_floats());
-    out.insert(out.end(), r.Delta(seq, l), r.Delta(seq, l) + r.shape().state_floats());
-  }
-  return out;
-}
-
 enum class Path { kBatch, kTokenByToken, kRandomChunks, kVerifyWindows };
 
 const char* PathName(Path p) {
@@ -102,7 +91,7 @@ PathRun RunPath(const Model& model, SessionConfig sc, const std::vector<int32_t>
     pos += take;
   }
   run.storage = KvStorageBytes(s.cache(), 0);
-  run.state = RecurrentBytes(s, 0);
+  run.state = RecurrentStateFloats(s, 0);
   return run;
 }
 
@@ -293,7 +282,7 @@ TEST_P(KvWritePaths, SequencesBatchedTogetherMatchEachAlone) {
   for (int i = 0; i < n_seq; ++i) {
     EXPECT_EQ(s.n_past(i), lengths[i]);
     together[i].storage = KvStorageBytes(s.cache(), i);
-    together[i].state = RecurrentBytes(s, i);
+    together[i].state = RecurrentStateFloats(s, i);
     EXPECT_EQ(Compare(alone[i], together[i], n_vocab), "")
         << "sequence " << i << " batched vs alone";
   }

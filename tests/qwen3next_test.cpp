@@ -13,6 +13,7 @@
 
 #include "gguf/gguf.h"
 #include "kernels/delta_net.h"
+#include "kv_storage.h"
 #include "runtime/session.h"
 
 namespace lamina {
@@ -165,16 +166,6 @@ std::vector<int32_t> Tokens(int n) {
   return t;
 }
 
-std::vector<float> StateOf(const Session& s, int seq) {
-  const RecurrentState& r = s.recurrent();
-  std::vector<float> out;
-  for (int l = 0; l < r.shape().n_layer; ++l) {
-    out.insert(out.end(), r.Conv(seq, l), r.Conv(seq, l) + r.shape().conv_floats());
-    out.insert(out.end(), r.Delta(seq, l), r.Delta(seq, l) + r.shape().state_floats());
-  }
-  return out;
-}
-
 class Qwen3NextSession : public testing::Test {
  protected:
   void SetUp() override {
@@ -195,32 +186,32 @@ TEST_F(Qwen3NextSession, TruncateWithinTheRingRestoresTheStateExactly) {
   const std::vector<int32_t> tokens = Tokens(60);
   Session ref(*model_, sc, pool);
   ASSERT_TRUE(ref.Eval(std::vector<int32_t>(tokens.begin(), tokens.begin() + 53), false).ok());
-  const std::vector<float> at53 = StateOf(ref, 0);
+  const std::vector<float> at53 = RecurrentStateFloats(ref, 0);
 
   // The ring holds the states after the last 8 tokens (53..60): 52 is one too far.
   Session s(*model_, sc, pool);
   ASSERT_TRUE(s.Eval(tokens, false).ok());
-  EXPECT_NE(StateOf(s, 0), at53);
+  EXPECT_NE(RecurrentStateFloats(s, 0), at53);
   EXPECT_EQ(s.ExactKeep(0, 52), 0);
   ASSERT_TRUE(s.TruncateExact(0, 53).ok());
   EXPECT_EQ(s.n_past(), 53);
-  EXPECT_EQ(StateOf(s, 0), at53);
+  EXPECT_EQ(RecurrentStateFloats(s, 0), at53);
   // Cut again to the same length: no change.
   ASSERT_TRUE(s.TruncateExact(0, 53).ok());
-  EXPECT_EQ(StateOf(s, 0), at53);
+  EXPECT_EQ(RecurrentStateFloats(s, 0), at53);
 
   // Past the ring: TruncateExact refuses and changes nothing; Truncate keeps nothing.
-  const std::vector<float> before = StateOf(s, 0);
+  const std::vector<float> before = RecurrentStateFloats(s, 0);
   Status st = s.TruncateExact(0, 40);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.error().message.find("recurrent state is kept for the last 8 tokens"),
             std::string::npos)
       << st.error().message;
   EXPECT_EQ(s.n_past(), 53);
-  EXPECT_EQ(StateOf(s, 0), before);
+  EXPECT_EQ(RecurrentStateFloats(s, 0), before);
   s.Truncate(0, 40);
   EXPECT_EQ(s.n_past(), 0);
-  EXPECT_EQ(StateOf(s, 0), std::vector<float>(before.size(), 0.0f));
+  EXPECT_EQ(RecurrentStateFloats(s, 0), std::vector<float>(before.size(), 0.0f));
 }
 
 // The planted fault: Truncate moves the length back but leaves the rejected tokens' state.
@@ -242,7 +233,8 @@ TEST_F(Qwen3NextSession, PlantedFaultStateNotRestoredIsVisible) {
   Session s(*model_, sc, pool);
   ASSERT_TRUE(s.Eval(tokens, false).ok());
   ASSERT_TRUE(s.TruncateExact(0, 25).ok());
-  EXPECT_NE(StateOf(s, 0), StateOf(ref, 0)) << "a state left unrestored went unnoticed";
+  EXPECT_NE(RecurrentStateFloats(s, 0), RecurrentStateFloats(ref, 0))
+      << "a state left unrestored went unnoticed";
 }
 
 TEST_F(Qwen3NextSession, CopyPrefixCopiesStateLikeKv) {
@@ -256,14 +248,15 @@ TEST_F(Qwen3NextSession, CopyPrefixCopiesStateLikeKv) {
   ASSERT_TRUE(s.Eval(tokens, false).ok());
   s.CopyPrefix(0, 1, 50);
   EXPECT_EQ(s.n_past(1), 50);
-  EXPECT_EQ(StateOf(s, 1), StateOf(s, 0));
+  EXPECT_EQ(RecurrentStateFloats(s, 1), RecurrentStateFloats(s, 0));
   s.CopyPrefix(0, 1, 45);  // from the ring, then continue sequence 1 to 50
   EXPECT_EQ(s.n_past(1), 45);
   ASSERT_TRUE(s.EvalSeq(1, tokens.data() + 45, 5, false).ok());
-  EXPECT_EQ(StateOf(s, 1), StateOf(s, 0));
+  EXPECT_EQ(RecurrentStateFloats(s, 1), RecurrentStateFloats(s, 0));
   s.CopyPrefix(0, 1, 20);  // past the ring: nothing is kept
   EXPECT_EQ(s.n_past(1), 0);
-  EXPECT_EQ(StateOf(s, 1), std::vector<float>(StateOf(s, 0).size(), 0.0f));
+  EXPECT_EQ(RecurrentStateFloats(s, 1),
+            std::vector<float>(RecurrentStateFloats(s, 0).size(), 0.0f));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -405,7 +398,7 @@ TEST(Qwen3NextFused, SsmInGivesTheSplitLayoutsLogits) {
   for (size_t i = 0; i < n; ++i)
     max_diff = std::max(max_diff, double(std::fabs((*la)[i] - (*lb)[i])));
   EXPECT_LT(max_diff, 1e-5);
-  EXPECT_EQ(StateOf(a, 0), StateOf(b, 0));
+  EXPECT_EQ(RecurrentStateFloats(a, 0), RecurrentStateFloats(b, 0));
   fs::remove_all(dir);
 }
 

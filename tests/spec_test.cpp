@@ -82,11 +82,7 @@ RunOutput RunOne(const Model& m, const SessionConfig& sc, ThreadPool& pool,
   out.ids = r->tokens;
   out.n_past = s.n_past(0);
   out.storage = KvStorageBytes(s.cache(), 0, out.n_past);
-  const RecurrentState& rs = s.recurrent();
-  for (int l = 0; l < rs.shape().n_layer; ++l) {
-    out.state.insert(out.state.end(), rs.Conv(0, l), rs.Conv(0, l) + rs.shape().conv_floats());
-    out.state.insert(out.state.end(), rs.Delta(0, l), rs.Delta(0, l) + rs.shape().state_floats());
-  }
+  out.state = RecurrentStateFloats(s, 0);
   return out;
 }
 
