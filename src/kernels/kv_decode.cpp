@@ -2,6 +2,7 @@
 #include "kernels/kv_decode.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -101,7 +102,23 @@ KvRowDecodeFn ScalarKvRowDecoder(KvRowFormat format) {
   return nullptr;
 }
 
-KvRowDecodeFn BestKvRowDecoder(KvRowFormat format) {
+namespace {
+constexpr int kRowFormats = static_cast<int>(KvRowFormat::kQ4Nl) + 1;
+
+// One function per row format, chosen on first use and kept: choosing asks Highway which
+// targets the CPU supports (CPUID, which traps to the hypervisor on a VM), far too slow to
+// repeat per attention call.
+template <typename Fn>
+using PerFormat = std::array<Fn, kRowFormats>;
+
+template <typename Fn, typename Choose>
+PerFormat<Fn> ChooseEach(Choose choose) {
+  PerFormat<Fn> table{};
+  for (int i = 0; i < kRowFormats; ++i) table[i] = choose(static_cast<KvRowFormat>(i));
+  return table;
+}
+
+KvRowDecodeFn ChooseKvRowDecoder(KvRowFormat format) {
   if (HasAvx512()) {
     if (KvRowDecodeFn f = Avx512KvRowDecoder(format)) return f;
   }
@@ -109,6 +126,12 @@ KvRowDecodeFn BestKvRowDecoder(KvRowFormat format) {
     if (KvRowDecodeFn f = Avx2KvRowDecoder(format)) return f;
   }
   return ScalarKvRowDecoder(format);
+}
+}  // namespace
+
+KvRowDecodeFn BestKvRowDecoder(KvRowFormat format) {
+  static const PerFormat<KvRowDecodeFn> best = ChooseEach<KvRowDecodeFn>(ChooseKvRowDecoder);
+  return best[static_cast<int>(format)];
 }
 
 KvAccumulateFn ScalarKvAccumulator(KvRowFormat format) {
@@ -128,8 +151,12 @@ KvAccumulateFn ScalarKvAccumulator(KvRowFormat format) {
 }
 
 KvAccumulateFn BestKvAccumulator(KvRowFormat format) {
-  if (HasAvx512() || !HasAvx2()) return nullptr;
-  return Avx2KvAccumulator(format);
+  static const PerFormat<KvAccumulateFn> best =
+      ChooseEach<KvAccumulateFn>([](KvRowFormat f) -> KvAccumulateFn {
+        if (HasAvx512() || !HasAvx2()) return nullptr;
+        return Avx2KvAccumulator(f);
+      });
+  return best[static_cast<int>(format)];
 }
 
 bool KvIntScoreSupported(KvRowFormat format, int head_dim) {
@@ -171,8 +198,11 @@ KvScoreFn ScalarKvScorer(KvRowFormat format) {
 }
 
 KvScoreFn BestKvScorer(KvRowFormat format) {
-  if (HasAvx512()) return Avx512KvScorer(format);
-  return HasAvx2() ? Avx2KvScorer(format) : nullptr;
+  static const PerFormat<KvScoreFn> best = ChooseEach<KvScoreFn>([](KvRowFormat f) -> KvScoreFn {
+    if (HasAvx512()) return Avx512KvScorer(f);
+    return HasAvx2() ? Avx2KvScorer(f) : nullptr;
+  });
+  return best[static_cast<int>(format)];
 }
 
 }  // namespace lamina
