@@ -40,7 +40,7 @@ void DraftController::Record(bool asked, int drafted, int accepted, int emitted,
   spec_rate_ = n_spec_ == 0 ? rate : spec_rate_ + kAlpha * (rate - spec_rate_);
   ++n_spec_;
   if (n_spec_ < 3) return;
-  if (spec_rate_ < 0.95 * plain_rate_) {
+  if (spec_rate_ < plain_rate_) {
     pause_left_ = backoff_;
     backoff_ = std::min(256, backoff_ * 2);
     n_spec_ = 0;
