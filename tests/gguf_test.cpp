@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -806,6 +807,51 @@ TEST(GgufInspect, ExitCodesAndJson) {
   EXPECT_EQ(fail.exit_code, 3) << fail.output;
   EXPECT_EQ(fail.output.rfind("lamina: " + bad + ": tensor[2]", 0), 0u) << fail.output;
   EXPECT_NE(fail.output.find("unknown ggml type 99"), std::string::npos) << fail.output;
+}
+
+// A file of a type or an architecture lamina does not run is still read and shown: `inspect`
+// names what is missing, and loading it fails with the type's GGML name (not "unknown type").
+TEST(GgufInspect, NamesTypesAndArchitecturesLaminaCannotRun) {
+  const std::string model = SharedDir() + "/models/stories260K.gguf";
+  const std::string bin = LAMINA_BINARY;
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "shared fixture not found: " << model;
+  std::ifstream in(model, std::ios::binary);
+  Bytes img((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // An F32 [64, 64] matrix becomes I8 (a GGML type lamina has no kernels for; its 4,096 bytes
+  // fit in the F32 tensor's place).
+  Poke<uint32_t>(&img, TensorTypeAt(img, "blk.0.attn_q.weight"), 24);
+  const std::string typed = TempPath("i8");
+  WriteBytes(typed, img);
+  CommandResult json = RunCommand("'" + bin + "' inspect --json '" + typed + "' 2>/dev/null");
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  nlohmann::json j = nlohmann::json::parse(json.output);
+  EXPECT_EQ(j["lamina"]["runs"], false);
+  EXPECT_EQ(j["lamina"]["architecture_supported"], true);
+  EXPECT_EQ(j["lamina"]["uncomputed_types"], nlohmann::json({{"I8", 1}}));
+  CommandResult run = RunCommand("'" + bin + "' run -m '" + typed + "' -p hi -n 1 2>&1");
+  EXPECT_EQ(run.exit_code, 3) << run.output;
+  EXPECT_NE(run.output.find("tensor blk.0.attn_q.weight has type I8, which lamina cannot compute"),
+            std::string::npos)
+      << run.output;
+
+  // An architecture lamina has no row for ("llama" -> "gemma", the same length).
+  const size_t arch = KvValueAt(img, "general.architecture");  // u64 length, then the bytes
+  ASSERT_EQ(Peek<uint64_t>(img, arch), 5u);
+  std::memcpy(img.data() + arch + 8, "gemma", 5);
+  const std::string other = TempPath("gemma");
+  WriteBytes(other, img);
+  CommandResult text = RunCommand("'" + bin + "' inspect '" + other + "' 2>&1");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("lamina cannot run this file: architecture \"gemma\" is not "
+                             "supported (supported: llama, "),
+            std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("tensor types lamina cannot compute yet: I8 (1 tensor)"),
+            std::string::npos)
+      << text.output;
+  CommandResult plain = RunCommand("'" + bin + "' inspect '" + model + "' 2>&1");
+  EXPECT_NE(plain.output.find("lamina can run this file (architecture llama)"), std::string::npos)
+      << plain.output;
 }
 #endif
 

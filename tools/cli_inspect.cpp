@@ -1,11 +1,15 @@
 // `lamina inspect`: a GGUF file's header, metadata and tensor table, as text or one JSON object.
 #include <cinttypes>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli_commands.h"
+#include "gguf/ggml_types.h"
 #include "gguf/gguf.h"
+#include "model/architectures.h"
+#include "quant/quant.h"
 
 namespace lamina::cli {
 
@@ -150,6 +154,55 @@ std::string LayerPattern(const gguf::File& file) {
   return any_recurrent ? out : "";
 }
 
+// Whether lamina can run the file, as far as the file alone says: its architecture is a row of
+// the architecture table and every tensor's type is one lamina computes (the loader's own checks
+// of shapes and counts come on top). Names what is missing.
+struct Support {
+  std::string architecture;
+  bool architecture_known = false;
+  std::string supported_architectures;
+  std::map<std::string, int> uncomputed_types;  // type name -> tensors of it
+  bool runs() const { return architecture_known && uncomputed_types.empty(); }
+};
+
+Support CheckSupport(const gguf::File& file) {
+  Support out;
+  Result<std::string> arch = file.GetString("general.architecture");
+  out.architecture = arch.ok() ? *arch : "";
+  for (const Architecture& a : kArchitectures) {
+    if (out.architecture == a.name) out.architecture_known = true;
+    out.supported_architectures +=
+        (out.supported_architectures.empty() ? "" : ", ") + std::string(a.name);
+  }
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    const uint32_t id = static_cast<uint32_t>(t.type);
+    const bool one_row = t.n_dims <= 1;  // norms and biases are dequantized, not multiplied
+    const bool computed = IsKnownGgmlType(id) && (one_row ? GetKernels(t.type).dequantize != nullptr
+                                                          : IsSupportedWeightType(t.type));
+    if (!computed) ++out.uncomputed_types[gguf::GgmlTypeNameOf(id)];
+  }
+  return out;
+}
+
+std::string SupportText(const Support& s) {
+  if (s.runs()) return "lamina can run this file (architecture " + s.architecture + ")";
+  std::string why;
+  if (!s.architecture_known) {
+    why = "architecture \"" + s.architecture +
+          "\" is not supported (supported: " + s.supported_architectures + ")";
+  }
+  if (!s.uncomputed_types.empty()) {
+    std::string types;
+    for (const auto& [name, n] : s.uncomputed_types) {
+      types += (types.empty() ? "" : ", ") + name + " (" + std::to_string(n) + " tensor" +
+               (n == 1 ? "" : "s") + ")";
+    }
+    why +=
+        (why.empty() ? "" : "; ") + std::string("tensor types lamina cannot compute yet: ") + types;
+  }
+  return "lamina cannot run this file: " + why;
+}
+
 void PrintJson(const gguf::File& file) {
   nlohmann::ordered_json j;
   j["path"] = file.path();
@@ -167,7 +220,7 @@ void PrintJson(const gguf::File& file) {
   uint64_t total_params = 0;
   for (const gguf::TensorInfo& t : file.tensors()) {
     tensors.push_back({{"name", t.name},
-                       {"type", GgmlTypeName(t.type)},
+                       {"type", gguf::GgmlTypeNameOf(static_cast<uint32_t>(t.type))},
                        {"ne", std::vector<int64_t>(t.ne, t.ne + t.n_dims)},
                        {"bytes", t.n_bytes},
                        {"offset", t.offset}});
@@ -178,6 +231,13 @@ void PrintJson(const gguf::File& file) {
   j["n_tensors"] = file.tensors().size();
   j["total_bytes"] = total_bytes;
   j["n_params"] = total_params;
+  const Support support = CheckSupport(file);
+  nlohmann::ordered_json types = nlohmann::ordered_json::object();
+  for (const auto& [name, n] : support.uncomputed_types) types[name] = n;
+  j["lamina"] = {{"runs", support.runs()},
+                 {"architecture_supported", support.architecture_known},
+                 {"uncomputed_types", std::move(types)},
+                 {"summary", SupportText(support)}};
   // Metadata strings need not be valid UTF-8; replace bad bytes rather than throw.
   std::printf("%s\n",
               j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
@@ -207,12 +267,14 @@ void PrintText(const gguf::File& file) {
   uint64_t total_params = 0;
   for (const gguf::TensorInfo& t : file.tensors()) {
     std::printf("  %-*s  %-5s  %-24s  %12" PRIu64 "\n", static_cast<int>(name_width),
-                t.name.c_str(), GgmlTypeName(t.type), ShapeText(t).c_str(), t.n_bytes);
+                t.name.c_str(), gguf::GgmlTypeNameOf(static_cast<uint32_t>(t.type)).c_str(),
+                ShapeText(t).c_str(), t.n_bytes);
     total_bytes += t.n_bytes;
     total_params += t.n_elements;
   }
   std::printf("\ntotal: %zu tensors, %" PRIu64 " bytes, %" PRIu64 " parameters\n",
               file.tensors().size(), total_bytes, total_params);
+  std::printf("\n%s\n", SupportText(CheckSupport(file)).c_str());
 }
 
 }  // namespace

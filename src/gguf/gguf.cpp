@@ -10,6 +10,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "gguf/ggml_types.h"
+
 namespace lamina::gguf {
 
 namespace {
@@ -411,22 +413,23 @@ Status Parser::ReadTensorInfo(uint64_t index) {
   const uint64_t type_at = pos_;
   uint32_t raw_type = 0;
   LAMINA_GGUF_TRY(Read(&raw_type, field + ".type"));
-  if (!IsKnownGgmlType(raw_type)) {
+  // Any type GGML defines is read and sized (the model loader decides what lamina computes).
+  const GgmlTypeInfo* traits = FindGgmlType(raw_type);
+  if (traits == nullptr) {
     return Fail(type_at, field + ".type", "unknown ggml type " + std::to_string(raw_type));
   }
   t.type = static_cast<GgmlType>(raw_type);
-  const TypeTraits& traits = GetTypeTraits(t.type);
-  if (t.ne[0] % traits.block_size != 0) {
+  if (t.ne[0] % traits->block_size != 0) {
     return Fail(t.n_dims > 0 ? ne_at[0] : type_at, field + ".ne[0]",
                 "row length " + std::to_string(t.ne[0]) + " is not a multiple of the " +
-                    traits.name + " block size " + std::to_string(traits.block_size));
+                    traits->name + " block size " + std::to_string(traits->block_size));
   }
   // Checked byte count: blocks per row * block bytes * rows.
   uint64_t row_bytes = 0;
   uint64_t n_bytes = 0;
   const uint64_t rows = t.n_elements / static_cast<uint64_t>(t.ne[0]);
-  if (__builtin_mul_overflow(static_cast<uint64_t>(t.ne[0] / traits.block_size),
-                             static_cast<uint64_t>(traits.type_size), &row_bytes) ||
+  if (__builtin_mul_overflow(static_cast<uint64_t>(t.ne[0] / traits->block_size),
+                             static_cast<uint64_t>(traits->type_size), &row_bytes) ||
       __builtin_mul_overflow(row_bytes, rows, &n_bytes)) {
     return Fail(type_at, field + ".type", "tensor byte size overflows");
   }

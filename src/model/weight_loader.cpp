@@ -1,7 +1,27 @@
 // WeightLoader: tensors resolved by name with shape and type checks.
 #include "model/weight_loader.h"
 
+#include <string>
+
+#include "gguf/ggml_types.h"
+
 namespace lamina {
+
+namespace {
+// A tensor whose type lamina cannot compute: named as GGML names it (IQ2_XXS, MXFP4, ...), with
+// the types lamina computes, so the user knows which file to fetch instead.
+std::string UnsupportedType(const std::string& path, const std::string& tensor, GgmlType type) {
+  std::string computed;
+  for (uint32_t id = 0; id < 64; ++id) {
+    if (IsKnownGgmlType(id) && IsSupportedWeightType(static_cast<GgmlType>(id))) {
+      computed += (computed.empty() ? "" : ", ") + gguf::GgmlTypeNameOf(id);
+    }
+  }
+  return path + ": tensor " + tensor + " has type " +
+         gguf::GgmlTypeNameOf(static_cast<uint32_t>(type)) +
+         ", which lamina cannot compute yet (it computes " + computed + ")";
+}
+}  // namespace
 
 const gguf::TensorInfo* WeightLoader::Find(const std::string& name, bool required) {
   const gguf::TensorInfo* t = file_.FindTensor(name);
@@ -25,7 +45,7 @@ WeightMatrix WeightLoader::Matrix(const std::string& name, int64_t cols, int64_t
     return w;
   }
   if (!IsSupportedWeightType(t->type)) {
-    Fail(file_.path() + ": tensor " + name + " has unsupported type " + GgmlTypeName(t->type));
+    Fail(UnsupportedType(file_.path(), name, t->type));
     return w;
   }
   w.type = t->type;
@@ -50,7 +70,7 @@ std::vector<WeightMatrix> WeightLoader::Stacked(const std::string& name, int64_t
     return out;
   }
   if (!IsSupportedWeightType(t->type)) {
-    Fail(file_.path() + ": tensor " + name + " has unsupported type " + GgmlTypeName(t->type));
+    Fail(UnsupportedType(file_.path(), name, t->type));
     return out;
   }
   const size_t row_bytes = RowSize(t->type, cols);
@@ -77,13 +97,13 @@ std::vector<float> WeightLoader::Vector(const std::string& name, int64_t n, bool
          " elements, expected " + std::to_string(n));
     return out;
   }
-  const TypeKernels& k = GetKernels(t->type);
-  if (k.dequantize == nullptr) {
-    Fail(file_.path() + ": tensor " + name + " has unsupported type " + GgmlTypeName(t->type));
+  if (!IsKnownGgmlType(static_cast<uint32_t>(t->type)) ||
+      GetKernels(t->type).dequantize == nullptr) {
+    Fail(UnsupportedType(file_.path(), name, t->type));
     return out;
   }
   out.resize(n);
-  k.dequantize(t->data, out.data(), n);
+  GetKernels(t->type).dequantize(t->data, out.data(), n);
   n_params_ += static_cast<uint64_t>(n);
   n_bytes_ += t->n_bytes;
   return out;
