@@ -8,7 +8,7 @@ tests=0
 [ "${1:-}" = "--tests" ] && tests=1
 # libjs-marked: marked.min.js, embedded into the server's web page for Markdown (CMakeLists.txt).
 packages=(build-essential cmake ninja-build pkg-config libhwy-dev libpcre2-dev nlohmann-json3-dev
-          libcli11-dev libcpp-httplib-dev libboost-dev libedit-dev libjs-marked)
+          libcli11-dev libcpp-httplib-dev libboost-dev libedit-dev libjs-marked libssl-dev)
 [ "$tests" -eq 1 ] && packages+=(googletest libgtest-dev libbenchmark-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -1,6 +1,8 @@
 // End-to-end goldens against llama.cpp (../shared/golden): logits at every prompt position and
 // every teacher-forced generation step, and greedy ids wherever the reference's top-1/top-2
 // margin exceeds the tolerance. Tolerances per weight type are documented in docs/GOLDENS.md.
+// The same comparison runs on the repository's own fixtures (tests/fixtures: IQ4_NL, IQ4_XS and
+// MXFP4 files quantized by llama.cpp, and their F32 base, which lamina-synth regenerates).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -48,7 +50,11 @@ std::string CaseName(const testing::TestParamInfo<GoldenCase>& info) {
 double ToleranceFor(const std::string& model_stem, const std::string& kv) {
   static const std::map<std::string, double> by_type = {
       {"F32", 3e-4},    {"F16", 2e-2},   {"Q8_0", 0.3}, {"Q4_0", 0.2},
-      {"Q4_K_M", 0.55}, {"Q5_K_M", 0.2}, {"Q6_K", 0.5}};
+      {"Q4_K_M", 0.55}, {"Q5_K_M", 0.2}, {"Q6_K", 0.5},
+      // tests/fixtures: the 4-bit bounds of the legacy / K-quant files whose activations are
+      // quantized the same way (IQ4_NL and MXFP4 dot with Q8_0 like Q4_0; IQ4_XS with Q8_K
+      // like Q4_K).
+      {"IQ4_NL", 0.2},  {"MXFP4", 0.2},  {"IQ4_XS", 0.55}};
   // Per-file bounds where one activation-rounding flip lands above the per-type bound (measured
   // maximum with ~20% headroom): rows before the flip agree to 5e-5. The qwen2moe one is not a
   // routing flip: forcing any layer's runner-up expert at that position does not restore
@@ -114,13 +120,9 @@ std::vector<GoldenCase> Collect() {
   return cases;
 }
 
-class GoldenTest : public testing::TestWithParam<GoldenCase> {};
-
-TEST_P(GoldenTest, LogitsAndGreedyMatchLlamaCpp) {
-  const GoldenCase& c = GetParam();
-  std::ifstream in(c.json_path);
-  ASSERT_TRUE(in) << c.json_path;
-  const nlohmann::json g = nlohmann::json::parse(in);
+// Loads the case's model, feeds the golden prompt as one batch and the golden's generated tokens
+// one by one, and compares every row of logits (and the greedy id where the margin allows).
+void CheckGolden(const GoldenCase& c, const nlohmann::json& g) {
   Result<std::unique_ptr<Model>> model = LoadModel(c.model_path);
   if (!model.ok() && model.error().message.find("unsupported architecture") != std::string::npos) {
     GTEST_SKIP() << model.error().message;
@@ -188,6 +190,15 @@ TEST_P(GoldenTest, LogitsAndGreedyMatchLlamaCpp) {
       n_exact_rows, n_rows, greedy_checked, greedy_skipped);
 }
 
+class GoldenTest : public testing::TestWithParam<GoldenCase> {};
+
+TEST_P(GoldenTest, LogitsAndGreedyMatchLlamaCpp) {
+  const GoldenCase& c = GetParam();
+  std::ifstream in(c.json_path);
+  ASSERT_TRUE(in) << c.json_path;
+  CheckGolden(c, nlohmann::json::parse(in));
+}
+
 INSTANTIATE_TEST_SUITE_P(LlamaCpp, GoldenTest, testing::ValuesIn(Collect()), CaseName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GoldenTest);
 
@@ -195,6 +206,122 @@ TEST(GoldenFixtures, PresentOrSkipped) {
   if (!fs::exists(kShared + "/golden"))
     GTEST_SKIP() << "../shared/golden is absent; golden tests skipped";
   EXPECT_FALSE(Collect().empty());
+}
+
+// ---- tests/fixtures: the repository's own llama.cpp goldens (tests/fixtures/README.md) ----
+
+const std::string kFixtures = std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures";
+
+// The F32 base of the fixture files is not in the repository: lamina-synth writes it again,
+// byte for byte, with these options (the command tests/fixtures/README.md records).
+const std::map<std::string, std::string> kRegenerated = {
+    {"synth-llama-d256.F32",
+     "--type F32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 256 --seed 3001"}};
+
+// The hex sha256 of a file (coreutils' sha256sum), or "" when it cannot be computed.
+std::string Sha256(const std::string& path) {
+  FILE* p = popen(("sha256sum '" + path + "' 2>/dev/null").c_str(), "r");
+  if (p == nullptr) return "";
+  char buf[65] = {};
+  const size_t n = fread(buf, 1, 64, p);
+  pclose(p);
+  return n == 64 ? std::string(buf, 64) : "";
+}
+
+// The path of a regenerated F32 base in the test's temp dir; "" plus *why when it could not be
+// made (no lamina-synth, no ../shared vocabulary). Made once per process.
+std::string RegeneratedModel(const std::string& model_stem, std::string* why) {
+  static std::map<std::string, std::pair<std::string, std::string>> made;  // stem -> (path, why)
+  if (auto it = made.find(model_stem); it != made.end()) {
+    *why = it->second.second;
+    return it->second.first;
+  }
+  std::string path, reason;
+  const std::string vocab = kShared + "/models/stories260K.gguf";
+#ifdef LAMINA_SYNTH_BINARY
+  if (!fs::exists(vocab)) {
+    reason = vocab + " is absent (lamina-synth copies its vocabulary)";
+  } else {
+    const std::string out = testing::TempDir() + "/" + model_stem + ".gguf";
+    const std::string cmd = std::string(LAMINA_SYNTH_BINARY) + " --vocab-from '" + vocab + "' " +
+                            kRegenerated.at(model_stem) + " -o '" + out + "' 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string log;
+    if (p != nullptr) {
+      char buf[512];
+      size_t n;
+      while ((n = fread(buf, 1, sizeof(buf), p)) > 0) log.append(buf, n);
+    }
+    if (p != nullptr && pclose(p) == 0 && fs::exists(out)) {
+      path = out;
+    } else {
+      reason = "lamina-synth failed: " + cmd + ": " + log;
+    }
+  }
+#else
+  reason = "lamina-synth is not built";
+#endif
+  made[model_stem] = {path, reason};
+  *why = reason;
+  return path;
+}
+
+std::vector<GoldenCase> CollectRepoFixtures() {
+  std::vector<GoldenCase> cases;
+  const fs::path d = fs::path(kFixtures) / "golden";
+  if (!fs::exists(d)) return cases;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(d))
+    if (e.path().extension() == ".json") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const fs::path& p : files) {
+    const std::string stem = p.stem().string();  // model.prompt.kv
+    const auto kv_dot = stem.rfind('.');
+    const std::string kv = stem.substr(kv_dot + 1);
+    const std::string rest = stem.substr(0, kv_dot);
+    const std::string model_stem = rest.substr(0, rest.rfind('.'));
+    // A missing model file is reported by the case itself (its load fails with the path).
+    cases.push_back({p.string(), kFixtures + "/models/" + model_stem + ".gguf", kv,
+                     ToleranceFor(model_stem, kv)});
+  }
+  return cases;
+}
+
+class FixtureGoldenTest : public testing::TestWithParam<GoldenCase> {};
+
+// The quantized files are loaded from tests/fixtures/models; a load error (e.g. a weight type
+// lamina does not implement) fails the case with the loader's message. The goldens' recorded
+// sha256 must be the file's, so a model regenerated without its goldens is caught.
+TEST_P(FixtureGoldenTest, LogitsAndGreedyMatchLlamaCpp) {
+  GoldenCase c = GetParam();
+  std::ifstream in(c.json_path);
+  ASSERT_TRUE(in) << c.json_path;
+  const nlohmann::json g = nlohmann::json::parse(in);
+  const std::string model_stem = fs::path(c.model_path).stem().string();
+  if (kRegenerated.count(model_stem) != 0) {
+    std::string why;
+    c.model_path = RegeneratedModel(model_stem, &why);
+    if (c.model_path.empty()) GTEST_SKIP() << model_stem << " not regenerated: " << why;
+  }
+  ASSERT_TRUE(fs::exists(c.model_path)) << c.model_path << " is missing (" << c.json_path << ")";
+  const std::string sha = Sha256(c.model_path);
+  const std::string want_sha = g["model"]["sha256"].get<std::string>();
+  if (kRegenerated.count(model_stem) != 0 && !sha.empty() && sha != want_sha) {
+    // std::normal_distribution is the standard library's own: another library draws other
+    // weights from the same seed, and these goldens do not apply to them.
+    GTEST_SKIP() << "lamina-synth wrote " << model_stem << " with sha256 " << sha << ", not the "
+                 << want_sha << " the goldens were made from (another standard library?)";
+  }
+  if (!sha.empty()) EXPECT_EQ(sha, want_sha) << c.model_path << " is not the goldens' file";
+  CheckGolden(c, g);
+}
+
+INSTANTIATE_TEST_SUITE_P(RepoFixtures, FixtureGoldenTest, testing::ValuesIn(CollectRepoFixtures()),
+                         CaseName);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FixtureGoldenTest);
+
+TEST(GoldenRepoFixtures, Present) {
+  EXPECT_FALSE(CollectRepoFixtures().empty()) << kFixtures << "/golden has no goldens";
 }
 
 // The CLI prints llama.cpp's greedy token ids for every stories260K prompt, f32 and f16 KV.

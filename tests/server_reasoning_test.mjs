@@ -17,9 +17,11 @@ import { checkRunner, startServer, stopServer, binary, model, requireClient } fr
 const { OpenAI } = requireClient('openai');
 
 // ChatML whose generation prompt opens the thinking block, or closes an empty one when thinking
-// is off (as Qwen3's template does).
+// is off (as Qwen3's template does), and which renders an assistant turn's reasoning_content.
 const template = `{%- for message in messages -%}
-{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}
+{{ '<|im_start|>' + message['role'] + '\\n' }}
+{%- if message.reasoning_content -%}{{ '<think>\\n' + message.reasoning_content + '\\n</think>\\n\\n' }}{%- endif -%}
+{{ message['content'] + '<|im_end|>\\n' }}
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}
 {%- if enable_thinking -%}{{ '<think>\\n' }}{%- else -%}{{ '<think>\\n\\n</think>\\n\\n' }}{%- endif -%}
@@ -116,6 +118,44 @@ await check('the other protocols: a Responses reasoning item, an Anthropic think
   assert.equal(o.message.content, whole.content);
   const noThink = await post('/api/chat', { model: 'x', stream: false, think: false, messages: ask.messages, options: { temperature: 0, num_predict: 24 } });
   assert.equal(noThink.message.thinking, undefined);
+});
+
+await check('Anthropic thinking blocks are signed; sent back intact they are the turn\'s thinking, edited they are left out', async () => {
+  const a = await post('/v1/messages', { model: 'x', max_tokens: 24, temperature: 0, messages: ask.messages });
+  const block = a.content[0];
+  assert.equal(block.type, 'thinking');
+  assert.match(block.signature, /^[A-Za-z0-9+/]{43}=$/);  // base64 of an HMAC-SHA256
+  // Streamed: the signature_delta (last in the block) carries the same signature.
+  const res = await fetch(`${server.base}/v1/messages`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ model: 'x', max_tokens: 24, temperature: 0, stream: true, messages: ask.messages }),
+  });
+  const events = (await res.text()).split('\n').filter((l) => l.startsWith('data: ')).map((l) => JSON.parse(l.slice(6)));
+  const sig = events.filter((e) => e.type === 'content_block_delta' && e.delta.type === 'signature_delta');
+  assert.equal(sig.length, 1);
+  assert.equal(sig[0].delta.signature, block.signature);
+  const turns = (thinking) => ({
+    model: 'x', messages: [ask.messages[0],
+      { role: 'assistant', content: [thinking, { type: 'text', text: a.content[1].text }] },
+      { role: 'user', content: 'Go on.' }],
+  });
+  const tokens = async (body) => (await post('/v1/messages/count_tokens', body)).input_tokens;
+  const kept = await tokens(turns(block));
+  const edited = await tokens(turns({ ...block, thinking: block.thinking + ' 6' }));
+  const forged = await tokens(turns({ ...block, signature: 'A'.repeat(43) + '=' }));
+  const none = await tokens(turns({ type: 'text', text: '' }));
+  assert.equal(edited, none, 'an edited thinking block was used');
+  assert.equal(forged, none, 'a forged signature was accepted');
+  assert.ok(kept > none + 3, `the signed thinking was not rendered (${kept} vs ${none} tokens)`);
+  // The OpenAI shape: an assistant turn's reasoning_content is rendered the same way.
+  const t = await post('/apply-template', { messages: [ask.messages[0],
+    { role: 'assistant', content: 'x', reasoning_content: block.thinking }, { role: 'user', content: 'Go on.' }] });
+  assert.ok(t.prompt.includes('<think>\n' + block.thinking + '\n</think>'), t.prompt);
+  const bad = await fetch(`${server.base}/v1/chat/completions`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ messages: [{ role: 'user', content: 'hi', reasoning_content: 'no' }] }),
+  });
+  assert.equal(bad.status, 400);
 });
 
 await check('SIGTERM stops the server', async () => { await stopServer(server); });

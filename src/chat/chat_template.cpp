@@ -98,6 +98,7 @@ std::string RenderQwen3(const std::vector<ChatMessage>& m, bool add_generation_p
     } else if (msg.role == "assistant") {
       std::string reasoning, content;
       SplitReasoning(msg.content, &reasoning, &content);
+      if (!msg.reasoning_content.empty()) reasoning = msg.reasoning_content;  // given apart
       if (i > last_query && (last || !reasoning.empty())) {
         out += "<|im_start|>assistant\n<think>\n" +
                std::string(StripChars(reasoning, "\n", true, true)) + "\n</think>\n\n" +
@@ -431,6 +432,9 @@ Result<std::string> RenderChatJinja(const ChatSetup& setup,
         calls.push_back(std::move(call));
       }
       msg.Set("tool_calls", jinja::Value::MakeArray(std::move(calls)));
+    }
+    if (!m.reasoning_content.empty()) {
+      msg.Set("reasoning_content", jinja::Value(m.reasoning_content));
     }
     if (!m.tool_call_id.empty()) msg.Set("tool_call_id", jinja::Value(m.tool_call_id));
     if (!m.name.empty()) msg.Set("name", jinja::Value(m.name));

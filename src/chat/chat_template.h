@@ -39,6 +39,11 @@ struct ChatMessage {
   std::string tool_call_id;              // tool turns: the call answered
   std::string name;                      // tool turns: the function's name, when given
   bool content_null = false;             // the client sent "content": null
+  // Assistant turns: the thinking that came before the content, given apart (OpenAI-style
+  // `reasoning_content`, a verified Anthropic thinking block); empty: none, or still inside
+  // content as "<think>...</think>". Templates render it where they render thinking (Qwen3:
+  // the turns after the last user query).
+  std::string reasoning_content;
 };
 
 // Tools offered to the model: OpenAI's `tools` array as template values (each

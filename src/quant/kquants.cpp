@@ -1,4 +1,5 @@
-// Scalar K-quant kernels (Q2_K..Q6_K, Q8_K): the reference twins the SIMD files are tested against.
+// Scalar K-quant kernels (Q2_K..Q6_K, IQ4_XS, Q8_K): the reference twins the SIMD files are tested
+// against.
 // Formulas, integer sums and float accumulation order follow GGML's reference and generic CPU code
 // (llama.cpp c392e50), so results here are what llama.cpp's scalar path computes.
 #include <algorithm>
@@ -172,6 +173,29 @@ void DequantizeQ6K(const void* vx, float* y, int64_t k) {
       ql += 64;
       qh += 32;
       sc += 8;
+    }
+  }
+}
+
+// IQ4_XS: group g's 6-bit scale, low 4 bits from scales_l, top 2 bits from scales_h.
+inline int Iq4XsScale(const BlockIQ4_XS& b, int g) {
+  return ((b.scales_l[g / 2] >> (4 * (g % 2))) & 0xF) | (((b.scales_h >> (2 * g)) & 3) << 4);
+}
+
+void DequantizeIQ4XS(const void* vx, float* y, int64_t k) {
+  LAMINA_DCHECK(k % kQK_K == 0);
+  const auto* x = static_cast<const BlockIQ4_XS*>(vx);
+  for (int64_t i = 0; i < k / kQK_K; ++i) {
+    const float d = Fp16ToF32(x[i].d);
+    const uint8_t* q = x[i].qs;
+    for (int g = 0; g < kQK_K / 32; ++g) {
+      const float dl = d * (Iq4XsScale(x[i], g) - 32);
+      for (int l = 0; l < 16; ++l) {
+        y[l] = dl * kIq4NlLevels[q[l] & 0xF];
+        y[l + 16] = dl * kIq4NlLevels[q[l] >> 4];
+      }
+      y += 32;
+      q += 16;
     }
   }
 }
@@ -662,6 +686,30 @@ void VecDotQ6K(int64_t k, float* s, const void* vx, const void* vy) {
   *s = sumf;
 }
 
+// IQ4_XS: one float term per 32-value group, (d * d_a) * (scale - 32) times the group's integer
+// sum, added in group order (GGML's generic code).
+void VecDotIQ4XS(int64_t k, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const BlockIQ4_XS*>(vx);
+  const auto* y = static_cast<const BlockQ8_K*>(vy);
+  float sumf = 0;
+  for (int64_t i = 0; i < k / kQK_K; ++i) {
+    const float d4d8 = Fp16ToF32(x[i].d) * y[i].d;
+    const uint8_t* q4 = x[i].qs;
+    const int8_t* q8 = y[i].qs;
+    for (int g = 0; g < kQK_K / 32; ++g) {
+      const float dl = d4d8 * (Iq4XsScale(x[i], g) - 32);
+      int sumi = 0;
+      for (int l = 0; l < 16; ++l) {
+        sumi += q8[l] * kIq4NlLevels[q4[l] & 0xF] + q8[l + 16] * kIq4NlLevels[q4[l] >> 4];
+      }
+      sumf += dl * sumi;
+      q4 += 16;
+      q8 += 32;
+    }
+  }
+  *s = sumf;
+}
+
 template <VecDotFn kDot>
 void VecDotMulti(int64_t k, const void* w_row, const void* act, size_t act_row_bytes, int n_act,
                  float* out) {
@@ -688,6 +736,8 @@ void RegisterScalarKQuants(KernelTable& table) {
   set(GgmlType::kQ4_K, DequantizeQ4K, QuantizeQ4K, VecDotQ4K, VecDotMulti<VecDotQ4K>);
   set(GgmlType::kQ5_K, DequantizeQ5K, QuantizeQ5K, VecDotQ5K, VecDotMulti<VecDotQ5K>);
   set(GgmlType::kQ6_K, DequantizeQ6K, QuantizeQ6K, VecDotQ6K, VecDotMulti<VecDotQ6K>);
+  // No quantizer: llama-quantize makes IQ4_XS files (its level search is not reproduced here).
+  set(GgmlType::kIQ4_XS, DequantizeIQ4XS, nullptr, VecDotIQ4XS, VecDotMulti<VecDotIQ4XS>);
   set(GgmlType::kQ8_K, DequantizeQ8K, QuantizeQ8K, nullptr, nullptr);
 }
 

@@ -1,5 +1,5 @@
-// AVX2 K-quant dot products (Q2_K..Q6_K against Q8_K). Each weight super-block is decoded once
-// into 256 unsigned codes plus per-group scale vectors, then reused for up to kMaxMultiDot
+// AVX2 K-quant dot products (Q2_K..Q6_K and IQ4_XS against Q8_K). Each weight super-block is
+// decoded once into 256 codes plus per-group scales, then reused for up to kMaxMultiDot
 // activation rows; that reuse is what makes prompt processing fast. Integer sums are exact, so
 // results differ from the scalar twins only in float summation order.
 #include <immintrin.h>
@@ -202,6 +202,70 @@ struct Q6K {
 
 #include "quant/kquants_multidot.inc"
 
+// ---------------------------------------------------------------------------------------------
+// IQ4_XS: its levels are signed (-127..113), so a group's dot is maddubs(|w|, sign(y, w)) (as
+// the signed legacy quants) rather than the unsigned-code path above, then madd by the group's
+// scale - 32 into int32 lanes; the super-block's lanes take one FMA by d * d_a, as GGML's AVX2.
+
+struct Iq4XsDecoded {
+  __m256i abs_w[8];  // |level| of elements 32g..32g+31
+  __m256i w[8];      // the levels, whose signs go onto the activation
+  __m256i scale[8];  // scale - 32 of group g in every int16 word
+  float d;
+};
+
+[[gnu::always_inline]] inline void DecodeIq4Xs(const BlockIQ4_XS& b, Iq4XsDecoded* out) {
+  const __m256i table =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlLevels)));
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+#pragma GCC unroll 8
+  for (int g = 0; g < 8; ++g) {
+    // Low nibbles are elements 0..15 of the group, high nibbles 16..31.
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * g));
+    const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
+    out->w[g] = _mm256_shuffle_epi8(table, nib);
+    out->abs_w[g] = _mm256_sign_epi8(out->w[g], out->w[g]);
+    out->scale[g] = _mm256_set1_epi16(static_cast<int16_t>(Iq4XsScale(b, g) - 32));
+  }
+  out->d = HalfToFloat(b.d);
+}
+
+template <int N>
+void Iq4XsMultiDot(int64_t k, const void* w_row, const uint8_t* act, size_t act_row_bytes,
+                   float* out) {
+  LAMINA_DCHECK(k % kQK_K == 0);
+  const auto* x = static_cast<const BlockIQ4_XS*>(w_row);
+  __m256 acc[N];
+#pragma GCC unroll 8
+  for (int r = 0; r < N; ++r) acc[r] = _mm256_setzero_ps();
+  const int64_t nb = k / kQK_K;
+  for (int64_t i = 0; i < nb; ++i) {
+    Iq4XsDecoded dec;
+    DecodeIq4Xs(x[i], &dec);
+#pragma GCC unroll 8
+    for (int r = 0; r < N; ++r) {
+      const BlockQ8_K& y = reinterpret_cast<const BlockQ8_K*>(act + r * act_row_bytes)[i];
+      __m256i isum0 = _mm256_setzero_si256();
+      __m256i isum1 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; g += 2) {
+        const __m256i y0 = _mm256_sign_epi8(Load256(y.qs + 32 * g), dec.w[g]);
+        const __m256i y1 = _mm256_sign_epi8(Load256(y.qs + 32 * g + 32), dec.w[g + 1]);
+        const __m256i p0 = _mm256_maddubs_epi16(dec.abs_w[g], y0);
+        const __m256i p1 = _mm256_maddubs_epi16(dec.abs_w[g + 1], y1);
+        isum0 = _mm256_add_epi32(isum0, _mm256_madd_epi16(p0, dec.scale[g]));
+        isum1 = _mm256_add_epi32(isum1, _mm256_madd_epi16(p1, dec.scale[g + 1]));
+      }
+      const __m256i isum = _mm256_add_epi32(isum0, isum1);
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dec.d * y.d), _mm256_cvtepi32_ps(isum), acc[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < N; ++r) out[r] = HorizontalSum(acc[r]);
+}
+
+#include "quant/kquants_iq4xs.inc"
+
 }  // namespace
 
 void RegisterAvx2KQuants(KernelTable& table) {
@@ -210,6 +274,7 @@ void RegisterAvx2KQuants(KernelTable& table) {
   Set<Q4K>(table, GgmlType::kQ4_K);
   Set<Q5K>(table, GgmlType::kQ5_K);
   Set<Q6K>(table, GgmlType::kQ6_K);
+  SetIq4Xs(table);
 }
 
 }  // namespace lamina::quant_internal

@@ -1,7 +1,7 @@
-// AVX-512 (BW + VNNI) K-quant dot products (Q2_K..Q6_K against Q8_K). As the AVX2 variant: each
-// weight super-block is decoded once into 256 unsigned codes and per-group scale vectors and reused
-// for up to kMaxMultiDot activation rows; here 64 codes per register, and VNNI's dpwssd fuses the
-// group-scale multiply with the accumulate. Integer sums are exact.
+// AVX-512 (BW + VNNI) K-quant dot products (Q2_K..Q6_K and IQ4_XS against Q8_K). As the AVX2
+// variant: each weight super-block is decoded once into 256 codes and per-group scale vectors and
+// reused for up to kMaxMultiDot activation rows; here 64 codes per register, and VNNI's dpwssd
+// fuses the group-scale multiply with the accumulate. Integer sums are exact.
 
 // GCC 12's AVX-512 headers build their "undefined" vectors by self-initialisation, which trips
 // -Wuninitialized at every inlined broadcast/insert/extract (GCC PR 105593); nothing reads them.
@@ -219,6 +219,81 @@ struct Q6K {
 
 #include "quant/kquants_multidot.inc"
 
+// ---------------------------------------------------------------------------------------------
+// IQ4_XS: two 32-value groups per register. Its levels are signed (-127..113): maddubs takes
+// |w| and the activation negated where w < 0 (a masked subtract: AVX-512 has no sign_epi8),
+// then dpwssd adds the words times the group's scale - 32 into int32 lanes. The super-block's
+// lanes take one FMA by d * d_a, as the AVX2 variant.
+
+struct Iq4XsDecoded {
+  __m512i abs_w[4];  // |level| of elements 64c..64c+63 (groups 2c, 2c + 1)
+  __mmask64 neg[4];  // the bytes whose level is negative
+  __m512i scale[4];  // scale - 32 of group 2c in words 0-15, of group 2c + 1 in words 16-31
+  float d;
+};
+
+[[gnu::always_inline]] inline void DecodeIq4Xs(const BlockIQ4_XS& b, Iq4XsDecoded* out) {
+  const __m512i table =
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlLevels)));
+  const __m512i m4 = _mm512_set1_epi8(0xF);
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    // 128-bit lanes [g0 low, g1 low, g0 high, g1 high] -> [g0 low, g0 high, g1 low, g1 high]:
+    // elements in order (a group's low nibbles are its elements 0..15, high nibbles 16..31).
+    const __m256i q = Load256(b.qs + 32 * c);
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
+    const __m512i nib = _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), m4);
+    const __m512i w = _mm512_shuffle_epi8(table, nib);
+    out->abs_w[c] = _mm512_abs_epi8(w);
+    out->neg[c] = _mm512_movepi8_mask(w);
+    out->scale[c] = _mm512_mask_blend_epi16(
+        kUpperWords, _mm512_set1_epi16(static_cast<int16_t>(Iq4XsScale(b, 2 * c) - 32)),
+        _mm512_set1_epi16(static_cast<int16_t>(Iq4XsScale(b, 2 * c + 1) - 32)));
+  }
+  out->d = HalfToFloat(b.d);
+}
+
+template <int N>
+void Iq4XsMultiDot(int64_t k, const void* w_row, const uint8_t* act, size_t act_row_bytes,
+                   float* out) {
+  LAMINA_DCHECK(k % kQK_K == 0);
+  const auto* x = static_cast<const BlockIQ4_XS*>(w_row);
+  const __m512i zero = _mm512_setzero_si512();
+  __m256 acc[N];
+#pragma GCC unroll 8
+  for (int r = 0; r < N; ++r) acc[r] = _mm256_setzero_ps();
+  const int64_t nb = k / kQK_K;
+  for (int64_t i = 0; i < nb; ++i) {
+    Iq4XsDecoded dec;
+    DecodeIq4Xs(x[i], &dec);
+#pragma GCC unroll 8
+    for (int r = 0; r < N; ++r) {
+      const BlockQ8_K& y = reinterpret_cast<const BlockQ8_K*>(act + r * act_row_bytes)[i];
+      __m512i isum0 = zero;
+      __m512i isum1 = zero;
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; c += 2) {
+        const __m512i y0 = Load512(y.qs + 64 * c);
+        const __m512i y1 = Load512(y.qs + 64 * c + 64);
+        const __m512i p0 =
+            _mm512_maddubs_epi16(dec.abs_w[c], _mm512_mask_sub_epi8(y0, dec.neg[c], zero, y0));
+        const __m512i p1 = _mm512_maddubs_epi16(dec.abs_w[c + 1],
+                                                _mm512_mask_sub_epi8(y1, dec.neg[c + 1], zero, y1));
+        isum0 = _mm512_dpwssd_epi32(isum0, p0, dec.scale[c]);
+        isum1 = _mm512_dpwssd_epi32(isum1, p1, dec.scale[c + 1]);
+      }
+      const __m512i s512 = _mm512_add_epi32(isum0, isum1);
+      const __m256i isum =
+          _mm256_add_epi32(_mm512_castsi512_si256(s512), _mm512_extracti64x4_epi64(s512, 1));
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dec.d * y.d), _mm256_cvtepi32_ps(isum), acc[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < N; ++r) out[r] = HorizontalSum(acc[r]);
+}
+
+#include "quant/kquants_iq4xs.inc"
+
 }  // namespace
 
 void RegisterAvx512KQuants(KernelTable& table) {
@@ -227,6 +302,7 @@ void RegisterAvx512KQuants(KernelTable& table) {
   Set<Q4K>(table, GgmlType::kQ4_K);
   Set<Q5K>(table, GgmlType::kQ5_K);
   Set<Q6K>(table, GgmlType::kQ6_K);
+  SetIq4Xs(table);
 }
 
 }  // namespace lamina::quant_internal

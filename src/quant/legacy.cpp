@@ -1,5 +1,6 @@
-// Scalar kernels for F32, F16, BF16 and the legacy 32-element quants (Q4_0 .. Q8_1): the
-// reference twins every SIMD variant is tested against. Rounding follows GGML bit for bit.
+// Scalar kernels for F32, F16, BF16, the legacy 32-element quants (Q4_0 .. Q8_1) and the two
+// 32-element table types (IQ4_NL, MXFP4): the reference twins every SIMD variant is tested
+// against. Rounding follows GGML bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -16,6 +17,14 @@ inline int RoundNearestEven(float x) {
   float r = (x + magic) - magic;
   return static_cast<int>(r);
 }
+
+// The f32 scale of a 32-element block: its fp16 d, or MXFP4's E8M0 exponent (halved, since the
+// MXFP4 levels are doubled).
+template <class Block>
+inline float BlockScale(const Block& b) {
+  return Fp16ToF32(b.d);
+}
+inline float BlockScale(const BlockMXFP4& b) { return E8M0ToF32Half(b.e); }
 
 // ---------------------------------------------------------------------------------------------
 // Dequantize.
@@ -117,6 +126,28 @@ void DequantizeQ8_1(const void* vx, float* y, int64_t k) {
     const float d = Fp16ToF32(x[i].d);
     for (int j = 0; j < kQK; ++j) y[i * kQK + j] = static_cast<float>(x[i].qs[j]) * d;
   }
+}
+
+// Table types: each nibble indexes 16 levels (IQ4_NL: fp16 scale, MXFP4: E8M0 scale).
+template <class Block>
+void DequantizeTable4(const void* vx, float* y, int64_t k, const int8_t* levels) {
+  const Block* x = static_cast<const Block*>(vx);
+  const int64_t nb = k / kQK;
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = BlockScale(x[i]);
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[i * kQK + j] = d * levels[x[i].qs[j] & 0x0F];
+      y[i * kQK + j + kQK / 2] = d * levels[x[i].qs[j] >> 4];
+    }
+  }
+}
+
+void DequantizeIQ4_NL(const void* vx, float* y, int64_t k) {
+  DequantizeTable4<BlockIQ4_NL>(vx, y, k, kIq4NlLevels);
+}
+
+void DequantizeMXFP4(const void* vx, float* y, int64_t k) {
+  DequantizeTable4<BlockMXFP4>(vx, y, k, kMxfp4Levels);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -412,6 +443,33 @@ void VecDotQ8_0(int64_t k, float* s, const void* vw, const void* va) {
   *s = sumf;
 }
 
+// IQ4_NL and MXFP4 against Q8_0: the integer dot of the levels with the codes per block, then
+// sumf += (d_a * d_w) * sumi, as GGML's generic code.
+template <class Block>
+void VecDotTable4(int64_t k, float* s, const void* vw, const void* va, const int8_t* levels) {
+  const Block* w = static_cast<const Block*>(vw);
+  const BlockQ8_0* a = static_cast<const BlockQ8_0*>(va);
+  const int64_t nb = k / kQK;
+  float sumf = 0.0f;
+  for (int64_t i = 0; i < nb; ++i) {
+    int sumi = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+      sumi +=
+          levels[w[i].qs[j] & 0x0F] * a[i].qs[j] + levels[w[i].qs[j] >> 4] * a[i].qs[j + kQK / 2];
+    }
+    sumf += (Fp16ToF32(a[i].d) * BlockScale(w[i])) * static_cast<float>(sumi);
+  }
+  *s = sumf;
+}
+
+void VecDotIQ4_NL(int64_t k, float* s, const void* vw, const void* va) {
+  VecDotTable4<BlockIQ4_NL>(k, s, vw, va, kIq4NlLevels);
+}
+
+void VecDotMXFP4(int64_t k, float* s, const void* vw, const void* va) {
+  VecDotTable4<BlockMXFP4>(k, s, vw, va, kMxfp4Levels);
+}
+
 // The scalar twin has nothing to share between activation rows, so it just loops.
 template <VecDotFn kDot>
 void VecDotMulti(int64_t k, const void* w_row, const void* act, size_t act_row_bytes, int n_act,
@@ -439,6 +497,10 @@ void RegisterScalarLegacy(KernelTable& table) {
   Set(table, T::kQ5_0, T::kQ8_0, DequantizeQ5_0, QuantizeQ5_0, VecDotQ5_0, VecDotMulti<VecDotQ5_0>);
   Set(table, T::kQ5_1, T::kQ8_1, DequantizeQ5_1, QuantizeQ5_1, VecDotQ5_1, VecDotMulti<VecDotQ5_1>);
   Set(table, T::kQ8_0, T::kQ8_0, DequantizeQ8_0, QuantizeQ8_0, VecDotQ8_0, VecDotMulti<VecDotQ8_0>);
+  // No quantizers: llama-quantize makes these files (its searches are not reproduced here).
+  Set(table, T::kIQ4_NL, T::kQ8_0, DequantizeIQ4_NL, nullptr, VecDotIQ4_NL,
+      VecDotMulti<VecDotIQ4_NL>);
+  Set(table, T::kMXFP4, T::kQ8_0, DequantizeMXFP4, nullptr, VecDotMXFP4, VecDotMulti<VecDotMXFP4>);
   // Activation-only: no dot product with Q8_1 weights.
   Set(table, T::kQ8_1, T::kQ8_1, DequantizeQ8_1, QuantizeQ8_1, nullptr, nullptr);
 }

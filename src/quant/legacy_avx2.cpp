@@ -1,6 +1,6 @@
-// AVX2 + FMA + F16C kernels for F32, F16, BF16 and the legacy quants: dot products, the
-// several-activation dot products used for prompt processing, and the activation quantizers
-// (byte-identical to the scalar ones in legacy.cpp).
+// AVX2 + FMA + F16C kernels for F32, F16, BF16, the legacy quants and the 32-element table
+// types (IQ4_NL, MXFP4): dot products, the several-activation dot products used for prompt
+// processing, and the activation quantizers (byte-identical to the scalar ones in legacy.cpp).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -26,6 +26,13 @@ inline int HsumI32(__m256i v) {
 }
 
 inline float HalfToF32(fp16_t h) { return _cvtsh_ss(h); }
+
+// A weight block's f32 scale: its fp16 d, or MXFP4's halved E8M0 exponent (as the scalar twin).
+template <class Block>
+inline float BlockScale(const Block& b) {
+  return HalfToF32(b.d);
+}
+inline float BlockScale(const BlockMXFP4& b) { return E8M0ToF32Half(b.e); }
 
 // ---------------------------------------------------------------------------------------------
 // Float types. Loads widen 8 elements to f32; products are exact for F16 / BF16, so only the
@@ -224,9 +231,9 @@ void VecDotFloatTile(int64_t k, const void* vw, size_t w_row_bytes, int n_rows, 
 
 // ---------------------------------------------------------------------------------------------
 // Legacy quants. Each weight block unpacks to 32 bytes in element order; signed types (Q4_0,
-// Q5_0, Q8_0) give codes in [-128, 127] and multiply via abs/sign, unsigned ones (Q4_1, Q5_1)
-// give [0, 31] and feed maddubs directly. Activation codes must be in [-127, 127] (as every
-// lamina / GGML quantizer writes them): sign_epi8 cannot negate -128.
+// Q5_0, Q8_0, IQ4_NL, MXFP4) give codes in [-128, 127] and multiply via abs/sign, unsigned ones
+// (Q4_1, Q5_1) give [0, 31] and feed maddubs directly. Activation codes must be in [-127, 127] (as
+// every lamina / GGML quantizer writes them): sign_epi8 cannot negate -128.
 
 // 32 nibbles to bytes: low nibbles are elements 0..15, high nibbles elements 16..31.
 inline __m256i UnpackNibbles(const uint8_t* qs) {
@@ -272,6 +279,25 @@ struct Q8_0W {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
   }
 };
+// Table types: the nibbles index 16 int8 levels, looked up by one in-lane byte shuffle (the
+// table sits in both 128-bit lanes). The levels are in [-127, 113]: sign_epi8 can take them.
+inline __m256i LookUp16(const int8_t* levels, __m256i nibbles) {
+  const __m256i table =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels)));
+  return _mm256_shuffle_epi8(table, nibbles);
+}
+struct IQ4_NLW {
+  using Block = BlockIQ4_NL;
+  using Act = BlockQ8_0;
+  static constexpr bool kSigned = true;
+  static __m256i Codes(const Block& b) { return LookUp16(kIq4NlLevels, UnpackNibbles(b.qs)); }
+};
+struct MXFP4W {
+  using Block = BlockMXFP4;
+  using Act = BlockQ8_0;
+  static constexpr bool kSigned = true;
+  static __m256i Codes(const Block& b) { return LookUp16(kMxfp4Levels, UnpackNibbles(b.qs)); }
+};
 struct Q4_1W {
   using Block = BlockQ4_1;
   using Act = BlockQ8_1;
@@ -305,7 +331,7 @@ struct Prepared {
       sgn = c;
       m = HalfToF32(b.m);
     }
-    d = HalfToF32(b.d);
+    d = BlockScale(b);
   }
 
   // Eight int32 lanes summing to dot(codes, activation codes).
@@ -319,10 +345,10 @@ struct Prepared {
 
 #include "quant/legacy_quant_dot.inc"
 
-// Quant tiles for prompt batches (Q4_0, Q5_0, Q8_0 weights; Q8_0 activations): R weight rows x
-// N activation rows per register block. Each pair keeps VecDotQuantMultiN's one accumulator,
-// its per-block int32 lanes (maddubs(|w|, sign(y, w)) then madd: exact, so any order of the
-// integer work gives them), its scale d_w * d_a and its FMA order, so every output is that
+// Quant tiles for prompt batches (Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 weights; Q8_0 activations): R
+// weight rows x N activation rows per register block. Each pair keeps VecDotQuantMultiN's one
+// accumulator, its per-block int32 lanes (maddubs(|w|, sign(y, w)) then madd: exact, so any order
+// of the integer work gives them), its scale d_w * d_a and its FMA order, so every output is that
 // kernel's bits. A weight block is unpacked once per tile, the activation scales are widened
 // once per call, and the R x N scale products take one 4-lane multiply per row and block,
 // read back by broadcast loads (no shuffle per pair). Only matmuls of many tokens use it
@@ -351,7 +377,7 @@ void QuantTileBlock(int64_t nb, const typename W::Block* const* w, const BlockQ8
     for (int r = 0; r < R; ++r) {
       ws[r] = W::Codes(w[r][i]);
       wm[r] = _mm256_sign_epi8(ws[r], ws[r]);
-      _mm_store_ps(scale[r], _mm_mul_ps(_mm_set1_ps(HalfToF32(w[r][i].d)), dav));
+      _mm_store_ps(scale[r], _mm_mul_ps(_mm_set1_ps(BlockScale(w[r][i])), dav));
     }
 #pragma GCC unroll 4
     for (int j = 0; j < N; ++j) {
@@ -516,15 +542,20 @@ void RegisterAvx2Legacy(KernelTable& table) {
   set(GgmlType::kQ5_0, VecDotQuantOne<Q5_0W>, VecDotQuantMulti<Q5_0W>);
   set(GgmlType::kQ5_1, VecDotQuantOne<Q5_1W>, VecDotQuantMulti<Q5_1W>);
   set(GgmlType::kQ8_0, VecDotQuantOne<Q8_0W>, VecDotQuantMulti<Q8_0W>);
+  set(GgmlType::kIQ4_NL, VecDotQuantOne<IQ4_NLW>, VecDotQuantMulti<IQ4_NLW>);
+  set(GgmlType::kMXFP4, VecDotQuantOne<MXFP4W>, VecDotQuantMulti<MXFP4W>);
   table[static_cast<int>(GgmlType::kF32)].vec_dot_tile = VecDotFloatTile<F32Src, F32Src>;
   table[static_cast<int>(GgmlType::kF16)].vec_dot_tile = VecDotFloatTile<F16Src, F32Src>;
   table[static_cast<int>(GgmlType::kBF16)].vec_dot_tile = VecDotFloatTile<BF16Src, BF16Src>;
-  for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kQ8_0}) {
+  for (GgmlType t :
+       {GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kQ8_0, GgmlType::kIQ4_NL, GgmlType::kMXFP4}) {
     table[static_cast<int>(t)].tile_min_tokens = kQuantTileMinTokens;
   }
   table[static_cast<int>(GgmlType::kQ4_0)].vec_dot_tile = VecDotQuantTile<Q4_0W>;
   table[static_cast<int>(GgmlType::kQ5_0)].vec_dot_tile = VecDotQuantTile<Q5_0W>;
   table[static_cast<int>(GgmlType::kQ8_0)].vec_dot_tile = VecDotQuantTile<Q8_0W>;
+  table[static_cast<int>(GgmlType::kIQ4_NL)].vec_dot_tile = VecDotQuantTile<IQ4_NLW>;
+  table[static_cast<int>(GgmlType::kMXFP4)].vec_dot_tile = VecDotQuantTile<MXFP4W>;
   table[static_cast<int>(GgmlType::kQ8_0)].quantize = QuantizeQ8_0;
   table[static_cast<int>(GgmlType::kQ8_1)].quantize = QuantizeQ8_1;
   table[static_cast<int>(GgmlType::kF16)].quantize = QuantizeF16;

@@ -1,7 +1,8 @@
-// AVX-512 (F/BW/VL/DQ/VNNI) kernels for F32, F16, BF16 and the legacy quants. Float types use
-// 512-bit FMAs with masked tails; quant blocks use VNNI dot products, which accumulate u8 x s8
-// products straight into int32 lanes: 256-bit (one 32-byte block per register) for Q4_1, Q5_0
-// and Q5_1, and 512-bit register-blocked tiles (two blocks per register) for Q4_0 and Q8_0.
+// AVX-512 (F/BW/VL/DQ/VNNI) kernels for F32, F16, BF16, the legacy quants and the 32-element
+// table types (IQ4_NL, MXFP4). Float types use 512-bit FMAs with masked tails; quant blocks use
+// VNNI dot products, which accumulate u8 x s8 products straight into int32 lanes: 256-bit (one
+// 32-byte block per register) for Q4_1, Q5_0 and Q5_1, and 512-bit register-blocked tiles (two
+// blocks per register) for Q4_0, Q8_0, IQ4_NL and MXFP4.
 // GCC 12's AVX-512 headers self-initialise their "undefined" vectors, which -Wall reports at
 // every inlined intrinsic (GCC PR105593); the warnings say nothing about this file.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -314,10 +315,11 @@ struct Prepared {
 #include "quant/legacy_quant_dot.inc"
 
 // ---------------------------------------------------------------------------------------------
-// Register-blocked tiles for Q8_0 and Q4_0 weights: R weight rows x N activation rows per inner
-// loop, two 32-element blocks per 512-bit register (lanes 0-7 the even block, 8-15 the odd one).
-// Here the weights are made unsigned, u = w + C (C = 128 for Q8_0 by a sign flip, 8 for Q4_0,
-// whose nibbles already are w + 8), and the activation carries the correction: dpbusd starts
+// Register-blocked tiles for Q8_0, Q4_0, IQ4_NL and MXFP4 weights: R weight rows x N activation
+// rows per inner loop, two 32-element blocks per 512-bit register (lanes 0-7 the even block, 8-15
+// the odd one). Here the weights are made unsigned, u = w + C (C = 128 for Q8_0 by a sign flip,
+// 8 for Q4_0, whose nibbles already are w + 8, 128 for the table types, whose table holds the
+// levels + 128), and the activation carries the correction: dpbusd starts
 // from -C * sum(y) per lane, so per block pair a token pays its load, bias and scales once for
 // all R rows, a row its decode and scales once for all N tokens, and each (row, token) one
 // dpbusd, one convert, one multiply and one FMA. The token-side bias (not a row-side one) keeps
@@ -343,20 +345,44 @@ struct Q8_0Tile {
     return _mm512_zextsi256_si512(_mm256_xor_si256(Load256(b.qs), _mm256_set1_epi8(kOffset)));
   }
 };
+// The nibbles of two blocks as bytes in element order: block 0 in bytes 0-31, block 1 in 32-63.
+inline __m512i UnpackNibbles2(const uint8_t* qs0, const uint8_t* qs1) {
+  const __m256i q = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs0))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs1)), 1);
+  // 128-bit lanes [b0 low, b1 low, b0 high, b1 high] -> [b0 low, b0 high, b1 low, b1 high].
+  const __m512i z = Join(q, _mm256_srli_epi16(q, 4));
+  const __m512i o = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+  return _mm512_and_si512(o, _mm512_set1_epi8(0x0F));
+}
+
 struct Q4_0Tile {
   using Block = BlockQ4_0;
   static constexpr char kOffset = 8;
-  static __m512i Codes2(const Block& b0, const Block& b1) {
-    const __m256i q = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0.qs))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1.qs)), 1);
-    // 128-bit lanes [b0 low, b1 low, b0 high, b1 high] -> [b0 low, b0 high, b1 low, b1 high].
-    const __m512i z = Join(q, _mm256_srli_epi16(q, 4));
-    const __m512i o = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
-    return _mm512_and_si512(o, _mm512_set1_epi8(0x0F));
-  }
+  static __m512i Codes2(const Block& b0, const Block& b1) { return UnpackNibbles2(b0.qs, b1.qs); }
   static __m512i Codes1(const Block& b) { return _mm512_zextsi256_si512(UnpackNibbles(b.qs)); }
 };
+
+// IQ4_NL and MXFP4: each nibble looks up its level + 128 (the int8 level with its sign bit
+// flipped) by an in-lane byte shuffle; a lone block's upper half stays zero.
+template <class B, const int8_t (&kLevels)[16]>
+struct Table4Tile {
+  using Block = B;
+  static constexpr char kOffset = static_cast<char>(0x80);
+  static __m128i Table() {
+    return _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kLevels)),
+                         _mm_set1_epi8(static_cast<char>(0x80)));
+  }
+  static __m512i Codes2(const Block& b0, const Block& b1) {
+    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(Table()), UnpackNibbles2(b0.qs, b1.qs));
+  }
+  static __m512i Codes1(const Block& b) {
+    return _mm512_zextsi256_si512(
+        _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(Table()), UnpackNibbles(b.qs)));
+  }
+};
+using IQ4_NLTile = Table4Tile<BlockIQ4_NL, kIq4NlLevels>;
+using MXFP4Tile = Table4Tile<BlockMXFP4, kMxfp4Levels>;
 
 // Eight copies of each block's fp16 scale as f32, lanes 8-15 zero for a lone block. (A masked
 // load plus a word permute is fewer instructions, but its index vector makes the 4 x 4 tile
@@ -369,6 +395,24 @@ inline __m512 Scales2(fp16_t d0, fp16_t d1) {
 inline __m512 Scales1(fp16_t d) {
   return _mm512_cvtph_ps(_mm256_zextsi128_si256(_mm_set1_epi16(static_cast<short>(d))));
 }
+// A weight block pair's scales as Scales2 / Scales1 give them: fp16 d, or MXFP4's halved E8M0
+// exponent (as the scalar twin).
+template <class Block>
+inline __m512 WeightScales2(const Block& b0, const Block& b1) {
+  return Scales2(b0.d, b1.d);
+}
+template <class Block>
+inline __m512 WeightScales1(const Block& b) {
+  return Scales1(b.d);
+}
+inline __m512 WeightScales2(const BlockMXFP4& b0, const BlockMXFP4& b1) {
+  return _mm512_insertf32x8(_mm512_set1_ps(E8M0ToF32Half(b0.e)),
+                            _mm256_set1_ps(E8M0ToF32Half(b1.e)), 1);
+}
+inline __m512 WeightScales1(const BlockMXFP4& b) {
+  return _mm512_zextps256_ps512(_mm256_set1_ps(E8M0ToF32Half(b.e)));
+}
+
 // dpbusd start value: -C * sum(y) per lane, exact for every activation byte.
 template <class W>
 inline __m512i ActBias(__m512i y) {
@@ -398,7 +442,7 @@ void DotTile(int64_t nb, const char* w, size_t w_stride, const char* act, size_t
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       codes[r] = W::Codes2(wr[r][i], wr[r][i + 1]);
-      dw[r] = Scales2(wr[r][i].d, wr[r][i + 1].d);
+      dw[r] = WeightScales2(wr[r][i], wr[r][i + 1]);
     }
 #pragma GCC unroll 8
     for (int t = 0; t < N; ++t) {
@@ -417,7 +461,7 @@ void DotTile(int64_t nb, const char* w, size_t w_stride, const char* act, size_t
     __m512 dw[R];
     for (int r = 0; r < R; ++r) {
       codes[r] = W::Codes1(wr[r][i]);
-      dw[r] = Scales1(wr[r][i].d);
+      dw[r] = WeightScales1(wr[r][i]);
     }
     for (int t = 0; t < N; ++t) {
       const __m512i y = _mm512_zextsi256_si512(Load256(at[t][i].qs));
@@ -594,6 +638,10 @@ void RegisterAvx512Legacy(KernelTable& table) {
   set(GgmlType::kQ5_1, VecDotQuantOne<Q5_1W>, VecDotQuantMulti<Q5_1W>);
   set(GgmlType::kQ8_0, VecDotTileOne<Q8_0Tile>, VecDotTileMulti<Q8_0Tile>);
   table[static_cast<int>(GgmlType::kQ8_0)].vec_dot_tile = InTilesOfFour<VecDotTile<Q8_0Tile>>;
+  set(GgmlType::kIQ4_NL, VecDotTileOne<IQ4_NLTile>, VecDotTileMulti<IQ4_NLTile>);
+  table[static_cast<int>(GgmlType::kIQ4_NL)].vec_dot_tile = InTilesOfFour<VecDotTile<IQ4_NLTile>>;
+  set(GgmlType::kMXFP4, VecDotTileOne<MXFP4Tile>, VecDotTileMulti<MXFP4Tile>);
+  table[static_cast<int>(GgmlType::kMXFP4)].vec_dot_tile = InTilesOfFour<VecDotTile<MXFP4Tile>>;
   table[static_cast<int>(GgmlType::kQ8_0)].quantize = QuantizeQ8_0;
   table[static_cast<int>(GgmlType::kQ8_1)].quantize = QuantizeQ8_1;
   // F16 activations keep the AVX2 F16C quantizer inherited from the AVX2 table.

@@ -26,6 +26,9 @@ constexpr Entry kEntries[] = {
     {GgmlType::kQ5_K, {"Q5_K", kQK_K, sizeof(BlockQ5_K), true}},
     {GgmlType::kQ6_K, {"Q6_K", kQK_K, sizeof(BlockQ6_K), true}},
     {GgmlType::kQ8_K, {"Q8_K", kQK_K, sizeof(BlockQ8_K), true}},
+    {GgmlType::kIQ4_NL, {"IQ4_NL", kQK, sizeof(BlockIQ4_NL), true}},
+    {GgmlType::kIQ4_XS, {"IQ4_XS", kQK_K, sizeof(BlockIQ4_XS), true}},
+    {GgmlType::kMXFP4, {"MXFP4", kQK, sizeof(BlockMXFP4), true}},
 };
 }  // namespace
 

@@ -24,10 +24,13 @@ enum class GgmlType : uint32_t {
   kQ5_K = 13,
   kQ6_K = 14,
   kQ8_K = 15,
+  kIQ4_NL = 20,
+  kIQ4_XS = 23,
   kBF16 = 30,
+  kMXFP4 = 39,
 };
 
-constexpr int64_t kQK = 32;    // elements per block of the legacy quants
+constexpr int64_t kQK = 32;     // elements per block of the legacy quants
 constexpr int64_t kQK_K = 256;  // elements per super-block of the K-quants
 constexpr int kKScaleSize = 12;
 
@@ -87,7 +90,8 @@ struct BlockQ2_K {
 };
 static_assert(sizeof(BlockQ2_K) == 84);
 
-// 256 values in 16 groups of 16: x = d * (scale6 - 32) * (q2 + 4*hbit - 4); 6-bit scales packed in 12 bytes.
+// 256 values in 16 groups of 16: x = d * (scale6 - 32) * (q2 + 4*hbit - 4); 6-bit scales packed in
+// 12 bytes.
 struct BlockQ3_K {
   uint8_t hmask[kQK_K / 8];
   uint8_t qs[kQK_K / 4];
@@ -96,7 +100,8 @@ struct BlockQ3_K {
 };
 static_assert(sizeof(BlockQ3_K) == 110);
 
-// 256 values in 8 groups of 32: x = d * scale6 * q4 - dmin * min6; scales/mins 6-bit packed in 12 bytes.
+// 256 values in 8 groups of 32: x = d * scale6 * q4 - dmin * min6; scales/mins 6-bit packed in 12
+// bytes.
 struct BlockQ4_K {
   fp16_t d;
   fp16_t dmin;
@@ -131,6 +136,47 @@ struct BlockQ8_K {
   int16_t bsums[kQK_K / 16];
 };
 static_assert(sizeof(BlockQ8_K) == 292);
+
+// The 16 levels of IQ4_NL and IQ4_XS (GGML's kvalues_iq4nl): x = d * level. Not lamina's q4_nl
+// KV levels (kernels/kv_format.h), which were fitted to rotated V rows and differ.
+inline constexpr int8_t kIq4NlLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+
+// The 16 E2M1 (FP4) values of MXFP4, doubled so that they are integers: code c is sign bit 3,
+// magnitude {0, 0.5, 1, 1.5, 2, 3, 4, 6}[c & 7]; x = level * E8M0ToF32Half(e).
+inline constexpr int8_t kMxfp4Levels[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
+
+// Half the E8M0 scale 2^(e - 127), i.e. 2^(e - 128), as GGML computes it: e = 0 and 1 give the
+// f32 subnormals 2^-128 and 2^-127, e = 255 gives 2^127 (E8M0's NaN code is not special-cased).
+inline float E8M0ToF32Half(uint8_t e) {
+  return BitsToF32(e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23);
+}
+
+// 32 values: x = d * kIq4NlLevels[q]; q low nibble holds element i, high nibble element i + 16.
+struct BlockIQ4_NL {
+  fp16_t d;
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockIQ4_NL) == 18);
+
+// 256 values in 8 groups of 32: x = d * (scale6 - 32) * kIq4NlLevels[q]. Group g's 6-bit scale
+// has its low 4 bits in scales_l[g / 2] (low nibble for even g) and its top 2 bits in bits
+// 2g, 2g + 1 of scales_h; qs holds 16 bytes per group, nibbles as IQ4_NL.
+struct BlockIQ4_XS {
+  fp16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[kQK_K / 64];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockIQ4_XS) == 136);
+
+// 32 values: x = kMxfp4Levels[q] * E8M0ToF32Half(e), e the shared E8M0 exponent; nibbles as Q4_0.
+struct BlockMXFP4 {
+  uint8_t e;
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockMXFP4) == 17);
 
 struct TypeTraits {
   const char* name;

@@ -991,12 +991,17 @@ bool ReadMessages(const json& body, std::vector<chat::ChatMessage>* messages,
         return Fail(err, where + ": only assistant turns have tool_calls");
       if (!ReadMessageToolCalls(*calls, where, &msg.tool_calls, err)) return false;
     }
+    // reasoning_content: an assistant turn's thinking given apart (llama-server reads it too).
     for (auto [key, field] :
-         {std::pair{"tool_call_id", &msg.tool_call_id}, std::pair{"name", &msg.name}}) {
+         {std::pair{"tool_call_id", &msg.tool_call_id}, std::pair{"name", &msg.name},
+          std::pair{"reasoning_content", &msg.reasoning_content}}) {
       auto f = m.find(key);
       if (f == m.end() || f->is_null()) continue;
       if (!f->is_string()) return Fail(err, where + "." + key + " must be a string");
       *field = f->get<std::string>();
+    }
+    if (!msg.reasoning_content.empty() && msg.role != "assistant") {
+      return Fail(err, where + ": only assistant turns have reasoning_content");
     }
     messages->push_back(std::move(msg));
   }

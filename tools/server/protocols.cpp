@@ -2,6 +2,11 @@
 // path (see protocols.h).
 #include "protocols.h"
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -145,8 +150,40 @@ bool BlocksText(const json& v, const std::string& where, std::string* out, ApiEr
   return true;
 }
 
-// One Anthropic message → OpenAI messages (tool results become "tool" messages).
-bool AnthropicMessage(const json& m, size_t i, json* messages, ApiError* err) {
+}  // namespace
+
+ThinkingSigner::ThinkingSigner() {
+  if (RAND_bytes(key_, sizeof key_) != 1) {
+    std::random_device rd;  // OpenSSL's generator failed: the OS's
+    for (unsigned char& b : key_) b = static_cast<unsigned char>(rd());
+  }
+}
+
+std::string ThinkingSigner::Sign(const std::string& scope, const std::string& thinking) const {
+  // The scope, a separator no scope contains, then the text.
+  const std::string message = scope + '\x1f' + thinking;
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  HMAC(EVP_sha256(), key_, sizeof key_, reinterpret_cast<const unsigned char*>(message.data()),
+       message.size(), mac, &n);
+  unsigned char b64[4 * ((EVP_MAX_MD_SIZE + 2) / 3) + 1];
+  const int len = EVP_EncodeBlock(b64, mac, static_cast<int>(n));
+  return std::string(reinterpret_cast<const char*>(b64), static_cast<size_t>(len));
+}
+
+bool ThinkingSigner::Verify(const std::string& scope, const std::string& thinking,
+                            const std::string& signature) const {
+  const std::string expected = Sign(scope, thinking);
+  return signature.size() == expected.size() &&
+         CRYPTO_memcmp(signature.data(), expected.data(), expected.size()) == 0;
+}
+
+namespace {
+
+// One Anthropic message → OpenAI messages (tool results become "tool" messages). An assistant
+// turn's thinking blocks signed by `signer` for `scope` become its reasoning_content.
+bool AnthropicMessage(const json& m, size_t i, json* messages, ApiError* err,
+                      const ThinkingSigner* signer, const std::string& scope) {
   const std::string where = "messages[" + std::to_string(i) + "]";
   if (!m.is_object()) return Fail(err, where + " must be an object");
   auto role = m.find("role");
@@ -161,6 +198,7 @@ bool AnthropicMessage(const json& m, size_t i, json* messages, ApiError* err) {
   }
   if (!content->is_array()) return Fail(err, where + ".content must be a string or an array");
   std::string text;
+  std::string reasoning;  // verified thinking
   json calls = json::array();
   for (const json& b : *content) {
     const std::string type = b.is_object() && b.contains("type") && b["type"].is_string()
@@ -180,8 +218,16 @@ bool AnthropicMessage(const json& m, size_t i, json* messages, ApiError* err) {
       if (b.value("is_error", false)) result = "Error: " + result;
       messages->push_back(
           {{"role", "tool"}, {"tool_call_id", b.value("tool_use_id", "")}, {"content", result}});
-    } else if (type == "thinking" || type == "redacted_thinking") {
-      continue;
+    } else if (type == "thinking") {
+      auto th = b.find("thinking");
+      auto sig = b.find("signature");
+      if (*role == "assistant" && signer != nullptr && th != b.end() && th->is_string() &&
+          sig != b.end() && sig->is_string() &&
+          signer->Verify(scope, th->get<std::string>(), sig->get<std::string>())) {
+        reasoning += th->get<std::string>();
+      }
+    } else if (type == "redacted_thinking") {
+      continue;  // lamina writes none; another server's are opaque
     } else {
       return Fail(err, where + ".content: \"" + type +
                            "\" blocks are not supported (text, tool_use, tool_result)");
@@ -191,9 +237,11 @@ bool AnthropicMessage(const json& m, size_t i, json* messages, ApiError* err) {
     messages->push_back({{"role", "assistant"},
                          {"content", text.empty() ? json(nullptr) : json(text)},
                          {"tool_calls", calls}});
-  } else if (!text.empty() || messages->empty() || messages->back()["role"] != "tool") {
+  } else if (!text.empty() || !reasoning.empty() || messages->empty() ||
+             messages->back()["role"] != "tool") {
     messages->push_back({{"role", *role}, {"content", text}});
   }
+  if (!reasoning.empty()) messages->back()["reasoning_content"] = reasoning;
   return true;
 }
 
@@ -495,7 +543,8 @@ bool ResponsesToChat(const json& body, json* out, json* echo, ApiError* err) {
   return true;
 }
 
-bool AnthropicToChat(const json& body, bool count_only, json* out, ApiError* err) {
+bool AnthropicToChat(const json& body, bool count_only, json* out, ApiError* err,
+                     const ThinkingSigner* signer, const std::string& scope) {
   if (!body.is_object()) return Fail(err, "the body must be a JSON object");
   *out = json::object();
   if (!count_only) {
@@ -514,7 +563,7 @@ bool AnthropicToChat(const json& body, bool count_only, json* out, ApiError* err
   auto ms = body.find("messages");
   if (ms == body.end() || !ms->is_array()) return Fail(err, "messages: Field required (an array)");
   for (size_t i = 0; i < ms->size(); ++i) {
-    if (!AnthropicMessage((*ms)[i], i, &messages, err)) return false;
+    if (!AnthropicMessage((*ms)[i], i, &messages, err, signer, scope)) return false;
   }
   (*out)["messages"] = std::move(messages);
   for (const char* k : {"temperature", "top_p", "top_k", "stream"}) {
@@ -628,8 +677,8 @@ class AnthropicFormatter : public Formatter {
  public:
   explicit AnthropicFormatter(AnswerInfo info)
       : info_(std::move(info)), held_(info_), id_(RandomId("msg_")) {}
-  // Thinking comes back as a "thinking" block before the text (signature empty: lamina signs
-  // nothing, and a client that sends it back gets it ignored).
+  // Thinking comes back as a "thinking" block before the text, signed for the tenant
+  // (ThinkingSigner): sent back unchanged in a later turn, it is used as that turn's thinking.
   const char* stream_type() const override { return "text/event-stream"; }
 
   json Whole(const std::string& text, const serve::Event& done) override {
@@ -638,7 +687,9 @@ class AnthropicFormatter : public Formatter {
     const std::string& content = parts.content;
     json blocks = json::array();
     if (!parts.reasoning.empty()) {
-      blocks.push_back({{"type", "thinking"}, {"thinking", parts.reasoning}, {"signature", ""}});
+      blocks.push_back({{"type", "thinking"},
+                        {"thinking", parts.reasoning},
+                        {"signature", Signature(parts.reasoning)}});
     }
     if (!content.empty() || calls.empty()) blocks.push_back({{"type", "text"}, {"text", content}});
     for (const chat::ToolCall& c : calls) {
@@ -710,6 +761,9 @@ class AnthropicFormatter : public Formatter {
             {"stop_sequence", nullptr},
             {"usage", {{"input_tokens", info_.prompt_tokens}, {"output_tokens", 0}}}};
   }
+  std::string Signature(const std::string& thinking) const {
+    return info_.signer != nullptr ? info_.signer->Sign(info_.scope, thinking) : std::string();
+  }
   static const char* StopReason(const serve::Event& done, bool tool_use) {
     if (tool_use) return "tool_use";
     switch (done.reason) {
@@ -733,17 +787,21 @@ class AnthropicFormatter : public Formatter {
       thinking_open_ = true;
       out = BlockStart({{"type", "thinking"}, {"thinking", ""}, {"signature", ""}});
     }
+    thinking_ += text;
     return out + Event("content_block_delta",
                        {{"type", "content_block_delta"},
                         {"index", n_blocks_},
                         {"delta", {{"type", "thinking_delta"}, {"thinking", text}}}});
   }
+  // The block's signature, over all its thinking deltas, as Anthropic sends it: last.
   std::string ThinkingStop() {
     thinking_open_ = false;
     std::string out =
-        Event("content_block_delta", {{"type", "content_block_delta"},
-                                      {"index", n_blocks_},
-                                      {"delta", {{"type", "signature_delta"}, {"signature", ""}}}});
+        Event("content_block_delta",
+              {{"type", "content_block_delta"},
+               {"index", n_blocks_},
+               {"delta", {{"type", "signature_delta"}, {"signature", Signature(thinking_)}}}});
+    thinking_.clear();
     out += BlockStop();  // after: it moves n_blocks_ on
     return out;
   }
@@ -782,6 +840,7 @@ class AnthropicFormatter : public Formatter {
   AnswerText held_;
   std::string id_;
   bool thinking_open_ = false;
+  std::string thinking_;  // the open thinking block's text so far
   bool text_open_ = false;
   bool text_sent_ = false;  // a text block was opened
   bool pinged_ = false;

@@ -16,9 +16,27 @@ namespace lamina::cli::protocols {
 using api::ApiError;
 using api::json;
 
+// Signs thinking blocks for one tenant: HMAC-SHA256 (OpenSSL) of the tenant's cache scope and
+// the thinking text under a key drawn when the server starts, base64. A thinking block a client
+// sends back is used (as the turn's reasoning_content) only when its signature is this server's
+// for the same tenant and text; any other — another server's, another tenant's, edited, or one
+// from before a restart — is left out of the prompt, as unsigned ones always were.
+class ThinkingSigner {
+ public:
+  ThinkingSigner();  // a fresh random key
+  std::string Sign(const std::string& scope, const std::string& thinking) const;
+  bool Verify(const std::string& scope, const std::string& thinking,
+              const std::string& signature) const;
+
+ private:
+  unsigned char key_[32];
+};
+
 // POST /v1/messages (count_only: /v1/messages/count_tokens, where max_tokens is not needed) →
-// an OpenAI chat body.
-bool AnthropicToChat(const json& body, bool count_only, json* out, ApiError* err);
+// an OpenAI chat body. An assistant turn's thinking blocks that `signer` verifies for `scope`
+// become its reasoning_content (signer null: none are used).
+bool AnthropicToChat(const json& body, bool count_only, json* out, ApiError* err,
+                     const ThinkingSigner* signer = nullptr, const std::string& scope = "");
 // POST /api/chat → an OpenAI chat body ("stream" defaults to true).
 bool OllamaChatToChat(const json& body, json* out, ApiError* err);
 // POST /api/generate → an OpenAI chat body, or with "raw": true a native completion body
@@ -42,6 +60,9 @@ struct AnswerInfo {
   // The thinking block: how it is returned (kNone: as content), and whether the prompt opened it.
   chat::ReasoningFormat reasoning_format = chat::ReasoningFormat::kNone;
   bool thinking_at_start = false;
+  // Anthropic's thinking blocks are signed for this tenant (null: an empty signature).
+  const ThinkingSigner* signer = nullptr;
+  std::string scope;
 };
 
 // One protocol's answer (one choice) from the engine's events: a whole JSON answer, or a

@@ -225,10 +225,11 @@ class Server {
   std::vector<std::string> aliases_;
   std::vector<std::string> tags_;
   std::vector<std::string> api_keys_;
-  std::vector<std::string> key_digests_;    // KeyDigest of each key, same order
-  std::vector<std::string> cors_origins_;   // --cors-origin
-  bool cors_echo_any_ = false;              // no --cors-origin, API keys: any origin is echoed
-  std::vector<std::string> allowed_hosts_;  // --host-allow, lower-cased
+  std::vector<std::string> key_digests_;       // KeyDigest of each key, same order
+  protocols::ThinkingSigner thinking_signer_;  // Anthropic thinking blocks' signatures
+  std::vector<std::string> cors_origins_;      // --cors-origin
+  bool cors_echo_any_ = false;                 // no --cors-origin, API keys: any origin is echoed
+  std::vector<std::string> allowed_hosts_;     // --host-allow, lower-cased
   std::string kv_name_;
   double started_at_ = 0.0;
 
@@ -1743,7 +1744,8 @@ void Server::HandleProtocol(const http::Request& req, http::Response& res, Proto
   ApiError err;
   bool raw = false, ok = false;
   try {
-    ok = p == Protocol::kAnthropic    ? protocols::AnthropicToChat(body, false, &mapped, &err)
+    ok = p == Protocol::kAnthropic    ? protocols::AnthropicToChat(body, false, &mapped, &err,
+                                                                   &thinking_signer_, KeyScope(req))
          : p == Protocol::kResponses  ? protocols::ResponsesToChat(body, &mapped, &echo, &err)
          : p == Protocol::kOllamaChat ? protocols::OllamaChatToChat(body, &mapped, &err)
                                       : protocols::OllamaGenerateToBody(body, &mapped, &raw, &err);
@@ -1760,7 +1762,8 @@ void Server::HandleProtocol(const http::Request& req, http::Response& res, Proto
   const protocols::AnswerInfo info{
       model_id_,           static_cast<int>(c->requests[0].prompt.size()),
       c->parse_tool_calls, c->tool_names,
-      c->reasoning_format, c->thinking_at_start};
+      c->reasoning_format, c->thinking_at_start,
+      &thinking_signer_,   KeyScope(req)};
   std::shared_ptr<protocols::Formatter> f =
       p == Protocol::kAnthropic ? protocols::MakeAnthropicFormatter(info)
       : p == Protocol::kResponses
@@ -1797,7 +1800,7 @@ void Server::HandleCountTokens(const http::Request& req, http::Response& res) {
   std::string prompt;
   bool ok = false;
   try {
-    ok = protocols::AnthropicToChat(body, true, &mapped, &err) &&
+    ok = protocols::AnthropicToChat(body, true, &mapped, &err, &thinking_signer_, KeyScope(req)) &&
          api::RenderMessages(mapped, *model_, chat_, defaults_, &prompt, &err);
   } catch (const json::exception& e) {
     err = {400, "invalid_request_error", std::string("malformed request: ") + e.what()};
