@@ -37,6 +37,10 @@ Weights MakeWeights(GgmlType type, int64_t rows, int64_t cols) {
     } else {
       for (size_t b = 0; b < row_bytes; ++b)
         out.data[r * row_bytes + b] = static_cast<uint8_t>(rng() & 0x3F);
+      if (type == GgmlType::kMXFP4) {  // exponents of 2^-8 steps: tiny ones run on subnormals
+        for (size_t b = 0; b < row_bytes; b += sizeof(BlockMXFP4))
+          out.data[r * row_bytes + b] = 120;
+      }
     }
   }
   out.w = {type, rows, cols, row_bytes, out.data.data()};
@@ -65,7 +69,8 @@ void BM_MatMul(benchmark::State& state) {
 }
 BENCHMARK(BM_MatMul)
     ->ArgsProduct({{int(GgmlType::kQ8_0), int(GgmlType::kQ4_0), int(GgmlType::kQ4_K),
-                    int(GgmlType::kF16)},
+                    int(GgmlType::kF16), int(GgmlType::kIQ4_NL), int(GgmlType::kIQ4_XS),
+                    int(GgmlType::kMXFP4)},
                    {1, 8, 64},
                    {1, 2}})
     ->UseRealTime();

@@ -1,6 +1,6 @@
-// Micro-benchmarks for the F32/F16/BF16 and legacy-quant kernels at every ISA this CPU has:
-// one k=4096 dot, a single-thread matvec (weight bytes/s: decode is bandwidth bound), and the
-// 8-activation multi-dot used for prompt processing (items/s = multiply-adds * 2, i.e. FLOP/s).
+// Micro-benchmarks for the F32/F16/BF16, legacy-quant, IQ4_NL and MXFP4 kernels at every ISA this
+// CPU has: one k=4096 dot, a single-thread matvec (weight bytes/s: decode is bandwidth bound), and
+// the 8-activation multi-dot used for prompt processing (items/s = multiply-adds * 2, i.e. FLOP/s).
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -10,13 +10,14 @@
 
 #include "quant/quant.h"
 #include "quant/types.h"
+#include "util/fp16.h"
 
 namespace lamina {
 namespace {
 
-const GgmlType kTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,
-                           GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
-                           GgmlType::kQ5_1, GgmlType::kQ8_0};
+const GgmlType kTypes[] = {GgmlType::kF32,    GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ4_0,
+                           GgmlType::kQ4_1,   GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
+                           GgmlType::kIQ4_NL, GgmlType::kMXFP4};
 
 std::vector<Isa> SupportedIsas() {
   std::vector<Isa> isas = {Isa::kScalar};
@@ -26,6 +27,7 @@ std::vector<Isa> SupportedIsas() {
 }
 
 // Rows of `type` quantized from random floats (the reference quantizer, so scales are sane).
+// Types without a quantizer (IQ4_NL, MXFP4) get random codes and a fixed small scale.
 std::vector<uint8_t> RandomRows(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -33,6 +35,19 @@ std::vector<uint8_t> RandomRows(GgmlType type, int64_t rows, int64_t cols, uint3
   const size_t row_bytes = RowSize(type, cols);
   std::vector<uint8_t> out(row_bytes * static_cast<size_t>(rows));
   const TypeKernels& k = GetKernels(type, Isa::kScalar);
+  if (k.quantize == nullptr) {
+    for (uint8_t& b : out) b = static_cast<uint8_t>(rng());
+    const size_t bs = GetTypeTraits(type).type_size;
+    const fp16_t d = F32ToFp16(0.01f);
+    for (size_t off = 0; off < out.size(); off += bs) {
+      if (type == GgmlType::kMXFP4) {
+        out[off] = 120;  // E8M0 exponent: steps of 2^-8
+      } else {
+        std::memcpy(&out[off], &d, 2);  // IQ4_NL: d leads the block
+      }
+    }
+    return out;
+  }
   for (int64_t r = 0; r < rows; ++r) {
     for (float& f : x) f = dist(rng);
     k.quantize(x.data(), out.data() + r * row_bytes, cols);
@@ -61,7 +76,8 @@ void BM_Matvec(benchmark::State& state, GgmlType type, Isa isa) {
   const size_t row_bytes = RowSize(type, cols);
   std::vector<float> out(static_cast<size_t>(rows));
   for (auto _ : state) {
-    for (int64_t r = 0; r < rows; ++r) kern.vec_dot(cols, &out[r], w.data() + r * row_bytes, a.data());
+    for (int64_t r = 0; r < rows; ++r)
+      kern.vec_dot(cols, &out[r], w.data() + r * row_bytes, a.data());
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.size()));

@@ -20,10 +20,11 @@ std::vector<Isa> SupportedIsas() {
 }
 
 TEST(QuantContract, MultiDotEqualsSingleDotBitForBit) {
-  const GgmlType types[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ4_0,
-                            GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
-                            GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
-                            GgmlType::kQ6_K};
+  const GgmlType types[] = {
+      GgmlType::kF32,  GgmlType::kF16,    GgmlType::kBF16,   GgmlType::kQ4_0,
+      GgmlType::kQ4_1, GgmlType::kQ5_0,   GgmlType::kQ5_1,   GgmlType::kQ8_0,
+      GgmlType::kQ2_K, GgmlType::kQ3_K,   GgmlType::kQ4_K,   GgmlType::kQ5_K,
+      GgmlType::kQ6_K, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kMXFP4};
   std::mt19937 rng(17);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const int64_t k = 512;
@@ -42,11 +43,15 @@ TEST(QuantContract, MultiDotEqualsSingleDotBitForBit) {
         kern.quantize(wf.data(), w.data(), k);
       } else {
         for (auto& b : w) b = static_cast<uint8_t>(rng());
-        // K-quant super-blocks keep their fp16 scales at known offsets; make them small.
+        // Blocks keep their fp16 scales (MXFP4: its exponent) at known offsets; make them small.
         const size_t bs = GetTypeTraits(t).type_size;
         for (size_t off = 0; off < w.size(); off += bs) {
           const fp16_t d = F32ToFp16(0.01f);
-          if (t == GgmlType::kQ4_K || t == GgmlType::kQ5_K) {
+          if (t == GgmlType::kMXFP4) {
+            w[off] = 120;
+          } else if (t == GgmlType::kIQ4_NL || t == GgmlType::kIQ4_XS) {
+            std::memcpy(&w[off], &d, 2);
+          } else if (t == GgmlType::kQ4_K || t == GgmlType::kQ5_K) {
             std::memcpy(&w[off], &d, 2);
             std::memcpy(&w[off + 2], &d, 2);
           } else if (t == GgmlType::kQ2_K) {

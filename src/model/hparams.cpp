@@ -97,18 +97,16 @@ Status CheckLayerCount(const gguf::File& f, const std::string& key, int64_t n_la
                          " layers and none of blk." + std::to_string(missing));
 }
 
-Result<Hparams> ReadLlamaLikeHparams(const gguf::File& f, RopeStyle rope_style,
-                                     int q_rows_per_head_dim) {
-  Hparams hp;
-  Result<std::string> arch = f.GetString("general.architecture");
-  if (!arch.ok()) return Error{f.path() + ": missing general.architecture"};
-  hp.arch = *arch;
-  const std::string& a = hp.arch;
+namespace {
+
+// The required counts of hp->arch, checked against the layers and token embedding present.
+Status ReadCounts(const gguf::File& f, Hparams* hp) {
+  const std::string& a = hp->arch;
 #define LAMINA_REQ_INT(field, suffix, max)                        \
   do {                                                            \
     Result<int64_t> r_ = RequiredInt(f, ArchKey(a, suffix), max); \
     if (!r_.ok()) return r_.error();                              \
-    hp.field = static_cast<int>(*r_);                             \
+    hp->field = static_cast<int>(*r_);                            \
   } while (0)
   LAMINA_REQ_INT(n_embd, "embedding_length", kMaxHparamInt);
   LAMINA_REQ_INT(n_layer, "block_count", kMaxHparamInt);
@@ -117,45 +115,53 @@ Result<Hparams> ReadLlamaLikeHparams(const gguf::File& f, RopeStyle rope_style,
   LAMINA_REQ_INT(n_ctx_train, "context_length", kMaxContextLength);
 #undef LAMINA_REQ_INT
   // Before anything is sized from the counts, check them against the tensors present.
-  Status layers = CheckLayerCount(f, ArchKey(a, "block_count"), hp.n_layer);
+  Status layers = CheckLayerCount(f, ArchKey(a, "block_count"), hp->n_layer);
   if (!layers.ok()) return layers.error();
   if (const gguf::TensorInfo* embd = f.FindTensor("token_embd.weight");
-      embd != nullptr && embd->ne[0] != hp.n_embd) {
+      embd != nullptr && embd->ne[0] != hp->n_embd) {
     return HparamError(
-        f, ArchKey(a, "embedding_length"), hp.n_embd,
+        f, ArchKey(a, "embedding_length"), hp->n_embd,
         "token_embd.weight has rows of " + std::to_string(embd->ne[0]) + " elements");
   }
+  return Status::Ok();
+}
+
+// KV heads and head dimension, checked against the first layer's attn_q and attn_k rows
+// (q_rows_per_head_dim query rows per head and head dimension); value_length must equal the
+// head dimension.
+Status ReadHeadShape(const gguf::File& f, int q_rows_per_head_dim, Hparams* hp) {
+  const std::string& a = hp->arch;
   const std::string head_key = ArchKey(a, "attention.head_count");
   const std::string kv_key = ArchKey(a, "attention.head_count_kv");
-  Result<int64_t> n_head_kv = f.GetIntOr(kv_key, hp.n_head);
+  Result<int64_t> n_head_kv = f.GetIntOr(kv_key, hp->n_head);
   if (!n_head_kv.ok()) return n_head_kv.error();
-  if (*n_head_kv <= 0 || *n_head_kv > hp.n_head || hp.n_head % *n_head_kv != 0) {
+  if (*n_head_kv <= 0 || *n_head_kv > hp->n_head || hp->n_head % *n_head_kv != 0) {
     return HparamError(f, kv_key, *n_head_kv,
-                       "it does not divide " + head_key + " " + std::to_string(hp.n_head));
+                       "it does not divide " + head_key + " " + std::to_string(hp->n_head));
   }
-  hp.n_head_kv = static_cast<int>(*n_head_kv);
+  hp->n_head_kv = static_cast<int>(*n_head_kv);
   int q_layer = 0;
   int k_layer = 0;
-  const gguf::TensorInfo* wq = FirstLayerTensor(f, hp.n_layer, "attn_q.weight", &q_layer);
-  const gguf::TensorInfo* wk = FirstLayerTensor(f, hp.n_layer, "attn_k.weight", &k_layer);
+  const gguf::TensorInfo* wq = FirstLayerTensor(f, hp->n_layer, "attn_q.weight", &q_layer);
+  const gguf::TensorInfo* wk = FirstLayerTensor(f, hp->n_layer, "attn_k.weight", &k_layer);
   const std::string q_name = "blk." + std::to_string(q_layer) + ".attn_q.weight";
   const std::string k_name = "blk." + std::to_string(k_layer) + ".attn_k.weight";
   const int64_t q_per_head = q_rows_per_head_dim;  // query rows per head and head dimension
   const std::string q_multiple = q_per_head == 1 ? "it" : std::to_string(q_per_head) + " x it";
-  if (wq != nullptr && wq->ne[1] % (q_per_head * hp.n_head) != 0) {
+  if (wq != nullptr && wq->ne[1] % (q_per_head * hp->n_head) != 0) {
     return HparamError(
-        f, head_key, hp.n_head,
+        f, head_key, hp->n_head,
         q_name + " has " + std::to_string(wq->ne[1]) + " rows, not a multiple of " + q_multiple);
   }
-  if (wk != nullptr && wk->ne[1] % hp.n_head_kv != 0) {
+  if (wk != nullptr && wk->ne[1] % hp->n_head_kv != 0) {
     return HparamError(
-        f, kv_key, hp.n_head_kv,
+        f, kv_key, hp->n_head_kv,
         k_name + " has " + std::to_string(wk->ne[1]) + " rows, not a multiple of it");
   }
   const std::string key_len_key = ArchKey(a, "attention.key_length");
-  const std::string key_len_default = "embedding_length " + std::to_string(hp.n_embd) +
-                                      " / head_count " + std::to_string(hp.n_head);
-  Result<int64_t> key_len = f.GetIntOr(key_len_key, hp.n_embd / hp.n_head);
+  const std::string key_len_default = "embedding_length " + std::to_string(hp->n_embd) +
+                                      " / head_count " + std::to_string(hp->n_head);
+  Result<int64_t> key_len = f.GetIntOr(key_len_key, hp->n_embd / hp->n_head);
   if (!key_len.ok()) return key_len.error();
   if (*key_len <= 0 || *key_len > kMaxHeadDim || *key_len % 2 != 0) {
     return HparamError(
@@ -163,35 +169,42 @@ Result<Hparams> ReadLlamaLikeHparams(const gguf::File& f, RopeStyle rope_style,
         "a head dimension must be even and in [2, " + std::to_string(kMaxHeadDim) + "]",
         key_len_default);
   }
-  hp.head_dim = static_cast<int>(*key_len);
-  if (wq != nullptr && wq->ne[1] != q_per_head * hp.q_dim()) {
-    return HparamError(f, key_len_key, hp.head_dim,
+  hp->head_dim = static_cast<int>(*key_len);
+  if (wq != nullptr && wq->ne[1] != q_per_head * hp->q_dim()) {
+    return HparamError(f, key_len_key, hp->head_dim,
                        q_name + " has " + std::to_string(wq->ne[1]) + " rows for " +
-                           std::to_string(hp.n_head) + " heads (" +
-                           std::to_string(wq->ne[1] / (q_per_head * hp.n_head)) + " per head" +
+                           std::to_string(hp->n_head) + " heads (" +
+                           std::to_string(wq->ne[1] / (q_per_head * hp->n_head)) + " per head" +
                            (q_per_head == 1 ? "" : " and query/gate half") + ")",
                        key_len_default);
   }
-  if (wk != nullptr && wk->ne[1] != hp.kv_dim()) {
-    return HparamError(f, kv_key, hp.n_head_kv,
+  if (wk != nullptr && wk->ne[1] != hp->kv_dim()) {
+    return HparamError(f, kv_key, hp->n_head_kv,
                        k_name + " has " + std::to_string(wk->ne[1]) + " rows, not " +
-                           std::to_string(hp.n_head_kv) + " x head dimension " +
-                           std::to_string(hp.head_dim));
+                           std::to_string(hp->n_head_kv) + " x head dimension " +
+                           std::to_string(hp->head_dim));
   }
   // K and V rows share one head_dim here; a model whose value_length differs is rejected
   // rather than misread.
-  Result<int64_t> value_len = f.GetIntOr(ArchKey(a, "attention.value_length"), hp.head_dim);
+  Result<int64_t> value_len = f.GetIntOr(ArchKey(a, "attention.value_length"), hp->head_dim);
   if (!value_len.ok()) return value_len.error();
-  if (*value_len != hp.head_dim) {
+  if (*value_len != hp->head_dim) {
     return Error{f.path() + ": " + ArchKey(a, "attention.value_length") + " = " +
                  std::to_string(*value_len) + " differs from key_length " +
-                 std::to_string(hp.head_dim) + " (unsupported)"};
+                 std::to_string(hp->head_dim) + " (unsupported)"};
   }
+  return Status::Ok();
+}
+
+// The dense FFN width (checked against ffn_up), the RMS norm epsilon and RoPE, its scaling
+// resolved.
+Status ReadNormAndRope(const gguf::File& f, RopeStyle rope_style, Hparams* hp) {
+  const std::string& a = hp->arch;
   // Dense FFN widths (MoE layers have no ffn_up.weight; ReadMoeHparams bounds n_ff there).
   int ff_layer = 0;
-  if (const gguf::TensorInfo* up = FirstLayerTensor(f, hp.n_layer, "ffn_up.weight", &ff_layer);
-      up != nullptr && up->ne[1] != hp.n_ff) {
-    return HparamError(f, ArchKey(a, "feed_forward_length"), hp.n_ff,
+  if (const gguf::TensorInfo* up = FirstLayerTensor(f, hp->n_layer, "ffn_up.weight", &ff_layer);
+      up != nullptr && up->ne[1] != hp->n_ff) {
+    return HparamError(f, ArchKey(a, "feed_forward_length"), hp->n_ff,
                        "blk." + std::to_string(ff_layer) + ".ffn_up.weight has " +
                            std::to_string(up->ne[1]) + " rows");
   }
@@ -199,23 +212,37 @@ Result<Hparams> ReadLlamaLikeHparams(const gguf::File& f, RopeStyle rope_style,
   if (!eps.ok())
     return Error{f.path() + ": missing or invalid required key " +
                  ArchKey(a, "attention.layer_norm_rms_epsilon")};
-  hp.rms_eps = static_cast<float>(*eps);
+  hp->rms_eps = static_cast<float>(*eps);
   Result<double> base = f.GetFloatOr(ArchKey(a, "rope.freq_base"), 10000.0);
   if (!base.ok()) return base.error();
-  Result<int64_t> n_rot = f.GetIntOr(ArchKey(a, "rope.dimension_count"), hp.head_dim);
+  Result<int64_t> n_rot = f.GetIntOr(ArchKey(a, "rope.dimension_count"), hp->head_dim);
   if (!n_rot.ok()) return n_rot.error();
-  if (*n_rot <= 0 || *n_rot > hp.head_dim || *n_rot % 2 != 0) {
+  if (*n_rot <= 0 || *n_rot > hp->head_dim || *n_rot % 2 != 0) {
     return HparamError(
         f, ArchKey(a, "rope.dimension_count"), *n_rot,
-        "it must be even and in [2, head dimension " + std::to_string(hp.head_dim) + "]");
+        "it must be even and in [2, head dimension " + std::to_string(hp->head_dim) + "]");
   }
-  hp.rope.n_rot = static_cast<int>(*n_rot);
-  hp.rope.freq_base = static_cast<float>(*base);
-  hp.rope.style = rope_style;
-  Result<RopeScalingConfig> scaling = ReadRopeScaling(f, a, hp.n_ctx_train);
+  hp->rope.n_rot = static_cast<int>(*n_rot);
+  hp->rope.freq_base = static_cast<float>(*base);
+  hp->rope.style = rope_style;
+  Result<RopeScalingConfig> scaling = ReadRopeScaling(f, a, hp->n_ctx_train);
   if (!scaling.ok()) return scaling.error();
-  hp.rope_scaling = *scaling;
-  hp.rope = ResolveRope(hp.rope, hp.rope_scaling, RopeOverrides{});
+  hp->rope_scaling = *scaling;
+  hp->rope = ResolveRope(hp->rope, hp->rope_scaling, RopeOverrides{});
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Hparams> ReadLlamaLikeHparams(const gguf::File& f, RopeStyle rope_style,
+                                     int q_rows_per_head_dim) {
+  Hparams hp;
+  Result<std::string> arch = f.GetString("general.architecture");
+  if (!arch.ok()) return Error{f.path() + ": missing general.architecture"};
+  hp.arch = *arch;
+  if (Status st = ReadCounts(f, &hp); !st.ok()) return st.error();
+  if (Status st = ReadHeadShape(f, q_rows_per_head_dim, &hp); !st.ok()) return st.error();
+  if (Status st = ReadNormAndRope(f, rope_style, &hp); !st.ok()) return st.error();
   return hp;
 }
 

@@ -214,18 +214,31 @@ struct Iq4XsDecoded {
   float d;
 };
 
-[[gnu::always_inline]] inline void DecodeIq4Xs(const BlockIQ4_XS& b, Iq4XsDecoded* out) {
+// The levels of groups g and g + 1 in element order: the low nibbles' levels (elements 0..15 of
+// each group) and the high nibbles' (16..31), each group's two halves then joined.
+[[gnu::always_inline]] inline void Iq4XsLevels(const BlockIQ4_XS& b, int g, __m256i* w0,
+                                               __m256i* w1) {
   const __m256i table =
       _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlLevels)));
   const __m256i m4 = _mm256_set1_epi8(0xF);
+  const __m256i q = Load256(b.qs + 16 * g);
+  const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(q, m4));
+  const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+  *w0 = _mm256_permute2x128_si256(lo, hi, 0x20);
+  *w1 = _mm256_permute2x128_si256(lo, hi, 0x31);
+}
+
+inline __m256i Iq4XsScale16(const BlockIQ4_XS& b, int g) {
+  return _mm256_set1_epi16(static_cast<int16_t>(Iq4XsScale(b, g) - 32));
+}
+
+[[gnu::always_inline]] inline void DecodeIq4Xs(const BlockIQ4_XS& b, Iq4XsDecoded* out) {
+#pragma GCC unroll 8
+  for (int g = 0; g < 8; g += 2) Iq4XsLevels(b, g, &out->w[g], &out->w[g + 1]);
 #pragma GCC unroll 8
   for (int g = 0; g < 8; ++g) {
-    // Low nibbles are elements 0..15 of the group, high nibbles 16..31.
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * g));
-    const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
-    out->w[g] = _mm256_shuffle_epi8(table, nib);
     out->abs_w[g] = _mm256_sign_epi8(out->w[g], out->w[g]);
-    out->scale[g] = _mm256_set1_epi16(static_cast<int16_t>(Iq4XsScale(b, g) - 32));
+    out->scale[g] = Iq4XsScale16(b, g);
   }
   out->d = HalfToFloat(b.d);
 }
@@ -239,6 +252,32 @@ void Iq4XsMultiDot(int64_t k, const void* w_row, const uint8_t* act, size_t act_
 #pragma GCC unroll 8
   for (int r = 0; r < N; ++r) acc[r] = _mm256_setzero_ps();
   const int64_t nb = k / kQK_K;
+  if constexpr (N == 1) {
+    // One row: each group decoded and used at once, nothing kept. The int32 lanes are exact
+    // sums, so they equal the multi path's in any order, and the float steps are the same.
+    const auto* yb = reinterpret_cast<const BlockQ8_K*>(act);
+    for (int64_t i = 0; i < nb; ++i) {
+      const BlockIQ4_XS& b = x[i];
+      __m256i isum0 = _mm256_setzero_si256();
+      __m256i isum1 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; g += 2) {
+        __m256i w0, w1;
+        Iq4XsLevels(b, g, &w0, &w1);
+        const __m256i y0 = _mm256_sign_epi8(Load256(yb[i].qs + 32 * g), w0);
+        const __m256i y1 = _mm256_sign_epi8(Load256(yb[i].qs + 32 * g + 32), w1);
+        const __m256i p0 = _mm256_maddubs_epi16(_mm256_sign_epi8(w0, w0), y0);
+        const __m256i p1 = _mm256_maddubs_epi16(_mm256_sign_epi8(w1, w1), y1);
+        isum0 = _mm256_add_epi32(isum0, _mm256_madd_epi16(p0, Iq4XsScale16(b, g)));
+        isum1 = _mm256_add_epi32(isum1, _mm256_madd_epi16(p1, Iq4XsScale16(b, g + 1)));
+      }
+      const __m256i isum = _mm256_add_epi32(isum0, isum1);
+      acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(HalfToFloat(b.d) * yb[i].d), _mm256_cvtepi32_ps(isum),
+                               acc[0]);
+    }
+    out[0] = HorizontalSum(acc[0]);
+    return;
+  }
   for (int64_t i = 0; i < nb; ++i) {
     Iq4XsDecoded dec;
     DecodeIq4Xs(x[i], &dec);

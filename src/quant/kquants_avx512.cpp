@@ -232,18 +232,24 @@ struct Iq4XsDecoded {
   float d;
 };
 
+// The levels of groups 2c and 2c + 1 in element order: each group's 16 bytes broadcast into two
+// 128-bit lanes ([g0, g0, g1, g1], by loads rather than lane shuffles), the second of each pair
+// shifted to its high nibbles (a group's low nibbles are its elements 0..15, high ones 16..31).
+[[gnu::always_inline]] inline __m512i Iq4XsLevels(const BlockIQ4_XS& b, int c, __m512i table) {
+  const __m128i* q = reinterpret_cast<const __m128i*>(b.qs + 32 * c);
+  const __m512i z = _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(_mm_loadu_si128(q)), 0xFF00,
+                                                _mm_loadu_si128(q + 1));
+  const __m512i nib =
+      _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xFF00FF00u, z, 4), _mm512_set1_epi8(0xF));
+  return _mm512_shuffle_epi8(table, nib);
+}
+
 [[gnu::always_inline]] inline void DecodeIq4Xs(const BlockIQ4_XS& b, Iq4XsDecoded* out) {
   const __m512i table =
       _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlLevels)));
-  const __m512i m4 = _mm512_set1_epi8(0xF);
 #pragma GCC unroll 4
   for (int c = 0; c < 4; ++c) {
-    // 128-bit lanes [g0 low, g1 low, g0 high, g1 high] -> [g0 low, g0 high, g1 low, g1 high]:
-    // elements in order (a group's low nibbles are its elements 0..15, high nibbles 16..31).
-    const __m256i q = Load256(b.qs + 32 * c);
-    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
-    const __m512i nib = _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), m4);
-    const __m512i w = _mm512_shuffle_epi8(table, nib);
+    const __m512i w = Iq4XsLevels(b, c, table);
     out->abs_w[c] = _mm512_abs_epi8(w);
     out->neg[c] = _mm512_movepi8_mask(w);
     out->scale[c] = _mm512_mask_blend_epi16(

@@ -91,6 +91,420 @@ void AddAnchorScores(const KvCache& cache, int layer, int seq, int g, int pos0, 
   }
 }
 
+// A unit is one token block of one segment; its work items are (KV head, cell chunk).
+struct Unit {
+  int seg, t0, nt, n_chunks;
+  int64_t first_item;  // within its wave
+  int64_t first_slot;  // its chunks' stored results (-1: one chunk, written out directly)
+};
+
+// The units of every segment, in segment and token order.
+std::vector<Unit> MakeUnits(const AttentionSegment* segments, int n_segments) {
+  std::vector<Unit> units;
+  for (int s = 0; s < n_segments; ++s) {
+    for (int t0 = 0; t0 < segments[s].n; t0 += kTokenBlock) {
+      const int nt = std::min(kTokenBlock, segments[s].n - t0);
+      const int n_cells = segments[s].pos0 + t0 + nt;
+      units.push_back({s, t0, nt, (n_cells + kCellChunk - 1) / kCellChunk, 0, -1});
+    }
+  }
+  return units;
+}
+
+// Lays out the wave of units from u0 whose stored chunks fit kMaxStoredChunks (a unit alone
+// may exceed it): sets their first item and slot, and returns the wave's end.
+size_t PlanWave(std::vector<Unit>& units, size_t u0, int n_head_kv, int64_t* n_items,
+                int64_t* n_slots) {
+  size_t u1 = u0;
+  while (u1 < units.size()) {
+    Unit& unit = units[u1];
+    const int64_t unit_items = static_cast<int64_t>(n_head_kv) * unit.n_chunks;
+    const int64_t unit_slots = unit.n_chunks > 1 ? unit_items : 0;
+    if (u1 > u0 && *n_slots + unit_slots > kMaxStoredChunks) break;
+    unit.first_item = *n_items;
+    unit.first_slot = unit.n_chunks > 1 ? *n_slots : -1;
+    *n_items += unit_items;
+    *n_slots += unit_slots;
+    ++u1;
+  }
+  return u1;
+}
+
+// One work item: cells [c_lo, n_cells) of a unit's KV head g on one thread's scratch. Query
+// qi = (token t0 + qi / group, head g * group + qi % group).
+struct Chunk {
+  int g, c_lo;
+  int n_cells;  // cells of the chunk end here
+  int seq, pos0, t0, nq, group;
+  const float* q;  // the segment's first query row
+  float* out;      // the segment's first output row
+  float* scores;   // [max_queries][n_ctx]
+  float* qrows;    // [max_queries][hd]
+  float* acc;      // [max_queries][hd]
+  float* tile;     // [kCellTile][hd]
+  // Integer path: qq [max_queries][hd] codes; their scales qd [max_queries][hd / 32] reuse the
+  // accumulators, which are not needed until pass 2.
+  int16_t* qq;
+  float* qd;
+  // wb[qi]: the first cell the query reads from the window's exact copy (its causal end:
+  // none); lims[qi]: a tile's rows the query reads. [max_queries] scratch of the thread.
+  int* wb;
+  int* lims;
+  int window_lo;  // the first cell any query of the chunk reads exactly
+
+  int n_kv_of(int qi) const { return pos0 + t0 + qi / group + 1; }  // the query's causal end
+};
+
+// What one CausalAttentionSegments call shares across its work items: its arguments, the
+// kernels for the cache's row formats and the scratch layout.
+class AttentionCall {
+ public:
+  AttentionCall(const KvCache& cache, int layer, const AttentionSegment* segments,
+                const float* q_all, float* out_all, const AttentionShape& shape,
+                AttentionScratch& scratch, ThreadPool& pool);
+
+  // Runs the wave of units [u0, u1) (PlanWave), then merges their stored chunks.
+  void RunWave(const std::vector<Unit>& units, size_t u0, size_t u1, int64_t n_items,
+               int64_t n_slots, ThreadPool& pool) const;
+
+ private:
+  // Runs cells [c_lo, c_hi) of the unit's KV head g; with `slot` set, leaves the chunk's
+  // normalised V sums and its per-query (max, mass) there instead of writing the output.
+  // wb, lims: [max_queries] scratch of the calling thread.
+  void RunChunk(const Unit& unit, int g, int c_lo, int c_hi, float* slot, int thread, int* wb,
+                int* lims) const;
+  Chunk StartChunk(const Unit& unit, int g, int c_lo, int c_hi, int thread, int* wb,
+                   int* lims) const;
+  // The chunk's query rows as the K rows are stored (rotated, rounded, quantized).
+  void LoadQueries(const Chunk& ch) const;
+  // Pass 1: scores, window cells' exact keys and anchor corrections included.
+  void ScoreChunk(const Chunk& ch) const;
+  // Softmax within the chunk (the (max, mass) to `slot` when set); clears the accumulators.
+  void NormaliseScores(const Chunk& ch, float* slot) const;
+  // Pass 2: weighted V sum.
+  void SumValues(const Chunk& ch) const;
+  void WriteChunk(const Chunk& ch, float* slot) const;
+  // Runs of exact cells [c0, c1) within one tile and one turn of the ring (boundaries at
+  // multiples of both, whatever the batch), each query's part of each run in order.
+  template <typename PerQuery>
+  void ForExactRuns(const Chunk& ch, const uint8_t* (KvCache::*row)(int, int, int, int) const,
+                    PerQuery&& per_query) const;
+  void MergeChunks(const Unit& unit, int g, float* merged, std::vector<double>& weight) const;
+  // Item g * n_chunks + chunk of a unit with stored chunks.
+  float* SlotOf(const Unit& unit, int64_t item) const {
+    return scratch_.chunks.data() + static_cast<size_t>(unit.first_slot + item) * slot_floats_;
+  }
+
+  const KvCache& cache_;
+  const int layer_;
+  const AttentionSegment* const segments_;
+  const float* const q_all_;
+  float* const out_all_;
+  const AttentionShape& shape_;
+  AttentionScratch& scratch_;
+  const int hd_;
+  const int group_;
+  const int n_ctx_;
+  const int max_queries_;
+  // Per thread: scores [max_queries][n_ctx], queries [max_queries][hd], accumulators
+  // [max_queries][hd], a decoded tile [kCellTile][hd].
+  const size_t per_thread_;
+  const AttentionRowKernels& kern_;
+  const KvSideSpec ks_, vs_;
+  const KvRowDecodeFn decode_k_;
+  const KvRowDecodeFn decode_v_;
+  // V rows decoded in registers and accumulated at once, where that is the faster path.
+  const KvAccumulateFn accumulate_v_;
+  // The recent window's exact copies (f16 rows in each side's frame), when the cache has one.
+  const KvRowDecodeFn decode_exact_;
+  const int window_ring_;
+  // Integer scores read K codes directly; otherwise (nullptr) K tiles are decoded to f32.
+  const KvScoreFn score_k_;
+  const int n_qgroups_;
+  const bool k_f16_;
+  const bool v_f16_;
+  const int64_t q_stride_;
+  // Stored chunk results: acc [slot][max_queries][hd], then max and mass [slot][max_queries].
+  const size_t slot_floats_;
+  const size_t slot_max_;  // offsets within a slot
+  const size_t slot_mass_;
+};
+
+AttentionCall::AttentionCall(const KvCache& cache, int layer, const AttentionSegment* segments,
+                             const float* q_all, float* out_all, const AttentionShape& shape,
+                             AttentionScratch& scratch, ThreadPool& pool)
+    : cache_(cache),
+      layer_(layer),
+      segments_(segments),
+      q_all_(q_all),
+      out_all_(out_all),
+      shape_(shape),
+      scratch_(scratch),
+      hd_(shape.head_dim),
+      group_(shape.n_head / shape.n_head_kv),
+      n_ctx_(cache.config().n_ctx),
+      max_queries_(kTokenBlock * group_),
+      per_thread_(static_cast<size_t>(max_queries_) * n_ctx_ +
+                  2 * static_cast<size_t>(max_queries_) * hd_ +
+                  static_cast<size_t>(kCellTile) * hd_),
+      kern_(BestAttentionRowKernels()),
+      ks_(cache.k_spec()),
+      vs_(cache.v_spec()),
+      decode_k_(BestKvRowDecoder(ks_.format)),
+      decode_v_(BestKvRowDecoder(vs_.format)),
+      accumulate_v_(BestKvAccumulator(vs_.format)),
+      decode_exact_(BestKvRowDecoder(KvRowFormat::kF16)),
+      window_ring_(cache.window_ring()),
+      score_k_(KvIntScoreSupported(ks_.format, hd_) ? BestKvScorer(ks_.format) : nullptr),
+      n_qgroups_(hd_ / 32),
+      k_f16_(ks_.format == KvRowFormat::kF16),
+      v_f16_(vs_.format == KvRowFormat::kF16),
+      q_stride_(static_cast<int64_t>(shape.n_head) * hd_),
+      slot_floats_(static_cast<size_t>(max_queries_) * (hd_ + 2)),
+      slot_max_(static_cast<size_t>(max_queries_) * hd_),
+      slot_mass_(slot_max_ + max_queries_) {
+  if (scratch_.per_thread.size() < per_thread_ * pool.size()) {
+    scratch_.per_thread.resize(per_thread_ * pool.size());
+  }
+  if (score_k_ != nullptr) {
+    const size_t q_per_thread = static_cast<size_t>(max_queries_) * hd_;
+    if (scratch_.per_thread_q.size() < q_per_thread * pool.size()) {
+      scratch_.per_thread_q.resize(q_per_thread * pool.size());
+    }
+  }
+}
+
+void AttentionCall::RunChunk(const Unit& unit, int g, int c_lo, int c_hi, float* slot, int thread,
+                             int* wb, int* lims) const {
+  const Chunk ch = StartChunk(unit, g, c_lo, c_hi, thread, wb, lims);
+  LoadQueries(ch);
+  ScoreChunk(ch);
+  NormaliseScores(ch, slot);
+  SumValues(ch);
+  WriteChunk(ch, slot);
+}
+
+Chunk AttentionCall::StartChunk(const Unit& unit, int g, int c_lo, int c_hi, int thread, int* wb,
+                                int* lims) const {
+  const AttentionSegment& segment = segments_[unit.seg];
+  Chunk ch;
+  ch.g = g;
+  ch.c_lo = c_lo;
+  ch.n_cells = c_hi;
+  ch.seq = segment.seq;
+  ch.pos0 = segment.pos0;
+  ch.t0 = unit.t0;
+  ch.nq = unit.nt * group_;
+  ch.group = group_;
+  ch.q = q_all_ + segment.begin * q_stride_;
+  ch.out = out_all_ + segment.begin * q_stride_;
+  ch.scores = scratch_.per_thread.data() + per_thread_ * thread;
+  ch.qrows = ch.scores + static_cast<size_t>(max_queries_) * n_ctx_;
+  ch.acc = ch.qrows + static_cast<size_t>(max_queries_) * hd_;
+  ch.tile = ch.acc + static_cast<size_t>(max_queries_) * hd_;
+  ch.qq = score_k_ ? scratch_.per_thread_q.data() + static_cast<size_t>(max_queries_) * hd_ * thread
+                   : nullptr;
+  ch.qd = ch.acc;
+  ch.wb = wb;
+  ch.lims = lims;
+  int window_lo = c_hi;
+  for (int qi = 0; qi < ch.nq; ++qi) {
+    wb[qi] = cache_.WindowBegin(layer_, ch.seq, ch.n_kv_of(qi) - 1);
+    window_lo = std::min(window_lo, std::max(wb[qi], c_lo));
+  }
+  ch.window_lo = window_lo;
+  return ch;
+}
+
+template <typename PerQuery>
+void AttentionCall::ForExactRuns(const Chunk& ch,
+                                 const uint8_t* (KvCache::*row)(int, int, int, int) const,
+                                 PerQuery&& per_query) const {
+  if (window_ring_ == 0) return;
+  for (int c0 = ch.window_lo; c0 < ch.n_cells;) {
+    const int c1 = std::min(
+        {ch.n_cells, (c0 / kCellTile + 1) * kCellTile, (c0 / window_ring_ + 1) * window_ring_});
+    decode_exact_((cache_.*row)(layer_, ch.seq, ch.g, c0), c1 - c0, hd_, ch.tile);
+    for (int qi = 0; qi < ch.nq; ++qi) {
+      const int b = std::max(c0, ch.wb[qi]), e = std::min(c1, ch.n_kv_of(qi));
+      if (e > b) per_query(qi, b, e - b, ch.tile + static_cast<size_t>(b - c0) * hd_);
+    }
+    c0 = c1;
+  }
+}
+
+void AttentionCall::LoadQueries(const Chunk& ch) const {
+  for (int qi = 0; qi < ch.nq; ++qi) {
+    const int t = ch.t0 + qi / group_, h = ch.g * group_ + qi % group_;
+    float* qr = ch.qrows + static_cast<size_t>(qi) * hd_;
+    std::copy_n(ch.q + t * q_stride_ + static_cast<int64_t>(h) * hd_, hd_, qr);
+    if (ks_.rotated) Rotate(qr, hd_);
+    if (k_f16_) kern_.round_f16(qr, hd_);
+    if (score_k_) {
+      QuantizeQueryInt16(qr, hd_, ch.qq + static_cast<size_t>(qi) * hd_,
+                         ch.qd + static_cast<size_t>(qi) * n_qgroups_);
+    }
+  }
+}
+
+void AttentionCall::ScoreChunk(const Chunk& ch) const {
+  const int c_lo = ch.c_lo, n_cells = ch.n_cells;
+  // A query's scores past its own causal limit are computed from cells the block's last token
+  // sees and are never read.
+  if (score_k_) {
+    score_k_(cache_.KHead(layer_, ch.seq, ch.g, c_lo), n_cells - c_lo, hd_, ch.nq, ch.qq, ch.qd,
+             shape_.scale, ch.scores + c_lo, n_ctx_);
+  }
+  for (int c0 = c_lo; c0 < (score_k_ ? c_lo : n_cells); c0 += kCellTile) {
+    const int nc = std::min(kCellTile, n_cells - c0);
+    // Head rows of consecutive cells are contiguous and hold whole groups: one call.
+    decode_k_(cache_.KHead(layer_, ch.seq, ch.g, c0), nc, hd_, ch.tile);
+    for (int qi = 0; qi < ch.nq; ++qi) {
+      const int lim = std::min(nc, ch.n_kv_of(qi) - c0);
+      if (lim <= 0) continue;
+      kern_.score_rows(ch.qrows + static_cast<size_t>(qi) * hd_, ch.tile, lim, hd_, shape_.scale,
+                       ch.scores + static_cast<size_t>(qi) * n_ctx_ + c0);
+    }
+  }
+  // Window cells: the scores of their exact keys replace the encoded ones.
+  ForExactRuns(ch, &KvCache::WindowK, [&](int qi, int c, int n, const float* rows) {
+    kern_.score_rows(ch.qrows + static_cast<size_t>(qi) * hd_, rows, n, hd_, shape_.scale,
+                     ch.scores + static_cast<size_t>(qi) * n_ctx_ + c);
+  });
+  if (cache_.k_anchored()) {
+    AddAnchorScores(cache_, layer_, ch.seq, ch.g, ch.pos0, c_lo, n_cells, ch.q, q_stride_, ch.t0,
+                    ch.nq, group_, shape_, n_ctx_, ch.wb, ch.acc, ch.qrows, ch.tile, ch.scores);
+  }
+}
+
+void AttentionCall::NormaliseScores(const Chunk& ch, float* slot) const {
+  for (int qi = 0; qi < ch.nq; ++qi) {
+    float* srow = ch.scores + static_cast<size_t>(qi) * n_ctx_ + ch.c_lo;
+    const int n = std::min(ch.n_cells, ch.n_kv_of(qi)) - ch.c_lo;  // the query's cells
+    float max = -INFINITY;
+    double mass = 0.0;
+    if (n > 0) {
+      max = kern_.max(srow, n);
+      mass = kern_.exp_sum(srow, n, max);
+      kern_.scale(srow, n, static_cast<float>(1.0 / mass));
+      if (v_f16_) kern_.round_f16(srow, n);
+    }
+    if (slot != nullptr) {
+      slot[slot_max_ + qi] = max;
+      slot[slot_mass_ + qi] = static_cast<float>(mass);
+    }
+    std::fill(ch.acc + static_cast<size_t>(qi) * hd_, ch.acc + static_cast<size_t>(qi + 1) * hd_,
+              0.0f);
+  }
+}
+
+void AttentionCall::SumValues(const Chunk& ch) const {
+  const int n_cells = ch.n_cells;
+  for (int c0 = ch.c_lo; c0 < n_cells; c0 += kCellTile) {
+    const int nc = std::min(kCellTile, n_cells - c0);
+    bool any_encoded = false;  // a tile every query reads exactly is not decoded
+    for (int qi = 0; qi < ch.nq; ++qi) {
+      ch.lims[qi] = std::min(nc, ch.wb[qi] - c0);  // the tile's rows before the query's window
+      any_encoded |= ch.lims[qi] > 0;
+    }
+    if (!any_encoded) continue;
+    if (accumulate_v_ != nullptr) {
+      accumulate_v_(cache_.VHead(layer_, ch.seq, ch.g, c0), nc, hd_, ch.nq, ch.scores + c0, n_ctx_,
+                    ch.lims, ch.acc);
+      continue;
+    }
+    decode_v_(cache_.VHead(layer_, ch.seq, ch.g, c0), nc, hd_, ch.tile);
+    for (int qi = 0; qi < ch.nq; ++qi) {
+      if (ch.lims[qi] <= 0) continue;
+      kern_.accumulate_rows(ch.scores + static_cast<size_t>(qi) * n_ctx_ + c0, ch.tile, ch.lims[qi],
+                            hd_, ch.acc + static_cast<size_t>(qi) * hd_);
+    }
+  }
+  ForExactRuns(ch, &KvCache::WindowV, [&](int qi, int c, int n, const float* rows) {
+    kern_.accumulate_rows(ch.scores + static_cast<size_t>(qi) * n_ctx_ + c, rows, n, hd_,
+                          ch.acc + static_cast<size_t>(qi) * hd_);
+  });
+}
+
+// The chunk's sums to its slot, or (rotated back) to the output rows.
+void AttentionCall::WriteChunk(const Chunk& ch, float* slot) const {
+  if (slot != nullptr) {
+    std::copy_n(ch.acc, static_cast<size_t>(ch.nq) * hd_, slot);
+    return;
+  }
+  for (int qi = 0; qi < ch.nq; ++qi) {
+    const int t = ch.t0 + qi / group_, h = ch.g * group_ + qi % group_;
+    float* a = ch.acc + static_cast<size_t>(qi) * hd_;
+    if (vs_.rotated) InverseRotate(a, hd_);
+    std::copy_n(a, hd_, ch.out + t * q_stride_ + static_cast<int64_t>(h) * hd_);
+  }
+}
+
+// The chunks of a unit's KV head g, merged in chunk order: out = sum_c (w_c / W) o_c with
+// w_c = mass_c * exp(max_c - max), W = sum_c w_c (o_c: the chunk's normalised sums).
+// merged: [hd] and weight: [n_chunks] scratch of the calling thread.
+void AttentionCall::MergeChunks(const Unit& unit, int g, float* merged,
+                                std::vector<double>& weight) const {
+  weight.resize(unit.n_chunks);
+  const AttentionSegment& segment = segments_[unit.seg];
+  float* out = out_all_ + segment.begin * q_stride_;
+  const int nq = unit.nt * group_;
+  for (int qi = 0; qi < nq; ++qi) {
+    auto slot = [&](int ch) { return SlotOf(unit, static_cast<int64_t>(g) * unit.n_chunks + ch); };
+    float max = -INFINITY;
+    for (int ch = 0; ch < unit.n_chunks; ++ch) {
+      if (slot(ch)[slot_mass_ + qi] > 0.0f) max = std::max(max, slot(ch)[slot_max_ + qi]);
+    }
+    double total = 0.0;
+    for (int ch = 0; ch < unit.n_chunks; ++ch) {
+      const float mass = slot(ch)[slot_mass_ + qi];
+      weight[ch] =
+          mass > 0.0f ? mass * std::exp(static_cast<double>(slot(ch)[slot_max_ + qi] - max)) : 0.0;
+      total += weight[ch];
+    }
+    std::fill_n(merged, hd_, 0.0f);
+    for (int ch = 0; ch < unit.n_chunks; ++ch) {
+      if (weight[ch] == 0.0) continue;
+      const float w = static_cast<float>(weight[ch] / total);
+      const float* o = slot(ch) + static_cast<size_t>(qi) * hd_;
+      for (int i = 0; i < hd_; ++i) merged[i] += w * o[i];
+    }
+    const int t = unit.t0 + qi / group_, h = g * group_ + qi % group_;
+    if (vs_.rotated) InverseRotate(merged, hd_);
+    std::copy_n(merged, hd_, out + t * q_stride_ + static_cast<int64_t>(h) * hd_);
+  }
+}
+
+void AttentionCall::RunWave(const std::vector<Unit>& units, size_t u0, size_t u1, int64_t n_items,
+                            int64_t n_slots, ThreadPool& pool) const {
+  if (scratch_.chunks.size() < static_cast<size_t>(n_slots) * slot_floats_) {
+    scratch_.chunks.resize(static_cast<size_t>(n_slots) * slot_floats_);
+  }
+  pool.ParallelFor(n_items, 1, [&](int64_t begin, int64_t end, int thread) {
+    std::vector<int> wb(max_queries_), lims(max_queries_);  // [max_queries]
+    size_t u = u0;
+    for (int64_t flat = begin; flat < end; ++flat) {
+      while (u + 1 < u1 && flat >= units[u + 1].first_item) ++u;
+      const Unit& unit = units[u];
+      const int64_t item = flat - unit.first_item;  // g * n_chunks + chunk
+      const int g = static_cast<int>(item / unit.n_chunks);
+      const int ch = static_cast<int>(item % unit.n_chunks);
+      const int n_cells = segments_[unit.seg].pos0 + unit.t0 + unit.nt;
+      const int c_lo = ch * kCellChunk, c_hi = std::min(n_cells, c_lo + kCellChunk);
+      float* slot = unit.first_slot < 0 ? nullptr : SlotOf(unit, item);
+      RunChunk(unit, g, c_lo, c_hi, slot, thread, wb.data(), lims.data());
+    }
+  });
+  // The merges are a few multiply-adds per stored value: on this thread, without waking the
+  // pool again.
+  std::vector<double> weight;  // [n_chunks]
+  float* merged = scratch_.per_thread.data();
+  for (size_t u = u0; u < u1; ++u) {
+    if (units[u].first_slot < 0) continue;
+    for (int g = 0; g < shape_.n_head_kv; ++g) MergeChunks(units[u], g, merged, weight);
+  }
+}
+
 }  // namespace
 
 void CausalAttention(const KvCache& cache, int layer, int seq, int pos0, int n_tokens,
@@ -104,277 +518,13 @@ void CausalAttentionSegments(const KvCache& cache, int layer, const AttentionSeg
                              int n_segments, const float* q_all, float* out_all,
                              const AttentionShape& shape, AttentionScratch& scratch,
                              ThreadPool& pool) {
-  const int hd = shape.head_dim;
-  const int group = shape.n_head / shape.n_head_kv;
-  const int n_ctx = cache.config().n_ctx;
-  const int max_queries = kTokenBlock * group;
-  // Per thread: scores [max_queries][n_ctx], queries [max_queries][hd], accumulators
-  // [max_queries][hd], a decoded tile [kCellTile][hd].
-  const size_t per_thread = static_cast<size_t>(max_queries) * n_ctx +
-                            2 * static_cast<size_t>(max_queries) * hd +
-                            static_cast<size_t>(kCellTile) * hd;
-  if (scratch.per_thread.size() < per_thread * pool.size()) {
-    scratch.per_thread.resize(per_thread * pool.size());
-  }
-  const AttentionRowKernels& kern = BestAttentionRowKernels();
-  const KvSideSpec ks = cache.k_spec(), vs = cache.v_spec();
-  const KvRowDecodeFn decode_k = BestKvRowDecoder(ks.format);
-  const KvRowDecodeFn decode_v = BestKvRowDecoder(vs.format);
-  // V rows decoded in registers and accumulated at once, where that is the faster path.
-  const KvAccumulateFn accumulate_v = BestKvAccumulator(vs.format);
-  // The recent window's exact copies (f16 rows in each side's frame), when the cache has one.
-  const KvRowDecodeFn decode_exact = BestKvRowDecoder(KvRowFormat::kF16);
-  const int window_ring = cache.window_ring();
-  // Integer scores read K codes directly; otherwise K tiles are decoded to f32.
-  const KvScoreFn score_k = KvIntScoreSupported(ks.format, hd) ? BestKvScorer(ks.format) : nullptr;
-  const int n_qgroups = hd / 32;
-  if (score_k != nullptr) {
-    const size_t q_per_thread = static_cast<size_t>(max_queries) * hd;
-    if (scratch.per_thread_q.size() < q_per_thread * pool.size()) {
-      scratch.per_thread_q.resize(q_per_thread * pool.size());
-    }
-  }
-  const bool k_f16 = ks.format == KvRowFormat::kF16;
-  const bool v_f16 = vs.format == KvRowFormat::kF16;
-  const int64_t q_stride = static_cast<int64_t>(shape.n_head) * hd;
-
-  // A unit is one token block of one segment; its work items are (KV head, cell chunk).
-  struct Unit {
-    int seg, t0, nt, n_chunks;
-    int64_t first_item;  // within its wave
-    int64_t first_slot;  // its chunks' stored results (-1: one chunk, written out directly)
-  };
-  std::vector<Unit> units;
-  for (int s = 0; s < n_segments; ++s) {
-    for (int t0 = 0; t0 < segments[s].n; t0 += kTokenBlock) {
-      const int nt = std::min(kTokenBlock, segments[s].n - t0);
-      const int n_cells = segments[s].pos0 + t0 + nt;
-      units.push_back({s, t0, nt, (n_cells + kCellChunk - 1) / kCellChunk, 0, -1});
-    }
-  }
-  // Stored chunk results: acc [slot][max_queries][hd], then max and mass [slot][max_queries].
-  const size_t slot_floats = static_cast<size_t>(max_queries) * (hd + 2);
-  const size_t slot_max = static_cast<size_t>(max_queries) * hd;  // offsets within a slot
-  const size_t slot_mass = slot_max + max_queries;
-  // Item g * n_chunks + chunk of a unit with stored chunks.
-  auto slot_of = [&](const Unit& unit, int64_t item) {
-    return scratch.chunks.data() + static_cast<size_t>(unit.first_slot + item) * slot_floats;
-  };
-
-  // Runs cells [c_lo, c_hi) of the unit's KV head g; with `slot` set, leaves the chunk's
-  // normalised V sums and its per-query (max, mass) there instead of writing the output.
-  // wb, lims: [max_queries] scratch of the calling thread.
-  auto run_chunk = [&](const Unit& unit, int g, int c_lo, int c_hi, float* slot, int thread,
-                       int* wb, int* lims) {
-    const AttentionSegment& segment = segments[unit.seg];
-    float* scores = scratch.per_thread.data() + per_thread * thread;
-    float* qrows = scores + static_cast<size_t>(max_queries) * n_ctx;
-    float* acc = qrows + static_cast<size_t>(max_queries) * hd;
-    float* tile = acc + static_cast<size_t>(max_queries) * hd;
-    // Integer path: qq [max_queries][hd] codes; their scales [max_queries][hd / 32] reuse the
-    // accumulators, which are not needed until pass 2.
-    int16_t* qq = score_k
-                      ? scratch.per_thread_q.data() + static_cast<size_t>(max_queries) * hd * thread
-                      : nullptr;
-    float* qd = acc;
-    const int seq = segment.seq, pos0 = segment.pos0;
-    const float* q = q_all + segment.begin * q_stride;
-    float* out = out_all + segment.begin * q_stride;
-    const int t0 = unit.t0;
-    const int nq =
-        unit.nt * group;       // query qi = (token t0 + qi / group, head g*group + qi % group)
-    const int n_cells = c_hi;  // cells of the chunk end here
-    auto n_kv_of = [&](int qi) { return pos0 + t0 + qi / group + 1; };
-    // wb[qi]: the first cell the query reads from the window's exact copy (its causal end:
-    // none); lims[qi]: a tile's rows the query reads.
-    int window_lo = n_cells;  // the first cell any query of the chunk reads exactly
-    for (int qi = 0; qi < nq; ++qi) {
-      wb[qi] = cache.WindowBegin(layer, seq, n_kv_of(qi) - 1);
-      window_lo = std::min(window_lo, std::max(wb[qi], c_lo));
-    }
-    // Runs of exact cells [c0, c1) within one tile and one turn of the ring (boundaries at
-    // multiples of both, whatever the batch), each query's part of each run in order.
-    auto for_exact_runs = [&](const uint8_t* (KvCache::*row)(int, int, int, int) const,
-                              auto&& per_query) {
-      if (window_ring == 0) return;
-      for (int c0 = window_lo; c0 < n_cells;) {
-        const int c1 = std::min(
-            {n_cells, (c0 / kCellTile + 1) * kCellTile, (c0 / window_ring + 1) * window_ring});
-        decode_exact((cache.*row)(layer, seq, g, c0), c1 - c0, hd, tile);
-        for (int qi = 0; qi < nq; ++qi) {
-          const int b = std::max(c0, wb[qi]), e = std::min(c1, n_kv_of(qi));
-          if (e > b) per_query(qi, b, e - b, tile + static_cast<size_t>(b - c0) * hd);
-        }
-        c0 = c1;
-      }
-    };
-    for (int qi = 0; qi < nq; ++qi) {
-      const int t = t0 + qi / group, h = g * group + qi % group;
-      float* qr = qrows + static_cast<size_t>(qi) * hd;
-      std::copy_n(q + t * q_stride + static_cast<int64_t>(h) * hd, hd, qr);
-      if (ks.rotated) Rotate(qr, hd);
-      if (k_f16) kern.round_f16(qr, hd);
-      if (score_k) {
-        QuantizeQueryInt16(qr, hd, qq + static_cast<size_t>(qi) * hd,
-                           qd + static_cast<size_t>(qi) * n_qgroups);
-      }
-    }
-    // Pass 1: scores. A query's scores past its own causal limit are computed from cells the
-    // block's last token sees and are never read.
-    if (score_k) {
-      score_k(cache.KHead(layer, seq, g, c_lo), n_cells - c_lo, hd, nq, qq, qd, shape.scale,
-              scores + c_lo, n_ctx);
-    }
-    for (int c0 = c_lo; c0 < (score_k ? c_lo : n_cells); c0 += kCellTile) {
-      const int nc = std::min(kCellTile, n_cells - c0);
-      // Head rows of consecutive cells are contiguous and hold whole groups: one call.
-      decode_k(cache.KHead(layer, seq, g, c0), nc, hd, tile);
-      for (int qi = 0; qi < nq; ++qi) {
-        const int lim = std::min(nc, n_kv_of(qi) - c0);
-        if (lim <= 0) continue;
-        kern.score_rows(qrows + static_cast<size_t>(qi) * hd, tile, lim, hd, shape.scale,
-                        scores + static_cast<size_t>(qi) * n_ctx + c0);
-      }
-    }
-    // Window cells: the scores of their exact keys replace the encoded ones.
-    for_exact_runs(&KvCache::WindowK, [&](int qi, int c, int n, const float* rows) {
-      kern.score_rows(qrows + static_cast<size_t>(qi) * hd, rows, n, hd, shape.scale,
-                      scores + static_cast<size_t>(qi) * n_ctx + c);
-    });
-    if (cache.k_anchored()) {
-      AddAnchorScores(cache, layer, seq, g, pos0, c_lo, n_cells, q, q_stride, t0, nq, group, shape,
-                      n_ctx, wb, acc, qrows, tile, scores);
-    }
-    for (int qi = 0; qi < nq; ++qi) {
-      float* srow = scores + static_cast<size_t>(qi) * n_ctx + c_lo;
-      const int n = std::min(n_cells, n_kv_of(qi)) - c_lo;  // the query's cells of the chunk
-      float max = -INFINITY;
-      double mass = 0.0;
-      if (n > 0) {
-        max = kern.max(srow, n);
-        mass = kern.exp_sum(srow, n, max);
-        kern.scale(srow, n, static_cast<float>(1.0 / mass));
-        if (v_f16) kern.round_f16(srow, n);
-      }
-      if (slot != nullptr) {
-        slot[slot_max + qi] = max;
-        slot[slot_mass + qi] = static_cast<float>(mass);
-      }
-      std::fill(acc + static_cast<size_t>(qi) * hd, acc + static_cast<size_t>(qi + 1) * hd, 0.0f);
-    }
-    // Pass 2: weighted V sum.
-    for (int c0 = c_lo; c0 < n_cells; c0 += kCellTile) {
-      const int nc = std::min(kCellTile, n_cells - c0);
-      bool any_encoded = false;  // a tile every query reads exactly is not decoded
-      for (int qi = 0; qi < nq; ++qi) {
-        lims[qi] = std::min(nc, wb[qi] - c0);  // the tile's rows before the query's window
-        any_encoded |= lims[qi] > 0;
-      }
-      if (!any_encoded) continue;
-      if (accumulate_v != nullptr) {
-        accumulate_v(cache.VHead(layer, seq, g, c0), nc, hd, nq, scores + c0, n_ctx, lims, acc);
-        continue;
-      }
-      decode_v(cache.VHead(layer, seq, g, c0), nc, hd, tile);
-      for (int qi = 0; qi < nq; ++qi) {
-        if (lims[qi] <= 0) continue;
-        kern.accumulate_rows(scores + static_cast<size_t>(qi) * n_ctx + c0, tile, lims[qi], hd,
-                             acc + static_cast<size_t>(qi) * hd);
-      }
-    }
-    for_exact_runs(&KvCache::WindowV, [&](int qi, int c, int n, const float* rows) {
-      kern.accumulate_rows(scores + static_cast<size_t>(qi) * n_ctx + c, rows, n, hd,
-                           acc + static_cast<size_t>(qi) * hd);
-    });
-    if (slot != nullptr) {
-      std::copy_n(acc, static_cast<size_t>(nq) * hd, slot);
-      return;
-    }
-    for (int qi = 0; qi < nq; ++qi) {
-      const int t = t0 + qi / group, h = g * group + qi % group;
-      float* a = acc + static_cast<size_t>(qi) * hd;
-      if (vs.rotated) InverseRotate(a, hd);
-      std::copy_n(a, hd, out + t * q_stride + static_cast<int64_t>(h) * hd);
-    }
-  };
-
-  // The chunks of a unit's KV head g, merged in chunk order: out = sum_c (w_c / W) o_c with
-  // w_c = mass_c * exp(max_c - max), W = sum_c w_c (o_c: the chunk's normalised sums).
-  // merged: [hd] and weight: [n_chunks] scratch of the calling thread.
-  auto merge = [&](const Unit& unit, int g, float* merged, std::vector<double>& weight) {
-    weight.resize(unit.n_chunks);
-    const AttentionSegment& segment = segments[unit.seg];
-    float* out = out_all + segment.begin * q_stride;
-    const int nq = unit.nt * group;
-    for (int qi = 0; qi < nq; ++qi) {
-      auto slot = [&](int ch) {
-        return slot_of(unit, static_cast<int64_t>(g) * unit.n_chunks + ch);
-      };
-      float max = -INFINITY;
-      for (int ch = 0; ch < unit.n_chunks; ++ch) {
-        if (slot(ch)[slot_mass + qi] > 0.0f) max = std::max(max, slot(ch)[slot_max + qi]);
-      }
-      double total = 0.0;
-      for (int ch = 0; ch < unit.n_chunks; ++ch) {
-        const float mass = slot(ch)[slot_mass + qi];
-        weight[ch] =
-            mass > 0.0f ? mass * std::exp(static_cast<double>(slot(ch)[slot_max + qi] - max)) : 0.0;
-        total += weight[ch];
-      }
-      std::fill_n(merged, hd, 0.0f);
-      for (int ch = 0; ch < unit.n_chunks; ++ch) {
-        if (weight[ch] == 0.0) continue;
-        const float w = static_cast<float>(weight[ch] / total);
-        const float* o = slot(ch) + static_cast<size_t>(qi) * hd;
-        for (int i = 0; i < hd; ++i) merged[i] += w * o[i];
-      }
-      const int t = unit.t0 + qi / group, h = g * group + qi % group;
-      if (vs.rotated) InverseRotate(merged, hd);
-      std::copy_n(merged, hd, out + t * q_stride + static_cast<int64_t>(h) * hd);
-    }
-  };
-
+  const AttentionCall call(cache, layer, segments, q_all, out_all, shape, scratch, pool);
+  std::vector<Unit> units = MakeUnits(segments, n_segments);
   // Waves of units whose stored chunks fit kMaxStoredChunks (a unit alone may exceed it).
   for (size_t u0 = 0; u0 < units.size();) {
-    size_t u1 = u0;
     int64_t n_items = 0, n_slots = 0;
-    while (u1 < units.size()) {
-      Unit& unit = units[u1];
-      const int64_t unit_items = static_cast<int64_t>(shape.n_head_kv) * unit.n_chunks;
-      const int64_t unit_slots = unit.n_chunks > 1 ? unit_items : 0;
-      if (u1 > u0 && n_slots + unit_slots > kMaxStoredChunks) break;
-      unit.first_item = n_items;
-      unit.first_slot = unit.n_chunks > 1 ? n_slots : -1;
-      n_items += unit_items;
-      n_slots += unit_slots;
-      ++u1;
-    }
-    if (scratch.chunks.size() < static_cast<size_t>(n_slots) * slot_floats) {
-      scratch.chunks.resize(static_cast<size_t>(n_slots) * slot_floats);
-    }
-    pool.ParallelFor(n_items, 1, [&](int64_t begin, int64_t end, int thread) {
-      std::vector<int> wb(max_queries), lims(max_queries);  // [max_queries]
-      size_t u = u0;
-      for (int64_t flat = begin; flat < end; ++flat) {
-        while (u + 1 < u1 && flat >= units[u + 1].first_item) ++u;
-        const Unit& unit = units[u];
-        const int64_t item = flat - unit.first_item;  // g * n_chunks + chunk
-        const int g = static_cast<int>(item / unit.n_chunks);
-        const int ch = static_cast<int>(item % unit.n_chunks);
-        const int n_cells = segments[unit.seg].pos0 + unit.t0 + unit.nt;
-        const int c_lo = ch * kCellChunk, c_hi = std::min(n_cells, c_lo + kCellChunk);
-        float* slot = unit.first_slot < 0 ? nullptr : slot_of(unit, item);
-        run_chunk(unit, g, c_lo, c_hi, slot, thread, wb.data(), lims.data());
-      }
-    });
-    // The merges are a few multiply-adds per stored value: on this thread, without waking the
-    // pool again.
-    std::vector<double> weight;  // [n_chunks]
-    float* merged = scratch.per_thread.data();
-    for (size_t u = u0; u < u1; ++u) {
-      if (units[u].first_slot < 0) continue;
-      for (int g = 0; g < shape.n_head_kv; ++g) merge(units[u], g, merged, weight);
-    }
+    const size_t u1 = PlanWave(units, u0, shape.n_head_kv, &n_items, &n_slots);
+    call.RunWave(units, u0, u1, n_items, n_slots, pool);
     u0 = u1;
   }
 }

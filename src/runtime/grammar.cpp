@@ -291,47 +291,115 @@ class GrammarBuilder {
     return static_cast<uint32_t>(sets_.size() - 1);
   }
 
+  // A string literal: one single-code-point element per code point.
+  bool ParseLiteral(Seq* seq) {
+    const size_t at = pos_;
+    ++pos_;
+    while (!AtEnd() && Peek() != '"') {
+      if (Peek() == '\n') return Fail("unterminated string", at);
+      uint32_t cp;
+      if (!ParseChar(&cp)) return false;
+      Grammar::CharSet set;
+      set.ranges.push_back({cp, cp});
+      if (!CountElems(1)) return false;
+      seq->push_back({Grammar::ElemType::kChar, AddSet(std::move(set))});
+    }
+    if (AtEnd()) return Fail("unterminated string", at);
+    ++pos_;
+    return true;
+  }
+
+  // A character class [...] or [^...]: one element.
+  bool ParseCharClass(Seq* seq) {
+    const size_t at = pos_;
+    ++pos_;
+    Grammar::CharSet set;
+    if (Peek() == '^') {
+      set.negated = true;
+      ++pos_;
+    }
+    while (!AtEnd() && Peek() != ']') {
+      if (Peek() == '\n') return Fail("unterminated character class", at);
+      uint32_t lo, hi;
+      if (!ParseChar(&lo)) return false;
+      hi = lo;
+      if (Peek() == '-' && Peek(1) != ']' && pos_ + 1 < src_.size()) {
+        ++pos_;
+        if (!ParseChar(&hi)) return false;
+        if (hi < lo) return Fail("character range is backwards");
+      }
+      set.ranges.push_back({lo, hi});
+    }
+    if (AtEnd()) return Fail("unterminated character class", at);
+    ++pos_;
+    if (!CountElems(1)) return false;
+    seq->push_back({Grammar::ElemType::kChar, AddSet(std::move(set))});
+    return true;
+  }
+
+  // A parenthesised group: a helper rule of its alternatives, referenced by one element.
+  bool ParseGroup(const std::string& rule_name, Seq* seq) {
+    const size_t at = pos_;
+    ++pos_;
+    SkipSpace(true);
+    const uint32_t sub = NewRule(rule_name);
+    Alts alts;
+    if (!ParseAlternatives(rule_name, /*nested=*/true, &alts)) return false;
+    rules_[sub] = std::move(alts);
+    if (Peek() != ')') return Fail("expected ')' to close the group", at);
+    ++pos_;
+    if (!CountElems(1)) return false;
+    seq->push_back({Grammar::ElemType::kRule, sub});
+    return true;
+  }
+
+  // A repetition operator (*, +, ? or {m}, {m,}, {m,n}) after an item: *min -1 when there is
+  // none; *max -1 for unbounded.
+  bool ParseRepetition(bool nested, int* min, int* max) {
+    *min = -1;
+    *max = -1;
+    const size_t op_at = pos_;
+    if (Peek() == '*') {
+      *min = 0;
+      ++pos_;
+    } else if (Peek() == '+') {
+      *min = 1;
+      ++pos_;
+    } else if (Peek() == '?') {
+      *min = 0;
+      *max = 1;
+      ++pos_;
+    } else if (Peek() == '{') {
+      ++pos_;
+      SkipSpace(nested);
+      if (!ParseCount(min)) return false;
+      SkipSpace(nested);
+      *max = *min;
+      if (Peek() == ',') {
+        ++pos_;
+        SkipSpace(nested);
+        *max = -1;
+        if (Peek() >= '0' && Peek() <= '9') {
+          if (!ParseCount(max)) return false;
+          if (*max < *min) return Fail("repetition {m,n} with n < m", op_at);
+        }
+        SkipSpace(nested);
+      }
+      if (Peek() != '}') return Fail("expected '}'");
+      ++pos_;
+    }
+    return true;
+  }
+
   bool ParseSequence(const std::string& rule_name, bool nested, Seq* seq) {
     while (!AtEnd()) {
       const size_t item_start = seq->size();
       const size_t at = pos_;
       const char c = Peek();
       if (c == '"') {
-        ++pos_;
-        while (!AtEnd() && Peek() != '"') {
-          if (Peek() == '\n') return Fail("unterminated string", at);
-          uint32_t cp;
-          if (!ParseChar(&cp)) return false;
-          Grammar::CharSet set;
-          set.ranges.push_back({cp, cp});
-          if (!CountElems(1)) return false;
-          seq->push_back({Grammar::ElemType::kChar, AddSet(std::move(set))});
-        }
-        if (AtEnd()) return Fail("unterminated string", at);
-        ++pos_;
+        if (!ParseLiteral(seq)) return false;
       } else if (c == '[') {
-        ++pos_;
-        Grammar::CharSet set;
-        if (Peek() == '^') {
-          set.negated = true;
-          ++pos_;
-        }
-        while (!AtEnd() && Peek() != ']') {
-          if (Peek() == '\n') return Fail("unterminated character class", at);
-          uint32_t lo, hi;
-          if (!ParseChar(&lo)) return false;
-          hi = lo;
-          if (Peek() == '-' && Peek(1) != ']' && pos_ + 1 < src_.size()) {
-            ++pos_;
-            if (!ParseChar(&hi)) return false;
-            if (hi < lo) return Fail("character range is backwards");
-          }
-          set.ranges.push_back({lo, hi});
-        }
-        if (AtEnd()) return Fail("unterminated character class", at);
-        ++pos_;
-        if (!CountElems(1)) return false;
-        seq->push_back({Grammar::ElemType::kChar, AddSet(std::move(set))});
+        if (!ParseCharClass(seq)) return false;
       } else if (c == '.') {
         ++pos_;
         Grammar::CharSet any;
@@ -343,52 +411,14 @@ class GrammarBuilder {
         if (!CountElems(1)) return false;
         seq->push_back({Grammar::ElemType::kRule, RuleId(name, at)});
       } else if (c == '(') {
-        ++pos_;
-        SkipSpace(true);
-        const uint32_t sub = NewRule(rule_name);
-        Alts alts;
-        if (!ParseAlternatives(rule_name, /*nested=*/true, &alts)) return false;
-        rules_[sub] = std::move(alts);
-        if (Peek() != ')') return Fail("expected ')' to close the group", at);
-        ++pos_;
-        if (!CountElems(1)) return false;
-        seq->push_back({Grammar::ElemType::kRule, sub});
+        if (!ParseGroup(rule_name, seq)) return false;
       } else {
         break;  // '|', ')', a newline or something the caller reports
       }
       SkipSpace(nested);
       // Repetition of the item just parsed.
-      int min = -1, max = -1;  // max -1: unbounded
-      const size_t op_at = pos_;
-      if (Peek() == '*') {
-        min = 0;
-        ++pos_;
-      } else if (Peek() == '+') {
-        min = 1;
-        ++pos_;
-      } else if (Peek() == '?') {
-        min = 0;
-        max = 1;
-        ++pos_;
-      } else if (Peek() == '{') {
-        ++pos_;
-        SkipSpace(nested);
-        if (!ParseCount(&min)) return false;
-        SkipSpace(nested);
-        max = min;
-        if (Peek() == ',') {
-          ++pos_;
-          SkipSpace(nested);
-          max = -1;
-          if (Peek() >= '0' && Peek() <= '9') {
-            if (!ParseCount(&max)) return false;
-            if (max < min) return Fail("repetition {m,n} with n < m", op_at);
-          }
-          SkipSpace(nested);
-        }
-        if (Peek() != '}') return Fail("expected '}'");
-        ++pos_;
-      }
+      int min, max;
+      if (!ParseRepetition(nested, &min, &max)) return false;
       if (min >= 0) {
         if (!Repeat(rule_name, item_start, min, max, seq)) return false;
         SkipSpace(nested);

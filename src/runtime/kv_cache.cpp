@@ -275,6 +275,77 @@ void KvCache::WriteWindowRow(int side, int layer, int seq, int head, int pos, co
   EncodeKvRow(KvRowFormat::kF16, tmp, hd, nullptr, dst);
 }
 
+namespace {
+
+// What a write observer (write_observer.h) made of one write.
+struct ObservedWrite {
+  bool store = true;        // false: the observer vetoed the write
+  std::vector<float> k, v;  // [n, row_elems] each: the rows to store instead of the given ones
+  // Planted window faults, asked once per single-token write to a cache with a window.
+  bool skip_windowed_encode = false;
+  bool encode_windowed_twice = false;
+};
+
+ObservedWrite ObserveWrite(const WriteObserver& observer, const KvWriteSpan& span, const float* k,
+                           const float* v, bool windowed) {
+  ObservedWrite w;
+  const int64_t n_values = static_cast<int64_t>(span.n) * span.n_kv_heads * span.head_dim;
+  w.k.assign(k, k + n_values);
+  w.v.assign(v, v + n_values);
+  if (!observer.OnWrite(span, w.k.data(), w.v.data())) {
+    w.store = false;
+    return w;
+  }
+  if (span.n == 1 && windowed) {
+    w.skip_windowed_encode = observer.SkipWindowedEncode(span);
+    w.encode_windowed_twice = observer.EncodeWindowedTwice(span);
+  }
+  return w;
+}
+
+// (*finite)[i]: whether rows i of k and v (n rows of re values each) are all finite. Returns
+// the first row that is not, or -1.
+int MarkFiniteRows(const float* k, const float* v, int n, int re, std::vector<char>* finite) {
+  int first_nonfinite = -1;
+  for (int i = 0; i < n; ++i) {
+    const float* krow = k + static_cast<int64_t>(i) * re;
+    const float* vrow = v + static_cast<int64_t>(i) * re;
+    char& ok = (*finite)[i];
+    for (int e = 0; e < re && ok; ++e) ok = std::isfinite(krow[e]) && std::isfinite(vrow[e]);
+    if (!ok && first_nonfinite < 0) first_nonfinite = i;
+  }
+  return first_nonfinite;
+}
+
+// Sets one head's anchor a [head_dim] from the first cell's key k [head_dim] (nullptr for a
+// non-finite cell: zeros), rotated back to position 0 (RoPE at 0 only scales the rotated
+// dimensions by the attention factor).
+void SetAnchor(const KvCache& cache, const float* k, float* a) {
+  const int hd = cache.config().head_dim;
+  const int n_rot = cache.config().rope.n_rot;
+  for (int e = 0; e < hd; ++e) {
+    const float x = k != nullptr ? k[e] : 0.0f;
+    a[e] = e < n_rot ? x / cache.anchor_mscale() : x;
+  }
+  // Keep the kAnchorMaxPairs rotated pairs of largest energy (ties: the lower pair).
+  const int n_pairs = n_rot / 2;
+  if (n_pairs > kAnchorMaxPairs) {
+    std::vector<int> order(n_pairs);
+    for (int j = 0; j < n_pairs; ++j) order[j] = j;
+    auto energy = [&](int j) {
+      const int x = cache.PairX(j), y = cache.PairY(j);
+      return a[x] * a[x] + a[y] * a[y];
+    };
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int i, int j) { return energy(i) > energy(j); });
+    for (int r = kAnchorMaxPairs; r < n_pairs; ++r) {
+      a[cache.PairX(order[r])] = a[cache.PairY(order[r])] = 0.0f;
+    }
+  }
+}
+
+}  // namespace
+
 void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const float* v,
                     ThreadPool* pool) {
   LAMINA_CHECK(layer >= 0 && layer < config_.n_layer);
@@ -282,59 +353,33 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
   int& length = lengths_[Index(layer, seq)];
   LAMINA_CHECK(pos0 >= 0 && pos0 <= length && n >= 0 && pos0 + n <= config_.n_ctx);
   const int re = row_elems();
-  std::vector<float> observed_k, observed_v;  // [n, row_elems] each, only with an observer
-  // Planted window faults (write_observer.h), asked once per single-token write.
-  bool skip_windowed_encode = false, encode_windowed_twice = false;
+  ObservedWrite observed;  // its rows only with an observer
   if (const WriteObserver* observer = config_.write_observer; observer != nullptr) {
-    observed_k.assign(k, k + static_cast<int64_t>(n) * re);
-    observed_v.assign(v, v + static_cast<int64_t>(n) * re);
     const KvWriteSpan span{layer, seq, pos0, n, config_.n_kv_heads, config_.head_dim};
-    if (!observer->OnWrite(span, observed_k.data(), observed_v.data())) {
+    observed = ObserveWrite(*observer, span, k, v, window_ > 0);
+    if (!observed.store) {
       length = std::max(length, pos0 + n);
       return;
     }
-    k = observed_k.data();
-    v = observed_v.data();
-    if (n == 1 && window_ > 0) {
-      skip_windowed_encode = observer->SkipWindowedEncode(span);
-      encode_windowed_twice = observer->EncodeWindowedTwice(span);
-    }
+    k = observed.k.data();
+    v = observed.v.data();
   }
+  const bool skip_windowed_encode = observed.skip_windowed_encode;
+  const bool encode_windowed_twice = observed.encode_windowed_twice;
   // Non-finite rows are found first, in order, so the reported position is the first one.
   std::vector<char> finite(n, 1);
-  for (int i = 0; i < n; ++i) {
-    const float* krow = k + static_cast<int64_t>(i) * re;
-    const float* vrow = v + static_cast<int64_t>(i) * re;
-    for (int e = 0; e < re && finite[i]; ++e)
-      finite[i] = std::isfinite(krow[e]) && std::isfinite(vrow[e]);
-    if (!finite[i] && nonfinite_error_.empty()) {
-      nonfinite_error_ = "non-finite K or V value at layer " + std::to_string(layer) +
-                         ", position " + std::to_string(pos0 + i) + "; the cell was not stored";
-    }
+  if (const int bad = MarkFiniteRows(k, v, n, re, &finite); bad >= 0 && nonfinite_error_.empty()) {
+    nonfinite_error_ = "non-finite K or V value at layer " + std::to_string(layer) + ", position " +
+                       std::to_string(pos0 + bad) + "; the cell was not stored";
   }
   const bool v_stochastic = config_.v_rounding == KvRounding::kStochastic;
   const int hd = config_.head_dim;
   const int n_heads = config_.n_kv_heads;
   if (k_anchored_ && pos0 == 0 && n > 0) {
-    // The first cell fixes the anchor: its key, rotated back to position 0 (RoPE at 0 only
-    // scales the rotated dimensions by the attention factor).
+    // The first cell fixes the anchor.
     for (int h = 0; h < n_heads; ++h) {
-      float* a = k_anchor_.data() + (Index(layer, seq) * n_heads + h) * hd;
-      for (int e = 0; e < hd; ++e) {
-        const float x = finite[0] ? k[h * hd + e] : 0.0f;
-        a[e] = e < config_.rope.n_rot ? x / anchor_mscale_ : x;
-      }
-      // Keep the kAnchorMaxPairs rotated pairs of largest energy (ties: the lower pair).
-      const int n_pairs = config_.rope.n_rot / 2;
-      if (n_pairs > kAnchorMaxPairs) {
-        std::vector<int> order(n_pairs);
-        for (int j = 0; j < n_pairs; ++j) order[j] = j;
-        auto energy = [&](int j) { return a[PairX(j)] * a[PairX(j)] + a[PairY(j)] * a[PairY(j)]; };
-        std::stable_sort(order.begin(), order.end(),
-                         [&](int i, int j) { return energy(i) > energy(j); });
-        for (int r = kAnchorMaxPairs; r < n_pairs; ++r)
-          a[PairX(order[r])] = a[PairY(order[r])] = 0.0f;
-      }
+      SetAnchor(*this, finite[0] ? k + h * hd : nullptr,
+                k_anchor_.data() + (Index(layer, seq) * n_heads + h) * hd);
     }
   }
   // Work items are (row, head) pairs, so even a single decoded token's heads spread over the pool.

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "util/hash.h"
 #include "util/mapped_file.h"
@@ -161,9 +162,18 @@ std::vector<uint8_t> SerializeSessionFile(const Session& session, int seq, uint6
   return out;
 }
 
-Result<SessionFileView> ParseSessionFile(const uint8_t* data, size_t size, const Session& session,
-                                         uint64_t model_hash) {
-  const KvCacheConfig& c = session.cache().config();
+namespace {
+
+// The header fields the sections are read against.
+struct SessionHeader {
+  uint32_t n_vocab = 0;
+  uint32_t n_tokens = 0;
+  uint32_t n_sections = 0;
+  uint64_t kv_bytes = 0;
+};
+
+// The header's magic, version, checksum and model identity.
+Status CheckHeaderIdentity(const uint8_t* data, size_t size, uint64_t model_hash) {
   if (size < kHeaderBytes || std::memcmp(data, kMagic, 8) != 0) {
     return Error{size < 8 || std::memcmp(data, kMagic, 8) != 0
                      ? "not a lamina session file (no LAMSESS magic)"
@@ -184,6 +194,12 @@ Result<SessionFileView> ParseSessionFile(const uint8_t* data, size_t size, const
     return Error{"made with another model (model identity " + Hex(hash) + ", this model " +
                  Hex(model_hash) + ")"};
   }
+  return Status::Ok();
+}
+
+// The header's KV mode, V rounding, seed, window and cache shape against this session's.
+Status CheckHeaderCache(const uint8_t* data, const Session& session) {
+  const KvCacheConfig& c = session.cache().config();
   const uint32_t kv_type = Get<uint32_t>(data + 24);
   const uint32_t v_round = Get<uint32_t>(data + 28);
   const uint64_t kv_seed = Get<uint64_t>(data + 32);
@@ -218,83 +234,130 @@ Result<SessionFileView> ParseSessionFile(const uint8_t* data, size_t size, const
                  std::to_string(n_kv_heads) + " KV heads x " + std::to_string(head_dim) +
                  ", vocabulary " + std::to_string(n_vocab) + " differs from this model's"};
   }
-  const uint32_t n_tokens = Get<uint32_t>(data + 56);
-  const uint32_t n_sections = Get<uint32_t>(data + 60);
-  const uint64_t kv_bytes = Get<uint64_t>(data + 64);
+  return Status::Ok();
+}
+
+// The checked header: identity, cache, then the token, section and KV byte counts.
+Result<SessionHeader> ReadSessionHeader(const uint8_t* data, size_t size, const Session& session,
+                                        uint64_t model_hash) {
+  if (Status st = CheckHeaderIdentity(data, size, model_hash); !st.ok()) return st.error();
+  if (Status st = CheckHeaderCache(data, session); !st.ok()) return st.error();
+  SessionHeader header;
+  header.n_vocab = Get<uint32_t>(data + 52);
+  header.n_tokens = Get<uint32_t>(data + 56);
+  header.n_sections = Get<uint32_t>(data + 60);
+  header.kv_bytes = Get<uint64_t>(data + 64);
+  const uint32_t n_tokens = header.n_tokens;
   if (n_tokens > static_cast<uint32_t>(session.n_ctx())) {
     return Error{"holds " + std::to_string(n_tokens) + " tokens, more than the context of " +
                  std::to_string(session.n_ctx()) + " (-c)"};
   }
-  if (kv_bytes != session.cache().SequenceStateBytes(static_cast<int>(n_tokens))) {
-    return Error{"KV state of " + std::to_string(kv_bytes) + " bytes does not fit " +
+  if (header.kv_bytes != session.cache().SequenceStateBytes(static_cast<int>(n_tokens))) {
+    return Error{"KV state of " + std::to_string(header.kv_bytes) + " bytes does not fit " +
                  std::to_string(n_tokens) + " tokens in this KV mode"};
   }
-  if (n_sections < 2 || n_sections > kMaxSections) {
-    return Error{"section count " + std::to_string(n_sections) + " out of range"};
+  if (header.n_sections < 2 || header.n_sections > kMaxSections) {
+    return Error{"section count " + std::to_string(header.n_sections) + " out of range"};
   }
+  return header;
+}
+
+// The sections read so far.
+struct SectionsRead {
   SessionFileView view;
-  bool have_tokens = false, have_kv = false;
-  size_t at = kHeaderBytes;
-  for (uint32_t s = 0; s < n_sections; ++s) {
-    if (size - at < kSectionHeaderBytes) {
-      return Error{"truncated: section " + std::to_string(s) + " header at byte " +
-                   std::to_string(at) + " of " + std::to_string(size)};
+  bool have_tokens = false;
+  bool have_kv = false;
+};
+
+// One section's checked payload into the view.
+Status ReadSectionPayload(uint32_t tag, const uint8_t* payload, uint64_t bytes,
+                          const SessionHeader& header, const Session& session, SectionsRead* read) {
+  const uint32_t n_tokens = header.n_tokens;
+  if (tag == kTagTokens) {
+    if (read->have_tokens || bytes != static_cast<uint64_t>(n_tokens) * sizeof(int32_t)) {
+      return Error{"token section of " + std::to_string(bytes) + " bytes for " +
+                   std::to_string(n_tokens) + " tokens"};
     }
-    const uint32_t tag = Get<uint32_t>(data + at);
-    const uint64_t bytes = Get<uint64_t>(data + at + 8);
-    const uint64_t sum = Get<uint64_t>(data + at + 16);
-    if (Get<uint32_t>(data + at + 4) != 0) {
-      return Error{"section " + std::to_string(s) + " header at byte " + std::to_string(at) +
-                   " is corrupt (reserved field not 0)"};
-    }
-    at += kSectionHeaderBytes;
-    if (bytes > size - at) {
-      return Error{"truncated: section " + TagName(tag) + " needs " + std::to_string(bytes) +
-                   " bytes at byte " + std::to_string(at) + ", " + std::to_string(size - at) +
-                   " left"};
-    }
-    const uint8_t* payload = data + at;
-    if (Xxh64::Of(payload, bytes) != sum) {
-      return Error{"checksum mismatch in section " + TagName(tag) + " (the file is corrupt)"};
-    }
-    if (tag == kTagTokens) {
-      if (have_tokens || bytes != static_cast<uint64_t>(n_tokens) * sizeof(int32_t)) {
-        return Error{"token section of " + std::to_string(bytes) + " bytes for " +
-                     std::to_string(n_tokens) + " tokens"};
+    std::vector<int32_t>& tokens = read->view.tokens;
+    tokens.resize(n_tokens);
+    std::memcpy(tokens.data(), payload, bytes);
+    for (uint32_t i = 0; i < n_tokens; ++i) {
+      if (tokens[i] < 0 || static_cast<uint32_t>(tokens[i]) >= header.n_vocab) {
+        return Error{"token " + std::to_string(i) + " (id " + std::to_string(tokens[i]) +
+                     ") is outside the vocabulary"};
       }
-      view.tokens.resize(n_tokens);
-      std::memcpy(view.tokens.data(), payload, bytes);
-      for (uint32_t i = 0; i < n_tokens; ++i) {
-        if (view.tokens[i] < 0 || static_cast<uint32_t>(view.tokens[i]) >= n_vocab) {
-          return Error{"token " + std::to_string(i) + " (id " + std::to_string(view.tokens[i]) +
-                       ") is outside the vocabulary"};
-        }
-      }
-      have_tokens = true;
-    } else if (tag == kTagKv) {
-      if (have_kv || bytes != kv_bytes) {
-        return Error{"KV section of " + std::to_string(bytes) + " bytes, the header says " +
-                     std::to_string(kv_bytes)};
-      }
-      if (Status st = session.cache().CheckSequenceState(static_cast<int>(n_tokens), payload);
-          !st.ok()) {
-        return Error{"KV section: " + st.error().message + " (the file is corrupt)"};
-      }
-      view.kv = payload;
-      view.kv_bytes = bytes;
-      have_kv = true;
-    } else if (tag == kTagApp) {
-      view.app.assign(reinterpret_cast<const char*>(payload), bytes);
-    } else {
-      return Error{"unknown section " + TagName(tag)};
     }
-    at += bytes;
+    read->have_tokens = true;
+  } else if (tag == kTagKv) {
+    if (read->have_kv || bytes != header.kv_bytes) {
+      return Error{"KV section of " + std::to_string(bytes) + " bytes, the header says " +
+                   std::to_string(header.kv_bytes)};
+    }
+    if (Status st = session.cache().CheckSequenceState(static_cast<int>(n_tokens), payload);
+        !st.ok()) {
+      return Error{"KV section: " + st.error().message + " (the file is corrupt)"};
+    }
+    read->view.kv = payload;
+    read->view.kv_bytes = bytes;
+    read->have_kv = true;
+  } else if (tag == kTagApp) {
+    read->view.app.assign(reinterpret_cast<const char*>(payload), bytes);
+  } else {
+    return Error{"unknown section " + TagName(tag)};
   }
-  if (!have_tokens || !have_kv) return Error{"a token or KV section is missing"};
+  return Status::Ok();
+}
+
+// Section `s`, whose header is at byte *at: its header and checksum checked, its payload read;
+// *at moves past it.
+Status ReadSection(const uint8_t* data, size_t size, uint32_t s, const SessionHeader& header,
+                   const Session& session, size_t* at, SectionsRead* read) {
+  if (size - *at < kSectionHeaderBytes) {
+    return Error{"truncated: section " + std::to_string(s) + " header at byte " +
+                 std::to_string(*at) + " of " + std::to_string(size)};
+  }
+  const uint32_t tag = Get<uint32_t>(data + *at);
+  const uint64_t bytes = Get<uint64_t>(data + *at + 8);
+  const uint64_t sum = Get<uint64_t>(data + *at + 16);
+  if (Get<uint32_t>(data + *at + 4) != 0) {
+    return Error{"section " + std::to_string(s) + " header at byte " + std::to_string(*at) +
+                 " is corrupt (reserved field not 0)"};
+  }
+  *at += kSectionHeaderBytes;
+  if (bytes > size - *at) {
+    return Error{"truncated: section " + TagName(tag) + " needs " + std::to_string(bytes) +
+                 " bytes at byte " + std::to_string(*at) + ", " + std::to_string(size - *at) +
+                 " left"};
+  }
+  const uint8_t* payload = data + *at;
+  if (Xxh64::Of(payload, bytes) != sum) {
+    return Error{"checksum mismatch in section " + TagName(tag) + " (the file is corrupt)"};
+  }
+  if (Status st = ReadSectionPayload(tag, payload, bytes, header, session, read); !st.ok()) {
+    return st;
+  }
+  *at += bytes;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<SessionFileView> ParseSessionFile(const uint8_t* data, size_t size, const Session& session,
+                                         uint64_t model_hash) {
+  Result<SessionHeader> header = ReadSessionHeader(data, size, session, model_hash);
+  if (!header.ok()) return header.error();
+  SectionsRead read;
+  size_t at = kHeaderBytes;
+  for (uint32_t s = 0; s < header->n_sections; ++s) {
+    if (Status st = ReadSection(data, size, s, *header, session, &at, &read); !st.ok()) {
+      return st.error();
+    }
+  }
+  if (!read.have_tokens || !read.have_kv) return Error{"a token or KV section is missing"};
   if (at != size) {
     return Error{std::to_string(size - at) + " bytes after the last section"};
   }
-  return view;
+  return std::move(read.view);
 }
 
 Status SaveSessionFile(const std::string& path, const Session& session, int seq,
