@@ -1,6 +1,6 @@
-// K-quant (and IQ4_XS) dot-product throughput per type and ISA: one k=4096 dot, a 2048x2048 matvec
-// (decode), and the same matrix against 8 activation rows through vec_dot_multi (prompt
-// processing). Bytes/s counts weight bytes read, the figure that bounds decode speed.
+// K-quant (and IQ4_XS, TQ1_0, TQ2_0) dot-product throughput per type and ISA: one k=4096 dot, a
+// 2048x2048 matvec (decode), and the same matrix against 8 activation rows through vec_dot_multi
+// (prompt processing). Bytes/s counts weight bytes read, the figure that bounds decode speed.
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
@@ -17,8 +17,9 @@
 namespace lamina {
 namespace {
 
-constexpr GgmlType kTypes[] = {GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K,
-                               GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIQ4_XS};
+constexpr GgmlType kTypes[] = {GgmlType::kQ2_K,  GgmlType::kQ3_K, GgmlType::kQ4_K,
+                               GgmlType::kQ5_K,  GgmlType::kQ6_K, GgmlType::kIQ4_XS,
+                               GgmlType::kTQ1_0, GgmlType::kTQ2_0};
 
 // Random weight rows: any bytes are valid codes and scales; d/dmin are then overwritten with a
 // small fp16 so no Inf/NaN slows the float path.
@@ -47,6 +48,14 @@ std::vector<uint8_t> RandomWeights(GgmlType t, int64_t rows, int64_t k) {
       break;
     case GgmlType::kIQ4_XS:
       half_off = offsetof(BlockIQ4_XS, d);
+      n_halves = 1;
+      break;
+    case GgmlType::kTQ1_0:
+      half_off = offsetof(BlockTQ1_0, d);
+      n_halves = 1;
+      break;
+    case GgmlType::kTQ2_0:
+      half_off = offsetof(BlockTQ2_0, d);
       n_halves = 1;
       break;
     default:

@@ -21,10 +21,10 @@ std::vector<Isa> SupportedIsas() {
 
 TEST(QuantContract, MultiDotEqualsSingleDotBitForBit) {
   const GgmlType types[] = {
-      GgmlType::kF32,  GgmlType::kF16,    GgmlType::kBF16,   GgmlType::kQ4_0,
-      GgmlType::kQ4_1, GgmlType::kQ5_0,   GgmlType::kQ5_1,   GgmlType::kQ8_0,
-      GgmlType::kQ2_K, GgmlType::kQ3_K,   GgmlType::kQ4_K,   GgmlType::kQ5_K,
-      GgmlType::kQ6_K, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kMXFP4};
+      GgmlType::kF32,   GgmlType::kF16,   GgmlType::kBF16, GgmlType::kQ4_0,   GgmlType::kQ4_1,
+      GgmlType::kQ5_0,  GgmlType::kQ5_1,  GgmlType::kQ8_0, GgmlType::kQ2_K,   GgmlType::kQ3_K,
+      GgmlType::kQ4_K,  GgmlType::kQ5_K,  GgmlType::kQ6_K, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,
+      GgmlType::kMXFP4, GgmlType::kTQ1_0, GgmlType::kTQ2_0};
   std::mt19937 rng(17);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const int64_t k = 512;

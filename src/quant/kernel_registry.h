@@ -14,7 +14,7 @@ using KernelTable = TypeKernels[kTypeTableSize];
 // Scalar reference kernels (the twins). Fill every field they implement.
 // F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL, MXFP4
 void RegisterScalarLegacy(KernelTable& table);
-void RegisterScalarKQuants(KernelTable& table);  // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, Q8_K
+void RegisterScalarKQuants(KernelTable& table);  // Q2_K..Q6_K, IQ4_XS, TQ1_0, TQ2_0, Q8_K
 // SIMD overrides: set only vec_dot / vec_dot_multi / dequantize / quantize fields they implement,
 // leave the others untouched.
 void RegisterAvx2Legacy(KernelTable& table);

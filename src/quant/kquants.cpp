@@ -1,7 +1,7 @@
-// Scalar K-quant kernels (Q2_K..Q6_K, IQ4_XS, Q8_K): the reference twins the SIMD files are tested
-// against.
-// Formulas, integer sums and float accumulation order follow GGML's reference and generic CPU code
-// (llama.cpp c392e50), so results here are what llama.cpp's scalar path computes.
+// Scalar K-quant kernels (Q2_K..Q6_K, IQ4_XS, TQ1_0, TQ2_0, Q8_K): the reference twins the SIMD
+// files are tested against. Formulas, integer sums and float accumulation order follow GGML's
+// reference and generic CPU code (llama.cpp c392e50), so results here are what llama.cpp's scalar
+// path computes.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -197,6 +197,56 @@ void DequantizeIQ4XS(const void* vx, float* y, int64_t k) {
       y += 32;
       q += 16;
     }
+  }
+}
+
+// TQ1_0: digit n of a pow3-packed byte b (types.h), as 0..2: the top two bits of (b * 3^n) * 3
+// in 10 bits, the byte product taken mod 256.
+inline int Tq1Digit(uint8_t b, int n) {
+  constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+  const uint8_t q = static_cast<uint8_t>(b * kPow3[n]);
+  return (q * 3) >> 8;
+}
+
+// Calls f(element, code 0..2) for the 256 elements of a TQ1_0 block, in element order.
+template <typename F>
+inline void ForEachTq1(const BlockTQ1_0& b, F&& f) {
+  int e = 0;
+  for (int n = 0; n < 5; ++n) {
+    for (int m = 0; m < 32; ++m) f(e++, Tq1Digit(b.qs[m], n));
+  }
+  for (int n = 0; n < 5; ++n) {
+    for (int m = 0; m < 16; ++m) f(e++, Tq1Digit(b.qs[32 + m], n));
+  }
+  for (int n = 0; n < 4; ++n) {
+    for (int j = 0; j < 4; ++j) f(e++, Tq1Digit(b.qh[j], n));
+  }
+}
+
+void DequantizeTQ1_0(const void* vx, float* y, int64_t k) {
+  LAMINA_DCHECK(k % kQK_K == 0);
+  const auto* x = static_cast<const BlockTQ1_0*>(vx);
+  for (int64_t i = 0; i < k / kQK_K; ++i) {
+    const float d = Fp16ToF32(x[i].d);
+    ForEachTq1(x[i], [&](int e, int t) { y[e] = static_cast<float>(t - 1) * d; });
+    y += kQK_K;
+  }
+}
+
+void DequantizeTQ2_0(const void* vx, float* y, int64_t k) {
+  LAMINA_DCHECK(k % kQK_K == 0);
+  const auto* x = static_cast<const BlockTQ2_0*>(vx);
+  for (int64_t i = 0; i < k / kQK_K; ++i) {
+    const float d = Fp16ToF32(x[i].d);
+    for (int h = 0; h < 2; ++h) {
+      for (int l = 0; l < 4; ++l) {
+        for (int m = 0; m < 32; ++m) {
+          y[128 * h + 32 * l + m] =
+              static_cast<float>(((x[i].qs[32 * h + m] >> (2 * l)) & 3) - 1) * d;
+        }
+      }
+    }
+    y += kQK_K;
   }
 }
 
@@ -710,6 +760,38 @@ void VecDotIQ4XS(int64_t k, float* s, const void* vx, const void* vy) {
   *s = sumf;
 }
 
+// TQ1_0 / TQ2_0: one float term per super-block, the exact integer sum times (d * d_a), added
+// in block order (GGML's generic code).
+void VecDotTQ1_0(int64_t k, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const BlockTQ1_0*>(vx);
+  const auto* y = static_cast<const BlockQ8_K*>(vy);
+  float sumf = 0;
+  for (int64_t i = 0; i < k / kQK_K; ++i) {
+    int sumi = 0;
+    ForEachTq1(x[i], [&](int e, int t) { sumi += (t - 1) * y[i].qs[e]; });
+    sumf += static_cast<float>(sumi) * (Fp16ToF32(x[i].d) * y[i].d);
+  }
+  *s = sumf;
+}
+
+void VecDotTQ2_0(int64_t k, float* s, const void* vx, const void* vy) {
+  const auto* x = static_cast<const BlockTQ2_0*>(vx);
+  const auto* y = static_cast<const BlockQ8_K*>(vy);
+  float sumf = 0;
+  for (int64_t i = 0; i < k / kQK_K; ++i) {
+    int sumi = 0;
+    for (int h = 0; h < 2; ++h) {
+      for (int l = 0; l < 4; ++l) {
+        for (int m = 0; m < 32; ++m) {
+          sumi += (((x[i].qs[32 * h + m] >> (2 * l)) & 3) - 1) * y[i].qs[128 * h + 32 * l + m];
+        }
+      }
+    }
+    sumf += static_cast<float>(sumi) * (Fp16ToF32(x[i].d) * y[i].d);
+  }
+  *s = sumf;
+}
+
 template <VecDotFn kDot>
 void VecDotMulti(int64_t k, const void* w_row, const void* act, size_t act_row_bytes, int n_act,
                  float* out) {
@@ -738,6 +820,9 @@ void RegisterScalarKQuants(KernelTable& table) {
   set(GgmlType::kQ6_K, DequantizeQ6K, QuantizeQ6K, VecDotQ6K, VecDotMulti<VecDotQ6K>);
   // No quantizer: llama-quantize makes IQ4_XS files (its level search is not reproduced here).
   set(GgmlType::kIQ4_XS, DequantizeIQ4XS, nullptr, VecDotIQ4XS, VecDotMulti<VecDotIQ4XS>);
+  // No quantizer: llama-quantize makes TQ1_0 / TQ2_0 files.
+  set(GgmlType::kTQ1_0, DequantizeTQ1_0, nullptr, VecDotTQ1_0, VecDotMulti<VecDotTQ1_0>);
+  set(GgmlType::kTQ2_0, DequantizeTQ2_0, nullptr, VecDotTQ2_0, VecDotMulti<VecDotTQ2_0>);
   set(GgmlType::kQ8_K, DequantizeQ8K, QuantizeQ8K, nullptr, nullptr);
 }
 

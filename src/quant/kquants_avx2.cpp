@@ -1,11 +1,12 @@
-// AVX2 K-quant dot products (Q2_K..Q6_K and IQ4_XS against Q8_K). Each weight super-block is
-// decoded once into 256 codes plus per-group scales, then reused for up to kMaxMultiDot
-// activation rows; that reuse is what makes prompt processing fast. Integer sums are exact, so
-// results differ from the scalar twins only in float summation order.
+// AVX2 K-quant dot products (Q2_K..Q6_K, IQ4_XS, TQ1_0 and TQ2_0 against Q8_K). Each weight
+// super-block is decoded once into 256 codes plus per-group scales, then reused for up to
+// kMaxMultiDot activation rows; that reuse is what makes prompt processing fast. Integer sums are
+// exact, so results differ from the scalar twins only in float summation order.
 #include <immintrin.h>
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "quant/kernel_registry.h"
 #include "quant/quant.h"
@@ -305,6 +306,29 @@ void Iq4XsMultiDot(int64_t k, const void* w_row, const uint8_t* act, size_t act_
 
 #include "quant/kquants_iq4xs.inc"
 
+// TQ1_0 / TQ2_0 (kquants_tq.inc): the codes stay in eight registers; each 32-value chunk's
+// maddubs words stay within 2 * 3 * 128 in magnitude, so nothing saturates.
+struct TqCodes {
+  __m256i v[8];
+};
+
+[[gnu::always_inline]] inline void TqPack(const __m256i* t, TqCodes* out) {
+  for (int c = 0; c < 8; ++c) out->v[c] = t[c];
+}
+
+[[gnu::always_inline]] inline __m256i TqRowSum(const TqCodes& codes, const int8_t* q8) {
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int c = 0; c < 8; ++c) {
+    const __m256i p = _mm256_maddubs_epi16(codes.v[c], Load256(q8 + 32 * c));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones16));
+  }
+  return acc;
+}
+
+#include "quant/kquants_tq.inc"
+
 }  // namespace
 
 void RegisterAvx2KQuants(KernelTable& table) {
@@ -314,6 +338,7 @@ void RegisterAvx2KQuants(KernelTable& table) {
   Set<Q5K>(table, GgmlType::kQ5_K);
   Set<Q6K>(table, GgmlType::kQ6_K);
   SetIq4Xs(table);
+  SetTq(table);
 }
 
 }  // namespace lamina::quant_internal

@@ -1,7 +1,8 @@
-// AVX-512 (BW + VNNI) K-quant dot products (Q2_K..Q6_K and IQ4_XS against Q8_K). As the AVX2
-// variant: each weight super-block is decoded once into 256 codes and per-group scale vectors and
-// reused for up to kMaxMultiDot activation rows; here 64 codes per register, and VNNI's dpwssd
-// fuses the group-scale multiply with the accumulate. Integer sums are exact.
+// AVX-512 (BW + VNNI) K-quant dot products (Q2_K..Q6_K, IQ4_XS, TQ1_0 and TQ2_0 against Q8_K). As
+// the AVX2 variant: each weight super-block is decoded once into 256 codes and per-group scale
+// vectors and reused for up to kMaxMultiDot activation rows; here 64 codes per register, and VNNI's
+// dpwssd fuses the group-scale multiply with the accumulate (TQ1_0 / TQ2_0: dpbusd over the codes).
+// Integer sums are exact.
 
 // GCC 12's AVX-512 headers build their "undefined" vectors by self-initialisation, which trips
 // -Wuninitialized at every inlined broadcast/insert/extract (GCC PR 105593); nothing reads them.
@@ -14,6 +15,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "quant/kernel_registry.h"
 #include "quant/quant.h"
@@ -300,6 +302,26 @@ void Iq4XsMultiDot(int64_t k, const void* w_row, const uint8_t* act, size_t act_
 
 #include "quant/kquants_iq4xs.inc"
 
+// TQ1_0 / TQ2_0 (kquants_tq.inc): the codes stay in eight 256-bit registers, one VNNI dpbusd
+// (AVX-512 VL form) per 32-value chunk and activation row. Packing two chunks per 512-bit
+// register measured slower (the inserts cost more than the four dpbusd saved).
+struct TqCodes {
+  __m256i v[8];
+};
+
+[[gnu::always_inline]] inline void TqPack(const __m256i* t, TqCodes* out) {
+  for (int c = 0; c < 8; ++c) out->v[c] = t[c];
+}
+
+[[gnu::always_inline]] inline __m256i TqRowSum(const TqCodes& codes, const int8_t* q8) {
+  __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int c = 0; c < 8; ++c) acc = _mm256_dpbusd_epi32(acc, codes.v[c], Load256(q8 + 32 * c));
+  return acc;
+}
+
+#include "quant/kquants_tq.inc"
+
 }  // namespace
 
 void RegisterAvx512KQuants(KernelTable& table) {
@@ -309,6 +331,7 @@ void RegisterAvx512KQuants(KernelTable& table) {
   Set<Q5K>(table, GgmlType::kQ5_K);
   Set<Q6K>(table, GgmlType::kQ6_K);
   SetIq4Xs(table);
+  SetTq(table);
 }
 
 }  // namespace lamina::quant_internal

@@ -28,6 +28,8 @@ constexpr Entry kEntries[] = {
     {GgmlType::kQ8_K, {"Q8_K", kQK_K, sizeof(BlockQ8_K), true}},
     {GgmlType::kIQ4_NL, {"IQ4_NL", kQK, sizeof(BlockIQ4_NL), true}},
     {GgmlType::kIQ4_XS, {"IQ4_XS", kQK_K, sizeof(BlockIQ4_XS), true}},
+    {GgmlType::kTQ1_0, {"TQ1_0", kQK_K, sizeof(BlockTQ1_0), true}},
+    {GgmlType::kTQ2_0, {"TQ2_0", kQK_K, sizeof(BlockTQ2_0), true}},
     {GgmlType::kMXFP4, {"MXFP4", kQK, sizeof(BlockMXFP4), true}},
 };
 }  // namespace

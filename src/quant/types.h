@@ -27,6 +27,8 @@ enum class GgmlType : uint32_t {
   kIQ4_NL = 20,
   kIQ4_XS = 23,
   kBF16 = 30,
+  kTQ1_0 = 34,
+  kTQ2_0 = 35,
   kMXFP4 = 39,
 };
 
@@ -177,6 +179,26 @@ struct BlockMXFP4 {
   uint8_t qs[kQK / 2];
 };
 static_assert(sizeof(BlockMXFP4) == 17);
+
+// 256 ternary values: x = d * (t - 1), t in {0, 1, 2}. A byte holds base-3 digits in the "pow3"
+// form: byte b = ceil(256 * v / 243) for the 5-digit (qs) or 4-digit (qh, v * 3) number v, and
+// digit n (most significant first) is t = ((uint8_t)(b * 3^n) * 3) >> 8. Element order:
+// qs[0..31] digit n gives elements 32n + m (n < 5, m < 32), qs[32..47] digit n elements
+// 160 + 16n + m (m < 16), qh[j] digit n (n < 4) elements 240 + 4n + j.
+struct BlockTQ1_0 {
+  uint8_t qs[(kQK_K - 4 * kQK_K / 64) / 5];
+  uint8_t qh[kQK_K / 64];
+  fp16_t d;
+};
+static_assert(sizeof(BlockTQ1_0) == 54);
+
+// 256 ternary values: x = d * (t - 1), t in {0, 1, 2} (3 unused). Byte qs[32h + m] holds in bits
+// 2l, 2l + 1 the code of element 128h + 32l + m (h < 2, l < 4, m < 32).
+struct BlockTQ2_0 {
+  uint8_t qs[kQK_K / 4];
+  fp16_t d;
+};
+static_assert(sizeof(BlockTQ2_0) == 66);
 
 struct TypeTraits {
   const char* name;
