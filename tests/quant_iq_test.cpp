@@ -17,6 +17,7 @@
 #include "kernels/matmul.h"
 #include "quant/quant.h"
 #include "quant/types.h"
+#include "quant_random.h"
 #include "util/cpu_features.h"
 #include "util/fp16.h"
 #include "util/thread_pool.h"
@@ -230,33 +231,6 @@ TEST(QuantIqDequantize, Mxfp4ExponentEdgeCases) {
 // ---------------------------------------------------------------------------------------------
 // Random blocks and the format definition, element by element in double.
 
-// Random bytes (every code and scale bit pattern), then a sane scale: IQ4_NL / IQ4_XS get a
-// small fp16 d, MXFP4 an exponent in [110, 135] (steps 2^-18 .. 2^7).
-std::vector<uint8_t> RandomRow(GgmlType t, int64_t k, std::mt19937& rng) {
-  std::vector<uint8_t> row(RowSize(t, k));
-  std::uniform_int_distribution<int> byte(0, 255);
-  for (uint8_t& v : row) v = static_cast<uint8_t>(byte(rng));
-  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
-  std::uniform_int_distribution<int> exponent(110, 135);
-  const size_t bs = GetTypeTraits(t).type_size;
-  for (size_t off = 0; off < row.size(); off += bs) {
-    if (t == GgmlType::kMXFP4) {
-      row[off] = static_cast<uint8_t>(exponent(rng));
-    } else {
-      const fp16_t d = F32ToFp16(scale(rng));
-      std::memcpy(row.data() + off, &d, 2);
-    }
-  }
-  return row;
-}
-
-std::vector<float> RandomFloats(int64_t n, std::mt19937& rng, float sigma = 1.0f) {
-  std::normal_distribution<float> dist(0.0f, sigma);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
 // Element e of a row, from the layout definitions in types.h (not the kernels' loops).
 double ElementOf(GgmlType t, const uint8_t* row, int64_t e) {
   const int64_t bs = GetTypeTraits(t).block_size;
@@ -293,7 +267,7 @@ TEST(QuantIqDequantize, RandomBlocksMatchFormatDefinition) {
   const int64_t k = 8 * kQK_K;
   for (GgmlType t : kTypes) {
     SCOPED_TRACE(GgmlTypeName(t));
-    const std::vector<uint8_t> row = RandomRow(t, k, rng);
+    const std::vector<uint8_t> row = RandomWeightRow(t, k, rng);
     const std::vector<float> y = Dequantize(t, row.data(), k);
     // Exact: an fp16 scale (11 significant bits) times a group scale (6) and a level (7) fits
     // in an f32 significand, and MXFP4's scale is a power of two.
@@ -317,7 +291,7 @@ struct DotCase {
 DotCase MakeCase(GgmlType t, int64_t k, int n, std::mt19937& rng) {
   DotCase c;
   c.k = k;
-  c.w = RandomRow(t, k, rng);
+  c.w = RandomWeightRow(t, k, rng);
   const GgmlType at = GetKernels(t, Isa::kScalar).vec_dot_type;
   c.act_bytes = RowSize(at, k);
   c.act_stride = c.act_bytes + 64;  // a gap between rows: act_row_bytes must be honoured
@@ -442,7 +416,7 @@ TEST(QuantIqDot, TileEqualsVecDotBitForBit) {
       const size_t w_stride = w_bytes + 48;
       std::vector<uint8_t> w(w_stride * kMaxTileRows, 0xAB);
       for (int i = 0; i < kMaxTileRows; ++i) {
-        const std::vector<uint8_t> row = RandomRow(t, k, rng);
+        const std::vector<uint8_t> row = RandomWeightRow(t, k, rng);
         std::memcpy(w.data() + i * w_stride, row.data(), w_bytes);
       }
       const DotCase c = MakeCase(t, k, kMaxMultiDot, rng);
@@ -521,7 +495,7 @@ TEST(QuantIqDot, ExtremeCodes) {
 TEST(QuantIqDot, Mxfp4LargestExponent) {
   std::mt19937 rng(3);
   const int64_t k = 256;
-  std::vector<uint8_t> w = RandomRow(GgmlType::kMXFP4, k, rng);
+  std::vector<uint8_t> w = RandomWeightRow(GgmlType::kMXFP4, k, rng);
   for (size_t off = 0; off < w.size(); off += sizeof(BlockMXFP4)) w[off] = 255;
   std::vector<float> x = RandomFloats(k, rng, 1e-5f);
   std::vector<uint8_t> a(RowSize(GgmlType::kQ8_0, k));
@@ -542,36 +516,9 @@ TEST(QuantIqDot, Mxfp4LargestExponent) {
   }
 }
 
-// The model's matmul with weights of each type (the path a loaded GGUF takes): activations
-// quantized to the type's vec_dot_type, then the multi or tile kernels, on two threads. Every
-// output equals vec_dot of its row and token at the best ISA, whatever the batch size: 1
-// (decode), 3, and 20 (past the AVX2 tiles' 16-token threshold).
+// The model's matmul path equals vec_dot bit for bit for every batch size (quant_random.h).
 TEST(QuantIqMatMul, EqualsVecDotForEveryBatchSize) {
-  std::mt19937 rng(11);
-  ThreadPool pool(2);
-  for (GgmlType t : kTypes) {
-    const int64_t rows = 37, cols = 2 * kQK_K;
-    const std::vector<uint8_t> data = RandomRow(t, rows * cols, rng);
-    const WeightMatrix w{t, rows, cols, RowSize(t, cols), data.data()};
-    const TypeKernels& kern = GetKernels(t);
-    const TypeKernels& act_kern = GetKernels(kern.vec_dot_type);
-    for (int64_t n_tokens : {1, 3, 20}) {
-      const std::vector<float> x = RandomFloats(n_tokens * cols, rng);
-      std::vector<float> y(static_cast<size_t>(n_tokens * rows), NAN);
-      MatMulScratch scratch;
-      MatMul(w, x.data(), cols, n_tokens, y.data(), rows, scratch, pool);
-      std::vector<uint8_t> a(RowSize(kern.vec_dot_type, cols));
-      for (int64_t j = 0; j < n_tokens; ++j) {
-        act_kern.quantize(x.data() + j * cols, a.data(), cols);
-        for (int64_t r = 0; r < rows; ++r) {
-          float want = 0.0f;
-          kern.vec_dot(cols, &want, w.Row(r), a.data());
-          ASSERT_EQ(F32ToBits(y[j * rows + r]), F32ToBits(want))
-              << GgmlTypeName(t) << " tokens " << n_tokens << " token " << j << " row " << r;
-        }
-      }
-    }
-  }
+  ExpectMatMulEqualsVecDot({std::begin(kTypes), std::end(kTypes)});
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "kernels/matmul.h"
 #include "quant/quant.h"
 #include "quant/types.h"
+#include "quant_random.h"
 #include "util/cpu_features.h"
 #include "util/fp16.h"
 #include "util/thread_pool.h"
@@ -184,28 +185,6 @@ TEST(QuantTqDequantize, Tq2HandBuilt) {
 // ---------------------------------------------------------------------------------------------
 // Random blocks and the format definition, element by element in double.
 
-// Random bytes (every byte value, so TQ1_0 bytes past 242 and TQ2_0 code 3 too), then a small
-// fp16 d per block.
-std::vector<uint8_t> RandomRow(GgmlType t, int64_t k, std::mt19937& rng) {
-  std::vector<uint8_t> row(RowSize(t, k));
-  std::uniform_int_distribution<int> byte(0, 255);
-  for (uint8_t& v : row) v = static_cast<uint8_t>(byte(rng));
-  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
-  const size_t bs = GetTypeTraits(t).type_size;
-  for (size_t off = 0; off < row.size(); off += bs) {
-    const fp16_t d = F32ToFp16(scale(rng));
-    std::memcpy(row.data() + off + bs - 2, &d, 2);
-  }
-  return row;
-}
-
-std::vector<float> RandomFloats(int64_t n, std::mt19937& rng) {
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
 // Element e of a row, from the layout comments in types.h (not the kernels' loops).
 double ElementOf(GgmlType t, const uint8_t* row, int64_t e) {
   const int i = static_cast<int>(e % kQK_K);
@@ -231,7 +210,7 @@ TEST(QuantTqDequantize, RandomBlocksMatchFormatDefinition) {
   const int64_t k = 8 * kQK_K;
   for (GgmlType t : kTypes) {
     SCOPED_TRACE(GgmlTypeName(t));
-    const std::vector<uint8_t> row = RandomRow(t, k, rng);
+    const std::vector<uint8_t> row = RandomWeightRow(t, k, rng);
     for (Isa isa : SupportedIsas()) {
       const std::vector<float> y = Dequantize(t, row.data(), k, isa);
       for (int64_t e = 0; e < k; ++e) {
@@ -254,7 +233,7 @@ struct DotCase {
 DotCase MakeCase(GgmlType t, int64_t k, int n, std::mt19937& rng) {
   DotCase c;
   c.k = k;
-  c.w = RandomRow(t, k, rng);
+  c.w = RandomWeightRow(t, k, rng);
   c.act_stride = RowSize(GgmlType::kQ8_K, k) + 64;  // a gap: act_row_bytes must be honoured
   c.act.assign(c.act_stride * n, 0xCD);
   for (int r = 0; r < n; ++r) {
@@ -384,34 +363,9 @@ TEST(QuantTqDot, ExtremeCodes) {
   }
 }
 
-// The model's matmul with weights of each type (the path a loaded GGUF takes), on two threads:
-// every output equals vec_dot of its row and token at the best ISA, for batches of 1, 3 and 20.
+// The model's matmul path equals vec_dot bit for bit for every batch size (quant_random.h).
 TEST(QuantTqMatMul, EqualsVecDotForEveryBatchSize) {
-  std::mt19937 rng(11);
-  ThreadPool pool(2);
-  for (GgmlType t : kTypes) {
-    const int64_t rows = 37, cols = 2 * kQK_K;
-    const std::vector<uint8_t> data = RandomRow(t, rows * cols, rng);
-    const WeightMatrix w{t, rows, cols, RowSize(t, cols), data.data()};
-    const TypeKernels& kern = GetKernels(t);
-    const TypeKernels& act_kern = GetKernels(kern.vec_dot_type);
-    for (int64_t n_tokens : {1, 3, 20}) {
-      const std::vector<float> x = RandomFloats(n_tokens * cols, rng);
-      std::vector<float> y(static_cast<size_t>(n_tokens * rows), NAN);
-      MatMulScratch scratch;
-      MatMul(w, x.data(), cols, n_tokens, y.data(), rows, scratch, pool);
-      std::vector<uint8_t> a(RowSize(kern.vec_dot_type, cols));
-      for (int64_t j = 0; j < n_tokens; ++j) {
-        act_kern.quantize(x.data() + j * cols, a.data(), cols);
-        for (int64_t r = 0; r < rows; ++r) {
-          float want = 0.0f;
-          kern.vec_dot(cols, &want, w.Row(r), a.data());
-          ASSERT_EQ(F32ToBits(y[j * rows + r]), F32ToBits(want))
-              << GgmlTypeName(t) << " tokens " << n_tokens << " token " << j << " row " << r;
-        }
-      }
-    }
-  }
+  ExpectMatMulEqualsVecDot({std::begin(kTypes), std::end(kTypes)});
 }
 
 }  // namespace

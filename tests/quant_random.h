@@ -1,0 +1,82 @@
+// Test helpers for the weight types' kernel tests: random rows of a type (every byte value, then
+// a sane scale in each block) and the check that the model's matmul equals vec_dot bit for bit.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "quant/quant.h"
+#include "quant/types.h"
+#include "util/fp16.h"
+#include "util/thread_pool.h"
+
+namespace lamina {
+
+// k values of type t: random bytes (every code, so unused codes are exercised too), then per
+// block a small fp16 scale where the layout keeps it (MXFP4: an exponent near 2^0).
+inline std::vector<uint8_t> RandomWeightRow(GgmlType t, int64_t k, std::mt19937& rng) {
+  std::vector<uint8_t> row(RowSize(t, k));
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (uint8_t& v : row) v = static_cast<uint8_t>(byte(rng));
+  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+  std::uniform_int_distribution<int> exponent(110, 135);
+  const size_t bs = GetTypeTraits(t).type_size;
+  // The ternary types keep d last in the block, the others first.
+  const bool d_last = t == GgmlType::kTQ1_0 || t == GgmlType::kTQ2_0;
+  for (size_t off = 0; off < row.size(); off += bs) {
+    if (t == GgmlType::kMXFP4) {
+      row[off] = static_cast<uint8_t>(exponent(rng));
+    } else {
+      const fp16_t d = F32ToFp16(scale(rng));
+      std::memcpy(row.data() + off + (d_last ? bs - 2 : 0), &d, 2);
+    }
+  }
+  return row;
+}
+
+inline std::vector<float> RandomFloats(int64_t n, std::mt19937& rng, float sigma = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, sigma);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// The model's matmul with weights of each type (the path a loaded GGUF takes): activations
+// quantized to the type's vec_dot_type, then the multi or tile kernels, on two threads. Every
+// output equals vec_dot of its row and token at the best ISA, whatever the batch size: 1
+// (decode), 3, and 20 (past the AVX2 tiles' 16-token threshold).
+inline void ExpectMatMulEqualsVecDot(const std::vector<GgmlType>& types) {
+  std::mt19937 rng(11);
+  ThreadPool pool(2);
+  for (GgmlType t : types) {
+    const int64_t rows = 37, cols = 2 * kQK_K;
+    const std::vector<uint8_t> data = RandomWeightRow(t, rows * cols, rng);
+    const WeightMatrix w{t, rows, cols, RowSize(t, cols), data.data()};
+    const TypeKernels& kern = GetKernels(t);
+    const TypeKernels& act_kern = GetKernels(kern.vec_dot_type);
+    for (int64_t n_tokens : {1, 3, 20}) {
+      const std::vector<float> x = RandomFloats(n_tokens * cols, rng);
+      std::vector<float> y(static_cast<size_t>(n_tokens * rows), NAN);
+      MatMulScratch scratch;
+      MatMul(w, x.data(), cols, n_tokens, y.data(), rows, scratch, pool);
+      std::vector<uint8_t> a(RowSize(kern.vec_dot_type, cols));
+      for (int64_t j = 0; j < n_tokens; ++j) {
+        act_kern.quantize(x.data() + j * cols, a.data(), cols);
+        for (int64_t r = 0; r < rows; ++r) {
+          float want = 0.0f;
+          kern.vec_dot(cols, &want, w.Row(r), a.data());
+          ASSERT_EQ(F32ToBits(y[j * rows + r]), F32ToBits(want))
+              << GgmlTypeName(t) << " tokens " << n_tokens << " token " << j << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace lamina
