@@ -28,13 +28,6 @@ namespace {
 constexpr GgmlType kTypes[] = {GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kMXFP4};
 
 // The ISAs GetKernels may be asked for here (LAMINA_ISA caps DetectIsa()).
-std::vector<Isa> SupportedIsas() {
-  std::vector<Isa> isas = {Isa::kScalar};
-  if (DetectIsa() >= Isa::kAvx2) isas.push_back(Isa::kAvx2);
-  if (DetectIsa() >= Isa::kAvx512) isas.push_back(Isa::kAvx512);
-  return isas;
-}
-
 // Levels written out from the format definitions (GGML's kvalues_iq4nl; E2M1 doubled).
 constexpr int kIq4Nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                             1,    13,   25,  38,  53,  69,  89,  113};
@@ -84,39 +77,13 @@ TEST(QuantIqLayout, LevelTables) {
 }
 
 TEST(QuantIqKernels, TableEntriesOnEveryIsa) {
-  const struct {
-    GgmlType type, act;
-  } expects[] = {{GgmlType::kIQ4_NL, GgmlType::kQ8_0},
-                 {GgmlType::kIQ4_XS, GgmlType::kQ8_K},
-                 {GgmlType::kMXFP4, GgmlType::kQ8_0}};
-  for (const auto& e : expects) {
-    EXPECT_TRUE(IsSupportedWeightType(e.type)) << GgmlTypeName(e.type);
-    const TypeKernels& scalar = GetKernels(e.type, Isa::kScalar);
-    for (Isa isa : SupportedIsas()) {
-      SCOPED_TRACE(std::string(GgmlTypeName(e.type)) + " " + IsaName(isa));
-      const TypeKernels& k = GetKernels(e.type, isa);
-      EXPECT_EQ(k.type, e.type);
-      EXPECT_EQ(k.vec_dot_type, e.act);
-      EXPECT_NE(k.dequantize, nullptr);
-      EXPECT_EQ(k.quantize, nullptr);  // files come from llama-quantize
-      ASSERT_NE(k.vec_dot, nullptr);
-      ASSERT_NE(k.vec_dot_multi, nullptr);
-      if (isa != Isa::kScalar) {
-        EXPECT_NE(k.vec_dot, scalar.vec_dot) << "not vectorized";
-        EXPECT_NE(k.vec_dot_multi, scalar.vec_dot_multi) << "not vectorized";
-      }
-    }
-  }
+  ExpectReadOnlyTypeKernels(GgmlType::kIQ4_NL, GgmlType::kQ8_0);
+  ExpectReadOnlyTypeKernels(GgmlType::kIQ4_XS, GgmlType::kQ8_K);
+  ExpectReadOnlyTypeKernels(GgmlType::kMXFP4, GgmlType::kQ8_0);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Dequantization of hand-built blocks (dequantize is scalar on every ISA; checked on each).
-
-std::vector<float> Dequantize(GgmlType t, const void* blocks, int64_t k, Isa isa = Isa::kScalar) {
-  std::vector<float> y(static_cast<size_t>(k));
-  GetKernels(t, isa).dequantize(blocks, y.data(), k);
-  return y;
-}
 
 TEST(QuantIqDequantize, Iq4NlHandBuilt) {
   BlockIQ4_NL b;

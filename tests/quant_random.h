@@ -8,15 +8,55 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/matmul.h"
 #include "quant/quant.h"
 #include "quant/types.h"
+#include "util/cpu_features.h"
 #include "util/fp16.h"
 #include "util/thread_pool.h"
 
 namespace lamina {
+
+// The ISAs this CPU runs (LAMINA_ISA caps them), scalar first.
+inline std::vector<Isa> SupportedIsas() {
+  std::vector<Isa> isas = {Isa::kScalar};
+  if (DetectIsa() >= Isa::kAvx2) isas.push_back(Isa::kAvx2);
+  if (DetectIsa() >= Isa::kAvx512) isas.push_back(Isa::kAvx512);
+  return isas;
+}
+
+// k values of type t dequantized by the kernels of `isa`.
+inline std::vector<float> Dequantize(GgmlType t, const void* blocks, int64_t k,
+                                     Isa isa = Isa::kScalar) {
+  std::vector<float> y(static_cast<size_t>(k));
+  GetKernels(t, isa).dequantize(blocks, y.data(), k);
+  return y;
+}
+
+// A type lamina reads but never writes (its files come from llama-quantize): on every ISA its
+// table entry computes with activations of type `act`, dequantizes, has no quantizer, and the
+// SIMD ISAs have their own vec_dot and vec_dot_multi.
+inline void ExpectReadOnlyTypeKernels(GgmlType t, GgmlType act) {
+  EXPECT_TRUE(IsSupportedWeightType(t)) << GgmlTypeName(t);
+  const TypeKernels& scalar = GetKernels(t, Isa::kScalar);
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(std::string(GgmlTypeName(t)) + " " + IsaName(isa));
+    const TypeKernels& k = GetKernels(t, isa);
+    EXPECT_EQ(k.type, t);
+    EXPECT_EQ(k.vec_dot_type, act);
+    EXPECT_NE(k.dequantize, nullptr);
+    EXPECT_EQ(k.quantize, nullptr);
+    ASSERT_NE(k.vec_dot, nullptr);
+    ASSERT_NE(k.vec_dot_multi, nullptr);
+    if (isa != Isa::kScalar) {
+      EXPECT_NE(k.vec_dot, scalar.vec_dot) << "not vectorized";
+      EXPECT_NE(k.vec_dot_multi, scalar.vec_dot_multi) << "not vectorized";
+    }
+  }
+}
 
 // k values of type t: random bytes (every code, so unused codes are exercised too), then per
 // block a small fp16 scale where the layout keeps it (MXFP4: an exponent near 2^0).

@@ -27,13 +27,6 @@ namespace {
 
 constexpr GgmlType kTypes[] = {GgmlType::kTQ1_0, GgmlType::kTQ2_0};
 
-std::vector<Isa> SupportedIsas() {
-  std::vector<Isa> isas = {Isa::kScalar};
-  if (DetectIsa() >= Isa::kAvx2) isas.push_back(Isa::kAvx2);
-  if (DetectIsa() >= Isa::kAvx512) isas.push_back(Isa::kAvx512);
-  return isas;
-}
-
 // Digit n (0 = most significant) of a TQ1_0 byte: ((b * 3^n mod 256) * 3) >> 8.
 int Tq1Digit(uint8_t b, int n) {
   int q = b;
@@ -83,34 +76,11 @@ TEST(QuantTqLayout, BlocksMatchGgmlTypeTable) {
 }
 
 TEST(QuantTqKernels, TableEntriesOnEveryIsa) {
-  for (GgmlType t : kTypes) {
-    EXPECT_TRUE(IsSupportedWeightType(t)) << GgmlTypeName(t);
-    const TypeKernels& scalar = GetKernels(t, Isa::kScalar);
-    for (Isa isa : SupportedIsas()) {
-      SCOPED_TRACE(std::string(GgmlTypeName(t)) + " " + IsaName(isa));
-      const TypeKernels& k = GetKernels(t, isa);
-      EXPECT_EQ(k.type, t);
-      EXPECT_EQ(k.vec_dot_type, GgmlType::kQ8_K);
-      EXPECT_NE(k.dequantize, nullptr);
-      EXPECT_EQ(k.quantize, nullptr);  // files come from llama-quantize
-      ASSERT_NE(k.vec_dot, nullptr);
-      ASSERT_NE(k.vec_dot_multi, nullptr);
-      if (isa != Isa::kScalar) {
-        EXPECT_NE(k.vec_dot, scalar.vec_dot) << "not vectorized";
-        EXPECT_NE(k.vec_dot_multi, scalar.vec_dot_multi) << "not vectorized";
-      }
-    }
-  }
+  for (GgmlType t : kTypes) ExpectReadOnlyTypeKernels(t, GgmlType::kQ8_K);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Dequantization of hand-built blocks.
-
-std::vector<float> Dequantize(GgmlType t, const void* blocks, int64_t k, Isa isa = Isa::kScalar) {
-  std::vector<float> y(static_cast<size_t>(k));
-  GetKernels(t, isa).dequantize(blocks, y.data(), k);
-  return y;
-}
 
 TEST(QuantTqDequantize, Tq1Encoding) {
   // 2,0,1,2,1 spells 178; ceil(178 * 256 / 243) = 188, and the digits come back.
