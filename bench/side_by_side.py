@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Side-by-side throughput: lamina bench and llama.cpp's llama-bench, interleaved round by round."""
+"""Side-by-side throughput: lamina bench and the llama-bench of llama.cpp and/or ik_llama.cpp,
+interleaved round by round."""
 import argparse
 import json
 import os
@@ -24,14 +25,15 @@ KV modes map lamina -> llama.cpp as: f16 -> f16/f16, int8 -> q8_0/q8_0, k8v4 -> 
 q4_0 -> q4_0/q4_0 (f32 -> f32/f32). llama.cpp runs with flash attention on (-fa 1), which a
 quantized V cache requires; lamina's KV window keeps its default unless --kv-window is given.
 
-Each round runs, per (KV mode, depth): lamina bench once, then llama-bench once (same -p/-n/-d,
--t, -r REPS). A round's figure is the median of that invocation's samples. Printed per
-measurement: each engine's median over rounds and the per-round ratio lamina/llama.cpp
-(min / median / max). The script never builds llama.cpp: point --llama at its build directory.
+Each round runs, per (KV mode, depth): lamina bench once, then each peer's llama-bench once
+(same -p/-n/-t, -d when the depth is not 0, -r REPS). A round's figure is the median of that
+invocation's samples. Printed per measurement: each engine's median over rounds and, per peer,
+the per-round ratio lamina/peer (min / median / max). The script never builds a peer: point
+--llama (llama.cpp) and/or --ik-llama (ik_llama.cpp) at a CPU-only build directory.
 
 Example:
-  bench/side_by_side.py --llama ../llama.cpp/build -m /tmp/synth-181m.Q8_0.gguf -t 2 \\
-      --kv f16,int8,k8v4,q4_0 --measure pp512,tg64,tg64@4096 --rounds 3
+  bench/side_by_side.py --llama ../llama.cpp/build --ik-llama ../ik_llama.cpp/build \\
+      -m /tmp/synth-181m.Q8_0.gguf -t 2 --kv f16,int8,k8v4,q4_0 --measure pp512,tg64 --rounds 3
 """
 
 
@@ -92,11 +94,12 @@ def run_lamina(args, kv, depth, n_prompt, n_gen):
     return res, j
 
 
-def run_llama(args, kv, depth, n_prompt, n_gen):
+def run_llama(args, bench, kv, depth, n_prompt, n_gen):
     ctk, ctv = KV_MAP[kv]
-    cmd = [args.llama_bench, "-m", args.model, "-t", str(args.threads), "-ctk", ctk, "-ctv", ctv,
-           "-fa", "1", "-p", str(n_prompt), "-n", str(n_gen), "-d", str(depth),
-           "-r", str(args.reps), "-o", "json"]
+    cmd = [bench, "-m", args.model, "-t", str(args.threads), "-ctk", ctk, "-ctv", ctv,
+           "-fa", "1", "-p", str(n_prompt), "-n", str(n_gen), "-r", str(args.reps), "-o", "json"]
+    if depth > 0:  # older llama-bench builds (ik_llama.cpp's) have no -d
+        cmd += ["-d", str(depth)]
     rows = json.loads(run(cmd, args.verbose))
     res = {}
     for r in rows:
@@ -140,7 +143,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, epilog=EPILOG,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lamina", default="build/release/lamina", help="lamina binary (default %(default)s)")
-    ap.add_argument("--llama", required=True, help="llama.cpp build directory (holds bin/llama-bench)")
+    ap.add_argument("--llama", default=None, help="llama.cpp build directory (holds bin/llama-bench)")
+    ap.add_argument("--ik-llama", default=None,
+                    help="ik_llama.cpp build directory (holds bin/llama-bench)")
     ap.add_argument("-m", "--model", required=True, help="GGUF model file, read by both engines")
     ap.add_argument("-t", "--threads", type=int, default=2, help="threads (default %(default)s)")
     ap.add_argument("--kv", default="f16", help="lamina KV modes, comma-separated: " + ",".join(KV_MAP)
@@ -167,10 +172,17 @@ def main():
         ap.error(str(e))
     if not os.path.isfile(args.lamina):
         ap.error("no lamina binary at %s (build it or pass --lamina)" % args.lamina)
-    args.llama_bench = find_llama_bench(args.llama)
-    if not args.llama_bench:
-        ap.error("no llama-bench in %s or %s/bin (build llama.cpp's llama-bench target there)"
-                 % (args.llama, args.llama))
+    peers = []  # (name, llama-bench path)
+    for name, d in (("llama.cpp", args.llama), ("ik_llama.cpp", args.ik_llama)):
+        if d is None:
+            continue
+        bench = find_llama_bench(d)
+        if not bench:
+            ap.error("no llama-bench in %s or %s/bin (build %s's llama-bench target there)"
+                     % (d, d, name))
+        peers.append((name, bench))
+    if not peers:
+        ap.error("give --llama and/or --ik-llama (a peer's build directory)")
     if not os.path.isfile(args.model):
         ap.error("no model file at %s" % args.model)
 
@@ -186,7 +198,7 @@ def main():
     bw = bandwidth(args.matmul_bench, args.verbose)
     info = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "model": args.model,
             "threads": args.threads, "rounds": args.rounds, "reps": args.reps,
-            "lamina": args.lamina, "llama_bench": args.llama_bench, "bandwidth_gb_s": bw}
+            "lamina": args.lamina, "peers": dict(peers), "bandwidth_gb_s": bw}
     info["load_start"] = loadavg()
     print("date %s | model %s | %d threads | %d rounds x %d reps | load average %s" %
           (info["date"], args.model, args.threads, args.rounds, args.reps, info["load_start"]))
@@ -196,46 +208,56 @@ def main():
     else:
         print("read bandwidth: not measured (no %s)" % args.matmul_bench)
 
-    samples = {}  # (kv, measure) -> {"lamina": [...], "llama": [...]}
-    peer_build = None
+    names = ["lamina"] + [n for n, _ in peers]
+    samples = {}  # (kv, measure) -> {engine name: [round figures]}
+    builds = {}   # peer name -> "commit (build N)"
     for rnd in range(args.rounds):
         for kv in kvs:
             for depth, g in sorted(groups.items()):
-                lres, _ = run_lamina(args, kv, depth, g["pp"], g["tg"])
-                pres, rows = run_llama(args, kv, depth, g["pp"], g["tg"])
-                if rows and peer_build is None:
-                    peer_build = "%s (build %s)" % (rows[0].get("build_commit"), rows[0].get("build_number"))
+                res = {"lamina": run_lamina(args, kv, depth, g["pp"], g["tg"])[0]}
+                for name, bench in peers:
+                    res[name], rows = run_llama(args, bench, kv, depth, g["pp"], g["tg"])
+                    if rows and name not in builds:
+                        builds[name] = "%s (build %s)" % (rows[0].get("build_commit"),
+                                                          rows[0].get("build_number"))
                 for m in measures:
                     if m[2] != depth:
                         continue
-                    s = samples.setdefault((kv, m), {"lamina": [], "llama": []})
-                    if m not in lres or m not in pres:
-                        raise RuntimeError("no %s figure from one of the engines" % label(m))
-                    s["lamina"].append(lres[m])
-                    s["llama"].append(pres[m])
-                    print("round %d  %-5s %-12s lamina %9.2f  llama.cpp %9.2f tok/s" %
-                          (rnd + 1, kv, label(m), lres[m], pres[m]), file=sys.stderr, flush=True)
+                    s = samples.setdefault((kv, m), {n: [] for n in names})
+                    for n in names:
+                        if m not in res[n]:
+                            raise RuntimeError("no %s figure from %s" % (label(m), n))
+                        s[n].append(res[n][m])
+                    print("round %d  %-5s %-12s " % (rnd + 1, kv, label(m)) +
+                          "  ".join("%s %9.2f" % (n, res[n][m]) for n in names) + " tok/s",
+                          file=sys.stderr, flush=True)
 
-    info["llama_cpp"] = peer_build
+    info["peer_builds"] = builds
     info["load_end"] = loadavg()
-    print("llama.cpp: %s, llama-bench -fa 1 | load average at the end %s" % (peer_build, info["load_end"]))
-    hdr = "| KV (lamina / llama.cpp) | test | lamina tok/s | llama.cpp tok/s | ratio min | ratio median | ratio max |"
+    for name, _ in peers:
+        print("%s: %s, llama-bench -fa 1" % (name, builds.get(name)))
+    print("load average at the end %s" % info["load_end"])
+    hdr = "| KV (lamina / peer) | test | lamina tok/s | " + " | ".join(
+        "%s tok/s | lamina/%s min / median / max" % (n, n) for n, _ in peers) + " |"
     print(hdr)
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|" + "---|---|" * len(peers))
     summary = []
     for kv in kvs:
         for m in measures:
             s = samples[(kv, m)]
-            ratios = [a / b for a, b in zip(s["lamina"], s["llama"]) if b > 0]
-            row = {"kv": kv, "llama_kv": "%s/%s" % KV_MAP[kv], "test": label(m),
-                   "lamina_median": statistics.median(s["lamina"]),
-                   "llama_median": statistics.median(s["llama"]),
-                   "ratio_min": min(ratios), "ratio_median": statistics.median(ratios),
-                   "ratio_max": max(ratios), "lamina_rounds": s["lamina"], "llama_rounds": s["llama"]}
+            row = {"kv": kv, "peer_kv": "%s/%s" % KV_MAP[kv], "test": label(m),
+                   "lamina_median": statistics.median(s["lamina"]), "rounds": s}
+            cells = []
+            for n, _ in peers:
+                ratios = [a / b for a, b in zip(s["lamina"], s[n]) if b > 0]
+                row[n] = {"median": statistics.median(s[n]), "ratio_min": min(ratios),
+                          "ratio_median": statistics.median(ratios), "ratio_max": max(ratios)}
+                cells.append("%.1f | %.2fx / %.2fx / %.2fx" %
+                             (row[n]["median"], row[n]["ratio_min"], row[n]["ratio_median"],
+                              row[n]["ratio_max"]))
             summary.append(row)
-            print("| %s / %s | %s | %.1f | %.1f | %.2fx | %.2fx | %.2fx |" %
-                  (kv, row["llama_kv"], row["test"], row["lamina_median"], row["llama_median"],
-                   row["ratio_min"], row["ratio_median"], row["ratio_max"]))
+            print("| %s / %s | %s | %.1f | %s |" % (kv, row["peer_kv"], row["test"],
+                                                   row["lamina_median"], " | ".join(cells)))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"info": info, "rows": summary}, f, indent=1)
