@@ -87,6 +87,29 @@ inline std::vector<float> RandomFloats(int64_t n, std::mt19937& rng, float sigma
   return v;
 }
 
+// One ISA's kernels of a type on kMaxMultiDot activation rows (act + r * act_stride): vec_dot
+// of each row within budget[r] of the scalar twin's scalar[r], and vec_dot_multi equal to
+// vec_dot bit for bit for every batch size 1..kMaxMultiDot, writing nothing past the batch.
+inline void ExpectDotsMatchTwinAndBatchInvariant(const TypeKernels& kern, int64_t k,
+                                                 const uint8_t* w, const uint8_t* act,
+                                                 size_t act_stride, const float* scalar,
+                                                 const double* budget) {
+  float single[kMaxMultiDot];
+  for (int r = 0; r < kMaxMultiDot; ++r) {
+    kern.vec_dot(k, &single[r], w, act + r * act_stride);
+    ASSERT_NEAR(single[r], scalar[r], budget[r]) << "row " << r;
+  }
+  for (int n = 1; n <= kMaxMultiDot; ++n) {
+    float out[kMaxMultiDot + 1];
+    out[n] = -12345.0f;
+    kern.vec_dot_multi(k, w, act, act_stride, n, out);
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(F32ToBits(out[r]), F32ToBits(single[r])) << "n_act " << n << " row " << r;
+    }
+    EXPECT_EQ(out[n], -12345.0f) << "wrote past n_act";
+  }
+}
+
 // The model's matmul with weights of each type (the path a loaded GGUF takes): activations
 // quantized to the type's vec_dot_type, then the multi or tile kernels, on two threads. Every
 // output equals vec_dot of its row and token at the best ISA, whatever the batch size: 1
