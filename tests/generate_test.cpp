@@ -67,7 +67,10 @@ TEST_F(GenerateTest, ReusedPrefixGivesTheColdRunsTokens) {
 TEST_F(GenerateTest, StopStringsCutTheTextBeforeThem) {
   SessionConfig sc;
   sc.n_ctx = 512;
-  const std::vector<int32_t> prompt = Encode("Count from 1 to 40, one number per line.\n");
+  // The model counts when asked in its chat format (a bare prompt is not what it was trained on).
+  const std::vector<int32_t> prompt = Encode(
+      "<|im_start|>user\nCount from 1 to 40, one number per line.<|im_end|>\n"
+      "<|im_start|>assistant\n");
   Session s(*model_, sc, pool_);
   Result<GenerateResult> plain = engine::Generate(s, 0, prompt, Greedy(60));
   ASSERT_TRUE(plain.ok());

@@ -1,7 +1,9 @@
 // The shipped model (models/lamina-counter.gguf, or the file named by LAMINA_TEST_MODEL): its
 // tokenizer keeps every digit a separate token and parses the ChatML control tokens, and the
 // model answers a short counting prompt and a short needle prompt exactly, through
-// `lamina run --chat` (greedy, f16 KV). Skips when no model is shipped yet.
+// `lamina run --chat` (greedy, f16 KV); the thinking model thinks (a plan in a <think> block)
+// only when asked.
+// Skips when no model is shipped yet.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -24,13 +26,15 @@ std::string ModelPath() {
   return std::string(LAMINA_SOURCE_DIR) + "/models/lamina-counter.gguf";
 }
 
-#define REQUIRE_MODEL()                                 \
-  if (!std::filesystem::exists(ModelPath()))            \
+#define REQUIRE_MODEL()                      \
+  if (!std::filesystem::exists(ModelPath())) \
   GTEST_SKIP() << "no shipped model yet (" << ModelPath() << ")"
 
 using Output = lamina::testing_util::ProcessOutput;
 
-Output Shell(const std::string& cmd) { return lamina::testing_util::RunShell(cmd + " 2>/dev/null"); }
+Output Shell(const std::string& cmd) {
+  return lamina::testing_util::RunShell(cmd + " 2>/dev/null");
+}
 
 std::string Quote(const std::string& s) {
   std::string q = "'";
@@ -47,7 +51,7 @@ std::string Quote(const std::string& s) {
 // Greedy answer to one user turn.
 std::string Chat(const std::string& prompt, int n_predict) {
   Output o = Shell(kBinary + " run --chat -m " + Quote(ModelPath()) + " -p " + Quote(prompt) +
-                 " -n " + std::to_string(n_predict) + " --temp 0 --kv f16 --json -t 2");
+                   " -n " + std::to_string(n_predict) + " --temp 0 --kv f16 --json -t 2");
   EXPECT_EQ(o.code, 0);
   if (o.code != 0) return "";
   return nlohmann::json::parse(o.out)["text"].get<std::string>();
@@ -100,6 +104,34 @@ TEST(ShippedModel, CountsExactly) {
   EXPECT_EQ(Chat("Count from 587 to 612, one number per line.", 200), expected);
 }
 
+// The thinking model (lamina-counter-think.gguf, the shipped model fine-tuned with a thinking
+// mode): with --reasoning on its template opens the block and the model writes its plan, closes
+// the block and answers as it does without thinking; off (the CLI's default) and auto (the
+// template's default, off for this model) do not think. The default model does not think.
+TEST(ShippedModel, ThinksOnlyWhenAsked) {
+  REQUIRE_MODEL();
+  const std::string think_model =
+      std::string(LAMINA_SOURCE_DIR) + "/models/lamina-counter-think.gguf";
+  if (!std::filesystem::exists(think_model)) GTEST_SKIP() << "no " << think_model;
+  const std::string count =
+      " -p 'Count from 3 to 9, one number per line.' -n 60 --temp 0 --json -t 2";
+  const std::string ask = " run --chat -m " + Quote(think_model) + count;
+  Output on = Shell(kBinary + ask + " --reasoning on");
+  ASSERT_EQ(on.code, 0);
+  EXPECT_EQ(nlohmann::json::parse(on.out)["text"].get<std::string>(),
+            "I count from 3 to 9 and stop at 9.\n</think>\n\n3\n4\n5\n6\n7\n8\n9");
+  for (const char* mode : {"off", "auto"}) {
+    Output o = Shell(kBinary + ask + " --reasoning " + mode);
+    ASSERT_EQ(o.code, 0);
+    EXPECT_EQ(nlohmann::json::parse(o.out)["text"].get<std::string>(), "3\n4\n5\n6\n7\n8\n9")
+        << mode;
+  }
+  Output plain =
+      Shell(kBinary + " run --chat -m " + Quote(ModelPath()) + count + " --reasoning on");
+  ASSERT_EQ(plain.code, 0);
+  EXPECT_EQ(nlohmann::json::parse(plain.out)["text"].get<std::string>(), "3\n4\n5\n6\n7\n8\n9");
+}
+
 TEST(ShippedModel, FindsTheNeedle) {
   REQUIRE_MODEL();
   const std::string before =
@@ -117,8 +149,9 @@ TEST(ShippedModel, FindsTheNeedle) {
 TEST(ShippedModel, RunWithoutModelFlagUsesTheShippedModel) {
   REQUIRE_MODEL();
   if (std::getenv("LAMINA_TEST_MODEL") != nullptr) GTEST_SKIP() << "LAMINA_TEST_MODEL is set";
-  Output o = Shell(kBinary + " run --chat -p 'Count from 1 to 3, one number per line.' -n 20 "
-                           "--temp 0 --json -t 2");
+  Output o = Shell(kBinary +
+                   " run --chat -p 'Count from 1 to 3, one number per line.' -n 20 "
+                   "--temp 0 --json -t 2");
   ASSERT_EQ(o.code, 0);
   EXPECT_EQ(nlohmann::json::parse(o.out)["text"].get<std::string>(), "1\n2\n3");
 }

@@ -203,6 +203,22 @@ TEST(RunProbe, TypedResultsAndVerdictsFromScriptedBackends) {
   EXPECT_EQ(bad.json->outcome.status, Status::kPass);
 }
 
+// The scripted backend answers without a thought: the thinking probe is n/a.
+TEST(RunProbe, ThinkingIsNotApplicableWithoutAThought) {
+  const ProbeReport r = RunScripted({{false, false}, {false, false}}, {ProbeKind::kThinking});
+  ASSERT_EQ(r.legs.size(), 2u);
+  EXPECT_TRUE(r.pass);
+  for (const LegReport& leg : r.legs) {
+    ASSERT_TRUE(leg.thinking.has_value());
+    EXPECT_EQ(leg.thinking->outcome.status, Status::kNotApplicable);
+    EXPECT_EQ(leg.thinking->outcome.reason,
+              "the model does not think: no </think> in the reference's answers");
+    EXPECT_EQ(leg.thinking->items.size(), 3u);
+    EXPECT_EQ(leg.thinking->closed, 0);
+  }
+  EXPECT_EQ(r.legs[1].thinking->outcome.cell, "right 0/3, closed 0/3, same text");
+}
+
 TEST(RunProbe, GenerationErrorsFailInsteadOfLookingNotApplicable) {
   const ProbeReport r = RunScripted({{false, true}}, {ProbeKind::kCounting, ProbeKind::kCopy});
   ASSERT_EQ(r.legs.size(), 1u);

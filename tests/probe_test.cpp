@@ -1,7 +1,8 @@
 // `lamina probe` as a real process: healthy legs pass, the two planted faults (decode-path writes
 // that never reach storage, a biased V quantizer) fail the divergence probe, probes a model cannot
-// do are n/a rather than failures, usage errors exit 2, and the HTML report renders in headless
-// Chromium.
+// do are n/a rather than failures (the thinking probe on a model that does not think), the
+// shipped model's thinking probe passes its healthy legs, usage errors exit 2, and the HTML report
+// renders in headless Chromium.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -218,6 +219,69 @@ TEST(Probe, SchemaProbeIsValidEverywhereAndCatchesAFault) {
   EXPECT_EQ(Probe(r, 4, "schema")["status"], "fail") << r["legs"][4]["verdict_line"];
   const std::string html = Shell("cat " + dir + "/report.html").out;
   EXPECT_NE(html.find("Constrained JSON outputs"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// The thinking probe: the shipped thinking model (lamina-counter-think.gguf), asked with thinking
+// on, writes its plan ("I count from
+// 1 to N ..."), closes the block and answers exactly in every healthy leg, byte for byte like the
+// reference; a leg whose decoded cells are never encoded (they read as nothing once they leave
+// the recent window) and one whose decode writes never reach storage lose answers and fail it.
+TEST(Probe, ThinkingProbePassesOnTheShippedModelAndFaultsFailIt) {
+  const std::string model = std::string(LAMINA_SOURCE_DIR) + "/models/lamina-counter-think.gguf";
+  if (!fs::exists(model)) GTEST_SKIP() << "no thinking model (" << model << ")";
+  const std::string dir = TempDir("thinking");
+  Output o = Lamina("probe -m " + model +
+                    " --kv f16,int8,k8v4,int8,int8 --probes thinking --count-to 30 --ctx 512 -t 2"
+                    " --inject-fault 3:skip-window-encode --inject-fault 4:skip-decode-writes"
+                    " --out " +
+                    dir);
+  EXPECT_EQ(o.code, 1) << o.out;
+  const nlohmann::json r = ReadJson(dir + "/probe.json");
+  ASSERT_EQ(r["legs"].size(), 5u);
+  for (int leg : {0, 1, 2}) {
+    const nlohmann::json& p = Probe(r, leg, "thinking");
+    EXPECT_EQ(p["status"], "pass") << r["legs"][leg]["verdict_line"];
+    EXPECT_EQ(p["right"], 3) << p.dump();
+    EXPECT_TRUE(p["identical"].get<bool>()) << p.dump();
+    ASSERT_EQ(p["items"].size(), 3u);
+    EXPECT_EQ(p["items"][0]["thought"], "I count from 1 to 30 and stop at 30.") << p.dump();
+    EXPECT_EQ(p["items"][1]["thought"], "I count down from 15 to 1 and stop at 1.") << p.dump();
+    for (const auto& item : p["items"]) {
+      EXPECT_TRUE(item["closed"].get<bool>()) << item.dump();
+      EXPECT_TRUE(item["right"].get<bool>()) << item.dump();
+      EXPECT_NE(item["output"].get<std::string>().find("</think>"), std::string::npos);
+    }
+  }
+  for (int leg : {3, 4}) {
+    const nlohmann::json& faulty = Probe(r, leg, "thinking");
+    EXPECT_EQ(faulty["status"], "fail") << faulty.dump();
+    EXPECT_LT(faulty["right"].get<int>(), 3);
+    EXPECT_FALSE(faulty["identical"].get<bool>());
+    EXPECT_NE(faulty["reason"].get<std::string>().find("first miss: "), std::string::npos);
+    EXPECT_EQ(r["legs"][leg]["verdict"], "fail");
+  }
+  EXPECT_EQ(Probe(r, 4, "thinking")["closed"], 0);
+  const std::string html = Shell("cat " + dir + "/report.html").out;
+  EXPECT_NE(html.find("I count from 1 to 30 and stop at 30."), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// A model that does not think never closes a thought: the thinking probe is n/a, not a failure.
+TEST(Probe, ThinkingProbeIsNotApplicableWithoutThinking) {
+  REQUIRE_MODEL("stories260K.gguf");
+  const std::string dir = TempDir("no_thinking");
+  Output o = Lamina("probe -m " + Model("stories260K.gguf") +
+                    " --kv f32,int8 --probes thinking --count-to 8 --ctx 256 -t 2 --out " + dir);
+  EXPECT_EQ(o.code, 0) << o.out;
+  const nlohmann::json r = ReadJson(dir + "/probe.json");
+  ASSERT_EQ(r["legs"].size(), 2u);
+  for (int leg : {0, 1}) {
+    const nlohmann::json& p = Probe(r, leg, "thinking");
+    EXPECT_EQ(p["status"], "n/a") << p.dump();
+    EXPECT_EQ(p["reason"], "the model does not think: no </think> in the reference's answers");
+    EXPECT_EQ(p["closed"], 0);
+  }
   fs::remove_all(dir);
 }
 

@@ -123,15 +123,35 @@ class FakeServer {
 
  private:
   // The right answer to each of the probe's prompts; a newline and more text after the needle's
-  // answer, which the probe's stop rule must cut.
+  // answer, which the probe's stop rule must cut. With thinking on (the template's
+  // enable_thinking), a thought and </think> first, left in the content.
   static std::string Answer(const json& body) {
     if (body["max_tokens"] == 1) return "x";  // the token-count calibration
+    if (body.contains("chat_template_kwargs") &&
+        body["chat_template_kwargs"].value("enable_thinking", false)) {
+      json plain = body;
+      plain.erase("chat_template_kwargs");
+      std::string out = "I do what I am asked.\n</think>\n\n";
+      out += Answer(plain);
+      return out;
+    }
     const std::string user = body["messages"][0]["content"];
     std::smatch m;
+    if (std::regex_search(user, m, std::regex(R"(^Count down from (\d+) to 1, one number)"))) {
+      std::string out;
+      for (int i = std::stoi(m[1]); i >= 1; --i) {
+        out += std::to_string(i);
+        if (i > 1) out += "\n";
+      }
+      return out;
+    }
     if (std::regex_search(user, m,
                           std::regex(R"(^Count from 1 to (\d+), one number per line\.)"))) {
       std::string out;
-      for (int i = 1; i <= std::stoi(m[1]); ++i) out += (i > 1 ? "\n" : "") + std::to_string(i);
+      for (int i = 1; i <= std::stoi(m[1]); ++i) {
+        if (i > 1) out += "\n";
+        out += std::to_string(i);
+      }
       return out;
     }
     if (std::regex_search(user, m, std::regex(R"(The secret code is (\d+)\.)"))) {
@@ -188,6 +208,9 @@ TEST(ProbeUrl, FakeServerPassesTheGenerationProbesAndLogitProbesAreNotApplicable
   EXPECT_EQ(cell["answer"], "The secret code is " + cell["expected"].get<std::string>());
   EXPECT_EQ(Probe(r, "json")["cell"], "valid 4/4, exact 4/4");
   EXPECT_EQ(Probe(r, "copy")["cell"], "exact 3/3");
+  EXPECT_EQ(Probe(r, "thinking")["status"], "pass") << Probe(r, "thinking").dump();
+  EXPECT_EQ(Probe(r, "thinking")["cell"], "right 3/3");
+  EXPECT_EQ(Probe(r, "thinking")["items"][0]["thought"], "I do what I am asked.");
   for (const char* p : {"prefill", "divergence"}) {
     EXPECT_EQ(Probe(r, p)["status"], "n/a") << p;
     EXPECT_NE(Probe(r, p)["reason"].get<std::string>().find("logits"), std::string::npos) << p;
@@ -199,7 +222,7 @@ TEST(ProbeUrl, FakeServerPassesTheGenerationProbesAndLogitProbesAreNotApplicable
   const std::vector<json> requests = server.requests();
   ASSERT_FALSE(requests.empty());
   EXPECT_FALSE(server.unauthorized());
-  bool saw_calibration = false, saw_count = false;
+  bool saw_calibration = false, saw_count = false, saw_thinking = false;
   for (const json& q : requests) {
     EXPECT_EQ(q["temperature"], 0) << q.dump();
     EXPECT_EQ(q["model"], "fake-model") << q.dump();
@@ -208,6 +231,14 @@ TEST(ProbeUrl, FakeServerPassesTheGenerationProbesAndLogitProbesAreNotApplicable
     EXPECT_EQ(q["messages"].size(), 1u);
     EXPECT_EQ(q["messages"][0]["role"], "user");
     saw_calibration = saw_calibration || q["max_tokens"] == 1;
+    // The thinking probe's requests: thinking on, the block left in the content.
+    if (q.contains("chat_template_kwargs")) {
+      saw_thinking = true;
+      EXPECT_EQ(q["chat_template_kwargs"], json({{"enable_thinking", true}})) << q.dump();
+      EXPECT_EQ(q["reasoning_format"], "none") << q.dump();
+      continue;
+    }
+    EXPECT_FALSE(q.contains("reasoning_format")) << q.dump();
     const std::string user = q["messages"][0]["content"];
     if (user.rfind("Count from 1 to 12,", 0) == 0) {
       saw_count = true;
@@ -216,6 +247,7 @@ TEST(ProbeUrl, FakeServerPassesTheGenerationProbesAndLogitProbesAreNotApplicable
   }
   EXPECT_TRUE(saw_calibration);
   EXPECT_TRUE(saw_count);
+  EXPECT_TRUE(saw_thinking);
   fs::remove_all(dir);
 }
 
@@ -296,10 +328,13 @@ std::string ReadFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// The real server: `lamina serve` on the shipped model. Greedy over an f16 cache with the same
-// chat template, its answers must be the local engine's, cell for cell and byte for byte.
+// The real server: `lamina serve` on the shipped thinking model (the shipped model with its
+// thinking mode, so the thinking probe has thoughts to compare). Greedy over an f16 cache with
+// the same chat template, its answers must be the local engine's, cell for cell and byte for byte.
+const std::string kThinkingModel =
+    std::string(LAMINA_SOURCE_DIR) + "/models/lamina-counter-think.gguf";
 TEST(ProbeUrl, LaminaServeAnswersLikeTheLocalEngine) {
-  if (!fs::exists(kShippedModel)) GTEST_SKIP() << "no shipped model (" << kShippedModel << ")";
+  if (!fs::exists(kThinkingModel)) GTEST_SKIP() << "no thinking model (" << kThinkingModel << ")";
   const auto help = Shell(kBinary + " serve --help 2>&1");
   if (help.out.find("lamina serve") == std::string::npos) {
     GTEST_SKIP() << "lamina serve is not available: " << help.out.substr(0, help.out.find('\n'));
@@ -308,8 +343,8 @@ TEST(ProbeUrl, LaminaServeAnswersLikeTheLocalEngine) {
   ASSERT_GT(port, 0);
   const std::string dir = TempDir("serve");
   const std::string log = dir + "/serve.log";
-  Child server({kBinary, "serve", "-m", kShippedModel, "--port", std::to_string(port), "-c", "4096",
-                "-np", "1", "-t", "2"},
+  Child server({kBinary, "serve", "-m", kThinkingModel, "--port", std::to_string(port), "-c",
+                "4096", "-np", "1", "-t", "2"},
                log);
   httplib::Client client("127.0.0.1", port);
   bool healthy = false;
@@ -324,7 +359,7 @@ TEST(ProbeUrl, LaminaServeAnswersLikeTheLocalEngine) {
   ASSERT_TRUE(healthy) << "lamina serve did not become healthy:\n" << ReadFile(log);
 
   const std::string args =
-      " --probes counting,needle,json,copy --count-to 24 --needle-lengths 160"
+      " --probes counting,needle,json,copy,thinking --count-to 24 --needle-lengths 160"
       " --needle-depths 20,80 --ctx 1024 --out ";
   const auto remote = Shell(kBinary + " probe --url http://127.0.0.1:" + std::to_string(port) +
                             args + dir + "/remote 2>/dev/null");
@@ -333,14 +368,14 @@ TEST(ProbeUrl, LaminaServeAnswersLikeTheLocalEngine) {
   EXPECT_NE(remote.out.find("@http://127.0.0.1:" + std::to_string(port) + " (ref)"),
             std::string::npos)
       << remote.out;
-  const auto local = Shell(kBinary + " probe -m " + kShippedModel + " --kv f16 -t 2" + args + dir +
+  const auto local = Shell(kBinary + " probe -m " + kThinkingModel + " --kv f16 -t 2" + args + dir +
                            "/local 2>/dev/null");
   ASSERT_TRUE(local.code == 0 || local.code == 1) << local.out;
 
   const json r = ReadJson(dir + "/remote/probe.json");
   const json l = ReadJson(dir + "/local/probe.json");
   EXPECT_EQ(Probe(r, "counting")["status"], "pass") << Probe(r, "counting").dump();
-  for (const char* p : {"counting", "needle", "json", "copy"}) {
+  for (const char* p : {"counting", "needle", "json", "copy", "thinking"}) {
     EXPECT_EQ(Probe(r, p)["cell"], Probe(l, p)["cell"]) << p;
     EXPECT_EQ(Probe(r, p)["status"], Probe(l, p)["status"]) << p;
   }
@@ -349,6 +384,10 @@ TEST(ProbeUrl, LaminaServeAnswersLikeTheLocalEngine) {
   EXPECT_EQ(Probe(r, "needle")["grid"], Probe(l, "needle")["grid"]);
   EXPECT_EQ(Probe(r, "json")["items"], Probe(l, "json")["items"]);
   EXPECT_EQ(Probe(r, "copy")["items"], Probe(l, "copy")["items"]);
+  // Thinking on over HTTP (chat_template_kwargs, reasoning_format "none"): the block comes back
+  // in the content as the local engine generates it.
+  EXPECT_EQ(Probe(r, "thinking")["status"], "pass") << Probe(r, "thinking").dump();
+  EXPECT_EQ(Probe(r, "thinking")["items"], Probe(l, "thinking")["items"]);
   fs::remove_all(dir);
 }
 

@@ -4,8 +4,10 @@
 // its own deltas that add up to the same text), the thinking budget ends it (the forced close tag,
 // then content), thinking off (chat_template_kwargs, reasoning_effort "none") gives none, the
 // reasoning_format "none" and "deepseek-legacy" keep the block in content, a bad
-// enable_thinking is a 400, and the Responses API, Anthropic's Messages and Ollama's chat return
-// the same thought in their own shapes (a reasoning item, a thinking block, message.thinking).
+// enable_thinking is a 400, the Responses API, Anthropic's Messages and Ollama's chat return
+// the same thought in their own shapes (a reasoning item, a thinking block, message.thinking),
+// and a Responses reasoning item sent back is rendered as that assistant turn's thinking.
+// The server runs with --reasoning on: the template thinks only when enable_thinking is true.
 // Exit 0: pass; 77: skipped (the package is not installed); anything else: failure.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -32,7 +34,8 @@ fs.writeFileSync(templateFile, template);
 
 const budget = 6;
 const server = await startServer(binary, ['-m', model, '-c', '1024', '--chat-template-file',
-                                          templateFile, '--reasoning-budget', String(budget)]);
+                                          templateFile, '--reasoning-budget', String(budget),
+                                          '--reasoning', 'on']);
 const client = new OpenAI({ apiKey: 'none', baseURL: `${server.base}/v1` });
 const { check, finish } = checkRunner();
 const ask = {
@@ -156,6 +159,19 @@ await check('Anthropic thinking blocks are signed; sent back intact they are the
     body: JSON.stringify({ messages: [{ role: 'user', content: 'hi', reasoning_content: 'no' }] }),
   });
   assert.equal(bad.status, 400);
+});
+
+await check('a Responses reasoning item is the next assistant turn\'s thinking in the prompt', async () => {
+  const input = (reasoning) => [
+    { role: 'user', content: ask.messages[0].content },
+    ...(reasoning ? [{ type: 'reasoning', id: 'rs_1', summary: [], content: [{ type: 'reasoning_text', text: whole.reasoning_content }] }] : []),
+    { role: 'assistant', content: [{ type: 'output_text', text: whole.content }] },
+    { role: 'user', content: 'Go on.' },
+  ];
+  const used = async (reasoning) => (await client.responses.create({ model: 'x', temperature: 0, max_output_tokens: 2,
+                                                                     input: input(reasoning) })).usage.input_tokens;
+  const withThought = await used(true), without = await used(false);
+  assert.ok(withThought >= without + await tokenCount(whole.reasoning_content), `${withThought} vs ${without} tokens`);
 });
 
 await check('SIGTERM stops the server', async () => { await stopServer(server); });

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "chat/chat_template.h"
+#include "chat/reasoning.h"
 #include "cli_chat_input.h"
 #include "cli_common.h"
 #include "cli_spec.h"
@@ -118,6 +119,16 @@ bool ReadChatSetup(const Model& model, const ChatTemplateOptions& options, chat:
   }
   *out = std::move(*setup);
   return true;
+}
+
+chat::ChatRenderOptions ChatRenderOptionsFor(const ChatTemplateOptions& options) {
+  chat::ChatRenderOptions render;
+  if (options.reasoning == "auto") {
+    render.enable_thinking.reset();
+  } else {
+    render.enable_thinking = options.reasoning == "on";
+  }
+  return render;
 }
 
 std::string FindShippedModel() {
@@ -255,9 +266,10 @@ LineKind HandleCommand(std::string* line, ChatState* chat) {
 // The prompt tokens of the conversation with its new user turn, forgetting the oldest turns
 // (keeping a system turn) while it does not fit; false (after the message, the user turn taken
 // back) when it cannot be rendered or does not fit.
-bool ConversationTokens(const chat::ChatSetup& setup, const Tokenizer& tok, int n_ctx,
-                        std::vector<chat::ChatMessage>* messages, std::vector<int32_t>* tokens) {
-  Result<std::string> text = chat::RenderChatPrompt(setup, *messages, tok);
+bool ConversationTokens(const chat::ChatSetup& setup, const chat::ChatRenderOptions& render,
+                        const Tokenizer& tok, int n_ctx, std::vector<chat::ChatMessage>* messages,
+                        std::vector<int32_t>* tokens, bool* opens_thinking) {
+  Result<std::string> text = chat::RenderChatPrompt(setup, *messages, tok, {}, render);
   if (!text.ok()) {
     std::fprintf(stderr, "lamina: %s\n", text.error().message.c_str());
     messages->pop_back();
@@ -271,7 +283,7 @@ bool ConversationTokens(const chat::ChatSetup& setup, const Tokenizer& tok, int 
     if (messages->size() - first <= 1) break;
     messages->erase(messages->begin() + static_cast<std::ptrdiff_t>(first));
     ++dropped;
-    text = chat::RenderChatPrompt(setup, *messages, tok);
+    text = chat::RenderChatPrompt(setup, *messages, tok, {}, render);
     if (!text.ok()) break;
     *tokens = tok.Encode(*text, true, true);
   }
@@ -281,6 +293,7 @@ bool ConversationTokens(const chat::ChatSetup& setup, const Tokenizer& tok, int 
     messages->pop_back();
     return false;
   }
+  *opens_thinking = text.ok() && chat::PromptOpensThinking(*text);
   if (dropped > 0) {
     if (dropped == 1) {
       std::fprintf(stderr, "[dropped the oldest turn to fit the %d-token context]\n", n_ctx);
@@ -294,8 +307,8 @@ bool ConversationTokens(const chat::ChatSetup& setup, const Tokenizer& tok, int 
 
 // Streams the answer to `tokens`, adds it to the conversation and saves the session file
 // (--session); an exit code.
-int AnswerTurn(const std::vector<int32_t>& tokens, const GenerateOptions& go, SpecSetup* spec,
-               spec::SpecStats* spec_stats, ChatState* chat) {
+int AnswerTurn(const std::vector<int32_t>& tokens, bool opens_thinking, const GenerateOptions& go,
+               SpecSetup* spec, spec::SpecStats* spec_stats, ChatState* chat) {
   // The cells the session shares with this conversation are reused; the rest is evaluated.
   // Ctrl-C (the flag) stops the answer between tokens; what was shown is the answer.
   ClearInterrupt();
@@ -321,7 +334,14 @@ int AnswerTurn(const std::vector<int32_t>& tokens, const GenerateOptions& go, Sp
   if (stopped && shown.empty()) {
     chat->messages.pop_back();  // stopped before any text: the question is dropped too
   } else {
-    chat->messages.push_back({"assistant", stopped ? shown : r->text});
+    // A thinking block (opened by the prompt or the answer) is the turn's reasoning_content,
+    // which templates render or drop as they do; the rest is its content.
+    chat::ReasoningSplitter splitter(chat::ReasoningFormat::kDeepseek, opens_thinking);
+    chat::ReasoningDelta parts = splitter.Push(stopped ? shown : r->text);
+    chat::ReasoningDelta last = splitter.Flush();
+    chat::ChatMessage answer{"assistant", parts.content + last.content};
+    answer.reasoning_content = parts.reasoning + last.reasoning;
+    chat->messages.push_back(std::move(answer));
   }
   if (!chat->o.session.empty()) {
     int rc = kExitOk;
@@ -343,6 +363,7 @@ int RunChat(const ChatOptions& options) {
   chat::ChatSetup setup;
   int rc = kExitOk;
   if (!ReadChatSetup(model, o.chat_template, &setup, &rc)) return rc;
+  const chat::ChatRenderOptions render = ChatRenderOptionsFor(o.chat_template);
   const Tokenizer& tok = model.tokenizer();
   const bool interactive = isatty(STDIN_FILENO) != 0;
   // On a terminal Ctrl-C stops an answer: the worker threads are created with SIGINT blocked,
@@ -408,8 +429,12 @@ int RunChat(const ChatOptions& options) {
     messages.push_back({"user", line});
 
     std::vector<int32_t> tokens;
-    if (!ConversationTokens(setup, tok, session.n_ctx(), &messages, &tokens)) continue;
-    rc = AnswerTurn(tokens, go, &spec, &spec_stats, &chat);
+    bool opens_thinking = false;
+    if (!ConversationTokens(setup, render, tok, session.n_ctx(), &messages, &tokens,
+                            &opens_thinking)) {
+      continue;
+    }
+    rc = AnswerTurn(tokens, opens_thinking, go, &spec, &spec_stats, &chat);
     if (rc != kExitOk) return rc;
   }
   if (spec.drafter) std::fprintf(stderr, "lamina: %s\n", SpecSummary(spec, spec_stats).c_str());

@@ -67,6 +67,8 @@ struct ChatTemplateOptions {
   std::string name;    // --chat-template NAME (a built-in) or a Jinja source text
   std::string file;    // --chat-template-file F: a Jinja source file
   bool jinja = false;  // --jinja: the model's template through the Jinja engine, even a known one
+  // -rea/--reasoning on|off|auto: the template's enable_thinking (auto: the template's default)
+  std::string reasoning = "off";
 };
 
 // The sampler chain's flags beyond temperature, top-k, top-p, min-p and the repetition penalty:
@@ -174,7 +176,7 @@ struct ProbeOptions {
   std::string kv = "f16,int8,k8v4,q4_0";  // legs, comma-separated; f32 reference prepended
   std::string kv_v_round = "rtn";         // V roundings crossed with the quantized modes
   std::string kv_window;                  // windows crossed with the quantized modes; "": default
-  std::string probes = "prefill,counting,needle,json,schema,copy,divergence";
+  std::string probes = "prefill,counting,needle,json,schema,copy,thinking,divergence";
   int n_ctx = 4096;
   std::string needle_depths = "10,30,50,70,90";   // percent of the haystack
   std::string needle_lengths = "1024,2048,4096";  // haystack tokens

@@ -81,6 +81,9 @@ void PrintKvSummary(const KvCache& cache);
 // not parse, naming the position.
 Result<chat::ChatSetup> ChooseChatSetup(const Model& model, const ChatTemplateOptions& options);
 
+// The render options of --reasoning on|off|auto (auto: the template's default).
+chat::ChatRenderOptions ChatRenderOptionsFor(const ChatTemplateOptions& options);
+
 // ChooseChatSetup for run --chat / chat (cli_chat.cpp); false with a message (and *exit_code)
 // on an Error.
 bool ReadChatSetup(const Model& model, const ChatTemplateOptions& options, chat::ChatSetup* out,

@@ -322,7 +322,7 @@ int ParseProbeConfig(const ProbeOptions& o, probe::ProbeConfig* config) {
     if (!probe::ParseProbeName(name, &kind)) {
       std::fprintf(stderr,
                    "lamina: --probes: unknown probe \"%s\" (expected prefill, counting, needle, "
-                   "json, schema, copy, divergence)\n",
+                   "json, schema, copy, thinking, divergence)\n",
                    name.c_str());
       return kExitUsage;
     }

@@ -117,6 +117,28 @@ json CopyJson(const probe::CopyResult& r) {
   return p;
 }
 
+json ThinkingJson(const probe::ThinkingResult& r) {
+  json items = json::array();
+  for (const probe::ThinkingItem& it : r.items) {
+    items.push_back({{"task", it.task},
+                     {"expected", it.expected},
+                     {"output", it.output},
+                     {"thought", it.thought},
+                     {"answer", it.answer},
+                     {"closed", it.closed},
+                     {"right", it.right}});
+    if (!it.error.empty()) items.back()["error"] = it.error;
+  }
+  json p;
+  p["items"] = items;
+  p["closed"] = r.closed;
+  p["right"] = r.right;
+  p["identical"] = !r.first_difference.has_value();
+  p["first_difference"] = Difference(r.first_difference);
+  AddOutcome(r.outcome, p);
+  return p;
+}
+
 json SideJson(const probe::SideError& s) {
   return {{"rel_rms", s.rel_rms},
           {"mean_error", s.mean_error},
@@ -207,6 +229,7 @@ json ProbeJson(const probe::ProbeReport& report) {
     if (leg.json) p["json"] = JsonProbeJson(*leg.json);
     if (leg.schema) p["schema"] = JsonProbeJson(*leg.schema);
     if (leg.copy) p["copy"] = CopyJson(*leg.copy);
+    if (leg.thinking) p["thinking"] = ThinkingJson(*leg.thinking);
     if (leg.divergence) p["divergence"] = DivergenceJson(*leg.divergence);
     l["verdict"] = leg.pass ? "pass" : "fail";
     l["verdict_line"] = leg.verdict_line;

@@ -99,7 +99,8 @@ class RemoteBackend : public probe::ProbeBackend {
     probe::Generation g;
     int prompt_tokens = 0;
     std::string finish;
-    if (!Complete(request.user, request.max_tokens, request.grammar, &g, &prompt_tokens, &finish)) {
+    if (!Complete(request.user, request.max_tokens, request.grammar, request.thinking, &g,
+                  &prompt_tokens, &finish)) {
       return g;
     }
     // The stop rule, as the local loop applies it after every token: cut at the shortest
@@ -125,14 +126,20 @@ class RemoteBackend : public probe::ProbeBackend {
   }
 
  private:
-  // POST /v1/chat/completions with one user turn; false with g->error set on failure.
-  bool Complete(const std::string& user, int max_tokens, const std::string& grammar,
+  // POST /v1/chat/completions with one user turn; false with g->error set on failure. With
+  // `thinking`, the template's enable_thinking is set and the thinking block is asked back in
+  // the content as generated (reasoning_format "none").
+  bool Complete(const std::string& user, int max_tokens, const std::string& grammar, bool thinking,
                 probe::Generation* g, int* prompt_tokens, std::string* finish) {
     json body = {{"messages", json::array({{{"role", "user"}, {"content", user}}})},
                  {"temperature", 0},
                  {"max_tokens", max_tokens},
                  {"stream", false}};
     if (!grammar.empty()) body["grammar"] = grammar;  // llama-server's field
+    if (thinking) {
+      body["chat_template_kwargs"] = {{"enable_thinking", true}};
+      body["reasoning_format"] = "none";
+    }
     if (!model_.empty()) body["model"] = model_;
     httplib::Result res =
         client_.Post(prefix_ + "/v1/chat/completions", body.dump(), "application/json");
@@ -188,8 +195,8 @@ class RemoteBackend : public probe::ProbeBackend {
     probe::Generation g;
     int with_prose = 0, without = 0;
     std::string finish;
-    if (Complete(kSampleProse, 1, "", &g, &with_prose, &finish) &&
-        Complete("Hello", 1, "", &g, &without, &finish) && with_prose > without) {
+    if (Complete(kSampleProse, 1, "", false, &g, &with_prose, &finish) &&
+        Complete("Hello", 1, "", false, &g, &without, &finish) && with_prose > without) {
       tokens_per_byte_ = static_cast<double>(with_prose - without) /
                          (std::string(kSampleProse).size() - std::string("Hello").size());
     }

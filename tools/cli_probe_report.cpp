@@ -287,6 +287,24 @@ std::string OutputsTable(const ProbeReport& report, std::optional<Result> LegRep
   return h + "</table>\n";
 }
 
+// The thinking probe's items, one row per item and leg: the thought, then the answer.
+std::string ThinkingTable(const ProbeReport& report) {
+  std::string h =
+      "<table class=\"thinking\"><tr><th>leg</th><th>task</th><th>thought</th><th>answer</th>"
+      "</tr>";
+  for (const LegReport& leg : report.legs) {
+    if (!leg.thinking) continue;
+    for (const probe::ThinkingItem& it : leg.thinking->items) {
+      h += "<tr><td>" + Esc(leg.name) + "</td><td>" + Esc(it.task) + "</td><td class=\"" +
+           (it.closed ? "pass" : "fail") + "\"><pre>" + Esc(it.thought.substr(0, 300)) +
+           (it.closed ? "" : " (not closed)") + "</pre></td><td class=\"" +
+           (it.right ? "pass" : "fail") + "\"><pre>" + Esc(it.answer.substr(0, 300)) +
+           "</pre></td></tr>";
+    }
+  }
+  return h + "</table>\n";
+}
+
 }  // namespace
 
 std::string RenderHtmlReport(const ProbeReport& report) {
@@ -352,6 +370,11 @@ std::string RenderHtmlReport(const ProbeReport& report) {
          OutputsTable(report, &LegReport::schema);
   }
   if (has(ProbeKind::kCopy)) h += "<h2>Copy outputs</h2>" + OutputsTable(report, &LegReport::copy);
+  if (has(ProbeKind::kThinking)) {
+    h += "<h2>Thinking</h2><p>Tasks asked with thinking on: the thought before &lt;/think&gt; "
+         "(green when the block closed), then the answer (green when exact).</p>" +
+         ThinkingTable(report);
+  }
   return h + "</body></html>\n";
 }
 

@@ -22,8 +22,8 @@ int ApplyChatTemplate(const Model& model, const ChatTemplateOptions& chat_templa
   chat::ChatSetup setup;
   int rc = kExitOk;
   if (!ReadChatSetup(model, chat_template, &setup, &rc)) return rc;
-  Result<std::string> text =
-      chat::RenderChatPrompt(setup, {chat::ChatMessage{"user", *prompt}}, tok);
+  Result<std::string> text = chat::RenderChatPrompt(setup, {chat::ChatMessage{"user", *prompt}},
+                                                    tok, {}, ChatRenderOptionsFor(chat_template));
   if (!text.ok()) {
     std::fprintf(stderr, "lamina: %s\n", text.error().message.c_str());
     return kExitBadInput;

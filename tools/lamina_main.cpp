@@ -125,6 +125,11 @@ void AddChatTemplateOptions(CLI::App* cmd, lamina::cli::ChatTemplateOptions& t) 
   cmd->add_flag("--jinja", t.jinja,
                 "Render the model's chat template with the Jinja engine even when it is a "
                 "format lamina knows");
+  cmd->add_option("--reasoning", t.reasoning,
+                  "(-rea) Thinking in the chat template (its enable_thinking): on, off, or auto "
+                  "(the template's default)")
+      ->check(CLI::IsMember({"on", "off", "auto"}))
+      ->capture_default_str();
 }
 
 void AddGrammarOptions(CLI::App* cmd, lamina::cli::RunOptions& r) {
@@ -277,7 +282,8 @@ void AddBenchCommand(CLI::App* app, Commands* c) {
 
 void AddProbeCommand(CLI::App* app, Commands* c) {
   CLI::App* cmd = app->add_subcommand(
-      "probe", "A/B the KV cache modes: prefill, counting, needle, JSON, copy, divergence");
+      "probe",
+      "A/B the KV cache modes: prefill, counting, needle, JSON, copy, thinking, divergence");
   cmd->option_defaults()->group(kGroupModel);
   cmd->add_option("-m,--model", c->probe.model_path,
                   "GGUF model file (default: the shipped model); with --url, the model "
@@ -302,7 +308,7 @@ void AddProbeCommand(CLI::App* app, Commands* c) {
   cmd->add_option("--kv-draft", c->probe.spec_options.kv_draft, "Draft model's KV mode");
   cmd->option_defaults()->group("Probes");
   cmd->add_option("--probes", c->probe.probes,
-                  "Probes: prefill,counting,needle,json,schema,copy,divergence");
+                  "Probes: prefill,counting,needle,json,schema,copy,thinking,divergence");
   cmd->add_option("--needle-depths", c->probe.needle_depths, "Needle depths in percent");
   cmd->add_option("--needle-lengths", c->probe.needle_lengths, "Haystack lengths in tokens");
   cmd->add_option("--count-to", c->probe.count_to, "N of the counting probe")

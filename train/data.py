@@ -26,6 +26,7 @@ The canonical prompts (PROMPTS below) are the ones the probes and tests use.
 
 import json
 import random
+import re
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -40,6 +41,58 @@ PROMPTS = {
     "copy": "Repeat this list exactly, one item per line:",
     "lookup": "What is the value of {key}?",
 }
+
+
+# The thinking mode: the chat template opens the block when a request turns thinking on
+# (enable_thinking), the model writes a one-sentence plan (`thought`), closes the block and answers.
+THINK_OPEN = "<think>\n"
+THINK_CLOSE = "\n</think>\n\n"
+
+
+def thought(task, prompt, answer):
+    """The short plan the model writes before its answer with thinking on: what it was asked,
+    restated from the prompt (the numbers of a count, the question of a needle, the first and last
+    items of a list, the key of a lookup, the fields of a JSON answer, the topic of prose)."""
+    last = prompt.rstrip().split("\n")[-1]
+    if task == "count":
+        m = re.search(r"from (\d+) to (\d+)(?: in steps of (\d+))?", prompt)
+        if m:
+            a, b, s = m.groups()
+            if "down" in prompt:
+                return f"I count down from {a} to {b} and stop at {b}."
+            if s:
+                return f"I count from {a} to {b} in steps of {s}."
+            return f"I count from {a} to {b} and stop at {b}."
+    if task == "needle":
+        m = re.search(r"secret code for the (.+)\?", last)
+        return f"I look for the secret code for the {m.group(1)}." if m else \
+            "I look for the secret code."
+    if task == "copy":
+        items = answer.split("\n")
+        return f"I repeat the list exactly, from {items[0]} to {items[-1]}."
+    if task == "lookup":
+        m = re.search(r"value of (.+)\?", last)
+        if m:
+            return f"I look for the key {m.group(1)} in the pairs."
+    if task == "json":
+        try:
+            value = json.loads(answer)
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            return f"I write a JSON object with the fields {', '.join(value)}."
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            return f"I write a JSON array of objects with the fields {', '.join(value[0])}."
+        if isinstance(value, list):
+            return "I write a JSON array of the values in order."
+    if task == "prose":
+        for ask, plan in (("Tell me a short story about ", "I write a short story about "),
+                          ("Write a few sentences about ", "I write a few sentences about "),
+                          ("Describe a day in the life of ", "I describe a day in the life of "),
+                          ("Write a short paragraph", "I write a short paragraph")):
+            if prompt.startswith(ask):
+                return plan + prompt[len(ask):].rstrip(".") + "."
+    return "I answer the request."
 
 
 def render_chat(prompt, answer=None):
@@ -547,3 +600,4 @@ if __name__ == "__main__":
         print(f"===== {task}")
         text = render_chat(p, a)
         print(text if len(text) < 1500 else text[:700] + "\n[...]\n" + text[-500:])
+        print(f"----- thinking: {THINK_OPEN}{thought(task, p, a)}{THINK_CLOSE}")

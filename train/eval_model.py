@@ -36,20 +36,32 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from data import Generator, PROMPTS  # noqa: E402
+from data import Generator, PROMPTS, THINK_CLOSE  # noqa: E402
 from tokenizer import build_default  # noqa: E402
 
 EVAL_SEED = 424_242  # never a training seed (those are seed * 1_000_003 + step)
 TRAINED_CTX = 1280
+THOUGHT_TOKENS = 64  # room for the plan with --reasoning on
 
 
 def run_lamina(args, prompt, n_predict, extra=()):
-    cmd = [args.lamina, "run", "--chat", "-m", args.model, "-p", prompt, "-n", str(n_predict),
-           "--temp", "0", "--kv", args.kv, "--json", "-t", str(args.threads), *extra]
+    think = args.reasoning == "on"
+    if think and "-c" in extra:  # the context holds the plan too
+        extra = list(extra)
+        extra[extra.index("-c") + 1] = str(int(extra[extra.index("-c") + 1]) + THOUGHT_TOKENS)
+    cmd = [args.lamina, "run", "--chat", "-m", args.model, "-p", prompt,
+           "-n", str(n_predict + (THOUGHT_TOKENS if think else 0)), "--temp", "0", "--kv", args.kv,
+           "--json", "-t", str(args.threads), "--reasoning", args.reasoning, *extra]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         return {"error": out.stderr.strip()[-300:], "text": ""}
-    return json.loads(out.stdout)
+    result = json.loads(out.stdout)
+    if think:
+        # the answer is what follows the thought; no closed thought is a miss
+        thought, closed, answer = result["text"].partition(THINK_CLOSE.strip())
+        result["thought"] = thought.strip()
+        result["text"] = answer.lstrip("\n") if closed else ""
+    return result
 
 
 def count_tokens(text):
@@ -167,6 +179,9 @@ def main():
                          "recorded figures), to check a choice made on the default one")
     ap.add_argument("--seeds", default=None,
                     help="FIRST-LAST: pool the draws of these seeds instead of one --seed")
+    ap.add_argument("--reasoning", default="off", choices=["on", "off"],
+                    help="on: every prompt with thinking on (the model's plan, then the answer, "
+                         "graded on the answer)")
     ap.add_argument("--needle-lengths", default=None,
                     help="comma-separated prompt lengths (default 512,1024,2048,4096)")
     args = ap.parse_args()
@@ -210,6 +225,8 @@ def main():
             rec = {k: v for k, v in it.items() if k not in ("prompt", "extra")}
             prompt_ids = res.get("prompt_tokens") or []
             rec.update(hit=hit, output=res.get("text", "")[:6000], prompt_tokens=len(prompt_ids))
+            if "thought" in res:
+                rec["thought"] = res["thought"]
             if "error" in res:
                 rec["error"] = res["error"]
             outcomes.append(rec)

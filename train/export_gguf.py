@@ -29,7 +29,9 @@ CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
     "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{% if enable_thinking is defined and enable_thinking %}{{ '<think>\\n' }}{% endif %}"
+    "{% endif %}"
 )
 
 # GGUF value types

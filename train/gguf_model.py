@@ -108,7 +108,9 @@ def config_of(meta):
                   ffn_dim=meta["llama.feed_forward_length"],
                   context_length=meta["llama.context_length"],
                   rope_base=float(meta["llama.rope.freq_base"]),
-                  norm_eps=float(meta["llama.attention.layer_norm_rms_epsilon"]))
+                  # GGUF stores f32: the shortest decimal that rounds to it is the trained value
+                  norm_eps=float(np.format_float_positional(
+                      np.float32(meta["llama.attention.layer_norm_rms_epsilon"]), unique=True)))
 
 
 # model.py parameter name -> GGUF tensor name (export_gguf.py's mapping, per layer)

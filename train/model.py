@@ -52,7 +52,8 @@ class RMSNorm(nn.Module):
 
 def rope_tables(head_dim, positions, base):
     """cos/sin [T, head_dim/2] for the adjacent-pair layout."""
-    inv = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    inv = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32,
+                                 device=positions.device) / head_dim)
     ang = positions.float()[:, None] * inv[None, :]
     return torch.cos(ang), torch.sin(ang)
 
@@ -168,10 +169,10 @@ def causal_doc_mask(doc_ids):
     """doc_ids [B, T] (one id per packed example) -> additive mask [B, 1, T, T]: a token sees
     earlier tokens of its own example only."""
     B, T = doc_ids.shape
-    causal = torch.ones(T, T, dtype=torch.bool).tril_()
+    causal = torch.ones(T, T, dtype=torch.bool, device=doc_ids.device).tril_()
     same = doc_ids[:, :, None] == doc_ids[:, None, :]
     allowed = same & causal
-    mask = torch.zeros(B, 1, T, T)
+    mask = torch.zeros(B, 1, T, T, device=doc_ids.device)
     mask.masked_fill_(~allowed[:, None], float("-inf"))
     return mask
 

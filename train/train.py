@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from data import PROMPTS, Generator, render_chat  # noqa: E402
+from data import PROMPTS, THINK_OPEN, THINK_CLOSE, Generator, render_chat, thought  # noqa: E402
 from model import Config, Transformer, causal_doc_mask  # noqa: E402
 from tokenizer import Tokenizer, build_default, IM_END, IM_START, BOS  # noqa: E402
 from slim import slim_checkpoint  # noqa: E402
@@ -406,6 +406,10 @@ def _alike(name, **changes):
 PRESETS["alike"] = _alike("rowsnear", steps=600)
 # "widealike": "widenear" (the larger JSON answers) with the data and weights of "alike"
 PRESETS["widealike"] = _alike("widenear")
+# "think": the thinking mode (data.thought) on a third of the examples of "widealike", 600 steps
+# from the shipped model, without the digit probe
+PRESETS["think"] = dict(PRESETS["widealike"], steps=600, aux_layer=None,
+                        phases=[dict(PRESETS["widealike"]["phases"][0], think=0.35)])
 TASKS = ["count", "needle", "copy", "lookup", "json", "prose"]
 # a count-up prompt (PROMPTS["count"]) with its A and B as groups, for chat_counts
 COUNT_UP = re.compile(re.escape(PROMPTS["count"]).replace(r"\{a\}", r"(\d+)")
@@ -495,7 +499,8 @@ def decisive_chars(task, answer, keys=False):
 
 
 def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=False,
-                   count_newline=False, history=(), struct_boost=1.0, struct_keys=False):
+                   count_newline=False, history=(), struct_boost=1.0, struct_keys=False,
+                   think=False):
     """Token ids and per-token loss weights: 0 on the prompt; on the answer and its <|im_end|>,
     max(1, 48 / answer length) capped at 8, so that short answers (a needle's code, a looked-up
     value) are not drowned by the long counting answers. With count_boost > 1, a counting
@@ -523,9 +528,13 @@ def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=F
     struct_boost > 1 gives that weight to the tokens that hold a copy or JSON answer's
     decisions (decisive_chars: which item or row comes next, where it parts from look-alikes,
     go on or stop) and to the end of turn: a dropped or repeated row is decided there, and at
-    weight 1 the easy tokens of the rows hide it."""
-    head = tok.encode("".join(render_chat(p, a) for p, a in history) + render_chat(prompt),
-                      add_bos=True)
+    weight 1 the easy tokens of the rows hide it.
+
+    think: the thinking mode. The prompt ends with the block the template opens (THINK_OPEN); the
+    answer is the task's plan (data.thought), the block's close (THINK_CLOSE) and then the answer
+    as without thinking, every token of the plan and the close weighted at least 2."""
+    head = tok.encode("".join(render_chat(p, a) for p, a in history) + render_chat(prompt)
+                      + (THINK_OPEN if think else ""), add_bos=True)
     shift = 1 if count_newline and task == "count" else 0
     text = answer + "\n" * shift
     body = tok.encode(text, add_bos=False) + [IM_END]
@@ -571,6 +580,10 @@ def encode_example(tok, prompt, answer, task=None, count_boost=1.0, count_near=F
             if t == IM_END or any(pos <= m < end for m in marks):
                 weights[j] = max(weights[j], struct_boost)
             pos = end
+    if think:
+        plan = tok.encode(thought(task, prompt, answer) + THINK_CLOSE, add_bos=False)
+        body = plan + body
+        weights = [max(2.0, weights[0])] * len(plan) + weights
     if task == "stopcopy" and count_boost > 1.0:
         # each line's end is a stop decision (go on after a near miss, end after B)
         for j, t in enumerate(body):
@@ -733,7 +746,7 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
                         repeat_digits=0.0, count_down=0.20, count_trap=0.0, count_hops=0.0,
                         count_newline=False, aux=False, multi_turn=0.0, json_rows=0.25,
                         copy_near=0.0, struct_boost=1.0, struct_keys=False, chat_counts=0.0,
-                        json_wide=False, count_suffix=0.0, rows_alike=0.0):
+                        json_wide=False, count_suffix=0.0, rows_alike=0.0, think=0.0):
     """The same kind of rows as make_batch, but each example goes to the shortest row length in
     `buckets` that holds it (first fit, longest examples first), so short examples stop paying
     for T x T attention over a long row. Examples are drawn until token_budget tokens are in
@@ -744,7 +757,8 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
     model learns to answer the last question and not an earlier one (`lamina chat`). With
     chat_counts, that share of the counts up (with no other history) follow one earlier short
     count from the same start to another end: the second count must stop at its own B, not at
-    the end the conversation has already seen (`Count from 1 to 3`, then `1 to 6`)."""
+    the end the conversation has already seen (`Count from 1 to 3`, then `1 to 6`). With think,
+    that share of the examples with no history are drawn in the thinking mode (encode_example)."""
     longest = buckets[-1]
     gen = Generator(seed, max_answer_tokens=max_answer_tokens,
                     max_prompt_chars=int(longest * 3.9), weights=weights,
@@ -779,8 +793,9 @@ def make_bucketed_batch(tok, seed, token_budget, buckets, max_answer_tokens, wei
                 b1 = rng.choice([b for b in range(a0 + 1, a0 + 31) if b != b0])
                 history = [(PROMPTS["count"].format(a=a0, b=b1),
                             "\n".join(str(x) for x in range(a0, b1 + 1)))]
+            thinking = think > 0 and not history and rng.random() < think
             ids, mask = encode_example(tok, p, a, task, count_boost, count_near, count_newline,
-                                       history, struct_boost, struct_keys)
+                                       history, struct_boost, struct_keys, thinking)
         if len(ids) > longest + 1:
             continue
         examples.append((task, ids, mask, count_aux_targets(tok, ids, task) if aux else []))
@@ -901,7 +916,8 @@ def evaluate(model, tok, args, n_batches=2):
     for b in range(n_batches):
         x, y, w, d, spans = make_batch(tok, 10_000_000 + b, args.batch, args.seq_len,
                                        args.max_answer_tokens)
-        pos = torch.arange(x.shape[1])
+        x, y, d = (t.to(args.device) for t in (x, y, d))
+        pos = torch.arange(x.shape[1], device=args.device)
         logits = model(x, pos, causal_doc_mask(d))
         nll = F.cross_entropy(logits.transpose(1, 2), y, reduction="none")
         hit = logits.argmax(-1) == y
@@ -953,6 +969,9 @@ def main():
     ap.add_argument("--bf16", action="store_true",
                     help="forward and backward matmuls in bfloat16 (autocast; weights, optimizer "
                          "and loss stay f32)")
+    ap.add_argument("--device", default="cpu",
+                    help="where the model trains: cpu (the recipe's) or cuda (a GPU; the data is "
+                         "still drawn on the CPU, so the same seed gives the same examples)")
     ap.add_argument("--keep-at", type=lambda v: tuple(int(x) for x in v.split(",") if x),
                     help="comma-separated steps at which to also write the weights as f16 "
                          "(slim.py) to OUT-stepN.pt, for a mean of the last checkpoints")
@@ -987,13 +1006,14 @@ def main():
             sys.exit(f"--init {args.init}: config {init['config']} differs from {cfg.to_dict()}")
         model.load_state_dict({k: v.float() for k, v in init["model"].items()})
         print(f"initialised from {args.init}", flush=True)
+    model.to(args.device)
     opt = adamw(model, args.lr, args.weight_decay)
     aux_head = None
     captured = {}
     if args.aux_layer is not None:
         if args.aux_weight is None:
             args.aux_weight = 0.3
-        aux_head = torch.nn.Linear(cfg.dim, 4 * 11)
+        aux_head = torch.nn.Linear(cfg.dim, 4 * 11).to(args.device)
         # the probe starts random: a ten times larger step lets it fit what the residual stream
         # already holds within a few steps, so its gradient into the model soon asks only for
         # what is missing
@@ -1065,7 +1085,8 @@ def main():
                                         chat_counts=phase.get("chat_counts", 0.0),
                                         json_wide=phase.get("json_wide", False),
                                         count_suffix=phase.get("count_suffix", 0.0),
-                                        rows_alike=phase.get("rows_alike", 0.0))
+                                        rows_alike=phase.get("rows_alike", 0.0),
+                                        think=phase.get("think", 0.0))
         t1 = time.time()
         prof = None
         if args.profile and step < 2 + (ckpt["step"] if ckpt else 0):
@@ -1076,8 +1097,10 @@ def main():
         ntok = 0
         aux_sums, aux_ns, aux_means = [0.0, 0.0], [0, 0], None
         for x, y, w, d, *rest in parts:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-                logits = model(x, torch.arange(x.shape[1]), causal_doc_mask(d))
+            x, y, w, d = (t.to(args.device) for t in (x, y, w, d))
+            with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.bf16):
+                logits = model(x, torch.arange(x.shape[1], device=args.device),
+                               causal_doc_mask(d))
             nll = F.cross_entropy(logits.float().reshape(-1, cfg.vocab_size), y.reshape(-1),
                                   reduction="none")
             loss = loss + (nll * w.reshape(-1)).sum() / weight_sum

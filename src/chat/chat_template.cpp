@@ -297,11 +297,21 @@ constexpr BuiltinTemplate kBuiltins[] = {
 
 }  // namespace
 
+bool OpensThinkingOnRequest(std::string_view t) {
+  return Contains(t, "{% if enable_thinking is defined and enable_thinking %}{{ '<think>\\n' }}");
+}
+
 ChatFormat DetectChatFormat(std::string_view t) {
   if (Contains(t, "<|start_header_id|>") && Contains(t, "<|eot_id|>")) return ChatFormat::kLlama3;
   if (Contains(t, "<|im_start|>")) {
-    // Qwen3's template is ChatML plus think-block handling and the enable_thinking switch.
-    if (Contains(t, "enable_thinking") || Contains(t, "<think>")) return ChatFormat::kQwen3;
+    // Qwen3's template is ChatML plus think-block handling and the enable_thinking switch, whose
+    // off state it tests in these words; other ChatML templates that think (they open the block
+    // themselves, or test the switch otherwise) are rendered by the Jinja engine.
+    if (Contains(t, "enable_thinking is defined and enable_thinking is false")) {
+      return ChatFormat::kQwen3;
+    }
+    if (OpensThinkingOnRequest(t)) return ChatFormat::kChatML;
+    if (Contains(t, "enable_thinking") || Contains(t, "<think>")) return ChatFormat::kUnknown;
     return ChatFormat::kChatML;
   }
   return ChatFormat::kUnknown;
@@ -353,6 +363,8 @@ ChatSetup ChatSetupFromTemplate(std::string_view template_text) {
   ChatSetup setup;
   setup.format = DetectChatFormat(template_text);
   setup.default_system = DefaultSystemPrompt(template_text);
+  setup.opens_thinking =
+      setup.format == ChatFormat::kChatML && OpensThinkingOnRequest(template_text);
   return setup;
 }
 
@@ -412,7 +424,7 @@ Result<ChatSetup> ChatSetupForModel(std::string_view template_text, const Tokeni
 
 Result<std::string> RenderChatJinja(const ChatSetup& setup,
                                     const std::vector<ChatMessage>& messages,
-                                    bool add_generation_prompt, bool enable_thinking,
+                                    bool add_generation_prompt, std::optional<bool> enable_thinking,
                                     const ChatTools& tools, const jinja::Value& extra) {
   LAMINA_CHECK(setup.jinja != nullptr);
   jinja::Array list;
@@ -445,9 +457,9 @@ Result<std::string> RenderChatJinja(const ChatSetup& setup,
       {"bos_token", jinja::Value(setup.bos_token)},
       {"eos_token", jinja::Value(setup.eos_token)},
       {"add_generation_prompt", jinja::Value(add_generation_prompt)},
-      {"enable_thinking", jinja::Value(enable_thinking)},
       {"tools", HasTools(tools) ? tools : jinja::Value::None()},
   });
+  if (enable_thinking.has_value()) context.Set("enable_thinking", jinja::Value(*enable_thinking));
   if (extra.is_object()) {
     for (const auto& [key, value] : extra.object()) {
       if (key == "messages" || key == "bos_token" || key == "eos_token" ||
@@ -484,7 +496,11 @@ Result<std::string> RenderChatPrompt(const ChatSetup& setup,
       }
     }
     text = RenderChat(setup.format, messages, options.add_generation_prompt,
-                      options.enable_thinking, setup.default_system, tools);
+                      options.enable_thinking.value_or(true), setup.default_system, tools);
+    if (setup.opens_thinking && options.add_generation_prompt &&
+        options.enable_thinking.value_or(false)) {
+      text += "<think>\n";
+    }
   }
   if (tok.add_bos() && tok.bos() >= 0) {
     const std::string& bos = tok.TokenText(tok.bos());

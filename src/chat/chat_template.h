@@ -52,6 +52,10 @@ using ChatTools = jinja::Value;
 
 // The format a template text belongs to, from markers only that format uses.
 ChatFormat DetectChatFormat(std::string_view template_text);
+// Whether a ChatML template opens a thinking block ("<think>\n") after the assistant header when
+// enable_thinking is defined and true, and only then (the shipped model's template): such a
+// template stays native ChatML (tools included), with ChatSetup::opens_thinking.
+bool OpensThinkingOnRequest(std::string_view template_text);
 
 // A template's built-in system prompt, used when the conversation has none (Qwen2.5's
 // "You are Qwen, created by Alibaba Cloud. ..."); empty when it has none.
@@ -78,6 +82,8 @@ std::string RenderChat(ChatFormat format, const std::vector<ChatMessage>& messag
 struct ChatSetup {
   ChatFormat format = ChatFormat::kUnknown;
   std::string default_system;
+  // kChatML that opens the thinking block when enable_thinking is true (OpensThinkingOnRequest)
+  bool opens_thinking = false;
   std::shared_ptr<const jinja::Template> jinja;
   std::string bos_token, eos_token;
   jinja::RenderOptions render;  // strftime_now's clock (tests fix it)
@@ -102,22 +108,24 @@ Result<ChatSetup> ChatSetupForModel(std::string_view template_text, const Tokeni
 
 // Renders a kJinja setup: messages (role, content: none for a null one beside tool calls;
 // tool_calls as [{"id", "type": "function", "function": {"name", "arguments"}}], tool_call_id
-// and name when given), bos_token, eos_token, add_generation_prompt, enable_thinking and tools
-// (none when there are none) are the template's variables.
+// and name when given), bos_token, eos_token, add_generation_prompt, enable_thinking (undefined
+// when none) and tools (none when there are none) are the template's variables.
 Result<std::string> RenderChatJinja(const ChatSetup& setup,
                                     const std::vector<ChatMessage>& messages,
-                                    bool add_generation_prompt, bool enable_thinking,
+                                    bool add_generation_prompt, std::optional<bool> enable_thinking,
                                     const ChatTools& tools = {},
                                     const jinja::Value& extra = jinja::Value());
 
 // How RenderChatPrompt renders: with the assistant header (add_generation_prompt), thinking on
-// or off (enable_thinking: Qwen3's switch, and the variable of that name for a Jinja template),
+// or off (enable_thinking: Qwen3's switch, and the variable of that name for a Jinja template;
+// none: the template's own default, as Hugging Face's apply_chat_template leaves it: undefined
+// for a Jinja template, on for Qwen3's native format),
 // and more variables for a Jinja template (`extra`: an object, e.g. a request's
 // chat_template_kwargs; None: none; its keys never replace messages, tools, bos_token,
 // eos_token or add_generation_prompt).
 struct ChatRenderOptions {
   bool add_generation_prompt = true;
-  bool enable_thinking = false;
+  std::optional<bool> enable_thinking = false;
   jinja::Value extra;
 };
 

@@ -26,6 +26,10 @@ struct GenerationRequest {
   std::function<bool(const std::string&)> stop;
   // A GBNF grammar the answer must follow (constrained decoding); "" for none.
   std::string grammar;
+  // Thinking on: the user turn rendered with the template's enable_thinking = true (the model
+  // writes its thought, </think>, then the answer; the text comes back with the block as
+  // generated). Off: the answer alone, as every probe but the thinking probe asks.
+  bool thinking = false;
 };
 
 struct Generation {

@@ -40,6 +40,11 @@ LocalBackend::LocalBackend(const Model& model, ThreadPool& pool, const SessionCo
   config_.write_observer = observer_.get();
   Result<std::string> tmpl = model.file().GetString("tokenizer.chat_template");
   if (tmpl.ok()) chat_template_ = *tmpl;
+  if (!chat_template_.empty()) {
+    Result<chat::ChatSetup> setup =
+        chat::ChatSetupForModel(chat_template_, model.tokenizer(), /*force_jinja=*/false);
+    if (setup.ok()) thinking_setup_ = std::make_shared<const chat::ChatSetup>(std::move(*setup));
+  }
 }
 
 BackendInfo LocalBackend::Info() const {
@@ -63,7 +68,14 @@ int LocalBackend::CountTokens(const std::string& text) {
   return static_cast<int>(model_.tokenizer().Encode(text, false, false).size());
 }
 
-std::string LocalBackend::RenderPrompt(const std::string& user) const {
+std::string LocalBackend::RenderPrompt(const std::string& user, bool thinking) const {
+  if (thinking && thinking_setup_) {
+    chat::ChatRenderOptions options;
+    options.enable_thinking = true;
+    Result<std::string> prompt =
+        chat::RenderChatPrompt(*thinking_setup_, {{"user", user}}, model_.tokenizer(), {}, options);
+    if (prompt.ok()) return *prompt;
+  }
   const chat::ChatFormat format = chat::DetectChatFormat(chat_template_);
   if (format != chat::ChatFormat::kUnknown) {
     return chat::RenderChat(format, {{"user", user}}, /*add_generation_prompt=*/true,
@@ -78,7 +90,7 @@ std::string LocalBackend::RenderPrompt(const std::string& user) const {
 Generation LocalBackend::Generate(const GenerationRequest& request) {
   Generation g;
   const Tokenizer& tok = model_.tokenizer();
-  const std::string prompt = RenderPrompt(request.user);
+  const std::string prompt = RenderPrompt(request.user, request.thinking);
   // Llama-3 renders its own <|begin_of_text|>; every other prompt gets the vocabulary's BOS.
   const bool has_bos_text = prompt.rfind("<|begin_of_text|>", 0) == 0;
   std::vector<int32_t> ids =

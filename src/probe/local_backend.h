@@ -14,6 +14,10 @@
 #include "spec/speculative.h"
 #include "util/thread_pool.h"
 
+namespace lamina::chat {
+struct ChatSetup;
+}  // namespace lamina::chat
+
 namespace lamina::probe {
 
 // A speculative leg: a new drafter per generation (its own draft session), always drafting.
@@ -38,8 +42,10 @@ class LocalBackend : public ProbeBackend {
 
   // The prompt text of one user turn: the model's chat template with the assistant header (and
   // Qwen3's thinking off: the probes grade the answer itself), or the plain text and a newline
-  // when the model has none.
-  std::string RenderPrompt(const std::string& user) const;
+  // when the model has none. With `thinking`, the model's own template (native or Jinja)
+  // rendered with enable_thinking = true; the plain rendering when the model has no template or
+  // it fails.
+  std::string RenderPrompt(const std::string& user, bool thinking = false) const;
 
  private:
   const Model& model_;
@@ -48,6 +54,8 @@ class LocalBackend : public ProbeBackend {
   Fault fault_;
   std::unique_ptr<WriteObserver> observer_;
   std::string chat_template_;  // tokenizer.chat_template; "" when absent
+  // The template's setup for thinking prompts; nullptr when there is none or it does not parse.
+  std::shared_ptr<const chat::ChatSetup> thinking_setup_;
   DrafterFactory drafter_;
   spec::SpecOptions spec_options_;
 };

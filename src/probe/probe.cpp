@@ -22,6 +22,8 @@ const char* ProbeName(ProbeKind kind) {
       return "schema";
     case ProbeKind::kCopy:
       return "copy";
+    case ProbeKind::kThinking:
+      return "thinking";
     case ProbeKind::kDivergence:
       return "divergence";
   }
@@ -66,6 +68,8 @@ const Outcome* LegReport::outcome(ProbeKind kind) const {
       return schema ? &schema->outcome : nullptr;
     case ProbeKind::kCopy:
       return copy ? &copy->outcome : nullptr;
+    case ProbeKind::kThinking:
+      return thinking ? &thinking->outcome : nullptr;
     case ProbeKind::kDivergence:
       return divergence ? &divergence->outcome : nullptr;
   }
@@ -182,6 +186,9 @@ ProbeReport RunProbe(const ProbeConfig& config, std::vector<Leg>& legs) {
         break;
       case ProbeKind::kCopy:
         place(RunCopyProbe(ctx), &LegReport::copy);
+        break;
+      case ProbeKind::kThinking:
+        place(RunThinkingProbe(ctx), &LegReport::thinking);
         break;
       case ProbeKind::kDivergence:
         place(RunDivergenceProbe(ctx), &LegReport::divergence);

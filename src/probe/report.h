@@ -11,11 +11,20 @@
 
 namespace lamina::probe {
 
-enum class ProbeKind { kPrefill, kCounting, kNeedle, kJson, kSchema, kCopy, kDivergence };
+enum class ProbeKind {
+  kPrefill,
+  kCounting,
+  kNeedle,
+  kJson,
+  kSchema,
+  kCopy,
+  kThinking,
+  kDivergence
+};
 inline constexpr ProbeKind kAllProbes[] = {
-    ProbeKind::kPrefill, ProbeKind::kCounting, ProbeKind::kNeedle,    ProbeKind::kJson,
-    ProbeKind::kSchema,  ProbeKind::kCopy,     ProbeKind::kDivergence};
-// "prefill", "counting", "needle", "json", "schema", "copy", "divergence".
+    ProbeKind::kPrefill, ProbeKind::kCounting, ProbeKind::kNeedle,   ProbeKind::kJson,
+    ProbeKind::kSchema,  ProbeKind::kCopy,     ProbeKind::kThinking, ProbeKind::kDivergence};
+// "prefill", "counting", "needle", "json", "schema", "copy", "thinking", "divergence".
 const char* ProbeName(ProbeKind kind);
 // The inverse of ProbeName; false when `name` is none of them.
 bool ParseProbeName(const std::string& name, ProbeKind* out);
@@ -135,6 +144,29 @@ struct CopyResult {
   std::optional<OutputDifference> first_difference;
 };
 
+// One task of the thinking probe, asked with the model's thinking on: the plan it writes first
+// (before </think>), then the answer graded as the plain probe of that task grades it.
+struct ThinkingItem {
+  std::string task;      // "count 1..20", "count down 12..1", "copy 10 items"
+  std::string expected;  // the answer asked for
+  std::string output;    // the whole text as generated (thought, </think>, answer)
+  std::string thought;   // the text before </think>, trimmed (a leading <think> dropped)
+  std::string answer;    // the text after </think>, trimmed ("" when the block never closed)
+  bool closed = false;   // </think> was written
+  bool right = false;    // closed, and the answer is the one asked for
+  std::string error;     // a generation error; "" when none
+};
+
+struct ThinkingResult {
+  Outcome outcome;
+  std::vector<ThinkingItem> items;
+  int closed = 0;  // items whose thought closed
+  int right = 0;   // items whose thought closed and whose answer is right
+  // The first (item, byte) where the whole texts differ from the reference leg's; none when
+  // byte-identical.
+  std::optional<OutputDifference> first_difference;
+};
+
 // Stored-vs-exact error of one side (K or V) of one layer.
 struct SideError {
   double rel_rms = 0.0;  // RMS(stored - exact) / RMS(exact)
@@ -201,6 +233,9 @@ struct LegReport {
   // schema; valid = schema-valid (the grammar guarantees it), exact = the values asked for.
   std::optional<JsonResult> schema;
   std::optional<CopyResult> copy;
+  // The thinking probe: tasks asked with thinking on; right = the thought closed and the answer
+  // is exact.
+  std::optional<ThinkingResult> thinking;
   std::optional<DivergenceResult> divergence;
   bool pass = false;
   std::string verdict_line;  // "leg 2 k8v4/rtn: PASS — mean KL ..., top-1 ..."

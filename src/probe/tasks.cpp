@@ -12,14 +12,12 @@
 
 namespace lamina::probe {
 
-namespace {
-
-// A generation budget for `text`: its token count, or its byte count (a bound for any
-// tokenizer) where the backend only estimates token counts.
 int TokenBudget(const RunContext& ctx, size_t leg, const std::string& text) {
   return ctx.info[leg].exact_token_counts ? ctx.legs[leg].backend->CountTokens(text)
                                           : static_cast<int>(text.size());
 }
+
+namespace {
 
 Generation GenerateGreedy(const RunContext& ctx, size_t leg, const std::string& user,
                           int max_tokens, const std::function<bool(const std::string&)>& stop) {
@@ -91,6 +89,8 @@ std::string Join(const std::vector<std::string>& parts, const std::string& sep) 
   return out;
 }
 
+}  // namespace
+
 std::string Trim(const std::string& s) {
   size_t a = 0, b = s.size();
   while (a < b && std::isspace(static_cast<unsigned char>(s[a]))) ++a;
@@ -98,7 +98,6 @@ std::string Trim(const std::string& s) {
   return s.substr(a, b - a);
 }
 
-// Index of the first byte where a and b differ; -1 when equal.
 int64_t FirstDifference(const std::string& a, const std::string& b) {
   const size_t n = std::min(a.size(), b.size());
   for (size_t i = 0; i < n; ++i) {
@@ -107,8 +106,6 @@ int64_t FirstDifference(const std::string& a, const std::string& b) {
   return a.size() == b.size() ? -1 : static_cast<int64_t>(n);
 }
 
-// A rate-style verdict: fail on a generation error (the first one), n/a when the reference
-// scores 0, fail when the leg keeps less than keep_fraction of the reference's score.
 void RateVerdict(const RunContext& ctx, Outcome& o, double leg_score, double ref_score,
                  const std::string& what, const std::string& na_reason, const std::string& error) {
   if (!error.empty()) {
@@ -128,10 +125,17 @@ void RateVerdict(const RunContext& ctx, Outcome& o, double leg_score, double ref
   }
 }
 
-}  // namespace
-
 std::string FillerText(const RunContext& ctx, uint64_t seed, int n_tokens) {
   return Join(FillerSentences(ctx, seed, n_tokens), " ");
+}
+
+std::string SeededList(uint64_t seed, int n_items) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::string> items;
+  for (int w = 0; w < n_items; ++w) {
+    items.push_back(std::string(Pick(rng, kColors)) + " " + Pick(rng, kThings));
+  }
+  return Join(items, "\n");
 }
 
 CountingAnalysis AnalyzeCounting(const std::string& text, int n, bool ended_turn) {
@@ -377,7 +381,8 @@ std::string ExtractObject(const std::string& text) {
   return "";
 }
 
-// The first (item, byte) where a leg's outputs differ from the reference's; none when equal.
+}  // namespace
+
 std::optional<OutputDifference> FirstDifferenceFromReference(const std::vector<std::string>& outs,
                                                              const std::vector<std::string>& ref) {
   for (size_t k = 0; k < outs.size() && k < ref.size(); ++k) {
@@ -386,8 +391,6 @@ std::optional<OutputDifference> FirstDifferenceFromReference(const std::vector<s
   }
   return std::nullopt;
 }
-
-}  // namespace
 
 namespace {
 

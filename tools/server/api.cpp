@@ -933,7 +933,7 @@ bool ReadRenderOptions(const json& body, const Defaults& defaults, chat::ChatRen
                   "\"high\"");
     }
     kwargs["reasoning_effort"] = *effort;
-    if (*effort == "none") out->enable_thinking = false;
+    out->enable_thinking = *effort != "none";
   }
   if (auto t = kwargs.find("enable_thinking"); t != kwargs.end()) {
     if (!t->is_boolean()) {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -52,7 +53,7 @@ struct Defaults {
   // think (enable_thinking), the thinking budget in tokens (-1: none) and the text forced before
   // the close tag, and template variables of every request.
   chat::ReasoningFormat reasoning_format = chat::ReasoningFormat::kDeepseek;
-  bool enable_thinking = true;
+  std::optional<bool> enable_thinking;  // none: the template's default
   int reasoning_budget = -1;
   std::string reasoning_budget_message;
   json chat_template_kwargs = json::object();

@@ -378,14 +378,43 @@ bool ResponsesContent(const json& v, const std::string& where, std::string* out,
   return true;
 }
 
+// A reasoning input item's text: its reasoning_text content parts, else its summary_text parts
+// (joined by newlines; encrypted_content is not read).
+bool ReasoningItemText(const json& item, const std::string& where, std::string* out,
+                       ApiError* err) {
+  for (const char* key : {"content", "summary"}) {
+    auto parts = item.find(key);
+    if (parts == item.end() || parts->is_null()) continue;
+    if (!parts->is_array()) return Fail(err, where + "." + key + " must be an array");
+    for (size_t k = 0; k < parts->size(); ++k) {
+      const json& part = (*parts)[k];
+      auto text = part.is_object() ? part.find("text") : part.end();
+      if (!part.is_object() || text == part.end() || !text->is_string()) {
+        return Fail(err, where + "." + key + "[" + std::to_string(k) + "].text must be a string");
+      }
+      if (!out->empty()) out->push_back('\n');
+      out->append(text->get_ref<const std::string&>());
+    }
+    if (!out->empty()) return true;
+  }
+  return true;
+}
+
 // The input items → OpenAI chat messages (function calls → an assistant turn's tool_calls,
-// their outputs → "tool" turns).
+// their outputs → "tool" turns, a reasoning item → the reasoning_content of the assistant turn
+// right after it).
 bool ResponsesInput(const json& input, json* messages, ApiError* err) {
   if (input.is_string()) {
     messages->push_back({{"role", "user"}, {"content", input}});
     return true;
   }
   if (!input.is_array()) return Fail(err, "\"input\" must be a string or an array of items");
+  std::string reasoning;  // of the reasoning item before the next assistant turn
+  const auto add_turn = [&](json turn) {
+    if (turn["role"] == "assistant" && !reasoning.empty()) turn["reasoning_content"] = reasoning;
+    reasoning.clear();
+    messages->push_back(std::move(turn));
+  };
   for (size_t i = 0; i < input.size(); ++i) {
     const json& item = input[i];
     const std::string where = "input[" + std::to_string(i) + "]";
@@ -407,8 +436,8 @@ bool ResponsesInput(const json& input, json* messages, ApiError* err) {
       auto content = item.find("content");
       if (content == item.end()) return Fail(err, where + ".content is missing");
       if (!ResponsesContent(*content, where + ".content", &text, err)) return false;
-      messages->push_back({{"role", *role == "developer" ? "system" : role->get<std::string>()},
-                           {"content", text}});
+      add_turn({{"role", *role == "developer" ? "system" : role->get<std::string>()},
+                {"content", text}});
     } else if (type == "function_call") {
       for (const char* k : {"call_id", "name", "arguments"}) {
         if (!item.contains(k) || !item[k].is_string()) {
@@ -420,10 +449,10 @@ bool ResponsesInput(const json& input, json* messages, ApiError* err) {
                    {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}};
       // Consecutive calls are one assistant turn.
       if (!messages->empty() && messages->back()["role"] == "assistant" &&
-          messages->back().contains("tool_calls")) {
+          messages->back().contains("tool_calls") && reasoning.empty()) {
         messages->back()["tool_calls"].push_back(std::move(call));
       } else {
-        messages->push_back(
+        add_turn(
             {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array({call})}});
       }
     } else if (type == "function_call_output") {
@@ -434,10 +463,10 @@ bool ResponsesInput(const json& input, json* messages, ApiError* err) {
       auto o = item.find("output");
       if (o == item.end()) return Fail(err, where + ".output is missing");
       if (!ResponsesContent(*o, where + ".output", &output, err)) return false;
-      messages->push_back(
-          {{"role", "tool"}, {"tool_call_id", item["call_id"]}, {"content", output}});
+      add_turn({{"role", "tool"}, {"tool_call_id", item["call_id"]}, {"content", output}});
     } else if (type == "reasoning") {
-      continue;  // earlier reasoning items are not rendered again
+      reasoning.clear();
+      if (!ReasoningItemText(item, where, &reasoning, err)) return false;
     } else {
       return Fail(err, where + ".type \"" + type +
                            "\" is not supported (message, function_call, "

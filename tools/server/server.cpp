@@ -2193,8 +2193,12 @@ int Server::SetRequestDefaults() {
   chat::ReasoningFormatFromName(o_.reasoning_format, &defaults_.reasoning_format);
   defaults_.reasoning_budget = o_.reasoning_budget;
   defaults_.reasoning_budget_message = o_.reasoning_budget_message;
-  defaults_.enable_thinking =
-      o_.reasoning == "on" || (o_.reasoning == "auto" && o_.reasoning_budget != 0);
+  // auto: the template's own default, or off when the budget is 0
+  if (o_.reasoning == "on") {
+    defaults_.enable_thinking = true;
+  } else if (o_.reasoning == "off" || o_.reasoning_budget == 0) {
+    defaults_.enable_thinking = false;
+  }
   if (!o_.chat_template_kwargs.empty()) {
     json kwargs = json::parse(o_.chat_template_kwargs, nullptr, /*allow_exceptions=*/false);
     if (!kwargs.is_object() || kwargs.size() > api::kMaxTemplateKwargs) {
@@ -2420,8 +2424,8 @@ void AddReasoningOptions(CLI::App* app, ServeOptions* o) {
       ->check(CLI::IsMember({"none", "deepseek", "deepseek-legacy", "auto"}))
       ->capture_default_str();
   app->add_option("--reasoning", o->reasoning,
-                  "(-rea) Thinking on, off or auto (on unless --reasoning-budget is 0): the "
-                  "templates' enable_thinking")
+                  "(-rea) Thinking on, off or auto (the template's default; off when "
+                  "--reasoning-budget is 0): the templates' enable_thinking")
       ->check(CLI::IsMember({"on", "off", "auto"}))
       ->capture_default_str();
   app->add_option(
