@@ -1,9 +1,10 @@
 // Write-path equivalence: the same token stream fed as one prompt batch, token by token, in
 // random chunks, and as speculative verify windows (a random suffix rejected, truncated and
 // rewritten) must leave byte-identical cache storage and bit-identical logits, in every KV mode
-// and V rounding. A planted fault (one path's writes never reach storage) must be caught. The
-// hybrid qwen3next fixture adds its recurrent state (conv tails and delta states), which every
-// path must leave bit-identical too, and a planted fault (state not restored on truncate).
+// and V rounding (the gemma3 fixture: with sliding-window layers). A planted fault (one path's
+// writes never reach storage) must be caught. The hybrid qwen3next fixture adds its recurrent state
+// (conv tails and delta states), which every path must leave bit-identical too, and a planted fault
+// (state not restored on truncate).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,6 +21,15 @@ namespace lamina {
 namespace {
 
 const std::string kShared = LAMINA_SHARED_DIR;
+// The repository's gemma3 fixture (tests/fixtures/README.md): sliding-window layers (window 16)
+// and global ones, so the 150-token streams below run far past every local window.
+const std::string kGemma3 =
+    std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/synth-gemma3-d256.Q8_0.gguf";
+
+// A case's model: a path, or a file name under ../shared/models.
+std::string ModelPath(const std::string& model) {
+  return model.find('/') != std::string::npos ? model : kShared + "/models/" + model;
+}
 
 struct PathRun {
   std::vector<float> logits;                  // [n_tokens, n_vocab], position p predicts p+1
@@ -138,8 +148,9 @@ std::string ModeCaseName(const testing::TestParamInfo<ModeCase>& info) {
 
 std::vector<ModeCase> Cases() {
   std::vector<ModeCase> cases;
-  for (const char* m :
-       {"stories260K.gguf", "synth-llama-kq.F32.gguf", "synth-qwen3next-d256.F32.gguf"}) {
+  for (const std::string& m :
+       {std::string("stories260K.gguf"), std::string("synth-llama-kq.F32.gguf"),
+        std::string("synth-qwen3next-d256.F32.gguf"), kGemma3}) {
     for (KvType t : {KvType::kF32, KvType::kF16, KvType::kInt8, KvType::kQ4_0, KvType::kK8V4}) {
       cases.push_back({m, t, KvRounding::kNearest});
       if (t != KvType::kF32 && t != KvType::kF16) cases.push_back({m, t, KvRounding::kStochastic});
@@ -172,7 +183,7 @@ std::vector<int32_t> TestTokens(const Model& model, int n) {
 class KvWritePaths : public testing::TestWithParam<ModeCase> {
  protected:
   void SetUp() override {
-    const std::string path = kShared + "/models/" + GetParam().model;
+    const std::string path = ModelPath(GetParam().model);
     if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
     Result<std::unique_ptr<Model>> m = LoadModel(path);
     ASSERT_TRUE(m.ok()) << m.error().message;

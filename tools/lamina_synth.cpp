@@ -1,9 +1,11 @@
-// lamina-synth: writes a random-weight llama, qwen3moe or qwen3next GGUF in a real shape, for
-// benchmarks (e.g. the 181M-parameter llama shape: --dim 1024 --layers 16 --heads 16 --kv-heads 4
+// lamina-synth: writes a random-weight llama, qwen3moe, qwen3next or gemma3 GGUF in a real shape,
+// for benchmarks and fixtures (e.g. the 181M-parameter llama shape: --dim 1024 --layers 16 --heads
+// 16 --kv-heads 4
 // --ff 2816; a qwen3moe: --arch qwen3moe --experts 64 --experts-used 4 --ff-exp 256
 // --head-dim 128; a qwen3next adds --ssm-k-heads, --ssm-v-heads, --ssm-head-dim and
-// --attn-interval, its shared expert as wide as one expert). The tokenizer metadata is copied from
-// another GGUF (--vocab-from), whose vocabulary size sets the embedding rows.
+// --attn-interval, its shared expert as wide as one expert; a gemma3 takes --swa and
+// --swa-pattern, its norms drawn around 1 and its output head tied). The tokenizer metadata is
+// copied from another GGUF (--vocab-from), whose vocabulary size sets the embedding rows.
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +21,7 @@ struct SynthOptions {
   int dim = 1024, layers = 16, heads = 16, kv_heads = 4, ff = 2816, ctx = 4096;
   int head_dim_opt = 0, experts = 64, experts_used = 4, ff_exp = 256;
   int ssm_k_heads = 8, ssm_v_heads = 16, ssm_head_dim = 128, attn_interval = 4;
+  int swa = 16, swa_pattern = 2;
   std::string type_name = "Q8_0", vocab_from, out_path, arch = "llama";
   uint64_t seed = 42;
 };
@@ -30,8 +33,10 @@ void AddOptions(CLI::App* app, SynthOptions* o) {
   app->add_option("--kv-heads", o->kv_heads);
   app->add_option("--ff", o->ff);
   app->add_option("--ctx", o->ctx);
-  app->add_option("--arch", o->arch, "llama, qwen3moe or qwen3next")
-      ->check(CLI::IsMember({"llama", "qwen3moe", "qwen3next"}));
+  app->add_option("--arch", o->arch, "llama, qwen3moe, qwen3next or gemma3")
+      ->check(CLI::IsMember({"llama", "qwen3moe", "qwen3next", "gemma3"}));
+  app->add_option("--swa", o->swa, "gemma3: sliding window (tokens)");
+  app->add_option("--swa-pattern", o->swa_pattern, "gemma3: every n-th layer is global");
   app->add_option("--ssm-k-heads", o->ssm_k_heads, "qwen3next: Gated DeltaNet query/key heads");
   app->add_option("--ssm-v-heads", o->ssm_v_heads, "qwen3next: Gated DeltaNet value heads");
   app->add_option("--ssm-head-dim", o->ssm_head_dim, "qwen3next: Gated DeltaNet head dimension");
@@ -63,6 +68,7 @@ bool FindQuantType(const std::string& name, GgmlType* type) {
 void SetMetadata(const SynthOptions& o, int head_dim, const gguf::File& vocab, gguf::Writer* w) {
   const bool next = o.arch == "qwen3next";
   const bool moe = o.arch == "qwen3moe" || next;
+  const bool gemma = o.arch == "gemma3";
   const std::string a = o.arch;
   w->SetString("general.architecture", a);
   w->SetString("general.name", "lamina-synth random " + a);
@@ -73,8 +79,16 @@ void SetMetadata(const SynthOptions& o, int head_dim, const gguf::File& vocab, g
   w->SetU32(a + ".feed_forward_length", o.ff);
   w->SetU32(a + ".context_length", o.ctx);
   w->SetU32(a + ".rope.dimension_count", next ? head_dim / 4 : head_dim);
-  w->SetF32(a + ".rope.freq_base", moe ? 1e6f : 10000.0f);
-  w->SetF32(a + ".attention.layer_norm_rms_epsilon", moe ? 1e-6f : 1e-5f);
+  w->SetF32(a + ".rope.freq_base", moe || gemma ? 1e6f : 10000.0f);
+  w->SetF32(a + ".attention.layer_norm_rms_epsilon", moe || gemma ? 1e-6f : 1e-5f);
+  if (gemma) {  // the 4B model's linear RoPE scaling (global layers only)
+    w->SetU32(a + ".attention.key_length", head_dim);
+    w->SetU32(a + ".attention.value_length", head_dim);
+    w->SetU32(a + ".attention.sliding_window", o.swa);
+    w->SetU32(a + ".attention.sliding_window_pattern", o.swa_pattern);
+    w->SetString(a + ".rope.scaling.type", "linear");
+    w->SetF32(a + ".rope.scaling.factor", 8.0f);
+  }
   if (moe) {
     w->SetU32(a + ".attention.key_length", head_dim);
     w->SetU32(a + ".attention.value_length", head_dim);
@@ -126,6 +140,12 @@ class WeightWriter {
     w_->AddTensor(name, GgmlType::kF32, {n}, v.data(), v.size() * 4);
   }
   void Ones(const std::string& name, int n) { Filled(name, n, 1.0f); }
+  // A norm weight 1 + N(0, 0.2^2) per element (Gemma's 1 + w as the file stores it).
+  void Norm(const std::string& name, int n) {
+    std::vector<float> v(n);  // [n]
+    for (float& x : v) x = 1.0f + 0.2f * normal_(rng_);
+    w_->AddTensor(name, GgmlType::kF32, {n}, v.data(), v.size() * 4);
+  }
 
  private:
   gguf::Writer* w_;
@@ -167,6 +187,25 @@ void AddNextLayer(const SynthOptions& o, const std::string& p, int l, int head_d
   ww.Matrix(p + "ffn_gate_shexp.weight", dim, ff_exp, type);
   ww.Matrix(p + "ffn_up_shexp.weight", dim, ff_exp, type);
   ww.Matrix(p + "ffn_down_shexp.weight", ff_exp, dim, type);
+}
+
+// A gemma3 layer after its attn_norm: attention with Q/K norms and a norm after it, a
+// GELU-gated FFN with a norm after it.
+void AddGemmaLayer(const SynthOptions& o, const std::string& p, int head_dim, GgmlType type,
+                   WeightWriter& ww) {
+  const int dim = o.dim, heads = o.heads, kv_heads = o.kv_heads, ff = o.ff;
+  ww.Matrix(p + "attn_q.weight", dim, heads * head_dim, type);
+  ww.Matrix(p + "attn_k.weight", dim, kv_heads * head_dim, type);
+  ww.Matrix(p + "attn_v.weight", dim, kv_heads * head_dim, type);
+  ww.Matrix(p + "attn_output.weight", heads * head_dim, dim, type);
+  ww.Norm(p + "attn_q_norm.weight", head_dim);
+  ww.Norm(p + "attn_k_norm.weight", head_dim);
+  ww.Norm(p + "post_attention_norm.weight", dim);
+  ww.Norm(p + "ffn_norm.weight", dim);
+  ww.Matrix(p + "ffn_gate.weight", dim, ff, type);
+  ww.Matrix(p + "ffn_up.weight", dim, ff, type);
+  ww.Matrix(p + "ffn_down.weight", ff, dim, type);
+  ww.Norm(p + "post_ffw_norm.weight", dim);
 }
 
 // A llama or qwen3moe layer after its attn_norm (tensor names start with `p`).
@@ -214,6 +253,7 @@ int Synth(const SynthOptions& o) {
   const int head_dim = o.head_dim_opt > 0 ? o.head_dim_opt : o.dim / o.heads;
   const bool next = o.arch == "qwen3next";
   const bool moe = o.arch == "qwen3moe" || next;
+  const bool gemma = o.arch == "gemma3";
 
   gguf::Writer w;
   SetMetadata(o, head_dim, **vocab, &w);
@@ -221,6 +261,11 @@ int Synth(const SynthOptions& o) {
   ww.Matrix("token_embd.weight", o.dim, n_vocab, type);
   for (int l = 0; l < o.layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
+    if (gemma) {
+      ww.Norm(p + "attn_norm.weight", o.dim);
+      AddGemmaLayer(o, p, head_dim, type, ww);
+      continue;
+    }
     ww.Ones(p + "attn_norm.weight", o.dim);
     if (next) {
       AddNextLayer(o, p, l, head_dim, type, ww);
@@ -228,8 +273,12 @@ int Synth(const SynthOptions& o) {
       AddLayer(o, p, moe, head_dim, type, ww);
     }
   }
-  ww.Ones("output_norm.weight", o.dim);
-  ww.Matrix("output.weight", o.dim, n_vocab, type);
+  if (gemma) {
+    ww.Norm("output_norm.weight", o.dim);  // the output head is the embedding (tied)
+  } else {
+    ww.Ones("output_norm.weight", o.dim);
+    ww.Matrix("output.weight", o.dim, n_vocab, type);
+  }
   Status st = w.WriteFile(o.out_path);
   if (!st.ok()) {
     std::fprintf(stderr, "lamina-synth: %s\n", st.error().message.c_str());
@@ -243,7 +292,7 @@ int Synth(const SynthOptions& o) {
 }  // namespace lamina
 
 int main(int argc, char** argv) {
-  CLI::App app{"Write a random-weight llama, qwen3moe or qwen3next GGUF for benchmarks"};
+  CLI::App app{"Write a random-weight llama, qwen3moe, qwen3next or gemma3 GGUF"};
   lamina::SynthOptions options;
   lamina::AddOptions(&app, &options);
   CLI11_PARSE(app, argc, argv);

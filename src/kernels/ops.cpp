@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "util/fp16.h"
+
 namespace lamina {
 
 void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out) {
@@ -96,6 +98,25 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = (g / (1.0f + std::exp(-g))) * up[i];
+  }
+}
+
+void GeluTanhMul(const float* gate, const float* up, int64_t n, float* out) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  constexpr float kCoef = 0.044715f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    float act;
+    if (g <= -10.0f) {
+      act = 0.0f;
+    } else if (g >= 10.0f) {
+      act = g;
+    } else {
+      const float x = Fp16ToF32(F32ToFp16(g));
+      act = Fp16ToF32(
+          F32ToFp16(0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoef * x * x)))));
+    }
+    out[i] = act * up[i];
   }
 }
 

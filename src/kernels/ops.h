@@ -35,6 +35,11 @@ void Softmax(float* x, int64_t n);
 // out[i] = silu(gate[i]) * up[i]
 void SiluMul(const float* gate, const float* up, int64_t n, float* out);
 
+// out[i] = gelu(gate[i]) * up[i], GELU's tanh approximation as ggml's CPU GEGLU computes it:
+// the gate rounded to f16, GELU of that in f32 rounded to f16 (ggml's lookup table), 0 for a
+// gate <= -10 and the gate itself from 10 up.
+void GeluTanhMul(const float* gate, const float* up, int64_t n, float* out);
+
 // y[i] += x[i]
 void AddInPlace(float* y, const float* x, int64_t n);
 

@@ -15,6 +15,10 @@ using ModelFactory = Result<std::unique_ptr<Model>> (*)(std::unique_ptr<gguf::Fi
 Result<std::unique_ptr<Model>> LoadQwen3Next(std::unique_ptr<gguf::File> file,
                                              std::unique_ptr<Tokenizer> tokenizer);
 
+// gemma3 (gemma3.cpp): sliding-window and global attention layers, sandwich norms, GELU FFN.
+Result<std::unique_ptr<Model>> LoadGemma3(std::unique_ptr<gguf::File> file,
+                                          std::unique_ptr<Tokenizer> tokenizer);
+
 struct Architecture {
   const char* name;        // general.architecture
   DecoderOptions options;  // the shared decoder's options (unused when factory is set)
@@ -47,6 +51,11 @@ inline constexpr Architecture kArchitectures[] = {
     // qwen3next: the hybrid of Gated DeltaNet and gated full attention with a MoE FFN, its own
     // loader (qwen3next.cpp documents it).
     {"qwen3next", {},                                                                 LoadQwen3Next},
+    // gemma3: per-head Q/K RMSNorm and NeoX RoPE; sliding-window layers (every 6th layer, or
+    // as attention.sliding_window_pattern says, is global) with their own RoPE base; norms
+    // after attention and FFN too, GELU(tanh)-gated FFN, embeddings scaled by sqrt(n_embd), its
+    // own loader (gemma3.cpp documents it).
+    {"gemma3",    {},                                                                 LoadGemma3},
 };
 // clang-format on
 

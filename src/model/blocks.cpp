@@ -62,8 +62,9 @@ void AddBias(float* x, const std::vector<float>& bias, int n_tokens, int64_t dim
 }
 }  // namespace
 
-void AttentionBlock(const Hparams& hp, const AttentionWeights& w, int layer, const ForwardBatch& b,
-                    AttentionContext& attention, ForwardScratch& s, ThreadPool& pool) {
+void AttentionOutput(const Hparams& hp, const AttentionWeights& w, int layer, const ForwardBatch& b,
+                     AttentionContext& attention, ForwardScratch& s, ThreadPool& pool) {
+  const RopeParams& rope = hp.layer_rope(layer);
   const int n = b.n_tokens;
   const int64_t d = hp.n_embd, qd = hp.q_dim(), kvd = hp.kv_dim();
   for (int t = 0; t < n; ++t)
@@ -86,29 +87,43 @@ void AttentionBlock(const Hparams& hp, const AttentionWeights& w, int layer, con
           RmsNorm(k + h * hp.head_dim, w.k_norm.data(), hp.head_dim, hp.rms_eps,
                   k + h * hp.head_dim);
       }
-      float* cs = s.rope.data() + t * hp.rope.n_rot;
-      RopeCache(hp.rope, b.pos[t], cs);
-      ApplyRope(hp.rope, cs, q, hp.n_head, hp.head_dim);
-      ApplyRope(hp.rope, cs, k, hp.n_head_kv, hp.head_dim);
+      float* cs = s.rope.data() + t * rope.n_rot;
+      RopeCache(rope, b.pos[t], cs);
+      ApplyRope(rope, cs, q, hp.n_head, hp.head_dim);
+      ApplyRope(rope, cs, k, hp.n_head_kv, hp.head_dim);
     }
   });
   attention.Attend(layer, s.q.data(), s.k.data(), s.v.data(), s.attn.data());
-  // The output projection accumulates into the residual via a temporary (xn is free now).
+  // The output projection goes to a temporary (xn is free now).
   MatMul(w.wo, s.attn.data(), qd, n, s.xn.data(), d, s.matmul, pool);
-  AddInPlace(s.x.data(), s.xn.data(), static_cast<int64_t>(n) * d);
 }
 
-void FfnBlock(const Hparams& hp, const FfnWeights& w, const ForwardBatch& b, ForwardScratch& s,
-              ThreadPool& pool) {
+void AttentionBlock(const Hparams& hp, const AttentionWeights& w, int layer, const ForwardBatch& b,
+                    AttentionContext& attention, ForwardScratch& s, ThreadPool& pool) {
+  AttentionOutput(hp, w, layer, b, attention, s, pool);
+  AddInPlace(s.x.data(), s.xn.data(), static_cast<int64_t>(b.n_tokens) * hp.n_embd);
+}
+
+void FfnOutput(const Hparams& hp, const FfnWeights& w, FfnActivation act, const ForwardBatch& b,
+               ForwardScratch& s, ThreadPool& pool) {
   const int n = b.n_tokens;
   const int64_t d = hp.n_embd, ff = hp.n_ff;
   for (int t = 0; t < n; ++t)
     RmsNorm(s.x.data() + t * d, w.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);
   MatMul(w.gate, s.xn.data(), d, n, s.gate.data(), ff, s.matmul, pool);
   MatMul(w.up, s.xn.data(), d, n, s.up.data(), ff, s.matmul, pool);
-  SiluMul(s.gate.data(), s.up.data(), static_cast<int64_t>(n) * ff, s.gate.data());
+  if (act == FfnActivation::kGeluTanh) {
+    GeluTanhMul(s.gate.data(), s.up.data(), static_cast<int64_t>(n) * ff, s.gate.data());
+  } else {
+    SiluMul(s.gate.data(), s.up.data(), static_cast<int64_t>(n) * ff, s.gate.data());
+  }
   MatMul(w.down, s.gate.data(), ff, n, s.xn.data(), d, s.matmul, pool);
-  AddInPlace(s.x.data(), s.xn.data(), static_cast<int64_t>(n) * d);
+}
+
+void FfnBlock(const Hparams& hp, const FfnWeights& w, const ForwardBatch& b, ForwardScratch& s,
+              ThreadPool& pool) {
+  FfnOutput(hp, w, FfnActivation::kSilu, b, s, pool);
+  AddInPlace(s.x.data(), s.xn.data(), static_cast<int64_t>(b.n_tokens) * hp.n_embd);
 }
 
 void OutputHead(const Hparams& hp, const std::vector<float>& norm, const WeightMatrix& output,

@@ -37,10 +37,22 @@ void PrepareScratch(const Hparams& hp, int n_tokens, ForwardScratch& s);
 // Token embedding lookup: x[t] = row tokens[t] of the embedding table (dequantized).
 void EmbedTokens(const WeightMatrix& embd, const ForwardBatch& batch, float* x);
 
-// x += Wo · attention(RoPE(Wq·norm(x)), RoPE(Wk·norm(x)), Wv·norm(x)) for the whole batch.
+// s.xn = Wo · attention(RoPE(Wq·norm(x)), RoPE(Wk·norm(x)), Wv·norm(x)) for the whole batch
+// ([n_tokens, n_embd]; x is left alone), Q and K rotated with the layer's RoPE.
+void AttentionOutput(const Hparams& hp, const AttentionWeights& w, int layer,
+                     const ForwardBatch& batch, AttentionContext& attention, ForwardScratch& s,
+                     ThreadPool& pool);
+
+// x += AttentionOutput(...).
 void AttentionBlock(const Hparams& hp, const AttentionWeights& w, int layer,
                     const ForwardBatch& batch, AttentionContext& attention, ForwardScratch& s,
                     ThreadPool& pool);
+
+enum class FfnActivation { kSilu, kGeluTanh };
+
+// s.xn = down(act(gate·norm(x)) * up·norm(x)) ([n_tokens, n_embd]; x is left alone).
+void FfnOutput(const Hparams& hp, const FfnWeights& w, FfnActivation act, const ForwardBatch& batch,
+               ForwardScratch& s, ThreadPool& pool);
 
 // x += down(silu(gate·norm(x)) * up·norm(x)).
 void FfnBlock(const Hparams& hp, const FfnWeights& w, const ForwardBatch& batch, ForwardScratch& s,

@@ -314,4 +314,51 @@ RopeParams ResolveRope(const RopeParams& base, const RopeScalingConfig& c, const
   return p;
 }
 
+RopeParams SlidingWindowRope(const RopeParams& global, float freq_base_swa) {
+  RopeParams p = global;
+  p.freq_base = freq_base_swa;
+  p.freq_scale = 1.0f;
+  return p;
+}
+
+Status ReadSlidingWindow(const gguf::File& f, Hparams* hp) {
+  const std::string& a = hp->arch;
+  const std::string window_key = ArchKey(a, "attention.sliding_window");
+  if (f.Find(window_key) == nullptr) return Status::Ok();
+  Result<int64_t> window = f.GetInt(window_key);
+  if (!window.ok()) return window.error();
+  if (*window < 0 || *window > kMaxContextLength) {
+    return HparamError(
+        f, window_key, *window,
+        "a sliding window must be in [0, " + std::to_string(kMaxContextLength) + "] (0: none)");
+  }
+  if (*window == 0) return Status::Ok();  // as llama.cpp: no sliding window
+  const std::string pattern_key = ArchKey(a, "attention.sliding_window_pattern");
+  if (const gguf::Value* v = f.Find(pattern_key);
+      v != nullptr && v->type == gguf::ValueType::kArray) {
+    return Error{f.path() + ": metadata key " + Quoted(pattern_key) +
+                 " is a per-layer array; lamina reads the period form (an integer) only"};
+  }
+  Result<int64_t> period = f.GetIntOr(pattern_key, 6);
+  if (!period.ok()) return period.error();
+  if (*period < 0 || *period > kMaxHparamInt) {
+    return HparamError(f, pattern_key, *period,
+                       "the period must be in [0, " + std::to_string(kMaxHparamInt) + "]");
+  }
+  const std::string base_key = ArchKey(a, "rope.freq_base_swa");
+  Result<double> base = f.GetFloatOr(base_key, 10000.0);
+  if (!base.ok()) return base.error();
+  if (!(*base > 0.0) || !std::isfinite(*base)) {
+    return Error{f.path() + ": metadata key " + Quoted(base_key) + " = " + std::to_string(*base) +
+                 " is not a positive RoPE base"};
+  }
+  hp->n_swa = static_cast<int>(*window);
+  hp->swa_layers.assign(hp->kv_layers(), 0);
+  for (int il = 0; il < hp->kv_layers(); ++il) {
+    hp->swa_layers[il] = *period == 0 || il % *period < *period - 1 ? 1 : 0;
+  }
+  hp->rope_swa = SlidingWindowRope(hp->rope, static_cast<float>(*base));
+  return Status::Ok();
+}
+
 }  // namespace lamina

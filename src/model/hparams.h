@@ -63,4 +63,16 @@ Result<RopeScalingConfig> ReadRopeScaling(const gguf::File& file, const std::str
 RopeParams ResolveRope(const RopeParams& base, const RopeScalingConfig& scaling,
                        const RopeOverrides& overrides);
 
+// The RoPE of sliding-window layers (llama.cpp): the global layers' parameters with the base
+// freq_base_swa and no linear scaling (freq_scale 1).
+RopeParams SlidingWindowRope(const RopeParams& global, float freq_base_swa);
+
+// Sliding-window attention as llama.cpp reads it for gemma3: `<arch>.attention.sliding_window`
+// (absent or 0: none; else at most kMaxContextLength), the period P of
+// `<arch>.attention.sliding_window_pattern` (default 6; layer il is a sliding-window layer when
+// P == 0 or il % P < P - 1, so every P-th layer is global) and `<arch>.rope.freq_base_swa`
+// (default 10000). Fills hp->n_swa, swa_layers and rope_swa (from hp->rope, already read). A
+// value out of range, an array pattern or a non-positive base is an error naming the key.
+Status ReadSlidingWindow(const gguf::File& file, Hparams* hp);
+
 }  // namespace lamina

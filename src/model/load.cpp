@@ -34,6 +34,8 @@ Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const RopeOver
   if (!model.ok() || overrides.empty()) return model;
   Hparams& hp = (*model)->hparams_;
   hp.rope = ResolveRope(hp.rope, hp.rope_scaling, overrides);
+  // Sliding-window layers keep their own base and never scale (llama.cpp).
+  hp.rope_swa = SlidingWindowRope(hp.rope, hp.rope_swa.freq_base);
   if (hp.rope.freq_scale <= 0.0f || !(hp.rope.freq_scale < 1e6f)) {
     return Error{path + ": invalid --rope-scale"};
   }

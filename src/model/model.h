@@ -5,6 +5,7 @@
 // that owns the Gated DeltaNet state of hybrid models.
 #pragma once
 
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
@@ -77,7 +78,24 @@ struct Hparams {
   // are numbered 0..n_layer_kv-1 in the cache.
   int n_layer_kv = 0;
   RecurrentShape recurrent;
+  // Q·K scale of attention; 0: 1 / sqrt(head_dim).
+  float attn_scale = 0.0f;
+  // Sliding-window attention (gemma3): the layers flagged in swa_layers ([kv_layers()], empty:
+  // none) see the n_swa most recent positions only (a query at p sees keys p - n_swa + 1 .. p)
+  // and rotate with rope_swa instead of rope. The cache keeps every cell.
+  int n_swa = 0;
+  std::vector<uint8_t> swa_layers;
+  RopeParams rope_swa;
+  // Final logits become c * tanh(logits / c) (0: not capped).
+  float final_logit_softcap = 0.0f;
   int kv_layers() const { return n_layer_kv > 0 ? n_layer_kv : n_layer; }
+  bool is_swa(int layer) const { return !swa_layers.empty() && swa_layers[layer] != 0; }
+  // The sliding window of a cache layer (0: full causal attention).
+  int sliding_window(int layer) const { return is_swa(layer) ? n_swa : 0; }
+  const RopeParams& layer_rope(int layer) const { return is_swa(layer) ? rope_swa : rope; }
+  float attention_scale() const {
+    return attn_scale > 0.0f ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  }
   int q_dim() const { return n_head * head_dim; }
   int kv_dim() const { return n_head_kv * head_dim; }
 };

@@ -151,8 +151,14 @@ struct Chunk {
   int* wb;
   int* lims;
   int window_lo;  // the first cell any query of the chunk reads exactly
+  int sliding;    // AttentionShape::sliding_window (0: none)
+  // The first cell of the first tile any query of the chunk sees (>= c_lo, a multiple of
+  // kCellTile): tiles below every query's sliding window are skipped.
+  int c_first;
 
   int n_kv_of(int qi) const { return pos0 + t0 + qi / group + 1; }  // the query's causal end
+  // The first cell the query sees: the start of its sliding window, or 0.
+  int lo_of(int qi) const { return sliding > 0 ? std::max(0, n_kv_of(qi) - sliding) : 0; }
 };
 
 // What one CausalAttentionSegments call shares across its work items: its arguments, the
@@ -276,6 +282,17 @@ AttentionCall::AttentionCall(const KvCache& cache, int layer, const AttentionSeg
 
 void AttentionCall::RunChunk(const Unit& unit, int g, int c_lo, int c_hi, float* slot, int thread,
                              int* wb, int* lims) const {
+  // A chunk below every query's sliding window (the unit's first query's starts lowest) holds
+  // no cell they see: an empty result for the merge (a unit of one chunk always has cells).
+  const int first_pos = segments_[unit.seg].pos0 + unit.t0;
+  if (shape_.sliding_window > 0 && c_hi <= first_pos + 1 - shape_.sliding_window) {
+    LAMINA_CHECK(slot != nullptr);
+    for (int qi = 0; qi < unit.nt * group_; ++qi) {
+      slot[slot_max_ + qi] = -INFINITY;
+      slot[slot_mass_ + qi] = 0.0f;
+    }
+    return;
+  }
   const Chunk ch = StartChunk(unit, g, c_lo, c_hi, thread, wb, lims);
   LoadQueries(ch);
   ScoreChunk(ch);
@@ -307,10 +324,13 @@ Chunk AttentionCall::StartChunk(const Unit& unit, int g, int c_lo, int c_hi, int
   ch.qd = ch.acc;
   ch.wb = wb;
   ch.lims = lims;
+  ch.sliding = shape_.sliding_window;
+  // Queries are in position order: the first one's window starts lowest.
+  ch.c_first = std::max(c_lo, ch.lo_of(0) / kCellTile * kCellTile);
   int window_lo = c_hi;
   for (int qi = 0; qi < ch.nq; ++qi) {
     wb[qi] = cache_.WindowBegin(layer_, ch.seq, ch.n_kv_of(qi) - 1);
-    window_lo = std::min(window_lo, std::max(wb[qi], c_lo));
+    window_lo = std::min(window_lo, std::max({wb[qi], c_lo, ch.lo_of(qi)}));
   }
   ch.window_lo = window_lo;
   return ch;
@@ -326,7 +346,7 @@ void AttentionCall::ForExactRuns(const Chunk& ch,
         {ch.n_cells, (c0 / kCellTile + 1) * kCellTile, (c0 / window_ring_ + 1) * window_ring_});
     decode_exact_((cache_.*row)(layer_, ch.seq, ch.g, c0), c1 - c0, hd_, ch.tile);
     for (int qi = 0; qi < ch.nq; ++qi) {
-      const int b = std::max(c0, ch.wb[qi]), e = std::min(c1, ch.n_kv_of(qi));
+      const int b = std::max({c0, ch.wb[qi], ch.lo_of(qi)}), e = std::min(c1, ch.n_kv_of(qi));
       if (e > b) per_query(qi, b, e - b, ch.tile + static_cast<size_t>(b - c0) * hd_);
     }
     c0 = c1;
@@ -348,9 +368,9 @@ void AttentionCall::LoadQueries(const Chunk& ch) const {
 }
 
 void AttentionCall::ScoreChunk(const Chunk& ch) const {
-  const int c_lo = ch.c_lo, n_cells = ch.n_cells;
-  // A query's scores past its own causal limit are computed from cells the block's last token
-  // sees and are never read.
+  const int c_lo = ch.c_first, n_cells = ch.n_cells;
+  // A query's scores past its own causal limit (or before its sliding window) are computed from
+  // cells another query of the block sees and are never read.
   if (score_k_) {
     score_k_(cache_.KHead(layer_, ch.seq, ch.g, c_lo), n_cells - c_lo, hd_, ch.nq, ch.qq, ch.qd,
              shape_.scale, ch.scores + c_lo, n_ctx_);
@@ -361,7 +381,7 @@ void AttentionCall::ScoreChunk(const Chunk& ch) const {
     decode_k_(cache_.KHead(layer_, ch.seq, ch.g, c0), nc, hd_, ch.tile);
     for (int qi = 0; qi < ch.nq; ++qi) {
       const int lim = std::min(nc, ch.n_kv_of(qi) - c0);
-      if (lim <= 0) continue;
+      if (lim <= 0 || ch.lo_of(qi) >= c0 + nc) continue;
       kern_.score_rows(ch.qrows + static_cast<size_t>(qi) * hd_, ch.tile, lim, hd_, shape_.scale,
                        ch.scores + static_cast<size_t>(qi) * n_ctx_ + c0);
     }
@@ -372,15 +392,21 @@ void AttentionCall::ScoreChunk(const Chunk& ch) const {
                      ch.scores + static_cast<size_t>(qi) * n_ctx_ + c);
   });
   if (cache_.k_anchored()) {
-    AddAnchorScores(cache_, layer_, ch.seq, ch.g, ch.pos0, c_lo, n_cells, ch.q, q_stride_, ch.t0,
-                    ch.nq, group_, shape_, n_ctx_, ch.wb, ch.acc, ch.qrows, ch.tile, ch.scores);
+    AddAnchorScores(cache_, layer_, ch.seq, ch.g, ch.pos0, ch.c_first, n_cells, ch.q, q_stride_,
+                    ch.t0, ch.nq, group_, shape_, n_ctx_, ch.wb, ch.acc, ch.qrows, ch.tile,
+                    ch.scores);
   }
 }
 
 void AttentionCall::NormaliseScores(const Chunk& ch, float* slot) const {
   for (int qi = 0; qi < ch.nq; ++qi) {
-    float* srow = ch.scores + static_cast<size_t>(qi) * n_ctx_ + ch.c_lo;
-    const int n = std::min(ch.n_cells, ch.n_kv_of(qi)) - ch.c_lo;  // the query's cells
+    const int lo = std::max(ch.c_lo, ch.lo_of(qi));  // the query's first cell in the chunk
+    float* row = ch.scores + static_cast<size_t>(qi) * n_ctx_;  // [n_ctx] by cell
+    float* srow = row + lo;
+    const int n = std::min(ch.n_cells, ch.n_kv_of(qi)) - lo;  // the query's cells
+    // Pass 2 reads whole tiles: the cells of the window's first tile before it weigh nothing.
+    const int z0 = std::max(ch.c_first, lo / kCellTile * kCellTile);
+    if (lo > z0) std::fill(row + z0, row + std::min(lo, ch.n_cells), 0.0f);
     float max = -INFINITY;
     double mass = 0.0;
     if (n > 0) {
@@ -400,11 +426,13 @@ void AttentionCall::NormaliseScores(const Chunk& ch, float* slot) const {
 
 void AttentionCall::SumValues(const Chunk& ch) const {
   const int n_cells = ch.n_cells;
-  for (int c0 = ch.c_lo; c0 < n_cells; c0 += kCellTile) {
+  for (int c0 = ch.c_first; c0 < n_cells; c0 += kCellTile) {
     const int nc = std::min(kCellTile, n_cells - c0);
-    bool any_encoded = false;  // a tile every query reads exactly is not decoded
+    bool any_encoded = false;  // a tile every query reads exactly (or none sees) is not decoded
     for (int qi = 0; qi < ch.nq; ++qi) {
-      ch.lims[qi] = std::min(nc, ch.wb[qi] - c0);  // the tile's rows before the query's window
+      // The tile's rows before the query's exact window; none below its sliding window (rows of
+      // its window's first tile before it have zero weights).
+      ch.lims[qi] = ch.lo_of(qi) >= c0 + nc ? 0 : std::min(nc, ch.wb[qi] - c0);
       any_encoded |= ch.lims[qi] > 0;
     }
     if (!any_encoded) continue;

@@ -29,6 +29,10 @@ struct AttentionShape {
   int n_head_kv = 0;
   int head_dim = 0;
   float scale = 1.0f;  // applied to Q·K
+  // Sliding-window attention (llama.cpp's standard SWA): a query at position p sees the cells
+  // [p - sliding_window + 1, p] only; 0: every cell up to p. Cells below a query's window are
+  // neither scored nor summed, so its result is the same whatever else the cache holds there.
+  int sliding_window = 0;
 };
 
 struct AttentionScratch {
@@ -37,7 +41,8 @@ struct AttentionScratch {
   std::vector<float> chunks;          // [stored chunks][see attention.cpp] split-context results
 };
 
-// out[t, h*head_dim..] = attention of query (t, h) over cells [0, pos0 + t] of `seq`.
+// out[t, h*head_dim..] = attention of query (t, h) over cells [0, pos0 + t] of `seq` (with a
+// sliding window: over its window's cells of them).
 // q: [n_tokens, n_head * head_dim]; out: same shape.
 void CausalAttention(const KvCache& cache, int layer, int seq, int pos0, int n_tokens,
                      const float* q, float* out, const AttentionShape& shape,

@@ -20,6 +20,12 @@ Result<KvCacheConfig> MakeKvCacheConfig(const Hparams& hp, const SessionConfig& 
   kc.v_rounding = c.v_rounding;
   kc.seed = c.kv_seed;
   kc.rope = hp.rope;
+  // Anchored keys follow one RoPE for every layer: where sliding-window layers rotate with
+  // another, the anchors are plain offsets (still exact, only less fitted to rotating keys).
+  if (!hp.swa_layers.empty() && (hp.rope_swa.freq_base != hp.rope.freq_base ||
+                                 hp.rope_swa.freq_scale != hp.rope.freq_scale)) {
+    kc.rope.n_rot = 0;
+  }
   kc.write_observer = c.write_observer;
   kc.window = c.kv_window == kKvWindowModeDefault ? KvModeOf(c.kv_type).window : c.kv_window;
   Status st = ValidateKvConfig(kc);
@@ -103,8 +109,8 @@ class Session::CacheAttention final : public AttentionContext {
   void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
     const Hparams& hp = s_.model_.hparams();
     const size_t kvd = hp.kv_dim();
-    AttentionShape shape{hp.n_head, hp.n_head_kv, hp.head_dim,
-                         1.0f / std::sqrt(static_cast<float>(hp.head_dim))};
+    const AttentionShape shape{hp.n_head, hp.n_head_kv, hp.head_dim, hp.attention_scale(),
+                               hp.sliding_window(layer)};
     // Per piece (all segments without a window): every segment's cells first (one-token
     // segments encode on this thread: a pool dispatch would cost more than the row), then
     // attention over all its segments in one pass.

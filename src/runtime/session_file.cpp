@@ -116,6 +116,14 @@ uint64_t ModelIdentityHash(const Model& model) {
   h.UpdatePod(r.beta_slow);
   h.UpdatePod(r.n_ctx_orig);
   h.UpdatePod(static_cast<int>(r.style));
+  // Sliding-window layers (only where a model has them, so other models' hashes stay as they
+  // were): the window, which layers, their RoPE base.
+  const Hparams& hp = model.hparams();
+  if (!hp.swa_layers.empty()) {
+    h.UpdatePod(hp.n_swa);
+    h.Update(hp.swa_layers.data(), hp.swa_layers.size());
+    h.UpdatePod(hp.rope_swa.freq_base);
+  }
   return h.Digest();
 }
 
