@@ -70,6 +70,21 @@ export async function stopServer(s, servers = null) {
   return Date.now() - t0;
 }
 
+// A streamed chat completion's reasoning_content and content deltas, each joined; a reasoning
+// delta after content has begun fails.
+export async function streamedParts(stream) {
+  let reasoning = '', content = '';
+  for await (const chunk of stream) {
+    const delta = chunk.choices[0]?.delta ?? {};
+    if (delta.reasoning_content) {
+      assert.equal(content, '', 'reasoning after content');
+      reasoning += delta.reasoning_content;
+    }
+    if (delta.content) content += delta.content;
+  }
+  return { reasoning, content };
+}
+
 // The checks of one test script: check(name, fn) runs and reports one; finish(server) exits 1
 // with the server's log when any failed.
 export function checkRunner() {

@@ -14,7 +14,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-import { checkRunner, startServer, stopServer, binary, model, requireClient } from './node_server.mjs';
+import { checkRunner, startServer, stopServer, streamedParts, binary, model, requireClient } from './node_server.mjs';
 
 const { OpenAI } = requireClient('openai');
 
@@ -57,15 +57,7 @@ await check('thinking on: reasoning_content apart, ended by the budget, then con
 
 await check('streamed: reasoning_content deltas first, adding up to the same parts', async () => {
   const stream = await client.chat.completions.create({ ...ask, stream: true });
-  let reasoning = '', content = '';
-  for await (const chunk of stream) {
-    const delta = chunk.choices[0]?.delta ?? {};
-    if (delta.reasoning_content) {
-      assert.equal(content, '', 'reasoning after content');
-      reasoning += delta.reasoning_content;
-    }
-    if (delta.content) content += delta.content;
-  }
+  const { reasoning, content } = await streamedParts(stream);
   assert.equal(reasoning, whole.reasoning_content);
   assert.equal(content, whole.content);
 });

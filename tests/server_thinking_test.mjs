@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 
 import path from 'node:path';
 
-import { checkRunner, startServer, stopServer, binary, repo, requireClient } from './node_server.mjs';
+import { checkRunner, startServer, stopServer, streamedParts, binary, repo, requireClient } from './node_server.mjs';
 
 const { OpenAI } = requireClient('openai');
 
@@ -52,15 +52,7 @@ await check('thinking on (enable_thinking, reasoning_effort): the plan as reason
 
 await check('streamed: the plan in reasoning_content deltas before the content deltas', async () => {
   const stream = await client.chat.completions.create({ ...ask, ...on, stream: true });
-  let reasoning = '', content = '';
-  for await (const chunk of stream) {
-    const delta = chunk.choices[0]?.delta ?? {};
-    if (delta.reasoning_content) {
-      assert.equal(content, '', 'reasoning after content');
-      reasoning += delta.reasoning_content;
-    }
-    if (delta.content) content += delta.content;
-  }
+  const { reasoning, content } = await streamedParts(stream);
   assert.equal(reasoning, plan);
   assert.equal(content, answer);
 });
