@@ -87,8 +87,11 @@ double ToleranceFor(const std::string& model_stem, const std::string& kv) {
       // 0.66 at p100 prompt position 47: rows 0-6 agree to 5e-5, then single rows jump and
       // return (7, 15) until a jump at 18 persists, as a flip inside a recurrent layer's state
       // would (the hybrid's Gated DeltaNet state carries it forward, unlike a softmax over
-      // many cells). The F32-weight file matches to 8e-5 at every row.
-      {"synth-qwen3next-d256.Q4_K_M", 0.85}};
+      // many cells). The F32-weight file matches to 8e-5 at every row. Since its Q8_0 attn_qkv
+      // runs interleaved (GGML's reference per-block order on every ISA, 2026-12-04) the flips
+      // are the scalar twins' ones: 1.87 once (step 10), 3.57 p100 (position 23); the old
+      // scalar path gave 1.93 / 3.55.
+      {"synth-qwen3next-d256.Q4_K_M", 4.3}};
   // Without AVX-512 (an AVX2-only CPU, or LAMINA_ISA=avx2) the attention and quant sums run in
   // another order, and an expert-routing flip appears early in the qwen2moe K-quant file's p100
   // prompt (2.55 at prompt position 9, 2.84 at 89; 5 of 132 rows within 1e-3) on an AVX2-only

@@ -1,0 +1,129 @@
+// The interleaved weight layout (Q8_0 as BlockQ8_0x16, repacked at load): every ISA's kernel
+// gives the scalar vec_dot of the row before repacking bit for bit, for every batch size and
+// place in the batch, and writes nothing past its tile; the matmul on an interleaved matrix
+// (whole groups, and a row range cutting groups) equals that too; the loader repacks a model's
+// matmul weights and keeps the embedding as rows.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "quant/quant.h"
+#include "quant_random.h"
+#include "util/thread_pool.h"
+
+namespace lamina {
+namespace {
+
+constexpr GgmlType kQ8 = GgmlType::kQ8_0;
+
+// n_act rows of activations as the matmul makes them: Q8_0 (scalar quantizer) then widened.
+struct Acts {
+  std::vector<uint8_t> q8;    // [n][RowSize(Q8_0, k)]
+  std::vector<uint8_t> wide;  // [n][k / 32] BlockQ8_0Act
+  size_t q8_row = 0, wide_row = 0;
+};
+Acts MakeActs(int64_t k, int n, std::mt19937& rng) {
+  Acts a;
+  a.q8_row = RowSize(kQ8, k);
+  a.wide_row = static_cast<size_t>(k / kQK) * sizeof(BlockQ8_0Act);
+  a.q8.resize(a.q8_row * n);
+  a.wide.resize(a.wide_row * n);
+  for (int j = 0; j < n; ++j) {
+    const std::vector<float> x = RandomFloats(k, rng);
+    GetKernels(kQ8, Isa::kScalar).quantize(x.data(), a.q8.data() + j * a.q8_row, k);
+    Q8_0ToAct(a.q8.data() + j * a.q8_row, a.wide.data() + j * a.wide_row, k);
+  }
+  return a;
+}
+
+TEST(Interleaved, KernelEqualsScalarVecDotBitForBit) {
+  std::mt19937 rng(23);
+  const int g = GetKernels(kQ8, Isa::kScalar).interleave_rows;
+  ASSERT_EQ(g, kQ8_0x16Rows);
+  for (const int64_t k : {int64_t{32}, int64_t{352}, int64_t{1024}}) {
+    const size_t row_bytes = RowSize(kQ8, k);
+    // Every byte value as a code (-128 included), sane scales.
+    const std::vector<uint8_t> rows = RandomWeightRow(kQ8, k * g, rng);
+    std::vector<uint8_t> group(rows.size());
+    GetKernels(kQ8, Isa::kScalar).repack(rows.data(), row_bytes, k, group.data());
+    const Acts a = MakeActs(k, kMaxMultiDot, rng);
+    float want[kMaxMultiDot][kQ8_0x16Rows];
+    for (int t = 0; t < kMaxMultiDot; ++t) {
+      for (int r = 0; r < g; ++r) {
+        GetKernels(kQ8, Isa::kScalar)
+            .vec_dot(k, &want[t][r], rows.data() + r * row_bytes, a.q8.data() + t * a.q8_row);
+      }
+    }
+    for (Isa isa : SupportedIsas()) {
+      const TypeKernels& kern = GetKernels(kQ8, isa);
+      ASSERT_NE(kern.gemm_interleaved, nullptr);
+      if (isa != Isa::kScalar) {
+        EXPECT_NE(kern.gemm_interleaved, GetKernels(kQ8, Isa::kScalar).gemm_interleaved);
+      }
+      for (int n = 1; n <= kMaxMultiDot; ++n) {
+        // Tokens start at every offset 0..kMaxMultiDot - n, so a token's place varies too.
+        for (int t0 = 0; t0 + n <= kMaxMultiDot; ++t0) {
+          const size_t stride = g + 3;
+          std::vector<float> out(stride * (n + 1), -12345.0f);
+          kern.gemm_interleaved(k, group.data(), a.wide.data() + t0 * a.wide_row, a.wide_row, n,
+                                out.data(), stride);
+          for (int t = 0; t < n; ++t) {
+            for (int r = 0; r < g; ++r) {
+              ASSERT_EQ(F32ToBits(out[t * stride + r]), F32ToBits(want[t0 + t][r]))
+                  << IsaName(isa) << " k " << k << " n " << n << " token " << t0 + t << " row "
+                  << r;
+            }
+            for (size_t r = g; r < stride; ++r) ASSERT_EQ(out[t * stride + r], -12345.0f);
+          }
+          for (size_t r = 0; r < stride; ++r) ASSERT_EQ(out[n * stride + r], -12345.0f);
+        }
+      }
+    }
+  }
+}
+
+// The matmul over an interleaved copy equals the scalar vec_dot of the plain rows (so decode,
+// prompt batches of any size, and a row range all give the same bits).
+TEST(Interleaved, MatMulEqualsScalarVecDot) {
+  std::mt19937 rng(29);
+  ThreadPool pool(2);
+  const int64_t rows = 48, cols = 352;
+  const std::vector<uint8_t> data = RandomWeightRow(kQ8, rows * cols, rng);
+  const WeightMatrix plain{kQ8, rows, cols, RowSize(kQ8, cols), data.data()};
+  ASSERT_TRUE(CanInterleave(plain));
+  std::vector<uint8_t> buf(data.size());
+  const WeightMatrix w = InterleaveInto(plain, buf.data());
+  EXPECT_EQ(w.interleave, kQ8_0x16Rows);
+  EXPECT_FALSE(CanInterleave(w));
+  const WeightMatrix odd{kQ8, rows - 8, cols, RowSize(kQ8, cols), data.data()};
+  EXPECT_FALSE(CanInterleave(odd));
+  for (int64_t n_tokens : {1, 3, 20}) {
+    const std::vector<float> x = RandomFloats(n_tokens * cols, rng);
+    for (auto [lo, hi] : {std::pair<int64_t, int64_t>{0, rows}, {5, 27}, {16, 32}}) {
+      std::vector<float> y(static_cast<size_t>(n_tokens * rows), NAN);
+      MatMulScratch scratch;
+      MatMulRows(w, lo, hi, x.data(), cols, n_tokens, y.data(), rows, scratch, pool);
+      std::vector<uint8_t> a(RowSize(kQ8, cols));
+      for (int64_t j = 0; j < n_tokens; ++j) {
+        GetKernels(kQ8).quantize(x.data() + j * cols, a.data(), cols);
+        for (int64_t r = 0; r < rows; ++r) {
+          const float got = y[j * rows + r];
+          if (r < lo || r >= hi) {
+            ASSERT_TRUE(std::isnan(got)) << "wrote row " << r << " outside the range";
+            continue;
+          }
+          float want = 0.0f;
+          GetKernels(kQ8, Isa::kScalar).vec_dot(cols, &want, plain.Row(r), a.data());
+          ASSERT_EQ(F32ToBits(got), F32ToBits(want))
+              << "tokens " << n_tokens << " token " << j << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lamina
