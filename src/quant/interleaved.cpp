@@ -35,9 +35,11 @@ void RepackQ8_0x16(const void* src, size_t row_bytes, int64_t k, void* dst) {
     for (int r = 0; r < kRows; ++r) {
       const auto* b = reinterpret_cast<const BlockQ8_0*>(s + r * row_bytes) + i;
       out[i].d[r] = b->d;
-      for (int j = 0; j < kQK; ++j) {
-        const int c = j / kChunk, e = j % kChunk;
-        out[i].qs[kRows * kChunk * c + kChunk * r + e] = static_cast<uint8_t>(b->qs[j] + 128);
+      for (int c = 0; c < kQK / kChunk; ++c) {
+        uint32_t v;  // 4 codes, each offset by 128 (the sign bit flipped)
+        std::memcpy(&v, b->qs + kChunk * c, sizeof(v));
+        v ^= 0x80808080u;
+        std::memcpy(out[i].qs + kRows * kChunk * c + kChunk * r, &v, sizeof(v));
       }
     }
   }
