@@ -78,7 +78,11 @@ double ToleranceFor(const std::string& model_stem, const std::string& kv) {
   // routing flip: forcing any layer's runner-up expert at that position does not restore
   // agreement.
   static const std::map<std::string, double> by_file = {
-      {"synth-qwen2-d128.Q4_0", 0.3},     // 0.247: once, from prompt position 2 on
+      {"synth-qwen2-d128.Q4_0", 0.3},  // 0.247: once, from prompt position 2 on
+      // Q4_0 interleaved (GGML's reference per-block order on every ISA, 2026-12-04): p100
+      // 0.213 on AVX-512 and 0.266 on AVX2 (generation step 27), flips from the other kernels'
+      // per-ISA sums on top; the scalar path gives 5e-5 (as before), the old AVX-512 one 0.159.
+      {"synth-llama-d128.Q4_0", 0.32},
       {"synth-qwen2moe-kq.Q4_K_M", 0.7},  // 0.561: p100, from prompt position 41 on
       // 1.51 at p100 prompt position 83 (rows before it agree to 5e-5): one discrete jump, the
       // size an expert-routing flip makes, which appeared when attention's f32 sums changed

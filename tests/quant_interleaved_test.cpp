@@ -1,15 +1,17 @@
-// The interleaved weight layout (Q8_0 as BlockQ8_0x16, repacked at load): every ISA's kernel
-// gives the scalar vec_dot of the row before repacking bit for bit, for every batch size and
-// place in the batch, and writes nothing past its tile; the matmul on an interleaved matrix
-// (whole groups, and a row range cutting groups) equals that too; the loader repacks a model's
-// matmul weights and keeps the embedding as rows.
+// The interleaved weight layouts (Q8_0 and Q4_0 as BlockQ8_0x16 / BlockQ4_0x16, repacked at load):
+// every ISA's kernel gives the scalar vec_dot of the row before repacking bit for bit, for every
+// batch size and place in the batch, and writes nothing past its tile; the matmul on an interleaved
+// matrix (whole groups, and a row range cutting groups) equals that too; the loader repacks a
+// model's matmul weights and keeps the embedding as rows.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "gguf/gguf.h"
 #include "kernels/matmul.h"
+#include "model/weight_loader.h"
 #include "quant/quant.h"
 #include "quant_random.h"
 #include "util/thread_pool.h"
@@ -17,7 +19,8 @@
 namespace lamina {
 namespace {
 
-constexpr GgmlType kQ8 = GgmlType::kQ8_0;
+constexpr GgmlType kQ8 = GgmlType::kQ8_0;  // the activations' type
+constexpr GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0};
 
 // n_act rows of activations as the matmul makes them: Q8_0 (scalar quantizer) then widened.
 struct Acts {
@@ -39,30 +42,28 @@ Acts MakeActs(int64_t k, int n, std::mt19937& rng) {
   return a;
 }
 
-TEST(Interleaved, KernelEqualsScalarVecDotBitForBit) {
-  std::mt19937 rng(23);
-  const int g = GetKernels(kQ8, Isa::kScalar).interleave_rows;
+void ExpectKernelEqualsScalarVecDot(GgmlType type, std::mt19937& rng) {
+  SCOPED_TRACE(GgmlTypeName(type));
+  const TypeKernels& scalar = GetKernels(type, Isa::kScalar);
+  const int g = scalar.interleave_rows;
   ASSERT_EQ(g, kQ8_0x16Rows);
   for (const int64_t k : {int64_t{32}, int64_t{352}, int64_t{1024}}) {
-    const size_t row_bytes = RowSize(kQ8, k);
-    // Every byte value as a code (-128 included), sane scales.
-    const std::vector<uint8_t> rows = RandomWeightRow(kQ8, k * g, rng);
+    const size_t row_bytes = RowSize(type, k);
+    // Every byte value as a code (Q8_0: -128 included), sane scales.
+    const std::vector<uint8_t> rows = RandomWeightRow(type, k * g, rng);
     std::vector<uint8_t> group(rows.size());
-    GetKernels(kQ8, Isa::kScalar).repack(rows.data(), row_bytes, k, group.data());
+    scalar.repack(rows.data(), row_bytes, k, group.data());
     const Acts a = MakeActs(k, kMaxMultiDot, rng);
     float want[kMaxMultiDot][kQ8_0x16Rows];
     for (int t = 0; t < kMaxMultiDot; ++t) {
       for (int r = 0; r < g; ++r) {
-        GetKernels(kQ8, Isa::kScalar)
-            .vec_dot(k, &want[t][r], rows.data() + r * row_bytes, a.q8.data() + t * a.q8_row);
+        scalar.vec_dot(k, &want[t][r], rows.data() + r * row_bytes, a.q8.data() + t * a.q8_row);
       }
     }
     for (Isa isa : SupportedIsas()) {
-      const TypeKernels& kern = GetKernels(kQ8, isa);
+      const TypeKernels& kern = GetKernels(type, isa);
       ASSERT_NE(kern.gemm_interleaved, nullptr);
-      if (isa != Isa::kScalar) {
-        EXPECT_NE(kern.gemm_interleaved, GetKernels(kQ8, Isa::kScalar).gemm_interleaved);
-      }
+      if (isa != Isa::kScalar) EXPECT_NE(kern.gemm_interleaved, scalar.gemm_interleaved);
       for (int n = 1; n <= kMaxMultiDot; ++n) {
         // Tokens start at every offset 0..kMaxMultiDot - n, so a token's place varies too.
         for (int t0 = 0; t0 + n <= kMaxMultiDot; ++t0) {
@@ -85,20 +86,24 @@ TEST(Interleaved, KernelEqualsScalarVecDotBitForBit) {
   }
 }
 
+TEST(Interleaved, KernelEqualsScalarVecDotBitForBit) {
+  std::mt19937 rng(23);
+  for (GgmlType t : kTypes) ExpectKernelEqualsScalarVecDot(t, rng);
+}
+
 // The matmul over an interleaved copy equals the scalar vec_dot of the plain rows (so decode,
 // prompt batches of any size, and a row range all give the same bits).
-TEST(Interleaved, MatMulEqualsScalarVecDot) {
-  std::mt19937 rng(29);
-  ThreadPool pool(2);
+void ExpectMatMulEqualsScalarVecDot(GgmlType type, std::mt19937& rng, ThreadPool& pool) {
+  SCOPED_TRACE(GgmlTypeName(type));
   const int64_t rows = 48, cols = 352;
-  const std::vector<uint8_t> data = RandomWeightRow(kQ8, rows * cols, rng);
-  const WeightMatrix plain{kQ8, rows, cols, RowSize(kQ8, cols), data.data()};
+  const std::vector<uint8_t> data = RandomWeightRow(type, rows * cols, rng);
+  const WeightMatrix plain{type, rows, cols, RowSize(type, cols), data.data()};
   ASSERT_TRUE(CanInterleave(plain));
   std::vector<uint8_t> buf(data.size());
   const WeightMatrix w = InterleaveInto(plain, buf.data());
   EXPECT_EQ(w.interleave, kQ8_0x16Rows);
   EXPECT_FALSE(CanInterleave(w));
-  const WeightMatrix odd{kQ8, rows - 8, cols, RowSize(kQ8, cols), data.data()};
+  const WeightMatrix odd{type, rows - 8, cols, RowSize(type, cols), data.data()};
   EXPECT_FALSE(CanInterleave(odd));
   for (int64_t n_tokens : {1, 3, 20}) {
     const std::vector<float> x = RandomFloats(n_tokens * cols, rng);
@@ -116,13 +121,48 @@ TEST(Interleaved, MatMulEqualsScalarVecDot) {
             continue;
           }
           float want = 0.0f;
-          GetKernels(kQ8, Isa::kScalar).vec_dot(cols, &want, plain.Row(r), a.data());
+          GetKernels(type, Isa::kScalar).vec_dot(cols, &want, plain.Row(r), a.data());
           ASSERT_EQ(F32ToBits(got), F32ToBits(want))
               << "tokens " << n_tokens << " token " << j << " row " << r;
         }
       }
     }
   }
+}
+
+TEST(Interleaved, MatMulEqualsScalarVecDot) {
+  std::mt19937 rng(29);
+  ThreadPool pool(2);
+  for (GgmlType t : kTypes) ExpectMatMulEqualsScalarVecDot(t, rng, pool);
+}
+
+// The loader repacks a file's Q8_0 matmul weights (the same results as the mapped rows) and keeps
+// the embedding, read by rows, as it is; without a store it repacks nothing.
+TEST(Interleaved, LoaderRepacksMatMulWeightsOnly) {
+  auto file =
+      gguf::File::Open(std::string(LAMINA_SHARED_DIR) + "/models/synth-llama-d128.Q8_0.gguf");
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  std::vector<WeightBuffer> store;
+  WeightLoader L(**file, &store);
+  const WeightMatrix embd = L.Matrix("token_embd.weight", 128, 512, true, WeightUse::kRows);
+  const WeightMatrix wq = L.Matrix("blk.0.attn_q.weight", 128, 128);
+  const WeightMatrix wk = L.Matrix("blk.0.attn_k.weight", 128, 32);
+  ASSERT_TRUE(L.status().ok());
+  EXPECT_EQ(embd.interleave, 0);
+  EXPECT_EQ(wq.interleave, kQ8_0x16Rows);
+  EXPECT_EQ(wk.interleave, kQ8_0x16Rows);
+  EXPECT_EQ(store.size(), 2u);
+  WeightLoader plain_loader(**file);
+  const WeightMatrix plain = plain_loader.Matrix("blk.0.attn_q.weight", 128, 128);
+  EXPECT_EQ(plain.interleave, 0);
+  std::mt19937 rng(31);
+  ThreadPool pool(2);
+  const std::vector<float> x = RandomFloats(5 * 128, rng);
+  std::vector<float> y0(5 * 128), y1(5 * 128);  // [5 tokens, 128 rows]
+  MatMulScratch scratch;
+  MatMul(wq, x.data(), 128, 5, y0.data(), 128, scratch, pool);
+  MatMul(plain, x.data(), 128, 5, y1.data(), 128, scratch, pool);
+  for (size_t i = 0; i < y0.size(); ++i) ASSERT_NEAR(y0[i], y1[i], 1e-4f * (1 + std::fabs(y1[i])));
 }
 
 }  // namespace

@@ -1,11 +1,12 @@
-// AVX-512 VNNI kernel for interleaved Q8_0 weights (BlockQ8_0x16): one 512-bit lane per row of
-// the 16-row group. Per 4-element chunk one 64-byte load of the unsigned codes serves every
-// token, and each token adds its 4 codes, broadcast to all lanes, by one vpdpbusd; the int32
-// lanes start at -128 * sum(q), so after 8 chunks each holds its row's exact block dot. Then
-// per block and token: convert, (d_w * d_a), multiply and add, lane by lane as the scalar twin
-// (separate multiply and add, no FMA), so every output is the scalar vec_dot's bits.
-// GCC 12's AVX-512 headers self-initialise their "undefined" vectors, which -Wall reports at
-// every inlined intrinsic (GCC PR105593); the warnings say nothing about this file.
+// AVX-512 VNNI kernels for interleaved Q8_0 and Q4_0 weights (BlockQ8_0x16, BlockQ4_0x16): one
+// 512-bit lane per row of the 16-row group. Per 4-element chunk one 64-byte load of the unsigned
+// codes (Q4_0: one load, masked and shifted, gives two chunks) serves every token, and each token
+// adds its 4 codes, broadcast to all lanes, by one vpdpbusd; the int32 lanes start at -C * sum(q)
+// (C = 128, 8), so after 8 chunks each holds its row's exact block dot. Then per block and token:
+// convert, (d_w * d_a), multiply and add, lane by lane as the scalar twin (separate multiply and
+// add, no FMA), so every output is the scalar vec_dot's bits. GCC 12's AVX-512 headers
+// self-initialise their "undefined" vectors, which -Wall reports at every inlined intrinsic (GCC
+// PR105593); the warnings say nothing about this file.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -25,28 +26,42 @@ inline __m512i Broadcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
+// The unsigned codes of chunk c (elements 4c..4c+3 of every row) and the offset they carry.
+struct Q8_0x16 {
+  using Block = BlockQ8_0x16;
+  static constexpr int kOffset = 128;
+  static __m512i Codes(const Block& w, int c) { return _mm512_loadu_si512(w.qs + 64 * c); }
+};
+struct Q4_0x16 {
+  using Block = BlockQ4_0x16;
+  static constexpr int kOffset = 8;
+  static __m512i Codes(const Block& w, int c) {
+    const __m512i v = _mm512_loadu_si512(w.qs + 64 * (c % 4));
+    return _mm512_and_si512(c < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F));
+  }
+};
+
 // One block of the group against N tokens: acc[t] += float(dot) * (d_w * d_a[t]).
-template <int N>
-inline void BlockStep(const BlockQ8_0x16& w, const BlockQ8_0Act* const* a, int64_t i, __m512* acc) {
+template <class L, int N>
+inline void BlockStep(const typename L::Block& w, const BlockQ8_0Act* const* a, int64_t i,
+                      __m512* acc) {
   __m512i sum[N];
 #pragma GCC unroll 8
-  for (int t = 0; t < N; ++t) sum[t] = _mm512_set1_epi32(-128 * a[t][i].sum);
+  for (int t = 0; t < N; ++t) sum[t] = _mm512_set1_epi32(-L::kOffset * a[t][i].sum);
   if constexpr (N == 1) {
     // Decode: two chains (even and odd chunks) halve the vpdpbusd latency chain; integer
     // addition keeps the sum exact.
     __m512i odd = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int c = 0; c < 8; c += 2) {
-      const __m512i u0 = _mm512_loadu_si512(w.qs + 64 * c);
-      const __m512i u1 = _mm512_loadu_si512(w.qs + 64 * (c + 1));
-      sum[0] = _mm512_dpbusd_epi32(sum[0], u0, Broadcast4(a[0][i].qs + 4 * c));
-      odd = _mm512_dpbusd_epi32(odd, u1, Broadcast4(a[0][i].qs + 4 * (c + 1)));
+      sum[0] = _mm512_dpbusd_epi32(sum[0], L::Codes(w, c), Broadcast4(a[0][i].qs + 4 * c));
+      odd = _mm512_dpbusd_epi32(odd, L::Codes(w, c + 1), Broadcast4(a[0][i].qs + 4 * (c + 1)));
     }
     sum[0] = _mm512_add_epi32(sum[0], odd);
   } else {
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) {
-      const __m512i u = _mm512_loadu_si512(w.qs + 64 * c);
+      const __m512i u = L::Codes(w, c);
 #pragma GCC unroll 8
       for (int t = 0; t < N; ++t) {
         sum[t] = _mm512_dpbusd_epi32(sum[t], u, Broadcast4(a[t][i].qs + 4 * c));
@@ -61,48 +76,50 @@ inline void BlockStep(const BlockQ8_0x16& w, const BlockQ8_0Act* const* a, int64
   }
 }
 
-template <int N>
-void GemmN(int64_t nb, const BlockQ8_0x16* w, const char* act, size_t act_row_bytes, float* out,
-           size_t out_stride) {
+template <class L, int N>
+void GemmN(int64_t nb, const typename L::Block* w, const char* act, size_t act_row_bytes,
+           float* out, size_t out_stride) {
   const BlockQ8_0Act* a[N];
   __m512 acc[N];
   for (int t = 0; t < N; ++t) {
     a[t] = reinterpret_cast<const BlockQ8_0Act*>(act + t * act_row_bytes);
     acc[t] = _mm512_setzero_ps();
   }
-  for (int64_t i = 0; i < nb; ++i) BlockStep<N>(w[i], a, i, acc);
+  for (int64_t i = 0; i < nb; ++i) BlockStep<L, N>(w[i], a, i, acc);
   for (int t = 0; t < N; ++t) _mm512_storeu_ps(out + t * out_stride, acc[t]);
 }
 
-void GemmQ8_0x16(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
-                 float* out, size_t out_stride) {
-  const auto* w = static_cast<const BlockQ8_0x16*>(group);
+template <class L>
+void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
+          float* out, size_t out_stride) {
+  const auto* w = static_cast<const typename L::Block*>(group);
   const char* a = static_cast<const char*>(act);
   const int64_t nb = k / kQK;
   switch (n_act) {
     case 1:
-      return GemmN<1>(nb, w, a, act_row_bytes, out, out_stride);
+      return GemmN<L, 1>(nb, w, a, act_row_bytes, out, out_stride);
     case 2:
-      return GemmN<2>(nb, w, a, act_row_bytes, out, out_stride);
+      return GemmN<L, 2>(nb, w, a, act_row_bytes, out, out_stride);
     case 3:
-      return GemmN<3>(nb, w, a, act_row_bytes, out, out_stride);
+      return GemmN<L, 3>(nb, w, a, act_row_bytes, out, out_stride);
     case 4:
-      return GemmN<4>(nb, w, a, act_row_bytes, out, out_stride);
+      return GemmN<L, 4>(nb, w, a, act_row_bytes, out, out_stride);
     case 5:
-      return GemmN<5>(nb, w, a, act_row_bytes, out, out_stride);
+      return GemmN<L, 5>(nb, w, a, act_row_bytes, out, out_stride);
     case 6:
-      return GemmN<6>(nb, w, a, act_row_bytes, out, out_stride);
+      return GemmN<L, 6>(nb, w, a, act_row_bytes, out, out_stride);
     case 7:
-      return GemmN<7>(nb, w, a, act_row_bytes, out, out_stride);
+      return GemmN<L, 7>(nb, w, a, act_row_bytes, out, out_stride);
     default:
-      return GemmN<8>(nb, w, a, act_row_bytes, out, out_stride);
+      return GemmN<L, 8>(nb, w, a, act_row_bytes, out, out_stride);
   }
 }
 
 }  // namespace
 
 void RegisterAvx512Interleaved(KernelTable& table) {
-  table[static_cast<int>(GgmlType::kQ8_0)].gemm_interleaved = GemmQ8_0x16;
+  table[static_cast<int>(GgmlType::kQ8_0)].gemm_interleaved = Gemm<Q8_0x16>;
+  table[static_cast<int>(GgmlType::kQ4_0)].gemm_interleaved = Gemm<Q4_0x16>;
 }
 
 }  // namespace lamina::quant_internal

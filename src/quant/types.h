@@ -211,6 +211,15 @@ struct BlockQ8_0x16 {
 };
 static_assert(sizeof(BlockQ8_0x16) == kQ8_0x16Rows * sizeof(BlockQ8_0));
 
+// Q4_0 weights repacked at load like BlockQ8_0x16: block i of 16 consecutive rows, d[r] row r's
+// scale, and in 4 chunks qs[64 * c + 4 * r + e] = the row's byte qs[4c + e]: its low nibble is
+// element 4c + e, its high nibble element 16 + 4c + e (codes u = q + 8, as in BlockQ4_0).
+struct BlockQ4_0x16 {
+  fp16_t d[kQ8_0x16Rows];
+  uint8_t qs[kQ8_0x16Rows * kQK / 2];
+};
+static_assert(sizeof(BlockQ4_0x16) == kQ8_0x16Rows * sizeof(BlockQ4_0));
+
 // 32 activation values for the interleaved kernels, made from a BlockQ8_0: x = d * q with d the
 // block's fp16 scale widened to f32, and sum = sum(q), which turns a dot with codes stored
 // offset (u = w + C) into the signed dot: sum(w q) = sum(u q) - C * sum.
