@@ -50,11 +50,11 @@ void ExpectKernelEqualsScalarVecDot(GgmlType type, std::mt19937& rng) {
   for (const int64_t k : {int64_t{32}, int64_t{352}, int64_t{1024}}) {
     const size_t row_bytes = RowSize(type, k);
     // Every byte value as a code (Q8_0: -128 included), sane scales.
-    const std::vector<uint8_t> rows = RandomWeightRow(type, k * g, rng);
-    std::vector<uint8_t> group(rows.size());
+    const std::vector<uint8_t> rows = RandomWeightRow(type, k * g, rng);  // [g][row_bytes]
+    std::vector<uint8_t> group(rows.size());  // one interleaved group of the g rows
     scalar.repack(rows.data(), row_bytes, k, group.data());
     const Acts a = MakeActs(k, kMaxMultiDot, rng);
-    float want[kMaxMultiDot][kQ8_0x16Rows];
+    float want[kMaxMultiDot][kQ8_0x16Rows];  // [token][row]
     for (int t = 0; t < kMaxMultiDot; ++t) {
       for (int r = 0; r < g; ++r) {
         scalar.vec_dot(k, &want[t][r], rows.data() + r * row_bytes, a.q8.data() + t * a.q8_row);
@@ -68,7 +68,7 @@ void ExpectKernelEqualsScalarVecDot(GgmlType type, std::mt19937& rng) {
         // Tokens start at every offset 0..kMaxMultiDot - n, so a token's place varies too.
         for (int t0 = 0; t0 + n <= kMaxMultiDot; ++t0) {
           const size_t stride = g + 3;
-          std::vector<float> out(stride * (n + 1), -12345.0f);
+          std::vector<float> out(stride * (n + 1), -12345.0f);  // [n + 1][stride]
           kern.gemm_interleaved(k, group.data(), a.wide.data() + t0 * a.wide_row, a.wide_row, n,
                                 out.data(), stride);
           for (int t = 0; t < n; ++t) {
@@ -99,7 +99,7 @@ void ExpectMatMulEqualsScalarVecDot(GgmlType type, std::mt19937& rng, ThreadPool
   const std::vector<uint8_t> data = RandomWeightRow(type, rows * cols, rng);
   const WeightMatrix plain{type, rows, cols, RowSize(type, cols), data.data()};
   ASSERT_TRUE(CanInterleave(plain));
-  std::vector<uint8_t> buf(data.size());
+  std::vector<uint8_t> buf(data.size());  // the interleaved copy: [rows / 16 groups]
   const WeightMatrix w = InterleaveInto(plain, buf.data());
   EXPECT_EQ(w.interleave, kQ8_0x16Rows);
   EXPECT_FALSE(CanInterleave(w));
@@ -108,7 +108,7 @@ void ExpectMatMulEqualsScalarVecDot(GgmlType type, std::mt19937& rng, ThreadPool
   for (int64_t n_tokens : {1, 3, 20}) {
     const std::vector<float> x = RandomFloats(n_tokens * cols, rng);
     for (auto [lo, hi] : {std::pair<int64_t, int64_t>{0, rows}, {5, 27}, {16, 32}}) {
-      std::vector<float> y(static_cast<size_t>(n_tokens * rows), NAN);
+      std::vector<float> y(static_cast<size_t>(n_tokens * rows), NAN);  // [n_tokens, rows]
       MatMulScratch scratch;
       MatMulRows(w, lo, hi, x.data(), cols, n_tokens, y.data(), rows, scratch, pool);
       std::vector<uint8_t> a(RowSize(kQ8, cols));

@@ -38,6 +38,7 @@ void WeightLoader::Interleave(std::vector<WeightMatrix>& mats, size_t tensor_byt
   if (interleaved_ == nullptr || mats.empty() || !CanInterleave(mats[0])) return;
   const uint8_t* src = mats[0].data;
   const size_t mat_bytes = static_cast<size_t>(mats[0].rows) * mats[0].row_bytes;
+  // [n_mat][rows / interleave groups][interleave * row_bytes]: the tensor's bytes, repacked.
   WeightBuffer buf = NewWeightBuffer(mat_bytes * mats.size());
   for (size_t m = 0; m < mats.size(); ++m)
     mats[m] = InterleaveInto(mats[m], buf.get() + m * mat_bytes);
