@@ -20,7 +20,7 @@ namespace lamina {
 namespace {
 
 constexpr GgmlType kQ8 = GgmlType::kQ8_0;  // the activations' type
-constexpr GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0};
+constexpr GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kIQ4_NL};
 
 // n_act rows of activations as the matmul makes them: Q8_0 (scalar quantizer) then widened.
 struct Acts {

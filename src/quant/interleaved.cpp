@@ -1,8 +1,8 @@
-// Interleaved Q8_0 and Q4_0 weights (BlockQ8_0x16, BlockQ4_0x16): the repack the loader runs
-// once per weight matrix, the activation widening (Q8_0ToAct) and the scalar twins of the
-// interleaved matmul kernels. The kernels' per-row order is scalar VecDotQ8_0's / VecDotQ4_0's: per
-// block the exact integer dot, then sumf += float(sumi) * (d_w * d_a) in block order, so every
-// ISA's interleaved kernel gives the scalar vec_dot's bits.
+// Interleaved Q8_0, Q4_0 and IQ4_NL weights (BlockQ8_0x16, BlockQ4_0x16, BlockIQ4_NLx16): the
+// repack the loader runs once per weight matrix, the activation widening (Q8_0ToAct) and the scalar
+// twins of the interleaved matmul kernels. The kernels' per-row order is scalar VecDotQ8_0's /
+// VecDotQ4_0's: per block the exact integer dot, then sumf += float(sumi) * (d_w * d_a) in block
+// order, so every ISA's interleaved kernel gives the scalar vec_dot's bits.
 #include <cstring>
 
 #include "quant/kernel_registry.h"
@@ -53,12 +53,27 @@ struct Q4_0x16 {
     const uint8_t v = b.qs[kRows * kChunk * (jj / kChunk) + kChunk * r + jj % kChunk];
     return j < kQK / 2 ? v & 0x0F : v >> 4;
   }
-  static uint32_t Chunk(const Src& b, int c) {
+  template <class B>
+  static uint32_t Chunk(const B& b, int c) {
     uint32_t v;
     std::memcpy(&v, b.qs + kChunk * c, sizeof(v));
     return v;
   }
   static constexpr int kChunks = kQK / 2 / kChunk;
+};
+
+// IQ4_NL: Q4_0's layout, each nibble indexing the levels; u = level + 128.
+struct IQ4_NLx16 {
+  using Block = BlockIQ4_NLx16;
+  using Src = BlockIQ4_NL;
+  static constexpr int kOffset = 128;
+  static int Code(const Block& b, int r, int j) {
+    const int jj = j % (kQK / 2);
+    const uint8_t v = b.qs[kRows * kChunk * (jj / kChunk) + kChunk * r + jj % kChunk];
+    return kIq4NlLevels[j < kQK / 2 ? v & 0x0F : v >> 4] + 128;
+  }
+  static uint32_t Chunk(const Src& b, int c) { return Q4_0x16::Chunk(b, c); }
+  static constexpr int kChunks = Q4_0x16::kChunks;
 };
 
 template <class L>
@@ -114,6 +129,10 @@ void RegisterScalarInterleaved(KernelTable& table) {
   q4.interleave_rows = kRows;
   q4.repack = Repack<Q4_0x16>;
   q4.gemm_interleaved = Gemm<Q4_0x16>;
+  TypeKernels& nl = table[static_cast<int>(GgmlType::kIQ4_NL)];
+  nl.interleave_rows = kRows;
+  nl.repack = Repack<IQ4_NLx16>;
+  nl.gemm_interleaved = Gemm<IQ4_NLx16>;
 }
 
 }  // namespace quant_internal

@@ -1,4 +1,4 @@
-// AVX2 kernels for interleaved Q8_0 and Q4_0 weights (BlockQ8_0x16, BlockQ4_0x16): the 16-row
+// AVX2 kernels for interleaved Q8_0, Q4_0 and IQ4_NL weights (BlockQ8_0x16, ...): the 16-row
 // group as two halves of 8 rows, one 256-bit lane per row. Per 4-element chunk one 32-byte load
 // of a half's codes (Q8_0: made signed again, w = u - 128, and split into |w| and sign; Q4_0:
 // the nibbles, unsigned) serves every token, whose 4 codes are
@@ -51,6 +51,23 @@ struct Q4_0x16 {
     const __m256i v =
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs + 64 * (c % 4) + 32 * h));
     return {_mm256_and_si256(c < 4 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F))};
+  }
+};
+
+// IQ4_NL: the nibbles' levels (signed, by an in-lane byte shuffle), then as Q8_0.
+struct IQ4_NLx16 {
+  using Block = BlockIQ4_NLx16;
+  static constexpr int kOffset = 0;
+  using Codes = Q8_0x16::Codes;
+  static Codes Load(const Block& w, int h, int c) {
+    const __m256i v =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs + 64 * (c % 4) + 32 * h));
+    const __m256i nib =
+        _mm256_and_si256(c < 4 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
+    const __m256i s = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                              reinterpret_cast<const __m128i*>(kIq4NlLevels))),
+                                          nib);
+    return {_mm256_sign_epi8(s, s), s};
   }
 };
 
@@ -126,6 +143,7 @@ void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, i
 void RegisterAvx2Interleaved(KernelTable& table) {
   table[static_cast<int>(GgmlType::kQ8_0)].gemm_interleaved = Gemm<Q8_0x16>;
   table[static_cast<int>(GgmlType::kQ4_0)].gemm_interleaved = Gemm<Q4_0x16>;
+  table[static_cast<int>(GgmlType::kIQ4_NL)].gemm_interleaved = Gemm<IQ4_NLx16>;
 }
 
 }  // namespace lamina::quant_internal

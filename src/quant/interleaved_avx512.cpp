@@ -1,4 +1,4 @@
-// AVX-512 VNNI kernels for interleaved Q8_0 and Q4_0 weights (BlockQ8_0x16, BlockQ4_0x16): one
+// AVX-512 VNNI kernels for interleaved Q8_0, Q4_0 and IQ4_NL weights (BlockQ8_0x16, ...): one
 // 512-bit lane per row of the 16-row group. Per 4-element chunk one 64-byte load of the unsigned
 // codes (Q4_0: one load, masked and shifted, gives two chunks) serves every token, and each token
 // adds its 4 codes, broadcast to all lanes, by one vpdpbusd; the int32 lanes start at -C * sum(q)
@@ -38,6 +38,20 @@ struct Q4_0x16 {
   static __m512i Codes(const Block& w, int c) {
     const __m512i v = _mm512_loadu_si512(w.qs + 64 * (c % 4));
     return _mm512_and_si512(c < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F));
+  }
+};
+
+struct IQ4_NLx16 {
+  using Block = BlockIQ4_NLx16;
+  static constexpr int kOffset = 128;
+  // Each nibble looks up its level + 128 (the int8 level with its sign bit flipped).
+  static __m512i Codes(const Block& w, int c) {
+    const __m128i levels = _mm_xor_si128(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlLevels)), _mm_set1_epi8(-128));
+    const __m512i v = _mm512_loadu_si512(w.qs + 64 * (c % 4));
+    const __m512i nib =
+        _mm512_and_si512(c < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F));
+    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(levels), nib);
   }
 };
 
@@ -120,6 +134,7 @@ void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, i
 void RegisterAvx512Interleaved(KernelTable& table) {
   table[static_cast<int>(GgmlType::kQ8_0)].gemm_interleaved = Gemm<Q8_0x16>;
   table[static_cast<int>(GgmlType::kQ4_0)].gemm_interleaved = Gemm<Q4_0x16>;
+  table[static_cast<int>(GgmlType::kIQ4_NL)].gemm_interleaved = Gemm<IQ4_NLx16>;
 }
 
 }  // namespace lamina::quant_internal

@@ -220,6 +220,14 @@ struct BlockQ4_0x16 {
 };
 static_assert(sizeof(BlockQ4_0x16) == kQ8_0x16Rows * sizeof(BlockQ4_0));
 
+// IQ4_NL weights repacked at load: the layout of BlockQ4_0x16, the nibbles indexing
+// kIq4NlLevels.
+struct BlockIQ4_NLx16 {
+  fp16_t d[kQ8_0x16Rows];
+  uint8_t qs[kQ8_0x16Rows * kQK / 2];
+};
+static_assert(sizeof(BlockIQ4_NLx16) == kQ8_0x16Rows * sizeof(BlockIQ4_NL));
+
 // 32 activation values for the interleaved kernels, made from a BlockQ8_0: x = d * q with d the
 // block's fp16 scale widened to f32, and sum = sum(q), which turns a dot with codes stored
 // offset (u = w + C) into the signed dot: sum(w q) = sum(u q) - C * sum.
