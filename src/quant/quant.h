@@ -31,9 +31,10 @@ using VecDotTileFn = void (*)(int64_t k, const void* w, size_t w_row_bytes, int 
                               size_t out_stride);
 constexpr int kMaxTileRows = 8;  // kernels may block fewer rows per register tile
 
-// Interleaved weights (a layout the matmul repacks a weight type into at load; today Q8_0 as
-// BlockQ8_0x16). RepackFn: rows [0, interleave_rows) of k values, row r at src + r * row_bytes,
-// into one group of interleaved blocks at dst (the same number of bytes).
+// Interleaved weights (a layout the matmul repacks a weight type into at load: Q8_0, Q4_0 and
+// IQ4_NL as BlockQ8_0x16, BlockQ4_0x16, BlockIQ4_NLx16). RepackFn: rows [0, interleave_rows) of k
+// values, row r at src + r * row_bytes, into one group of interleaved blocks at dst (the same
+// number of bytes).
 constexpr int kMaxInterleaveRows = 16;
 using RepackFn = void (*)(const void* src, size_t row_bytes, int64_t k, void* dst);
 // out[t * out_stride + r] = dot(row r of the group, act_t) for r < interleave_rows and
