@@ -78,7 +78,11 @@ double ToleranceFor(const std::string& model_stem, const std::string& kv) {
   // routing flip: forcing any layer's runner-up expert at that position does not restore
   // agreement.
   static const std::map<std::string, double> by_file = {
-      {"synth-qwen2-d128.Q4_0", 0.3},     // 0.247: once, from prompt position 2 on
+      {"synth-qwen2-d128.Q4_0", 0.3},  // 0.247: once, from prompt position 2 on
+      // Q4_0 interleaved (GGML's reference per-block order on every ISA, 2026-12-04): p100
+      // 0.213 on AVX-512 and 0.266 on AVX2 (generation step 27), flips from the other kernels'
+      // per-ISA sums on top; the scalar path gives 5e-5 (as before), the old AVX-512 one 0.159.
+      {"synth-llama-d128.Q4_0", 0.32},
       {"synth-qwen2moe-kq.Q4_K_M", 0.7},  // 0.561: p100, from prompt position 41 on
       // 1.51 at p100 prompt position 83 (rows before it agree to 5e-5): one discrete jump, the
       // size an expert-routing flip makes, which appeared when attention's f32 sums changed
@@ -87,8 +91,11 @@ double ToleranceFor(const std::string& model_stem, const std::string& kv) {
       // 0.66 at p100 prompt position 47: rows 0-6 agree to 5e-5, then single rows jump and
       // return (7, 15) until a jump at 18 persists, as a flip inside a recurrent layer's state
       // would (the hybrid's Gated DeltaNet state carries it forward, unlike a softmax over
-      // many cells). The F32-weight file matches to 8e-5 at every row.
-      {"synth-qwen3next-d256.Q4_K_M", 0.85},
+      // many cells). The F32-weight file matches to 8e-5 at every row. Since its Q8_0 attn_qkv
+      // runs interleaved (GGML's reference per-block order on every ISA, 2026-12-04) the flips
+      // are the scalar twins' ones: 1.87 once (step 10), 3.57 p100 (position 23); the old
+      // scalar path gave 1.93 / 3.55.
+      {"synth-qwen3next-d256.Q4_K_M", 4.3},
       // tests/fixtures gemma3 (sliding-window layers): the F32 file's rows differ from llama.cpp
       // by up to 3.5e-4 (AVX-512; 3.2e-4 AVX2, 2.9e-4 scalar), more than the llama files' 6-digit
       // agreement: its GELU rounds the gate to f16 as ggml's table does, so a gate that lands on

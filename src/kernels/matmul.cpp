@@ -14,9 +14,82 @@ constexpr int64_t kRowTile = 16;
 
 void DequantizeRow(const WeightMatrix& w, int64_t row, float* out) {
   const TypeKernels& kern = GetKernels(w.type);
-  LAMINA_CHECK(kern.dequantize != nullptr);
+  LAMINA_CHECK(kern.dequantize != nullptr && w.interleave == 0);
   kern.dequantize(w.Row(row), out, w.cols);
 }
+
+bool CanInterleave(const WeightMatrix& w) {
+  if (!w.valid() || w.interleave != 0 || !IsSupportedWeightType(w.type)) return false;
+  const TypeKernels& kern = GetKernels(w.type);
+  return kern.gemm_interleaved != nullptr && kern.interleave_rows <= kMaxInterleaveRows &&
+         w.rows % kern.interleave_rows == 0;
+}
+
+WeightMatrix InterleaveInto(const WeightMatrix& w, uint8_t* dst) {
+  LAMINA_CHECK(CanInterleave(w));
+  const TypeKernels& kern = GetKernels(w.type);
+  const int g = kern.interleave_rows;
+  const size_t group_bytes = static_cast<size_t>(g) * w.row_bytes;
+  for (int64_t r = 0; r < w.rows; r += g) {
+    kern.repack(w.Row(r), w.row_bytes, w.cols, dst + static_cast<size_t>(r / g) * group_bytes);
+  }
+  WeightMatrix out = w;
+  out.data = dst;
+  out.interleave = g;
+  return out;
+}
+
+namespace {
+
+// Interleaved weights: activations quantized to Q8_0 as for vec_dot, then widened to
+// BlockQ8_0Act; per group of w.interleave rows, tiles of up to kMaxMultiDot tokens. A group
+// straddling [row_begin, row_end) is computed whole into a local tile and only its rows in the
+// range are copied (each row's result is its own).
+void MatMulInterleaved(const WeightMatrix& w, const TypeKernels& kern, int64_t row_begin,
+                       int64_t row_end, const float* x, int64_t x_stride, int64_t n_tokens,
+                       float* y, int64_t y_stride, MatMulScratch& scratch, ThreadPool& pool) {
+  LAMINA_CHECK(kern.gemm_interleaved != nullptr && kern.vec_dot_type == GgmlType::kQ8_0 &&
+               w.interleave == kern.interleave_rows && w.interleave <= kMaxInterleaveRows);
+  const TypeKernels& act_kern = GetKernels(GgmlType::kQ8_0);
+  const size_t q8_row = RowSize(GgmlType::kQ8_0, w.cols);
+  const size_t wide_row = static_cast<size_t>(w.cols / kQK) * sizeof(BlockQ8_0Act);
+  scratch.act.resize(q8_row * static_cast<size_t>(n_tokens));         // [n_tokens][q8_row]
+  scratch.act_wide.resize(wide_row * static_cast<size_t>(n_tokens));  // [n_tokens][wide_row]
+  pool.ParallelFor(n_tokens, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      uint8_t* q8 = scratch.act.data() + t * q8_row;
+      act_kern.quantize(x + t * x_stride, q8, w.cols);
+      Q8_0ToAct(q8, scratch.act_wide.data() + t * wide_row, w.cols);
+    }
+  });
+  const uint8_t* act = scratch.act_wide.data();
+  const int g = w.interleave;
+  const size_t group_bytes = static_cast<size_t>(g) * w.row_bytes;
+  const int64_t g_begin = row_begin / g, g_end = (row_end + g - 1) / g;
+  const size_t y_step = static_cast<size_t>(y_stride);
+  pool.ParallelFor(g_end - g_begin, 1, [&](int64_t i0, int64_t i1) {
+    float tile[kMaxMultiDot * kMaxInterleaveRows];  // [tokens][rows of one group]
+    for (int64_t grp = g_begin + i0; grp < g_begin + i1; ++grp) {
+      const uint8_t* wg = w.data + static_cast<size_t>(grp) * group_bytes;
+      const int64_t r0 = grp * g;
+      const int64_t lo = std::max(r0, row_begin), hi = std::min(r0 + g, row_end);
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxMultiDot) {
+        const int nt = static_cast<int>(std::min<int64_t>(kMaxMultiDot, n_tokens - t0));
+        const uint8_t* a = act + static_cast<size_t>(t0) * wide_row;
+        if (lo == r0 && hi == r0 + g) {
+          kern.gemm_interleaved(w.cols, wg, a, wide_row, nt, y + t0 * y_stride + r0, y_step);
+          continue;
+        }
+        kern.gemm_interleaved(w.cols, wg, a, wide_row, nt, tile, g);
+        for (int j = 0; j < nt; ++j) {
+          for (int64_t r = lo; r < hi; ++r) y[(t0 + j) * y_stride + r] = tile[j * g + (r - r0)];
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
 
 void MatMulRows(const WeightMatrix& w, int64_t row_begin, int64_t row_end, const float* x,
                 int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride,
@@ -26,6 +99,10 @@ void MatMulRows(const WeightMatrix& w, int64_t row_begin, int64_t row_end, const
   if (n_tokens <= 0 || row_begin == row_end) return;
   const TypeKernels& kern = GetKernels(w.type);
   LAMINA_CHECK(kern.vec_dot != nullptr);
+  if (w.interleave != 0) {
+    return MatMulInterleaved(w, kern, row_begin, row_end, x, x_stride, n_tokens, y, y_stride,
+                             scratch, pool);
+  }
   const TypeKernels& act_kern = GetKernels(kern.vec_dot_type);
 
   // Quantize the activations once: [n_tokens][act_row_bytes].

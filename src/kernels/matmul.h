@@ -21,14 +21,26 @@ struct WeightMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
   size_t row_bytes = 0;
-  const uint8_t* data = nullptr;  // [rows][row_bytes]
+  // [rows][row_bytes], or with interleave > 0 [rows / interleave] groups of interleave rows in
+  // the type's interleaved layout (TypeKernels::repack; the same bytes in all).
+  const uint8_t* data = nullptr;
+  int interleave = 0;  // rows per interleaved group; 0: plain rows
   bool valid() const { return data != nullptr; }
+  // Plain rows only (interleave == 0).
   const uint8_t* Row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
 };
 
+// Whether the matmul would run w from an interleaved copy (its type has an interleaved layout
+// at this CPU's ISA and its rows fill whole groups).
+bool CanInterleave(const WeightMatrix& w);
+// Writes w's rows in its type's interleaved layout to dst (w.rows * w.row_bytes bytes) and
+// returns w pointing there with interleave set. w must be plain and CanInterleave(w).
+WeightMatrix InterleaveInto(const WeightMatrix& w, uint8_t* dst);
+
 // Reusable activation buffer for MatMul; grows on demand (an explicit, owned scratch).
 struct MatMulScratch {
-  std::vector<uint8_t> act;  // [n_tokens][row bytes of cols in vec_dot_type]
+  std::vector<uint8_t> act;       // [n_tokens][row bytes of cols in vec_dot_type]
+  std::vector<uint8_t> act_wide;  // interleaved weights: [n_tokens][cols / 32] BlockQ8_0Act
 };
 
 // y[t][r] = sum_c w[r][c] * x[t][c] for t < n_tokens.
@@ -42,7 +54,7 @@ void MatMulRows(const WeightMatrix& w, int64_t row_begin, int64_t row_end, const
                 int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride,
                 MatMulScratch& scratch, ThreadPool& pool);
 
-// Dequantizes one row of w into out[0..cols).
+// Dequantizes one row of w (plain rows) into out[0..cols).
 void DequantizeRow(const WeightMatrix& w, int64_t row, float* out);
 
 }  // namespace lamina

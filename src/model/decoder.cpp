@@ -22,7 +22,7 @@ class Decoder final : public Model {
       if (!moe.ok()) return moe.error();
       moe_ = *moe;
     }
-    WeightLoader L(*file_);
+    WeightLoader L(*file_, &interleaved_);
     LoadEmbeddingAndHead(L);
     layers_.resize(hparams_.n_layer);
     uint64_t expert_bytes = 0;

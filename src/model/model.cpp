@@ -43,7 +43,8 @@ Status Model::InitHparams(std::unique_ptr<gguf::File> file, std::unique_ptr<Toke
 
 void Model::LoadEmbeddingAndHead(WeightLoader& L) {
   const uint64_t before = L.n_bytes();
-  token_embd_ = L.Matrix("token_embd.weight", hparams_.n_embd, hparams_.n_vocab);
+  token_embd_ = L.Matrix("token_embd.weight", hparams_.n_embd, hparams_.n_vocab, /*required=*/true,
+                         WeightUse::kRows);
   embd_bytes_ = L.n_bytes() - before;
   output_norm_ = L.Vector("output_norm.weight", hparams_.n_embd);
   output_ = L.Matrix("output.weight", hparams_.n_embd, hparams_.n_vocab, /*required=*/false);

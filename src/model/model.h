@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +23,15 @@
 namespace lamina {
 
 class WeightLoader;  // weight_loader.h
+
+// A 64-byte-aligned weight buffer the model owns (weights repacked at load).
+struct AlignedDelete {
+  void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t(64)); }
+};
+using WeightBuffer = std::unique_ptr<uint8_t[], AlignedDelete>;
+inline WeightBuffer NewWeightBuffer(size_t n) {
+  return WeightBuffer(static_cast<uint8_t*>(::operator new[](n, std::align_val_t(64))));
+}
 
 enum class RopeScalingType { kNone, kLinear, kYarn };
 
@@ -221,6 +232,8 @@ class Model {
   std::unique_ptr<Tokenizer> tokenizer_;
   uint64_t weight_bytes_per_token_ = 0;
   uint64_t n_params_ = 0;
+  // Weights repacked at load (WeightLoader's interleaved layouts); matrices point into them.
+  std::vector<WeightBuffer> interleaved_;
   WeightMatrix token_embd_;
   WeightMatrix output_;
   std::vector<float> output_norm_;

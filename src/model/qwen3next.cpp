@@ -34,7 +34,7 @@ class Qwen3Next final : public Model {
     if (!moe.ok()) return moe.error();
     moe_ = *moe;
 
-    WeightLoader L(*file_);
+    WeightLoader L(*file_, &interleaved_);
     LoadEmbeddingAndHead(L);
     const Hparams& hp = hparams_;
     const RecurrentShape& r = hp.recurrent;
@@ -52,7 +52,8 @@ class Qwen3Next final : public Model {
           l.qkv = L.Matrix(p + "attn_qkv.weight", hp.n_embd, C);
           l.gate = L.Matrix(p + "attn_gate.weight", hp.n_embd, vd);
         }
-        WeightMatrix conv = L.Matrix(p + "ssm_conv1d.weight", r.conv_kernel, C);
+        WeightMatrix conv = L.Matrix(p + "ssm_conv1d.weight", r.conv_kernel, C, /*required=*/true,
+                                     WeightUse::kRows);
         if (conv.valid()) {
           l.conv.resize(static_cast<size_t>(C) * r.conv_kernel);  // [C, conv_kernel]
           for (int c = 0; c < C; ++c) DequantizeRow(conv, c, l.conv.data() + c * r.conv_kernel);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gguf/ggml_types.h"
+#include "util/mapped_file.h"
 
 namespace lamina {
 
@@ -33,8 +34,20 @@ void WeightLoader::Fail(const std::string& message) {
   if (status_.ok()) status_ = Error{message};
 }
 
+void WeightLoader::Interleave(std::vector<WeightMatrix>& mats, size_t tensor_bytes) {
+  if (interleaved_ == nullptr || mats.empty() || !CanInterleave(mats[0])) return;
+  const uint8_t* src = mats[0].data;
+  const size_t mat_bytes = static_cast<size_t>(mats[0].rows) * mats[0].row_bytes;
+  // [n_mat][rows / interleave groups][interleave * row_bytes]: the tensor's bytes, repacked.
+  WeightBuffer buf = NewWeightBuffer(mat_bytes * mats.size());
+  for (size_t m = 0; m < mats.size(); ++m)
+    mats[m] = InterleaveInto(mats[m], buf.get() + m * mat_bytes);
+  ReleaseMappedPages(src, tensor_bytes);
+  interleaved_->push_back(std::move(buf));
+}
+
 WeightMatrix WeightLoader::Matrix(const std::string& name, int64_t cols, int64_t rows,
-                                  bool required) {
+                                  bool required, WeightUse use) {
   WeightMatrix w;
   const gguf::TensorInfo* t = Find(name, required);
   if (t == nullptr) return w;
@@ -55,6 +68,11 @@ WeightMatrix WeightLoader::Matrix(const std::string& name, int64_t cols, int64_t
   w.data = t->data;
   n_params_ += static_cast<uint64_t>(rows * cols);
   n_bytes_ += t->n_bytes;
+  if (use == WeightUse::kMatMul) {
+    std::vector<WeightMatrix> one = {w};
+    Interleave(one, t->n_bytes);
+    return one[0];
+  }
   return w;
 }
 
@@ -85,6 +103,7 @@ std::vector<WeightMatrix> WeightLoader::Stacked(const std::string& name, int64_t
   }
   n_params_ += static_cast<uint64_t>(rows * cols * n_mat);
   n_bytes_ += t->n_bytes;
+  Interleave(out, t->n_bytes);
   return out;
 }
 

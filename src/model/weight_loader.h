@@ -10,14 +10,24 @@
 
 namespace lamina {
 
+// How a matrix is read: by the matmul alone (it may be repacked into the interleaved layout),
+// or row by row too (embedding lookups, DequantizeRow: kept as the file's rows).
+enum class WeightUse { kMatMul, kRows };
+
 // Resolves tensors by name with shape and type checks; remembers the first error.
+// With `interleaved`, every kMatMul matrix whose type has an interleaved layout at this CPU's
+// ISA (CanInterleave) is repacked at load into a buffer appended there (the same bytes as the
+// tensor), and the mapped pages it came from are released: weights are never held twice.
 class WeightLoader {
  public:
-  explicit WeightLoader(const gguf::File& file) : file_(file) {}
+  explicit WeightLoader(const gguf::File& file, std::vector<WeightBuffer>* interleaved = nullptr)
+      : file_(file), interleaved_(interleaved) {}
   // A 2-D weight with ne = {cols, rows}; invalid (data == nullptr) when absent and !required.
-  WeightMatrix Matrix(const std::string& name, int64_t cols, int64_t rows, bool required = true);
+  WeightMatrix Matrix(const std::string& name, int64_t cols, int64_t rows, bool required = true,
+                      WeightUse use = WeightUse::kMatMul);
   // A 3-D tensor of n_mat stacked 2-D matrices (ne = {cols, rows, n_mat}), one WeightMatrix per
-  // matrix pointing into the mapped data; empty when absent and !required.
+  // matrix pointing into the mapped data (or, interleaved, into one repacked buffer); empty
+  // when absent and !required.
   std::vector<WeightMatrix> Stacked(const std::string& name, int64_t cols, int64_t rows,
                                     int64_t n_mat, bool required = true);
   // A 1-D f32 vector of n elements, dequantized into an owned copy.
@@ -29,7 +39,10 @@ class WeightLoader {
  private:
   const gguf::TensorInfo* Find(const std::string& name, bool required);
   void Fail(const std::string& message);
+  // Repacks the n_mat matrices of one tensor (mats[0].data on, contiguous) when they can be.
+  void Interleave(std::vector<WeightMatrix>& mats, size_t tensor_bytes);
   const gguf::File& file_;
+  std::vector<WeightBuffer>* interleaved_;
   Status status_;
   uint64_t n_params_ = 0;
   uint64_t n_bytes_ = 0;

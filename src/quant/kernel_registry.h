@@ -21,5 +21,10 @@ void RegisterAvx2Legacy(KernelTable& table);
 void RegisterAvx2KQuants(KernelTable& table);
 void RegisterAvx512Legacy(KernelTable& table);
 void RegisterAvx512KQuants(KernelTable& table);
+// The interleaved layouts (interleaved*.cpp): the scalar file sets interleave_rows, repack and
+// the scalar gemm_interleaved; the SIMD files replace gemm_interleaved only.
+void RegisterScalarInterleaved(KernelTable& table);
+void RegisterAvx2Interleaved(KernelTable& table);
+void RegisterAvx512Interleaved(KernelTable& table);
 
 }  // namespace lamina::quant_internal

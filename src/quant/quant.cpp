@@ -36,6 +36,7 @@ const Tables& ScalarTables() {
     InitEntries(t->table);
     quant_internal::RegisterScalarLegacy(t->table);
     quant_internal::RegisterScalarKQuants(t->table);
+    quant_internal::RegisterScalarInterleaved(t->table);
     return t;
   }();
   return *tables;
@@ -46,6 +47,7 @@ const Tables& Avx2Tables() {
     auto* t = new Tables(ScalarTables());
     quant_internal::RegisterAvx2Legacy(t->table);
     quant_internal::RegisterAvx2KQuants(t->table);
+    quant_internal::RegisterAvx2Interleaved(t->table);
     return t;
   }();
   return *tables;
@@ -56,6 +58,7 @@ const Tables& Avx512Tables() {
     auto* t = new Tables(Avx2Tables());
     quant_internal::RegisterAvx512Legacy(t->table);
     quant_internal::RegisterAvx512KQuants(t->table);
+    quant_internal::RegisterAvx512Interleaved(t->table);
     return t;
   }();
   return *tables;

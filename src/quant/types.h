@@ -200,6 +200,44 @@ struct BlockTQ2_0 {
 };
 static_assert(sizeof(BlockTQ2_0) == 66);
 
+// Q8_0 weights repacked at load (the matmul's interleaved layout): block i of 16 consecutive
+// rows. d[r] is row r's scale; the codes are stored unsigned, u = q + 128, in 8 chunks of 4
+// elements: qs[64 * c + 4 * r + e] is element 4c + e of row r (c < 8, r < 16, e < 4), so one
+// 64-byte load holds the same 4 elements of all 16 rows. Same bytes as the 16 rows' blocks.
+constexpr int kQ8_0x16Rows = 16;
+struct BlockQ8_0x16 {
+  fp16_t d[kQ8_0x16Rows];
+  uint8_t qs[kQ8_0x16Rows * kQK];
+};
+static_assert(sizeof(BlockQ8_0x16) == kQ8_0x16Rows * sizeof(BlockQ8_0));
+
+// Q4_0 weights repacked at load like BlockQ8_0x16: block i of 16 consecutive rows, d[r] row r's
+// scale, and in 4 chunks qs[64 * c + 4 * r + e] = the row's byte qs[4c + e]: its low nibble is
+// element 4c + e, its high nibble element 16 + 4c + e (codes u = q + 8, as in BlockQ4_0).
+struct BlockQ4_0x16 {
+  fp16_t d[kQ8_0x16Rows];
+  uint8_t qs[kQ8_0x16Rows * kQK / 2];
+};
+static_assert(sizeof(BlockQ4_0x16) == kQ8_0x16Rows * sizeof(BlockQ4_0));
+
+// IQ4_NL weights repacked at load: the layout of BlockQ4_0x16, the nibbles indexing
+// kIq4NlLevels.
+struct BlockIQ4_NLx16 {
+  fp16_t d[kQ8_0x16Rows];
+  uint8_t qs[kQ8_0x16Rows * kQK / 2];
+};
+static_assert(sizeof(BlockIQ4_NLx16) == kQ8_0x16Rows * sizeof(BlockIQ4_NL));
+
+// 32 activation values for the interleaved kernels, made from a BlockQ8_0: x = d * q with d the
+// block's fp16 scale widened to f32, and sum = sum(q), which turns a dot with codes stored
+// offset (u = w + C) into the signed dot: sum(w q) = sum(u q) - C * sum.
+struct BlockQ8_0Act {
+  float d;
+  int32_t sum;
+  int8_t qs[kQK];
+};
+static_assert(sizeof(BlockQ8_0Act) == 40);
+
 struct TypeTraits {
   const char* name;
   int64_t block_size;  // elements per block

@@ -28,4 +28,9 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// Hands the whole pages inside [p, p + n) of a read-only private file mapping back to the
+// kernel (madvise MADV_DONTNEED): for data copied elsewhere that the process will not read
+// again. A later read still sees the file's bytes (the pages fault in again).
+void ReleaseMappedPages(const void* p, size_t n);
+
 }  // namespace lamina

@@ -1,0 +1,140 @@
+// AVX-512 VNNI kernels for interleaved Q8_0, Q4_0 and IQ4_NL weights (BlockQ8_0x16, ...): one
+// 512-bit lane per row of the 16-row group. Per 4-element chunk one 64-byte load of the unsigned
+// codes (Q4_0: one load, masked and shifted, gives two chunks) serves every token, and each token
+// adds its 4 codes, broadcast to all lanes, by one vpdpbusd; the int32 lanes start at -C * sum(q)
+// (C = 128, 8), so after 8 chunks each holds its row's exact block dot. Then per block and token:
+// convert, (d_w * d_a), multiply and add, lane by lane as the scalar twin (separate multiply and
+// add, no FMA), so every output is the scalar vec_dot's bits. GCC 12's AVX-512 headers
+// self-initialise their "undefined" vectors, which -Wall reports at every inlined intrinsic (GCC
+// PR105593); the warnings say nothing about this file.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "quant/kernel_registry.h"
+
+namespace lamina::quant_internal {
+namespace {
+
+constexpr int kRows = kQ8_0x16Rows;
+
+inline __m512i Broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return _mm512_set1_epi32(v);
+}
+
+// The unsigned codes of chunk c (elements 4c..4c+3 of every row) and the offset they carry.
+struct Q8_0x16 {
+  using Block = BlockQ8_0x16;
+  static constexpr int kOffset = 128;
+  static __m512i Codes(const Block& w, int c) { return _mm512_loadu_si512(w.qs + 64 * c); }
+};
+struct Q4_0x16 {
+  using Block = BlockQ4_0x16;
+  static constexpr int kOffset = 8;
+  static __m512i Codes(const Block& w, int c) {
+    const __m512i v = _mm512_loadu_si512(w.qs + 64 * (c % 4));
+    return _mm512_and_si512(c < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F));
+  }
+};
+
+struct IQ4_NLx16 {
+  using Block = BlockIQ4_NLx16;
+  static constexpr int kOffset = 128;
+  // Each nibble looks up its level + 128 (the int8 level with its sign bit flipped).
+  static __m512i Codes(const Block& w, int c) {
+    const __m128i levels = _mm_xor_si128(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlLevels)), _mm_set1_epi8(-128));
+    const __m512i v = _mm512_loadu_si512(w.qs + 64 * (c % 4));
+    const __m512i nib =
+        _mm512_and_si512(c < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F));
+    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(levels), nib);
+  }
+};
+
+// One block of the group against N tokens: acc[t] += float(dot) * (d_w * d_a[t]).
+template <class L, int N>
+inline void BlockStep(const typename L::Block& w, const BlockQ8_0Act* const* a, int64_t i,
+                      __m512* acc) {
+  __m512i sum[N];
+#pragma GCC unroll 8
+  for (int t = 0; t < N; ++t) sum[t] = _mm512_set1_epi32(-L::kOffset * a[t][i].sum);
+  if constexpr (N == 1) {
+    // Decode: two chains (even and odd chunks) halve the vpdpbusd latency chain; integer
+    // addition keeps the sum exact.
+    __m512i odd = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int c = 0; c < 8; c += 2) {
+      sum[0] = _mm512_dpbusd_epi32(sum[0], L::Codes(w, c), Broadcast4(a[0][i].qs + 4 * c));
+      odd = _mm512_dpbusd_epi32(odd, L::Codes(w, c + 1), Broadcast4(a[0][i].qs + 4 * (c + 1)));
+    }
+    sum[0] = _mm512_add_epi32(sum[0], odd);
+  } else {
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      const __m512i u = L::Codes(w, c);
+#pragma GCC unroll 8
+      for (int t = 0; t < N; ++t) {
+        sum[t] = _mm512_dpbusd_epi32(sum[t], u, Broadcast4(a[t][i].qs + 4 * c));
+      }
+    }
+  }
+  const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.d)));
+#pragma GCC unroll 8
+  for (int t = 0; t < N; ++t) {
+    const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(a[t][i].d));
+    acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_cvtepi32_ps(sum[t]), scale));
+  }
+}
+
+template <class L, int N>
+void GemmN(int64_t nb, const typename L::Block* w, const char* act, size_t act_row_bytes,
+           float* out, size_t out_stride) {
+  const BlockQ8_0Act* a[N];
+  __m512 acc[N];
+  for (int t = 0; t < N; ++t) {
+    a[t] = reinterpret_cast<const BlockQ8_0Act*>(act + t * act_row_bytes);
+    acc[t] = _mm512_setzero_ps();
+  }
+  for (int64_t i = 0; i < nb; ++i) BlockStep<L, N>(w[i], a, i, acc);
+  for (int t = 0; t < N; ++t) _mm512_storeu_ps(out + t * out_stride, acc[t]);
+}
+
+template <class L>
+void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
+          float* out, size_t out_stride) {
+  const auto* w = static_cast<const typename L::Block*>(group);
+  const char* a = static_cast<const char*>(act);
+  const int64_t nb = k / kQK;
+  switch (n_act) {
+    case 1:
+      return GemmN<L, 1>(nb, w, a, act_row_bytes, out, out_stride);
+    case 2:
+      return GemmN<L, 2>(nb, w, a, act_row_bytes, out, out_stride);
+    case 3:
+      return GemmN<L, 3>(nb, w, a, act_row_bytes, out, out_stride);
+    case 4:
+      return GemmN<L, 4>(nb, w, a, act_row_bytes, out, out_stride);
+    case 5:
+      return GemmN<L, 5>(nb, w, a, act_row_bytes, out, out_stride);
+    case 6:
+      return GemmN<L, 6>(nb, w, a, act_row_bytes, out, out_stride);
+    case 7:
+      return GemmN<L, 7>(nb, w, a, act_row_bytes, out, out_stride);
+    default:
+      return GemmN<L, 8>(nb, w, a, act_row_bytes, out, out_stride);
+  }
+}
+
+}  // namespace
+
+void RegisterAvx512Interleaved(KernelTable& table) {
+  table[static_cast<int>(GgmlType::kQ8_0)].gemm_interleaved = Gemm<Q8_0x16>;
+  table[static_cast<int>(GgmlType::kQ4_0)].gemm_interleaved = Gemm<Q4_0x16>;
+  table[static_cast<int>(GgmlType::kIQ4_NL)].gemm_interleaved = Gemm<IQ4_NLx16>;
+}
+
+}  // namespace lamina::quant_internal
