@@ -37,7 +37,8 @@ void RopeCache(const RopeParams& p, int64_t pos, float* cos_sin) {
   const float theta_scale = std::pow(p.freq_base, -2.0f / p.n_rot);
   float corr_low = 0, corr_high = 0;
   if (p.ext_factor != 0.0f) {
-    corr_low = std::max(0.0f, std::floor(YarnCorrDim(p.n_rot, p.n_ctx_orig, p.beta_fast, p.freq_base)));
+    corr_low =
+        std::max(0.0f, std::floor(YarnCorrDim(p.n_rot, p.n_ctx_orig, p.beta_fast, p.freq_base)));
     corr_high = std::min(static_cast<float>(p.n_rot - 1),
                          std::ceil(YarnCorrDim(p.n_rot, p.n_ctx_orig, p.beta_slow, p.freq_base)));
   }

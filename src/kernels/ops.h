@@ -15,7 +15,7 @@ enum class RopeStyle { kNormal, kNeox };  // adjacent pairs (llama) / halves (Ne
 // cos_sin: [n_rot/2][2]. freq_scale multiplies positions (linear scaling); ext/attn factors
 // are YaRN's (0 / 1 when unused).
 struct RopeParams {
-  int n_rot = 0;            // rotated dimensions (<= head_dim, even)
+  int n_rot = 0;  // rotated dimensions (<= head_dim, even)
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;  // 1 / linear factor
   float ext_factor = 0.0f;  // YaRN ramp mix (0 = off)
