@@ -48,7 +48,9 @@ struct Q4_0x16 {
   using Block = BlockQ4_0x16;
   using Src = BlockQ4_0;
   static constexpr int kOffset = 8;
-  static int Code(const Block& b, int r, int j) {
+  // Element j of row r: Q4_0's nibble order (low nibbles the first half), in the group's layout.
+  template <class B>
+  static int Code(const B& b, int r, int j) {
     const int jj = j % (kQK / 2);
     const uint8_t v = b.qs[kRows * kChunk * (jj / kChunk) + kChunk * r + jj % kChunk];
     return j < kQK / 2 ? v & 0x0F : v >> 4;
@@ -68,9 +70,7 @@ struct IQ4_NLx16 {
   using Src = BlockIQ4_NL;
   static constexpr int kOffset = 128;
   static int Code(const Block& b, int r, int j) {
-    const int jj = j % (kQK / 2);
-    const uint8_t v = b.qs[kRows * kChunk * (jj / kChunk) + kChunk * r + jj % kChunk];
-    return kIq4NlLevels[j < kQK / 2 ? v & 0x0F : v >> 4] + 128;
+    return kIq4NlLevels[Q4_0x16::Code(b, r, j)] + 128;
   }
   static uint32_t Chunk(const Src& b, int c) { return Q4_0x16::Chunk(b, c); }
   static constexpr int kChunks = Q4_0x16::kChunks;
