@@ -1,8 +1,8 @@
 // The engine (src/engine/) that the server steps and that Generate runs through: requests packed
 // together in one engine — prompt chunks interleaved with decode tokens and speculative verify
-// windows of other slots, in every KV mode, on a transformer and on the hybrid qwen3next fixture
-// — leave each sequence with exactly the tokens, KV bytes and recurrent state of the same request
-// run alone by engine::Generate. Also: cancellation, rejection and slot choice.
+// windows of other slots, in every KV mode, on a transformer and on the hybrid qwen3next and
+// qwen35 fixtures — leave each sequence with exactly the tokens, KV bytes and recurrent state of
+// the same request run alone by engine::Generate. Also: cancellation, rejection and slot choice.
 #include "engine/engine.h"
 
 #include <gtest/gtest.h>
@@ -25,6 +25,9 @@ namespace fs = std::filesystem;
 const std::string kShipped = std::string(LAMINA_SOURCE_DIR) + "/models/lamina-counter.gguf";
 const std::string kQwen3Next =
     std::string(LAMINA_SHARED_DIR) + "/models/synth-qwen3next-d256.F32.gguf";
+// The repository's qwen35 fixture (tests/fixtures/README.md): the same hybrid, dense FFN.
+const std::string kQwen35 =
+    std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/synth-qwen35-d128.Q8_0.gguf";
 
 // Gathers one request's events.
 class Collector : public engine::EventSink {
@@ -70,16 +73,17 @@ struct EngineCase {
 };
 
 std::string CaseName(const testing::TestParamInfo<EngineCase>& info) {
-  return std::string(fs::path(info.param.path).stem().string().find("qwen3next") !=
-                             std::string::npos
-                         ? "qwen3next"
-                         : "shipped") +
-         "_" + KvTypeName(info.param.type) + (info.param.drafting ? "_lookup" : "_plain");
+  const std::string stem = fs::path(info.param.path).stem().string();
+  const char* model = stem.find("qwen3next") != std::string::npos ? "qwen3next"
+                      : stem.find("qwen35") != std::string::npos  ? "qwen35"
+                                                                  : "shipped";
+  return std::string(model) + "_" + KvTypeName(info.param.type) +
+         (info.param.drafting ? "_lookup" : "_plain");
 }
 
 std::vector<EngineCase> Cases() {
   std::vector<EngineCase> out;
-  for (const std::string& path : {kShipped, kQwen3Next}) {
+  for (const std::string& path : {kShipped, kQwen3Next, kQwen35}) {
     for (KvType t : {KvType::kF32, KvType::kF16, KvType::kInt8, KvType::kQ4_0, KvType::kK8V4}) {
       for (bool drafting : {false, true}) out.push_back({path, t, drafting});
     }

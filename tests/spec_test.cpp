@@ -168,18 +168,17 @@ TEST_P(SpecGreedy, IdsAndKvBytesEqualPlainGreedy) {
 
 INSTANTIATE_TEST_SUITE_P(AllModes, SpecGreedy, testing::ValuesIn(Cases()), CaseName);
 
-// The hybrid qwen3next fixture: rejected drafts roll the recurrent state back through its
-// ring of states. Prompt lookup, the model drafting for itself (q4_0 cache, which nearly always
-// agrees) and its Q4_K_M file drafting for it (which often does not) × --draft-max 1, 4, 8 ×
-// four prompts × 32 tokens, in three KV modes, and with a ring of 4 (drafts capped at 3 so
-// every rollback stays exact): ids, KV bytes and recurrent state of plain greedy.
-TEST(SpecGreedyHybrid, IdsKvBytesAndStateEqualPlainGreedy) {
-  const std::string path = std::string(LAMINA_SHARED_DIR) + "/models/synth-qwen3next-d256.F32.gguf";
+// Speculative greedy on a hybrid target: rejected drafts roll the recurrent state back through
+// its ring of states. Prompt lookup, the model drafting for itself (q4_0 cache, which nearly
+// always agrees) and another file drafting for it (which often does not) × --draft-max 1, 4, 8
+// × four prompts × 32 tokens, in the given KV modes with a ring of 32, and q4_0 with a ring of
+// 4 (drafts capped at 3 so every rollback stays exact): ids, KV bytes and recurrent state of
+// plain greedy.
+void CheckHybridSpec(const std::string& path, const std::string& drafter_path,
+                     const std::vector<KvType>& types) {
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
-  const std::string q4_path =
-      std::string(LAMINA_SHARED_DIR) + "/models/synth-qwen3next-d256.Q4_K_M.gguf";
-  if (!std::filesystem::exists(q4_path)) GTEST_SKIP() << q4_path << " is absent";
-  std::unique_ptr<Model> q4 = Load(q4_path);
+  if (!std::filesystem::exists(drafter_path)) GTEST_SKIP() << drafter_path << " is absent";
+  std::unique_ptr<Model> other = Load(drafter_path);
   std::unique_ptr<Model> model = Load(path);
   ThreadPool pool(2);
   SessionConfig self_draft_sc;
@@ -193,8 +192,10 @@ TEST(SpecGreedyHybrid, IdsKvBytesAndStateEqualPlainGreedy) {
     KvType type;
     int ring;
   };
-  for (const Mode& mode : {Mode{KvType::kF32, kRecurrentRingDefault},
-                           Mode{KvType::kK8V4, kRecurrentRingDefault}, Mode{KvType::kQ4_0, 4}}) {
+  std::vector<Mode> modes;
+  for (KvType t : types) modes.push_back({t, kRecurrentRingDefault});
+  modes.push_back({KvType::kQ4_0, 4});
+  for (const Mode& mode : modes) {
     SessionConfig sc;
     sc.n_ctx = 160;
     sc.kv_type = mode.type;
@@ -209,10 +210,10 @@ TEST(SpecGreedyHybrid, IdsKvBytesAndStateEqualPlainGreedy) {
         so.draft_max = draft_max;
         spec::LookupDrafter lookup(3);
         spec::ModelDrafter self(*model, self_draft_sc, pool, 0.0f);
-        spec::ModelDrafter quantized(*q4, self_draft_sc, pool, 0.0f);
+        spec::ModelDrafter foreign(*other, self_draft_sc, pool, 0.0f);
         for (spec::Drafter* d :
              {static_cast<spec::Drafter*>(&lookup), static_cast<spec::Drafter*>(&self),
-              static_cast<spec::Drafter*>(&quantized)}) {
+              static_cast<spec::Drafter*>(&foreign)}) {
           const RunOutput r = RunOne(*model, sc, pool, prompts[pi], go, d, so);
           const std::string where = std::string(d->name()) + " " + KvTypeName(mode.type) +
                                     " ring " + std::to_string(mode.ring) + " draft_max " +
@@ -229,6 +230,21 @@ TEST(SpecGreedyHybrid, IdsKvBytesAndStateEqualPlainGreedy) {
   EXPECT_GT(total.verify_steps, 100);
   EXPECT_GT(total.accepted, 50);
   EXPECT_LT(total.accepted, total.drafted);
+}
+
+// qwen3next's F32 file, its Q4_K_M file drafting for it.
+TEST(SpecGreedyHybrid, IdsKvBytesAndStateEqualPlainGreedy) {
+  const std::string models = std::string(LAMINA_SHARED_DIR) + "/models/";
+  CheckHybridSpec(models + "synth-qwen3next-d256.F32.gguf",
+                  models + "synth-qwen3next-d256.Q4_K_M.gguf", {KvType::kF32, KvType::kK8V4});
+}
+
+// The repository's qwen35 fixture (tiled V heads, multi-section RoPE), the qwen35moe one (same
+// vocabulary) drafting for it.
+TEST(SpecGreedyHybrid, Qwen35IdsKvBytesAndStateEqualPlainGreedy) {
+  const std::string models = std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/";
+  CheckHybridSpec(models + "synth-qwen35-d128.Q8_0.gguf", models + "synth-qwen35moe-d128.Q8_0.gguf",
+                  {KvType::kK8V4});
 }
 
 // The planted faults must be caught: a verify window's writes that never reach storage (the

@@ -1,10 +1,14 @@
-// lamina-synth: writes a random-weight llama, qwen3moe, qwen3next or gemma3 GGUF in a real shape,
+// lamina-synth: writes a random-weight llama, qwen3moe, qwen3next, qwen35, qwen35moe or gemma3 GGUF
+// in a real shape,
 // for benchmarks and fixtures (e.g. the 181M-parameter llama shape: --dim 1024 --layers 16 --heads
 // 16 --kv-heads 4
 // --ff 2816; a qwen3moe: --arch qwen3moe --experts 64 --experts-used 4 --ff-exp 256
 // --head-dim 128; a qwen3next adds --ssm-k-heads, --ssm-v-heads, --ssm-head-dim and
 // --attn-interval, its shared expert as wide as one expert; a gemma3 takes --swa and
-// --swa-pattern, its norms drawn around 1 and its output head tied). The tokenizer metadata is
+// --swa-pattern, its norms drawn around 1 and its output head tied; a qwen35 or qwen35moe takes
+// qwen3next's options and --rope-sections, its norms, dt biases and decay rates drawn, and
+// --nextn appends that many multi-token-prediction blocks, drawn after everything else so the
+// trunk's weights stay those of the file without them). The tokenizer metadata is
 // copied from another GGUF (--vocab-from), whose vocabulary size sets the embedding rows.
 #include <CLI/CLI.hpp>
 #include <cmath>
@@ -22,6 +26,8 @@ struct SynthOptions {
   int head_dim_opt = 0, experts = 64, experts_used = 4, ff_exp = 256;
   int ssm_k_heads = 8, ssm_v_heads = 16, ssm_head_dim = 128, attn_interval = 4;
   int swa = 16, swa_pattern = 2;
+  std::vector<int> rope_sections = {11, 11, 10, 0};
+  int nextn = 0;
   std::string type_name = "Q8_0", vocab_from, out_path, arch = "llama";
   uint64_t seed = 42;
 };
@@ -33,8 +39,11 @@ void AddOptions(CLI::App* app, SynthOptions* o) {
   app->add_option("--kv-heads", o->kv_heads);
   app->add_option("--ff", o->ff);
   app->add_option("--ctx", o->ctx);
-  app->add_option("--arch", o->arch, "llama, qwen3moe, qwen3next or gemma3")
-      ->check(CLI::IsMember({"llama", "qwen3moe", "qwen3next", "gemma3"}));
+  app->add_option("--arch", o->arch, "llama, qwen3moe, qwen3next, qwen35, qwen35moe or gemma3")
+      ->check(CLI::IsMember({"llama", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "gemma3"}));
+  app->add_option("--rope-sections", o->rope_sections, "qwen35: rope.dimension_sections (4)")
+      ->expected(4);
+  app->add_option("--nextn", o->nextn, "qwen35: multi-token-prediction blocks appended");
   app->add_option("--swa", o->swa, "gemma3: sliding window (tokens)");
   app->add_option("--swa-pattern", o->swa_pattern, "gemma3: every n-th layer is global");
   app->add_option("--ssm-k-heads", o->ssm_k_heads, "qwen3next: Gated DeltaNet query/key heads");
@@ -64,23 +73,36 @@ bool FindQuantType(const std::string& name, GgmlType* type) {
   return found && GetKernels(*type).quantize != nullptr;
 }
 
+// The qwen3next-like hybrids: qwen3next and the qwen35 pair.
+bool IsHybrid(const std::string& arch) {
+  return arch == "qwen3next" || arch == "qwen35" || arch == "qwen35moe";
+}
+bool IsQwen35(const std::string& arch) { return arch == "qwen35" || arch == "qwen35moe"; }
+
 // The architecture's hyperparameters and the vocabulary file's tokenizer.* entries.
 void SetMetadata(const SynthOptions& o, int head_dim, const gguf::File& vocab, gguf::Writer* w) {
-  const bool next = o.arch == "qwen3next";
-  const bool moe = o.arch == "qwen3moe" || next;
+  const bool next = IsHybrid(o.arch);
+  const bool moe = o.arch == "qwen3moe" || o.arch == "qwen3next" || o.arch == "qwen35moe";
   const bool gemma = o.arch == "gemma3";
   const std::string a = o.arch;
   w->SetString("general.architecture", a);
   w->SetString("general.name", "lamina-synth random " + a);
   w->SetU32(a + ".embedding_length", o.dim);
-  w->SetU32(a + ".block_count", o.layers);
+  w->SetU32(a + ".block_count", o.layers + (IsQwen35(a) ? o.nextn : 0));
   w->SetU32(a + ".attention.head_count", o.heads);
   w->SetU32(a + ".attention.head_count_kv", o.kv_heads);
   w->SetU32(a + ".feed_forward_length", o.ff);
   w->SetU32(a + ".context_length", o.ctx);
   w->SetU32(a + ".rope.dimension_count", next ? head_dim / 4 : head_dim);
-  w->SetF32(a + ".rope.freq_base", moe || gemma ? 1e6f : 10000.0f);
-  w->SetF32(a + ".attention.layer_norm_rms_epsilon", moe || gemma ? 1e-6f : 1e-5f);
+  w->SetF32(a + ".rope.freq_base", moe || next || gemma ? 1e6f : 10000.0f);
+  w->SetF32(a + ".attention.layer_norm_rms_epsilon", moe || next || gemma ? 1e-6f : 1e-5f);
+  if (IsQwen35(a)) {
+    w->SetI32Array(a + ".rope.dimension_sections",
+                   std::vector<int32_t>(o.rope_sections.begin(), o.rope_sections.end()));
+    if (!moe) w->SetU32(a + ".attention.key_length", head_dim);
+    if (!moe) w->SetU32(a + ".attention.value_length", head_dim);
+    if (o.nextn > 0) w->SetU32(a + ".nextn_predict_layers", o.nextn);
+  }
   if (gemma) {  // the 4B model's linear RoPE scaling (global layers only)
     w->SetU32(a + ".attention.key_length", head_dim);
     w->SetU32(a + ".attention.value_length", head_dim);
@@ -97,7 +119,7 @@ void SetMetadata(const SynthOptions& o, int head_dim, const gguf::File& vocab, g
     w->SetU32(a + ".expert_feed_forward_length", o.ff_exp);
   }
   if (next) {
-    w->SetU32(a + ".expert_shared_feed_forward_length", o.ff_exp);
+    if (moe) w->SetU32(a + ".expert_shared_feed_forward_length", o.ff_exp);
     w->SetU32(a + ".ssm.conv_kernel", 4);
     w->SetU32(a + ".ssm.state_size", o.ssm_head_dim);
     w->SetU32(a + ".ssm.group_count", o.ssm_k_heads);
@@ -140,6 +162,12 @@ class WeightWriter {
     w_->AddTensor(name, GgmlType::kF32, {n}, v.data(), v.size() * 4);
   }
   void Ones(const std::string& name, int n) { Filled(name, n, 1.0f); }
+  // mean + sd * N(0, 1) per element.
+  void Normal(const std::string& name, int n, float mean, float sd) {
+    std::vector<float> v(n);  // [n]
+    for (float& x : v) x = mean + sd * normal_(rng_);
+    w_->AddTensor(name, GgmlType::kF32, {n}, v.data(), v.size() * 4);
+  }
   // A norm weight 1 + N(0, 0.2^2) per element (Gemma's 1 + w as the file stores it).
   void Norm(const std::string& name, int n) {
     std::vector<float> v(n);  // [n]
@@ -153,31 +181,67 @@ class WeightWriter {
   std::normal_distribution<float> normal_{0.0f, 1.0f};
 };
 
-// A qwen3next layer after its attn_norm (tensor names start with `p`): Gated DeltaNet, or gated
-// attention every attn_interval-th layer, then the experts and the shared expert.
-void AddNextLayer(const SynthOptions& o, const std::string& p, int l, int head_dim, GgmlType type,
-                  WeightWriter& ww) {
+// A hybrid layer's token mixer (tensor names start with `p`): Gated DeltaNet, or gated attention
+// every attn_interval-th layer (`attention` forces it: a multi-token-prediction block). qwen35
+// files hold ssm_beta / ssm_alpha where qwen3next holds the fused ssm_ba, and draw their dt
+// biases and decay rates (qwen3next: 0 and -1).
+void AddHybridMixer(const SynthOptions& o, const std::string& p, bool attention, int head_dim,
+                    GgmlType type, WeightWriter& ww) {
   const int dim = o.dim, heads = o.heads, kv_heads = o.kv_heads;
-  const int experts = o.experts, ff_exp = o.ff_exp;
   const int ssm_inner = o.ssm_v_heads * o.ssm_head_dim;
   const int conv_channels = 2 * o.ssm_k_heads * o.ssm_head_dim + ssm_inner;
-  ww.Ones(p + "post_attention_norm.weight", dim);
-  if ((l + 1) % o.attn_interval != 0) {  // Gated DeltaNet
+  const bool q35 = IsQwen35(o.arch);
+  if (!attention) {  // Gated DeltaNet
     ww.Matrix(p + "attn_qkv.weight", dim, conv_channels, type);
     ww.Matrix(p + "attn_gate.weight", dim, ssm_inner, type);
     ww.Matrix(p + "ssm_conv1d.weight", 4, conv_channels, GgmlType::kF32);
-    ww.Filled(p + "ssm_dt.bias", o.ssm_v_heads, 0.0f);
-    ww.Filled(p + "ssm_a", o.ssm_v_heads, -1.0f);
-    ww.Matrix(p + "ssm_ba.weight", dim, 2 * o.ssm_v_heads, type);
-    ww.Ones(p + "ssm_norm.weight", o.ssm_head_dim);
+    if (q35) {
+      ww.Normal(p + "ssm_dt.bias", o.ssm_v_heads, 0.0f, 0.5f);
+      ww.Normal(p + "ssm_a", o.ssm_v_heads, -1.0f, 0.2f);
+      ww.Matrix(p + "ssm_beta.weight", dim, o.ssm_v_heads, type);
+      ww.Matrix(p + "ssm_alpha.weight", dim, o.ssm_v_heads, type);
+      ww.Norm(p + "ssm_norm.weight", o.ssm_head_dim);
+    } else {
+      ww.Filled(p + "ssm_dt.bias", o.ssm_v_heads, 0.0f);
+      ww.Filled(p + "ssm_a", o.ssm_v_heads, -1.0f);
+      ww.Matrix(p + "ssm_ba.weight", dim, 2 * o.ssm_v_heads, type);
+      ww.Ones(p + "ssm_norm.weight", o.ssm_head_dim);
+    }
     ww.Matrix(p + "ssm_out.weight", ssm_inner, dim, type);
-  } else {  // gated attention: per head [q | gate]
-    ww.Matrix(p + "attn_q.weight", dim, 2 * heads * head_dim, type);
-    ww.Matrix(p + "attn_k.weight", dim, kv_heads * head_dim, type);
-    ww.Matrix(p + "attn_v.weight", dim, kv_heads * head_dim, type);
-    ww.Matrix(p + "attn_output.weight", heads * head_dim, dim, type);
+    return;
+  }
+  // Gated attention: per head [q | gate].
+  ww.Matrix(p + "attn_q.weight", dim, 2 * heads * head_dim, type);
+  ww.Matrix(p + "attn_k.weight", dim, kv_heads * head_dim, type);
+  ww.Matrix(p + "attn_v.weight", dim, kv_heads * head_dim, type);
+  ww.Matrix(p + "attn_output.weight", heads * head_dim, dim, type);
+  if (q35) {
+    ww.Norm(p + "attn_q_norm.weight", head_dim);
+    ww.Norm(p + "attn_k_norm.weight", head_dim);
+  } else {
     ww.Ones(p + "attn_q_norm.weight", head_dim);
     ww.Ones(p + "attn_k_norm.weight", head_dim);
+  }
+}
+
+// A hybrid layer after its attn_norm: the mixer, post_attention_norm and the FFN (the experts
+// and the shared expert; qwen35: a dense SwiGLU FFN).
+void AddHybridLayer(const SynthOptions& o, const std::string& p, bool attention, int head_dim,
+                    GgmlType type, WeightWriter& ww) {
+  const int dim = o.dim, experts = o.experts, ff_exp = o.ff_exp;
+  const bool q35 = IsQwen35(o.arch);
+  if (q35) {
+    AddHybridMixer(o, p, attention, head_dim, type, ww);
+    ww.Norm(p + "post_attention_norm.weight", dim);
+  } else {
+    ww.Ones(p + "post_attention_norm.weight", dim);
+    AddHybridMixer(o, p, attention, head_dim, type, ww);
+  }
+  if (o.arch == "qwen35") {
+    ww.Matrix(p + "ffn_gate.weight", dim, o.ff, type);
+    ww.Matrix(p + "ffn_up.weight", dim, o.ff, type);
+    ww.Matrix(p + "ffn_down.weight", o.ff, dim, type);
+    return;
   }
   ww.Matrix(p + "ffn_gate_inp.weight", dim, experts, GgmlType::kF32);
   ww.Stacked(p + "ffn_gate_exps.weight", dim, ff_exp, experts, type);
@@ -187,6 +251,19 @@ void AddNextLayer(const SynthOptions& o, const std::string& p, int l, int head_d
   ww.Matrix(p + "ffn_gate_shexp.weight", dim, ff_exp, type);
   ww.Matrix(p + "ffn_up_shexp.weight", dim, ff_exp, type);
   ww.Matrix(p + "ffn_down_shexp.weight", ff_exp, dim, type);
+}
+
+// A qwen35 multi-token-prediction block `blk.<il>.` (llama.cpp's NextN layout): a gated
+// attention layer with its FFN, and the nextn projection of [enorm(embedding); hnorm(hidden)]
+// with its norms.
+void AddNextnBlock(const SynthOptions& o, int il, int head_dim, GgmlType type, WeightWriter& ww) {
+  const std::string p = "blk." + std::to_string(il) + ".";
+  ww.Norm(p + "attn_norm.weight", o.dim);
+  AddHybridLayer(o, p, /*attention=*/true, head_dim, type, ww);
+  ww.Matrix(p + "nextn.eh_proj.weight", 2 * o.dim, o.dim, type);
+  ww.Norm(p + "nextn.enorm.weight", o.dim);
+  ww.Norm(p + "nextn.hnorm.weight", o.dim);
+  ww.Norm(p + "nextn.shared_head_norm.weight", o.dim);
 }
 
 // A gemma3 layer after its attn_norm: attention with Q/K norms and a norm after it, a
@@ -251,8 +328,8 @@ int Synth(const SynthOptions& o) {
   }
   const int n_vocab = static_cast<int>(tokens->array.size());
   const int head_dim = o.head_dim_opt > 0 ? o.head_dim_opt : o.dim / o.heads;
-  const bool next = o.arch == "qwen3next";
-  const bool moe = o.arch == "qwen3moe" || next;
+  const bool next = IsHybrid(o.arch);
+  const bool moe = o.arch == "qwen3moe";
   const bool gemma = o.arch == "gemma3";
 
   gguf::Writer w;
@@ -266,15 +343,23 @@ int Synth(const SynthOptions& o) {
       AddGemmaLayer(o, p, head_dim, type, ww);
       continue;
     }
-    ww.Ones(p + "attn_norm.weight", o.dim);
+    if (IsQwen35(o.arch)) {
+      ww.Norm(p + "attn_norm.weight", o.dim);
+    } else {
+      ww.Ones(p + "attn_norm.weight", o.dim);
+    }
     if (next) {
-      AddNextLayer(o, p, l, head_dim, type, ww);
+      AddHybridLayer(o, p, (l + 1) % o.attn_interval == 0, head_dim, type, ww);
     } else {
       AddLayer(o, p, moe, head_dim, type, ww);
     }
   }
   if (gemma) {
     ww.Norm("output_norm.weight", o.dim);  // the output head is the embedding (tied)
+  } else if (IsQwen35(o.arch)) {
+    ww.Norm("output_norm.weight", o.dim);
+    ww.Matrix("output.weight", o.dim, n_vocab, type);
+    for (int i = 0; i < o.nextn; ++i) AddNextnBlock(o, o.layers + i, head_dim, type, ww);
   } else {
     ww.Ones("output_norm.weight", o.dim);
     ww.Matrix("output.weight", o.dim, n_vocab, type);
@@ -292,7 +377,8 @@ int Synth(const SynthOptions& o) {
 }  // namespace lamina
 
 int main(int argc, char** argv) {
-  CLI::App app{"Write a random-weight llama, qwen3moe, qwen3next or gemma3 GGUF"};
+  CLI::App app{
+      "Write a random-weight llama, qwen3moe, qwen3next, qwen35, qwen35moe or gemma3 GGUF"};
   lamina::SynthOptions options;
   lamina::AddOptions(&app, &options);
   CLI11_PARSE(app, argc, argv);

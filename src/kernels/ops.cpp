@@ -33,6 +33,14 @@ float YarnRamp(float low, float high, int i0) {
 }
 }  // namespace
 
+bool RopeTextPair(const RopeParams& p, int i) {
+  const int* sec = p.sections;
+  const int total = sec[0] + sec[1] + sec[2] + sec[3];
+  if (total <= 0) return true;
+  const int s = i % total;
+  return s < 3 * sec[s % 3];
+}
+
 void RopeCache(const RopeParams& p, int64_t pos, float* cos_sin) {
   const float theta_scale = std::pow(p.freq_base, -2.0f / p.n_rot);
   float corr_low = 0, corr_high = 0;
@@ -44,7 +52,7 @@ void RopeCache(const RopeParams& p, int64_t pos, float* cos_sin) {
   }
   float theta = static_cast<float>(pos);
   for (int i0 = 0; i0 < p.n_rot; i0 += 2) {
-    const float theta_extrap = theta;
+    const float theta_extrap = RopeTextPair(p, i0 / 2) ? theta : 0.0f;
     const float theta_interp = p.freq_scale * theta_extrap;
     float t = theta_interp;
     float mscale = p.attn_factor;

@@ -24,7 +24,16 @@ struct RopeParams {
   float beta_slow = 1.0f;
   int n_ctx_orig = 0;
   RopeStyle style = RopeStyle::kNormal;
+  // Interleaved multi-section RoPE (qwen35, ggml's IMROPE) with text positions (the t, h and w
+  // positions all the token's, e 0), over NeoX pairs; all zero: off. Pair i's sector is
+  // i % (sum of sections); sector s takes the token's position when s % 3 == 0 and
+  // s < 3 * sections[0], s % 3 == 1 and s < 3 * sections[1], or s % 3 == 2 and
+  // s < 3 * sections[2], else position 0 (an identity turn). Sections covering every pair (the
+  // published [11, 11, 10, 0] over 32 pairs) make it plain NeoX RoPE.
+  int sections[4] = {0, 0, 0, 0};
 };
+// Whether rotated pair i (0 <= i < n_rot / 2) turns by the token's position (false: by 0).
+bool RopeTextPair(const RopeParams& p, int i);
 void RopeCache(const RopeParams& p, int64_t pos, float* cos_sin);
 // Rotates n_heads rows of head_dim in x (in place) with a table from RopeCache.
 void ApplyRope(const RopeParams& p, const float* cos_sin, float* x, int n_heads, int head_dim);

@@ -15,6 +15,13 @@ using ModelFactory = Result<std::unique_ptr<Model>> (*)(std::unique_ptr<gguf::Fi
 Result<std::unique_ptr<Model>> LoadQwen3Next(std::unique_ptr<gguf::File> file,
                                              std::unique_ptr<Tokenizer> tokenizer);
 
+// qwen35 (dense SwiGLU FFN) and qwen35moe (MoE FFN with a shared expert): the same hybrid
+// in the Qwen3.5 file layout (qwen3next.cpp).
+Result<std::unique_ptr<Model>> LoadQwen35(std::unique_ptr<gguf::File> file,
+                                          std::unique_ptr<Tokenizer> tokenizer);
+Result<std::unique_ptr<Model>> LoadQwen35Moe(std::unique_ptr<gguf::File> file,
+                                             std::unique_ptr<Tokenizer> tokenizer);
+
 // gemma3 (gemma3.cpp): sliding-window and global attention layers, sandwich norms, GELU FFN.
 Result<std::unique_ptr<Model>> LoadGemma3(std::unique_ptr<gguf::File> file,
                                           std::unique_ptr<Tokenizer> tokenizer);
@@ -51,6 +58,14 @@ inline constexpr Architecture kArchitectures[] = {
     // qwen3next: the hybrid of Gated DeltaNet and gated full attention with a MoE FFN, its own
     // loader (qwen3next.cpp documents it).
     {"qwen3next", {},                                                                 LoadQwen3Next},
+    // qwen35: qwen3next's hybrid (the same code) with a dense SwiGLU FFN after
+    // post_attention_norm, ssm_beta / ssm_alpha instead of the fused ssm_ba, V heads tiled over
+    // the K heads, interleaved multi-section RoPE (rope.dimension_sections, NeoX for text);
+    // multi-token-prediction blocks (nextn_predict_layers) are not loaded.
+    {"qwen35",    {},                                                                 LoadQwen35},
+    // qwen35moe: qwen35 with qwen3next's MoE FFN (softmax top-k, renormalised, and a
+    // sigmoid-gated shared expert).
+    {"qwen35moe", {},                                                                 LoadQwen35Moe},
     // gemma3: per-head Q/K RMSNorm and NeoX RoPE; sliding-window layers (every 6th layer, or
     // as attention.sliding_window_pattern says, is global) with their own RoPE base; norms
     // after attention and FFN too, GELU(tanh)-gated FFN, embeddings scaled by sqrt(n_embd), its

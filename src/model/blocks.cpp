@@ -23,9 +23,10 @@ void LoadAttentionWeights(WeightLoader& L, const Hparams& hp, int layer, bool wi
   }
 }
 
-void LoadFfnWeights(WeightLoader& L, const Hparams& hp, int layer, FfnWeights* w) {
+void LoadFfnWeights(WeightLoader& L, const Hparams& hp, int layer, FfnWeights* w,
+                    const char* norm_name) {
   const std::string p = "blk." + std::to_string(layer) + ".";
-  w->norm = L.Vector(p + "ffn_norm.weight", hp.n_embd);
+  w->norm = L.Vector(p + norm_name + ".weight", hp.n_embd);
   w->gate = L.Matrix(p + "ffn_gate.weight", hp.n_embd, hp.n_ff);
   w->up = L.Matrix(p + "ffn_up.weight", hp.n_embd, hp.n_ff);
   w->down = L.Matrix(p + "ffn_down.weight", hp.n_ff, hp.n_embd);

@@ -29,7 +29,9 @@ struct FfnWeights {
 
 void LoadAttentionWeights(WeightLoader& loader, const Hparams& hp, int layer, bool with_bias,
                           bool with_qk_norm, AttentionWeights* out);
-void LoadFfnWeights(WeightLoader& loader, const Hparams& hp, int layer, FfnWeights* out);
+// The FFN's pre-norm is `blk.N.<norm_name>.weight`.
+void LoadFfnWeights(WeightLoader& loader, const Hparams& hp, int layer, FfnWeights* out,
+                    const char* norm_name = "ffn_norm");
 
 // Grows the scratch buffers for n_tokens.
 void PrepareScratch(const Hparams& hp, int n_tokens, ForwardScratch& s);

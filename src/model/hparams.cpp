@@ -361,4 +361,39 @@ Status ReadSlidingWindow(const gguf::File& f, Hparams* hp) {
   return Status::Ok();
 }
 
+Status ReadRopeSections(const gguf::File& f, Hparams* hp) {
+  const std::string key = ArchKey(hp->arch, "rope.dimension_sections");
+  const gguf::Value* v = f.Find(key);
+  if (v == nullptr) return Error{f.path() + ": missing required key " + key};
+  int64_t sec[4] = {0, 0, 0, 0};
+  bool ok = true;
+  if (v->type == gguf::ValueType::kArray) {
+    // As llama.cpp: exactly 4 entries (t, h, w, e); a scalar sets all four.
+    ok = v->array.size() == 4;
+    for (size_t i = 0; ok && i < 4; ++i) ok = v->array[i].AsInt64(&sec[i]);
+  } else {
+    ok = v->AsInt64(&sec[0]);
+    sec[1] = sec[2] = sec[3] = sec[0];
+  }
+  if (!ok) {
+    return Error{f.path() + ": metadata key " + Quoted(key) +
+                 " is not an integer or an array of 4 integers"};
+  }
+  int64_t total = 0;
+  for (int64_t x : sec) {
+    if (x < 0 || x > kMaxHeadDim) {
+      return HparamError(f, key, x,
+                         "a section must be in [0, " + std::to_string(kMaxHeadDim) + "]");
+    }
+    total += x;
+  }
+  if (total > hp->head_dim || sec[0] + sec[1] + sec[2] == 0) {
+    return HparamError(f, key, total,
+                       "the sections' sum must be in [1, head dimension " +
+                           std::to_string(hp->head_dim) + "] and t, h, w not all 0");
+  }
+  for (int i = 0; i < 4; ++i) hp->rope.sections[i] = static_cast<int>(sec[i]);
+  return Status::Ok();
+}
+
 }  // namespace lamina

@@ -75,4 +75,9 @@ RopeParams SlidingWindowRope(const RopeParams& global, float freq_base_swa);
 // value out of range, an array pattern or a non-positive base is an error naming the key.
 Status ReadSlidingWindow(const gguf::File& file, Hparams* hp);
 
+// Reads the required `<arch>.rope.dimension_sections` (qwen35: interleaved multi-section RoPE,
+// RopeParams::sections) into hp->rope: 4 integers (or one for all four), each >= 0, summing to
+// at most the head dimension, t, h and w not all 0 (ggml's rules).
+Status ReadRopeSections(const gguf::File& file, Hparams* hp);
+
 }  // namespace lamina

@@ -63,10 +63,13 @@ struct RecurrentShape {
   int n_layer = 0;       // recurrent layers
   int conv_kernel = 0;   // taps of the causal depthwise convolution
   int n_k_heads = 0;     // query/key heads
-  int n_v_heads = 0;     // value heads (a multiple of n_k_heads; V head j reads K head j / r)
+  int n_v_heads = 0;     // value heads (a multiple of n_k_heads, r = n_v_heads / n_k_heads)
   int head_k = 0;        // query/key head dimension
   int head_v = 0;        // value head dimension
   float l2_eps = 1e-6f;  // epsilon of the L2 normalisation of q and k
+  // Which K head a V head reads: false, grouped (qwen3next: V head j reads K head j / r); true,
+  // tiled (qwen35, whose converter reorders the V heads: V head j reads K head j % n_k_heads).
+  bool v_tiled = false;
   int conv_channels() const { return 2 * n_k_heads * head_k + n_v_heads * head_v; }
   int64_t conv_floats() const { return static_cast<int64_t>(conv_kernel - 1) * conv_channels(); }
   int64_t state_floats() const { return static_cast<int64_t>(n_v_heads) * head_v * head_k; }

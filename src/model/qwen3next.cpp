@@ -1,10 +1,16 @@
-// The qwen3next hybrid architecture: every `full_attention_interval`-th layer is gated full
-// attention (qwen3 Q/K norms, partial NeoX RoPE, a sigmoid output gate fused into attn_q per
-// head), the others are Gated DeltaNet linear attention (input projections, a short causal conv,
-// L2-normalised q/k, the gated delta rule over a per-head state, a gated RMSNorm and the output
-// projection), and every layer's FFN is a softmax top-k MoE with a sigmoid-gated shared expert.
-// The recurrent part runs in the runtime's RecurrentContext, as attention runs in its
-// AttentionContext.
+// The Qwen hybrids of Gated DeltaNet and gated full attention: qwen3next, qwen35 (dense) and
+// qwen35moe. Every `full_attention_interval`-th layer is gated full attention (qwen3 Q/K norms,
+// partial NeoX RoPE, a sigmoid output gate fused into attn_q per head), the others are Gated
+// DeltaNet linear attention (input projections, a short causal conv, L2-normalised q/k, the
+// gated delta rule over a per-head state, a gated RMSNorm and the output projection); each
+// layer's FFN, after post_attention_norm, is a softmax top-k MoE with a sigmoid-gated shared
+// expert (qwen3next, qwen35moe) or a dense SwiGLU (qwen35). The qwen35 pair differs from
+// qwen3next in its file layout alone: separate ssm_beta / ssm_alpha projections in V-head order,
+// V heads tiled over the K heads (V head j reads K head j % n_k_heads), and interleaved
+// multi-section RoPE (rope.dimension_sections) that text positions reduce to NeoX over the
+// pairs its sections cover. Multi-token-prediction blocks (`nextn_predict_layers`, appended
+// after the trunk's layers) are not loaded. The recurrent part runs in the runtime's
+// RecurrentContext, as attention runs in its AttentionContext.
 #include <algorithm>
 #include <cmath>
 
@@ -20,8 +26,18 @@ namespace {
 
 float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
-class Qwen3Next final : public Model {
+// What tells the hybrids apart (the rest of the layer is one code path).
+struct HybridVariant {
+  bool moe;     // MoE FFN with a shared expert (qwen3next, qwen35moe); else a dense SwiGLU FFN
+  bool qwen35;  // the qwen35 layout: ssm_beta and ssm_alpha apart in V-head order, V heads tiled
+                // over the K heads, rope.dimension_sections required; else qwen3next's fused
+                // ssm_ba (per K head [beta (r) | alpha (r)]), grouped V heads and NeoX RoPE
+};
+
+class HybridModel final : public Model {
  public:
+  explicit HybridModel(HybridVariant variant) : variant_(variant) {}
+
   Status Init(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer) {
     // attn_q holds each head's query and output gate: 2 x head_dim rows per head.
     Status st = InitHparams(std::move(file), std::move(tokenizer), RopeStyle::kNeox,
@@ -29,52 +45,33 @@ class Qwen3Next final : public Model {
     if (!st.ok()) return st;
     st = ReadHybridHparams();
     if (!st.ok()) return st;
-    Result<MoeHparams> moe = ReadMoeHparams(*file_, hparams_, /*default_norm_topk=*/true,
-                                            /*with_shared=*/true);
-    if (!moe.ok()) return moe.error();
-    moe_ = *moe;
-
+    if (variant_.moe) {
+      Result<MoeHparams> moe = ReadMoeHparams(*file_, hparams_, /*default_norm_topk=*/true,
+                                              /*with_shared=*/true);
+      if (!moe.ok()) return moe.error();
+      moe_ = *moe;
+    }
     WeightLoader L(*file_, &interleaved_);
     LoadEmbeddingAndHead(L);
-    const Hparams& hp = hparams_;
-    const RecurrentShape& r = hp.recurrent;
-    const int C = r.conv_channels();
-    const int vd = r.n_v_heads * r.head_v;
     uint64_t expert_bytes = 0;
-    for (int i = 0; i < hp.n_layer; ++i) {
+    for (int i = 0; i < hparams_.n_layer; ++i) {
       Layer& l = layers_[i];
       const std::string p = "blk." + std::to_string(i) + ".";
-      l.norm = L.Vector(p + "attn_norm.weight", hp.n_embd);
+      l.norm = L.Vector(p + "attn_norm.weight", hparams_.n_embd);
       if (l.recurrent >= 0) {
-        if (file_->FindTensor(p + "ssm_in.weight") != nullptr) {
-          l.ssm_in = L.Matrix(p + "ssm_in.weight", hp.n_embd, C + vd);
-        } else {
-          l.qkv = L.Matrix(p + "attn_qkv.weight", hp.n_embd, C);
-          l.gate = L.Matrix(p + "attn_gate.weight", hp.n_embd, vd);
-        }
-        WeightMatrix conv = L.Matrix(p + "ssm_conv1d.weight", r.conv_kernel, C, /*required=*/true,
-                                     WeightUse::kRows);
-        if (conv.valid()) {
-          l.conv.resize(static_cast<size_t>(C) * r.conv_kernel);  // [C, conv_kernel]
-          for (int c = 0; c < C; ++c) DequantizeRow(conv, c, l.conv.data() + c * r.conv_kernel);
-        }
-        l.dt_bias = L.Vector(p + "ssm_dt.bias", r.n_v_heads);
-        l.a = L.Vector(p + "ssm_a", r.n_v_heads);
-        l.ba = L.Matrix(p + "ssm_ba.weight", hp.n_embd, 2 * r.n_v_heads);
-        l.ssm_norm = L.Vector(p + "ssm_norm.weight", r.head_v);
-        l.ssm_out = L.Matrix(p + "ssm_out.weight", vd, hp.n_embd);
+        LoadDeltaNet(L, p, &l);
       } else {
-        l.wq = L.Matrix(p + "attn_q.weight", hp.n_embd, 2 * hp.q_dim());
-        l.wk = L.Matrix(p + "attn_k.weight", hp.n_embd, hp.kv_dim());
-        l.wv = L.Matrix(p + "attn_v.weight", hp.n_embd, hp.kv_dim());
-        l.wo = L.Matrix(p + "attn_output.weight", hp.q_dim(), hp.n_embd);
-        l.q_norm = L.Vector(p + "attn_q_norm.weight", hp.head_dim);
-        l.k_norm = L.Vector(p + "attn_k_norm.weight", hp.head_dim);
+        LoadGatedAttention(L, p, &l);
       }
-      expert_bytes += LoadMoeWeights(L, hp, moe_, i, &l.moe, "post_attention_norm");
+      if (variant_.moe) {
+        expert_bytes += LoadMoeWeights(L, hparams_, moe_, i, &l.moe, "post_attention_norm");
+      } else {
+        LoadFfnWeights(L, hparams_, i, &l.ffn, "post_attention_norm");
+      }
       if (!L.status().ok()) return L.status();
     }
-    const uint64_t unread = expert_bytes / moe_.n_expert * (moe_.n_expert - moe_.n_expert_used);
+    const uint64_t unread =
+        variant_.moe ? expert_bytes / moe_.n_expert * (moe_.n_expert - moe_.n_expert_used) : 0;
     return Finish(L, unread);
   }
 
@@ -88,7 +85,11 @@ class Qwen3Next final : public Model {
       } else {
         GatedAttentionBlock(l, b, attention, s, pool);
       }
-      MoeBlock(hparams_, moe_, l.moe, b, s, pool);
+      if (variant_.moe) {
+        MoeBlock(hparams_, moe_, l.moe, b, s, pool);
+      } else {
+        FfnBlock(hparams_, l.ffn, b, s, pool);
+      }
     }
     OutputHead(hparams_, output_norm_, output_, b, s, pool, logits);
   }
@@ -104,14 +105,55 @@ class Qwen3Next final : public Model {
     std::vector<float> conv;        // [conv_channels, conv_kernel]
     std::vector<float> dt_bias, a;  // [n_v_heads]
     WeightMatrix ba;                // [2*n_v_heads x n_embd] per K head [beta (r) | alpha (r)]
+    WeightMatrix beta, alpha;       // qwen35: [n_v_heads x n_embd] each, in V-head order
     std::vector<float> ssm_norm;    // [head_v]
     WeightMatrix ssm_out;           // [n_embd x n_v_heads*head_v]
     // Gated attention.
     WeightMatrix wq;                    // [2*q_dim x n_embd] per head [q (head_dim) | gate]
     WeightMatrix wk, wv, wo;            // [kv_dim x n_embd] x2, [n_embd x q_dim]
     std::vector<float> q_norm, k_norm;  // [head_dim]
-    MoeWeights moe;                     // norm = post_attention_norm
+    MoeWeights moe;                     // norm = post_attention_norm (MoE variants)
+    FfnWeights ffn;                     // norm = post_attention_norm (dense variant)
   };
+
+  void LoadDeltaNet(WeightLoader& L, const std::string& p, Layer* l) const {
+    const Hparams& hp = hparams_;
+    const RecurrentShape& r = hp.recurrent;
+    const int C = r.conv_channels();
+    const int vd = r.n_v_heads * r.head_v;
+    if (!variant_.qwen35 && file_->FindTensor(p + "ssm_in.weight") != nullptr) {
+      l->ssm_in = L.Matrix(p + "ssm_in.weight", hp.n_embd, C + vd);
+    } else {
+      l->qkv = L.Matrix(p + "attn_qkv.weight", hp.n_embd, C);
+      l->gate = L.Matrix(p + "attn_gate.weight", hp.n_embd, vd);
+    }
+    WeightMatrix conv =
+        L.Matrix(p + "ssm_conv1d.weight", r.conv_kernel, C, /*required=*/true, WeightUse::kRows);
+    if (conv.valid()) {
+      l->conv.resize(static_cast<size_t>(C) * r.conv_kernel);  // [C, conv_kernel]
+      for (int c = 0; c < C; ++c) DequantizeRow(conv, c, l->conv.data() + c * r.conv_kernel);
+    }
+    l->dt_bias = L.Vector(p + "ssm_dt.bias", r.n_v_heads);
+    l->a = L.Vector(p + "ssm_a", r.n_v_heads);
+    if (variant_.qwen35) {
+      l->beta = L.Matrix(p + "ssm_beta.weight", hp.n_embd, r.n_v_heads);
+      l->alpha = L.Matrix(p + "ssm_alpha.weight", hp.n_embd, r.n_v_heads);
+    } else {
+      l->ba = L.Matrix(p + "ssm_ba.weight", hp.n_embd, 2 * r.n_v_heads);
+    }
+    l->ssm_norm = L.Vector(p + "ssm_norm.weight", r.head_v);
+    l->ssm_out = L.Matrix(p + "ssm_out.weight", vd, hp.n_embd);
+  }
+
+  void LoadGatedAttention(WeightLoader& L, const std::string& p, Layer* l) const {
+    const Hparams& hp = hparams_;
+    l->wq = L.Matrix(p + "attn_q.weight", hp.n_embd, 2 * hp.q_dim());
+    l->wk = L.Matrix(p + "attn_k.weight", hp.n_embd, hp.kv_dim());
+    l->wv = L.Matrix(p + "attn_v.weight", hp.n_embd, hp.kv_dim());
+    l->wo = L.Matrix(p + "attn_output.weight", hp.q_dim(), hp.n_embd);
+    l->q_norm = L.Vector(p + "attn_q_norm.weight", hp.head_dim);
+    l->k_norm = L.Vector(p + "attn_k_norm.weight", hp.head_dim);
+  }
 
   Status ReadHybridHparams() {
     const gguf::File& f = *file_;
@@ -127,7 +169,14 @@ class Qwen3Next final : public Model {
       *out = static_cast<int>(*v);
       return Status::Ok();
     };
+    Status trunk = ReadTrunkLayers();
+    if (!trunk.ok()) return trunk;
+    if (variant_.qwen35) {
+      Status sections = ReadRopeSections(f, &hparams_);
+      if (!sections.ok()) return sections;
+    }
     RecurrentShape& r = hparams_.recurrent;
+    r.v_tiled = variant_.qwen35;
     int inner = 0, interval = 0;
     for (Status st :
          {req("ssm.conv_kernel", 1, 64, &r.conv_kernel), req("ssm.state_size", 1, 4096, &r.head_k),
@@ -166,6 +215,23 @@ class Qwen3Next final : public Model {
         layers_[i].kv = hparams_.n_layer_kv++;
       }
     }
+    return Status::Ok();
+  }
+
+  // block_count counts the multi-token-prediction blocks appended after the trunk
+  // (`nextn_predict_layers`, llama.cpp's NextN/MTP layers: blk.<trunk> ..): lamina runs the
+  // trunk alone and leaves their tensors unread, as llama.cpp does unless asked for MTP.
+  Status ReadTrunkLayers() {
+    const gguf::File& f = *file_;
+    const std::string key = ArchKey(hparams_.arch, "nextn_predict_layers");
+    Result<int64_t> nextn = f.GetIntOr(key, 0);
+    if (!nextn.ok()) return nextn.error();
+    if (*nextn < 0 || *nextn >= hparams_.n_layer) {
+      return HparamError(f, key, *nextn,
+                         "block_count is " + std::to_string(hparams_.n_layer) +
+                             " and the trunk before the prediction blocks needs a layer");
+    }
+    hparams_.n_layer -= static_cast<int>(*nextn);
     return Status::Ok();
   }
 
@@ -264,19 +330,29 @@ class Qwen3Next final : public Model {
       MatMul(l.qkv, s.xn.data(), d, n, h.qkv.data(), C, s.matmul, pool);
       MatMul(l.gate, s.xn.data(), d, n, h.z.data(), vd, s.matmul, pool);
     }
-    MatMul(l.ba, s.xn.data(), d, n, h.ba.data(), 2 * nv, s.matmul, pool);
-    // Per V head j = g*r + i: beta = sigmoid(b), g = softplus(alpha + dt_bias) * a (a < 0).
-    for (int t = 0; t < n; ++t) {
-      const float* ba = h.ba.data() + t * 2 * nv;
-      for (int g = 0; g < r.n_k_heads; ++g) {
-        for (int i = 0; i < rr; ++i) {
-          const int64_t j = g * rr + i;
-          const float bl = ba[g * 2 * rr + i];
-          const float al = ba[g * 2 * rr + rr + i] + l.dt_bias[j];
-          const float sp = al > 20.0f ? al : std::log1p(std::exp(al));
-          h.beta[t * nv + j] = Sigmoid(bl);
-          h.decay[t * nv + j] = std::exp(sp * l.a[j]);
+    // Beta and alpha logits per V head j into h.beta and h.decay: qwen35's two projections in
+    // V-head order, or qwen3next's fused one, per K head g [beta (r) | alpha (r)] (j = g*r + i).
+    if (variant_.qwen35) {
+      MatMul(l.beta, s.xn.data(), d, n, h.beta.data(), nv, s.matmul, pool);
+      MatMul(l.alpha, s.xn.data(), d, n, h.decay.data(), nv, s.matmul, pool);
+    } else {
+      MatMul(l.ba, s.xn.data(), d, n, h.ba.data(), 2 * nv, s.matmul, pool);
+      for (int t = 0; t < n; ++t) {
+        const float* ba = h.ba.data() + t * 2 * nv;
+        for (int64_t j = 0; j < nv; ++j) {
+          const int64_t g = j / rr, i = j % rr;
+          h.beta[t * nv + j] = ba[g * 2 * rr + i];
+          h.decay[t * nv + j] = ba[g * 2 * rr + rr + i];
         }
+      }
+    }
+    // beta = sigmoid(b), decay = exp(softplus(alpha + dt_bias) * a) (a < 0).
+    for (int t = 0; t < n; ++t) {
+      for (int64_t j = 0; j < nv; ++j) {
+        const float al = h.decay[t * nv + j] + l.dt_bias[j];
+        const float sp = al > 20.0f ? al : std::log1p(std::exp(al));
+        h.beta[t * nv + j] = Sigmoid(h.beta[t * nv + j]);
+        h.decay[t * nv + j] = std::exp(sp * l.a[j]);
       }
     }
     recurrent.Scan(l.recurrent, l.conv.data(), h.qkv.data(), h.decay.data(), h.beta.data(),
@@ -336,18 +412,34 @@ class Qwen3Next final : public Model {
     AddInPlace(s.x.data(), s.xn.data(), static_cast<int64_t>(n) * d);
   }
 
+  HybridVariant variant_;
   MoeHparams moe_;
   std::vector<Layer> layers_;
 };
+
+Result<std::unique_ptr<Model>> LoadHybrid(HybridVariant variant, std::unique_ptr<gguf::File> file,
+                                          std::unique_ptr<Tokenizer> tokenizer) {
+  auto model = std::make_unique<HybridModel>(variant);
+  Status st = model->Init(std::move(file), std::move(tokenizer));
+  if (!st.ok()) return st.error();
+  return std::unique_ptr<Model>(std::move(model));
+}
 
 }  // namespace
 
 Result<std::unique_ptr<Model>> LoadQwen3Next(std::unique_ptr<gguf::File> file,
                                              std::unique_ptr<Tokenizer> tokenizer) {
-  auto model = std::make_unique<Qwen3Next>();
-  Status st = model->Init(std::move(file), std::move(tokenizer));
-  if (!st.ok()) return st.error();
-  return std::unique_ptr<Model>(std::move(model));
+  return LoadHybrid({/*moe=*/true, /*qwen35=*/false}, std::move(file), std::move(tokenizer));
+}
+
+Result<std::unique_ptr<Model>> LoadQwen35(std::unique_ptr<gguf::File> file,
+                                          std::unique_ptr<Tokenizer> tokenizer) {
+  return LoadHybrid({/*moe=*/false, /*qwen35=*/true}, std::move(file), std::move(tokenizer));
+}
+
+Result<std::unique_ptr<Model>> LoadQwen35Moe(std::unique_ptr<gguf::File> file,
+                                             std::unique_ptr<Tokenizer> tokenizer) {
+  return LoadHybrid({/*moe=*/true, /*qwen35=*/true}, std::move(file), std::move(tokenizer));
 }
 
 }  // namespace lamina

@@ -83,7 +83,7 @@ void RecurrentState::Scan(int layer, int seq, int pos0, int n, const float* conv
   float* base = states_.data() + Index(seq, layer) * ring_ * per_;  // [ring, per_]
   pool.ParallelFor(n_vh, 1, [&](int64_t h0, int64_t h1) {
     for (int64_t h = h0; h < h1; ++h) {
-      const int64_t kh = h / r;
+      const int64_t kh = shape_.v_tiled ? h % n_kh : h / r;
       for (int t = 0; t < n; ++t) {
         // The state after pos0 + t tokens, into the slot of the state after pos0 + t + 1.
         const float* src = base + ((pos0 + t) % ring_) * per_ + conv_floats + h * head_floats;
