@@ -525,6 +525,41 @@ TEST(HparamCounts, HybridCountsAreCheckedAgainstTheDeltaNetTensors) {
   for (const CountCase& c : cases) ExpectRefusedQuickly(c, /*parser_level=*/false);
 }
 
+TEST(HparamCounts, Qwen35CountsAreCheckedAgainstTheTensors) {
+  // The repository's qwen35moe fixture: 4 layers (every 4th full attention), conv kernel 4, 2 K
+  // heads of 32, 4 V heads (inner 128), 4 experts, head dimension 64.
+  const std::string q35 =
+      std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/synth-qwen35moe-d128.Q8_0.gguf";
+  if (!std::filesystem::exists(q35)) GTEST_SKIP() << q35 << " is absent";
+  const std::vector<CountCase> cases = {
+      {"q35_layers_5M",
+       q35,
+       {{"qwen35moe.block_count", U32(5000000)}},
+       {"\"qwen35moe.block_count\" = 5000000", "the tensors hold 4 layers"}},
+      {"q35_nextn_5M",
+       q35,
+       {{"qwen35moe.nextn_predict_layers", U32(5000000)}},
+       {"\"qwen35moe.nextn_predict_layers\" = 5000000", "block_count is 4"}},
+      {"q35_sections_5M",
+       q35,
+       {{"qwen35moe.rope.dimension_sections", U32(5000000)}},
+       {"\"qwen35moe.rope.dimension_sections\" = 5000000", "a section must be in [0, 1024]"}},
+      {"q35_v_heads_8",
+       q35,
+       {{"qwen35moe.ssm.time_step_rank", U32(8)}},
+       {"\"qwen35moe.ssm.time_step_rank\" = 8", "blk.0.ssm_a has 4 heads"}},
+      {"q35_state_size_4096",
+       q35,
+       {{"qwen35moe.ssm.state_size", U32(4096)}},
+       {"\"qwen35moe.ssm.state_size\" = 4096", "blk.0.ssm_conv1d.weight has 256"}},
+      {"q35_experts_16",
+       q35,
+       {{"qwen35moe.expert_count", U32(16)}},
+       {"\"qwen35moe.expert_count\" = 16", "holds 4 experts"}},
+  };
+  for (const CountCase& c : cases) ExpectRefusedQuickly(c, /*parser_level=*/false);
+}
+
 // The rewriting itself keeps a model loadable: the unedited copies load and run.
 TEST(HparamCounts, UneditedCopiesStillLoad) {
   std::vector<std::string> fixtures = {kShipped};
