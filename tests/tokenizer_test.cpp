@@ -3,6 +3,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -89,8 +90,8 @@ struct SuiteCase {
 };
 
 std::vector<SuiteCase> LoadSuiteCases() {
-  static const char* const kVocabs[] = {"llama-spm", "phi-3",  "gpt-2",
-                                         "deepseek-coder", "qwen2", "llama-bpe"};
+  static const char* const kVocabs[] = {"llama-spm",      "phi-3", "gpt-2",
+                                        "deepseek-coder", "qwen2", "llama-bpe"};
   std::vector<SuiteCase> cases;
   const std::string dir = SharedDir() + "/vocab";
   if (!fs::is_directory(dir)) {
@@ -144,9 +145,7 @@ std::vector<SuiteCase> LoadSuiteCases() {
 }
 
 // Keeps test listings readable (gtest would otherwise dump the struct's bytes).
-void PrintTo(const SuiteCase& c, std::ostream* os) {
-  *os << c.vocab << " #" << c.index;
-}
+void PrintTo(const SuiteCase& c, std::ostream* os) { *os << c.vocab << " #" << c.index; }
 
 class TokenizerSuite : public ::testing::TestWithParam<SuiteCase> {};
 
@@ -185,10 +184,10 @@ const Tokenizer* RequireVocab(const std::string& relative) {
   return tok;
 }
 
-#define REQUIRE_VOCAB(var, relative)                                                      \
-  const Tokenizer* var = RequireVocab(relative);                                          \
-  if (var == nullptr) {                                                                   \
-    if (HasFailure()) return;                                                             \
+#define REQUIRE_VOCAB(var, relative)                                                     \
+  const Tokenizer* var = RequireVocab(relative);                                         \
+  if (var == nullptr) {                                                                  \
+    if (HasFailure()) return;                                                            \
     GTEST_SKIP() << "shared fixture " << relative << " not found under " << SharedDir(); \
   }
 
@@ -237,8 +236,7 @@ TEST(Stories260K, GoldenPromptsAndContinuations) {
     const std::vector<TokenId> generated = JsonIds(j["generated_tokens"]);
     std::string pieces;
     for (size_t i = 0; i < generated.size(); ++i) {
-      EXPECT_EQ(tok->TokenToPiece(generated[i], true),
-                j["generated_pieces"][i].get<std::string>());
+      EXPECT_EQ(tok->TokenToPiece(generated[i], true), j["generated_pieces"][i].get<std::string>());
       pieces += tok->TokenToPiece(generated[i], false);
     }
     EXPECT_EQ(pieces, j["continuation_text"].get<std::string>());
@@ -357,6 +355,54 @@ TEST(Qwen2Vocab, ParseSpecial) {
   EXPECT_EQ(tok->Decode(plain), chat);
 }
 
+// Qwen3.5's pre-tokenizer (tokenizer.ggml.pre "qwen35": Qwen2's with combining marks inside
+// letter runs), on the qwen2 vocabulary relabelled: ids from llama.cpp 3f545be's tokenizer on the
+// same relabelled file (add_special and parse_special false). The Thai and Arabic strings are
+// where the marks change the result from qwen2's.
+TEST(Qwen35PreTokenizer, MatchesLlamaCppOnTheRelabelledQwen2Vocabulary) {
+  const std::string src = SharedDir() + "/vocab/ggml-vocab-qwen2.gguf";
+  if (!std::filesystem::exists(src)) GTEST_SKIP() << src << " is absent";
+  Result<std::unique_ptr<gguf::File>> f = gguf::File::Open(src);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  gguf::Writer w;
+  for (const auto& [key, value] : (*f)->metadata()) {
+    if (key != "tokenizer.ggml.pre") w.SetValue(key, value);
+  }
+  w.SetString("tokenizer.ggml.pre", "qwen35");
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("lamina_qwen35_vocab_" + std::to_string(getpid()) + ".gguf"))
+                               .string();
+  ASSERT_TRUE(w.WriteFile(path).ok());
+  Result<std::unique_ptr<gguf::File>> relabelled = gguf::File::Open(path);
+  ASSERT_TRUE(relabelled.ok());
+  Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromGguf(**relabelled);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+  const std::vector<std::pair<std::string, std::vector<TokenId>>> cases = {
+      {"Hello world", {9707, 1879}},
+      {"e\u0301te\u0301 cafe\u0301", {68, 53839, 665, 53839, 40930, 53839}},
+      {"\u0928\u092E\u0938\u094D\u0924\u0947 \u0926\u0941\u0928\u093F\u092F\u093E",
+       {60096, 87244, 78368, 30484, 97, 34370, 14925, 99, 72653, 60096, 42311, 107, 23868}},
+      {"\u0E20\u0E32\u0E29\u0E32\u0E44\u0E17\u0E22 \u0E01\u0E48\u0E2D\u0E19",
+       {127382, 125451, 220, 126261}},
+      {"\u0645\u064E\u0631\u0652\u062D\u064E\u0628\u064B\u0627",
+       {130531, 11071, 59397, 132078, 21360, 127837}},
+      {"don't I'LL we've", {15007, 944, 358, 6, 4086, 582, 3003}},
+      {"123 4567 \u0663\u0664\u0665",
+       {16, 17, 18, 220, 19, 20, 21, 22, 220, 149, 96, 149, 97, 149, 98}},
+      {"  spaces\n\n\tand\r\nnewlines  ", {220, 12621, 271, 52477, 319, 931, 7969, 256}},
+      {"a\u0301\u0302b", {64, 53839, 136, 224, 65}},
+      {" \u0301x", {220, 53839, 87}},
+      {"!!!\u0301?", {12069, 53839, 30}},
+      {"\uD55C\uAD6D\uC5B4 \u65E5\u672C\u8A9E \u4E2D\u6587",
+       {23573, 124785, 31079, 75402, 21894, 102819, 72858, 16744}},
+      {"x = f(y) + 2;\n", {87, 284, 282, 7021, 8, 488, 220, 17, 280}},
+  };
+  for (const auto& [text, want] : cases) {
+    EXPECT_EQ(IdsToString((*tok)->Encode(text, false, false)), IdsToString(want)) << text;
+  }
+}
+
 TEST(Qwen2Vocab, EogAndSpecialIds) {
   REQUIRE_VOCAB(tok, "vocab/ggml-vocab-qwen2.gguf");
   EXPECT_EQ(tok->vocab_size(), 151936);
@@ -408,9 +454,8 @@ TEST(LlamaBpeVocab, LargeTextIsFast) {
   }
   const auto start = std::chrono::steady_clock::now();
   const std::vector<TokenId> ids = tok->Encode(text, false, false);
-  const double ms = std::chrono::duration<double, std::milli>(
-                        std::chrono::steady_clock::now() - start)
-                        .count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   EXPECT_GT(ids.size(), 1000u);
   EXPECT_EQ(tok->Decode(ids), text);
   // Generous bound: a few ms is typical; this only catches accidental quadratic behaviour.
@@ -469,7 +514,15 @@ TEST(AllVocabs, ArbitraryBytesRoundTrip) {
 VocabData TinySpm() {
   VocabData v;
   v.model = "llama";
-  v.tokens = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b", "\xE2\x96\x81" "a", "ab"};
+  v.tokens = {"<unk>",
+              "<s>",
+              "</s>",
+              "\xE2\x96\x81",
+              "a",
+              "b",
+              "\xE2\x96\x81"
+              "a",
+              "ab"};
   v.scores = {0, 0, 0, -1, -2, -2, -0.5f, -0.1f};
   v.token_types = {2, 3, 3, 1, 1, 1, 1, 1};
   return v;

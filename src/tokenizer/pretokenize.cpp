@@ -20,6 +20,11 @@ constexpr const char* kLlama3 =
 constexpr const char* kQwen2 =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Qwen3.5's: Qwen2's with combining marks (\p{M}) inside letter runs.
+constexpr const char* kQwen35 =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]"
+    "+|"
+    "\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 // CJK ideographs, U+0800..U+4E00 and Hangul, as in llama.cpp's deepseek patterns.
 constexpr const char* kCjk = "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+";
 constexpr const char* kGpt2 =
@@ -45,6 +50,8 @@ bool PreTokenizerConfigFor(std::string_view pre, PreTokenizerConfig* config) {
     config->patterns = {kLlama3};
   } else if (is({"qwen2", "deepseek-r1-qwen", "stablelm2", "megrez"})) {
     config->patterns = {kQwen2};
+  } else if (pre == "qwen35") {
+    config->patterns = {kQwen35};
   } else if (is({"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v1-en", "jina-v2-es",
                  "jina-v2-de", "jina-v2-code", "roberta-bpe", "mpt", "olmo", "jais"})) {
     config->patterns = {kGpt2};
@@ -113,8 +120,7 @@ Result<std::unique_ptr<PreTokenizer>> PreTokenizer::Create(
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(error_code, message, sizeof(message));
       return Error{"tokenizer: cannot compile pre-tokenizer regex at offset " +
-                   std::to_string(error_offset) + ": " +
-                   reinterpret_cast<const char*>(message)};
+                   std::to_string(error_offset) + ": " + reinterpret_cast<const char*>(message)};
     }
     // JIT is an optimisation only; the interpreter is used when it is unavailable.
     pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
@@ -157,12 +163,12 @@ std::vector<std::string> PreTokenizer::Split(std::string_view text) const {
       size_t emitted = 0;  // bytes of this piece already emitted
       size_t search = 0;
       while (search <= piece_bytes) {
-        int rc = pcre2_match(regex.code, base, piece_bytes, search, PCRE2_NO_UTF_CHECK, md,
-                             nullptr);
+        int rc =
+            pcre2_match(regex.code, base, piece_bytes, search, PCRE2_NO_UTF_CHECK, md, nullptr);
         if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
           // The JIT's fixed stack can run out on huge pieces; the interpreter uses the heap.
-          rc = pcre2_match(regex.code, base, piece_bytes, search,
-                           PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, nullptr);
+          rc = pcre2_match(regex.code, base, piece_bytes, search, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
+                           md, nullptr);
         }
         if (rc < 0) break;  // no further match: the rest of the piece is one gap
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
