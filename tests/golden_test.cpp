@@ -103,7 +103,11 @@ double ToleranceFor(const std::string& model_stem, const std::string& kv) {
       // (its embeddings, scaled by sqrt(256), make such gates common). Q8_0: 0.047 (AVX-512),
       // 0.046 (AVX2), 0.033 (scalar). Both with ~50% headroom (2026-12-04).
       {"synth-gemma3-d256.F32", 5.5e-4},
-      {"synth-gemma3-d256.Q8_0", 0.07}};
+      {"synth-gemma3-d256.Q8_0", 0.07},
+      // tests/fixtures gpt-oss (attention sinks, sliding-window layers, swiglu_oai experts):
+      // measured below, see docs/GOLDENS.md.
+      {"synth-gpt-oss-d256.F32", 1e-4},
+      {"synth-gpt-oss-d256.MXFP4_MOE", 0.1}};
   // Without AVX-512 (an AVX2-only CPU, or LAMINA_ISA=avx2) the attention and quant sums run in
   // another order, and an expert-routing flip appears early in the qwen2moe K-quant file's p100
   // prompt (2.55 at prompt position 9, 2.84 at 89; 5 of 132 rows within 1e-3) on an AVX2-only
@@ -254,7 +258,10 @@ const std::map<std::string, std::string> kRegenerated = {
      "--type F32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 256 --seed 3001"},
     {"synth-gemma3-d256.F32",
      "--arch gemma3 --type F32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 256 --swa 16 "
-     "--swa-pattern 2 --seed 3002"}};
+     "--swa-pattern 2 --seed 3002"},
+    {"synth-gpt-oss-d256.F32",
+     "--arch gpt-oss --type F32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 64 --experts 8 "
+     "--experts-used 4 --ff-exp 64 --swa 16 --seed 3003"}};
 
 // The hex sha256 of a file (coreutils' sha256sum), or "" when it cannot be computed.
 std::string Sha256(const std::string& path) {

@@ -1,7 +1,8 @@
 // Write-path equivalence: the same token stream fed as one prompt batch, token by token, in
 // random chunks, and as speculative verify windows (a random suffix rejected, truncated and
 // rewritten) must leave byte-identical cache storage and bit-identical logits, in every KV mode
-// and V rounding (the gemma3 fixture: with sliding-window layers). A planted fault (one path's
+// and V rounding (the gemma3 fixture: with sliding-window layers; the gpt-oss one: with attention
+// sinks too). A planted fault (one path's
 // writes never reach storage) must be caught. The hybrid qwen3next fixture adds its recurrent state
 // (conv tails and delta states), which every path must leave bit-identical too, and a planted fault
 // (state not restored on truncate).
@@ -25,6 +26,11 @@ const std::string kShared = LAMINA_SHARED_DIR;
 // and global ones, so the 150-token streams below run far past every local window.
 const std::string kGemma3 =
     std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/synth-gemma3-d256.Q8_0.gguf";
+
+// The repository's gpt-oss fixture: attention sinks in every softmax, alternating
+// sliding-window layers (window 16) and a MoE of MXFP4 experts.
+const std::string kGptOss =
+    std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/synth-gpt-oss-d256.MXFP4_MOE.gguf";
 
 // A case's model: a path, or a file name under ../shared/models.
 std::string ModelPath(const std::string& model) {
@@ -150,7 +156,7 @@ std::vector<ModeCase> Cases() {
   std::vector<ModeCase> cases;
   for (const std::string& m :
        {std::string("stories260K.gguf"), std::string("synth-llama-kq.F32.gguf"),
-        std::string("synth-qwen3next-d256.F32.gguf"), kGemma3}) {
+        std::string("synth-qwen3next-d256.F32.gguf"), kGemma3, kGptOss}) {
     for (KvType t : {KvType::kF32, KvType::kF16, KvType::kInt8, KvType::kQ4_0, KvType::kK8V4}) {
       cases.push_back({m, t, KvRounding::kNearest});
       if (t != KvType::kF32 && t != KvType::kF16) cases.push_back({m, t, KvRounding::kStochastic});
