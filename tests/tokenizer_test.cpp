@@ -89,8 +89,8 @@ struct SuiteCase {
 };
 
 std::vector<SuiteCase> LoadSuiteCases() {
-  static const char* const kVocabs[] = {"llama-spm", "phi-3",  "gpt-2",
-                                         "deepseek-coder", "qwen2", "llama-bpe"};
+  static const char* const kVocabs[] = {"llama-spm",      "phi-3", "gpt-2",
+                                        "deepseek-coder", "qwen2", "llama-bpe"};
   std::vector<SuiteCase> cases;
   const std::string dir = SharedDir() + "/vocab";
   if (!fs::is_directory(dir)) {
@@ -144,9 +144,7 @@ std::vector<SuiteCase> LoadSuiteCases() {
 }
 
 // Keeps test listings readable (gtest would otherwise dump the struct's bytes).
-void PrintTo(const SuiteCase& c, std::ostream* os) {
-  *os << c.vocab << " #" << c.index;
-}
+void PrintTo(const SuiteCase& c, std::ostream* os) { *os << c.vocab << " #" << c.index; }
 
 class TokenizerSuite : public ::testing::TestWithParam<SuiteCase> {};
 
@@ -185,10 +183,10 @@ const Tokenizer* RequireVocab(const std::string& relative) {
   return tok;
 }
 
-#define REQUIRE_VOCAB(var, relative)                                                      \
-  const Tokenizer* var = RequireVocab(relative);                                          \
-  if (var == nullptr) {                                                                   \
-    if (HasFailure()) return;                                                             \
+#define REQUIRE_VOCAB(var, relative)                                                     \
+  const Tokenizer* var = RequireVocab(relative);                                         \
+  if (var == nullptr) {                                                                  \
+    if (HasFailure()) return;                                                            \
     GTEST_SKIP() << "shared fixture " << relative << " not found under " << SharedDir(); \
   }
 
@@ -237,8 +235,7 @@ TEST(Stories260K, GoldenPromptsAndContinuations) {
     const std::vector<TokenId> generated = JsonIds(j["generated_tokens"]);
     std::string pieces;
     for (size_t i = 0; i < generated.size(); ++i) {
-      EXPECT_EQ(tok->TokenToPiece(generated[i], true),
-                j["generated_pieces"][i].get<std::string>());
+      EXPECT_EQ(tok->TokenToPiece(generated[i], true), j["generated_pieces"][i].get<std::string>());
       pieces += tok->TokenToPiece(generated[i], false);
     }
     EXPECT_EQ(pieces, j["continuation_text"].get<std::string>());
@@ -408,9 +405,8 @@ TEST(LlamaBpeVocab, LargeTextIsFast) {
   }
   const auto start = std::chrono::steady_clock::now();
   const std::vector<TokenId> ids = tok->Encode(text, false, false);
-  const double ms = std::chrono::duration<double, std::milli>(
-                        std::chrono::steady_clock::now() - start)
-                        .count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   EXPECT_GT(ids.size(), 1000u);
   EXPECT_EQ(tok->Decode(ids), text);
   // Generous bound: a few ms is typical; this only catches accidental quadratic behaviour.
@@ -469,7 +465,15 @@ TEST(AllVocabs, ArbitraryBytesRoundTrip) {
 VocabData TinySpm() {
   VocabData v;
   v.model = "llama";
-  v.tokens = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b", "\xE2\x96\x81" "a", "ab"};
+  v.tokens = {"<unk>",
+              "<s>",
+              "</s>",
+              "\xE2\x96\x81",
+              "a",
+              "b",
+              "\xE2\x96\x81"
+              "a",
+              "ab"};
   v.scores = {0, 0, 0, -1, -2, -2, -0.5f, -0.1f};
   v.token_types = {2, 3, 3, 1, 1, 1, 1, 1};
   return v;
@@ -484,6 +488,37 @@ TEST(FromVocab, TinySpmMergesByScore) {
   // No byte tokens: unknown characters become <unk>.
   EXPECT_EQ((*tok)->Encode("z", false, false), (std::vector<TokenId>{3, 0}));
   EXPECT_EQ((*tok)->Decode({3, 7}), "ab");
+}
+
+// gpt-oss's harmony tokens, as llama.cpp reads o200k_harmony: <|return|> and <|call|> end
+// generation and <|end|> does not (it closes every message of an answer); the message markers
+// render in generated text and are matched as one token without parse_special.
+TEST(FromVocab, HarmonyTokens) {
+  VocabData v = TinySpm();
+  for (const char* t : {"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>",
+                        "<|return|>", "<|call|>"}) {
+    v.tokens.push_back(t);
+    v.scores.push_back(0);
+    v.token_types.push_back(3);
+  }
+  v.eos_id = 13;  // <|return|>
+  auto tok = Tokenizer::FromVocab(v);
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+  const Tokenizer& t = **tok;
+  EXPECT_TRUE(t.IsEog(13));
+  EXPECT_TRUE(t.IsEog(14));
+  EXPECT_FALSE(t.IsEog(12)) << "<|end|> ends a message, not the answer";
+  for (TokenId id : {8, 9, 10, 11}) EXPECT_EQ(t.TokenToPiece(id, false), v.tokens[id]) << id;
+  EXPECT_EQ(t.TokenToPiece(12, false), "");
+  const std::vector<TokenId> ids = t.Encode("<|start|>a<|channel|>b", false, false);
+  EXPECT_EQ(ids.front(), 8);
+  EXPECT_NE(std::find(ids.begin(), ids.end(), 9), ids.end());
+  // Without both <|return|> and <|call|>, <|end|> stays an end of generation (phi-3).
+  v.tokens[14] = "<|other|>";
+  tok = Tokenizer::FromVocab(v);
+  ASSERT_TRUE(tok.ok());
+  EXPECT_TRUE((*tok)->IsEog(12));
+  EXPECT_EQ((*tok)->TokenToPiece(9, false), "");
 }
 
 TEST(FromVocab, RejectsUnknownModelAndPre) {

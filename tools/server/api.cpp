@@ -1125,6 +1125,7 @@ bool ParseChat(const json& body, const Model& model, const chat::ChatSetup& chat
     }
   }
   out->thinking_at_start = chat::PromptOpensThinking(text);
+  out->harmony = chat.harmony;
   int budget = defaults.reasoning_budget;
   if (!GetInt(body, "reasoning_budget_tokens", &budget, err)) return false;
   std::string message = defaults.reasoning_budget_message;

@@ -137,6 +137,9 @@ struct Completion {
   // "none"); the offered tools' names.
   bool parse_tool_calls = false;
   std::vector<std::string> tool_names;
+  // Chat with a harmony template (gpt-oss, ChatSetup::harmony): the answer is read by
+  // chat/harmony.h, its analysis channel as reasoning_content and its calls as tool_calls.
+  bool harmony = false;
 };
 
 // Hard caps on a request's tools.
