@@ -1791,6 +1791,13 @@ TEST_F(ServerTest, HarmonyAnswersWithTheGptOssTemplate) {
     }
     EXPECT_EQ(finish, k.call.empty() ? "stop" : "tool_calls") << sr->body;
   }
+  // A forced call's grammar writes the Hermes form: refused with this template.
+  json forced = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                 {"tools", tools},
+                 {"tool_choice", "required"}};
+  auto [st, r] = s.Post("/v1/chat/completions", forced);
+  EXPECT_EQ(st, 400) << r.dump();
+  EXPECT_NE(r.dump().find("harmony"), std::string::npos) << r.dump();
 }
 
 TEST_F(ServerTest, ToolCallsParsedFromEveryFormat) {

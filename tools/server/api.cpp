@@ -1096,6 +1096,12 @@ bool ParseChat(const json& body, const Model& model, const chat::ChatSetup& chat
     out->parse_tool_calls = true;
     out->tool_names = tools.names;
   }
+  if (tools.active() && tools.choice != "auto" && chat.harmony) {
+    // The forced call's grammar writes the Hermes form, which a harmony answer is not.
+    return Fail(err, "\"tool_choice\": \"" + tools.choice +
+                         "\" is not supported with a harmony (gpt-oss) chat template yet; use "
+                         "\"auto\"");
+  }
   if (tools.active() && tools.choice != "auto") {
     // "required" or a named function: the output is constrained to a call.
     std::string unused;
