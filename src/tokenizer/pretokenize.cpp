@@ -20,6 +20,16 @@ constexpr const char* kLlama3 =
 constexpr const char* kQwen2 =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// GPT-4o's o200k split (gpt-oss, llama4) as llama.cpp spells it: a "case-leading" letter is
+// any letter but an ASCII lower-case one ((?=\p{L})[^a-z]) and a "case-trailing" letter any
+// letter but an ASCII upper-case one, which is how llama.cpp's engine reads its
+// [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] classes (its other letters all fall in both).
+constexpr const char* kGpt4o =
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+"
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*"
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 // CJK ideographs, U+0800..U+4E00 and Hangul, as in llama.cpp's deepseek patterns.
 constexpr const char* kCjk = "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+";
 constexpr const char* kGpt2 =
@@ -83,6 +93,8 @@ bool PreTokenizerConfigFor(std::string_view pre, PreTokenizerConfig* config) {
   } else if (is({"poro-chat", "bloom", "gpt3-finnish"})) {
     config->patterns = {
         " ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{964}\\x{6D4}\\x{60C})]+"};
+  } else if (pre == "gpt-4o") {
+    config->patterns = {kGpt4o};
   } else if (is({"chatglm-bpe", "glm4"})) {
     config->patterns = {kLlama3};
   } else {
@@ -113,8 +125,7 @@ Result<std::unique_ptr<PreTokenizer>> PreTokenizer::Create(
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(error_code, message, sizeof(message));
       return Error{"tokenizer: cannot compile pre-tokenizer regex at offset " +
-                   std::to_string(error_offset) + ": " +
-                   reinterpret_cast<const char*>(message)};
+                   std::to_string(error_offset) + ": " + reinterpret_cast<const char*>(message)};
     }
     // JIT is an optimisation only; the interpreter is used when it is unavailable.
     pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
@@ -157,12 +168,12 @@ std::vector<std::string> PreTokenizer::Split(std::string_view text) const {
       size_t emitted = 0;  // bytes of this piece already emitted
       size_t search = 0;
       while (search <= piece_bytes) {
-        int rc = pcre2_match(regex.code, base, piece_bytes, search, PCRE2_NO_UTF_CHECK, md,
-                             nullptr);
+        int rc =
+            pcre2_match(regex.code, base, piece_bytes, search, PCRE2_NO_UTF_CHECK, md, nullptr);
         if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
           // The JIT's fixed stack can run out on huge pieces; the interpreter uses the heap.
-          rc = pcre2_match(regex.code, base, piece_bytes, search,
-                           PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, nullptr);
+          rc = pcre2_match(regex.code, base, piece_bytes, search, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
+                           md, nullptr);
         }
         if (rc < 0) break;  // no further match: the rest of the piece is one gap
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
