@@ -564,6 +564,11 @@ std::vector<Answer> Answers() {
        "",
        "Just text, with a < sign and to=x.",
        {}},
+      {"a call cut off in its arguments stays content",
+       "<|channel|>commentary to=functions.f json<|message|>{\"a\": \"b",
+       "",
+       "{\"a\": \"b",
+       {}},
       {"unicode", "<|channel|>final<|message|>héllo 世界<|return|>", "", "héllo 世界", {}},
   };
 }

@@ -1731,8 +1731,15 @@ TEST_F(ServerTest, ToolsRefusedByTheLlama3Builtin) {
 TEST_F(ServerTest, HarmonyAnswersWithTheGptOssTemplate) {
   ServerProcess s({"-m", kShipped, "-c", "2048", "--chat-template", "gpt-oss"});
   ASSERT_TRUE(s.healthy()) << s.Log();
-  const json tools = {
-      {{"type", "function"}, {"function", {{"name", "get_time"}, {"description", "The time"}}}}};
+  const json tools = {{{"type", "function"},
+                       {"function",
+                        {{"name", "get_time"},
+                         {"description", "The time"},
+                         {"parameters",
+                          {{"type", "object"},
+                           {"properties", {{"tz", {{"type", "string"}, {"enum", {"UTC", "CET"}}}}}},
+                           {"required", {"tz"}},
+                           {"additionalProperties", false}}}}}}};
   auto gbnf = [](const std::string& text) { return "root ::= " + json(text).dump(); };
   struct Case {
     std::string output;
@@ -1791,13 +1798,24 @@ TEST_F(ServerTest, HarmonyAnswersWithTheGptOssTemplate) {
     }
     EXPECT_EQ(finish, k.call.empty() ? "stop" : "tool_calls") << sr->body;
   }
-  // A forced call's grammar writes the Hermes form: refused with this template.
-  json forced = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
-                 {"tools", tools},
-                 {"tool_choice", "required"}};
-  auto [st, r] = s.Post("/v1/chat/completions", forced);
-  EXPECT_EQ(st, 400) << r.dump();
-  EXPECT_NE(r.dump().find("harmony"), std::string::npos) << r.dump();
+  // A forced call (required, or the named tool) is written in the harmony form and read back
+  // as a call whose arguments are a JSON object.
+  for (const json& choice :
+       {json("required"), json{{"type", "function"}, {"function", {{"name", "get_time"}}}}}) {
+    json forced = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                   {"tools", tools},
+                   {"tool_choice", choice},
+                   {"max_tokens", 200}};
+    auto [st, r] = s.Post("/v1/chat/completions", forced);
+    ASSERT_EQ(st, 200) << r.dump();
+    const json& m = r["choices"][0]["message"];
+    ASSERT_EQ(m["tool_calls"].size(), 1u) << r.dump();
+    EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_time") << r.dump();
+    EXPECT_TRUE(
+        json::parse(m["tool_calls"][0]["function"]["arguments"].get<std::string>()).is_object())
+        << r.dump();
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r.dump();
+  }
 }
 
 TEST_F(ServerTest, ToolCallsParsedFromEveryFormat) {

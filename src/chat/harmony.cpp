@@ -77,11 +77,16 @@ void Route(std::string_view header, std::string_view body, bool ended, bool fina
   if (!recipient.empty() && recipient != "assistant") {
     // A call: its arguments once the message is complete. Recipients other than functions.*
     // (the built-in browser and python tools) are not the client's: dropped, as llama.cpp does.
+    // Arguments that are not one JSON value (a call cut off by the token limit) stay content.
     if (recipient.starts_with(kFunctions) && recipient.size() > kFunctions.size() &&
         (ended || final)) {
       const std::string_view args = Trim(body);
-      out->calls.push_back({std::string(recipient.substr(kFunctions.size())),
-                            args.empty() ? std::string("{}") : std::string(args)});
+      if (args.empty() || IsJson(args)) {
+        out->calls.push_back({std::string(recipient.substr(kFunctions.size())),
+                              args.empty() ? std::string("{}") : std::string(args)});
+      } else {
+        out->content += body;
+      }
     }
     return;
   }

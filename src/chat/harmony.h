@@ -5,7 +5,8 @@
 // is the JSON arguments; `final` (and `commentary` without a recipient, a preamble the user
 // sees) is the content. Pure text in, text out, whole or streamed; the HTTP edge turns the parts
 // into `reasoning_content`, `content` and `tool_calls`. Generated text is untrusted: text outside
-// the message structure stays content, and a call's arguments are kept as generated.
+// the message structure stays content, and a call's arguments are kept as generated (a call
+// whose arguments are not one JSON value stays content, as tool_calls.h keeps a malformed call).
 #pragma once
 
 #include <cstddef>

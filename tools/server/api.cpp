@@ -907,6 +907,32 @@ bool ToolCallGrammar(const ToolRequest& tools, std::string* gbnf, std::string* r
   return true;
 }
 
+bool HarmonyToolCallGrammar(const ToolRequest& tools, std::string* gbnf, std::string* root,
+                            ApiError* err) {
+  std::string names;  // the callable names as GBNF alternatives
+  json params = {{"type", "object"}};
+  int n_callable = 0;
+  for (const json& t : tools.tools) {
+    const json& fn = t["function"];
+    const std::string name = fn["name"].get<std::string>();
+    if (tools.choice == "function" && name != tools.forced) continue;
+    names += (names.empty() ? "" : " | ") + json(name).dump();
+    if (auto p = fn.find("parameters"); p != fn.end() && p->is_object() && !p->empty()) {
+      params = *p;
+    }
+    ++n_callable;
+  }
+  // One callable tool: its parameters; several: any object (the name comes first).
+  if (n_callable > 1) params = {{"type", "object"}};
+  Result<std::string> converted = JsonSchemaToGbnf(params);
+  if (!converted.ok()) converted = JsonSchemaToGbnf(json{{"type", "object"}});
+  if (!converted.ok()) return Fail(err, "tools: " + converted.error().message);
+  *root = "lamina-harmony-call";
+  *gbnf = std::move(*converted) + "\n" + *root + " ::= \"<|channel|>commentary to=functions.\" (" +
+          names + ") \" <|constrain|>json<|message|>\" root\n";
+  return true;
+}
+
 namespace {
 
 // The render options of a chat body: thinking and the template variables (see RenderMessages).
@@ -1096,12 +1122,6 @@ bool ParseChat(const json& body, const Model& model, const chat::ChatSetup& chat
     out->parse_tool_calls = true;
     out->tool_names = tools.names;
   }
-  if (tools.active() && tools.choice != "auto" && chat.harmony) {
-    // The forced call's grammar writes the Hermes form, which a harmony answer is not.
-    return Fail(err, "\"tool_choice\": \"" + tools.choice +
-                         "\" is not supported with a harmony (gpt-oss) chat template yet; use "
-                         "\"auto\"");
-  }
   if (tools.active() && tools.choice != "auto") {
     // "required" or a named function: the output is constrained to a call.
     std::string unused;
@@ -1113,7 +1133,11 @@ bool ParseChat(const json& body, const Model& model, const chat::ChatSetup& chat
                            "\"response_format\"");
     }
     std::string gbnf, root;
-    if (!ToolCallGrammar(tools, &gbnf, &root, err)) return false;
+    // A harmony (gpt-oss) answer calls in its own message form.
+    if (chat.harmony ? !HarmonyToolCallGrammar(tools, &gbnf, &root, err)
+                     : !ToolCallGrammar(tools, &gbnf, &root, err)) {
+      return false;
+    }
     Result<std::shared_ptr<const Grammar>> grammar = Grammar::Parse(gbnf, root);
     if (!grammar.ok()) return Fail(err, "tools: " + grammar.error().message);
     r.params.grammar = std::move(*grammar);
