@@ -1469,6 +1469,8 @@ TEST_F(ServerTest, AssistantPrefillInEveryTemplate) {
        "<start_of_turn>user\nS\n\nU<end_of_turn>\n<start_of_turn>model\n1\n2\n3"},
       {{"--chat-template", "phi3"}, "<|user|>\nU<|end|>\n<|assistant|>\n1\n2\n3"},
       {{"--jinja"}, "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n1\n2\n3"},
+      {{"--chat-template", "gpt-oss"},
+       "<|start|>user<|message|>U<|end|><|start|>assistant<|channel|>final<|message|>1\n2\n3"},
   };
   for (const auto& [flags, tail] : cases) {
     std::vector<std::string> args = {"-m", kShipped, "-c", "512"};

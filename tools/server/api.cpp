@@ -1082,6 +1082,8 @@ bool RenderMessages(const json& body, const Model& model, const chat::ChatSetup&
     }
     messages.pop_back();
     add_generation_prompt = true;  // the continued turn's header
+    // Harmony: the continued text is the answer's final channel (as llama.cpp continues it).
+    if (chat.harmony) prefix = "<|channel|>final<|message|>" + prefix;
   }
   ToolRequest tools;
   if (!ReadTools(body, &tools, err)) return false;
