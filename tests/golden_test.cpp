@@ -113,7 +113,11 @@ double ToleranceFor(const std::string& model_stem, const std::string& kv) {
       {"synth-qwen35-d128.F32", 3.6e-5},
       {"synth-qwen35-d128.Q8_0", 0.15},
       {"synth-qwen35moe-d128.F32", 7e-5},
-      {"synth-qwen35moe-d128.Q8_0", 0.16}};
+      {"synth-qwen35moe-d128.Q8_0", 0.16},
+      // tests/fixtures gpt-oss (attention sinks, sliding-window layers, swiglu_oai experts):
+      // measured below, see docs/GOLDENS.md.
+      {"synth-gpt-oss-d256.F32", 1e-4},
+      {"synth-gpt-oss-d256.MXFP4_MOE", 0.1}};
   // Without AVX-512 (an AVX2-only CPU, or LAMINA_ISA=avx2) the attention and quant sums run in
   // another order, and an expert-routing flip appears early in the qwen2moe K-quant file's p100
   // prompt (2.55 at prompt position 9, 2.84 at 89; 5 of 132 rows within 1e-3) on an AVX2-only
@@ -272,7 +276,10 @@ const std::map<std::string, std::string> kRegenerated = {
     {"synth-qwen35moe-d128.F32",
      "--arch qwen35moe --type F32 --dim 128 --layers 4 --heads 4 --kv-heads 2 --head-dim 64 --ff "
      "128 --experts 4 --experts-used 2 --ff-exp 64 --ssm-k-heads 2 --ssm-v-heads 4 --ssm-head-dim "
-     "32 --attn-interval 4 --rope-sections 2 2 1 1 --seed 3004"}};
+     "32 --attn-interval 4 --rope-sections 2 2 1 1 --seed 3004"},
+    {"synth-gpt-oss-d256.F32",
+     "--arch gpt-oss --type F32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 64 --experts 8 "
+     "--experts-used 4 --ff-exp 64 --swa 16 --seed 3003"}};
 
 // The hex sha256 of a file (coreutils' sha256sum), or "" when it cannot be computed.
 std::string Sha256(const std::string& path) {

@@ -1,10 +1,11 @@
 // Write-path equivalence: the same token stream fed as one prompt batch, token by token, in
 // random chunks, and as speculative verify windows (a random suffix rejected, truncated and
 // rewritten) must leave byte-identical cache storage and bit-identical logits, in every KV mode
-// and V rounding (the gemma3 fixture: with sliding-window layers). A planted fault (one path's
-// writes never reach storage) must be caught. The hybrid qwen3next, qwen35 and qwen35moe fixtures
-// add their recurrent state (conv tails and delta states), which every path must leave
-// bit-identical too, and a planted fault (state not restored on truncate).
+// and V rounding (the gemma3 fixture: with sliding-window layers; the gpt-oss one: with attention
+// sinks too). A planted fault (one path's writes never reach storage) must be caught. The hybrid
+// qwen3next, qwen35 and qwen35moe fixtures add their recurrent state (conv tails and delta
+// states), which every path must leave bit-identical too, and a planted fault (state not restored
+// on truncate).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -31,6 +32,11 @@ const std::string kQwen35 =
     std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/synth-qwen35-d128.Q8_0.gguf";
 const std::string kQwen35Moe =
     std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/synth-qwen35moe-d128.Q8_0.gguf";
+
+// The repository's gpt-oss fixture: attention sinks in every softmax, alternating
+// sliding-window layers (window 16) and a MoE of MXFP4 experts.
+const std::string kGptOss =
+    std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/synth-gpt-oss-d256.MXFP4_MOE.gguf";
 
 // A case's model: a path, or a file name under ../shared/models.
 std::string ModelPath(const std::string& model) {
@@ -156,7 +162,7 @@ std::vector<ModeCase> Cases() {
   std::vector<ModeCase> cases;
   for (const std::string& m :
        {std::string("stories260K.gguf"), std::string("synth-llama-kq.F32.gguf"),
-        std::string("synth-qwen3next-d256.F32.gguf"), kGemma3, kQwen35, kQwen35Moe}) {
+        std::string("synth-qwen3next-d256.F32.gguf"), kGemma3, kQwen35, kQwen35Moe, kGptOss}) {
     for (KvType t : {KvType::kF32, KvType::kF16, KvType::kInt8, KvType::kQ4_0, KvType::kK8V4}) {
       cases.push_back({m, t, KvRounding::kNearest});
       if (t != KvType::kF32 && t != KvType::kF16) cases.push_back({m, t, KvRounding::kStochastic});

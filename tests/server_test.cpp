@@ -1469,6 +1469,8 @@ TEST_F(ServerTest, AssistantPrefillInEveryTemplate) {
        "<start_of_turn>user\nS\n\nU<end_of_turn>\n<start_of_turn>model\n1\n2\n3"},
       {{"--chat-template", "phi3"}, "<|user|>\nU<|end|>\n<|assistant|>\n1\n2\n3"},
       {{"--jinja"}, "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n1\n2\n3"},
+      {{"--chat-template", "gpt-oss"},
+       "<|start|>user<|message|>U<|end|><|start|>assistant<|channel|>final<|message|>1\n2\n3"},
   };
   for (const auto& [flags, tail] : cases) {
     std::vector<std::string> args = {"-m", kShipped, "-c", "512"};
@@ -1725,6 +1727,99 @@ TEST_F(ServerTest, ToolsRefusedByTheLlama3Builtin) {
 // Tool calls parsed from each format, the output pinned by a grammar under tool_choice "auto":
 // content beside the calls, streamed text held back from a call's opener on, a malformed call
 // and a JSON answer naming no tool left as content.
+// gpt-oss's harmony answers (--chat-template gpt-oss; the answers forced by a grammar): the
+// analysis channel comes back as reasoning_content, the final channel as content, a message to
+// functions.NAME as a tool call, whole and streamed.
+TEST_F(ServerTest, HarmonyAnswersWithTheGptOssTemplate) {
+  ServerProcess s({"-m", kShipped, "-c", "2048", "--chat-template", "gpt-oss"});
+  ASSERT_TRUE(s.healthy()) << s.Log();
+  const json tools = {{{"type", "function"},
+                       {"function",
+                        {{"name", "get_time"},
+                         {"description", "The time"},
+                         {"parameters",
+                          {{"type", "object"},
+                           {"properties", {{"tz", {{"type", "string"}, {"enum", {"UTC", "CET"}}}}}},
+                           {"required", {"tz"}},
+                           {"additionalProperties", false}}}}}}};
+  auto gbnf = [](const std::string& text) { return "root ::= " + json(text).dump(); };
+  struct Case {
+    std::string output;
+    std::string reasoning, content;
+    std::string call, args;  // none when call is empty
+  };
+  const std::vector<Case> cases = {
+      {"<|channel|>analysis<|message|>User greets.<|end|><|start|>assistant<|channel|>final"
+       "<|message|>Hello there.",
+       "User greets.", "Hello there.", "", ""},
+      {"<|channel|>analysis<|message|>Need the time.<|end|><|start|>assistant<|channel|>"
+       "commentary to=functions.get_time <|constrain|>json<|message|>{\"tz\": \"UTC\"}",
+       "Need the time.", "", "get_time", "{\"tz\":\"UTC\"}"},
+  };
+  httplib::Client c = s.Client();
+  for (const Case& k : cases) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                 {"tools", tools},
+                 {"grammar", gbnf(k.output)},
+                 {"temperature", 0},
+                 {"max_tokens", 300}};
+    auto [st, r] = s.Post("/v1/chat/completions", body);
+    ASSERT_EQ(st, 200) << r.dump();
+    const json& m = r["choices"][0]["message"];
+    EXPECT_EQ(m.value("reasoning_content", ""), k.reasoning) << r.dump();
+    if (k.call.empty()) {
+      EXPECT_EQ(m["content"], k.content) << r.dump();
+      EXPECT_EQ(r["choices"][0]["finish_reason"], "stop") << r.dump();
+    } else {
+      ASSERT_EQ(m["tool_calls"].size(), 1u) << r.dump();
+      EXPECT_EQ(m["tool_calls"][0]["function"]["name"], k.call);
+      EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], k.args);
+      EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r.dump();
+    }
+    body["stream"] = true;
+    auto sr = c.Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(sr && sr->status == 200);
+    std::string reasoning, content, finish;
+    std::vector<json> calls;
+    for (const json& e : SseEvents(sr->body)) {
+      const json& ch = e["choices"][0];
+      const json& d = ch["delta"];
+      if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+      if (d.contains("content") && d["content"].is_string()) {
+        content += d["content"].get<std::string>();
+      }
+      if (d.contains("tool_calls")) calls.push_back(d["tool_calls"][0]);
+      if (ch["finish_reason"].is_string()) finish = ch["finish_reason"];
+    }
+    EXPECT_EQ(reasoning, k.reasoning) << sr->body;
+    EXPECT_EQ(content, k.content) << sr->body;
+    ASSERT_EQ(calls.size(), k.call.empty() ? 0u : 1u) << sr->body;
+    if (!k.call.empty()) {
+      EXPECT_EQ(calls[0]["function"]["name"], k.call);
+      EXPECT_EQ(calls[0]["function"]["arguments"], k.args);
+    }
+    EXPECT_EQ(finish, k.call.empty() ? "stop" : "tool_calls") << sr->body;
+  }
+  // A forced call (required, or the named tool) is written in the harmony form and read back
+  // as a call whose arguments are a JSON object.
+  for (const json& choice :
+       {json("required"), json{{"type", "function"}, {"function", {{"name", "get_time"}}}}}) {
+    json forced = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                   {"tools", tools},
+                   {"tool_choice", choice},
+                   {"max_tokens", 200}};
+    auto [st, r] = s.Post("/v1/chat/completions", forced);
+    ASSERT_EQ(st, 200) << r.dump();
+    const json& m = r["choices"][0]["message"];
+    ASSERT_EQ(m["tool_calls"].size(), 1u) << r.dump();
+    EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_time") << r.dump();
+    EXPECT_TRUE(
+        json::parse(m["tool_calls"][0]["function"]["arguments"].get<std::string>()).is_object())
+        << r.dump();
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r.dump();
+  }
+}
+
 TEST_F(ServerTest, ToolCallsParsedFromEveryFormat) {
   ServerProcess s({"-m", kShipped, "-c", "2048"});
   ASSERT_TRUE(s.healthy()) << s.Log();

@@ -539,6 +539,70 @@ TEST(FromVocab, TinySpmMergesByScore) {
   EXPECT_EQ((*tok)->Decode({3, 7}), "ab");
 }
 
+// The "gpt-4o" pre-tokenizer (o200k: gpt-oss), checked on llama-bpe's vocabulary relabelled
+// "gpt-4o" against the ids llama.cpp (3f545be) gives the same relabelled file. On the
+// vocabulary's own 47 test strings lamina and llama.cpp agree too; "Cửa Việt" is where the
+// gpt-4o split differs from llama-bpe's.
+TEST(FromGguf, Gpt4oPreTokenizerAsLlamaCpp) {
+  const std::string path = SharedDir() + "/vocab/ggml-vocab-llama-bpe.gguf";
+  if (!fs::exists(path)) GTEST_SKIP() << path << " not found";
+  auto f = gguf::File::Open(path);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  gguf::Writer w;
+  for (const auto& [k, v] : (*f)->metadata()) w.SetValue(k, v);
+  w.SetString("tokenizer.ggml.pre", "gpt-4o");
+  const std::string relabelled = testing::TempDir() + "/vocab-gpt4o.gguf";
+  ASSERT_TRUE(w.WriteFile(relabelled).ok());
+  auto g = gguf::File::Open(relabelled);
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  auto tok = Tokenizer::FromGguf(**g);
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+  fs::remove(relabelled);
+  const std::pair<std::string, std::vector<TokenId>> cases[] = {
+      {"HelloWorld and getHTTPResponse", {9906, 10343, 323, 636, 9412, 2647}},
+      {"C\xE1\xBB\xAD"
+       "a Vi\xE1\xBB\x87t",
+       {34, 91163, 11655, 26298, 83}},
+      {"\xC3\x89t\xC3\xA9\xC3\x89T\xC3\x89 na\xC3\xAFve CAF\xC3\x89s",
+       {27887, 123708, 27887, 51, 27887, 95980, 588, 356, 8440, 27887, 82}},
+      {"12345 67/89", {4513, 1774, 220, 3080, 14, 4578}},
+      {"they'RE here\npath/to/\nfile\n\n  x",
+       {20670, 95253, 1618, 198, 2398, 33529, 6018, 1213, 271, 220, 865}},
+  };
+  for (const auto& [text, ids] : cases) EXPECT_EQ((*tok)->Encode(text, false, false), ids) << text;
+}
+
+// gpt-oss's harmony tokens, as llama.cpp reads o200k_harmony: <|return|> and <|call|> end
+// generation and <|end|> does not (it closes every message of an answer); the message markers
+// render in generated text and are matched as one token without parse_special.
+TEST(FromVocab, HarmonyTokens) {
+  VocabData v = TinySpm();
+  for (const char* t : {"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>",
+                        "<|return|>", "<|call|>"}) {
+    v.tokens.push_back(t);
+    v.scores.push_back(0);
+    v.token_types.push_back(3);
+  }
+  v.eos_id = 13;  // <|return|>
+  auto tok = Tokenizer::FromVocab(v);
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+  const Tokenizer& t = **tok;
+  EXPECT_TRUE(t.IsEog(13));
+  EXPECT_TRUE(t.IsEog(14));
+  EXPECT_FALSE(t.IsEog(12)) << "<|end|> ends a message, not the answer";
+  for (TokenId id : {8, 9, 10, 11}) EXPECT_EQ(t.TokenToPiece(id, false), v.tokens[id]) << id;
+  EXPECT_EQ(t.TokenToPiece(12, false), "");
+  const std::vector<TokenId> ids = t.Encode("<|start|>a<|channel|>b", false, false);
+  EXPECT_EQ(ids.front(), 8);
+  EXPECT_NE(std::find(ids.begin(), ids.end(), 9), ids.end());
+  // Without both <|return|> and <|call|>, <|end|> stays an end of generation (phi-3).
+  v.tokens[14] = "<|other|>";
+  tok = Tokenizer::FromVocab(v);
+  ASSERT_TRUE(tok.ok());
+  EXPECT_TRUE((*tok)->IsEog(12));
+  EXPECT_EQ((*tok)->TokenToPiece(9, false), "");
+}
+
 TEST(FromVocab, RejectsUnknownModelAndPre) {
   VocabData v = TinySpm();
   v.model = "t5";

@@ -1,5 +1,5 @@
-// lamina-synth: writes a random-weight llama, qwen3moe, qwen3next, qwen35, qwen35moe or gemma3 GGUF
-// in a real shape,
+// lamina-synth: writes a random-weight llama, qwen3moe, qwen3next, qwen35, qwen35moe, gemma3 or
+// gpt-oss GGUF in a real shape,
 // for benchmarks and fixtures (e.g. the 181M-parameter llama shape: --dim 1024 --layers 16 --heads
 // 16 --kv-heads 4
 // --ff 2816; a qwen3moe: --arch qwen3moe --experts 64 --experts-used 4 --ff-exp 256
@@ -8,7 +8,8 @@
 // --swa-pattern, its norms drawn around 1 and its output head tied; a qwen35 or qwen35moe takes
 // qwen3next's options and --rope-sections, its norms, dt biases and decay rates drawn, and
 // --nextn appends that many multi-token-prediction blocks, drawn after everything else so the
-// trunk's weights stay those of the file without them). The tokenizer metadata is
+// trunk's weights stay those of the file without them; a gpt-oss takes --swa, the expert
+// options and --yarn-factor, with random biases and sinks). The tokenizer metadata is
 // copied from another GGUF (--vocab-from), whose vocabulary size sets the embedding rows.
 #include <CLI/CLI.hpp>
 #include <cmath>
@@ -28,6 +29,8 @@ struct SynthOptions {
   int swa = 16, swa_pattern = 2;
   std::vector<int> rope_sections = {11, 11, 10, 0};
   int nextn = 0;
+  float yarn_factor = 4.0f;
+  int yarn_orig_ctx = 1024;
   std::string type_name = "Q8_0", vocab_from, out_path, arch = "llama";
   uint64_t seed = 42;
 };
@@ -39,12 +42,16 @@ void AddOptions(CLI::App* app, SynthOptions* o) {
   app->add_option("--kv-heads", o->kv_heads);
   app->add_option("--ff", o->ff);
   app->add_option("--ctx", o->ctx);
-  app->add_option("--arch", o->arch, "llama, qwen3moe, qwen3next, qwen35, qwen35moe or gemma3")
-      ->check(CLI::IsMember({"llama", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "gemma3"}));
+  app->add_option("--arch", o->arch,
+                  "llama, qwen3moe, qwen3next, qwen35, qwen35moe, gemma3 or gpt-oss")
+      ->check(CLI::IsMember(
+          {"llama", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "gemma3", "gpt-oss"}));
   app->add_option("--rope-sections", o->rope_sections, "qwen35: rope.dimension_sections (4)")
       ->expected(4);
   app->add_option("--nextn", o->nextn, "qwen35: multi-token-prediction blocks appended");
-  app->add_option("--swa", o->swa, "gemma3: sliding window (tokens)");
+  app->add_option("--swa", o->swa, "gemma3, gpt-oss: sliding window (tokens)");
+  app->add_option("--yarn-factor", o->yarn_factor, "gpt-oss: YaRN factor (0: no rope scaling)");
+  app->add_option("--yarn-orig-ctx", o->yarn_orig_ctx, "gpt-oss: YaRN original context");
   app->add_option("--swa-pattern", o->swa_pattern, "gemma3: every n-th layer is global");
   app->add_option("--ssm-k-heads", o->ssm_k_heads, "qwen3next: Gated DeltaNet query/key heads");
   app->add_option("--ssm-v-heads", o->ssm_v_heads, "qwen3next: Gated DeltaNet value heads");
@@ -82,7 +89,8 @@ bool IsQwen35(const std::string& arch) { return arch == "qwen35" || arch == "qwe
 // The architecture's hyperparameters and the vocabulary file's tokenizer.* entries.
 void SetMetadata(const SynthOptions& o, int head_dim, const gguf::File& vocab, gguf::Writer* w) {
   const bool next = IsHybrid(o.arch);
-  const bool moe = o.arch == "qwen3moe" || o.arch == "qwen3next" || o.arch == "qwen35moe";
+  const bool oss = o.arch == "gpt-oss";
+  const bool moe = o.arch == "qwen3moe" || o.arch == "qwen3next" || o.arch == "qwen35moe" || oss;
   const bool gemma = o.arch == "gemma3";
   const std::string a = o.arch;
   w->SetString("general.architecture", a);
@@ -110,6 +118,14 @@ void SetMetadata(const SynthOptions& o, int head_dim, const gguf::File& vocab, g
     w->SetU32(a + ".attention.sliding_window_pattern", o.swa_pattern);
     w->SetString(a + ".rope.scaling.type", "linear");
     w->SetF32(a + ".rope.scaling.factor", 8.0f);
+  }
+  if (oss) {  // the window alternates (the default pattern 2); YaRN as the real models
+    w->SetU32(a + ".attention.sliding_window", o.swa);
+    if (o.yarn_factor > 0.0f) {
+      w->SetString(a + ".rope.scaling.type", "yarn");
+      w->SetF32(a + ".rope.scaling.factor", o.yarn_factor);
+      w->SetU32(a + ".rope.scaling.original_context_length", o.yarn_orig_ctx);
+    }
   }
   if (moe) {
     w->SetU32(a + ".attention.key_length", head_dim);
@@ -167,6 +183,16 @@ class WeightWriter {
     std::vector<float> v(n);  // [n]
     for (float& x : v) x = mean + sd * normal_(rng_);
     w_->AddTensor(name, GgmlType::kF32, {n}, v.data(), v.size() * 4);
+  }
+  // An F32 tensor of ne0 x ne1 values N(0, sigma^2) (ne1 = 1: a vector): biases, sinks.
+  void Random(const std::string& name, int ne0, int ne1, float sigma) {
+    std::vector<float> v(static_cast<size_t>(ne0) * ne1);  // [ne1, ne0]
+    for (float& x : v) x = sigma * normal_(rng_);
+    if (ne1 == 1) {
+      w_->AddTensor(name, GgmlType::kF32, {ne0}, v.data(), v.size() * 4);
+    } else {
+      w_->AddTensor(name, GgmlType::kF32, {ne0, ne1}, v.data(), v.size() * 4);
+    }
   }
   // A norm weight 1 + N(0, 0.2^2) per element (Gemma's 1 + w as the file stores it).
   void Norm(const std::string& name, int n) {
@@ -285,6 +311,32 @@ void AddGemmaLayer(const SynthOptions& o, const std::string& p, int head_dim, Gg
   ww.Norm(p + "post_ffw_norm.weight", dim);
 }
 
+// A gpt-oss layer after its attn_norm: attention with biases and sinks, post_attention_norm,
+// the router and the experts with their biases.
+void AddGptOssLayer(const SynthOptions& o, const std::string& p, int head_dim, GgmlType type,
+                    WeightWriter& ww) {
+  const int dim = o.dim, heads = o.heads, kv_heads = o.kv_heads;
+  const int experts = o.experts, ff_exp = o.ff_exp;
+  ww.Matrix(p + "attn_q.weight", dim, heads * head_dim, type);
+  ww.Random(p + "attn_q.bias", heads * head_dim, 1, 0.2f);
+  ww.Matrix(p + "attn_k.weight", dim, kv_heads * head_dim, type);
+  ww.Random(p + "attn_k.bias", kv_heads * head_dim, 1, 0.2f);
+  ww.Matrix(p + "attn_v.weight", dim, kv_heads * head_dim, type);
+  ww.Random(p + "attn_v.bias", kv_heads * head_dim, 1, 0.2f);
+  ww.Matrix(p + "attn_output.weight", heads * head_dim, dim, type);
+  ww.Random(p + "attn_output.bias", dim, 1, 0.2f);
+  ww.Random(p + "attn_sinks.weight", heads, 1, 1.0f);
+  ww.Norm(p + "post_attention_norm.weight", dim);
+  ww.Matrix(p + "ffn_gate_inp.weight", dim, experts, GgmlType::kF32);
+  ww.Random(p + "ffn_gate_inp.bias", experts, 1, 0.5f);
+  ww.Stacked(p + "ffn_gate_exps.weight", dim, ff_exp, experts, type);
+  ww.Random(p + "ffn_gate_exps.bias", ff_exp, experts, 0.2f);
+  ww.Stacked(p + "ffn_up_exps.weight", dim, ff_exp, experts, type);
+  ww.Random(p + "ffn_up_exps.bias", ff_exp, experts, 0.2f);
+  ww.Stacked(p + "ffn_down_exps.weight", ff_exp, dim, experts, type);
+  ww.Random(p + "ffn_down_exps.bias", dim, experts, 0.2f);
+}
+
 // A llama or qwen3moe layer after its attn_norm (tensor names start with `p`).
 void AddLayer(const SynthOptions& o, const std::string& p, bool moe, int head_dim, GgmlType type,
               WeightWriter& ww) {
@@ -331,6 +383,7 @@ int Synth(const SynthOptions& o) {
   const bool next = IsHybrid(o.arch);
   const bool moe = o.arch == "qwen3moe";
   const bool gemma = o.arch == "gemma3";
+  const bool oss = o.arch == "gpt-oss";
 
   gguf::Writer w;
   SetMetadata(o, head_dim, **vocab, &w);
@@ -341,6 +394,11 @@ int Synth(const SynthOptions& o) {
     if (gemma) {
       ww.Norm(p + "attn_norm.weight", o.dim);
       AddGemmaLayer(o, p, head_dim, type, ww);
+      continue;
+    }
+    if (oss) {
+      ww.Norm(p + "attn_norm.weight", o.dim);
+      AddGptOssLayer(o, p, head_dim, type, ww);
       continue;
     }
     if (IsQwen35(o.arch)) {
@@ -378,7 +436,8 @@ int Synth(const SynthOptions& o) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "Write a random-weight llama, qwen3moe, qwen3next, qwen35, qwen35moe or gemma3 GGUF"};
+      "Write a random-weight llama, qwen3moe, qwen3next, qwen35, qwen35moe, gemma3 or gpt-oss "
+      "GGUF"};
   lamina::SynthOptions options;
   lamina::AddOptions(&app, &options);
   CLI11_PARSE(app, argc, argv);

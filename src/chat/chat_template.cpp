@@ -1,6 +1,8 @@
 // Rendering of the known chat formats, following the official Jinja templates line by line.
 #include "chat/chat_template.h"
 
+#include "chat/harmony.h"
+
 namespace lamina::chat {
 
 namespace {
@@ -284,6 +286,85 @@ constexpr BuiltinTemplate kBuiltins[] = {
 {{ '<|im_start|>' + message['role'] + '<|im_sep|>' + message['content'] + '<|im_end|>' }}
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{ '<|im_start|>assistant<|im_sep|>' }}{%- endif -%})"},
+    // gpt-oss ("harmony"): a system message (identity, knowledge cutoff, today's date, the
+    // reasoning effort, the channels), a developer message with the first system or developer
+    // turn as "# Instructions" and the tools as a TypeScript namespace, then <|start|>ROLE
+    // <|message|>TEXT<|end|> turns; an assistant's answer goes to the final channel, its tool
+    // call to functions.NAME on the commentary channel (its reasoning, or its text, on the
+    // analysis channel before it unless a later answer follows), a tool's result comes from
+    // functions.NAME as a JSON string. Variables: model_identity, reasoning_effort (default
+    // medium).
+    {"gpt-oss",
+     R"({%- macro ts_type(spec) -%}
+{%- if spec.type == 'string' and spec.enum -%}{{ '"' + spec.enum | join('" | "') + '"' }}
+{%- elif spec.type == 'string' -%}{{ 'string' + (' | null' if spec.nullable else '') }}
+{%- elif spec.type == 'number' or spec.type == 'integer' -%}number
+{%- elif spec.type == 'boolean' -%}boolean
+{%- elif spec.type == 'array' and spec['items'] and spec['items'].type in ['string', 'number', 'integer', 'boolean'] -%}
+{{ ('number' if spec['items'].type == 'integer' else spec['items'].type) + '[]' + (' | null' if spec.nullable else '') }}
+{%- elif spec.type == 'array' -%}{{ 'any[]' + (' | null' if spec.nullable else '') }}
+{%- else -%}any
+{%- endif -%}
+{%- endmacro -%}
+{%- set first = messages[0] if messages else none -%}
+{%- set instructions = first.content if first and first.role in ['system', 'developer'] else '' -%}
+{%- set turns = messages[1:] if first and first.role in ['system', 'developer'] else messages -%}
+{{- '<|start|>system<|message|>' + (model_identity if model_identity is defined else 'You are ChatGPT, a large language model trained by OpenAI.') + '\n' -}}
+{{- 'Knowledge cutoff: 2024-06\nCurrent date: ' + strftime_now('%Y-%m-%d') + '\n\n' -}}
+{{- 'Reasoning: ' + (reasoning_effort if reasoning_effort is defined else 'medium') + '\n\n' -}}
+{{- '# Valid channels: analysis, commentary, final. Channel must be included for every message.' -}}
+{%- if tools %}{{ "\nCalls to these tools must go to the commentary channel: 'functions'." }}{% endif -%}
+{{- '<|end|>' -}}
+{%- if instructions or tools -%}
+{{- '<|start|>developer<|message|>' -}}
+{%- if instructions %}{{ '# Instructions\n\n' + instructions + '\n\n' }}{% endif -%}
+{%- if tools -%}
+{{- '# Tools\n\n## functions\n\nnamespace functions {\n\n' -}}
+{%- for t in tools -%}
+{%- set f = t.function -%}
+{{- '// ' + f.description + '\ntype ' + f.name + ' = ' -}}
+{%- if f.parameters and f.parameters.properties -%}
+{{- '(_: {\n' -}}
+{%- for name, spec in f.parameters.properties.items() -%}
+{%- if spec.description %}{{ '// ' + spec.description + '\n' }}{% endif -%}
+{{- name + ('' if name in (f.parameters.required or []) else '?') + ': ' + ts_type(spec) -}}
+{%- if spec.default is defined -%}{{ ', // default: ' + (spec.default if spec.enum else spec.default | tojson) }}{%- endif -%}
+{{- ',\n' -}}
+{%- endfor -%}
+{{- '}) => any;\n\n' -}}
+{%- else -%}{{ '() => any;\n\n' }}{%- endif -%}
+{%- endfor -%}
+{{- '} // namespace functions' -}}
+{%- endif -%}
+{{- '<|end|>' -}}
+{%- endif -%}
+{%- set ns = namespace(called=none) -%}
+{%- for m in turns -%}
+{%- if m.role == 'user' -%}
+{{- '<|start|>user<|message|>' + m.content + '<|end|>' -}}
+{%- elif m.role == 'assistant' and m.tool_calls -%}
+{%- set answered = namespace(yes=false) -%}
+{%- for later in turns[loop.index:] -%}
+{%- if later.role == 'assistant' and not later.tool_calls %}{% set answered.yes = true %}{% endif -%}
+{%- endfor -%}
+{%- set call = m.tool_calls[0].function if m.tool_calls[0].function else m.tool_calls[0] -%}
+{%- set note = m.content if m.content else (m.thinking if m.thinking else '') -%}
+{%- if m.content and m.thinking %}{{ raise_exception('gpt-oss: an assistant tool call has both content and thinking') }}{% endif -%}
+{%- if note and not answered.yes %}{{ '<|start|>assistant<|channel|>analysis<|message|>' + note + '<|end|>' }}{% endif -%}
+{{- '<|start|>assistant to=functions.' + call.name + '<|channel|>commentary json<|message|>' + call.arguments | tojson + '<|call|>' -}}
+{%- set ns.called = call.name -%}
+{%- elif m.role == 'assistant' and loop.last and not add_generation_prompt -%}
+{%- if m.thinking %}{{ '<|start|>assistant<|channel|>analysis<|message|>' + m.thinking + '<|end|>' }}{% endif -%}
+{{- '<|start|>assistant<|channel|>final<|message|>' + m.content + '<|return|>' -}}
+{%- elif m.role == 'assistant' -%}
+{{- '<|start|>assistant<|channel|>final<|message|>' + m.content + '<|end|>' -}}
+{%- set ns.called = none -%}
+{%- elif m.role == 'tool' -%}
+{%- if ns.called is none %}{{ raise_exception('gpt-oss: a tool turn without an earlier tool call') }}{% endif -%}
+{{- '<|start|>functions.' + ns.called + ' to=assistant<|channel|>commentary<|message|>' + m.content | tojson + '<|end|>' -}}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt %}{{ '<|start|>assistant' }}{% endif -%})"},
     // Falcon 3: <|role|>, a newline, the text and a newline.
     {"falcon3",
      R"({%- for message in messages -%}
@@ -387,6 +468,7 @@ Result<ChatSetup> ChatSetupFromJinja(std::string_view source, const Tokenizer& t
   ChatSetup setup;
   setup.format = ChatFormat::kJinja;
   setup.jinja = std::make_shared<const jinja::Template>(std::move(*t));
+  setup.harmony = IsHarmonyTemplate(source);
   const int n = tok.vocab_size();
   if (tok.bos() >= 0 && tok.bos() < n) setup.bos_token = tok.TokenText(tok.bos());
   if (tok.eos() >= 0 && tok.eos() < n) setup.eos_token = tok.TokenText(tok.eos());
@@ -430,9 +512,13 @@ Result<std::string> RenderChatJinja(const ChatSetup& setup,
   jinja::Array list;
   for (const ChatMessage& m : messages) {
     const bool null_content = m.content_null && !m.tool_calls.empty();
-    jinja::Value msg = jinja::Value::MakeObject(
-        {{"role", jinja::Value(m.role)},
-         {"content", null_content ? jinja::Value::None() : jinja::Value(m.content)}});
+    // Harmony templates read an assistant's reasoning as `thinking`; a tool call then carries it
+    // without a content key at all (as llama.cpp passes it).
+    const bool harmony_thinking = setup.harmony && !m.reasoning_content.empty();
+    jinja::Value msg = jinja::Value::MakeObject({{"role", jinja::Value(m.role)}});
+    if (!harmony_thinking || m.tool_calls.empty()) {
+      msg.Set("content", null_content ? jinja::Value::None() : jinja::Value(m.content));
+    }
     if (!m.tool_calls.empty()) {
       jinja::Array calls;
       for (const ChatToolCall& c : m.tool_calls) {
@@ -447,6 +533,7 @@ Result<std::string> RenderChatJinja(const ChatSetup& setup,
     }
     if (!m.reasoning_content.empty()) {
       msg.Set("reasoning_content", jinja::Value(m.reasoning_content));
+      if (harmony_thinking) msg.Set("thinking", jinja::Value(m.reasoning_content));
     }
     if (!m.tool_call_id.empty()) msg.Set("tool_call_id", jinja::Value(m.tool_call_id));
     if (!m.name.empty()) msg.Set("name", jinja::Value(m.name));

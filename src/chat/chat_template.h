@@ -2,7 +2,8 @@
 // Llama-3's header format, recognised from a GGUF's tokenizer.chat_template text and rendered
 // natively the way their official templates render plain-text conversations; any other
 // template (or any template, when asked) is rendered by the Jinja engine (jinja.h), as are the
-// built-in Jinja sources of the other named formats (gemma, phi3, mistral-v7, deepseek3).
+// built-in Jinja sources of the other named formats (gemma, phi3, mistral-v7, deepseek3,
+// gpt-oss's harmony, ...).
 #pragma once
 
 #include <memory>
@@ -85,6 +86,9 @@ struct ChatSetup {
   // kChatML that opens the thinking block when enable_thinking is true (OpensThinkingOnRequest)
   bool opens_thinking = false;
   std::shared_ptr<const jinja::Template> jinja;
+  // The Jinja template renders gpt-oss's harmony format (IsHarmonyTemplate): messages carry
+  // their reasoning as `thinking` too, and answers are read by chat/harmony.h.
+  bool harmony = false;
   std::string bos_token, eos_token;
   jinja::RenderOptions render;  // strftime_now's clock (tests fix it)
 };

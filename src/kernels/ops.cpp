@@ -110,6 +110,15 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+void SwigluOaiMul(const float* gate, const float* up, int64_t n, float alpha, float limit,
+                  float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], limit);
+    const float u = std::clamp(up[i], -limit, limit);
+    out[i] = g / (1.0f + std::exp(alpha * (-g))) * (u + 1.0f);
+  }
+}
+
 void GeluTanhMul(const float* gate, const float* up, int64_t n, float* out) {
   constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
   constexpr float kCoef = 0.044715f;

@@ -49,6 +49,12 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out);
 // gate <= -10 and the gate itself from 10 up.
 void GeluTanhMul(const float* gate, const float* up, int64_t n, float* out);
 
+// out[i] = g * sigmoid(alpha * g) * (u + 1) with g = min(gate[i], limit) and
+// u = clamp(up[i], -limit, limit): gpt-oss's clamped gated activation, as ggml's CPU
+// swiglu_oai computes it (the sigmoid as 1 / (1 + exp(-alpha g)) in f32).
+void SwigluOaiMul(const float* gate, const float* up, int64_t n, float alpha, float limit,
+                  float* out);
+
 // y[i] += x[i]
 void AddInPlace(float* y, const float* x, int64_t n);
 

@@ -26,6 +26,11 @@ Result<std::unique_ptr<Model>> LoadQwen35Moe(std::unique_ptr<gguf::File> file,
 Result<std::unique_ptr<Model>> LoadGemma3(std::unique_ptr<gguf::File> file,
                                           std::unique_ptr<Tokenizer> tokenizer);
 
+// gpt-oss (gptoss.cpp): attention sinks, alternating sliding-window layers, biases, a MoE of
+// swiglu_oai experts weighted by the softmax of the chosen router logits.
+Result<std::unique_ptr<Model>> LoadGptOss(std::unique_ptr<gguf::File> file,
+                                          std::unique_ptr<Tokenizer> tokenizer);
+
 struct Architecture {
   const char* name;        // general.architecture
   DecoderOptions options;  // the shared decoder's options (unused when factory is set)
@@ -71,6 +76,12 @@ inline constexpr Architecture kArchitectures[] = {
     // after attention and FFN too, GELU(tanh)-gated FFN, embeddings scaled by sqrt(n_embd), its
     // own loader (gemma3.cpp documents it).
     {"gemma3",    {},                                                                 LoadGemma3},
+    // gpt-oss: NeoX RoPE (YaRN when the file says so) on every layer, Q/K/V and output biases,
+    // a learned sink logit per query head in every softmax, sliding-window layers alternating
+    // with global ones (sliding_window_pattern, default 2), post_attention_norm before a MoE
+    // FFN with router and expert biases, top-k on the router logits weighted by the softmax of
+    // the k chosen, clamped swiglu_oai experts; its own loader (gptoss.cpp documents it).
+    {"gpt-oss",   {},                                                                 LoadGptOss},
 };
 // clang-format on
 

@@ -260,7 +260,8 @@ Result<RopeScalingConfig> ReadRopeScaling(const gguf::File& f, const std::string
     } else if (st->str == "yarn") {
       c.type = RopeScalingType::kYarn;
     } else {
-      return Error{f.path() + ": unsupported rope scaling type \"" + st->str + "\""};
+      return Error{f.path() + ": unsupported rope scaling type \"" + st->str + "\" (metadata key " +
+                   Quoted(ArchKey(a, "rope.scaling.type")) + "; none, linear or yarn)"};
     }
   }
   // llama.cpp reads rope.scaling.factor, falling back to the older rope.scale_linear; 0 = 1.
@@ -321,10 +322,13 @@ RopeParams SlidingWindowRope(const RopeParams& global, float freq_base_swa) {
   return p;
 }
 
-Status ReadSlidingWindow(const gguf::File& f, Hparams* hp) {
+Status ReadSlidingWindow(const gguf::File& f, Hparams* hp, const SlidingWindowRules& rules) {
   const std::string& a = hp->arch;
   const std::string window_key = ArchKey(a, "attention.sliding_window");
-  if (f.Find(window_key) == nullptr) return Status::Ok();
+  if (f.Find(window_key) == nullptr) {
+    if (!rules.required) return Status::Ok();
+    return Error{f.path() + ": missing required key " + window_key};
+  }
   Result<int64_t> window = f.GetInt(window_key);
   if (!window.ok()) return window.error();
   if (*window < 0 || *window > kMaxContextLength) {
@@ -339,14 +343,14 @@ Status ReadSlidingWindow(const gguf::File& f, Hparams* hp) {
     return Error{f.path() + ": metadata key " + Quoted(pattern_key) +
                  " is a per-layer array; lamina reads the period form (an integer) only"};
   }
-  Result<int64_t> period = f.GetIntOr(pattern_key, 6);
+  Result<int64_t> period = f.GetIntOr(pattern_key, rules.default_period);
   if (!period.ok()) return period.error();
   if (*period < 0 || *period > kMaxHparamInt) {
     return HparamError(f, pattern_key, *period,
                        "the period must be in [0, " + std::to_string(kMaxHparamInt) + "]");
   }
   const std::string base_key = ArchKey(a, "rope.freq_base_swa");
-  Result<double> base = f.GetFloatOr(base_key, 10000.0);
+  Result<double> base = f.GetFloatOr(base_key, rules.global_rope ? hp->rope.freq_base : 10000.0);
   if (!base.ok()) return base.error();
   if (!(*base > 0.0) || !std::isfinite(*base)) {
     return Error{f.path() + ": metadata key " + Quoted(base_key) + " = " + std::to_string(*base) +
@@ -357,7 +361,13 @@ Status ReadSlidingWindow(const gguf::File& f, Hparams* hp) {
   for (int il = 0; il < hp->kv_layers(); ++il) {
     hp->swa_layers[il] = *period == 0 || il % *period < *period - 1 ? 1 : 0;
   }
-  hp->rope_swa = SlidingWindowRope(hp->rope, static_cast<float>(*base));
+  hp->swa_global_rope = rules.global_rope;
+  if (rules.global_rope) {
+    hp->rope_swa = hp->rope;
+    hp->rope_swa.freq_base = static_cast<float>(*base);
+  } else {
+    hp->rope_swa = SlidingWindowRope(hp->rope, static_cast<float>(*base));
+  }
   return Status::Ok();
 }
 

@@ -67,13 +67,25 @@ RopeParams ResolveRope(const RopeParams& base, const RopeScalingConfig& scaling,
 // freq_base_swa and no linear scaling (freq_scale 1).
 RopeParams SlidingWindowRope(const RopeParams& global, float freq_base_swa);
 
-// Sliding-window attention as llama.cpp reads it for gemma3: `<arch>.attention.sliding_window`
-// (absent or 0: none; else at most kMaxContextLength), the period P of
-// `<arch>.attention.sliding_window_pattern` (default 6; layer il is a sliding-window layer when
-// P == 0 or il % P < P - 1, so every P-th layer is global) and `<arch>.rope.freq_base_swa`
-// (default 10000). Fills hp->n_swa, swa_layers and rope_swa (from hp->rope, already read). A
-// value out of range, an array pattern or a non-positive base is an error naming the key.
-Status ReadSlidingWindow(const gguf::File& file, Hparams* hp);
+// How an architecture's sliding-window layers default (llama.cpp's per-architecture rules).
+struct SlidingWindowRules {
+  int default_period = 6;  // sliding_window_pattern when absent (gemma3 6, gpt-oss 2)
+  // false (gemma3): the local layers' RoPE base defaults to 10000 and they never scale
+  // (SlidingWindowRope). true (gpt-oss): they rotate with the global RoPE, its scaling included,
+  // the base rope.freq_base_swa when present.
+  bool global_rope = false;
+  bool required = false;  // attention.sliding_window must be present
+};
+
+// Sliding-window attention as llama.cpp reads it: `<arch>.attention.sliding_window` (absent or
+// 0: none; else at most kMaxContextLength), the period P of
+// `<arch>.attention.sliding_window_pattern` (default rules.default_period; layer il is a
+// sliding-window layer when P == 0 or il % P < P - 1, so every P-th layer is global) and
+// `<arch>.rope.freq_base_swa` (default: see SlidingWindowRules). Fills hp->n_swa, swa_layers and
+// rope_swa (from hp->rope, already read). A value out of range, an array pattern or a
+// non-positive base is an error naming the key.
+Status ReadSlidingWindow(const gguf::File& file, Hparams* hp,
+                         const SlidingWindowRules& rules = SlidingWindowRules{});
 
 // Reads the required `<arch>.rope.dimension_sections` (qwen35: interleaved multi-section RoPE,
 // RopeParams::sections) into hp->rope: 4 integers (or one for all four), each >= 0, summing to

@@ -34,8 +34,16 @@ Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const RopeOver
   if (!model.ok() || overrides.empty()) return model;
   Hparams& hp = (*model)->hparams_;
   hp.rope = ResolveRope(hp.rope, hp.rope_scaling, overrides);
-  // Sliding-window layers keep their own base and never scale (llama.cpp).
-  hp.rope_swa = SlidingWindowRope(hp.rope, hp.rope_swa.freq_base);
+  // Sliding-window layers keep their own base and never scale (llama.cpp), or (gpt-oss) take the
+  // overridden RoPE but keep the file's base and frequency scale (llama.cpp's *_train_swa).
+  if (hp.swa_global_rope) {
+    const RopeParams swa = hp.rope_swa;
+    hp.rope_swa = hp.rope;
+    hp.rope_swa.freq_base = swa.freq_base;
+    hp.rope_swa.freq_scale = swa.freq_scale;
+  } else {
+    hp.rope_swa = SlidingWindowRope(hp.rope, hp.rope_swa.freq_base);
+  }
   if (hp.rope.freq_scale <= 0.0f || !(hp.rope.freq_scale < 1e6f)) {
     return Error{path + ": invalid --rope-scale"};
   }

@@ -100,6 +100,9 @@ struct Hparams {
   int n_swa = 0;
   std::vector<uint8_t> swa_layers;
   RopeParams rope_swa;
+  // gpt-oss: rope_swa is the global RoPE (its scaling included) with its own base; false
+  // (gemma3): SlidingWindowRope's, which never scales.
+  bool swa_global_rope = false;
   // Final logits become c * tanh(logits / c) (0: not capped).
   float final_logit_softcap = 0.0f;
   int kv_layers() const { return n_layer_kv > 0 ? n_layer_kv : n_layer; }
@@ -208,6 +211,10 @@ class Model {
   virtual void Forward(const ForwardBatch& batch, AttentionContext& attention,
                        RecurrentContext& recurrent, ForwardScratch& scratch, ThreadPool& pool,
                        float* logits) const = 0;
+
+  // The attention sinks of cache layer `layer` (gpt-oss): per query head a logit that joins
+  // the softmax's denominator, [n_head]; nullptr for none (every other architecture).
+  virtual const float* AttentionSinks(int /*layer*/) const { return nullptr; }
 
  protected:
   // Applies RopeOverrides after the architecture has read its hyper-parameters.

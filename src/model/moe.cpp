@@ -109,7 +109,7 @@ Result<MoeHparams> ReadMoeHparams(const gguf::File& f, const Hparams& hp, bool d
 }
 
 uint64_t LoadMoeWeights(WeightLoader& L, const Hparams& hp, const MoeHparams& m, int layer,
-                        MoeWeights* w, const char* norm_name) {
+                        MoeWeights* w, const char* norm_name, bool with_bias) {
   const std::string p = "blk." + std::to_string(layer) + ".";
   w->norm = L.Vector(p + norm_name + ".weight", hp.n_embd);
   w->router = L.Matrix(p + "ffn_gate_inp.weight", hp.n_embd, m.n_expert);
@@ -117,7 +117,13 @@ uint64_t LoadMoeWeights(WeightLoader& L, const Hparams& hp, const MoeHparams& m,
   w->gate = L.Stacked(p + "ffn_gate_exps.weight", hp.n_embd, m.n_ff_exp, m.n_expert);
   w->up = L.Stacked(p + "ffn_up_exps.weight", hp.n_embd, m.n_ff_exp, m.n_expert);
   w->down = L.Stacked(p + "ffn_down_exps.weight", m.n_ff_exp, hp.n_embd, m.n_expert);
+  if (with_bias) {
+    w->gate_b = L.Table(p + "ffn_gate_exps.bias", m.n_ff_exp, m.n_expert);
+    w->up_b = L.Table(p + "ffn_up_exps.bias", m.n_ff_exp, m.n_expert);
+    w->down_b = L.Table(p + "ffn_down_exps.bias", hp.n_embd, m.n_expert);
+  }
   const uint64_t expert_bytes = L.n_bytes() - before;
+  if (with_bias) w->router_b = L.Vector(p + "ffn_gate_inp.bias", m.n_expert);
   if (m.n_ff_shexp > 0) {
     // A 1-D [n_embd] tensor read as a one-row matrix, so its dot product runs like any matmul.
     w->shared_gate_inp = L.Matrix(p + "ffn_gate_inp_shexp.weight", hp.n_embd, 1);
@@ -129,11 +135,11 @@ uint64_t LoadMoeWeights(WeightLoader& L, const Hparams& hp, const MoeHparams& m,
 }
 
 void RouteTopK(float* probs, int n_tokens, int n_expert, int k, bool norm_topk, int32_t* ids,
-               float* weights) {
+               float* weights, bool softmax_selected) {
   std::vector<int32_t> idx(n_expert);  // [n_expert] expert ids sorted by probability
   for (int t = 0; t < n_tokens; ++t) {
     float* p = probs + static_cast<int64_t>(t) * n_expert;
-    Softmax(p, n_expert);
+    if (!softmax_selected) Softmax(p, n_expert);
     std::iota(idx.begin(), idx.end(), 0);
     std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
                       [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
@@ -143,6 +149,7 @@ void RouteTopK(float* probs, int n_tokens, int n_expert, int k, bool norm_topk, 
       id[j] = idx[j];
       wt[j] = p[idx[j]];
     }
+    if (softmax_selected) Softmax(wt, k);
     if (norm_topk) {
       double sum = 0.0;  // ggml_sum_rows accumulates in double
       for (int j = 0; j < k; ++j) sum += wt[j];
@@ -151,6 +158,15 @@ void RouteTopK(float* probs, int n_tokens, int n_expert, int k, bool norm_topk, 
     }
   }
 }
+
+namespace {
+// rows[j] += bias row e, for n rows of width ([n_expert, width] bias; empty: none).
+void AddExpertBias(const std::vector<float>& bias, int e, int n, int64_t width, float* rows) {
+  if (bias.empty()) return;
+  const float* b = bias.data() + static_cast<int64_t>(e) * width;
+  for (int j = 0; j < n; ++j) AddInPlace(rows + j * width, b, width);
+}
+}  // namespace
 
 void MoeBlock(const Hparams& hp, const MoeHparams& m, const MoeWeights& w, const ForwardBatch& b,
               ForwardScratch& s, ThreadPool& pool) {
@@ -173,7 +189,14 @@ void MoeBlock(const Hparams& hp, const MoeHparams& m, const MoeWeights& w, const
   for (int t = 0; t < n; ++t)
     RmsNorm(s.x.data() + t * d, w.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);
   MatMul(w.router, s.xn.data(), d, n, ms.probs.data(), m.n_expert, s.matmul, pool);
-  RouteTopK(ms.probs.data(), n, m.n_expert, k, m.norm_topk, ms.ids.data(), ms.weights.data());
+  if (!w.router_b.empty()) {
+    for (int t = 0; t < n; ++t) {
+      AddInPlace(ms.probs.data() + static_cast<int64_t>(t) * m.n_expert, w.router_b.data(),
+                 m.n_expert);
+    }
+  }
+  RouteTopK(ms.probs.data(), n, m.n_expert, k, m.norm_topk, ms.ids.data(), ms.weights.data(),
+            m.softmax_selected);
 
   // Group the (token, slot) pairs by expert with a counting sort; order[] holds token * k + slot.
   std::vector<int32_t> start(m.n_expert + 1, 0);  // [n_expert + 1] offsets into order
@@ -195,8 +218,16 @@ void MoeBlock(const Hparams& hp, const MoeHparams& m, const MoeWeights& w, const
     }
     MatMul(w.gate[e], ms.in.data(), d, n_sel, ms.gate.data(), ff, s.matmul, pool);
     MatMul(w.up[e], ms.in.data(), d, n_sel, ms.up.data(), ff, s.matmul, pool);
-    SiluMul(ms.gate.data(), ms.up.data(), static_cast<int64_t>(n_sel) * ff, ms.gate.data());
+    AddExpertBias(w.gate_b, e, n_sel, ff, ms.gate.data());
+    AddExpertBias(w.up_b, e, n_sel, ff, ms.up.data());
+    if (m.swiglu_oai) {
+      SwigluOaiMul(ms.gate.data(), ms.up.data(), static_cast<int64_t>(n_sel) * ff, m.oai_alpha,
+                   m.oai_limit, ms.gate.data());
+    } else {
+      SiluMul(ms.gate.data(), ms.up.data(), static_cast<int64_t>(n_sel) * ff, ms.gate.data());
+    }
     MatMul(w.down[e], ms.gate.data(), ff, n_sel, ms.out.data(), d, s.matmul, pool);
+    AddExpertBias(w.down_b, e, n_sel, d, ms.out.data());
     for (int j = 0; j < n_sel; ++j) {
       std::copy_n(ms.out.data() + j * d, d, ms.slots.data() + static_cast<int64_t>(sel[j]) * d);
     }

@@ -1,6 +1,8 @@
-// Mixture-of-experts feed-forward shared by qwen2moe and qwen3moe: a softmax router over all
-// experts, top-k selection, SiLU-gated experts stored as 3-D tensors, and an optional shared
-// expert gated by sigmoid(w·x). Only the selected experts' rows are read.
+// Mixture-of-experts feed-forward shared by qwen2moe, qwen3moe and gpt-oss: a softmax router
+// over all experts (gpt-oss: top-k on the router logits, softmax over the k chosen), top-k
+// selection, SiLU-gated experts stored as 3-D tensors (gpt-oss: swiglu_oai, with per-expert
+// biases), and an optional shared expert gated by sigmoid(w·x). Only the selected experts' rows
+// are read.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,13 @@ struct MoeHparams {
   int n_ff_exp = 0;        // width of one expert's FFN
   int n_ff_shexp = 0;      // width of the shared expert's FFN (0: no shared expert)
   bool norm_topk = false;  // renormalise the k chosen weights to sum 1
+  // gpt-oss (llama.cpp's SOFTMAX_WEIGHT gating): the k largest router logits are chosen and
+  // their weights are the softmax over those k logits alone.
+  bool softmax_selected = false;
+  // gpt-oss's experts: SwigluOaiMul(gate, up, oai_alpha, oai_limit) instead of SiLU(gate) * up.
+  bool swiglu_oai = false;
+  float oai_alpha = 1.702f;
+  float oai_limit = 7.0f;
 };
 
 // Reads `<arch>.expert_count`, `expert_used_count`, `expert_feed_forward_length` (default
@@ -41,18 +50,27 @@ struct MoeWeights {
   WeightMatrix shared_gate_inp;         // [1 x n_embd]; invalid without a shared expert
   WeightMatrix shared_gate, shared_up;  // [n_ff_shexp x n_embd]
   WeightMatrix shared_down;             // [n_embd x n_ff_shexp]
+  // Optional biases (gpt-oss; empty when absent): the router's and each expert's.
+  std::vector<float> router_b;  // [n_expert]
+  std::vector<float> gate_b;    // [n_expert, n_ff_exp]
+  std::vector<float> up_b;      // [n_expert, n_ff_exp]
+  std::vector<float> down_b;    // [n_expert, n_embd]
 };
 
-// Loads layer `layer`'s MoE tensors (the pre-FFN norm is `blk.N.<norm_name>.weight`); returns
-// the bytes of the routed expert tensors (the part of which a token reads only k / n_expert).
+// Loads layer `layer`'s MoE tensors (the pre-FFN norm is `blk.N.<norm_name>.weight`; with
+// `with_bias` the router's and experts' biases `ffn_gate_inp.bias`, `ffn_{gate,up,down}_exps.bias`
+// too, required); returns the bytes of the routed expert tensors (the part of which a token
+// reads only k / n_expert).
 uint64_t LoadMoeWeights(WeightLoader& loader, const Hparams& hp, const MoeHparams& moe, int layer,
-                        MoeWeights* out, const char* norm_name = "ffn_norm");
+                        MoeWeights* out, const char* norm_name = "ffn_norm",
+                        bool with_bias = false);
 
 // Router: for each token, softmax over probs [n_tokens, n_expert] (in place, logits in), then
 // the k largest (ties to the lower id) into ids/weights [n_tokens, k], best first; with
-// norm_topk the k weights are divided by their sum (clamped to >= 2^-14, as llama.cpp).
+// norm_topk the k weights are divided by their sum (clamped to >= 2^-14, as llama.cpp). With
+// softmax_selected the k largest logits are chosen first and the softmax runs over them alone.
 void RouteTopK(float* probs, int n_tokens, int n_expert, int k, bool norm_topk, int32_t* ids,
-               float* weights);
+               float* weights, bool softmax_selected = false);
 
 // x += sum_j w_j · expert_j(norm(x)) [+ sigmoid(g·norm(x)) · shared(norm(x))] for the batch.
 // Tokens are grouped by chosen expert and each expert runs once, matrix-matrix, over its

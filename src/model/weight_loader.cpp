@@ -128,4 +128,31 @@ std::vector<float> WeightLoader::Vector(const std::string& name, int64_t n, bool
   return out;
 }
 
+std::vector<float> WeightLoader::Table(const std::string& name, int64_t n, int64_t count,
+                                       bool required) {
+  std::vector<float> out;
+  const gguf::TensorInfo* t = Find(name, required);
+  if (t == nullptr) return out;
+  if (t->n_dims > 2 || t->ne[0] != n || t->ne[1] != count) {
+    Fail(file_.path() + ": tensor " + name + " has shape [" + std::to_string(t->ne[0]) + ", " +
+         std::to_string(t->ne[1]) + "], expected [" + std::to_string(n) + ", " +
+         std::to_string(count) + "]");
+    return out;
+  }
+  if (!IsKnownGgmlType(static_cast<uint32_t>(t->type)) ||
+      GetKernels(t->type).dequantize == nullptr) {
+    Fail(UnsupportedType(file_.path(), name, t->type));
+    return out;
+  }
+  const size_t row_bytes = RowSize(t->type, n);
+  out.resize(static_cast<size_t>(n * count));
+  for (int64_t r = 0; r < count; ++r) {
+    GetKernels(t->type).dequantize(t->data + static_cast<size_t>(r) * row_bytes,
+                                   out.data() + static_cast<size_t>(r * n), n);
+  }
+  n_params_ += static_cast<uint64_t>(n * count);
+  n_bytes_ += t->n_bytes;
+  return out;
+}
+
 }  // namespace lamina

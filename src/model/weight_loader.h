@@ -32,6 +32,9 @@ class WeightLoader {
                                     int64_t n_mat, bool required = true);
   // A 1-D f32 vector of n elements, dequantized into an owned copy.
   std::vector<float> Vector(const std::string& name, int64_t n, bool required = true);
+  // A 2-D f32 table of `count` rows of n (ne = {n, count}, e.g. one bias per expert),
+  // dequantized into an owned [count, n] copy; empty when absent and !required.
+  std::vector<float> Table(const std::string& name, int64_t n, int64_t count, bool required = true);
   const Status& status() const { return status_; }
   uint64_t n_params() const { return n_params_; }
   uint64_t n_bytes() const { return n_bytes_; }

@@ -411,7 +411,13 @@ void AttentionCall::NormaliseScores(const Chunk& ch, float* slot) const {
     double mass = 0.0;
     if (n > 0) {
       max = kern_.max(srow, n);
+      // A chunk written out directly is the query's whole softmax: its sink joins here, as
+      // ggml's soft_max does (the max includes the sink). Stored chunks get it in the merge.
+      const bool sink = shape_.sinks != nullptr && slot == nullptr;
+      const float sink_logit = sink ? shape_.sinks[ch.g * group_ + qi % group_] : 0.0f;
+      if (sink) max = std::max(max, sink_logit);
       mass = kern_.exp_sum(srow, n, max);
+      if (sink) mass += static_cast<double>(std::exp(sink_logit - max));
       kern_.scale(srow, n, static_cast<float>(1.0 / mass));
       if (v_f16_) kern_.round_f16(srow, n);
     }
@@ -469,7 +475,8 @@ void AttentionCall::WriteChunk(const Chunk& ch, float* slot) const {
 }
 
 // The chunks of a unit's KV head g, merged in chunk order: out = sum_c (w_c / W) o_c with
-// w_c = mass_c * exp(max_c - max), W = sum_c w_c (o_c: the chunk's normalised sums).
+// w_c = mass_c * exp(max_c - max), W = sum_c w_c (+ exp(sink - max) with a sink; o_c: the
+// chunk's normalised sums).
 // merged: [hd] and weight: [n_chunks] scratch of the calling thread.
 void AttentionCall::MergeChunks(const Unit& unit, int g, float* merged,
                                 std::vector<double>& weight) const {
@@ -479,11 +486,15 @@ void AttentionCall::MergeChunks(const Unit& unit, int g, float* merged,
   const int nq = unit.nt * group_;
   for (int qi = 0; qi < nq; ++qi) {
     auto slot = [&](int ch) { return SlotOf(unit, static_cast<int64_t>(g) * unit.n_chunks + ch); };
-    float max = -INFINITY;
+    const int h = g * group_ + qi % group_;
+    // The sink (AttentionShape::sinks) weighs in as one more chunk of mass 1 at its logit, with
+    // nothing to add to the sums.
+    const bool sink = shape_.sinks != nullptr;
+    float max = sink ? shape_.sinks[h] : -INFINITY;
     for (int ch = 0; ch < unit.n_chunks; ++ch) {
       if (slot(ch)[slot_mass_ + qi] > 0.0f) max = std::max(max, slot(ch)[slot_max_ + qi]);
     }
-    double total = 0.0;
+    double total = sink ? std::exp(static_cast<double>(shape_.sinks[h] - max)) : 0.0;
     for (int ch = 0; ch < unit.n_chunks; ++ch) {
       const float mass = slot(ch)[slot_mass_ + qi];
       weight[ch] =
@@ -497,7 +508,7 @@ void AttentionCall::MergeChunks(const Unit& unit, int g, float* merged,
       const float* o = slot(ch) + static_cast<size_t>(qi) * hd_;
       for (int i = 0; i < hd_; ++i) merged[i] += w * o[i];
     }
-    const int t = unit.t0 + qi / group_, h = g * group_ + qi % group_;
+    const int t = unit.t0 + qi / group_;
     if (vs_.rotated) InverseRotate(merged, hd_);
     std::copy_n(merged, hd_, out + t * q_stride_ + static_cast<int64_t>(h) * hd_);
   }

@@ -33,6 +33,10 @@ struct AttentionShape {
   // [p - sliding_window + 1, p] only; 0: every cell up to p. Cells below a query's window are
   // neither scored nor summed, so its result is the same whatever else the cache holds there.
   int sliding_window = 0;
+  // Attention sinks (gpt-oss): per query head a learned logit that joins its softmax's
+  // denominator only, as exp(sink - max) beside the cells' exp(score - max) (the sink is not
+  // scaled and has no V row). [n_head]; nullptr: none.
+  const float* sinks = nullptr;
 };
 
 struct AttentionScratch {

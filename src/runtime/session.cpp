@@ -109,8 +109,12 @@ class Session::CacheAttention final : public AttentionContext {
   void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
     const Hparams& hp = s_.model_.hparams();
     const size_t kvd = hp.kv_dim();
-    const AttentionShape shape{hp.n_head, hp.n_head_kv, hp.head_dim, hp.attention_scale(),
-                               hp.sliding_window(layer)};
+    const AttentionShape shape{hp.n_head,
+                               hp.n_head_kv,
+                               hp.head_dim,
+                               hp.attention_scale(),
+                               hp.sliding_window(layer),
+                               s_.model_.AttentionSinks(layer)};
     // Per piece (all segments without a window): every segment's cells first (one-token
     // segments encode on this thread: a pool dispatch would cost more than the row), then
     // attention over all its segments in one pass.

@@ -25,6 +25,16 @@ constexpr const char* kQwen35 =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]"
     "+|"
     "\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// GPT-4o's o200k split (gpt-oss, llama4) as llama.cpp spells it: a "case-leading" letter is
+// any letter but an ASCII lower-case one ((?=\p{L})[^a-z]) and a "case-trailing" letter any
+// letter but an ASCII upper-case one, which is how llama.cpp's engine reads its
+// [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] classes (its other letters all fall in both).
+constexpr const char* kGpt4o =
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+"
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*"
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 // CJK ideographs, U+0800..U+4E00 and Hangul, as in llama.cpp's deepseek patterns.
 constexpr const char* kCjk = "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+";
 constexpr const char* kGpt2 =
@@ -90,6 +100,8 @@ bool PreTokenizerConfigFor(std::string_view pre, PreTokenizerConfig* config) {
   } else if (is({"poro-chat", "bloom", "gpt3-finnish"})) {
     config->patterns = {
         " ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{964}\\x{6D4}\\x{60C})]+"};
+  } else if (pre == "gpt-4o") {
+    config->patterns = {kGpt4o};
   } else if (is({"chatglm-bpe", "glm4"})) {
     config->patterns = {kLlama3};
   } else {

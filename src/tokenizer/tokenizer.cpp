@@ -77,6 +77,7 @@ class VocabTokenizer final : public Tokenizer {
   Status LoadMerges(VocabData* data, const PreTokenizerConfig& pre_config);
   Status ResolveSpecialIds(const VocabData& data, const ModelDefaults& defaults);
   void FindEndOfGeneration();
+  void HarmonyTokens(std::vector<TokenId>* eog);
   void BuildSpecialCache();
   void SetStripFlags(const std::string& model_name);
 
@@ -263,11 +264,35 @@ void VocabTokenizer::FindEndOfGeneration() {
     const TokenId id = vocab_.TextToToken(text);
     if (id >= 0 && attrs_[id] == TokenAttr::kControl) eog.push_back(id);
   }
+  HarmonyTokens(&eog);
   if (eos_ >= 0) eog.push_back(eos_);
   if (eot_ >= 0) eog.push_back(eot_);
   std::sort(eog.begin(), eog.end());
   eog.erase(std::unique(eog.begin(), eog.end()), eog.end());
   eog_ids_ = std::move(eog);
+}
+
+// gpt-oss's harmony vocabulary (o200k_harmony, as llama.cpp reads it): with both <|return|> and
+// <|call|> present, those two end generation and <|end|>, which closes every message of an
+// answer (its reasoning included), does not; the message markers <|start|>, <|channel|>,
+// <|message|> and <|constrain|> are user-defined tokens, so they render in generated text
+// (chat/harmony.h reads them) and are still matched as one token in a prompt.
+void VocabTokenizer::HarmonyTokens(std::vector<TokenId>* eog) {
+  const TokenId ret = vocab_.TextToToken("<|return|>");
+  const TokenId call = vocab_.TextToToken("<|call|>");
+  if (ret < 0 || call < 0) return;
+  const TokenId end = vocab_.TextToToken("<|end|>");
+  if (end >= 0) {
+    eog->erase(std::remove(eog->begin(), eog->end(), end), eog->end());
+    if (eot_ == end) eot_ = ret;
+  }
+  for (TokenId id : {ret, call}) {
+    attrs_[id] = TokenAttr::kControl;
+    eog->push_back(id);
+  }
+  for (const char* text : {"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>"}) {
+    if (const TokenId id = vocab_.TextToToken(text); id >= 0) attrs_[id] = TokenAttr::kUserDefined;
+  }
 }
 
 // The control, user-defined and unknown tokens, longest first so that a special token

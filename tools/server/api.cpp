@@ -907,6 +907,32 @@ bool ToolCallGrammar(const ToolRequest& tools, std::string* gbnf, std::string* r
   return true;
 }
 
+bool HarmonyToolCallGrammar(const ToolRequest& tools, std::string* gbnf, std::string* root,
+                            ApiError* err) {
+  std::string names;  // the callable names as GBNF alternatives
+  json params = {{"type", "object"}};
+  int n_callable = 0;
+  for (const json& t : tools.tools) {
+    const json& fn = t["function"];
+    const std::string name = fn["name"].get<std::string>();
+    if (tools.choice == "function" && name != tools.forced) continue;
+    names += (names.empty() ? "" : " | ") + json(name).dump();
+    if (auto p = fn.find("parameters"); p != fn.end() && p->is_object() && !p->empty()) {
+      params = *p;
+    }
+    ++n_callable;
+  }
+  // One callable tool: its parameters; several: any object (the name comes first).
+  if (n_callable > 1) params = {{"type", "object"}};
+  Result<std::string> converted = JsonSchemaToGbnf(params);
+  if (!converted.ok()) converted = JsonSchemaToGbnf(json{{"type", "object"}});
+  if (!converted.ok()) return Fail(err, "tools: " + converted.error().message);
+  *root = "lamina-harmony-call";
+  *gbnf = std::move(*converted) + "\n" + *root + " ::= \"<|channel|>commentary to=functions.\" (" +
+          names + ") \" <|constrain|>json<|message|>\" root\n";
+  return true;
+}
+
 namespace {
 
 // The render options of a chat body: thinking and the template variables (see RenderMessages).
@@ -1056,6 +1082,8 @@ bool RenderMessages(const json& body, const Model& model, const chat::ChatSetup&
     }
     messages.pop_back();
     add_generation_prompt = true;  // the continued turn's header
+    // Harmony: the continued text is the answer's final channel (as llama.cpp continues it).
+    if (chat.harmony) prefix = "<|channel|>final<|message|>" + prefix;
   }
   ToolRequest tools;
   if (!ReadTools(body, &tools, err)) return false;
@@ -1107,7 +1135,11 @@ bool ParseChat(const json& body, const Model& model, const chat::ChatSetup& chat
                            "\"response_format\"");
     }
     std::string gbnf, root;
-    if (!ToolCallGrammar(tools, &gbnf, &root, err)) return false;
+    // A harmony (gpt-oss) answer calls in its own message form.
+    if (chat.harmony ? !HarmonyToolCallGrammar(tools, &gbnf, &root, err)
+                     : !ToolCallGrammar(tools, &gbnf, &root, err)) {
+      return false;
+    }
     Result<std::shared_ptr<const Grammar>> grammar = Grammar::Parse(gbnf, root);
     if (!grammar.ok()) return Fail(err, "tools: " + grammar.error().message);
     r.params.grammar = std::move(*grammar);
@@ -1125,6 +1157,7 @@ bool ParseChat(const json& body, const Model& model, const chat::ChatSetup& chat
     }
   }
   out->thinking_at_start = chat::PromptOpensThinking(text);
+  out->harmony = chat.harmony;
   int budget = defaults.reasoning_budget;
   if (!GetInt(body, "reasoning_budget_tokens", &budget, err)) return false;
   std::string message = defaults.reasoning_budget_message;

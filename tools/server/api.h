@@ -137,6 +137,9 @@ struct Completion {
   // "none"); the offered tools' names.
   bool parse_tool_calls = false;
   std::vector<std::string> tool_names;
+  // Chat with a harmony template (gpt-oss, ChatSetup::harmony): the answer is read by
+  // chat/harmony.h, its analysis channel as reasoning_content and its calls as tool_calls.
+  bool harmony = false;
 };
 
 // Hard caps on a request's tools.
@@ -161,6 +164,12 @@ bool ReadTools(const json& body, ToolRequest* out, ApiError* err);
 // `<tool_call>\n{"name": <a tool's name>, "arguments": <its parameters' schema, or any
 // object when the schema converter cannot take it>}\n</tool_call>`, one or (parallel) more.
 bool ToolCallGrammar(const ToolRequest& tools, std::string* gbnf, std::string* root, ApiError* err);
+// The same for a harmony (gpt-oss) template: one message `<|channel|>commentary
+// to=functions.NAME <|constrain|>json<|message|>ARGUMENTS` (the one callable tool's parameters
+// schema, or any object when several may be called or the converter cannot take it); one call,
+// since the message after it would start past <|call|>, which ends the answer.
+bool HarmonyToolCallGrammar(const ToolRequest& tools, std::string* gbnf, std::string* root,
+                            ApiError* err);
 
 // Fills the sampling and control fields shared by every completion route from `body`.
 bool ReadParams(const json& body, const Defaults& defaults, serve::Request* out, ApiError* err);

@@ -28,6 +28,7 @@
 #include "../cli_options.h"
 #include "../cli_spec.h"
 #include "api.h"
+#include "chat/harmony.h"
 #include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "cors_proxy.h"
@@ -731,6 +732,8 @@ class OaiStream {
     for (size_t k = 0; k < n; ++k) {
       splitters_.emplace_back(c_->reasoning_format, c_->thinking_at_start);
     }
+    harmony_.resize(n);
+    harmony_calls_.resize(n);
     timings_.resize(n);
   }
 
@@ -837,6 +840,7 @@ class OaiStream {
     tokens_[i].insert(tokens_[i].end(), e.tokens.begin(), e.tokens.end());
     pending_[i].Add(e);
     std::string text = e.text;
+    if (route_ == Route::kOaiChat && c->harmony) return HarmonyText(i, harmony_[i].Push(e.text));
     if (route_ == Route::kOaiChat) {
       if (c->reasoning_format != chat::ReasoningFormat::kNone) {
         // The thinking block goes out as reasoning_content deltas.
@@ -885,6 +889,24 @@ class OaiStream {
       if (c->logprobs) j["choices"][0]["logprobs"] = probs;
     }
     if (c->timings_per_token) j["timings"] = api::TimingsJson(e.timings);
+    return Write(Sse(j));
+  }
+
+  // A harmony answer's new parts: reasoning and content as chunks now (with the log-probabilities
+  // so far), calls kept for the end.
+  bool HarmonyText(size_t i, chat::HarmonyParse d) {
+    for (chat::ToolCall& call : d.calls) harmony_calls_[i].push_back(std::move(call));
+    if (!d.reasoning.empty() &&
+        !Write(Sse(Chunk(i, {{"reasoning_content", d.reasoning}}, nullptr)))) {
+      return false;
+    }
+    if (d.content.empty()) return true;
+    json j = Chunk(i, {{"content", d.content}}, nullptr);
+    if (c_->logprobs) {
+      j["choices"][0]["logprobs"] = {
+          {"content", ProbEntries(s_->model_->tokenizer(), pending_[i], c_->top_logprobs)}};
+      pending_[i] = Probs();
+    }
     return Write(Sse(j));
   }
 
@@ -951,7 +973,15 @@ class OaiStream {
       ok = Write(Sse(j));
     } else {
       const char* finish = api::FinishReason(e.reason);
-      if (c->reasoning_format != chat::ReasoningFormat::kNone) {
+      if (c->harmony) {
+        ok = HarmonyText(i, harmony_[i].Flush());
+        if (ok && !harmony_calls_[i].empty()) {
+          for (json& call : ToolCallsJson(harmony_calls_[i], true)) {
+            ok = ok && Write(Sse(Chunk(i, {{"tool_calls", json::array({call})}}, nullptr)));
+          }
+          finish = "tool_calls";
+        }
+      } else if (c->reasoning_format != chat::ReasoningFormat::kNone) {
         chat::ReasoningDelta d = splitters_[i].Flush();
         if (!d.reasoning.empty()) {
           ok = Write(Sse(Chunk(i, {{"reasoning_content", d.reasoning}}, nullptr)));
@@ -961,7 +991,7 @@ class OaiStream {
           ok = Write(Sse(Chunk(i, {{"content", d.content}}, nullptr)));
         }
       }
-      if (ok && c->parse_tool_calls) ok = ChatToolTail(i, &finish);
+      if (ok && c->parse_tool_calls && !c->harmony) ok = ChatToolTail(i, &finish);
       json j = Chunk(i, json::object(), finish);
       j["timings"] = api::TimingsJson(e.timings);
       ok = ok && Write(Sse(j));
@@ -999,7 +1029,9 @@ class OaiStream {
   std::vector<Probs> pending_;  // log-probabilities not sent yet (their text may be held back)
   std::vector<size_t> sent_;    // chat with tools: bytes of text sent as content so far
   std::vector<std::string> content_;  // chat: the answer's content so far (no thinking block)
-  std::vector<chat::ReasoningSplitter> splitters_;  // chat: thinking block apart
+  std::vector<chat::ReasoningSplitter> splitters_;          // chat: thinking block apart
+  std::vector<chat::HarmonyStream> harmony_;                // chat with a harmony template
+  std::vector<std::vector<chat::ToolCall>> harmony_calls_;  // its calls, sent at the end
   std::vector<serve::Timings> timings_;
   bool finished_ = false;
 };
@@ -1033,7 +1065,13 @@ std::pair<int, json> Server::OaiWhole(const api::Completion& c, const Collector&
                          {"finish_reason", api::FinishReason(k.last.reason)}});
     } else {
       std::string content = k.text, reasoning;
-      if (c.reasoning_format != chat::ReasoningFormat::kNone) {
+      std::vector<chat::ToolCall> harmony_calls;
+      if (c.harmony) {
+        chat::HarmonyParse parsed = chat::ParseHarmony(k.text);
+        content = std::move(parsed.content);
+        reasoning = std::move(parsed.reasoning);
+        harmony_calls = std::move(parsed.calls);
+      } else if (c.reasoning_format != chat::ReasoningFormat::kNone) {
         chat::ReasoningSplitter splitter(c.reasoning_format, c.thinking_at_start);
         chat::ReasoningDelta d = splitter.Push(k.text);
         chat::ReasoningDelta tail = splitter.Flush();
@@ -1043,7 +1081,11 @@ std::pair<int, json> Server::OaiWhole(const api::Completion& c, const Collector&
       json message = {{"role", "assistant"}, {"content", content}};
       if (!reasoning.empty()) message["reasoning_content"] = reasoning;
       const char* finish = api::FinishReason(k.last.reason);
-      if (c.parse_tool_calls) {
+      if (!harmony_calls.empty()) {
+        message["content"] = ContentBeside(content);
+        message["tool_calls"] = ToolCallsJson(harmony_calls, false);
+        finish = "tool_calls";
+      } else if (c.parse_tool_calls && !c.harmony) {
         chat::ToolCallParse parsed = chat::ParseToolCalls(content, c.tool_names);
         if (!parsed.calls.empty()) {
           message["content"] = ContentBeside(parsed.content);

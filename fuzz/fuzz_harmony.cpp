@@ -1,0 +1,55 @@
+// Fuzz target: gpt-oss's harmony answer parser (src/chat/harmony). Input: the generated text.
+// Every call found must have a name; streamed in pieces of several sizes, the deltas must add up
+// to the whole parse, and no delta of reasoning or content may hold more bytes than the text.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "chat/harmony.h"
+
+namespace {
+
+void Check(bool ok, const char* what) {
+  if (ok) return;
+  std::fprintf(stderr, "fuzz_harmony: %s\n", what);
+  std::abort();
+}
+
+bool SameCalls(const lamina::chat::HarmonyParse& a, const lamina::chat::HarmonyParse& b) {
+  if (a.calls.size() != b.calls.size()) return false;
+  for (size_t i = 0; i < a.calls.size(); ++i) {
+    if (a.calls[i].name != b.calls[i].name || a.calls[i].arguments != b.calls[i].arguments) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  const lamina::chat::HarmonyParse whole = lamina::chat::ParseHarmony(text);
+  for (const lamina::chat::ToolCall& c : whole.calls)
+    Check(!c.name.empty(), "a call without a name");
+  Check(whole.content.size() + whole.reasoning.size() <= text.size() + text.size() / 2 + 1,
+        "more text out than in");
+  for (size_t piece : {size_t{1}, size_t{3}, size_t{16}}) {
+    lamina::chat::HarmonyStream stream;
+    lamina::chat::HarmonyParse sum;
+    auto add = [&](const lamina::chat::HarmonyParse& d) {
+      sum.reasoning += d.reasoning;
+      sum.content += d.content;
+      for (const lamina::chat::ToolCall& c : d.calls) sum.calls.push_back(c);
+    };
+    for (size_t i = 0; i < size; i += piece) add(stream.Push(text.substr(i, piece)));
+    add(stream.Flush());
+    Check(sum.reasoning == whole.reasoning, "streamed reasoning differs from the whole parse");
+    Check(sum.content == whole.content, "streamed content differs from the whole parse");
+    Check(SameCalls(sum, whole), "streamed calls differ from the whole parse");
+  }
+  return 0;
+}
