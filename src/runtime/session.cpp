@@ -28,6 +28,11 @@ Result<KvCacheConfig> MakeKvCacheConfig(const Hparams& hp, const SessionConfig& 
   }
   kc.write_observer = c.write_observer;
   kc.window = c.kv_window == kKvWindowModeDefault ? KvModeOf(c.kv_type).window : c.kv_window;
+  if (!hp.swa_layers.empty()) {
+    kc.sliding_window.resize(kc.n_layer);
+    for (int l = 0; l < kc.n_layer; ++l) kc.sliding_window[l] = hp.sliding_window(l);
+  }
+  kc.swa_full = c.swa_full;
   Status st = ValidateKvConfig(kc);
   if (!st.ok()) return st.error();
   return kc;
@@ -127,12 +132,13 @@ class Session::CacheAttention final : public AttentionContext {
   }
 
  private:
-  // With a window, a sequence may write at most kKvWindowSlack cells before attention reads
-  // them (its window's exact copies must still be in the ring): the segments are cut into
-  // pieces holding at most that many tokens of each sequence, run in order. Every token's
-  // result depends only on its own cells, so the pieces change nothing else.
+  // With a window or a sliding-window ring, a sequence may write at most kKvWindowSlack cells
+  // before attention reads them (its window's exact copies, or the cells of its sliding window,
+  // must still be in the ring): the segments are cut into pieces holding at most that many
+  // tokens of each sequence, run in order. Every token's result depends only on its own cells,
+  // so the pieces change nothing else.
   void Split() {
-    if (s_.cache_.window() == 0) {
+    if (s_.cache_.window() == 0 && !s_.cache_.has_rings()) {
       pieces_ = segments_;
       piece_begin_ = {0, static_cast<int>(pieces_.size())};
       return;
