@@ -25,6 +25,10 @@ namespace fs = std::filesystem;
 const std::string kShipped = std::string(LAMINA_SOURCE_DIR) + "/models/lamina-counter.gguf";
 const std::string kQwen3Next =
     std::string(LAMINA_SHARED_DIR) + "/models/synth-qwen3next-d256.F32.gguf";
+// Sliding-window layers (window 16) kept as a ring of 128 cells of the 160: the long
+// generations below wrap it.
+const std::string kGemma3 =
+    std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/synth-gemma3-d256.Q8_0.gguf";
 
 // Gathers one request's events.
 class Collector : public engine::EventSink {
@@ -70,16 +74,16 @@ struct EngineCase {
 };
 
 std::string CaseName(const testing::TestParamInfo<EngineCase>& info) {
-  return std::string(fs::path(info.param.path).stem().string().find("qwen3next") !=
-                             std::string::npos
-                         ? "qwen3next"
-                         : "shipped") +
+  const std::string stem = fs::path(info.param.path).stem().string();
+  return std::string(stem.find("qwen3next") != std::string::npos ? "qwen3next"
+                     : stem.find("gemma3") != std::string::npos  ? "gemma3"
+                                                                 : "shipped") +
          "_" + KvTypeName(info.param.type) + (info.param.drafting ? "_lookup" : "_plain");
 }
 
 std::vector<EngineCase> Cases() {
   std::vector<EngineCase> out;
-  for (const std::string& path : {kShipped, kQwen3Next}) {
+  for (const std::string& path : {kShipped, kQwen3Next, kGemma3}) {
     for (KvType t : {KvType::kF32, KvType::kF16, KvType::kInt8, KvType::kQ4_0, KvType::kK8V4}) {
       for (bool drafting : {false, true}) out.push_back({path, t, drafting});
     }
@@ -103,7 +107,8 @@ TEST_P(EngineBatching, SlotsSteppedTogetherMatchEachRequestAlone) {
                  true),
   };
   const int n_slots = static_cast<int>(prompts.size());
-  const int n_predict = 28;
+  const bool ring = c.path == kGemma3;
+  const int n_predict = ring ? 110 : 28;
   SessionConfig sc;
   sc.n_ctx = 160;
   sc.n_seq = n_slots;
@@ -136,6 +141,7 @@ TEST_P(EngineBatching, SlotsSteppedTogetherMatchEachRequestAlone) {
     ASSERT_TRUE(eng.Step());
     ASSERT_LT(++steps, 1000);
   }
+  if (ring) EXPECT_TRUE(together.cache().has_rings());
   const engine::Stats st = eng.stats();
   EXPECT_EQ(st.requests, static_cast<uint64_t>(n_slots));
   if (c.drafting) EXPECT_GT(st.verify_steps, 0u);

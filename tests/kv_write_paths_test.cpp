@@ -649,6 +649,28 @@ class SlidingWindowRing : public testing::Test {
   SessionConfig sc_;
 };
 
+// Several turns of the ring (500 tokens, ring 128 of n_ctx 512): in every mode, token by token
+// and in random chunks through the ring equal one batch with every cell kept, bit for bit.
+TEST_F(SlidingWindowRing, SeveralTurnsEqualEveryCellKept) {
+  ThreadPool pool(2);
+  const std::vector<int32_t> tokens = TestTokens(*model_, 500);
+  const int n_vocab = model_->hparams().n_vocab;
+  for (const KvMode& mode : kKvModes) {
+    SessionConfig sc = sc_;
+    sc.n_ctx = 512;
+    sc.n_seq = 1;
+    sc.kv_type = mode.type;
+    sc.swa_full = true;
+    const PathRun full = RunPath(*model_, sc, tokens, Path::kBatch, pool);
+    sc.swa_full = false;
+    for (Path p : {Path::kTokenByToken, Path::kRandomChunks}) {
+      const PathRun ring = RunPath(*model_, sc, tokens, p, pool);
+      EXPECT_EQ(CompareWithFull(ring, full, n_vocab), "") << mode.name << " " << PathName(p);
+      EXPECT_LT(ring.kv_bytes, full.kv_bytes);
+    }
+  }
+}
+
 // Speculative rollback across the window's edge: 100 cells, 50 wrong ones, a cut back by 50 +
 // d (the cells the next query sees were overwritten by the wrong ones' turn of the ring or had
 // left the window), the rest rewritten: the same bytes and logits as one batch, in a lossless,
