@@ -287,6 +287,18 @@ TEST_P(KvWritePaths, SlidingWindowRingSavedAndRestoredMidRun) {
     ASSERT_FALSE(refused.ok());
     EXPECT_NE(refused.error().message.find("--swa-full"), std::string::npos)
         << refused.error().message;
+    // A file that keeps every cell (version 2, as before rings) loads where every cell is kept
+    // and is refused by a ring, with a reason.
+    ASSERT_TRUE(other.Eval(std::vector<int32_t>(tokens.begin(), tokens.begin() + cut), true).ok());
+    const std::vector<uint8_t> full_bytes = SerializeSessionFile(other, 0, 1234);
+    uint32_t version;
+    std::memcpy(&version, full_bytes.data() + 8, sizeof(version));
+    EXPECT_EQ(version, kSessionFileVersionNoRing);
+    EXPECT_TRUE(ParseSessionFile(full_bytes.data(), full_bytes.size(), other, 1234).ok());
+    refused = ParseSessionFile(full_bytes.data(), full_bytes.size(), second, 1234);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.error().message.find("keeps a ring of"), std::string::npos)
+        << refused.error().message;
   }
 }
 

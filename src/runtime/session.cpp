@@ -108,7 +108,7 @@ std::vector<Segment> Segments(const ForwardBatch& b) {
 class Session::CacheAttention final : public AttentionContext {
  public:
   CacheAttention(Session& s, std::vector<Segment> segments)
-      : s_(s), segments_(std::move(segments)) {
+      : s_(s), segments_(std::move(segments)), whole_begin_{0, static_cast<int>(segments_.size())} {
     Split();
   }
   void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
@@ -116,12 +116,16 @@ class Session::CacheAttention final : public AttentionContext {
     const size_t kvd = hp.kv_dim();
     const AttentionShape shape{hp.n_head, hp.n_head_kv, hp.head_dim, hp.attention_scale(),
                                hp.sliding_window(layer)};
-    // Per piece (all segments without a window): every segment's cells first (one-token
-    // segments encode on this thread: a pool dispatch would cost more than the row), then
-    // attention over all its segments in one pass.
-    for (size_t p = 0; p + 1 < piece_begin_.size(); ++p) {
-      const Segment* first = pieces_.data() + piece_begin_[p];
-      const int n = piece_begin_[p + 1] - piece_begin_[p];
+    // Per piece (all segments without a window, and in a layer that keeps every cell when only
+    // sliding-window rings need pieces): every segment's cells first (one-token segments
+    // encode on this thread: a pool dispatch would cost more than the row), then attention
+    // over all its segments in one pass.
+    const bool whole = s_.cache_.window() == 0 && !s_.cache_.ring_layer(layer);
+    const std::vector<Segment>& pieces = whole ? segments_ : pieces_;
+    const std::vector<int>& piece_begin = whole ? whole_begin_ : piece_begin_;
+    for (size_t p = 0; p + 1 < piece_begin.size(); ++p) {
+      const Segment* first = pieces.data() + piece_begin[p];
+      const int n = piece_begin[p + 1] - piece_begin[p];
       for (const Segment* g = first; g != first + n; ++g) {
         s_.cache_.Write(layer, g->seq, g->pos0, g->n, k + g->begin * kvd, v + g->begin * kvd,
                         g->n > 1 ? &s_.pool_ : nullptr);
@@ -164,6 +168,7 @@ class Session::CacheAttention final : public AttentionContext {
 
   Session& s_;
   std::vector<Segment> segments_;
+  std::vector<int> whole_begin_;  // {0, segments_.size()}: the segments as one piece
   std::vector<Segment> pieces_;   // segments_, cut where a piece would pass the slack
   std::vector<int> piece_begin_;  // [n_pieces + 1] each piece's first entry of pieces_
 };

@@ -238,9 +238,10 @@ Status CheckHeaderCache(const uint8_t* data, const Session& session) {
   const uint32_t ring = Get<uint32_t>(data + 76);
   if (ring != static_cast<uint32_t>(session.cache().ring_cells())) {
     auto kept = [](uint32_t cells) {
-      return cells == 0 ? std::string("every cell") : "a ring of " + std::to_string(cells);
+      return cells == 0 ? std::string("every cell")
+                        : "a ring of " + std::to_string(cells) + " cells";
     };
-    return Error{"made keeping " + kept(ring) + " of sliding-window layers, this run keeps " +
+    return Error{"made with sliding-window layers keeping " + kept(ring) + ", this run keeps " +
                  kept(session.cache().ring_cells()) + " (--swa-full, -c)"};
   }
   const uint32_t n_layer = Get<uint32_t>(data + 40), n_kv_heads = Get<uint32_t>(data + 44);
