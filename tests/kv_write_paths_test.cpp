@@ -267,6 +267,22 @@ TEST_P(KvWritePaths, SlidingWindowRingSavedAndRestoredMidRun) {
     ASSERT_TRUE(view.ok()) << view.error().message;
     second.RestoreSequence(0, view->tokens, view->kv);
     EXPECT_EQ(SerializeSessionFile(second, 0, 1234), bytes) << "cut " << cut;
+    // Untrusted ring state: the ring layer's (layer 0) first held cell out of range, or data
+    // before it, is refused by name.
+    std::vector<uint8_t> state(view->kv, view->kv + view->kv_bytes);
+    int32_t m0;
+    std::memcpy(&m0, state.data(), sizeof(m0));
+    EXPECT_EQ(m0, std::max(0, cut - first.cache().ring_cells()));
+    for (int32_t bad : {cut + 1, m0 - 1, m0 + 1}) {
+      std::memcpy(state.data(), &bad, sizeof(bad));
+      const Status st = second.cache().CheckSequenceState(cut, state.data());
+      EXPECT_FALSE(st.ok()) << "first held cell " << bad;
+      if (!st.ok()) {
+        EXPECT_NE(st.error().message.find(bad == m0 + 1 ? "before the ring's start" : "layer 0"),
+                  std::string::npos)
+            << st.error().message;
+      }
+    }
     PathRun run;
     run.logits = batch.logits;
     for (int pos = cut; pos < 150;) {
