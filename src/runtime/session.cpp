@@ -371,7 +371,7 @@ Status Session::TruncateExact(int seq, int n_keep) {
                  (recurrent_.ExactKeep(seq, want) != want
                       ? "recurrent state is kept for the last " +
                             std::to_string(recurrent_.ring()) + " tokens only"
-                      : std::string("the KV window no longer holds it"))};
+                      : std::string("the KV window or a sliding-window ring no longer holds it"))};
   }
   Truncate(seq, keep);
   return Status::Ok();
