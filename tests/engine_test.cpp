@@ -141,7 +141,7 @@ TEST_P(EngineBatching, SlotsSteppedTogetherMatchEachRequestAlone) {
     ASSERT_TRUE(eng.Step());
     ASSERT_LT(++steps, 1000);
   }
-  if (ring) EXPECT_TRUE(together.cache().has_rings());
+  EXPECT_EQ(together.cache().has_rings(), ring);
   const engine::Stats st = eng.stats();
   EXPECT_EQ(st.requests, static_cast<uint64_t>(n_slots));
   if (c.drafting) EXPECT_GT(st.verify_steps, 0u);
