@@ -77,9 +77,9 @@ void Put(uint8_t* p, T v) {
 }
 
 // Rewrites the header checksum and every section checksum that lies inside the bytes.
-// Offsets of the version-2 header (session_file.h).
+// Offsets of the version-2 and version-3 header (session_file.h).
 void FixChecksums(std::vector<uint8_t>& b) {
-  static_assert(lamina::kSessionFileVersion == 2, "update the header offsets below");
+  static_assert(lamina::kSessionFileVersion == 3, "update the header offsets below");
   constexpr size_t kHeaderBytes = 88;
   constexpr size_t kHeaderChecksumAt = 80;  // XXH64 of the 80 bytes before it
   if (b.size() < kHeaderBytes) return;

@@ -28,6 +28,10 @@ const std::string kQwen3Next =
 // The repository's qwen35 fixture (tests/fixtures/README.md): the same hybrid, dense FFN.
 const std::string kQwen35 =
     std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/synth-qwen35-d128.Q8_0.gguf";
+// Sliding-window layers (window 16) kept as a ring of 128 cells of the 160: the long
+// generations below wrap it.
+const std::string kGemma3 =
+    std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/synth-gemma3-d256.Q8_0.gguf";
 
 // Gathers one request's events.
 class Collector : public engine::EventSink {
@@ -76,6 +80,7 @@ std::string CaseName(const testing::TestParamInfo<EngineCase>& info) {
   const std::string stem = fs::path(info.param.path).stem().string();
   const char* model = stem.find("qwen3next") != std::string::npos ? "qwen3next"
                       : stem.find("qwen35") != std::string::npos  ? "qwen35"
+                      : stem.find("gemma3") != std::string::npos  ? "gemma3"
                                                                   : "shipped";
   return std::string(model) + "_" + KvTypeName(info.param.type) +
          (info.param.drafting ? "_lookup" : "_plain");
@@ -83,7 +88,7 @@ std::string CaseName(const testing::TestParamInfo<EngineCase>& info) {
 
 std::vector<EngineCase> Cases() {
   std::vector<EngineCase> out;
-  for (const std::string& path : {kShipped, kQwen3Next, kQwen35}) {
+  for (const std::string& path : {kShipped, kQwen3Next, kQwen35, kGemma3}) {
     for (KvType t : {KvType::kF32, KvType::kF16, KvType::kInt8, KvType::kQ4_0, KvType::kK8V4}) {
       for (bool drafting : {false, true}) out.push_back({path, t, drafting});
     }
@@ -107,7 +112,8 @@ TEST_P(EngineBatching, SlotsSteppedTogetherMatchEachRequestAlone) {
                  true),
   };
   const int n_slots = static_cast<int>(prompts.size());
-  const int n_predict = 28;
+  const bool ring = c.path == kGemma3;
+  const int n_predict = ring ? 110 : 28;
   SessionConfig sc;
   sc.n_ctx = 160;
   sc.n_seq = n_slots;
@@ -140,6 +146,7 @@ TEST_P(EngineBatching, SlotsSteppedTogetherMatchEachRequestAlone) {
     ASSERT_TRUE(eng.Step());
     ASSERT_LT(++steps, 1000);
   }
+  EXPECT_EQ(together.cache().has_rings(), ring);
   const engine::Stats st = eng.stats();
   EXPECT_EQ(st.requests, static_cast<uint64_t>(n_slots));
   if (c.drafting) EXPECT_GT(st.verify_steps, 0u);

@@ -2,10 +2,13 @@
 // random chunks, and as speculative verify windows (a random suffix rejected, truncated and
 // rewritten) must leave byte-identical cache storage and bit-identical logits, in every KV mode
 // and V rounding (the gemma3 fixture: with sliding-window layers; the gpt-oss one: with attention
-// sinks too). A planted fault (one path's writes never reach storage) must be caught. The hybrid
-// qwen3next, qwen35 and qwen35moe fixtures add their recurrent state (conv tails and delta
-// states), which every path must leave bit-identical too, and a planted fault (state not restored
-// on truncate).
+// sinks too). A planted fault (one path's writes never reach storage) must be caught. On gemma3
+// the sliding-window layer keeps a ring of its recent cells: every path through the ring must
+// equal a cache that keeps every cell (--swa-full) cut to the window, bit for bit, and a rollback
+// across the window's edge, a session saved and restored mid-run, and a prefix the ring no
+// longer holds (which must fall back to evaluating again) too. The hybrid qwen3next, qwen35 and
+// qwen35moe fixtures add their recurrent state (conv tails and delta states), which every path
+// must leave bit-identical too, and a planted fault (state not restored on truncate).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,7 +19,9 @@
 #include "kv_storage.h"
 #include "model/model.h"
 #include "probe/faults.h"
+#include "runtime/generate.h"
 #include "runtime/session.h"
+#include "runtime/session_file.h"
 
 namespace lamina {
 namespace {
@@ -46,6 +51,9 @@ std::string ModelPath(const std::string& model) {
 struct PathRun {
   std::vector<float> logits;                  // [n_tokens, n_vocab], position p predicts p+1
   std::vector<std::vector<uint8_t>> storage;  // per layer: K bytes then V bytes
+  // The same with sliding-window layers cut to their window (a ring against every cell).
+  std::vector<std::vector<uint8_t>> windows;
+  size_t kv_bytes = 0;       // KvCache::BytesTotal
   std::vector<float> state;  // recurrent layers' conv tails and delta states (hybrid models)
 };
 
@@ -113,6 +121,8 @@ PathRun RunPath(const Model& model, SessionConfig sc, const std::vector<int32_t>
     pos += take;
   }
   run.storage = KvStorageBytes(s.cache(), 0);
+  run.windows = KvStorageBytes(s.cache(), 0, -1, /*windows_only=*/true);
+  run.kv_bytes = s.cache().BytesTotal();
   run.state = RecurrentStateFloats(s, 0);
   return run;
 }
@@ -140,6 +150,14 @@ std::string Compare(const PathRun& a, const PathRun& b, int n_vocab) {
     return "logits differ at position " + std::to_string(i / n_vocab);
   }
   return "";
+}
+
+// A ring run against one that keeps every cell: logits, and the cells of every window.
+std::string CompareWithFull(const PathRun& ring, const PathRun& full, int n_vocab) {
+  PathRun a = ring, b = full;
+  a.storage = a.windows;
+  b.storage = b.windows;
+  return Compare(a, b, n_vocab);
 }
 
 struct ModeCase {
@@ -221,6 +239,93 @@ TEST_P(KvWritePaths, AllPathsGiveIdenticalBytesAndLogits) {
   for (Path p : {Path::kTokenByToken, Path::kRandomChunks, Path::kVerifyWindows}) {
     const PathRun other = RunPath(m, sc, tokens, p, pool);
     EXPECT_EQ(Compare(batch, other, n_vocab), "") << "path " << PathName(p) << " vs batch";
+  }
+  // Sliding-window layers: the ring (the default) against every cell kept (--swa-full), which
+  // must cost more memory, as the memory guard computes it too.
+  if (m.hparams().swa_layers.empty()) return;
+  Result<KvCacheConfig> ring_config = MakeKvCacheConfig(m.hparams(), sc);
+  ASSERT_TRUE(ring_config.ok());
+  EXPECT_EQ(KvCacheBytes(*ring_config), batch.kv_bytes);
+  sc.swa_full = true;
+  Result<KvCacheConfig> full_config = MakeKvCacheConfig(m.hparams(), sc);
+  ASSERT_TRUE(full_config.ok());
+  const PathRun full = RunPath(m, sc, tokens, Path::kBatch, pool);
+  EXPECT_EQ(KvCacheBytes(*full_config), full.kv_bytes);
+  EXPECT_LT(batch.kv_bytes, full.kv_bytes);
+  EXPECT_EQ(CompareWithFull(batch, full, n_vocab), "") << "ring vs every cell";
+  const PathRun full_verify = RunPath(m, sc, tokens, Path::kVerifyWindows, pool);
+  EXPECT_EQ(CompareWithFull(full_verify, full, n_vocab), "") << "every cell, verify windows";
+}
+
+// Sliding-window rings saved and restored mid-run (session files): a run cut at a point where
+// the ring has wrapped, saved, restored into a fresh session and continued (one token at a
+// time, then in a batch) equals the uninterrupted run bit for bit; the file of a ring is
+// refused by a session that keeps every cell, with a reason.
+TEST_P(KvWritePaths, SlidingWindowRingSavedAndRestoredMidRun) {
+  const Model& m = *model_;
+  if (m.hparams().swa_layers.empty()) GTEST_SKIP() << "no sliding-window layers";
+  ThreadPool pool(2);
+  const std::vector<int32_t> tokens = TestTokens(m, 150);
+  const int n_vocab = m.hparams().n_vocab;
+  const PathRun batch = RunPath(m, sc_, tokens, Path::kBatch, pool);
+  for (int cut : {21, 133}) {
+    Session first(m, sc_, pool);
+    ASSERT_TRUE(first.cache().has_rings());
+    ASSERT_TRUE(first.Eval(std::vector<int32_t>(tokens.begin(), tokens.begin() + cut), true).ok());
+    const std::vector<uint8_t> bytes = SerializeSessionFile(first, 0, 1234);
+    Session second(m, sc_, pool);
+    Result<SessionFileView> view = ParseSessionFile(bytes.data(), bytes.size(), second, 1234);
+    ASSERT_TRUE(view.ok()) << view.error().message;
+    second.RestoreSequence(0, view->tokens, view->kv);
+    EXPECT_EQ(SerializeSessionFile(second, 0, 1234), bytes) << "cut " << cut;
+    // Untrusted ring state: the ring layer's (layer 0) first held cell out of range, or data
+    // before it, is refused by name.
+    std::vector<uint8_t> state(view->kv, view->kv + view->kv_bytes);
+    int32_t m0;
+    std::memcpy(&m0, state.data(), sizeof(m0));
+    EXPECT_EQ(m0, std::max(0, cut - first.cache().ring_cells()));
+    for (int32_t bad : {cut + 1, m0 - 1, m0 + 1}) {
+      std::memcpy(state.data(), &bad, sizeof(bad));
+      const Status st = second.cache().CheckSequenceState(cut, state.data());
+      EXPECT_FALSE(st.ok()) << "first held cell " << bad;
+      if (!st.ok()) {
+        EXPECT_NE(st.error().message.find(bad == m0 + 1 ? "before the ring's start" : "layer 0"),
+                  std::string::npos)
+            << st.error().message;
+      }
+    }
+    PathRun run;
+    run.logits = batch.logits;
+    for (int pos = cut; pos < 150;) {
+      const int take = pos < cut + 5 ? 1 : 150 - pos;
+      Result<const float*> r = second.Eval(
+          std::vector<int32_t>(tokens.begin() + pos, tokens.begin() + pos + take), true);
+      ASSERT_TRUE(r.ok());
+      std::memcpy(run.logits.data() + static_cast<size_t>(pos) * n_vocab, *r,
+                  sizeof(float) * take * n_vocab);
+      pos += take;
+    }
+    run.storage = KvStorageBytes(second.cache(), 0);
+    EXPECT_EQ(Compare(batch, run, n_vocab), "") << "cut " << cut;
+    SessionConfig full = sc_;
+    full.swa_full = true;
+    Session other(m, full, pool);
+    Result<SessionFileView> refused = ParseSessionFile(bytes.data(), bytes.size(), other, 1234);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.error().message.find("--swa-full"), std::string::npos)
+        << refused.error().message;
+    // A file that keeps every cell (version 2, as before rings) loads where every cell is kept
+    // and is refused by a ring, with a reason.
+    ASSERT_TRUE(other.Eval(std::vector<int32_t>(tokens.begin(), tokens.begin() + cut), true).ok());
+    const std::vector<uint8_t> full_bytes = SerializeSessionFile(other, 0, 1234);
+    uint32_t version;
+    std::memcpy(&version, full_bytes.data() + 8, sizeof(version));
+    EXPECT_EQ(version, kSessionFileVersionNoRing);
+    EXPECT_TRUE(ParseSessionFile(full_bytes.data(), full_bytes.size(), other, 1234).ok());
+    refused = ParseSessionFile(full_bytes.data(), full_bytes.size(), second, 1234);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.error().message.find("keeps a ring of"), std::string::npos)
+        << refused.error().message;
   }
 }
 
@@ -567,6 +672,122 @@ TEST(KvWindowTeeth, CellsEncodedNotAtAllOrTwiceAreCaught) {
           << KvTypeName(t) << (skip ? " skipped" : " twice") << " encode went unnoticed";
     }
   }
+}
+
+// The gemma3 fixture's sliding-window ring (window 16, ring 128 of n_ctx 160).
+class SlidingWindowRing : public testing::Test {
+ protected:
+  void SetUp() override {
+    Result<std::unique_ptr<Model>> m = LoadModel(kGemma3);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    model_ = std::move(*m);
+    sc_.n_ctx = 160;
+    sc_.n_seq = 2;
+  }
+  std::unique_ptr<Model> model_;
+  SessionConfig sc_;
+};
+
+// Several turns of the ring (500 tokens, ring 128 of n_ctx 512): in every mode, token by token
+// and in random chunks through the ring equal one batch with every cell kept, bit for bit.
+TEST_F(SlidingWindowRing, SeveralTurnsEqualEveryCellKept) {
+  ThreadPool pool(2);
+  const std::vector<int32_t> tokens = TestTokens(*model_, 500);
+  const int n_vocab = model_->hparams().n_vocab;
+  for (const KvMode& mode : kKvModes) {
+    SessionConfig sc = sc_;
+    sc.n_ctx = 512;
+    sc.n_seq = 1;
+    sc.kv_type = mode.type;
+    sc.swa_full = true;
+    const PathRun full = RunPath(*model_, sc, tokens, Path::kBatch, pool);
+    sc.swa_full = false;
+    for (Path p : {Path::kTokenByToken, Path::kRandomChunks}) {
+      const PathRun ring = RunPath(*model_, sc, tokens, p, pool);
+      EXPECT_EQ(CompareWithFull(ring, full, n_vocab), "") << mode.name << " " << PathName(p);
+      EXPECT_LT(ring.kv_bytes, full.kv_bytes);
+    }
+  }
+}
+
+// Speculative rollback across the window's edge: 100 cells, 50 wrong ones, a cut back by 50 +
+// d (the cells the next query sees were overwritten by the wrong ones' turn of the ring or had
+// left the window), the rest rewritten: the same bytes and logits as one batch, in a lossless,
+// an anchored and a windowed lossy mode.
+TEST_F(SlidingWindowRing, RollbackAcrossTheWindowEdgeRewritesTheSameBytes) {
+  ThreadPool pool(2);
+  const std::vector<int32_t> tokens = TestTokens(*model_, 150);
+  const int n_vocab = model_->hparams().n_vocab;
+  for (auto [t, window] :
+       {std::pair{KvType::kF16, 0}, std::pair{KvType::kQ4_0, 0}, std::pair{KvType::kK8V4, 12}}) {
+    SessionConfig sc = sc_;
+    sc.n_seq = 1;
+    sc.kv_type = t;
+    sc.kv_window = window;
+    const PathRun batch = RunPath(*model_, sc, tokens, Path::kBatch, pool);
+    for (int back : {1, 7, 14}) {
+      Session s(*model_, sc, pool);
+      ASSERT_TRUE(s.cache().has_rings());
+      PathRun run;
+      run.logits = batch.logits;
+      std::vector<int32_t> wrong(tokens.begin() + 100, tokens.end());
+      for (int32_t& id : wrong) id = (id + 3) % n_vocab;
+      ASSERT_TRUE(s.Eval(std::vector<int32_t>(tokens.begin(), tokens.begin() + 100), true).ok());
+      ASSERT_TRUE(s.Eval(wrong, true).ok());
+      s.Truncate(100 - back);
+      ASSERT_EQ(s.n_past(), 100 - back);
+      Result<const float*> r =
+          s.Eval(std::vector<int32_t>(tokens.begin() + 100 - back, tokens.end()), true);
+      ASSERT_TRUE(r.ok());
+      std::memcpy(run.logits.data() + static_cast<size_t>(100 - back) * n_vocab, *r,
+                  sizeof(float) * (50 + back) * n_vocab);
+      run.storage = KvStorageBytes(s.cache(), 0);
+      EXPECT_EQ(Compare(batch, run, n_vocab), "") << KvTypeName(t) << " back " << back;
+    }
+  }
+}
+
+// A prefix whose window the ring no longer holds is not kept (Truncate, CopyPrefix and prompt
+// reuse keep nothing and the caller evaluates again), and what is evaluated again equals a
+// fresh run; with every cell kept (--swa-full) the same prefixes are kept.
+TEST_F(SlidingWindowRing, PrefixesTheRingNoLongerHoldsFallBack) {
+  ThreadPool pool(2);
+  const std::vector<int32_t> tokens = TestTokens(*model_, 150);
+  const int n_vocab = model_->hparams().n_vocab;
+  Session s(*model_, sc_, pool);
+  ASSERT_TRUE(s.cache().has_rings());
+  const int cells = s.cache().ring_cells();
+  ASSERT_EQ(cells, 128);
+  ASSERT_TRUE(s.Eval(tokens, false).ok());
+  // The ring holds [150 - 128, 150): the query at n reads n - 15 .. n - 1.
+  const int lowest = 150 - cells + 15;
+  s.CopyPrefix(0, 1, lowest);
+  EXPECT_EQ(s.n_past(1), lowest);
+  s.CopyPrefix(0, 1, lowest - 1);
+  EXPECT_EQ(s.n_past(1), 0);
+  s.CopyPrefix(0, 1, 10);  // within the first window, whose cells were overwritten
+  EXPECT_EQ(s.n_past(1), 0);
+  // Prompt reuse (the CLI's and the server's): a prompt sharing 30 tokens keeps nothing, and the
+  // re-evaluated prompt's logits equal a fresh session's.
+  std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 30);
+  prompt.push_back((tokens[30] + 1) % n_vocab);
+  EXPECT_EQ(ReusePrefix(s, 0, prompt), 0);
+  Result<const float*> again = s.Eval(prompt, true);
+  ASSERT_TRUE(again.ok());
+  std::vector<float> reused(*again, *again + prompt.size() * n_vocab);
+  Session fresh(*model_, sc_, pool);
+  Result<const float*> ref = fresh.Eval(prompt, true);
+  ASSERT_TRUE(ref.ok());
+  EXPECT_EQ(std::memcmp(reused.data(), *ref, reused.size() * sizeof(float)), 0);
+  // Every cell kept: the same cuts keep what they ask.
+  SessionConfig full = sc_;
+  full.swa_full = true;
+  Session f(*model_, full, pool);
+  EXPECT_FALSE(f.cache().has_rings());
+  ASSERT_TRUE(f.Eval(tokens, false).ok());
+  f.CopyPrefix(0, 1, 10);
+  EXPECT_EQ(f.n_past(1), 10);
+  EXPECT_EQ(ReusePrefix(f, 0, prompt), 30);
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ struct CommonOptions {
   std::string kv = "f16";
   std::string kv_v_round = "rtn";
   int kv_window = -1;       // --kv-window R; -1: the mode's default (kKvModes)
+  bool swa_full = false;    // --swa-full: every cell of sliding-window layers, not a ring
   int recurrent_ring = 32;  // --recurrent-ring N (hybrid models; kRecurrentRingDefault)
   uint64_t kv_seed = 0;
   std::string rope_scaling;  // none, linear or yarn; empty: the model's

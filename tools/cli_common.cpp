@@ -194,6 +194,7 @@ bool MakeSessionConfig(const CommonOptions& o, const Model& model, SessionConfig
   out->v_rounding = *round;
   out->kv_seed = o.kv_seed;
   out->kv_window = o.kv_window < 0 ? kKvWindowModeDefault : o.kv_window;
+  out->swa_full = o.swa_full;
   out->recurrent_ring = o.recurrent_ring;
   Result<KvCacheConfig> kc = MakeKvCacheConfig(model.hparams(), *out);
   if (!kc.ok()) {
@@ -349,6 +350,10 @@ void PrintKvSummary(const KvCache& cache) {
   if (cache.window() > 0) {
     window = ", window of " + std::to_string(cache.window()) + " exact cells (" +
              std::to_string(cache.WindowBytes() / 1024) + " KiB)";
+  }
+  if (cache.has_rings()) {
+    window += ", sliding-window layers in rings of " + std::to_string(cache.ring_cells()) +
+              " cells (" + std::to_string(cache.RingBytes() / 1024) + " KiB; --swa-full: all)";
   }
   std::fprintf(stderr,
                "lamina: kv cache %s (V rounding %s): %.2f bits/elem, %zu bytes/token, %.2f MiB for "

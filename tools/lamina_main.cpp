@@ -72,6 +72,10 @@ void AddCommon(CLI::App* cmd, lamina::cli::CommonOptions& c, bool model_required
       ->check(IntRange(0, 1 << 20))
       ->default_str("")
       ->group(kGroupKv);
+  cmd->add_flag("--swa-full", c.swa_full,
+                "Keep every cell of sliding-window layers (default: a ring of their recent cells; "
+                "prefixes cut further back are evaluated again)")
+      ->group(kGroupKv);
   cmd->add_option("--kv-seed", c.kv_seed, "Seed of stochastic V rounding")
       ->check(Seed())
       ->group(kGroupKv);

@@ -96,7 +96,8 @@ struct Hparams {
   float attn_scale = 0.0f;
   // Sliding-window attention (gemma3): the layers flagged in swa_layers ([kv_layers()], empty:
   // none) see the n_swa most recent positions only (a query at p sees keys p - n_swa + 1 .. p)
-  // and rotate with rope_swa instead of rope. The cache keeps every cell.
+  // and rotate with rope_swa instead of rope. The cache keeps a ring of their recent cells
+  // (KvCacheConfig::sliding_window), or every cell with --swa-full.
   int n_swa = 0;
   std::vector<uint8_t> swa_layers;
   RopeParams rope_swa;

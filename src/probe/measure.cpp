@@ -122,8 +122,8 @@ struct ErrorStats {
   }
 };
 
-// Per layer K and V error of `leg` against `ref` over positions [0, n), split at the first
-// decode-written position.
+// Per layer K and V error of `leg` against `ref` over positions [0, n) (of a sliding-window
+// ring, the positions both still hold), split at the first decode-written position.
 std::vector<LayerError> LayerDiagnostics(const KvCache& ref, const KvCache& leg, int n,
                                          int n_prompt) {
   const KvCacheConfig& c = leg.config();
@@ -132,6 +132,7 @@ std::vector<LayerError> LayerDiagnostics(const KvCache& ref, const KvCache& leg,
   for (int layer = 0; layer < c.n_layer; ++layer) {
     LayerError lj;
     lj.layer = layer;
+    const int held = std::max(leg.RingFirstHeld(layer, 0), ref.RingFirstHeld(layer, 0));
     for (int side = 0; side < 2; ++side) {
       ErrorStats all, prompt, decode;
       for (int h = 0; h < c.n_kv_heads; ++h) {
@@ -139,7 +140,7 @@ std::vector<LayerError> LayerDiagnostics(const KvCache& ref, const KvCache& leg,
         e.resize(static_cast<size_t>(n) * c.head_dim);
         leg.ReadHeadRows(side, layer, 0, h, n, s.data());
         ref.ReadHeadRows(side, layer, 0, h, n, e.data());
-        for (int p = 0; p < n; ++p) {
+        for (int p = held; p < n; ++p) {
           const float* sp = s.data() + static_cast<size_t>(p) * c.head_dim;
           const float* ep = e.data() + static_cast<size_t>(p) * c.head_dim;
           all.Add(sp, ep, c.head_dim);

@@ -17,6 +17,8 @@ constexpr int kTokenBlock = 8;  // tokens sharing one pass over the cells
 constexpr int kCellTile = 64;   // cells decoded at once
 constexpr int kCellChunk = kAttentionCellChunk;
 static_assert(kCellChunk % kCellTile == 0);
+// A sliding-window layer's ring (kv_cache.h) holds whole tiles: a tile never wraps around it.
+static_assert(kKvRingAlign % kCellTile == 0);
 // Merged chunk results held at once: work items are run in waves of at most this many stored
 // chunks (a block's chunks always share a wave).
 constexpr int64_t kMaxStoredChunks = 512;
@@ -37,7 +39,6 @@ void AddAnchorScores(const KvCache& cache, int layer, int seq, int g, int pos0, 
   const int n_rot = cache.config().rope.n_rot;
   const float m = cache.anchor_mscale();
   const float* a = cache.KAnchor(layer, seq, g);
-  const uint8_t* flags = cache.KAnchorFlags(layer, seq, g);
   int pairs[kAnchorMaxPairs];
   int n_pairs = 0;
   for (int j = 0; j < n_rot / 2 && n_pairs < kAnchorMaxPairs; ++j) {
@@ -69,7 +70,8 @@ void AddAnchorScores(const KvCache& cache, int layer, int seq, int g, int pos0, 
   for (int c0 = c_lo; c0 < n_cells; c0 += kCellTile) {
     const int nc = std::min(kCellTile, n_cells - c0);
     bool any = false;
-    for (int i = 0; i < nc; ++i) any |= (mask[i] = flags[c0 + i]) != 0.0f;
+    const uint8_t* flags = cache.KAnchorFlags(layer, seq, g, c0);  // the tile's cells
+    for (int i = 0; i < nc; ++i) any |= (mask[i] = flags[i]) != 0.0f;
     if (!any) continue;
     // cos(p t) = C0 cos(k t) - S0 sin(k t), sin(p t) = S0 cos(k t) + C0 sin(k t) for p = c0 + k,
     // so a query's correction is a weighted sum of the kept pairs' offset tables.
@@ -224,6 +226,8 @@ class AttentionCall {
   // The recent window's exact copies (f16 rows in each side's frame), when the cache has one.
   const KvRowDecodeFn decode_exact_;
   const int window_ring_;
+  // Cells the layer stores per KV head (a sliding-window ring's, or n_ctx).
+  const int layer_cells_;
   // Integer scores read K codes directly; otherwise (nullptr) K tiles are decoded to f32.
   const KvScoreFn score_k_;
   const int n_qgroups_;
@@ -261,6 +265,7 @@ AttentionCall::AttentionCall(const KvCache& cache, int layer, const AttentionSeg
       accumulate_v_(BestKvAccumulator(vs_.format)),
       decode_exact_(BestKvRowDecoder(KvRowFormat::kF16)),
       window_ring_(cache.window_ring()),
+      layer_cells_(cache.layer_cells(layer)),
       score_k_(KvIntScoreSupported(ks_.format, hd_) ? BestKvScorer(ks_.format) : nullptr),
       n_qgroups_(hd_ / 32),
       k_f16_(ks_.format == KvRowFormat::kF16),
@@ -269,6 +274,9 @@ AttentionCall::AttentionCall(const KvCache& cache, int layer, const AttentionSeg
       slot_floats_(static_cast<size_t>(max_queries_) * (hd_ + 2)),
       slot_max_(static_cast<size_t>(max_queries_) * hd_),
       slot_mass_(slot_max_ + max_queries_) {
+  // A ring holds the cells of its layer's window only: attention must not look further back.
+  LAMINA_CHECK(!cache.ring_layer(layer) ||
+               (shape.sliding_window > 0 && shape.sliding_window <= cache.sliding_window(layer)));
   if (scratch_.per_thread.size() < per_thread_ * pool.size()) {
     scratch_.per_thread.resize(per_thread_ * pool.size());
   }
@@ -372,8 +380,13 @@ void AttentionCall::ScoreChunk(const Chunk& ch) const {
   // A query's scores past its own causal limit (or before its sliding window) are computed from
   // cells another query of the block sees and are never read.
   if (score_k_) {
-    score_k_(cache_.KHead(layer_, ch.seq, ch.g, c_lo), n_cells - c_lo, hd_, ch.nq, ch.qq, ch.qd,
-             shape_.scale, ch.scores + c_lo, n_ctx_);
+    // In runs within one turn of a ring layer's cells (one run for a layer that keeps all).
+    for (int c0 = c_lo; c0 < n_cells;) {
+      const int c1 = std::min(n_cells, (c0 / layer_cells_ + 1) * layer_cells_);
+      score_k_(cache_.KHead(layer_, ch.seq, ch.g, c0), c1 - c0, hd_, ch.nq, ch.qq, ch.qd,
+               shape_.scale, ch.scores + c0, n_ctx_);
+      c0 = c1;
+    }
   }
   for (int c0 = c_lo; c0 < (score_k_ ? c_lo : n_cells); c0 += kCellTile) {
     const int nc = std::min(kCellTile, n_cells - c0);

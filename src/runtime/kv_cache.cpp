@@ -70,12 +70,30 @@ Status ValidateKvConfig(const KvCacheConfig& c) {
     return Error{"invalid KV cache shape"};
   }
   if (c.window < 0) return Error{"negative KV window " + std::to_string(c.window)};
+  if (!c.sliding_window.empty()) {
+    if (static_cast<int>(c.sliding_window.size()) != c.n_layer) {
+      return Error{"sliding windows given for " + std::to_string(c.sliding_window.size()) +
+                   " layers, the cache has " + std::to_string(c.n_layer)};
+    }
+    for (int w : c.sliding_window) {
+      if (w < 0) return Error{"negative sliding window " + std::to_string(w)};
+    }
+  }
   return ValidateKvMode(c.type, c.head_dim);
 }
 
+int KvLayerCells(const KvCacheConfig& c, int layer) {
+  const int w = c.sliding_window.empty() ? 0 : c.sliding_window[layer];
+  if (c.swa_full || w <= 0 || w >= c.n_ctx) return c.n_ctx;
+  const int64_t ring =
+      (static_cast<int64_t>(w) + kKvWindowSlack + kKvRingAlign - 1) / kKvRingAlign * kKvRingAlign;
+  return ring < c.n_ctx ? static_cast<int>(ring) : c.n_ctx;
+}
+
 uint64_t KvCacheBytes(const KvCacheConfig& c) {
-  const uint64_t head_rows =
-      SatMul(SatMul(SatMul(static_cast<uint64_t>(c.n_ctx), c.n_layer), c.n_seq), c.n_kv_heads);
+  uint64_t layer_cells = 0;  // cells per sequence and KV head, all layers
+  for (int l = 0; l < c.n_layer; ++l) layer_cells = SatAdd(layer_cells, KvLayerCells(c, l));
+  const uint64_t head_rows = SatMul(SatMul(layer_cells, c.n_seq), c.n_kv_heads);
   uint64_t per_row =
       KvRowBytes(KSpec(c.type).format, c.head_dim) + KvRowBytes(VSpec(c.type).format, c.head_dim);
   uint64_t extra = 0;
@@ -98,8 +116,16 @@ KvCache::KvCache(const KvCacheConfig& config)
   LAMINA_CHECK(ValidateKvConfig(config).ok());
   k_head_bytes_ = KvRowBytes(k_spec_.format, config.head_dim);
   v_head_bytes_ = KvRowBytes(v_spec_.format, config.head_dim);
-  const size_t head_rows =
-      static_cast<size_t>(config.n_ctx) * config.n_layer * config.n_seq * config.n_kv_heads;
+  cells_.resize(config.n_layer);
+  layer_base_.resize(config.n_layer);
+  for (int l = 0; l < config.n_layer; ++l) {
+    cells_[l] = KvLayerCells(config, l);
+    layer_base_[l] = seq_cells_;
+    seq_cells_ += static_cast<size_t>(cells_[l]) * config.n_kv_heads;
+    if (cells_[l] < config.n_ctx) ring_cells_ = std::max(ring_cells_, cells_[l]);
+  }
+  ring_floor_.assign(static_cast<size_t>(config.n_seq) * config.n_layer, 0);
+  const size_t head_rows = seq_cells_ * config.n_seq;
   k_.assign(head_rows * k_head_bytes_, 0);
   v_.assign(head_rows * v_head_bytes_, 0);
   lengths_.assign(static_cast<size_t>(config.n_seq) * config.n_layer, 0);
@@ -178,16 +204,21 @@ void KvCache::AnchorOffset(const float* anchor, int pos, float* out) const {
 void KvCache::ReadHeadRows(int side, int layer, int seq, int head, int n, float* out) const {
   const KvSideSpec& spec = side == 0 ? k_spec_ : v_spec_;
   const int hd = config_.head_dim;
-  BestKvRowDecoder(spec.format)(side == 0 ? KHead(layer, seq, head, 0) : VHead(layer, seq, head, 0),
-                                n, hd, out);
+  const int cells = cells_[layer];
+  for (int p0 = 0; p0 < n;) {  // runs within one turn of a ring
+    const int p1 = std::min(n, (p0 / cells + 1) * cells);
+    BestKvRowDecoder(spec.format)(
+        side == 0 ? KHead(layer, seq, head, p0) : VHead(layer, seq, head, p0), p1 - p0, hd,
+        out + static_cast<size_t>(p0) * hd);
+    p0 = p1;
+  }
   if (spec.rotated) {
     for (int p = 0; p < n; ++p) InverseRotate(out + static_cast<size_t>(p) * hd, hd);
   }
   if (side != 0 || !k_anchored_) return;
-  const uint8_t* flags = KAnchorFlags(layer, seq, head);
   std::vector<float> offset(hd);  // [head_dim]
   for (int p = 0; p < n; ++p) {
-    if (!flags[p]) continue;
+    if (!*KAnchorFlags(layer, seq, head, p)) continue;
     AnchorOffset(KAnchor(layer, seq, head), p, offset.data());
     for (int e = 0; e < hd; ++e) out[static_cast<size_t>(p) * hd + e] += offset[e];
   }
@@ -200,10 +231,36 @@ double KvCache::BitsPerElement() const {
 
 size_t KvCache::BytesPerToken() const {
   const size_t flags = k_anchored_ ? config_.n_kv_heads : 0;
-  return (k_row_bytes() + v_row_bytes() + flags) * config_.n_layer;
+  int full_layers = 0;
+  for (int l = 0; l < config_.n_layer; ++l) full_layers += ring_layer(l) ? 0 : 1;
+  return (k_row_bytes() + v_row_bytes() + flags) * full_layers;
 }
 
-size_t KvCache::BytesTotal() const { return BytesPerToken() * config_.n_ctx * config_.n_seq; }
+size_t KvCache::RingBytes() const {
+  const size_t flags = k_anchored_ ? config_.n_kv_heads : 0;
+  size_t cells = 0;  // ring cells per sequence, all ring layers
+  for (int l = 0; l < config_.n_layer; ++l) cells += ring_layer(l) ? cells_[l] : 0;
+  return (k_row_bytes() + v_row_bytes() + flags) * cells * config_.n_seq;
+}
+
+size_t KvCache::BytesTotal() const {
+  return k_.size() + v_.size() + k_anchor_flag_.size() + k_anchor_.size() * sizeof(float) +
+         WindowBytes();
+}
+
+int KvCache::ExactKeep(int seq, int n) const {
+  if (n == 0) return n;
+  for (int layer = 0; layer < config_.n_layer; ++layer) {
+    if (window_ > 0) {
+      const int lo = std::max(window_floor_[Index(layer, seq)], Length(seq, layer) - ring_);
+      if (lo > 0 && n - window_ < lo) return 0;
+    }
+    // The query at n reads cells n - sliding_window + 1 .. n - 1 of a ring layer.
+    const int lo = RingFirstHeld(layer, seq);
+    if (lo > 0 && n - sliding_window(layer) + 1 < lo) return 0;
+  }
+  return n;
+}
 
 void KvCache::EncodeHead(const KvSideSpec& spec, bool stochastic, int layer, int pos, int head,
                          const float* src, uint8_t* dst, float* tmp) const {
@@ -258,10 +315,16 @@ void KvCache::EncodeAnchoredK(int layer, int seq, int pos, int head, const float
 }
 
 void KvCache::ZeroCells(int layer, int seq, int pos0, int n) {
-  for (int h = 0; h < config_.n_kv_heads; ++h) {
-    std::memset(k_.data() + HeadIndex(layer, seq, h, pos0) * k_head_bytes_, 0, n * k_head_bytes_);
-    std::memset(v_.data() + HeadIndex(layer, seq, h, pos0) * v_head_bytes_, 0, n * v_head_bytes_);
-    if (k_anchored_) std::memset(k_anchor_flag_.data() + HeadIndex(layer, seq, h, pos0), 0, n);
+  const int cells = cells_[layer];
+  n = std::min(n, cells);                // a ring's slots, each once
+  for (int p0 = pos0; p0 < pos0 + n;) {  // runs within one turn of a ring
+    const int m = std::min(pos0 + n, (p0 / cells + 1) * cells) - p0;
+    for (int h = 0; h < config_.n_kv_heads; ++h) {
+      std::memset(k_.data() + HeadIndex(layer, seq, h, p0) * k_head_bytes_, 0, m * k_head_bytes_);
+      std::memset(v_.data() + HeadIndex(layer, seq, h, p0) * v_head_bytes_, 0, m * v_head_bytes_);
+      if (k_anchored_) std::memset(k_anchor_flag_.data() + HeadIndex(layer, seq, h, p0), 0, m);
+    }
+    p0 += m;
   }
 }
 
@@ -382,6 +445,7 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
                 k_anchor_.data() + (Index(layer, seq) * n_heads + h) * hd);
     }
   }
+  const int first_stored = pos0 + n - cells_[layer];
   // Work items are (row, head) pairs, so even a single decoded token's heads spread over the pool.
   auto encode = [&](int64_t item0, int64_t item1) {
     std::vector<float> tmp(hd);  // [head_dim] rotation scratch
@@ -392,6 +456,9 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
       const int64_t i = item / n_heads;
       const int h = static_cast<int>(item % n_heads);
       const int pos = pos0 + static_cast<int>(i);
+      // A ring layer stores only the last layer_cells positions of the span (earlier ones would
+      // share their slots).
+      if (pos < first_stored) continue;
       // Only the last ring_ positions of the span keep an exact copy (earlier ones would share
       // their slots).
       const bool in_ring = window_ > 0 && pos >= pos0 + n - ring_;
@@ -441,8 +508,17 @@ void KvCache::Truncate(int seq, int n_keep) {
   for (int layer = 0; layer < config_.n_layer; ++layer) {
     int& length = lengths_[Index(layer, seq)];
     if (n_keep >= length) continue;
-    // Zero the dropped cells so storage is a pure function of the surviving history.
-    ZeroCells(layer, seq, n_keep, length - n_keep);
+    // Zero the dropped cells so storage is a pure function of the surviving history (of a
+    // ring, the dropped cells it holds; it then holds [length - cells, n_keep) at most).
+    if (ring_layer(layer)) {
+      const int cells = cells_[layer];
+      const int from = std::max(n_keep, length - cells);
+      ZeroCells(layer, seq, from, length - from);
+      int& floor = ring_floor_[Index(layer, seq)];
+      floor = n_keep == 0 ? 0 : std::min(std::max(floor, length - cells), n_keep);
+    } else {
+      ZeroCells(layer, seq, n_keep, length - n_keep);
+    }
     if (window_ > 0) {
       int& floor = window_floor_[Index(layer, seq)];
       for (int p = std::max(n_keep, length - ring_); p < length; ++p) {
@@ -464,32 +540,47 @@ void KvCache::Truncate(int seq, int n_keep) {
 }
 
 uint64_t KvCache::SequenceStateBytes(int n) const {
+  n = std::max(0, n);
   const uint64_t per_cell = k_head_bytes_ + v_head_bytes_ + (k_anchored_ ? 1 : 0);
+  uint64_t cells = 0;  // state cells per KV head, all layers
+  for (int layer = 0; layer < config_.n_layer; ++layer) {
+    cells += static_cast<uint64_t>(n - StateFirstCell(layer, n));
+  }
+  int ring_layers = 0;
+  for (int layer = 0; layer < config_.n_layer; ++layer) ring_layers += ring_layer(layer) ? 1 : 0;
   const uint64_t heads = static_cast<uint64_t>(config_.n_layer) * config_.n_kv_heads;
   const uint64_t anchors =
       k_anchored_ ? heads * static_cast<uint64_t>(config_.head_dim) * sizeof(float) : 0;
   uint64_t window = 0;
   if (window_ > 0) {
-    const uint64_t m = static_cast<uint64_t>(std::min(ring_, std::max(0, n)));
+    const uint64_t m = static_cast<uint64_t>(std::min(ring_, n));
     window = config_.n_layer * sizeof(int32_t) + SatMul(SatMul(heads, m), 2 * ring_row_bytes_);
   }
-  return SatAdd(
-      SatAdd(SatMul(SatMul(heads, per_cell), static_cast<uint64_t>(std::max(0, n))), anchors),
-      window);
+  const uint64_t encoded = SatAdd(SatMul(SatMul(cells, config_.n_kv_heads), per_cell),
+                                  static_cast<uint64_t>(ring_layers) * sizeof(int32_t));
+  return SatAdd(SatAdd(encoded, anchors), window);
 }
 
 void KvCache::ExportSequence(int seq, int n, uint8_t* out) const {
   LAMINA_CHECK(seq >= 0 && seq < config_.n_seq && n >= 0 && n <= config_.n_ctx);
+  const std::vector<uint8_t> zeros(std::max(k_head_bytes_, v_head_bytes_), 0);
   for (int layer = 0; layer < config_.n_layer; ++layer) {
     LAMINA_CHECK(Length(seq, layer) >= n);
+    const int f = StateFirstCell(layer, n);
+    const int32_t m0 = CellsFirstHeld(layer, seq, n);  // 0 for a layer that keeps every cell
+    if (ring_layer(layer)) {
+      std::memcpy(out, &m0, sizeof(m0));
+      out += sizeof(m0);
+    }
     for (int h = 0; h < config_.n_kv_heads; ++h) {
-      std::memcpy(out, KHead(layer, seq, h, 0), k_head_bytes_ * n);
-      out += k_head_bytes_ * n;
-      std::memcpy(out, VHead(layer, seq, h, 0), v_head_bytes_ * n);
-      out += v_head_bytes_ * n;
+      for (int p = f; p < n; ++p, out += k_head_bytes_) {
+        std::memcpy(out, p >= m0 ? KHead(layer, seq, h, p) : zeros.data(), k_head_bytes_);
+      }
+      for (int p = f; p < n; ++p, out += v_head_bytes_) {
+        std::memcpy(out, p >= m0 ? VHead(layer, seq, h, p) : zeros.data(), v_head_bytes_);
+      }
       if (k_anchored_) {
-        std::memcpy(out, KAnchorFlags(layer, seq, h), n);
-        out += n;
+        for (int p = f; p < n; ++p, ++out) *out = p >= m0 ? *KAnchorFlags(layer, seq, h, p) : 0;
       }
     }
   }
@@ -527,14 +618,22 @@ void KvCache::ImportSequence(int seq, int n, const uint8_t* in) {
   LAMINA_CHECK(seq >= 0 && seq < config_.n_seq && n >= 0 && n <= config_.n_ctx);
   Truncate(seq, 0);
   for (int layer = 0; layer < config_.n_layer; ++layer) {
+    const int f = StateFirstCell(layer, n);
+    if (ring_layer(layer)) {
+      int32_t m0;
+      std::memcpy(&m0, in, sizeof(m0));
+      in += sizeof(m0);
+      ring_floor_[Index(layer, seq)] = std::clamp(static_cast<int>(m0), f, n);
+    }
     for (int h = 0; h < config_.n_kv_heads; ++h) {
-      std::memcpy(k_.data() + HeadIndex(layer, seq, h, 0) * k_head_bytes_, in, k_head_bytes_ * n);
-      in += k_head_bytes_ * n;
-      std::memcpy(v_.data() + HeadIndex(layer, seq, h, 0) * v_head_bytes_, in, v_head_bytes_ * n);
-      in += v_head_bytes_ * n;
+      for (int p = f; p < n; ++p, in += k_head_bytes_) {
+        std::memcpy(k_.data() + HeadIndex(layer, seq, h, p) * k_head_bytes_, in, k_head_bytes_);
+      }
+      for (int p = f; p < n; ++p, in += v_head_bytes_) {
+        std::memcpy(v_.data() + HeadIndex(layer, seq, h, p) * v_head_bytes_, in, v_head_bytes_);
+      }
       if (k_anchored_) {
-        std::memcpy(k_anchor_flag_.data() + HeadIndex(layer, seq, h, 0), in, n);
-        in += n;
+        for (int p = f; p < n; ++p, ++in) k_anchor_flag_[HeadIndex(layer, seq, h, p)] = *in;
       }
     }
     lengths_[Index(layer, seq)] = n;
@@ -577,17 +676,39 @@ Status KvCache::CheckSequenceState(int n, const uint8_t* in) const {
     DecodeKvRow(format, bytes, hd, row.data());
     return std::any_of(row.begin(), row.end(), [](float x) { return std::isnan(x); });
   };
+  auto zero = [](const uint8_t* bytes, size_t size) {
+    return std::all_of(bytes, bytes + size, [](uint8_t x) { return x == 0; });
+  };
   for (int layer = 0; layer < config_.n_layer; ++layer) {
-    for (int h = 0; h < config_.n_kv_heads; ++h) {
-      for (int c = 0; c < n; ++c, in += k_head_bytes_) {
-        if (has_nan(k_spec_.format, in)) return Error{"K row holds NaN at " + where(layer, h, c)};
+    const int f = StateFirstCell(layer, n);
+    int32_t m0 = 0;  // rows before it are zeros (a ring layer's cells it no longer held)
+    if (ring_layer(layer)) {
+      std::memcpy(&m0, in, sizeof(m0));
+      in += sizeof(m0);
+      if (m0 < f || m0 > n) {
+        return Error{"sliding-window ring of layer " + std::to_string(layer) + " starts at cell " +
+                     std::to_string(m0) + ", outside [" + std::to_string(f) + ", " +
+                     std::to_string(n) + "]"};
       }
-      for (int c = 0; c < n; ++c, in += v_head_bytes_) {
-        if (has_nan(v_spec_.format, in)) return Error{"V row holds NaN at " + where(layer, h, c)};
+    }
+    for (int h = 0; h < config_.n_kv_heads; ++h) {
+      for (int c = f; c < n; ++c, in += k_head_bytes_) {
+        if (c < m0 ? !zero(in, k_head_bytes_) : has_nan(k_spec_.format, in)) {
+          return Error{
+              std::string(c < m0 ? "K row before the ring's start holds data" : "K row holds NaN") +
+              " at " + where(layer, h, c)};
+        }
+      }
+      for (int c = f; c < n; ++c, in += v_head_bytes_) {
+        if (c < m0 ? !zero(in, v_head_bytes_) : has_nan(v_spec_.format, in)) {
+          return Error{
+              std::string(c < m0 ? "V row before the ring's start holds data" : "V row holds NaN") +
+              " at " + where(layer, h, c)};
+        }
       }
       if (k_anchored_) {
-        for (int c = 0; c < n; ++c, ++in) {
-          if (*in > 1)
+        for (int c = f; c < n; ++c, ++in) {
+          if (*in > (c < m0 ? 0 : 1))
             return Error{"anchor flag " + std::to_string(*in) + " at " + where(layer, h, c)};
         }
       }
@@ -644,15 +765,22 @@ void KvCache::CopyPrefix(int src_seq, int dst_seq, int n) {
   Truncate(dst_seq, 0);
   for (int layer = 0; layer < config_.n_layer; ++layer) {
     LAMINA_CHECK(n >= 0 && n <= Length(src_seq, layer));
-    for (int h = 0; h < config_.n_kv_heads; ++h) {
-      std::memcpy(k_.data() + HeadIndex(layer, dst_seq, h, 0) * k_head_bytes_,
-                  KHead(layer, src_seq, h, 0), k_head_bytes_ * n);
-      std::memcpy(v_.data() + HeadIndex(layer, dst_seq, h, 0) * v_head_bytes_,
-                  VHead(layer, src_seq, h, 0), v_head_bytes_ * n);
-      if (k_anchored_) {
-        std::memcpy(k_anchor_flag_.data() + HeadIndex(layer, dst_seq, h, 0),
-                    KAnchorFlags(layer, src_seq, h), n);
+    // A ring layer: the cells src still holds, each in its slot (which is dst's slot too).
+    const int c0 = CellsFirstHeld(layer, src_seq, n);
+    if (ring_layer(layer)) ring_floor_[Index(layer, dst_seq)] = c0;
+    for (int p0 = c0; p0 < n;) {  // runs within one turn of a ring
+      const int m = std::min(n, (p0 / cells_[layer] + 1) * cells_[layer]) - p0;
+      for (int h = 0; h < config_.n_kv_heads; ++h) {
+        std::memcpy(k_.data() + HeadIndex(layer, dst_seq, h, p0) * k_head_bytes_,
+                    KHead(layer, src_seq, h, p0), k_head_bytes_ * m);
+        std::memcpy(v_.data() + HeadIndex(layer, dst_seq, h, p0) * v_head_bytes_,
+                    VHead(layer, src_seq, h, p0), v_head_bytes_ * m);
+        if (k_anchored_) {
+          std::memcpy(k_anchor_flag_.data() + HeadIndex(layer, dst_seq, h, p0),
+                      KAnchorFlags(layer, src_seq, h, p0), m);
+        }
       }
+      p0 += m;
     }
     if (k_anchored_ && n > 0) {
       std::copy_n(k_anchor_.begin() + Index(layer, src_seq) * row_elems(), row_elems(),

@@ -13,6 +13,13 @@
 // rotation. The writer encodes both, keeps the one with the smaller error and records the choice
 // in a per-cell flag; attention adds q . R(p) a back to the score of every flagged cell, so
 // the result is exact up to the quantization of what is stored.
+//
+// Sliding-window layers (KvCacheConfig::sliding_window, unless swa_full) keep a ring of their
+// recent cells instead of all n_ctx: a query at p reads keys p - window + 1 .. p only, so the
+// layer stores layer_cells() = window + kKvWindowSlack cells (rounded up to kKvRingAlign) per
+// sequence and KV head, position p in slot p % layer_cells(). The writer, Truncate, CopyPrefix
+// and the accessors index through the ring; ExactKeep reports the prefixes a ring can no
+// longer serve (their window's cells were overwritten), so callers evaluate those again.
 #pragma once
 
 #include <algorithm>
@@ -108,6 +115,9 @@ inline KvSideSpec VSpec(KvType type) { return KvModeOf(type).v; }
 // move back by up to kKvWindowSlack cells (rejected drafts) and a batch write up to that many
 // cells of one sequence before attention reads them (the session splits longer batches).
 inline constexpr int kKvWindowSlack = 64;
+// A sliding-window layer's ring holds a multiple of this many cells, so that attention's
+// tiles (kCellTile cells at multiples of it) never wrap around the ring.
+inline constexpr int kKvRingAlign = 64;
 
 struct KvCacheConfig {
   int n_layer = 0;
@@ -126,7 +136,17 @@ struct KvCacheConfig {
   // Recent cells read from an exact copy (see kKvWindowSlack); 0: none. Lossless modes keep
   // no copy whatever this says (window() is 0).
   int window = 0;
+  // Per layer ([n_layer], or empty for none): the layer's sliding attention window (0: the
+  // layer attends to every cell). A sliding-window layer keeps a ring of its recent cells (see
+  // the top of this file) unless swa_full, or unless the ring would not be smaller than n_ctx.
+  std::vector<int> sliding_window;
+  bool swa_full = false;  // keep every cell of sliding-window layers (--swa-full)
 };
+
+// Cells per sequence and KV head that layer `layer` of a cache with this config stores: n_ctx,
+// or a sliding-window layer's ring (window + kKvWindowSlack rounded up to kKvRingAlign) when
+// that is smaller.
+int KvLayerCells(const KvCacheConfig& config, int layer);
 
 // Whether the mode stores anchored keys (see above): q4_0 only.
 inline bool KAnchored(KvType type) { return KvModeOf(type).k_anchored; }
@@ -154,8 +174,13 @@ class KvCache {
   const KvSideSpec& v_spec() const { return v_spec_; }
   int row_elems() const { return config_.n_kv_heads * config_.head_dim; }
   double BitsPerElement() const;  // (K + V) / 2, scales and anchor flags included
-  size_t BytesPerToken() const;   // K + V over all layers
-  size_t BytesTotal() const;      // for n_ctx tokens and all sequences
+  // K + V (and anchor flags) per cell of one sequence, over the layers that keep every cell
+  // (ring layers cost a fixed RingBytes() instead).
+  size_t BytesPerToken() const;
+  // The cells, flags, anchors and exact copies of all sequences, as allocated.
+  size_t BytesTotal() const;
+  // Cells and flags of the sliding-window layers' rings, all sequences (0 without rings).
+  size_t RingBytes() const;
 
   // The single writer: K and V rows for positions [pos0, pos0 + n) of sequence `seq` in
   // `layer`. k, v: [n, n_kv_heads * head_dim] f32 (k after RoPE). Positions must continue the
@@ -171,19 +196,22 @@ class KvCache {
 
   // Drops cells at positions >= n_keep in every layer (rollback of rejected tokens). With a
   // window, cells before n_keep whose exact copy the ring no longer holds (a cut more than
-  // kKvWindowSlack cells back) are read from their encoded form until they leave the window.
+  // kKvWindowSlack cells back) are read from their encoded form until they leave the window;
+  // a sliding-window ring no longer holds them at all (ExactKeep says where that matters).
   void Truncate(int seq, int n_keep);
-  // Makes dst's first n cells a copy of src's (every layer).
+  // Makes dst's first n cells a copy of src's (every layer; of a ring layer, the cells src
+  // still holds).
   void CopyPrefix(int src_seq, int dst_seq, int n);
 
   int Length(int seq, int layer = 0) const { return lengths_[Index(layer, seq)]; }
 
-  // The encoded cells of one sequence, for session files. Layout: per layer, per KV head, the
-  // K head rows of cells [0, n), then the V head rows, then (anchored keys) one flag byte per
-  // cell; after all layers (anchored keys) the anchors [n_layer, n_kv_heads, head_dim] f32;
-  // then (with a window) per layer an i32: the first position m0 the copy holds, and per KV head
-  // the exact K rows then V rows of positions [n - m, n), m = min(window_ring(), n), f16 (rows
-  // below m0 are zeros).
+  // The encoded cells of one sequence, for session files. Layout: per layer, (a ring layer) an
+  // i32: the first position m0 it holds, then per KV head the K head rows of cells [f, n), then
+  // the V head rows, then (anchored keys) one flag byte per cell, f being 0, or n -
+  // min(layer_cells, n) for a ring layer (rows and flags below m0 are zeros); after all layers
+  // (anchored keys) the anchors [n_layer, n_kv_heads, head_dim] f32; then (with a window) per layer
+  // an i32: the first position m0 the copy holds, and per KV head the exact K rows then V rows of
+  // positions [n - m, n), m = min(window_ring(), n), f16 (rows below m0 are zeros).
   uint64_t SequenceStateBytes(int n) const;
   // Writes sequence seq's first n cells (every layer must hold at least n) to out
   // ([SequenceStateBytes(n)] bytes).
@@ -192,8 +220,8 @@ class KvCache {
   // ExportSequence writes them); every layer then holds n cells.
   void ImportSequence(int seq, int n, const uint8_t* in);
   // Checks n cells in ExportSequence's layout for what the writer never stores (a NaN in a
-  // decoded K or V row, an anchor flag other than 0 or 1, a non-finite anchor; with a KV window:
-  // a window start outside [n - held, n], data in the exact copies before it, a NaN in them); the
+  // decoded K or V row, an anchor flag other than 0 or 1, a non-finite anchor; a ring layer's
+  // or the KV window's first held cell outside [n - held, n], data before it, a NaN); the
   // error names the layer, KV head and cell. Untrusted state must pass it before ImportSequence,
   // and state that passes is exported again byte for byte.
   Status CheckSequenceState(int n, const uint8_t* in) const;
@@ -201,6 +229,8 @@ class KvCache {
   // Encoded head rows. Storage is head-major per (sequence, layer): the rows of one KV head
   // for consecutive cells are contiguous, so attention streams one head's cells sequentially
   // and can decode a whole tile of cells in one call.
+  // Of a ring layer, only positions the ring holds are meaningful, and consecutive positions
+  // are contiguous up to a multiple of layer_cells(layer).
   const uint8_t* KHead(int layer, int seq, int head, int pos) const {
     return k_.data() + HeadIndex(layer, seq, head, pos) * k_head_bytes_;
   }
@@ -212,8 +242,8 @@ class KvCache {
   size_t k_row_bytes() const { return k_head_bytes_ * config_.n_kv_heads; }
   size_t v_row_bytes() const { return v_head_bytes_ * config_.n_kv_heads; }
 
-  // Whole storage of one layer and sequence ([n_kv_heads, n_ctx] head rows), for tests
-  // comparing write paths byte by byte.
+  // Whole storage of one layer and sequence ([n_kv_heads, layer_cells(layer)] head rows), for
+  // tests comparing write paths byte by byte.
   const uint8_t* KStorage(int layer, int seq) const { return KHead(layer, seq, 0, 0); }
   const uint8_t* VStorage(int layer, int seq) const { return VHead(layer, seq, 0, 0); }
 
@@ -223,9 +253,10 @@ class KvCache {
   const float* KAnchor(int layer, int seq, int head) const {
     return k_anchor_.data() + (Index(layer, seq) * config_.n_kv_heads + head) * config_.head_dim;
   }
-  // One byte per cell of one head ([n_ctx]): 1 when the cell stores k - R(p) a.
-  const uint8_t* KAnchorFlags(int layer, int seq, int head) const {
-    return k_anchor_flag_.data() + HeadIndex(layer, seq, head, 0);
+  // One byte per cell of one head ([layer_cells], from position pos's slot): 1 when the cell
+  // stores k - R(p) a.
+  const uint8_t* KAnchorFlags(int layer, int seq, int head, int pos = 0) const {
+    return k_anchor_flag_.data() + HeadIndex(layer, seq, head, pos);
   }
   // cos and sin of rotated pair `pair`'s RoPE angle (without the attention factor) at
   // positions [pos0, pos0 + n), composed as run start (x) offset from the two tables below.
@@ -251,20 +282,32 @@ class KvCache {
   void AnchorOffset(const float* anchor, int pos, float* out) const;
 
   // K (side 0) or V (side 1) rows of one head at positions [0, n) as attention reads them:
-  // decoded, rotation undone, anchor offsets restored. out: [n, head_dim].
+  // decoded, rotation undone, anchor offsets restored (of a ring layer: the rows of positions it
+  // no longer holds are whatever their slots hold). out: [n, head_dim].
   void ReadHeadRows(int side, int layer, int seq, int head, int n, float* out) const;
 
-  // The most cells of sequence seq, at most n, that can be kept with their window intact: n
-  // when the ring still holds the exact copies of the window before n (a cut at most
-  // kKvWindowSlack cells back, or anything without a window), else 0. Session::Truncate and
-  // CopyPrefix keep that many, so a kept prefix always reads as a fresh evaluation would.
-  int ExactKeep(int seq, int n) const {
-    if (window_ == 0 || n == 0) return n;
-    for (int layer = 0; layer < config_.n_layer; ++layer) {
-      const int lo = std::max(window_floor_[Index(layer, seq)], Length(seq, layer) - ring_);
-      if (lo > 0 && n - window_ < lo) return 0;
-    }
-    return n;
+  // The most cells of sequence seq, at most n, that can be kept with their windows intact: n
+  // when the exact-copy ring still holds the copies of the window before n and every
+  // sliding-window ring the cells the query at n reads (a cut at most kKvWindowSlack cells
+  // back, or anything without rings), else 0. Session::Truncate and CopyPrefix keep that many,
+  // so a kept prefix always reads as a fresh evaluation would.
+  int ExactKeep(int seq, int n) const;
+  // Cells per sequence and KV head that layer `layer` stores (KvLayerCells).
+  int layer_cells(int layer) const { return cells_[layer]; }
+  // Whether layer `layer` keeps a ring of its recent cells rather than all n_ctx.
+  bool ring_layer(int layer) const { return cells_[layer] < config_.n_ctx; }
+  bool has_rings() const { return ring_cells_ > 0; }
+  // The ring layers' capacity (0: none), for session files.
+  int ring_cells() const { return ring_cells_; }
+  // The sliding attention window of layer `layer` (0: none), whether kept as a ring or not.
+  int sliding_window(int layer) const {
+    return config_.sliding_window.empty() ? 0 : config_.sliding_window[layer];
+  }
+  // The first position a ring layer still holds for sequence seq (0 for other layers).
+  int RingFirstHeld(int layer, int seq) const {
+    return ring_layer(layer) ? std::max(ring_floor_[Index(layer, seq)],
+                                        std::max(0, Length(seq, layer) - cells_[layer]))
+                             : 0;
   }
   // The recent full-precision window (see kKvWindowSlack); 0: none.
   int window() const { return window_; }
@@ -296,9 +339,11 @@ class KvCache {
   size_t Index(int layer, int seq) const {
     return static_cast<size_t>(seq) * config_.n_layer + layer;
   }
+  // Head rows are [n_seq][n_layer][n_kv_heads][layer_cells] (layer_base_: a layer's offset
+  // within a sequence's seq_cells_ rows); a ring layer's position p is in slot p % cells.
   size_t HeadIndex(int layer, int seq, int head, int pos) const {
-    return (Index(layer, seq) * config_.n_kv_heads + head) * config_.n_ctx +
-           static_cast<size_t>(pos);
+    return static_cast<size_t>(seq) * seq_cells_ + layer_base_[layer] +
+           static_cast<size_t>(head) * cells_[layer] + static_cast<size_t>(pos % cells_[layer]);
   }
   // Encodes one head row (head_dim values at src) of one side into dst.
   void EncodeHead(const KvSideSpec& spec, bool stochastic, int layer, int pos, int head,
@@ -318,10 +363,24 @@ class KvCache {
   // Stores the exact copy of one head row (src: head_dim values) of K (side 0) or V (side 1).
   void WriteWindowRow(int side, int layer, int seq, int head, int pos, const float* src,
                       float* tmp);
+  // The first position of a prefix of n cells that a ring of `ring` cells with floor `floor`
+  // still holds, (layer, seq) being Length(seq, layer) long.
+  int FirstHeld(int layer, int seq, int n, int ring, int floor) const {
+    return std::min(n, std::max({0, n - ring, floor, Length(seq, layer) - ring}));
+  }
   // The first position whose exact copy (layer, seq) holds, for a prefix of n cells.
   int WindowFirstHeld(int layer, int seq, int n) const {
-    return std::min(
-        n, std::max({0, n - ring_, window_floor_[Index(layer, seq)], Length(seq, layer) - ring_}));
+    return FirstHeld(layer, seq, n, ring_, window_floor_[Index(layer, seq)]);
+  }
+  // The first cell of a prefix of n a ring layer still holds (0 for other layers).
+  int CellsFirstHeld(int layer, int seq, int n) const {
+    return ring_layer(layer)
+               ? FirstHeld(layer, seq, n, cells_[layer], ring_floor_[Index(layer, seq)])
+               : 0;
+  }
+  // The first cell of a prefix of n that session state holds for a layer (ExportSequence).
+  int StateFirstCell(int layer, int n) const {
+    return ring_layer(layer) ? n - std::min(cells_[layer], n) : 0;
   }
 
   KvCacheConfig config_;
@@ -329,15 +388,20 @@ class KvCache {
   KvSideSpec v_spec_;
   size_t k_head_bytes_ = 0;
   size_t v_head_bytes_ = 0;
-  std::vector<uint8_t> k_;    // [n_seq, n_layer, n_kv_heads, n_ctx] x k_head_bytes_
-  std::vector<uint8_t> v_;    // [n_seq, n_layer, n_kv_heads, n_ctx] x v_head_bytes_
-  std::vector<int> lengths_;  // [n_seq, n_layer]
+  std::vector<int> cells_;          // [n_layer] cells per KV head (KvLayerCells)
+  std::vector<size_t> layer_base_;  // [n_layer] first head row of a layer within a sequence
+  size_t seq_cells_ = 0;            // head rows per sequence, all layers
+  int ring_cells_ = 0;              // the ring layers' cells (0: none)
+  std::vector<int> ring_floor_;     // [n_seq, n_layer] a ring layer holds no cell below this
+  std::vector<uint8_t> k_;          // [n_seq, n_layer, n_kv_heads, layer_cells] x k_head_bytes_
+  std::vector<uint8_t> v_;          // [n_seq, n_layer, n_kv_heads, layer_cells] x v_head_bytes_
+  std::vector<int> lengths_;        // [n_seq, n_layer]
   bool k_anchored_ = false;
   float anchor_mscale_ = 1.0f;
   std::vector<float> anchor_run_cs_;     // [n_ctx / kAnchorAngleRun (rounded up), n_rot / 2, 2]
   std::vector<float> anchor_offset_cs_;  // [n_rot / 2, 2, kAnchorAngleRun]
   std::vector<float> k_anchor_;          // [n_seq, n_layer, n_kv_heads, head_dim]
-  std::vector<uint8_t> k_anchor_flag_;   // [n_seq, n_layer, n_kv_heads, n_ctx] (anchored only)
+  std::vector<uint8_t> k_anchor_flag_;   // [n_seq, n_layer, n_kv_heads, layer_cells] (anchored)
   int window_ = 0;                       // effective window (0 for lossless modes)
   int ring_ = 0;                         // window_ + kKvWindowSlack (0 without a window)
   size_t ring_row_bytes_ = 0;            // one f16 head row

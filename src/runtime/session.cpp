@@ -28,6 +28,11 @@ Result<KvCacheConfig> MakeKvCacheConfig(const Hparams& hp, const SessionConfig& 
   }
   kc.write_observer = c.write_observer;
   kc.window = c.kv_window == kKvWindowModeDefault ? KvModeOf(c.kv_type).window : c.kv_window;
+  if (!hp.swa_layers.empty()) {
+    kc.sliding_window.resize(kc.n_layer);
+    for (int l = 0; l < kc.n_layer; ++l) kc.sliding_window[l] = hp.sliding_window(l);
+  }
+  kc.swa_full = c.swa_full;
   Status st = ValidateKvConfig(kc);
   if (!st.ok()) return st.error();
   return kc;
@@ -103,7 +108,7 @@ std::vector<Segment> Segments(const ForwardBatch& b) {
 class Session::CacheAttention final : public AttentionContext {
  public:
   CacheAttention(Session& s, std::vector<Segment> segments)
-      : s_(s), segments_(std::move(segments)) {
+      : s_(s), segments_(std::move(segments)), whole_begin_{0, static_cast<int>(segments_.size())} {
     Split();
   }
   void Attend(int layer, const float* q, const float* k, const float* v, float* out) override {
@@ -115,12 +120,16 @@ class Session::CacheAttention final : public AttentionContext {
                                hp.attention_scale(),
                                hp.sliding_window(layer),
                                s_.model_.AttentionSinks(layer)};
-    // Per piece (all segments without a window): every segment's cells first (one-token
-    // segments encode on this thread: a pool dispatch would cost more than the row), then
-    // attention over all its segments in one pass.
-    for (size_t p = 0; p + 1 < piece_begin_.size(); ++p) {
-      const Segment* first = pieces_.data() + piece_begin_[p];
-      const int n = piece_begin_[p + 1] - piece_begin_[p];
+    // Per piece (all segments without a window, and in a layer that keeps every cell when only
+    // sliding-window rings need pieces): every segment's cells first (one-token segments
+    // encode on this thread: a pool dispatch would cost more than the row), then attention
+    // over all its segments in one pass.
+    const bool whole = s_.cache_.window() == 0 && !s_.cache_.ring_layer(layer);
+    const std::vector<Segment>& pieces = whole ? segments_ : pieces_;
+    const std::vector<int>& piece_begin = whole ? whole_begin_ : piece_begin_;
+    for (size_t p = 0; p + 1 < piece_begin.size(); ++p) {
+      const Segment* first = pieces.data() + piece_begin[p];
+      const int n = piece_begin[p + 1] - piece_begin[p];
       for (const Segment* g = first; g != first + n; ++g) {
         s_.cache_.Write(layer, g->seq, g->pos0, g->n, k + g->begin * kvd, v + g->begin * kvd,
                         g->n > 1 ? &s_.pool_ : nullptr);
@@ -131,12 +140,13 @@ class Session::CacheAttention final : public AttentionContext {
   }
 
  private:
-  // With a window, a sequence may write at most kKvWindowSlack cells before attention reads
-  // them (its window's exact copies must still be in the ring): the segments are cut into
-  // pieces holding at most that many tokens of each sequence, run in order. Every token's
-  // result depends only on its own cells, so the pieces change nothing else.
+  // With a window or a sliding-window ring, a sequence may write at most kKvWindowSlack cells
+  // before attention reads them (its window's exact copies, or the cells of its sliding window,
+  // must still be in the ring): the segments are cut into pieces holding at most that many
+  // tokens of each sequence, run in order. Every token's result depends only on its own cells,
+  // so the pieces change nothing else.
   void Split() {
-    if (s_.cache_.window() == 0) {
+    if (s_.cache_.window() == 0 && !s_.cache_.has_rings()) {
       pieces_ = segments_;
       piece_begin_ = {0, static_cast<int>(pieces_.size())};
       return;
@@ -162,6 +172,7 @@ class Session::CacheAttention final : public AttentionContext {
 
   Session& s_;
   std::vector<Segment> segments_;
+  std::vector<int> whole_begin_;  // {0, segments_.size()}: the segments as one piece
   std::vector<Segment> pieces_;   // segments_, cut where a piece would pass the slack
   std::vector<int> piece_begin_;  // [n_pieces + 1] each piece's first entry of pieces_
 };
@@ -364,7 +375,7 @@ Status Session::TruncateExact(int seq, int n_keep) {
                  (recurrent_.ExactKeep(seq, want) != want
                       ? "recurrent state is kept for the last " +
                             std::to_string(recurrent_.ring()) + " tokens only"
-                      : std::string("the KV window no longer holds it"))};
+                      : std::string("the KV window or a sliding-window ring no longer holds it"))};
   }
   Truncate(seq, keep);
   return Status::Ok();

@@ -29,6 +29,10 @@ struct SessionConfig {
   // Recent cells read from an exact copy (KvCacheConfig::window); kKvWindowModeDefault: the
   // mode's (its row in kKvModes); 0: none.
   int kv_window = kKvWindowModeDefault;
+  // Keep every cell of sliding-window layers (--swa-full) instead of a ring of their recent
+  // cells (KvCacheConfig::swa_full). A ring cannot serve a prefix cut more than
+  // kKvWindowSlack cells back (Truncate then keeps nothing); every cell can.
+  bool swa_full = false;
   // Optional hook of planted faults (write_observer.h), handed to the cache and the recurrent
   // state and asked by Truncate; not owned, must outlive the session. nullptr: none.
   const WriteObserver* write_observer = nullptr;
@@ -93,8 +97,9 @@ class Session {
   // n_ctx(); nothing is written on such an error.
   Result<const float*> Decode(const SequenceBatch& batch);
 
-  // Drops positions >= n_keep of sequence `seq` (0 when omitted). With a KV window a cut more
-  // than kKvWindowSlack cells back keeps nothing (KvCache::ExactKeep), and so does, for a
+  // Drops positions >= n_keep of sequence `seq` (0 when omitted). With a KV window or a
+  // sliding-window ring a cut more than kKvWindowSlack cells back keeps nothing
+  // (KvCache::ExactKeep), and so does, for a
   // hybrid model, a cut further back than the ring of recurrent states (RecurrentState): read
   // n_past() after and re-evaluate what was dropped.
   void Truncate(int n_keep) { Truncate(0, n_keep); }
@@ -104,7 +109,8 @@ class Session {
   // The length <= n_keep Truncate(seq, n_keep) would keep.
   int ExactKeep(int seq, int n_keep) const;
   // Makes dst's first n cells a copy of src's and dst's length n (a shared prompt prefix);
-  // with a KV window, 0 cells when src no longer holds the window before n exactly (the same
+  // with a KV window or a sliding-window ring, 0 cells when src no longer holds the window
+  // before n exactly (the same
   // for recurrent state past its ring).
   void CopyPrefix(int src_seq, int dst_seq, int n);
 

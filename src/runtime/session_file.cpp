@@ -138,7 +138,7 @@ std::vector<uint8_t> SerializeSessionFile(const Session& session, int seq, uint6
   std::vector<uint8_t> out;
   out.reserve(kHeaderBytes + 3 * kSectionHeaderBytes + n * sizeof(int32_t) + kv_bytes + app.size());
   out.insert(out.end(), kMagic, kMagic + 8);
-  Put<uint32_t>(out, kSessionFileVersion);
+  Put<uint32_t>(out, cache.has_rings() ? kSessionFileVersion : kSessionFileVersionNoRing);
   Put<uint32_t>(out, kHeaderBytes);
   Put<uint64_t>(out, model_hash);
   Put<uint32_t>(out, static_cast<uint32_t>(c.type));
@@ -152,7 +152,7 @@ std::vector<uint8_t> SerializeSessionFile(const Session& session, int seq, uint6
   Put<uint32_t>(out, n_sections);
   Put<uint64_t>(out, kv_bytes);
   Put<uint32_t>(out, static_cast<uint32_t>(cache.window()));
-  Put<uint32_t>(out, 0);
+  Put<uint32_t>(out, static_cast<uint32_t>(cache.ring_cells()));
   Put<uint64_t>(out, Xxh64::Of(out.data(), out.size()));
   auto section = [&](uint32_t tag, const void* payload, uint64_t size) {
     Put<uint32_t>(out, tag);
@@ -189,11 +189,14 @@ Status CheckHeaderIdentity(const uint8_t* data, size_t size, uint64_t model_hash
                            std::to_string(kHeaderBytes)};
   }
   const uint32_t version = Get<uint32_t>(data + 8);
-  if (version != kSessionFileVersion) {
-    return Error{"format version " + std::to_string(version) + ", this lamina reads version " +
+  if (version != kSessionFileVersion && version != kSessionFileVersionNoRing) {
+    return Error{"format version " + std::to_string(version) + ", this lamina reads versions " +
+                 std::to_string(kSessionFileVersionNoRing) + " and " +
                  std::to_string(kSessionFileVersion)};
   }
-  if (Get<uint32_t>(data + 12) != kHeaderBytes || Get<uint32_t>(data + 76) != 0 ||
+  const uint32_t ring = Get<uint32_t>(data + 76);
+  if (Get<uint32_t>(data + 12) != kHeaderBytes ||
+      (version == kSessionFileVersionNoRing ? ring != 0 : ring == 0) ||
       Get<uint64_t>(data + 80) != Xxh64::Of(data, 80)) {
     return Error{"header checksum mismatch (the file is corrupt)"};
   }
@@ -231,6 +234,15 @@ Status CheckHeaderCache(const uint8_t* data, const Session& session) {
     return Error{"made with a KV window of " + std::to_string(window) +
                  " exact cells, this run uses " + std::to_string(session.cache().window()) +
                  " (--kv-window)"};
+  }
+  const uint32_t ring = Get<uint32_t>(data + 76);
+  if (ring != static_cast<uint32_t>(session.cache().ring_cells())) {
+    auto kept = [](uint32_t cells) {
+      return cells == 0 ? std::string("every cell")
+                        : "a ring of " + std::to_string(cells) + " cells";
+    };
+    return Error{"made with sliding-window layers keeping " + kept(ring) + ", this run keeps " +
+                 kept(session.cache().ring_cells()) + " (--swa-full, -c)"};
   }
   const uint32_t n_layer = Get<uint32_t>(data + 40), n_kv_heads = Get<uint32_t>(data + 44);
   const uint32_t head_dim = Get<uint32_t>(data + 48), n_vocab = Get<uint32_t>(data + 52);

@@ -2,15 +2,18 @@
 // encoded form for every KV mode, and an optional payload of the caller), so that a later run
 // whose prompt starts with those tokens restores them and evaluates only the rest.
 //
-// Format (little-endian), version 2:
+// Format (little-endian), version 3 (version 2: the same with the ring field 0; a cache
+// without sliding-window rings still writes version 2, and both are read):
 //   header, 88 bytes: magic "LAMSESS\0" | u32 version | u32 header bytes (88) | u64 model
 //     identity hash | u32 KV mode | u32 V rounding | u64 KV seed | u32 n_layer | u32 n_kv_heads |
 //     u32 head_dim | u32 n_vocab | u32 n_tokens | u32 n_sections | u64 KV state bytes |
-//     u32 KV window (exact recent cells; 0: none) | u32 0 | u64 XXH64 of the 80 bytes before it
+//     u32 KV window (exact recent cells; 0: none) | u32 sliding-window ring cells (KvCache::
+//     ring_cells; 0: every cell kept) | u64 XXH64 of the 80 bytes before it
 //   n_sections sections, each: u32 tag | u32 0 | u64 payload bytes | u64 XXH64 of the payload |
 //     payload. Tags: "TOKN" (n_tokens x i32), "KVST" (KvCache::ExportSequence's bytes),
 //     "APPD" (the caller's bytes, optional; chat keeps its turns there). With a KV window the
-//     KV state ends with the window's exact copies (KvCache::ExportSequence).
+//     KV state ends with the window's exact copies, and a ring layer's cells are the recent
+//     ones it holds (KvCache::ExportSequence).
 // The token section is also the sampler's state: its repetition-penalty history. The sampler's
 // RNG is seeded by each run (--seed), as in an uninterrupted run of the same command.
 //
@@ -31,7 +34,9 @@
 
 namespace lamina {
 
-inline constexpr uint32_t kSessionFileVersion = 2;
+inline constexpr uint32_t kSessionFileVersion = 3;
+// The version of files without sliding-window rings (their field is 0).
+inline constexpr uint32_t kSessionFileVersionNoRing = 2;
 
 // Identifies a model as the KV cache sees it: its GGUF metadata, tensor table and the first and
 // last 4 KiB of each tensor's data, and the RoPE in effect (command-line overrides included).

@@ -2154,6 +2154,7 @@ int Server::StartScheduler(KvType kv, KvRounding round) {
   sc.session.v_rounding = round;
   sc.session.kv_seed = o_.kv_seed;
   sc.session.kv_window = o_.kv_window < 0 ? kKvWindowModeDefault : o_.kv_window;
+  sc.session.swa_full = o_.swa_full;
   sc.session.recurrent_ring = o_.recurrent_ring;
   sc.session.n_seq = sc.n_slots;
   Result<KvCacheConfig> kc = MakeKvCacheConfig(hp, sc.session);
@@ -2388,6 +2389,9 @@ void AddGenerationOptions(CLI::App* app, ServeOptions* o) {
   app->add_option("--kv-window", o->kv_window,
                   "Recent cells kept exact (f16) in lossy KV modes; 0: off (default: the mode's)")
       ->check(IntRange(0, 1 << 20));
+  app->add_flag("--swa-full", o->swa_full,
+                "Keep every cell of sliding-window layers (default: a ring of their recent cells; "
+                "prefixes cut further back are evaluated again)");
   app->add_option("--recurrent-ring", o->recurrent_ring,
                   "Hybrid models: recurrent states kept per slot, the furthest a rollback restores "
                   "exactly (default 32)")

@@ -73,12 +73,13 @@ struct ServeOptions {
   std::string kv = "f16";
   std::string kv_v_round = "rtn";
   int kv_window = -1;       // --kv-window; -1: the mode's default
+  bool swa_full = false;    // --swa-full: every cell of sliding-window layers, not a ring
   int recurrent_ring = 32;  // --recurrent-ring (hybrid models; kRecurrentRingDefault)
   std::string
       mem_limit;  // --mem-limit SIZE|none; empty: LAMINA_MEM_LIMIT, else 90% of MemAvailable
   unsigned long long kv_seed = 0;
   size_t max_body_bytes = 8u << 20;
-  SpecCliOptions spec;  // speculative decoding in every slot (-md, --spec, --draft-max, ...)
+  SpecCliOptions spec;        // speculative decoding in every slot (-md, --spec, --draft-max, ...)
   SamplerChainOptions chain;  // --presence-penalty, --mirostat, --dry-*, --samplers, ...: defaults
 };
 
