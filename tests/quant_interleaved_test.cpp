@@ -2,9 +2,9 @@
 // BlockIQ4_NLx16, repacked at load): every ISA's kernel gives the scalar vec_dot of the row before
 // repacking bit for bit, for every batch size and place in the batch, and writes nothing past its
 // tile; the matmul on an interleaved matrix (whole groups, and a row range cutting groups) equals
-// that too; Q4_K and Q6_K (BlockQ4_Kx16 / BlockQ6_Kx16) give their scalar twin's bits the same
-// way, within the K-quant bound of vec_dot; the loader repacks a model's matmul weights and keeps
-// the embedding as rows.
+// that too; Q4_K, Q5_K and Q6_K (BlockQ4_Kx16 / BlockQ5_Kx16 / BlockQ6_Kx16) give their scalar
+// twin's bits the same way, within the K-quant bound of vec_dot; the loader repacks a model's
+// matmul weights and keeps the embedding as rows.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -141,12 +141,12 @@ TEST(Interleaved, MatMulEqualsScalarVecDot) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Q4_K and Q6_K (BlockQ4_Kx16 / BlockQ6_Kx16, Q8_K activations): the scalar twin's canonical order
-// differs from vec_dot's (eight float lanes), so every ISA's kernel must give the scalar twin's
-// bits for every batch size and place, and the twin must stay within the K-quant dot bound of
-// vec_dot.
+// Q4_K, Q5_K and Q6_K (BlockQ4_Kx16 / BlockQ5_Kx16 / BlockQ6_Kx16, Q8_K activations): the scalar
+// twin's canonical order differs from vec_dot's (eight float lanes), so every ISA's kernel must
+// give the scalar twin's bits for every batch size and place, and the twin must stay within the
+// K-quant dot bound of vec_dot.
 
-constexpr GgmlType kKTypes[] = {GgmlType::kQ4_K, GgmlType::kQ6_K};
+constexpr GgmlType kKTypes[] = {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
 
 // Random K-quant rows: every code and scale byte random, d and dmin sane f16 values.
 std::vector<uint8_t> RandomKRows(GgmlType t, int64_t n, std::mt19937& rng) {
@@ -157,7 +157,7 @@ std::vector<uint8_t> RandomKRows(GgmlType t, int64_t n, std::mt19937& rng) {
   const size_t bs = GetTypeTraits(t).type_size;
   for (size_t off = 0; off < rows.size(); off += bs) {
     const fp16_t d = F32ToFp16(scale(rng)), dmin = F32ToFp16(scale(rng));
-    if (t == GgmlType::kQ4_K) {
+    if (t != GgmlType::kQ6_K) {  // Q5_K: d and dmin where Q4_K has them
       std::memcpy(rows.data() + off + offsetof(BlockQ4_K, d), &d, 2);
       std::memcpy(rows.data() + off + offsetof(BlockQ4_K, dmin), &dmin, 2);
     } else {
@@ -175,7 +175,7 @@ double DotMagnitude(GgmlType t, const uint8_t* row, int64_t k, const BlockQ8_K* 
   for (int64_t i = 0; i < k / kQK_K; ++i) {
     uint8_t* bm = only_m.data() + i * bs;
     uint8_t* bsc = only_s.data() + i * bs;
-    if (t == GgmlType::kQ4_K) {  // d = 0 keeps -dmin * mn, dmin = 0 keeps d * sc * q
+    if (t != GgmlType::kQ6_K) {  // d = 0 keeps -dmin * mn, dmin = 0 keeps d * sc * q
       std::memset(bm + offsetof(BlockQ4_K, d), 0, 2);
       std::memset(bsc + offsetof(BlockQ4_K, dmin), 0, 2);
     } else {  // codes 0 keep -32 * d * sc
@@ -184,10 +184,10 @@ double DotMagnitude(GgmlType t, const uint8_t* row, int64_t k, const BlockQ8_K* 
   }
   const std::vector<float> v = Dequantize(t, row, k), m = Dequantize(t, only_m.data(), k);
   const std::vector<float> s =
-      t == GgmlType::kQ4_K ? Dequantize(t, only_s.data(), k) : std::vector<float>();
+      t != GgmlType::kQ6_K ? Dequantize(t, only_s.data(), k) : std::vector<float>();
   double mag = 0;
   for (int64_t e = 0; e < k; ++e) {
-    const double sp = t == GgmlType::kQ4_K ? s[e] : double(v[e]) - m[e];
+    const double sp = t != GgmlType::kQ6_K ? s[e] : double(v[e]) - m[e];
     mag +=
         (std::fabs(sp) + std::fabs(m[e])) * std::fabs(a[e / kQK_K].d * a[e / kQK_K].qs[e % kQK_K]);
   }
@@ -267,8 +267,8 @@ TEST(InterleavedK, KernelsEqualScalarTwinBitForBit) {
   for (GgmlType t : kKTypes) ExpectKKernelsEqualScalarTwin(t, rng);
 }
 
-// Extreme codes: every Q6_K code 0 or 63 and scales -128 / 127, every Q4_K code 15 with scales
-// and mins 63, against activations of +-127: the integer sums at their largest.
+// Extreme codes: every Q6_K code 0 or 63 and scales -128 / 127, every Q4_K / Q5_K code 15 / 31
+// with scales and mins 63, against activations of +-127: the integer sums at their largest.
 TEST(InterleavedK, ExtremeCodesEqualScalarTwin) {
   std::mt19937 rng(41);
   const int64_t k = 2 * kQK_K;
@@ -280,6 +280,10 @@ TEST(InterleavedK, ExtremeCodesEqualScalarTwin) {
       if (type == GgmlType::kQ4_K) {
         std::memset(rows.data() + off + offsetof(BlockQ4_K, scales), 0xFF, kKScaleSize);
         std::memset(rows.data() + off + offsetof(BlockQ4_K, qs), 0xFF, kQK_K / 2);
+      } else if (type == GgmlType::kQ5_K) {
+        std::memset(rows.data() + off + offsetof(BlockQ5_K, scales), 0xFF, kKScaleSize);
+        std::memset(rows.data() + off + offsetof(BlockQ5_K, qh), 0xFF, kQK_K / 8);
+        std::memset(rows.data() + off + offsetof(BlockQ5_K, qs), 0xFF, kQK_K / 2);
       } else {
         const bool top = (off / bs) % 2 == 0;
         std::memset(rows.data() + off + offsetof(BlockQ6_K, ql), top ? 0xFF : 0, kQK_K / 2);

@@ -1,11 +1,12 @@
-// Interleaved Q4_K and Q6_K weights (BlockQ4_Kx16, BlockQ6_Kx16): the repack the loader runs once
-// per weight matrix and the scalar twins of their matmul kernels, which read Q8_K activation rows.
-// The canonical per-row order, the same for every ISA and batch size: per super-block the exact
-// integer sums (Q4_K: sumi = sum_j sc_j * dot_j over the eight 32-value groups and
-// summ = sum_j mn_j * (bsums[2j] + bsums[2j + 1]); Q6_K: sumi = sum_g sc_g * (dot_g - 32 bsums[g])
-// over the sixteen 16-value groups), then in super-block order
-// sumf += float(sumi) * (d_w * d_a) and, Q4_K only, sumf -= float(summ) * (dmin_w * d_a).
+// Interleaved Q4_K, Q5_K and Q6_K weights (BlockQ4_Kx16, BlockQ5_Kx16, BlockQ6_Kx16): the repack
+// the loader runs once per weight matrix and the scalar twins of their matmul kernels, which read
+// Q8_K activation rows. The canonical per-row order, the same for every ISA and batch size: per
+// super-block the exact integer sums (Q4_K and Q5_K: sumi = sum_j sc_j * dot_j over the eight
+// 32-value groups and summ = sum_j mn_j * (bsums[2j] + bsums[2j + 1]); Q6_K: sumi = sum_g sc_g *
+// (dot_g - 32 bsums[g]) over the sixteen 16-value groups), then in super-block order sumf +=
+// float(sumi) * (d_w * d_a) and, Q4_K / Q5_K, sumf -= float(summ) * (dmin_w * d_a).
 #include <cstring>
+#include <type_traits>
 
 #include "quant/kernel_registry.h"
 #include "util/fp16.h"
@@ -28,15 +29,18 @@ inline uint8_t LaneByte(const uint8_t* p, int r, int j) {
   return p[kRows * kChunk * (j / kChunk) + kChunk * r + j % kChunk];
 }
 
-void RepackQ4K(const void* src, size_t row_bytes, int64_t k, void* dst) {
+// Q4_K (Src BlockQ4_K, Dst BlockQ4_Kx16) and Q5_K (with qh).
+template <class Src, class Dst>
+void RepackQ45K(const void* src, size_t row_bytes, int64_t k, void* dst) {
   const auto* s = static_cast<const uint8_t*>(src);
-  auto* out = static_cast<BlockQ4_Kx16*>(dst);
+  auto* out = static_cast<Dst*>(dst);
   for (int64_t i = 0; i < k / kQK_K; ++i) {
     for (int r = 0; r < kRows; ++r) {
-      const auto* b = reinterpret_cast<const BlockQ4_K*>(s + r * row_bytes) + i;
+      const auto* b = reinterpret_cast<const Src*>(s + r * row_bytes) + i;
       out[i].d[r] = b->d;
       out[i].dmin[r] = b->dmin;
       ScatterRow(b->scales, kKScaleSize, r, out[i].scales);
+      if constexpr (std::is_same_v<Src, BlockQ5_K>) ScatterRow(b->qh, kQK_K / 8, r, out[i].qh);
       ScatterRow(b->qs, kQK_K / 2, r, out[i].qs);
     }
   }
@@ -57,7 +61,8 @@ void RepackQ6K(const void* src, size_t row_bytes, int64_t k, void* dst) {
 }
 
 // Row r's 6-bit scale and min of 32-value group j (Q4_K's packing of the 12 bytes).
-inline void ScaleMinQ4K(const BlockQ4_Kx16& w, int r, int j, int* sc, int* mn) {
+template <class Block>
+inline void ScaleMinQ4K(const Block& w, int r, int j, int* sc, int* mn) {
   auto q = [&](int x) { return LaneByte(w.scales, r, x); };
   if (j < 4) {
     *sc = q(j) & 63;
@@ -68,10 +73,15 @@ inline void ScaleMinQ4K(const BlockQ4_Kx16& w, int r, int j, int* sc, int* mn) {
   }
 }
 
-// Element e (< 256) of row r: its 4-bit code.
-inline int CodeQ4K(const BlockQ4_Kx16& w, int r, int e) {
+// Element e (< 256) of row r: its 4-bit code (Q5_K: with the fifth bit, 5 bits).
+template <class Block>
+inline int CodeQ45K(const Block& w, int r, int e) {
   const uint8_t v = LaneByte(w.qs, r, 32 * (e / 64) + e % 32);
-  return (e % 64) < 32 ? v & 0xF : v >> 4;
+  int code = (e % 64) < 32 ? v & 0xF : v >> 4;
+  if constexpr (std::is_same_v<Block, BlockQ5_Kx16>) {
+    code |= ((LaneByte(w.qh, r, e % 32) >> (e / 32)) & 1) << 4;
+  }
+  return code;
 }
 
 // Element e of row r: its unsigned 6-bit code u (the value is d * sc * (u - 32)).
@@ -83,7 +93,8 @@ inline int CodeQ6K(const BlockQ6_Kx16& w, int r, int e) {
   return low | (high << 4);
 }
 
-float DotQ4K(const BlockQ4_Kx16* w, int r, const BlockQ8_K* a, int64_t nb) {
+template <class Block>
+float DotQ45K(const Block* w, int r, const BlockQ8_K* a, int64_t nb) {
   float sumf = 0.0f;
   for (int64_t i = 0; i < nb; ++i) {
     int32_t sumi = 0, summ = 0;
@@ -91,7 +102,7 @@ float DotQ4K(const BlockQ4_Kx16* w, int r, const BlockQ8_K* a, int64_t nb) {
       int sc, mn;
       ScaleMinQ4K(w[i], r, j, &sc, &mn);
       int32_t dot = 0;
-      for (int e = 32 * j; e < 32 * j + 32; ++e) dot += CodeQ4K(w[i], r, e) * a[i].qs[e];
+      for (int e = 32 * j; e < 32 * j + 32; ++e) dot += CodeQ45K(w[i], r, e) * a[i].qs[e];
       sumi += sc * dot;
       summ += mn * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
     }
@@ -131,8 +142,12 @@ void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, i
 void RegisterScalarInterleavedK(KernelTable& table) {
   TypeKernels& q4 = table[static_cast<int>(GgmlType::kQ4_K)];
   q4.interleave_rows = kRows;
-  q4.repack = RepackQ4K;
-  q4.gemm_interleaved = Gemm<BlockQ4_Kx16, DotQ4K>;
+  q4.repack = RepackQ45K<BlockQ4_K, BlockQ4_Kx16>;
+  q4.gemm_interleaved = Gemm<BlockQ4_Kx16, DotQ45K<BlockQ4_Kx16>>;
+  TypeKernels& q5 = table[static_cast<int>(GgmlType::kQ5_K)];
+  q5.interleave_rows = kRows;
+  q5.repack = RepackQ45K<BlockQ5_K, BlockQ5_Kx16>;
+  q5.gemm_interleaved = Gemm<BlockQ5_Kx16, DotQ45K<BlockQ5_Kx16>>;
   TypeKernels& q6 = table[static_cast<int>(GgmlType::kQ6_K)];
   q6.interleave_rows = kRows;
   q6.repack = RepackQ6K;

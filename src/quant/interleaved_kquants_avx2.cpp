@@ -1,4 +1,5 @@
-// AVX2 kernels for interleaved Q4_K and Q6_K weights (BlockQ4_Kx16, BlockQ6_Kx16): the 16-row group
+// AVX2 kernels for interleaved Q4_K, Q5_K and Q6_K weights (BlockQ4_Kx16, BlockQ5_Kx16,
+// BlockQ6_Kx16): the 16-row group
 // as two halves of 8 rows, one 256-bit lane per row. Per 4-element chunk one 32-byte load gives a
 // half's unsigned codes, and each token's 4 codes, broadcast, go through maddubs (pairs, at most
 // 2 * 63 * 128 in magnitude: no saturation) and madd with the rows' group scale in both words of
@@ -8,6 +9,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "quant/kernel_registry.h"
 
@@ -47,10 +49,17 @@ inline void AddScaled(__m256 dw, const __m256i* sumi, const BlockQ8_K* const* a,
   }
 }
 
-// Rows [8h, 8h + 8) of one Q4_K super-block against N tokens.
-template <int N>
-inline void HalfStepQ4K(const BlockQ4_Kx16& w, int h, const BlockQ8_K* const* a, int64_t i,
-                        __m256* acc) {
+// Q5_K's fifth bits of 32-value group j, chunk c, rows of half h: bit j of each qh byte moved
+// to bit 4.
+inline __m256i HighBitsQ5K(const BlockQ5_Kx16& w, int h, int j, int c) {
+  const __m256i v = Load(w.qh + 64 * c + 32 * h);
+  const __m256i s = j <= 4 ? _mm256_slli_epi16(v, 4 - j) : _mm256_srli_epi16(v, j - 4);
+  return _mm256_and_si256(s, _mm256_set1_epi8(0x10));
+}
+
+// Rows [8h, 8h + 8) of one Q4_K or Q5_K super-block against N tokens.
+template <class Block, int N>
+inline void HalfStepQ45K(const Block& w, int h, const BlockQ8_K* const* a, int64_t i, __m256* acc) {
   const __m256i w0 = Load(w.scales + 32 * h), w1 = Load(w.scales + 64 + 32 * h),
                 w2 = Load(w.scales + 128 + 32 * h);
   const __m256i m6 = _mm256_set1_epi32(0x3f3f3f3f), m4 = _mm256_set1_epi32(0x0f0f0f0f),
@@ -72,7 +81,10 @@ inline void HalfStepQ4K(const BlockQ4_Kx16& w, int h, const BlockQ8_K* const* a,
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) {
       const __m256i v = Load(w.qs + 64 * (8 * (j / 2) + c) + 32 * h);
-      const __m256i u = _mm256_and_si256(j % 2 == 0 ? v : _mm256_srli_epi16(v, 4), nib);
+      __m256i u = _mm256_and_si256(j % 2 == 0 ? v : _mm256_srli_epi16(v, 4), nib);
+      if constexpr (std::is_same_v<Block, BlockQ5_Kx16>) {
+        u = _mm256_or_si256(u, HighBitsQ5K(w, h, j, c));
+      }
 #pragma GCC unroll 4
       for (int t = 0; t < N; ++t) {
         sumi[t] = ScaledDot(sumi[t], u, Broadcast4(a[t][i].qs + 32 * j + 4 * c), s);
@@ -163,10 +175,10 @@ void GemmHalfN(int64_t nb, const Block* w, int h, const char* act, size_t act_ro
     acc[t] = _mm256_setzero_ps();
   }
   for (int64_t i = 0; i < nb; ++i) {
-    if constexpr (sizeof(Block) == sizeof(BlockQ4_Kx16)) {
-      HalfStepQ4K<N>(w[i], h, a, i, acc);
-    } else {
+    if constexpr (std::is_same_v<Block, BlockQ6_Kx16>) {
       HalfStepQ6K<N>(w[i], h, a, i, acc);
+    } else {
+      HalfStepQ45K<Block, N>(w[i], h, a, i, acc);
     }
   }
   for (int t = 0; t < N; ++t) _mm256_storeu_ps(out + t * out_stride + 8 * h, acc[t]);
@@ -204,6 +216,7 @@ void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, i
 
 void RegisterAvx2InterleavedK(KernelTable& table) {
   table[static_cast<int>(GgmlType::kQ4_K)].gemm_interleaved = Gemm<BlockQ4_Kx16>;
+  table[static_cast<int>(GgmlType::kQ5_K)].gemm_interleaved = Gemm<BlockQ5_Kx16>;
   table[static_cast<int>(GgmlType::kQ6_K)].gemm_interleaved = Gemm<BlockQ6_Kx16>;
 }
 

@@ -1,4 +1,5 @@
-// AVX-512 VNNI kernels for interleaved Q4_K and Q6_K weights (BlockQ4_Kx16, BlockQ6_Kx16): one
+// AVX-512 VNNI kernels for interleaved Q4_K, Q5_K and Q6_K weights (BlockQ4_Kx16, BlockQ5_Kx16,
+// BlockQ6_Kx16): one
 // 512-bit lane per row of the 16-row group. Per 4-element chunk one 64-byte load (Q4_K: masked or
 // shifted nibbles; Q6_K: nibbles ORed with their two high bits) gives the unsigned codes of all
 // rows, and each token adds its 4 activation codes, broadcast, by one vpdpbusd into a per-group
@@ -13,6 +14,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "quant/kernel_registry.h"
 
@@ -40,9 +42,16 @@ inline void AddScaled(__m512 dw, const __m512i* sumi, const BlockQ8_K* const* a,
   }
 }
 
-// One Q4_K super-block of the group against N tokens.
-template <int N>
-inline void StepQ4K(const BlockQ4_Kx16& w, const BlockQ8_K* const* a, int64_t i, __m512* acc) {
+// Q5_K's fifth bits of 32-value group j, chunk c: bit j of each qh byte moved to bit 4.
+inline __m512i HighBitsQ5K(const BlockQ5_Kx16& w, int j, int c) {
+  const __m512i h = Load(w.qh + 64 * c);
+  const __m512i s = j <= 4 ? _mm512_slli_epi16(h, 4 - j) : _mm512_srli_epi16(h, j - 4);
+  return _mm512_and_si512(s, _mm512_set1_epi8(0x10));
+}
+
+// One Q4_K or Q5_K super-block of the group against N tokens.
+template <class Block, int N>
+inline void StepQ45K(const Block& w, const BlockQ8_K* const* a, int64_t i, __m512* acc) {
   // Lane r: row r's scale/min words, unpacked as GGML does into scales 0-3, 4-7, mins 0-3, 4-7.
   const __m512i w0 = Load(w.scales), w1 = Load(w.scales + 64), w2 = Load(w.scales + 128);
   const __m512i m6 = _mm512_set1_epi32(0x3f3f3f3f), m4 = _mm512_set1_epi32(0x0f0f0f0f),
@@ -68,7 +77,9 @@ inline void StepQ4K(const BlockQ4_Kx16& w, const BlockQ8_K* const* a, int64_t i,
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) {
       const __m512i v = Load(w.qs + 64 * (8 * (j / 2) + c));
-      const __m512i u = _mm512_and_si512(j % 2 == 0 ? v : _mm512_srli_epi16(v, 4), nib);
+      __m512i u = _mm512_and_si512(j % 2 == 0 ? v : _mm512_srli_epi16(v, 4), nib);
+      if constexpr (std::is_same_v<Block, BlockQ5_Kx16>)
+        u = _mm512_or_si512(u, HighBitsQ5K(w, j, c));
 #pragma GCC unroll 8
       for (int t = 0; t < N; ++t) {
         part[t] = _mm512_dpbusd_epi32(part[t], u, Broadcast4(a[t][i].qs + 32 * j + 4 * c));
@@ -158,10 +169,10 @@ void GemmN(int64_t nb, const Block* w, const char* act, size_t act_row_bytes, fl
     acc[t] = _mm512_setzero_ps();
   }
   for (int64_t i = 0; i < nb; ++i) {
-    if constexpr (sizeof(Block) == sizeof(BlockQ4_Kx16)) {
-      StepQ4K<N>(w[i], a, i, acc);
-    } else {
+    if constexpr (std::is_same_v<Block, BlockQ6_Kx16>) {
       StepQ6K<N>(w[i], a, i, acc);
+    } else {
+      StepQ45K<Block, N>(w[i], a, i, acc);
     }
   }
   for (int t = 0; t < N; ++t) _mm512_storeu_ps(out + t * out_stride, acc[t]);
@@ -197,6 +208,7 @@ void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, i
 
 void RegisterAvx512InterleavedK(KernelTable& table) {
   table[static_cast<int>(GgmlType::kQ4_K)].gemm_interleaved = Gemm<BlockQ4_Kx16>;
+  table[static_cast<int>(GgmlType::kQ5_K)].gemm_interleaved = Gemm<BlockQ5_Kx16>;
   table[static_cast<int>(GgmlType::kQ6_K)].gemm_interleaved = Gemm<BlockQ6_Kx16>;
 }
 

@@ -242,6 +242,18 @@ struct BlockQ4_Kx16 {
 };
 static_assert(sizeof(BlockQ4_Kx16) == kQ8_0x16Rows * sizeof(BlockQ4_K));
 
+// Q5_K weights repacked at load: BlockQ4_Kx16's layout with the fifth bits between scales and qs:
+// qh[64 * c + 4 * r + e] is row r's byte qh[4c + e] (c < 8), whose bit j is the fifth bit of
+// element 32j + 4c + e. Same bytes as the rows' blocks.
+struct BlockQ5_Kx16 {
+  fp16_t d[kQ8_0x16Rows];
+  fp16_t dmin[kQ8_0x16Rows];
+  uint8_t scales[kQ8_0x16Rows * kKScaleSize];
+  uint8_t qh[kQ8_0x16Rows * kQK_K / 8];
+  uint8_t qs[kQ8_0x16Rows * kQK_K / 2];
+};
+static_assert(sizeof(BlockQ5_Kx16) == kQ8_0x16Rows * sizeof(BlockQ5_K));
+
 // Q6_K weights repacked at load: super-block i of 16 consecutive rows. d[r] is row r's scale,
 // scales[16 * g + r] row r's scale of the 16-value group g; ql[64 * c + 4 * r + e] is the row's
 // byte ql[4c + e] (c < 32) and qh[64 * c + 4 * r + e] its byte qh[4c + e] (c < 16), the bits
