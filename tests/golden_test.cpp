@@ -122,10 +122,10 @@ double ToleranceFor(const std::string& model_stem, const std::string& kv) {
   // qwen3moe K-quant file's p100 prompt meets three expert-routing near-ties (layer 2 at
   // position 93: second and third router scores 0.00025 apart): 0.99 at 56, 1.62 at 76, 3.77 at
   // 93, each a spike that falls back; every AVX-512 kernel matches its scalar twin to 5e-7 of
-  // the output on the same inputs (Intel Xeon, AVX-512, 2026-12-04). With Q4_K / Q6_K
-  // interleaved (one order on every ISA) the AVX2 and scalar paths meet such ties too: p100 3.69
-  // (AVX-512), 2.53 (AVX2, was 0.45), 2.18 (scalar); ~50% headroom on every path.
-  if (model_stem == "synth-qwen3moe-d256.Q4_K_M" && kv == "f32") return 5.5;
+  // the output on the same inputs (Intel Xeon, AVX-512, 2026-12-04). With Q4_K, Q5_K and Q6_K
+  // interleaved (one order on every ISA) the three paths agree closely: p100 2.16 (AVX-512, was
+  // 3.73), 2.19 (AVX2, was 0.45), 2.19 (scalar); ~50% headroom on every path.
+  if (model_stem == "synth-qwen3moe-d256.Q4_K_M" && kv == "f32") return 3.3;
   if (auto it = by_file.find(model_stem); it != by_file.end() && kv == "f32") return it->second;
   double tol = 3e-4;
   const auto dot = model_stem.rfind('.');

@@ -7,6 +7,7 @@
 // matmul weights and keeps the embedding as rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -313,6 +314,30 @@ TEST(InterleavedK, ExtremeCodesEqualScalarTwin) {
       for (int r = 0; r < kQ8_0x16Rows; ++r) {
         ASSERT_EQ(F32ToBits(got[r]), F32ToBits(want[r])) << IsaName(isa) << " row " << r;
       }
+    }
+  }
+}
+
+// The Q8_K activation quantizer: every ISA's gives the scalar twin's bytes (codes, bsums, d),
+// including a block whose largest magnitude appears twice with both signs, an all-zero block,
+// a block with a NaN, and large and tiny blocks.
+TEST(InterleavedK, ActivationQuantizerEqualsScalarTwin) {
+  std::mt19937 rng(47);
+  const int64_t k = 8 * kQK_K;
+  for (int rep = 0; rep < 20; ++rep) {
+    std::vector<float> x = RandomFloats(k, rng, rep % 2 ? 1e-3f : 30.0f);
+    x[kQK_K + 7] = 100.0f;  // block 1: +-100 tie, the first one decides the sign of d
+    x[kQK_K + 3] = -100.0f;
+    std::fill(x.begin() + 2 * kQK_K, x.begin() + 3 * kQK_K, 0.0f);  // block 2: zeros
+    x[3 * kQK_K + 5] = NAN;                                         // block 3: one NaN
+    x[4 * kQK_K + rep] = (rep % 3 - 1) * 1e4f;                      // block 4: one outlier
+    const size_t row = RowSize(GgmlType::kQ8_K, k);
+    std::vector<uint8_t> want(row, 0xAB), got(row, 0xCD);
+    GetKernels(GgmlType::kQ8_K, Isa::kScalar).quantize(x.data(), want.data(), k);
+    for (Isa isa : SupportedIsas()) {
+      std::fill(got.begin(), got.end(), 0xCD);
+      GetKernels(GgmlType::kQ8_K, isa).quantize(x.data(), got.data(), k);
+      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), row)) << IsaName(isa) << " rep " << rep;
     }
   }
 }

@@ -6,9 +6,11 @@
 // sum (Q6_K's starts at -32 * bsums[g]); vpmulld applies the rows' group scales and Q4_K's mins
 // term is vpdpwssd of each row's min against the token's bsums pairs. Every sum is exact, and the
 // float steps are the scalar twin's (separate multiply and add, no FMA), so every output is the
-// scalar twin's bits. GCC 12's AVX-512 headers self-initialise their "undefined" vectors, which
-// -Wall reports at every inlined intrinsic (GCC PR105593); the warnings say nothing about this
-// file.
+// scalar twin's bits. The file also holds the AVX-512 twin of the Q8_K activation quantizer these
+// kernels read (QuantizeQ8K in kquants.cpp: the same codes, bsums and d, bit for bit; compiled,
+// like the kernels, without multiply-add contraction). GCC 12's AVX-512 headers self-initialise
+// their "undefined" vectors, which -Wall reports at every inlined intrinsic (GCC PR105593); the
+// warnings say nothing about this file.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -159,6 +161,47 @@ inline void StepQ6K(const BlockQ6_Kx16& w, const BlockQ8_K* const* a, int64_t i,
   AddScaled<N>(LoadHalves(w.d), sumi, a, i, acc);
 }
 
+// One block of 256 floats as BlockQ8_K, exactly as the scalar QuantizeQ8K: the first element of
+// largest magnitude gives iscale = -127 / max, codes min(127, round-half-even(iscale * x)) by
+// the 1.5 * 2^23 trick (multiply, then add), bsums per 16, d = 1 / iscale.
+void QuantizeBlockQ8K(const float* x, BlockQ8_K* y) {
+  __m512 v[16];  // [16 groups of 16 values]
+  __m512 amax = _mm512_setzero_ps();
+  for (int g = 0; g < 16; ++g) {
+    v[g] = _mm512_loadu_ps(x + 16 * g);
+    amax = _mm512_max_ps(_mm512_abs_ps(v[g]), amax);  // a NaN lane keeps amax, as the twin
+  }
+  const float am = _mm512_reduce_max_ps(amax);
+  if (!(am > 0.0f)) {  // the scalar twin's amax stays 0 (zeros, or NaNs it never picks)
+    std::memset(y, 0, sizeof(BlockQ8_K));
+    return;
+  }
+  float max = 0.0f;
+  for (int g = 0; g < 16; ++g) {
+    const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_abs_ps(v[g]), _mm512_set1_ps(am), _CMP_EQ_OQ);
+    if (hit != 0) {
+      max = x[16 * g + __builtin_ctz(hit)];
+      break;
+    }
+  }
+  const float iscale = -127.f / max;
+  const __m512 s = _mm512_set1_ps(iscale), magic = _mm512_set1_ps(12582912.f);
+  for (int g = 0; g < 16; ++g) {
+    const __m512i bits = _mm512_castps_si512(_mm512_add_ps(_mm512_mul_ps(v[g], s), magic));
+    __m512i q = _mm512_sub_epi32(_mm512_and_si512(bits, _mm512_set1_epi32(0x007fffff)),
+                                 _mm512_set1_epi32(0x00400000));
+    q = _mm512_min_epi32(q, _mm512_set1_epi32(127));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y->qs + 16 * g), _mm512_cvtepi32_epi8(q));
+    y->bsums[g] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+  }
+  y->d = 1 / iscale;
+}
+
+void QuantizeQ8K(const float* x, void* vy, int64_t k) {
+  auto* y = static_cast<BlockQ8_K*>(vy);
+  for (int64_t i = 0; i < k / kQK_K; ++i) QuantizeBlockQ8K(x + i * kQK_K, y + i);
+}
+
 template <class Block, int N>
 void GemmN(int64_t nb, const Block* w, const char* act, size_t act_row_bytes, float* out,
            size_t out_stride) {
@@ -207,6 +250,7 @@ void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, i
 }  // namespace
 
 void RegisterAvx512InterleavedK(KernelTable& table) {
+  table[static_cast<int>(GgmlType::kQ8_K)].quantize = QuantizeQ8K;
   table[static_cast<int>(GgmlType::kQ4_K)].gemm_interleaved = Gemm<BlockQ4_Kx16>;
   table[static_cast<int>(GgmlType::kQ5_K)].gemm_interleaved = Gemm<BlockQ5_Kx16>;
   table[static_cast<int>(GgmlType::kQ6_K)].gemm_interleaved = Gemm<BlockQ6_Kx16>;
