@@ -301,7 +301,7 @@ TEST(InterleavedK, ExtremeCodesEqualScalarTwin) {
     std::vector<uint8_t> group(rows.size());
     const TypeKernels& scalar = GetKernels(type, Isa::kScalar);
     scalar.repack(rows.data(), RowSize(type, k), k, group.data());
-    float want[kQ8_0x16Rows], got[kQ8_0x16Rows];
+    float want[kQ8_0x16Rows], got[kQ8_0x16Rows];  // [row]
     scalar.gemm_interleaved(k, group.data(), act.data(), act.size(), 1, want, kQ8_0x16Rows);
     for (int r = 0; r < kQ8_0x16Rows; ++r) {
       float ref = 0.0f;
@@ -335,6 +335,10 @@ TEST(InterleavedK, ActivationQuantizerEqualsScalarTwin) {
     std::vector<uint8_t> want(row, 0xAB), got(row, 0xCD);
     GetKernels(GgmlType::kQ8_K, Isa::kScalar).quantize(x.data(), want.data(), k);
     for (Isa isa : SupportedIsas()) {
+      if (isa == Isa::kAvx512) {  // its own twin, not the scalar one inherited
+        EXPECT_NE(GetKernels(GgmlType::kQ8_K, isa).quantize,
+                  GetKernels(GgmlType::kQ8_K, Isa::kScalar).quantize);
+      }
       std::fill(got.begin(), got.end(), 0xCD);
       GetKernels(GgmlType::kQ8_K, isa).quantize(x.data(), got.data(), k);
       ASSERT_EQ(0, std::memcmp(got.data(), want.data(), row)) << IsaName(isa) << " rep " << rep;
@@ -404,6 +408,21 @@ TEST(Interleaved, LoaderRepacksMatMulWeightsOnly) {
   EXPECT_EQ(wq.interleave, kQ8_0x16Rows);
   EXPECT_EQ(wk.interleave, kQ8_0x16Rows);
   EXPECT_EQ(store.size(), 2u);
+  // A Q4_K_M file: its Q4_K and Q6_K matmul weights are repacked too, its embedding is not.
+  auto kq = gguf::File::Open(std::string(LAMINA_SHARED_DIR) + "/models/synth-llama-kq.Q4_K_M.gguf");
+  ASSERT_TRUE(kq.ok()) << kq.error().message;
+  std::vector<WeightBuffer> kq_store;
+  WeightLoader kq_loader(**kq, &kq_store);
+  const WeightMatrix kq_embd =
+      kq_loader.Matrix("token_embd.weight", 256, 512, true, WeightUse::kRows);
+  const WeightMatrix kq_q = kq_loader.Matrix("blk.0.attn_q.weight", 256, 256);
+  const WeightMatrix kq_down = kq_loader.Matrix("blk.3.ffn_down.weight", 512, 256);
+  ASSERT_TRUE(kq_loader.status().ok());
+  EXPECT_EQ(kq_q.type, GgmlType::kQ4_K);
+  EXPECT_EQ(kq_down.type, GgmlType::kQ6_K);
+  EXPECT_EQ(kq_embd.interleave, 0);
+  EXPECT_EQ(kq_q.interleave, kQ8_0x16Rows);
+  EXPECT_EQ(kq_down.interleave, kQ8_0x16Rows);
   WeightLoader plain_loader(**file);
   const WeightMatrix plain = plain_loader.Matrix("blk.0.attn_q.weight", 128, 128);
   EXPECT_EQ(plain.interleave, 0);

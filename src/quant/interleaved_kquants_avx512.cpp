@@ -92,7 +92,7 @@ inline void StepQ45K(const Block& w, const BlockQ8_K* const* a, int64_t i, __m51
   }
   AddScaled<N>(LoadHalves(w.d), sumi, a, i, acc);
   // summ = sum_j mn_j * (bsums[2j] + bsums[2j + 1]): the min in both words of the lane.
-  __m512i mdup[8];
+  __m512i mdup[8];  // [group j]: row r's min j in both words of lane r
 #pragma GCC unroll 8
   for (int j = 0; j < 8; ++j) {
     const __m512i m = _mm512_and_si512(_mm512_srli_epi32(mn[j / 4], 8 * (j % 4)), byte);
