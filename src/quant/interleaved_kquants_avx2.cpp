@@ -1,11 +1,10 @@
 // AVX2 kernels for interleaved Q4_K, Q5_K and Q6_K weights (BlockQ4_Kx16, BlockQ5_Kx16,
-// BlockQ6_Kx16): the 16-row group
-// as two halves of 8 rows, one 256-bit lane per row. Per 4-element chunk one 32-byte load gives a
-// half's unsigned codes, and each token's 4 codes, broadcast, go through maddubs (pairs, at most
-// 2 * 63 * 128 in magnitude: no saturation) and madd with the rows' group scale in both words of
-// the lane: exact int32 sc * dot. Q4_K's mins and Q6_K's -32 offset are madd of the rows' mins or
-// scale pairs against the token's bsums pairs. The float steps are the scalar twin's (no FMA), so
-// every output is the scalar twin's bits.
+// BlockQ6_Kx16): the 16-row group as two halves of 8 rows, one 256-bit lane per row. Per 4-element
+// chunk one 32-byte load gives a half's unsigned codes, and each token's 4 codes, broadcast, go
+// through maddubs (pairs, at most 2 * 63 * 128 in magnitude: no saturation) and madd with the rows'
+// group scale in both words of the lane: exact int32 sc * dot. Q4_K's mins and Q6_K's -32 offset
+// are madd of the rows' mins or scale pairs against the token's bsums pairs. The float steps are
+// the scalar twin's (no FMA), so every output is the scalar twin's bits.
 #include <immintrin.h>
 
 #include <cstring>

@@ -1,16 +1,15 @@
 // AVX-512 VNNI kernels for interleaved Q4_K, Q5_K and Q6_K weights (BlockQ4_Kx16, BlockQ5_Kx16,
-// BlockQ6_Kx16): one
-// 512-bit lane per row of the 16-row group. Per 4-element chunk one 64-byte load (Q4_K: masked or
-// shifted nibbles; Q6_K: nibbles ORed with their two high bits) gives the unsigned codes of all
-// rows, and each token adds its 4 activation codes, broadcast, by one vpdpbusd into a per-group
-// sum (Q6_K's starts at -32 * bsums[g]); vpmulld applies the rows' group scales and Q4_K's mins
-// term is vpdpwssd of each row's min against the token's bsums pairs. Every sum is exact, and the
-// float steps are the scalar twin's (separate multiply and add, no FMA), so every output is the
-// scalar twin's bits. The file also holds the AVX-512 twin of the Q8_K activation quantizer these
-// kernels read (QuantizeQ8K in kquants.cpp: the same codes, bsums and d, bit for bit; compiled,
-// like the kernels, without multiply-add contraction). GCC 12's AVX-512 headers self-initialise
-// their "undefined" vectors, which -Wall reports at every inlined intrinsic (GCC PR105593); the
-// warnings say nothing about this file.
+// BlockQ6_Kx16): one 512-bit lane per row of the 16-row group. Per 4-element chunk one 64-byte load
+// (Q4_K: masked or shifted nibbles; Q6_K: nibbles ORed with their two high bits) gives the unsigned
+// codes of all rows, and each token adds its 4 activation codes, broadcast, by one vpdpbusd into a
+// per-group sum (Q6_K's starts at -32 * bsums[g]); vpmulld applies the rows' group scales and
+// Q4_K's mins term is vpdpwssd of each row's min against the token's bsums pairs. Every sum is
+// exact, and the float steps are the scalar twin's (separate multiply and add, no FMA), so every
+// output is the scalar twin's bits. The file also holds the AVX-512 twin of the Q8_K activation
+// quantizer these kernels read (QuantizeQ8K in kquants.cpp: the same codes, bsums and d, bit for
+// bit; compiled, like the kernels, without multiply-add contraction). GCC 12's AVX-512 headers
+// self-initialise their "undefined" vectors, which -Wall reports at every inlined intrinsic (GCC
+// PR105593); the warnings say nothing about this file.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
