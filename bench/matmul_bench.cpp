@@ -1,6 +1,7 @@
 // Matmul and attention micro-benchmarks: matrix-vector (decode) and matrix-matrix (prompt)
-// products per weight type, causal attention per KV mode at several depths, the attention row
-// kernels per ISA, and the machine's memory read bandwidth (the roofline's denominator).
+// products per weight type (plain rows and the interleaved layouts), causal attention per KV mode
+// at several depths, the attention row kernels per ISA, and the machine's memory read bandwidth
+// (the roofline's denominator).
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -69,8 +70,40 @@ void BM_MatMul(benchmark::State& state) {
 }
 BENCHMARK(BM_MatMul)
     ->ArgsProduct({{int(GgmlType::kQ8_0), int(GgmlType::kQ4_0), int(GgmlType::kQ4_K),
-                    int(GgmlType::kF16), int(GgmlType::kIQ4_NL), int(GgmlType::kIQ4_XS),
-                    int(GgmlType::kMXFP4)},
+                    int(GgmlType::kQ6_K), int(GgmlType::kF16), int(GgmlType::kIQ4_NL),
+                    int(GgmlType::kIQ4_XS), int(GgmlType::kMXFP4)},
+                   {1, 8, 64},
+                   {1, 2}})
+    ->UseRealTime();
+
+// args: type, n_tokens, threads. BM_MatMul's 2816 x 1024 matrix repacked into the type's
+// interleaved layout (as the loader does for matmul weights), so the two compare plain rows with
+// the interleaved kernels on the same weights.
+void BM_MatMulInterleaved(benchmark::State& state) {
+  const GgmlType type = static_cast<GgmlType>(state.range(0));
+  const int64_t n_tokens = state.range(1);
+  ThreadPool pool(static_cast<int>(state.range(2)));
+  Weights w = MakeWeights(type, 2816, 1024);
+  if (!CanInterleave(w.w)) {
+    state.SkipWithError("no interleaved layout for this type at this ISA");
+    return;
+  }
+  std::vector<uint8_t> packed(w.data.size());  // [2816 / 16 groups][16 * row_bytes]
+  const WeightMatrix wi = InterleaveInto(w.w, packed.data());
+  std::vector<float> x(n_tokens * 1024, 0.5f), y(n_tokens * 2816);  // [n, 1024], [n, 2816]
+  MatMulScratch scratch;
+  for (auto _ : state) {
+    MatMul(wi, x.data(), 1024, n_tokens, y.data(), 2816, scratch, pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(GgmlTypeName(type));
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * 2816 * 1024 * n_tokens * state.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_MatMulInterleaved)
+    ->ArgsProduct({{int(GgmlType::kQ8_0), int(GgmlType::kQ4_0), int(GgmlType::kQ4_K),
+                    int(GgmlType::kQ5_K), int(GgmlType::kQ6_K)},
                    {1, 8, 64},
                    {1, 2}})
     ->UseRealTime();

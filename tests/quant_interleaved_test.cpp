@@ -1,11 +1,16 @@
-// The interleaved weight layouts (Q8_0 and Q4_0 as BlockQ8_0x16 / BlockQ4_0x16, repacked at load):
-// every ISA's kernel gives the scalar vec_dot of the row before repacking bit for bit, for every
-// batch size and place in the batch, and writes nothing past its tile; the matmul on an interleaved
-// matrix (whole groups, and a row range cutting groups) equals that too; the loader repacks a
-// model's matmul weights and keeps the embedding as rows.
+// The interleaved weight layouts (Q8_0, Q4_0 and IQ4_NL as BlockQ8_0x16 / BlockQ4_0x16 /
+// BlockIQ4_NLx16, repacked at load): every ISA's kernel gives the scalar vec_dot of the row before
+// repacking bit for bit, for every batch size and place in the batch, and writes nothing past its
+// tile; the matmul on an interleaved matrix (whole groups, and a row range cutting groups) equals
+// that too; Q4_K, Q5_K and Q6_K (BlockQ4_Kx16 / BlockQ5_Kx16 / BlockQ6_Kx16) give their scalar
+// twin's bits the same way, within the K-quant bound of vec_dot; the loader repacks a model's
+// matmul weights and keeps the embedding as rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -136,6 +141,257 @@ TEST(Interleaved, MatMulEqualsScalarVecDot) {
   for (GgmlType t : kTypes) ExpectMatMulEqualsScalarVecDot(t, rng, pool);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Q4_K, Q5_K and Q6_K (BlockQ4_Kx16 / BlockQ5_Kx16 / BlockQ6_Kx16, Q8_K activations): the scalar
+// twin's canonical order differs from vec_dot's (eight float lanes), so every ISA's kernel must
+// give the scalar twin's bits for every batch size and place, and the twin must stay within the
+// K-quant dot bound of vec_dot.
+
+constexpr GgmlType kKTypes[] = {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+
+// Random K-quant rows: every code and scale byte random, d and dmin sane f16 values.
+std::vector<uint8_t> RandomKRows(GgmlType t, int64_t n, std::mt19937& rng) {
+  std::vector<uint8_t> rows(RowSize(t, n));
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (uint8_t& v : rows) v = static_cast<uint8_t>(byte(rng));
+  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+  const size_t bs = GetTypeTraits(t).type_size;
+  for (size_t off = 0; off < rows.size(); off += bs) {
+    const fp16_t d = F32ToFp16(scale(rng)), dmin = F32ToFp16(scale(rng));
+    if (t != GgmlType::kQ6_K) {  // Q5_K: d and dmin where Q4_K has them
+      std::memcpy(rows.data() + off + offsetof(BlockQ4_K, d), &d, 2);
+      std::memcpy(rows.data() + off + offsetof(BlockQ4_K, dmin), &dmin, 2);
+    } else {
+      std::memcpy(rows.data() + off + offsetof(BlockQ6_K, d), &d, 2);
+    }
+  }
+  return rows;
+}
+
+// The budget's magnitude M = sum_i (|s_i| + |m_i|) |a_i| of one row (quant_kquants_test.cpp):
+// s the scale part of weight i, m its min (Q4_K) or offset (Q6_K) part, a the activation.
+double DotMagnitude(GgmlType t, const uint8_t* row, int64_t k, const BlockQ8_K* a) {
+  std::vector<uint8_t> only_m(row, row + RowSize(t, k)), only_s = only_m;
+  const size_t bs = GetTypeTraits(t).type_size;
+  for (int64_t i = 0; i < k / kQK_K; ++i) {
+    uint8_t* bm = only_m.data() + i * bs;
+    uint8_t* bsc = only_s.data() + i * bs;
+    if (t != GgmlType::kQ6_K) {  // d = 0 keeps -dmin * mn, dmin = 0 keeps d * sc * q
+      std::memset(bm + offsetof(BlockQ4_K, d), 0, 2);
+      std::memset(bsc + offsetof(BlockQ4_K, dmin), 0, 2);
+    } else {  // codes 0 keep -32 * d * sc
+      std::memset(bm + offsetof(BlockQ6_K, ql), 0, kQK_K / 2 + kQK_K / 4);
+    }
+  }
+  const std::vector<float> v = Dequantize(t, row, k), m = Dequantize(t, only_m.data(), k);
+  const std::vector<float> s =
+      t != GgmlType::kQ6_K ? Dequantize(t, only_s.data(), k) : std::vector<float>();
+  double mag = 0;
+  for (int64_t e = 0; e < k; ++e) {
+    const double sp = t != GgmlType::kQ6_K ? s[e] : double(v[e]) - m[e];
+    mag +=
+        (std::fabs(sp) + std::fabs(m[e])) * std::fabs(a[e / kQK_K].d * a[e / kQK_K].qs[e % kQK_K]);
+  }
+  return mag;
+}
+
+constexpr double kKRelBudget = 2e-6;  // quant_kquants_test.cpp's kRelBudget
+
+struct KActs {
+  std::vector<uint8_t> q8k;  // [n][q8k_row]
+  size_t q8k_row = 0;
+  const BlockQ8_K* Row(int t) const {
+    return reinterpret_cast<const BlockQ8_K*>(q8k.data() + t * q8k_row);
+  }
+};
+KActs MakeKActs(int64_t k, int n, std::mt19937& rng) {
+  KActs a;
+  a.q8k_row = RowSize(GgmlType::kQ8_K, k) + sizeof(BlockQ8_K);  // a gap between rows
+  a.q8k.assign(a.q8k_row * n, 0xCD);
+  for (int j = 0; j < n; ++j) {
+    const std::vector<float> x = RandomFloats(k, rng);
+    GetKernels(GgmlType::kQ8_K, Isa::kScalar).quantize(x.data(), a.q8k.data() + j * a.q8k_row, k);
+  }
+  return a;
+}
+
+void ExpectKKernelsEqualScalarTwin(GgmlType type, std::mt19937& rng) {
+  SCOPED_TRACE(GgmlTypeName(type));
+  const TypeKernels& scalar = GetKernels(type, Isa::kScalar);
+  const int g = scalar.interleave_rows;
+  ASSERT_EQ(g, kQ8_0x16Rows);
+  for (const int64_t k : {kQK_K, 3 * kQK_K, 8 * kQK_K}) {
+    const size_t row_bytes = RowSize(type, k);
+    const std::vector<uint8_t> rows = RandomKRows(type, k * g, rng);  // [g][row_bytes]
+    std::vector<uint8_t> group(rows.size());
+    scalar.repack(rows.data(), row_bytes, k, group.data());
+    const KActs a = MakeKActs(k, kMaxMultiDot, rng);
+    float want[kMaxMultiDot][kQ8_0x16Rows];  // [token][row]: the scalar twin, one token at a time
+    for (int t = 0; t < kMaxMultiDot; ++t) {
+      scalar.gemm_interleaved(k, group.data(), a.Row(t), a.q8k_row, 1, want[t], g);
+      for (int r = 0; r < g; ++r) {
+        float ref = 0.0f;
+        scalar.vec_dot(k, &ref, rows.data() + r * row_bytes, a.Row(t));
+        const double mag = DotMagnitude(type, rows.data() + r * row_bytes, k, a.Row(t));
+        ASSERT_NEAR(want[t][r], ref, 2 * kKRelBudget * mag + 1e-30)
+            << "k " << k << " token " << t << " row " << r;
+      }
+    }
+    for (Isa isa : SupportedIsas()) {
+      const TypeKernels& kern = GetKernels(type, isa);
+      ASSERT_NE(kern.gemm_interleaved, nullptr);
+      if (isa != Isa::kScalar) {
+        EXPECT_NE(kern.gemm_interleaved, scalar.gemm_interleaved);
+      }
+      for (int n = 1; n <= kMaxMultiDot; ++n) {
+        for (int t0 = 0; t0 + n <= kMaxMultiDot; ++t0) {
+          const size_t stride = g + 3;
+          std::vector<float> out(stride * (n + 1), -12345.0f);  // [n + 1][stride]
+          kern.gemm_interleaved(k, group.data(), a.Row(t0), a.q8k_row, n, out.data(), stride);
+          for (int t = 0; t < n; ++t) {
+            for (int r = 0; r < g; ++r) {
+              ASSERT_EQ(F32ToBits(out[t * stride + r]), F32ToBits(want[t0 + t][r]))
+                  << IsaName(isa) << " k " << k << " n " << n << " token " << t0 + t << " row "
+                  << r;
+            }
+            for (size_t r = g; r < stride; ++r) ASSERT_EQ(out[t * stride + r], -12345.0f);
+          }
+          for (size_t r = 0; r < stride; ++r) ASSERT_EQ(out[n * stride + r], -12345.0f);
+        }
+      }
+    }
+  }
+}
+
+TEST(InterleavedK, KernelsEqualScalarTwinBitForBit) {
+  std::mt19937 rng(37);
+  for (GgmlType t : kKTypes) ExpectKKernelsEqualScalarTwin(t, rng);
+}
+
+// Extreme codes: every Q6_K code 0 or 63 and scales -128 / 127, every Q4_K / Q5_K code 15 / 31
+// with scales and mins 63, against activations of +-127: the integer sums at their largest.
+TEST(InterleavedK, ExtremeCodesEqualScalarTwin) {
+  std::mt19937 rng(41);
+  const int64_t k = 2 * kQK_K;
+  for (GgmlType type : kKTypes) {
+    SCOPED_TRACE(GgmlTypeName(type));
+    std::vector<uint8_t> rows = RandomKRows(type, k * kQ8_0x16Rows, rng);
+    const size_t bs = GetTypeTraits(type).type_size;
+    for (size_t off = 0; off < rows.size(); off += bs) {
+      if (type == GgmlType::kQ4_K) {
+        std::memset(rows.data() + off + offsetof(BlockQ4_K, scales), 0xFF, kKScaleSize);
+        std::memset(rows.data() + off + offsetof(BlockQ4_K, qs), 0xFF, kQK_K / 2);
+      } else if (type == GgmlType::kQ5_K) {
+        std::memset(rows.data() + off + offsetof(BlockQ5_K, scales), 0xFF, kKScaleSize);
+        std::memset(rows.data() + off + offsetof(BlockQ5_K, qh), 0xFF, kQK_K / 8);
+        std::memset(rows.data() + off + offsetof(BlockQ5_K, qs), 0xFF, kQK_K / 2);
+      } else {
+        const bool top = (off / bs) % 2 == 0;
+        std::memset(rows.data() + off + offsetof(BlockQ6_K, ql), top ? 0xFF : 0, kQK_K / 2);
+        std::memset(rows.data() + off + offsetof(BlockQ6_K, qh), top ? 0xFF : 0, kQK_K / 4);
+        for (int g = 0; g < 16; ++g) {
+          rows[off + offsetof(BlockQ6_K, scales) + g] = g % 2 ? 0x80 : 0x7F;
+        }
+      }
+    }
+    std::vector<float> x(static_cast<size_t>(k));
+    for (int64_t e = 0; e < k; ++e) x[e] = (e / 7) % 2 ? 1.0f : -1.0f;
+    std::vector<uint8_t> act(RowSize(GgmlType::kQ8_K, k));
+    GetKernels(GgmlType::kQ8_K, Isa::kScalar).quantize(x.data(), act.data(), k);
+    std::vector<uint8_t> group(rows.size());
+    const TypeKernels& scalar = GetKernels(type, Isa::kScalar);
+    scalar.repack(rows.data(), RowSize(type, k), k, group.data());
+    float want[kQ8_0x16Rows], got[kQ8_0x16Rows];  // [row]
+    scalar.gemm_interleaved(k, group.data(), act.data(), act.size(), 1, want, kQ8_0x16Rows);
+    for (int r = 0; r < kQ8_0x16Rows; ++r) {
+      float ref = 0.0f;
+      scalar.vec_dot(k, &ref, rows.data() + r * RowSize(type, k), act.data());
+      EXPECT_NEAR(want[r], ref, 1e-5 * std::fabs(ref)) << "row " << r;
+    }
+    for (Isa isa : SupportedIsas()) {
+      GetKernels(type, isa).gemm_interleaved(k, group.data(), act.data(), act.size(), 1, got,
+                                             kQ8_0x16Rows);
+      for (int r = 0; r < kQ8_0x16Rows; ++r) {
+        ASSERT_EQ(F32ToBits(got[r]), F32ToBits(want[r])) << IsaName(isa) << " row " << r;
+      }
+    }
+  }
+}
+
+// The Q8_K activation quantizer: every ISA's gives the scalar twin's bytes (codes, bsums, d),
+// including a block whose largest magnitude appears twice with both signs, an all-zero block,
+// a block with a NaN, and large and tiny blocks.
+TEST(InterleavedK, ActivationQuantizerEqualsScalarTwin) {
+  std::mt19937 rng(47);
+  const int64_t k = 8 * kQK_K;
+  for (int rep = 0; rep < 20; ++rep) {
+    std::vector<float> x = RandomFloats(k, rng, rep % 2 ? 1e-3f : 30.0f);
+    x[kQK_K + 7] = 100.0f;  // block 1: +-100 tie, the first one decides the sign of d
+    x[kQK_K + 3] = -100.0f;
+    std::fill(x.begin() + 2 * kQK_K, x.begin() + 3 * kQK_K, 0.0f);  // block 2: zeros
+    x[3 * kQK_K + 5] = NAN;                                         // block 3: one NaN
+    x[4 * kQK_K + rep] = (rep % 3 - 1) * 1e4f;                      // block 4: one outlier
+    const size_t row = RowSize(GgmlType::kQ8_K, k);
+    std::vector<uint8_t> want(row, 0xAB), got(row, 0xCD);
+    GetKernels(GgmlType::kQ8_K, Isa::kScalar).quantize(x.data(), want.data(), k);
+    for (Isa isa : SupportedIsas()) {
+      if (isa == Isa::kAvx512) {  // its own twin, not the scalar one inherited
+        EXPECT_NE(GetKernels(GgmlType::kQ8_K, isa).quantize,
+                  GetKernels(GgmlType::kQ8_K, Isa::kScalar).quantize);
+      }
+      std::fill(got.begin(), got.end(), 0xCD);
+      GetKernels(GgmlType::kQ8_K, isa).quantize(x.data(), got.data(), k);
+      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), row)) << IsaName(isa) << " rep " << rep;
+    }
+  }
+}
+
+// The matmul over an interleaved K-quant copy equals the scalar twin on each token alone, for
+// decode, prompt batches and a row range cutting groups.
+void ExpectKMatMulEqualsScalarTwin(GgmlType type, std::mt19937& rng, ThreadPool& pool) {
+  SCOPED_TRACE(GgmlTypeName(type));
+  const int64_t rows = 48, cols = 3 * kQK_K;
+  const std::vector<uint8_t> data = RandomKRows(type, rows * cols, rng);
+  const WeightMatrix plain{type, rows, cols, RowSize(type, cols), data.data()};
+  ASSERT_TRUE(CanInterleave(plain));
+  std::vector<uint8_t> buf(data.size());  // the interleaved copy: [rows / 16 groups]
+  const WeightMatrix w = InterleaveInto(plain, buf.data());
+  EXPECT_EQ(w.interleave, kQ8_0x16Rows);
+  const TypeKernels& scalar = GetKernels(type, Isa::kScalar);
+  for (int64_t n_tokens : {1, 3, 20}) {
+    const std::vector<float> x = RandomFloats(n_tokens * cols, rng);
+    for (auto [lo, hi] : {std::pair<int64_t, int64_t>{0, rows}, {5, 27}, {16, 32}}) {
+      std::vector<float> y(static_cast<size_t>(n_tokens * rows), NAN);  // [n_tokens, rows]
+      MatMulScratch scratch;
+      MatMulRows(w, lo, hi, x.data(), cols, n_tokens, y.data(), rows, scratch, pool);
+      std::vector<uint8_t> a(RowSize(GgmlType::kQ8_K, cols));
+      for (int64_t j = 0; j < n_tokens; ++j) {
+        GetKernels(GgmlType::kQ8_K).quantize(x.data() + j * cols, a.data(), cols);
+        float want[3][kQ8_0x16Rows];  // [group][row]
+        for (int grp = 0; grp < 3; ++grp) {
+          scalar.gemm_interleaved(cols, buf.data() + grp * 16 * plain.row_bytes, a.data(), a.size(),
+                                  1, want[grp], kQ8_0x16Rows);
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          const float got = y[j * rows + r];
+          if (r < lo || r >= hi) {
+            ASSERT_TRUE(std::isnan(got)) << "wrote row " << r << " outside the range";
+            continue;
+          }
+          ASSERT_EQ(F32ToBits(got), F32ToBits(want[r / 16][r % 16]))
+              << "tokens " << n_tokens << " token " << j << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST(InterleavedK, MatMulEqualsScalarTwin) {
+  std::mt19937 rng(43);
+  ThreadPool pool(2);
+  for (GgmlType t : kKTypes) ExpectKMatMulEqualsScalarTwin(t, rng, pool);
+}
+
 // The loader repacks a file's Q8_0 matmul weights (the same results as the mapped rows) and keeps
 // the embedding, read by rows, as it is; without a store it repacks nothing.
 TEST(Interleaved, LoaderRepacksMatMulWeightsOnly) {
@@ -152,6 +408,21 @@ TEST(Interleaved, LoaderRepacksMatMulWeightsOnly) {
   EXPECT_EQ(wq.interleave, kQ8_0x16Rows);
   EXPECT_EQ(wk.interleave, kQ8_0x16Rows);
   EXPECT_EQ(store.size(), 2u);
+  // A Q4_K_M file: its Q4_K and Q6_K matmul weights are repacked too, its embedding is not.
+  auto kq = gguf::File::Open(std::string(LAMINA_SHARED_DIR) + "/models/synth-llama-kq.Q4_K_M.gguf");
+  ASSERT_TRUE(kq.ok()) << kq.error().message;
+  std::vector<WeightBuffer> kq_store;
+  WeightLoader kq_loader(**kq, &kq_store);
+  const WeightMatrix kq_embd =
+      kq_loader.Matrix("token_embd.weight", 256, 512, true, WeightUse::kRows);
+  const WeightMatrix kq_q = kq_loader.Matrix("blk.0.attn_q.weight", 256, 256);
+  const WeightMatrix kq_down = kq_loader.Matrix("blk.3.ffn_down.weight", 512, 256);
+  ASSERT_TRUE(kq_loader.status().ok());
+  EXPECT_EQ(kq_q.type, GgmlType::kQ4_K);
+  EXPECT_EQ(kq_down.type, GgmlType::kQ6_K);
+  EXPECT_EQ(kq_embd.interleave, 0);
+  EXPECT_EQ(kq_q.interleave, kQ8_0x16Rows);
+  EXPECT_EQ(kq_down.interleave, kQ8_0x16Rows);
   WeightLoader plain_loader(**file);
   const WeightMatrix plain = plain_loader.Matrix("blk.0.attn_q.weight", 128, 128);
   EXPECT_EQ(plain.interleave, 0);

@@ -41,28 +41,30 @@ WeightMatrix InterleaveInto(const WeightMatrix& w, uint8_t* dst) {
 
 namespace {
 
-// Interleaved weights: activations quantized to Q8_0 as for vec_dot, then widened to
-// BlockQ8_0Act; per group of w.interleave rows, tiles of up to kMaxMultiDot tokens. A group
-// straddling [row_begin, row_end) is computed whole into a local tile and only its rows in the
-// range are copied (each row's result is its own).
+// Interleaved weights: activations quantized to vec_dot_type as for vec_dot (Q8_0 rows then
+// widened to BlockQ8_0Act; Q8_K rows as they are); per group of w.interleave rows, tiles of up to
+// kMaxMultiDot tokens. A group straddling [row_begin, row_end) is computed whole into a local
+// tile and only its rows in the range are copied (each row's result is its own).
 void MatMulInterleaved(const WeightMatrix& w, const TypeKernels& kern, int64_t row_begin,
                        int64_t row_end, const float* x, int64_t x_stride, int64_t n_tokens,
                        float* y, int64_t y_stride, MatMulScratch& scratch, ThreadPool& pool) {
-  LAMINA_CHECK(kern.gemm_interleaved != nullptr && kern.vec_dot_type == GgmlType::kQ8_0 &&
+  const bool wide = kern.vec_dot_type == GgmlType::kQ8_0;
+  LAMINA_CHECK(kern.gemm_interleaved != nullptr && (wide || kern.vec_dot_type == GgmlType::kQ8_K) &&
                w.interleave == kern.interleave_rows && w.interleave <= kMaxInterleaveRows);
-  const TypeKernels& act_kern = GetKernels(GgmlType::kQ8_0);
-  const size_t q8_row = RowSize(GgmlType::kQ8_0, w.cols);
-  const size_t wide_row = static_cast<size_t>(w.cols / kQK) * sizeof(BlockQ8_0Act);
-  scratch.act.resize(q8_row * static_cast<size_t>(n_tokens));         // [n_tokens][q8_row]
-  scratch.act_wide.resize(wide_row * static_cast<size_t>(n_tokens));  // [n_tokens][wide_row]
+  const TypeKernels& act_kern = GetKernels(kern.vec_dot_type);
+  const size_t q_row = RowSize(kern.vec_dot_type, w.cols);
+  const size_t act_row = wide ? static_cast<size_t>(w.cols / kQK) * sizeof(BlockQ8_0Act) : q_row;
+  scratch.act.resize(q_row * static_cast<size_t>(n_tokens));  // [n_tokens][q_row]
+  if (wide)
+    scratch.act_wide.resize(act_row * static_cast<size_t>(n_tokens));  // [n_tokens][act_row]
   pool.ParallelFor(n_tokens, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      uint8_t* q8 = scratch.act.data() + t * q8_row;
-      act_kern.quantize(x + t * x_stride, q8, w.cols);
-      Q8_0ToAct(q8, scratch.act_wide.data() + t * wide_row, w.cols);
+      uint8_t* q = scratch.act.data() + t * q_row;
+      act_kern.quantize(x + t * x_stride, q, w.cols);
+      if (wide) Q8_0ToAct(q, scratch.act_wide.data() + t * act_row, w.cols);
     }
   });
-  const uint8_t* act = scratch.act_wide.data();
+  const uint8_t* act = wide ? scratch.act_wide.data() : scratch.act.data();
   const int g = w.interleave;
   const size_t group_bytes = static_cast<size_t>(g) * w.row_bytes;
   const int64_t g_begin = row_begin / g, g_end = (row_end + g - 1) / g;
@@ -75,12 +77,12 @@ void MatMulInterleaved(const WeightMatrix& w, const TypeKernels& kern, int64_t r
       const int64_t lo = std::max(r0, row_begin), hi = std::min(r0 + g, row_end);
       for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxMultiDot) {
         const int nt = static_cast<int>(std::min<int64_t>(kMaxMultiDot, n_tokens - t0));
-        const uint8_t* a = act + static_cast<size_t>(t0) * wide_row;
+        const uint8_t* a = act + static_cast<size_t>(t0) * act_row;
         if (lo == r0 && hi == r0 + g) {
-          kern.gemm_interleaved(w.cols, wg, a, wide_row, nt, y + t0 * y_stride + r0, y_step);
+          kern.gemm_interleaved(w.cols, wg, a, act_row, nt, y + t0 * y_stride + r0, y_step);
           continue;
         }
-        kern.gemm_interleaved(w.cols, wg, a, wide_row, nt, tile, g);
+        kern.gemm_interleaved(w.cols, wg, a, act_row, nt, tile, g);
         for (int j = 0; j < nt; ++j) {
           for (int64_t r = lo; r < hi; ++r) y[(t0 + j) * y_stride + r] = tile[j * g + (r - r0)];
         }

@@ -26,5 +26,10 @@ void RegisterAvx512KQuants(KernelTable& table);
 void RegisterScalarInterleaved(KernelTable& table);
 void RegisterAvx2Interleaved(KernelTable& table);
 void RegisterAvx512Interleaved(KernelTable& table);
+// The same for Q4_K, Q5_K and Q6_K (interleaved_kquants*.cpp); the AVX-512 one also replaces
+// Q8_K's quantize (the activations these kernels read) by its bit-identical twin.
+void RegisterScalarInterleavedK(KernelTable& table);
+void RegisterAvx2InterleavedK(KernelTable& table);
+void RegisterAvx512InterleavedK(KernelTable& table);
 
 }  // namespace lamina::quant_internal

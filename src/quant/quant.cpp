@@ -37,6 +37,7 @@ const Tables& ScalarTables() {
     quant_internal::RegisterScalarLegacy(t->table);
     quant_internal::RegisterScalarKQuants(t->table);
     quant_internal::RegisterScalarInterleaved(t->table);
+    quant_internal::RegisterScalarInterleavedK(t->table);
     return t;
   }();
   return *tables;
@@ -48,6 +49,7 @@ const Tables& Avx2Tables() {
     quant_internal::RegisterAvx2Legacy(t->table);
     quant_internal::RegisterAvx2KQuants(t->table);
     quant_internal::RegisterAvx2Interleaved(t->table);
+    quant_internal::RegisterAvx2InterleavedK(t->table);
     return t;
   }();
   return *tables;
@@ -59,6 +61,7 @@ const Tables& Avx512Tables() {
     quant_internal::RegisterAvx512Legacy(t->table);
     quant_internal::RegisterAvx512KQuants(t->table);
     quant_internal::RegisterAvx512Interleaved(t->table);
+    quant_internal::RegisterAvx512InterleavedK(t->table);
     return t;
   }();
   return *tables;

@@ -228,6 +228,44 @@ struct BlockIQ4_NLx16 {
 };
 static_assert(sizeof(BlockIQ4_NLx16) == kQ8_0x16Rows * sizeof(BlockIQ4_NL));
 
+// Q4_K weights repacked at load: super-block i of 16 consecutive rows (256 values each). d[r] and
+// dmin[r] are row r's scales; scales[64 * w + 4 * r + b] is byte 4w + b of row r's 12-byte
+// scale/min field (w < 3), so one 64-byte load holds the same word of all 16 rows; and
+// qs[64 * c + 4 * r + e] is the row's byte qs[4c + e] (c < 32): its low nibble is element
+// 64 * (c / 8) + 4 * (c % 8) + e, its high nibble that element + 32. Same bytes as the rows'
+// blocks.
+struct BlockQ4_Kx16 {
+  fp16_t d[kQ8_0x16Rows];
+  fp16_t dmin[kQ8_0x16Rows];
+  uint8_t scales[kQ8_0x16Rows * kKScaleSize];
+  uint8_t qs[kQ8_0x16Rows * kQK_K / 2];
+};
+static_assert(sizeof(BlockQ4_Kx16) == kQ8_0x16Rows * sizeof(BlockQ4_K));
+
+// Q5_K weights repacked at load: BlockQ4_Kx16's layout with the fifth bits between scales and qs:
+// qh[64 * c + 4 * r + e] is row r's byte qh[4c + e] (c < 8), whose bit j is the fifth bit of
+// element 32j + 4c + e. Same bytes as the rows' blocks.
+struct BlockQ5_Kx16 {
+  fp16_t d[kQ8_0x16Rows];
+  fp16_t dmin[kQ8_0x16Rows];
+  uint8_t scales[kQ8_0x16Rows * kKScaleSize];
+  uint8_t qh[kQ8_0x16Rows * kQK_K / 8];
+  uint8_t qs[kQ8_0x16Rows * kQK_K / 2];
+};
+static_assert(sizeof(BlockQ5_Kx16) == kQ8_0x16Rows * sizeof(BlockQ5_K));
+
+// Q6_K weights repacked at load: super-block i of 16 consecutive rows. d[r] is row r's scale,
+// scales[16 * g + r] row r's scale of the 16-value group g; ql[64 * c + 4 * r + e] is the row's
+// byte ql[4c + e] (c < 32) and qh[64 * c + 4 * r + e] its byte qh[4c + e] (c < 16), the bits
+// meaning what they mean in BlockQ6_K. Same bytes as the rows' blocks.
+struct BlockQ6_Kx16 {
+  fp16_t d[kQ8_0x16Rows];
+  int8_t scales[kQ8_0x16Rows * kQK_K / 16];
+  uint8_t ql[kQ8_0x16Rows * kQK_K / 2];
+  uint8_t qh[kQ8_0x16Rows * kQK_K / 4];
+};
+static_assert(sizeof(BlockQ6_Kx16) == kQ8_0x16Rows * sizeof(BlockQ6_K));
+
 // 32 activation values for the interleaved kernels, made from a BlockQ8_0: x = d * q with d the
 // block's fp16 scale widened to f32, and sum = sum(q), which turns a dot with codes stored
 // offset (u = w + C) into the signed dot: sum(w q) = sum(u q) - C * sum.

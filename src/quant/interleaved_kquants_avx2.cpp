@@ -1,0 +1,222 @@
+// AVX2 kernels for interleaved Q4_K, Q5_K and Q6_K weights (BlockQ4_Kx16, BlockQ5_Kx16,
+// BlockQ6_Kx16): the 16-row group as two halves of 8 rows, one 256-bit lane per row. Per 4-element
+// chunk one 32-byte load gives a half's unsigned codes, and each token's 4 codes, broadcast, go
+// through maddubs (pairs, at most 2 * 63 * 128 in magnitude: no saturation) and madd with the rows'
+// group scale in both words of the lane: exact int32 sc * dot. Q4_K's mins and Q6_K's -32 offset
+// are madd of the rows' mins or scale pairs against the token's bsums pairs. The float steps are
+// the scalar twin's (no FMA), so every output is the scalar twin's bits.
+#include <immintrin.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "quant/kernel_registry.h"
+
+namespace lamina::quant_internal {
+namespace {
+
+constexpr int kRows = kQ8_0x16Rows;
+constexpr int kTokens = 4;  // tokens per register block
+
+inline __m256i Broadcast4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return _mm256_set1_epi32(v);
+}
+inline __m256i Load(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+inline __m256 LoadHalves(const fp16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+// The low 16 bits of each int32 lane in both of its words.
+inline __m256i DupWord(__m256i v) {
+  return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
+}
+// acc += sc * dot(u, q) per lane, exact.
+inline __m256i ScaledDot(__m256i acc, __m256i u, __m256i q, __m256i sc) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), sc));
+}
+
+template <int N>
+inline void AddScaled(__m256 dw, const __m256i* sumi, const BlockQ8_K* const* a, int64_t i,
+                      __m256* acc) {
+#pragma GCC unroll 4
+  for (int t = 0; t < N; ++t) {
+    const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a[t][i].d));
+    acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(sumi[t]), scale));
+  }
+}
+
+// Q5_K's fifth bits of 32-value group j, chunk c, rows of half h: bit j of each qh byte moved
+// to bit 4.
+inline __m256i HighBitsQ5K(const BlockQ5_Kx16& w, int h, int j, int c) {
+  const __m256i v = Load(w.qh + 64 * c + 32 * h);
+  const __m256i s = j <= 4 ? _mm256_slli_epi16(v, 4 - j) : _mm256_srli_epi16(v, j - 4);
+  return _mm256_and_si256(s, _mm256_set1_epi8(0x10));
+}
+
+// Rows [8h, 8h + 8) of one Q4_K or Q5_K super-block against N tokens.
+template <class Block, int N>
+inline void HalfStepQ45K(const Block& w, int h, const BlockQ8_K* const* a, int64_t i, __m256* acc) {
+  const __m256i w0 = Load(w.scales + 32 * h), w1 = Load(w.scales + 64 + 32 * h),
+                w2 = Load(w.scales + 128 + 32 * h);
+  const __m256i m6 = _mm256_set1_epi32(0x3f3f3f3f), m4 = _mm256_set1_epi32(0x0f0f0f0f),
+                m2 = _mm256_set1_epi32(0x03030303), byte = _mm256_set1_epi32(0xFF);
+  const __m256i sc[2] = {
+      _mm256_and_si256(w0, m6),
+      _mm256_or_si256(_mm256_and_si256(w2, m4),
+                      _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w0, 6), m2), 4))};
+  const __m256i mn[2] = {
+      _mm256_and_si256(w1, m6),
+      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), m4),
+                      _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w1, 6), m2), 4))};
+  const __m256i nib = _mm256_set1_epi8(0x0F);
+  __m256i sumi[N];
+  for (int t = 0; t < N; ++t) sumi[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) {
+    const __m256i s = DupWord(_mm256_and_si256(_mm256_srli_epi32(sc[j / 4], 8 * (j % 4)), byte));
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      const __m256i v = Load(w.qs + 64 * (8 * (j / 2) + c) + 32 * h);
+      __m256i u = _mm256_and_si256(j % 2 == 0 ? v : _mm256_srli_epi16(v, 4), nib);
+      if constexpr (std::is_same_v<Block, BlockQ5_Kx16>) {
+        u = _mm256_or_si256(u, HighBitsQ5K(w, h, j, c));
+      }
+#pragma GCC unroll 4
+      for (int t = 0; t < N; ++t) {
+        sumi[t] = ScaledDot(sumi[t], u, Broadcast4(a[t][i].qs + 32 * j + 4 * c), s);
+      }
+    }
+  }
+  AddScaled<N>(LoadHalves(w.d + 8 * h), sumi, a, i, acc);
+  const __m256 dmin = LoadHalves(w.dmin + 8 * h);
+#pragma GCC unroll 4
+  for (int t = 0; t < N; ++t) {
+    __m256i summ = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const __m256i m = DupWord(_mm256_and_si256(_mm256_srli_epi32(mn[j / 4], 8 * (j % 4)), byte));
+      summ = _mm256_add_epi32(summ, _mm256_madd_epi16(m, Broadcast4(a[t][i].bsums + 2 * j)));
+    }
+    const __m256 scale = _mm256_mul_ps(dmin, _mm256_set1_ps(a[t][i].d));
+    acc[t] = _mm256_sub_ps(acc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(summ), scale));
+  }
+}
+
+// A half's unsigned 6-bit codes of quarter m (0..3) for ql chunk cl and qh chunk ch.
+inline __m256i CodesQ6K(const BlockQ6_Kx16& w, int h, int m, int cl, int ch) {
+  const __m256i l = Load(w.ql + 64 * cl + 32 * h), hb = Load(w.qh + 64 * ch + 32 * h);
+  const __m256i lo = _mm256_and_si256(m < 2 ? l : _mm256_srli_epi16(l, 4), _mm256_set1_epi8(0x0F));
+  const __m256i hs = m == 0   ? _mm256_slli_epi16(hb, 4)
+                     : m == 1 ? _mm256_slli_epi16(hb, 2)
+                     : m == 2 ? hb
+                              : _mm256_srli_epi16(hb, 2);
+  return _mm256_or_si256(lo, _mm256_and_si256(hs, _mm256_set1_epi8(0x30)));
+}
+
+// Rows [8h, 8h + 8) of one Q6_K super-block against N tokens (groups as in the AVX-512 file).
+template <int N>
+inline void HalfStepQ6K(const BlockQ6_Kx16& w, int h, const BlockQ8_K* const* a, int64_t i,
+                        __m256* acc) {
+  __m256i sumi[N];
+  for (int t = 0; t < N; ++t) sumi[t] = _mm256_setzero_si256();
+  __m256i scale[16];  // [group]: the rows' int8 scales, sign-extended
+#pragma GCC unroll 16
+  for (int g = 0; g < 16; ++g) {
+    scale[g] = _mm256_cvtepi8_epi32(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.scales + 16 * g + 8 * h)));
+  }
+#pragma GCC unroll 2
+  for (int n = 0; n < 2; ++n) {
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; ++m) {
+#pragma GCC unroll 2
+      for (int hh = 0; hh < 2; ++hh) {
+        const int g = 8 * n + 2 * m + hh;
+        const __m256i s = DupWord(scale[g]);
+#pragma GCC unroll 4
+        for (int c4 = 0; c4 < 4; ++c4) {
+          const __m256i u =
+              CodesQ6K(w, h, m, 16 * n + 8 * (m % 2) + 4 * hh + c4, 8 * n + 4 * hh + c4);
+#pragma GCC unroll 4
+          for (int t = 0; t < N; ++t) {
+            sumi[t] = ScaledDot(sumi[t], u, Broadcast4(a[t][i].qs + 16 * g + 4 * c4), s);
+          }
+        }
+      }
+    }
+  }
+  // The offset: sumi -= 32 * sum_g sc_g * bsums[g], by pairs of groups.
+#pragma GCC unroll 4
+  for (int t = 0; t < N; ++t) {
+    __m256i corr = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; ++p) {
+      const __m256i pair =
+          _mm256_or_si256(_mm256_and_si256(scale[2 * p], _mm256_set1_epi32(0xFFFF)),
+                          _mm256_slli_epi32(scale[2 * p + 1], 16));
+      corr = _mm256_add_epi32(corr, _mm256_madd_epi16(pair, Broadcast4(a[t][i].bsums + 2 * p)));
+    }
+    sumi[t] = _mm256_sub_epi32(sumi[t], _mm256_slli_epi32(corr, 5));
+  }
+  AddScaled<N>(LoadHalves(w.d + 8 * h), sumi, a, i, acc);
+}
+
+template <class Block, int N>
+void GemmHalfN(int64_t nb, const Block* w, int h, const char* act, size_t act_row_bytes, float* out,
+               size_t out_stride) {
+  const BlockQ8_K* a[N];
+  __m256 acc[N];
+  for (int t = 0; t < N; ++t) {
+    a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_row_bytes);
+    acc[t] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i < nb; ++i) {
+    if constexpr (std::is_same_v<Block, BlockQ6_Kx16>) {
+      HalfStepQ6K<N>(w[i], h, a, i, acc);
+    } else {
+      HalfStepQ45K<Block, N>(w[i], h, a, i, acc);
+    }
+  }
+  for (int t = 0; t < N; ++t) _mm256_storeu_ps(out + t * out_stride + 8 * h, acc[t]);
+}
+
+template <class Block>
+void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
+          float* out, size_t out_stride) {
+  const auto* w = static_cast<const Block*>(group);
+  const char* a = static_cast<const char*>(act);
+  const int64_t nb = k / kQK_K;
+  for (int t = 0; t < n_act; t += kTokens) {
+    const int n = n_act - t < kTokens ? n_act - t : kTokens;
+    const char* at = a + t * act_row_bytes;
+    float* o = out + t * out_stride;
+    for (int h = 0; h < kRows / 8; ++h) {
+      switch (n) {
+        case 1:
+          GemmHalfN<Block, 1>(nb, w, h, at, act_row_bytes, o, out_stride);
+          break;
+        case 2:
+          GemmHalfN<Block, 2>(nb, w, h, at, act_row_bytes, o, out_stride);
+          break;
+        case 3:
+          GemmHalfN<Block, 3>(nb, w, h, at, act_row_bytes, o, out_stride);
+          break;
+        default:
+          GemmHalfN<Block, 4>(nb, w, h, at, act_row_bytes, o, out_stride);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void RegisterAvx2InterleavedK(KernelTable& table) {
+  table[static_cast<int>(GgmlType::kQ4_K)].gemm_interleaved = Gemm<BlockQ4_Kx16>;
+  table[static_cast<int>(GgmlType::kQ5_K)].gemm_interleaved = Gemm<BlockQ5_Kx16>;
+  table[static_cast<int>(GgmlType::kQ6_K)].gemm_interleaved = Gemm<BlockQ6_Kx16>;
+}
+
+}  // namespace lamina::quant_internal

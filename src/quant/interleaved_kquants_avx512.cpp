@@ -1,0 +1,258 @@
+// AVX-512 VNNI kernels for interleaved Q4_K, Q5_K and Q6_K weights (BlockQ4_Kx16, BlockQ5_Kx16,
+// BlockQ6_Kx16): one 512-bit lane per row of the 16-row group. Per 4-element chunk one 64-byte load
+// (Q4_K: masked or shifted nibbles; Q6_K: nibbles ORed with their two high bits) gives the unsigned
+// codes of all rows, and each token adds its 4 activation codes, broadcast, by one vpdpbusd into a
+// per-group sum (Q6_K's starts at -32 * bsums[g]); vpmulld applies the rows' group scales and
+// Q4_K's mins term is vpdpwssd of each row's min against the token's bsums pairs. Every sum is
+// exact, and the float steps are the scalar twin's (separate multiply and add, no FMA), so every
+// output is the scalar twin's bits. The file also holds the AVX-512 twin of the Q8_K activation
+// quantizer these kernels read (QuantizeQ8K in kquants.cpp: the same codes, bsums and d, bit for
+// bit; compiled, like the kernels, without multiply-add contraction). GCC 12's AVX-512 headers
+// self-initialise their "undefined" vectors, which -Wall reports at every inlined intrinsic (GCC
+// PR105593); the warnings say nothing about this file.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "quant/kernel_registry.h"
+
+namespace lamina::quant_internal {
+namespace {
+
+inline __m512i Broadcast4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return _mm512_set1_epi32(v);
+}
+inline __m512i Load(const uint8_t* p) { return _mm512_loadu_si512(p); }
+inline __m512 LoadHalves(const fp16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// acc[t] += float(sumi[t]) * (d_w * d_a[t]), lane by lane as the scalar twin.
+template <int N>
+inline void AddScaled(__m512 dw, const __m512i* sumi, const BlockQ8_K* const* a, int64_t i,
+                      __m512* acc) {
+#pragma GCC unroll 8
+  for (int t = 0; t < N; ++t) {
+    const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(a[t][i].d));
+    acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_cvtepi32_ps(sumi[t]), scale));
+  }
+}
+
+// Q5_K's fifth bits of 32-value group j, chunk c: bit j of each qh byte moved to bit 4.
+inline __m512i HighBitsQ5K(const BlockQ5_Kx16& w, int j, int c) {
+  const __m512i h = Load(w.qh + 64 * c);
+  const __m512i s = j <= 4 ? _mm512_slli_epi16(h, 4 - j) : _mm512_srli_epi16(h, j - 4);
+  return _mm512_and_si512(s, _mm512_set1_epi8(0x10));
+}
+
+// One Q4_K or Q5_K super-block of the group against N tokens.
+template <class Block, int N>
+inline void StepQ45K(const Block& w, const BlockQ8_K* const* a, int64_t i, __m512* acc) {
+  // Lane r: row r's scale/min words, unpacked as GGML does into scales 0-3, 4-7, mins 0-3, 4-7.
+  const __m512i w0 = Load(w.scales), w1 = Load(w.scales + 64), w2 = Load(w.scales + 128);
+  const __m512i m6 = _mm512_set1_epi32(0x3f3f3f3f), m4 = _mm512_set1_epi32(0x0f0f0f0f),
+                m2 = _mm512_set1_epi32(0x03030303), byte = _mm512_set1_epi32(0xFF);
+  const __m512i sc[2] = {
+      _mm512_and_si512(w0, m6),
+      _mm512_or_si512(_mm512_and_si512(w2, m4),
+                      _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), m2), 4))};
+  const __m512i mn[2] = {
+      _mm512_and_si512(w1, m6),
+      _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), m4),
+                      _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), m2), 4))};
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  __m512i sumi[N];
+#pragma GCC unroll 8
+  for (int t = 0; t < N; ++t) sumi[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) {
+    const __m512i s = _mm512_and_si512(_mm512_srli_epi32(sc[j / 4], 8 * (j % 4)), byte);
+    __m512i part[N];
+#pragma GCC unroll 8
+    for (int t = 0; t < N; ++t) part[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      const __m512i v = Load(w.qs + 64 * (8 * (j / 2) + c));
+      __m512i u = _mm512_and_si512(j % 2 == 0 ? v : _mm512_srli_epi16(v, 4), nib);
+      if constexpr (std::is_same_v<Block, BlockQ5_Kx16>)
+        u = _mm512_or_si512(u, HighBitsQ5K(w, j, c));
+#pragma GCC unroll 8
+      for (int t = 0; t < N; ++t) {
+        part[t] = _mm512_dpbusd_epi32(part[t], u, Broadcast4(a[t][i].qs + 32 * j + 4 * c));
+      }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < N; ++t) sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(part[t], s));
+  }
+  AddScaled<N>(LoadHalves(w.d), sumi, a, i, acc);
+  // summ = sum_j mn_j * (bsums[2j] + bsums[2j + 1]): the min in both words of the lane.
+  __m512i mdup[8];  // [group j]: row r's min j in both words of lane r
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) {
+    const __m512i m = _mm512_and_si512(_mm512_srli_epi32(mn[j / 4], 8 * (j % 4)), byte);
+    mdup[j] = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+  }
+  const __m512 dmin = LoadHalves(w.dmin);
+#pragma GCC unroll 8
+  for (int t = 0; t < N; ++t) {
+    __m512i summ = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      summ = _mm512_dpwssd_epi32(summ, mdup[j], Broadcast4(a[t][i].bsums + 2 * j));
+    }
+    const __m512 scale = _mm512_mul_ps(dmin, _mm512_set1_ps(a[t][i].d));
+    acc[t] = _mm512_sub_ps(acc[t], _mm512_mul_ps(_mm512_cvtepi32_ps(summ), scale));
+  }
+}
+
+// The unsigned 6-bit codes of quarter m (0..3) for ql chunk cl and qh chunk ch.
+inline __m512i CodesQ6K(const BlockQ6_Kx16& w, int m, int cl, int ch) {
+  const __m512i l = Load(w.ql + 64 * cl), h = Load(w.qh + 64 * ch);
+  const __m512i lo = _mm512_and_si512(m < 2 ? l : _mm512_srli_epi16(l, 4), _mm512_set1_epi8(0x0F));
+  // Bits 2m, 2m + 1 of each qh byte moved to bits 4, 5.
+  const __m512i hs = m == 0   ? _mm512_slli_epi16(h, 4)
+                     : m == 1 ? _mm512_slli_epi16(h, 2)
+                     : m == 2 ? h
+                              : _mm512_srli_epi16(h, 2);
+  return _mm512_or_si512(lo, _mm512_and_si512(hs, _mm512_set1_epi8(0x30)));
+}
+
+// One Q6_K super-block of the group against N tokens. Group g = 8n + 2m + hh holds elements
+// 128n + 32m + 16hh + (0..15): ql chunk 16n + 8(m % 2) + 4hh + c4, qh chunk 8n + 4hh + c4.
+template <int N>
+inline void StepQ6K(const BlockQ6_Kx16& w, const BlockQ8_K* const* a, int64_t i, __m512* acc) {
+  __m512i sumi[N];
+#pragma GCC unroll 8
+  for (int t = 0; t < N; ++t) sumi[t] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+  for (int n = 0; n < 2; ++n) {
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; ++m) {
+#pragma GCC unroll 2
+      for (int hh = 0; hh < 2; ++hh) {
+        const int g = 8 * n + 2 * m + hh;
+        const __m512i s = _mm512_cvtepi8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales + 16 * g)));
+        __m512i part[N];
+#pragma GCC unroll 8
+        for (int t = 0; t < N; ++t) part[t] = _mm512_set1_epi32(-32 * a[t][i].bsums[g]);
+#pragma GCC unroll 4
+        for (int c4 = 0; c4 < 4; ++c4) {
+          const __m512i u = CodesQ6K(w, m, 16 * n + 8 * (m % 2) + 4 * hh + c4, 8 * n + 4 * hh + c4);
+          const int e0 = 16 * g + 4 * c4;
+#pragma GCC unroll 8
+          for (int t = 0; t < N; ++t) {
+            part[t] = _mm512_dpbusd_epi32(part[t], u, Broadcast4(a[t][i].qs + e0));
+          }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < N; ++t) {
+          sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(part[t], s));
+        }
+      }
+    }
+  }
+  AddScaled<N>(LoadHalves(w.d), sumi, a, i, acc);
+}
+
+// One block of 256 floats as BlockQ8_K, exactly as the scalar QuantizeQ8K: the first element of
+// largest magnitude gives iscale = -127 / max, codes min(127, round-half-even(iscale * x)) by
+// the 1.5 * 2^23 trick (multiply, then add), bsums per 16, d = 1 / iscale.
+void QuantizeBlockQ8K(const float* x, BlockQ8_K* y) {
+  __m512 v[16];  // [16 groups of 16 values]
+  __m512 amax = _mm512_setzero_ps();
+  for (int g = 0; g < 16; ++g) {
+    v[g] = _mm512_loadu_ps(x + 16 * g);
+    amax = _mm512_max_ps(_mm512_abs_ps(v[g]), amax);  // a NaN lane keeps amax, as the twin
+  }
+  const float am = _mm512_reduce_max_ps(amax);
+  if (!(am > 0.0f)) {  // the scalar twin's amax stays 0 (zeros, or NaNs it never picks)
+    std::memset(y, 0, sizeof(BlockQ8_K));
+    return;
+  }
+  float max = 0.0f;
+  for (int g = 0; g < 16; ++g) {
+    const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_abs_ps(v[g]), _mm512_set1_ps(am), _CMP_EQ_OQ);
+    if (hit != 0) {
+      max = x[16 * g + __builtin_ctz(hit)];
+      break;
+    }
+  }
+  const float iscale = -127.f / max;
+  const __m512 s = _mm512_set1_ps(iscale), magic = _mm512_set1_ps(12582912.f);
+  for (int g = 0; g < 16; ++g) {
+    const __m512i bits = _mm512_castps_si512(_mm512_add_ps(_mm512_mul_ps(v[g], s), magic));
+    __m512i q = _mm512_sub_epi32(_mm512_and_si512(bits, _mm512_set1_epi32(0x007fffff)),
+                                 _mm512_set1_epi32(0x00400000));
+    q = _mm512_min_epi32(q, _mm512_set1_epi32(127));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y->qs + 16 * g), _mm512_cvtepi32_epi8(q));
+    y->bsums[g] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+  }
+  y->d = 1 / iscale;
+}
+
+void QuantizeQ8K(const float* x, void* vy, int64_t k) {
+  auto* y = static_cast<BlockQ8_K*>(vy);
+  for (int64_t i = 0; i < k / kQK_K; ++i) QuantizeBlockQ8K(x + i * kQK_K, y + i);
+}
+
+template <class Block, int N>
+void GemmN(int64_t nb, const Block* w, const char* act, size_t act_row_bytes, float* out,
+           size_t out_stride) {
+  const BlockQ8_K* a[N];
+  __m512 acc[N];
+  for (int t = 0; t < N; ++t) {
+    a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_row_bytes);
+    acc[t] = _mm512_setzero_ps();
+  }
+  for (int64_t i = 0; i < nb; ++i) {
+    if constexpr (std::is_same_v<Block, BlockQ6_Kx16>) {
+      StepQ6K<N>(w[i], a, i, acc);
+    } else {
+      StepQ45K<Block, N>(w[i], a, i, acc);
+    }
+  }
+  for (int t = 0; t < N; ++t) _mm512_storeu_ps(out + t * out_stride, acc[t]);
+}
+
+template <class Block>
+void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
+          float* out, size_t out_stride) {
+  const auto* w = static_cast<const Block*>(group);
+  const char* a = static_cast<const char*>(act);
+  const int64_t nb = k / kQK_K;
+  switch (n_act) {
+    case 1:
+      return GemmN<Block, 1>(nb, w, a, act_row_bytes, out, out_stride);
+    case 2:
+      return GemmN<Block, 2>(nb, w, a, act_row_bytes, out, out_stride);
+    case 3:
+      return GemmN<Block, 3>(nb, w, a, act_row_bytes, out, out_stride);
+    case 4:
+      return GemmN<Block, 4>(nb, w, a, act_row_bytes, out, out_stride);
+    case 5:
+      return GemmN<Block, 5>(nb, w, a, act_row_bytes, out, out_stride);
+    case 6:
+      return GemmN<Block, 6>(nb, w, a, act_row_bytes, out, out_stride);
+    case 7:
+      return GemmN<Block, 7>(nb, w, a, act_row_bytes, out, out_stride);
+    default:
+      return GemmN<Block, 8>(nb, w, a, act_row_bytes, out, out_stride);
+  }
+}
+
+}  // namespace
+
+void RegisterAvx512InterleavedK(KernelTable& table) {
+  table[static_cast<int>(GgmlType::kQ8_K)].quantize = QuantizeQ8K;
+  table[static_cast<int>(GgmlType::kQ4_K)].gemm_interleaved = Gemm<BlockQ4_Kx16>;
+  table[static_cast<int>(GgmlType::kQ5_K)].gemm_interleaved = Gemm<BlockQ5_Kx16>;
+  table[static_cast<int>(GgmlType::kQ6_K)].gemm_interleaved = Gemm<BlockQ6_Kx16>;
+}
+
+}  // namespace lamina::quant_internal
