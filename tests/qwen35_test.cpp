@@ -106,6 +106,9 @@ struct Rewrite {
   std::string drop_key;
   std::string drop_tensor;
   std::vector<std::pair<std::string, std::string>> extra;  // (new name, source name)
+  // Tensors written as F32 instead (replacing src's of that name, in its place, or appended):
+  // name -> (ne, values).
+  std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> f32;
 };
 
 std::string Write(const std::string& src, const std::string& dst, const Rewrite& r) {
@@ -121,10 +124,23 @@ std::string Write(const std::string& src, const std::string& dst, const Rewrite&
   auto add = [&w](const std::string& name, const gguf::TensorInfo& t) {
     w.AddTensor(name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.n_bytes);
   };
+  auto add_f32 = [&w](const std::string& name, const std::vector<int64_t>& ne,
+                      const std::vector<float>& v) {
+    w.AddTensor(name, GgmlType::kF32, ne, v.data(), v.size() * sizeof(float));
+  };
   for (const gguf::TensorInfo& t : (*f)->tensors()) {
-    if (t.name != r.drop_tensor) add(t.name, t);
+    if (t.name == r.drop_tensor) continue;
+    if (auto it = r.f32.find(t.name); it != r.f32.end()) {
+      add_f32(t.name, it->second.first, it->second.second);
+    } else {
+      add(t.name, t);
+    }
   }
   for (const auto& [name, from] : r.extra) {
+    if (auto it = r.f32.find(name); it != r.f32.end()) {
+      add_f32(name, it->second.first, it->second.second);
+      continue;
+    }
     const gguf::TensorInfo* t = (*f)->FindTensor(from);
     if (t == nullptr) return "no tensor " + from;
     add(name, *t);
@@ -212,6 +228,47 @@ std::string WriteMtpFile(const std::string& path) {
   r.extra.push_back({"blk.4.nextn.enorm.weight", "blk.0.attn_norm.weight"});
   r.extra.push_back({"blk.4.nextn.hnorm.weight", "blk.1.post_attention_norm.weight"});
   r.extra.push_back({"blk.4.nextn.shared_head_norm.weight", "blk.2.attn_norm.weight"});
+  return Write(kDense, path, r);
+}
+
+// A file whose MTP block proposes exactly what the trunk will: every trunk layer's output
+// projection is zero (ssm_out, attn_output, ffn_down), so the trunk's logits at p are
+// output(norm(embedding(x_p))); the block's attention and FFN outputs are zero and eh_proj
+// passes the normed embedding through ([I | 0]) with unit enorm, so its logits for x_{p+1} are
+// the trunk's at p + 1 (the head norm and head are the trunk's).
+std::string WriteEchoMtpFile(const std::string& path) {
+  Result<std::unique_ptr<gguf::File>> f = gguf::File::Open(kDense);
+  if (!f.ok()) return f.error().message;
+  const int64_t d = 128;  // the fixture's n_embd
+  Rewrite r;
+  r.set_u32 = {{"qwen35.block_count", 5}, {"qwen35.nextn_predict_layers", 1}};
+  auto zeros_like = [&](const std::string& name) {
+    const gguf::TensorInfo* t = (*f)->FindTensor(name);
+    LAMINA_CHECK(t != nullptr);
+    std::vector<int64_t> ne(t->ne, t->ne + t->n_dims);
+    r.f32[name] = {ne, std::vector<float>(t->n_elements, 0.0f)};
+    return ne;
+  };
+  for (const gguf::TensorInfo& t : (*f)->tensors()) {
+    const bool out_proj = t.name.find("ssm_out.weight") != std::string::npos ||
+                          t.name.find("attn_output.weight") != std::string::npos ||
+                          t.name.find("ffn_down.weight") != std::string::npos;
+    if (out_proj) zeros_like(t.name);
+    if (t.name.rfind("blk.3.", 0) == 0) {
+      const std::string mtp = "blk.4." + t.name.substr(6);
+      r.extra.push_back({mtp, t.name});
+      if (out_proj) r.f32[mtp] = r.f32[t.name];
+    }
+  }
+  std::vector<float> eh(static_cast<size_t>(2 * d) * d, 0.0f);  // [d rows, 2d cols]
+  for (int64_t i = 0; i < d; ++i) eh[i * 2 * d + i] = 1.0f;
+  r.f32["blk.4.nextn.eh_proj.weight"] = {{2 * d, d}, eh};
+  r.f32["blk.4.nextn.enorm.weight"] = {{d}, std::vector<float>(d, 1.0f)};
+  r.f32["blk.4.nextn.hnorm.weight"] = {{d}, std::vector<float>(d, 1.0f)};
+  for (const char* name :
+       {"blk.4.nextn.eh_proj.weight", "blk.4.nextn.enorm.weight", "blk.4.nextn.hnorm.weight"}) {
+    r.extra.push_back({name, ""});
+  }
   return Write(kDense, path, r);
 }
 
@@ -389,6 +446,47 @@ TEST_F(Qwen35Files, MtpGreedyEqualsPlainGreedyInEveryKvMode) {
               static_cast<long long>(total.verify_steps));
 }
 
+// The echo block (WriteEchoMtpFile) drafts what the model then decodes: drafts are accepted,
+// cells kept across windows, and the output is still plain greedy's.
+TEST_F(Qwen35Files, MtpDraftsAreAcceptedWhenTheBlockAgrees) {
+  if (!fs::exists(kDense)) GTEST_SKIP() << kDense << " is absent";
+  const std::string path = Path("echo");
+  ASSERT_EQ(WriteEchoMtpFile(path), "");
+  Result<std::unique_ptr<Model>> m = LoadModel(path);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const Model& model = **m;
+  ThreadPool pool(2);
+  spec::SpecOptions so;
+  so.adaptive = false;
+  so.draft_max = 4;
+  for (KvType type : {KvType::kF32, KvType::kQ4_0}) {
+    SessionConfig sc;
+    sc.n_ctx = 128;
+    sc.kv_type = type;
+    for (const std::vector<int32_t>& prompt : MtpPrompts(model)) {
+      const GenerateOptions go = GreedyOptions(40, 0);
+      Session plain(model, sc, pool);
+      Result<GenerateResult> want = engine::Generate(plain, 0, prompt, go);
+      ASSERT_TRUE(want.ok());
+      Session s(model, sc, pool);
+      spec::MtpDrafter drafter(s, 0, sc, pool);
+      spec::SpecStats stats;
+      Result<GenerateResult> got =
+          engine::GenerateSpeculative(s, 0, prompt, go, drafter, so, &stats);
+      ASSERT_TRUE(got.ok());
+      EXPECT_EQ(got->tokens, want->tokens) << KvTypeName(type);
+      EXPECT_TRUE(KvStorageBytes(s.cache(), 0, s.n_past(0)) ==
+                  KvStorageBytes(plain.cache(), 0, plain.n_past(0)))
+          << KvTypeName(type);
+      EXPECT_GT(stats.accepted, stats.drafted * 9 / 10) << KvTypeName(type);
+      EXPECT_GT(stats.tokens_per_verify(), 3.0) << KvTypeName(type);
+      std::printf("echo %s: drafted %lld, accepted %lld, %.2f tokens per verify step\n",
+                  KvTypeName(type), static_cast<long long>(stats.drafted),
+                  static_cast<long long>(stats.accepted), stats.tokens_per_verify());
+    }
+  }
+}
+
 class Collect : public engine::EventSink {
  public:
   void Push(engine::Event e) override {
@@ -401,20 +499,15 @@ class Collect : public engine::EventSink {
 };
 
 // Two slots decoding at once in one engine, each with its own MTP drafter over its own
-// sequence's hidden states: the tokens and KV bytes of a plain engine's.
-TEST_F(Qwen35Files, MtpEngineTwoSlotsEqualPlainGreedy) {
-  if (!fs::exists(kDense)) GTEST_SKIP() << kDense << " is absent";
-  const std::string path = Path("mtp");
-  ASSERT_EQ(WriteMtpFile(path), "");
-  Result<std::unique_ptr<Model>> m = LoadModel(path);
-  ASSERT_TRUE(m.ok()) << m.error().message;
-  const Model& model = **m;
+// sequence's hidden states: the tokens and KV bytes of a plain engine's (the echo block's
+// drafts accepted, the other's rejected).
+void CheckEngineTwoSlots(const Model& model, bool echo) {
   ThreadPool pool(2);
   const std::vector<std::vector<int32_t>> prompts = MtpPrompts(model);
   struct Out {
     std::vector<std::vector<int32_t>> tokens;
     std::vector<std::vector<std::vector<uint8_t>>> kv;
-    uint64_t drafted = 0;
+    uint64_t drafted = 0, accepted = 0;
   };
   auto run = [&](engine::SpecConfig::Mode mode) {
     SessionConfig sc;
@@ -447,14 +540,27 @@ TEST_F(Qwen35Files, MtpEngineTwoSlotsEqualPlainGreedy) {
       out.kv.push_back(KvStorageBytes(s.cache(), i, s.n_past(i)));
     }
     out.drafted = eng.stats().draft_tokens;
+    out.accepted = eng.stats().draft_accepted;
     return out;
   };
   const Out plain = run(engine::SpecConfig::Mode::kOff);
   const Out mtp = run(engine::SpecConfig::Mode::kMtp);
   ASSERT_EQ(plain.tokens[0].size(), 24u);
-  EXPECT_EQ(mtp.tokens, plain.tokens);
-  EXPECT_TRUE(mtp.kv == plain.kv) << "KV bytes differ";
-  EXPECT_GT(mtp.drafted, 10u);
+  EXPECT_EQ(mtp.tokens, plain.tokens) << echo;
+  EXPECT_TRUE(mtp.kv == plain.kv) << echo << ": KV bytes differ";
+  EXPECT_GT(mtp.drafted, 10u) << echo;
+  if (echo) EXPECT_GT(mtp.accepted, mtp.drafted * 9 / 10);
+}
+
+TEST_F(Qwen35Files, MtpEngineTwoSlotsEqualPlainGreedy) {
+  if (!fs::exists(kDense)) GTEST_SKIP() << kDense << " is absent";
+  for (bool echo : {false, true}) {
+    const std::string path = Path(echo ? "echo" : "mtp");
+    ASSERT_EQ(echo ? WriteEchoMtpFile(path) : WriteMtpFile(path), "");
+    Result<std::unique_ptr<Model>> m = LoadModel(path);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    CheckEngineTwoSlots(**m, echo);
+  }
 }
 
 TEST(Qwen35Mtp, ModelsWithoutABlockAreRefused) {
