@@ -36,7 +36,8 @@ Result<KvCacheConfig> MakeKvCacheConfig(const Hparams& hp, const SessionConfig& 
 uint64_t ForwardBytes(const Hparams& hp, int n_tokens, int n_out) {
   // Residual, normed and output-of-attention rows, Q/K/V, gate/up, RoPE tables, the matmul's
   // quantized activations (at most one f32 row's bytes per row) and slack for MoE buffers.
-  uint64_t per_token_floats = 4ull * hp.n_embd + 3ull * hp.q_dim() + 2ull * hp.kv_dim() +
+  // The last 3 n_embd: the batch's hidden rows (KeepHidden) and an MTP block's [enorm | hnorm].
+  uint64_t per_token_floats = 7ull * hp.n_embd + 3ull * hp.q_dim() + 2ull * hp.kv_dim() +
                               4ull * hp.n_ff + static_cast<uint64_t>(hp.rope.n_rot);
   if (hp.recurrent.n_layer > 0) {
     // Hybrid layers: qkv and its convolution, z and the heads' output, gates, and the larger
