@@ -155,8 +155,8 @@ struct ForwardBatch {
   // A multi-token-prediction block's second input (Model::mtp()): the trunk's normed final
   // hidden state h_p paired with each token x_{p+1} ([n_tokens, n_embd]); unused by trunks.
   const float* embd = nullptr;
-  // When set, receives every token's normed final hidden state (the trunk's output_norm, or
-  // the MTP block's head norm) ([n_tokens, n_embd]), what an MTP block pairs with the next token.
+  // When set, receives every token's normed final hidden state (a trunk's output_norm, an MTP
+  // block's head norm) ([n_tokens, n_embd]), what an MTP block pairs with the next token.
   float* hidden = nullptr;
   int n_outputs() const;
   bool wants_output(int t) const { return output != nullptr ? output[t] != 0 : t == n_tokens - 1; }
@@ -218,8 +218,8 @@ class Model {
 
   // The model's multi-token-prediction block (a GGUF's `nextn_predict_layers`), as a one-layer
   // model of its own that a Session can run: its Forward reads ForwardBatch::embd (the trunk's
-  // hidden state h_p for each token x_{p+1}, the batch's pos being p) and gives the logits of
-  // x_{p+2}; its one attention layer is its KV cache's layer 0. nullptr: none.
+  // hidden state h_{p-1} for each token x_p at position p, zeros at p = 0) and gives the logits
+  // of x_{p+1}; its one attention layer is its KV cache's layer 0. nullptr: none.
   virtual const Model* mtp() const { return nullptr; }
 
  protected:

@@ -103,8 +103,8 @@ class HybridModel final : public Model {
     OutputHead(hparams_, output_norm_, output_, b, s, pool, logits);
   }
 
-  // The MTP block over a batch of tokens x_{p+1} at positions p, each paired with b.embd's
-  // h_p; its attention is `attention`'s layer 0, rotated at p + 1.
+  // The MTP block over a batch of tokens x_p at positions p, each paired with b.embd's h_{p-1}
+  // (zeros at p = 0); its attention is `attention`'s layer 0.
   void ForwardMtp(const ForwardBatch& b, AttentionContext& attention, ForwardScratch& s,
                   ThreadPool& pool, float* logits) const {
     const Hparams& hp = hparams_;
@@ -120,11 +120,7 @@ class HybridModel final : public Model {
       RmsNorm(b.embd + t * d, mtp_->hnorm.data(), d, hp.rms_eps, cat + d);
     }
     MatMul(mtp_->eh_proj, s.hybrid.cat.data(), 2 * d, n, s.x.data(), d, s.matmul, pool);
-    std::vector<int32_t> rope_pos(b.pos, b.pos + n);  // [n_tokens] p + 1
-    for (int32_t& p : rope_pos) ++p;
-    ForwardBatch shifted = b;
-    shifted.pos = rope_pos.data();
-    GatedAttentionBlock(mtp_->layer, shifted, attention, s, pool);
+    GatedAttentionBlock(mtp_->layer, b, attention, s, pool);
     FfnBlock(hp, mtp_->layer.ffn, b, s, pool);
     const std::vector<float>& norm = mtp_->head_norm.empty() ? output_norm_ : mtp_->head_norm;
     if (b.hidden != nullptr) NormRows(b, norm, s.x.data(), b.hidden);
@@ -482,12 +478,11 @@ class HybridModel final : public Model {
                       /*required=*/false);
     m.head_norm = L.Vector(p + "nextn.shared_head_norm.weight", hp.n_embd, /*required=*/false);
     // The block as a one-layer model for its own session: one attention layer, no recurrent
-    // state; its cache anchors keys by plain offsets (the block rotates cell p at p + 1).
+    // state.
     Hparams mh = hp;
     mh.n_layer = 1;
     mh.n_layer_kv = 1;
     mh.recurrent = RecurrentShape{};
-    mh.rope.n_rot = 0;
     mtp_model_ = std::make_unique<MtpModel>(*this, mh);
     return L.n_bytes() - before;
   }

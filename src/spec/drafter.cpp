@@ -123,8 +123,13 @@ Result<const float*> MtpDrafter::CatchUp(const std::vector<int32_t>& history, in
     embd_.resize(static_cast<size_t>(m) * d);
     for (int i = 0; i < m; ++i) {
       const int c = c0 + i;
-      batch.Add(history[c + 1], 0, c, c == n_cells - 1);
-      std::copy_n(target_.Hidden(seq_, c), d, embd_.data() + static_cast<size_t>(i) * d);
+      batch.Add(history[c], 0, c, c == n_cells - 1);
+      float* h = embd_.data() + static_cast<size_t>(i) * d;
+      if (c == 0) {
+        std::fill_n(h, d, 0.0f);
+      } else {
+        std::copy_n(target_.Hidden(seq_, c - 1), d, h);
+      }
     }
     r = session_.Decode(batch, embd_.data());
     if (!r.ok()) return r;
@@ -136,18 +141,19 @@ Status MtpDrafter::Draft(const std::vector<int32_t>& history, int max_tokens,
                          std::vector<int32_t>* draft) {
   draft->clear();
   const int n = static_cast<int>(history.size());
-  // The target holds history[0..n-2]; cell c pairs h_c with history[c + 1], c = 0..n-2.
-  const int n_cells = n - 1;
-  if (n_cells <= 0 || target_.n_past(seq_) != n_cells || target_.n_hidden(seq_) < n_cells) {
+  // The target holds history[0..n-2]; cell c pairs history[c] with h_{c-1}, c = 0..n-1.
+  const int n_cells = n;
+  if (n_cells <= 0 || target_.n_past(seq_) != n - 1 || target_.n_hidden(seq_) < n - 1) {
     return Status::Ok();
   }
   max_tokens = std::min(max_tokens, session_.n_ctx() - n_cells + 1);
   if (max_tokens <= 0) return Status::Ok();
-  // Keep the cells paired with the target's states whose tokens still agree.
-  int keep = history[0] == first_ ? std::min(n_real_, n_cells) : 0;
+  // Keep the cells paired with the target's states whose tokens still agree (h_{c-1} depends
+  // on history[0..c-1] alone).
+  int keep = std::min(n_real_, n_cells);
   const std::vector<int32_t>& cached = session_.tokens();
   for (int c = 0; c < keep; ++c) {
-    if (c >= static_cast<int>(cached.size()) || cached[c] != history[c + 1]) keep = c;
+    if (c >= static_cast<int>(cached.size()) || cached[c] != history[c]) keep = c;
   }
   session_.Truncate(keep);
   keep = session_.n_past();
@@ -155,7 +161,6 @@ Status MtpDrafter::Draft(const std::vector<int32_t>& history, int max_tokens,
     session_.Truncate(n_cells - 1);
     keep = session_.n_past();
   }
-  first_ = history[0];
   Result<const float*> r = CatchUp(history, keep, n_cells);
   n_real_ = session_.n_past();
   if (!r.ok()) return r.error();
@@ -167,7 +172,7 @@ Status MtpDrafter::Draft(const std::vector<int32_t>& history, int max_tokens,
     draft->push_back(best);
     const int cell = session_.n_past();
     if (static_cast<int>(draft->size()) >= max_tokens || cell >= session_.n_ctx()) break;
-    // Chain: the block's own hidden state of the last cell with the token it proposed.
+    // Chain: the block's own normed state of the last cell with the token it proposed.
     embd_.assign(session_.Hidden(0, cell - 1), session_.Hidden(0, cell - 1) + d);
     batch.Clear();
     batch.Add(best, 0, cell, true);

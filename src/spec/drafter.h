@@ -76,8 +76,9 @@ class ModelDrafter : public Drafter {
 };
 
 // Multi-token prediction: the target model's MTP block, in a one-layer session of its own,
-// pairs the target's normed final hidden state h_p (Session::KeepHidden) with token x_{p+1}
-// in cell p to propose x_{p+2}; further drafts chain the block's own hidden state. Each Draft
+// pairs token x_p with the target's normed final hidden state h_{p-1} (Session::KeepHidden;
+// zeros for x_0) in cell p, as llama.cpp does, to propose x_{p+1} past the history's end;
+// further drafts chain the block's own normed hidden state with the token it proposed. Each Draft
 // first catches the block's cells up with every position the target evaluated since (the
 // prompt included), keeping the cells whose tokens still agree and dropping the chained ones.
 class MtpDrafter : public Drafter {
@@ -92,7 +93,7 @@ class MtpDrafter : public Drafter {
   const Session& session() const { return session_; }
 
  private:
-  // Evaluates cells [keep, n_cells) of the block: (h_c, history[c + 1]); returns the last
+  // Evaluates cells [keep, n_cells) of the block: (h_{c-1}, history[c]); returns the last
   // row's logits.
   Result<const float*> CatchUp(const std::vector<int32_t>& history, int keep, int n_cells);
 
@@ -100,7 +101,6 @@ class MtpDrafter : public Drafter {
   int seq_;
   Session session_;
   int n_real_ = 0;           // the block's cells paired with the target's hidden states
-  int32_t first_ = -1;       // history[0] when they were written (h_0 depends on it)
   std::vector<float> embd_;  // [n_tokens, n_embd] the hidden rows of one block batch
 };
 
