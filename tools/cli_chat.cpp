@@ -374,7 +374,8 @@ int RunChat(const ChatOptions& options) {
   if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
   Session session(model, sc, pool);
   SpecSetup spec;
-  if (!MakeSpecSetup(o.spec, o.common.model_path, model, session.n_ctx(), pool, &spec, &rc)) {
+  if (!MakeSpecSetup(o.spec, o.common.model_path, model, session.n_ctx(), pool, &spec, &rc,
+                     /*build_drafter=*/true, &session)) {
     return rc;
   }
   if (interactive) InstallInterruptHandler();

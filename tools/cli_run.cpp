@@ -121,7 +121,8 @@ int RunGenerate(const RunOptions& o) {
   if (!CheckMemoryPlan(o.common, model, &sc, n_batch, 1, 0, "use --prompt-chunk N", &rc)) return rc;
   Session session(model, sc, pool);
   SpecSetup spec;
-  if (!MakeSpecSetup(o.spec, o.common.model_path, model, session.n_ctx(), pool, &spec, &rc)) {
+  if (!MakeSpecSetup(o.spec, o.common.model_path, model, session.n_ctx(), pool, &spec, &rc,
+                     /*build_drafter=*/true, &session)) {
     return rc;
   }
   if (!o.json) PrintKvSummary(session.cache());

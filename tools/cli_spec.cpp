@@ -14,20 +14,25 @@ namespace lamina::cli {
 
 void AddSpecOptions(CLI::App* cmd, SpecCliOptions& s) {
   cmd->add_option("--spec", s.mode,
-                  "Speculative decoding: off, lookup (prompt lookup) or draft (a draft model)")
-      ->check(CLI::IsMember({"off", "lookup", "draft"}));
-  // llama.cpp's --spec-type, for the kinds lamina has: none, draft-simple, ngram-simple.
+                  "Speculative decoding: off, lookup (prompt lookup), draft (a draft model) or mtp "
+                  "(the model's own multi-token-prediction block)")
+      ->check(CLI::IsMember({"off", "lookup", "draft", "mtp"}));
+  // llama.cpp's --spec-type, for the kinds lamina has: none, draft-simple, ngram-simple,
+  // draft-mtp.
   cmd->add_option_function<std::string>(
          "--spec-type",
          [&s](const std::string& value) {
-           static const std::map<std::string, std::string> kModes = {
-               {"none", "off"}, {"draft-simple", "draft"}, {"ngram-simple", "lookup"}};
+           static const std::map<std::string, std::string> kModes = {{"none", "off"},
+                                                                     {"draft-simple", "draft"},
+                                                                     {"ngram-simple", "lookup"},
+                                                                     {"draft-mtp", "mtp"}};
            auto it = kModes.find(value);
            if (it == kModes.end()) {
              throw CLI::ValidationError("--spec-type", value +
                                                            ": lamina has none, draft-simple "
-                                                           "(--spec draft) and ngram-simple "
-                                                           "(--spec lookup)");
+                                                           "(--spec draft), ngram-simple "
+                                                           "(--spec lookup) and draft-mtp "
+                                                           "(--spec mtp)");
            }
            s.mode = it->second;
          },
@@ -45,13 +50,36 @@ void AddSpecOptions(CLI::App* cmd, SpecCliOptions& s) {
   cmd->add_option(
       "--lookup-ngram", s.lookup_ngram,
       "Shortest match of the history's end that prompt lookup drafts from (default: 2)");
-  cmd->add_option("--kv-draft", s.kv_draft, "KV cache mode of the draft model (default: f16)");
+  cmd->add_option("--kv-draft", s.kv_draft,
+                  "KV cache mode of the draft model or MTP block (default: f16)");
   cmd->add_flag("--spec-fixed", s.fixed, "Always draft (no pausing when speculation does not pay)");
 }
 
+namespace {
+// --spec mtp: the model's own MTP block in a session of the target's context (--kv-draft).
+template <typename Fail>
+bool MakeMtpSetup(const SpecCliOptions& o, const Model& target, int n_ctx, ThreadPool& pool,
+                  SpecSetup* out, const Fail& fail, bool build_drafter, Session* target_session) {
+  Status has = spec::CheckMtp(target);
+  if (!has.ok()) return fail(kExitBadInput, has.error().message);
+  SessionConfig dc;
+  dc.n_ctx = n_ctx;
+  Result<KvType> kv = ParseKvType(o.kv_draft);
+  if (!kv.ok()) return fail(kExitUsage, "--kv-draft: " + kv.error().message);
+  dc.kv_type = *kv;
+  Result<KvCacheConfig> cc = MakeKvCacheConfig(target.mtp()->hparams(), dc);
+  if (!cc.ok()) return fail(kExitUsage, "--kv-draft: " + cc.error().message);
+  out->draft_config = dc;
+  if (build_drafter && target_session != nullptr) {
+    out->drafter = std::make_unique<spec::MtpDrafter>(*target_session, 0, dc, pool);
+  }
+  return true;
+}
+}  // namespace
+
 bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, const Model& target,
-                   int n_ctx, ThreadPool& pool, SpecSetup* out, int* exit_code,
-                   bool build_drafter) {
+                   int n_ctx, ThreadPool& pool, SpecSetup* out, int* exit_code, bool build_drafter,
+                   Session* target_session) {
   auto fail = [&](int code, const std::string& msg) {
     std::fprintf(stderr, "lamina: %s\n", msg.c_str());
     *exit_code = code;
@@ -76,6 +104,8 @@ bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, cons
     return fail(kExitUsage, "--lookup-ngram must be in [1, 64]");
   }
   so.adaptive = !o.fixed;
+  if (o.mode == "mtp")
+    return MakeMtpSetup(o, target, n_ctx, pool, out, fail, build_drafter, target_session);
   if (!draft) {
     if (build_drafter) out->drafter = NewDrafter(o, *out, pool);
     return true;
@@ -114,7 +144,10 @@ bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, cons
 }
 
 std::unique_ptr<spec::Drafter> NewDrafter(const SpecCliOptions& o, const SpecSetup& setup,
-                                          ThreadPool& pool) {
+                                          ThreadPool& pool, Session* target_session) {
+  if (o.mode == "mtp" && target_session != nullptr) {
+    return std::make_unique<spec::MtpDrafter>(*target_session, 0, setup.draft_config, pool);
+  }
   if (o.mode == "lookup") return std::make_unique<spec::LookupDrafter>(o.lookup_ngram);
   if (o.mode == "draft" && setup.draft_model) {
     return std::make_unique<spec::ModelDrafter>(*setup.draft_model, setup.draft_config, pool,

@@ -32,14 +32,17 @@ struct SpecSetup {
 // model defaults to <target>-draft.gguf beside it). Returns false after printing one line, with
 // *exit_code set (usage: bad flags; bad input: a missing, malformed or mismatched draft model).
 // n_ctx: the target session's context (the draft session gets the same). build_drafter false:
-// validate and load only (the server builds one drafter per slot).
+// validate and load only (the server builds one drafter per slot). --spec mtp drafts for
+// sequence 0 of target_session (refused when the model has no MTP block; no drafter without a
+// session).
 bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, const Model& target,
                    int n_ctx, ThreadPool& pool, SpecSetup* out, int* exit_code,
-                   bool build_drafter = true);
+                   bool build_drafter = true, Session* target_session = nullptr);
 
-// A fresh drafter of the setup's kind (null for --spec off): a new draft session each call.
+// A fresh drafter of the setup's kind (null for --spec off, and for mtp without a target
+// session): a new draft session each call.
 std::unique_ptr<spec::Drafter> NewDrafter(const SpecCliOptions& o, const SpecSetup& setup,
-                                          ThreadPool& pool);
+                                          ThreadPool& pool, Session* target_session = nullptr);
 
 // Generate or GenerateSpeculative, as the setup says.
 Result<GenerateResult> GenerateWithSpec(

@@ -106,7 +106,7 @@ Engine::Engine(Session& session, const EngineConfig& config, ThreadPool* pool)
     Slot& slot = *slots_.back();
     slot.id = i;
     slot.seq = config_.first_seq + i;
-    slot.own_drafter = MakeDrafter();
+    slot.own_drafter = MakeDrafter(slot.seq);
     slot.drafter = slot.own_drafter.get();
   }
   stats_.kv_bytes = session_.cache().BytesTotal();
@@ -114,7 +114,7 @@ Engine::Engine(Session& session, const EngineConfig& config, ThreadPool* pool)
 
 Engine::~Engine() = default;
 
-std::unique_ptr<spec::Drafter> Engine::MakeDrafter() const {
+std::unique_ptr<spec::Drafter> Engine::MakeDrafter(int seq) const {
   const SpecConfig& sp = config_.spec;
   if (sp.mode == SpecConfig::Mode::kLookup) {
     return std::make_unique<spec::LookupDrafter>(sp.lookup_ngram);
@@ -124,6 +124,13 @@ std::unique_ptr<spec::Drafter> Engine::MakeDrafter() const {
     SessionConfig dc = sp.draft_session;
     dc.n_seq = 1;
     return std::make_unique<spec::ModelDrafter>(*sp.draft_model, dc, *pool_, sp.draft_p_min);
+  }
+  if (sp.mode == SpecConfig::Mode::kMtp) {
+    LAMINA_CHECK(session_.model().mtp() != nullptr && pool_ != nullptr);
+    SessionConfig dc = sp.draft_session;
+    dc.n_seq = 1;
+    dc.n_ctx = session_.n_ctx();
+    return std::make_unique<spec::MtpDrafter>(session_, seq, dc, *pool_);
   }
   return nullptr;
 }
@@ -155,8 +162,9 @@ void Engine::SetScope(Slot& slot, const std::string& scope) {
   if (slot.scope == scope) return;
   // A draft model's session keeps the last history it drafted for, and reuses its prefix:
   // that would make drafting time depend on another scope's tokens.
-  if (!slot.lent && dynamic_cast<spec::ModelDrafter*>(slot.drafter) != nullptr) {
-    slot.own_drafter = MakeDrafter();
+  if (!slot.lent && (dynamic_cast<spec::ModelDrafter*>(slot.drafter) != nullptr ||
+                     dynamic_cast<spec::MtpDrafter*>(slot.drafter) != nullptr)) {
+    slot.own_drafter = MakeDrafter(slot.seq);
     slot.drafter = slot.own_drafter.get();
   }
   slot.scope = scope;

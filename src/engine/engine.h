@@ -25,13 +25,14 @@
 namespace lamina::engine {
 
 // Speculative decoding in every slot: each slot has its own drafter (prompt lookup, or a draft
-// model in a session of its own, or one the caller lends: Engine::LendDrafter), verify windows
+// model in a session of its own, or the target's MTP block in a session of its own over the
+// slot's kept hidden states, or one the caller lends: Engine::LendDrafter), verify windows
 // join the step's batch like decode tokens.
 struct SpecConfig {
-  enum class Mode { kOff, kLookup, kDraft };
+  enum class Mode { kOff, kLookup, kDraft, kMtp };
   Mode mode = Mode::kOff;
   const Model* draft_model = nullptr;  // kDraft; must outlive the engine
-  SessionConfig draft_session;         // kDraft: the draft sessions' config (n_seq 1)
+  SessionConfig draft_session;         // kDraft, kMtp: the draft sessions' config (n_seq 1)
   float draft_p_min = 0.5f;
   int lookup_ngram = 2;
   spec::SpecOptions options;
@@ -173,7 +174,7 @@ class Engine {
   void SetScope(Slot& slot, const std::string& scope);
   // Whether the slot's cells may be read by `scope`: its own, or none held.
   bool SlotReadableBy(const Slot& slot, const std::string& scope) const;
-  std::unique_ptr<spec::Drafter> MakeDrafter() const;
+  std::unique_ptr<spec::Drafter> MakeDrafter(int seq) const;
   uint64_t model_hash();  // ModelIdentityHash, the slot files' model identity (computed once)
 
   Session& session_;

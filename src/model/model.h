@@ -156,6 +156,12 @@ struct ForwardBatch {
   // come out in batch order, one per flagged token.
   const uint8_t* output = nullptr;
   int n_tokens = 0;
+  // A multi-token-prediction block's second input (Model::mtp()): the trunk's normed final
+  // hidden state h_p paired with each token x_{p+1} ([n_tokens, n_embd]); unused by trunks.
+  const float* embd = nullptr;
+  // When set, receives every token's normed final hidden state (a trunk's output_norm, an MTP
+  // block's head norm) ([n_tokens, n_embd]), what an MTP block pairs with the next token.
+  float* hidden = nullptr;
   int n_outputs() const;
   bool wants_output(int t) const { return output != nullptr ? output[t] != 0 : t == n_tokens - 1; }
 };
@@ -194,6 +200,7 @@ struct ForwardScratch {
     std::vector<float> beta;   // [n_tokens, n_v_heads]
     std::vector<float> out;    // [n_tokens, n_v_heads * head_v]
     std::vector<float> qg;     // [n_tokens, 2 * q_dim] attention query and gate, per head
+    std::vector<float> cat;    // [n_tokens, 2 * n_embd] MTP [enorm(embedding) | hnorm(h)]
   } hybrid;
 };
 
@@ -216,6 +223,12 @@ class Model {
   // The attention sinks of cache layer `layer` (gpt-oss): per query head a logit that joins
   // the softmax's denominator, [n_head]; nullptr for none (every other architecture).
   virtual const float* AttentionSinks(int /*layer*/) const { return nullptr; }
+
+  // The model's multi-token-prediction block (a GGUF's `nextn_predict_layers`), as a one-layer
+  // model of its own that a Session can run: its Forward reads ForwardBatch::embd (the trunk's
+  // hidden state h_{p-1} for each token x_p at position p, zeros at p = 0) and gives the logits
+  // of x_{p+1}; its one attention layer is its KV cache's layer 0. nullptr: none.
+  virtual const Model* mtp() const { return nullptr; }
 
  protected:
   // Applies RopeOverrides after the architecture has read its hyper-parameters.

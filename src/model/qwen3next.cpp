@@ -8,9 +8,13 @@
 // qwen3next in its file layout alone: separate ssm_beta / ssm_alpha projections in V-head order,
 // V heads tiled over the K heads (V head j reads K head j % n_k_heads), and interleaved
 // multi-section RoPE (rope.dimension_sections) that text positions reduce to NeoX over the
-// pairs its sections cover. Multi-token-prediction blocks (`nextn_predict_layers`, appended
-// after the trunk's layers) are not loaded. The recurrent part runs in the runtime's
-// RecurrentContext, as attention runs in its AttentionContext.
+// pairs its sections cover. A dense qwen35 file's multi-token-prediction block
+// (`nextn_predict_layers`, appended after the trunk's layers) is loaded as Model::mtp(): the
+// normed embedding of x_{p+1} and the normed trunk state h_p, concatenated in that order and
+// projected (nextn.eh_proj), then one gated full-attention block with a dense FFN and the
+// (optionally its own) head norm and output head; other variants leave it unread. The
+// recurrent part runs in the runtime's RecurrentContext, as attention runs in its
+// AttentionContext.
 #include <algorithm>
 #include <cmath>
 
@@ -70,8 +74,12 @@ class HybridModel final : public Model {
       }
       if (!L.status().ok()) return L.status();
     }
-    const uint64_t unread =
+    uint64_t unread =
         variant_.moe ? expert_bytes / moe_.n_expert * (moe_.n_expert - moe_.n_expert_used) : 0;
+    if (n_nextn_ > 0 && variant_.qwen35 && !variant_.moe) {
+      unread += LoadMtp(L);
+      if (!L.status().ok()) return L.status();
+    }
     return Finish(L, unread);
   }
 
@@ -91,8 +99,35 @@ class HybridModel final : public Model {
         FfnBlock(hparams_, l.ffn, b, s, pool);
       }
     }
+    if (b.hidden != nullptr) NormRows(b, output_norm_, s.x.data(), b.hidden);
     OutputHead(hparams_, output_norm_, output_, b, s, pool, logits);
   }
+
+  // The MTP block over a batch of tokens x_p at positions p, each paired with b.embd's h_{p-1}
+  // (zeros at p = 0); its attention is `attention`'s layer 0.
+  void ForwardMtp(const ForwardBatch& b, AttentionContext& attention, ForwardScratch& s,
+                  ThreadPool& pool, float* logits) const {
+    const Hparams& hp = hparams_;
+    const int n = b.n_tokens;
+    const int64_t d = hp.n_embd;
+    LAMINA_CHECK(mtp_ != nullptr && b.embd != nullptr);
+    PrepareScratch(hp, n, s);
+    GrowTo(s.hybrid.cat, n * 2 * d);
+    EmbedTokens(mtp_->embd.valid() ? mtp_->embd : token_embd_, b, s.x.data());
+    for (int t = 0; t < n; ++t) {
+      float* cat = s.hybrid.cat.data() + t * 2 * d;
+      RmsNorm(s.x.data() + t * d, mtp_->enorm.data(), d, hp.rms_eps, cat);
+      RmsNorm(b.embd + t * d, mtp_->hnorm.data(), d, hp.rms_eps, cat + d);
+    }
+    MatMul(mtp_->eh_proj, s.hybrid.cat.data(), 2 * d, n, s.x.data(), d, s.matmul, pool);
+    GatedAttentionBlock(mtp_->layer, b, attention, s, pool);
+    FfnBlock(hp, mtp_->layer.ffn, b, s, pool);
+    const std::vector<float>& norm = mtp_->head_norm.empty() ? output_norm_ : mtp_->head_norm;
+    if (b.hidden != nullptr) NormRows(b, norm, s.x.data(), b.hidden);
+    OutputHead(hp, norm, mtp_->head.valid() ? mtp_->head : output_, b, s, pool, logits);
+  }
+
+  const Model* mtp() const override { return mtp_model_.get(); }
 
  private:
   struct Layer {
@@ -219,8 +254,8 @@ class HybridModel final : public Model {
   }
 
   // block_count counts the multi-token-prediction blocks appended after the trunk
-  // (`nextn_predict_layers`, llama.cpp's NextN/MTP layers: blk.<trunk> ..): lamina runs the
-  // trunk alone and leaves their tensors unread, as llama.cpp does unless asked for MTP.
+  // (`nextn_predict_layers`, llama.cpp's NextN/MTP layers: blk.<trunk> ..): the trunk runs
+  // without them; the first is Model::mtp() (dense qwen35), the others stay unread.
   Status ReadTrunkLayers() {
     const gguf::File& f = *file_;
     const std::string key = ArchKey(hparams_.arch, "nextn_predict_layers");
@@ -232,6 +267,7 @@ class HybridModel final : public Model {
                              " and the trunk before the prediction blocks needs a layer");
     }
     hparams_.n_layer -= static_cast<int>(*nextn);
+    n_nextn_ = static_cast<int>(*nextn);
     return Status::Ok();
   }
 
@@ -412,9 +448,73 @@ class HybridModel final : public Model {
     AddInPlace(s.x.data(), s.xn.data(), static_cast<int64_t>(n) * d);
   }
 
+  // hidden[t] = RmsNorm(x[t], norm) for every token ([n_tokens, n_embd] each).
+  void NormRows(const ForwardBatch& b, const std::vector<float>& norm, const float* x,
+                float* hidden) const {
+    const int64_t d = hparams_.n_embd;
+    for (int t = 0; t < b.n_tokens; ++t) {
+      RmsNorm(x + t * d, norm.data(), d, hparams_.rms_eps, hidden + t * d);
+    }
+  }
+
+  // The multi-token-prediction block blk.<n_layer> (dense qwen35): its nextn.* tensors, a
+  // gated full-attention layer and a dense FFN. Returns the bytes read (none per trunk token).
+  uint64_t LoadMtp(WeightLoader& L) {
+    const Hparams& hp = hparams_;
+    const uint64_t before = L.n_bytes();
+    const std::string p = "blk." + std::to_string(hp.n_layer) + ".";
+    mtp_ = std::make_unique<Mtp>();
+    Mtp& m = *mtp_;
+    m.layer.kv = 0;
+    m.layer.norm = L.Vector(p + "attn_norm.weight", hp.n_embd);
+    LoadGatedAttention(L, p, &m.layer);
+    LoadFfnWeights(L, hp, hp.n_layer, &m.layer.ffn, "post_attention_norm");
+    m.eh_proj = L.Matrix(p + "nextn.eh_proj.weight", 2 * hp.n_embd, hp.n_embd);
+    m.enorm = L.Vector(p + "nextn.enorm.weight", hp.n_embd);
+    m.hnorm = L.Vector(p + "nextn.hnorm.weight", hp.n_embd);
+    m.embd = L.Matrix(p + "nextn.embed_tokens.weight", hp.n_embd, hp.n_vocab, /*required=*/false,
+                      WeightUse::kRows);
+    m.head = L.Matrix(p + "nextn.shared_head_head.weight", hp.n_embd, hp.n_vocab,
+                      /*required=*/false);
+    m.head_norm = L.Vector(p + "nextn.shared_head_norm.weight", hp.n_embd, /*required=*/false);
+    // The block as a one-layer model for its own session: one attention layer, no recurrent
+    // state.
+    Hparams mh = hp;
+    mh.n_layer = 1;
+    mh.n_layer_kv = 1;
+    mh.recurrent = RecurrentShape{};
+    mtp_model_ = std::make_unique<MtpModel>(*this, mh);
+    return L.n_bytes() - before;
+  }
+
+  // Model::mtp(): runs HybridModel::ForwardMtp.
+  class MtpModel final : public Model {
+   public:
+    MtpModel(const HybridModel& trunk, const Hparams& hp) : trunk_(trunk) { hparams_ = hp; }
+    void Forward(const ForwardBatch& b, AttentionContext& attention, RecurrentContext&,
+                 ForwardScratch& s, ThreadPool& pool, float* logits) const override {
+      trunk_.ForwardMtp(b, attention, s, pool, logits);
+    }
+
+   private:
+    const HybridModel& trunk_;
+  };
+
+  struct Mtp {
+    Layer layer;                      // gated attention (cache layer 0) and dense FFN
+    WeightMatrix eh_proj;             // [n_embd x 2*n_embd] over [enorm(e) | hnorm(h)]
+    std::vector<float> enorm, hnorm;  // [n_embd]
+    WeightMatrix embd;                // [n_vocab x n_embd] optional (else token_embd)
+    WeightMatrix head;                // [n_vocab x n_embd] optional (else output)
+    std::vector<float> head_norm;     // [n_embd] optional (else output_norm)
+  };
+
   HybridVariant variant_;
   MoeHparams moe_;
   std::vector<Layer> layers_;
+  int n_nextn_ = 0;  // nextn_predict_layers
+  std::unique_ptr<Mtp> mtp_;
+  std::unique_ptr<MtpModel> mtp_model_;
 };
 
 Result<std::unique_ptr<Model>> LoadHybrid(HybridVariant variant, std::unique_ptr<gguf::File> file,

@@ -41,7 +41,8 @@ Result<KvCacheConfig> MakeKvCacheConfig(const Hparams& hp, const SessionConfig& 
 uint64_t ForwardBytes(const Hparams& hp, int n_tokens, int n_out) {
   // Residual, normed and output-of-attention rows, Q/K/V, gate/up, RoPE tables, the matmul's
   // quantized activations (at most one f32 row's bytes per row) and slack for MoE buffers.
-  uint64_t per_token_floats = 4ull * hp.n_embd + 3ull * hp.q_dim() + 2ull * hp.kv_dim() +
+  // The last 3 n_embd: the batch's hidden rows (KeepHidden) and an MTP block's [enorm | hnorm].
+  uint64_t per_token_floats = 7ull * hp.n_embd + 3ull * hp.q_dim() + 2ull * hp.kv_dim() +
                               4ull * hp.n_ff + static_cast<uint64_t>(hp.rope.n_rot);
   if (hp.recurrent.n_layer > 0) {
     // Hybrid layers: qkv and its convolution, z and the heads' output, gates, and the larger
@@ -279,7 +280,37 @@ Result<const float*> Session::Decode(const SequenceBatch& b) {
   batch.seq = b.seq.data();
   batch.output = b.output.data();
   batch.n_tokens = n;
+  batch.embd = embd_in_;
   return Run(batch, b.n_outputs());
+}
+
+Result<const float*> Session::Decode(const SequenceBatch& b, const float* embd) {
+  embd_in_ = embd;
+  Result<const float*> r = Decode(b);
+  embd_in_ = nullptr;
+  return r;
+}
+
+void Session::KeepHidden() {
+  if (!hidden_.empty()) return;
+  hidden_.resize(n_seq());
+  n_hidden_.assign(n_seq(), 0);
+}
+
+const float* Session::Hidden(int seq, int pos) const {
+  LAMINA_CHECK(seq >= 0 && seq < n_seq() && pos >= 0 && pos < n_hidden(seq));
+  return hidden_[seq].data() + static_cast<size_t>(pos) * model_.hparams().n_embd;
+}
+
+void Session::StoreHidden(const ForwardBatch& batch) {
+  const size_t d = model_.hparams().n_embd;
+  for (const Segment& g : Segments(batch)) {
+    std::vector<float>& h = hidden_[g.seq];
+    if (h.size() < (g.pos0 + g.n) * d) h.resize((g.pos0 + g.n) * d);
+    std::copy_n(batch_hidden_.data() + g.begin * d, g.n * d, h.data() + g.pos0 * d);
+    // Rows after the batch belong to an older history; a gap before it leaves them unknown.
+    if (g.pos0 <= n_hidden_[g.seq]) n_hidden_[g.seq] = g.pos0 + g.n;
+  }
 }
 
 Result<const float*> Session::Run(const ForwardBatch& batch, int n_out) {
@@ -303,7 +334,13 @@ Result<const float*> Session::Run(const ForwardBatch& batch, int n_out) {
   }
   StateRecurrent recurrent(*this, segments);
   CacheAttention attention(*this, segments);
-  model_.Forward(batch, attention, recurrent, scratch_, pool_, logits_.data());
+  ForwardBatch b = batch;
+  if (!hidden_.empty()) {
+    batch_hidden_.resize(static_cast<size_t>(b.n_tokens) * model_.hparams().n_embd);
+    b.hidden = batch_hidden_.data();
+  }
+  model_.Forward(b, attention, recurrent, scratch_, pool_, logits_.data());
+  if (!hidden_.empty()) StoreHidden(b);
   if (!cache_.nonfinite_error().empty()) {
     const std::string msg = cache_.nonfinite_error();
     cache_.ClearNonfinite();
@@ -342,6 +379,7 @@ void Session::RestoreSequence(int seq, const std::vector<int32_t>& tokens, const
   // Session files hold K/V only; they are refused for hybrid models before this point.
   LAMINA_CHECK(recurrent_.empty());
   cache_.ImportSequence(seq, n, state);
+  if (!hidden_.empty()) n_hidden_[seq] = 0;
   n_past_[seq] = n;
   tokens_[seq] = tokens;
 }
@@ -360,6 +398,7 @@ void Session::Truncate(int seq, int n_keep) {
   }
   cache_.Truncate(seq, n_keep);
   recurrent_.Truncate(seq, n_keep);
+  if (!hidden_.empty()) n_hidden_[seq] = std::min(n_hidden_[seq], n_keep);
   n_past_[seq] = n_keep;
   tokens_[seq].resize(n_keep);
 }
@@ -391,6 +430,12 @@ void Session::CopyPrefix(int src_seq, int dst_seq, int n) {
   }
   cache_.CopyPrefix(src_seq, dst_seq, n);
   recurrent_.CopyPrefix(src_seq, dst_seq, n);
+  if (!hidden_.empty()) {
+    const size_t d = model_.hparams().n_embd;
+    n_hidden_[dst_seq] = std::min(n, n_hidden_[src_seq]);
+    hidden_[dst_seq].assign(hidden_[src_seq].begin(),
+                            hidden_[src_seq].begin() + n_hidden_[dst_seq] * d);
+  }
   n_past_[dst_seq] = n;
   tokens_[dst_seq].assign(tokens_[src_seq].begin(), tokens_[src_seq].begin() + n);
 }

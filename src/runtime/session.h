@@ -96,6 +96,18 @@ class Session {
   // in the vocabulary, sequences in range, each sequence continuing at its length and within
   // n_ctx(); nothing is written on such an error.
   Result<const float*> Decode(const SequenceBatch& batch);
+  // The same for a model's multi-token-prediction block (Model::mtp()): embd holds the hidden
+  // state paired with each token ([batch.size(), n_embd], ForwardBatch::embd).
+  Result<const float*> Decode(const SequenceBatch& batch, const float* embd);
+
+  // From now on, keeps every evaluated token's normed final hidden state (ForwardBatch::hidden)
+  // by sequence and position, what an MTP drafter pairs with the next token.
+  void KeepHidden();
+  // Positions [0, n_hidden(seq)) of sequence `seq` have their hidden state kept (cells copied by
+  // CopyPrefix keep theirs; restored or random cells have none).
+  int n_hidden(int seq) const { return hidden_.empty() ? 0 : n_hidden_[seq]; }
+  // The kept hidden state of position pos < n_hidden(seq) ([n_embd]).
+  const float* Hidden(int seq, int pos) const;
 
   // Drops positions >= n_keep of sequence `seq` (0 when omitted). With a KV window or a
   // sliding-window ring a cut more than kKvWindowSlack cells back keeps nothing
@@ -128,6 +140,8 @@ class Session {
   class StateRecurrent;
   // Runs a batch already checked; n_out logits rows land in logits_.
   Result<const float*> Run(const ForwardBatch& batch, int n_out);
+  // Copies the batch's hidden rows (batch_hidden_) to hidden_ by sequence and position.
+  void StoreHidden(const ForwardBatch& batch);
   const Model& model_;
   ThreadPool& pool_;
   KvCache cache_;
@@ -140,6 +154,12 @@ class Session {
   std::vector<int> n_past_;                   // [n_seq]
   std::vector<std::vector<int32_t>> tokens_;  // [n_seq][n_past]
   uint64_t memory_limit_ = UINT64_MAX;
+  // KeepHidden: per sequence [n_ctx, n_embd] (grown on demand) and the valid length; the
+  // batch's rows [n_tokens, n_embd]. Empty unless kept.
+  std::vector<std::vector<float>> hidden_;
+  std::vector<int> n_hidden_;  // [n_seq]
+  std::vector<float> batch_hidden_;
+  const float* embd_in_ = nullptr;  // Decode(batch, embd)'s rows while it runs
 };
 
 }  // namespace lamina

@@ -1,4 +1,4 @@
-// Prompt-lookup and draft-model drafters (see drafter.h).
+// Prompt-lookup, draft-model and MTP drafters (see drafter.h).
 #include "spec/drafter.h"
 
 #include <algorithm>
@@ -92,6 +92,91 @@ Status ModelDrafter::Draft(const std::vector<int32_t>& history, int max_tokens,
     draft->push_back(best);
     if (static_cast<int>(draft->size()) >= max_tokens) break;
     r = session_.Eval(&best, 1, /*all_logits=*/false);
+    if (!r.ok()) return r.error();
+  }
+  return Status::Ok();
+}
+
+Status CheckMtp(const Model& model) {
+  if (model.mtp() != nullptr) return Status::Ok();
+  return Error{"--spec mtp: the model (" + model.hparams().arch +
+               ") has no multi-token-prediction block (" + model.hparams().arch +
+               ".nextn_predict_layers and blk.N.nextn.* tensors, dense qwen35 only)"};
+}
+
+MtpDrafter::MtpDrafter(Session& target, int seq, const SessionConfig& config, ThreadPool& pool)
+    : target_(target), seq_(seq), session_(*target.model().mtp(), config, pool) {
+  LAMINA_CHECK(config.n_seq == 1);
+  target_.KeepHidden();
+  session_.KeepHidden();
+}
+
+Result<const float*> MtpDrafter::CatchUp(const std::vector<int32_t>& history, int keep,
+                                         int n_cells) {
+  const int d = session_.model().hparams().n_embd;
+  constexpr int kChunk = 256;  // cells per batch
+  Result<const float*> r = Error{"nothing to evaluate"};
+  SequenceBatch batch;
+  for (int c0 = keep; c0 < n_cells; c0 += kChunk) {
+    const int m = std::min(kChunk, n_cells - c0);
+    batch.Clear();
+    embd_.resize(static_cast<size_t>(m) * d);
+    for (int i = 0; i < m; ++i) {
+      const int c = c0 + i;
+      batch.Add(history[c], 0, c, c == n_cells - 1);
+      float* h = embd_.data() + static_cast<size_t>(i) * d;
+      if (c == 0) {
+        std::fill_n(h, d, 0.0f);
+      } else {
+        std::copy_n(target_.Hidden(seq_, c - 1), d, h);
+      }
+    }
+    r = session_.Decode(batch, embd_.data());
+    if (!r.ok()) return r;
+  }
+  return r;
+}
+
+Status MtpDrafter::Draft(const std::vector<int32_t>& history, int max_tokens,
+                         std::vector<int32_t>* draft) {
+  draft->clear();
+  const int n = static_cast<int>(history.size());
+  // The target holds history[0..n-2]; cell c pairs history[c] with h_{c-1}, c = 0..n-1.
+  const int n_cells = n;
+  if (n_cells <= 0 || target_.n_past(seq_) != n - 1 || target_.n_hidden(seq_) < n - 1) {
+    return Status::Ok();
+  }
+  max_tokens = std::min(max_tokens, session_.n_ctx() - n_cells + 1);
+  if (max_tokens <= 0) return Status::Ok();
+  // Keep the cells paired with the target's states whose tokens still agree (h_{c-1} depends
+  // on history[0..c-1] alone).
+  int keep = std::min(n_real_, n_cells);
+  const std::vector<int32_t>& cached = session_.tokens();
+  for (int c = 0; c < keep; ++c) {
+    if (c >= static_cast<int>(cached.size()) || cached[c] != history[c]) keep = c;
+  }
+  session_.Truncate(keep);
+  keep = session_.n_past();
+  if (keep >= n_cells) {  // the last cell is re-evaluated for its logits
+    session_.Truncate(n_cells - 1);
+    keep = session_.n_past();
+  }
+  Result<const float*> r = CatchUp(history, keep, n_cells);
+  n_real_ = session_.n_past();
+  if (!r.ok()) return r.error();
+  const int n_vocab = session_.model().hparams().n_vocab;
+  const int d = session_.model().hparams().n_embd;
+  SequenceBatch batch;
+  for (;;) {
+    const int32_t best = ArgMax(*r, n_vocab);
+    draft->push_back(best);
+    const int cell = session_.n_past();
+    if (static_cast<int>(draft->size()) >= max_tokens || cell >= session_.n_ctx()) break;
+    // Chain: the block's own normed state of the last cell with the token it proposed.
+    embd_.assign(session_.Hidden(0, cell - 1), session_.Hidden(0, cell - 1) + d);
+    batch.Clear();
+    batch.Add(best, 0, cell, true);
+    r = session_.Decode(batch, embd_.data());
     if (!r.ok()) return r.error();
   }
   return Status::Ok();

@@ -2,7 +2,8 @@
 // and is told how many the target accepted. LookupDrafter matches the recent suffix against the
 // history (prompt lookup, no model); ModelDrafter runs a small model whose vocabulary matches the
 // target's in its own session, kept aligned with the target's history by prefix reuse and
-// rolled back with Truncate like the target.
+// rolled back with Truncate like the target. MtpDrafter runs the target's own
+// multi-token-prediction block (Model::mtp()) over the target's kept hidden states.
 #pragma once
 
 #include <memory>
@@ -73,6 +74,38 @@ class ModelDrafter : public Drafter {
   Session session_;
   float p_min_;
 };
+
+// Multi-token prediction: the target model's MTP block, in a one-layer session of its own,
+// pairs token x_p with the target's normed final hidden state h_{p-1} (Session::KeepHidden;
+// zeros for x_0) in cell p, as llama.cpp does, to propose x_{p+1} past the history's end;
+// further drafts chain the block's own normed hidden state with the token it proposed. Each Draft
+// first catches the block's cells up with every position the target evaluated since (the
+// prompt included), keeping the cells whose tokens still agree and dropping the chained ones.
+class MtpDrafter : public Drafter {
+ public:
+  // target: the session the drafts are verified in, holding the history in sequence `seq`;
+  // it must have a model with an MTP block (CheckMtp) and outlive the drafter. config: the
+  // block's session (n_seq 1; n_ctx at least the target's).
+  MtpDrafter(Session& target, int seq, const SessionConfig& config, ThreadPool& pool);
+  const char* name() const override { return "mtp"; }
+  Status Draft(const std::vector<int32_t>& history, int max_tokens,
+               std::vector<int32_t>* draft) override;
+  const Session& session() const { return session_; }
+
+ private:
+  // Evaluates cells [keep, n_cells) of the block: (h_{c-1}, history[c]); returns the last
+  // row's logits.
+  Result<const float*> CatchUp(const std::vector<int32_t>& history, int keep, int n_cells);
+
+  Session& target_;
+  int seq_;
+  Session session_;
+  int n_real_ = 0;           // the block's cells paired with the target's hidden states
+  std::vector<float> embd_;  // [n_tokens, n_embd] the hidden rows of one block batch
+};
+
+// Whether `model` can draft for itself with --spec mtp; the error says why not.
+Status CheckMtp(const Model& model);
 
 // Whether `draft` can draft for `target`: the same tokenizer kind, vocabulary size, token texts
 // and special tokens. The error names the first difference.

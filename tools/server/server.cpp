@@ -2181,6 +2181,7 @@ int Server::StartScheduler(KvType kv, KvRounding round) {
   }
   if (spec_options.mode != "off") {
     sc.spec.mode = spec_options.mode == "draft" ? serve::SpecConfig::Mode::kDraft
+                   : spec_options.mode == "mtp" ? serve::SpecConfig::Mode::kMtp
                                                 : serve::SpecConfig::Mode::kLookup;
     sc.spec.draft_model = spec_.draft_model.get();
     sc.spec.draft_session = spec_.draft_config;
