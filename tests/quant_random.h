@@ -72,6 +72,13 @@ inline std::vector<uint8_t> RandomWeightRow(GgmlType t, int64_t k, std::mt19937&
   for (size_t off = 0; off < row.size(); off += bs) {
     if (t == GgmlType::kMXFP4) {
       row[off] = static_cast<uint8_t>(exponent(rng));
+    } else if (t == GgmlType::kIQ1_M) {
+      // IQ1_M has no d field: d's four nibbles are the top nibbles of the last 4 uint16 words.
+      const fp16_t d = F32ToFp16(scale(rng));
+      for (int w = 0; w < 4; ++w) {
+        uint8_t& hi = row[off + bs - 8 + 2 * w + 1];
+        hi = static_cast<uint8_t>((hi & 0x0F) | (((d >> (4 * w)) & 0xF) << 4));
+      }
     } else {
       const fp16_t d = F32ToFp16(scale(rng));
       std::memcpy(row.data() + off + (d_last ? bs - 2 : 0), &d, 2);

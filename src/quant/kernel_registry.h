@@ -15,12 +15,16 @@ using KernelTable = TypeKernels[kTypeTableSize];
 // F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL, MXFP4
 void RegisterScalarLegacy(KernelTable& table);
 void RegisterScalarKQuants(KernelTable& table);  // Q2_K..Q6_K, IQ4_XS, TQ1_0, TQ2_0, Q8_K
+// IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M (iquants*.cpp)
+void RegisterScalarIQuants(KernelTable& table);
 // SIMD overrides: set only vec_dot / vec_dot_multi / dequantize / quantize fields they implement,
 // leave the others untouched.
 void RegisterAvx2Legacy(KernelTable& table);
 void RegisterAvx2KQuants(KernelTable& table);
+void RegisterAvx2IQuants(KernelTable& table);
 void RegisterAvx512Legacy(KernelTable& table);
 void RegisterAvx512KQuants(KernelTable& table);
+void RegisterAvx512IQuants(KernelTable& table);
 // The interleaved layouts (interleaved*.cpp): the scalar file sets interleave_rows, repack and
 // the scalar gemm_interleaved; the SIMD files replace gemm_interleaved only.
 void RegisterScalarInterleaved(KernelTable& table);

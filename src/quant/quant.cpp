@@ -36,6 +36,7 @@ const Tables& ScalarTables() {
     InitEntries(t->table);
     quant_internal::RegisterScalarLegacy(t->table);
     quant_internal::RegisterScalarKQuants(t->table);
+    quant_internal::RegisterScalarIQuants(t->table);
     quant_internal::RegisterScalarInterleaved(t->table);
     quant_internal::RegisterScalarInterleavedK(t->table);
     return t;
@@ -48,6 +49,7 @@ const Tables& Avx2Tables() {
     auto* t = new Tables(ScalarTables());
     quant_internal::RegisterAvx2Legacy(t->table);
     quant_internal::RegisterAvx2KQuants(t->table);
+    quant_internal::RegisterAvx2IQuants(t->table);
     quant_internal::RegisterAvx2Interleaved(t->table);
     quant_internal::RegisterAvx2InterleavedK(t->table);
     return t;
@@ -60,6 +62,7 @@ const Tables& Avx512Tables() {
     auto* t = new Tables(Avx2Tables());
     quant_internal::RegisterAvx512Legacy(t->table);
     quant_internal::RegisterAvx512KQuants(t->table);
+    quant_internal::RegisterAvx512IQuants(t->table);
     quant_internal::RegisterAvx512Interleaved(t->table);
     quant_internal::RegisterAvx512InterleavedK(t->table);
     return t;

@@ -24,8 +24,15 @@ enum class GgmlType : uint32_t {
   kQ5_K = 13,
   kQ6_K = 14,
   kQ8_K = 15,
+  kIQ2_XXS = 16,
+  kIQ2_XS = 17,
+  kIQ3_XXS = 18,
+  kIQ1_S = 19,
   kIQ4_NL = 20,
+  kIQ3_S = 21,
+  kIQ2_S = 22,
   kIQ4_XS = 23,
+  kIQ1_M = 29,
   kBF16 = 30,
   kTQ1_0 = 34,
   kTQ2_0 = 35,
@@ -275,6 +282,85 @@ struct BlockQ8_0Act {
   int8_t qs[kQK];
 };
 static_assert(sizeof(BlockQ8_0Act) == 40);
+
+// The lattice i-quants: 256 values in groups of 8 (IQ3_*: two grid entries of 4), each group one
+// entry of a fixed codebook (quant/iq_grids.h, from quant/iq_codebooks.inc) with its signs. A
+// 7-bit sign index s means the 8 signs s | parity(s) << 7 (bit j negates value j; the eighth
+// makes the count of negatives even); an explicit sign byte means its bits directly.
+
+// 2.0625 bits/value. Group g (32 values, words qs[4g..4g+3]) as two 32-bit words a, b: byte l of
+// a indexes the grid for values 32g + 8l..+7, bits 7l..7l+6 of b are their sign index, b >> 28
+// the scale s: x = d * (0.5 + s) / 4 * grid * sign (the dot: d * (2s + 1) / 8).
+struct BlockIQ2_XXS {
+  fp16_t d;
+  uint16_t qs[kQK_K / 8];
+};
+static_assert(sizeof(BlockIQ2_XXS) == 66);
+
+// 2.3125 bits/value. qs[4g + l]: bits 0..8 index the 512-entry grid for values 32g + 8l..+7,
+// bits 9..15 their sign index; scales[g] low nibble s scales values 32g..+15, the high nibble
+// values 32g + 16..+31: x = d * (0.5 + s) / 4 * grid * sign.
+struct BlockIQ2_XS {
+  fp16_t d;
+  uint16_t qs[kQK_K / 8];
+  uint8_t scales[kQK_K / 32];
+};
+static_assert(sizeof(BlockIQ2_XS) == 74);
+
+// 2.5625 bits/value. Values 32g + 8l..+7 (g < 8, l < 4): grid index qs[4g + l] | ((qh[g] >>
+// 2l) & 3) << 8 into the 1024-entry grid, sign byte qs[32 + 4g + l]; scales as IQ2_XS.
+struct BlockIQ2_S {
+  fp16_t d;
+  uint8_t qs[kQK_K / 4];  // 32 grid index bytes, then 32 sign bytes
+  uint8_t qh[kQK_K / 32];
+  uint8_t scales[kQK_K / 32];
+};
+static_assert(sizeof(BlockIQ2_S) == 82);
+
+// 3.0625 bits/value. qs[0..63]: grid indices (4 values each) into the 256-entry grid, qs[8g +
+// 2l] for values 32g + 8l..+3 and qs[8g + 2l + 1] for +4..+7; the 32-bit word at qs[64 + 4g]
+// holds the sign indices of group g's four 8-value runs (bits 7l..7l+6) and the scale s = word >>
+// 28: x = d * (0.5 + s) / 2 * grid * sign.
+struct BlockIQ3_XXS {
+  fp16_t d;
+  uint8_t qs[3 * kQK_K / 8];
+};
+static_assert(sizeof(BlockIQ3_XXS) == 98);
+
+// 3.4375 bits/value. Values 32g + 8l..+3 use grid index qs[8g + 2l] | ((qh[g] >> 2l) & 1) << 8
+// and +4..+7 qs[8g + 2l + 1] | ((qh[g] >> (2l + 1)) & 1) << 8 (512-entry grid of 4 values), sign
+// byte signs[4g + l]; group g's scale s is nibble g % 2 of scales[g / 2]: x = d * (1 + 2s) * grid
+// * sign.
+struct BlockIQ3_S {
+  fp16_t d;
+  uint8_t qs[kQK_K / 4];
+  uint8_t qh[kQK_K / 32];
+  uint8_t signs[kQK_K / 8];
+  uint8_t scales[kQK_K / 64];
+};
+static_assert(sizeof(BlockIQ3_S) == 110);
+
+// 1.5625 bits/value, grid values in {-1, 0, 1}. Values 32g + 8l..+7 use grid index qs[4g + l] |
+// ((qh[g] >> 3l) & 7) << 8 into the 2048-entry grid; qh[g] bits 12..14 are the scale s, bit 15
+// the delta's sign: x = d * (2s + 1) * (grid + delta), delta = -1/8 if set, else +1/8.
+struct BlockIQ1_S {
+  fp16_t d;
+  uint8_t qs[kQK_K / 8];
+  uint16_t qh[kQK_K / 32];
+};
+static_assert(sizeof(BlockIQ1_S) == 50);
+
+// 1.75 bits/value, IQ1_S's grid. Values 32g + 8l..+7: grid index qs[4g + l] | ((qh[2g + l / 2] >>
+// 4(l % 2)) & 7) << 8, delta -1/8 if bit 3 of that nibble is set, else +1/8. The four uint16 words
+// of scales: word w's bits 6h..6h+2 and 6h+3..6h+5 are the 3-bit scales s of values 64w + 32h +
+// 0..15 and +16..31 (h < 2); their top nibbles, word 0's lowest, form the fp16 d: x = d * (2s + 1)
+// * (grid + delta). No separate d field.
+struct BlockIQ1_M {
+  uint8_t qs[kQK_K / 8];
+  uint8_t qh[kQK_K / 16];
+  uint8_t scales[kQK_K / 32];
+};
+static_assert(sizeof(BlockIQ1_M) == 56);
 
 struct TypeTraits {
   const char* name;
