@@ -21,10 +21,11 @@ std::vector<Isa> SupportedIsas() {
 
 TEST(QuantContract, MultiDotEqualsSingleDotBitForBit) {
   const GgmlType types[] = {
-      GgmlType::kF32,   GgmlType::kF16,   GgmlType::kBF16, GgmlType::kQ4_0,   GgmlType::kQ4_1,
-      GgmlType::kQ5_0,  GgmlType::kQ5_1,  GgmlType::kQ8_0, GgmlType::kQ2_K,   GgmlType::kQ3_K,
-      GgmlType::kQ4_K,  GgmlType::kQ5_K,  GgmlType::kQ6_K, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,
-      GgmlType::kMXFP4, GgmlType::kTQ1_0, GgmlType::kTQ2_0};
+      GgmlType::kF32,   GgmlType::kF16,     GgmlType::kBF16,  GgmlType::kQ4_0,    GgmlType::kQ4_1,
+      GgmlType::kQ5_0,  GgmlType::kQ5_1,    GgmlType::kQ8_0,  GgmlType::kQ2_K,    GgmlType::kQ3_K,
+      GgmlType::kQ4_K,  GgmlType::kQ5_K,    GgmlType::kQ6_K,  GgmlType::kIQ4_NL,  GgmlType::kIQ4_XS,
+      GgmlType::kMXFP4, GgmlType::kTQ1_0,   GgmlType::kTQ2_0, GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS,
+      GgmlType::kIQ2_S, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kIQ1_S,   GgmlType::kIQ1_M};
   std::mt19937 rng(17);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const int64_t k = 512;
@@ -49,8 +50,15 @@ TEST(QuantContract, MultiDotEqualsSingleDotBitForBit) {
           const fp16_t d = F32ToFp16(0.01f);
           if (t == GgmlType::kMXFP4) {
             w[off] = 120;
-          } else if (t == GgmlType::kIQ4_NL || t == GgmlType::kIQ4_XS) {
+          } else if (t == GgmlType::kIQ4_NL || t == GgmlType::kIQ4_XS || t == GgmlType::kIQ2_XXS ||
+                     t == GgmlType::kIQ2_XS || t == GgmlType::kIQ2_S || t == GgmlType::kIQ3_XXS ||
+                     t == GgmlType::kIQ3_S || t == GgmlType::kIQ1_S) {
             std::memcpy(&w[off], &d, 2);
+          } else if (t == GgmlType::kIQ1_M) {  // d in the top nibbles of the last 4 words
+            for (int i = 0; i < 4; ++i) {
+              uint8_t& hi = w[off + bs - 8 + 2 * i + 1];
+              hi = static_cast<uint8_t>((hi & 0x0F) | (((d >> (4 * i)) & 0xF) << 4));
+            }
           } else if (t == GgmlType::kQ4_K || t == GgmlType::kQ5_K) {
             std::memcpy(&w[off], &d, 2);
             std::memcpy(&w[off + 2], &d, 2);
