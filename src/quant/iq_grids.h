@@ -61,5 +61,16 @@ constexpr std::array<uint8_t, 128> MakeIqSigns() {
 }
 inline constexpr std::array<uint8_t, 128> kIqSigns = MakeIqSigns();
 inline uint8_t IqSignBits(uint32_t s) { return kIqSigns[s & 127]; }
+// The same as byte masks (byte j 0xFF where value j is negated), for the SIMD kernels.
+constexpr std::array<uint64_t, 128> MakeIqSignMasks() {
+  std::array<uint64_t, 128> t{};
+  for (uint32_t s = 0; s < 128; ++s) {
+    for (int j = 0; j < 8; ++j) {
+      if ((IqSignRule(s) >> j) & 1) t[s] |= uint64_t{0xFF} << (8 * j);
+    }
+  }
+  return t;
+}
+inline constexpr std::array<uint64_t, 128> kIqSignMasks = MakeIqSignMasks();
 
 }  // namespace lamina::quant_internal
