@@ -1,6 +1,7 @@
-// K-quant (and IQ4_XS, TQ1_0, TQ2_0) dot-product throughput per type and ISA: one k=4096 dot, a
-// 2048x2048 matvec (decode), and the same matrix against 8 activation rows through vec_dot_multi
-// (prompt processing). Bytes/s counts weight bytes read, the figure that bounds decode speed.
+// K-quant (and IQ4_XS, TQ1_0, TQ2_0, the lattice i-quants) dot-product throughput per type and ISA:
+// one k=4096 dot, a 2048x2048 matvec (decode), and the same matrix against 8 activation rows
+// through vec_dot_multi (prompt processing). Bytes/s counts weight bytes read, the figure that
+// bounds decode speed.
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
@@ -17,9 +18,10 @@
 namespace lamina {
 namespace {
 
-constexpr GgmlType kTypes[] = {GgmlType::kQ2_K,  GgmlType::kQ3_K, GgmlType::kQ4_K,
-                               GgmlType::kQ5_K,  GgmlType::kQ6_K, GgmlType::kIQ4_XS,
-                               GgmlType::kTQ1_0, GgmlType::kTQ2_0};
+constexpr GgmlType kTypes[] = {
+    GgmlType::kQ2_K,   GgmlType::kQ3_K,    GgmlType::kQ4_K,  GgmlType::kQ5_K,    GgmlType::kQ6_K,
+    GgmlType::kIQ4_XS, GgmlType::kTQ1_0,   GgmlType::kTQ2_0, GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS,
+    GgmlType::kIQ2_S,  GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kIQ1_S,   GgmlType::kIQ1_M};
 
 // Random weight rows: any bytes are valid codes and scales; d/dmin are then overwritten with a
 // small fp16 so no Inf/NaN slows the float path.
@@ -58,6 +60,18 @@ std::vector<uint8_t> RandomWeights(GgmlType t, int64_t rows, int64_t k) {
       half_off = offsetof(BlockTQ2_0, d);
       n_halves = 1;
       break;
+    case GgmlType::kIQ2_XXS:
+    case GgmlType::kIQ2_XS:
+    case GgmlType::kIQ2_S:
+    case GgmlType::kIQ3_XXS:
+    case GgmlType::kIQ3_S:
+    case GgmlType::kIQ1_S:
+      half_off = 0;  // d first
+      n_halves = 1;
+      break;
+    case GgmlType::kIQ1_M:
+      n_halves = 0;  // d lives in the scale words' top nibbles: set below
+      break;
     default:
       half_off = offsetof(BlockQ6_K, d);
       n_halves = 1;
@@ -66,6 +80,12 @@ std::vector<uint8_t> RandomWeights(GgmlType t, int64_t rows, int64_t k) {
   const fp16_t small = F32ToFp16(0.01f);
   for (size_t b = 0; b < w.size() / bs; ++b) {
     for (int h = 0; h < n_halves; ++h) std::memcpy(&w[b * bs + half_off + 2 * h], &small, 2);
+    if (t == GgmlType::kIQ1_M) {
+      for (int i = 0; i < 4; ++i) {
+        uint8_t& hi = w[b * bs + offsetof(BlockIQ1_M, scales) + 2 * i + 1];
+        hi = static_cast<uint8_t>((hi & 0x0F) | (((small >> (4 * i)) & 0xF) << 4));
+      }
+    }
   }
   return w;
 }
@@ -116,6 +136,9 @@ void BmMatmul(benchmark::State& state, GgmlType t, Isa isa, int n_act) {
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.size()));
+  // Weight rows per second (each against n_act activation rows).
+  state.counters["rows/s"] = benchmark::Counter(static_cast<double>(kRows) * state.iterations(),
+                                                benchmark::Counter::kIsRate);
   // Multiply-adds per second, comparable across n_act.
   state.counters["MAC/s"] = benchmark::Counter(
       static_cast<double>(kRows * kK * n_act) * state.iterations(), benchmark::Counter::kIsRate);

@@ -9,7 +9,7 @@
 namespace lamina {
 
 namespace {
-// A tensor whose type lamina cannot compute: named as GGML names it (IQ2_XXS, MXFP4, ...), with
+// A tensor whose type lamina cannot compute: named as GGML names it (NVFP4, I8, ...), with
 // the types lamina computes, so the user knows which file to fetch instead.
 std::string UnsupportedType(const std::string& path, const std::string& tensor, GgmlType type) {
   std::string computed;
