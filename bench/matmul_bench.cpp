@@ -3,6 +3,7 @@
 // at several depths, the attention row kernels per ISA, and the machine's memory read bandwidth
 // (the roofline's denominator).
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 
 #include <cmath>
 #include <cstring>
@@ -130,7 +131,138 @@ void BM_MatMulCacheResident(benchmark::State& state) {
 BENCHMARK(BM_MatMulCacheResident)
     ->ArgsProduct({{int(GgmlType::kQ8_0), int(GgmlType::kQ4_0), int(GgmlType::kF16),
                     int(GgmlType::kF32)},
-                   {1, 2, 3, 4, 8, 64}});
+                   {1, 2, 3, 4, 8, 9, 64}});
+
+// args: n_tokens, threads. Every weight matmul of one forward step of the shipped model's shape
+// (5 layers of Q/K/V/O, gate/up/down, f16, 384 wide, FFN 1,024, 2 KV heads x 64, then the 1,024 x
+// 384 output head for every token as a verify window needs): 16.6 MB of weights, more than the L2
+// and inside the L3, so it measures what a decode step (1) or a verify window (2..9) costs in the
+// matmuls, fork/join of every matmul included.
+void BM_ShippedStepMatmuls(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  ThreadPool pool(static_cast<int>(state.range(1)));
+  const int64_t shapes[][2] = {{384, 384},  {128, 384},  {128, 384}, {384, 384},
+                               {1024, 384}, {1024, 384}, {384, 1024}};  // {rows, cols}
+  std::vector<Weights> layers;
+  for (int l = 0; l < 5; ++l) {
+    for (const auto& sh : shapes) layers.push_back(MakeWeights(GgmlType::kF16, sh[0], sh[1]));
+  }
+  Weights head = MakeWeights(GgmlType::kF16, 1024, 384);
+  std::vector<float> x(n * 1024, 0.5f), y(n * 1024);  // [n, up to 1024] in and out
+  MatMulScratch scratch;
+  double bytes = static_cast<double>(head.data.size());
+  for (const Weights& w : layers) bytes += static_cast<double>(w.data.size());
+  for (auto _ : state) {
+    for (const Weights& w : layers) {
+      MatMul(w.w, x.data(), w.w.cols, n, y.data(), w.w.rows, scratch, pool);
+    }
+    MatMul(head.w, x.data(), 384, n, y.data(), 1024, scratch, pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["us/step"] = benchmark::Counter(
+      1e6 * state.iterations(), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["weight_GB/s"] = benchmark::Counter(
+      bytes * state.iterations(), benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_ShippedStepMatmuls)->ArgsProduct({{1, 2, 4, 8, 9}, {1, 2}})->UseRealTime();
+
+// The two limits of BM_ShippedStepMatmuls, on 1 or 2 threads: reading 16.6 MB (the shipped
+// model's weights, cache-resident in a large L3) with the same split into 16 chunks per thread
+// pool call as a matmul makes; and f32 FMAs from registers alone (16 independent accumulators
+// per thread, the best case of any float kernel), in GFLOP/s.
+void BM_ShippedWeightRead(benchmark::State& state) {
+  std::vector<uint64_t> buf(16600000 / sizeof(uint64_t), 1);
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  std::vector<uint64_t> partial(pool.size() * 8);
+  for (auto _ : state) {
+    pool.ParallelFor(static_cast<int64_t>(buf.size()), 1 << 12,
+                     [&](int64_t b, int64_t e, int slot) {
+                       uint64_t acc[8] = {};
+                       for (int64_t i = b; i + 8 <= e; i += 8) {
+                         for (int j = 0; j < 8; ++j) acc[j] += buf[i + j];
+                       }
+                       uint64_t s = 0;
+                       for (uint64_t a : acc) s += a;
+                       partial[slot * 8] += s;
+                     });
+    benchmark::DoNotOptimize(partial.data());
+  }
+  state.counters["us/read"] = benchmark::Counter(
+      1e6 * state.iterations(), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["GB/s"] = benchmark::Counter(
+      16.6e6 * state.iterations(), benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_ShippedWeightRead)->Arg(1)->Arg(2)->UseRealTime();
+
+// 16 independent 512-bit FMA chains (this file is built for the baseline ISA; the function
+// alone targets AVX-512).
+__attribute__((target("avx512f,fma"))) float FmaChains(int64_t steps, float seed) {
+  __m512 acc[16];
+  for (int a = 0; a < 16; ++a) acc[a] = _mm512_set1_ps(seed + static_cast<float>(a));
+  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+  for (int64_t i = 0; i < steps; ++i) {
+#pragma GCC unroll 16
+    for (int a = 0; a < 16; ++a) acc[a] = _mm512_fmadd_ps(acc[a], m, c);
+  }
+  __m512 s = acc[0];
+  for (int a = 1; a < 16; ++a) s = _mm512_add_ps(s, acc[a]);
+  return _mm512_reduce_add_ps(s);
+}
+
+// The same for the integer dot the interleaved kernels run (VNNI vpdpbusd: 64 u8 x s8 products
+// into 16 int32 lanes), in GMAC/s.
+__attribute__((target("avx512f,avx512vnni"))) int DpbusdChains(int64_t steps, int seed) {
+  __m512i acc[16];
+  for (int a = 0; a < 16; ++a) acc[a] = _mm512_set1_epi32(seed + a);
+  const __m512i u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
+  for (int64_t i = 0; i < steps; ++i) {
+#pragma GCC unroll 16
+    for (int a = 0; a < 16; ++a) acc[a] = _mm512_dpbusd_epi32(acc[a], u, s);
+  }
+  __m512i t = acc[0];
+  for (int a = 1; a < 16; ++a) t = _mm512_add_epi32(t, acc[a]);
+  return _mm512_reduce_add_epi32(t);
+}
+
+void BM_VnniPeak(benchmark::State& state) {
+  if (DetectIsa() < Isa::kAvx512) {
+    state.SkipWithError("needs AVX-512 VNNI");
+    return;
+  }
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  constexpr int64_t kSteps = 1 << 16;
+  std::vector<int> sink(pool.size() * 16);  // [threads][16]
+  for (auto _ : state) {
+    pool.ParallelFor(pool.size(), 1, [&](int64_t, int64_t, int slot) {
+      sink[slot * 16] += DpbusdChains(kSteps, slot);
+    });
+    benchmark::DoNotOptimize(sink.data());
+  }
+  state.counters["GMAC/s"] = benchmark::Counter(
+      64.0 * 16 * kSteps * static_cast<double>(state.range(0)) * state.iterations(),
+      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_VnniPeak)->Arg(1)->Arg(2)->UseRealTime();
+
+void BM_FmaPeak(benchmark::State& state) {
+  if (DetectIsa() < Isa::kAvx512) {
+    state.SkipWithError("needs AVX-512");
+    return;
+  }
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  constexpr int64_t kSteps = 1 << 16;
+  std::vector<float> sink(pool.size() * 16);  // [threads][16], one slot per thread's line
+  for (auto _ : state) {
+    pool.ParallelFor(pool.size(), 1, [&](int64_t, int64_t, int slot) {
+      sink[slot * 16] += FmaChains(kSteps, static_cast<float>(slot));
+    });
+    benchmark::DoNotOptimize(sink.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * 16 * 16 * kSteps * static_cast<double>(state.range(0)) * state.iterations(),
+      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->UseRealTime();
 
 // args: kv type, depth, threads, keys. One decode step of one layer of the 181M shape (16 heads,
 // 4 KV heads, head_dim 64, RoPE over all 64 dimensions). keys 0: Gaussian rows (a random-weight

@@ -138,6 +138,9 @@ void MatMulRows(const WeightMatrix& w, int64_t row_begin, int64_t row_end, const
   }
 
   const bool use_tile = kern.vec_dot_tile != nullptr && n_tokens >= kern.tile_min_tokens;
+  // Token tiles of at most kMaxMultiDot, as even as possible (9 tokens: 5 + 4, not 8 + 1, whose
+  // one-token tile would run each row's few dependent FMA chains alone).
+  const int64_t n_token_tiles = (n_tokens + kMaxMultiDot - 1) / kMaxMultiDot;
   const int64_t n_rows = row_end - row_begin;
   const int64_t n_row_tiles = (n_rows + kRowTile - 1) / kRowTile;
   const size_t y_step = static_cast<size_t>(y_stride);
@@ -148,8 +151,9 @@ void MatMulRows(const WeightMatrix& w, int64_t row_begin, int64_t row_end, const
     // Outer loop over token tiles keeps this thread's weight rows hot in cache across tiles.
     for (int64_t r0 = r_start; r0 < r_stop; r0 += kRowTile) {
       const int64_t r1 = std::min(r_stop, r0 + kRowTile);
-      for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxMultiDot) {
-        const int nt = static_cast<int>(std::min<int64_t>(kMaxMultiDot, n_tokens - t0));
+      for (int64_t tt = 0; tt < n_token_tiles; ++tt) {
+        const int64_t t0 = tt * n_tokens / n_token_tiles;
+        const int nt = static_cast<int>((tt + 1) * n_tokens / n_token_tiles - t0);
         const uint8_t* act_tile = act + static_cast<size_t>(t0) * act_row_bytes;
         if (use_tile) {
           for (int64_t r = r0; r < r1; r += kMaxTileRows) {

@@ -123,13 +123,39 @@ void VecDotFloatMulti(int64_t k, const void* w, const void* act, size_t stride, 
   }
 }
 
-// Float tiles: R weight rows × N activation rows (R, N <= 4) per register block, each output
-// bit-identical to VecDotFloatMultiN on its pair. That kernel keeps two accumulators per pair
-// (acc0: the first half of every 32-element step, then the lone 16-element step; acc1: the
-// second halves, then the masked tail) and returns reduce(acc0 + acc1). Here the acc0 sequence
-// runs as one pass and the acc1 sequence as a second, so 16 accumulators suffice; every FMA of
-// every accumulator happens in the same order. Each loaded (widened) weight vector serves N
-// tokens and each activation vector R rows, instead of one row.
+// Sixteen _mm512_reduce_add_ps at once, transposed: the same additions of the same lanes (GCC's
+// tree: x[i] + x[i + 8], then + the lane 4 up, then lanes 0 + 2 and 1 + 3, then those two; IEEE
+// addition commutes, so the operands' order within a pair does not matter), three shuffles and
+// adds per two vectors and step instead of a shuffle chain per vector. v[i]'s sum lands in
+// res[ReducedSlot(i)].
+inline int ReducedSlot(int i) { return 4 * (i % 4) + i / 4; }
+inline void ReduceAdd16(const __m512* v, float* res) {
+  __m512 u[8], w[4], z[2];
+  for (int m = 0; m < 8; ++m) {  // [T3(v[2m]) | T3(v[2m + 1])], T3[i] = x[i] + x[i + 8]
+    u[m] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  for (int m = 0; m < 4; ++m) {  // per 128-bit lane L: T6(v[4m + L]), T6[i] = T3[i] + T3[i + 4]
+    w[m] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * m], u[2 * m + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(u[2 * m], u[2 * m + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  for (int m = 0; m < 2; ++m) {  // per lane: T6[0] + T6[2], T6[1] + T6[3] of w[2m], then w[2m + 1]
+    z[m] = _mm512_add_ps(_mm512_shuffle_ps(w[2 * m], w[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(w[2 * m], w[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  // Lane L, element e: the sum of v[4e + L].
+  _mm512_storeu_ps(res, _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                      _mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1))));
+}
+
+// Float tiles: R weight rows × N activation rows (R <= 4, N <= 8, R x N <= 24) per register
+// block, each output bit-identical to VecDotFloatMultiN on its pair. That kernel keeps two
+// accumulators per pair (acc0: the first half of every 32-element step, then the lone 16-element
+// step; acc1: the second halves, then the masked tail) and returns reduce(acc0 + acc1). Here the
+// acc0 sequence runs as one pass and the acc1 sequence as a second, so R x N accumulators
+// suffice; every FMA of every accumulator happens in the same order, and the reductions run
+// sixteen at a time (ReduceAdd16, the same additions). Each loaded (widened) weight vector serves
+// N tokens and each activation vector R rows, instead of one row.
 template <class SW, class SA, int R, int N>
 void VecDotFloatTileBlock(int64_t k, const typename SW::T* const* w, const typename SA::T* const* a,
                           float* out, size_t out_stride) {
@@ -145,7 +171,10 @@ void VecDotFloatTileBlock(int64_t k, const typename SW::T* const* w, const typen
       __m512 wv[R];
       for (int r = 0; r < R; ++r) wv[r] = SW::Load(w[r] + i + off);
       for (int j = 0; j < N; ++j) {
-        const __m512 av = SA::Load(a[j] + i + off);
+        __m512 av = SA::Load(a[j] + i + off);
+        // One load per activation vector, kept in a register for the R rows (left to itself the
+        // compiler folds it into every FMA: R loads where one does, and loads then bound the loop).
+        __asm__("" : "+v"(av));
         for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(wv[r], av, acc[r][j]);
       }
     }
@@ -170,70 +199,99 @@ void VecDotFloatTileBlock(int64_t k, const typename SW::T* const* w, const typen
         for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(wv[r], av, acc[r][j]);
       }
     }
+    if (pass == 1) break;
     for (int r = 0; r < R; ++r) {
-      for (int j = 0; j < N; ++j) {
-        if (pass == 0) {
-          _mm512_storeu_ps(first[r][j], acc[r][j]);
-        } else {
-          out[j * out_stride + r] =
-              _mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(first[r][j]), acc[r][j]));
-        }
-      }
+      for (int j = 0; j < N; ++j) _mm512_storeu_ps(first[r][j], acc[r][j]);
+    }
+  }
+  constexpr int kSums = (R * N + 15) / 16 * 16;
+  __m512 sums[kSums];  // pair (r, j) at r * N + j, the rest zero
+  for (int i = R * N; i < kSums; ++i) sums[i] = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < N; ++j) {
+      sums[r * N + j] = _mm512_add_ps(_mm512_loadu_ps(first[r][j]), acc[r][j]);
+    }
+  }
+  float res[kSums];
+  for (int i = 0; i < kSums; i += 16) ReduceAdd16(sums + i, res + i);
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < N; ++j) {
+      const int i = r * N + j;
+      out[j * out_stride + r] = res[i / 16 * 16 + ReducedSlot(i % 16)];
     }
   }
 }
 
-template <class SW, class SA, int R>
-void VecDotFloatTileRows(int64_t k, const typename SW::T* const* w, const char* act,
-                         size_t act_row_bytes, int n_act, float* out, size_t out_stride) {
+// Rows per block for n tokens: R x N accumulators within kFloatTileAccs (with R weight vectors
+// and an activation vector, 29 of the 32 registers at most), at most kAvx512TileRows.
+constexpr int kFloatTileAccs = 24;
+constexpr int FloatTileRows(int n) { return std::min(kAvx512TileRows, kFloatTileAccs / n); }
+
+template <class SW, class SA, int N>
+void VecDotFloatTileN(int64_t k, const char* vw, size_t w_row_bytes, int n_rows, const char* act,
+                      size_t act_row_bytes, float* out, size_t out_stride) {
+  using TW = typename SW::T;
   using TA = typename SA::T;
-  for (int j0 = 0; j0 < n_act; j0 += 4) {
-    const TA* a[4];
-    const int n = std::min(4, n_act - j0);
-    for (int j = 0; j < n; ++j) a[j] = reinterpret_cast<const TA*>(act + (j0 + j) * act_row_bytes);
-    float* o = out + j0 * out_stride;
-    switch (n) {
+  constexpr int kR = FloatTileRows(N);
+  const TA* a[N];
+  for (int j = 0; j < N; ++j) a[j] = reinterpret_cast<const TA*>(act + j * act_row_bytes);
+  const int n_blocks = (n_rows + kR - 1) / kR;
+  for (int b = 0; b < n_blocks; ++b) {  // blocks as even as possible (8 rows by 3: 3, 3, 2)
+    const int r0 = b * n_rows / n_blocks, nr = (b + 1) * n_rows / n_blocks - r0;
+    const TW* w[kR];
+    for (int r = 0; r < nr; ++r) w[r] = reinterpret_cast<const TW*>(vw + (r0 + r) * w_row_bytes);
+    float* o = out + r0;
+    switch (nr) {
       case 1:
-        VecDotFloatTileBlock<SW, SA, R, 1>(k, w, a, o, out_stride);
+        VecDotFloatTileBlock<SW, SA, 1, N>(k, w, a, o, out_stride);
         break;
       case 2:
-        VecDotFloatTileBlock<SW, SA, R, 2>(k, w, a, o, out_stride);
+        if constexpr (kR >= 2) VecDotFloatTileBlock<SW, SA, 2, N>(k, w, a, o, out_stride);
         break;
       case 3:
-        VecDotFloatTileBlock<SW, SA, R, 3>(k, w, a, o, out_stride);
+        if constexpr (kR >= 3) VecDotFloatTileBlock<SW, SA, 3, N>(k, w, a, o, out_stride);
         break;
       default:
-        VecDotFloatTileBlock<SW, SA, R, 4>(k, w, a, o, out_stride);
+        if constexpr (kR >= 4) VecDotFloatTileBlock<SW, SA, 4, N>(k, w, a, o, out_stride);
         break;
     }
   }
 }
 
+// All n_act tokens share one block, so each weight vector is loaded (and, for F16, widened)
+// once per call; rows go in blocks of FloatTileRows(n_act).
 template <class SW, class SA>
 void VecDotFloatTile(int64_t k, const void* vw, size_t w_row_bytes, int n_rows, const void* act,
                      size_t act_row_bytes, int n_act, float* out, size_t out_stride) {
-  using T = typename SW::T;
-  if (n_act == 1) {  // one token: the one-pass row kernel streams each weight row once
-    for (int r = 0; r < n_rows; ++r) {
-      VecDotFloatMultiN<SW, SA, 1>(k, static_cast<const char*>(vw) + r * w_row_bytes,
-                                   static_cast<const char*>(act), 0, out + r);
-    }
-    return;
-  }
-  const T* w[kAvx512TileRows];
-  for (int r = 0; r < n_rows; ++r) {
-    w[r] = reinterpret_cast<const T*>(static_cast<const char*>(vw) + r * w_row_bytes);
-  }
+  const char* w = static_cast<const char*>(vw);
   const char* a = static_cast<const char*>(act);
-  switch (n_rows) {
-    case 1:
-      return VecDotFloatTileRows<SW, SA, 1>(k, w, a, act_row_bytes, n_act, out, out_stride);
+  switch (n_act) {
+    case 1:  // one token: the one-pass row kernel streams each weight row once
+      for (int r = 0; r < n_rows; ++r) {
+        VecDotFloatMultiN<SW, SA, 1>(k, w + r * w_row_bytes, a, 0, out + r);
+      }
+      return;
     case 2:
-      return VecDotFloatTileRows<SW, SA, 2>(k, w, a, act_row_bytes, n_act, out, out_stride);
+      return VecDotFloatTileN<SW, SA, 2>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
+                                         out_stride);
     case 3:
-      return VecDotFloatTileRows<SW, SA, 3>(k, w, a, act_row_bytes, n_act, out, out_stride);
+      return VecDotFloatTileN<SW, SA, 3>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
+                                         out_stride);
+    case 4:
+      return VecDotFloatTileN<SW, SA, 4>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
+                                         out_stride);
+    case 5:
+      return VecDotFloatTileN<SW, SA, 5>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
+                                         out_stride);
+    case 6:
+      return VecDotFloatTileN<SW, SA, 6>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
+                                         out_stride);
+    case 7:
+      return VecDotFloatTileN<SW, SA, 7>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
+                                         out_stride);
     default:
-      return VecDotFloatTileRows<SW, SA, 4>(k, w, a, act_row_bytes, n_act, out, out_stride);
+      return VecDotFloatTileN<SW, SA, 8>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
+                                         out_stride);
   }
 }
 
@@ -625,12 +683,9 @@ void RegisterAvx512Legacy(KernelTable& table) {
   set(GgmlType::kF32, VecDotFloatOne<F32Src, F32Src>, VecDotFloatMulti<F32Src, F32Src>);
   set(GgmlType::kF16, VecDotFloatOne<F16Src, F32Src>, VecDotFloatMulti<F16Src, F32Src>);
   set(GgmlType::kBF16, VecDotFloatOne<BF16Src, BF16Src>, VecDotFloatMulti<BF16Src, BF16Src>);
-  table[static_cast<int>(GgmlType::kF32)].vec_dot_tile =
-      InTilesOfFour<VecDotFloatTile<F32Src, F32Src>>;
-  table[static_cast<int>(GgmlType::kF16)].vec_dot_tile =
-      InTilesOfFour<VecDotFloatTile<F16Src, F32Src>>;
-  table[static_cast<int>(GgmlType::kBF16)].vec_dot_tile =
-      InTilesOfFour<VecDotFloatTile<BF16Src, BF16Src>>;
+  table[static_cast<int>(GgmlType::kF32)].vec_dot_tile = VecDotFloatTile<F32Src, F32Src>;
+  table[static_cast<int>(GgmlType::kF16)].vec_dot_tile = VecDotFloatTile<F16Src, F32Src>;
+  table[static_cast<int>(GgmlType::kBF16)].vec_dot_tile = VecDotFloatTile<BF16Src, BF16Src>;
   set(GgmlType::kQ4_0, VecDotTileOne<Q4_0Tile>, VecDotTileMulti<Q4_0Tile>);
   table[static_cast<int>(GgmlType::kQ4_0)].vec_dot_tile = InTilesOfFour<VecDotTile<Q4_0Tile>>;
   set(GgmlType::kQ4_1, VecDotQuantOne<Q4_1W>, VecDotQuantMulti<Q4_1W>);
