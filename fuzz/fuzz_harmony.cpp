@@ -1,6 +1,8 @@
-// Fuzz target: gpt-oss's harmony answer parser (src/chat/harmony). Input: the generated text.
-// Every call found must have a name; streamed in pieces of several sizes, the deltas must add up
-// to the whole parse, and no delta of reasoning or content may hold more bytes than the text.
+// Fuzz target: gpt-oss's harmony answer parser (src/chat/harmony) and the answer splitter every
+// route reads through (src/chat/answer). Input: the generated text. Every call found must have a
+// name; streamed in pieces of several sizes, the deltas must add up to the whole parse, and no
+// delta of reasoning or content may hold more bytes than the text; the splitter's harmony parts
+// are the parser's.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -8,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "chat/answer.h"
 #include "chat/harmony.h"
 
 namespace {
@@ -51,5 +54,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(sum.content == whole.content, "streamed content differs from the whole parse");
     Check(SameCalls(sum, whole), "streamed calls differ from the whole parse");
   }
+  const lamina::chat::AnswerFormat harmony{true};
+  const lamina::chat::AnswerParts split = lamina::chat::SplitAnswer(harmony, text);
+  Check(split.reasoning == whole.reasoning && split.content == whole.content &&
+            SameCalls({split.reasoning, split.content, split.calls}, whole),
+        "the answer splitter differs from the harmony parse");
+  lamina::chat::AnswerSplitter splitter(harmony);
+  lamina::chat::AnswerParts a = splitter.Push(text), b = splitter.Flush();
+  Check(a.reasoning + b.reasoning == whole.reasoning && a.content + b.content == whole.content &&
+            a.calls.size() + b.calls.size() == whole.calls.size(),
+        "the streamed answer splitter differs from the harmony parse");
   return 0;
 }

@@ -47,6 +47,28 @@ TEST(Cli, PromptChunkGivesIdenticalGreedyTokensInEveryMode) {
   }
 }
 
+// run --chat and chat with gpt-oss's template (the gpt-oss fixture, the answer pinned by a
+// grammar): the analysis channel printed as a thinking block, the final channel as the answer, a
+// call as a line; never harmony's markers.
+TEST(Cli, HarmonyAnswersPrintTheirChannels) {
+  const std::string model =
+      std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/synth-gpt-oss-d256.MXFP4_MOE.gguf";
+  const std::string flags = " -m " + model + " --chat-template gpt-oss -n 400 --temp 0 -t 2";
+  Output run = Lamina(
+      "run --chat -p hi" + flags +
+      " --grammar 'root ::= \"<|channel|>analysis<|message|>User greets.<|end|><|start|>assistant"
+      "<|channel|>final<|message|>Hello there.\"'");
+  ASSERT_EQ(run.code, 0);
+  EXPECT_EQ(run.out, "<think>\nUser greets.\n</think>\n\nHello there.\n");
+  Output chat = lamina::testing_util::RunShell(
+      "echo hi | " + kBinary + " chat" + flags +
+      " --grammar 'root ::= \"<|channel|>analysis<|message|>Need time.<|end|><|start|>assistant"
+      "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{\\\"tz\\\": "
+      "\\\"UTC\\\"}\"' 2>/dev/null");
+  ASSERT_EQ(chat.code, 0);
+  EXPECT_EQ(chat.out, "<think>\nNeed time.\n</think>\n\n[call get_time {\"tz\": \"UTC\"}]\n\n");
+}
+
 TEST(Cli, RunJsonHasTokensTextAndTimings) {
   REQUIRE_SHARED();
   Output o = Lamina("run -m " + Stories() + " -p \"Once upon a time\" -n 8 --temp 0 --json");

@@ -23,6 +23,8 @@
 #include <set>
 #include <thread>
 
+#include "route_parts.h"
+
 namespace {
 
 using json = nlohmann::json;
@@ -1817,6 +1819,98 @@ TEST_F(ServerTest, HarmonyAnswersWithTheGptOssTemplate) {
         json::parse(m["tool_calls"][0]["function"]["arguments"].get<std::string>()).is_object())
         << r.dump();
     EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r.dump();
+  }
+}
+
+// gpt-oss's harmony answers on the other routes (the gpt-oss fixture, random weights; the answers
+// pinned by a forced call's grammar or a JSON format): Anthropic's tool_use block, the Responses
+// function_call item, Ollama's content, each streamed and whole alike (the parts joined), with no
+// harmony marker shown. The channels' mapping itself: harmony_routes_test.
+TEST_F(ServerTest, HarmonyAnswersOnEveryRoute) {
+  using lamina::testing_util::RouteKind;
+  using lamina::testing_util::RouteParts;
+  const std::string model =
+      std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/synth-gpt-oss-d256.MXFP4_MOE.gguf";
+  ServerProcess s({"-m", model, "-c", "2048", "--chat-template", "gpt-oss"});
+  ASSERT_TRUE(s.healthy()) << s.Log();
+  const json schema = {{"type", "object"},
+                       {"properties", {{"tz", {{"type", "string"}, {"enum", {"UTC", "CET"}}}}}},
+                       {"required", {"tz"}},
+                       {"additionalProperties", false}};
+  const json user = {{{"role", "user"}, {"content", "hi"}}};
+  struct Case {
+    RouteKind kind;
+    std::string path;
+    json body;
+    bool call;  // the answer is one get_time call, else JSON content
+  };
+  const std::vector<Case> cases = {
+      {RouteKind::kAnthropic,
+       "/v1/messages",
+       {{"max_tokens", 300},
+        {"temperature", 0},
+        {"messages", user},
+        {"tools", {{{"name", "get_time"}, {"description", "The time"}, {"input_schema", schema}}}},
+        {"tool_choice", {{"type", "any"}}}},
+       true},
+      {RouteKind::kResponses,
+       "/v1/responses",
+       {{"max_output_tokens", 300},
+        {"temperature", 0},
+        {"input", "hi"},
+        {"tools",
+         {{{"type", "function"},
+           {"name", "get_time"},
+           {"description", "The time"},
+           {"parameters", schema}}}},
+        {"tool_choice", "required"}},
+       true},
+      {RouteKind::kResponses,
+       "/v1/responses",
+       {{"max_output_tokens", 300},
+        {"temperature", 0},
+        {"input", "hi"},
+        {"text", {{"format", {{"type", "json_schema"}, {"name", "t"}, {"schema", schema}}}}}},
+       false},
+      {RouteKind::kOllamaChat,
+       "/api/chat",
+       {{"messages", user},
+        {"format", schema},
+        {"options", {{"temperature", 0}, {"num_predict", 300}}}},
+       false},
+      {RouteKind::kOllamaGenerate,
+       "/api/generate",
+       {{"prompt", "hi"},
+        {"format", schema},
+        {"options", {{"temperature", 0}, {"num_predict", 300}}}},
+       false},
+  };
+  httplib::Client c = s.Client();
+  for (const Case& k : cases) {
+    json body = k.body;
+    body["stream"] = false;
+    auto [st, r] = s.Post(k.path, body);
+    ASSERT_EQ(st, 200) << k.path << ": " << r.dump();
+    const RouteParts whole = lamina::testing_util::WholeParts(k.kind, r);
+    EXPECT_FALSE(lamina::testing_util::ShowsMarkers(whole)) << r.dump();
+    EXPECT_EQ(whole.reasoning, "") << r.dump();
+    if (k.call) {
+      ASSERT_EQ(whole.calls.size(), 1u) << r.dump();
+      EXPECT_EQ(whole.calls[0].first, "get_time");
+      EXPECT_TRUE(json::parse(whole.calls[0].second).contains("tz")) << r.dump();
+      EXPECT_EQ(whole.content, "") << r.dump();
+    } else {
+      EXPECT_TRUE(whole.calls.empty()) << r.dump();
+      EXPECT_TRUE(json::parse(whole.content, nullptr, false).contains("tz")) << r.dump();
+    }
+    body["stream"] = true;
+    auto sr = c.Post(k.path, body.dump(), "application/json");
+    ASSERT_TRUE(sr && sr->status == 200) << k.path;
+    const RouteParts streamed = lamina::testing_util::StreamParts(k.kind, sr->body);
+    EXPECT_EQ(streamed, whole) << k.path << "\n"
+                               << lamina::testing_util::DumpParts(streamed) << "\n"
+                               << lamina::testing_util::DumpParts(whole) << "\n"
+                               << sr->body;
   }
 }
 

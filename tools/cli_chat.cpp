@@ -307,20 +307,22 @@ bool ConversationTokens(const chat::ChatSetup& setup, const chat::ChatRenderOpti
 
 // Streams the answer to `tokens`, adds it to the conversation and saves the session file
 // (--session); an exit code.
-int AnswerTurn(const std::vector<int32_t>& tokens, bool opens_thinking, const GenerateOptions& go,
-               SpecSetup* spec, spec::SpecStats* spec_stats, ChatState* chat) {
+int AnswerTurn(const std::vector<int32_t>& tokens, bool opens_thinking, bool harmony,
+               const GenerateOptions& go, SpecSetup* spec, spec::SpecStats* spec_stats,
+               ChatState* chat) {
   // The cells the session shares with this conversation are reused; the rest is evaluated.
   // Ctrl-C (the flag) stops the answer between tokens; what was shown is the answer.
   ClearInterrupt();
   std::string shown;
-  Result<GenerateResult> r = GenerateWithSpec(chat->session, tokens, go, *spec, spec_stats,
-                                              [&shown](const std::string& piece) {
-                                                if (InterruptPending()) return false;
-                                                shown += piece;
-                                                std::fwrite(piece.data(), 1, piece.size(), stdout);
-                                                std::fflush(stdout);
-                                                return true;
-                                              });
+  AnswerPrinter printer(harmony);
+  Result<GenerateResult> r =
+      GenerateWithSpec(chat->session, tokens, go, *spec, spec_stats, [&](const std::string& piece) {
+        if (InterruptPending()) return false;
+        shown += piece;
+        printer.Print(piece);
+        return true;
+      });
+  printer.Finish();
   if (!r.ok()) {
     std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
     return kExitFailure;
@@ -334,13 +336,13 @@ int AnswerTurn(const std::vector<int32_t>& tokens, bool opens_thinking, const Ge
   if (stopped && shown.empty()) {
     chat->messages.pop_back();  // stopped before any text: the question is dropped too
   } else {
-    // A thinking block (opened by the prompt or the answer) is the turn's reasoning_content,
-    // which templates render or drop as they do; the rest is its content.
-    chat::ReasoningSplitter splitter(chat::ReasoningFormat::kDeepseek, opens_thinking);
-    chat::ReasoningDelta parts = splitter.Push(stopped ? shown : r->text);
-    chat::ReasoningDelta last = splitter.Flush();
-    chat::ChatMessage answer{"assistant", parts.content + last.content};
-    answer.reasoning_content = parts.reasoning + last.reasoning;
+    // A thinking block (opened by the prompt or the answer) or harmony's analysis channel is the
+    // turn's reasoning_content, which templates render or drop as they do; the rest is its
+    // content (chat/answer.h, as the server reads answers).
+    chat::AnswerParts parts = chat::SplitAnswer(
+        {harmony, chat::ReasoningFormat::kDeepseek, opens_thinking}, stopped ? shown : r->text);
+    chat::ChatMessage answer{"assistant", std::move(parts.content)};
+    answer.reasoning_content = std::move(parts.reasoning);
     chat->messages.push_back(std::move(answer));
   }
   if (!chat->o.session.empty()) {
@@ -435,7 +437,7 @@ int RunChat(const ChatOptions& options) {
                             &opens_thinking)) {
       continue;
     }
-    rc = AnswerTurn(tokens, opens_thinking, go, &spec, &spec_stats, &chat);
+    rc = AnswerTurn(tokens, opens_thinking, setup.harmony, go, &spec, &spec_stats, &chat);
     if (rc != kExitOk) return rc;
   }
   if (spec.drafter) std::fprintf(stderr, "lamina: %s\n", SpecSummary(spec, spec_stats).c_str());

@@ -363,4 +363,36 @@ void PrintKvSummary(const KvCache& cache) {
                window.c_str());
 }
 
+void AnswerPrinter::Write(const std::string& text) {
+  if (text.empty()) return;
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+void AnswerPrinter::Parts(const chat::AnswerParts& p) {
+  if (!p.reasoning.empty()) {
+    if (!thinking_open_) Write("<think>\n");
+    thinking_open_ = true;
+    Write(p.reasoning);
+  }
+  if (thinking_open_ && (!p.content.empty() || !p.calls.empty())) {
+    Write("\n</think>\n\n");
+    thinking_open_ = false;
+  }
+  Write(p.content);
+  for (const chat::ToolCall& c : p.calls) Write("[call " + c.name + " " + c.arguments + "]\n");
+}
+
+void AnswerPrinter::Print(const std::string& piece) {
+  if (!harmony_) return Write(piece);
+  Parts(splitter_.Push(piece));
+}
+
+void AnswerPrinter::Finish() {
+  if (!harmony_) return;
+  Parts(splitter_.Flush());
+  if (thinking_open_) Write("\n</think>\n");
+  thinking_open_ = false;
+}
+
 }  // namespace lamina::cli

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "chat/answer.h"
 #include "chat/chat_template.h"
 #include "cli_commands.h"
 #include "model/model.h"
@@ -91,5 +92,26 @@ bool ReadChatSetup(const Model& model, const ChatTemplateOptions& options, chat:
 inline bool ReadChatSetup(const Model& model, chat::ChatSetup* out, int* exit_code) {
   return ReadChatSetup(model, ChatTemplateOptions{}, out, exit_code);
 }
+
+// A chat answer printed to stdout as it streams. Other templates' text is printed as generated
+// (a `<think>` block included); a harmony (gpt-oss) answer goes through chat::AnswerSplitter and
+// never shows its markers: the analysis channel inside `<think>` ... `</think>` as a thinking
+// model's block reads, the final channel as the answer, a tool call as a line
+// `[call NAME ARGUMENTS]`.
+class AnswerPrinter {
+ public:
+  explicit AnswerPrinter(bool harmony)
+      : harmony_(harmony), splitter_(chat::AnswerFormat{harmony}) {}
+  void Print(const std::string& piece);
+  void Finish();  // the end of the answer: what was held back
+
+ private:
+  void Parts(const chat::AnswerParts& p);
+  void Write(const std::string& text);
+
+  bool harmony_;
+  chat::AnswerSplitter splitter_;
+  bool thinking_open_ = false;  // printed "<think>" and not yet its close
+};
 
 }  // namespace lamina::cli

@@ -16,8 +16,9 @@ namespace lamina::cli {
 namespace {
 
 // --chat: the prompt as one user turn in the chat template; an exit code.
+// *harmony: the template writes gpt-oss's harmony answers.
 int ApplyChatTemplate(const Model& model, const ChatTemplateOptions& chat_template,
-                      std::string* prompt) {
+                      std::string* prompt, bool* harmony) {
   const Tokenizer& tok = model.tokenizer();
   chat::ChatSetup setup;
   int rc = kExitOk;
@@ -29,6 +30,7 @@ int ApplyChatTemplate(const Model& model, const ChatTemplateOptions& chat_templa
     return kExitBadInput;
   }
   *prompt = std::move(*text);
+  *harmony = setup.harmony;
   return kExitOk;
 }
 
@@ -104,8 +106,10 @@ int RunGenerate(const RunOptions& o) {
   if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
 
   bool ignore_eos = o.ignore_eos;
-  if (o.chat) {  // the prompt is one user turn; the answer ends with the turn
-    if (int chat_rc = ApplyChatTemplate(model, o.chat_template, &prompt); chat_rc != kExitOk) {
+  bool harmony = false;  // --chat with gpt-oss's template: the answer printed by its channels
+  if (o.chat) {          // the prompt is one user turn; the answer ends with the turn
+    if (int chat_rc = ApplyChatTemplate(model, o.chat_template, &prompt, &harmony);
+        chat_rc != kExitOk) {
       return chat_rc;
     }
     ignore_eos = false;
@@ -146,19 +150,18 @@ int RunGenerate(const RunOptions& o) {
   const int n_prompt = static_cast<int>(prompt_tokens.size());
   const bool progress = StderrIsTerminal() && !o.json && n_prompt > 256;
   spec::SpecStats spec_stats;
+  AnswerPrinter printer(harmony);
   Result<GenerateResult> r = GenerateWithSpec(
       session, prompt_tokens, go, spec, &spec_stats,
       [&](const std::string& piece) {
-        if (!o.json) {
-          std::fwrite(piece.data(), 1, piece.size(), stdout);
-          std::fflush(stdout);
-        }
+        if (!o.json) printer.Print(piece);
         return true;
       },
       [&](int done, int total) {
         if (progress)
           std::fprintf(stderr, "\rprompt %d/%d%s", done, total, done == total ? "\n" : "");
       });
+  if (!o.json) printer.Finish();
   if (!r.ok()) {
     std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
     return kExitFailure;

@@ -13,6 +13,7 @@
 #include <ctime>
 #include <random>
 
+#include "chat/answer.h"
 #include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "json_limits.h"
@@ -93,39 +94,56 @@ std::string SplitCalls(const AnswerInfo& info, const std::string& text,
   return Trimmed(parsed.content);
 }
 
-// Streamed answer text: the thinking block apart (AnswerInfo::reasoning_format), the content
-// with tool calls held back.
+// The answer's format for chat/answer.h.
+chat::AnswerFormat FormatOf(const AnswerInfo& info) {
+  return {info.harmony, info.reasoning_format, info.thinking_at_start};
+}
+
+// Streamed answer text: reasoning apart (a thinking block, or harmony's analysis channel: the
+// shared chat::AnswerSplitter), the content with tool calls held back (harmony's calls come whole
+// from the splitter, kept for the end).
 class AnswerText {
  public:
   explicit AnswerText(const AnswerInfo& info)
-      : splitter_(info.reasoning_format, info.thinking_at_start), held_(info) {}
+      : harmony_(info.harmony), splitter_(FormatOf(info)), held_(info) {}
   struct Parts {
     std::string reasoning, content;
   };
   // What of `piece` (and of earlier pieces held back) can go out now.
-  Parts Add(const std::string& piece) {
-    chat::ReasoningDelta d = splitter_.Push(piece);
-    return {std::move(d.reasoning), held_.Add(d.content)};
-  }
+  Parts Add(const std::string& piece) { return Take(splitter_.Push(piece)); }
   // At the end: the rest, and the tool calls.
   Parts Finish(std::vector<chat::ToolCall>* calls) {
-    chat::ReasoningDelta d = splitter_.Flush();
-    Parts out{std::move(d.reasoning), held_.Add(d.content)};
-    out.content += held_.Finish(calls);
+    Parts out = Take(splitter_.Flush());
+    if (harmony_) {
+      *calls = std::move(calls_);
+    } else {
+      out.content += held_.Finish(calls);
+    }
     return out;
   }
 
  private:
-  chat::ReasoningSplitter splitter_;
+  Parts Take(chat::AnswerParts p) {
+    for (chat::ToolCall& c : p.calls) calls_.push_back(std::move(c));
+    if (harmony_) return {std::move(p.reasoning), std::move(p.content)};
+    return {std::move(p.reasoning), held_.Add(p.content)};
+  }
+
+  bool harmony_;
+  chat::AnswerSplitter splitter_;
   HeldText held_;
+  std::vector<chat::ToolCall> calls_;  // harmony's calls so far
 };
 
 // The whole answer's reasoning, content and calls.
 AnswerText::Parts SplitAnswer(const AnswerInfo& info, const std::string& text,
                               std::vector<chat::ToolCall>* calls) {
-  chat::ReasoningSplitter splitter(info.reasoning_format, info.thinking_at_start);
-  chat::ReasoningDelta a = splitter.Push(text), b = splitter.Flush();
-  return {a.reasoning + b.reasoning, SplitCalls(info, a.content + b.content, calls)};
+  chat::AnswerParts p = chat::SplitAnswer(FormatOf(info), text);
+  if (info.harmony) {
+    *calls = std::move(p.calls);
+    return {std::move(p.reasoning), std::move(p.content)};  // as streamed
+  }
+  return {std::move(p.reasoning), SplitCalls(info, p.content, calls)};
 }
 
 // ---- Anthropic ----

@@ -63,6 +63,9 @@ struct AnswerInfo {
   // Anthropic's thinking blocks are signed for this tenant (null: an empty signature).
   const ThinkingSigner* signer = nullptr;
   std::string scope;
+  // gpt-oss's harmony answer (api::Completion::harmony): the analysis channel is the reasoning,
+  // messages to functions.NAME the tool calls, the final channel the content (chat/answer.h).
+  bool harmony = false;
 };
 
 // One protocol's answer (one choice) from the engine's events: a whole JSON answer, or a

@@ -28,7 +28,7 @@
 #include "../cli_options.h"
 #include "../cli_spec.h"
 #include "api.h"
-#include "chat/harmony.h"
+#include "chat/answer.h"
 #include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "cors_proxy.h"
@@ -730,9 +730,9 @@ class OaiStream {
     sent_.assign(n, 0);
     content_.resize(n);
     for (size_t k = 0; k < n; ++k) {
-      splitters_.emplace_back(c_->reasoning_format, c_->thinking_at_start);
+      splitters_.emplace_back(
+          chat::AnswerFormat{c_->harmony, c_->reasoning_format, c_->thinking_at_start});
     }
-    harmony_.resize(n);
     harmony_calls_.resize(n);
     timings_.resize(n);
   }
@@ -840,11 +840,11 @@ class OaiStream {
     tokens_[i].insert(tokens_[i].end(), e.tokens.begin(), e.tokens.end());
     pending_[i].Add(e);
     std::string text = e.text;
-    if (route_ == Route::kOaiChat && c->harmony) return HarmonyText(i, harmony_[i].Push(e.text));
+    if (route_ == Route::kOaiChat && c->harmony) return HarmonyText(i, splitters_[i].Push(e.text));
     if (route_ == Route::kOaiChat) {
       if (c->reasoning_format != chat::ReasoningFormat::kNone) {
         // The thinking block goes out as reasoning_content deltas.
-        chat::ReasoningDelta d = splitters_[i].Push(e.text);
+        chat::AnswerParts d = splitters_[i].Push(e.text);
         if (!d.reasoning.empty() &&
             !Write(Sse(Chunk(i, {{"reasoning_content", d.reasoning}}, nullptr)))) {
           return false;
@@ -894,7 +894,7 @@ class OaiStream {
 
   // A harmony answer's new parts: reasoning and content as chunks now (with the log-probabilities
   // so far), calls kept for the end.
-  bool HarmonyText(size_t i, chat::HarmonyParse d) {
+  bool HarmonyText(size_t i, chat::AnswerParts d) {
     for (chat::ToolCall& call : d.calls) harmony_calls_[i].push_back(std::move(call));
     if (!d.reasoning.empty() &&
         !Write(Sse(Chunk(i, {{"reasoning_content", d.reasoning}}, nullptr)))) {
@@ -974,7 +974,7 @@ class OaiStream {
     } else {
       const char* finish = api::FinishReason(e.reason);
       if (c->harmony) {
-        ok = HarmonyText(i, harmony_[i].Flush());
+        ok = HarmonyText(i, splitters_[i].Flush());
         if (ok && !harmony_calls_[i].empty()) {
           for (json& call : ToolCallsJson(harmony_calls_[i], true)) {
             ok = ok && Write(Sse(Chunk(i, {{"tool_calls", json::array({call})}}, nullptr)));
@@ -982,7 +982,7 @@ class OaiStream {
           finish = "tool_calls";
         }
       } else if (c->reasoning_format != chat::ReasoningFormat::kNone) {
-        chat::ReasoningDelta d = splitters_[i].Flush();
+        chat::AnswerParts d = splitters_[i].Flush();
         if (!d.reasoning.empty()) {
           ok = Write(Sse(Chunk(i, {{"reasoning_content", d.reasoning}}, nullptr)));
         }
@@ -1029,9 +1029,8 @@ class OaiStream {
   std::vector<Probs> pending_;  // log-probabilities not sent yet (their text may be held back)
   std::vector<size_t> sent_;    // chat with tools: bytes of text sent as content so far
   std::vector<std::string> content_;  // chat: the answer's content so far (no thinking block)
-  std::vector<chat::ReasoningSplitter> splitters_;          // chat: thinking block apart
-  std::vector<chat::HarmonyStream> harmony_;                // chat with a harmony template
-  std::vector<std::vector<chat::ToolCall>> harmony_calls_;  // its calls, sent at the end
+  std::vector<chat::AnswerSplitter> splitters_;  // chat: reasoning apart (thinking or harmony)
+  std::vector<std::vector<chat::ToolCall>> harmony_calls_;  // harmony's calls, sent at the end
   std::vector<serve::Timings> timings_;
   bool finished_ = false;
 };
@@ -1064,20 +1063,11 @@ std::pair<int, json> Server::OaiWhole(const api::Completion& c, const Collector&
                          {"logprobs", c.logprobs ? LegacyLogprobs(tok, k.probs) : json(nullptr)},
                          {"finish_reason", api::FinishReason(k.last.reason)}});
     } else {
-      std::string content = k.text, reasoning;
-      std::vector<chat::ToolCall> harmony_calls;
-      if (c.harmony) {
-        chat::HarmonyParse parsed = chat::ParseHarmony(k.text);
-        content = std::move(parsed.content);
-        reasoning = std::move(parsed.reasoning);
-        harmony_calls = std::move(parsed.calls);
-      } else if (c.reasoning_format != chat::ReasoningFormat::kNone) {
-        chat::ReasoningSplitter splitter(c.reasoning_format, c.thinking_at_start);
-        chat::ReasoningDelta d = splitter.Push(k.text);
-        chat::ReasoningDelta tail = splitter.Flush();
-        content = d.content + tail.content;
-        reasoning = d.reasoning + tail.reasoning;
-      }
+      // Reasoning (thinking block or harmony's analysis), content and harmony's calls.
+      chat::AnswerParts parts = chat::SplitAnswer(
+          chat::AnswerFormat{c.harmony, c.reasoning_format, c.thinking_at_start}, k.text);
+      std::string content = std::move(parts.content), reasoning = std::move(parts.reasoning);
+      std::vector<chat::ToolCall> harmony_calls = std::move(parts.calls);
       json message = {{"role", "assistant"}, {"content", content}};
       if (!reasoning.empty()) message["reasoning_content"] = reasoning;
       const char* finish = api::FinishReason(k.last.reason);
@@ -1801,11 +1791,11 @@ void Server::HandleProtocol(const http::Request& req, http::Response& res, Proto
   Channels channels;
   if (!ok || !Admit(req, mapped, c.get(), &channels, &err)) return SendError(res, err, style);
   for (size_t i = 1; i < channels.size(); ++i) channels[i]->Cancel();  // one answer only
-  const protocols::AnswerInfo info{
-      model_id_,           static_cast<int>(c->requests[0].prompt.size()),
-      c->parse_tool_calls, c->tool_names,
-      c->reasoning_format, c->thinking_at_start,
-      &thinking_signer_,   KeyScope(req)};
+  protocols::AnswerInfo info{model_id_,           static_cast<int>(c->requests[0].prompt.size()),
+                             c->parse_tool_calls, c->tool_names,
+                             c->reasoning_format, c->thinking_at_start,
+                             &thinking_signer_,   KeyScope(req)};
+  info.harmony = !raw && c->harmony;  // /api/generate's raw mode stays raw
   std::shared_ptr<protocols::Formatter> f =
       p == Protocol::kAnthropic ? protocols::MakeAnthropicFormatter(info)
       : p == Protocol::kResponses
