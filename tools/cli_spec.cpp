@@ -2,6 +2,7 @@
 #include "cli_spec.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -141,6 +142,26 @@ bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, cons
     out->drafter = std::make_unique<spec::ModelDrafter>(*out->draft_model, dc, pool, o.draft_p_min);
   }
   return true;
+}
+
+bool AttachMtpHead(const std::string& modes, const std::string& model_path, Model& model,
+                   int* exit_code) {
+  bool wanted = false;
+  for (size_t start = 0; start <= modes.size();) {
+    const size_t comma = std::min(modes.find(',', start), modes.size());
+    wanted = wanted || modes.substr(start, comma - start) == "mtp";
+    start = comma + 1;
+  }
+  if (!wanted || model.mtp() != nullptr) return true;
+  namespace fs = std::filesystem;
+  const fs::path t(model_path);
+  const fs::path head = t.parent_path() / (t.stem().string() + "-mtp.gguf");
+  if (!fs::exists(head)) return true;  // CheckMtp refuses the model later, naming the file
+  Status st = LoadMtpHead(model, head.string());
+  if (st.ok()) return true;
+  std::fprintf(stderr, "lamina: --spec mtp: %s\n", st.error().message.c_str());
+  *exit_code = kExitBadInput;
+  return false;
 }
 
 std::unique_ptr<spec::Drafter> NewDrafter(const SpecCliOptions& o, const SpecSetup& setup,

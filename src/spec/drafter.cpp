@@ -100,8 +100,9 @@ Status ModelDrafter::Draft(const std::vector<int32_t>& history, int max_tokens,
 Status CheckMtp(const Model& model) {
   if (model.mtp() != nullptr) return Status::Ok();
   return Error{"--spec mtp: the model (" + model.hparams().arch +
-               ") has no multi-token-prediction block (" + model.hparams().arch +
-               ".nextn_predict_layers and blk.N.nextn.* tensors, dense qwen35 only)"};
+               ") has no multi-token-prediction block (a qwen35 or qwen35moe file's " +
+               model.hparams().arch +
+               ".nextn_predict_layers block, or a dense model's <model>-mtp.gguf head beside it)"};
 }
 
 MtpDrafter::MtpDrafter(Session& target, int seq, const SessionConfig& config, ThreadPool& pool)
