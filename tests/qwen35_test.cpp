@@ -594,6 +594,7 @@ void CheckEngineTwoSlots(const Model& model, bool echo) {
     ec.spec.draft_session.kv_type = KvType::kK8V4;
     ec.spec.options.adaptive = false;
     ec.spec.options.draft_max = 3;
+    ec.spec.draft_p_min = 0.0f;  // every draft proposed, however unsure the block is
     engine::Engine eng(s, ec, &pool);
     std::vector<std::shared_ptr<Collect>> sinks;
     for (int i = 0; i < 2; ++i) {
