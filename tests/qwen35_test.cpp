@@ -2,8 +2,8 @@
 // multi-section RoPE against its rule, the layer pattern and shapes read from the repository
 // fixtures, a file carrying a multi-token-prediction block loading with the trunk's logits
 // unchanged, the block's proposal against one computed by hand from its weights and its drafts
-// against llama.cpp's, greedy `--spec mtp` decoding (qwen35 and qwen35moe, alone and in a two-slot engine) equal to
-// plain greedy in every KV mode, and one clear error per malformed file.
+// against llama.cpp's, greedy `--spec mtp` decoding (qwen35 and qwen35moe, alone and in a two-slot
+// engine) equal to plain greedy in every KV mode, and one clear error per malformed file.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
