@@ -2,8 +2,8 @@
 // multi-section RoPE against its rule, the layer pattern and shapes read from the repository
 // fixtures, a file carrying a multi-token-prediction block loading with the trunk's logits
 // unchanged, the block's proposal against one computed by hand from its weights and its drafts
-// against llama.cpp's, greedy `--spec mtp` decoding (alone and in a two-slot engine) equal to
-// plain greedy in every KV mode, and one clear error per malformed file.
+// against llama.cpp's, greedy `--spec mtp` decoding (qwen35 and qwen35moe, alone and in a two-slot
+// engine) equal to plain greedy in every KV mode, and one clear error per malformed file.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -187,10 +187,10 @@ TEST_F(Qwen35Files, MultiTokenPredictionBlockIsSkippedAndLeavesTheTrunkAlone) {
     for (const gguf::TensorInfo& t : (*f)->tensors()) {
       if (t.name.rfind("blk.3.", 0) == 0) r.extra.push_back({"blk.4." + t.name.substr(6), t.name});
     }
-    // eh_proj [2 n_embd -> n_embd]: the dense file's ffn_down has that shape (the MoE
-    // variant's block is not loaded, so any tensor does).
+    // eh_proj [2 n_embd -> n_embd]: the dense file's ffn_down has that shape, and both files'
+    // attn_output (q_dim = 2 n_embd).
     r.extra.push_back({"blk.4.nextn.eh_proj.weight",
-                       src == kDense ? "blk.3.ffn_down.weight" : "blk.3.attn_q.weight"});
+                       src == kDense ? "blk.3.ffn_down.weight" : "blk.3.attn_output.weight"});
     r.extra.push_back({"blk.4.nextn.enorm.weight", "blk.3.attn_norm.weight"});
     r.extra.push_back({"blk.4.nextn.hnorm.weight", "blk.3.attn_norm.weight"});
     const std::string path = Path(arch + "_mtp");
@@ -204,7 +204,7 @@ TEST_F(Qwen35Files, MultiTokenPredictionBlockIsSkippedAndLeavesTheTrunkAlone) {
     const std::vector<float> with_mtp = PromptLogits(**mtp);
     ASSERT_FALSE(with_mtp.empty()) << arch;
     EXPECT_EQ(with_mtp, PromptLogits(**plain)) << arch;
-    EXPECT_EQ((*mtp)->mtp() != nullptr, src == kDense) << arch;
+    EXPECT_NE((*mtp)->mtp(), nullptr) << arch;
     EXPECT_EQ((*plain)->mtp(), nullptr);
     EXPECT_EQ((*mtp)->WeightBytesPerToken(), (*plain)->WeightBytesPerToken()) << arch;
   }
@@ -213,22 +213,25 @@ TEST_F(Qwen35Files, MultiTokenPredictionBlockIsSkippedAndLeavesTheTrunkAlone) {
 // ---------------------------------------------------------------------------------------------
 // Multi-token prediction.
 
-// The dense fixture with an MTP block blk.4 made of its own tensors: blk.3's attention and FFN,
-// eh_proj = blk.3's ffn_down ([2 n_embd -> n_embd]), the norms from other layers, its own head
-// norm (the output head is the trunk's).
-std::string WriteMtpFile(const std::string& path) {
-  Result<std::unique_ptr<gguf::File>> f = gguf::File::Open(kDense);
+// The dense fixture (or `src`, the MoE one) with an MTP block blk.4 made of its own tensors:
+// blk.3's attention and FFN (the MoE file's: its experts and shared expert), eh_proj = blk.3's
+// ffn_down (MoE: attn_output; both [2 n_embd -> n_embd]), the norms from other layers, its own
+// head norm (the output head is the trunk's).
+std::string WriteMtpFile(const std::string& path, const std::string& src = kDense) {
+  Result<std::unique_ptr<gguf::File>> f = gguf::File::Open(src);
   if (!f.ok()) return f.error().message;
+  const std::string arch = *(*f)->GetString("general.architecture");
   Rewrite r;
-  r.set_u32 = {{"qwen35.block_count", 5}, {"qwen35.nextn_predict_layers", 1}};
+  r.set_u32 = {{arch + ".block_count", 5}, {arch + ".nextn_predict_layers", 1}};
   for (const gguf::TensorInfo& t : (*f)->tensors()) {
     if (t.name.rfind("blk.3.", 0) == 0) r.extra.push_back({"blk.4." + t.name.substr(6), t.name});
   }
-  r.extra.push_back({"blk.4.nextn.eh_proj.weight", "blk.3.ffn_down.weight"});
+  r.extra.push_back({"blk.4.nextn.eh_proj.weight",
+                     src == kDense ? "blk.3.ffn_down.weight" : "blk.3.attn_output.weight"});
   r.extra.push_back({"blk.4.nextn.enorm.weight", "blk.0.attn_norm.weight"});
   r.extra.push_back({"blk.4.nextn.hnorm.weight", "blk.1.post_attention_norm.weight"});
   r.extra.push_back({"blk.4.nextn.shared_head_norm.weight", "blk.2.attn_norm.weight"});
-  return Write(kDense, path, r);
+  return Write(src, path, r);
 }
 
 // A file whose MTP block proposes exactly what the trunk will: every trunk layer's output
@@ -451,13 +454,7 @@ std::vector<std::vector<int32_t>> MtpPrompts(const Model& m) {
 
 // Greedy --spec mtp: the ids, the KV bytes and the recurrent state of plain greedy decoding, in
 // every KV mode (the block's cache in the same mode), with drafts proposed and verified.
-TEST_F(Qwen35Files, MtpGreedyEqualsPlainGreedyInEveryKvMode) {
-  if (!fs::exists(kDense)) GTEST_SKIP() << kDense << " is absent";
-  const std::string path = Path("mtp");
-  ASSERT_EQ(WriteMtpFile(path), "");
-  Result<std::unique_ptr<Model>> m = LoadModel(path);
-  ASSERT_TRUE(m.ok()) << m.error().message;
-  const Model& model = **m;
+void CheckMtpGreedyEqualsPlain(const Model& model) {
   ThreadPool pool(2);
   spec::SpecOptions so;
   so.adaptive = false;
@@ -496,9 +493,30 @@ TEST_F(Qwen35Files, MtpGreedyEqualsPlainGreedyInEveryKvMode) {
   }
   EXPECT_GT(total.verify_steps, 100);
   EXPECT_GT(total.drafted, total.verify_steps);
-  std::printf("mtp: drafted %lld, accepted %lld over %lld verify steps\n",
-              static_cast<long long>(total.drafted), static_cast<long long>(total.accepted),
-              static_cast<long long>(total.verify_steps));
+  std::printf("mtp (%s): drafted %lld, accepted %lld over %lld verify steps\n",
+              model.hparams().arch.c_str(), static_cast<long long>(total.drafted),
+              static_cast<long long>(total.accepted), static_cast<long long>(total.verify_steps));
+}
+
+TEST_F(Qwen35Files, MtpGreedyEqualsPlainGreedyInEveryKvMode) {
+  if (!fs::exists(kDense)) GTEST_SKIP() << kDense << " is absent";
+  const std::string path = Path("mtp");
+  ASSERT_EQ(WriteMtpFile(path), "");
+  Result<std::unique_ptr<Model>> m = LoadModel(path);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  CheckMtpGreedyEqualsPlain(**m);
+}
+
+// qwen35moe: the block's FFN is the trunk's kind (routed experts and the shared expert).
+TEST_F(Qwen35Files, MoeMtpGreedyEqualsPlainGreedyInEveryKvMode) {
+  if (!fs::exists(kMoe)) GTEST_SKIP() << kMoe << " is absent";
+  const std::string path = Path("moe_mtp");
+  ASSERT_EQ(WriteMtpFile(path, kMoe), "");
+  Result<std::unique_ptr<Model>> m = LoadModel(path);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  ASSERT_NE((*m)->mtp(), nullptr);
+  EXPECT_EQ((*m)->mtp()->hparams().n_layer, 1);
+  CheckMtpGreedyEqualsPlain(**m);
 }
 
 // The echo block (WriteEchoMtpFile) drafts what the model then decodes: drafts are accepted,
@@ -576,6 +594,7 @@ void CheckEngineTwoSlots(const Model& model, bool echo) {
     ec.spec.draft_session.kv_type = KvType::kK8V4;
     ec.spec.options.adaptive = false;
     ec.spec.options.draft_max = 3;
+    ec.spec.draft_p_min = 0.0f;  // every draft proposed, however unsure the block is
     engine::Engine eng(s, ec, &pool);
     std::vector<std::shared_ptr<Collect>> sinks;
     for (int i = 0; i < 2; ++i) {

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "cli_common.h"
+#include "cli_spec.h"
 #include "runtime/session.h"
 #include "util/timer.h"
 
@@ -239,6 +240,7 @@ int RunBench(const BenchOptions& o) {
   }
   LoadedModel lm = LoadModelForCli(o.common);
   if (!lm.model) return kExitBadInput;
+  if (int rc = kExitOk; !AttachMtpHead(o.spec, o.common.model_path, *lm.model, &rc)) return rc;
   const Model& model = *lm.model;
   ThreadPool pool(o.common.n_threads);
   SessionConfig sc;

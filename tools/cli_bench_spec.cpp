@@ -1,4 +1,4 @@
-// `lamina bench --spec off,lookup,draft`: greedy generation on a fixed task set (counting to
+// `lamina bench --spec off,lookup,draft,mtp`: greedy generation on a fixed task set (counting to
 // 300, a JSON object, copying a 50-item list, prose), each task in the model's chat template,
 // with each speculative mode, in interleaved rounds (every round runs every task × mode once, in
 // a fresh session). Prints per task and mode the median decode tok/s, the median of the
@@ -59,8 +59,8 @@ bool ParseSpecModes(const std::string& list, std::vector<std::string>* modes) {
   for (size_t start = 0; start <= list.size();) {
     const size_t comma = std::min(list.find(',', start), list.size());
     const std::string m = list.substr(start, comma - start);
-    if (m != "off" && m != "lookup" && m != "draft") {
-      std::fprintf(stderr, "lamina: --spec takes off, lookup and draft, comma-separated\n");
+    if (m != "off" && m != "lookup" && m != "draft" && m != "mtp") {
+      std::fprintf(stderr, "lamina: --spec takes off, lookup, draft and mtp, comma-separated\n");
       return false;
     }
     if (std::find(modes->begin(), modes->end(), m) == modes->end()) modes->push_back(m);
@@ -154,7 +154,7 @@ int RunBenchSpec(const BenchOptions& o, const Model& model, ThreadPool& pool) {
       for (const std::string& m : modes) {
         Session session(model, sc, pool);
         SpecSetup& setup = setups[m];
-        setup.drafter = NewDrafter(options[m], setup, pool);
+        setup.drafter = NewDrafter(options[m], setup, pool, &session);
         spec::SpecStats stats;
         Result<GenerateResult> r = GenerateWithSpec(session, prompt, go, setup, &stats);
         if (!r.ok()) {

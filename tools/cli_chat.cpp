@@ -361,6 +361,7 @@ int RunChat(const ChatOptions& options) {
   const RunOptions& o = options.run;
   LoadedModel lm = LoadModelForCli(o.common);
   if (!lm.model) return kExitBadInput;
+  if (int rc = kExitOk; !AttachMtpHead(o.spec.mode, o.common.model_path, *lm.model, &rc)) return rc;
   const Model& model = *lm.model;
   chat::ChatSetup setup;
   int rc = kExitOk;

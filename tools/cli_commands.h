@@ -52,7 +52,7 @@ struct CommonOptions {
 
 // Speculative decoding (cli_spec.h).
 struct SpecCliOptions {
-  std::string mode = "off";  // off, lookup, draft
+  std::string mode = "off";  // off, lookup, draft, mtp
   std::string draft_model;   // -md; empty: <model>-draft.gguf beside the model
   static constexpr int kUnset = -(1 << 30);
   int draft_max = kUnset;  // kUnset: the mode's default
@@ -149,6 +149,7 @@ struct ScoreOptions {
   std::string save_logits;
   std::string kl_base;
   bool json = false;
+  bool mtp = false;  // score the model's MTP block (its own, or <model>-mtp.gguf's)
 };
 // `lamina score`: teacher-forced perplexity, logits dump and KL divergence against a dump.
 int RunScore(const ScoreOptions& options);
@@ -161,7 +162,7 @@ struct BenchOptions {
   int reps = 3;
   bool json = false;
   std::string parallel;  // --parallel B[,B...]: batched decode of B sequences per step
-  // --spec off,lookup,draft: greedy generation on a fixed task set (counting, JSON, copying a
+  // --spec off,lookup,draft,mtp: greedy generation on a fixed task set (counting, JSON, copying a
   // list, prose) with each mode, interleaved rounds (cli_bench_spec.cpp).
   std::string spec;
   SpecCliOptions spec_options;  // -md, --draft-max, ... (mode set per leg)
@@ -189,7 +190,7 @@ struct ProbeOptions {
   uint64_t seed = 0;
   int n_threads = 0;
   std::vector<std::string> inject_faults;  // test-only: "LEG_INDEX:FAULT"
-  std::string spec = "off";     // --spec off,lookup,draft: each KV leg crossed with these modes
+  std::string spec = "off";     // --spec off,lookup,draft,mtp: each KV leg crossed with these modes
   SpecCliOptions spec_options;  // -md, --draft-max, ... for the speculative legs
   std::string url;      // --url: probe this OpenAI-compatible server (model_path: its model name)
   std::string api_key;  // --url's Bearer token

@@ -64,7 +64,7 @@ struct LegSpec {
   KvRounding v_round = KvRounding::kNearest;
   int window = kKvWindowModeDefault;         // --kv-window
   probe::Fault fault = probe::Fault::kNone;  // test-only (--inject-fault)
-  std::string spec = "off";                  // speculative decoding: off, lookup, draft
+  std::string spec = "off";                  // speculative decoding: off, lookup, draft, mtp
   std::string name;                          // "k8v4/rtn", "f16+lookup"
 };
 
@@ -397,8 +397,8 @@ std::vector<LegSpec> KvLegs(std::vector<KvType> kvs, const std::vector<KvRoundin
 int CrossSpecModes(const std::string& modes, std::vector<LegSpec>* specs) {
   std::vector<std::string> spec_modes = SplitList(modes);
   for (const std::string& m : spec_modes) {
-    if (m != "off" && m != "lookup" && m != "draft") {
-      std::fprintf(stderr, "lamina: --spec: \"%s\" is not off, lookup or draft\n", m.c_str());
+    if (m != "off" && m != "lookup" && m != "draft" && m != "mtp") {
+      std::fprintf(stderr, "lamina: --spec: \"%s\" is not off, lookup, draft or mtp\n", m.c_str());
       return kExitUsage;
     }
   }
@@ -508,7 +508,9 @@ std::vector<probe::Leg> MakeLegs(const Model& model, ThreadPool& pool,
     if (spec.spec != "off") {
       const SpecSetup* setup = &setups->setups[spec.spec];
       const SpecCliOptions* sco = &setups->options[spec.spec];
-      drafter = [setup, sco, &pool] { return NewDrafter(*sco, *setup, pool); };
+      drafter = [setup, sco, &pool](Session& target) {
+        return NewDrafter(*sco, *setup, pool, &target);
+      };
       so = setup->options;
     }
     leg.backend = std::make_unique<probe::LocalBackend>(model, pool, LegSession(spec, n_ctx, seed),
@@ -548,6 +550,7 @@ int RunProbe(const ProbeOptions& o) {
   if (!ResolveModelPath(&model_path)) return kExitUsage;
   LoadedModel lm = LoadModelForCli(model_path);
   if (!lm.model) return kExitBadInput;
+  if (int rc = kExitOk; !AttachMtpHead(o.spec, model_path, *lm.model, &rc)) return rc;
   const Model& model = *lm.model;
   const Hparams& hp = model.hparams();
   config.n_ctx = hp.n_ctx_train > 0 ? std::min(o.n_ctx, hp.n_ctx_train) : o.n_ctx;

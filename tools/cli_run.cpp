@@ -97,6 +97,7 @@ int RunGenerate(const RunOptions& o) {
   }
   LoadedModel lm = LoadModelForCli(o.common);
   if (!lm.model) return kExitBadInput;
+  if (int rc = kExitOk; !AttachMtpHead(o.spec.mode, o.common.model_path, *lm.model, &rc)) return rc;
   const Model& model = *lm.model;
   const Tokenizer& tok = model.tokenizer();
 

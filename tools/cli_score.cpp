@@ -1,7 +1,8 @@
 // `lamina score`: teacher-forced evaluation. The text is tokenized (with BOS) and processed in
 // consecutive windows of n_ctx tokens, each in a fresh cache; every position's next-token
 // distribution is scored. --save-logits writes all logits; --kl-base compares against such a
-// file (KL(base || this), top-1 agreement).
+// file (KL(base || this), top-1 agreement). --mtp scores the model's multi-token-prediction block
+// instead: row p is the block's distribution of x_{p+1} from x_p and the trunk's h_{p-1}.
 //
 // Logits file: "LMNLOGIT" | u32 version=1 | u32 n_vocab | u64 n_positions |
 //              i32 tokens[n_positions] | f32 logits[n_positions][n_vocab]
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "cli_spec.h"
 #include "probe/kl.h"
 #include "runtime/session.h"
 #include "util/memory.h"
@@ -101,18 +103,38 @@ struct Scored {
   int n_ctx = 0;
 };
 
+// The MTP block's logits over one window the trunk `session` has evaluated (with KeepHidden):
+// cell p pairs x_p with h_{p-1} (zeros at p = 0), as the MTP drafter lays it out.
+Result<const float*> MtpWindow(const Model& model, const SessionConfig& sc, ThreadPool& pool,
+                               const Session& session, const int32_t* tokens, int n,
+                               std::unique_ptr<Session>* mtp) {
+  const int d = model.hparams().n_embd;
+  *mtp = std::make_unique<Session>(*model.mtp(), sc, pool);
+  SequenceBatch batch;
+  std::vector<float> embd(static_cast<size_t>(n) * d, 0.0f);  // [n, n_embd] h_{p-1}
+  for (int p = 0; p < n; ++p) {
+    batch.Add(tokens[p], 0, p, true);
+    if (p > 0) std::copy_n(session.Hidden(0, p - 1), d, embd.data() + static_cast<size_t>(p) * d);
+  }
+  return (*mtp)->Decode(batch, embd.data());
+}
+
 // Scores `tokens` in consecutive windows of n_ctx tokens, each in a fresh session, keeping every
 // position's logits in *dump when keep_logits; false (after the message) when an evaluation
 // fails. Progress goes to a terminal's stderr unless quiet.
 bool ScoreWindows(const Model& model, const SessionConfig& sc, ThreadPool& pool,
-                  const std::vector<int32_t>& tokens, bool keep_logits, bool quiet, Scored* out,
-                  LogitsDump* dump) {
+                  const std::vector<int32_t>& tokens, bool keep_logits, bool quiet, bool mtp,
+                  Scored* out, LogitsDump* dump) {
   const int n_vocab = model.hparams().n_vocab;
   for (size_t start = 0; start < tokens.size();) {
     Session session(model, sc, pool);
+    if (mtp) session.KeepHidden();
     out->n_ctx = session.n_ctx();
     const int n = static_cast<int>(std::min<size_t>(out->n_ctx, tokens.size() - start));
     Result<const float*> r = session.Eval(tokens.data() + start, n, true);
+    std::unique_ptr<Session> mtp_session;
+    if (r.ok() && mtp)
+      r = MtpWindow(model, sc, pool, session, tokens.data() + start, n, &mtp_session);
     if (!r.ok()) {
       std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
       return false;
@@ -173,7 +195,13 @@ int RunScore(const ScoreOptions& o) {
   }
   LoadedModel lm = LoadModelForCli(o.common);
   if (!lm.model) return kExitBadInput;
+  int rc = kExitOk;
+  if (o.mtp && !AttachMtpHead("mtp", o.common.model_path, *lm.model, &rc)) return rc;
   const Model& model = *lm.model;
+  if (o.mtp && model.mtp() == nullptr) {
+    std::fprintf(stderr, "lamina: --mtp: the model has no multi-token-prediction block\n");
+    return kExitBadInput;
+  }
   const int n_vocab = model.hparams().n_vocab;
   std::vector<int32_t> tokens = model.tokenizer().Encode(text, true, false);
   if (tokens.size() < 2) {
@@ -182,7 +210,6 @@ int RunScore(const ScoreOptions& o) {
   }
   ThreadPool pool(o.common.n_threads);
   SessionConfig sc;
-  int rc = kExitOk;
   if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
   {
     // One window is evaluated with all its logits; --save-logits / --kl-base keep them all.
@@ -200,7 +227,7 @@ int RunScore(const ScoreOptions& o) {
   const bool keep_logits = !o.save_logits.empty() || !o.kl_base.empty();
   const double t0 = NowSeconds();
   Scored scored;
-  if (!ScoreWindows(model, sc, pool, tokens, keep_logits, o.json, &scored, &dump)) {
+  if (!ScoreWindows(model, sc, pool, tokens, keep_logits, o.json, o.mtp, &scored, &dump)) {
     return kExitFailure;
   }
   if (StderrIsTerminal() && !o.json) std::fprintf(stderr, "\n");

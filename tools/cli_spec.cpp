@@ -2,6 +2,7 @@
 #include "cli_spec.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -46,7 +47,8 @@ void AddSpecOptions(CLI::App* cmd, SpecCliOptions& s) {
   cmd->add_option("--draft-min,--draft-n-min,--spec-draft-n-min", s.draft_min,
                   "Drafts shorter than this are not verified (default: 0)");
   cmd->add_option("--draft-p-min", s.draft_p_min,
-                  "Stop drafting when the draft model's probability falls below P (default: 0.5)");
+                  "Stop drafting when the draft model's (or MTP block's) probability falls below P "
+                  "(default: 0.5)");
   cmd->add_option(
       "--lookup-ngram", s.lookup_ngram,
       "Shortest match of the history's end that prompt lookup drafts from (default: 2)");
@@ -71,7 +73,7 @@ bool MakeMtpSetup(const SpecCliOptions& o, const Model& target, int n_ctx, Threa
   if (!cc.ok()) return fail(kExitUsage, "--kv-draft: " + cc.error().message);
   out->draft_config = dc;
   if (build_drafter && target_session != nullptr) {
-    out->drafter = std::make_unique<spec::MtpDrafter>(*target_session, 0, dc, pool);
+    out->drafter = std::make_unique<spec::MtpDrafter>(*target_session, 0, dc, pool, o.draft_p_min);
   }
   return true;
 }
@@ -143,10 +145,31 @@ bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, cons
   return true;
 }
 
+bool AttachMtpHead(const std::string& modes, const std::string& model_path, Model& model,
+                   int* exit_code) {
+  bool wanted = false;
+  for (size_t start = 0; start <= modes.size();) {
+    const size_t comma = std::min(modes.find(',', start), modes.size());
+    wanted = wanted || modes.substr(start, comma - start) == "mtp";
+    start = comma + 1;
+  }
+  if (!wanted || model.mtp() != nullptr) return true;
+  namespace fs = std::filesystem;
+  const fs::path t(model_path);
+  const fs::path head = t.parent_path() / (t.stem().string() + "-mtp.gguf");
+  if (!fs::exists(head)) return true;  // CheckMtp refuses the model later, naming the file
+  Status st = LoadMtpHead(model, head.string());
+  if (st.ok()) return true;
+  std::fprintf(stderr, "lamina: --spec mtp: %s\n", st.error().message.c_str());
+  *exit_code = kExitBadInput;
+  return false;
+}
+
 std::unique_ptr<spec::Drafter> NewDrafter(const SpecCliOptions& o, const SpecSetup& setup,
                                           ThreadPool& pool, Session* target_session) {
   if (o.mode == "mtp" && target_session != nullptr) {
-    return std::make_unique<spec::MtpDrafter>(*target_session, 0, setup.draft_config, pool);
+    return std::make_unique<spec::MtpDrafter>(*target_session, 0, setup.draft_config, pool,
+                                              o.draft_p_min);
   }
   if (o.mode == "lookup") return std::make_unique<spec::LookupDrafter>(o.lookup_ngram);
   if (o.mode == "draft" && setup.draft_model) {

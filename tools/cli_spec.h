@@ -39,6 +39,13 @@ bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, cons
                    int n_ctx, ThreadPool& pool, SpecSetup* out, int* exit_code,
                    bool build_drafter = true, Session* target_session = nullptr);
 
+// When `modes` (one mode or a comma-separated list) holds mtp and `model` has no MTP block of
+// its own, gives it the head of <model>-mtp.gguf beside model_path if that file exists
+// (LoadMtpHead). Returns false after printing one line, with *exit_code set, when the file is
+// malformed or does not fit the model.
+bool AttachMtpHead(const std::string& modes, const std::string& model_path, Model& model,
+                   int* exit_code);
+
 // A fresh drafter of the setup's kind (null for --spec off, and for mtp without a target
 // session): a new draft session each call.
 std::unique_ptr<spec::Drafter> NewDrafter(const SpecCliOptions& o, const SpecSetup& setup,

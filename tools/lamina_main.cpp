@@ -249,6 +249,8 @@ void AddScoreCommand(CLI::App* app, Commands* c) {
   cmd->add_option("--save-logits", c->score.save_logits, "Write every position's logits here");
   cmd->add_option("--kl-base", c->score.kl_base, "Compare against logits saved by --save-logits");
   cmd->add_flag("--json", c->score.json, "Print one JSON object");
+  cmd->add_flag("--mtp", c->score.mtp,
+                "Score the model's multi-token-prediction block (row p: from x_p and h_(p-1))");
   c->score_cmd = cmd;
 }
 
@@ -269,7 +271,7 @@ void AddBenchCommand(CLI::App* app, Commands* c) {
                   "Batched decode: B sequences per step, e.g. 1,2,4,8 (each at DEPTH)");
   cmd->option_defaults()->group(kGroupSpec);
   cmd->add_option("--spec", c->bench.spec,
-                  "Speculative decoding on a fixed task set: off,lookup,draft (with -md, "
+                  "Speculative decoding on a fixed task set: off,lookup,draft,mtp (with -md, "
                   "--draft-max, --draft-p-min, --lookup-ngram, --kv-draft)");
   cmd->add_option("--model-draft", c->bench.spec_options.draft_model, "Draft model (-md)");
   cmd->add_option("--draft-max", c->bench.spec_options.draft_max,
@@ -303,7 +305,7 @@ void AddProbeCommand(CLI::App* app, Commands* c) {
                   "Recent full-precision windows crossed with the quantized modes, e.g. "
                   "0,32 (default: each mode's)");
   cmd->add_option("--spec", c->probe.spec,
-                  "Speculative legs: off,lookup,draft crossed with every KV leg");
+                  "Speculative legs: off,lookup,draft,mtp crossed with every KV leg");
   cmd->add_option("--model-draft", c->probe.spec_options.draft_model,
                   "Draft model of the draft legs (-md; default <model>-draft.gguf)");
   cmd->add_option("--draft-max", c->probe.spec_options.draft_max,

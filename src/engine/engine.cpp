@@ -130,7 +130,7 @@ std::unique_ptr<spec::Drafter> Engine::MakeDrafter(int seq) const {
     SessionConfig dc = sp.draft_session;
     dc.n_seq = 1;
     dc.n_ctx = session_.n_ctx();
-    return std::make_unique<spec::MtpDrafter>(session_, seq, dc, *pool_);
+    return std::make_unique<spec::MtpDrafter>(session_, seq, dc, *pool_, sp.draft_p_min);
   }
   return nullptr;
 }

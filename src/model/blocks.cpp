@@ -127,6 +127,13 @@ void FfnBlock(const Hparams& hp, const FfnWeights& w, const ForwardBatch& b, For
   AddInPlace(s.x.data(), s.xn.data(), static_cast<int64_t>(b.n_tokens) * hp.n_embd);
 }
 
+void NormRows(const Hparams& hp, const std::vector<float>& norm, const ForwardBatch& b,
+              const float* x, float* hidden) {
+  const int64_t d = hp.n_embd;
+  for (int t = 0; t < b.n_tokens; ++t)
+    RmsNorm(x + t * d, norm.data(), d, hp.rms_eps, hidden + t * d);
+}
+
 void OutputHead(const Hparams& hp, const std::vector<float>& norm, const WeightMatrix& output,
                 const ForwardBatch& b, ForwardScratch& s, ThreadPool& pool, float* logits) {
   const int64_t d = hp.n_embd;

@@ -60,6 +60,11 @@ void FfnOutput(const Hparams& hp, const FfnWeights& w, FfnActivation act, const 
 void FfnBlock(const Hparams& hp, const FfnWeights& w, const ForwardBatch& batch, ForwardScratch& s,
               ThreadPool& pool);
 
+// hidden[t] = RmsNorm(x[t], norm) for every token of the batch ([n_tokens, n_embd] each): the
+// normed final state ForwardBatch::hidden asks for.
+void NormRows(const Hparams& hp, const std::vector<float>& norm, const ForwardBatch& batch,
+              const float* x, float* hidden);
+
 // Final norm and output head into logits ([batch.n_outputs(), n_vocab], in batch order).
 void OutputHead(const Hparams& hp, const std::vector<float>& norm, const WeightMatrix& output,
                 const ForwardBatch& batch, ForwardScratch& s, ThreadPool& pool, float* logits);

@@ -1,7 +1,11 @@
-// The shared decoder-only transformer (see decoder.h).
+// The shared decoder-only transformer (see decoder.h), and a dense one's multi-token-prediction
+// head read from a companion file (Model::AttachMtp).
 #include "model/decoder.h"
 
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
 #include "model/blocks.h"
+#include "model/hparams.h"
 #include "model/moe.h"
 #include "model/weight_loader.h"
 
@@ -53,10 +57,123 @@ class Decoder final : public Model {
         FfnBlock(hparams_, layers_[i].ffn, batch, s, pool);
       }
     }
+    if (batch.hidden != nullptr) NormRows(hparams_, output_norm_, batch, s.x.data(), batch.hidden);
     OutputHead(hparams_, output_norm_, output_, batch, s, pool, logits);
   }
 
+  const Model* mtp() const override { return mtp_model_.get(); }
+
+  Status AttachMtp(std::unique_ptr<gguf::File> file) override {
+    if (options_.moe) return Error{file->path() + ": an MTP head file needs a dense model"};
+    if (mtp_ != nullptr) return Error{file->path() + ": the model already has an MTP head"};
+    Status st = CheckMtpHparams(*file);
+    if (!st.ok()) return st;
+    const Hparams& hp = hparams_;
+    const int il = hp.n_layer;
+    const std::string p = "blk." + std::to_string(il) + ".";
+    auto m = std::make_unique<MtpHead>();
+    WeightLoader L(*file, &interleaved_);
+    m->eh_proj = L.Matrix(p + "nextn.eh_proj.weight", 2 * hp.n_embd, hp.n_embd);
+    m->enorm = L.Vector(p + "nextn.enorm.weight", hp.n_embd);
+    m->hnorm = L.Vector(p + "nextn.hnorm.weight", hp.n_embd);
+    m->head_norm = L.Vector(p + "nextn.shared_head_norm.weight", hp.n_embd, /*required=*/false);
+    LoadAttentionWeights(L, hp, il, options_.attn_bias, options_.qk_norm, &m->attn);
+    LoadFfnWeights(L, hp, il, &m->ffn);
+    if (!L.status().ok()) return L.status();
+    // The head as a one-layer model for its own session (cache layer 0, the trunk's RoPE).
+    Hparams mh = hp;
+    mh.n_layer = 1;
+    mh.n_layer_kv = 1;
+    mh.swa_layers.clear();
+    m->hparams = mh;
+    m->file = std::move(file);
+    mtp_ = std::move(m);
+    mtp_model_ = std::make_unique<MtpModel>(*this, mtp_->hparams);
+    return Status::Ok();
+  }
+
  private:
+  // The head file's hyper-parameters against the trunk's: the same architecture, width, FFN,
+  // heads and vocabulary, block_count = n_layer + nextn_predict_layers (at least one block).
+  Status CheckMtpHparams(const gguf::File& f) const {
+    const Hparams& hp = hparams_;
+    Result<std::string> arch = f.GetString("general.architecture");
+    if (!arch.ok()) return Error{f.path() + ": missing general.architecture"};
+    if (*arch != hp.arch) {
+      return Error{f.path() + ": general.architecture is \"" + *arch + "\", the model's is \"" +
+                   hp.arch + "\""};
+    }
+    const std::string nextn_key = ArchKey(hp.arch, "nextn_predict_layers");
+    Result<int64_t> nextn = f.GetInt(nextn_key);
+    if (!nextn.ok()) return Error{f.path() + ": missing " + nextn_key};
+    if (*nextn < 1) return HparamError(f, nextn_key, *nextn, "an MTP head file needs a block");
+    const struct {
+      const char* key;
+      int64_t want;
+    } keys[] = {{"block_count", hp.n_layer + *nextn},
+                {"embedding_length", hp.n_embd},
+                {"feed_forward_length", hp.n_ff},
+                {"attention.head_count", hp.n_head},
+                {"attention.head_count_kv", hp.n_head_kv}};
+    for (const auto& k : keys) {
+      const std::string key = ArchKey(hp.arch, k.key);
+      Result<int64_t> v = f.GetInt(key);
+      if (!v.ok()) return Error{f.path() + ": missing " + key};
+      if (*v != k.want) {
+        return HparamError(f, key, *v, "the model's is " + std::to_string(k.want));
+      }
+    }
+    return Status::Ok();
+  }
+
+  // The MTP head over tokens x_p at positions p, each paired with b.embd's h_{p-1} (zeros at
+  // p = 0): eh_proj([enorm(embed(x_p)) | hnorm(h_{p-1})]), one decoder layer in `attention`'s
+  // layer 0, the head norm and the trunk's output head.
+  void ForwardMtp(const ForwardBatch& b, AttentionContext& attention, ForwardScratch& s,
+                  ThreadPool& pool, float* logits) const {
+    const Hparams& hp = mtp_->hparams;
+    const int n = b.n_tokens;
+    const int64_t d = hp.n_embd;
+    LAMINA_CHECK(b.embd != nullptr);
+    PrepareScratch(hp, n, s);
+    GrowTo(s.hybrid.cat, n * 2 * d);
+    EmbedTokens(token_embd_, b, s.x.data());
+    for (int t = 0; t < n; ++t) {
+      float* cat = s.hybrid.cat.data() + t * 2 * d;  // [2 * n_embd]
+      RmsNorm(s.x.data() + t * d, mtp_->enorm.data(), d, hp.rms_eps, cat);
+      RmsNorm(b.embd + t * d, mtp_->hnorm.data(), d, hp.rms_eps, cat + d);
+    }
+    MatMul(mtp_->eh_proj, s.hybrid.cat.data(), 2 * d, n, s.x.data(), d, s.matmul, pool);
+    AttentionBlock(hp, mtp_->attn, 0, b, attention, s, pool);
+    FfnBlock(hp, mtp_->ffn, b, s, pool);
+    const std::vector<float>& norm = mtp_->head_norm.empty() ? output_norm_ : mtp_->head_norm;
+    if (b.hidden != nullptr) NormRows(hp, norm, b, s.x.data(), b.hidden);
+    OutputHead(hp, norm, output_, b, s, pool, logits);
+  }
+
+  // Model::mtp(): runs Decoder::ForwardMtp.
+  class MtpModel final : public Model {
+   public:
+    MtpModel(const Decoder& trunk, const Hparams& hp) : trunk_(trunk) { hparams_ = hp; }
+    void Forward(const ForwardBatch& b, AttentionContext& attention, RecurrentContext&,
+                 ForwardScratch& s, ThreadPool& pool, float* logits) const override {
+      trunk_.ForwardMtp(b, attention, s, pool, logits);
+    }
+
+   private:
+    const Decoder& trunk_;
+  };
+
+  struct MtpHead {
+    std::unique_ptr<gguf::File> file;  // the companion file the weights map
+    Hparams hparams;                   // the trunk's, one layer
+    WeightMatrix eh_proj;              // [n_embd x 2*n_embd] over [enorm(e) | hnorm(h)]
+    std::vector<float> enorm, hnorm;   // [n_embd]
+    std::vector<float> head_norm;      // [n_embd] optional (else output_norm)
+    AttentionWeights attn;
+    FfnWeights ffn;
+  };
+
   struct Layer {
     AttentionWeights attn;
     FfnWeights ffn;  // dense layers
@@ -65,6 +182,8 @@ class Decoder final : public Model {
   DecoderOptions options_;
   MoeHparams moe_;
   std::vector<Layer> layers_;
+  std::unique_ptr<MtpHead> mtp_;
+  std::unique_ptr<MtpModel> mtp_model_;
 };
 
 }  // namespace

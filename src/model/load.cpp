@@ -1,6 +1,6 @@
 // LoadModel: open the GGUF (every file of a split model), build the tokenizer, dispatch on
 // general.architecture through the architecture table (architectures.h), then apply any RoPE
-// scaling overrides.
+// scaling overrides. LoadMtpHead adds a companion file's multi-token-prediction head.
 #include "model/architectures.h"
 #include "model/hparams.h"
 #include "model/model.h"
@@ -48,6 +48,12 @@ Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const RopeOver
     return Error{path + ": invalid --rope-scale"};
   }
   return model;
+}
+
+Status LoadMtpHead(Model& model, const std::string& path) {
+  Result<std::unique_ptr<gguf::File>> file = gguf::File::Open(path);
+  if (!file.ok()) return file.error();
+  return model.AttachMtp(std::move(*file));
 }
 
 }  // namespace lamina

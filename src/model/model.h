@@ -230,6 +230,12 @@ class Model {
   // of x_{p+1}; its one attention layer is its KV cache's layer 0. nullptr: none.
   virtual const Model* mtp() const { return nullptr; }
 
+  // Reads a multi-token-prediction head from a companion file (LoadMtpHead): a dense decoder's
+  // `blk.<n_layer>` nextn block; the error names the key or tensor that does not fit.
+  virtual Status AttachMtp(std::unique_ptr<gguf::File> file) {
+    return Error{file->path() + ": " + hparams_.arch + " models take no MTP head file"};
+  }
+
  protected:
   // Applies RopeOverrides after the architecture has read its hyper-parameters.
   friend Result<std::unique_ptr<Model>> LoadModel(const std::string& path,
@@ -271,5 +277,11 @@ class Model {
 Result<std::unique_ptr<Model>> LoadModel(const std::string& path);
 // Same, with the RoPE scaling of the metadata overridden.
 Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const RopeOverrides& overrides);
+
+// Gives `model` the multi-token-prediction head of a companion GGUF (`<model>-mtp.gguf`:
+// <arch>.nextn_predict_layers, block_count = the trunk's layers + 1 and the trunk's widths,
+// tensors blk.<n_layer>.nextn.{eh_proj,enorm,hnorm,shared_head_norm} and one decoder layer;
+// models/README.md); afterwards model.mtp() runs it.
+Status LoadMtpHead(Model& model, const std::string& path);
 
 }  // namespace lamina

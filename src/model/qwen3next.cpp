@@ -8,11 +8,11 @@
 // qwen3next in its file layout alone: separate ssm_beta / ssm_alpha projections in V-head order,
 // V heads tiled over the K heads (V head j reads K head j % n_k_heads), and interleaved
 // multi-section RoPE (rope.dimension_sections) that text positions reduce to NeoX over the
-// pairs its sections cover. A dense qwen35 file's multi-token-prediction block
+// pairs its sections cover. A qwen35 or qwen35moe file's multi-token-prediction block
 // (`nextn_predict_layers`, appended after the trunk's layers) is loaded as Model::mtp(): the
 // normed embedding of x_{p+1} and the normed trunk state h_p, concatenated in that order and
-// projected (nextn.eh_proj), then one gated full-attention block with a dense FFN and the
-// (optionally its own) head norm and output head; other variants leave it unread. The
+// projected (nextn.eh_proj), then one gated full-attention block with the trunk's kind of FFN
+// and the (optionally its own) head norm and output head; qwen3next leaves it unread. The
 // recurrent part runs in the runtime's RecurrentContext, as attention runs in its
 // AttentionContext.
 #include <algorithm>
@@ -76,7 +76,7 @@ class HybridModel final : public Model {
     }
     uint64_t unread =
         variant_.moe ? expert_bytes / moe_.n_expert * (moe_.n_expert - moe_.n_expert_used) : 0;
-    if (n_nextn_ > 0 && variant_.qwen35 && !variant_.moe) {
+    if (n_nextn_ > 0 && variant_.qwen35) {
       unread += LoadMtp(L);
       if (!L.status().ok()) return L.status();
     }
@@ -121,7 +121,11 @@ class HybridModel final : public Model {
     }
     MatMul(mtp_->eh_proj, s.hybrid.cat.data(), 2 * d, n, s.x.data(), d, s.matmul, pool);
     GatedAttentionBlock(mtp_->layer, b, attention, s, pool);
-    FfnBlock(hp, mtp_->layer.ffn, b, s, pool);
+    if (variant_.moe) {
+      MoeBlock(hp, moe_, mtp_->layer.moe, b, s, pool);
+    } else {
+      FfnBlock(hp, mtp_->layer.ffn, b, s, pool);
+    }
     const std::vector<float>& norm = mtp_->head_norm.empty() ? output_norm_ : mtp_->head_norm;
     if (b.hidden != nullptr) NormRows(b, norm, s.x.data(), b.hidden);
     OutputHead(hp, norm, mtp_->head.valid() ? mtp_->head : output_, b, s, pool, logits);
@@ -255,7 +259,7 @@ class HybridModel final : public Model {
 
   // block_count counts the multi-token-prediction blocks appended after the trunk
   // (`nextn_predict_layers`, llama.cpp's NextN/MTP layers: blk.<trunk> ..): the trunk runs
-  // without them; the first is Model::mtp() (dense qwen35), the others stay unread.
+  // without them; the first is Model::mtp() (qwen35, qwen35moe), the others stay unread.
   Status ReadTrunkLayers() {
     const gguf::File& f = *file_;
     const std::string key = ArchKey(hparams_.arch, "nextn_predict_layers");
@@ -457,8 +461,9 @@ class HybridModel final : public Model {
     }
   }
 
-  // The multi-token-prediction block blk.<n_layer> (dense qwen35): its nextn.* tensors, a
-  // gated full-attention layer and a dense FFN. Returns the bytes read (none per trunk token).
+  // The multi-token-prediction block blk.<n_layer> (qwen35, qwen35moe): its nextn.* tensors, a
+  // gated full-attention layer and the trunk's kind of FFN (dense, or experts with the shared
+  // expert). Returns the bytes read (none per trunk token).
   uint64_t LoadMtp(WeightLoader& L) {
     const Hparams& hp = hparams_;
     const uint64_t before = L.n_bytes();
@@ -468,7 +473,11 @@ class HybridModel final : public Model {
     m.layer.kv = 0;
     m.layer.norm = L.Vector(p + "attn_norm.weight", hp.n_embd);
     LoadGatedAttention(L, p, &m.layer);
-    LoadFfnWeights(L, hp, hp.n_layer, &m.layer.ffn, "post_attention_norm");
+    if (variant_.moe) {
+      LoadMoeWeights(L, hp, moe_, hp.n_layer, &m.layer.moe, "post_attention_norm");
+    } else {
+      LoadFfnWeights(L, hp, hp.n_layer, &m.layer.ffn, "post_attention_norm");
+    }
     m.eh_proj = L.Matrix(p + "nextn.eh_proj.weight", 2 * hp.n_embd, hp.n_embd);
     m.enorm = L.Vector(p + "nextn.enorm.weight", hp.n_embd);
     m.hnorm = L.Vector(p + "nextn.hnorm.weight", hp.n_embd);
@@ -501,7 +510,7 @@ class HybridModel final : public Model {
   };
 
   struct Mtp {
-    Layer layer;                      // gated attention (cache layer 0) and dense FFN
+    Layer layer;                      // gated attention (cache layer 0) and the trunk's FFN
     WeightMatrix eh_proj;             // [n_embd x 2*n_embd] over [enorm(e) | hnorm(h)]
     std::vector<float> enorm, hnorm;  // [n_embd]
     WeightMatrix embd;                // [n_vocab x n_embd] optional (else token_embd)

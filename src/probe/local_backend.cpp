@@ -122,7 +122,7 @@ Generation LocalBackend::Generate(const GenerationRequest& request) {
     text += piece;
     return !(request.stop && request.stop(text));
   };
-  std::unique_ptr<spec::Drafter> drafter = drafter_ ? drafter_() : nullptr;
+  std::unique_ptr<spec::Drafter> drafter = drafter_ ? drafter_(session) : nullptr;
   Result<GenerateResult> r = drafter
                                  ? engine::GenerateSpeculative(session, 0, ids, options, *drafter,
                                                                spec_options_, nullptr, on_text)

@@ -20,8 +20,9 @@ struct ChatSetup;
 
 namespace lamina::probe {
 
-// A speculative leg: a new drafter per generation (its own draft session), always drafting.
-using DrafterFactory = std::function<std::unique_ptr<spec::Drafter>()>;
+// A speculative leg: a new drafter per generation (its own draft session), always drafting;
+// given the generation's target session (what an MTP drafter reads).
+using DrafterFactory = std::function<std::unique_ptr<spec::Drafter>(Session& target)>;
 
 class LocalBackend : public ProbeBackend {
  public:

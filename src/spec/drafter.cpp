@@ -100,12 +100,14 @@ Status ModelDrafter::Draft(const std::vector<int32_t>& history, int max_tokens,
 Status CheckMtp(const Model& model) {
   if (model.mtp() != nullptr) return Status::Ok();
   return Error{"--spec mtp: the model (" + model.hparams().arch +
-               ") has no multi-token-prediction block (" + model.hparams().arch +
-               ".nextn_predict_layers and blk.N.nextn.* tensors, dense qwen35 only)"};
+               ") has no multi-token-prediction block (a qwen35 or qwen35moe file's " +
+               model.hparams().arch +
+               ".nextn_predict_layers block, or a dense model's <model>-mtp.gguf head beside it)"};
 }
 
-MtpDrafter::MtpDrafter(Session& target, int seq, const SessionConfig& config, ThreadPool& pool)
-    : target_(target), seq_(seq), session_(*target.model().mtp(), config, pool) {
+MtpDrafter::MtpDrafter(Session& target, int seq, const SessionConfig& config, ThreadPool& pool,
+                       float p_min)
+    : target_(target), seq_(seq), session_(*target.model().mtp(), config, pool), p_min_(p_min) {
   LAMINA_CHECK(config.n_seq == 1);
   target_.KeepHidden();
   session_.KeepHidden();
@@ -148,6 +150,43 @@ Status MtpDrafter::Draft(const std::vector<int32_t>& history, int max_tokens,
   }
   max_tokens = std::min(max_tokens, session_.n_ctx() - n_cells + 1);
   if (max_tokens <= 0) return Status::Ok();
+  Result<const float*> r = Sync(history, n_cells);
+  if (!r.ok()) return r.error();
+  const int n_vocab = session_.model().hparams().n_vocab;
+  const int d = session_.model().hparams().n_embd;
+  SequenceBatch batch;
+  for (;;) {
+    const int32_t best = ArgMax(*r, n_vocab);
+    if (p_min_ > 0.0f) {  // the block's own probability of its choice
+      double sum = 0.0;
+      for (int i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>((*r)[i] - (*r)[best]));
+      if (1.0 / sum < p_min_) break;
+    }
+    draft->push_back(best);
+    const int cell = session_.n_past();
+    if (static_cast<int>(draft->size()) >= max_tokens || cell >= session_.n_ctx()) break;
+    // Chain: the block's own normed state of the last cell with the token it proposed.
+    embd_.assign(session_.Hidden(0, cell - 1), session_.Hidden(0, cell - 1) + d);
+    batch.Clear();
+    batch.Add(best, 0, cell, true);
+    r = session_.Decode(batch, embd_.data());
+    if (!r.ok()) return r.error();
+  }
+  return Status::Ok();
+}
+
+Status MtpDrafter::Prepare(const std::vector<int32_t>& prompt) {
+  // The target holds the prompt: cells 0..n-1 pair prompt[c] with h_{c-1}.
+  const int n = static_cast<int>(prompt.size());
+  if (n <= 0 || n > session_.n_ctx() || target_.n_past(seq_) != n ||
+      target_.n_hidden(seq_) < n - 1) {
+    return Status::Ok();
+  }
+  Result<const float*> r = Sync(prompt, n);
+  return r.ok() ? Status::Ok() : Status(r.error());
+}
+
+Result<const float*> MtpDrafter::Sync(const std::vector<int32_t>& history, int n_cells) {
   // Keep the cells paired with the target's states whose tokens still agree (h_{c-1} depends
   // on history[0..c-1] alone).
   int keep = std::min(n_real_, n_cells);
@@ -163,23 +202,7 @@ Status MtpDrafter::Draft(const std::vector<int32_t>& history, int max_tokens,
   }
   Result<const float*> r = CatchUp(history, keep, n_cells);
   n_real_ = session_.n_past();
-  if (!r.ok()) return r.error();
-  const int n_vocab = session_.model().hparams().n_vocab;
-  const int d = session_.model().hparams().n_embd;
-  SequenceBatch batch;
-  for (;;) {
-    const int32_t best = ArgMax(*r, n_vocab);
-    draft->push_back(best);
-    const int cell = session_.n_past();
-    if (static_cast<int>(draft->size()) >= max_tokens || cell >= session_.n_ctx()) break;
-    // Chain: the block's own normed state of the last cell with the token it proposed.
-    embd_.assign(session_.Hidden(0, cell - 1), session_.Hidden(0, cell - 1) + d);
-    batch.Clear();
-    batch.Add(best, 0, cell, true);
-    r = session_.Decode(batch, embd_.data());
-    if (!r.ok()) return r.error();
-  }
-  return Status::Ok();
+  return r;
 }
 
 Status CheckDraftCompatible(const Model& target, const Model& draft) {

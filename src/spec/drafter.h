@@ -78,16 +78,20 @@ class ModelDrafter : public Drafter {
 // Multi-token prediction: the target model's MTP block, in a one-layer session of its own,
 // pairs token x_p with the target's normed final hidden state h_{p-1} (Session::KeepHidden;
 // zeros for x_0) in cell p, as llama.cpp does, to propose x_{p+1} past the history's end;
-// further drafts chain the block's own normed hidden state with the token it proposed. Each Draft
-// first catches the block's cells up with every position the target evaluated since (the
-// prompt included), keeping the cells whose tokens still agree and dropping the chained ones.
+// further drafts chain the block's own normed hidden state with the token it proposed, stopping
+// early when the block's probability of its choice falls below p_min (no draft when the first
+// one's does). Prepare catches the block's cells up with the prompt (prompt time); each Draft
+// first catches them up with every position the target evaluated since, keeping the cells whose
+// tokens still agree and dropping the chained ones.
 class MtpDrafter : public Drafter {
  public:
   // target: the session the drafts are verified in, holding the history in sequence `seq`;
   // it must have a model with an MTP block (CheckMtp) and outlive the drafter. config: the
   // block's session (n_seq 1; n_ctx at least the target's).
-  MtpDrafter(Session& target, int seq, const SessionConfig& config, ThreadPool& pool);
+  MtpDrafter(Session& target, int seq, const SessionConfig& config, ThreadPool& pool,
+             float p_min = 0.0f);
   const char* name() const override { return "mtp"; }
+  Status Prepare(const std::vector<int32_t>& prompt) override;
   Status Draft(const std::vector<int32_t>& history, int max_tokens,
                std::vector<int32_t>* draft) override;
   const Session& session() const { return session_; }
@@ -96,10 +100,14 @@ class MtpDrafter : public Drafter {
   // Evaluates cells [keep, n_cells) of the block: (h_{c-1}, history[c]); returns the last
   // row's logits.
   Result<const float*> CatchUp(const std::vector<int32_t>& history, int keep, int n_cells);
+  // Cells [0, n_cells) in line with history: the agreeing ones kept, the rest (and always the
+  // last) evaluated; returns the last cell's logits.
+  Result<const float*> Sync(const std::vector<int32_t>& history, int n_cells);
 
   Session& target_;
   int seq_;
   Session session_;
+  float p_min_;
   int n_real_ = 0;           // the block's cells paired with the target's hidden states
   std::vector<float> embd_;  // [n_tokens, n_embd] the hidden rows of one block batch
 };

@@ -2065,6 +2065,9 @@ int Server::Run() {
     return shut_down(kExitBadInput);
   }
   if (stopping) return shut_down(kExitOk);
+  if (int rc = kExitOk; !AttachMtpHead(o_.spec.mode, o_.model_path, **model, &rc)) {
+    return shut_down(rc);
+  }
   model_ = std::move(*model);
   if (int rc = StartScheduler(kv, round); rc != kExitOk) return shut_down(rc);
   if (int rc = ChooseChatFormat(); rc != kExitOk) return shut_down(rc);

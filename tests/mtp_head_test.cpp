@@ -1,0 +1,216 @@
+// The shipped model's multi-token-prediction head (models/lamina-counter-mtp.gguf, read beside
+// models/lamina-counter.gguf by LoadMtpHead): greedy `--spec mtp` decoding gives plain greedy
+// decoding's ids and final KV bytes in every KV mode, over a quarter of its drafts are accepted,
+// and a malformed head file (wrong width, missing key or tensor, wrong shape) is refused with an
+// error naming the key or tensor, by the loader and by `lamina run --spec mtp`.
+// Skips when the model or its head is absent.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+
+#include "engine/generate.h"
+#include "gguf/gguf.h"
+#include "kv_storage.h"
+#include "process_util.h"
+#include "runtime/session.h"
+#include "spec/drafter.h"
+
+namespace lamina {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kModel = std::string(LAMINA_SOURCE_DIR) + "/models/lamina-counter.gguf";
+const std::string kHead = std::string(LAMINA_SOURCE_DIR) + "/models/lamina-counter-mtp.gguf";
+
+#define REQUIRE_HEAD()                           \
+  if (!fs::exists(kModel) || !fs::exists(kHead)) \
+  GTEST_SKIP() << "no shipped model or MTP head (" << kHead << ")"
+
+std::unique_ptr<Model> LoadWithHead() {
+  Result<std::unique_ptr<Model>> m = LoadModel(kModel);
+  EXPECT_TRUE(m.ok()) << m.error().message;
+  if (!m.ok()) return nullptr;
+  Status st = LoadMtpHead(**m, kHead);
+  EXPECT_TRUE(st.ok()) << st.error().message;
+  return st.ok() ? std::move(*m) : nullptr;
+}
+
+std::vector<int32_t> ChatPrompt(const Model& m, const std::string& user) {
+  return m.tokenizer().Encode("<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n",
+                              true, true);
+}
+
+GenerateOptions Greedy(int n) {
+  GenerateOptions o;
+  o.params.sampler.temperature = 0.0f;
+  o.params.n_predict = n;
+  return o;
+}
+
+TEST(MtpHead, LoadsAsAOneLayerBlockAndLeavesTheTrunkAlone) {
+  REQUIRE_HEAD();
+  Result<std::unique_ptr<Model>> plain = LoadModel(kModel);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ((*plain)->mtp(), nullptr);
+  std::unique_ptr<Model> m = LoadWithHead();
+  ASSERT_NE(m, nullptr);
+  ASSERT_NE(m->mtp(), nullptr);
+  EXPECT_EQ(m->mtp()->hparams().n_layer, 1);
+  EXPECT_EQ(m->mtp()->hparams().n_embd, m->hparams().n_embd);
+  EXPECT_EQ(m->WeightBytesPerToken(), (*plain)->WeightBytesPerToken());
+  Status again = LoadMtpHead(*m, kHead);
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.error().message.find("already has an MTP head"), std::string::npos);
+}
+
+// Greedy --spec mtp with the shipped head: plain greedy's ids and the target's KV bytes, in
+// every KV mode (the head's cache in the same mode), at draft lengths 1 and 4.
+TEST(MtpHead, GreedyAndKvBytesEqualPlainGreedyInEveryKvMode) {
+  REQUIRE_HEAD();
+  std::unique_ptr<Model> m = LoadWithHead();
+  ASSERT_NE(m, nullptr);
+  const Model& model = *m;
+  ThreadPool pool(2);
+  const std::vector<std::vector<int32_t>> prompts = {
+      ChatPrompt(model, "Count from 37 to 61, one number per line."),
+      ChatPrompt(model, "Write a JSON object with the fields \"name\" = \"Alice\", \"age\" = 34.")};
+  spec::SpecOptions so;
+  so.adaptive = false;
+  spec::SpecStats total;
+  for (const KvMode& mode : kKvModes) {
+    SessionConfig sc;
+    sc.n_ctx = 256;
+    sc.kv_type = mode.type;
+    sc.kv_seed = 5;
+    if (!MakeKvCacheConfig(model.hparams(), sc).ok()) continue;
+    for (size_t pi = 0; pi < prompts.size(); ++pi) {
+      Session plain(model, sc, pool);
+      Result<GenerateResult> want = engine::Generate(plain, 0, prompts[pi], Greedy(48));
+      ASSERT_TRUE(want.ok());
+      for (int draft_max : {1, 4}) {
+        so.draft_max = draft_max;
+        Session s(model, sc, pool);
+        spec::MtpDrafter drafter(s, 0, sc, pool);
+        spec::SpecStats stats;
+        Result<GenerateResult> got =
+            engine::GenerateSpeculative(s, 0, prompts[pi], Greedy(48), drafter, so, &stats);
+        const std::string where = std::string(KvTypeName(mode.type)) + " draft_max " +
+                                  std::to_string(draft_max) + " prompt " + std::to_string(pi);
+        ASSERT_TRUE(got.ok()) << where;
+        EXPECT_EQ(got->tokens, want->tokens) << where;
+        EXPECT_EQ(s.n_past(0), plain.n_past(0)) << where;
+        EXPECT_TRUE(KvStorageBytes(s.cache(), 0, s.n_past(0)) ==
+                    KvStorageBytes(plain.cache(), 0, plain.n_past(0)))
+            << where << ": KV bytes differ";
+        total.Add(stats);
+      }
+    }
+  }
+  EXPECT_GT(total.drafted, total.verify_steps);
+  // A trained head: more than a quarter of its drafts, every one proposed (p_min 0), chained up
+  // to four, are the model's next tokens (the shipped head: 330 of 912).
+  EXPECT_GT(total.accepted, total.drafted / 4);
+  std::printf("mtp head: drafted %lld, accepted %lld over %lld verify steps\n",
+              static_cast<long long>(total.drafted), static_cast<long long>(total.accepted),
+              static_cast<long long>(total.verify_steps));
+}
+
+// A copy of the head file with keys overwritten or removed and a tensor dropped or replaced by
+// another tensor's data (name -> source name).
+struct HeadEdit {
+  std::map<std::string, uint32_t> set_u32;
+  std::string drop_key;
+  std::string drop_tensor;
+  std::map<std::string, std::string> replace;
+};
+
+std::string WriteHead(const std::string& dst, const HeadEdit& e) {
+  Result<std::unique_ptr<gguf::File>> f = gguf::File::Open(kHead);
+  if (!f.ok()) return f.error().message;
+  gguf::Writer w;
+  for (const auto& [key, value] : (*f)->metadata()) {
+    if (key == e.drop_key || e.set_u32.count(key)) continue;
+    w.SetValue(key, value);
+  }
+  for (const auto& [key, v] : e.set_u32) w.SetU32(key, v);
+  for (const gguf::TensorInfo& t : (*f)->tensors()) {
+    if (t.name == e.drop_tensor) continue;
+    const gguf::TensorInfo* src = &t;
+    if (auto it = e.replace.find(t.name); it != e.replace.end()) src = (*f)->FindTensor(it->second);
+    if (src == nullptr) return "no tensor to copy for " + t.name;
+    w.AddTensor(t.name, src->type, std::vector<int64_t>(src->ne, src->ne + src->n_dims), src->data,
+                src->n_bytes);
+  }
+  Status st = w.WriteFile(dst);
+  return st.ok() ? "" : st.error().message;
+}
+
+class MtpHeadFiles : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("lamina_mtphead_" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(MtpHeadFiles, MalformedHeadsAreRefusedNamingTheKeyOrTensor) {
+  REQUIRE_HEAD();
+  const struct {
+    const char* name;
+    HeadEdit edit;
+    const char* want;
+  } cases[] = {
+      {"width", {{{"llama.embedding_length", 256}}, "", "", {}}, "llama.embedding_length"},
+      {"ffn", {{{"llama.feed_forward_length", 512}}, "", "", {}}, "llama.feed_forward_length"},
+      {"blocks", {{{"llama.block_count", 5}}, "", "", {}}, "llama.block_count"},
+      {"nextn", {{}, "llama.nextn_predict_layers", "", {}}, "llama.nextn_predict_layers"},
+      {"eh_proj", {{}, "", "blk.5.nextn.eh_proj.weight", {}}, "blk.5.nextn.eh_proj.weight"},
+      {"hnorm", {{}, "", "blk.5.nextn.hnorm.weight", {}}, "blk.5.nextn.hnorm.weight"},
+      {"ffn_up", {{}, "", "blk.5.ffn_up.weight", {}}, "blk.5.ffn_up.weight"},
+      {"shape",
+       {{}, "", "", {{"blk.5.attn_q.weight", "blk.5.attn_k.weight"}}},
+       "blk.5.attn_q.weight"},
+  };
+  for (const auto& c : cases) {
+    const std::string path = (dir_ / (std::string(c.name) + ".gguf")).string();
+    ASSERT_EQ(WriteHead(path, c.edit), "") << c.name;
+    Result<std::unique_ptr<Model>> m = LoadModel(kModel);
+    ASSERT_TRUE(m.ok());
+    Status st = LoadMtpHead(**m, path);
+    ASSERT_FALSE(st.ok()) << c.name;
+    EXPECT_NE(st.error().message.find(c.want), std::string::npos)
+        << c.name << ": " << st.error().message;
+    EXPECT_EQ((*m)->mtp(), nullptr) << c.name;
+  }
+}
+
+// `lamina run --spec mtp` finds <model>-mtp.gguf beside the model, and refuses a malformed one
+// (exit 3) naming the tensor; without one it refuses the model.
+TEST_F(MtpHeadFiles, RunFindsTheHeadBesideTheModelAndRefusesAMalformedOne) {
+  REQUIRE_HEAD();
+  const fs::path model = dir_ / "m.gguf";
+  fs::create_symlink(kModel, model);
+  const std::string run = std::string(LAMINA_BINARY) + " run -m " + model.string() +
+                          " -p 'Count from 1 to 5, one number per line.' --chat -n 12 --temp 0 "
+                          "-t 2 --spec mtp";
+  testing_util::ProcessOutput none = testing_util::RunShell(run + " 2>&1");
+  EXPECT_NE(none.code, 0);
+  EXPECT_NE(none.out.find("no multi-token-prediction block"), std::string::npos) << none.out;
+  fs::create_symlink(kHead, dir_ / "m-mtp.gguf");
+  testing_util::ProcessOutput ok = testing_util::RunShell(run + " 2>&1");
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  EXPECT_NE(ok.out.find("spec mtp"), std::string::npos) << ok.out;
+  fs::remove(dir_ / "m-mtp.gguf");
+  ASSERT_EQ(WriteHead((dir_ / "m-mtp.gguf").string(), {{}, "", "blk.5.nextn.eh_proj.weight", {}}),
+            "");
+  testing_util::ProcessOutput bad = testing_util::RunShell(run + " 2>&1");
+  EXPECT_EQ(bad.code, 3) << bad.out;
+  EXPECT_NE(bad.out.find("blk.5.nextn.eh_proj.weight"), std::string::npos) << bad.out;
+}
+
+}  // namespace
+}  // namespace lamina
