@@ -287,7 +287,13 @@ const std::map<std::string, std::string> kRegenerated = {
      "32 --attn-interval 4 --rope-sections 2 2 1 1 --seed 3004"},
     {"synth-gpt-oss-d256.F32",
      "--arch gpt-oss --type F32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 64 --experts 8 "
-     "--experts-used 4 --ff-exp 64 --swa 16 --seed 3003"}};
+     "--experts-used 4 --ff-exp 64 --swa 16 --seed 3003"},
+    {"synth-phi3-d256.F32",
+     "--arch phi3 --type F32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 256 --ctx 131072 "
+     "--yarn-orig-ctx 4096 --rope-dims 48 --swa 16 --embd-sd 1 --seed 3005"},
+    {"synth-mistral3-d256.F32",
+     "--arch mistral3 --type F32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 256 "
+     "--yarn-factor 4 --yarn-orig-ctx 32 --embd-sd 1 --seed 3006"}};
 
 // The hex sha256 of a file (coreutils' sha256sum), or "" when it cannot be computed.
 std::string Sha256(const std::string& path) {

@@ -45,6 +45,10 @@ struct RopeScalingConfig {
   float ext_factor = -1.0f;  // rope.scaling.yarn_ext_factor (< 0: 1 for yarn, 0 otherwise)
   float beta_fast = 32.0f;   // rotations above which dimensions are extrapolated
   float beta_slow = 1.0f;    // rotations below which dimensions are interpolated
+  // rope.scaling.yarn_log_multiplier (mistral3; 0: none): with YaRN, the attention factor
+  // becomes mscale(s, 1) / mscale(s, this) / (1 + 0.1 ln s) times attn_factor, as llama.cpp's
+  // context sets it (mscale(s, m) = 1 + 0.1 m ln s for s > 1, else 1).
+  float yarn_log_mul = 0.0f;
 };
 
 // Command-line overrides of the model's RoPE scaling (--rope-scaling, --rope-scale,
@@ -106,6 +110,22 @@ struct Hparams {
   bool swa_global_rope = false;
   // Final logits become c * tanh(logits / c) (0: not capped).
   float final_logit_softcap = 0.0f;
+  // Attention temperature tuning (mistral3's attention.temperature_scale, llama 4's rule; 0:
+  // off): after RoPE a query at position p is multiplied by
+  // 1 + attn_temp_scale * ln(floor(p / attn_temp_floor) + 1), attn_temp_floor being the file's
+  // original context (rope.scaling.original_context_length, else context_length).
+  float attn_temp_scale = 0.0f;
+  int attn_temp_floor = 0;
+  // phi3 LongRoPE: the rope carries the short factors, which serve contexts up to this many
+  // tokens per sequence (rope.scaling.original_context_length); a session asking for more is
+  // refused (llama.cpp would switch to the long factors). 0: any context.
+  int rope_short_ctx = 0;
+  // The query multiplier at position `pos` (1 when tuning is off).
+  float attention_temperature(int32_t pos) const {
+    if (attn_temp_scale == 0.0f) return 1.0f;
+    const double steps = std::floor(static_cast<float>(pos) / static_cast<float>(attn_temp_floor));
+    return static_cast<float>(std::log(steps + 1.0) * attn_temp_scale + 1.0);
+  }
   int kv_layers() const { return n_layer_kv > 0 ? n_layer_kv : n_layer; }
   bool is_swa(int layer) const { return !swa_layers.empty() && swa_layers[layer] != 0; }
   // The sliding window of a cache layer (0: full causal attention).
@@ -177,6 +197,9 @@ struct ForwardScratch {
   std::vector<float> gate;  // [n_tokens, n_ff]
   std::vector<float> up;    // [n_tokens, n_ff]
   std::vector<float> rope;  // [n_tokens, n_rot]
+  // A fused matmul's output before its split (phi3): [n_tokens, q_dim + 2 kv_dim] (attn_qkv)
+  // or [n_tokens, 2 n_ff] (ffn_up holding gate and up); empty for other models.
+  std::vector<float> fused;
   MatMulScratch matmul;
   // Mixture-of-experts feed-forward (moe.h); empty for dense models.
   struct Moe {
@@ -241,10 +264,11 @@ class Model {
   // Finish.
 
   // Takes ownership, reads the llama-like hyper-parameters (each count checked against the
-  // tensors present: ReadLlamaLikeHparams, whose q_rows_per_head_dim this passes on) and checks
+  // tensors present: ReadLlamaLikeHparams, whose q_rows_per_head_dim and up_rows_per_ff this
+  // passes on) and checks
   // the vocabulary size.
   Status InitHparams(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer,
-                     RopeStyle rope_style, int q_rows_per_head_dim = 1);
+                     RopeStyle rope_style, int q_rows_per_head_dim = 1, int up_rows_per_ff = 1);
   // Loads token_embd, output_norm and output, remembering the embedding's bytes.
   void LoadEmbeddingAndHead(WeightLoader& loader);
   // Records the parameter count and the bytes a decoded token reads: everything but the

@@ -13,6 +13,12 @@ Result<KvCacheConfig> MakeKvCacheConfig(const Hparams& hp, const SessionConfig& 
   KvCacheConfig kc;
   kc.n_layer = hp.kv_layers();
   kc.n_ctx = c.n_ctx > 0 ? c.n_ctx : std::min(hp.n_ctx_train, 4096);
+  if (hp.rope_short_ctx > 0 && kc.n_ctx > hp.rope_short_ctx) {
+    return Error{"a context of " + std::to_string(kc.n_ctx) + " exceeds the " +
+                 std::to_string(hp.rope_short_ctx) +
+                 " tokens of the model's short RoPE factors (rope.scaling.original_context_length;"
+                 " llama.cpp takes rope_factors_long.weight beyond it, which lamina does not yet)"};
+  }
   kc.n_seq = std::max(1, c.n_seq);
   kc.n_kv_heads = hp.n_head_kv;
   kc.head_dim = hp.head_dim;
