@@ -1,7 +1,8 @@
 // phi3 and mistral3: RoPE frequency factors against ggml's formula, the fixtures' hyper-parameters
 // as llama.cpp reads them (phi3's ignored window, LongRoPE's short factors and attention factor;
 // mistral3's YaRN log multiplier and temperature tuning), the context phi3's short factors
-// serve, and the metadata and tensors the loaders refuse, naming the key or the tensor.
+// serve and the long ones past them, and the metadata and tensors the loaders refuse, naming the
+// key or the tensor.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "kernels/ops.h"
 #include "model/model.h"
 #include "runtime/session.h"
+#include "runtime/session_file.h"
 #include "util/thread_pool.h"
 
 namespace lamina {
@@ -103,24 +105,50 @@ TEST(Phi3, TheFixtureLoadsAsLlamaCppReadsIt) {
   EXPECT_EQ(hp.rope.freq_scale, 1.0f);
 }
 
-TEST(Phi3, AContextBeyondTheShortFactorsIsRefused) {
+TEST(Phi3, AContextBeyondTheOriginalRotatesWithTheLongFactors) {
   if (!fs::exists(kPhi3)) GTEST_SKIP() << kPhi3 << " is absent";
   Result<std::unique_ptr<Model>> m = LoadModel(kPhi3);
   ASSERT_TRUE(m.ok()) << m.error().message;
+  const Hparams& hp = (*m)->hparams();
+  const gguf::TensorInfo* l = (*m)->file().FindTensor("rope_factors_long.weight");
+  ASSERT_NE(l, nullptr);
+  ASSERT_NE(hp.rope_long.freq_factors, nullptr);
+  EXPECT_EQ(std::memcmp(hp.rope_long.freq_factors, l->data, 24 * sizeof(float)), 0);
+  EXPECT_EQ(hp.rope_long.attn_factor, hp.rope.attn_factor);
+  EXPECT_FALSE(hp.uses_long_rope(4096));
+  EXPECT_TRUE(hp.uses_long_rope(4097));
+  ThreadPool pool(1);
   SessionConfig c;
   c.n_ctx = 4096;
-  EXPECT_TRUE(MakeKvCacheConfig((*m)->hparams(), c).ok());
+  Session short_ctx(**m, c, pool);
+  EXPECT_FALSE(short_ctx.long_rope());
+  EXPECT_EQ(short_ctx.cache().config().rope.freq_factors, hp.rope.freq_factors);
   c.n_ctx = 4097;
-  Result<KvCacheConfig> r = MakeKvCacheConfig((*m)->hparams(), c);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.error().message.find("original_context_length"), std::string::npos)
-      << r.error().message;
-  // Without long factors any context is served.
+  Session long_ctx(**m, c, pool);
+  EXPECT_TRUE(long_ctx.long_rope());
+  EXPECT_EQ(long_ctx.cache().config().rope.freq_factors, hp.rope_long.freq_factors);
+  // The same prompt gives other logits (the goldens hold llama.cpp's for both contexts).
+  const std::vector<int32_t> prompt = {1, 100, 200, 300, 400, 5, 6, 7};
+  Result<const float*> a = short_ctx.Eval(prompt, false);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  const std::vector<float> la(*a, *a + hp.n_vocab);  // [n_vocab]
+  Result<const float*> b = long_ctx.Eval(prompt, false);
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_NE(std::memcmp(la.data(), *b, la.size() * sizeof(float)), 0);
+  // A session file of one context is refused by the other (their keys turned differently).
+  const uint64_t hash = ModelIdentityHash(**m);
+  const std::vector<uint8_t> file = SerializeSessionFile(long_ctx, 0, hash);
+  EXPECT_TRUE(ParseSessionFile(file.data(), file.size(), long_ctx, hash).ok());
+  c.n_ctx = 8192;
+  Session longer(**m, c, pool);
+  EXPECT_TRUE(ParseSessionFile(file.data(), file.size(), longer, hash).ok());
+  EXPECT_FALSE(ParseSessionFile(file.data(), file.size(), short_ctx, hash).ok());
+  // Without long factors every context rotates with the short ones.
   Result<std::unique_ptr<Model>> no_long =
       LoadEdited(kPhi3, {.skip_tensor = "rope_factors_long.weight"});
   ASSERT_TRUE(no_long.ok()) << no_long.error().message;
   EXPECT_EQ((*no_long)->hparams().rope_short_ctx, 0);
-  EXPECT_TRUE(MakeKvCacheConfig((*no_long)->hparams(), c).ok());
+  EXPECT_FALSE((*no_long)->hparams().uses_long_rope(1 << 20));
 }
 
 // A fused attn_qkv or ffn_up of the wrong height, factors of the wrong length: named.

@@ -62,8 +62,8 @@ inline constexpr Architecture kArchitectures[] = {
     {"qwen3moe",  {RopeStyle::kNeox,   false,    true,   true,  true,         false}, nullptr},
     // phi3 (Phi-3, Phi-3.5, Phi-4-mini): NeoX RoPE, possibly on part of the head
     // (rope.dimension_count), a fused attn_qkv (Q, K, V rows) and a fused ffn_up (gate rows,
-    // then up rows, SwiGLU), LongRoPE's rope_factors_short (rope_factors_long past
-    // rope.scaling.original_context_length is refused, not yet switched to) with
+    // then up rows, SwiGLU), LongRoPE's rope_factors_short (rope_factors_long in a session
+    // whose context exceeds rope.scaling.original_context_length) with
     // rope.scaling.attn_factor on cos and sin; attention.sliding_window is ignored, as llama.cpp
     // does (it disables Phi's window). Output head tied when output.weight is absent.
     {"phi3",      {RopeStyle::kNeox,   true,     false,  false, false,        false,

@@ -118,7 +118,7 @@ void FusedGateUp(const Hparams& hp, const WeightMatrix& up, FfnActivation act, i
 
 void AttentionOutput(const Hparams& hp, const AttentionWeights& w, int layer, const ForwardBatch& b,
                      AttentionContext& attention, ForwardScratch& s, ThreadPool& pool) {
-  const RopeParams& rope = hp.layer_rope(layer);
+  const RopeParams& rope = hp.layer_rope(layer, b.long_rope);
   const int n = b.n_tokens;
   const int64_t d = hp.n_embd, qd = hp.q_dim(), kvd = hp.kv_dim();
   for (int t = 0; t < n; ++t)

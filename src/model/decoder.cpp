@@ -81,14 +81,16 @@ class Decoder final : public Model {
     if (options_.rope_factors == RopeFactors::kFreqs) {
       rope_factors_ = L.Vector("rope_freqs.weight", n, /*required=*/false);
     } else if (options_.rope_factors == RopeFactors::kShortLong) {
-      // The short factors: what llama.cpp takes up to the original context.
+      // The short factors up to the original context, the long ones past it (llama.cpp).
       rope_factors_ = L.Vector("rope_factors_short.weight", n, /*required=*/false);
-      const std::vector<float> long_factors = L.Vector("rope_factors_long.weight", n, false);
-      if (!long_factors.empty() && long_factors != rope_factors_) {
-        hp.rope_short_ctx = hp.rope_scaling.n_ctx_orig;
-      }
+      long_factors_ = L.Vector("rope_factors_long.weight", n, false);
     }
     if (!rope_factors_.empty()) hp.rope.freq_factors = rope_factors_.data();
+    if (!long_factors_.empty() && long_factors_ != rope_factors_) {
+      hp.rope_short_ctx = hp.rope_scaling.n_ctx_orig;
+      hp.rope_long = hp.rope;
+      hp.rope_long.freq_factors = long_factors_.data();
+    }
   }
 
   // mistral3: temperature tuning and YaRN's log multiplier; what llama.cpp would read that this
@@ -131,6 +133,7 @@ class Decoder final : public Model {
   MoeHparams moe_;
   std::vector<Layer> layers_;
   std::vector<float> rope_factors_;  // [n_rot / 2] RoPE frequency factors; empty: none
+  std::vector<float> long_factors_;  // [n_rot / 2] phi3's rope_factors_long; empty: none
 };
 
 }  // namespace

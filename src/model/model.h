@@ -116,10 +116,14 @@ struct Hparams {
   // original context (rope.scaling.original_context_length, else context_length).
   float attn_temp_scale = 0.0f;
   int attn_temp_floor = 0;
-  // phi3 LongRoPE: the rope carries the short factors, which serve contexts up to this many
-  // tokens per sequence (rope.scaling.original_context_length); a session asking for more is
-  // refused (llama.cpp would switch to the long factors). 0: any context.
+  // phi3 LongRoPE: `rope` carries the short factors, which serve contexts of up to this many
+  // tokens per sequence (rope.scaling.original_context_length); a session with a longer context
+  // rotates with rope_long (the long factors) instead, as llama.cpp does (ForwardBatch::long_rope,
+  // chosen by the session). 0: one RoPE for any context.
   int rope_short_ctx = 0;
+  RopeParams rope_long;
+  // Whether a context of n_ctx tokens per sequence rotates with rope_long.
+  bool uses_long_rope(int n_ctx) const { return rope_short_ctx > 0 && n_ctx > rope_short_ctx; }
   // The query multiplier at position `pos` (1 when tuning is off).
   float attention_temperature(int32_t pos) const {
     if (attn_temp_scale == 0.0f) return 1.0f;
@@ -130,7 +134,9 @@ struct Hparams {
   bool is_swa(int layer) const { return !swa_layers.empty() && swa_layers[layer] != 0; }
   // The sliding window of a cache layer (0: full causal attention).
   int sliding_window(int layer) const { return is_swa(layer) ? n_swa : 0; }
-  const RopeParams& layer_rope(int layer) const { return is_swa(layer) ? rope_swa : rope; }
+  const RopeParams& layer_rope(int layer, bool long_rope = false) const {
+    return is_swa(layer) ? rope_swa : long_rope && rope_short_ctx > 0 ? rope_long : rope;
+  }
   float attention_scale() const {
     return attn_scale > 0.0f ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
   }
@@ -182,6 +188,8 @@ struct ForwardBatch {
   // When set, receives every token's normed final hidden state (a trunk's output_norm, an MTP
   // block's head norm) ([n_tokens, n_embd]), what an MTP block pairs with the next token.
   float* hidden = nullptr;
+  // The session's context rotates with Hparams::rope_long (phi3 past its original context).
+  bool long_rope = false;
   int n_outputs() const;
   bool wants_output(int t) const { return output != nullptr ? output[t] != 0 : t == n_tokens - 1; }
 };

@@ -13,19 +13,13 @@ Result<KvCacheConfig> MakeKvCacheConfig(const Hparams& hp, const SessionConfig& 
   KvCacheConfig kc;
   kc.n_layer = hp.kv_layers();
   kc.n_ctx = c.n_ctx > 0 ? c.n_ctx : std::min(hp.n_ctx_train, 4096);
-  if (hp.rope_short_ctx > 0 && kc.n_ctx > hp.rope_short_ctx) {
-    return Error{"a context of " + std::to_string(kc.n_ctx) + " exceeds the " +
-                 std::to_string(hp.rope_short_ctx) +
-                 " tokens of the model's short RoPE factors (rope.scaling.original_context_length;"
-                 " llama.cpp takes rope_factors_long.weight beyond it, which lamina does not yet)"};
-  }
   kc.n_seq = std::max(1, c.n_seq);
   kc.n_kv_heads = hp.n_head_kv;
   kc.head_dim = hp.head_dim;
   kc.type = c.kv_type;
   kc.v_rounding = c.v_rounding;
   kc.seed = c.kv_seed;
-  kc.rope = hp.rope;
+  kc.rope = hp.uses_long_rope(kc.n_ctx) ? hp.rope_long : hp.rope;
   // Anchored keys follow one RoPE for every layer: where sliding-window layers rotate with
   // another, the anchors are plain offsets (still exact, only less fitted to rotating keys).
   if (!hp.swa_layers.empty() && (hp.rope_swa.freq_base != hp.rope.freq_base ||
@@ -341,6 +335,7 @@ Result<const float*> Session::Run(const ForwardBatch& batch, int n_out) {
   StateRecurrent recurrent(*this, segments);
   CacheAttention attention(*this, segments);
   ForwardBatch b = batch;
+  b.long_rope = long_rope();
   if (!hidden_.empty()) {
     batch_hidden_.resize(static_cast<size_t>(b.n_tokens) * model_.hparams().n_embd);
     b.hidden = batch_hidden_.data();
