@@ -32,6 +32,11 @@ const std::string kQwen35 =
 // generations below wrap it.
 const std::string kGemma3 =
     std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/synth-gemma3-d256.Q8_0.gguf";
+// phi3 (fused weights, RoPE frequency factors) and mistral3 (query temperature by position).
+const std::string kPhi3 =
+    std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/synth-phi3-d256.Q8_0.gguf";
+const std::string kMistral3 =
+    std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/synth-mistral3-d256.Q8_0.gguf";
 
 // Gathers one request's events.
 class Collector : public engine::EventSink {
@@ -78,17 +83,19 @@ struct EngineCase {
 
 std::string CaseName(const testing::TestParamInfo<EngineCase>& info) {
   const std::string stem = fs::path(info.param.path).stem().string();
-  const char* model = stem.find("qwen3next") != std::string::npos ? "qwen3next"
-                      : stem.find("qwen35") != std::string::npos  ? "qwen35"
-                      : stem.find("gemma3") != std::string::npos  ? "gemma3"
-                                                                  : "shipped";
+  const char* model = stem.find("qwen3next") != std::string::npos  ? "qwen3next"
+                      : stem.find("qwen35") != std::string::npos   ? "qwen35"
+                      : stem.find("gemma3") != std::string::npos   ? "gemma3"
+                      : stem.find("phi3") != std::string::npos     ? "phi3"
+                      : stem.find("mistral3") != std::string::npos ? "mistral3"
+                                                                   : "shipped";
   return std::string(model) + "_" + KvTypeName(info.param.type) +
          (info.param.drafting ? "_lookup" : "_plain");
 }
 
 std::vector<EngineCase> Cases() {
   std::vector<EngineCase> out;
-  for (const std::string& path : {kShipped, kQwen3Next, kQwen35, kGemma3}) {
+  for (const std::string& path : {kShipped, kQwen3Next, kQwen35, kGemma3, kPhi3, kMistral3}) {
     for (KvType t : {KvType::kF32, KvType::kF16, KvType::kInt8, KvType::kQ4_0, KvType::kK8V4}) {
       for (bool drafting : {false, true}) out.push_back({path, t, drafting});
     }

@@ -203,7 +203,13 @@ void CheckGolden(const GoldenCase& c, const nlohmann::json& g) {
 
   ThreadPool pool(2);
   SessionConfig sc;
-  sc.n_ctx = 1024;
+  // A golden made with a context past 4,096 tokens runs with that context (phi3 rotates with its
+  // long RoPE factors past its original context); the others fit in 1,024.
+  int golden_ctx = 0;
+  if (g.contains("settings") && g["settings"].contains("n_ctx")) {
+    golden_ctx = g["settings"]["n_ctx"].get<int>();
+  }
+  sc.n_ctx = golden_ctx > 4096 ? golden_ctx : 1024;
   sc.kv_type = c.kv == "f32" ? KvType::kF32 : KvType::kF16;
   Session session(**model, sc, pool);
 
@@ -298,7 +304,13 @@ const std::map<std::string, std::string> kRegenerated = {
      "32 --attn-interval 4 --rope-sections 2 2 1 1 --seed 3004"},
     {"synth-gpt-oss-d256.F32",
      "--arch gpt-oss --type F32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 64 --experts 8 "
-     "--experts-used 4 --ff-exp 64 --swa 16 --seed 3003"}};
+     "--experts-used 4 --ff-exp 64 --swa 16 --seed 3003"},
+    {"synth-phi3-d256.F32",
+     "--arch phi3 --type F32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 256 --ctx 131072 "
+     "--yarn-orig-ctx 4096 --rope-dims 48 --swa 16 --embd-sd 1 --seed 3005"},
+    {"synth-mistral3-d256.F32",
+     "--arch mistral3 --type F32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 256 "
+     "--yarn-factor 4 --yarn-orig-ctx 32 --embd-sd 1 --seed 3006"}};
 
 // The hex sha256 of a file (coreutils' sha256sum), or "" when it cannot be computed.
 std::string Sha256(const std::string& path) {

@@ -2,13 +2,15 @@
 // random chunks, and as speculative verify windows (a random suffix rejected, truncated and
 // rewritten) must leave byte-identical cache storage and bit-identical logits, in every KV mode
 // and V rounding (the gemma3 fixture: with sliding-window layers; the gpt-oss one: with attention
-// sinks too). A planted fault (one path's writes never reach storage) must be caught. On gemma3
-// the sliding-window layer keeps a ring of its recent cells: every path through the ring must
-// equal a cache that keeps every cell (--swa-full) cut to the window, bit for bit, and a rollback
-// across the window's edge, a session saved and restored mid-run, and a prefix the ring no
-// longer holds (which must fall back to evaluating again) too. The hybrid qwen3next, qwen35 and
-// qwen35moe fixtures add their recurrent state (conv tails and delta states), which every path
-// must leave bit-identical too, and a planted fault (state not restored on truncate).
+// sinks too; phi3: fused weights and RoPE frequency factors, which the q4_0 keys' anchors follow;
+// mistral3: YaRN and per-position query temperature). A planted fault (one path's writes never
+// reach storage) must be caught. On gemma3 the sliding-window layer keeps a ring of its recent
+// cells: every path through the ring must equal a cache that keeps every cell (--swa-full) cut to
+// the window, bit for bit, and a rollback across the window's edge, a session saved and restored
+// mid-run, and a prefix the ring no longer holds (which must fall back to evaluating again) too.
+// The hybrid qwen3next, qwen35 and qwen35moe fixtures add their recurrent state (conv tails and
+// delta states), which every path must leave bit-identical too, and a planted fault (state not
+// restored on truncate).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -42,6 +44,12 @@ const std::string kQwen35Moe =
 // sliding-window layers (window 16) and a MoE of MXFP4 experts.
 const std::string kGptOss =
     std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/synth-gpt-oss-d256.MXFP4_MOE.gguf";
+
+// The repository's phi3 and mistral3 fixtures (tests/fixtures/README.md).
+const std::string kPhi3 =
+    std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/synth-phi3-d256.Q8_0.gguf";
+const std::string kMistral3 =
+    std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/synth-mistral3-d256.Q8_0.gguf";
 
 // A case's model: a path, or a file name under ../shared/models.
 std::string ModelPath(const std::string& model) {
@@ -180,7 +188,8 @@ std::vector<ModeCase> Cases() {
   std::vector<ModeCase> cases;
   for (const std::string& m :
        {std::string("stories260K.gguf"), std::string("synth-llama-kq.F32.gguf"),
-        std::string("synth-qwen3next-d256.F32.gguf"), kGemma3, kQwen35, kQwen35Moe, kGptOss}) {
+        std::string("synth-qwen3next-d256.F32.gguf"), kGemma3, kQwen35, kQwen35Moe, kGptOss, kPhi3,
+        kMistral3}) {
     for (KvType t : {KvType::kF32, KvType::kF16, KvType::kInt8, KvType::kQ4_0, KvType::kK8V4}) {
       cases.push_back({m, t, KvRounding::kNearest});
       if (t != KvType::kF32 && t != KvType::kF16) cases.push_back({m, t, KvRounding::kStochastic});

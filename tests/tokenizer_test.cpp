@@ -572,6 +572,39 @@ TEST(FromGguf, Gpt4oPreTokenizerAsLlamaCpp) {
   for (const auto& [text, ids] : cases) EXPECT_EQ((*tok)->Encode(text, false, false), ids) << text;
 }
 
+// The "tekken" pre-tokenizer (mistral3's Ministral 3, Mistral Small 3.x, Devstral), checked as
+// gpt-4o's is: llama-bpe's vocabulary relabelled "tekken", against the ids llama.cpp (3f545be)
+// gives the same relabelled file. Digits go one at a time, "/" and newlines join punctuation.
+TEST(FromGguf, TekkenPreTokenizerAsLlamaCpp) {
+  const std::string path = SharedDir() + "/vocab/ggml-vocab-llama-bpe.gguf";
+  if (!fs::exists(path)) GTEST_SKIP() << path << " not found";
+  auto f = gguf::File::Open(path);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  gguf::Writer w;
+  for (const auto& [k, v] : (*f)->metadata()) w.SetValue(k, v);
+  w.SetString("tokenizer.ggml.pre", "tekken");
+  const std::string relabelled = testing::TempDir() + "/vocab-tekken.gguf";
+  ASSERT_TRUE(w.WriteFile(relabelled).ok());
+  auto g = gguf::File::Open(relabelled);
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  auto tok = Tokenizer::FromGguf(**g);
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+  fs::remove(relabelled);
+  const std::pair<std::string, std::vector<TokenId>> cases[] = {
+      {"HelloWorld and getHTTPResponse", {9906, 10343, 323, 636, 9412, 2647}},
+      {"C\xE1\xBB\xAD"
+       "a Vi\xE1\xBB\x87t",
+       {34, 91163, 101798}},
+      {"\xC3\x89t\xC3\xA9\xC3\x89T\xC3\x89 na\xC3\xAFve CAF\xC3\x89s",
+       {27887, 123708, 27887, 51, 27887, 95980, 588, 356, 8440, 27887, 82}},
+      {"12345 67/89", {16, 17, 18, 19, 20, 220, 21, 22, 14, 23, 24}},
+      {"they'RE here\npath/to/\nfile\n\n  x",
+       {20670, 95253, 1618, 198, 2398, 33529, 6018, 1213, 271, 220, 865}},
+      {"x = a+b;  // ok\r\n\tdone!?", {87, 284, 264, 36193, 26, 220, 443, 5509, 319, 41595, 58490}},
+  };
+  for (const auto& [text, ids] : cases) EXPECT_EQ((*tok)->Encode(text, false, false), ids) << text;
+}
+
 // gpt-oss's harmony tokens, as llama.cpp reads o200k_harmony: <|return|> and <|call|> end
 // generation and <|end|> does not (it closes every message of an answer); the message markers
 // render in generated text and are matched as one token without parse_special.

@@ -1,5 +1,5 @@
-// lamina-synth: writes a random-weight llama, qwen3moe, qwen3next, qwen35, qwen35moe, gemma3 or
-// gpt-oss GGUF in a real shape,
+// lamina-synth: writes a random-weight llama, qwen3moe, qwen3next, qwen35, qwen35moe, gemma3,
+// gpt-oss, phi3 or mistral3 GGUF in a real shape,
 // for benchmarks and fixtures (e.g. the 181M-parameter llama shape: --dim 1024 --layers 16 --heads
 // 16 --kv-heads 4
 // --ff 2816; a qwen3moe: --arch qwen3moe --experts 64 --experts-used 4 --ff-exp 256
@@ -9,7 +9,11 @@
 // qwen3next's options and --rope-sections, its norms, dt biases and decay rates drawn, and
 // --nextn appends that many multi-token-prediction blocks, drawn after everything else so the
 // trunk's weights stay those of the file without them; a gpt-oss takes --swa, the expert
-// options and --yarn-factor, with random biases and sinks). The tokenizer metadata is
+// options and --yarn-factor, with random biases and sinks; a phi3 has a fused attn_qkv and
+// ffn_up, LongRoPE's short and long factors (--yarn-orig-ctx the original context, --ctx the
+// extended one), --rope-dims rotated dimensions and a --swa window llama.cpp ignores; a mistral3
+// takes YaRN (--yarn-factor, --yarn-orig-ctx) with a log multiplier of 1 and attention
+// temperature tuning (scale 0.1, every --yarn-orig-ctx positions)). The tokenizer metadata is
 // copied from another GGUF (--vocab-from), whose vocabulary size sets the embedding rows.
 #include <CLI/CLI.hpp>
 #include <cmath>
@@ -31,6 +35,8 @@ struct SynthOptions {
   int nextn = 0;
   float yarn_factor = 4.0f;
   int yarn_orig_ctx = 1024;
+  int rope_dims = 0;
+  float embd_sd = 0.0f;
   std::string type_name = "Q8_0", vocab_from, out_path, arch = "llama";
   uint64_t seed = 42;
 };
@@ -42,16 +48,22 @@ void AddOptions(CLI::App* app, SynthOptions* o) {
   app->add_option("--kv-heads", o->kv_heads);
   app->add_option("--ff", o->ff);
   app->add_option("--ctx", o->ctx);
-  app->add_option("--arch", o->arch,
-                  "llama, qwen3moe, qwen3next, qwen35, qwen35moe, gemma3 or gpt-oss")
-      ->check(CLI::IsMember(
-          {"llama", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "gemma3", "gpt-oss"}));
+  app->add_option(
+         "--arch", o->arch,
+         "llama, qwen3moe, qwen3next, qwen35, qwen35moe, gemma3, gpt-oss, phi3 or mistral3")
+      ->check(CLI::IsMember({"llama", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "gemma3",
+                             "gpt-oss", "phi3", "mistral3"}));
+  app->add_option("--rope-dims", o->rope_dims, "phi3: rotated dimensions per head (0: all)");
+  app->add_option("--embd-sd", o->embd_sd,
+                  "Standard deviation of the token embedding (0: 1 / sqrt(dim), as every matrix)");
   app->add_option("--rope-sections", o->rope_sections, "qwen35: rope.dimension_sections (4)")
       ->expected(4);
   app->add_option("--nextn", o->nextn, "qwen35: multi-token-prediction blocks appended");
-  app->add_option("--swa", o->swa, "gemma3, gpt-oss: sliding window (tokens)");
-  app->add_option("--yarn-factor", o->yarn_factor, "gpt-oss: YaRN factor (0: no rope scaling)");
-  app->add_option("--yarn-orig-ctx", o->yarn_orig_ctx, "gpt-oss: YaRN original context");
+  app->add_option("--swa", o->swa, "gemma3, gpt-oss, phi3: sliding window (tokens)");
+  app->add_option("--yarn-factor", o->yarn_factor,
+                  "gpt-oss, mistral3: YaRN factor (0: no rope scaling)");
+  app->add_option("--yarn-orig-ctx", o->yarn_orig_ctx,
+                  "gpt-oss, mistral3: YaRN original context; phi3: LongRoPE's");
   app->add_option("--swa-pattern", o->swa_pattern, "gemma3: every n-th layer is global");
   app->add_option("--ssm-k-heads", o->ssm_k_heads, "qwen3next: Gated DeltaNet query/key heads");
   app->add_option("--ssm-v-heads", o->ssm_v_heads, "qwen3next: Gated DeltaNet value heads");
@@ -86,6 +98,30 @@ bool IsHybrid(const std::string& arch) {
 }
 bool IsQwen35(const std::string& arch) { return arch == "qwen35" || arch == "qwen35moe"; }
 
+// phi3's LongRoPE (the converter's attention factor for a 128k model) and its window, or
+// mistral3's YaRN, log multiplier and temperature tuning (Ministral 3's values, a short
+// original context so that short prompts cross it).
+void SetPhi3OrMistral3Metadata(const SynthOptions& o, int head_dim, gguf::Writer* w) {
+  const std::string a = o.arch;
+  if (a == "phi3") {
+    const double scale = static_cast<double>(o.ctx) / o.yarn_orig_ctx;
+    w->SetU32(a + ".rope.scaling.original_context_length", o.yarn_orig_ctx);
+    w->SetF32(a + ".rope.scaling.attn_factor",
+              static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(o.yarn_orig_ctx))));
+    w->SetU32(a + ".attention.sliding_window", o.swa);
+    return;
+  }
+  w->SetU32(a + ".attention.key_length", head_dim);
+  w->SetU32(a + ".attention.value_length", head_dim);
+  w->SetString(a + ".rope.scaling.type", "yarn");
+  w->SetF32(a + ".rope.scaling.factor", o.yarn_factor);
+  w->SetU32(a + ".rope.scaling.original_context_length", o.yarn_orig_ctx);
+  w->SetF32(a + ".rope.scaling.yarn_beta_fast", 32.0f);
+  w->SetF32(a + ".rope.scaling.yarn_beta_slow", 1.0f);
+  w->SetF32(a + ".rope.scaling.yarn_log_multiplier", 1.0f);
+  w->SetF32(a + ".attention.temperature_scale", 0.1f);
+}
+
 // The architecture's hyperparameters and the vocabulary file's tokenizer.* entries.
 void SetMetadata(const SynthOptions& o, int head_dim, const gguf::File& vocab, gguf::Writer* w) {
   const bool next = IsHybrid(o.arch);
@@ -94,15 +130,18 @@ void SetMetadata(const SynthOptions& o, int head_dim, const gguf::File& vocab, g
   const bool gemma = o.arch == "gemma3";
   const std::string a = o.arch;
   w->SetString("general.architecture", a);
-  w->SetString("general.name", "lamina-synth random " + a);
+  // Not "phi3" in the name: llama.cpp then looks up Phi-3's <|endoftext|>, which the borrowed
+  // vocabulary lacks.
+  w->SetString("general.name", "lamina-synth random " + (a == "phi3" ? std::string("phi 3") : a));
   w->SetU32(a + ".embedding_length", o.dim);
   w->SetU32(a + ".block_count", o.layers + (IsQwen35(a) ? o.nextn : 0));
   w->SetU32(a + ".attention.head_count", o.heads);
   w->SetU32(a + ".attention.head_count_kv", o.kv_heads);
   w->SetU32(a + ".feed_forward_length", o.ff);
   w->SetU32(a + ".context_length", o.ctx);
-  w->SetU32(a + ".rope.dimension_count", next ? head_dim / 4 : head_dim);
-  w->SetF32(a + ".rope.freq_base", moe || next || gemma ? 1e6f : 10000.0f);
+  w->SetU32(a + ".rope.dimension_count",
+            next ? head_dim / 4 : (o.rope_dims > 0 ? o.rope_dims : head_dim));
+  w->SetF32(a + ".rope.freq_base", moe || next || gemma || a == "mistral3" ? 1e6f : 10000.0f);
   w->SetF32(a + ".attention.layer_norm_rms_epsilon", moe || next || gemma ? 1e-6f : 1e-5f);
   if (IsQwen35(a)) {
     w->SetI32Array(a + ".rope.dimension_sections",
@@ -127,6 +166,7 @@ void SetMetadata(const SynthOptions& o, int head_dim, const gguf::File& vocab, g
       w->SetU32(a + ".rope.scaling.original_context_length", o.yarn_orig_ctx);
     }
   }
+  if (a == "phi3" || a == "mistral3") SetPhi3OrMistral3Metadata(o, head_dim, w);
   if (moe) {
     w->SetU32(a + ".attention.key_length", head_dim);
     w->SetU32(a + ".attention.value_length", head_dim);
@@ -155,11 +195,13 @@ class WeightWriter {
   WeightWriter(gguf::Writer* w, uint64_t seed) : w_(w), rng_(seed) {}
 
   // A [n_mat] stack of [rows x cols] matrices (n_mat = 1: a plain 2-D weight).
-  void Stacked(const std::string& name, int cols, int rows, int n_mat, GgmlType t) {
+  // `sd`: the weights' standard deviation (0: 1 / sqrt(cols)).
+  void Stacked(const std::string& name, int cols, int rows, int n_mat, GgmlType t,
+               float sd = 0.0f) {
     std::vector<float> row(cols);  // [cols]
     const size_t row_bytes = RowSize(t, cols);
     std::vector<uint8_t> data(row_bytes * rows * n_mat);  // [n_mat * rows][row_bytes]
-    const float scale = 1.0f / std::sqrt(static_cast<float>(cols));
+    const float scale = sd > 0.0f ? sd : 1.0f / std::sqrt(static_cast<float>(cols));
     for (size_t r = 0; r < static_cast<size_t>(rows) * n_mat; ++r) {
       for (float& x : row) x = normal_(rng_) * scale;
       GetKernels(t).quantize(row.data(), data.data() + r * row_bytes, cols);
@@ -170,8 +212,8 @@ class WeightWriter {
       w_->AddTensor(name, t, {cols, rows, n_mat}, data.data(), data.size());
     }
   }
-  void Matrix(const std::string& name, int cols, int rows, GgmlType t) {
-    Stacked(name, cols, rows, 1, t);
+  void Matrix(const std::string& name, int cols, int rows, GgmlType t, float sd = 0.0f) {
+    Stacked(name, cols, rows, 1, t, sd);
   }
   void Filled(const std::string& name, int n, float value) {
     std::vector<float> v(n, value);
@@ -193,6 +235,12 @@ class WeightWriter {
     } else {
       w_->AddTensor(name, GgmlType::kF32, {ne0, ne1}, v.data(), v.size() * 4);
     }
+  }
+  // mean + sd * |N(0, 1)| per element (positive factors).
+  void AbsNormal(const std::string& name, int n, float mean, float sd) {
+    std::vector<float> v(n);  // [n]
+    for (float& x : v) x = mean + sd * std::fabs(normal_(rng_));
+    w_->AddTensor(name, GgmlType::kF32, {n}, v.data(), v.size() * 4);
   }
   // A norm weight 1 + N(0, 0.2^2) per element (Gemma's 1 + w as the file stores it).
   void Norm(const std::string& name, int n) {
@@ -337,6 +385,29 @@ void AddGptOssLayer(const SynthOptions& o, const std::string& p, int head_dim, G
   ww.Random(p + "ffn_down_exps.bias", dim, experts, 0.2f);
 }
 
+// A phi3 layer after its attn_norm: fused attn_qkv, ffn_norm, fused ffn_up (gate rows, then up
+// rows); or a mistral3 one: llama's tensors. Norm weights are drawn around 1.
+void AddPhi3OrMistral3Layer(const SynthOptions& o, const std::string& p, int head_dim,
+                            GgmlType type, WeightWriter& ww) {
+  const int dim = o.dim, q = o.heads * head_dim, kv = o.kv_heads * head_dim, ff = o.ff;
+  if (o.arch == "phi3") {
+    ww.Matrix(p + "attn_qkv.weight", dim, q + 2 * kv, type);
+  } else {
+    ww.Matrix(p + "attn_q.weight", dim, q, type);
+    ww.Matrix(p + "attn_k.weight", dim, kv, type);
+    ww.Matrix(p + "attn_v.weight", dim, kv, type);
+  }
+  ww.Matrix(p + "attn_output.weight", q, dim, type);
+  ww.Norm(p + "ffn_norm.weight", dim);
+  if (o.arch == "phi3") {
+    ww.Matrix(p + "ffn_up.weight", dim, 2 * ff, type);
+  } else {
+    ww.Matrix(p + "ffn_gate.weight", dim, ff, type);
+    ww.Matrix(p + "ffn_up.weight", dim, ff, type);
+  }
+  ww.Matrix(p + "ffn_down.weight", ff, dim, type);
+}
+
 // A llama or qwen3moe layer after its attn_norm (tensor names start with `p`).
 void AddLayer(const SynthOptions& o, const std::string& p, bool moe, int head_dim, GgmlType type,
               WeightWriter& ww) {
@@ -359,6 +430,14 @@ void AddLayer(const SynthOptions& o, const std::string& p, bool moe, int head_di
   ww.Matrix(p + "ffn_gate.weight", dim, ff, type);
   ww.Matrix(p + "ffn_up.weight", dim, ff, type);
   ww.Matrix(p + "ffn_down.weight", ff, dim, type);
+}
+
+// phi3's LongRoPE factors, one per rotated pair: short 1 + 0.5 |N(0, 1)|, long 1 + 4 |N(0, 1)|
+// (the published ones run from 1 to about 3 and 60).
+void AddLongRopeFactors(const SynthOptions& o, int head_dim, WeightWriter& ww) {
+  const int pairs = (o.rope_dims > 0 ? o.rope_dims : head_dim) / 2;
+  ww.AbsNormal("rope_factors_long.weight", pairs, 1.0f, 4.0f);
+  ww.AbsNormal("rope_factors_short.weight", pairs, 1.0f, 0.5f);
 }
 
 // Writes the model; the exit code.
@@ -388,7 +467,7 @@ int Synth(const SynthOptions& o) {
   gguf::Writer w;
   SetMetadata(o, head_dim, **vocab, &w);
   WeightWriter ww(&w, o.seed);
-  ww.Matrix("token_embd.weight", o.dim, n_vocab, type);
+  ww.Matrix("token_embd.weight", o.dim, n_vocab, type, o.embd_sd);
   for (int l = 0; l < o.layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     if (gemma) {
@@ -399,6 +478,11 @@ int Synth(const SynthOptions& o) {
     if (oss) {
       ww.Norm(p + "attn_norm.weight", o.dim);
       AddGptOssLayer(o, p, head_dim, type, ww);
+      continue;
+    }
+    if (o.arch == "phi3" || o.arch == "mistral3") {
+      ww.Norm(p + "attn_norm.weight", o.dim);
+      AddPhi3OrMistral3Layer(o, p, head_dim, type, ww);
       continue;
     }
     if (IsQwen35(o.arch)) {
@@ -418,6 +502,10 @@ int Synth(const SynthOptions& o) {
     ww.Norm("output_norm.weight", o.dim);
     ww.Matrix("output.weight", o.dim, n_vocab, type);
     for (int i = 0; i < o.nextn; ++i) AddNextnBlock(o, o.layers + i, head_dim, type, ww);
+  } else if (o.arch == "phi3" || o.arch == "mistral3") {
+    ww.Norm("output_norm.weight", o.dim);
+    ww.Matrix("output.weight", o.dim, n_vocab, type);
+    if (o.arch == "phi3") AddLongRopeFactors(o, head_dim, ww);
   } else {
     ww.Ones("output_norm.weight", o.dim);
     ww.Matrix("output.weight", o.dim, n_vocab, type);
@@ -436,8 +524,8 @@ int Synth(const SynthOptions& o) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "Write a random-weight llama, qwen3moe, qwen3next, qwen35, qwen35moe, gemma3 or gpt-oss "
-      "GGUF"};
+      "Write a random-weight llama, qwen3moe, qwen3next, qwen35, qwen35moe, gemma3, gpt-oss, phi3 "
+      "or mistral3 GGUF"};
   lamina::SynthOptions options;
   lamina::AddOptions(&app, &options);
   CLI11_PARSE(app, argc, argv);

@@ -52,7 +52,8 @@ void RopeCache(const RopeParams& p, int64_t pos, float* cos_sin) {
   }
   float theta = static_cast<float>(pos);
   for (int i0 = 0; i0 < p.n_rot; i0 += 2) {
-    const float theta_extrap = RopeTextPair(p, i0 / 2) ? theta : 0.0f;
+    const float ff = p.freq_factors != nullptr ? p.freq_factors[i0 / 2] : 1.0f;
+    const float theta_extrap = RopeTextPair(p, i0 / 2) ? theta / ff : 0.0f;
     const float theta_interp = p.freq_scale * theta_extrap;
     float t = theta_interp;
     float mscale = p.attn_factor;

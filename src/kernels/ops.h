@@ -31,6 +31,10 @@ struct RopeParams {
   // s < 3 * sections[2], else position 0 (an identity turn). Sections covering every pair (the
   // published [11, 11, 10, 0] over 32 pairs) make it plain NeoX RoPE.
   int sections[4] = {0, 0, 0, 0};
+  // Per-pair frequency factors ([n_rot / 2], ggml's rope freq_factors: pair i turns by
+  // theta_i / freq_factors[i]; phi3's rope_factors_short / _long, llama-3-style rope_freqs);
+  // nullptr: all 1. The owner (the model) outlives every copy.
+  const float* freq_factors = nullptr;
 };
 // Whether rotated pair i (0 <= i < n_rot / 2) turns by the token's position (false: by 0).
 bool RopeTextPair(const RopeParams& p, int i);

@@ -60,6 +60,22 @@ inline constexpr Architecture kArchitectures[] = {
     // weights are renormalised to sum 1: llama.cpp hard-codes this for qwen3moe (the real
     // models' norm_topk_prob), and expert_weights_norm, when present, overrides it.
     {"qwen3moe",  {RopeStyle::kNeox,   false,    true,   true,  true,         false}, nullptr},
+    // phi3 (Phi-3, Phi-3.5, Phi-4-mini): NeoX RoPE, possibly on part of the head
+    // (rope.dimension_count), a fused attn_qkv (Q, K, V rows) and a fused ffn_up (gate rows,
+    // then up rows, SwiGLU), LongRoPE's rope_factors_short (rope_factors_long in a session
+    // whose context exceeds rope.scaling.original_context_length) with
+    // rope.scaling.attn_factor on cos and sin; attention.sliding_window is ignored, as llama.cpp
+    // does (it disables Phi's window). Output head tied when output.weight is absent.
+    {"phi3",      {RopeStyle::kNeox,   true,     false,  false, false,        false,
+                   /*fused_qkv=*/true, /*fused_gate_up=*/true, RopeFactors::kShortLong,
+                   /*mistral3=*/false},                                              nullptr},
+    // mistral3 (Ministral 3, Mistral Small 3.x, Devstral): llama's layout and "normal" RoPE on
+    // the whole head, YaRN as the file says with rope.scaling.yarn_log_multiplier's attention
+    // factor, llama 4's attention temperature tuning (attention.temperature_scale: queries
+    // scaled by 1 + s ln(floor(p / original context) + 1)), rope_freqs when present.
+    {"mistral3",  {RopeStyle::kNormal, true,     false,  false, false,        false,
+                   /*fused_qkv=*/true, /*fused_gate_up=*/false, RopeFactors::kFreqs,
+                   /*mistral3=*/true},                                               nullptr},
     // qwen3next: the hybrid of Gated DeltaNet and gated full attention with a MoE FFN, its own
     // loader (qwen3next.cpp documents it).
     {"qwen3next", {},                                                                 LoadQwen3Next},

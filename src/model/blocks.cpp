@@ -2,17 +2,39 @@
 // embedding lookup, pre-norm attention and SwiGLU blocks, the output head.
 #include "model/blocks.h"
 
+#include <algorithm>
+
 namespace lamina {
 
+namespace {
+
+// The fused attn_qkv weight, when the file has it, and its optional bias (split into bq, bk,
+// bv).
+void LoadFusedQkv(WeightLoader& L, const Hparams& hp, const std::string& p, AttentionWeights* w) {
+  const int64_t qd = hp.q_dim(), kvd = hp.kv_dim();
+  w->wqkv = L.Matrix(p + "attn_qkv.weight", hp.n_embd, qd + 2 * kvd, /*required=*/false);
+  if (!w->wqkv.valid()) return;
+  const std::vector<float> b = L.Vector(p + "attn_qkv.bias", qd + 2 * kvd, false);
+  if (b.empty()) return;
+  w->bq.assign(b.begin(), b.begin() + qd);
+  w->bk.assign(b.begin() + qd, b.begin() + qd + kvd);
+  w->bv.assign(b.begin() + qd + kvd, b.end());
+}
+
+}  // namespace
+
 void LoadAttentionWeights(WeightLoader& L, const Hparams& hp, int layer, bool with_bias,
-                          bool with_qk_norm, AttentionWeights* w) {
+                          bool with_qk_norm, AttentionWeights* w, bool with_fused_qkv) {
   const std::string p = "blk." + std::to_string(layer) + ".";
   w->norm = L.Vector(p + "attn_norm.weight", hp.n_embd);
-  w->wq = L.Matrix(p + "attn_q.weight", hp.n_embd, hp.q_dim());
-  w->wk = L.Matrix(p + "attn_k.weight", hp.n_embd, hp.kv_dim());
-  w->wv = L.Matrix(p + "attn_v.weight", hp.n_embd, hp.kv_dim());
+  if (with_fused_qkv) LoadFusedQkv(L, hp, p, w);
+  if (!w->wqkv.valid()) {
+    w->wq = L.Matrix(p + "attn_q.weight", hp.n_embd, hp.q_dim());
+    w->wk = L.Matrix(p + "attn_k.weight", hp.n_embd, hp.kv_dim());
+    w->wv = L.Matrix(p + "attn_v.weight", hp.n_embd, hp.kv_dim());
+  }
   w->wo = L.Matrix(p + "attn_output.weight", hp.q_dim(), hp.n_embd);
-  if (with_bias) {
+  if (with_bias && !w->wqkv.valid()) {
     w->bq = L.Vector(p + "attn_q.bias", hp.q_dim(), false);
     w->bk = L.Vector(p + "attn_k.bias", hp.kv_dim(), false);
     w->bv = L.Vector(p + "attn_v.bias", hp.kv_dim(), false);
@@ -24,11 +46,11 @@ void LoadAttentionWeights(WeightLoader& L, const Hparams& hp, int layer, bool wi
 }
 
 void LoadFfnWeights(WeightLoader& L, const Hparams& hp, int layer, FfnWeights* w,
-                    const char* norm_name) {
+                    const char* norm_name, bool fused_up) {
   const std::string p = "blk." + std::to_string(layer) + ".";
   w->norm = L.Vector(p + norm_name + ".weight", hp.n_embd);
-  w->gate = L.Matrix(p + "ffn_gate.weight", hp.n_embd, hp.n_ff);
-  w->up = L.Matrix(p + "ffn_up.weight", hp.n_embd, hp.n_ff);
+  if (!fused_up) w->gate = L.Matrix(p + "ffn_gate.weight", hp.n_embd, hp.n_ff);
+  w->up = L.Matrix(p + "ffn_up.weight", hp.n_embd, fused_up ? 2 * hp.n_ff : hp.n_ff);
   w->down = L.Matrix(p + "ffn_down.weight", hp.n_ff, hp.n_embd);
 }
 
@@ -61,18 +83,53 @@ void AddBias(float* x, const std::vector<float>& bias, int n_tokens, int64_t dim
   if (bias.empty()) return;
   for (int t = 0; t < n_tokens; ++t) AddInPlace(x + t * dim, bias.data(), dim);
 }
+
+// s.q, s.k, s.v from one matmul of the fused attn_qkv over s.xn (its rows: Q, then K, then V).
+void SplitQkv(const Hparams& hp, const WeightMatrix& wqkv, int n, ForwardScratch& s,
+              ThreadPool& pool) {
+  const int64_t d = hp.n_embd, qd = hp.q_dim(), kvd = hp.kv_dim(), all = qd + 2 * kvd;
+  GrowTo(s.fused, static_cast<size_t>(n) * all);
+  MatMul(wqkv, s.xn.data(), d, n, s.fused.data(), all, s.matmul, pool);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* row = s.fused.data() + t * all;
+    std::copy(row, row + qd, s.q.data() + t * qd);
+    std::copy(row + qd, row + qd + kvd, s.k.data() + t * kvd);
+    std::copy(row + qd + kvd, row + all, s.v.data() + t * kvd);
+  }
+}
+
+// s.gate = act(gate) * up per token from one matmul of a fused ffn_up ([gate | up] per row).
+void FusedGateUp(const Hparams& hp, const WeightMatrix& up, FfnActivation act, int n,
+                 ForwardScratch& s, ThreadPool& pool) {
+  const int64_t d = hp.n_embd, ff = hp.n_ff;
+  GrowTo(s.fused, static_cast<size_t>(n) * 2 * ff);
+  MatMul(up, s.xn.data(), d, n, s.fused.data(), 2 * ff, s.matmul, pool);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* row = s.fused.data() + t * 2 * ff;
+    float* out = s.gate.data() + t * ff;
+    if (act == FfnActivation::kGeluTanh) {
+      GeluTanhMul(row, row + ff, ff, out);
+    } else {
+      SiluMul(row, row + ff, ff, out);
+    }
+  }
+}
 }  // namespace
 
 void AttentionOutput(const Hparams& hp, const AttentionWeights& w, int layer, const ForwardBatch& b,
                      AttentionContext& attention, ForwardScratch& s, ThreadPool& pool) {
-  const RopeParams& rope = hp.layer_rope(layer);
+  const RopeParams& rope = hp.layer_rope(layer, b.long_rope);
   const int n = b.n_tokens;
   const int64_t d = hp.n_embd, qd = hp.q_dim(), kvd = hp.kv_dim();
   for (int t = 0; t < n; ++t)
     RmsNorm(s.x.data() + t * d, w.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);
-  MatMul(w.wq, s.xn.data(), d, n, s.q.data(), qd, s.matmul, pool);
-  MatMul(w.wk, s.xn.data(), d, n, s.k.data(), kvd, s.matmul, pool);
-  MatMul(w.wv, s.xn.data(), d, n, s.v.data(), kvd, s.matmul, pool);
+  if (w.wqkv.valid()) {
+    SplitQkv(hp, w.wqkv, n, s, pool);
+  } else {
+    MatMul(w.wq, s.xn.data(), d, n, s.q.data(), qd, s.matmul, pool);
+    MatMul(w.wk, s.xn.data(), d, n, s.k.data(), kvd, s.matmul, pool);
+    MatMul(w.wv, s.xn.data(), d, n, s.v.data(), kvd, s.matmul, pool);
+  }
   AddBias(s.q.data(), w.bq, n, qd);
   AddBias(s.k.data(), w.bk, n, kvd);
   AddBias(s.v.data(), w.bv, n, kvd);
@@ -92,6 +149,10 @@ void AttentionOutput(const Hparams& hp, const AttentionWeights& w, int layer, co
       RopeCache(rope, b.pos[t], cs);
       ApplyRope(rope, cs, q, hp.n_head, hp.head_dim);
       ApplyRope(rope, cs, k, hp.n_head_kv, hp.head_dim);
+      if (hp.attn_temp_scale != 0.0f) {
+        const float temp = hp.attention_temperature(b.pos[t]);
+        for (int64_t i = 0; i < qd; ++i) q[i] *= temp;
+      }
     }
   });
   attention.Attend(layer, s.q.data(), s.k.data(), s.v.data(), s.attn.data());
@@ -111,12 +172,16 @@ void FfnOutput(const Hparams& hp, const FfnWeights& w, FfnActivation act, const 
   const int64_t d = hp.n_embd, ff = hp.n_ff;
   for (int t = 0; t < n; ++t)
     RmsNorm(s.x.data() + t * d, w.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);
-  MatMul(w.gate, s.xn.data(), d, n, s.gate.data(), ff, s.matmul, pool);
-  MatMul(w.up, s.xn.data(), d, n, s.up.data(), ff, s.matmul, pool);
-  if (act == FfnActivation::kGeluTanh) {
-    GeluTanhMul(s.gate.data(), s.up.data(), static_cast<int64_t>(n) * ff, s.gate.data());
+  if (!w.gate.valid()) {
+    FusedGateUp(hp, w.up, act, n, s, pool);
   } else {
-    SiluMul(s.gate.data(), s.up.data(), static_cast<int64_t>(n) * ff, s.gate.data());
+    MatMul(w.gate, s.xn.data(), d, n, s.gate.data(), ff, s.matmul, pool);
+    MatMul(w.up, s.xn.data(), d, n, s.up.data(), ff, s.matmul, pool);
+    if (act == FfnActivation::kGeluTanh) {
+      GeluTanhMul(s.gate.data(), s.up.data(), static_cast<int64_t>(n) * ff, s.gate.data());
+    } else {
+      SiluMul(s.gate.data(), s.up.data(), static_cast<int64_t>(n) * ff, s.gate.data());
+    }
   }
   MatMul(w.down, s.gate.data(), ff, n, s.xn.data(), d, s.matmul, pool);
 }

@@ -16,22 +16,30 @@ void GrowTo(std::vector<T>& v, size_t n) {
 }
 
 struct AttentionWeights {
-  std::vector<float> norm;            // [n_embd]
-  WeightMatrix wq, wk, wv, wo;        // [q_dim x n_embd], [kv_dim x n_embd] x2, [n_embd x q_dim]
+  std::vector<float> norm;      // [n_embd]
+  WeightMatrix wq, wk, wv, wo;  // [q_dim x n_embd], [kv_dim x n_embd] x2, [n_embd x q_dim]
+  // A fused attn_qkv ([q_dim + 2 kv_dim x n_embd]: Q rows, then K, then V) instead of wq, wk,
+  // wv (phi3); invalid when the file holds them apart.
+  WeightMatrix wqkv;
   std::vector<float> bq, bk, bv;      // optional biases (empty when absent)
   std::vector<float> q_norm, k_norm;  // optional per-head RMSNorm weights [head_dim]
 };
 
 struct FfnWeights {
-  std::vector<float> norm;      // [n_embd]
-  WeightMatrix gate, up, down;  // [n_ff x n_embd] x2, [n_embd x n_ff]
+  std::vector<float> norm;  // [n_embd]
+  // [n_ff x n_embd] x2, [n_embd x n_ff]. A fused FFN (phi3) has no gate and an up of
+  // [2 n_ff x n_embd]: per token its first n_ff outputs are the gate, the rest the up.
+  WeightMatrix gate, up, down;
 };
 
+// The attention weights of `layer`: attn_q / attn_k / attn_v, or (with_fused_qkv, when the file
+// has it) the fused attn_qkv and its optional bias.
 void LoadAttentionWeights(WeightLoader& loader, const Hparams& hp, int layer, bool with_bias,
-                          bool with_qk_norm, AttentionWeights* out);
-// The FFN's pre-norm is `blk.N.<norm_name>.weight`.
+                          bool with_qk_norm, AttentionWeights* out, bool with_fused_qkv = false);
+// The FFN's pre-norm is `blk.N.<norm_name>.weight`; `fused_up`: no ffn_gate, an ffn_up of
+// 2 n_ff rows (gate then up).
 void LoadFfnWeights(WeightLoader& loader, const Hparams& hp, int layer, FfnWeights* out,
-                    const char* norm_name = "ffn_norm");
+                    const char* norm_name = "ffn_norm", bool fused_up = false);
 
 // Grows the scratch buffers for n_tokens.
 void PrepareScratch(const Hparams& hp, int n_tokens, ForwardScratch& s);
@@ -40,7 +48,8 @@ void PrepareScratch(const Hparams& hp, int n_tokens, ForwardScratch& s);
 void EmbedTokens(const WeightMatrix& embd, const ForwardBatch& batch, float* x);
 
 // s.xn = Wo · attention(RoPE(Wq·norm(x)), RoPE(Wk·norm(x)), Wv·norm(x)) for the whole batch
-// ([n_tokens, n_embd]; x is left alone), Q and K rotated with the layer's RoPE.
+// ([n_tokens, n_embd]; x is left alone), Q and K rotated with the layer's RoPE (its frequency
+// factors included), each query then multiplied by Hparams::attention_temperature.
 void AttentionOutput(const Hparams& hp, const AttentionWeights& w, int layer,
                      const ForwardBatch& batch, AttentionContext& attention, ForwardScratch& s,
                      ThreadPool& pool);

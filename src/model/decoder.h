@@ -9,6 +9,17 @@
 
 namespace lamina {
 
+// Where a file's per-pair RoPE frequency factors come from (RopeParams::freq_factors).
+enum class RopeFactors {
+  kNone,
+  // phi3's LongRoPE: rope_factors_short.weight and rope_factors_long.weight ([n_rot / 2]),
+  // llama.cpp taking the long ones when the context per sequence exceeds
+  // rope.scaling.original_context_length (Hparams::rope_short_ctx).
+  kShortLong,
+  // rope_freqs.weight ([n_rot / 2], llama-3-style scaling as a tensor), when present.
+  kFreqs,
+};
+
 struct DecoderOptions {
   RopeStyle rope_style = RopeStyle::kNormal;
   bool attn_bias = false;      // Q/K/V biases (loaded when present)
@@ -16,6 +27,13 @@ struct DecoderOptions {
   bool moe = false;            // mixture-of-experts FFN instead of SwiGLU
   bool moe_norm_topk = false;  // default for renormalising the top-k weights (metadata overrides)
   bool moe_shared_expert = false;
+  bool fused_qkv = false;      // a fused attn_qkv (Q, K, V rows) accepted for attn_q/k/v
+  bool fused_gate_up = false;  // no ffn_gate: ffn_up's 2 n_ff rows are the gate, then the up
+  RopeFactors rope_factors = RopeFactors::kNone;
+  // mistral3's extras: attention.temperature_scale (Hparams::attn_temp_scale) and
+  // rope.scaling.yarn_log_multiplier (RopeScalingConfig::yarn_log_mul); RoPE must turn every
+  // head dimension; biases and experts (which llama.cpp would read) are refused by name.
+  bool mistral3 = false;
 };
 
 Result<std::unique_ptr<Model>> LoadDecoder(std::unique_ptr<gguf::File> file,

@@ -196,17 +196,18 @@ Status ReadHeadShape(const gguf::File& f, int q_rows_per_head_dim, Hparams* hp) 
   return Status::Ok();
 }
 
-// The dense FFN width (checked against ffn_up), the RMS norm epsilon and RoPE, its scaling
-// resolved.
-Status ReadNormAndRope(const gguf::File& f, RopeStyle rope_style, Hparams* hp) {
+// The dense FFN width (checked against ffn_up: up_rows_per_ff x n_ff rows), the RMS norm
+// epsilon and RoPE, its scaling resolved.
+Status ReadNormAndRope(const gguf::File& f, RopeStyle rope_style, int up_rows_per_ff, Hparams* hp) {
   const std::string& a = hp->arch;
   // Dense FFN widths (MoE layers have no ffn_up.weight; ReadMoeHparams bounds n_ff there).
   int ff_layer = 0;
   if (const gguf::TensorInfo* up = FirstLayerTensor(f, hp->n_layer, "ffn_up.weight", &ff_layer);
-      up != nullptr && up->ne[1] != hp->n_ff) {
+      up != nullptr && up->ne[1] != int64_t{up_rows_per_ff} * hp->n_ff) {
     return HparamError(f, ArchKey(a, "feed_forward_length"), hp->n_ff,
                        "blk." + std::to_string(ff_layer) + ".ffn_up.weight has " +
-                           std::to_string(up->ne[1]) + " rows");
+                           std::to_string(up->ne[1]) + " rows" +
+                           (up_rows_per_ff == 1 ? "" : " (gate and up: 2 x it)"));
   }
   Result<double> eps = f.GetFloat(ArchKey(a, "attention.layer_norm_rms_epsilon"));
   if (!eps.ok())
@@ -235,14 +236,16 @@ Status ReadNormAndRope(const gguf::File& f, RopeStyle rope_style, Hparams* hp) {
 }  // namespace
 
 Result<Hparams> ReadLlamaLikeHparams(const gguf::File& f, RopeStyle rope_style,
-                                     int q_rows_per_head_dim) {
+                                     int q_rows_per_head_dim, int up_rows_per_ff) {
   Hparams hp;
   Result<std::string> arch = f.GetString("general.architecture");
   if (!arch.ok()) return Error{f.path() + ": missing general.architecture"};
   hp.arch = *arch;
   if (Status st = ReadCounts(f, &hp); !st.ok()) return st.error();
   if (Status st = ReadHeadShape(f, q_rows_per_head_dim, &hp); !st.ok()) return st.error();
-  if (Status st = ReadNormAndRope(f, rope_style, &hp); !st.ok()) return st.error();
+  if (Status st = ReadNormAndRope(f, rope_style, up_rows_per_ff, &hp); !st.ok()) {
+    return st.error();
+  }
   return hp;
 }
 
@@ -309,6 +312,15 @@ RopeParams ResolveRope(const RopeParams& base, const RopeScalingConfig& c, const
     p.ext_factor = 0.0f;
   }
   p.attn_factor = c.attn_factor;
+  if (p.ext_factor != 0.0f && c.yarn_log_mul != 0.0f) {
+    // As llama.cpp's context: mscale(s, 1) / mscale(s, log_mul), with the 1 + 0.1 ln s that
+    // RoPE multiplies by under YaRN cancelled.
+    const float s = 1.0f / p.freq_scale;
+    auto mscale = [s](float m) { return s <= 1.0f ? 1.0f : 0.1f * m * std::log(s) + 1.0f; };
+    float f = mscale(1.0f) / mscale(c.yarn_log_mul);
+    f *= 1.0f / (1.0f + 0.1f * std::log(s));
+    p.attn_factor = f * c.attn_factor;
+  }
   p.beta_fast = c.beta_fast;
   p.beta_slow = c.beta_slow;
   p.n_ctx_orig = o.yarn_orig_ctx > 0 ? o.yarn_orig_ctx : c.n_ctx_orig;

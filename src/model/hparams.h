@@ -50,9 +50,10 @@ Status CheckLayerCount(const gguf::File& file, const std::string& key, int64_t n
 // against the blk.N layers, embedding_length against token_embd.weight, head_count,
 // head_count_kv and key_length against the first attn_q / attn_k weights (whose rows are
 // q_rows_per_head_dim x head_count x head_dim: 2 when attn_q also holds a per-head output gate),
-// feed_forward_length against the first dense ffn_up weight.
+// feed_forward_length against the first dense ffn_up weight (up_rows_per_ff x n_ff rows: 2 when
+// it holds the gate too, phi3).
 Result<Hparams> ReadLlamaLikeHparams(const gguf::File& file, RopeStyle rope_style,
-                                     int q_rows_per_head_dim = 1);
+                                     int q_rows_per_head_dim = 1, int up_rows_per_ff = 1);
 
 // Reads `<arch>.rope.scaling.*` (and the older `rope.scale_linear`) as llama.cpp does.
 Result<RopeScalingConfig> ReadRopeScaling(const gguf::File& file, const std::string& arch,

@@ -34,6 +34,11 @@ Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const RopeOver
   if (!model.ok() || overrides.empty()) return model;
   Hparams& hp = (*model)->hparams_;
   hp.rope = ResolveRope(hp.rope, hp.rope_scaling, overrides);
+  if (hp.rope_short_ctx > 0) {  // phi3: the long factors with the same overrides
+    const float* long_factors = hp.rope_long.freq_factors;
+    hp.rope_long = hp.rope;
+    hp.rope_long.freq_factors = long_factors;
+  }
   // Sliding-window layers keep their own base and never scale (llama.cpp), or (gpt-oss) take the
   // overridden RoPE but keep the file's base and frequency scale (llama.cpp's *_train_swa).
   if (hp.swa_global_rope) {

@@ -15,10 +15,11 @@ int ForwardBatch::n_outputs() const {
 }
 
 Status Model::InitHparams(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer,
-                          RopeStyle rope_style, int q_rows_per_head_dim) {
+                          RopeStyle rope_style, int q_rows_per_head_dim, int up_rows_per_ff) {
   file_ = std::move(file);
   tokenizer_ = std::move(tokenizer);
-  Result<Hparams> hp = ReadLlamaLikeHparams(*file_, rope_style, q_rows_per_head_dim);
+  Result<Hparams> hp =
+      ReadLlamaLikeHparams(*file_, rope_style, q_rows_per_head_dim, up_rows_per_ff);
   if (!hp.ok()) return hp.error();
   hparams_ = *hp;
   const gguf::TensorInfo* embd = file_->FindTensor("token_embd.weight");

@@ -45,6 +45,10 @@ struct RopeScalingConfig {
   float ext_factor = -1.0f;  // rope.scaling.yarn_ext_factor (< 0: 1 for yarn, 0 otherwise)
   float beta_fast = 32.0f;   // rotations above which dimensions are extrapolated
   float beta_slow = 1.0f;    // rotations below which dimensions are interpolated
+  // rope.scaling.yarn_log_multiplier (mistral3; 0: none): with YaRN, the attention factor
+  // becomes mscale(s, 1) / mscale(s, this) / (1 + 0.1 ln s) times attn_factor, as llama.cpp's
+  // context sets it (mscale(s, m) = 1 + 0.1 m ln s for s > 1, else 1).
+  float yarn_log_mul = 0.0f;
 };
 
 // Command-line overrides of the model's RoPE scaling (--rope-scaling, --rope-scale,
@@ -106,11 +110,33 @@ struct Hparams {
   bool swa_global_rope = false;
   // Final logits become c * tanh(logits / c) (0: not capped).
   float final_logit_softcap = 0.0f;
+  // Attention temperature tuning (mistral3's attention.temperature_scale, llama 4's rule; 0:
+  // off): after RoPE a query at position p is multiplied by
+  // 1 + attn_temp_scale * ln(floor(p / attn_temp_floor) + 1), attn_temp_floor being the file's
+  // original context (rope.scaling.original_context_length, else context_length).
+  float attn_temp_scale = 0.0f;
+  int attn_temp_floor = 0;
+  // phi3 LongRoPE: `rope` carries the short factors, which serve contexts of up to this many
+  // tokens per sequence (rope.scaling.original_context_length); a session with a longer context
+  // rotates with rope_long (the long factors) instead, as llama.cpp does (ForwardBatch::long_rope,
+  // chosen by the session). 0: one RoPE for any context.
+  int rope_short_ctx = 0;
+  RopeParams rope_long;
+  // Whether a context of n_ctx tokens per sequence rotates with rope_long.
+  bool uses_long_rope(int n_ctx) const { return rope_short_ctx > 0 && n_ctx > rope_short_ctx; }
+  // The query multiplier at position `pos` (1 when tuning is off).
+  float attention_temperature(int32_t pos) const {
+    if (attn_temp_scale == 0.0f) return 1.0f;
+    const double steps = std::floor(static_cast<float>(pos) / static_cast<float>(attn_temp_floor));
+    return static_cast<float>(std::log(steps + 1.0) * attn_temp_scale + 1.0);
+  }
   int kv_layers() const { return n_layer_kv > 0 ? n_layer_kv : n_layer; }
   bool is_swa(int layer) const { return !swa_layers.empty() && swa_layers[layer] != 0; }
   // The sliding window of a cache layer (0: full causal attention).
   int sliding_window(int layer) const { return is_swa(layer) ? n_swa : 0; }
-  const RopeParams& layer_rope(int layer) const { return is_swa(layer) ? rope_swa : rope; }
+  const RopeParams& layer_rope(int layer, bool long_rope = false) const {
+    return is_swa(layer) ? rope_swa : long_rope && rope_short_ctx > 0 ? rope_long : rope;
+  }
   float attention_scale() const {
     return attn_scale > 0.0f ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
   }
@@ -162,6 +188,8 @@ struct ForwardBatch {
   // When set, receives every token's normed final hidden state (a trunk's output_norm, an MTP
   // block's head norm) ([n_tokens, n_embd]), what an MTP block pairs with the next token.
   float* hidden = nullptr;
+  // The session's context rotates with Hparams::rope_long (phi3 past its original context).
+  bool long_rope = false;
   int n_outputs() const;
   bool wants_output(int t) const { return output != nullptr ? output[t] != 0 : t == n_tokens - 1; }
 };
@@ -177,6 +205,9 @@ struct ForwardScratch {
   std::vector<float> gate;  // [n_tokens, n_ff]
   std::vector<float> up;    // [n_tokens, n_ff]
   std::vector<float> rope;  // [n_tokens, n_rot]
+  // A fused matmul's output before its split (phi3): [n_tokens, q_dim + 2 kv_dim] (attn_qkv)
+  // or [n_tokens, 2 n_ff] (ffn_up holding gate and up); empty for other models.
+  std::vector<float> fused;
   MatMulScratch matmul;
   // Mixture-of-experts feed-forward (moe.h); empty for dense models.
   struct Moe {
@@ -247,10 +278,11 @@ class Model {
   // Finish.
 
   // Takes ownership, reads the llama-like hyper-parameters (each count checked against the
-  // tensors present: ReadLlamaLikeHparams, whose q_rows_per_head_dim this passes on) and checks
+  // tensors present: ReadLlamaLikeHparams, whose q_rows_per_head_dim and up_rows_per_ff this
+  // passes on) and checks
   // the vocabulary size.
   Status InitHparams(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer,
-                     RopeStyle rope_style, int q_rows_per_head_dim = 1);
+                     RopeStyle rope_style, int q_rows_per_head_dim = 1, int up_rows_per_ff = 1);
   // Loads token_embd, output_norm and output, remembering the embedding's bytes.
   void LoadEmbeddingAndHead(WeightLoader& loader);
   // Records the parameter count and the bytes a decoded token reads: everything but the

@@ -445,7 +445,7 @@ std::vector<JsonResult> RunJsonItems(const RunContext& ctx, const char* probe_na
     JsonResult p;
     std::string error;
     std::vector<std::string> outs;
-    int valid = 0, exact = 0;
+    int valid = 0, exact = 0, cut = 0;
     for (const JsonRequestItem& item : items) {
       GenerationRequest request;
       request.user = item.user;
@@ -471,6 +471,9 @@ std::vector<JsonResult> RunJsonItems(const RunContext& ctx, const char* probe_na
                         JsonEquals(fields->at("city"), item.city);
       valid += ok;
       exact += same;
+      // A constrained answer the token budget ended before the grammar closed it (a model that
+      // writes long strings, as random-weight ones do) is invalid without any fault.
+      cut += !grammar.empty() && !ok && !g.error && g.n_tokens >= request.max_tokens;
       outs.push_back(g.text);
       p.items.push_back({g.text, ok, same, item.expected, g.error ? g.error_message : ""});
       if (g.error && error.empty()) error = g.error_message;
@@ -480,13 +483,15 @@ std::vector<JsonResult> RunJsonItems(const RunContext& ctx, const char* probe_na
     p.exact_rate = static_cast<double>(exact) / items.size();
     p.first_difference = FirstDifferenceFromReference(outs, ref_outputs);
     p.outcome.cell = "valid " + std::to_string(valid) + "/" + std::to_string(items.size()) +
-                     ", exact " + std::to_string(exact) + "/" + std::to_string(items.size());
+                     ", exact " + std::to_string(exact) + "/" + std::to_string(items.size()) +
+                     (cut > 0 ? ", " + std::to_string(cut) + " cut by the budget" : "");
     if (i == 0) {
       ref_valid = p.valid_rate;
       ref_exact = p.exact_rate;
     }
-    if (!grammar.empty() && error.empty() && valid < static_cast<int>(items.size())) {
-      // The grammar guarantees schema-valid output; anything else is the engine's fault.
+    if (!grammar.empty() && error.empty() && valid + cut < static_cast<int>(items.size())) {
+      // The grammar guarantees schema-valid output once it closes; an answer that ended
+      // otherwise invalid is the engine's fault.
       p.outcome.status = Status::kFail;
       p.outcome.reason = "constrained output not schema-valid (" + std::to_string(valid) + "/" +
                          std::to_string(items.size()) + ")";

@@ -19,7 +19,7 @@ Result<KvCacheConfig> MakeKvCacheConfig(const Hparams& hp, const SessionConfig& 
   kc.type = c.kv_type;
   kc.v_rounding = c.v_rounding;
   kc.seed = c.kv_seed;
-  kc.rope = hp.rope;
+  kc.rope = hp.uses_long_rope(kc.n_ctx) ? hp.rope_long : hp.rope;
   // Anchored keys follow one RoPE for every layer: where sliding-window layers rotate with
   // another, the anchors are plain offsets (still exact, only less fitted to rotating keys).
   if (!hp.swa_layers.empty() && (hp.rope_swa.freq_base != hp.rope.freq_base ||
@@ -335,6 +335,7 @@ Result<const float*> Session::Run(const ForwardBatch& batch, int n_out) {
   StateRecurrent recurrent(*this, segments);
   CacheAttention attention(*this, segments);
   ForwardBatch b = batch;
+  b.long_rope = long_rope();
   if (!hidden_.empty()) {
     batch_hidden_.resize(static_cast<size_t>(b.n_tokens) * model_.hparams().n_embd);
     b.hidden = batch_hidden_.data();

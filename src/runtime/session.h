@@ -76,6 +76,9 @@ class Session {
   const RecurrentState& recurrent() const { return recurrent_; }
   RecurrentState& mutable_recurrent() { return recurrent_; }
   int n_ctx() const { return cache_.config().n_ctx; }  // cells per sequence
+  // Whether this context rotates with the model's long RoPE (Hparams::rope_long: phi3 past its
+  // original context).
+  bool long_rope() const { return model_.hparams().uses_long_rope(n_ctx()); }
   int n_seq() const { return cache_.config().n_seq; }
   // Tokens held by sequence `seq` (its next position).
   int n_past(int seq = 0) const { return n_past_[seq]; }

@@ -81,6 +81,12 @@ Status WriteAll(int fd, const uint8_t* p, size_t n) {
   return Status::Ok();
 }
 
+// The model hash a session's file records: a context rotating with the model's long RoPE
+// (phi3 past its original context) holds keys no other context can read, so it gets its own.
+uint64_t SessionModelHash(const Session& session, uint64_t model_hash) {
+  return session.long_rope() ? model_hash ^ 0x6c6f6e67726f7065ull : model_hash;  // "longrope"
+}
+
 }  // namespace
 
 uint64_t ModelIdentityHash(const Model& model) {
@@ -140,7 +146,7 @@ std::vector<uint8_t> SerializeSessionFile(const Session& session, int seq, uint6
   out.insert(out.end(), kMagic, kMagic + 8);
   Put<uint32_t>(out, cache.has_rings() ? kSessionFileVersion : kSessionFileVersionNoRing);
   Put<uint32_t>(out, kHeaderBytes);
-  Put<uint64_t>(out, model_hash);
+  Put<uint64_t>(out, SessionModelHash(session, model_hash));
   Put<uint32_t>(out, static_cast<uint32_t>(c.type));
   Put<uint32_t>(out, static_cast<uint32_t>(c.v_rounding));
   Put<uint64_t>(out, c.seed);
@@ -260,7 +266,10 @@ Status CheckHeaderCache(const uint8_t* data, const Session& session) {
 // The checked header: identity, cache, then the token, section and KV byte counts.
 Result<SessionHeader> ReadSessionHeader(const uint8_t* data, size_t size, const Session& session,
                                         uint64_t model_hash) {
-  if (Status st = CheckHeaderIdentity(data, size, model_hash); !st.ok()) return st.error();
+  if (Status st = CheckHeaderIdentity(data, size, SessionModelHash(session, model_hash));
+      !st.ok()) {
+    return st.error();
+  }
   if (Status st = CheckHeaderCache(data, session); !st.ok()) return st.error();
   SessionHeader header;
   header.n_vocab = Get<uint32_t>(data + 52);

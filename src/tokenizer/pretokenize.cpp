@@ -35,6 +35,13 @@ constexpr const char* kGpt4o =
     "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*"
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
     "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Mistral's tekken split (Ministral 3, Mistral Small 3.x, Devstral: mistral3) as llama.cpp
+// spells it: gpt-4o's letter runs without the contractions, one digit at a time, punctuation
+// runs swallowing newlines and slashes.
+constexpr const char* kTekken =
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+|"
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*|"
+    "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 // CJK ideographs, U+0800..U+4E00 and Hangul, as in llama.cpp's deepseek patterns.
 constexpr const char* kCjk = "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+";
 constexpr const char* kGpt2 =
@@ -102,6 +109,10 @@ bool PreTokenizerConfigFor(std::string_view pre, PreTokenizerConfig* config) {
         " ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{964}\\x{6D4}\\x{60C})]+"};
   } else if (pre == "gpt-4o") {
     config->patterns = {kGpt4o};
+  } else if (pre == "tekken") {
+    config->patterns = {kTekken};
+    config->ignore_merges = true;
+    config->force_add_bos = true;
   } else if (is({"chatglm-bpe", "glm4"})) {
     config->patterns = {kLlama3};
   } else {
