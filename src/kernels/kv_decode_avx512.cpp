@@ -1,5 +1,5 @@
-// AVX-512 (F/BW/VL/DQ/VNNI) integer K scorers, twins of the scalar ones in kv_decode.cpp (the
-// plain row decoders are in kv_decode_hwy.cpp).
+// AVX-512 (F/BW/VL/DQ/VNNI) integer K scorers and fused V accumulation, twins of the scalar
+// ones in kv_decode.cpp (the plain row decoders are in kv_decode_hwy.cpp).
 //
 // Scorer layout: a block of 16 cells is expanded once into int16 codes and reused by every
 // query of the call. Each zmm holds one 16-value run of 4 cells (one cell per 128-bit lane);
@@ -132,7 +132,154 @@ void Score(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t*
     ScoreBlock<F>(pad, row_bytes, head_dim, nq, qq, qd, scale, out + j, out_stride, n_rows - j);
   }
 }
+
+// Fused V accumulation. A block of up to 4 queries keeps its accumulators for 64 columns (or
+// the last 32) in registers, 16 independent fma chains, while each row's codes are expanded
+// once into 4 vectors of floats. Every value is the AVX-512 decoder's (one conversion, one
+// multiply by the group's scale; the 4-bit formats look the products up in a 16-entry table
+// of d * level, the same products) and every accumulator takes fma(p, x, a) in row order, as
+// the AVX-512 accumulate_rows does: the bits of decode-then-accumulate.
+constexpr int kAccQueries = 4;  // queries per register block
+constexpr int kAccVectors = 4;  // column vectors (16 floats each) per register block
+
+// The group's f16 scale (its first two bytes) in every lane.
+inline __m512 GroupScale(const uint8_t* group) {
+  uint16_t h;
+  std::memcpy(&h, group, 2);
+  return _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<int16_t>(h)));
+}
+
+// The 16 levels of a 4-bit format as floats (q4_0: q - 8; q4_nl: kQ4NlLevels[q]).
+template <KvRowFormat F>
+inline __m512 Levels16() {
+  if constexpr (F == KvRowFormat::kQ4Nl) {
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kQ4NlLevels))));
+  } else {
+    return _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+  }
+}
+
+// Columns [col, col + 16 * kV) of one row (col a multiple of 32) as floats.
+template <KvRowFormat F, int kV>
+inline void DecodeColumns(const uint8_t* row, int col, __m512 levels, __m512* v) {
+  if constexpr (F == KvRowFormat::kF16) {
+    for (int k = 0; k < kV; ++k) {
+      v[k] = _mm512_cvtph_ps(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * (col + 16 * k))));
+    }
+  } else if constexpr (F == KvRowFormat::kInt8) {
+    for (int k = 0; k < kV; k += 2) {
+      const uint8_t* grp = row + (col / kGroup + k / 2) * (2 + kGroup);  // [f16 d][32 int8]
+      const __m512 d = GroupScale(grp);
+      for (int h = 0; h < 2; ++h) {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + 2 + 16 * h));
+        v[k + h] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+      }
+    }
+  } else {
+    for (int k = 0; k < kV; k += 2) {
+      const uint8_t* grp = row + (col / kGroup + k / 2) * (2 + kGroup / 2);  // [f16 d][16 bytes]
+      const __m512 table = _mm512_mul_ps(GroupScale(grp), levels);           // d * level, by nibble
+      // vpermps reads the low 4 bits of each index: the low nibbles need no mask.
+      const __m512i b =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + 2)));
+      v[k] = _mm512_permutexvar_ps(b, table);
+      v[k + 1] = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), table);
+    }
+  }
+}
+
+// kNq queries over rows [j0, j1), columns [col, col + 16 * kV).
+template <KvRowFormat F, int kNq, int kV>
+inline void AccumulateBlock(const uint8_t* rows, size_t row_bytes, int col, int j0, int j1,
+                            const float* const* p, float* const* acc) {
+  const __m512 levels = Levels16<F>();
+  __m512 a[kNq][kV];
+  for (int q = 0; q < kNq; ++q) {
+    for (int k = 0; k < kV; ++k) a[q][k] = _mm512_loadu_ps(acc[q] + col + 16 * k);
+  }
+  for (int j = j0; j < j1; ++j) {
+    __m512 v[kV];
+    DecodeColumns<F, kV>(rows + j * row_bytes, col, levels, v);
+    for (int q = 0; q < kNq; ++q) {
+      const __m512 pj = _mm512_set1_ps(p[q][j]);
+      for (int k = 0; k < kV; ++k) a[q][k] = _mm512_fmadd_ps(pj, v[k], a[q][k]);
+    }
+  }
+  for (int q = 0; q < kNq; ++q) {
+    for (int k = 0; k < kV; ++k) _mm512_storeu_ps(acc[q] + col + 16 * k, a[q][k]);
+  }
+}
+
+template <KvRowFormat F, int kV>
+inline void AccumulateColumns(const uint8_t* rows, size_t row_bytes, int col, int n, int common,
+                              const int* end, const float* const* p, float* const* acc) {
+  switch (n) {
+    case 1:
+      AccumulateBlock<F, 1, kV>(rows, row_bytes, col, 0, common, p, acc);
+      break;
+    case 2:
+      AccumulateBlock<F, 2, kV>(rows, row_bytes, col, 0, common, p, acc);
+      break;
+    case 3:
+      AccumulateBlock<F, 3, kV>(rows, row_bytes, col, 0, common, p, acc);
+      break;
+    default:
+      AccumulateBlock<F, 4, kV>(rows, row_bytes, col, 0, common, p, acc);
+      break;
+  }
+  // Each query's own rows past the common ones, in the same row order.
+  for (int q = 0; q < n; ++q) {
+    if (end[q] > common) {
+      AccumulateBlock<F, 1, kV>(rows, row_bytes, col, common, end[q], p + q, acc + q);
+    }
+  }
+}
+
+template <KvRowFormat F>
+void Accumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
+                int64_t p_stride, const int* lim, float* acc) {
+  if (head_dim % kGroup != 0) {
+    ScalarKvAccumulator(F)(rows, n_rows, head_dim, nq, p, p_stride, lim, acc);
+    return;
+  }
+  const size_t row_bytes = KvRowBytes(F, head_dim);
+  for (int q0 = 0; q0 < nq; q0 += kAccQueries) {
+    const int n = std::min(kAccQueries, nq - q0);
+    const float* pq[kAccQueries];
+    float* aq[kAccQueries];
+    int end[kAccQueries];
+    int common = n_rows;  // rows every query of the block reads
+    for (int q = 0; q < n; ++q) {
+      pq[q] = p + (q0 + q) * p_stride;
+      aq[q] = acc + static_cast<int64_t>(q0 + q) * head_dim;
+      end[q] = std::clamp(lim[q0 + q], 0, n_rows);
+      common = std::min(common, end[q]);
+    }
+    int col = 0;
+    for (; col + 16 * kAccVectors <= head_dim; col += 16 * kAccVectors) {
+      AccumulateColumns<F, kAccVectors>(rows, row_bytes, col, n, common, end, pq, aq);
+    }
+    if (col < head_dim) AccumulateColumns<F, 2>(rows, row_bytes, col, n, common, end, pq, aq);
+  }
+}
 }  // namespace
+
+KvAccumulateFn Avx512KvAccumulator(KvRowFormat format) {
+  switch (format) {
+    case KvRowFormat::kF16:
+      return Accumulate<KvRowFormat::kF16>;
+    case KvRowFormat::kInt8:
+      return Accumulate<KvRowFormat::kInt8>;
+    case KvRowFormat::kQ4_0:
+      return Accumulate<KvRowFormat::kQ4_0>;
+    case KvRowFormat::kQ4Nl:
+      return Accumulate<KvRowFormat::kQ4Nl>;
+    default:
+      return nullptr;
+  }
+}
 
 KvScoreFn Avx512KvScorer(KvRowFormat format) {
   switch (format) {
