@@ -27,6 +27,19 @@ constexpr int kGroup = 32;       // values per scale
 constexpr int kBlockCells = 16;  // cells expanded at once
 constexpr int kMaxHeadDim = 512;
 
+// Rows this far ahead of the one being read are prefetched: the hardware prefetcher stops at
+// each 4 KiB page, and a KV head's rows are one long run of pages.
+constexpr int kPrefetchCells = 64;
+
+// Prefetches rows [j, j + n) where they exist.
+inline void PrefetchAhead(const uint8_t* rows, int n_rows, size_t row_bytes, int j, int n) {
+  if (j >= n_rows) return;
+  const uint8_t* b = rows + j * row_bytes;
+  const uint8_t* e = rows + std::min(n_rows, j + n) * row_bytes;
+  for (const uint8_t* p = b; p < e; p += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+}
+
 // Four 16-byte runs (one per cell, `stride` bytes apart) as one zmm, cell c in lane c.
 inline __m512i LoadRuns4(const uint8_t* p, size_t stride) {
   __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -120,6 +133,7 @@ void Score(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t*
   const size_t row_bytes = KvRowBytes(F, head_dim);
   int j = 0;
   for (; j + kBlockCells <= n_rows; j += kBlockCells) {
+    PrefetchAhead(rows, n_rows, row_bytes, j + kPrefetchCells, kBlockCells);
     ScoreBlock<F>(rows + j * row_bytes, row_bytes, head_dim, nq, qq, qd, scale, out + j, out_stride,
                   kBlockCells);
   }
@@ -245,6 +259,8 @@ void Accumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, const flo
     return;
   }
   const size_t row_bytes = KvRowBytes(F, head_dim);
+  // The caller's next tile of rows usually follows these (a hint: it never faults).
+  PrefetchAhead(rows, 2 * n_rows, row_bytes, n_rows, n_rows);
   for (int q0 = 0; q0 < nq; q0 += kAccQueries) {
     const int n = std::min(kAccQueries, nq - q0);
     const float* pq[kAccQueries];
