@@ -610,7 +610,8 @@ TEST(AttentionRowKernels, Avx512MatchesScalarTwins) {
 
 // Fused V accumulation: each SIMD kernel gives exactly the bits of the same ISA's decoder
 // followed by its accumulate_rows (per-query row limits, including none and beyond the rows,
-// more queries than one register block, head_dim with a half column block), and stays within
+// more queries than one register block, head_dim with a half column block, more rows than one
+// pass), and stays within
 // rounding of the scalar twin.
 void CheckFusedAccumulation(KvAccumulateFn (*fused)(KvRowFormat),
                             KvRowDecodeFn (*decoder)(KvRowFormat), const AttentionRowKernels* rk) {
@@ -620,7 +621,7 @@ void CheckFusedAccumulation(KvAccumulateFn (*fused)(KvRowFormat),
   for (KvRowFormat f :
        {KvRowFormat::kF16, KvRowFormat::kInt8, KvRowFormat::kQ4_0, KvRowFormat::kQ4Nl}) {
     for (int hd : {32, 64, 96, 128}) {
-      for (int n : {1, 13, 64}) {
+      for (int n : {1, 13, 64, 150}) {
         for (int nq : {1, 3, 4, 9}) {
           const size_t rb = KvRowBytes(f, hd);
           std::vector<uint8_t> rows(rb * n);

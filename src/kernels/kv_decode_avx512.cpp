@@ -156,11 +156,29 @@ void Score(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t*
 constexpr int kAccQueries = 4;  // queries per register block
 constexpr int kAccVectors = 4;  // column vectors (16 floats each) per register block
 
-// The group's f16 scale (its first two bytes) in every lane.
-inline __m512 GroupScale(const uint8_t* group) {
-  uint16_t h;
-  std::memcpy(&h, group, 2);
-  return _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<int16_t>(h)));
+constexpr int kAccRows = 64;
+constexpr int kMaxPassQueries =
+    64;  // queries per pass (their relative limits on the stack)  // rows per pass of the register
+         // blocks (a longer call is split)
+
+// The f16 scales of rows [0, n_rows) (n_rows <= kAccRows) as floats, sc[g * kAccRows + j] for
+// group g of row j: 16 rows per gather and conversion, so that a row's groups then cost one
+// broadcast operand each instead of a conversion.
+inline void TileScales(const uint8_t* rows, int n_rows, size_t row_bytes, int n_groups, float* sc) {
+  const size_t group_bytes = row_bytes / n_groups;
+  const __m512i offsets =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(row_bytes)));
+  for (int j = 0; j < n_rows; j += 16) {
+    // Lanes past the rows read nothing (masked) and are never used.
+    const __mmask16 m =
+        static_cast<__mmask16>(n_rows - j >= 16 ? 0xFFFFu : (1u << (n_rows - j)) - 1);
+    for (int g = 0; g < n_groups; ++g) {
+      const uint8_t* base = rows + j * row_bytes + g * group_bytes;
+      const __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, offsets, base, 1);
+      _mm512_storeu_ps(sc + g * kAccRows + j, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
+    }
+  }
 }
 
 // The 16 levels of a 4-bit format as floats (q4_0: q - 8; q4_nl: kQ4NlLevels[q]).
@@ -175,8 +193,9 @@ inline __m512 Levels16() {
 }
 
 // Columns [col, col + 16 * kV) of one row (col a multiple of 32) as floats.
+// sc: the row's group scales (TileScales, stride kAccRows).
 template <KvRowFormat F, int kV>
-inline void DecodeColumns(const uint8_t* row, int col, __m512 levels, __m512* v) {
+inline void DecodeColumns(const uint8_t* row, const float* sc, int col, __m512 levels, __m512* v) {
   if constexpr (F == KvRowFormat::kF16) {
     for (int k = 0; k < kV; ++k) {
       v[k] = _mm512_cvtph_ps(
@@ -185,7 +204,7 @@ inline void DecodeColumns(const uint8_t* row, int col, __m512 levels, __m512* v)
   } else if constexpr (F == KvRowFormat::kInt8) {
     for (int k = 0; k < kV; k += 2) {
       const uint8_t* grp = row + (col / kGroup + k / 2) * (2 + kGroup);  // [f16 d][32 int8]
-      const __m512 d = GroupScale(grp);
+      const __m512 d = _mm512_set1_ps(sc[(col / kGroup + k / 2) * kAccRows]);
       for (int h = 0; h < 2; ++h) {
         const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + 2 + 16 * h));
         v[k + h] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
@@ -194,7 +213,8 @@ inline void DecodeColumns(const uint8_t* row, int col, __m512 levels, __m512* v)
   } else {
     for (int k = 0; k < kV; k += 2) {
       const uint8_t* grp = row + (col / kGroup + k / 2) * (2 + kGroup / 2);  // [f16 d][16 bytes]
-      const __m512 table = _mm512_mul_ps(GroupScale(grp), levels);           // d * level, by nibble
+      const __m512 table =                                                   // d * level, by nibble
+          _mm512_mul_ps(_mm512_set1_ps(sc[(col / kGroup + k / 2) * kAccRows]), levels);
       // vpermps reads the low 4 bits of each index: the low nibbles need no mask.
       const __m512i b =
           _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + 2)));
@@ -206,8 +226,8 @@ inline void DecodeColumns(const uint8_t* row, int col, __m512 levels, __m512* v)
 
 // kNq queries over rows [j0, j1), columns [col, col + 16 * kV).
 template <KvRowFormat F, int kNq, int kV>
-inline void AccumulateBlock(const uint8_t* rows, size_t row_bytes, int col, int j0, int j1,
-                            const float* const* p, float* const* acc) {
+inline void AccumulateBlock(const uint8_t* rows, size_t row_bytes, const float* sc, int col, int j0,
+                            int j1, const float* const* p, float* const* acc) {
   const __m512 levels = Levels16<F>();
   __m512 a[kNq][kV];
   for (int q = 0; q < kNq; ++q) {
@@ -215,7 +235,7 @@ inline void AccumulateBlock(const uint8_t* rows, size_t row_bytes, int col, int 
   }
   for (int j = j0; j < j1; ++j) {
     __m512 v[kV];
-    DecodeColumns<F, kV>(rows + j * row_bytes, col, levels, v);
+    DecodeColumns<F, kV>(rows + j * row_bytes, sc + j, col, levels, v);
     for (int q = 0; q < kNq; ++q) {
       const __m512 pj = _mm512_set1_ps(p[q][j]);
       for (int k = 0; k < kV; ++k) a[q][k] = _mm512_fmadd_ps(pj, v[k], a[q][k]);
@@ -227,40 +247,40 @@ inline void AccumulateBlock(const uint8_t* rows, size_t row_bytes, int col, int 
 }
 
 template <KvRowFormat F, int kV>
-inline void AccumulateColumns(const uint8_t* rows, size_t row_bytes, int col, int n, int common,
-                              const int* end, const float* const* p, float* const* acc) {
+inline void AccumulateColumns(const uint8_t* rows, size_t row_bytes, const float* sc, int col,
+                              int n, int common, const int* end, const float* const* p,
+                              float* const* acc) {
   switch (n) {
     case 1:
-      AccumulateBlock<F, 1, kV>(rows, row_bytes, col, 0, common, p, acc);
+      AccumulateBlock<F, 1, kV>(rows, row_bytes, sc, col, 0, common, p, acc);
       break;
     case 2:
-      AccumulateBlock<F, 2, kV>(rows, row_bytes, col, 0, common, p, acc);
+      AccumulateBlock<F, 2, kV>(rows, row_bytes, sc, col, 0, common, p, acc);
       break;
     case 3:
-      AccumulateBlock<F, 3, kV>(rows, row_bytes, col, 0, common, p, acc);
+      AccumulateBlock<F, 3, kV>(rows, row_bytes, sc, col, 0, common, p, acc);
       break;
     default:
-      AccumulateBlock<F, 4, kV>(rows, row_bytes, col, 0, common, p, acc);
+      AccumulateBlock<F, 4, kV>(rows, row_bytes, sc, col, 0, common, p, acc);
       break;
   }
   // Each query's own rows past the common ones, in the same row order.
   for (int q = 0; q < n; ++q) {
     if (end[q] > common) {
-      AccumulateBlock<F, 1, kV>(rows, row_bytes, col, common, end[q], p + q, acc + q);
+      AccumulateBlock<F, 1, kV>(rows, row_bytes, sc, col, common, end[q], p + q, acc + q);
     }
   }
 }
 
+// Rows [0, n_rows) (n_rows <= kAccRows): lim and p relative to the first row.
 template <KvRowFormat F>
-void Accumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
-                int64_t p_stride, const int* lim, float* acc) {
-  if (head_dim % kGroup != 0) {
-    ScalarKvAccumulator(F)(rows, n_rows, head_dim, nq, p, p_stride, lim, acc);
-    return;
-  }
+void AccumulatePass(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
+                    int64_t p_stride, const int* lim, float* acc) {
   const size_t row_bytes = KvRowBytes(F, head_dim);
-  // The caller's next tile of rows usually follows these (a hint: it never faults).
-  PrefetchAhead(rows, 2 * n_rows, row_bytes, n_rows, n_rows);
+  alignas(64) float sc[kMaxHeadDim / kGroup * kAccRows];  // [group][row] the rows' scales
+  if constexpr (F != KvRowFormat::kF16) {
+    TileScales(rows, n_rows, row_bytes, head_dim / kGroup, sc);
+  }
   for (int q0 = 0; q0 < nq; q0 += kAccQueries) {
     const int n = std::min(kAccQueries, nq - q0);
     const float* pq[kAccQueries];
@@ -275,9 +295,32 @@ void Accumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, const flo
     }
     int col = 0;
     for (; col + 16 * kAccVectors <= head_dim; col += 16 * kAccVectors) {
-      AccumulateColumns<F, kAccVectors>(rows, row_bytes, col, n, common, end, pq, aq);
+      AccumulateColumns<F, kAccVectors>(rows, row_bytes, sc, col, n, common, end, pq, aq);
     }
-    if (col < head_dim) AccumulateColumns<F, 2>(rows, row_bytes, col, n, common, end, pq, aq);
+    if (col < head_dim) AccumulateColumns<F, 2>(rows, row_bytes, sc, col, n, common, end, pq, aq);
+  }
+}
+
+template <KvRowFormat F>
+void Accumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
+                int64_t p_stride, const int* lim, float* acc) {
+  if (head_dim % kGroup != 0 || head_dim > kMaxHeadDim) {
+    ScalarKvAccumulator(F)(rows, n_rows, head_dim, nq, p, p_stride, lim, acc);
+    return;
+  }
+  const size_t row_bytes = KvRowBytes(F, head_dim);
+  // The caller's next tile of rows usually follows these (a hint: it never faults).
+  PrefetchAhead(rows, 2 * n_rows, row_bytes, n_rows, n_rows);
+  // Passes of kAccRows rows in row order: every accumulator still takes its rows in order.
+  int rel[kMaxPassQueries];  // [nq] the limits relative to the pass
+  for (int j0 = 0; j0 < n_rows; j0 += kAccRows) {
+    const int nr = std::min(kAccRows, n_rows - j0);
+    for (int q0 = 0; q0 < nq; q0 += kMaxPassQueries) {
+      const int n = std::min(kMaxPassQueries, nq - q0);
+      for (int q = 0; q < n; ++q) rel[q] = lim[q0 + q] - j0;
+      AccumulatePass<F>(rows + j0 * row_bytes, nr, head_dim, n, p + q0 * p_stride + j0, p_stride,
+                        rel, acc + static_cast<int64_t>(q0) * head_dim);
+    }
   }
 }
 }  // namespace
