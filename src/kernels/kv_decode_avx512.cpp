@@ -152,14 +152,13 @@ void Score(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t*
 // once into 4 vectors of floats. Every value is the AVX-512 decoder's (one conversion, one
 // multiply by the group's scale; the 4-bit formats look the products up in a 16-entry table
 // of d * level, the same products) and every accumulator takes fma(p, x, a) in row order, as
-// the AVX-512 accumulate_rows does: the bits of decode-then-accumulate.
+// the AVX-512 accumulate_rows does: the bits of decode-then-accumulate. The group scales of
+// the 4-bit and int8 rows are converted for 16 rows at once (TileScales).
 constexpr int kAccQueries = 4;  // queries per register block
 constexpr int kAccVectors = 4;  // column vectors (16 floats each) per register block
 
-constexpr int kAccRows = 64;
-constexpr int kMaxPassQueries =
-    64;  // queries per pass (their relative limits on the stack)  // rows per pass of the register
-         // blocks (a longer call is split)
+constexpr int kAccRows = 64;         // rows per pass (a longer call is split into passes)
+constexpr int kMaxPassQueries = 64;  // queries per pass (their relative limits on the stack)
 
 // The f16 scales of rows [0, n_rows) (n_rows <= kAccRows) as floats, sc[g * kAccRows + j] for
 // group g of row j: 16 rows per gather and conversion, so that a row's groups then cost one
