@@ -614,13 +614,14 @@ TEST(AttentionRowKernels, Avx512MatchesScalarTwins) {
 // pass), and stays within
 // rounding of the scalar twin.
 void CheckFusedAccumulation(KvAccumulateFn (*fused)(KvRowFormat),
-                            KvRowDecodeFn (*decoder)(KvRowFormat), const AttentionRowKernels* rk) {
+                            KvRowDecodeFn (*decoder)(KvRowFormat), const AttentionRowKernels* rk,
+                            std::vector<int> head_dims) {
   std::mt19937 rng(44);
   std::normal_distribution<float> normal;
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
   for (KvRowFormat f :
        {KvRowFormat::kF16, KvRowFormat::kInt8, KvRowFormat::kQ4_0, KvRowFormat::kQ4Nl}) {
-    for (int hd : {32, 64, 96, 128}) {
+    for (int hd : head_dims) {
       for (int n : {1, 13, 64, 150}) {
         for (int nq : {1, 3, 4, 9}) {
           const size_t rb = KvRowBytes(f, hd);
@@ -661,7 +662,7 @@ TEST(KvAccumulate, Avx2MatchesDecodeThenAccumulate) {
   if (any == nullptr || rk == nullptr || !GetCpuFeatures().HasAvx2Set()) {
     GTEST_SKIP() << "no AVX2 on this CPU";
   }
-  CheckFusedAccumulation(Avx2KvAccumulator, Avx2KvRowDecoder, rk);
+  CheckFusedAccumulation(Avx2KvAccumulator, Avx2KvRowDecoder, rk, {32, 64, 96, 128});
 }
 
 TEST(KvAccumulate, Avx512MatchesDecodeThenAccumulate) {
@@ -669,7 +670,8 @@ TEST(KvAccumulate, Avx512MatchesDecodeThenAccumulate) {
   if (rk == nullptr || Avx512KvRowDecoder(KvRowFormat::kInt8) == nullptr || !HasAvx512Vnni()) {
     GTEST_SKIP() << "no AVX-512 on this CPU";
   }
-  CheckFusedAccumulation(Avx512KvAccumulator, Avx512KvRowDecoder, rk);
+  // head_dim 8 and 16 take the AVX-512 decoder and accumulate_rows themselves.
+  CheckFusedAccumulation(Avx512KvAccumulator, Avx512KvRowDecoder, rk, {8, 16, 32, 64, 96, 128});
 }
 
 // Integer K scores: the AVX2 and AVX-512 scorers equal their scalar twin bit for bit (exact

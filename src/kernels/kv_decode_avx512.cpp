@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/attention_kernels.h"
 #include "kernels/kv_decode.h"
 
 namespace lamina {
@@ -300,11 +301,38 @@ void AccumulatePass(const uint8_t* rows, int n_rows, int head_dim, int nq, const
   }
 }
 
+// Rows whose groups are not whole vectors (head_dim < 32): the AVX-512 decoder and
+// accumulate_rows, passes of kAccRows rows, so that they keep the bits of the tile path.
+template <KvRowFormat F>
+void AccumulateDecoded(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
+                       int64_t p_stride, const int* lim, float* acc) {
+  // Chosen once: asking Highway for the CPU's targets is a CPUID, slow on a VM.
+  static const KvRowDecodeFn decode = Avx512KvRowDecoder(F);
+  static const AttentionRowKernels* const rk = Avx512AttentionRowKernels();
+  if (decode == nullptr || rk == nullptr || head_dim >= kGroup) {
+    ScalarKvAccumulator(F)(rows, n_rows, head_dim, nq, p, p_stride, lim, acc);
+    return;
+  }
+  const size_t row_bytes = KvRowBytes(F, head_dim);
+  alignas(64) float x[kAccRows * kGroup];  // [kAccRows][head_dim] one pass's decoded rows
+  for (int j0 = 0; j0 < n_rows; j0 += kAccRows) {
+    const int nr = std::min(kAccRows, n_rows - j0);
+    decode(rows + j0 * row_bytes, nr, head_dim, x);
+    for (int q = 0; q < nq; ++q) {
+      const int m = std::clamp(lim[q] - j0, 0, nr);
+      if (m > 0) {
+        rk->accumulate_rows(p + q * p_stride + j0, x, m, head_dim,
+                            acc + static_cast<int64_t>(q) * head_dim);
+      }
+    }
+  }
+}
+
 template <KvRowFormat F>
 void Accumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
                 int64_t p_stride, const int* lim, float* acc) {
   if (head_dim % kGroup != 0 || head_dim > kMaxHeadDim) {
-    ScalarKvAccumulator(F)(rows, n_rows, head_dim, nq, p, p_stride, lim, acc);
+    AccumulateDecoded<F>(rows, n_rows, head_dim, nq, p, p_stride, lim, acc);
     return;
   }
   const size_t row_bytes = KvRowBytes(F, head_dim);
