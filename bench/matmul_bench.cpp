@@ -1,7 +1,8 @@
 // Matmul and attention micro-benchmarks: matrix-vector (decode) and matrix-matrix (prompt)
 // products per weight type (plain rows and the interleaved layouts), causal attention per KV mode
-// at several depths, the attention row kernels per ISA, and the machine's memory read bandwidth
-// (the roofline's denominator).
+// at several depths, the attention row kernels per ISA, the KV-row attention kernels against the
+// FMA / vpdpwssd port limit, and the machine's memory read bandwidth (the roofline's
+// denominator).
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
@@ -11,9 +12,11 @@
 #include <vector>
 
 #include "kernels/attention_kernels.h"
+#include "kernels/kv_decode.h"
 #include "kernels/matmul.h"
 #include "runtime/attention.h"
 #include "runtime/kv_cache.h"
+#include "util/cpu_features.h"
 #include "util/thread_pool.h"
 
 namespace lamina {
@@ -367,6 +370,119 @@ void BM_AttentionRowKernels(benchmark::State& state) {
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_AttentionRowKernels)->ArgsProduct({{0, 1, 2}, {0, 1, 2, 3}});
+
+// args: row format (KvRowFormat: 1 f16, 2 int8, 3 q4_0, 4 q4_nl), kernel (0 K scores, 1 fused V
+// sum). Decode-step attention's inner kernels as the widest ISA the CPU (and LAMINA_ISA) allows
+// runs them: 4 queries (one GQA group), head_dim 64, over 1,024 cells in tiles of 64 (L2-resident:
+// compute only, no memory). K scores are the integer scorer for int8 / q4_0 and decode + the
+// row kernel's score_rows for f16. "s/cell" is per cell and KV head, all 4 queries.
+void BM_KvAttentionKernels(benchmark::State& state) {
+  constexpr int kHd = 64, kCells = 1024, kTile = 64, kQueries = 4;
+  const auto f = static_cast<KvRowFormat>(state.range(0));
+  const bool score = state.range(1) == 0;
+  const size_t rb = KvRowBytes(f, kHd);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<uint8_t> rows(rb * kCells);                           // [kCells] encoded head rows
+  std::vector<float> x(kHd), q(kQueries * kHd), tile(kTile * kHd);  // [hd], [4, hd], [64, hd]
+  for (int c = 0; c < kCells; ++c) {
+    for (float& v : x) v = normal(rng);
+    EncodeKvRow(f, x.data(), kHd, nullptr, rows.data() + c * rb);
+  }
+  for (float& v : q) v = normal(rng);
+  std::vector<int16_t> qq(kQueries * kHd);     // [4, hd]
+  std::vector<float> qd(kQueries * kHd / 32);  // [4, hd / 32]
+  std::vector<float> p(kQueries * kCells, 1.0f / kCells),
+      acc(kQueries * kHd);  // [4, cells], [4, hd]
+  for (int qi = 0; qi < kQueries; ++qi) {
+    QuantizeQueryInt16(q.data() + qi * kHd, kHd, qq.data() + qi * kHd, qd.data() + qi * 2);
+  }
+  const KvScoreFn scorer = BestKvScorer(f);
+  const KvRowDecodeFn decode = BestKvRowDecoder(f);
+  const KvAccumulateFn fused = BestKvAccumulator(f);
+  const AttentionRowKernels& rk = BestAttentionRowKernels();
+  if ((score && f != KvRowFormat::kF16 && scorer == nullptr) || (!score && fused == nullptr)) {
+    state.SkipWithError("no such kernel on this CPU / ISA");
+    return;
+  }
+  const int lim[kQueries] = {kTile, kTile, kTile, kTile};
+  for (auto _ : state) {
+    for (int c0 = 0; c0 < kCells; c0 += kTile) {
+      const uint8_t* t = rows.data() + c0 * rb;
+      if (!score) {
+        fused(t, kTile, kHd, kQueries, p.data() + c0, kCells, lim, acc.data());
+      } else if (f != KvRowFormat::kF16) {
+        scorer(t, kTile, kHd, kQueries, qq.data(), qd.data(), 0.125f, p.data() + c0, kCells);
+      } else {
+        decode(t, kTile, kHd, tile.data());
+        for (int qi = 0; qi < kQueries; ++qi) {
+          rk.score_rows(q.data() + qi * kHd, tile.data(), kTile, kHd, 0.125f,
+                        p.data() + qi * kCells + c0);
+        }
+      }
+    }
+    benchmark::DoNotOptimize(p.data());
+    benchmark::DoNotOptimize(acc.data());
+  }
+  static const char* const kFormat[] = {"f32", "f16", "int8", "q4_0", "q4_nl"};
+  state.SetLabel(std::string(kFormat[state.range(0)]) + (score ? " K scores" : " fused V sum"));
+  state.counters["s/cell"] = benchmark::Counter(
+      static_cast<double>(kCells) * state.iterations(),
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_KvAttentionKernels)->ArgsProduct({{1, 2, 3, 4}, {0, 1}});
+
+// args: 0 vfmadd231ps, 1 vpdpwssd (zmm). 16 independent chains of the instruction over
+// registers, no memory: its throughput on this core, the port limit the attention kernels are
+// measured against ("s/op" per instruction; a kernel's s/cell divided by it is the number of
+// such instruction slots it spends per cell).
+// GCC 12's AVX-512 headers build some intrinsics from _mm512_undefined_*(), which its
+// uninitialized-value analysis reports at every use.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// Floating-point chains are not reassociated, so each stays one instruction per iteration;
+// the integer chains hold values the compiler cannot fold (its inputs come from n).
+__attribute__((target("avx512f,avx512vnni"))) float FmaChains(int64_t n) {
+  __m512 f[16];
+  for (int i = 0; i < 16; ++i) f[i] = _mm512_set1_ps(1.0f + i);
+  const __m512 fa = _mm512_set1_ps(0.999f), fb = _mm512_set1_ps(1e-3f);
+  for (int64_t k = 0; k < n; ++k) {
+    for (int i = 0; i < 16; ++i) f[i] = _mm512_fmadd_ps(f[i], fa, fb);
+  }
+  for (int i = 1; i < 16; ++i) f[0] = _mm512_add_ps(f[0], f[i]);
+  return _mm512_reduce_add_ps(f[0]);
+}
+
+__attribute__((target("avx512f,avx512vnni"))) float DpwssdChains(int64_t n) {
+  __m512i d[16];
+  for (int i = 0; i < 16; ++i) d[i] = _mm512_set1_epi32(i);
+  const __m512i ia = _mm512_set1_epi16(static_cast<int16_t>(n)), ib = _mm512_set1_epi16(5);
+  for (int64_t k = 0; k < n; ++k) {
+    for (int i = 0; i < 16; ++i) d[i] = _mm512_dpwssd_epi32(d[i], ia, ib);
+  }
+  for (int i = 1; i < 16; ++i) d[0] = _mm512_add_epi32(d[0], d[i]);
+  return static_cast<float>(_mm512_reduce_add_epi32(d[0]));
+}
+#pragma GCC diagnostic pop
+
+void BM_PortLimit(benchmark::State& state) {
+  if (!GetCpuFeatures().HasAvx512Set()) {
+    state.SkipWithError("no AVX-512 VNNI on this CPU");
+    return;
+  }
+  constexpr int64_t kIters = 1 << 16;
+  float out = 0.0f;
+  for (auto _ : state) {
+    out += state.range(0) == 0 ? FmaChains(kIters) : DpwssdChains(kIters);
+    benchmark::DoNotOptimize(out);
+  }
+  state.SetLabel(state.range(0) == 0 ? "vfmadd231ps zmm" : "vpdpwssd zmm");
+  state.counters["s/op"] = benchmark::Counter(
+      16.0 * kIters * state.iterations(), benchmark::Counter::kIsRate | benchmark::Counter::kInvert,
+      benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_PortLimit)->Arg(0)->Arg(1);
 
 // Streaming read bandwidth over a buffer far larger than the caches, on 1 or 2 threads. Integer
 // adds into 8 independent accumulators keep the loop far from compute-bound, so it measures the

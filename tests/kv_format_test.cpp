@@ -608,22 +608,21 @@ TEST(AttentionRowKernels, Avx512MatchesScalarTwins) {
   CheckRowKernelsAgainstScalar(simd);
 }
 
-// Fused V accumulation: the AVX2 kernel gives exactly the bits of the AVX2 decoder followed by
-// the AVX2 accumulate_rows (per-query row limits, including none and beyond the rows, more
-// queries than one register block), and stays within rounding of the scalar twin.
-TEST(KvAccumulate, Avx2MatchesDecodeThenAccumulate) {
-  KvAccumulateFn any = Avx2KvAccumulator(KvRowFormat::kInt8);
-  const AttentionRowKernels* rk = Avx2AttentionRowKernels();
-  if (any == nullptr || rk == nullptr || !GetCpuFeatures().HasAvx2Set()) {
-    GTEST_SKIP() << "no AVX2 on this CPU";
-  }
+// Fused V accumulation: each SIMD kernel gives exactly the bits of the same ISA's decoder
+// followed by its accumulate_rows (per-query row limits, including none and beyond the rows,
+// more queries than one register block, head_dim with a half column block, more rows than one
+// pass), and stays within
+// rounding of the scalar twin.
+void CheckFusedAccumulation(KvAccumulateFn (*fused)(KvRowFormat),
+                            KvRowDecodeFn (*decoder)(KvRowFormat), const AttentionRowKernels* rk,
+                            std::vector<int> head_dims) {
   std::mt19937 rng(44);
   std::normal_distribution<float> normal;
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
   for (KvRowFormat f :
        {KvRowFormat::kF16, KvRowFormat::kInt8, KvRowFormat::kQ4_0, KvRowFormat::kQ4Nl}) {
-    for (int hd : {32, 64, 128}) {
-      for (int n : {1, 13, 64}) {
+    for (int hd : head_dims) {
+      for (int n : {1, 13, 64, 150}) {
         for (int nq : {1, 3, 4, 9}) {
           const size_t rb = KvRowBytes(f, hd);
           std::vector<uint8_t> rows(rb * n);
@@ -632,7 +631,7 @@ TEST(KvAccumulate, Avx2MatchesDecodeThenAccumulate) {
             for (float& v : x) v = 2.0f * normal(rng);
             EncodeKvRow(f, x.data(), hd, nullptr, rows.data() + r * rb);
           }
-          Avx2KvRowDecoder(f)(rows.data(), n, hd, decoded.data());
+          decoder(f)(rows.data(), n, hd, decoded.data());
           const int64_t stride = n + 5;
           std::vector<float> p(nq * stride);
           for (float& v : p) v = unit(rng);
@@ -647,7 +646,7 @@ TEST(KvAccumulate, Avx2MatchesDecodeThenAccumulate) {
               rk->accumulate_rows(p.data() + qi * stride, decoded.data(), m, hd,
                                   want.data() + qi * hd);
           }
-          Avx2KvAccumulator(f)(rows.data(), n, hd, nq, p.data(), stride, lim.data(), got.data());
+          fused(f)(rows.data(), n, hd, nq, p.data(), stride, lim.data(), got.data());
           ScalarKvAccumulator(f)(rows.data(), n, hd, nq, p.data(), stride, lim.data(), twin.data());
           EXPECT_EQ(want, got) << int(f) << " hd " << hd << " n " << n << " nq " << nq;
           for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(twin[i], got[i], 1e-5 * n);
@@ -655,6 +654,24 @@ TEST(KvAccumulate, Avx2MatchesDecodeThenAccumulate) {
       }
     }
   }
+}
+
+TEST(KvAccumulate, Avx2MatchesDecodeThenAccumulate) {
+  KvAccumulateFn any = Avx2KvAccumulator(KvRowFormat::kInt8);
+  const AttentionRowKernels* rk = Avx2AttentionRowKernels();
+  if (any == nullptr || rk == nullptr || !GetCpuFeatures().HasAvx2Set()) {
+    GTEST_SKIP() << "no AVX2 on this CPU";
+  }
+  CheckFusedAccumulation(Avx2KvAccumulator, Avx2KvRowDecoder, rk, {32, 64, 96, 128});
+}
+
+TEST(KvAccumulate, Avx512MatchesDecodeThenAccumulate) {
+  const AttentionRowKernels* rk = Avx512AttentionRowKernels();
+  if (rk == nullptr || Avx512KvRowDecoder(KvRowFormat::kInt8) == nullptr || !HasAvx512Vnni()) {
+    GTEST_SKIP() << "no AVX-512 on this CPU";
+  }
+  // head_dim 8 and 16 take the AVX-512 decoder and accumulate_rows themselves.
+  CheckFusedAccumulation(Avx512KvAccumulator, Avx512KvRowDecoder, rk, {8, 16, 32, 64, 96, 128});
 }
 
 // Integer K scores: the AVX2 and AVX-512 scorers equal their scalar twin bit for bit (exact

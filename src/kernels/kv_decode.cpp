@@ -153,8 +153,8 @@ KvAccumulateFn ScalarKvAccumulator(KvRowFormat format) {
 KvAccumulateFn BestKvAccumulator(KvRowFormat format) {
   static const PerFormat<KvAccumulateFn> best =
       ChooseEach<KvAccumulateFn>([](KvRowFormat f) -> KvAccumulateFn {
-        if (HasAvx512() || !HasAvx2()) return nullptr;
-        return Avx2KvAccumulator(f);
+        if (HasAvx512()) return Avx512KvAccumulator(f);
+        return HasAvx2() ? Avx2KvAccumulator(f) : nullptr;
       });
   return best[static_cast<int>(format)];
 }

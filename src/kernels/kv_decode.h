@@ -28,16 +28,17 @@ KvRowDecodeFn BestKvRowDecoder(KvRowFormat format);
 
 // Weighted sum of encoded rows: acc[qi * head_dim + i] += sum_{j < lim[qi]} p[qi * p_stride + j]
 // * row_j[i] for qi < nq (lim[qi] clamped to [0, n_rows]), each accumulator updated in row
-// order with the decoder's values. The scalar twin decodes each row and adds p * x; the AVX2
-// variant decodes 16 columns into registers and fuses the multiply-add, giving the bits of the
-// AVX2 decoder followed by the AVX2 attention accumulate_rows.
+// order with the decoder's values. The scalar twin decodes each row and adds p * x; the SIMD
+// variants decode columns into registers and fuse the multiply-add, giving the bits of the
+// same ISA's decoder followed by its attention accumulate_rows.
 using KvAccumulateFn = void (*)(const uint8_t* rows, int n_rows, int head_dim, int nq,
                                 const float* p, int64_t p_stride, const int* lim, float* acc);
 
 KvAccumulateFn ScalarKvAccumulator(KvRowFormat format);
-KvAccumulateFn Avx2KvAccumulator(KvRowFormat format);  // nullptr when none
-// The fused kernel where it is the fastest V path (AVX2 without AVX-512), else nullptr: the
-// caller decodes tiles and accumulates them with the attention row kernels.
+KvAccumulateFn Avx2KvAccumulator(KvRowFormat format);    // nullptr when none
+KvAccumulateFn Avx512KvAccumulator(KvRowFormat format);  // nullptr when none
+// The widest fused kernel the CPU runs, else nullptr (no SIMD, or f32 rows): the caller
+// decodes tiles and accumulates them with the attention row kernels.
 KvAccumulateFn BestKvAccumulator(KvRowFormat format);
 
 // Integer scoring needs int8 or q4_0 rows of whole 32-value groups (head_dim % 32 == 0).

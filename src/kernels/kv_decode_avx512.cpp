@@ -1,5 +1,5 @@
-// AVX-512 (F/BW/VL/DQ/VNNI) integer K scorers, twins of the scalar ones in kv_decode.cpp (the
-// plain row decoders are in kv_decode_hwy.cpp).
+// AVX-512 (F/BW/VL/DQ/VNNI) integer K scorers and fused V accumulation, twins of the scalar
+// ones in kv_decode.cpp (the plain row decoders are in kv_decode_hwy.cpp).
 //
 // Scorer layout: a block of 16 cells is expanded once into int16 codes and reused by every
 // query of the call. Each zmm holds one 16-value run of 4 cells (one cell per 128-bit lane);
@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/attention_kernels.h"
 #include "kernels/kv_decode.h"
 
 namespace lamina {
@@ -26,6 +27,19 @@ namespace {
 constexpr int kGroup = 32;       // values per scale
 constexpr int kBlockCells = 16;  // cells expanded at once
 constexpr int kMaxHeadDim = 512;
+
+// Rows this far ahead of the one being read are prefetched: the hardware prefetcher stops at
+// each 4 KiB page, and a KV head's rows are one long run of pages.
+constexpr int kPrefetchCells = 64;
+
+// Prefetches rows [j, j + n) where they exist.
+inline void PrefetchAhead(const uint8_t* rows, int n_rows, size_t row_bytes, int j, int n) {
+  if (j >= n_rows) return;
+  const uint8_t* b = rows + j * row_bytes;
+  const uint8_t* e = rows + std::min(n_rows, j + n) * row_bytes;
+  for (const uint8_t* p = b; p < e; p += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+}
 
 // Four 16-byte runs (one per cell, `stride` bytes apart) as one zmm, cell c in lane c.
 inline __m512i LoadRuns4(const uint8_t* p, size_t stride) {
@@ -120,6 +134,7 @@ void Score(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t*
   const size_t row_bytes = KvRowBytes(F, head_dim);
   int j = 0;
   for (; j + kBlockCells <= n_rows; j += kBlockCells) {
+    PrefetchAhead(rows, n_rows, row_bytes, j + kPrefetchCells, kBlockCells);
     ScoreBlock<F>(rows + j * row_bytes, row_bytes, head_dim, nq, qq, qd, scale, out + j, out_stride,
                   kBlockCells);
   }
@@ -132,7 +147,225 @@ void Score(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t*
     ScoreBlock<F>(pad, row_bytes, head_dim, nq, qq, qd, scale, out + j, out_stride, n_rows - j);
   }
 }
+
+// Fused V accumulation. A block of up to 4 queries keeps its accumulators for 64 columns (or
+// the last 32) in registers, 16 independent fma chains, while each row's codes are expanded
+// once into 4 vectors of floats. Every value is the AVX-512 decoder's (one conversion, one
+// multiply by the group's scale; the 4-bit formats look the products up in a 16-entry table
+// of d * level, the same products) and every accumulator takes fma(p, x, a) in row order, as
+// the AVX-512 accumulate_rows does: the bits of decode-then-accumulate. The group scales of
+// the 4-bit and int8 rows are converted for 16 rows at once (TileScales).
+constexpr int kAccQueries = 4;  // queries per register block
+constexpr int kAccVectors = 4;  // column vectors (16 floats each) per register block
+
+constexpr int kAccRows = 64;         // rows per pass (a longer call is split into passes)
+constexpr int kMaxPassQueries = 64;  // queries per pass (their relative limits on the stack)
+
+// The f16 scales of rows [0, n_rows) (n_rows <= kAccRows) as floats, sc[g * kAccRows + j] for
+// group g of row j: 16 rows per gather and conversion, so that a row's groups then cost one
+// broadcast operand each instead of a conversion.
+inline void TileScales(const uint8_t* rows, int n_rows, size_t row_bytes, int n_groups, float* sc) {
+  const size_t group_bytes = row_bytes / n_groups;
+  const __m512i offsets =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(row_bytes)));
+  for (int j = 0; j < n_rows; j += 16) {
+    // Lanes past the rows read nothing (masked) and are never used.
+    const __mmask16 m =
+        static_cast<__mmask16>(n_rows - j >= 16 ? 0xFFFFu : (1u << (n_rows - j)) - 1);
+    for (int g = 0; g < n_groups; ++g) {
+      const uint8_t* base = rows + j * row_bytes + g * group_bytes;
+      const __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, offsets, base, 1);
+      _mm512_storeu_ps(sc + g * kAccRows + j, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
+    }
+  }
+}
+
+// The 16 levels of a 4-bit format as floats (q4_0: q - 8; q4_nl: kQ4NlLevels[q]).
+template <KvRowFormat F>
+inline __m512 Levels16() {
+  if constexpr (F == KvRowFormat::kQ4Nl) {
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kQ4NlLevels))));
+  } else {
+    return _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+  }
+}
+
+// Columns [col, col + 16 * kV) of one row (col a multiple of 32) as floats.
+// sc: the row's group scales (TileScales, stride kAccRows).
+template <KvRowFormat F, int kV>
+inline void DecodeColumns(const uint8_t* row, const float* sc, int col, __m512 levels, __m512* v) {
+  if constexpr (F == KvRowFormat::kF16) {
+    for (int k = 0; k < kV; ++k) {
+      v[k] = _mm512_cvtph_ps(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * (col + 16 * k))));
+    }
+  } else if constexpr (F == KvRowFormat::kInt8) {
+    for (int k = 0; k < kV; k += 2) {
+      const uint8_t* grp = row + (col / kGroup + k / 2) * (2 + kGroup);  // [f16 d][32 int8]
+      const __m512 d = _mm512_set1_ps(sc[(col / kGroup + k / 2) * kAccRows]);
+      for (int h = 0; h < 2; ++h) {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + 2 + 16 * h));
+        v[k + h] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+      }
+    }
+  } else {
+    for (int k = 0; k < kV; k += 2) {
+      const uint8_t* grp = row + (col / kGroup + k / 2) * (2 + kGroup / 2);  // [f16 d][16 bytes]
+      const __m512 table =                                                   // d * level, by nibble
+          _mm512_mul_ps(_mm512_set1_ps(sc[(col / kGroup + k / 2) * kAccRows]), levels);
+      // vpermps reads the low 4 bits of each index: the low nibbles need no mask.
+      const __m512i b =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + 2)));
+      v[k] = _mm512_permutexvar_ps(b, table);
+      v[k + 1] = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), table);
+    }
+  }
+}
+
+// kNq queries over rows [j0, j1), columns [col, col + 16 * kV).
+template <KvRowFormat F, int kNq, int kV>
+inline void AccumulateBlock(const uint8_t* rows, size_t row_bytes, const float* sc, int col, int j0,
+                            int j1, const float* const* p, float* const* acc) {
+  const __m512 levels = Levels16<F>();
+  __m512 a[kNq][kV];
+  for (int q = 0; q < kNq; ++q) {
+    for (int k = 0; k < kV; ++k) a[q][k] = _mm512_loadu_ps(acc[q] + col + 16 * k);
+  }
+  for (int j = j0; j < j1; ++j) {
+    __m512 v[kV];
+    DecodeColumns<F, kV>(rows + j * row_bytes, sc + j, col, levels, v);
+    for (int q = 0; q < kNq; ++q) {
+      const __m512 pj = _mm512_set1_ps(p[q][j]);
+      for (int k = 0; k < kV; ++k) a[q][k] = _mm512_fmadd_ps(pj, v[k], a[q][k]);
+    }
+  }
+  for (int q = 0; q < kNq; ++q) {
+    for (int k = 0; k < kV; ++k) _mm512_storeu_ps(acc[q] + col + 16 * k, a[q][k]);
+  }
+}
+
+template <KvRowFormat F, int kV>
+inline void AccumulateColumns(const uint8_t* rows, size_t row_bytes, const float* sc, int col,
+                              int n, int common, const int* end, const float* const* p,
+                              float* const* acc) {
+  switch (n) {
+    case 1:
+      AccumulateBlock<F, 1, kV>(rows, row_bytes, sc, col, 0, common, p, acc);
+      break;
+    case 2:
+      AccumulateBlock<F, 2, kV>(rows, row_bytes, sc, col, 0, common, p, acc);
+      break;
+    case 3:
+      AccumulateBlock<F, 3, kV>(rows, row_bytes, sc, col, 0, common, p, acc);
+      break;
+    default:
+      AccumulateBlock<F, 4, kV>(rows, row_bytes, sc, col, 0, common, p, acc);
+      break;
+  }
+  // Each query's own rows past the common ones, in the same row order.
+  for (int q = 0; q < n; ++q) {
+    if (end[q] > common) {
+      AccumulateBlock<F, 1, kV>(rows, row_bytes, sc, col, common, end[q], p + q, acc + q);
+    }
+  }
+}
+
+// Rows [0, n_rows) (n_rows <= kAccRows): lim and p relative to the first row.
+template <KvRowFormat F>
+void AccumulatePass(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
+                    int64_t p_stride, const int* lim, float* acc) {
+  const size_t row_bytes = KvRowBytes(F, head_dim);
+  alignas(64) float sc[kMaxHeadDim / kGroup * kAccRows];  // [group][row] the rows' scales
+  if constexpr (F != KvRowFormat::kF16) {
+    TileScales(rows, n_rows, row_bytes, head_dim / kGroup, sc);
+  }
+  for (int q0 = 0; q0 < nq; q0 += kAccQueries) {
+    const int n = std::min(kAccQueries, nq - q0);
+    const float* pq[kAccQueries];
+    float* aq[kAccQueries];
+    int end[kAccQueries];
+    int common = n_rows;  // rows every query of the block reads
+    for (int q = 0; q < n; ++q) {
+      pq[q] = p + (q0 + q) * p_stride;
+      aq[q] = acc + static_cast<int64_t>(q0 + q) * head_dim;
+      end[q] = std::clamp(lim[q0 + q], 0, n_rows);
+      common = std::min(common, end[q]);
+    }
+    int col = 0;
+    for (; col + 16 * kAccVectors <= head_dim; col += 16 * kAccVectors) {
+      AccumulateColumns<F, kAccVectors>(rows, row_bytes, sc, col, n, common, end, pq, aq);
+    }
+    if (col < head_dim) AccumulateColumns<F, 2>(rows, row_bytes, sc, col, n, common, end, pq, aq);
+  }
+}
+
+// Rows whose groups are not whole vectors (head_dim < 32): the AVX-512 decoder and
+// accumulate_rows, passes of kAccRows rows, so that they keep the bits of the tile path.
+template <KvRowFormat F>
+void AccumulateDecoded(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
+                       int64_t p_stride, const int* lim, float* acc) {
+  // Chosen once: asking Highway for the CPU's targets is a CPUID, slow on a VM.
+  static const KvRowDecodeFn decode = Avx512KvRowDecoder(F);
+  static const AttentionRowKernels* const rk = Avx512AttentionRowKernels();
+  if (decode == nullptr || rk == nullptr || head_dim >= kGroup) {
+    ScalarKvAccumulator(F)(rows, n_rows, head_dim, nq, p, p_stride, lim, acc);
+    return;
+  }
+  const size_t row_bytes = KvRowBytes(F, head_dim);
+  alignas(64) float x[kAccRows * kGroup];  // [kAccRows][head_dim] one pass's decoded rows
+  for (int j0 = 0; j0 < n_rows; j0 += kAccRows) {
+    const int nr = std::min(kAccRows, n_rows - j0);
+    decode(rows + j0 * row_bytes, nr, head_dim, x);
+    for (int q = 0; q < nq; ++q) {
+      const int m = std::clamp(lim[q] - j0, 0, nr);
+      if (m > 0) {
+        rk->accumulate_rows(p + q * p_stride + j0, x, m, head_dim,
+                            acc + static_cast<int64_t>(q) * head_dim);
+      }
+    }
+  }
+}
+
+template <KvRowFormat F>
+void Accumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
+                int64_t p_stride, const int* lim, float* acc) {
+  if (head_dim % kGroup != 0 || head_dim > kMaxHeadDim) {
+    AccumulateDecoded<F>(rows, n_rows, head_dim, nq, p, p_stride, lim, acc);
+    return;
+  }
+  const size_t row_bytes = KvRowBytes(F, head_dim);
+  // The caller's next tile of rows usually follows these (a hint: it never faults).
+  PrefetchAhead(rows, 2 * n_rows, row_bytes, n_rows, n_rows);
+  // Passes of kAccRows rows in row order: every accumulator still takes its rows in order.
+  int rel[kMaxPassQueries];  // [nq] the limits relative to the pass
+  for (int j0 = 0; j0 < n_rows; j0 += kAccRows) {
+    const int nr = std::min(kAccRows, n_rows - j0);
+    for (int q0 = 0; q0 < nq; q0 += kMaxPassQueries) {
+      const int n = std::min(kMaxPassQueries, nq - q0);
+      for (int q = 0; q < n; ++q) rel[q] = lim[q0 + q] - j0;
+      AccumulatePass<F>(rows + j0 * row_bytes, nr, head_dim, n, p + q0 * p_stride + j0, p_stride,
+                        rel, acc + static_cast<int64_t>(q0) * head_dim);
+    }
+  }
+}
 }  // namespace
+
+KvAccumulateFn Avx512KvAccumulator(KvRowFormat format) {
+  switch (format) {
+    case KvRowFormat::kF16:
+      return Accumulate<KvRowFormat::kF16>;
+    case KvRowFormat::kInt8:
+      return Accumulate<KvRowFormat::kInt8>;
+    case KvRowFormat::kQ4_0:
+      return Accumulate<KvRowFormat::kQ4_0>;
+    case KvRowFormat::kQ4Nl:
+      return Accumulate<KvRowFormat::kQ4Nl>;
+    default:
+      return nullptr;
+  }
+}
 
 KvScoreFn Avx512KvScorer(KvRowFormat format) {
   switch (format) {
