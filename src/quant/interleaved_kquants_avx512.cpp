@@ -2,15 +2,15 @@
 // BlockQ6_Kx16): one 512-bit lane per row of the 16-row group. Per 4-element chunk one 64-byte load
 // (Q4_K: masked or shifted nibbles; Q6_K: nibbles ORed with their two high bits) gives the unsigned
 // codes of all rows, and each token adds its 4 activation codes, broadcast, by one vpdpbusd into a
-// per-group sum; vpmulld (Q4_K from 4 tokens: vpdpwssd on half sub-blocks) applies the rows' group
-// scales. Q4_K's mins term and Q6_K's -32 offset are vpdpwssd of each row's mins (scales) against
-// the token's bsums pairs, once per super-block and token. Every sum is exact, and the float steps
-// are the scalar twin's (separate multiply and add, no FMA), so every output is the scalar twin's
-// bits. The file also holds the AVX-512 twin of
-// the Q8_K activation quantizer these kernels read (QuantizeQ8K in kquants.cpp: the same codes,
-// bsums and d, bit for bit; compiled, like the kernels, without multiply-add contraction). GCC 12's
-// AVX-512 headers self-initialise their "undefined" vectors, which -Wall reports at every inlined
-// intrinsic (GCC PR105593); the warnings say nothing about this file.
+// per-group sum (Q6_K's starts at -32 * bsums[g]); vpmulld applies the rows' group scales (Q4_K
+// from 4 tokens: vpdpwssd on half sub-blocks) and Q4_K's mins term is vpdpwssd of each row's min
+// against the token's bsums pairs. Every sum is exact, and the float steps are the scalar twin's
+// (separate multiply and add, no FMA), so every output is the scalar twin's bits. The file also
+// holds the AVX-512 twin of the Q8_K activation quantizer these kernels read (QuantizeQ8K in
+// kquants.cpp: the same codes, bsums and d, bit for bit; compiled, like the kernels, without
+// multiply-add contraction). GCC 12's AVX-512 headers self-initialise their "undefined" vectors,
+// which -Wall reports at every inlined intrinsic (GCC PR105593); the warnings say nothing about
+// this file.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -138,32 +138,11 @@ inline __m512i CodesQ6K(const BlockQ6_Kx16& w, int m, int cl, int ch) {
 
 // One Q6_K super-block of the group against N tokens. Group g = 8n + 2m + hh holds elements
 // 128n + 32m + 16hh + (0..15): ql chunk 16n + 8(m % 2) + 4hh + c4, qh chunk 8n + 4hh + c4.
-// The offset term -32 * sum_g scale_g * bsums[g] starts each token's sum: vpdpwssd of the rows'
-// scale pairs (g, g + 1 in the two words of a lane) against the token's bsums pairs, once per
-// super-block, instead of a per-group start of -32 * bsums[g] (the same integer either way).
 template <int N>
 inline void StepQ6K(const BlockQ6_Kx16& w, const BlockQ8_K* const* a, int64_t i, __m512* acc) {
-  // Word 2r of the index picks row r's scale 2p (word r of the widened bytes), word 2r + 1 its
-  // scale 2p + 1 (word 16 + r).
-  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
-                                       23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  __m512i spair[8];  // [pair p]: -32 times row r's scales 2p, 2p + 1 in the two words of lane r
-#pragma GCC unroll 8
-  for (int p = 0; p < 8; ++p) {
-    const __m512i sw = _mm512_cvtepi8_epi16(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales + 32 * p)));
-    // -32 * scale is in [-4064, 4096]: a word holds it.
-    spair[p] = _mm512_mullo_epi16(_mm512_permutexvar_epi16(idx, sw), _mm512_set1_epi16(-32));
-  }
   __m512i sumi[N];
 #pragma GCC unroll 8
-  for (int t = 0; t < N; ++t) {
-    sumi[t] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-    for (int p = 0; p < 8; ++p) {
-      sumi[t] = _mm512_dpwssd_epi32(sumi[t], spair[p], Broadcast4(a[t][i].bsums + 2 * p));
-    }
-  }
+  for (int t = 0; t < N; ++t) sumi[t] = _mm512_setzero_si512();
 #pragma GCC unroll 2
   for (int n = 0; n < 2; ++n) {
 #pragma GCC unroll 4
@@ -175,7 +154,7 @@ inline void StepQ6K(const BlockQ6_Kx16& w, const BlockQ8_K* const* a, int64_t i,
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales + 16 * g)));
         __m512i part[N];
 #pragma GCC unroll 8
-        for (int t = 0; t < N; ++t) part[t] = _mm512_setzero_si512();
+        for (int t = 0; t < N; ++t) part[t] = _mm512_set1_epi32(-32 * a[t][i].bsums[g]);
 #pragma GCC unroll 4
         for (int c4 = 0; c4 < 4; ++c4) {
           const __m512i u = CodesQ6K(w, m, 16 * n + 8 * (m % 2) + 4 * hh + c4, 8 * n + 4 * hh + c4);
