@@ -42,8 +42,8 @@ WeightMatrix InterleaveInto(const WeightMatrix& w, uint8_t* dst) {
 namespace {
 
 // Interleaved weights: activations quantized to vec_dot_type as for vec_dot (Q8_0 rows then
-// widened to BlockQ8_0Act; Q8_K rows as they are); per group of w.interleave rows, tiles of up to
-// kMaxMultiDot tokens. A group straddling [row_begin, row_end) is computed whole into a local
+// widened to BlockQ8_0Act; Q8_K rows as they are); per group of w.interleave rows, even tiles of
+// up to kMaxMultiDot tokens. A group straddling [row_begin, row_end) is computed whole into a local
 // tile and only its rows in the range are copied (each row's result is its own).
 void MatMulInterleaved(const WeightMatrix& w, const TypeKernels& kern, int64_t row_begin,
                        int64_t row_end, const float* x, int64_t x_stride, int64_t n_tokens,
@@ -69,14 +69,18 @@ void MatMulInterleaved(const WeightMatrix& w, const TypeKernels& kern, int64_t r
   const size_t group_bytes = static_cast<size_t>(g) * w.row_bytes;
   const int64_t g_begin = row_begin / g, g_end = (row_end + g - 1) / g;
   const size_t y_step = static_cast<size_t>(y_stride);
+  // Token tiles as even as possible, as below (9 tokens: 5 + 4; a lone token would leave most of
+  // a kernel's accumulators idle).
+  const int64_t n_token_tiles = (n_tokens + kMaxMultiDot - 1) / kMaxMultiDot;
   pool.ParallelFor(g_end - g_begin, 1, [&](int64_t i0, int64_t i1) {
     float tile[kMaxMultiDot * kMaxInterleaveRows];  // [tokens][rows of one group]
     for (int64_t grp = g_begin + i0; grp < g_begin + i1; ++grp) {
       const uint8_t* wg = w.data + static_cast<size_t>(grp) * group_bytes;
       const int64_t r0 = grp * g;
       const int64_t lo = std::max(r0, row_begin), hi = std::min(r0 + g, row_end);
-      for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxMultiDot) {
-        const int nt = static_cast<int>(std::min<int64_t>(kMaxMultiDot, n_tokens - t0));
+      for (int64_t tt = 0; tt < n_token_tiles; ++tt) {
+        const int64_t t0 = tt * n_tokens / n_token_tiles;
+        const int nt = static_cast<int>((tt + 1) * n_tokens / n_token_tiles - t0);
         const uint8_t* a = act + static_cast<size_t>(t0) * act_row;
         if (lo == r0 && hi == r0 + g) {
           kern.gemm_interleaved(w.cols, wg, a, act_row, nt, y + t0 * y_stride + r0, y_step);

@@ -2,14 +2,15 @@
 // BlockQ6_Kx16): one 512-bit lane per row of the 16-row group. Per 4-element chunk one 64-byte load
 // (Q4_K: masked or shifted nibbles; Q6_K: nibbles ORed with their two high bits) gives the unsigned
 // codes of all rows, and each token adds its 4 activation codes, broadcast, by one vpdpbusd into a
-// per-group sum (Q6_K's starts at -32 * bsums[g]); vpmulld applies the rows' group scales and
-// Q4_K's mins term is vpdpwssd of each row's min against the token's bsums pairs. Every sum is
-// exact, and the float steps are the scalar twin's (separate multiply and add, no FMA), so every
-// output is the scalar twin's bits. The file also holds the AVX-512 twin of the Q8_K activation
-// quantizer these kernels read (QuantizeQ8K in kquants.cpp: the same codes, bsums and d, bit for
-// bit; compiled, like the kernels, without multiply-add contraction). GCC 12's AVX-512 headers
-// self-initialise their "undefined" vectors, which -Wall reports at every inlined intrinsic (GCC
-// PR105593); the warnings say nothing about this file.
+// per-group sum (Q6_K's starts at -32 * bsums[g]); vpmulld applies the rows' group scales (Q4_K
+// from 4 tokens: vpdpwssd on half sub-blocks) and Q4_K's mins term is vpdpwssd of each row's min
+// against the token's bsums pairs. Every sum is exact, and the float steps are the scalar twin's
+// (separate multiply and add, no FMA), so every output is the scalar twin's bits. The file also
+// holds the AVX-512 twin of the Q8_K activation quantizer these kernels read (QuantizeQ8K in
+// kquants.cpp: the same codes, bsums and d, bit for bit; compiled, like the kernels, without
+// multiply-add contraction). GCC 12's AVX-512 headers self-initialise their "undefined" vectors,
+// which -Wall reports at every inlined intrinsic (GCC PR105593); the warnings say nothing about
+// this file.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -66,6 +67,12 @@ inline void StepQ45K(const Block& w, const BlockQ8_K* const* a, int64_t i, __m51
       _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), m4),
                       _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), m2), 4))};
   const __m512i nib = _mm512_set1_epi8(0x0F);
+  // Q4_K with 4 or more tokens sums each half sub-block (16 values) apart and scales it by one
+  // vpdpwssd (one uop where vpmulld and its add are three); Q5_K's wider codes need the whole
+  // sub-block's int32 sum and vpmulld, and fewer tokens would wait on the longer vpdpwssd chain.
+  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_Kx16>;
+  constexpr bool kDpw = !kQ5 && N >= 4;
+  constexpr int kHalf = kDpw ? 4 : 8;  // chunks per scaled sum
   __m512i sumi[N];
 #pragma GCC unroll 8
   for (int t = 0; t < N; ++t) sumi[t] = _mm512_setzero_si512();
@@ -74,20 +81,27 @@ inline void StepQ45K(const Block& w, const BlockQ8_K* const* a, int64_t i, __m51
     const __m512i s = _mm512_and_si512(_mm512_srli_epi32(sc[j / 4], 8 * (j % 4)), byte);
     __m512i part[N];
 #pragma GCC unroll 8
-    for (int t = 0; t < N; ++t) part[t] = _mm512_setzero_si512();
-#pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) {
+      if (c % kHalf == 0) {
+#pragma GCC unroll 8
+        for (int t = 0; t < N; ++t) part[t] = _mm512_setzero_si512();
+      }
       const __m512i v = Load(w.qs + 64 * (8 * (j / 2) + c));
       __m512i u = _mm512_and_si512(j % 2 == 0 ? v : _mm512_srli_epi16(v, 4), nib);
-      if constexpr (std::is_same_v<Block, BlockQ5_Kx16>)
-        u = _mm512_or_si512(u, HighBitsQ5K(w, j, c));
+      if constexpr (kQ5) u = _mm512_or_si512(u, HighBitsQ5K(w, j, c));
 #pragma GCC unroll 8
       for (int t = 0; t < N; ++t) {
         part[t] = _mm512_dpbusd_epi32(part[t], u, Broadcast4(a[t][i].qs + 32 * j + 4 * c));
       }
-    }
+      if (c % kHalf != kHalf - 1) continue;
 #pragma GCC unroll 8
-    for (int t = 0; t < N; ++t) sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(part[t], s));
+      for (int t = 0; t < N; ++t) {
+        // Q4_K: |part| <= 15 * 128 * 16 fits the low word, and s (0..63) sits in the low word
+        // with a zero high word, so vpdpwssd adds exactly part * s.
+        sumi[t] = kDpw ? _mm512_dpwssd_epi32(sumi[t], part[t], s)
+                       : _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(part[t], s));
+      }
+    }
   }
   AddScaled<N>(LoadHalves(w.d), sumi, a, i, acc);
   // summ = sum_j mn_j * (bsums[2j] + bsums[2j + 1]): the min in both words of the lane.
