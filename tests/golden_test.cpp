@@ -308,6 +308,8 @@ const std::map<std::string, std::string> kRegenerated = {
     {"synth-phi3-d256.F32",
      "--arch phi3 --type F32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 256 --ctx 131072 "
      "--yarn-orig-ctx 4096 --rope-dims 48 --swa 16 --embd-sd 1 --seed 3005"},
+    {"synth-llama-rf-d256.F32",
+     "--type F32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 256 --rope-freqs --seed 3007"},
     {"synth-mistral3-d256.F32",
      "--arch mistral3 --type F32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 256 "
      "--yarn-factor 4 --yarn-orig-ctx 32 --embd-sd 1 --seed 3006"}};

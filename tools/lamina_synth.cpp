@@ -13,8 +13,9 @@
 // ffn_up, LongRoPE's short and long factors (--yarn-orig-ctx the original context, --ctx the
 // extended one), --rope-dims rotated dimensions and a --swa window llama.cpp ignores; a mistral3
 // takes YaRN (--yarn-factor, --yarn-orig-ctx) with a log multiplier of 1 and attention
-// temperature tuning (scale 0.1, every --yarn-orig-ctx positions)). The tokenizer metadata is
-// copied from another GGUF (--vocab-from), whose vocabulary size sets the embedding rows.
+// temperature tuning (scale 0.1, every --yarn-orig-ctx positions)); --rope-freqs adds a llama's
+// or mistral3's rope_freqs.weight (Llama 3.1's per-pair frequency factors). The tokenizer metadata
+// is copied from another GGUF (--vocab-from), whose vocabulary size sets the embedding rows.
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
@@ -37,6 +38,7 @@ struct SynthOptions {
   int yarn_orig_ctx = 1024;
   int rope_dims = 0;
   float embd_sd = 0.0f;
+  bool rope_freqs = false;
   std::string type_name = "Q8_0", vocab_from, out_path, arch = "llama";
   uint64_t seed = 42;
 };
@@ -54,6 +56,9 @@ void AddOptions(CLI::App* app, SynthOptions* o) {
       ->check(CLI::IsMember({"llama", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "gemma3",
                              "gpt-oss", "phi3", "mistral3"}));
   app->add_option("--rope-dims", o->rope_dims, "phi3: rotated dimensions per head (0: all)");
+  app->add_flag("--rope-freqs", o->rope_freqs,
+                "llama, mistral3: a rope_freqs.weight of per-pair frequency factors (as Llama "
+                "3.1 files carry), drawn 1 + 4 |N(0, 1)|");
   app->add_option("--embd-sd", o->embd_sd,
                   "Standard deviation of the token embedding (0: 1 / sqrt(dim), as every matrix)");
   app->add_option("--rope-sections", o->rope_sections, "qwen35: rope.dimension_sections (4)")
@@ -509,6 +514,11 @@ int Synth(const SynthOptions& o) {
   } else {
     ww.Ones("output_norm.weight", o.dim);
     ww.Matrix("output.weight", o.dim, n_vocab, type);
+  }
+  if (o.rope_freqs && (o.arch == "llama" || o.arch == "mistral3")) {
+    // Llama 3.1's files hold factors from 1 to 8 that only the slow pairs use; random ones on
+    // every pair make a golden see each of them.
+    ww.AbsNormal("rope_freqs.weight", head_dim / 2, 1.0f, 4.0f);
   }
   Status st = w.WriteFile(o.out_path);
   if (!st.ok()) {

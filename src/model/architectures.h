@@ -42,8 +42,11 @@ inline constexpr Architecture kArchitectures[] = {
     // name       rope style          attn_bias qk_norm moe    moe_norm_topk moe_shared_expert
     // llama: token embedding, pre-norm GQA attention with "normal" (adjacent pair) RoPE, SwiGLU
     // FFN, RMSNorm, output head tied to the embedding when output.weight is absent. Q/K/V biases
-    // are loaded when a file has them.
-    {"llama",     {RopeStyle::kNormal, true,     false,  false, false,        false}, nullptr},
+    // are loaded when a file has them, and rope_freqs (Llama 3.1's scaling, which converters
+    // store as per-pair frequency factors) when present.
+    {"llama",     {RopeStyle::kNormal, true,     false,  false, false,        false,
+                   /*fused_qkv=*/false, /*fused_gate_up=*/false, RopeFactors::kFreqs,
+                   /*mistral3=*/false},                                              nullptr},
     // qwen2: llama's layout with Q/K/V biases and NeoX (half-split) RoPE; the output head is
     // tied to the embedding when output.weight is absent.
     {"qwen2",     {RopeStyle::kNeox,   true,     false,  false, false,        false}, nullptr},
