@@ -2,11 +2,11 @@
 // head read from a companion file (Model::AttachMtp).
 #include "model/decoder.h"
 
-#include "kernels/matmul.h"
-#include "kernels/ops.h"
 #include <cmath>
 #include <utility>
 
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
 #include "model/blocks.h"
 #include "model/hparams.h"
 #include "model/moe.h"
