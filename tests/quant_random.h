@@ -59,7 +59,8 @@ inline void ExpectReadOnlyTypeKernels(GgmlType t, GgmlType act) {
 }
 
 // k values of type t: random bytes (every code, so unused codes are exercised too), then per
-// block a small fp16 scale where the layout keeps it (MXFP4: an exponent near 2^0).
+// block a small fp16 scale where the layout keeps it (MXFP4: an exponent near 2^0; NVFP4: small
+// UE4M3 sub-block scales).
 inline std::vector<uint8_t> RandomWeightRow(GgmlType t, int64_t k, std::mt19937& rng) {
   std::vector<uint8_t> row(RowSize(t, k));
   std::uniform_int_distribution<int> byte(0, 255);
@@ -72,6 +73,10 @@ inline std::vector<uint8_t> RandomWeightRow(GgmlType t, int64_t k, std::mt19937&
   for (size_t off = 0; off < row.size(); off += bs) {
     if (t == GgmlType::kMXFP4) {
       row[off] = static_cast<uint8_t>(exponent(rng));
+    } else if (t == GgmlType::kNVFP4) {
+      // Four UE4M3 sub-block scales from 2^-8 to about 1 (exponent fields 0..7; 0 subnormal).
+      std::uniform_int_distribution<int> ue4m3(0, 0x3F);
+      for (int s = 0; s < 4; ++s) row[off + s] = static_cast<uint8_t>(ue4m3(rng));
     } else if (t == GgmlType::kIQ1_M) {
       // IQ1_M has no d field: d's four nibbles are the top nibbles of the last 4 uint16 words.
       const fp16_t d = F32ToFp16(scale(rng));

@@ -7,7 +7,7 @@
 
 namespace lamina::quant_internal {
 
-constexpr int kTypeTableSize = 40;  // > largest GgmlType value used (MXFP4 = 39)
+constexpr int kTypeTableSize = 43;  // > largest GgmlType value used (Q2_0 = 42)
 
 using KernelTable = TypeKernels[kTypeTableSize];
 
@@ -25,6 +25,11 @@ void RegisterAvx2IQuants(KernelTable& table);
 void RegisterAvx512Legacy(KernelTable& table);
 void RegisterAvx512KQuants(KernelTable& table);
 void RegisterAvx512IQuants(KernelTable& table);
+// NVFP4, Q1_0 and Q2_0 (lowbit*.cpp): the scalar file fills every field, the SIMD files
+// vec_dot and vec_dot_multi.
+void RegisterScalarLowBit(KernelTable& table);
+void RegisterAvx2LowBit(KernelTable& table);
+void RegisterAvx512LowBit(KernelTable& table);
 // The interleaved layouts (interleaved*.cpp): the scalar file sets interleave_rows, repack and
 // the scalar gemm_interleaved; the SIMD files replace gemm_interleaved only.
 void RegisterScalarInterleaved(KernelTable& table);

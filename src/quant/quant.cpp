@@ -37,6 +37,7 @@ const Tables& ScalarTables() {
     quant_internal::RegisterScalarLegacy(t->table);
     quant_internal::RegisterScalarKQuants(t->table);
     quant_internal::RegisterScalarIQuants(t->table);
+    quant_internal::RegisterScalarLowBit(t->table);
     quant_internal::RegisterScalarInterleaved(t->table);
     quant_internal::RegisterScalarInterleavedK(t->table);
     return t;
@@ -50,6 +51,7 @@ const Tables& Avx2Tables() {
     quant_internal::RegisterAvx2Legacy(t->table);
     quant_internal::RegisterAvx2KQuants(t->table);
     quant_internal::RegisterAvx2IQuants(t->table);
+    quant_internal::RegisterAvx2LowBit(t->table);
     quant_internal::RegisterAvx2Interleaved(t->table);
     quant_internal::RegisterAvx2InterleavedK(t->table);
     return t;
@@ -63,6 +65,7 @@ const Tables& Avx512Tables() {
     quant_internal::RegisterAvx512Legacy(t->table);
     quant_internal::RegisterAvx512KQuants(t->table);
     quant_internal::RegisterAvx512IQuants(t->table);
+    quant_internal::RegisterAvx512LowBit(t->table);
     quant_internal::RegisterAvx512Interleaved(t->table);
     quant_internal::RegisterAvx512InterleavedK(t->table);
     return t;

@@ -38,6 +38,9 @@ constexpr Entry kEntries[] = {
     {GgmlType::kTQ1_0, {"TQ1_0", kQK_K, sizeof(BlockTQ1_0), true}},
     {GgmlType::kTQ2_0, {"TQ2_0", kQK_K, sizeof(BlockTQ2_0), true}},
     {GgmlType::kMXFP4, {"MXFP4", kQK, sizeof(BlockMXFP4), true}},
+    {GgmlType::kNVFP4, {"NVFP4", kQKNvfp4, sizeof(BlockNVFP4), true}},
+    {GgmlType::kQ1_0, {"Q1_0", kQK1_0, sizeof(BlockQ1_0), true}},
+    {GgmlType::kQ2_0, {"Q2_0", kQK2_0, sizeof(BlockQ2_0), true}},
 };
 }  // namespace
 

@@ -37,6 +37,9 @@ enum class GgmlType : uint32_t {
   kTQ1_0 = 34,
   kTQ2_0 = 35,
   kMXFP4 = 39,
+  kNVFP4 = 40,
+  kQ1_0 = 41,
+  kQ2_0 = 42,
 };
 
 constexpr int64_t kQK = 32;     // elements per block of the legacy quants
@@ -361,6 +364,49 @@ struct BlockIQ1_M {
   uint8_t scales[kQK_K / 32];
 };
 static_assert(sizeof(BlockIQ1_M) == 56);
+
+// ---------------------------------------------------------------------------------------------
+// NVFP4, Q1_0 and Q2_0 (lowbit*.cpp). All three compute against Q8_0 activations, as GGML does.
+
+constexpr int64_t kQKNvfp4 = 64;     // elements per NVFP4 block (four 16-element sub-blocks)
+constexpr int64_t kQKNvfp4Sub = 16;  // elements per NVFP4 UE4M3 scale
+constexpr int64_t kQK1_0 = 128;      // elements per Q1_0 block
+constexpr int64_t kQK2_0 = 64;       // elements per Q2_0 block
+
+// Half an unsigned E4M3 scale (4 exponent bits, bias 7, 3 mantissa bits; bit 7 ignored), as GGML
+// decodes NVFP4's scales: the half cancels the doubling of kMxfp4Levels. Exponent 0 is subnormal
+// (man * 2^-9); codes 0x00 and 0x7F read as 0 (0xFF does not: GGML checks the whole byte).
+constexpr float Ue4m3ToF32Half(uint8_t x) {
+  if (x == 0 || x == 0x7F) return 0.0f;
+  const int exp = (x >> 3) & 0xF;
+  const int man = x & 0x7;
+  // Exact: (8 + man) or man times a power of two.
+  float scale = 1.0f / 2048.0f;  // exponent e gives (8 + man) * 2^(e - 11)
+  for (int e = 0; e < exp; ++e) scale *= 2.0f;
+  return exp == 0 ? static_cast<float>(man) / 1024.0f : static_cast<float>(8 + man) * scale;
+}
+
+// 64 values in four sub-blocks of 16: x = kMxfp4Levels[q] * Ue4m3ToF32Half(d[s]) for sub-block
+// s; qs[8s + j] holds element 16s + j in its low nibble and 16s + j + 8 in its high nibble.
+struct BlockNVFP4 {
+  uint8_t d[kQKNvfp4 / kQKNvfp4Sub];
+  uint8_t qs[kQKNvfp4 / 2];
+};
+static_assert(sizeof(BlockNVFP4) == 36);
+
+// 128 values: x = +d if bit j % 8 of qs[j / 8] is set, else -d (element j).
+struct BlockQ1_0 {
+  fp16_t d;
+  uint8_t qs[kQK1_0 / 8];
+};
+static_assert(sizeof(BlockQ1_0) == 18);
+
+// 64 values: x = d * (q - 1), q in 0..3 the bits 2 (j % 4), +1 of qs[j / 4] (element j).
+struct BlockQ2_0 {
+  fp16_t d;
+  uint8_t qs[kQK2_0 / 4];
+};
+static_assert(sizeof(BlockQ2_0) == 18);
 
 struct TypeTraits {
   const char* name;
