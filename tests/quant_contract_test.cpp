@@ -25,7 +25,8 @@ TEST(QuantContract, MultiDotEqualsSingleDotBitForBit) {
       GgmlType::kQ5_0,  GgmlType::kQ5_1,    GgmlType::kQ8_0,  GgmlType::kQ2_K,    GgmlType::kQ3_K,
       GgmlType::kQ4_K,  GgmlType::kQ5_K,    GgmlType::kQ6_K,  GgmlType::kIQ4_NL,  GgmlType::kIQ4_XS,
       GgmlType::kMXFP4, GgmlType::kTQ1_0,   GgmlType::kTQ2_0, GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS,
-      GgmlType::kIQ2_S, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kIQ1_S,   GgmlType::kIQ1_M};
+      GgmlType::kIQ2_S, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kIQ1_S,   GgmlType::kIQ1_M,
+      GgmlType::kNVFP4, GgmlType::kQ1_0,    GgmlType::kQ2_0};
   std::mt19937 rng(17);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const int64_t k = 512;
@@ -50,9 +51,12 @@ TEST(QuantContract, MultiDotEqualsSingleDotBitForBit) {
           const fp16_t d = F32ToFp16(0.01f);
           if (t == GgmlType::kMXFP4) {
             w[off] = 120;
-          } else if (t == GgmlType::kIQ4_NL || t == GgmlType::kIQ4_XS || t == GgmlType::kIQ2_XXS ||
-                     t == GgmlType::kIQ2_XS || t == GgmlType::kIQ2_S || t == GgmlType::kIQ3_XXS ||
-                     t == GgmlType::kIQ3_S || t == GgmlType::kIQ1_S) {
+          } else if (t == GgmlType::kNVFP4) {  // four UE4M3 sub-block scales, 2^-4 each
+            std::memset(&w[off], 0x18, 4);
+          } else if (t == GgmlType::kQ1_0 || t == GgmlType::kQ2_0 || t == GgmlType::kIQ4_NL ||
+                     t == GgmlType::kIQ4_XS || t == GgmlType::kIQ2_XXS || t == GgmlType::kIQ2_XS ||
+                     t == GgmlType::kIQ2_S || t == GgmlType::kIQ3_XXS || t == GgmlType::kIQ3_S ||
+                     t == GgmlType::kIQ1_S) {
             std::memcpy(&w[off], &d, 2);
           } else if (t == GgmlType::kIQ1_M) {  // d in the top nibbles of the last 4 words
             for (int i = 0; i < 4; ++i) {

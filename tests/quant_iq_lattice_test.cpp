@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "gguf/ggml_types.h"
 #include "quant/iq_grids.h"
 #include "quant/quant.h"
 #include "quant/types.h"
 #include "quant_random.h"
+#include "quant_twin.h"
 #include "util/cpu_features.h"
 #include "util/fp16.h"
 
@@ -46,29 +46,14 @@ TEST(QuantIqLatticeLayout, BlocksMatchGgmlTypeTable) {
   static_assert(offsetof(BlockIQ1_S, qh) == 34);
   static_assert(offsetof(BlockIQ1_M, qh) == 32);
   static_assert(offsetof(BlockIQ1_M, scales) == 48);
-  const struct {
-    GgmlType type;
-    uint32_t id;
-    const char* name;
-    size_t bytes;
-  } expects[] = {{GgmlType::kIQ2_XXS, 16, "IQ2_XXS", 66}, {GgmlType::kIQ2_XS, 17, "IQ2_XS", 74},
-                 {GgmlType::kIQ2_S, 22, "IQ2_S", 82},     {GgmlType::kIQ3_XXS, 18, "IQ3_XXS", 98},
-                 {GgmlType::kIQ3_S, 21, "IQ3_S", 110},    {GgmlType::kIQ1_S, 19, "IQ1_S", 50},
-                 {GgmlType::kIQ1_M, 29, "IQ1_M", 56}};
-  for (const auto& e : expects) {
-    EXPECT_EQ(static_cast<uint32_t>(e.type), e.id);
-    EXPECT_TRUE(IsKnownGgmlType(e.id));
-    const TypeTraits& t = GetTypeTraits(e.type);
-    EXPECT_STREQ(t.name, e.name);
-    EXPECT_EQ(t.block_size, kQK_K);
-    EXPECT_EQ(t.type_size, e.bytes);
-    EXPECT_TRUE(t.is_quantized);
-    const gguf::GgmlTypeInfo* g = gguf::FindGgmlType(e.id);
-    ASSERT_NE(g, nullptr);
-    EXPECT_STREQ(g->name, e.name);
-    EXPECT_EQ(g->block_size, kQK_K);
-    EXPECT_EQ(g->type_size, e.bytes);
-  }
+  const ExpectedLayout expects[] = {{GgmlType::kIQ2_XXS, 16, "IQ2_XXS", kQK_K, 66},
+                                    {GgmlType::kIQ2_XS, 17, "IQ2_XS", kQK_K, 74},
+                                    {GgmlType::kIQ2_S, 22, "IQ2_S", kQK_K, 82},
+                                    {GgmlType::kIQ3_XXS, 18, "IQ3_XXS", kQK_K, 98},
+                                    {GgmlType::kIQ3_S, 21, "IQ3_S", kQK_K, 110},
+                                    {GgmlType::kIQ1_S, 19, "IQ1_S", kQK_K, 50},
+                                    {GgmlType::kIQ1_M, 29, "IQ1_M", kQK_K, 56}};
+  for (const ExpectedLayout& e : expects) ExpectLayoutMatchesGgml(e);
 }
 
 TEST(QuantIqLatticeKernels, TableEntriesOnEveryIsa) {
@@ -151,7 +136,7 @@ int Grid4x2(const uint32_t* grid, int i1, int i2, int j) {
 int SignOf(int sign_bits, int j) { return (sign_bits >> j) & 1 ? -1 : 1; }
 
 // Element e of a row, read from types.h's layout comments with GGML's float formulas.
-float ElementOf(GgmlType t, const uint8_t* row, int64_t e) {
+double ElementOf(GgmlType t, const uint8_t* row, int64_t e) {
   const size_t bs = GetTypeTraits(t).type_size;
   const uint8_t* b = row + (e / kQK_K) * bs;
   const int i = static_cast<int>(e % kQK_K), g = i / 32, l = (i % 32) / 8, j = i % 8;
@@ -215,17 +200,7 @@ float ElementOf(GgmlType t, const uint8_t* row, int64_t e) {
 
 TEST(QuantIqLatticeDequantize, RandomBlocksMatchFormatDefinition) {
   std::mt19937 rng(1234);
-  const int64_t k = 8 * kQK_K;
-  for (GgmlType t : kTypes) {
-    SCOPED_TRACE(GgmlTypeName(t));
-    const std::vector<uint8_t> row = RandomWeightRow(t, k, rng);
-    for (Isa isa : SupportedIsas()) {
-      const std::vector<float> y = Dequantize(t, row.data(), k, isa);
-      for (int64_t e = 0; e < k; ++e) {
-        ASSERT_EQ(F32ToBits(y[e]), F32ToBits(ElementOf(t, row.data(), e))) << "element " << e;
-      }
-    }
-  }
+  for (GgmlType t : kTypes) ExpectDequantizeMatchesDefinition(t, ElementOf, 8 * kQK_K, rng);
 }
 
 // Hand-built blocks: d = 1, every index 0, smallest scale, no signs (entry 0 of each grid is
@@ -272,59 +247,14 @@ TEST(QuantIqLatticeDequantize, HandBuilt) {
 // ---------------------------------------------------------------------------------------------
 // Dot products.
 
-struct DotCase {
-  std::vector<uint8_t> w;
-  std::vector<uint8_t> act;  // n Q8_K rows, act_stride bytes apart
-  size_t act_stride = 0;
-  int64_t k = 0;
-};
-
-DotCase MakeCase(GgmlType t, int64_t k, int n, std::mt19937& rng) {
-  DotCase c;
-  c.k = k;
-  c.w = RandomWeightRow(t, k, rng);
-  c.act_stride = RowSize(GgmlType::kQ8_K, k) + 64;  // a gap: act_row_bytes must be honoured
-  c.act.assign(c.act_stride * n, 0xCD);
-  for (int r = 0; r < n; ++r) {
-    const std::vector<float> x = RandomFloats(k, rng);
-    GetKernels(GgmlType::kQ8_K, Isa::kScalar)
-        .quantize(x.data(), c.act.data() + r * c.act_stride, k);
-  }
-  return c;
-}
-
-// Exact (double) dot of the format definitions, and sum |w_i a_i| (the budget's magnitude).
-void ReferenceDot(GgmlType t, const DotCase& c, int row, double* dot, double* mag) {
-  std::vector<float> a(static_cast<size_t>(c.k));
-  GetKernels(GgmlType::kQ8_K, Isa::kScalar)
-      .dequantize(c.act.data() + row * c.act_stride, a.data(), c.k);
-  *dot = 0;
-  *mag = 0;
-  for (int64_t e = 0; e < c.k; ++e) {
-    const double p = double(ElementOf(t, c.w.data(), e)) * a[e];
-    *dot += p;
-    *mag += std::fabs(p);
-  }
-}
-
-constexpr int64_t kSizes[] = {kQK_K, 3 * kQK_K, 16 * kQK_K, 17 * kQK_K};
+const std::vector<int64_t> kSizes = {kQK_K, 3 * kQK_K, 16 * kQK_K, 17 * kQK_K};
 
 // Integer super-block sums are exact; the f32 terms (one per super-block) round.
+double Budget(GgmlType, double mag) { return 2e-6 * mag + 1e-30; }
+
 TEST(QuantIqLatticeDot, ScalarMatchesFormatDefinition) {
   std::mt19937 rng(7);
-  for (GgmlType t : kTypes) {
-    for (int64_t k : kSizes) {
-      SCOPED_TRACE(std::string(GgmlTypeName(t)) + " k=" + std::to_string(k));
-      for (int rep = 0; rep < 4; ++rep) {
-        const DotCase c = MakeCase(t, k, 1, rng);
-        double ref, mag;
-        ReferenceDot(t, c, 0, &ref, &mag);
-        float got = NAN;
-        GetKernels(t, Isa::kScalar).vec_dot(k, &got, c.w.data(), c.act.data());
-        EXPECT_NEAR(got, ref, 2e-6 * mag + 1e-30);
-      }
-    }
-  }
+  for (GgmlType t : kTypes) ExpectScalarDotMatchesDefinition(t, ElementOf, kSizes, Budget, rng);
 }
 
 // Every ISA equals the scalar twin bit for bit (the same integers, the same float steps), and
@@ -332,25 +262,8 @@ TEST(QuantIqLatticeDot, ScalarMatchesFormatDefinition) {
 TEST(QuantIqLatticeDot, SimdEqualsScalarTwinAndMultiIsBatchInvariant) {
   std::mt19937 rng(42);
   for (GgmlType t : kTypes) {
-    for (int64_t k : kSizes) {
-      for (int rep = 0; rep < 3; ++rep) {
-        const DotCase c = MakeCase(t, k, kMaxMultiDot, rng);
-        float scalar[kMaxMultiDot];
-        double budget[kMaxMultiDot];
-        for (int r = 0; r < kMaxMultiDot; ++r) {
-          GetKernels(t, Isa::kScalar)
-              .vec_dot(k, &scalar[r], c.w.data(), c.act.data() + r * c.act_stride);
-          budget[r] = 0;
-        }
-        for (Isa isa : SupportedIsas()) {
-          SCOPED_TRACE(std::string(GgmlTypeName(t)) + " " + IsaName(isa) +
-                       " k=" + std::to_string(k));
-          ExpectDotsMatchTwinAndBatchInvariant(GetKernels(t, isa), k, c.w.data(), c.act.data(),
-                                               c.act_stride, scalar, budget);
-          if (HasFatalFailure()) return;
-        }
-      }
-    }
+    ExpectSimdMatchesScalarTwin(t, ElementOf, kSizes, nullptr, rng);
+    if (HasFatalFailure()) return;
   }
 }
 

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "gguf/ggml_types.h"
 #include "kernels/matmul.h"
 #include "quant/quant.h"
 #include "quant/types.h"
 #include "quant_random.h"
+#include "quant_twin.h"
 #include "util/cpu_features.h"
 #include "util/fp16.h"
 #include "util/thread_pool.h"
@@ -42,31 +42,9 @@ TEST(QuantIqLayout, BlocksMatchGgmlTypeTable) {
   static_assert(offsetof(BlockIQ4_XS, scales_l) == 4);
   static_assert(offsetof(BlockIQ4_XS, qs) == 8);
   static_assert(offsetof(BlockMXFP4, qs) == 1);
-  const struct {
-    GgmlType type;
-    uint32_t id;
-    const char* name;
-    int64_t block_size;
-    size_t bytes;
-  } expects[] = {{GgmlType::kIQ4_NL, 20, "IQ4_NL", 32, 18},
-                 {GgmlType::kIQ4_XS, 23, "IQ4_XS", 256, 136},
-                 {GgmlType::kMXFP4, 39, "MXFP4", 32, 17}};
-  for (const auto& e : expects) {
-    EXPECT_EQ(static_cast<uint32_t>(e.type), e.id);
-    EXPECT_TRUE(IsKnownGgmlType(e.id));
-    const TypeTraits& t = GetTypeTraits(e.type);
-    EXPECT_STREQ(t.name, e.name);
-    EXPECT_EQ(t.block_size, e.block_size);
-    EXPECT_EQ(t.type_size, e.bytes);
-    EXPECT_TRUE(t.is_quantized);
-    EXPECT_EQ(RowSize(e.type, 4096), 4096 / e.block_size * e.bytes);
-    // The GGUF reader's table of every GGML type agrees.
-    const gguf::GgmlTypeInfo* g = gguf::FindGgmlType(e.id);
-    ASSERT_NE(g, nullptr);
-    EXPECT_STREQ(g->name, e.name);
-    EXPECT_EQ(g->block_size, e.block_size);
-    EXPECT_EQ(g->type_size, e.bytes);
-  }
+  ExpectLayoutMatchesGgml({GgmlType::kIQ4_NL, 20, "IQ4_NL", 32, 18});
+  ExpectLayoutMatchesGgml({GgmlType::kIQ4_XS, 23, "IQ4_XS", 256, 136});
+  ExpectLayoutMatchesGgml({GgmlType::kMXFP4, 39, "MXFP4", 32, 17});
 }
 
 TEST(QuantIqLayout, LevelTables) {
@@ -229,60 +207,15 @@ double ElementOf(GgmlType t, const uint8_t* row, int64_t e) {
   }
 }
 
+// Exact: an fp16 scale (11 significant bits) times a group scale (6) and a level (7) fits in an
+// f32 significand, and MXFP4's scale is a power of two.
 TEST(QuantIqDequantize, RandomBlocksMatchFormatDefinition) {
   std::mt19937 rng(1234);
-  const int64_t k = 8 * kQK_K;
-  for (GgmlType t : kTypes) {
-    SCOPED_TRACE(GgmlTypeName(t));
-    const std::vector<uint8_t> row = RandomWeightRow(t, k, rng);
-    const std::vector<float> y = Dequantize(t, row.data(), k);
-    // Exact: an fp16 scale (11 significant bits) times a group scale (6) and a level (7) fits
-    // in an f32 significand, and MXFP4's scale is a power of two.
-    for (int64_t e = 0; e < k; ++e) {
-      ASSERT_EQ(y[e], ElementOf(t, row.data(), e)) << "element " << e;
-    }
-  }
+  for (GgmlType t : kTypes) ExpectDequantizeMatchesDefinition(t, ElementOf, 8 * kQK_K, rng);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Dot products.
-
-struct DotCase {
-  std::vector<uint8_t> w;
-  std::vector<uint8_t> act;  // n rows of the activation type, act_stride bytes apart
-  size_t act_stride = 0;
-  size_t act_bytes = 0;
-  int64_t k = 0;
-};
-
-DotCase MakeCase(GgmlType t, int64_t k, int n, std::mt19937& rng) {
-  DotCase c;
-  c.k = k;
-  c.w = RandomWeightRow(t, k, rng);
-  const GgmlType at = GetKernels(t, Isa::kScalar).vec_dot_type;
-  c.act_bytes = RowSize(at, k);
-  c.act_stride = c.act_bytes + 64;  // a gap between rows: act_row_bytes must be honoured
-  c.act.assign(c.act_stride * n, 0xCD);
-  for (int r = 0; r < n; ++r) {
-    const std::vector<float> x = RandomFloats(k, rng);
-    GetKernels(at, Isa::kScalar).quantize(x.data(), c.act.data() + r * c.act_stride, k);
-  }
-  return c;
-}
-
-// Exact (double) dot of the format definitions, and sum |w_i a_i| (the budgets' magnitude).
-void ReferenceDot(GgmlType t, const DotCase& c, int row, double* dot, double* mag) {
-  const GgmlType at = GetKernels(t, Isa::kScalar).vec_dot_type;
-  std::vector<float> a(static_cast<size_t>(c.k));
-  GetKernels(at, Isa::kScalar).dequantize(c.act.data() + row * c.act_stride, a.data(), c.k);
-  *dot = 0;
-  *mag = 0;
-  for (int64_t e = 0; e < c.k; ++e) {
-    const double p = ElementOf(t, c.w.data(), e) * a[e];
-    *dot += p;
-    *mag += std::fabs(p);
-  }
-}
 
 // Budgets, as the legacy and K-quant twin tests state them: integer block sums are exact in
 // every variant, so the variants differ only in how the per-block (IQ4_XS: per-group) f32 terms
@@ -300,19 +233,7 @@ std::vector<int64_t> Sizes(GgmlType t) {
 
 TEST(QuantIqDot, ScalarMatchesFormatDefinition) {
   std::mt19937 rng(7);
-  for (GgmlType t : kTypes) {
-    for (int64_t k : Sizes(t)) {
-      SCOPED_TRACE(std::string(GgmlTypeName(t)) + " k=" + std::to_string(k));
-      for (int rep = 0; rep < 4; ++rep) {
-        const DotCase c = MakeCase(t, k, 1, rng);
-        double ref, mag;
-        ReferenceDot(t, c, 0, &ref, &mag);
-        float got = NAN;
-        GetKernels(t, Isa::kScalar).vec_dot(k, &got, c.w.data(), c.act.data());
-        EXPECT_NEAR(got, ref, Budget(t, mag));
-      }
-    }
-  }
+  for (GgmlType t : kTypes) ExpectScalarDotMatchesDefinition(t, ElementOf, Sizes(t), Budget, rng);
 }
 
 // Every ISA against the scalar twin, and vec_dot_multi against vec_dot bit for bit for every
@@ -320,27 +241,8 @@ TEST(QuantIqDot, ScalarMatchesFormatDefinition) {
 TEST(QuantIqDot, SimdMatchesScalarTwinAndMultiIsBatchInvariant) {
   std::mt19937 rng(42);
   for (GgmlType t : kTypes) {
-    for (int64_t k : Sizes(t)) {
-      for (int rep = 0; rep < 3; ++rep) {
-        const DotCase c = MakeCase(t, k, kMaxMultiDot, rng);
-        float scalar[kMaxMultiDot];
-        double mag[kMaxMultiDot], budget[kMaxMultiDot];
-        for (int r = 0; r < kMaxMultiDot; ++r) {
-          GetKernels(t, Isa::kScalar)
-              .vec_dot(k, &scalar[r], c.w.data(), c.act.data() + r * c.act_stride);
-          double ref;
-          ReferenceDot(t, c, r, &ref, &mag[r]);
-          budget[r] = Budget(t, mag[r]);
-        }
-        for (Isa isa : SupportedIsas()) {
-          SCOPED_TRACE(std::string(GgmlTypeName(t)) + " " + IsaName(isa) +
-                       " k=" + std::to_string(k));
-          ExpectDotsMatchTwinAndBatchInvariant(GetKernels(t, isa), k, c.w.data(), c.act.data(),
-                                               c.act_stride, scalar, budget);
-          if (HasFatalFailure()) return;
-        }
-      }
-    }
+    ExpectSimdMatchesScalarTwin(t, ElementOf, Sizes(t), Budget, rng);
+    if (HasFatalFailure()) return;
   }
 }
 
@@ -350,7 +252,7 @@ TEST(QuantIqDot, Iq4XsAvx2AndAvx512Agree) {
   if (DetectIsa() < Isa::kAvx512) GTEST_SKIP() << "needs AVX-512";
   std::mt19937 rng(46);
   for (int64_t k : Sizes(GgmlType::kIQ4_XS)) {
-    const DotCase c = MakeCase(GgmlType::kIQ4_XS, k, kMaxMultiDot, rng);
+    const DotCase c = MakeDotCase(GgmlType::kIQ4_XS, k, kMaxMultiDot, rng);
     float a2[kMaxMultiDot], a512[kMaxMultiDot];
     GetKernels(GgmlType::kIQ4_XS, Isa::kAvx2)
         .vec_dot_multi(k, c.w.data(), c.act.data(), c.act_stride, kMaxMultiDot, a2);
@@ -375,7 +277,7 @@ TEST(QuantIqDot, TileEqualsVecDotBitForBit) {
         const std::vector<uint8_t> row = RandomWeightRow(t, k, rng);
         std::memcpy(w.data() + i * w_stride, row.data(), w_bytes);
       }
-      const DotCase c = MakeCase(t, k, kMaxMultiDot, rng);
+      const DotCase c = MakeDotCase(t, k, kMaxMultiDot, rng);
       for (Isa isa : SupportedIsas()) {
         const TypeKernels& kern = GetKernels(t, isa);
         if (isa != Isa::kScalar) {
@@ -464,7 +366,7 @@ TEST(QuantIqDot, Mxfp4LargestExponent) {
   c.w = w;
   c.act = a;
   double ref, mag;
-  ReferenceDot(GgmlType::kMXFP4, c, 0, &ref, &mag);
+  ReferenceDot(GgmlType::kMXFP4, ElementOf, c, 0, &ref, &mag);
   for (Isa isa : SupportedIsas()) {
     float got = 0.0f;
     GetKernels(GgmlType::kMXFP4, isa).vec_dot(k, &got, w.data(), a.data());

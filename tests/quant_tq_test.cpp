@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "gguf/ggml_types.h"
 #include "kernels/matmul.h"
 #include "quant/quant.h"
 #include "quant/types.h"
 #include "quant_random.h"
+#include "quant_twin.h"
 #include "util/cpu_features.h"
 #include "util/fp16.h"
 #include "util/thread_pool.h"
@@ -52,27 +52,8 @@ TEST(QuantTqLayout, BlocksMatchGgmlTypeTable) {
   static_assert(offsetof(BlockTQ1_0, d) == 52);
   static_assert(offsetof(BlockTQ2_0, qs) == 0);
   static_assert(offsetof(BlockTQ2_0, d) == 64);
-  const struct {
-    GgmlType type;
-    uint32_t id;
-    const char* name;
-    size_t bytes;
-  } expects[] = {{GgmlType::kTQ1_0, 34, "TQ1_0", 54}, {GgmlType::kTQ2_0, 35, "TQ2_0", 66}};
-  for (const auto& e : expects) {
-    EXPECT_EQ(static_cast<uint32_t>(e.type), e.id);
-    EXPECT_TRUE(IsKnownGgmlType(e.id));
-    const TypeTraits& t = GetTypeTraits(e.type);
-    EXPECT_STREQ(t.name, e.name);
-    EXPECT_EQ(t.block_size, kQK_K);
-    EXPECT_EQ(t.type_size, e.bytes);
-    EXPECT_TRUE(t.is_quantized);
-    EXPECT_EQ(RowSize(e.type, 4096), 4096 / kQK_K * e.bytes);
-    const gguf::GgmlTypeInfo* g = gguf::FindGgmlType(e.id);
-    ASSERT_NE(g, nullptr);
-    EXPECT_STREQ(g->name, e.name);
-    EXPECT_EQ(g->block_size, kQK_K);
-    EXPECT_EQ(g->type_size, e.bytes);
-  }
+  ExpectLayoutMatchesGgml({GgmlType::kTQ1_0, 34, "TQ1_0", kQK_K, 54});
+  ExpectLayoutMatchesGgml({GgmlType::kTQ2_0, 35, "TQ2_0", kQK_K, 66});
 }
 
 TEST(QuantTqKernels, TableEntriesOnEveryIsa) {
@@ -177,78 +158,21 @@ double ElementOf(GgmlType t, const uint8_t* row, int64_t e) {
 
 TEST(QuantTqDequantize, RandomBlocksMatchFormatDefinition) {
   std::mt19937 rng(1234);
-  const int64_t k = 8 * kQK_K;
-  for (GgmlType t : kTypes) {
-    SCOPED_TRACE(GgmlTypeName(t));
-    const std::vector<uint8_t> row = RandomWeightRow(t, k, rng);
-    for (Isa isa : SupportedIsas()) {
-      const std::vector<float> y = Dequantize(t, row.data(), k, isa);
-      for (int64_t e = 0; e < k; ++e) {
-        ASSERT_EQ(y[e], ElementOf(t, row.data(), e)) << "element " << e;
-      }
-    }
-  }
+  for (GgmlType t : kTypes) ExpectDequantizeMatchesDefinition(t, ElementOf, 8 * kQK_K, rng);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Dot products.
 
-struct DotCase {
-  std::vector<uint8_t> w;
-  std::vector<uint8_t> act;  // n Q8_K rows, act_stride bytes apart
-  size_t act_stride = 0;
-  int64_t k = 0;
-};
-
-DotCase MakeCase(GgmlType t, int64_t k, int n, std::mt19937& rng) {
-  DotCase c;
-  c.k = k;
-  c.w = RandomWeightRow(t, k, rng);
-  c.act_stride = RowSize(GgmlType::kQ8_K, k) + 64;  // a gap: act_row_bytes must be honoured
-  c.act.assign(c.act_stride * n, 0xCD);
-  for (int r = 0; r < n; ++r) {
-    const std::vector<float> x = RandomFloats(k, rng);
-    GetKernels(GgmlType::kQ8_K, Isa::kScalar)
-        .quantize(x.data(), c.act.data() + r * c.act_stride, k);
-  }
-  return c;
-}
-
-// Exact (double) dot of the format definitions, and sum |w_i a_i| (the budget's magnitude).
-void ReferenceDot(GgmlType t, const DotCase& c, int row, double* dot, double* mag) {
-  std::vector<float> a(static_cast<size_t>(c.k));
-  GetKernels(GgmlType::kQ8_K, Isa::kScalar)
-      .dequantize(c.act.data() + row * c.act_stride, a.data(), c.k);
-  *dot = 0;
-  *mag = 0;
-  for (int64_t e = 0; e < c.k; ++e) {
-    const double p = ElementOf(t, c.w.data(), e) * a[e];
-    *dot += p;
-    *mag += std::fabs(p);
-  }
-}
-
 // Integer block sums are exact in every variant; they differ only in how the per-super-block f32
 // terms are added (as IQ4_XS, quant_iq_test).
-double Budget(double mag) { return 2e-6 * mag + 1e-30; }
+double Budget(GgmlType, double mag) { return 2e-6 * mag + 1e-30; }
 
-constexpr int64_t kSizes[] = {kQK_K, 3 * kQK_K, 16 * kQK_K, 17 * kQK_K};
+const std::vector<int64_t> kSizes = {kQK_K, 3 * kQK_K, 16 * kQK_K, 17 * kQK_K};
 
 TEST(QuantTqDot, ScalarMatchesFormatDefinition) {
   std::mt19937 rng(7);
-  for (GgmlType t : kTypes) {
-    for (int64_t k : kSizes) {
-      SCOPED_TRACE(std::string(GgmlTypeName(t)) + " k=" + std::to_string(k));
-      for (int rep = 0; rep < 4; ++rep) {
-        const DotCase c = MakeCase(t, k, 1, rng);
-        double ref, mag;
-        ReferenceDot(t, c, 0, &ref, &mag);
-        float got = NAN;
-        GetKernels(t, Isa::kScalar).vec_dot(k, &got, c.w.data(), c.act.data());
-        EXPECT_NEAR(got, ref, Budget(mag));
-      }
-    }
-  }
+  for (GgmlType t : kTypes) ExpectScalarDotMatchesDefinition(t, ElementOf, kSizes, Budget, rng);
 }
 
 // Every ISA against the scalar twin, and vec_dot_multi against vec_dot bit for bit for every
@@ -256,27 +180,8 @@ TEST(QuantTqDot, ScalarMatchesFormatDefinition) {
 TEST(QuantTqDot, SimdMatchesScalarTwinAndMultiIsBatchInvariant) {
   std::mt19937 rng(42);
   for (GgmlType t : kTypes) {
-    for (int64_t k : kSizes) {
-      for (int rep = 0; rep < 3; ++rep) {
-        const DotCase c = MakeCase(t, k, kMaxMultiDot, rng);
-        float scalar[kMaxMultiDot];
-        double mag[kMaxMultiDot], budget[kMaxMultiDot];
-        for (int r = 0; r < kMaxMultiDot; ++r) {
-          GetKernels(t, Isa::kScalar)
-              .vec_dot(k, &scalar[r], c.w.data(), c.act.data() + r * c.act_stride);
-          double ref;
-          ReferenceDot(t, c, r, &ref, &mag[r]);
-          budget[r] = Budget(mag[r]);
-        }
-        for (Isa isa : SupportedIsas()) {
-          SCOPED_TRACE(std::string(GgmlTypeName(t)) + " " + IsaName(isa) +
-                       " k=" + std::to_string(k));
-          ExpectDotsMatchTwinAndBatchInvariant(GetKernels(t, isa), k, c.w.data(), c.act.data(),
-                                               c.act_stride, scalar, budget);
-          if (HasFatalFailure()) return;
-        }
-      }
-    }
+    ExpectSimdMatchesScalarTwin(t, ElementOf, kSizes, Budget, rng);
+    if (HasFatalFailure()) return;
   }
 }
 
@@ -287,7 +192,7 @@ TEST(QuantTqDot, Avx2AndAvx512Agree) {
   std::mt19937 rng(5);
   for (GgmlType t : kTypes) {
     for (int64_t k : kSizes) {
-      const DotCase c = MakeCase(t, k, 1, rng);
+      const DotCase c = MakeDotCase(t, k, 1, rng);
       float a = NAN, b = NAN;
       GetKernels(t, Isa::kAvx2).vec_dot(k, &a, c.w.data(), c.act.data());
       GetKernels(t, Isa::kAvx512).vec_dot(k, &b, c.w.data(), c.act.data());
