@@ -9,7 +9,7 @@
 namespace lamina {
 
 namespace {
-// A tensor whose type lamina cannot compute: named as GGML names it (NVFP4, I8, ...), with
+// A tensor whose type lamina cannot compute: named as GGML names it (I8, ...), with
 // the types lamina computes, so the user knows which file to fetch instead.
 std::string UnsupportedType(const std::string& path, const std::string& tensor, GgmlType type) {
   std::string computed;
@@ -21,6 +21,21 @@ std::string UnsupportedType(const std::string& path, const std::string& tensor, 
   return path + ": tensor " + tensor + " has type " +
          gguf::GgmlTypeNameOf(static_cast<uint32_t>(type)) +
          ", which lamina cannot compute yet (it computes " + computed + ")";
+}
+
+// NVFP4 checkpoints converted from ModelOpt carry a second-level per-tensor scale beside the
+// matrix ("blk.0.ffn_up.scale" for "blk.0.ffn_up.weight"), which llama.cpp multiplies into the
+// matmul's output. lamina does not apply it, so such a file is refused rather than run wrong.
+std::string UnappliedNvfp4Scale(const gguf::File& file, const std::string& tensor, GgmlType type) {
+  const std::string suffix = ".weight";
+  if (type != GgmlType::kNVFP4 || tensor.size() <= suffix.size() ||
+      tensor.compare(tensor.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return "";
+  }
+  const std::string scale = tensor.substr(0, tensor.size() - suffix.size()) + ".scale";
+  if (file.FindTensor(scale) == nullptr) return "";
+  return file.path() + ": tensor " + tensor + " is NVFP4 with a per-tensor scale " + scale +
+         ", which lamina does not apply yet";
 }
 }  // namespace
 
@@ -61,6 +76,10 @@ WeightMatrix WeightLoader::Matrix(const std::string& name, int64_t cols, int64_t
     Fail(UnsupportedType(file_.path(), name, t->type));
     return w;
   }
+  if (const std::string why = UnappliedNvfp4Scale(file_, name, t->type); !why.empty()) {
+    Fail(why);
+    return w;
+  }
   w.type = t->type;
   w.rows = rows;
   w.cols = cols;
@@ -89,6 +108,10 @@ std::vector<WeightMatrix> WeightLoader::Stacked(const std::string& name, int64_t
   }
   if (!IsSupportedWeightType(t->type)) {
     Fail(UnsupportedType(file_.path(), name, t->type));
+    return out;
+  }
+  if (const std::string why = UnappliedNvfp4Scale(file_, name, t->type); !why.empty()) {
+    Fail(why);
     return out;
   }
   const size_t row_bytes = RowSize(t->type, cols);
