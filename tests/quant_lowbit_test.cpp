@@ -185,7 +185,7 @@ TEST(QuantLowBitDot, ExtremeCodes) {
         }
       }
       for (int q : {127, -127}) {
-        BlockQ8_0 a[4];
+        BlockQ8_0 a[4];  // [128 values / 32]
         for (BlockQ8_0& blk : a) {
           blk.d = F32ToFp16(1.0f);
           std::memset(blk.qs, q & 0xFF, sizeof(blk.qs));

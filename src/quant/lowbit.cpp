@@ -53,7 +53,7 @@ void VecDotLowBit(int64_t k, float* s, const void* vw, const void* va) {
   constexpr int kG = LowBit<B>::kGroups;
   const auto* w = static_cast<const B*>(vw);
   const auto* a = static_cast<const BlockQ8_0*>(va);
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // [8 lanes]
   for (int64_t i = 0; i < k / (kG * kQK); ++i) {
     for (int g = 0; g < kG; ++g) {
       const BlockQ8_0& y = a[i * kG + g];
