@@ -1,7 +1,7 @@
-// K-quant (and IQ4_XS, TQ1_0, TQ2_0, the lattice i-quants) dot-product throughput per type and ISA:
-// one k=4096 dot, a 2048x2048 matvec (decode), and the same matrix against 8 activation rows
-// through vec_dot_multi (prompt processing). Bytes/s counts weight bytes read, the figure that
-// bounds decode speed.
+// K-quant (and IQ4_XS, TQ1_0, TQ2_0, the lattice i-quants; NVFP4, Q1_0 and Q2_0 with Q4_0 and
+// MXFP4 beside them, on Q8_0 activations) dot-product throughput per type and ISA: one k=4096 dot,
+// a 2048x2048 matvec (decode), and the same matrix against 8 activation rows through vec_dot_multi
+// (prompt processing). Bytes/s counts weight bytes read, the figure that bounds decode speed.
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
@@ -19,9 +19,11 @@ namespace lamina {
 namespace {
 
 constexpr GgmlType kTypes[] = {
-    GgmlType::kQ2_K,   GgmlType::kQ3_K,    GgmlType::kQ4_K,  GgmlType::kQ5_K,    GgmlType::kQ6_K,
-    GgmlType::kIQ4_XS, GgmlType::kTQ1_0,   GgmlType::kTQ2_0, GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS,
-    GgmlType::kIQ2_S,  GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kIQ1_S,   GgmlType::kIQ1_M};
+    GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+    GgmlType::kIQ4_XS, GgmlType::kTQ1_0, GgmlType::kTQ2_0, GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS,
+    GgmlType::kIQ2_S, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kIQ1_S, GgmlType::kIQ1_M,
+    // NVFP4, Q1_0, Q2_0 (Q8_0 activations) and the 4-bit Q8_0 types to compare NVFP4 with.
+    GgmlType::kQ4_0, GgmlType::kMXFP4, GgmlType::kNVFP4, GgmlType::kQ1_0, GgmlType::kQ2_0};
 
 // Random weight rows: any bytes are valid codes and scales; d/dmin are then overwritten with a
 // small fp16 so no Inf/NaN slows the float path.
@@ -72,6 +74,16 @@ std::vector<uint8_t> RandomWeights(GgmlType t, int64_t rows, int64_t k) {
     case GgmlType::kIQ1_M:
       n_halves = 0;  // d lives in the scale words' top nibbles: set below
       break;
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ1_0:
+    case GgmlType::kQ2_0:
+      half_off = 0;  // d first
+      n_halves = 1;
+      break;
+    case GgmlType::kMXFP4:
+    case GgmlType::kNVFP4:
+      n_halves = 0;  // one E8M0 / four UE4M3 scale bytes first: set below
+      break;
     default:
       half_off = offsetof(BlockQ6_K, d);
       n_halves = 1;
@@ -80,6 +92,8 @@ std::vector<uint8_t> RandomWeights(GgmlType t, int64_t rows, int64_t k) {
   const fp16_t small = F32ToFp16(0.01f);
   for (size_t b = 0; b < w.size() / bs; ++b) {
     for (int h = 0; h < n_halves; ++h) std::memcpy(&w[b * bs + half_off + 2 * h], &small, 2);
+    if (t == GgmlType::kMXFP4) w[b * bs] = 120;                   // 2^-7
+    if (t == GgmlType::kNVFP4) std::memset(&w[b * bs], 0x18, 4);  // 2^-4 each
     if (t == GgmlType::kIQ1_M) {
       for (int i = 0; i < 4; ++i) {
         uint8_t& hi = w[b * bs + offsetof(BlockIQ1_M, scales) + 2 * i + 1];
@@ -90,13 +104,15 @@ std::vector<uint8_t> RandomWeights(GgmlType t, int64_t rows, int64_t k) {
   return w;
 }
 
-std::vector<uint8_t> RandomActivations(int64_t rows, int64_t k) {
+// Activation rows in the weight type's vec_dot_type (Q8_K or Q8_0).
+std::vector<uint8_t> RandomActivations(GgmlType t, int64_t rows, int64_t k) {
   std::mt19937 rng(12);
   std::normal_distribution<float> dist(0.f, 1.f);
   std::vector<float> x(k);
-  const size_t row_bytes = RowSize(GgmlType::kQ8_K, k);
+  const GgmlType at = GetKernels(t, Isa::kScalar).vec_dot_type;
+  const size_t row_bytes = RowSize(at, k);
   std::vector<uint8_t> a(rows * row_bytes);
-  const TypeKernels& q8 = GetKernels(GgmlType::kQ8_K, Isa::kScalar);
+  const TypeKernels& q8 = GetKernels(at, Isa::kScalar);
   for (int64_t r = 0; r < rows; ++r) {
     for (auto& v : x) v = dist(rng);
     q8.quantize(x.data(), a.data() + r * row_bytes, k);
@@ -107,7 +123,7 @@ std::vector<uint8_t> RandomActivations(int64_t rows, int64_t k) {
 void BmVecDot(benchmark::State& state, GgmlType t, Isa isa) {
   constexpr int64_t kK = 4096;
   const auto w = RandomWeights(t, 1, kK);
-  const auto a = RandomActivations(1, kK);
+  const auto a = RandomActivations(t, 1, kK);
   const TypeKernels& kern = GetKernels(t, isa);
   float s = 0;
   for (auto _ : state) {
@@ -121,8 +137,9 @@ void BmVecDot(benchmark::State& state, GgmlType t, Isa isa) {
 void BmMatmul(benchmark::State& state, GgmlType t, Isa isa, int n_act) {
   constexpr int64_t kRows = 2048, kK = 2048;
   const auto w = RandomWeights(t, kRows, kK);
-  const auto a = RandomActivations(n_act, kK);
-  const size_t w_row = RowSize(t, kK), a_row = RowSize(GgmlType::kQ8_K, kK);
+  const auto a = RandomActivations(t, n_act, kK);
+  const size_t w_row = RowSize(t, kK);
+  const size_t a_row = RowSize(GetKernels(t, Isa::kScalar).vec_dot_type, kK);
   const TypeKernels& kern = GetKernels(t, isa);
   std::vector<float> out(kRows * n_act);
   for (auto _ : state) {
