@@ -143,7 +143,10 @@ int RunGenerate(const RunOptions& o) {
   }
   const int n_batch = o.prompt_chunk > 0 ? std::min<int>(o.prompt_chunk, prompt_tokens.size())
                                          : static_cast<int>(prompt_tokens.size());
-  if (!CheckMemoryPlan(o.common, model, &sc, n_batch, 1, 0, "use --prompt-chunk N", &rc)) return rc;
+  if (!CheckMemoryPlan(o.common, model, &sc, n_batch, 1, 0, "use --prompt-chunk N", &rc,
+                       MtpPlanBytes(o.spec, model, sc))) {
+    return rc;
+  }
   Session session(model, sc, pool);
   SpecSetup spec;
   if (!MakeSpecSetup(o.spec, o.common.model_path, model, session.n_ctx(), pool, &spec, &rc,

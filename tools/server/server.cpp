@@ -2159,7 +2159,8 @@ int Server::StartScheduler(KvType kv, KvRounding round) {
     CommonOptions mem;
     mem.mem_limit = o_.mem_limit;
     int rc = kExitOk;
-    if (!CheckMemoryPlan(mem, *model_, &sc.session, sc.n_batch, sc.n_slots, 0, "lower -b", &rc)) {
+    if (!CheckMemoryPlan(mem, *model_, &sc.session, sc.n_batch, sc.n_slots, 0, "lower -b", &rc,
+                         MtpPlanBytes(o_.spec, *model_, sc.session))) {
       return rc;
     }
   }
