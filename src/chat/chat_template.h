@@ -116,7 +116,7 @@ Result<ChatSetup> ChatSetupForModel(std::string_view template_text, const Tokeni
 // tool_calls as [{"id", "type": "function", "function": {"name", "arguments"}}], tool_call_id
 // and name when given), bos_token, eos_token, add_generation_prompt, enable_thinking (undefined
 // when none) and tools (none when there are none) are the template's variables.
-// The variables RenderChatJinja renders a kJinja setup with (an object), as described above.
+// ChatJinjaContext: those variables (an object), as RenderChatJinja passes them.
 jinja::Value ChatJinjaContext(const ChatSetup& setup, const std::vector<ChatMessage>& messages,
                               bool add_generation_prompt, std::optional<bool> enable_thinking,
                               const ChatTools& tools = {},
