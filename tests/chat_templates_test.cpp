@@ -216,6 +216,21 @@ TEST(ChatTemplates, EveryBuiltinRendersOrFailsCleanly) {
   }
 }
 
+// The native formats (chatml, qwen3, llama3: the other names --chat-template takes) with the same
+// cases: a text, never an exception (RenderChatPrompt refuses tools for llama3 before this).
+TEST(ChatTemplates, EveryNativeFormatRendersTheCases) {
+  for (ChatFormat f : {ChatFormat::kChatML, ChatFormat::kQwen3, ChatFormat::kLlama3}) {
+    for (const Case& c : Cases()) {
+      SCOPED_TRACE(std::to_string(static_cast<int>(f)) + "/" + c.name);
+      try {
+        EXPECT_FALSE(RenderChat(f, c.messages, true, true, {}, Tools(c)).empty());
+      } catch (...) {
+        ADD_FAILURE() << "an exception escaped the render";
+      }
+    }
+  }
+}
+
 // gpt-oss's tools without a description (or parameters) render as harmony's own renderer
 // writes them: no "// " comment line, "() => any" for no parameters.
 TEST(ChatTemplates, GptOssToolWithoutDescription) {
