@@ -231,6 +231,31 @@ TEST(ChatTemplates, EveryNativeFormatRendersTheCases) {
   }
 }
 
+// The native formats against llama.cpp's Jinja rendering of the official templates they follow
+// (Qwen2.5-7B-Instruct's for chatml, Qwen3-0.6B's for qwen3; records native-chatml/CASE and
+// native-qwen3/CASE of the golden file, from the same variables).
+TEST(ChatTemplates, NativeFormatsMatchLlamaCppOnTheOfficialTemplates) {
+  const std::map<std::string, Golden> goldens =
+      ReadGoldens(std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/golden/chat_templates.txt");
+  int compared = 0;
+  for (const auto& [prefix, format] : {std::pair{"native-chatml", ChatFormat::kChatML},
+                                       std::pair{"native-qwen3", ChatFormat::kQwen3}}) {
+    for (const Case& c : Cases()) {
+      const std::string label = std::string(prefix) + "/" + c.name;
+      SCOPED_TRACE(label);
+      const auto it = goldens.find(label);
+      if (it == goldens.end()) {
+        ADD_FAILURE() << "no golden: write them again (tests/fixtures/README.md)";
+        continue;
+      }
+      if (!it->second.ok) continue;
+      EXPECT_EQ(RenderChat(format, c.messages, true, true, {}, Tools(c)), it->second.body);
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 0);
+}
+
 // gpt-oss's tools without a description (or parameters) render as harmony's own renderer
 // writes them: no "// " comment line, "() => any" for no parameters.
 TEST(ChatTemplates, GptOssToolWithoutDescription) {
