@@ -1,8 +1,8 @@
 // Fuzz target: gpt-oss's harmony answer parser (src/chat/harmony) and the answer splitter every
 // route reads through (src/chat/answer). Input: the generated text. Every call found must have a
-// name; streamed in pieces of several sizes, the deltas must add up to the whole parse, and no
-// delta of reasoning or content may hold more bytes than the text; the splitter's harmony parts
-// are the parser's.
+// name; streamed in pieces of 1 to 1,000 bytes (and of sizes the input picks), the deltas must add
+// up to the whole parse, and no delta of reasoning or content may hold more bytes than the text;
+// the splitter's harmony parts are the parser's.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -40,15 +40,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(!c.name.empty(), "a call without a name");
   Check(whole.content.size() + whole.reasoning.size() <= text.size() + text.size() / 2 + 1,
         "more text out than in");
-  for (size_t piece : {size_t{1}, size_t{3}, size_t{16}}) {
+  // Fixed piece sizes from 1 to 1,000 bytes, and (piece 0) sizes of 1..13 bytes read from the
+  // text itself, so every split shape is tried.
+  for (size_t piece : {size_t{0}, size_t{1}, size_t{2}, size_t{3}, size_t{7}, size_t{16},
+                       size_t{61}, size_t{256}, size_t{1000}}) {
     lamina::chat::HarmonyStream stream;
     lamina::chat::HarmonyParse sum;
     auto add = [&](const lamina::chat::HarmonyParse& d) {
+      Check(d.reasoning.size() + d.content.size() <= size + size / 2 + 1, "a delta too long");
       sum.reasoning += d.reasoning;
       sum.content += d.content;
       for (const lamina::chat::ToolCall& c : d.calls) sum.calls.push_back(c);
     };
-    for (size_t i = 0; i < size; i += piece) add(stream.Push(text.substr(i, piece)));
+    for (size_t i = 0; i < size;) {
+      const size_t n = piece > 0 ? piece : 1 + data[i] % 13;
+      add(stream.Push(text.substr(i, n)));
+      i += n;
+    }
     add(stream.Flush());
     Check(sum.reasoning == whole.reasoning, "streamed reasoning differs from the whole parse");
     Check(sum.content == whole.content, "streamed content differs from the whole parse");

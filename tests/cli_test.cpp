@@ -364,3 +364,74 @@ TEST(Cli, GrammarAndJsonSchemaOptions) {
       << bad_file.out;
   EXPECT_EQ(Lamina("run -m " + Stories() + " -p hi --grammar 'root ::= \"a\"' -j '{}'").code, 2);
 }
+
+// `run --chat --json` splits the answer as the server's message does: `reasoning`, `content`
+// and `tool_calls` beside the raw `text`, for a `<think>` block (written by the model, or opened
+// by the prompt) and for harmony's channels and calls. A grammar makes each model write the
+// answer under test.
+struct ChatJsonCase {
+  std::string name;
+  std::string args;     // model, template and thinking options
+  std::string grammar;  // the whole answer, as a GBNF string literal's contents
+  std::string reasoning, content;
+  std::vector<std::pair<std::string, std::string>> calls;  // name, arguments
+};
+
+TEST(RunChatJson, SplitsReasoningContentAndToolCalls) {
+  const std::string dir = std::string(LAMINA_SOURCE_DIR);
+  const std::string shipped = "-m " + dir + "/models/lamina-counter.gguf";
+  const std::string think = "-m " + dir + "/models/lamina-counter-think.gguf --reasoning on";
+  const std::string gptoss =
+      "-m " + dir +
+      "/tests/fixtures/models/synth-gpt-oss-d256.MXFP4_MOE.gguf --chat-template gpt-oss";
+  const std::vector<ChatJsonCase> cases = {
+      {"think block",
+       shipped,
+       R"(<think>\nsome reasoning\n</think>\n\nThe answer.)",
+       "some reasoning",
+       "The answer.",
+       {}},
+      {"no thinking", shipped, "Just 1 2 3.", "", "Just 1 2 3.", {}},
+      {"prompt opens the block",
+       think,
+       R"(some reasoning\n</think>\n\nThe answer.)",
+       "some reasoning",
+       "The answer.",
+       {}},
+      {"harmony final",
+       gptoss,
+       "<|channel|>analysis<|message|>abc<|end|><|start|>assistant<|channel|>final<|message|>hi",
+       "abc",
+       "hi",
+       {}},
+      {"harmony call",
+       gptoss,
+       R"(<|channel|>analysis<|message|>abc<|end|><|start|>assistant<|channel|>commentary )"
+       R"(to=functions.get json<|message|>{\"a\": 1}<|call|>)",
+       "abc",
+       "",
+       {{"get", R"({"a": 1})"}}},
+  };
+  for (const ChatJsonCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Output o = Lamina("run " + c.args + " --chat --json -n 400 --temp 0 -p hi --grammar " +
+                            "'root ::= \"" + c.grammar + "\"'");
+    ASSERT_EQ(o.code, 0) << o.out;
+    const nlohmann::json j = nlohmann::json::parse(o.out);
+    EXPECT_EQ(j["reasoning"], c.reasoning) << j["text"];
+    EXPECT_EQ(j["content"], c.content) << j["text"];
+    ASSERT_EQ(j["tool_calls"].size(), c.calls.size()) << j["text"];
+    for (size_t k = 0; k < c.calls.size(); ++k) {
+      EXPECT_EQ(j["tool_calls"][k]["type"], "function");
+      EXPECT_EQ(j["tool_calls"][k]["function"]["name"], c.calls[k].first);
+      EXPECT_EQ(j["tool_calls"][k]["function"]["arguments"], c.calls[k].second);
+    }
+  }
+  // Without --chat the answer is a plain continuation: no split fields.
+  const Output plain = Lamina("run " + shipped + " --json -n 2 --temp 0 -p hi");
+  ASSERT_EQ(plain.code, 0);
+  const nlohmann::json j = nlohmann::json::parse(plain.out);
+  EXPECT_TRUE(j.contains("text"));
+  EXPECT_FALSE(j.contains("content"));
+  EXPECT_FALSE(j.contains("reasoning"));
+}

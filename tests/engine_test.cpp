@@ -261,5 +261,58 @@ TEST_F(EngineRequests, RejectsWhatCannotRunAndWaitsForABusySlot) {
   EXPECT_EQ(eng.Slots()[1].request, 5u);
 }
 
+// The bytes the slots hold count every store a sequence keeps: its cells, a hybrid model's ring
+// of recurrent states (which dominates here: 8 states per layer against a few dozen cells) and
+// the hidden states kept for an MTP head; the whole storage counts the rings too.
+TEST(EngineStats, BytesUsedCountRecurrentStates) {
+  ThreadPool pool(2);
+  std::unique_ptr<Model> model = Load(kQwen35);
+  SessionConfig sc;
+  sc.n_ctx = 64;
+  sc.n_seq = 2;
+  sc.recurrent_ring = 8;
+  Session session(*model, sc, pool);
+  engine::EngineConfig ec;
+  ec.n_slots = 2;
+  engine::Engine eng(session, ec, &pool);
+  const uint64_t ring = session.recurrent().bytes();
+  ASSERT_GT(ring, 0u);
+  EXPECT_EQ(eng.stats().kv_bytes, session.cache().BytesTotal() + ring);
+  EXPECT_EQ(eng.stats().kv_bytes_used, 0u);
+  auto sink = std::make_shared<Collector>();
+  engine::Request r = Greedy({1, 2, 3, 4, 5}, 6);
+  r.id_slot = 0;
+  ASSERT_EQ(eng.TryStart(1, r, sink), engine::Engine::Admission::kStarted);
+  while (eng.busy()) ASSERT_TRUE(eng.Step());
+  const int n_past = session.n_past(0);
+  ASSERT_GT(n_past, 0);
+  const uint64_t cells = static_cast<uint64_t>(n_past) * session.cache().BytesPerToken();
+  EXPECT_EQ(eng.stats().kv_bytes_used, cells + ring / 2);  // one sequence's ring of the two
+  EXPECT_GT(ring / 2, cells);
+}
+
+TEST(EngineStats, BytesUsedCountMtpHiddenStates) {
+  ThreadPool pool(2);
+  std::unique_ptr<Model> model = Load(kShipped);
+  const std::string head = std::string(LAMINA_SOURCE_DIR) + "/models/lamina-counter-mtp.gguf";
+  ASSERT_TRUE(LoadMtpHead(*model, head).ok());
+  SessionConfig sc;
+  sc.n_ctx = 128;
+  Session session(*model, sc, pool);
+  engine::EngineConfig ec;
+  ec.spec.mode = engine::SpecConfig::Mode::kMtp;
+  ec.spec.options.adaptive = false;
+  engine::Engine eng(session, ec, &pool);
+  auto sink = std::make_shared<Collector>();
+  engine::Request r = Greedy({1, 2, 3, 4, 5, 6}, 12);
+  ASSERT_EQ(eng.TryStart(1, r, sink), engine::Engine::Admission::kStarted);
+  while (eng.busy()) ASSERT_TRUE(eng.Step());
+  ASSERT_GT(session.n_hidden(0), 0);
+  const uint64_t cells = static_cast<uint64_t>(session.n_past(0)) * session.cache().BytesPerToken();
+  const uint64_t hidden =
+      static_cast<uint64_t>(session.n_hidden(0)) * model->hparams().n_embd * sizeof(float);
+  EXPECT_EQ(eng.stats().kv_bytes_used, cells + hidden);
+}
+
 }  // namespace
 }  // namespace lamina

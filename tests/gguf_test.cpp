@@ -826,6 +826,9 @@ TEST(GgufInspect, NamesTypesAndArchitecturesLaminaCannotRun) {
   ASSERT_EQ(json.exit_code, 0) << json.output;
   nlohmann::json j = nlohmann::json::parse(json.output);
   EXPECT_EQ(j["lamina"]["runs"], false);
+  EXPECT_TRUE(j["lamina"]["reason"].get<std::string>().starts_with(
+      "tensor blk.0.attn_q.weight has type I8, which lamina cannot compute"))
+      << j["lamina"];
   EXPECT_EQ(j["lamina"]["architecture_supported"], true);
   EXPECT_EQ(j["lamina"]["uncomputed_types"], nlohmann::json({{"I8", 1}}));
   CommandResult run = RunCommand("'" + bin + "' run -m '" + typed + "' -p hi -n 1 2>&1");
@@ -842,11 +845,12 @@ TEST(GgufInspect, NamesTypesAndArchitecturesLaminaCannotRun) {
   WriteBytes(other, img);
   CommandResult text = RunCommand("'" + bin + "' inspect '" + other + "' 2>&1");
   ASSERT_EQ(text.exit_code, 0) << text.output;
-  EXPECT_NE(text.output.find("lamina cannot run this file: architecture \"gemma\" is not "
-                             "supported (supported: llama, "),
+  // The loader's reason (its first refusal), then the types it could not compute either.
+  EXPECT_NE(text.output.find("lamina cannot run this file: unsupported architecture \"gemma\" "
+                             "(supported: llama, "),
             std::string::npos)
       << text.output;
-  EXPECT_NE(text.output.find("tensor types lamina cannot compute yet: I8 (1 tensor)"),
+  EXPECT_NE(text.output.find("(tensor types lamina cannot compute yet: I8 (1 tensor))"),
             std::string::npos)
       << text.output;
   CommandResult plain = RunCommand("'" + bin + "' inspect '" + model + "' 2>&1");

@@ -7,6 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <random>
 
 #include "chat/chat_template.h"
@@ -623,6 +626,40 @@ TEST(HarmonyParse, AStreamedCallComesOutWhole) {
   EXPECT_EQ(d.calls[0].name, "f");
   EXPECT_EQ(d.calls[0].arguments, "{\"a\":1}");
   EXPECT_TRUE(stream.Flush().calls.empty());
+}
+
+// An answer of n pieces of 4 bytes (half reasoning, half the final answer), streamed; the
+// microseconds per piece. The stream's work is linear in the answer: a piece costs the same at
+// 1,000 pieces as at 64,000 (docs/PERFORMANCE.md, "Harmony stream").
+double StreamMicrosPerPiece(int n) {
+  std::vector<std::string> pieces;
+  pieces.push_back("<|channel|>analysis<|message|>");
+  for (int i = 0; i < n / 2; ++i) pieces.push_back(i % 7 == 0 ? "ok, " : "abc ");
+  pieces.push_back("<|end|><|start|>assistant<|channel|>final<|message|>");
+  for (int i = n / 2; i < n; ++i) pieces.push_back(i % 5 == 0 ? "<b> " : "xyz ");
+  pieces.push_back("<|return|>");
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    HarmonyStream stream;
+    size_t out = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const std::string& p : pieces) out += stream.Push(p).content.size();
+    out += stream.Flush().content.size();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(out, static_cast<size_t>(n - n / 2) * 4);
+    best = std::min(best, s * 1e6 / static_cast<double>(pieces.size()));
+  }
+  return best;
+}
+
+TEST(HarmonyParse, StreamCostPerPieceDoesNotGrow) {
+  const double us_1k = StreamMicrosPerPiece(1000);
+  const double us_16k = StreamMicrosPerPiece(16000);
+  const double us_64k = StreamMicrosPerPiece(64000);
+  std::printf("harmony stream: %.3f us/piece at 1K pieces, %.3f at 16K, %.3f at 64K\n", us_1k,
+              us_16k, us_64k);
+  // Quadratic work would make a piece at 64K pieces 64x one at 1K; allow noise, not growth.
+  EXPECT_LT(us_64k, 8 * us_1k + 1.0);
 }
 
 }  // namespace

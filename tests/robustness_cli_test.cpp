@@ -77,6 +77,46 @@ TEST(MemoryGuard, RecurrentRingIsPlannedAndRangeChecked) {
   EXPECT_EQ(small.out.substr(0, small.out.find('\n')), plain.out.substr(0, plain.out.find('\n')));
 }
 
+// The repository's hybrid fixture: its rings of recurrent states dominate a small cache, and the
+// plan counts them (no ../shared needed).
+TEST(MemoryGuard, RecurrentStatesOfTheRepositoryHybridArePlanned) {
+  const std::string hybrid =
+      std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/synth-qwen35-d128.Q8_0.gguf";
+  Output big =
+      Lamina("run -m " + hybrid + " -c 256 -p hi -n 1 --recurrent-ring 4096 --mem-limit 16M");
+  EXPECT_EQ(big.code, 2) << big.out;
+  EXPECT_TRUE(Contains(big.out,
+                       "the recurrent states (4096 per sequence x 1 sequence) need 228.0 MiB "
+                       "besides the 128.0 KiB KV cache"))
+      << big.out;
+  Output fits = Lamina("run -m " + hybrid + " -c 256 -p hi -n 1 --mem-limit 16M");
+  EXPECT_EQ(fits.code, 0) << fits.out;
+}
+
+// --spec mtp keeps a KV cache for the MTP head and the trunk's hidden states (8 MiB at 4096
+// tokens for the shipped model and its head): a limit the plain plan fits is refused with them,
+// naming them, and a smaller context fits again. The server plans them for each slot.
+TEST(MemoryGuard, MtpHeadCachesAndHiddenStatesArePlanned) {
+  Output plain = Lamina("run -m " + kShipped + " -p hi -n 1 --mem-limit 15M");
+  EXPECT_EQ(plain.code, 0) << plain.out;
+  Output mtp = Lamina("run -m " + kShipped + " -p hi -n 1 --mem-limit 15M --spec mtp");
+  EXPECT_EQ(mtp.code, 2) << mtp.out;
+  EXPECT_TRUE(Contains(mtp.out,
+                       "--spec mtp needs 8.0 MiB for the MTP head's KV cache and the kept hidden "
+                       "states (4096 tokens x 1 sequence) besides the 10.0 MiB KV cache"))
+      << mtp.out;
+  EXPECT_TRUE(Contains(mtp.out, "--kv-draft")) << mtp.out;
+  Output smaller = Lamina("run -m " + kShipped + " -p hi -n 1 --mem-limit 15M --spec mtp -c 2048");
+  EXPECT_EQ(smaller.code, 0) << smaller.out;
+  Output chat = lamina::testing_util::RunShell("echo hi | " + kBinary + " chat -m " + kShipped +
+                                               " -n 1 --mem-limit 15M --spec mtp 2>&1");
+  EXPECT_EQ(chat.code, 2) << chat.out;
+  EXPECT_TRUE(Contains(chat.out, "--spec mtp needs 8.0 MiB")) << chat.out;
+  Output serve = Lamina("serve -m " + kShipped + " --port 0 --mem-limit 30M --spec mtp");
+  EXPECT_EQ(serve.code, 2) << serve.out;
+  EXPECT_TRUE(Contains(serve.out, "(and 8.0 MiB for --spec mtp)")) << serve.out;
+}
+
 TEST(MemoryGuard, TheLimitComesFromTheOptionOrTheEnvironment) {
   Output env = lamina::testing_util::RunShell("LAMINA_MEM_LIMIT=1M " + kBinary + " run -m " +
                                               kShipped + " -p hi -n 1 2>&1");

@@ -375,6 +375,10 @@ int RunChat(const ChatOptions& options) {
   ThreadPool pool(o.common.n_threads);
   SessionConfig sc;
   if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
+  if (const uint64_t mtp = MtpPlanBytes(o.spec, model, sc);
+      mtp > 0 && !CheckMemoryPlan(o.common, model, &sc, 0, 0, 0, "", &rc, mtp)) {
+    return rc;
+  }
   Session session(model, sc, pool);
   SpecSetup spec;
   if (!MakeSpecSetup(o.spec, o.common.model_path, model, session.n_ctx(), pool, &spec, &rc,

@@ -208,7 +208,7 @@ bool MakeSessionConfig(const CommonOptions& o, const Model& model, SessionConfig
 
 bool CheckMemoryPlan(const CommonOptions& o, const Model& model, SessionConfig* sc,
                      int batch_tokens, int logit_rows, uint64_t extra, const char* batch_hint,
-                     int* exit_code) {
+                     int* exit_code, uint64_t mtp_bytes) {
   Result<MemoryLimit> limit = ResolveMemoryLimit(o.mem_limit, std::getenv("LAMINA_MEM_LIMIT"));
   if (!limit.ok()) {
     std::fprintf(stderr, "lamina: %s\n", limit.error().message.c_str());
@@ -229,7 +229,7 @@ bool CheckMemoryPlan(const CommonOptions& o, const Model& model, SessionConfig* 
   const uint64_t batch = batch_tokens > 0 || logit_rows > 0
                              ? ForwardBytes(model.hparams(), batch_tokens, logit_rows)
                              : 0;
-  const uint64_t total = SatAdd(SatAdd(cache, batch), extra);
+  const uint64_t total = SatAdd(SatAdd(SatAdd(cache, batch), extra), mtp_bytes);
   if (total <= limit->bytes) return true;
   const std::string limit_text = FormatBytes(limit->bytes) + " (" + limit->source +
                                  "; change it with --mem-limit or LAMINA_MEM_LIMIT)";
@@ -241,6 +241,14 @@ bool CheckMemoryPlan(const CommonOptions& o, const Model& model, SessionConfig* 
                  sc->recurrent_ring, kc->n_seq, kc->n_seq == 1 ? "" : "s",
                  FormatBytes(recurrent).c_str(), FormatBytes(KvCacheBytes(*kc)).c_str(),
                  limit_text.c_str());
+  } else if (mtp_bytes > 0 && SatAdd(cache, mtp_bytes) > limit->bytes) {
+    std::fprintf(stderr,
+                 "lamina: --spec mtp needs %s for the MTP head's KV cache and the kept hidden "
+                 "states (%d tokens x %d sequence%s) besides the %s KV cache, over the memory "
+                 "limit of %s; lower --ctx-size/-c, choose a smaller --kv-draft mode, use fewer "
+                 "--parallel sequences or another --spec mode\n",
+                 FormatBytes(mtp_bytes).c_str(), kc->n_ctx, kc->n_seq, kc->n_seq == 1 ? "" : "s",
+                 FormatBytes(cache).c_str(), limit_text.c_str());
   } else if (cache > limit->bytes) {
     std::fprintf(stderr,
                  "lamina: the KV cache (%s, %d tokens x %d sequence%s) needs %s, over the memory "
@@ -249,7 +257,8 @@ bool CheckMemoryPlan(const CommonOptions& o, const Model& model, SessionConfig* 
                  KvTypeName(kc->type), kc->n_ctx, kc->n_seq, kc->n_seq == 1 ? "" : "s",
                  FormatBytes(cache).c_str(), limit_text.c_str());
   } else {
-    const std::string kept = extra > 0 ? " (and " + FormatBytes(extra) + " of kept logits)" : "";
+    std::string kept = extra > 0 ? " (and " + FormatBytes(extra) + " of kept logits)" : "";
+    if (mtp_bytes > 0) kept += " (and " + FormatBytes(mtp_bytes) + " for --spec mtp)";
     std::fprintf(stderr,
                  "lamina: a batch of %d tokens needs %s%s besides the %s KV cache, over the memory "
                  "limit of %s; %s\n",

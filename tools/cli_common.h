@@ -48,10 +48,11 @@ bool MakeSessionConfig(const CommonOptions& options, const Model& model, Session
 // batch_tokens tokens with logit_rows logits rows plus `extra` bytes the command allocates itself,
 // against the limit (--mem-limit, LAMINA_MEM_LIMIT, else 90% of MemAvailable). Over it: prints
 // one line naming the bytes, the limit and the options to change (batch_hint names the one for
-// the batch), sets *exit_code to bad usage and returns false. Sets sc->memory_limit.
+// the batch), sets *exit_code to bad usage and returns false. Sets sc->memory_limit. mtp_bytes:
+// what --spec mtp adds (MtpPlanBytes: the MTP head's KV caches and the kept hidden states).
 bool CheckMemoryPlan(const CommonOptions& options, const Model& model, SessionConfig* sc,
                      int batch_tokens, int logit_rows, uint64_t extra, const char* batch_hint,
-                     int* exit_code);
+                     int* exit_code, uint64_t mtp_bytes = 0);
 
 // --session FILE of run / chat: restores FILE into sequence 0 of the session (absent: a new
 // file). With `prompt`, reports on stderr how many of its tokens were restored (the cells kept

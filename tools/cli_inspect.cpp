@@ -154,15 +154,21 @@ std::string LayerPattern(const gguf::File& file) {
   return any_recurrent ? out : "";
 }
 
-// Whether lamina can run the file, as far as the file alone says: its architecture is a row of
-// the architecture table and every tensor's type is one lamina computes (the loader's own checks
-// of shapes and counts come on top). Names what is missing.
+// Whether lamina can run the file: the loader's own verdict (CheckModelFile, the load without
+// repacking, so every refusal it makes is reported with its reason), plus, for the reader, the
+// architecture and the tensor types lamina has no kernels for.
 struct Support {
   std::string architecture;
   bool architecture_known = false;
-  std::string supported_architectures;
   std::map<std::string, int> uncomputed_types;  // type name -> tensors of it
-  bool runs() const { return architecture_known && uncomputed_types.empty(); }
+  Status load;                                  // CheckModelFile's
+  bool runs() const { return load.ok(); }
+  // The loader's reason without the path it starts with.
+  std::string reason(const std::string& path) const {
+    if (load.ok()) return "";
+    const std::string& m = load.error().message;
+    return m.starts_with(path + ": ") ? m.substr(path.size() + 2) : m;
+  }
 };
 
 Support CheckSupport(const gguf::File& file) {
@@ -171,8 +177,6 @@ Support CheckSupport(const gguf::File& file) {
   out.architecture = arch.ok() ? *arch : "";
   for (const Architecture& a : kArchitectures) {
     if (out.architecture == a.name) out.architecture_known = true;
-    out.supported_architectures +=
-        (out.supported_architectures.empty() ? "" : ", ") + std::string(a.name);
   }
   for (const gguf::TensorInfo& t : file.tensors()) {
     const uint32_t id = static_cast<uint32_t>(t.type);
@@ -181,26 +185,22 @@ Support CheckSupport(const gguf::File& file) {
                                                           : IsSupportedWeightType(t.type));
     if (!computed) ++out.uncomputed_types[gguf::GgmlTypeNameOf(id)];
   }
+  out.load = CheckModelFile(file.path());
   return out;
 }
 
-std::string SupportText(const Support& s) {
+std::string SupportText(const Support& s, const std::string& path) {
   if (s.runs()) return "lamina can run this file (architecture " + s.architecture + ")";
-  std::string why;
-  if (!s.architecture_known) {
-    why = "architecture \"" + s.architecture +
-          "\" is not supported (supported: " + s.supported_architectures + ")";
-  }
+  std::string text = "lamina cannot run this file: " + s.reason(path);
   if (!s.uncomputed_types.empty()) {
     std::string types;
     for (const auto& [name, n] : s.uncomputed_types) {
       types += (types.empty() ? "" : ", ") + name + " (" + std::to_string(n) + " tensor" +
                (n == 1 ? "" : "s") + ")";
     }
-    why +=
-        (why.empty() ? "" : "; ") + std::string("tensor types lamina cannot compute yet: ") + types;
+    text += "\n(tensor types lamina cannot compute yet: " + types + ")";
   }
-  return "lamina cannot run this file: " + why;
+  return text;
 }
 
 void PrintJson(const gguf::File& file) {
@@ -235,9 +235,10 @@ void PrintJson(const gguf::File& file) {
   nlohmann::ordered_json types = nlohmann::ordered_json::object();
   for (const auto& [name, n] : support.uncomputed_types) types[name] = n;
   j["lamina"] = {{"runs", support.runs()},
+                 {"reason", support.reason(file.path())},
                  {"architecture_supported", support.architecture_known},
                  {"uncomputed_types", std::move(types)},
-                 {"summary", SupportText(support)}};
+                 {"summary", SupportText(support, file.path())}};
   // Metadata strings need not be valid UTF-8; replace bad bytes rather than throw.
   std::printf("%s\n",
               j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
@@ -274,7 +275,7 @@ void PrintText(const gguf::File& file) {
   }
   std::printf("\ntotal: %zu tensors, %" PRIu64 " bytes, %" PRIu64 " parameters\n",
               file.tensors().size(), total_bytes, total_params);
-  std::printf("\n%s\n", SupportText(CheckSupport(file)).c_str());
+  std::printf("\n%s\n", SupportText(CheckSupport(file), file.path()).c_str());
 }
 
 }  // namespace

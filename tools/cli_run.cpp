@@ -15,10 +15,10 @@ namespace lamina::cli {
 
 namespace {
 
-// --chat: the prompt as one user turn in the chat template; an exit code.
-// *harmony: the template writes gpt-oss's harmony answers.
+// --chat: the prompt as one user turn in the chat template; an exit code. *answer: how the
+// answer is written (harmony, or a `<think>` block the prompt may open), as the server reads it.
 int ApplyChatTemplate(const Model& model, const ChatTemplateOptions& chat_template,
-                      std::string* prompt, bool* harmony) {
+                      std::string* prompt, chat::AnswerFormat* answer) {
   const Tokenizer& tok = model.tokenizer();
   chat::ChatSetup setup;
   int rc = kExitOk;
@@ -30,14 +30,33 @@ int ApplyChatTemplate(const Model& model, const ChatTemplateOptions& chat_templa
     return kExitBadInput;
   }
   *prompt = std::move(*text);
-  *harmony = setup.harmony;
+  answer->harmony = setup.harmony;
+  answer->reasoning_format = chat::ReasoningFormat::kDeepseek;  // the server's default
+  answer->thinking_at_start = chat::PromptOpensThinking(*prompt);
   return kExitOk;
 }
 
+// --chat --json: the answer's reasoning, content and tool calls, split as the server's message
+// of a request without tools is (chat::SplitAnswer: harmony's channels and calls, or a `<think>`
+// block; other templates' calls need offered tools, which `run` has none of).
+void AddAnswerParts(const chat::AnswerFormat& format, const std::string& text, nlohmann::json* j) {
+  const chat::AnswerParts parts = chat::SplitAnswer(format, text);
+  nlohmann::json list = nlohmann::json::array();
+  for (const chat::ToolCall& c : parts.calls) {
+    list.push_back(
+        {{"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  }
+  (*j)["reasoning"] = parts.reasoning;
+  (*j)["content"] = parts.content;
+  (*j)["tool_calls"] = std::move(list);
+}
+
 // The text and timings (--json: one object with the tokens) after the streamed text.
+// answer: how a --chat answer is written (nullptr without --chat).
 void PrintRunReport(const RunOptions& o, const LoadedModel& lm, const SessionConfig& sc,
                     const std::vector<int32_t>& prompt_tokens, const GenerateResult& r,
-                    const SpecSetup& spec, const spec::SpecStats& spec_stats) {
+                    const SpecSetup& spec, const spec::SpecStats& spec_stats,
+                    const chat::AnswerFormat* answer) {
   const std::vector<int32_t>& generated = r.tokens;
   const int n_prompt = static_cast<int>(prompt_tokens.size());
   const std::string& text = r.text;
@@ -51,6 +70,7 @@ void PrintRunReport(const RunOptions& o, const LoadedModel& lm, const SessionCon
     j["prompt_tokens"] = prompt_tokens;
     j["generated_tokens"] = generated;
     j["text"] = text;
+    if (answer != nullptr) AddAnswerParts(*answer, text, &j);
     j["timings"] = {{"load_s", lm.load_seconds},      {"prompt_s", t_prompt},
                     {"prompt_tok_s", prompt_tps},     {"decode_s", t_gen},
                     {"decode_tok_s", decode_tps},     {"n_prompt", n_prompt},
@@ -107,9 +127,9 @@ int RunGenerate(const RunOptions& o) {
   if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
 
   bool ignore_eos = o.ignore_eos;
-  bool harmony = false;  // --chat with gpt-oss's template: the answer printed by its channels
-  if (o.chat) {          // the prompt is one user turn; the answer ends with the turn
-    if (int chat_rc = ApplyChatTemplate(model, o.chat_template, &prompt, &harmony);
+  chat::AnswerFormat answer;  // --chat: how the answer is written (harmony: printed by channels)
+  if (o.chat) {               // the prompt is one user turn; the answer ends with the turn
+    if (int chat_rc = ApplyChatTemplate(model, o.chat_template, &prompt, &answer);
         chat_rc != kExitOk) {
       return chat_rc;
     }
@@ -123,7 +143,10 @@ int RunGenerate(const RunOptions& o) {
   }
   const int n_batch = o.prompt_chunk > 0 ? std::min<int>(o.prompt_chunk, prompt_tokens.size())
                                          : static_cast<int>(prompt_tokens.size());
-  if (!CheckMemoryPlan(o.common, model, &sc, n_batch, 1, 0, "use --prompt-chunk N", &rc)) return rc;
+  if (!CheckMemoryPlan(o.common, model, &sc, n_batch, 1, 0, "use --prompt-chunk N", &rc,
+                       MtpPlanBytes(o.spec, model, sc))) {
+    return rc;
+  }
   Session session(model, sc, pool);
   SpecSetup spec;
   if (!MakeSpecSetup(o.spec, o.common.model_path, model, session.n_ctx(), pool, &spec, &rc,
@@ -151,7 +174,7 @@ int RunGenerate(const RunOptions& o) {
   const int n_prompt = static_cast<int>(prompt_tokens.size());
   const bool progress = StderrIsTerminal() && !o.json && n_prompt > 256;
   spec::SpecStats spec_stats;
-  AnswerPrinter printer(harmony);
+  AnswerPrinter printer(answer.harmony);
   Result<GenerateResult> r = GenerateWithSpec(
       session, prompt_tokens, go, spec, &spec_stats,
       [&](const std::string& piece) {
@@ -173,7 +196,7 @@ int RunGenerate(const RunOptions& o) {
     history.insert(history.end(), generated.begin(), generated.end());
     if (!SaveSessionForCli(o, session, model_hash, history, "", &rc)) return rc;
   }
-  PrintRunReport(o, lm, sc, prompt_tokens, *r, spec, spec_stats);
+  PrintRunReport(o, lm, sc, prompt_tokens, *r, spec, spec_stats, o.chat ? &answer : nullptr);
   return kExitOk;
 }
 

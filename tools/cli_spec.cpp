@@ -10,6 +10,8 @@
 
 #include "cli_common.h"
 #include "engine/generate.h"
+#include "runtime/recurrent_state.h"
+#include "util/memory.h"
 
 namespace lamina::cli {
 
@@ -78,6 +80,25 @@ bool MakeMtpSetup(const SpecCliOptions& o, const Model& target, int n_ctx, Threa
   return true;
 }
 }  // namespace
+
+uint64_t MtpPlanBytes(const SpecCliOptions& o, const Model& target, const SessionConfig& sc) {
+  if (o.mode != "mtp" || target.mtp() == nullptr) return 0;
+  const Hparams& mtp = target.mtp()->hparams();
+  Result<KvCacheConfig> tc = MakeKvCacheConfig(target.hparams(), sc);  // n_ctx 0 resolved
+  if (!tc.ok()) return 0;
+  SessionConfig dc;
+  dc.n_ctx = tc->n_ctx;
+  Result<KvType> kv = ParseKvType(o.kv_draft);
+  if (!kv.ok()) return 0;
+  dc.kv_type = *kv;
+  Result<KvCacheConfig> cc = MakeKvCacheConfig(mtp, dc);
+  if (!cc.ok()) return 0;
+  const uint64_t per_seq = SatAdd(
+      SatAdd(KvCacheBytes(*cc), RecurrentState::PlanBytes(mtp.recurrent, 1, dc.recurrent_ring)),
+      SatMul(static_cast<uint64_t>(std::max(0, tc->n_ctx)),
+             static_cast<uint64_t>(target.hparams().n_embd) * sizeof(float)));
+  return SatMul(per_seq, static_cast<uint64_t>(std::max(1, tc->n_seq)));
+}
 
 bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, const Model& target,
                    int n_ctx, ThreadPool& pool, SpecSetup* out, int* exit_code, bool build_drafter,

@@ -46,6 +46,12 @@ bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, cons
 bool AttachMtpHead(const std::string& modes, const std::string& model_path, Model& model,
                    int* exit_code);
 
+// The memory --spec mtp adds to a target session of config `sc`: one MTP session per
+// sequence (its KV cache of the target's context, in the --kv-draft mode, and its recurrent
+// states, if any) and the target's kept hidden states ([n_ctx, n_embd] floats per sequence).
+// 0 for other modes, a model without an MTP block, or a --kv-draft mode MakeSpecSetup refuses.
+uint64_t MtpPlanBytes(const SpecCliOptions& o, const Model& target, const SessionConfig& sc);
+
 // A fresh drafter of the setup's kind (null for --spec off, and for mtp without a target
 // session): a new draft session each call.
 std::unique_ptr<spec::Drafter> NewDrafter(const SpecCliOptions& o, const SpecSetup& setup,

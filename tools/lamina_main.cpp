@@ -61,7 +61,8 @@ void AddCommon(CLI::App* cmd, lamina::cli::CommonOptions& c, bool model_required
       ->default_str("")
       ->group(kGroupModel);
   cmd->add_option("--mem-limit", c.mem_limit,
-                  "Most bytes the KV cache and a batch may take, e.g. 8G, or none (default: "
+                  "Most bytes the KV cache (with recurrent states, and --spec mtp's head caches "
+                  "and kept hidden states) and a batch may take, e.g. 8G, or none (default: "
                   "LAMINA_MEM_LIMIT, else 90% of MemAvailable)")
       ->group(kGroupModel);
   cmd->add_option("--kv", c.kv, "KV cache mode: " + lamina::KvModeNames())->group(kGroupKv);

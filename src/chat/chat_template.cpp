@@ -170,7 +170,8 @@ std::string RenderLlama3(const std::vector<ChatMessage>& m, bool add_generation_
 }
 
 // Built-in Jinja sources for --chat-template names, written from each format's documented
-// prompt layout (the names are llama-server's).
+// prompt layout (the names are llama-server's). A null content (an assistant turn that only
+// calls tools) renders as empty text in those without tools.
 struct BuiltinTemplate {
   std::string_view name;
   std::string_view source;
@@ -181,7 +182,7 @@ constexpr BuiltinTemplate kBuiltins[] = {
      R"({{ bos_token }}{%- set ns = namespace(system='') -%}
 {%- for message in messages -%}
 {%- if message['role'] == 'system' -%}
-{%- set ns.system = message['content'] | trim -%}
+{%- set ns.system = (message['content'] or '') | trim -%}
 {%- else -%}
 {%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}
 {{ '<start_of_turn>' + role + '
@@ -191,7 +192,7 @@ constexpr BuiltinTemplate kBuiltins[] = {
 
 ' }}{%- set ns.system = '' -%}
 {%- endif -%}
-{{ message['content'] | trim + '<end_of_turn>
+{{ (message['content'] or '') | trim + '<end_of_turn>
 ' }}
 {%- endif -%}
 {%- endfor -%}
@@ -201,7 +202,7 @@ constexpr BuiltinTemplate kBuiltins[] = {
     {"phi3",
      R"({%- for message in messages -%}
 {{ '<|' + message['role'] + '|>
-' + message['content'] + '<|end|>
+' + (message['content'] or '') + '<|end|>
 ' }}
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{ '<|assistant|>
@@ -211,11 +212,11 @@ constexpr BuiltinTemplate kBuiltins[] = {
      R"({{ bos_token }}
 {%- for message in messages -%}
 {%- if message['role'] == 'system' -%}
-{{ '[SYSTEM_PROMPT] ' + message['content'] + '[/SYSTEM_PROMPT]' }}
+{{ '[SYSTEM_PROMPT] ' + (message['content'] or '') + '[/SYSTEM_PROMPT]' }}
 {%- elif message['role'] == 'user' -%}
-{{ '[INST] ' + message['content'] + '[/INST]' }}
+{{ '[INST] ' + (message['content'] or '') + '[/INST]' }}
 {%- elif message['role'] == 'assistant' -%}
-{{ ' ' + message['content'] + eos_token }}
+{{ ' ' + (message['content'] or '') + eos_token }}
 {%- else -%}
 {{ raise_exception('mistral-v7: unsupported role ' + message['role']) }}
 {%- endif -%}
@@ -228,14 +229,14 @@ constexpr BuiltinTemplate kBuiltins[] = {
 {%- for message in messages if message['role'] == 'system' -%}
 {%- set ns.system = ns.system + ('
 
-' if not loop.first else '') + message['content'] -%}
+' if not loop.first else '') + (message['content'] or '') -%}
 {%- endfor -%}
 {{ ns.system }}
 {%- for message in messages -%}
 {%- if message['role'] == 'user' -%}
-{{ '<｜User｜>' + message['content'] }}
+{{ '<｜User｜>' + (message['content'] or '') }}
 {%- elif message['role'] == 'assistant' -%}
-{%- set content = message['content'] -%}
+{%- set content = (message['content'] or '') -%}
 {%- if '</think>' in content -%}{%- set content = content.split('</think>')[-1] -%}{%- endif -%}
 {{ '<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>' }}
 {%- endif -%}
@@ -244,15 +245,18 @@ constexpr BuiltinTemplate kBuiltins[] = {
     // Command R: <|START_OF_TURN_TOKEN|> + a role token, the trimmed text, <|END_OF_TURN_TOKEN|>.
     {"command-r",
      R"({%- for message in messages -%}
+{%- if message['role'] not in ['system', 'user', 'assistant'] -%}
+{{ raise_exception('command-r: unsupported role ' + message['role']) }}
+{%- endif -%}
 {%- set role = {'system': '<|SYSTEM_TOKEN|>', 'user': '<|USER_TOKEN|>', 'assistant': '<|CHATBOT_TOKEN|>'}[message['role']] -%}
-{{ '<|START_OF_TURN_TOKEN|>' + role + message['content'] | trim + '<|END_OF_TURN_TOKEN|>' }}
+{{ '<|START_OF_TURN_TOKEN|>' + role + (message['content'] or '') | trim + '<|END_OF_TURN_TOKEN|>' }}
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{ '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>' }}{%- endif -%})"},
     // Zephyr: <|role|>, a newline, the text, <|endoftext|> and a newline.
     {"zephyr",
      R"({%- for message in messages -%}
 {{ '<|' + message['role'] + '|>
-' + message['content'] + '<|endoftext|>
+' + (message['content'] or '') + '<|endoftext|>
 ' }}
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{ '<|assistant|>
@@ -261,12 +265,12 @@ constexpr BuiltinTemplate kBuiltins[] = {
     // an answer.
     {"vicuna",
      R"({%- for message in messages -%}
-{%- if message['role'] == 'system' -%}{{ message['content'] + '
+{%- if message['role'] == 'system' -%}{{ (message['content'] or '') + '
 
 ' }}
-{%- elif message['role'] == 'user' -%}{{ 'USER: ' + message['content'] + '
+{%- elif message['role'] == 'user' -%}{{ 'USER: ' + (message['content'] or '') + '
 ' }}
-{%- elif message['role'] == 'assistant' -%}{{ 'ASSISTANT: ' + message['content'] + '</s>
+{%- elif message['role'] == 'assistant' -%}{{ 'ASSISTANT: ' + (message['content'] or '') + '</s>
 ' }}
 {%- endif -%}
 {%- endfor -%}
@@ -275,15 +279,15 @@ constexpr BuiltinTemplate kBuiltins[] = {
     // <|end_of_turn|>; the system text alone before its <|end_of_turn|>.
     {"openchat",
      R"({%- for message in messages -%}
-{%- if message['role'] == 'system' -%}{{ message['content'] + '<|end_of_turn|>' }}
-{%- else -%}{{ 'GPT4 Correct ' + message['role'] | capitalize + ': ' + message['content'] + '<|end_of_turn|>' }}
+{%- if message['role'] == 'system' -%}{{ (message['content'] or '') + '<|end_of_turn|>' }}
+{%- else -%}{{ 'GPT4 Correct ' + message['role'] | capitalize + ': ' + (message['content'] or '') + '<|end_of_turn|>' }}
 {%- endif -%}
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{ 'GPT4 Correct Assistant:' }}{%- endif -%})"},
     // Phi-4: ChatML with <|im_sep|> after the role.
     {"phi4",
      R"({%- for message in messages -%}
-{{ '<|im_start|>' + message['role'] + '<|im_sep|>' + message['content'] + '<|im_end|>' }}
+{{ '<|im_start|>' + message['role'] + '<|im_sep|>' + (message['content'] or '') + '<|im_end|>' }}
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{ '<|im_start|>assistant<|im_sep|>' }}{%- endif -%})"},
     // gpt-oss ("harmony"): a system message (identity, knowledge cutoff, today's date, the
@@ -322,7 +326,8 @@ constexpr BuiltinTemplate kBuiltins[] = {
 {{- '# Tools\n\n## functions\n\nnamespace functions {\n\n' -}}
 {%- for t in tools -%}
 {%- set f = t.function -%}
-{{- '// ' + f.description + '\ntype ' + f.name + ' = ' -}}
+{%- if f.description %}{{ '// ' + f.description + '\n' }}{% endif -%}
+{{- 'type ' + f.name + ' = ' -}}
 {%- if f.parameters and f.parameters.properties -%}
 {{- '(_: {\n' -}}
 {%- for name, spec in f.parameters.properties.items() -%}
@@ -369,7 +374,7 @@ constexpr BuiltinTemplate kBuiltins[] = {
     {"falcon3",
      R"({%- for message in messages -%}
 {{ '<|' + message['role'] + '|>
-' + message['content'] + '
+' + (message['content'] or '') + '
 ' }}
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{ '<|assistant|>
@@ -462,6 +467,12 @@ std::string_view BuiltinJinjaTemplate(std::string_view name) {
   return {};
 }
 
+std::vector<std::string_view> BuiltinJinjaTemplateNames() {
+  std::vector<std::string_view> names;
+  for (const BuiltinTemplate& b : kBuiltins) names.push_back(b.name);
+  return names;
+}
+
 Result<ChatSetup> ChatSetupFromJinja(std::string_view source, const Tokenizer& tok) {
   Result<jinja::Template> t = jinja::Template::Parse(source);
   if (!t.ok()) return Error{"chat template: " + t.error().message};
@@ -504,11 +515,9 @@ Result<ChatSetup> ChatSetupForModel(std::string_view template_text, const Tokeni
   return ChatSetupFromJinja(template_text, tok);
 }
 
-Result<std::string> RenderChatJinja(const ChatSetup& setup,
-                                    const std::vector<ChatMessage>& messages,
-                                    bool add_generation_prompt, std::optional<bool> enable_thinking,
-                                    const ChatTools& tools, const jinja::Value& extra) {
-  LAMINA_CHECK(setup.jinja != nullptr);
+jinja::Value ChatJinjaContext(const ChatSetup& setup, const std::vector<ChatMessage>& messages,
+                              bool add_generation_prompt, std::optional<bool> enable_thinking,
+                              const ChatTools& tools, const jinja::Value& extra) {
   jinja::Array list;
   for (const ChatMessage& m : messages) {
     const bool null_content = m.content_null && !m.tool_calls.empty();
@@ -556,6 +565,16 @@ Result<std::string> RenderChatJinja(const ChatSetup& setup,
       context.Set(key, value);
     }
   }
+  return context;
+}
+
+Result<std::string> RenderChatJinja(const ChatSetup& setup,
+                                    const std::vector<ChatMessage>& messages,
+                                    bool add_generation_prompt, std::optional<bool> enable_thinking,
+                                    const ChatTools& tools, const jinja::Value& extra) {
+  LAMINA_CHECK(setup.jinja != nullptr);
+  const jinja::Value context =
+      ChatJinjaContext(setup, messages, add_generation_prompt, enable_thinking, tools, extra);
   Result<std::string> out = setup.jinja->Render(context, setup.render);
   if (!out.ok()) return Error{"chat template: " + out.error().message};
   return out;

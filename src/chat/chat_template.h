@@ -100,6 +100,8 @@ ChatSetup ChatSetupFromTemplate(std::string_view template_text);
 std::string ChatTemplateNames();
 // The Jinja source of a built-in name (gemma, phi3, mistral-v7, deepseek3); empty otherwise.
 std::string_view BuiltinJinjaTemplate(std::string_view name);
+// Every built-in Jinja source's name, in registry order.
+std::vector<std::string_view> BuiltinJinjaTemplateNames();
 // A Jinja setup for `source` with the tokenizer's BOS / EOS texts; an Error names the
 // template position when it does not parse.
 Result<ChatSetup> ChatSetupFromJinja(std::string_view source, const Tokenizer& tokenizer);
@@ -114,6 +116,11 @@ Result<ChatSetup> ChatSetupForModel(std::string_view template_text, const Tokeni
 // tool_calls as [{"id", "type": "function", "function": {"name", "arguments"}}], tool_call_id
 // and name when given), bos_token, eos_token, add_generation_prompt, enable_thinking (undefined
 // when none) and tools (none when there are none) are the template's variables.
+// ChatJinjaContext: those variables (an object), as RenderChatJinja passes them.
+jinja::Value ChatJinjaContext(const ChatSetup& setup, const std::vector<ChatMessage>& messages,
+                              bool add_generation_prompt, std::optional<bool> enable_thinking,
+                              const ChatTools& tools = {},
+                              const jinja::Value& extra = jinja::Value());
 Result<std::string> RenderChatJinja(const ChatSetup& setup,
                                     const std::vector<ChatMessage>& messages,
                                     bool add_generation_prompt, std::optional<bool> enable_thinking,

@@ -132,16 +132,47 @@ HarmonyParse Parse(std::string_view s, bool final) {
   return out;
 }
 
-// The length of `s` without a trailing proper prefix of a marker.
+// The length of `s` without a trailing proper prefix of a marker (which starts at the last '<'
+// and is shorter than the longest marker, so only the last bytes are looked at).
 size_t StableLength(std::string_view s) {
-  const size_t lt = s.rfind('<');
-  if (lt == std::string_view::npos) return s.size();
+  constexpr size_t kLongest = kHarmonyConstrain.size();
+  const size_t from = s.size() >= kLongest ? s.size() - (kLongest - 1) : 0;
+  const size_t at = s.substr(from).rfind('<');
+  if (at == std::string_view::npos) return s.size();
+  const size_t lt = from + at;
   const std::string_view tail = s.substr(lt);
   for (std::string_view m : kMarkers) {
     if (tail.size() < m.size() && m.substr(0, tail.size()) == tail) return lt;
   }
   return s.size();
 }
+
+// A search that found nothing in s[from, end) resumes here once more text has come: a marker
+// found later may begin in the last bytes already searched.
+size_t Resume(std::string_view s, size_t from) {
+  constexpr size_t kOverlap = kHarmonyConstrain.size();
+  return std::max(from, s.size() >= kOverlap ? s.size() - kOverlap : 0);
+}
+
+// The first of `markers` at or after `from` (npos: none); *skip: its length, or 0 for <|start|>
+// (which begins the next message rather than ending this one).
+template <size_t N>
+size_t FirstOf(std::string_view s, size_t from, const std::array<std::string_view, N>& markers,
+               size_t* skip) {
+  size_t best = std::string_view::npos;
+  for (std::string_view m : markers) {
+    const size_t at = s.find(m, from);
+    if (at < best) {
+      best = at;
+      if (skip != nullptr) *skip = m == kHarmonyStart ? 0 : m.size();
+    }
+  }
+  return best;
+}
+
+constexpr std::array<std::string_view, 4> kBodyEnds = {kHarmonyEnd, kHarmonyReturn, kHarmonyCall,
+                                                       kHarmonyStart};
+constexpr std::array<std::string_view, 2> kHeaderStarts = {kHarmonyStart, kHarmonyChannel};
 
 }  // namespace
 
@@ -153,25 +184,141 @@ bool IsHarmonyTemplate(std::string_view t) {
 
 HarmonyParse ParseHarmony(std::string_view text) { return Parse(text, true); }
 
+// The stream reads the answer unit by unit as Parse does, and commits each unit once its end is
+// in the text: a unit's output never changes afterwards, so only the open unit is looked at
+// again, from where its searches stopped. The open unit's text is released as Parse(final =
+// false) would release it; the units' results together are Parse(final = true)'s.
 HarmonyParse HarmonyStream::Push(std::string_view text) {
   all_ += text;
-  return Delta(false);
+  return Run(false);
 }
 
-HarmonyParse HarmonyStream::Flush() { return Delta(true); }
+HarmonyParse HarmonyStream::Flush() { return Run(true); }
 
-HarmonyParse HarmonyStream::Delta(bool final) {
+HarmonyParse HarmonyStream::Run(bool final) {
   const std::string_view all = all_;
-  HarmonyParse now = Parse(final ? all : all.substr(0, StableLength(all)), final);
-  HarmonyParse d;
-  // What was released is a prefix of what is parsed now (held-back text only ever extends it).
-  if (now.reasoning.size() > reasoning_out_) d.reasoning = now.reasoning.substr(reasoning_out_);
-  if (now.content.size() > content_out_) d.content = now.content.substr(content_out_);
-  for (size_t c = calls_out_; c < now.calls.size(); ++c) d.calls.push_back(now.calls[c]);
-  reasoning_out_ = std::max(reasoning_out_, now.reasoning.size());
-  content_out_ = std::max(content_out_, now.content.size());
-  calls_out_ = std::max(calls_out_, now.calls.size());
-  return d;
+  const std::string_view s = final ? all : all.substr(0, StableLength(all));
+  HarmonyParse out;
+  while (Step(s, final, &out)) {
+  }
+  return out;
+}
+
+bool HarmonyStream::Step(std::string_view s, bool final, HarmonyParse* out) {
+  switch (unit_) {
+    case Unit::kStart: {
+      if (pos_ >= s.size()) return false;
+      const std::string_view rest = s.substr(pos_);
+      if (!final && (std::string_view(" to=").starts_with(rest) ||
+                     std::string_view("to=").starts_with(rest))) {
+        return false;  // may become a recipient
+      }
+      unit_ = HeaderStartsAt(s, pos_) ? Unit::kHeader : Unit::kOutside;
+      emitted_ = pos_;
+      scan_ = unit_ == Unit::kHeader ? pos_ : pos_ + 1;
+      return true;
+    }
+    case Unit::kOutside:
+      return StepOutside(s, final, out);
+    case Unit::kHeader:
+      return StepHeader(s, final, out);
+    case Unit::kBody:
+      return StepBody(s, final, out);
+  }
+  return false;
+}
+
+// Text outside the structure runs to the next header start.
+bool HarmonyStream::StepOutside(std::string_view s, bool final, HarmonyParse* out) {
+  const size_t next = FirstOf(s, scan_, kHeaderStarts, nullptr);
+  const size_t end = next == std::string_view::npos ? s.size() : next;
+  out->content += s.substr(emitted_, end - emitted_);
+  emitted_ = end;
+  if (next == std::string_view::npos) {
+    scan_ = Resume(s, scan_);
+    return false;
+  }
+  pos_ = next;
+  unit_ = Unit::kStart;
+  return true;
+}
+
+// A header ends at its `<|message|>`; a terminator or a new message before it makes it text.
+bool HarmonyStream::StepHeader(std::string_view s, bool final, HarmonyParse* out) {
+  const size_t m = s.find(kHarmonyMessage, scan_);
+  size_t skip = 0;
+  const size_t cut = FirstOf(s, std::max(scan_, pos_ + 1), kBodyEnds, &skip);
+  if (m != std::string_view::npos && m < cut) {
+    const std::string_view header = s.substr(pos_, m - pos_);
+    std::string_view channel, recipient;
+    if (const size_t c = header.find(kHarmonyChannel); c != std::string_view::npos) {
+      channel = WordAt(header, c + kHarmonyChannel.size());
+    }
+    if (const size_t r = header.find("to="); r != std::string_view::npos) {
+      recipient = WordAt(header, r + 3);
+    }
+    if (!recipient.empty() && recipient != "assistant") {
+      const bool function =
+          recipient.starts_with(kFunctions) && recipient.size() > kFunctions.size();
+      sink_ = function ? Sink::kCall : Sink::kDropped;
+      call_name_ = function ? std::string(recipient.substr(kFunctions.size())) : "";
+    } else {
+      sink_ = channel == "analysis" ? Sink::kReasoning : Sink::kContent;
+    }
+    body_ = emitted_ = scan_ = m + kHarmonyMessage.size();
+    body_started_ = false;
+    unit_ = Unit::kBody;
+    return true;
+  }
+  if (cut != std::string_view::npos || final) {  // never a header: its text is content
+    const size_t end = cut == std::string_view::npos ? s.size() : cut;
+    out->content += s.substr(pos_, end - pos_);
+    pos_ = end + (cut == std::string_view::npos ? 0 : skip);
+    unit_ = Unit::kStart;
+    return cut != std::string_view::npos;
+  }
+  scan_ = Resume(s, scan_);
+  return false;
+}
+
+// A body runs to its terminator (or the next message); reasoning and content are released as
+// they come, a call once it has ended.
+bool HarmonyStream::StepBody(std::string_view s, bool final, HarmonyParse* out) {
+  size_t skip = 0;
+  const size_t found = FirstOf(s, scan_, kBodyEnds, &skip);
+  const size_t end = found == std::string_view::npos ? s.size() : found;
+  if (sink_ == Sink::kReasoning || sink_ == Sink::kContent) {
+    EmitBody(s.substr(emitted_, end - emitted_), out);
+    emitted_ = end;
+  }
+  if (found == std::string_view::npos && !final) {
+    scan_ = Resume(s, scan_);
+    return false;
+  }
+  if (sink_ == Sink::kCall) {  // ended, or cut off by the end of the answer
+    const std::string_view body = s.substr(body_, end - body_);
+    const std::string_view args = Trim(body);
+    if (args.empty() || IsJson(args)) {
+      out->calls.push_back({call_name_, args.empty() ? std::string("{}") : std::string(args)});
+    } else {
+      out->content += body;
+    }
+  }
+  pos_ = end + skip;
+  unit_ = Unit::kStart;
+  return found != std::string_view::npos;
+}
+
+void HarmonyStream::EmitBody(std::string_view text, HarmonyParse* out) {
+  if (text.empty()) return;
+  if (sink_ == Sink::kContent) {
+    out->content += text;
+    return;
+  }
+  if (!body_started_ && reasoning_any_) out->reasoning += '\n';  // Append's separator
+  body_started_ = true;
+  reasoning_any_ = true;
+  out->reasoning += text;
 }
 
 }  // namespace lamina::chat

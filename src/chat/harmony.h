@@ -43,17 +43,38 @@ HarmonyParse ParseHarmony(std::string_view text);
 // The same, streamed: Push the answer piece by piece; each call returns what is new. Reasoning
 // and content come out as they are generated (text that may be the start of a marker is held
 // back); a tool call comes out whole once its message ends (`<|call|>`, `<|end|>`, the next
-// `<|start|>`) or at Flush.
+// `<|start|>`) or at Flush. Incremental: each byte is scanned a bounded number of times, so a
+// whole answer costs time linear in its length, whatever the piece sizes.
 class HarmonyStream {
  public:
   HarmonyParse Push(std::string_view text);
   HarmonyParse Flush();  // the end of the answer
 
  private:
-  HarmonyParse Delta(bool final);
+  // The unit being read at pos_: not yet known, text outside the structure, a message header,
+  // or a message body.
+  enum class Unit { kStart, kOutside, kHeader, kBody };
+  // Where a body's text goes.
+  enum class Sink { kReasoning, kContent, kCall, kDropped };
+
+  HarmonyParse Run(bool final);
+  bool Step(std::string_view s, bool final, HarmonyParse* out);  // false: wait for more text
+  bool StepOutside(std::string_view s, bool final, HarmonyParse* out);
+  bool StepHeader(std::string_view s, bool final, HarmonyParse* out);
+  bool StepBody(std::string_view s, bool final, HarmonyParse* out);
+  void EmitBody(std::string_view text, HarmonyParse* out);
 
   std::string all_;  // the answer so far
-  size_t reasoning_out_ = 0, content_out_ = 0, calls_out_ = 0;
+  Unit unit_ = Unit::kStart;
+  size_t pos_ = 0;      // where the unit starts
+  size_t scan_ = 0;     // searches for the unit's end resume here (less a marker's length)
+  size_t emitted_ = 0;  // outside text or a body: released up to here
+  size_t message_ = 0;  // a header's `<|message|>` (npos: not found yet)
+  size_t body_ = 0;     // a body's first byte
+  Sink sink_ = Sink::kContent;
+  std::string call_name_;       // kCall: the function's name
+  bool reasoning_any_ = false;  // reasoning released so far (the "\n" between messages)
+  bool body_started_ = false;   // this body released some reasoning
 };
 
 }  // namespace lamina::chat

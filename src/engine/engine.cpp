@@ -109,7 +109,7 @@ Engine::Engine(Session& session, const EngineConfig& config, ThreadPool* pool)
     slot.own_drafter = MakeDrafter(slot.seq);
     slot.drafter = slot.own_drafter.get();
   }
-  stats_.kv_bytes = session_.cache().BytesTotal();
+  stats_.kv_bytes = session_.cache().BytesTotal() + session_.recurrent().bytes();
 }
 
 Engine::~Engine() = default;
@@ -629,10 +629,17 @@ Stats Engine::stats() const {
   Stats out = stats_;
   out.busy_slots = 0;
   out.kv_bytes_used = 0;
+  // A sequence holding cells also holds its share of the recurrent states (hybrid models: every
+  // sequence's ring is allocated with the session) and the hidden states kept for an MTP head.
+  const RecurrentState& recurrent = session_.recurrent();
+  const size_t ring_per_seq = static_cast<size_t>(recurrent.bytes() / session_.n_seq());
+  const size_t hidden_per_token = static_cast<size_t>(session_.model().hparams().n_embd) * 4;
   for (auto& s : slots_) {
     out.busy_slots += s->busy;
-    out.kv_bytes_used +=
-        static_cast<size_t>(session_.n_past(s->seq)) * session_.cache().BytesPerToken();
+    const int n_past = session_.n_past(s->seq);
+    out.kv_bytes_used += static_cast<size_t>(n_past) * session_.cache().BytesPerToken();
+    if (n_past > 0) out.kv_bytes_used += ring_per_seq;
+    out.kv_bytes_used += static_cast<size_t>(session_.n_hidden(s->seq)) * hidden_per_token;
   }
   return out;
 }

@@ -82,9 +82,12 @@ struct Stats {
   double decode_seconds = 0.0;  // wall time of steps that only decoded
   uint64_t steps = 0;
   int busy_slots = 0;
-  int queued = 0;             // requests waiting in the caller's queue (the caller counts them)
-  size_t kv_bytes = 0;        // the cache's whole storage
-  size_t kv_bytes_used = 0;   // cells held by all slots
+  int queued = 0;  // requests waiting in the caller's queue (the caller counts them)
+  // The cache's whole storage, with the recurrent states of a hybrid model (every sequence's ring).
+  size_t kv_bytes = 0;
+  // What the slots hold: their cells, a hybrid model's ring of recurrent states per sequence that
+  // holds cells, and the hidden states kept for an MTP head (--spec mtp).
+  size_t kv_bytes_used = 0;
   uint64_t draft_tokens = 0;  // speculative decoding: drafted and verified
   uint64_t draft_accepted = 0;
   uint64_t verify_steps = 0;

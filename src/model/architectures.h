@@ -8,28 +8,31 @@
 
 namespace lamina {
 
+// repack: whether matrices are repacked into their interleaved layouts (false: CheckModelFile's
+// load, every check and no repacking).
 using ModelFactory = Result<std::unique_ptr<Model>> (*)(std::unique_ptr<gguf::File> file,
-                                                        std::unique_ptr<Tokenizer> tokenizer);
+                                                        std::unique_ptr<Tokenizer> tokenizer,
+                                                        bool repack);
 
 // The qwen3next hybrid (qwen3next.cpp): Gated DeltaNet and gated-attention layers.
 Result<std::unique_ptr<Model>> LoadQwen3Next(std::unique_ptr<gguf::File> file,
-                                             std::unique_ptr<Tokenizer> tokenizer);
+                                             std::unique_ptr<Tokenizer> tokenizer, bool repack);
 
 // qwen35 (dense SwiGLU FFN) and qwen35moe (MoE FFN with a shared expert): the same hybrid
 // in the Qwen3.5 file layout (qwen3next.cpp).
 Result<std::unique_ptr<Model>> LoadQwen35(std::unique_ptr<gguf::File> file,
-                                          std::unique_ptr<Tokenizer> tokenizer);
+                                          std::unique_ptr<Tokenizer> tokenizer, bool repack);
 Result<std::unique_ptr<Model>> LoadQwen35Moe(std::unique_ptr<gguf::File> file,
-                                             std::unique_ptr<Tokenizer> tokenizer);
+                                             std::unique_ptr<Tokenizer> tokenizer, bool repack);
 
 // gemma3 (gemma3.cpp): sliding-window and global attention layers, sandwich norms, GELU FFN.
 Result<std::unique_ptr<Model>> LoadGemma3(std::unique_ptr<gguf::File> file,
-                                          std::unique_ptr<Tokenizer> tokenizer);
+                                          std::unique_ptr<Tokenizer> tokenizer, bool repack);
 
 // gpt-oss (gptoss.cpp): attention sinks, alternating sliding-window layers, biases, a MoE of
 // swiglu_oai experts weighted by the softmax of the chosen router logits.
 Result<std::unique_ptr<Model>> LoadGptOss(std::unique_ptr<gguf::File> file,
-                                          std::unique_ptr<Tokenizer> tokenizer);
+                                          std::unique_ptr<Tokenizer> tokenizer, bool repack);
 
 struct Architecture {
   const char* name;        // general.architecture

@@ -19,8 +19,9 @@ namespace {
 class Decoder final : public Model {
  public:
   Status Init(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer,
-              const DecoderOptions& options) {
+              const DecoderOptions& options, bool repack) {
     options_ = options;
+    repack_ = repack;
     Status st = InitHparams(std::move(file), std::move(tokenizer), options.rope_style,
                             /*q_rows_per_head_dim=*/1, options.fused_gate_up ? 2 : 1);
     if (!st.ok()) return st;
@@ -34,7 +35,7 @@ class Decoder final : public Model {
       if (!moe.ok()) return moe.error();
       moe_ = *moe;
     }
-    WeightLoader L(*file_, &interleaved_);
+    WeightLoader L(*file_, RepackTarget());
     LoadEmbeddingAndHead(L);
     LoadRopeFactors(L);
     layers_.resize(hparams_.n_layer);
@@ -82,7 +83,7 @@ class Decoder final : public Model {
     const int il = hp.n_layer;
     const std::string p = "blk." + std::to_string(il) + ".";
     auto m = std::make_unique<MtpHead>();
-    WeightLoader L(*file, &interleaved_);
+    WeightLoader L(*file, RepackTarget());
     m->eh_proj = L.Matrix(p + "nextn.eh_proj.weight", 2 * hp.n_embd, hp.n_embd);
     m->enorm = L.Vector(p + "nextn.enorm.weight", hp.n_embd);
     m->hnorm = L.Vector(p + "nextn.hnorm.weight", hp.n_embd);
@@ -258,9 +259,9 @@ class Decoder final : public Model {
 
 Result<std::unique_ptr<Model>> LoadDecoder(std::unique_ptr<gguf::File> file,
                                            std::unique_ptr<Tokenizer> tokenizer,
-                                           const DecoderOptions& options) {
+                                           const DecoderOptions& options, bool repack) {
   auto model = std::make_unique<Decoder>();
-  Status st = model->Init(std::move(file), std::move(tokenizer), options);
+  Status st = model->Init(std::move(file), std::move(tokenizer), options, repack);
   if (!st.ok()) return st.error();
   return std::unique_ptr<Model>(std::move(model));
 }

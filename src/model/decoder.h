@@ -38,6 +38,6 @@ struct DecoderOptions {
 
 Result<std::unique_ptr<Model>> LoadDecoder(std::unique_ptr<gguf::File> file,
                                            std::unique_ptr<Tokenizer> tokenizer,
-                                           const DecoderOptions& options);
+                                           const DecoderOptions& options, bool repack = true);
 
 }  // namespace lamina

@@ -17,7 +17,8 @@ namespace {
 
 class Gemma3 final : public Model {
  public:
-  Status Init(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer) {
+  Status Init(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer, bool repack) {
+    repack_ = repack;
     Status st = InitHparams(std::move(file), std::move(tokenizer), RopeStyle::kNeox);
     if (!st.ok()) return st;
     st = ReadGemma3Hparams();
@@ -105,9 +106,9 @@ class Gemma3 final : public Model {
 }  // namespace
 
 Result<std::unique_ptr<Model>> LoadGemma3(std::unique_ptr<gguf::File> file,
-                                          std::unique_ptr<Tokenizer> tokenizer) {
+                                          std::unique_ptr<Tokenizer> tokenizer, bool repack) {
   auto model = std::make_unique<Gemma3>();
-  Status st = model->Init(std::move(file), std::move(tokenizer));
+  Status st = model->Init(std::move(file), std::move(tokenizer), repack);
   if (!st.ok()) return st.error();
   return std::unique_ptr<Model>(std::move(model));
 }

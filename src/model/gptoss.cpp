@@ -20,12 +20,13 @@ namespace {
 
 class GptOss final : public Model {
  public:
-  Status Init(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer) {
+  Status Init(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer, bool repack) {
+    repack_ = repack;
     Status st = InitHparams(std::move(file), std::move(tokenizer), RopeStyle::kNeox);
     if (!st.ok()) return st;
     st = ReadGptOssHparams();
     if (!st.ok()) return st;
-    WeightLoader L(*file_, &interleaved_);
+    WeightLoader L(*file_, RepackTarget());
     LoadEmbeddingAndHead(L);
     layers_.resize(hparams_.n_layer);
     uint64_t expert_bytes = 0;
@@ -104,9 +105,9 @@ class GptOss final : public Model {
 }  // namespace
 
 Result<std::unique_ptr<Model>> LoadGptOss(std::unique_ptr<gguf::File> file,
-                                          std::unique_ptr<Tokenizer> tokenizer) {
+                                          std::unique_ptr<Tokenizer> tokenizer, bool repack) {
   auto model = std::make_unique<GptOss>();
-  Status st = model->Init(std::move(file), std::move(tokenizer));
+  Status st = model->Init(std::move(file), std::move(tokenizer), repack);
   if (!st.ok()) return st.error();
   return std::unique_ptr<Model>(std::move(model));
 }

@@ -11,7 +11,10 @@ Result<std::unique_ptr<Model>> LoadModel(const std::string& path) {
   return LoadModel(path, RopeOverrides{});
 }
 
-Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const RopeOverrides& overrides) {
+namespace {
+
+// The model of the file's architecture, weights repacked or not.
+Result<std::unique_ptr<Model>> LoadArchitecture(const std::string& path, bool repack) {
   Result<std::unique_ptr<gguf::File>> file = gguf::File::Open(path);
   if (!file.ok()) return file.error();
   Result<std::string> arch = (*file)->GetString("general.architecture");
@@ -28,9 +31,20 @@ Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const RopeOver
     return Error{path + ": unsupported architecture \"" + *arch + "\" (supported: " + supported +
                  ")"};
   }
-  Result<std::unique_ptr<Model>> model =
-      found->factory != nullptr ? found->factory(std::move(*file), std::move(*tok))
-                                : LoadDecoder(std::move(*file), std::move(*tok), found->options);
+  if (found->factory != nullptr) return found->factory(std::move(*file), std::move(*tok), repack);
+  return LoadDecoder(std::move(*file), std::move(*tok), found->options, repack);
+}
+
+}  // namespace
+
+Status CheckModelFile(const std::string& path) {
+  Result<std::unique_ptr<Model>> model = LoadArchitecture(path, /*repack=*/false);
+  if (!model.ok()) return model.error();
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const RopeOverrides& overrides) {
+  Result<std::unique_ptr<Model>> model = LoadArchitecture(path, /*repack=*/true);
   if (!model.ok() || overrides.empty()) return model;
   Hparams& hp = (*model)->hparams_;
   hp.rope = ResolveRope(hp.rope, hp.rope_scaling, overrides);

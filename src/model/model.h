@@ -289,7 +289,12 @@ class Model {
   // embedding table (unless tied) minus `unread_bytes` (e.g. experts a token does not select).
   Status Finish(const WeightLoader& loader, uint64_t unread_bytes);
 
+  // Where a WeightLoader repacks matrices: interleaved_, or nowhere when the load only checks
+  // (CheckModelFile; repack_ is set before the weights are read).
+  std::vector<WeightBuffer>* RepackTarget() { return repack_ ? &interleaved_ : nullptr; }
+
   Hparams hparams_;
+  bool repack_ = true;
   std::unique_ptr<gguf::File> file_;
   std::unique_ptr<Tokenizer> tokenizer_;
   uint64_t weight_bytes_per_token_ = 0;
@@ -309,6 +314,11 @@ class Model {
 Result<std::unique_ptr<Model>> LoadModel(const std::string& path);
 // Same, with the RoPE scaling of the metadata overridden.
 Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const RopeOverrides& overrides);
+
+// Whether LoadModel(path) would load the file: the same load (the architecture, its metadata,
+// every tensor's name, shape and type, each refusal by name) without repacking any weight; the
+// Error is LoadModel's. `lamina inspect`'s verdict.
+Status CheckModelFile(const std::string& path);
 
 // Gives `model` the multi-token-prediction head of a companion GGUF (`<model>-mtp.gguf`:
 // <arch>.nextn_predict_layers, block_count = the trunk's layers + 1 and the trunk's widths,

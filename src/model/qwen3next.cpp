@@ -42,7 +42,8 @@ class HybridModel final : public Model {
  public:
   explicit HybridModel(HybridVariant variant) : variant_(variant) {}
 
-  Status Init(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer) {
+  Status Init(std::unique_ptr<gguf::File> file, std::unique_ptr<Tokenizer> tokenizer, bool repack) {
+    repack_ = repack;
     // attn_q holds each head's query and output gate: 2 x head_dim rows per head.
     Status st = InitHparams(std::move(file), std::move(tokenizer), RopeStyle::kNeox,
                             /*q_rows_per_head_dim=*/2);
@@ -55,7 +56,7 @@ class HybridModel final : public Model {
       if (!moe.ok()) return moe.error();
       moe_ = *moe;
     }
-    WeightLoader L(*file_, &interleaved_);
+    WeightLoader L(*file_, RepackTarget());
     LoadEmbeddingAndHead(L);
     uint64_t expert_bytes = 0;
     for (int i = 0; i < hparams_.n_layer; ++i) {
@@ -527,9 +528,9 @@ class HybridModel final : public Model {
 };
 
 Result<std::unique_ptr<Model>> LoadHybrid(HybridVariant variant, std::unique_ptr<gguf::File> file,
-                                          std::unique_ptr<Tokenizer> tokenizer) {
+                                          std::unique_ptr<Tokenizer> tokenizer, bool repack) {
   auto model = std::make_unique<HybridModel>(variant);
-  Status st = model->Init(std::move(file), std::move(tokenizer));
+  Status st = model->Init(std::move(file), std::move(tokenizer), repack);
   if (!st.ok()) return st.error();
   return std::unique_ptr<Model>(std::move(model));
 }
@@ -537,18 +538,20 @@ Result<std::unique_ptr<Model>> LoadHybrid(HybridVariant variant, std::unique_ptr
 }  // namespace
 
 Result<std::unique_ptr<Model>> LoadQwen3Next(std::unique_ptr<gguf::File> file,
-                                             std::unique_ptr<Tokenizer> tokenizer) {
-  return LoadHybrid({/*moe=*/true, /*qwen35=*/false}, std::move(file), std::move(tokenizer));
+                                             std::unique_ptr<Tokenizer> tokenizer, bool repack) {
+  return LoadHybrid({/*moe=*/true, /*qwen35=*/false}, std::move(file), std::move(tokenizer),
+                    repack);
 }
 
 Result<std::unique_ptr<Model>> LoadQwen35(std::unique_ptr<gguf::File> file,
-                                          std::unique_ptr<Tokenizer> tokenizer) {
-  return LoadHybrid({/*moe=*/false, /*qwen35=*/true}, std::move(file), std::move(tokenizer));
+                                          std::unique_ptr<Tokenizer> tokenizer, bool repack) {
+  return LoadHybrid({/*moe=*/false, /*qwen35=*/true}, std::move(file), std::move(tokenizer),
+                    repack);
 }
 
 Result<std::unique_ptr<Model>> LoadQwen35Moe(std::unique_ptr<gguf::File> file,
-                                             std::unique_ptr<Tokenizer> tokenizer) {
-  return LoadHybrid({/*moe=*/true, /*qwen35=*/true}, std::move(file), std::move(tokenizer));
+                                             std::unique_ptr<Tokenizer> tokenizer, bool repack) {
+  return LoadHybrid({/*moe=*/true, /*qwen35=*/true}, std::move(file), std::move(tokenizer), repack);
 }
 
 }  // namespace lamina

@@ -2159,7 +2159,8 @@ int Server::StartScheduler(KvType kv, KvRounding round) {
     CommonOptions mem;
     mem.mem_limit = o_.mem_limit;
     int rc = kExitOk;
-    if (!CheckMemoryPlan(mem, *model_, &sc.session, sc.n_batch, sc.n_slots, 0, "lower -b", &rc)) {
+    if (!CheckMemoryPlan(mem, *model_, &sc.session, sc.n_batch, sc.n_slots, 0, "lower -b", &rc,
+                         MtpPlanBytes(o_.spec, *model_, sc.session))) {
       return rc;
     }
   }
@@ -2391,7 +2392,8 @@ void AddGenerationOptions(CLI::App* app, ServeOptions* o) {
                   "exactly (default 32)")
       ->check(IntRange(1, 4096));
   app->add_option("--mem-limit", o->mem_limit,
-                  "Most bytes the KV cache and a batch may take, e.g. 8G, or none (default: "
+                  "Most bytes the KV cache (with recurrent states, and --spec mtp's head caches "
+                  "and kept hidden states) and a batch may take, e.g. 8G, or none (default: "
                   "LAMINA_MEM_LIMIT, else 90% of MemAvailable)");
   app->add_option("--max-body", o->max_body_bytes, "Largest request body in bytes")
       ->check(IntRange(1024, 1 << 30));
