@@ -1,7 +1,12 @@
 // AVX-512 (BW + VL + VNNI) dot products of the lattice i-quants (IQ2_XXS, IQ2_XS, IQ2_S,
-// IQ3_XXS, IQ3_S, IQ1_S, IQ1_M against Q8_K): the shared kernel in iquants_simd.inc with the sign
-// bits turned into byte masks by vpmovm2b and the scale multiply fused into VNNI's dpwssd.
-// Bit-identical to the scalar twins in iquants.cpp.
+// IQ3_XXS, IQ3_S, IQ1_S, IQ1_M against Q8_K): a super-block is decoded once into four 512-bit
+// registers of weight magnitudes, four 64-bit sign masks and four registers of scales, then each
+// activation row costs per 64 values one masked negate, one maddubs and one dpwssd. IQ2_XXS,
+// IQ2_XS and IQ3_XXS decode by gathers (8 grid entries per vpgatherqq, 16 per vpgatherdd) with
+// the sign bytes of their 7-bit sign indices computed in registers (parity by shifts and xors);
+// the other types reuse the 256-bit decode of iquants_simd.inc (its sign bits turned into byte
+// masks by vpmovm2b). The integer sums and float steps are the scalar twins' (iquants.cpp), so
+// every output is their bits.
 
 // GCC 12's AVX-512 headers build their "undefined" vectors by self-initialisation, which trips
 // -Wuninitialized at every inlined broadcast/insert/extract (GCC PR 105593); nothing reads them.
@@ -35,8 +40,206 @@ inline __m256i IqSignMask(uint32_t bits) { return _mm256_movm_epi8(bits); }
 
 #include "quant/iquants_simd.inc"
 
+struct IqDecoded512 {
+  __m512i u[4];      // [4 chunks of 64 values] weight magnitudes |w|
+  __mmask64 neg[4];  // [4 chunks]: bit j set where value j's weight is negative
+  __m512i scl[4];    // [4 chunks][32 words]: 2s + 1 of each 16-value half, as IqDecoded's
+};
+
+// Any type: the 256-bit decode, joined in pairs.
+template <typename B>
+[[gnu::always_inline]] inline void IqDecode512(const B& b, IqDecoded512* out) {
+  IqDecoded dec;
+  IqDecode(b, &dec);
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(dec.w[2 * c]), dec.w[2 * c + 1], 1);
+    out->u[c] = _mm512_abs_epi8(w);
+    out->neg[c] = _mm512_movepi8_mask(w);
+    out->scl[c] = _mm512_inserti64x4(_mm512_castsi256_si512(dec.scl[2 * c]), dec.scl[2 * c + 1], 1);
+  }
+}
+
+inline __m512i Lanes4(int a, int b, int c, int d) {
+  return _mm512_setr_epi32(a, a, a, a, b, b, b, b, c, c, c, c, d, d, d, d);
+}
+
+// Sign bytes of 16 sign indices (7 bits in the low bits of each int32 lane; entry order): s |
+// parity(s) << 7, narrowed to 16 bytes; the masks of two 64-value chunks.
+[[gnu::always_inline]] inline void SignMasks(__m512i s, __mmask64* lo, __mmask64* hi) {
+  __m512i t = _mm512_xor_si512(s, _mm512_srli_epi32(s, 4));
+  t = _mm512_xor_si512(t, _mm512_srli_epi32(t, 2));
+  t = _mm512_xor_si512(t, _mm512_srli_epi32(t, 1));
+  const __m512i sb =
+      _mm512_or_si512(s, _mm512_slli_epi32(_mm512_and_si512(t, _mm512_set1_epi32(1)), 7));
+  const __m128i bytes = _mm512_cvtepi32_epi8(sb);
+  *lo = _cvtu64_mask64(static_cast<uint64_t>(_mm_cvtsi128_si64(bytes)));
+  *hi = _cvtu64_mask64(static_cast<uint64_t>(_mm_extract_epi64(bytes, 1)));
+}
+
+// IQ2_XXS / IQ3_XXS: signs and scales from the eight sign words (int32 lane g of sw: group g's
+// four 7-bit sign indices, its scale in the top 4 bits).
+[[gnu::always_inline]] inline void XxsSignsScales(__m512i sw, IqDecoded512* out) {
+  const __m512i shifts = _mm512_setr_epi32(0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21);
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {  // groups 4h..4h+3
+    const __m512i rep =
+        _mm512_permutexvar_epi32(Lanes4(4 * h, 4 * h + 1, 4 * h + 2, 4 * h + 3), sw);
+    const __m512i s = _mm512_and_si512(_mm512_srlv_epi32(rep, shifts), _mm512_set1_epi32(127));
+    SignMasks(s, &out->neg[2 * h], &out->neg[2 * h + 1]);
+  }
+  const __m512i sc =
+      _mm512_or_si512(_mm512_slli_epi32(_mm512_srli_epi32(sw, 28), 1), _mm512_set1_epi32(1));
+  const __m512i sc2 = _mm512_or_si512(sc, _mm512_slli_epi32(sc, 16));  // both words
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    out->scl[c] = _mm512_permutexvar_epi32(Lanes4(2 * c, 2 * c, 2 * c + 1, 2 * c + 1), sc2);
+  }
+}
+
+[[gnu::always_inline]] inline void IqDecode512(const BlockIQ2_XXS& b, IqDecoded512* out) {
+  const __m512i q = _mm512_loadu_si512(b.qs);  // int32 lane 2g: group g's 4 grid indices, 2g + 1:
+                                               // its sign word
+  const __m512i bytes = _mm512_setr_epi32(0, 8, 16, 24, 0, 8, 16, 24, 0, 8, 16, 24, 0, 8, 16, 24);
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {  // groups 4h..4h+3
+    const __m512i rep = _mm512_permutexvar_epi32(Lanes4(8 * h, 8 * h + 2, 8 * h + 4, 8 * h + 6), q);
+    const __m512i idx = _mm512_and_si512(_mm512_srlv_epi32(rep, bytes), _mm512_set1_epi32(0xFF));
+    out->u[2 * h] = _mm512_i32gather_epi64(_mm512_castsi512_si256(idx), kIq2xxsGrid.data(), 8);
+    out->u[2 * h + 1] =
+        _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(idx, 1), kIq2xxsGrid.data(), 8);
+  }
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15);
+  XxsSignsScales(_mm512_permutexvar_epi32(odd, q), out);
+}
+
+[[gnu::always_inline]] inline void IqDecode512(const BlockIQ3_XXS& b, IqDecoded512* out) {
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {  // one byte index per 4 values
+    const __m512i idx =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * c)));
+    out->u[c] = _mm512_i32gather_epi32(idx, kIq3xxsGrid.data(), 4);
+  }
+  XxsSignsScales(
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 64))), out);
+}
+
+// IQ2_XS: qs[i] bits 0..8 index the grid for values 8i..8i+7, bits 9..15 their sign index;
+// scales[g] low nibble the scale of values 32g..32g+15, high nibble of 32g+16..32g+31.
+[[gnu::always_inline]] inline void IqDecode512(const BlockIQ2_XS& b, IqDecoded512* out) {
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {  // entries 16h..16h+15
+    const __m512i q =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 16 * h)));
+    const __m512i idx = _mm512_and_si512(q, _mm512_set1_epi32(511));
+    out->u[2 * h] = _mm512_i32gather_epi64(_mm512_castsi512_si256(idx), kIq2xsGrid.data(), 8);
+    out->u[2 * h + 1] =
+        _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(idx, 1), kIq2xsGrid.data(), 8);
+    SignMasks(_mm512_srli_epi32(q, 9), &out->neg[2 * h], &out->neg[2 * h + 1]);
+  }
+  uint64_t sc8;
+  std::memcpy(&sc8, b.scales, sizeof(sc8));
+  // int32 lane 2g: group g's low nibble, 2g + 1 its high nibble; then 2s + 1 in both words.
+  const __m512i raw = _mm512_cvtepu8_epi32(_mm_set1_epi64x(static_cast<long long>(sc8)));
+  const __m512i nib = _mm512_and_si512(
+      _mm512_srlv_epi32(_mm512_permutexvar_epi32(
+                            _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), raw),
+                        _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4)),
+      _mm512_set1_epi32(0xF));
+  const __m512i sc = _mm512_or_si512(_mm512_slli_epi32(nib, 1), _mm512_set1_epi32(1));
+  const __m512i sc2 = _mm512_or_si512(sc, _mm512_slli_epi32(sc, 16));
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    out->scl[c] = _mm512_permutexvar_epi32(Lanes4(4 * c, 4 * c + 1, 4 * c + 2, 4 * c + 3), sc2);
+  }
+}
+
+// N activation rows against one weight row: per super-block and row the exact integer sum (the
+// scalar twin's integer) and its float steps, in the twin's order.
+template <typename B, int N>
+void IqMultiDot512(int64_t k, const void* w_row, const uint8_t* act, size_t act_row_bytes,
+                   float* out) {
+  LAMINA_DCHECK(k % kQK_K == 0);
+  const auto* x = static_cast<const B*>(w_row);
+  const __m512i zero = _mm512_setzero_si512();
+  float sumf[N];
+#pragma GCC unroll 8
+  for (int r = 0; r < N; ++r) sumf[r] = 0;
+  for (int64_t i = 0; i < k / kQK_K; ++i) {
+    IqDecoded512 dec;
+    IqDecode512(x[i], &dec);
+    const float dx = Iq<B>::D(x[i]);
+#pragma GCC unroll 8
+    for (int r = 0; r < N; ++r) {
+      const BlockQ8_K& y = reinterpret_cast<const BlockQ8_K*>(act + r * act_row_bytes)[i];
+      __m512i acc = zero;
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        const __m512i q8 = _mm512_loadu_si512(y.qs + 64 * c);
+        const __m512i qs = _mm512_mask_sub_epi8(q8, dec.neg[c], zero, q8);
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(dec.u[c], qs), dec.scl[c]);
+      }
+      const float isum = static_cast<float>(_mm512_reduce_add_epi32(acc));
+      const float d = dx * y.d;
+      if constexpr (kIsIq1<B>) {
+        sumf[r] += d * (isum * 0.125f);
+      } else {
+        sumf[r] += d * isum;
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < N; ++r) out[r] = Iq<B>::kFinal * sumf[r];
+}
+
+template <typename B>
+void IqVecDot512(int64_t k, float* s, const void* w_row, const void* act_row) {
+  IqMultiDot512<B, 1>(k, w_row, static_cast<const uint8_t*>(act_row), 0, s);
+}
+
+template <typename B>
+void IqVecDotMulti512(int64_t k, const void* w_row, const void* act, size_t act_row_bytes,
+                      int n_act, float* out) {
+  LAMINA_DCHECK(n_act >= 1 && n_act <= kMaxMultiDot);
+  const auto* a = static_cast<const uint8_t*>(act);
+  switch (n_act) {
+    case 1:
+      return IqMultiDot512<B, 1>(k, w_row, a, act_row_bytes, out);
+    case 2:
+      return IqMultiDot512<B, 2>(k, w_row, a, act_row_bytes, out);
+    case 3:
+      return IqMultiDot512<B, 3>(k, w_row, a, act_row_bytes, out);
+    case 4:
+      return IqMultiDot512<B, 4>(k, w_row, a, act_row_bytes, out);
+    case 5:
+      return IqMultiDot512<B, 5>(k, w_row, a, act_row_bytes, out);
+    case 6:
+      return IqMultiDot512<B, 6>(k, w_row, a, act_row_bytes, out);
+    case 7:
+      return IqMultiDot512<B, 7>(k, w_row, a, act_row_bytes, out);
+    default:
+      return IqMultiDot512<B, 8>(k, w_row, a, act_row_bytes, out);
+  }
+}
+
+template <typename B>
+void SetIq512(KernelTable& table, GgmlType type) {
+  TypeKernels& e = table[static_cast<int>(type)];
+  e.vec_dot = IqVecDot512<B>;
+  e.vec_dot_multi = IqVecDotMulti512<B>;
+}
+
 }  // namespace
 
-void RegisterAvx512IQuants(KernelTable& table) { SetAllIq(table); }
+void RegisterAvx512IQuants(KernelTable& table) {
+  SetAllIq(table);  // the 256-bit kernels, then the 512-bit ones over them
+  SetIq512<BlockIQ2_XXS>(table, GgmlType::kIQ2_XXS);
+  SetIq512<BlockIQ2_XS>(table, GgmlType::kIQ2_XS);
+  SetIq512<BlockIQ2_S>(table, GgmlType::kIQ2_S);
+  SetIq512<BlockIQ3_XXS>(table, GgmlType::kIQ3_XXS);
+  SetIq512<BlockIQ3_S>(table, GgmlType::kIQ3_S);
+  SetIq512<BlockIQ1_S>(table, GgmlType::kIQ1_S);
+  SetIq512<BlockIQ1_M>(table, GgmlType::kIQ1_M);
+}
 
 }  // namespace lamina::quant_internal
