@@ -64,15 +64,17 @@ inline __m512i Lanes4(int a, int b, int c, int d) {
   return _mm512_setr_epi32(a, a, a, a, b, b, b, b, c, c, c, c, d, d, d, d);
 }
 
-// Sign bytes of 16 sign indices (7 bits in the low bits of each int32 lane; entry order): s |
-// parity(s) << 7, narrowed to 16 bytes; the masks of two 64-value chunks.
-[[gnu::always_inline]] inline void SignMasks(__m512i s, __mmask64* lo, __mmask64* hi) {
-  __m512i t = _mm512_xor_si512(s, _mm512_srli_epi32(s, 4));
-  t = _mm512_xor_si512(t, _mm512_srli_epi32(t, 2));
-  t = _mm512_xor_si512(t, _mm512_srli_epi32(t, 1));
-  const __m512i sb =
-      _mm512_or_si512(s, _mm512_slli_epi32(_mm512_and_si512(t, _mm512_set1_epi32(1)), 7));
-  const __m128i bytes = _mm512_cvtepi32_epi8(sb);
+// Sign bytes of 16 sign indices (7 bits in the low bits of each int32 lane, higher bits
+// ignored; entry order): narrowed to bytes, s | parity(s) << 7 by two nibble lookups (in 128-bit
+// registers, which have a third port); the masks of two 64-value chunks.
+[[gnu::always_inline]] inline void SignMasks(__m512i s32, __mmask64* lo, __mmask64* hi) {
+  const __m128i nib = _mm_set1_epi8(0x0F);
+  const __m128i par = _mm_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128,
+                                    -128, 0);  // parity(i) << 7
+  const __m128i s = _mm_and_si128(_mm512_cvtepi32_epi8(s32), _mm_set1_epi8(0x7F));
+  const __m128i p = _mm_xor_si128(_mm_shuffle_epi8(par, _mm_and_si128(s, nib)),
+                                  _mm_shuffle_epi8(par, _mm_and_si128(_mm_srli_epi16(s, 4), nib)));
+  const __m128i bytes = _mm_or_si128(s, p);
   *lo = _cvtu64_mask64(static_cast<uint64_t>(_mm_cvtsi128_si64(bytes)));
   *hi = _cvtu64_mask64(static_cast<uint64_t>(_mm_extract_epi64(bytes, 1)));
 }
@@ -85,8 +87,7 @@ inline __m512i Lanes4(int a, int b, int c, int d) {
   for (int h = 0; h < 2; ++h) {  // groups 4h..4h+3
     const __m512i rep =
         _mm512_permutexvar_epi32(Lanes4(4 * h, 4 * h + 1, 4 * h + 2, 4 * h + 3), sw);
-    const __m512i s = _mm512_and_si512(_mm512_srlv_epi32(rep, shifts), _mm512_set1_epi32(127));
-    SignMasks(s, &out->neg[2 * h], &out->neg[2 * h + 1]);
+    SignMasks(_mm512_srlv_epi32(rep, shifts), &out->neg[2 * h], &out->neg[2 * h + 1]);
   }
   const __m512i sc =
       _mm512_or_si512(_mm512_slli_epi32(_mm512_srli_epi32(sw, 28), 1), _mm512_set1_epi32(1));
@@ -98,19 +99,16 @@ inline __m512i Lanes4(int a, int b, int c, int d) {
 }
 
 [[gnu::always_inline]] inline void IqDecode512(const BlockIQ2_XXS& b, IqDecoded512* out) {
-  const __m512i q = _mm512_loadu_si512(b.qs);  // int32 lane 2g: group g's 4 grid indices, 2g + 1:
-                                               // its sign word
-  const __m512i bytes = _mm512_setr_epi32(0, 8, 16, 24, 0, 8, 16, 24, 0, 8, 16, 24, 0, 8, 16, 24);
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {  // groups 4h..4h+3
-    const __m512i rep = _mm512_permutexvar_epi32(Lanes4(8 * h, 8 * h + 2, 8 * h + 4, 8 * h + 6), q);
-    const __m512i idx = _mm512_and_si512(_mm512_srlv_epi32(rep, bytes), _mm512_set1_epi32(0xFF));
-    out->u[2 * h] = _mm512_i32gather_epi64(_mm512_castsi512_si256(idx), kIq2xxsGrid.data(), 8);
-    out->u[2 * h + 1] =
-        _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(idx, 1), kIq2xxsGrid.data(), 8);
+  // 16 bytes k hold groups 2k, 2k + 1: 4 grid indices and a sign word each.
+  const __m128i pick = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, -1, -1, -1, -1, -1, -1, -1, -1);
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 8 * k));
+    const __m256i idx = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(v, pick));
+    out->u[k] = _mm512_i32gather_epi64(idx, kIq2xxsGrid.data(), 8);
   }
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15);
-  XxsSignsScales(_mm512_permutexvar_epi32(odd, q), out);
+  XxsSignsScales(_mm512_permutexvar_epi32(odd, _mm512_loadu_si512(b.qs)), out);
 }
 
 [[gnu::always_inline]] inline void IqDecode512(const BlockIQ3_XXS& b, IqDecoded512* out) {
