@@ -152,32 +152,66 @@ inline __m512i Lanes4(int a, int b, int c, int d) {
   }
 }
 
+// The exact integer sum of one super-block and activation row: per 64 values one masked negate
+// of the codes, maddubs with the magnitudes and dpwssd with the scales (int32 lanes).
+[[gnu::always_inline]] inline __m512i IqRowSum(const IqDecoded512& dec, const BlockQ8_K& y) {
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i acc = zero;
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const __m512i q8 = _mm512_loadu_si512(y.qs + 64 * c);
+    const __m512i qs = _mm512_mask_sub_epi8(q8, dec.neg[c], zero, q8);
+    acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(dec.u[c], qs), dec.scl[c]);
+  }
+  return acc;
+}
+
+// The lane sums of four int32 vectors, in one: {sum(a), sum(b), sum(c), sum(d)}.
+[[gnu::always_inline]] inline __m128i ReduceAdd4(__m512i a, __m512i b, __m512i c, __m512i d) {
+  const __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+  const __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+  const __m512i x = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+  const __m256i y = _mm256_add_epi32(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64(x, 1));
+  return _mm_add_epi32(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1));
+}
+
 // N activation rows against one weight row: per super-block and row the exact integer sum (the
-// scalar twin's integer) and its float steps, in the twin's order.
+// scalar twin's integer) and its float steps, in the twin's order; rows in fours share one
+// reduction and run the float steps lane by lane (the same operations per row, so a row's result
+// does not depend on N).
 template <typename B, int N>
 void IqMultiDot512(int64_t k, const void* w_row, const uint8_t* act, size_t act_row_bytes,
                    float* out) {
   LAMINA_DCHECK(k % kQK_K == 0);
   const auto* x = static_cast<const B*>(w_row);
-  const __m512i zero = _mm512_setzero_si512();
+  constexpr int kQuads = N / 4;
+  __m128 sum4[kQuads > 0 ? kQuads : 1];  // [row quad]: rows 4j..4j+3
   float sumf[N];
 #pragma GCC unroll 8
   for (int r = 0; r < N; ++r) sumf[r] = 0;
+#pragma GCC unroll 2
+  for (int j = 0; j < kQuads; ++j) sum4[j] = _mm_setzero_ps();
+  auto row = [&](int r, int64_t i) -> const BlockQ8_K& {
+    return reinterpret_cast<const BlockQ8_K*>(act + r * act_row_bytes)[i];
+  };
   for (int64_t i = 0; i < k / kQK_K; ++i) {
     IqDecoded512 dec;
     IqDecode512(x[i], &dec);
     const float dx = Iq<B>::D(x[i]);
-#pragma GCC unroll 8
-    for (int r = 0; r < N; ++r) {
-      const BlockQ8_K& y = reinterpret_cast<const BlockQ8_K*>(act + r * act_row_bytes)[i];
-      __m512i acc = zero;
+#pragma GCC unroll 2
+    for (int j = 0; j < kQuads; ++j) {
+      const BlockQ8_K &y0 = row(4 * j, i), &y1 = row(4 * j + 1, i), &y2 = row(4 * j + 2, i),
+                      &y3 = row(4 * j + 3, i);
+      __m128 isum = _mm_cvtepi32_ps(
+          ReduceAdd4(IqRowSum(dec, y0), IqRowSum(dec, y1), IqRowSum(dec, y2), IqRowSum(dec, y3)));
+      const __m128 d = _mm_mul_ps(_mm_set1_ps(dx), _mm_setr_ps(y0.d, y1.d, y2.d, y3.d));
+      if constexpr (kIsIq1<B>) isum = _mm_mul_ps(isum, _mm_set1_ps(0.125f));
+      sum4[j] = _mm_add_ps(sum4[j], _mm_mul_ps(d, isum));
+    }
 #pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) {
-        const __m512i q8 = _mm512_loadu_si512(y.qs + 64 * c);
-        const __m512i qs = _mm512_mask_sub_epi8(q8, dec.neg[c], zero, q8);
-        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(dec.u[c], qs), dec.scl[c]);
-      }
-      const float isum = static_cast<float>(_mm512_reduce_add_epi32(acc));
+    for (int r = 4 * kQuads; r < N; ++r) {
+      const BlockQ8_K& y = row(r, i);
+      const float isum = static_cast<float>(_mm512_reduce_add_epi32(IqRowSum(dec, y)));
       const float d = dx * y.d;
       if constexpr (kIsIq1<B>) {
         sumf[r] += d * (isum * 0.125f);
@@ -186,6 +220,8 @@ void IqMultiDot512(int64_t k, const void* w_row, const uint8_t* act, size_t act_
       }
     }
   }
+#pragma GCC unroll 2
+  for (int j = 0; j < kQuads; ++j) _mm_storeu_ps(sumf + 4 * j, sum4[j]);
 #pragma GCC unroll 8
   for (int r = 0; r < N; ++r) out[r] = Iq<B>::kFinal * sumf[r];
 }
