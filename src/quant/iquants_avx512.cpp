@@ -2,10 +2,10 @@
 // IQ3_XXS, IQ3_S, IQ1_S, IQ1_M against Q8_K): a super-block is decoded once into four 512-bit
 // registers of weight magnitudes, four 64-bit sign masks and four registers of scales, then each
 // activation row costs per 64 values one masked negate, one maddubs and one dpwssd. IQ2_XXS,
-// IQ2_XS and IQ3_XXS decode by gathers (8 grid entries per vpgatherqq, 16 per vpgatherdd) with
-// the sign bytes of their 7-bit sign indices computed in registers (parity by shifts and xors);
-// the other types reuse the 256-bit decode of iquants_simd.inc (its sign bits turned into byte
-// masks by vpmovm2b). The integer sums and float steps are the scalar twins' (iquants.cpp), so
+// IQ2_XS, IQ3_XXS and IQ3_S decode by gathers (8 grid entries per vpgatherqq, 16 per vpgatherdd)
+// with the sign bytes of their 7-bit sign indices computed in registers (parity by shifts and
+// xors); the other types reuse the 256-bit decode of iquants_simd.inc (its sign bits turned into
+// byte masks by vpmovm2b). The integer sums and float steps are the scalar twins' (iquants.cpp), so
 // every output is their bits.
 
 // GCC 12's AVX-512 headers build their "undefined" vectors by self-initialisation, which trips
@@ -120,6 +120,39 @@ inline __m512i Lanes4(int a, int b, int c, int d) {
   }
   XxsSignsScales(
       _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 64))), out);
+}
+
+// IQ3_S: entry e (4 values) of group g indexes the grid by qs[8g + e] and bit e of qh[g] as bit 8;
+// explicit sign bits (bit j of signs[4g..4g+3] negates value 32g + j); one scale per group.
+[[gnu::always_inline]] inline void IqDecode512(const BlockIQ3_S& b, IqDecoded512* out) {
+  const __m512i bit = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {  // entries 16c..16c+15: groups 2c, 2c + 1
+    uint16_t qh16;
+    std::memcpy(&qh16, b.qh + 2 * c, sizeof(qh16));
+    const __m512i high = _mm512_slli_epi32(
+        _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(qh16), bit), _mm512_set1_epi32(1)), 8);
+    const __m512i idx = _mm512_or_si512(
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * c))),
+        high);
+    out->u[c] = _mm512_i32gather_epi32(idx, kIq3sGrid.data(), 4);
+    uint64_t signs;
+    std::memcpy(&signs, b.signs + 8 * c, sizeof(signs));
+    out->neg[c] = _cvtu64_mask64(signs);
+  }
+  uint32_t sc4;
+  std::memcpy(&sc4, b.scales, sizeof(sc4));
+  // int32 lane g: 2s + 1 of group g in both words.
+  const __m512i nib = _mm512_and_si512(
+      _mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(sc4)),
+                        _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0)),
+      _mm512_set1_epi32(0xF));
+  const __m512i sc = _mm512_or_si512(_mm512_slli_epi32(nib, 1), _mm512_set1_epi32(1));
+  const __m512i sc2 = _mm512_or_si512(sc, _mm512_slli_epi32(sc, 16));
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    out->scl[c] = _mm512_permutexvar_epi32(Lanes4(2 * c, 2 * c, 2 * c + 1, 2 * c + 1), sc2);
+  }
 }
 
 // IQ2_XS: qs[i] bits 0..8 index the grid for values 8i..8i+7, bits 9..15 their sign index;
