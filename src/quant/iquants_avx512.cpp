@@ -2,11 +2,11 @@
 // IQ3_XXS, IQ3_S, IQ1_S, IQ1_M against Q8_K): a super-block is decoded once into four 512-bit
 // registers of weight magnitudes, four 64-bit sign masks and four registers of scales, then each
 // activation row costs per 64 values one masked negate, one maddubs and one dpwssd. IQ2_XXS,
-// IQ2_XS, IQ3_XXS and IQ3_S decode by gathers (8 grid entries per vpgatherqq, 16 per vpgatherdd)
-// with the sign bytes of their 7-bit sign indices computed in registers (parity by shifts and
-// xors); the other types reuse the 256-bit decode of iquants_simd.inc (its sign bits turned into
-// byte masks by vpmovm2b). The integer sums and float steps are the scalar twins' (iquants.cpp), so
-// every output is their bits.
+// IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S decode by gathers (8 grid entries per vpgatherqq, 16 per
+// vpgatherdd) with the sign bytes of their 7-bit sign indices computed in registers (parity by
+// shifts and xors); the other types reuse the 256-bit decode of iquants_simd.inc (its sign bits
+// turned into byte masks by vpmovm2b). The integer sums and float steps are the scalar twins'
+// (iquants.cpp), so every output is their bits.
 
 // GCC 12's AVX-512 headers build their "undefined" vectors by self-initialisation, which trips
 // -Wuninitialized at every inlined broadcast/insert/extract (GCC PR 105593); nothing reads them.
@@ -155,21 +155,11 @@ inline __m512i Lanes4(int a, int b, int c, int d) {
   }
 }
 
-// IQ2_XS: qs[i] bits 0..8 index the grid for values 8i..8i+7, bits 9..15 their sign index;
-// scales[g] low nibble the scale of values 32g..32g+15, high nibble of 32g+16..32g+31.
-[[gnu::always_inline]] inline void IqDecode512(const BlockIQ2_XS& b, IqDecoded512* out) {
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {  // entries 16h..16h+15
-    const __m512i q =
-        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 16 * h)));
-    const __m512i idx = _mm512_and_si512(q, _mm512_set1_epi32(511));
-    out->u[2 * h] = _mm512_i32gather_epi64(_mm512_castsi512_si256(idx), kIq2xsGrid.data(), 8);
-    out->u[2 * h + 1] =
-        _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(idx, 1), kIq2xsGrid.data(), 8);
-    SignMasks(_mm512_srli_epi32(q, 9), &out->neg[2 * h], &out->neg[2 * h + 1]);
-  }
+// IQ2_XS / IQ2_S: scales[g] low nibble the scale of values 32g..32g+15, high nibble of
+// 32g+16..32g+31.
+[[gnu::always_inline]] inline void NibbleScales(const uint8_t* scales, IqDecoded512* out) {
   uint64_t sc8;
-  std::memcpy(&sc8, b.scales, sizeof(sc8));
+  std::memcpy(&sc8, scales, sizeof(sc8));
   // int32 lane 2g: group g's low nibble, 2g + 1 its high nibble; then 2s + 1 in both words.
   const __m512i raw = _mm512_cvtepu8_epi32(_mm_set1_epi64x(static_cast<long long>(sc8)));
   const __m512i nib = _mm512_and_si512(
@@ -183,6 +173,22 @@ inline __m512i Lanes4(int a, int b, int c, int d) {
   for (int c = 0; c < 4; ++c) {
     out->scl[c] = _mm512_permutexvar_epi32(Lanes4(4 * c, 4 * c + 1, 4 * c + 2, 4 * c + 3), sc2);
   }
+}
+
+// IQ2_XS: qs[i] bits 0..8 index the grid for values 8i..8i+7, bits 9..15 their sign index;
+// scales[g] low nibble the scale of values 32g..32g+15, high nibble of 32g+16..32g+31.
+[[gnu::always_inline]] inline void IqDecode512(const BlockIQ2_XS& b, IqDecoded512* out) {
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {  // entries 16h..16h+15
+    const __m512i q =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 16 * h)));
+    const __m512i idx = _mm512_and_si512(q, _mm512_set1_epi32(511));
+    out->u[2 * h] = _mm512_i32gather_epi64(_mm512_castsi512_si256(idx), kIq2xsGrid.data(), 8);
+    out->u[2 * h + 1] =
+        _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(idx, 1), kIq2xsGrid.data(), 8);
+    SignMasks(_mm512_srli_epi32(q, 9), &out->neg[2 * h], &out->neg[2 * h + 1]);
+  }
+  NibbleScales(b.scales, out);
 }
 
 // The exact integer sum of one super-block and activation row: per 64 values one masked negate
@@ -206,6 +212,28 @@ inline __m512i Lanes4(int a, int b, int c, int d) {
   const __m512i x = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
   const __m256i y = _mm256_add_epi32(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64(x, 1));
   return _mm_add_epi32(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1));
+}
+
+// IQ2_S: entry e (8 values) of group g indexes the grid by qs[4g + e] and bits 2e, 2e + 1 of
+// qh[g] as bits 8, 9; explicit sign bits in qs[32..63] (bit j negates value j).
+[[gnu::always_inline]] inline void IqDecode512(const BlockIQ2_S& b, IqDecoded512* out) {
+  const __m256i pair = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {  // entries 8c..8c+7: groups 2c, 2c + 1
+    uint16_t qh16;
+    std::memcpy(&qh16, b.qh + 2 * c, sizeof(qh16));
+    const __m256i high = _mm256_slli_epi32(
+        _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(qh16), pair), _mm256_set1_epi32(3)),
+        8);
+    const __m256i idx = _mm256_or_si256(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * c))),
+        high);
+    out->u[c] = _mm512_i32gather_epi64(idx, kIq2sGrid.data(), 8);
+    uint64_t signs;
+    std::memcpy(&signs, b.qs + kQK_K / 8 + 8 * c, sizeof(signs));
+    out->neg[c] = _cvtu64_mask64(signs);
+  }
+  NibbleScales(b.scales, out);
 }
 
 // N activation rows against one weight row: per super-block and row the exact integer sum (the
