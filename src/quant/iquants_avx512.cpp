@@ -1,12 +1,12 @@
 // AVX-512 (BW + VL + VNNI) dot products of the lattice i-quants (IQ2_XXS, IQ2_XS, IQ2_S,
 // IQ3_XXS, IQ3_S, IQ1_S, IQ1_M against Q8_K): a super-block is decoded once into four 512-bit
 // registers of weight magnitudes, four 64-bit sign masks and four registers of scales, then each
-// activation row costs per 64 values one masked negate, one maddubs and one dpwssd. IQ2_XXS,
-// IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S decode by gathers (8 grid entries per vpgatherqq, 16 per
-// vpgatherdd) with the sign bytes of their 7-bit sign indices computed in registers (parity by
-// shifts and xors); the other types reuse the 256-bit decode of iquants_simd.inc (its sign bits
-// turned into byte masks by vpmovm2b). The integer sums and float steps are the scalar twins'
-// (iquants.cpp), so every output is their bits.
+// activation row costs per 64 values one masked negate, one maddubs and one dpwssd, and rows in
+// fours share one horizontal reduction. The grid entries come by gathers (8 per vpgatherqq, 16
+// per vpgatherdd); 7-bit sign indices become sign bytes in registers (parity by two nibble
+// lookups), explicit sign bits are the masks as they are, IQ1's deltas are added to 8 * grid. The
+// integer sums and float steps are the scalar twins' (iquants.cpp), so every output is their
+// bits. (iquants_simd.inc's 256-bit kernels are registered first and replaced here.)
 
 // GCC 12's AVX-512 headers build their "undefined" vectors by self-initialisation, which trips
 // -Wuninitialized at every inlined broadcast/insert/extract (GCC PR 105593); nothing reads them.
@@ -45,20 +45,6 @@ struct IqDecoded512 {
   __mmask64 neg[4];  // [4 chunks]: bit j set where value j's weight is negative
   __m512i scl[4];    // [4 chunks][32 words]: 2s + 1 of each 16-value half, as IqDecoded's
 };
-
-// Any type: the 256-bit decode, joined in pairs.
-template <typename B>
-[[gnu::always_inline]] inline void IqDecode512(const B& b, IqDecoded512* out) {
-  IqDecoded dec;
-  IqDecode(b, &dec);
-#pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {
-    const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(dec.w[2 * c]), dec.w[2 * c + 1], 1);
-    out->u[c] = _mm512_abs_epi8(w);
-    out->neg[c] = _mm512_movepi8_mask(w);
-    out->scl[c] = _mm512_inserti64x4(_mm512_castsi256_si512(dec.scl[2 * c]), dec.scl[2 * c + 1], 1);
-  }
-}
 
 inline __m512i Lanes4(int a, int b, int c, int d) {
   return _mm512_setr_epi32(a, a, a, a, b, b, b, b, c, c, c, c, d, d, d, d);
@@ -189,6 +175,72 @@ inline __m512i Lanes4(int a, int b, int c, int d) {
     SignMasks(_mm512_srli_epi32(q, 9), &out->neg[2 * h], &out->neg[2 * h + 1]);
   }
   NibbleScales(b.scales, out);
+}
+
+// IQ1: w = 8 * grid + delta, delta -1 in the entries (8 values) whose bit is set in `neg_entries`
+// (one bit per entry), else +1; magnitudes and sign masks of the 64 values.
+[[gnu::always_inline]] inline void Iq1Chunk(__m256i idx, __mmask8 neg_entries, IqDecoded512* out,
+                                            int c) {
+  const __m512i grid = _mm512_i32gather_epi64(idx, kIq1Grid8.data(), 8);
+  const __m512i delta = _mm512_or_si512(_mm512_movm_epi64(neg_entries), _mm512_set1_epi8(1));
+  const __m512i w = _mm512_add_epi8(grid, delta);
+  out->u[c] = _mm512_abs_epi8(w);
+  out->neg[c] = _mm512_movepi8_mask(w);
+}
+
+// 2s + 1 of 16 raw 3-bit scales (int32 lanes, already shifted to bits 0..2) in both words.
+inline __m512i Iq1Scales(__m512i raw) {
+  const __m512i sc = _mm512_or_si512(
+      _mm512_slli_epi32(_mm512_and_si512(raw, _mm512_set1_epi32(7)), 1), _mm512_set1_epi32(1));
+  return _mm512_or_si512(sc, _mm512_slli_epi32(sc, 16));
+}
+
+// IQ1_S: entry l of group g indexes the grid by qs[4g + l] and bits 3l..3l+2 of qh[g] as bits
+// 8..10; qh[g] bits 12..14 are the group's scale, bit 15 its delta's sign.
+[[gnu::always_inline]] inline void IqDecode512(const BlockIQ1_S& b, IqDecoded512* out) {
+  const __m256i shifts = _mm256_setr_epi32(0, 3, 6, 9, 16, 19, 22, 25);
+  const __m256i top =
+      _mm256_setr_epi32(0x8000, 0x8000, 0x8000, 0x8000, 1 << 31, 1 << 31, 1 << 31, 1 << 31);
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {  // entries 8c..8c+7: groups 2c, 2c + 1
+    uint32_t qh2;
+    std::memcpy(&qh2, b.qh + 2 * c, sizeof(qh2));
+    const __m256i h = _mm256_set1_epi32(static_cast<int>(qh2));
+    const __m256i high =
+        _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(h, shifts), _mm256_set1_epi32(7)), 8);
+    const __m256i idx = _mm256_or_si256(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * c))),
+        high);
+    Iq1Chunk(idx, _mm256_test_epi32_mask(h, top), out, c);
+  }
+  const __m512i qh = _mm512_cvtepu16_epi32(
+      _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh))));
+  const __m512i sc2 = Iq1Scales(_mm512_srli_epi32(qh, 12));  // lane g: group g
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    out->scl[c] = _mm512_permutexvar_epi32(Lanes4(2 * c, 2 * c, 2 * c + 1, 2 * c + 1), sc2);
+  }
+}
+
+// IQ1_M: entry e of chunk c (values 64c + 8e..+7) has nibble e of qh[4c..4c+3]: bits 0..2 the grid
+// index's bits 8..10, bit 3 the delta's sign; scale word c holds the four 16-value scales.
+[[gnu::always_inline]] inline void IqDecode512(const BlockIQ1_M& b, IqDecoded512* out) {
+  const __m256i nibs = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+  const __m512i thirds = _mm512_setr_epi32(0, 0, 0, 0, 3, 3, 3, 3, 6, 6, 6, 6, 9, 9, 9, 9);
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    uint32_t qh4;
+    std::memcpy(&qh4, b.qh + 4 * c, sizeof(qh4));
+    const __m256i nib = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(qh4)), nibs);
+    const __m256i high = _mm256_slli_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(7)), 8);
+    const __m256i idx = _mm256_or_si256(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * c))),
+        high);
+    Iq1Chunk(idx, _mm256_test_epi32_mask(nib, _mm256_set1_epi32(8)), out, c);
+    uint16_t word;
+    std::memcpy(&word, b.scales + 2 * c, sizeof(word));
+    out->scl[c] = Iq1Scales(_mm512_srlv_epi32(_mm512_set1_epi32(word), thirds));
+  }
 }
 
 // The exact integer sum of one super-block and activation row: per 64 values one masked negate
