@@ -6,7 +6,7 @@
 // per vpgatherdd); 7-bit sign indices become sign bytes in registers (parity by two nibble
 // lookups), explicit sign bits are the masks as they are, IQ1's deltas are added to 8 * grid. The
 // integer sums and float steps are the scalar twins' (iquants.cpp), so every output is their
-// bits. (iquants_simd.inc's 256-bit kernels are registered first and replaced here.)
+// bits.
 
 // GCC 12's AVX-512 headers build their "undefined" vectors by self-initialisation, which trips
 // -Wuninitialized at every inlined broadcast/insert/extract (GCC PR 105593); nothing reads them.
@@ -31,14 +31,6 @@ namespace lamina::quant_internal {
 namespace {
 
 #include "quant/iquants_common.inc"
-
-inline __m256i IqSignMask(uint32_t bits) { return _mm256_movm_epi8(bits); }
-
-[[gnu::always_inline]] inline __m256i IqAccumulate(__m256i acc, __m256i u, __m256i s, __m256i scl) {
-  return _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(u, s), scl);
-}
-
-#include "quant/iquants_simd.inc"
 
 struct IqDecoded512 {
   __m512i u[4];      // [4 chunks of 64 values] weight magnitudes |w|
@@ -379,7 +371,6 @@ void SetIq512(KernelTable& table, GgmlType type) {
 }  // namespace
 
 void RegisterAvx512IQuants(KernelTable& table) {
-  SetAllIq(table);  // the 256-bit kernels, then the 512-bit ones over them
   SetIq512<BlockIQ2_XXS>(table, GgmlType::kIQ2_XXS);
   SetIq512<BlockIQ2_XS>(table, GgmlType::kIQ2_XS);
   SetIq512<BlockIQ2_S>(table, GgmlType::kIQ2_S);
