@@ -218,7 +218,6 @@ inline __m512i Iq1Scales(__m512i raw) {
 // index's bits 8..10, bit 3 the delta's sign; scale word c holds the four 16-value scales.
 [[gnu::always_inline]] inline void IqDecode512(const BlockIQ1_M& b, IqDecoded512* out) {
   const __m256i nibs = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-  const __m512i thirds = _mm512_setr_epi32(0, 0, 0, 0, 3, 3, 3, 3, 6, 6, 6, 6, 9, 9, 9, 9);
 #pragma GCC unroll 4
   for (int c = 0; c < 4; ++c) {
     uint32_t qh4;
@@ -229,9 +228,18 @@ inline __m512i Iq1Scales(__m512i raw) {
         _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * c))),
         high);
     Iq1Chunk(idx, _mm256_test_epi32_mask(nib, _mm256_set1_epi32(8)), out, c);
-    uint16_t word;
-    std::memcpy(&word, b.scales + 2 * c, sizeof(word));
-    out->scl[c] = Iq1Scales(_mm512_srlv_epi32(_mm512_set1_epi32(word), thirds));
+  }
+  // int32 lane 4c + h: scale h (bits 3h..3h+2) of word c, i.e. of values 64c + 16h..+15.
+  uint64_t words;
+  std::memcpy(&words, b.scales, sizeof(words));
+  const __m512i w = _mm512_permutexvar_epi32(
+      Lanes4(0, 1, 2, 3), _mm512_cvtepu16_epi32(_mm256_zextsi128_si256(
+                              _mm_cvtsi64_si128(static_cast<long long>(words)))));
+  const __m512i sc2 = Iq1Scales(
+      _mm512_srlv_epi32(w, _mm512_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9)));
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    out->scl[c] = _mm512_permutexvar_epi32(Lanes4(4 * c, 4 * c + 1, 4 * c + 2, 4 * c + 3), sc2);
   }
 }
 
