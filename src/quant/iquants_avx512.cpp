@@ -42,31 +42,36 @@ inline __m512i Lanes4(int a, int b, int c, int d) {
   return _mm512_setr_epi32(a, a, a, a, b, b, b, b, c, c, c, c, d, d, d, d);
 }
 
-// Sign bytes of 16 sign indices (7 bits in the low bits of each int32 lane, higher bits
-// ignored; entry order): narrowed to bytes, s | parity(s) << 7 by two nibble lookups (in 128-bit
-// registers, which have a third port); the masks of two 64-value chunks.
-[[gnu::always_inline]] inline void SignMasks(__m512i s32, __mmask64* lo, __mmask64* hi) {
-  const __m128i nib = _mm_set1_epi8(0x0F);
-  const __m128i par = _mm_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128,
-                                    -128, 0);  // parity(i) << 7
-  const __m128i s = _mm_and_si128(_mm512_cvtepi32_epi8(s32), _mm_set1_epi8(0x7F));
-  const __m128i p = _mm_xor_si128(_mm_shuffle_epi8(par, _mm_and_si128(s, nib)),
-                                  _mm_shuffle_epi8(par, _mm_and_si128(_mm_srli_epi16(s, 4), nib)));
-  const __m128i bytes = _mm_or_si128(s, p);
-  *lo = _cvtu64_mask64(static_cast<uint64_t>(_mm_cvtsi128_si64(bytes)));
-  *hi = _cvtu64_mask64(static_cast<uint64_t>(_mm_extract_epi64(bytes, 1)));
+// The four chunks' sign masks from the 32 entries' 7-bit sign indices (one byte each, entry
+// order, bit 7 clear): s | parity(s) << 7 by two nibble lookups.
+[[gnu::always_inline]] inline void SignMasks32(__m256i s, IqDecoded512* out) {
+  const __m256i nib = _mm256_set1_epi8(0x0F);
+  const __m256i par = _mm256_broadcastsi128_si256(_mm_setr_epi8(
+      0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0));  // parity(i) << 7
+  const __m256i p =
+      _mm256_xor_si256(_mm256_shuffle_epi8(par, _mm256_and_si256(s, nib)),
+                       _mm256_shuffle_epi8(par, _mm256_and_si256(_mm256_srli_epi16(s, 4), nib)));
+  const __m256i bytes = _mm256_or_si256(s, p);
+  const __m128i lo = _mm256_castsi256_si128(bytes), hi = _mm256_extracti128_si256(bytes, 1);
+  out->neg[0] = _cvtu64_mask64(static_cast<uint64_t>(_mm_cvtsi128_si64(lo)));
+  out->neg[1] = _cvtu64_mask64(static_cast<uint64_t>(_mm_extract_epi64(lo, 1)));
+  out->neg[2] = _cvtu64_mask64(static_cast<uint64_t>(_mm_cvtsi128_si64(hi)));
+  out->neg[3] = _cvtu64_mask64(static_cast<uint64_t>(_mm_extract_epi64(hi, 1)));
 }
 
 // IQ2_XXS / IQ3_XXS: signs and scales from the eight sign words (int32 lane g of sw: group g's
 // four 7-bit sign indices, its scale in the top 4 bits).
 [[gnu::always_inline]] inline void XxsSignsScales(__m512i sw, IqDecoded512* out) {
-  const __m512i shifts = _mm512_setr_epi32(0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21);
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {  // groups 4h..4h+3
-    const __m512i rep =
-        _mm512_permutexvar_epi32(Lanes4(4 * h, 4 * h + 1, 4 * h + 2, 4 * h + 3), sw);
-    SignMasks(_mm512_srlv_epi32(rep, shifts), &out->neg[2 * h], &out->neg[2 * h + 1]);
+  // Byte l of int32 lane g: sign index l of group g (bits 7l..7l+6), so the 32 bytes are the 32
+  // entries' indices in order.
+  const __m256i w = _mm512_castsi512_si256(sw);
+  __m256i s = _mm256_and_si256(w, _mm256_set1_epi32(0x7F));
+#pragma GCC unroll 3
+  for (int l = 1; l < 4; ++l) {  // (w << l) & field l's byte, ORed in: one vpternlogd
+    s = _mm256_ternarylogic_epi32(_mm256_slli_epi32(w, l), _mm256_set1_epi32(0x7F << (8 * l)), s,
+                                  0xEA);
   }
+  SignMasks32(s, out);
   const __m512i sc =
       _mm512_or_si512(_mm512_slli_epi32(_mm512_srli_epi32(sw, 28), 1), _mm512_set1_epi32(1));
   const __m512i sc2 = _mm512_or_si512(sc, _mm512_slli_epi32(sc, 16));  // both words
@@ -164,8 +169,8 @@ inline __m512i Lanes4(int a, int b, int c, int d) {
     out->u[2 * h] = _mm512_i32gather_epi64(_mm512_castsi512_si256(idx), kIq2xsGrid.data(), 8);
     out->u[2 * h + 1] =
         _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(idx, 1), kIq2xsGrid.data(), 8);
-    SignMasks(_mm512_srli_epi32(q, 9), &out->neg[2 * h], &out->neg[2 * h + 1]);
   }
+  SignMasks32(_mm512_cvtepi16_epi8(_mm512_srli_epi16(_mm512_loadu_si512(b.qs), 9)), out);
   NibbleScales(b.scales, out);
 }
 
