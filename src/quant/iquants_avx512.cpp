@@ -2,7 +2,7 @@
 // IQ3_XXS, IQ3_S, IQ1_S, IQ1_M against Q8_K): a super-block is decoded once into four 512-bit
 // registers of weight magnitudes, four 64-bit sign masks and four registers of scales, then each
 // activation row costs per 64 values one masked negate, one maddubs and one dpwssd, and rows in
-// fours share one horizontal reduction. The grid entries come by gathers (8 per vpgatherqq, 16
+// fours share one horizontal reduction. The grid entries come by gathers (8 per vpgatherdq, 16
 // per vpgatherdd); 7-bit sign indices become sign bytes in registers (parity by two nibble
 // lookups), explicit sign bits are the masks as they are, IQ1's deltas are added to 8 * grid. The
 // integer sums and float steps are the scalar twins' (iquants.cpp), so every output is their
@@ -195,23 +195,22 @@ inline __m512i Iq1Scales(__m512i raw) {
 // IQ1_S: entry l of group g indexes the grid by qs[4g + l] and bits 3l..3l+2 of qh[g] as bits
 // 8..10; qh[g] bits 12..14 are the group's scale, bit 15 its delta's sign.
 [[gnu::always_inline]] inline void IqDecode512(const BlockIQ1_S& b, IqDecoded512* out) {
-  const __m256i shifts = _mm256_setr_epi32(0, 3, 6, 9, 16, 19, 22, 25);
-  const __m256i top =
-      _mm256_setr_epi32(0x8000, 0x8000, 0x8000, 0x8000, 1 << 31, 1 << 31, 1 << 31, 1 << 31);
-#pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {  // entries 8c..8c+7: groups 2c, 2c + 1
-    uint32_t qh2;
-    std::memcpy(&qh2, b.qh + 2 * c, sizeof(qh2));
-    const __m256i h = _mm256_set1_epi32(static_cast<int>(qh2));
-    const __m256i high =
-        _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(h, shifts), _mm256_set1_epi32(7)), 8);
-    const __m256i idx = _mm256_or_si256(
-        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * c))),
-        high);
-    Iq1Chunk(idx, _mm256_test_epi32_mask(h, top), out, c);
-  }
   const __m512i qh = _mm512_cvtepu16_epi32(
       _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh))));
+  const __m512i thirds = _mm512_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9);
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {  // entries 16h..16h+15: groups 4h..4h+3
+    const __m512i rep =
+        _mm512_permutexvar_epi32(Lanes4(4 * h, 4 * h + 1, 4 * h + 2, 4 * h + 3), qh);
+    const __m512i high = _mm512_slli_epi32(
+        _mm512_and_si512(_mm512_srlv_epi32(rep, thirds), _mm512_set1_epi32(7)), 8);
+    const __m512i idx = _mm512_or_si512(
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * h))),
+        high);
+    const __mmask16 neg = _mm512_test_epi32_mask(rep, _mm512_set1_epi32(0x8000));
+    Iq1Chunk(_mm512_castsi512_si256(idx), static_cast<__mmask8>(neg), out, 2 * h);
+    Iq1Chunk(_mm512_extracti64x4_epi64(idx, 1), static_cast<__mmask8>(neg >> 8), out, 2 * h + 1);
+  }
   const __m512i sc2 = Iq1Scales(_mm512_srli_epi32(qh, 12));  // lane g: group g
 #pragma GCC unroll 4
   for (int c = 0; c < 4; ++c) {
