@@ -107,7 +107,8 @@ void BM_MatMulInterleaved(benchmark::State& state) {
 }
 BENCHMARK(BM_MatMulInterleaved)
     ->ArgsProduct({{int(GgmlType::kQ8_0), int(GgmlType::kQ4_0), int(GgmlType::kQ4_K),
-                    int(GgmlType::kQ5_K), int(GgmlType::kQ6_K)},
+                    int(GgmlType::kQ5_K), int(GgmlType::kQ6_K), int(GgmlType::kIQ4_NL),
+                    int(GgmlType::kIQ4_XS)},
                    {1, 8, 64},
                    {1, 2}})
     ->UseRealTime();

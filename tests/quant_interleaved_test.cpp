@@ -2,9 +2,9 @@
 // BlockIQ4_NLx16, repacked at load): every ISA's kernel gives the scalar vec_dot of the row before
 // repacking bit for bit, for every batch size and place in the batch, and writes nothing past its
 // tile; the matmul on an interleaved matrix (whole groups, and a row range cutting groups) equals
-// that too; Q4_K, Q5_K and Q6_K (BlockQ4_Kx16 / BlockQ5_Kx16 / BlockQ6_Kx16) give their scalar
-// twin's bits the same way, within the K-quant bound of vec_dot; the loader repacks a model's
-// matmul weights and keeps the embedding as rows.
+// that too; Q4_K, Q5_K, Q6_K and IQ4_XS (BlockQ4_Kx16 / BlockQ5_Kx16 / BlockQ6_Kx16 /
+// BlockIQ4_XSx16) give their scalar twin's bits the same way, within the K-quant bound of vec_dot;
+// the loader repacks a model's matmul weights and keeps the embedding as rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -142,12 +142,13 @@ TEST(Interleaved, MatMulEqualsScalarVecDot) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Q4_K, Q5_K and Q6_K (BlockQ4_Kx16 / BlockQ5_Kx16 / BlockQ6_Kx16, Q8_K activations): the scalar
-// twin's canonical order differs from vec_dot's (eight float lanes), so every ISA's kernel must
-// give the scalar twin's bits for every batch size and place, and the twin must stay within the
-// K-quant dot bound of vec_dot.
+// Q4_K, Q5_K, Q6_K and IQ4_XS (BlockQ4_Kx16 / BlockQ5_Kx16 / BlockQ6_Kx16 / BlockIQ4_XSx16, Q8_K
+// activations): the scalar twin's canonical order differs from vec_dot's (eight float lanes;
+// IQ4_XS: a float term per 32-value group), so every ISA's kernel must give the scalar twin's bits
+// for every batch size and place, and the twin must stay within the K-quant dot bound of vec_dot.
 
-constexpr GgmlType kKTypes[] = {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+constexpr GgmlType kKTypes[] = {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                                GgmlType::kIQ4_XS};
 
 // Random K-quant rows: every code and scale byte random, d and dmin sane f16 values.
 std::vector<uint8_t> RandomKRows(GgmlType t, int64_t n, std::mt19937& rng) {
@@ -158,7 +159,9 @@ std::vector<uint8_t> RandomKRows(GgmlType t, int64_t n, std::mt19937& rng) {
   const size_t bs = GetTypeTraits(t).type_size;
   for (size_t off = 0; off < rows.size(); off += bs) {
     const fp16_t d = F32ToFp16(scale(rng)), dmin = F32ToFp16(scale(rng));
-    if (t != GgmlType::kQ6_K) {  // Q5_K: d and dmin where Q4_K has them
+    if (t == GgmlType::kIQ4_XS) {
+      std::memcpy(rows.data() + off + offsetof(BlockIQ4_XS, d), &d, 2);
+    } else if (t != GgmlType::kQ6_K) {  // Q5_K: d and dmin where Q4_K has them
       std::memcpy(rows.data() + off + offsetof(BlockQ4_K, d), &d, 2);
       std::memcpy(rows.data() + off + offsetof(BlockQ4_K, dmin), &dmin, 2);
     } else {
@@ -169,8 +172,17 @@ std::vector<uint8_t> RandomKRows(GgmlType t, int64_t n, std::mt19937& rng) {
 }
 
 // The budget's magnitude M = sum_i (|s_i| + |m_i|) |a_i| of one row (quant_kquants_test.cpp):
-// s the scale part of weight i, m its min (Q4_K) or offset (Q6_K) part, a the activation.
+// s the scale part of weight i, m its min (Q4_K) or offset (Q6_K) part, a the activation
+// (IQ4_XS: m = 0, s the value).
 double DotMagnitude(GgmlType t, const uint8_t* row, int64_t k, const BlockQ8_K* a) {
+  if (t == GgmlType::kIQ4_XS) {
+    const std::vector<float> v = Dequantize(t, row, k);
+    double mag = 0;
+    for (int64_t e = 0; e < k; ++e) {
+      mag += std::fabs(double(v[e]) * a[e / kQK_K].d * a[e / kQK_K].qs[e % kQK_K]);
+    }
+    return mag;
+  }
   std::vector<uint8_t> only_m(row, row + RowSize(t, k)), only_s = only_m;
   const size_t bs = GetTypeTraits(t).type_size;
   for (int64_t i = 0; i < k / kQK_K; ++i) {
@@ -269,7 +281,8 @@ TEST(InterleavedK, KernelsEqualScalarTwinBitForBit) {
 }
 
 // Extreme codes: every Q6_K code 0 or 63 and scales -128 / 127, every Q4_K / Q5_K code 15 / 31
-// with scales and mins 63, against activations of +-127: the integer sums at their largest.
+// with scales and mins 63, every IQ4_XS level -127 with scales -32 (even groups) and 31 (odd),
+// against activations of +-127: the integer sums at their largest.
 TEST(InterleavedK, ExtremeCodesEqualScalarTwin) {
   std::mt19937 rng(41);
   const int64_t k = 2 * kQK_K;
@@ -281,6 +294,12 @@ TEST(InterleavedK, ExtremeCodesEqualScalarTwin) {
       if (type == GgmlType::kQ4_K) {
         std::memset(rows.data() + off + offsetof(BlockQ4_K, scales), 0xFF, kKScaleSize);
         std::memset(rows.data() + off + offsetof(BlockQ4_K, qs), 0xFF, kQK_K / 2);
+      } else if (type == GgmlType::kIQ4_XS) {
+        // ls = 0 (even groups) and 63 (odd): low bits 0 / 15, top bits 0 / 3; codes 0: -127.
+        auto* b = reinterpret_cast<BlockIQ4_XS*>(rows.data() + off);
+        b->scales_h = 0xCCCC;
+        std::memset(b->scales_l, 0xF0, sizeof(b->scales_l));
+        std::memset(b->qs, 0, kQK_K / 2);
       } else if (type == GgmlType::kQ5_K) {
         std::memset(rows.data() + off + offsetof(BlockQ5_K, scales), 0xFF, kKScaleSize);
         std::memset(rows.data() + off + offsetof(BlockQ5_K, qh), 0xFF, kQK_K / 8);
@@ -392,8 +411,8 @@ TEST(InterleavedK, MatMulEqualsScalarTwin) {
   for (GgmlType t : kKTypes) ExpectKMatMulEqualsScalarTwin(t, rng, pool);
 }
 
-// The loader repacks a file's Q8_0 matmul weights (the same results as the mapped rows) and keeps
-// the embedding, read by rows, as it is; without a store it repacks nothing.
+// The loader repacks a file's Q8_0 (Q4_K / Q6_K, IQ4_XS) matmul weights (the same results as the
+// mapped rows) and keeps the embedding, read by rows, as it is; without a store it repacks nothing.
 TEST(Interleaved, LoaderRepacksMatMulWeightsOnly) {
   auto file =
       gguf::File::Open(std::string(LAMINA_SHARED_DIR) + "/models/synth-llama-d128.Q8_0.gguf");
@@ -423,6 +442,19 @@ TEST(Interleaved, LoaderRepacksMatMulWeightsOnly) {
   EXPECT_EQ(kq_embd.interleave, 0);
   EXPECT_EQ(kq_q.interleave, kQ8_0x16Rows);
   EXPECT_EQ(kq_down.interleave, kQ8_0x16Rows);
+  // An IQ4_XS file (tests/fixtures): its matmul weights are repacked, its embedding is not.
+  auto xs = gguf::File::Open(std::string(LAMINA_SOURCE_DIR) +
+                             "/tests/fixtures/models/synth-llama-d256.IQ4_XS.gguf");
+  ASSERT_TRUE(xs.ok()) << xs.error().message;
+  std::vector<WeightBuffer> xs_store;
+  WeightLoader xs_loader(**xs, &xs_store);
+  const WeightMatrix xs_embd =
+      xs_loader.Matrix("token_embd.weight", 256, 512, true, WeightUse::kRows);
+  const WeightMatrix xs_k = xs_loader.Matrix("blk.0.attn_k.weight", 256, 128);
+  ASSERT_TRUE(xs_loader.status().ok());
+  EXPECT_EQ(xs_k.type, GgmlType::kIQ4_XS);
+  EXPECT_EQ(xs_embd.interleave, 0);
+  EXPECT_EQ(xs_k.interleave, kQ8_0x16Rows);
   WeightLoader plain_loader(**file);
   const WeightMatrix plain = plain_loader.Matrix("blk.0.attn_q.weight", 128, 128);
   EXPECT_EQ(plain.interleave, 0);

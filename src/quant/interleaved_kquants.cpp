@@ -1,10 +1,11 @@
-// Interleaved Q4_K, Q5_K and Q6_K weights (BlockQ4_Kx16, BlockQ5_Kx16, BlockQ6_Kx16): the repack
-// the loader runs once per weight matrix and the scalar twins of their matmul kernels, which read
-// Q8_K activation rows. The canonical per-row order, the same for every ISA and batch size: per
-// super-block the exact integer sums (Q4_K and Q5_K: sumi = sum_j sc_j * dot_j over the eight
-// 32-value groups and summ = sum_j mn_j * (bsums[2j] + bsums[2j + 1]); Q6_K: sumi = sum_g sc_g *
-// (dot_g - 32 bsums[g]) over the sixteen 16-value groups), then in super-block order sumf +=
-// float(sumi) * (d_w * d_a) and, Q4_K / Q5_K, sumf -= float(summ) * (dmin_w * d_a).
+// Interleaved Q4_K, Q5_K, Q6_K and IQ4_XS weights (BlockQ4_Kx16, BlockQ5_Kx16, BlockQ6_Kx16,
+// BlockIQ4_XSx16): the repack the loader runs once per weight matrix and the scalar twins of their
+// matmul kernels, which read Q8_K activation rows. The canonical per-row order, the same for every
+// ISA and batch size: per super-block the exact integer sums (Q4_K and Q5_K: sumi = sum_j sc_j *
+// dot_j over the eight 32-value groups and summ = sum_j mn_j * (bsums[2j] + bsums[2j + 1]); Q6_K:
+// sumi = sum_g sc_g * (dot_g - 32 bsums[g]) over the sixteen 16-value groups; IQ4_XS: sumi =
+// sum_j (ls_j - 32) * dot_j, dot_j over the levels, GGML's reference order), then in super-block
+// order sumf += float(sumi) * (d_w * d_a) and, Q4_K / Q5_K, sumf -= float(summ) * (dmin_w * d_a).
 #include <cstring>
 #include <type_traits>
 
@@ -126,6 +127,50 @@ float DotQ6K(const BlockQ6_Kx16* w, int r, const BlockQ8_K* a, int64_t nb) {
   return sumf;
 }
 
+// IQ4_XS: rows' d, scales_h, scales_l lanes and qs in the group's layout (BlockIQ4_XSx16).
+void RepackIQ4XS(const void* src, size_t row_bytes, int64_t k, void* dst) {
+  const auto* s = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<BlockIQ4_XSx16*>(dst);
+  for (int64_t i = 0; i < k / kQK_K; ++i) {
+    for (int r = 0; r < kRows; ++r) {
+      const auto* b = reinterpret_cast<const BlockIQ4_XS*>(s + r * row_bytes) + i;
+      out[i].d[r] = b->d;
+      out[i].scales_h[r] = b->scales_h;
+      ScatterRow(b->scales_l, kQK_K / 64, r, out[i].scales_l);
+      ScatterRow(b->qs, kQK_K / 2, r, out[i].qs);
+    }
+  }
+}
+
+// Row r's signed scale of 32-value group j: the 6-bit ls - 32.
+inline int ScaleIQ4XS(const BlockIQ4_XSx16& w, int r, int j) {
+  uint32_t lo;
+  std::memcpy(&lo, w.scales_l + kChunk * r, sizeof(lo));
+  const int ls =
+      static_cast<int>(((lo >> (4 * j)) & 0xF) | (((w.scales_h[r] >> (2 * j)) & 3) << 4));
+  return ls - 32;
+}
+
+// Element e (< 256) of row r: its level.
+inline int LevelIQ4XS(const BlockIQ4_XSx16& w, int r, int e) {
+  const uint8_t v = LaneByte(w.qs, r, 16 * (e / 32) + e % 16);
+  return kIq4NlLevels[(e % 32) < 16 ? v & 0xF : v >> 4];
+}
+
+float DotIQ4XS(const BlockIQ4_XSx16* w, int r, const BlockQ8_K* a, int64_t nb) {
+  float sumf = 0.0f;
+  for (int64_t i = 0; i < nb; ++i) {
+    int32_t sumi = 0;
+    for (int j = 0; j < 8; ++j) {
+      int32_t dot = 0;
+      for (int e = 32 * j; e < 32 * j + 32; ++e) dot += LevelIQ4XS(w[i], r, e) * a[i].qs[e];
+      sumi += ScaleIQ4XS(w[i], r, j) * dot;
+    }
+    sumf += static_cast<float>(sumi) * (Fp16ToF32(w[i].d[r]) * a[i].d);
+  }
+  return sumf;
+}
+
 template <class Block, float (*kDot)(const Block*, int, const BlockQ8_K*, int64_t)>
 void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
           float* out, size_t out_stride) {
@@ -152,6 +197,10 @@ void RegisterScalarInterleavedK(KernelTable& table) {
   q6.interleave_rows = kRows;
   q6.repack = RepackQ6K;
   q6.gemm_interleaved = Gemm<BlockQ6_Kx16, DotQ6K>;
+  TypeKernels& xs = table[static_cast<int>(GgmlType::kIQ4_XS)];
+  xs.interleave_rows = kRows;
+  xs.repack = RepackIQ4XS;
+  xs.gemm_interleaved = Gemm<BlockIQ4_XSx16, DotIQ4XS>;
 }
 
 }  // namespace lamina::quant_internal

@@ -1,10 +1,12 @@
-// AVX2 kernels for interleaved Q4_K, Q5_K and Q6_K weights (BlockQ4_Kx16, BlockQ5_Kx16,
-// BlockQ6_Kx16): the 16-row group as two halves of 8 rows, one 256-bit lane per row. Per 4-element
-// chunk one 32-byte load gives a half's unsigned codes, and each token's 4 codes, broadcast, go
-// through maddubs (pairs, at most 2 * 63 * 128 in magnitude: no saturation) and madd with the rows'
-// group scale in both words of the lane: exact int32 sc * dot. Q4_K's mins and Q6_K's -32 offset
-// are madd of the rows' mins or scale pairs against the token's bsums pairs. The float steps are
-// the scalar twin's (no FMA), so every output is the scalar twin's bits.
+// AVX2 kernels for interleaved Q4_K, Q5_K, Q6_K and IQ4_XS weights (BlockQ4_Kx16, BlockQ5_Kx16,
+// BlockQ6_Kx16, BlockIQ4_XSx16): the 16-row group as two halves of 8 rows, one 256-bit lane per
+// row. Per 4-element chunk one 32-byte load gives a half's unsigned codes, and each token's 4
+// codes, broadcast, go through maddubs (pairs, at most 2 * 63 * 128 in magnitude: no saturation)
+// and madd with the rows' group scale in both words of the lane: exact int32 sc * dot. Q4_K's mins
+// and Q6_K's -32 offset are madd of the rows' mins or scale pairs against the token's bsums pairs.
+// IQ4_XS's nibbles become signed levels by one vpshufb; maddubs takes their magnitudes against the
+// token's codes with the levels' signs (pairs at most 2 * 127 * 127). The float steps are the
+// scalar twin's (no FMA), so every output is the scalar twin's bits.
 #include <immintrin.h>
 
 #include <cstring>
@@ -164,6 +166,44 @@ inline void HalfStepQ6K(const BlockQ6_Kx16& w, int h, const BlockQ8_K* const* a,
   AddScaled<N>(LoadHalves(w.d + 8 * h), sumi, a, i, acc);
 }
 
+// Rows [8h, 8h + 8) of one IQ4_XS super-block against N tokens (chunks as in the AVX-512 file).
+template <int N>
+inline void HalfStepIQ4XS(const BlockIQ4_XSx16& w, int h, const BlockQ8_K* const* a, int64_t i,
+                          __m256* acc) {
+  const __m256i table =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlLevels)));
+  const __m256i lo4 = Load(w.scales_l + 32 * h);
+  const __m256i hi2 =
+      _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales_h + 8 * h)));
+  const __m256i nib = _mm256_set1_epi8(0x0F);
+  __m256i sumi[N];
+  for (int t = 0; t < N; ++t) sumi[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) {
+    const __m256i ls = _mm256_or_si256(
+        _mm256_and_si256(_mm256_srli_epi32(lo4, 4 * j), _mm256_set1_epi32(0xF)),
+        _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hi2, 2 * j), _mm256_set1_epi32(3)),
+                          4));
+    const __m256i s = DupWord(_mm256_sub_epi32(ls, _mm256_set1_epi32(32)));
+#pragma GCC unroll 4
+    for (int c4 = 0; c4 < 4; ++c4) {
+      const __m256i v = Load(w.qs + 64 * (4 * j + c4) + 32 * h);
+      const __m256i ll = _mm256_shuffle_epi8(table, _mm256_and_si256(v, nib));
+      const __m256i lh = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
+      const __m256i al = _mm256_abs_epi8(ll), ah = _mm256_abs_epi8(lh);
+      const int e0 = 32 * j + 4 * c4;
+#pragma GCC unroll 4
+      for (int t = 0; t < N; ++t) {
+        const __m256i ql = _mm256_sign_epi8(Broadcast4(a[t][i].qs + e0), ll);
+        const __m256i qh = _mm256_sign_epi8(Broadcast4(a[t][i].qs + e0 + 16), lh);
+        sumi[t] = ScaledDot(sumi[t], al, ql, s);
+        sumi[t] = ScaledDot(sumi[t], ah, qh, s);
+      }
+    }
+  }
+  AddScaled<N>(LoadHalves(w.d + 8 * h), sumi, a, i, acc);
+}
+
 template <class Block, int N>
 void GemmHalfN(int64_t nb, const Block* w, int h, const char* act, size_t act_row_bytes, float* out,
                size_t out_stride) {
@@ -176,6 +216,8 @@ void GemmHalfN(int64_t nb, const Block* w, int h, const char* act, size_t act_ro
   for (int64_t i = 0; i < nb; ++i) {
     if constexpr (std::is_same_v<Block, BlockQ6_Kx16>) {
       HalfStepQ6K<N>(w[i], h, a, i, acc);
+    } else if constexpr (std::is_same_v<Block, BlockIQ4_XSx16>) {
+      HalfStepIQ4XS<N>(w[i], h, a, i, acc);
     } else {
       HalfStepQ45K<Block, N>(w[i], h, a, i, acc);
     }
@@ -217,6 +259,7 @@ void RegisterAvx2InterleavedK(KernelTable& table) {
   table[static_cast<int>(GgmlType::kQ4_K)].gemm_interleaved = Gemm<BlockQ4_Kx16>;
   table[static_cast<int>(GgmlType::kQ5_K)].gemm_interleaved = Gemm<BlockQ5_Kx16>;
   table[static_cast<int>(GgmlType::kQ6_K)].gemm_interleaved = Gemm<BlockQ6_Kx16>;
+  table[static_cast<int>(GgmlType::kIQ4_XS)].gemm_interleaved = Gemm<BlockIQ4_XSx16>;
 }
 
 }  // namespace lamina::quant_internal

@@ -1,16 +1,17 @@
-// AVX-512 VNNI kernels for interleaved Q4_K, Q5_K and Q6_K weights (BlockQ4_Kx16, BlockQ5_Kx16,
-// BlockQ6_Kx16): one 512-bit lane per row of the 16-row group. Per 4-element chunk one 64-byte load
-// (Q4_K: masked or shifted nibbles; Q6_K: nibbles ORed with their two high bits) gives the unsigned
-// codes of all rows, and each token adds its 4 activation codes, broadcast, by one vpdpbusd into a
-// per-group sum (Q6_K's starts at -32 * bsums[g]); vpmulld applies the rows' group scales (Q4_K
-// from 4 tokens: vpdpwssd on half sub-blocks) and Q4_K's mins term is vpdpwssd of each row's min
-// against the token's bsums pairs. Every sum is exact, and the float steps are the scalar twin's
-// (separate multiply and add, no FMA), so every output is the scalar twin's bits. The file also
-// holds the AVX-512 twin of the Q8_K activation quantizer these kernels read (QuantizeQ8K in
-// kquants.cpp: the same codes, bsums and d, bit for bit; compiled, like the kernels, without
-// multiply-add contraction). GCC 12's AVX-512 headers self-initialise their "undefined" vectors,
-// which -Wall reports at every inlined intrinsic (GCC PR105593); the warnings say nothing about
-// this file.
+// AVX-512 VNNI kernels for interleaved Q4_K, Q5_K, Q6_K and IQ4_XS weights (BlockQ4_Kx16,
+// BlockQ5_Kx16, BlockQ6_Kx16, BlockIQ4_XSx16): one 512-bit lane per row of the 16-row group. Per
+// 4-element chunk one 64-byte load (Q4_K: masked or shifted nibbles; Q6_K: nibbles ORed with their
+// two high bits) gives the unsigned codes of all rows, and each token adds its 4 activation codes,
+// broadcast, by one vpdpbusd into a per-group sum (Q6_K's starts at -32 * bsums[g]); vpmulld
+// applies the rows' group scales (Q4_K from 4 tokens: vpdpwssd on half sub-blocks) and Q4_K's mins
+// term is vpdpwssd of each row's min against the token's bsums pairs; IQ4_XS's nibbles become level
+// + 128 by one vpshufb, and each group's sum starts at -128 * (its bsums). Every sum is exact, and
+// the float steps are the scalar twin's (separate multiply and add, no FMA), so every output is the
+// scalar twin's bits. The file also holds the AVX-512 twin of the Q8_K activation quantizer these
+// kernels read (QuantizeQ8K in kquants.cpp: the same codes, bsums and d, bit for bit; compiled,
+// like the kernels, without multiply-add contraction). GCC 12's AVX-512 headers self-initialise
+// their "undefined" vectors, which -Wall reports at every inlined intrinsic (GCC PR105593); the
+// warnings say nothing about this file.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -174,6 +175,56 @@ inline void StepQ6K(const BlockQ6_Kx16& w, const BlockQ8_K* const* a, int64_t i,
   AddScaled<N>(LoadHalves(w.d), sumi, a, i, acc);
 }
 
+// One IQ4_XS super-block of the group against N tokens. Chunk c = 4j + c4 of group j holds
+// elements 32j + 4c4 + (0..3) in its low nibbles and those + 16 in its high nibbles; a nibble's
+// level + 128 (1..241, unsigned) comes from one in-lane table lookup, and the group's sum starts
+// at -128 * sum(q), so it is the exact dot with the signed levels. The two halves of a group are
+// summed apart (shorter vpdpbusd chains) and added before the scale's vpmulld.
+template <int N>
+inline void StepIQ4XS(const BlockIQ4_XSx16& w, const BlockQ8_K* const* a, int64_t i, __m512* acc) {
+  const __m512i table = _mm512_broadcast_i32x4(  // level + 128: the sign bit flipped
+      _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlLevels)),
+                    _mm_set1_epi8(static_cast<char>(0x80))));
+  const __m512i lo4 = Load(w.scales_l);
+  const __m512i hi2 =
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales_h)));
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  __m512i sumi[N];
+#pragma GCC unroll 8
+  for (int t = 0; t < N; ++t) sumi[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) {
+    const __m512i ls = _mm512_or_si512(
+        _mm512_and_si512(_mm512_srli_epi32(lo4, 4 * j), _mm512_set1_epi32(0xF)),
+        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi2, 2 * j), _mm512_set1_epi32(3)),
+                          4));
+    const __m512i s = _mm512_sub_epi32(ls, _mm512_set1_epi32(32));
+    __m512i lo[N], hi[N];
+#pragma GCC unroll 8
+    for (int t = 0; t < N; ++t) {
+      lo[t] = _mm512_set1_epi32(-128 * (a[t][i].bsums[2 * j] + a[t][i].bsums[2 * j + 1]));
+      hi[t] = _mm512_setzero_si512();
+    }
+#pragma GCC unroll 4
+    for (int c4 = 0; c4 < 4; ++c4) {
+      const __m512i v = Load(w.qs + 64 * (4 * j + c4));
+      const __m512i ul = _mm512_shuffle_epi8(table, _mm512_and_si512(v, nib));
+      const __m512i uh = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
+      const int e0 = 32 * j + 4 * c4;
+#pragma GCC unroll 8
+      for (int t = 0; t < N; ++t) {
+        lo[t] = _mm512_dpbusd_epi32(lo[t], ul, Broadcast4(a[t][i].qs + e0));
+        hi[t] = _mm512_dpbusd_epi32(hi[t], uh, Broadcast4(a[t][i].qs + e0 + 16));
+      }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < N; ++t) {
+      sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(_mm512_add_epi32(lo[t], hi[t]), s));
+    }
+  }
+  AddScaled<N>(LoadHalves(w.d), sumi, a, i, acc);
+}
+
 // One block of 256 floats as BlockQ8_K, exactly as the scalar QuantizeQ8K: the first element of
 // largest magnitude gives iscale = -127 / max, codes min(127, round-half-even(iscale * x)) by
 // the 1.5 * 2^23 trick (multiply, then add), bsums per 16, d = 1 / iscale.
@@ -227,6 +278,8 @@ void GemmN(int64_t nb, const Block* w, const char* act, size_t act_row_bytes, fl
   for (int64_t i = 0; i < nb; ++i) {
     if constexpr (std::is_same_v<Block, BlockQ6_Kx16>) {
       StepQ6K<N>(w[i], a, i, acc);
+    } else if constexpr (std::is_same_v<Block, BlockIQ4_XSx16>) {
+      StepIQ4XS<N>(w[i], a, i, acc);
     } else {
       StepQ45K<Block, N>(w[i], a, i, acc);
     }
@@ -267,6 +320,7 @@ void RegisterAvx512InterleavedK(KernelTable& table) {
   table[static_cast<int>(GgmlType::kQ4_K)].gemm_interleaved = Gemm<BlockQ4_Kx16>;
   table[static_cast<int>(GgmlType::kQ5_K)].gemm_interleaved = Gemm<BlockQ5_Kx16>;
   table[static_cast<int>(GgmlType::kQ6_K)].gemm_interleaved = Gemm<BlockQ6_Kx16>;
+  table[static_cast<int>(GgmlType::kIQ4_XS)].gemm_interleaved = Gemm<BlockIQ4_XSx16>;
 }
 
 }  // namespace lamina::quant_internal

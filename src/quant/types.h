@@ -276,6 +276,20 @@ struct BlockQ6_Kx16 {
 };
 static_assert(sizeof(BlockQ6_Kx16) == kQ8_0x16Rows * sizeof(BlockQ6_K));
 
+// IQ4_XS weights repacked at load: super-block i of 16 consecutive rows (256 values each). d[r]
+// and scales_h[r] are row r's; scales_l[4 * r + b] is row r's byte scales_l[b] (one 4-byte lane
+// per row: group g's low 4 scale bits are bits 4g..4g+3 of the lane); qs[64 * c + 4 * r + e] is
+// the row's byte qs[4c + e] (c < 32): its low nibble indexes kIq4NlLevels for element
+// 32 * (c / 4) + 4 * (c % 4) + e, its high nibble for that element + 16. Same bytes as the rows'
+// blocks.
+struct BlockIQ4_XSx16 {
+  fp16_t d[kQ8_0x16Rows];
+  uint16_t scales_h[kQ8_0x16Rows];
+  uint8_t scales_l[kQ8_0x16Rows * kQK_K / 64];
+  uint8_t qs[kQ8_0x16Rows * kQK_K / 2];
+};
+static_assert(sizeof(BlockIQ4_XSx16) == kQ8_0x16Rows * sizeof(BlockIQ4_XS));
+
 // 32 activation values for the interleaved kernels, made from a BlockQ8_0: x = d * q with d the
 // block's fp16 scale widened to f32, and sum = sum(q), which turns a dot with codes stored
 // offset (u = w + C) into the signed dot: sum(w q) = sum(u q) - C * sum.
