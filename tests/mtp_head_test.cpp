@@ -13,6 +13,7 @@
 #include "engine/generate.h"
 #include "gguf/gguf.h"
 #include "kv_storage.h"
+#include "mtp_harness.h"
 #include "process_util.h"
 #include "runtime/session.h"
 #include "spec/drafter.h"
@@ -72,42 +73,11 @@ TEST(MtpHead, GreedyAndKvBytesEqualPlainGreedyInEveryKvMode) {
   std::unique_ptr<Model> m = LoadWithHead();
   ASSERT_NE(m, nullptr);
   const Model& model = *m;
-  ThreadPool pool(2);
-  const std::vector<std::vector<int32_t>> prompts = {
-      ChatPrompt(model, "Count from 37 to 61, one number per line."),
-      ChatPrompt(model, "Write a JSON object with the fields \"name\" = \"Alice\", \"age\" = 34.")};
-  spec::SpecOptions so;
-  so.adaptive = false;
-  spec::SpecStats total;
-  for (const KvMode& mode : kKvModes) {
-    SessionConfig sc;
-    sc.n_ctx = 256;
-    sc.kv_type = mode.type;
-    sc.kv_seed = 5;
-    if (!MakeKvCacheConfig(model.hparams(), sc).ok()) continue;
-    for (size_t pi = 0; pi < prompts.size(); ++pi) {
-      Session plain(model, sc, pool);
-      Result<GenerateResult> want = engine::Generate(plain, 0, prompts[pi], Greedy(48));
-      ASSERT_TRUE(want.ok());
-      for (int draft_max : {1, 4}) {
-        so.draft_max = draft_max;
-        Session s(model, sc, pool);
-        spec::MtpDrafter drafter(s, 0, sc, pool);
-        spec::SpecStats stats;
-        Result<GenerateResult> got =
-            engine::GenerateSpeculative(s, 0, prompts[pi], Greedy(48), drafter, so, &stats);
-        const std::string where = std::string(KvTypeName(mode.type)) + " draft_max " +
-                                  std::to_string(draft_max) + " prompt " + std::to_string(pi);
-        ASSERT_TRUE(got.ok()) << where;
-        EXPECT_EQ(got->tokens, want->tokens) << where;
-        EXPECT_EQ(s.n_past(0), plain.n_past(0)) << where;
-        EXPECT_TRUE(KvStorageBytes(s.cache(), 0, s.n_past(0)) ==
-                    KvStorageBytes(plain.cache(), 0, plain.n_past(0)))
-            << where << ": KV bytes differ";
-        total.Add(stats);
-      }
-    }
-  }
+  const std::vector<MtpCase> cases = {
+      {ChatPrompt(model, "Count from 37 to 61, one number per line."), Greedy(48)},
+      {ChatPrompt(model, "Write a JSON object with the fields \"name\" = \"Alice\", \"age\" = 34."),
+       Greedy(48)}};
+  const spec::SpecStats total = CheckMtpGreedyEqualsPlain(model, cases, 256);
   EXPECT_GT(total.drafted, total.verify_steps);
   // A trained head: more than a quarter of its drafts, every one proposed (p_min 0), chained up
   // to four, are the model's next tokens (the shipped head: 330 of 912).
