@@ -217,5 +217,20 @@ TEST(CostModel, RatiosSurviveALoadSwing) {
   EXPECT_EQ(costs.CatchUpSteps(10), 0.0);  // not measured yet
 }
 
+// A shared machine: one sample in five is preempted and takes 2-10x as long, windows (longer)
+// more often than plain steps. The ratio stays near the true one.
+TEST(CostModel, PreemptionSpikesDoNotSkewRatios) {
+  CostModel costs;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  auto spike = [&](double p) { return u(rng) < p ? 2.0 + 8.0 * u(rng) : 1.0 + 0.2 * u(rng); };
+  for (int i = 0; i < 300; ++i) {
+    costs.ObserveWindow(1, 1e-3 * spike(0.15));
+    if (i % 3 == 0) costs.ObserveWindow(4, 2.4e-3 * spike(0.3));
+  }
+  EXPECT_GT(costs.WindowSteps(4), 1.9);
+  EXPECT_LT(costs.WindowSteps(4), 3.2);
+}
+
 }  // namespace
 }  // namespace lamina::spec

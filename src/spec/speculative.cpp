@@ -20,7 +20,8 @@ void SpecStats::Add(const SpecStats& o) {
 namespace {
 constexpr double kAlpha = 0.25;         // the averages' weight of a new observation
 constexpr double kShare = 0.5;          // the other times' share of a window's residual (load)
-constexpr double kClamp = 1.0;          // most log change one observation makes (a factor of 2)
+constexpr double kUp = 0.2;             // the most log residual a slower sample counts for
+constexpr double kDown = 1.0;           // and a faster one
 constexpr double kPriorSlope = 0.25;    // steps per window token before any window is measured
 constexpr double kMargin = 0.03;        // the gain a draft must promise over a plain step
 constexpr double kDecay = 0.9;          // a request's outcomes kept per window
@@ -34,12 +35,18 @@ void CostModel::Observe(int entry, double log_seconds) {
     log_[entry] = log_seconds;
     return;
   }
-  log_[entry] += kAlpha * std::clamp(log_seconds - log_[entry], -kClamp, kClamp);
+  // Preemption on a shared machine only ever adds time: a slower sample moves the average up by
+  // at most kUp, a faster one down by up to kDown (it tracks the low end of the times).
+  log_[entry] += kAlpha * std::clamp(log_seconds - log_[entry], -kDown, kUp);
 }
 
 void CostModel::ObserveWindow(int n_tokens, double seconds) {
   if (n_tokens < 1 || !(seconds > 0.0)) return;
-  Observe(std::min(n_tokens, kMaxWindow), std::log(seconds));
+  const int w = std::min(n_tokens, kMaxWindow);
+  double ls = std::log(seconds);
+  // A length's first sample may be a preempted one: it starts no higher than predicted.
+  if (n_[w] == 0 && w > 1 && has_step()) ls = std::min(ls, log_[1] + std::log(WindowSteps(w)));
+  Observe(w, ls);
 }
 
 void CostModel::ObserveDraft(int passes, double seconds) {
@@ -90,7 +97,8 @@ double CostModel::WindowSteps(int n_tokens) const {
     const double slope = lo == 1 ? kPriorSlope : std::max(0.0, (c_lo - 1.0) / (lo - 1));
     c = c_lo + slope * (w - lo);
   }
-  return std::max(c, floor);
+  // Never below a shorter window, nor above w separate steps (batching never costs more).
+  return std::clamp(std::max(c, floor), 1.0, static_cast<double>(w));
 }
 
 double CostModel::DraftSteps(double passes) const {

@@ -49,11 +49,15 @@ struct SpecStats {
 // table): the forward pass over a window of W tokens, the drafter's time per drafted token and
 // per cell it catches up after a pause (an MTP head, a draft model), all in plain-step units,
 // and the drafter's long-run acceptance (the prior of a new request). Each time is an
-// exponential average of log seconds (weight 1/4, one sample moving it by at most a factor of
-// e), so a load swing or a faster kernel shows within a few samples of each.
+// exponential average of log seconds (weight 1/4) whose samples count for at most +0.2 above it
+// and -1 below it: on a shared machine preemption only adds time (samples swing by 10x), so it
+// tracks the low end of the times, which is the cost ratio preemption scales alike; a faster
+// kernel shows within a few samples, a slower one within ~15.
 // A window length not measured yet is interpolated, or extrapolated from the longest two
 // measured (an optimistic slope of a quarter step per token before any window is measured, so
-// that lengths get tried); every window costs at least the shorter ones.
+// that lengths get tried); every window costs at least the shorter ones and at most its length
+// in plain steps (batching never costs more than stepping), and a length's first sample counts
+// for no more than its prediction (it may have been preempted).
 class CostModel {
  public:
   static constexpr int kMaxWindow = 64;  // longer windows are costed as this one
