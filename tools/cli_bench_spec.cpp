@@ -1,10 +1,10 @@
 // `lamina bench --spec off,lookup,draft,mtp`: greedy generation on a fixed task set (counting to
-// 300, a JSON object, copying a 50-item list, prose), each task in the model's chat template,
-// with each speculative mode, in interleaved rounds (every round runs every task × mode once, in
-// a fresh session). Prints per task and mode the median decode tok/s, the median of the
-// per-round ratios to plain decoding, acceptance and tokens per verify step, then what each leg's
-// cost model measured (one per leg, kept across its runs). The output ids are checked equal to
-// plain decoding's (they must be, at temperature 0).
+// 300, a JSON object, copying a 50-item list, prose), each task in the model's chat template
+// (ChatML for a model without one), with each speculative mode, in interleaved rounds (every
+// round runs every task × mode once, in a fresh session). Prints per task and mode the median
+// decode tok/s, the median of the per-round ratios to plain decoding, acceptance and tokens per
+// verify step, then what each leg's cost model measured (one per leg, kept across its runs).
+// The output ids are checked equal to plain decoding's (they must be, at temperature 0).
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -140,7 +140,10 @@ int RunBenchSpec(const BenchOptions& o, const Model& model, ThreadPool& pool) {
   if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
   if (o.common.n_ctx == 0) sc.n_ctx = 2048;
   chat::ChatSetup chat;
-  if (!ReadChatSetup(model, &chat, &rc)) return rc;
+  // A model without a template (a synthetic one) gets ChatML's.
+  ChatTemplateOptions tmpl;
+  if (!model.file().GetString("tokenizer.chat_template").ok()) tmpl.name = "chatml";
+  if (!ReadChatSetup(model, tmpl, &chat, &rc)) return rc;
   const Tokenizer& tok = model.tokenizer();
 
   // One setup per mode (the draft model loads once).
