@@ -20,8 +20,8 @@ void SpecStats::Add(const SpecStats& o) {
 namespace {
 constexpr double kAlpha = 0.25;         // the averages' weight of a new observation
 constexpr double kShare = 0.5;          // the other times' share of a window's residual (load)
-constexpr double kUp = 0.2;             // the most log residual a slower sample counts for
-constexpr double kDown = 1.0;           // and a faster one
+constexpr int kWarm = 3;                // samples of a time taken as their minimum
+constexpr double kClamp = 0.5;          // the most log residual one sample counts for
 constexpr double kPriorSlope = 0.25;    // steps per window token before any window is measured
 constexpr double kMargin = 0.03;        // the gain a draft must promise over a plain step
 constexpr double kDecay = 0.9;          // a request's outcomes kept per window
@@ -31,13 +31,14 @@ constexpr int kHorizon = 32;            // tokens a resumed drafter is expected 
 }  // namespace
 
 void CostModel::Observe(int entry, double log_seconds) {
-  if (n_[entry]++ == 0) {
-    log_[entry] = log_seconds;
+  // The first samples: their minimum (one preempted sample must not set the level).
+  if (n_[entry]++ < kWarm) {
+    log_[entry] = n_[entry] == 1 ? log_seconds : std::min(log_[entry], log_seconds);
     return;
   }
-  // Preemption on a shared machine only ever adds time: a slower sample moves the average up by
-  // at most kUp, a faster one down by up to kDown (it tracks the low end of the times).
-  log_[entry] += kAlpha * std::clamp(log_seconds - log_[entry], -kDown, kUp);
+  // Each sample counts for at most a factor of e^kClamp either way: the average tracks about
+  // the median time, which a preempted sample (10x on a shared machine) barely moves.
+  log_[entry] += kAlpha * std::clamp(log_seconds - log_[entry], -kClamp, kClamp);
 }
 
 void CostModel::ObserveWindow(int n_tokens, double seconds) {
@@ -154,7 +155,7 @@ int DraftController::Plan(int max_tokens) {
   // the unit follows the machine's load as the windows' times do.
   if (!costs_->has_step() || since_plain_ >= kControlGap) return 0;
   int k = 0;
-  const double best = BestRate(max_tokens, acceptance(), &k);
+  const double best = BestRate(std::min(max_tokens, cap_), acceptance(), &k);
   const double q = (offers_ + 1.0) / (asks_ + 1.0);
   if (k > 0 && best >= 1.0 + kMargin * q && Repays(best)) {
     gap_ = kMinGap;
@@ -196,6 +197,9 @@ void DraftController::Record(const StepRecord& r) {
   asks_ = kDecay * asks_ + 1.0;
   offers_ = kDecay * offers_ + (r.drafted > 0 ? 1.0 : 0.0);
   if (r.drafted > 0) {
+    // Longer drafts only after the evidence: twice a fully accepted one, else one more than
+    // was accepted.
+    cap_ = r.accepted == r.drafted ? std::max(cap_, 2 * r.drafted) : r.accepted + 1;
     hits_ = kDecay * hits_ + r.accepted;
     misses_ = kDecay * misses_ + (r.accepted < r.drafted ? 1.0 : 0.0);
     costs_->ObserveAcceptance(r.drafted, r.accepted);

@@ -49,10 +49,10 @@ struct SpecStats {
 // table): the forward pass over a window of W tokens, the drafter's time per drafted token and
 // per cell it catches up after a pause (an MTP head, a draft model), all in plain-step units,
 // and the drafter's long-run acceptance (the prior of a new request). Each time is an
-// exponential average of log seconds (weight 1/4) whose samples count for at most +0.2 above it
-// and -1 below it: on a shared machine preemption only adds time (samples swing by 10x), so it
-// tracks the low end of the times, which is the cost ratio preemption scales alike; a faster
-// kernel shows within a few samples, a slower one within ~15.
+// exponential average of log seconds (weight 1/4; the first three samples: their minimum) in
+// which a sample counts for at most a factor of e^0.5 either way, so it tracks about the median
+// time: a preempted sample (10x on a shared machine) barely moves it, a load or kernel change
+// shows within ~10 samples.
 // A window length not measured yet is interpolated, or extrapolated from the longest two
 // measured (an optimistic slope of a quarter step per token before any window is measured, so
 // that lengths get tried); every window costs at least the shorter ones and at most its length
@@ -104,7 +104,9 @@ struct StepRecord {
 // long-run figure as a prior worth two positions), a draft of k gives E = 1 + a + ... + a^k
 // tokens per step; asking costs DraftSteps(k) + CatchUpSteps(E - 1) (an MTP head re-evaluates
 // the accepted tokens' cells; a draft model keeps them: measured per drafter) and the window
-// WindowSteps(k + 1), all weighted by how often the drafter proposes anything. The k with the
+// WindowSteps(k + 1), all weighted by how often the drafter proposes anything. k is at most 2
+// at first, twice a draft that was accepted whole, one more than the accepted part of one that
+// was not (long windows are earned, a bad guess of a stays cheap). The k with the
 // most tokens per unit of time is drafted when it beats a plain step by 3 %; after 32 windows
 // in a row one plain step is taken to time the unit again. A drafter that
 // must catch up first (a paused MTP head, in one batched pass) is asked again only when the
@@ -146,6 +148,7 @@ class DraftController {
   bool probing_ = false;  // this step's draft is a probe
   int gap_ = kMinGap;     // plain steps between probes
   int until_probe_ = 0;
+  int cap_ = 2;  // the longest draft the evidence allows so far
 };
 
 // The most draft tokens worth verifying on sequence `seq` of `session` this step: draft_max,
