@@ -15,6 +15,7 @@
 #include "kv_storage.h"
 #include "mtp_harness.h"
 #include "process_util.h"
+#include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "spec/drafter.h"
 
@@ -85,6 +86,49 @@ TEST(MtpHead, GreedyAndKvBytesEqualPlainGreedyInEveryKvMode) {
   std::printf("mtp head: drafted %lld, accepted %lld over %lld verify steps\n",
               static_cast<long long>(total.drafted), static_cast<long long>(total.accepted),
               static_cast<long long>(total.verify_steps));
+}
+
+// After plain steps the head catches up with every position it missed in one batched pass at
+// the next draft, reported as catch-up (cells, seconds) for the cost model, and drafts what a
+// head caught up from scratch drafts.
+TEST(MtpHead, ResumingCatchesUpInOneBatchedPass) {
+  REQUIRE_HEAD();
+  std::unique_ptr<Model> m = LoadWithHead();
+  ASSERT_NE(m, nullptr);
+  const int n_vocab = m->hparams().n_vocab;
+  ThreadPool pool(2);
+  SessionConfig sc;
+  sc.n_ctx = 256;
+  std::vector<int32_t> history = ChatPrompt(*m, "Count from 1 to 20, one number per line.");
+  const int n_prompt = static_cast<int>(history.size());
+  Session target(*m, sc, pool);
+  spec::MtpDrafter resumed(target, 0, sc, pool);
+  Result<const float*> r = target.Eval(history, false);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(resumed.Prepare(history).ok());
+  constexpr int kPlain = 12;  // greedy steps the head does not see
+  history.push_back(ArgMax(*r, n_vocab));
+  for (int i = 0; i < kPlain; ++i) {
+    r = target.Eval(&history.back(), 1, false);
+    ASSERT_TRUE(r.ok());
+    history.push_back(ArgMax(*r, n_vocab));
+  }
+  std::vector<int32_t> draft;
+  ASSERT_TRUE(resumed.Draft(history, 3, &draft).ok());
+  EXPECT_EQ(resumed.last_catch_up().cells, kPlain);
+  EXPECT_GT(resumed.last_catch_up().seconds, 0.0);
+  EXPECT_FALSE(draft.empty());
+  // The same history evaluated in one go, the head caught up from scratch.
+  Session fresh_target(*m, sc, pool);
+  spec::MtpDrafter fresh(fresh_target, 0, sc, pool);
+  ASSERT_TRUE(fresh_target.Eval(history.data(), static_cast<int>(history.size()) - 1, false).ok());
+  std::vector<int32_t> want;
+  ASSERT_TRUE(fresh.Draft(history, 3, &want).ok());
+  EXPECT_EQ(fresh.last_catch_up().cells, n_prompt + kPlain);
+  EXPECT_EQ(draft, want);
+  // Drafting again right away: nothing to catch up but the accepted tokens.
+  ASSERT_TRUE(resumed.Draft(history, 3, &draft).ok());
+  EXPECT_EQ(resumed.last_catch_up().cells, 0);
 }
 
 // A copy of the head file with keys overwritten or removed and a tensor dropped or replaced by

@@ -27,7 +27,9 @@ constexpr double kMargin = 0.03;        // the gain a draft must promise over a 
 constexpr double kDecay = 0.9;          // a request's outcomes kept per window
 constexpr double kPrior = 2.0;          // positions the long-run acceptance is worth
 constexpr double kProbeCatchUp = 0.02;  // steps per missed cell a probe may pay to catch up
-constexpr int kHorizon = 32;            // tokens a resumed drafter is expected to run for
+constexpr int kHorizon = 32;
+constexpr double kFreeSteps = 0.25;  // extra steps a draft beyond the earned length may cost //
+                                     // tokens a resumed drafter is expected to run for
 }  // namespace
 
 void CostModel::Observe(int entry, double log_seconds) {
@@ -140,6 +142,18 @@ double DraftController::BestRate(int max_tokens, double a, int* k) const {
   return best;
 }
 
+int DraftController::Limit(int max_tokens) const {
+  // The earned length, and any longer one that costs at most kFreeSteps more (on a
+  // bandwidth-bound model, every length up to the maximum).
+  int limit = std::min(max_tokens, cap_);
+  const double base = costs_->WindowSteps(limit + 1) + costs_->DraftSteps(limit);
+  while (limit < max_tokens && limit + 1 < CostModel::kMaxWindow &&
+         costs_->WindowSteps(limit + 2) + costs_->DraftSteps(limit + 1) <= base + kFreeSteps) {
+    ++limit;
+  }
+  return limit;
+}
+
 bool DraftController::Repays(double rate) const {
   // A drafter that must catch up first (one batched pass over the positions it missed) is
   // asked only when the time expected to be saved over the next tokens covers it.
@@ -155,7 +169,7 @@ int DraftController::Plan(int max_tokens) {
   // the unit follows the machine's load as the windows' times do.
   if (!costs_->has_step() || since_plain_ >= kControlGap) return 0;
   int k = 0;
-  const double best = BestRate(std::min(max_tokens, cap_), acceptance(), &k);
+  const double best = BestRate(Limit(max_tokens), acceptance(), &k);
   const double q = (offers_ + 1.0) / (asks_ + 1.0);
   if (k > 0 && best >= 1.0 + kMargin * q && Repays(best)) {
     gap_ = kMinGap;

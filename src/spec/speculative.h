@@ -52,12 +52,11 @@ struct SpecStats {
 // exponential average of log seconds (weight 1/4; the first three samples: their minimum) in
 // which a sample counts for at most a factor of e^0.5 either way, so it tracks about the median
 // time: a preempted sample (10x on a shared machine) barely moves it, a load or kernel change
-// shows within ~10 samples.
-// A window length not measured yet is interpolated, or extrapolated from the longest two
-// measured (an optimistic slope of a quarter step per token before any window is measured, so
-// that lengths get tried); every window costs at least the shorter ones and at most its length
-// in plain steps (batching never costs more than stepping), and a length's first sample counts
-// for no more than its prediction (it may have been preempted).
+// shows within ~10 samples. A window length not measured yet is interpolated between measured
+// ones, or extrapolated along the average slope up to the longest one measured (a quarter step
+// per token before any window is measured: optimistic, so that lengths get tried); a window
+// costs at least the shorter ones and at most its length in plain steps (batching never costs
+// more than stepping), and a length's first sample counts for no more than its prediction.
 class CostModel {
  public:
   static constexpr int kMaxWindow = 64;  // longer windows are costed as this one
@@ -104,16 +103,17 @@ struct StepRecord {
 // long-run figure as a prior worth two positions), a draft of k gives E = 1 + a + ... + a^k
 // tokens per step; asking costs DraftSteps(k) + CatchUpSteps(E - 1) (an MTP head re-evaluates
 // the accepted tokens' cells; a draft model keeps them: measured per drafter) and the window
-// WindowSteps(k + 1), all weighted by how often the drafter proposes anything. k is at most 2
-// at first, twice a draft that was accepted whole, one more than the accepted part of one that
-// was not (long windows are earned, a bad guess of a stays cheap). The k with the
-// most tokens per unit of time is drafted when it beats a plain step by 3 %; after 32 windows
-// in a row one plain step is taken to time the unit again. A drafter that
-// must catch up first (a paused MTP head, in one batched pass) is asked again only when the
-// gain expected over the next 32 tokens covers that catch-up. While drafting does not pay, a
-// one-token probe runs after 8 plain steps, the wait doubling (to 32) after each probe, back
-// to 8 once drafting pays again; a drafter that must catch up at more than 0.02 steps per
-// missed position is probed only if drafting at its long-run acceptance would repay that.
+// WindowSteps(k + 1), all weighted by how often the drafter proposes anything. The k with the
+// most tokens per unit of time is drafted when it beats a plain step by 3 %. k is at most 2 at
+// first, then twice a draft accepted whole or one more than the accepted part of one that was
+// not (long windows are earned, so a wrong prior stays cheap), or longer where its window and
+// draft cost at most a quarter step more (a bandwidth-bound model: up to the maximum). After 32
+// windows in a row one plain step times the unit again. A drafter that must catch up first (a
+// paused MTP head: one batched pass) is asked again only when the gain expected over the next 32
+// tokens covers that catch-up. While drafting does not pay, a one-token probe runs after 8 plain
+// steps, the wait doubling (to 32) after each probe and back to 8 once drafting pays; a drafter
+// whose catch-up costs more than 0.02 steps per missed position is probed only if drafting at its
+// long-run acceptance would repay it.
 class DraftController {
  public:
   // costs: shared, outlives the controller; adaptive false: always draft max_tokens.
@@ -131,6 +131,8 @@ class DraftController {
   double Rate(int k, double a) const;
   // The best Rate over k = 1..max_tokens (1.0 and *k = 0 when none beats a plain step).
   double BestRate(int max_tokens, double a, int* k) const;
+  // The longest draft to consider: the earned length cap_, or longer where that costs little.
+  int Limit(int max_tokens) const;
   // Whether drafting at `rate` repays the catch-up the drafter needs first.
   bool Repays(double rate) const;
 
