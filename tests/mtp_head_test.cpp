@@ -13,7 +13,9 @@
 #include "engine/generate.h"
 #include "gguf/gguf.h"
 #include "kv_storage.h"
+#include "mtp_harness.h"
 #include "process_util.h"
+#include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "spec/drafter.h"
 
@@ -72,42 +74,11 @@ TEST(MtpHead, GreedyAndKvBytesEqualPlainGreedyInEveryKvMode) {
   std::unique_ptr<Model> m = LoadWithHead();
   ASSERT_NE(m, nullptr);
   const Model& model = *m;
-  ThreadPool pool(2);
-  const std::vector<std::vector<int32_t>> prompts = {
-      ChatPrompt(model, "Count from 37 to 61, one number per line."),
-      ChatPrompt(model, "Write a JSON object with the fields \"name\" = \"Alice\", \"age\" = 34.")};
-  spec::SpecOptions so;
-  so.adaptive = false;
-  spec::SpecStats total;
-  for (const KvMode& mode : kKvModes) {
-    SessionConfig sc;
-    sc.n_ctx = 256;
-    sc.kv_type = mode.type;
-    sc.kv_seed = 5;
-    if (!MakeKvCacheConfig(model.hparams(), sc).ok()) continue;
-    for (size_t pi = 0; pi < prompts.size(); ++pi) {
-      Session plain(model, sc, pool);
-      Result<GenerateResult> want = engine::Generate(plain, 0, prompts[pi], Greedy(48));
-      ASSERT_TRUE(want.ok());
-      for (int draft_max : {1, 4}) {
-        so.draft_max = draft_max;
-        Session s(model, sc, pool);
-        spec::MtpDrafter drafter(s, 0, sc, pool);
-        spec::SpecStats stats;
-        Result<GenerateResult> got =
-            engine::GenerateSpeculative(s, 0, prompts[pi], Greedy(48), drafter, so, &stats);
-        const std::string where = std::string(KvTypeName(mode.type)) + " draft_max " +
-                                  std::to_string(draft_max) + " prompt " + std::to_string(pi);
-        ASSERT_TRUE(got.ok()) << where;
-        EXPECT_EQ(got->tokens, want->tokens) << where;
-        EXPECT_EQ(s.n_past(0), plain.n_past(0)) << where;
-        EXPECT_TRUE(KvStorageBytes(s.cache(), 0, s.n_past(0)) ==
-                    KvStorageBytes(plain.cache(), 0, plain.n_past(0)))
-            << where << ": KV bytes differ";
-        total.Add(stats);
-      }
-    }
-  }
+  const std::vector<MtpCase> cases = {
+      {ChatPrompt(model, "Count from 37 to 61, one number per line."), Greedy(48)},
+      {ChatPrompt(model, "Write a JSON object with the fields \"name\" = \"Alice\", \"age\" = 34."),
+       Greedy(48)}};
+  const spec::SpecStats total = CheckMtpGreedyEqualsPlain(model, cases, 256);
   EXPECT_GT(total.drafted, total.verify_steps);
   // A trained head: more than a quarter of its drafts, every one proposed (p_min 0), chained up
   // to four, are the model's next tokens (the shipped head: 330 of 912).
@@ -115,6 +86,49 @@ TEST(MtpHead, GreedyAndKvBytesEqualPlainGreedyInEveryKvMode) {
   std::printf("mtp head: drafted %lld, accepted %lld over %lld verify steps\n",
               static_cast<long long>(total.drafted), static_cast<long long>(total.accepted),
               static_cast<long long>(total.verify_steps));
+}
+
+// After plain steps the head catches up with every position it missed in one batched pass at
+// the next draft, reported as catch-up (cells, seconds) for the cost model, and drafts what a
+// head caught up from scratch drafts.
+TEST(MtpHead, ResumingCatchesUpInOneBatchedPass) {
+  REQUIRE_HEAD();
+  std::unique_ptr<Model> m = LoadWithHead();
+  ASSERT_NE(m, nullptr);
+  const int n_vocab = m->hparams().n_vocab;
+  ThreadPool pool(2);
+  SessionConfig sc;
+  sc.n_ctx = 256;
+  std::vector<int32_t> history = ChatPrompt(*m, "Count from 1 to 20, one number per line.");
+  const int n_prompt = static_cast<int>(history.size());
+  Session target(*m, sc, pool);
+  spec::MtpDrafter resumed(target, 0, sc, pool);
+  Result<const float*> r = target.Eval(history, false);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(resumed.Prepare(history).ok());
+  constexpr int kPlain = 12;  // greedy steps the head does not see
+  history.push_back(ArgMax(*r, n_vocab));
+  for (int i = 0; i < kPlain; ++i) {
+    r = target.Eval(&history.back(), 1, false);
+    ASSERT_TRUE(r.ok());
+    history.push_back(ArgMax(*r, n_vocab));
+  }
+  std::vector<int32_t> draft;
+  ASSERT_TRUE(resumed.Draft(history, 3, &draft).ok());
+  EXPECT_EQ(resumed.last_catch_up().cells, kPlain);
+  EXPECT_GT(resumed.last_catch_up().seconds, 0.0);
+  EXPECT_FALSE(draft.empty());
+  // The same history evaluated in one go, the head caught up from scratch.
+  Session fresh_target(*m, sc, pool);
+  spec::MtpDrafter fresh(fresh_target, 0, sc, pool);
+  ASSERT_TRUE(fresh_target.Eval(history.data(), static_cast<int>(history.size()) - 1, false).ok());
+  std::vector<int32_t> want;
+  ASSERT_TRUE(fresh.Draft(history, 3, &want).ok());
+  EXPECT_EQ(fresh.last_catch_up().cells, n_prompt + kPlain);
+  EXPECT_EQ(draft, want);
+  // Drafting again right away: nothing to catch up but the accepted tokens.
+  ASSERT_TRUE(resumed.Draft(history, 3, &draft).ok());
+  EXPECT_EQ(resumed.last_catch_up().cells, 0);
 }
 
 // A copy of the head file with keys overwritten or removed and a tensor dropped or replaced by

@@ -17,6 +17,7 @@
 #include "kernels/ops.h"
 #include "kv_storage.h"
 #include "model/weight_loader.h"
+#include "mtp_harness.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "spec/drafter.h"
@@ -453,44 +454,15 @@ std::vector<std::vector<int32_t>> MtpPrompts(const Model& m) {
 }
 
 // Greedy --spec mtp: the ids, the KV bytes and the recurrent state of plain greedy decoding, in
-// every KV mode (the block's cache in the same mode), with drafts proposed and verified.
-void CheckMtpGreedyEqualsPlain(const Model& model) {
-  ThreadPool pool(2);
-  spec::SpecOptions so;
-  so.adaptive = false;
-  spec::SpecStats total;
+// every KV mode (the block's cache in the same mode), with drafts proposed and verified (the
+// prompts alternately chunked).
+void CheckFixtureMtp(const Model& model) {
+  std::vector<MtpCase> cases;
   const std::vector<std::vector<int32_t>> prompts = MtpPrompts(model);
-  for (const KvMode& mode : kKvModes) {
-    SessionConfig sc;
-    sc.n_ctx = 128;
-    sc.kv_type = mode.type;
-    sc.kv_seed = 5;
-    if (!MakeKvCacheConfig(model.hparams(), sc).ok()) continue;
-    for (size_t pi = 0; pi < prompts.size(); ++pi) {
-      const GenerateOptions go = GreedyOptions(32, pi % 2 ? 5 : 0);
-      Session plain(model, sc, pool);
-      Result<GenerateResult> want = engine::Generate(plain, 0, prompts[pi], go);
-      ASSERT_TRUE(want.ok());
-      for (int draft_max : {1, 4}) {
-        so.draft_max = draft_max;
-        Session s(model, sc, pool);
-        spec::MtpDrafter drafter(s, 0, sc, pool);
-        spec::SpecStats stats;
-        Result<GenerateResult> got =
-            engine::GenerateSpeculative(s, 0, prompts[pi], go, drafter, so, &stats);
-        const std::string where = std::string(KvTypeName(mode.type)) + " draft_max " +
-                                  std::to_string(draft_max) + " prompt " + std::to_string(pi);
-        ASSERT_TRUE(got.ok()) << where;
-        EXPECT_EQ(got->tokens, want->tokens) << where;
-        EXPECT_EQ(s.n_past(0), plain.n_past(0)) << where;
-        EXPECT_TRUE(KvStorageBytes(s.cache(), 0, s.n_past(0)) ==
-                    KvStorageBytes(plain.cache(), 0, plain.n_past(0)))
-            << where << ": KV bytes differ";
-        EXPECT_EQ(RecurrentStateFloats(s, 0), RecurrentStateFloats(plain, 0)) << where;
-        total.Add(stats);
-      }
-    }
+  for (size_t pi = 0; pi < prompts.size(); ++pi) {
+    cases.push_back({prompts[pi], GreedyOptions(32, pi % 2 ? 5 : 0)});
   }
+  const spec::SpecStats total = CheckMtpGreedyEqualsPlain(model, cases, 128);
   EXPECT_GT(total.verify_steps, 100);
   EXPECT_GT(total.drafted, total.verify_steps);
   std::printf("mtp (%s): drafted %lld, accepted %lld over %lld verify steps\n",
@@ -504,7 +476,7 @@ TEST_F(Qwen35Files, MtpGreedyEqualsPlainGreedyInEveryKvMode) {
   ASSERT_EQ(WriteMtpFile(path), "");
   Result<std::unique_ptr<Model>> m = LoadModel(path);
   ASSERT_TRUE(m.ok()) << m.error().message;
-  CheckMtpGreedyEqualsPlain(**m);
+  CheckFixtureMtp(**m);
 }
 
 // qwen35moe: the block's FFN is the trunk's kind (routed experts and the shared expert).
@@ -516,7 +488,7 @@ TEST_F(Qwen35Files, MoeMtpGreedyEqualsPlainGreedyInEveryKvMode) {
   ASSERT_TRUE(m.ok()) << m.error().message;
   ASSERT_NE((*m)->mtp(), nullptr);
   EXPECT_EQ((*m)->mtp()->hparams().n_layer, 1);
-  CheckMtpGreedyEqualsPlain(**m);
+  CheckFixtureMtp(**m);
 }
 
 // The echo block (WriteEchoMtpFile) drafts what the model then decodes: drafts are accepted,

@@ -1,9 +1,10 @@
 // `lamina bench --spec off,lookup,draft,mtp`: greedy generation on a fixed task set (counting to
-// 300, a JSON object, copying a 50-item list, prose), each task in the model's chat template,
-// with each speculative mode, in interleaved rounds (every round runs every task × mode once, in
-// a fresh session). Prints per task and mode the median decode tok/s, the median of the
-// per-round ratios to plain decoding, acceptance and tokens per verify step. The output ids are
-// checked equal to plain decoding's (they must be, at temperature 0).
+// 300, a JSON object, copying a 50-item list, prose), each task in the model's chat template
+// (ChatML for a model without one), with each speculative mode, in interleaved rounds (every
+// round runs every task × mode once, in a fresh session). Prints per task and mode the median
+// decode tok/s, the median of the per-round ratios to plain decoding, acceptance and tokens per
+// verify step, then what each leg's cost model measured (one per leg, kept across its runs).
+// The output ids are checked equal to plain decoding's (they must be, at temperature 0).
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -114,6 +115,21 @@ bool PrintSpecBench(const BenchOptions& o, const std::vector<Task>& tasks,
   return all_match;
 }
 
+// What the leg's cost model measured, in plain steps: windows of 2..9 tokens, a draft pass, a
+// caught-up cell ('-': not measured).
+void PrintCosts(const std::string& mode, const spec::CostModel& c) {
+  std::printf("costs %-7s window 2..9:", mode.c_str());
+  for (int w = 2; w <= 9; ++w) {
+    if (c.measured(w)) {
+      std::printf(" %.2f", c.WindowSteps(w));
+    } else {
+      std::printf(" -");
+    }
+  }
+  std::printf(" | draft pass %.3f | catch-up cell %.3f | acceptance %.2f\n", c.DraftSteps(1),
+              c.CatchUpSteps(1), c.acceptance());
+}
+
 }  // namespace
 
 int RunBenchSpec(const BenchOptions& o, const Model& model, ThreadPool& pool) {
@@ -124,7 +140,10 @@ int RunBenchSpec(const BenchOptions& o, const Model& model, ThreadPool& pool) {
   if (!MakeSessionConfig(o.common, model, &sc, &rc)) return rc;
   if (o.common.n_ctx == 0) sc.n_ctx = 2048;
   chat::ChatSetup chat;
-  if (!ReadChatSetup(model, &chat, &rc)) return rc;
+  // A model without a template (a synthetic one) gets ChatML's.
+  ChatTemplateOptions tmpl;
+  if (!model.file().GetString("tokenizer.chat_template").ok()) tmpl.name = "chatml";
+  if (!ReadChatSetup(model, tmpl, &chat, &rc)) return rc;
   const Tokenizer& tok = model.tokenizer();
 
   // One setup per mode (the draft model loads once).
@@ -176,7 +195,13 @@ int RunBenchSpec(const BenchOptions& o, const Model& model, ThreadPool& pool) {
       }
     }
   }
-  if (!PrintSpecBench(o, tasks, modes, legs)) {
+  const bool ids_match = PrintSpecBench(o, tasks, modes, legs);
+  if (!o.json) {
+    for (const std::string& m : modes) {
+      if (setups[m].options.costs) PrintCosts(m, *setups[m].options.costs);
+    }
+  }
+  if (!ids_match) {
     std::fprintf(stderr, "lamina: a speculative run's ids differ from plain decoding\n");
     return kExitFailure;
   }

@@ -127,6 +127,8 @@ bool MakeSpecSetup(const SpecCliOptions& o, const std::string& target_path, cons
     return fail(kExitUsage, "--lookup-ngram must be in [1, 64]");
   }
   so.adaptive = !o.fixed;
+  // One cost model for every generation of this setup (a chat's turns, a benchmark's runs).
+  so.costs = std::make_shared<spec::CostModel>();
   if (o.mode == "mtp")
     return MakeMtpSetup(o, target, n_ctx, pool, out, fail, build_drafter, target_session);
   if (!draft) {

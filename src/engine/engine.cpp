@@ -99,6 +99,8 @@ Event ErrorEvent(ErrorKind error, const std::string& message) {
 Engine::Engine(Session& session, const EngineConfig& config, ThreadPool* pool)
     : session_(session), pool_(pool), config_(config) {
   config_.n_batch = std::max(1, config_.n_batch);
+  // The step costs the slots' controllers share: the caller's (kept across engines) or our own.
+  if (!config_.spec.options.costs) config_.spec.options.costs = std::make_shared<spec::CostModel>();
   LAMINA_CHECK(config_.n_slots >= 1 && config_.first_seq >= 0 &&
                config_.first_seq + config_.n_slots <= session_.n_seq());
   for (int i = 0; i < config_.n_slots; ++i) {
@@ -325,7 +327,8 @@ void Engine::StartInSlot(Slot& slot, uint64_t id, Request request,
     slot.sink->Push(std::move(e));
   }
   slot.gen = std::make_unique<Generator>(session_.model().tokenizer(), slot.req.params, prompt);
-  slot.controller = std::make_unique<spec::DraftController>(config_.spec.options.adaptive);
+  slot.controller = std::make_unique<spec::DraftController>(config_.spec.options.costs.get(),
+                                                            config_.spec.options.adaptive);
   slot.draft.clear();
   slot.drafting = true;
   slot.spec = spec::SpecStats{};
@@ -418,10 +421,11 @@ void Engine::ProposeWindows() {
     // drafting never yields a token more than plain decoding would.
     const int k_max = std::min({spec::DraftBudget(session_, s->seq, draft_max, s->gen->remaining()),
                                 config_.n_batch - 1, SlotLimit() - session_.n_past(s->seq) - 1});
-    if (k_max <= 0 || !s->controller->ShouldDraft()) continue;
+    const int k = s->controller->Plan(k_max);
+    if (k <= 0) continue;
     s->asked = true;
     const double t0 = NowSeconds();
-    Status st = s->drafter->Draft(s->gen->history(), s->controller->DraftLength(k_max), &s->draft);
+    Status st = s->drafter->Draft(s->gen->history(), k, &s->draft);
     s->draft_seconds = NowSeconds() - t0;
     if (!st.ok() || static_cast<int>(s->draft.size()) < std::max(1, draft_min)) {
       s->draft.clear();
@@ -493,8 +497,10 @@ bool Engine::Step() {
   const int n_vocab = session_.model().hparams().n_vocab;
   int out_row = 0;
   int n_decoded = 0;
+  // A step's time is one sequence's cost only when it ran alone (the cost model's samples).
+  const double own_seconds = rows.size() == 1 ? dt : 0.0;
   for (const Row& row : rows) {
-    AfterRow(row, *r + static_cast<size_t>(out_row) * n_vocab, dt, &n_decoded);
+    AfterRow(row, *r + static_cast<size_t>(out_row) * n_vocab, own_seconds, &n_decoded);
     out_row += row.n_out;
   }
   stats_.predicted_tokens += n_decoded;
@@ -582,8 +588,19 @@ void Engine::AfterRow(const Row& row, const float* logits, double step_seconds, 
     s.spec.emitted += w.emitted;
     (k > 0 ? s.spec.verify_steps : s.spec.plain_steps) += 1;
     if (s.asked) s.spec.draft_seconds += s.draft_seconds;
-    s.controller->Record(s.asked, k, w.accepted, w.emitted,
-                         step_seconds + (s.asked ? s.draft_seconds : 0.0));
+    spec::StepRecord rec;
+    rec.asked = s.asked;
+    rec.drafted = k;
+    rec.accepted = w.accepted;
+    rec.emitted = w.emitted;
+    rec.window_seconds = step_seconds;
+    if (s.asked) {
+      const spec::Drafter::CatchUpWork cu = s.drafter->last_catch_up();
+      rec.draft_seconds = s.draft_seconds;
+      rec.catch_up_cells = cu.cells;
+      rec.catch_up_seconds = std::min(cu.seconds, s.draft_seconds);
+    }
+    s.controller->Record(rec);
   }
   s.draft.clear();
   s.asked = false;

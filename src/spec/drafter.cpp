@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "runtime/sampler.h"
+#include "util/timer.h"
 
 namespace lamina::spec {
 
@@ -70,6 +71,7 @@ Status ModelDrafter::Prepare(const std::vector<int32_t>& prompt) {
 Status ModelDrafter::Draft(const std::vector<int32_t>& history, int max_tokens,
                            std::vector<int32_t>* draft) {
   draft->clear();
+  catch_up_ = CatchUpWork{};
   const int n = static_cast<int>(history.size());
   if (n == 0) return Status::Ok();
   max_tokens = std::min(max_tokens, session_.n_ctx() - n);
@@ -77,8 +79,10 @@ Status ModelDrafter::Draft(const std::vector<int32_t>& history, int max_tokens,
   // Align the draft's cells with the history: keep the common prefix, evaluate the rest (at
   // least the last token, whose logits give the first draft).
   const int keep = KeepCommonPrefix(history, n - 1);
+  const double t0 = NowSeconds();
   Result<const float*> r = session_.Eval(history.data() + keep, n - keep, /*all_logits=*/false);
   if (!r.ok()) return r.error();
+  SetCatchUp(n - keep, NowSeconds() - t0);
   const int n_vocab = session_.model().hparams().n_vocab;
   for (;;) {
     const float* logits = *r;
@@ -142,6 +146,7 @@ Result<const float*> MtpDrafter::CatchUp(const std::vector<int32_t>& history, in
 Status MtpDrafter::Draft(const std::vector<int32_t>& history, int max_tokens,
                          std::vector<int32_t>* draft) {
   draft->clear();
+  catch_up_ = CatchUpWork{};
   const int n = static_cast<int>(history.size());
   // The target holds history[0..n-2]; cell c pairs history[c] with h_{c-1}, c = 0..n-1.
   const int n_cells = n;
@@ -200,7 +205,9 @@ Result<const float*> MtpDrafter::Sync(const std::vector<int32_t>& history, int n
     session_.Truncate(n_cells - 1);
     keep = session_.n_past();
   }
+  const double t0 = NowSeconds();
   Result<const float*> r = CatchUp(history, keep, n_cells);
+  SetCatchUp(n_cells - keep, NowSeconds() - t0);
   n_real_ = session_.n_past();
   return r;
 }

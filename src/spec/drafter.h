@@ -6,6 +6,7 @@
 // multi-token-prediction block (Model::mtp()) over the target's kept hidden states.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,23 @@ class Drafter {
     (void)n_drafted;
     (void)n_accepted;
   }
+  // The part of the last Draft call that caught the drafter up with positions the target
+  // evaluated since (cells evaluated besides the one whose logits start the draft; after plain
+  // steps, every position they emitted), in one batched pass: the cost model's catch-up.
+  struct CatchUpWork {
+    int cells = 0;
+    double seconds = 0.0;
+  };
+  CatchUpWork last_catch_up() const { return catch_up_; }
+
+ protected:
+  // An evaluation of `evaluated` cells in one pass that took `seconds`: all but the last are
+  // catch-up (their share of the time, in proportion).
+  void SetCatchUp(int evaluated, double seconds) {
+    catch_up_.cells = std::max(0, evaluated - 1);
+    catch_up_.seconds = evaluated > 0 ? seconds * catch_up_.cells / evaluated : 0.0;
+  }
+  CatchUpWork catch_up_;
 };
 
 // Prompt lookup: the earlier place in the history that agrees longest with the history's end

@@ -2,6 +2,7 @@
 #include "spec/speculative.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "util/timer.h"
 
@@ -16,37 +17,217 @@ void SpecStats::Add(const SpecStats& o) {
   draft_seconds += o.draft_seconds;
 }
 
-bool DraftController::ShouldDraft() const {
-  if (!adaptive_) return true;
-  if (n_plain_ < 2) return false;  // a plain baseline first
-  return pause_left_ == 0;
-}
+namespace {
+constexpr double kAlpha = 0.25;         // the averages' weight of a new observation
+constexpr double kShare = 0.5;          // the other times' share of a window's residual (load)
+constexpr int kWarm = 3;                // samples of a time taken as their minimum
+constexpr double kClamp = 0.5;          // the most log residual one sample counts for
+constexpr double kPriorSlope = 0.25;    // steps per window token before any window is measured
+constexpr double kMargin = 0.03;        // the gain a draft must promise over a plain step
+constexpr double kDecay = 0.9;          // a request's outcomes kept per window
+constexpr double kPrior = 2.0;          // positions the long-run acceptance is worth
+constexpr double kProbeCatchUp = 0.02;  // steps per missed cell a probe may pay to catch up
+constexpr int kHorizon = 32;
+constexpr double kFreeSteps = 0.25;  // extra steps a draft beyond the earned length may cost //
+                                     // tokens a resumed drafter is expected to run for
+}  // namespace
 
-int DraftController::DraftLength(int max_tokens) const {
-  return adaptive_ ? std::max(1, std::min(max_tokens, length_)) : max_tokens;
-}
-
-void DraftController::Record(bool asked, int drafted, int accepted, int emitted, double seconds) {
-  if (!adaptive_ || seconds <= 0.0) return;
-  constexpr double kAlpha = 0.25;
-  const double rate = std::max(1, emitted) / seconds;
-  if (!asked) {
-    plain_rate_ = n_plain_ == 0 ? rate : plain_rate_ + kAlpha * (rate - plain_rate_);
-    ++n_plain_;
-    if (pause_left_ > 0) --pause_left_;
+void CostModel::Observe(int entry, double log_seconds) {
+  // The first samples: their minimum (one preempted sample must not set the level).
+  if (n_[entry]++ < kWarm) {
+    log_[entry] = n_[entry] == 1 ? log_seconds : std::min(log_[entry], log_seconds);
     return;
   }
-  if (drafted > 0) length_ = accepted == drafted ? std::min(length_, drafted) + 2 : accepted + 1;
-  spec_rate_ = n_spec_ == 0 ? rate : spec_rate_ + kAlpha * (rate - spec_rate_);
-  ++n_spec_;
-  if (n_spec_ < 3) return;
-  if (spec_rate_ < plain_rate_) {
-    pause_left_ = backoff_;
-    backoff_ = std::min(256, backoff_ * 2);
-    n_spec_ = 0;
-  } else if (n_spec_ >= 16) {
-    backoff_ = 8;  // it pays: a later loss pauses briefly again
+  // Each sample counts for at most a factor of e^kClamp either way: the average tracks about
+  // the median time, which a preempted sample (10x on a shared machine) barely moves.
+  log_[entry] += kAlpha * std::clamp(log_seconds - log_[entry], -kClamp, kClamp);
+}
+
+void CostModel::ObserveWindow(int n_tokens, double seconds) {
+  if (n_tokens < 1 || !(seconds > 0.0)) return;
+  const int w = std::min(n_tokens, kMaxWindow);
+  double ls = std::log(seconds);
+  // A length's first sample may be a preempted one: it starts no higher than predicted.
+  if (n_[w] == 0 && w > 1 && has_step()) ls = std::min(ls, log_[1] + std::log(WindowSteps(w)));
+  Observe(w, ls);
+}
+
+void CostModel::ObserveDraft(int passes, double seconds) {
+  if (passes < 1 || !(seconds >= 0.0)) return;
+  Observe(kDraft, std::log(std::max(seconds, 1e-9) / passes));
+}
+
+void CostModel::ObserveCatchUp(int cells, double seconds) {
+  if (cells < 1 || !(seconds >= 0.0)) return;
+  Observe(kCatchUp, std::log(std::max(seconds, 1e-9) / cells));
+}
+
+void CostModel::ObserveAcceptance(int drafted, int accepted) {
+  if (drafted <= 0) return;
+  acc_hits_ = 0.95 * acc_hits_ + accepted;
+  acc_misses_ = 0.95 * acc_misses_ + (accepted < drafted ? 1.0 : 0.0);
+}
+
+double CostModel::acceptance() const { return (acc_hits_ + 1.0) / (acc_hits_ + acc_misses_ + 2.0); }
+
+bool CostModel::measured(int n_tokens) const {
+  return n_tokens >= 1 && n_[std::min(n_tokens, kMaxWindow)] > 0;
+}
+
+double CostModel::Ratio(int entry) const { return std::exp(log_[entry] - log_[1]); }
+
+double CostModel::WindowSteps(int n_tokens) const {
+  if (n_tokens <= 1 || !has_step()) return 1.0;
+  const int w = std::min(n_tokens, kMaxWindow);
+  // The nearest measured lengths below and at or above w, and the dearest one below.
+  int lo = 1, hi = 0;
+  double floor = 1.0;
+  for (int j = 2; j < w; ++j) {
+    if (n_[j] == 0) continue;
+    lo = j;
+    floor = std::max(floor, Ratio(j));
   }
+  for (int j = w; j <= kMaxWindow && hi == 0; ++j) {
+    if (n_[j] > 0) hi = j;
+  }
+  const double c_lo = lo == 1 ? 1.0 : Ratio(lo);
+  double c;
+  if (hi == w) {
+    c = Ratio(w);
+  } else if (hi > 0) {
+    c = c_lo + (Ratio(hi) - c_lo) * (w - lo) / (hi - lo);
+  } else {
+    const double slope = lo == 1 ? kPriorSlope : std::max(0.0, (c_lo - 1.0) / (lo - 1));
+    c = c_lo + slope * (w - lo);
+  }
+  // Never below a shorter window, nor above w separate steps (batching never costs more).
+  return std::clamp(std::max(c, floor), 1.0, static_cast<double>(w));
+}
+
+double CostModel::DraftSteps(double passes) const {
+  return n_[kDraft] > 0 && has_step() ? passes * Ratio(kDraft) : 0.0;
+}
+
+double CostModel::CatchUpSteps(double cells) const {
+  return n_[kCatchUp] > 0 && has_step() ? cells * Ratio(kCatchUp) : 0.0;
+}
+
+double DraftController::acceptance() const {
+  const double a0 = costs_->acceptance();
+  const double hits = hits_ + kPrior * a0, misses = misses_ + kPrior * (1.0 - a0);
+  return std::min(0.99, hits / (hits + misses));
+}
+
+double DraftController::Rate(int k, double a) const {
+  double e = 1.0, p = 1.0;  // E[tokens] of a draft of k: 1 + a + ... + a^k
+  for (int i = 0; i < k; ++i) e += (p *= a);
+  const double q = (offers_ + 1.0) / (asks_ + 1.0);  // how often asking gives a draft
+  const double cu_per_accepted = (cu_cells_ + 1.0) / (cu_accepted_ + 1.0);
+  const double offered = costs_->WindowSteps(k + 1) + costs_->DraftSteps(k) +
+                         costs_->CatchUpSteps(cu_per_accepted * (e - 1.0));
+  const double refused = 1.0 + costs_->DraftSteps(1);
+  return (q * e + (1.0 - q)) / (q * offered + (1.0 - q) * refused);
+}
+
+double DraftController::BestRate(int max_tokens, double a, int* k) const {
+  *k = 0;
+  double best = 1.0;
+  for (int i = 1; i <= std::min(max_tokens, CostModel::kMaxWindow - 1); ++i) {
+    const double r = Rate(i, a);
+    if (r > best) {
+      best = r;
+      *k = i;
+    }
+  }
+  return best;
+}
+
+int DraftController::Limit(int max_tokens) const {
+  // The earned length, and any longer one that costs at most kFreeSteps more (on a
+  // bandwidth-bound model, every length up to the maximum).
+  int limit = std::min(max_tokens, cap_);
+  const double base = costs_->WindowSteps(limit + 1) + costs_->DraftSteps(limit);
+  while (limit < max_tokens && limit + 1 < CostModel::kMaxWindow &&
+         costs_->WindowSteps(limit + 2) + costs_->DraftSteps(limit + 1) <= base + kFreeSteps) {
+    ++limit;
+  }
+  return limit;
+}
+
+bool DraftController::Repays(double rate) const {
+  // A drafter that must catch up first (one batched pass over the positions it missed) is
+  // asked only when the time expected to be saved over the next tokens covers it.
+  return since_ask_ == 0 || !ever_asked_ ||
+         kHorizon * (1.0 - 1.0 / rate) >= costs_->CatchUpSteps(since_ask_);
+}
+
+int DraftController::Plan(int max_tokens) {
+  probing_ = false;
+  if (max_tokens <= 0) return 0;
+  if (!adaptive_) return max_tokens;
+  // A plain step first (the unit of every cost), and one after a long run of windows, so that
+  // the unit follows the machine's load as the windows' times do.
+  if (!costs_->has_step() || since_plain_ >= kControlGap) return 0;
+  int k = 0;
+  const double best = BestRate(Limit(max_tokens), acceptance(), &k);
+  const double q = (offers_ + 1.0) / (asks_ + 1.0);
+  if (k > 0 && best >= 1.0 + kMargin * q && Repays(best)) {
+    gap_ = kMinGap;
+    until_probe_ = gap_;
+    return k;
+  }
+  if (until_probe_ > 0) return 0;
+  // A probe of one token (the costs may have changed too), unless the drafter must first catch
+  // up at a price that drafting at its long-run acceptance would not repay (a losing MTP head).
+  if (costs_->CatchUpSteps(since_ask_) > kProbeCatchUp * since_ask_) {
+    int k_opt = 0;
+    const double opt = BestRate(max_tokens, std::max(acceptance(), costs_->acceptance()), &k_opt);
+    if (k_opt == 0 || !Repays(opt)) {
+      until_probe_ = gap_;
+      return 0;
+    }
+  }
+  probing_ = true;
+  return 1;
+}
+
+void DraftController::Record(const StepRecord& r) {
+  if (r.window_seconds > 0.0) costs_->ObserveWindow(r.drafted + 1, r.window_seconds);
+  since_plain_ = r.drafted > 0 ? since_plain_ + 1 : 0;
+  if (r.drafted == 0 && until_probe_ > 0) --until_probe_;
+  if (!r.asked) {
+    ++since_ask_;
+    prev_emitted_ = r.emitted;
+    return;
+  }
+  if (r.draft_seconds > 0.0) {
+    costs_->ObserveDraft(std::max(1, r.drafted), r.draft_seconds - r.catch_up_seconds);
+    costs_->ObserveCatchUp(r.catch_up_cells, r.catch_up_seconds);
+  }
+  if (ever_asked_ && since_ask_ == 0) {  // the catch-up of a drafter asked step after step
+    cu_cells_ = kDecay * cu_cells_ + r.catch_up_cells;
+    cu_accepted_ = kDecay * cu_accepted_ + std::max(0, prev_emitted_ - 1);
+  }
+  asks_ = kDecay * asks_ + 1.0;
+  offers_ = kDecay * offers_ + (r.drafted > 0 ? 1.0 : 0.0);
+  if (r.drafted > 0) {
+    // Longer drafts only after the evidence: twice a fully accepted one, else one more than
+    // was accepted.
+    cap_ = r.accepted == r.drafted ? std::max(cap_, 2 * r.drafted) : r.accepted + 1;
+    hits_ = kDecay * hits_ + r.accepted;
+    misses_ = kDecay * misses_ + (r.accepted < r.drafted ? 1.0 : 0.0);
+    costs_->ObserveAcceptance(r.drafted, r.accepted);
+  }
+  // The next probe waits twice as long (unless drafting resumes: Plan), but a probe that got
+  // no draft from a drafter whose asking is free (lookup: no match) tries again next step.
+  if (probing_ && (r.drafted > 0 || costs_->DraftSteps(1) > 0.01)) {
+    gap_ = std::min(kMaxGap, 2 * gap_);
+    until_probe_ = gap_;
+  }
+  probing_ = false;
+  ever_asked_ = true;
+  since_ask_ = 0;
+  prev_emitted_ = r.emitted;
 }
 
 int DraftBudget(const Session& session, int seq, int draft_max, int remaining) {

@@ -4,10 +4,13 @@
 // plus its own next token (AcceptWindow), and truncates the rest; the engine (src/engine/) runs
 // the windows. At temperature 0 the emitted ids are those of plain
 // greedy decoding; above it the accept rule (Sampler::SampleWithDraft) keeps the target's
-// distribution. A controller stops drafting while it does not pay (measured tokens per second).
+// distribution. A controller drafts only where a cost model of this machine (window and drafter
+// costs measured from the steps run) expects more tokens per second than a plain step.
 #pragma once
 
+#include <array>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,10 +19,15 @@
 
 namespace lamina::spec {
 
+class CostModel;
+
 struct SpecOptions {
   int draft_max = 8;     // tokens drafted per verify step (>= 1)
   int draft_min = 0;     // drafts shorter than this are not verified (a plain step instead)
-  bool adaptive = true;  // stop drafting while speculative steps are slower than plain ones
+  bool adaptive = true;  // draft only where the cost model expects it to pay
+  // The step costs measured so far, shared by every generation given these options (an engine
+  // without one keeps its own), so a request starts from what earlier ones measured.
+  std::shared_ptr<CostModel> costs;
 };
 
 struct SpecStats {
@@ -37,31 +45,112 @@ struct SpecStats {
   void Add(const SpecStats& o);
 };
 
-// Decides per step whether to draft and how much. Throughput: an exponential average of tokens
-// per second over speculative steps and over plain ones; speculation pauses when it is below 0.95
-// of plain (8 steps, doubling to 256 while it keeps losing) and is tried again after. Length:
-// after a window whose drafts were all accepted the next may be 2 longer (up to the maximum);
-// after a rejection it is one more than what was accepted.
-class DraftController {
+// What speculation costs on the machine it runs on, measured from the steps the engine runs (no
+// table): the forward pass over a window of W tokens, the drafter's time per drafted token and
+// per cell it catches up after a pause (an MTP head, a draft model), all in plain-step units,
+// and the drafter's long-run acceptance (the prior of a new request). Each time is an
+// exponential average of log seconds (weight 1/4; the first three samples: their minimum) in
+// which a sample counts for at most a factor of e^0.5 either way, so it tracks about the median
+// time: a preempted sample (10x on a shared machine) barely moves it, a load or kernel change
+// shows within ~10 samples. A window length not measured yet is interpolated between measured
+// ones, or extrapolated along the average slope up to the longest one measured (a quarter step
+// per token before any window is measured: optimistic, so that lengths get tried); a window
+// costs at least the shorter ones and at most its length in plain steps (batching never costs
+// more than stepping), and a length's first sample counts for no more than its prediction.
+class CostModel {
  public:
-  explicit DraftController(bool adaptive) : adaptive_(adaptive) {}
-  bool ShouldDraft() const;
-  // The most tokens to draft this step (at most max_tokens).
-  int DraftLength(int max_tokens) const;
-  // A finished step: whether the drafter was asked (a step that asked and got no draft pays
-  // for asking, so it counts as speculative), drafted and accepted tokens, tokens emitted,
-  // seconds (draft + verify).
-  void Record(bool asked, int drafted, int accepted, int emitted, double seconds);
+  static constexpr int kMaxWindow = 64;  // longer windows are costed as this one
+  void ObserveWindow(int n_tokens, double seconds);
+  void ObserveDraft(int passes, double seconds);
+  void ObserveCatchUp(int cells, double seconds);
+  void ObserveAcceptance(int drafted, int accepted);
+  // Whether a plain step (a one-token window) was timed: the unit of every cost.
+  bool has_step() const { return n_[1] > 0; }
+  bool measured(int n_tokens) const;
+  // In plain steps: a window of n_tokens (1 for one token), `passes` drafter passes, `cells`
+  // cells of catch-up (0 while not measured: the first use measures them).
+  double WindowSteps(int n_tokens) const;
+  double DraftSteps(double passes) const;
+  double CatchUpSteps(double cells) const;
+  // The per-position acceptance the drafter has shown across requests (0.5 before any).
+  double acceptance() const;
 
  private:
+  static constexpr int kDraft = kMaxWindow + 1;
+  static constexpr int kCatchUp = kMaxWindow + 2;
+  void Observe(int entry, double log_seconds);
+  double Ratio(int entry) const;              // entry's time over a plain step's
+  std::array<double, kMaxWindow + 3> log_{};  // [entry] log seconds: windows by length, then
+                                              // per draft pass, per caught-up cell
+  std::array<int, kMaxWindow + 3> n_{};       // [entry] observations
+  double acc_hits_ = 0.0, acc_misses_ = 0.0;  // decayed per-position outcomes
+};
+
+// One finished decode step of a sequence, as the controller sees it.
+struct StepRecord {
+  bool asked = false;  // the drafter was asked (a step that asked and got no draft pays for it)
+  int drafted = 0;     // tokens verified
+  int accepted = 0;    // of which accepted
+  int emitted = 1;     // tokens emitted by the step
+  double window_seconds = 0.0;  // the forward pass; <= 0: not timed (a batch shared with others)
+  double draft_seconds = 0.0;   // the drafter's call, catch-up included
+  int catch_up_cells = 0;       // positions the drafter caught up with in that call
+  double catch_up_seconds = 0.0;
+};
+
+// Decides per step how many tokens to draft, 0 for a plain step. With acceptance a per
+// position (geometric: this request's outcomes, decayed per window, with the cost model's
+// long-run figure as a prior worth two positions), a draft of k gives E = 1 + a + ... + a^k
+// tokens per step; asking costs DraftSteps(k) + CatchUpSteps(E - 1) (an MTP head re-evaluates
+// the accepted tokens' cells; a draft model keeps them: measured per drafter) and the window
+// WindowSteps(k + 1), all weighted by how often the drafter proposes anything. The k with the
+// most tokens per unit of time is drafted when it beats a plain step by 3 %. k is at most 2 at
+// first, then twice a draft accepted whole or one more than the accepted part of one that was
+// not (long windows are earned, so a wrong prior stays cheap), or longer where its window and
+// draft cost at most a quarter step more (a bandwidth-bound model: up to the maximum). After 32
+// windows in a row one plain step times the unit again. A drafter that must catch up first (a
+// paused MTP head: one batched pass) is asked again only when the gain expected over the next 32
+// tokens covers that catch-up. While drafting does not pay, a one-token probe runs after 8 plain
+// steps, the wait doubling (to 32) after each probe and back to 8 once drafting pays; a drafter
+// whose catch-up costs more than 0.02 steps per missed position is probed only if drafting at its
+// long-run acceptance would repay it.
+class DraftController {
+ public:
+  // costs: shared, outlives the controller; adaptive false: always draft max_tokens.
+  DraftController(CostModel* costs, bool adaptive) : costs_(costs), adaptive_(adaptive) {}
+  // The tokens to draft this step (at most max_tokens), 0 for a plain step.
+  int Plan(int max_tokens);
+  void Record(const StepRecord& r);
+  // The acceptance per position this request's plan uses.
+  double acceptance() const;
+
+ private:
+  static constexpr int kMinGap = 8, kMaxGap = 32;
+  static constexpr int kControlGap = 32;  // windows in a row before a plain step is timed
+  // Expected tokens per plain-step time drafting k at acceptance a.
+  double Rate(int k, double a) const;
+  // The best Rate over k = 1..max_tokens (1.0 and *k = 0 when none beats a plain step).
+  double BestRate(int max_tokens, double a, int* k) const;
+  // The longest draft to consider: the earned length cap_, or longer where that costs little.
+  int Limit(int max_tokens) const;
+  // Whether drafting at `rate` repays the catch-up the drafter needs first.
+  bool Repays(double rate) const;
+
+  CostModel* costs_;
   bool adaptive_;
-  double plain_rate_ = 0.0;  // tokens/s, exponential average
-  double spec_rate_ = 0.0;
-  int n_plain_ = 0;
-  int n_spec_ = 0;      // speculative steps since the last pause
-  int pause_left_ = 0;  // plain steps left in the current pause
-  int backoff_ = 8;
-  int length_ = 1 << 30;  // the current draft length cap
+  double hits_ = 0.0, misses_ = 0.0;  // this request's decayed per-position outcomes
+  double asks_ = 0.0, offers_ = 0.0;  // decayed: steps that asked, and that got a draft
+  // Decayed, over steps that asked right after asking: cells caught up, and the tokens the
+  // previous step accepted (an MTP head re-evaluates those; a draft model keeps them).
+  double cu_cells_ = 0.0, cu_accepted_ = 0.0;
+  int since_ask_ = 0;    // plain steps since the drafter was last asked
+  int since_plain_ = 0;  // windows since the last plain step
+  int prev_emitted_ = 1;
+  bool ever_asked_ = false;
+  bool probing_ = false;  // this step's draft is a probe
+  int gap_ = kMinGap;     // plain steps between probes
+  int until_probe_ = 0;
+  int cap_ = 2;  // the longest draft the evidence allows so far
 };
 
 // The most draft tokens worth verifying on sequence `seq` of `session` this step: draft_max,

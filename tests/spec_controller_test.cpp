@@ -1,0 +1,236 @@
+// The draft controller and its cost model on synthetic timings (no clocks, no model): a simulated
+// machine gives each plain step and each window of W tokens a time (with load noise), a
+// simulated drafter accepts each draft position with a fixed probability; the controller must
+// stop drafting where windows do not pay, draft where they do, choose longer drafts at high
+// acceptance, follow a cost that changes, and stay near plain speed on a noisy machine.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <random>
+
+#include "spec/speculative.h"
+
+namespace lamina::spec {
+namespace {
+
+struct Machine {
+  std::function<double(int)> window = [](int w) { return double(w); };  // steps for W tokens
+  double draft_per_token = 0.0;    // steps per drafted token (0: prompt lookup)
+  double catch_up_per_cell = 0.0;  // steps per position caught up after plain steps
+  double noise = 0.0;              // each time is scaled by a uniform factor in [1 - n, 1 + n]
+};
+
+// Runs a controller for n_tokens tokens at acceptance `a` per draft position.
+struct Sim {
+  static constexpr double kStep = 1e-3;  // seconds of a plain step
+  std::mt19937 rng{12345};
+  double seconds = 0.0;
+  int tokens = 0, steps = 0, drafting_steps = 0;
+  std::vector<int> ks;  // the k planned per step (0: plain)
+
+  double Noise(double n) {
+    return n <= 0.0 ? 1.0 : std::uniform_real_distribution<double>(1.0 - n, 1.0 + n)(rng);
+  }
+  void Run(DraftController& c, const Machine& m, double a, int n_tokens, int k_max = 8) {
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    int since_ask = 0;
+    for (int end = tokens + n_tokens; tokens < end;) {
+      const int k = c.Plan(k_max);
+      ks.push_back(k);
+      StepRecord r;
+      ++steps;
+      if (k > 0) {
+        ++drafting_steps;
+        r.asked = true;
+        r.drafted = k;
+        while (r.accepted < k && u(rng) < a) ++r.accepted;
+        r.emitted = r.accepted + 1;
+        r.catch_up_cells = since_ask;
+        r.catch_up_seconds = since_ask * m.catch_up_per_cell * kStep * Noise(m.noise);
+        r.draft_seconds = k * m.draft_per_token * kStep * Noise(m.noise) + r.catch_up_seconds;
+        since_ask = 0;
+      } else {
+        r.emitted = 1;
+        ++since_ask;
+      }
+      r.window_seconds = m.window(r.drafted + 1) * kStep * Noise(m.noise);
+      seconds += r.window_seconds + r.draft_seconds;
+      tokens += r.emitted;
+      c.Record(r);
+    }
+  }
+  // Tokens per second against plain decoding's (one token per kStep).
+  double Speedup() const { return tokens * kStep / seconds; }
+  // Of the last n steps, the share that drafted.
+  double DraftingShare(int n) const {
+    n = std::min<int>(n, ks.size());
+    return std::count_if(ks.end() - n, ks.end(), [](int k) { return k > 0; }) / double(n);
+  }
+  int MedianK(int n) const {
+    std::vector<int> last(ks.end() - std::min<int>(n, ks.size()), ks.end());
+    std::sort(last.begin(), last.end());
+    return last[last.size() / 2];
+  }
+};
+
+Machine ComputeBound() {  // every window token costs a step; a draft a quarter (an MTP head)
+  Machine m;
+  m.window = [](int w) { return double(w); };
+  m.draft_per_token = 0.25;
+  return m;
+}
+
+Machine Cheap() {  // a bandwidth-bound model: a window costs little more than a step
+  Machine m;
+  m.window = [](int w) { return 1.0 + 0.05 * (w - 1); };
+  return m;
+}
+
+TEST(DraftController, PlainStepFirstThenAlwaysDraftsWhenNotAdaptive) {
+  CostModel costs;
+  DraftController fixed(&costs, /*adaptive=*/false);
+  EXPECT_EQ(fixed.Plan(5), 5);
+  EXPECT_EQ(fixed.Plan(0), 0);
+  DraftController adaptive(&costs, /*adaptive=*/true);
+  EXPECT_EQ(adaptive.Plan(5), 0);  // no plain step timed yet
+  StepRecord plain;
+  plain.window_seconds = 1e-3;
+  adaptive.Record(plain);
+  EXPECT_GT(adaptive.Plan(5), 0);  // untried windows are costed optimistically
+}
+
+TEST(DraftController, StopsDraftingWhenWindowsDoNotPay) {
+  CostModel costs;
+  DraftController c(&costs, true);
+  Sim sim;
+  sim.Run(c, ComputeBound(), 0.5, 400);
+  EXPECT_LT(sim.DraftingShare(200), 0.1);
+  EXPECT_GT(sim.Speedup(), 0.95);
+}
+
+TEST(DraftController, DraftsLongWindowsWhenTheyPay) {
+  CostModel costs;
+  DraftController c(&costs, true);
+  Sim sim;
+  sim.Run(c, Cheap(), 0.8, 400);
+  EXPECT_GT(sim.DraftingShare(100), 0.9);
+  EXPECT_GT(sim.Speedup(), 2.0);
+}
+
+TEST(DraftController, PicksALongerDraftWhenAcceptanceIsHigh) {
+  Machine m;
+  m.window = [](int w) { return 1.0 + 0.3 * (w - 1); };
+  int k_high = 0, k_low = 0;
+  for (double a : {0.95, 0.6}) {
+    CostModel costs;
+    DraftController c(&costs, true);
+    Sim sim;
+    sim.Run(c, m, a, 600);
+    (a > 0.9 ? k_high : k_low) = sim.MedianK(100);
+    EXPECT_GT(sim.DraftingShare(100), 0.9) << a;
+  }
+  EXPECT_GE(k_high, 5);
+  EXPECT_LE(k_low, 3);
+  EXPECT_GT(k_high, k_low);
+}
+
+TEST(DraftController, RecoversWhenTheWindowCostChanges) {
+  CostModel costs;
+  DraftController c(&costs, true);
+  Sim sim;
+  Machine m = ComputeBound();
+  m.draft_per_token = 0.0;
+  sim.Run(c, m, 0.7, 300);  // windows cost their length: not worth it at 70 %
+  EXPECT_LT(sim.DraftingShare(100), 0.15);
+  sim.Run(c, Cheap(), 0.7, 600);  // a faster kernel: windows nearly free
+  EXPECT_GT(sim.DraftingShare(100), 0.9);
+  sim.Run(c, m, 0.7, 600);  // and back
+  EXPECT_LT(sim.DraftingShare(100), 0.15);
+}
+
+TEST(DraftController, FollowsTheAcceptanceOfTheText) {
+  CostModel costs;
+  DraftController c(&costs, true);
+  Sim sim;
+  Machine m;
+  m.window = [](int w) { return 1.0 + 0.4 * (w - 1); };
+  sim.Run(c, m, 0.05, 300);  // nothing the drafter proposes is right
+  EXPECT_LT(sim.DraftingShare(100), 0.15);
+  sim.Run(c, m, 0.95, 800);  // a copy: probes find it, and it drafts again
+  EXPECT_GT(sim.DraftingShare(100), 0.9);
+  EXPECT_GE(sim.MedianK(50), 3);
+}
+
+// On a noisy machine (every time ±40 %), near the break-even point: never far below plain.
+TEST(DraftController, NoisyBreakEvenStaysNearPlainSpeed) {
+  for (double a : {0.3, 0.5, 0.7}) {
+    CostModel costs;
+    DraftController c(&costs, true);
+    Sim sim;
+    Machine m = ComputeBound();
+    m.window = [](int w) { return 1.0 + 0.6 * (w - 1); };
+    m.noise = 0.4;
+    sim.Run(c, m, a, 2000);
+    EXPECT_GT(sim.Speedup(), 0.97) << a;
+  }
+}
+
+// A drafter that must catch up on the positions it missed (an MTP head) and loses is not
+// resumed at a catch-up cost it cannot repay, and a short request pays little for the probes.
+TEST(DraftController, CatchUpCostKeepsALosingHeadPaused) {
+  CostModel costs;
+  DraftController c(&costs, true);
+  Sim sim;
+  Machine m = ComputeBound();
+  m.catch_up_per_cell = 0.2;
+  sim.Run(c, m, 0.4, 600);
+  EXPECT_LT(sim.DraftingShare(300), 0.03);
+  EXPECT_GT(sim.Speedup(), 0.97);
+}
+
+// The cost model: measured ratios, interpolation and the common-mode load shift.
+TEST(CostModel, RatiosSurviveALoadSwing) {
+  CostModel costs;
+  for (int i = 0; i < 20; ++i) {
+    costs.ObserveWindow(1, 1e-3);
+    costs.ObserveWindow(5, 3e-3);
+  }
+  EXPECT_NEAR(costs.WindowSteps(5), 3.0, 0.05);
+  EXPECT_NEAR(costs.WindowSteps(3), 2.0, 0.05);  // interpolated
+  EXPECT_GE(costs.WindowSteps(9), costs.WindowSteps(5));
+  // The machine slows 2x (noisy samples): the ratio stays near 3.
+  for (int i = 0; i < 10; ++i) {
+    costs.ObserveWindow(1, i % 2 ? 1.5e-3 : 2.5e-3);
+    costs.ObserveWindow(5, i % 2 ? 7e-3 : 5e-3);
+  }
+  EXPECT_GT(costs.WindowSteps(5), 2.4);
+  EXPECT_LT(costs.WindowSteps(5), 3.6);
+  // Windows get cheaper (a faster kernel): the ratio follows within a few samples.
+  for (int i = 0; i < 8; ++i) {
+    costs.ObserveWindow(1, 2e-3);
+    costs.ObserveWindow(5, 3e-3);
+  }
+  EXPECT_LT(costs.WindowSteps(5), 1.8);
+  costs.ObserveDraft(4, 1e-3);
+  EXPECT_GT(costs.DraftSteps(1), 0.0);
+  EXPECT_EQ(costs.CatchUpSteps(10), 0.0);  // not measured yet
+}
+
+// A shared machine: one sample in five is preempted and takes 2-10x as long, windows (longer)
+// more often than plain steps. The ratio stays near the true one.
+TEST(CostModel, PreemptionSpikesDoNotSkewRatios) {
+  CostModel costs;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  auto spike = [&](double p) { return u(rng) < p ? 2.0 + 8.0 * u(rng) : 1.0 + 0.2 * u(rng); };
+  for (int i = 0; i < 300; ++i) {
+    costs.ObserveWindow(1, 1e-3 * spike(0.15));
+    if (i % 3 == 0) costs.ObserveWindow(4, 2.4e-3 * spike(0.3));
+  }
+  EXPECT_GT(costs.WindowSteps(4), 1.9);
+  EXPECT_LT(costs.WindowSteps(4), 3.2);
+}
+
+}  // namespace
+}  // namespace lamina::spec
