@@ -119,14 +119,16 @@ TEST(QuantContract, TileDotEqualsSingleDotBitForBit) {
           kern.quantize(xf.data(), w.data() + i * w_bytes, k);
         }
         const size_t act_bytes = RowSize(kern.vec_dot_type, k);
-        std::vector<uint8_t> acts(act_bytes * kMaxMultiDot);
-        for (int j = 0; j < kMaxMultiDot; ++j) {
+        ASSERT_GE(kern.tile_max_tokens, kMaxMultiDot);
+        ASSERT_LE(kern.tile_max_tokens, kMaxTileTokens);
+        std::vector<uint8_t> acts(act_bytes * kMaxTileTokens);
+        for (int j = 0; j < kMaxTileTokens; ++j) {
           for (float& v : xf) v = normal(rng);
           act.quantize(xf.data(), acts.data() + j * act_bytes, k);
         }
         for (int nr = 1; nr <= kMaxTileRows; ++nr) {
-          for (int n = 1; n <= kMaxMultiDot; ++n) {
-            float out[kMaxMultiDot * kMaxTileRows];
+          for (int n = 1; n <= kern.tile_max_tokens; ++n) {
+            float out[kMaxTileTokens * kMaxTileRows];
             kern.vec_dot_tile(k, w.data(), w_bytes, nr, acts.data(), act_bytes, n, out,
                               kMaxTileRows);
             for (int j = 0; j < n; ++j) {

@@ -97,6 +97,83 @@ void MatMulInterleaved(const WeightMatrix& w, const TypeKernels& kern, int64_t r
 
 }  // namespace
 
+namespace {
+
+// Activations in the layout w's plain-row kernels read: [n_tokens][row_bytes]; x itself when it
+// already is (f32 activations at stride cols), else prepared into scratch.act.
+struct PreparedAct {
+  const uint8_t* data = nullptr;
+  size_t row_bytes = 0;
+};
+
+PreparedAct PrepareActivations(const WeightMatrix& w, const TypeKernels& kern, const float* x,
+                               int64_t x_stride, int64_t n_tokens, MatMulScratch& scratch,
+                               ThreadPool& pool) {
+  const size_t act_row_bytes = RowSize(kern.vec_dot_type, w.cols);
+  if (kern.vec_dot_type == GgmlType::kF32 && kern.quantize_act == nullptr && x_stride == w.cols) {
+    return {reinterpret_cast<const uint8_t*>(x), act_row_bytes};
+  }
+  scratch.act.resize(act_row_bytes * static_cast<size_t>(n_tokens));
+  uint8_t* dst = scratch.act.data();
+  if (kern.quantize_act != nullptr) {  // F16 weights: f16-rounded activations kept as f32
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      kern.quantize_act(x + t * x_stride, dst + t * act_row_bytes, w.cols);
+    }
+  } else if (kern.vec_dot_type == GgmlType::kF32) {
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      std::copy_n(x + t * x_stride, w.cols, reinterpret_cast<float*>(dst + t * act_row_bytes));
+    }
+  } else {
+    const TypeKernels& act_kern = GetKernels(kern.vec_dot_type);
+    LAMINA_CHECK(act_kern.quantize != nullptr);
+    pool.ParallelFor(n_tokens, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        act_kern.quantize(x + t * x_stride, dst + t * act_row_bytes, w.cols);
+      }
+    });
+  }
+  return {dst, act_row_bytes};
+}
+
+// Rows [r_start, r_stop) of plain w against every token of act, into y: per row tile of
+// kRowTile rows, token tiles of at most the tile kernel's tile_max_tokens (kMaxMultiDot for the
+// row kernel), as even as possible (9 tokens at 8: 5 + 4, not 8 + 1, whose one-token tile
+// would run each row's few dependent FMA chains alone; at 12, one tile). The outer
+// loop over row tiles keeps the rows hot in cache across the token tiles.
+void RunRows(const WeightMatrix& w, const TypeKernels& kern, const PreparedAct& act,
+             int64_t n_tokens, int64_t r_start, int64_t r_stop, float* y, int64_t y_stride) {
+  const bool use_tile = kern.vec_dot_tile != nullptr && n_tokens >= kern.tile_min_tokens;
+  const int64_t max_tokens = use_tile ? kern.tile_max_tokens : kMaxMultiDot;
+  LAMINA_CHECK(max_tokens >= 1 && max_tokens <= kMaxTileTokens);
+  const int64_t n_token_tiles = (n_tokens + max_tokens - 1) / max_tokens;
+  const size_t y_step = static_cast<size_t>(y_stride);
+  float out[kMaxMultiDot];
+  for (int64_t r0 = r_start; r0 < r_stop; r0 += kRowTile) {
+    const int64_t r1 = std::min(r_stop, r0 + kRowTile);
+    for (int64_t tt = 0; tt < n_token_tiles; ++tt) {
+      const int64_t t0 = tt * n_tokens / n_token_tiles;
+      const int nt = static_cast<int>((tt + 1) * n_tokens / n_token_tiles - t0);
+      const uint8_t* act_tile = act.data + static_cast<size_t>(t0) * act.row_bytes;
+      if (use_tile) {
+        for (int64_t r = r0; r < r1; r += kMaxTileRows) {
+          const int nr = static_cast<int>(std::min<int64_t>(kMaxTileRows, r1 - r));
+          kern.vec_dot_tile(w.cols, w.Row(r), w.row_bytes, nr, act_tile, act.row_bytes, nt,
+                            y + t0 * y_stride + r, y_step);
+        }
+        continue;
+      }
+      for (int64_t r = r0; r < r1; ++r) {
+        // Always the multi kernel: its out[j] must not depend on n_act, so a token's
+        // result is the same whatever batch it arrives in (the write-path tests rely on it).
+        kern.vec_dot_multi(w.cols, w.Row(r), act_tile, act.row_bytes, nt, out);
+        for (int j = 0; j < nt; ++j) y[(t0 + j) * y_stride + r] = out[j];
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void MatMulRows(const WeightMatrix& w, int64_t row_begin, int64_t row_end, const float* x,
                 int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride,
                 MatMulScratch& scratch, ThreadPool& pool) {
@@ -109,71 +186,59 @@ void MatMulRows(const WeightMatrix& w, int64_t row_begin, int64_t row_end, const
     return MatMulInterleaved(w, kern, row_begin, row_end, x, x_stride, n_tokens, y, y_stride,
                              scratch, pool);
   }
-  const TypeKernels& act_kern = GetKernels(kern.vec_dot_type);
-
-  // Quantize the activations once: [n_tokens][act_row_bytes].
-  const size_t act_row_bytes = RowSize(kern.vec_dot_type, w.cols);
-  const uint8_t* act = nullptr;
-  if (kern.quantize_act != nullptr) {  // F16 weights: f16-rounded activations kept as f32
-    scratch.act.resize(act_row_bytes * static_cast<size_t>(n_tokens));
-    uint8_t* dst = scratch.act.data();
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      kern.quantize_act(x + t * x_stride, dst + t * act_row_bytes, w.cols);
-    }
-    act = dst;
-  } else if (kern.vec_dot_type == GgmlType::kF32 && x_stride == w.cols) {
-    act = reinterpret_cast<const uint8_t*>(x);
-  } else {
-    scratch.act.resize(act_row_bytes * static_cast<size_t>(n_tokens));
-    uint8_t* dst = scratch.act.data();
-    if (kern.vec_dot_type == GgmlType::kF32) {
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        std::copy_n(x + t * x_stride, w.cols, reinterpret_cast<float*>(dst + t * act_row_bytes));
-      }
-    } else {
-      LAMINA_CHECK(act_kern.quantize != nullptr);
-      pool.ParallelFor(n_tokens, 1, [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t) {
-          act_kern.quantize(x + t * x_stride, dst + t * act_row_bytes, w.cols);
-        }
-      });
-    }
-    act = dst;
-  }
-
-  const bool use_tile = kern.vec_dot_tile != nullptr && n_tokens >= kern.tile_min_tokens;
-  // Token tiles of at most kMaxMultiDot, as even as possible (9 tokens: 5 + 4, not 8 + 1, whose
-  // one-token tile would run each row's few dependent FMA chains alone).
-  const int64_t n_token_tiles = (n_tokens + kMaxMultiDot - 1) / kMaxMultiDot;
-  const int64_t n_rows = row_end - row_begin;
-  const int64_t n_row_tiles = (n_rows + kRowTile - 1) / kRowTile;
-  const size_t y_step = static_cast<size_t>(y_stride);
+  const PreparedAct act = PrepareActivations(w, kern, x, x_stride, n_tokens, scratch, pool);
+  const int64_t n_row_tiles = (row_end - row_begin + kRowTile - 1) / kRowTile;
   pool.ParallelFor(n_row_tiles, 1, [&](int64_t tile0, int64_t tile1) {
-    float out[kMaxMultiDot];
-    const int64_t r_start = row_begin + tile0 * kRowTile;
-    const int64_t r_stop = std::min(row_end, row_begin + tile1 * kRowTile);
-    // Outer loop over token tiles keeps this thread's weight rows hot in cache across tiles.
-    for (int64_t r0 = r_start; r0 < r_stop; r0 += kRowTile) {
-      const int64_t r1 = std::min(r_stop, r0 + kRowTile);
-      for (int64_t tt = 0; tt < n_token_tiles; ++tt) {
-        const int64_t t0 = tt * n_tokens / n_token_tiles;
-        const int nt = static_cast<int>((tt + 1) * n_tokens / n_token_tiles - t0);
-        const uint8_t* act_tile = act + static_cast<size_t>(t0) * act_row_bytes;
-        if (use_tile) {
-          for (int64_t r = r0; r < r1; r += kMaxTileRows) {
-            const int nr = static_cast<int>(std::min<int64_t>(kMaxTileRows, r1 - r));
-            kern.vec_dot_tile(w.cols, w.Row(r), w.row_bytes, nr, act_tile, act_row_bytes, nt,
-                              y + t0 * y_stride + r, y_step);
-          }
-          continue;
-        }
-        for (int64_t r = r0; r < r1; ++r) {
-          // Always the multi kernel: its out[j] must not depend on n_act, so a token's
-          // result is the same whatever batch it arrives in (the write-path tests rely on it).
-          kern.vec_dot_multi(w.cols, w.Row(r), act_tile, act_row_bytes, nt, out);
-          for (int j = 0; j < nt; ++j) y[(t0 + j) * y_stride + r] = out[j];
-        }
+    RunRows(w, kern, act, n_tokens, row_begin + tile0 * kRowTile,
+            std::min(row_end, row_begin + tile1 * kRowTile), y, y_stride);
+  });
+}
+
+void MatMulMany(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stride,
+                int64_t n_tokens, MatMulScratch& scratch, ThreadPool& pool,
+                const std::function<void(int64_t row_begin, int64_t row_end)>* after_rows) {
+  LAMINA_CHECK(n_parts >= 1 && n_parts <= kMaxMatMulParts);
+  if (n_tokens <= 0) return;
+  const WeightMatrix& w0 = *parts[0].w;
+  bool shared = w0.interleave == 0;
+  for (int p = 0; p < n_parts; ++p) {
+    const WeightMatrix& w = *parts[p].w;
+    LAMINA_CHECK(w.valid() && w.cols == w0.cols);
+    LAMINA_CHECK(after_rows == nullptr || w.rows == w0.rows);
+    shared = shared && w.type == w0.type && w.interleave == 0;
+  }
+  if (!shared) {  // each its own region (interleaved or mixed types: activations differ)
+    for (int p = 0; p < n_parts; ++p) {
+      MatMul(*parts[p].w, x, x_stride, n_tokens, parts[p].y, parts[p].y_stride, scratch, pool);
+    }
+    if (after_rows != nullptr) (*after_rows)(0, w0.rows);
+    return;
+  }
+  const TypeKernels& kern = GetKernels(w0.type);
+  LAMINA_CHECK(kern.vec_dot != nullptr);
+  const PreparedAct act = PrepareActivations(w0, kern, x, x_stride, n_tokens, scratch, pool);
+  // Units: with after_rows, unit u is row tile u of every part (then after_rows on its rows);
+  // without, the parts' row tiles one after another.
+  int64_t first_unit[kMaxMatMulParts + 1] = {0};  // [n_parts + 1] prefix sums of row tiles
+  for (int p = 0; p < n_parts; ++p) {
+    first_unit[p + 1] = first_unit[p] + (parts[p].w->rows + kRowTile - 1) / kRowTile;
+  }
+  const int64_t n_units = after_rows != nullptr ? first_unit[1] : first_unit[n_parts];
+  pool.ParallelFor(n_units, 1, [&](int64_t u0, int64_t u1) {
+    if (after_rows != nullptr) {
+      const int64_t r0 = u0 * kRowTile, r1 = std::min(w0.rows, u1 * kRowTile);
+      for (int p = 0; p < n_parts; ++p) {
+        RunRows(*parts[p].w, kern, act, n_tokens, r0, r1, parts[p].y, parts[p].y_stride);
       }
+      (*after_rows)(r0, r1);
+      return;
+    }
+    for (int p = 0; p < n_parts; ++p) {
+      const int64_t lo = std::max(u0, first_unit[p]), hi = std::min(u1, first_unit[p + 1]);
+      if (lo >= hi) continue;
+      const WeightMatrix& w = *parts[p].w;
+      RunRows(w, kern, act, n_tokens, (lo - first_unit[p]) * kRowTile,
+              std::min(w.rows, (hi - first_unit[p]) * kRowTile), parts[p].y, parts[p].y_stride);
     }
   });
 }

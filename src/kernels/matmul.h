@@ -1,13 +1,15 @@
 // Matrix multiplication of GGML-typed weights with f32 activations, on a thread pool.
 // Activations are first quantized to the weight type's vec_dot_type (as GGML's CPU path does),
-// then each weight row is decoded once per tile of up to kMaxMultiDot activation rows, so a
-// prompt batch runs matrix-matrix rather than one matrix-vector product per token. Types with a
+// then each weight row is decoded once per tile of up to kMaxMultiDot activation rows (a tile
+// kernel's tile_max_tokens, up to kMaxTileTokens), so a prompt batch runs matrix-matrix rather
+// than one matrix-vector product per token. Types with a
 // vec_dot_tile kernel also register-block kMaxTileRows weight rows per call, so each loaded
 // activation block serves several rows.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "quant/quant.h"
@@ -53,6 +55,26 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t x_stride, int64_t n_t
 void MatMulRows(const WeightMatrix& w, int64_t row_begin, int64_t row_end, const float* x,
                 int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride,
                 MatMulScratch& scratch, ThreadPool& pool);
+
+// One of several matmuls over the same activations: y[t][r] = sum_c w[r][c] * x[t][c],
+// y: [n_tokens, y_stride >= w.rows].
+struct MatMulPart {
+  const WeightMatrix* w = nullptr;
+  float* y = nullptr;
+  int64_t y_stride = 0;
+};
+constexpr int kMaxMatMulParts = 4;
+
+// MatMul of each part (1..kMaxMatMulParts, all with the same cols) over x in one parallel region
+// when they share a type and plain rows (activations prepared once; Q, K and V of a layer, or
+// its FFN gate and up), else one after another; every output is MatMul's bits. after_rows (all
+// parts then have the same rows): called with each range [row_begin, row_end) of rows once every
+// part has them for all tokens, by the thread that computed them (a per-row epilogue, such as
+// the FFN's activation, inside the same region).
+void MatMulMany(
+    const MatMulPart* parts, int n_parts, const float* x, int64_t x_stride, int64_t n_tokens,
+    MatMulScratch& scratch, ThreadPool& pool,
+    const std::function<void(int64_t row_begin, int64_t row_end)>* after_rows = nullptr);
 
 // Dequantizes one row of w (plain rows) into out[0..cols).
 void DequantizeRow(const WeightMatrix& w, int64_t row, float* out);

@@ -3,6 +3,7 @@
 #include "model/blocks.h"
 
 #include <algorithm>
+#include <functional>
 
 namespace lamina {
 
@@ -126,9 +127,10 @@ void AttentionOutput(const Hparams& hp, const AttentionWeights& w, int layer, co
   if (w.wqkv.valid()) {
     SplitQkv(hp, w.wqkv, n, s, pool);
   } else {
-    MatMul(w.wq, s.xn.data(), d, n, s.q.data(), qd, s.matmul, pool);
-    MatMul(w.wk, s.xn.data(), d, n, s.k.data(), kvd, s.matmul, pool);
-    MatMul(w.wv, s.xn.data(), d, n, s.v.data(), kvd, s.matmul, pool);
+    // One parallel region for the three (a short window pays each region's fork and join).
+    const MatMulPart qkv[] = {
+        {&w.wq, s.q.data(), qd}, {&w.wk, s.k.data(), kvd}, {&w.wv, s.v.data(), kvd}};
+    MatMulMany(qkv, 3, s.xn.data(), d, n, s.matmul, pool);
   }
   AddBias(s.q.data(), w.bq, n, qd);
   AddBias(s.k.data(), w.bk, n, kvd);
@@ -175,13 +177,21 @@ void FfnOutput(const Hparams& hp, const FfnWeights& w, FfnActivation act, const 
   if (!w.gate.valid()) {
     FusedGateUp(hp, w.up, act, n, s, pool);
   } else {
-    MatMul(w.gate, s.xn.data(), d, n, s.gate.data(), ff, s.matmul, pool);
-    MatMul(w.up, s.xn.data(), d, n, s.up.data(), ff, s.matmul, pool);
-    if (act == FfnActivation::kGeluTanh) {
-      GeluTanhMul(s.gate.data(), s.up.data(), static_cast<int64_t>(n) * ff, s.gate.data());
-    } else {
-      SiluMul(s.gate.data(), s.up.data(), static_cast<int64_t>(n) * ff, s.gate.data());
-    }
+    // Gate and up in one parallel region, each thread applying the activation to the rows it
+    // computed (elementwise: the same bits however the rows are split).
+    const MatMulPart gate_up[] = {{&w.gate, s.gate.data(), ff}, {&w.up, s.up.data(), ff}};
+    const std::function<void(int64_t, int64_t)> activate = [&](int64_t r0, int64_t r1) {
+      for (int64_t t = 0; t < n; ++t) {
+        float* g = s.gate.data() + t * ff + r0;
+        const float* u = s.up.data() + t * ff + r0;
+        if (act == FfnActivation::kGeluTanh) {
+          GeluTanhMul(g, u, r1 - r0, g);
+        } else {
+          SiluMul(g, u, r1 - r0, g);
+        }
+      }
+    };
+    MatMulMany(gate_up, 2, s.xn.data(), d, n, s.matmul, pool, &activate);
   }
   MatMul(w.down, s.gate.data(), ff, n, s.xn.data(), d, s.matmul, pool);
 }

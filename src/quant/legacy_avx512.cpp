@@ -60,6 +60,8 @@ struct BF16Src {
 
 inline __mmask16 TailMask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
 
+constexpr size_t kPrefetchAhead = 2048;  // bytes of a weight row stream read ahead
+
 // Two accumulators per activation row: with N >= 3 rows that is enough independent FMAs.
 // SW: the weights' element type, SA: the activations' (F16 weights take f32 activations).
 template <class SW, class SA, int N>
@@ -76,6 +78,11 @@ void VecDotFloatMultiN(int64_t k, const void* vw, const char* act, size_t stride
   }
   int64_t i = 0;
   for (; i + 32 <= k; i += 32) {
+    // Weights kPrefetchAhead bytes on (past the row's end: the matmul's next rows, which a
+    // row-by-row caller reads next; a prefetch of bytes past an array is harmless).
+    for (size_t b = 0; b < 32 * sizeof(TW); b += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + i) + kPrefetchAhead + b, _MM_HINT_T0);
+    }
     const __m512 w0 = SW::Load(w + i);
     const __m512 w1 = SW::Load(w + i + 16);
 #pragma GCC unroll 8
@@ -156,9 +163,15 @@ inline void ReduceAdd16(const __m512* v, float* res) {
 // suffice; every FMA of every accumulator happens in the same order, and the reductions run
 // sixteen at a time (ReduceAdd16, the same additions). Each loaded (widened) weight vector serves
 // N tokens and each activation vector R rows, instead of one row.
+//
+// `ahead`: R rows further on, row r at ahead + r * ahead_stride bytes, which the first pass
+// prefetches line by line as it reads its own rows, so a later block's weights are on their way
+// from L3 while this one computes (a block's rows are a few short streams, too short for the
+// hardware prefetcher to get ahead of). Prefetches change no result.
 template <class SW, class SA, int R, int N>
 void VecDotFloatTileBlock(int64_t k, const typename SW::T* const* w, const typename SA::T* const* a,
-                          float* out, size_t out_stride) {
+                          float* out, size_t out_stride, const char* ahead, size_t ahead_stride) {
+  using TW = typename SW::T;
   __m512 acc[R][N];
   float first[R][N][16];  // the acc0 pass's lanes
   const int64_t k32 = k / 32 * 32;
@@ -168,6 +181,13 @@ void VecDotFloatTileBlock(int64_t k, const typename SW::T* const* w, const typen
     }
     const int64_t off = pass == 0 ? 0 : 16;
     for (int64_t i = 0; i < k32; i += 32) {
+      if (pass == 0) {
+        for (int r = 0; r < R; ++r) {
+          for (size_t b = 0; b < 32 * sizeof(TW); b += 64) {
+            _mm_prefetch(ahead + r * ahead_stride + i * sizeof(TW) + b, _MM_HINT_T0);
+          }
+        }
+      }
       __m512 wv[R];
       for (int r = 0; r < R; ++r) wv[r] = SW::Load(w[r] + i + off);
       for (int j = 0; j < N; ++j) {
@@ -225,6 +245,7 @@ void VecDotFloatTileBlock(int64_t k, const typename SW::T* const* w, const typen
 // Rows per block for n tokens: R x N accumulators within kFloatTileAccs (with R weight vectors
 // and an activation vector, 29 of the 32 registers at most), at most kAvx512TileRows.
 constexpr int kFloatTileAccs = 24;
+constexpr int kPrefetchRows = 8;  // a float tile block prefetches the rows this far on
 constexpr int FloatTileRows(int n) { return std::min(kAvx512TileRows, kFloatTileAccs / n); }
 
 template <class SW, class SA, int N>
@@ -241,25 +262,31 @@ void VecDotFloatTileN(int64_t k, const char* vw, size_t w_row_bytes, int n_rows,
     const TW* w[kR];
     for (int r = 0; r < nr; ++r) w[r] = reinterpret_cast<const TW*>(vw + (r0 + r) * w_row_bytes);
     float* o = out + r0;
+    // The rows kPrefetchRows on (past the call's last row: the caller's next rows, or bytes a
+    // prefetch may touch harmlessly); consecutive blocks prefetch every row once.
+    const char* ahead = vw + (r0 + kPrefetchRows) * w_row_bytes;
     switch (nr) {
       case 1:
-        VecDotFloatTileBlock<SW, SA, 1, N>(k, w, a, o, out_stride);
+        VecDotFloatTileBlock<SW, SA, 1, N>(k, w, a, o, out_stride, ahead, w_row_bytes);
         break;
       case 2:
-        if constexpr (kR >= 2) VecDotFloatTileBlock<SW, SA, 2, N>(k, w, a, o, out_stride);
+        if constexpr (kR >= 2)
+          VecDotFloatTileBlock<SW, SA, 2, N>(k, w, a, o, out_stride, ahead, w_row_bytes);
         break;
       case 3:
-        if constexpr (kR >= 3) VecDotFloatTileBlock<SW, SA, 3, N>(k, w, a, o, out_stride);
+        if constexpr (kR >= 3)
+          VecDotFloatTileBlock<SW, SA, 3, N>(k, w, a, o, out_stride, ahead, w_row_bytes);
         break;
       default:
-        if constexpr (kR >= 4) VecDotFloatTileBlock<SW, SA, 4, N>(k, w, a, o, out_stride);
+        if constexpr (kR >= 4)
+          VecDotFloatTileBlock<SW, SA, 4, N>(k, w, a, o, out_stride, ahead, w_row_bytes);
         break;
     }
   }
 }
 
-// All n_act tokens share one block, so each weight vector is loaded (and, for F16, widened)
-// once per call; rows go in blocks of FloatTileRows(n_act).
+// All n_act tokens (1..kMaxTileTokens) share one block, so each weight vector is loaded (and,
+// for F16, widened) once per call; rows go in blocks of FloatTileRows(n_act) (2 from 9 tokens).
 template <class SW, class SA>
 void VecDotFloatTile(int64_t k, const void* vw, size_t w_row_bytes, int n_rows, const void* act,
                      size_t act_row_bytes, int n_act, float* out, size_t out_stride) {
@@ -289,11 +316,24 @@ void VecDotFloatTile(int64_t k, const void* vw, size_t w_row_bytes, int n_rows, 
     case 7:
       return VecDotFloatTileN<SW, SA, 7>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
                                          out_stride);
-    default:
+    case 8:
       return VecDotFloatTileN<SW, SA, 8>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
                                          out_stride);
+    case 9:
+      return VecDotFloatTileN<SW, SA, 9>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
+                                         out_stride);
+    case 10:
+      return VecDotFloatTileN<SW, SA, 10>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
+                                          out_stride);
+    case 11:
+      return VecDotFloatTileN<SW, SA, 11>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
+                                          out_stride);
+    default:
+      return VecDotFloatTileN<SW, SA, 12>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
+                                          out_stride);
   }
 }
+static_assert(kMaxTileTokens == 12 && kFloatTileAccs / kMaxTileTokens >= 2);
 
 // ---------------------------------------------------------------------------------------------
 // Legacy quants with VNNI (Q4_0 and Q8_0 use the tiles below). dpbusd multiplies unsigned by
@@ -679,6 +719,7 @@ void RegisterAvx512Legacy(KernelTable& table) {
     table[static_cast<int>(t)].vec_dot_multi = multi;
     table[static_cast<int>(t)].vec_dot_tile = nullptr;
     table[static_cast<int>(t)].tile_min_tokens = 1;
+    table[static_cast<int>(t)].tile_max_tokens = kMaxMultiDot;
   };
   set(GgmlType::kF32, VecDotFloatOne<F32Src, F32Src>, VecDotFloatMulti<F32Src, F32Src>);
   set(GgmlType::kF16, VecDotFloatOne<F16Src, F32Src>, VecDotFloatMulti<F16Src, F32Src>);
@@ -686,6 +727,9 @@ void RegisterAvx512Legacy(KernelTable& table) {
   table[static_cast<int>(GgmlType::kF32)].vec_dot_tile = VecDotFloatTile<F32Src, F32Src>;
   table[static_cast<int>(GgmlType::kF16)].vec_dot_tile = VecDotFloatTile<F16Src, F32Src>;
   table[static_cast<int>(GgmlType::kBF16)].vec_dot_tile = VecDotFloatTile<BF16Src, BF16Src>;
+  for (GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
+    table[static_cast<int>(t)].tile_max_tokens = kMaxTileTokens;
+  }
   set(GgmlType::kQ4_0, VecDotTileOne<Q4_0Tile>, VecDotTileMulti<Q4_0Tile>);
   table[static_cast<int>(GgmlType::kQ4_0)].vec_dot_tile = InTilesOfFour<VecDotTile<Q4_0Tile>>;
   set(GgmlType::kQ4_1, VecDotQuantOne<Q4_1W>, VecDotQuantMulti<Q4_1W>);

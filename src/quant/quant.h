@@ -30,6 +30,9 @@ using VecDotTileFn = void (*)(int64_t k, const void* w, size_t w_row_bytes, int 
                               const void* act, size_t act_row_bytes, int n_act, float* out,
                               size_t out_stride);
 constexpr int kMaxTileRows = 8;  // kernels may block fewer rows per register tile
+// The most tokens a vec_dot_tile call may take (TypeKernels::tile_max_tokens; kMaxMultiDot
+// unless a kernel says more).
+constexpr int kMaxTileTokens = 12;
 
 // Interleaved weights (a layout the matmul repacks a weight type into at load: Q8_0, Q4_0,
 // IQ4_NL, Q4_K, Q5_K, Q6_K and IQ4_XS as BlockQ8_0x16, BlockQ4_0x16, BlockIQ4_NLx16, BlockQ4_Kx16,
@@ -66,6 +69,10 @@ struct TypeKernels {
   // Matmuls of fewer tokens than this skip vec_dot_tile (same results): a tile that only pays
   // when its weight rows stay in cache across many tokens.
   int tile_min_tokens = 1;
+  // The most tokens one vec_dot_tile call takes (kMaxMultiDot..kMaxTileTokens): the AVX-512 float
+  // tiles hold up to 12 tokens in registers, so a 9-token window widens each f16 weight vector
+  // once rather than once per tile of 5 and of 4.
+  int tile_max_tokens = kMaxMultiDot;
   // When set, the matmul prepares activations with this (into vec_dot_type's layout) instead
   // of GetKernels(vec_dot_type).quantize. F16 weights: activations rounded to f16 as GGML does,
   // kept as f32 so that no kernel widens them again per weight row (the products are the same).

@@ -495,7 +495,10 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
     }
   };
   const int64_t n_items = static_cast<int64_t>(n) * n_heads;
-  if (pool != nullptr && n_items > 1) {
+  // A decode step's or a short window's few rows are encoded inline: splitting them over the
+  // pool costs a fork and join (two threads waking on each other) for microseconds of work.
+  constexpr int64_t kMinParallelElems = 4096;
+  if (pool != nullptr && n_items > 1 && n_items * config_.head_dim >= kMinParallelElems) {
     pool->ParallelFor(n_items, 1, encode);
   } else {
     encode(0, n_items);

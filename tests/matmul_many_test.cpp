@@ -1,0 +1,105 @@
+// MatMulMany (several matmuls over the same activations in one parallel region) against one
+// MatMul per part: the same bits for every part, token count and thread count, with and without
+// the per-row epilogue, and through the fallback for parts of different types.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "quant/quant.h"
+#include "quant_random.h"
+#include "util/thread_pool.h"
+
+namespace lamina {
+namespace {
+
+// A plain weight matrix of random values in `type`, owning its bytes.
+struct OwnedWeights {
+  std::vector<uint8_t> data;  // [rows][row_bytes]
+  WeightMatrix w;
+};
+
+OwnedWeights MakeWeights(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  OwnedWeights o;
+  const size_t row_bytes = RowSize(type, cols);
+  o.data.resize(row_bytes * rows);
+  const std::vector<float> values = RandomFloats(rows * cols, rng);
+  for (int64_t r = 0; r < rows; ++r) {
+    GetKernels(type).quantize(values.data() + r * cols, o.data.data() + r * row_bytes, cols);
+  }
+  o.w = {type, rows, cols, row_bytes, o.data.data()};
+  return o;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(MatMulMany, EqualsOneMatMulPerPartBitForBit) {
+  std::mt19937 rng(5);
+  const int64_t cols = 96;
+  for (GgmlType type : {GgmlType::kF16, GgmlType::kF32, GgmlType::kQ8_0}) {
+    // Q, K and V shaped parts: 48, 16 and 24 rows (the last not a whole row tile).
+    std::vector<OwnedWeights> ws;
+    for (int64_t rows : {48, 16, 24}) ws.push_back(MakeWeights(type, rows, cols, rng));
+    for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      for (int64_t n : {1, 2, 9, 13}) {
+        const std::vector<float> x = RandomFloats(n * cols, rng);  // [n, cols]
+        MatMulScratch scratch;
+        std::vector<std::vector<float>> want(3), got(3);  // [n, rows] each
+        MatMulPart parts[3];
+        for (int p = 0; p < 3; ++p) {
+          const WeightMatrix& w = ws[p].w;
+          want[p].assign(n * w.rows, 0.0f);
+          got[p].assign(n * w.rows, -1.0f);
+          MatMul(w, x.data(), cols, n, want[p].data(), w.rows, scratch, pool);
+          parts[p] = {&w, got[p].data(), w.rows};
+        }
+        MatMulMany(parts, 3, x.data(), cols, n, scratch, pool);
+        for (int p = 0; p < 3; ++p) {
+          EXPECT_TRUE(SameBits(want[p], got[p])) << GgmlTypeName(type) << ", part " << p << ", "
+                                                 << n << " tokens, " << threads << " threads";
+        }
+      }
+    }
+  }
+}
+
+TEST(MatMulMany, EpilogueSeesEveryRowOnceAfterBothParts) {
+  std::mt19937 rng(6);
+  const int64_t cols = 64, rows = 40;  // 40: two whole row tiles and a part of one
+  for (GgmlType up_type : {GgmlType::kF16, GgmlType::kQ8_0}) {  // Q8_0: the mixed-type fallback
+    const OwnedWeights gate = MakeWeights(GgmlType::kF16, rows, cols, rng);
+    const OwnedWeights up = MakeWeights(up_type, rows, cols, rng);
+    ThreadPool pool(2);
+    for (int64_t n : {1, 9}) {
+      const std::vector<float> x = RandomFloats(n * cols, rng);  // [n, cols]
+      MatMulScratch scratch;
+      std::vector<float> g0(n * rows), u0(n * rows);  // [n, rows]
+      MatMul(gate.w, x.data(), cols, n, g0.data(), rows, scratch, pool);
+      MatMul(up.w, x.data(), cols, n, u0.data(), rows, scratch, pool);
+      SiluMul(g0.data(), u0.data(), n * rows, g0.data());
+      std::vector<float> g1(n * rows), u1(n * rows);  // [n, rows]
+      std::vector<int> seen(rows, 0);                 // [rows] epilogue calls per row
+      const MatMulPart parts[] = {{&gate.w, g1.data(), rows}, {&up.w, u1.data(), rows}};
+      const std::function<void(int64_t, int64_t)> activate = [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) ++seen[r];
+        for (int64_t t = 0; t < n; ++t) {
+          SiluMul(g1.data() + t * rows + r0, u1.data() + t * rows + r0, r1 - r0,
+                  g1.data() + t * rows + r0);
+        }
+      };
+      MatMulMany(parts, 2, x.data(), cols, n, scratch, pool, &activate);
+      EXPECT_TRUE(SameBits(g0, g1)) << GgmlTypeName(up_type) << ", " << n << " tokens";
+      for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(seen[r], 1) << "row " << r;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lamina
