@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 
 namespace lamina::chat {
 
@@ -58,6 +59,18 @@ size_t BodyEnd(std::string_view s, size_t from, size_t* skip) {
   return end;
 }
 
+// A header's channel and recipient (`<|channel|>NAME`, `to=NAME`), empty where it names none.
+std::pair<std::string_view, std::string_view> HeaderNames(std::string_view header) {
+  std::string_view channel, recipient;
+  if (const size_t c = header.find(kHarmonyChannel); c != std::string_view::npos) {
+    channel = WordAt(header, c + kHarmonyChannel.size());
+  }
+  if (const size_t r = header.find("to="); r != std::string_view::npos) {
+    recipient = WordAt(header, r + 3);
+  }
+  return {channel, recipient};
+}
+
 void Append(std::string& to, std::string_view text, std::string_view separator) {
   if (text.empty()) return;
   if (!to.empty()) to += separator;
@@ -67,13 +80,8 @@ void Append(std::string& to, std::string_view text, std::string_view separator) 
 // One header's routing: the channel and recipient, as the header text names them.
 void Route(std::string_view header, std::string_view body, bool ended, bool final,
            HarmonyParse* out) {
-  std::string_view channel, recipient;
-  if (const size_t c = header.find(kHarmonyChannel); c != std::string_view::npos) {
-    channel = WordAt(header, c + kHarmonyChannel.size());
-  }
-  if (const size_t r = header.find("to="); r != std::string_view::npos) {
-    recipient = WordAt(header, r + 3);
-  }
+  const std::pair<std::string_view, std::string_view> names = HeaderNames(header);
+  const std::string_view channel = names.first, recipient = names.second;
   if (!recipient.empty() && recipient != "assistant") {
     // A call: its arguments once the message is complete. Recipients other than functions.*
     // (the built-in browser and python tools) are not the client's: dropped, as llama.cpp does.
@@ -250,13 +258,8 @@ bool HarmonyStream::StepHeader(std::string_view s, bool final, HarmonyParse* out
   const size_t cut = FirstOf(s, std::max(scan_, pos_ + 1), kBodyEnds, &skip);
   if (m != std::string_view::npos && m < cut) {
     const std::string_view header = s.substr(pos_, m - pos_);
-    std::string_view channel, recipient;
-    if (const size_t c = header.find(kHarmonyChannel); c != std::string_view::npos) {
-      channel = WordAt(header, c + kHarmonyChannel.size());
-    }
-    if (const size_t r = header.find("to="); r != std::string_view::npos) {
-      recipient = WordAt(header, r + 3);
-    }
+    const std::pair<std::string_view, std::string_view> names = HeaderNames(header);
+    const std::string_view channel = names.first, recipient = names.second;
     if (!recipient.empty() && recipient != "assistant") {
       const bool function =
           recipient.starts_with(kFunctions) && recipient.size() > kFunctions.size();

@@ -10,7 +10,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <utility>
 
 #include "quant/kernel_registry.h"
 
@@ -292,46 +294,19 @@ void VecDotFloatTile(int64_t k, const void* vw, size_t w_row_bytes, int n_rows, 
                      size_t act_row_bytes, int n_act, float* out, size_t out_stride) {
   const char* w = static_cast<const char*>(vw);
   const char* a = static_cast<const char*>(act);
-  switch (n_act) {
-    case 1:  // one token: the one-pass row kernel streams each weight row once
-      for (int r = 0; r < n_rows; ++r) {
-        VecDotFloatMultiN<SW, SA, 1>(k, w + r * w_row_bytes, a, 0, out + r);
-      }
-      return;
-    case 2:
-      return VecDotFloatTileN<SW, SA, 2>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
-                                         out_stride);
-    case 3:
-      return VecDotFloatTileN<SW, SA, 3>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
-                                         out_stride);
-    case 4:
-      return VecDotFloatTileN<SW, SA, 4>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
-                                         out_stride);
-    case 5:
-      return VecDotFloatTileN<SW, SA, 5>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
-                                         out_stride);
-    case 6:
-      return VecDotFloatTileN<SW, SA, 6>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
-                                         out_stride);
-    case 7:
-      return VecDotFloatTileN<SW, SA, 7>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
-                                         out_stride);
-    case 8:
-      return VecDotFloatTileN<SW, SA, 8>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
-                                         out_stride);
-    case 9:
-      return VecDotFloatTileN<SW, SA, 9>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
-                                         out_stride);
-    case 10:
-      return VecDotFloatTileN<SW, SA, 10>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
-                                          out_stride);
-    case 11:
-      return VecDotFloatTileN<SW, SA, 11>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
-                                          out_stride);
-    default:
-      return VecDotFloatTileN<SW, SA, 12>(k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
-                                          out_stride);
+  if (n_act == 1) {  // one token: the one-pass row kernel streams each weight row once
+    for (int r = 0; r < n_rows; ++r) {
+      VecDotFloatMultiN<SW, SA, 1>(k, w + r * w_row_bytes, a, 0, out + r);
+    }
+    return;
   }
+  // [kMaxTileTokens - 1] the block for 2..kMaxTileTokens tokens
+  static constexpr auto kTiles = []<int... I>(std::integer_sequence<int, I...>) {
+    return std::array{&VecDotFloatTileN<SW, SA, I + 2>...};
+  }
+  (std::make_integer_sequence<int, kMaxTileTokens - 1>{});
+  kTiles[std::min(n_act, kMaxTileTokens) - 2](k, w, w_row_bytes, n_rows, a, act_row_bytes, out,
+                                              out_stride);
 }
 static_assert(kMaxTileTokens == 12 && kFloatTileAccs / kMaxTileTokens >= 2);
 
