@@ -3,6 +3,9 @@
 // overrides for the entries it implements) and picks the best once.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
 #include "quant/quant.h"
 
 namespace lamina::quant_internal {
@@ -40,5 +43,14 @@ void RegisterAvx512Interleaved(KernelTable& table);
 void RegisterScalarInterleavedK(KernelTable& table);
 void RegisterAvx2InterleavedK(KernelTable& table);
 void RegisterAvx512InterleavedK(KernelTable& table);
+
+// vec_dot_multi for a kernel with nothing to share between activation rows (the scalar twins):
+// kDot once per row.
+template <VecDotFn kDot>
+void VecDotEachRow(int64_t k, const void* w_row, const void* act, size_t act_row_bytes, int n_act,
+                   float* out) {
+  const auto* a = static_cast<const uint8_t*>(act);
+  for (int j = 0; j < n_act; ++j) kDot(k, &out[j], w_row, a + j * act_row_bytes);
+}
 
 }  // namespace lamina::quant_internal

@@ -792,14 +792,6 @@ void VecDotTQ2_0(int64_t k, float* s, const void* vx, const void* vy) {
   *s = sumf;
 }
 
-template <VecDotFn kDot>
-void VecDotMulti(int64_t k, const void* w_row, const void* act, size_t act_row_bytes, int n_act,
-                 float* out) {
-  LAMINA_DCHECK(n_act >= 1 && n_act <= kMaxMultiDot);
-  const auto* a = static_cast<const uint8_t*>(act);
-  for (int j = 0; j < n_act; ++j) kDot(k, &out[j], w_row, a + j * act_row_bytes);
-}
-
 }  // namespace
 
 void RegisterScalarKQuants(KernelTable& table) {
@@ -813,16 +805,16 @@ void RegisterScalarKQuants(KernelTable& table) {
     e.vec_dot = dot;
     e.vec_dot_multi = multi;
   };
-  set(GgmlType::kQ2_K, DequantizeQ2K, nullptr, VecDotQ2K, VecDotMulti<VecDotQ2K>);
-  set(GgmlType::kQ3_K, DequantizeQ3K, nullptr, VecDotQ3K, VecDotMulti<VecDotQ3K>);
-  set(GgmlType::kQ4_K, DequantizeQ4K, QuantizeQ4K, VecDotQ4K, VecDotMulti<VecDotQ4K>);
-  set(GgmlType::kQ5_K, DequantizeQ5K, QuantizeQ5K, VecDotQ5K, VecDotMulti<VecDotQ5K>);
-  set(GgmlType::kQ6_K, DequantizeQ6K, QuantizeQ6K, VecDotQ6K, VecDotMulti<VecDotQ6K>);
+  set(GgmlType::kQ2_K, DequantizeQ2K, nullptr, VecDotQ2K, VecDotEachRow<VecDotQ2K>);
+  set(GgmlType::kQ3_K, DequantizeQ3K, nullptr, VecDotQ3K, VecDotEachRow<VecDotQ3K>);
+  set(GgmlType::kQ4_K, DequantizeQ4K, QuantizeQ4K, VecDotQ4K, VecDotEachRow<VecDotQ4K>);
+  set(GgmlType::kQ5_K, DequantizeQ5K, QuantizeQ5K, VecDotQ5K, VecDotEachRow<VecDotQ5K>);
+  set(GgmlType::kQ6_K, DequantizeQ6K, QuantizeQ6K, VecDotQ6K, VecDotEachRow<VecDotQ6K>);
   // No quantizer: llama-quantize makes IQ4_XS files (its level search is not reproduced here).
-  set(GgmlType::kIQ4_XS, DequantizeIQ4XS, nullptr, VecDotIQ4XS, VecDotMulti<VecDotIQ4XS>);
+  set(GgmlType::kIQ4_XS, DequantizeIQ4XS, nullptr, VecDotIQ4XS, VecDotEachRow<VecDotIQ4XS>);
   // No quantizer: llama-quantize makes TQ1_0 / TQ2_0 files.
-  set(GgmlType::kTQ1_0, DequantizeTQ1_0, nullptr, VecDotTQ1_0, VecDotMulti<VecDotTQ1_0>);
-  set(GgmlType::kTQ2_0, DequantizeTQ2_0, nullptr, VecDotTQ2_0, VecDotMulti<VecDotTQ2_0>);
+  set(GgmlType::kTQ1_0, DequantizeTQ1_0, nullptr, VecDotTQ1_0, VecDotEachRow<VecDotTQ1_0>);
+  set(GgmlType::kTQ2_0, DequantizeTQ2_0, nullptr, VecDotTQ2_0, VecDotEachRow<VecDotTQ2_0>);
   set(GgmlType::kQ8_K, DequantizeQ8K, QuantizeQ8K, nullptr, nullptr);
 }
 

@@ -470,14 +470,6 @@ void VecDotMXFP4(int64_t k, float* s, const void* vw, const void* va) {
   VecDotTable4<BlockMXFP4>(k, s, vw, va, kMxfp4Levels);
 }
 
-// The scalar twin has nothing to share between activation rows, so it just loops.
-template <VecDotFn kDot>
-void VecDotMulti(int64_t k, const void* w_row, const void* act, size_t act_row_bytes, int n_act,
-                 float* out) {
-  const char* a = static_cast<const char*>(act);
-  for (int j = 0; j < n_act; ++j) kDot(k, &out[j], w_row, a + j * act_row_bytes);
-}
-
 void Set(KernelTable& table, GgmlType type, GgmlType vec_dot_type, DequantizeRowFn dequantize,
          QuantizeRowFn quantize, VecDotFn vec_dot, VecDotMultiFn vec_dot_multi) {
   table[static_cast<int>(type)] =
@@ -488,19 +480,26 @@ void Set(KernelTable& table, GgmlType type, GgmlType vec_dot_type, DequantizeRow
 
 void RegisterScalarLegacy(KernelTable& table) {
   using T = GgmlType;
-  Set(table, T::kF32, T::kF32, DequantizeF32, QuantizeF32, VecDotF32, VecDotMulti<VecDotF32>);
-  Set(table, T::kF16, T::kF32, DequantizeF16, QuantizeF16, VecDotF16, VecDotMulti<VecDotF16>);
+  Set(table, T::kF32, T::kF32, DequantizeF32, QuantizeF32, VecDotF32, VecDotEachRow<VecDotF32>);
+  Set(table, T::kF16, T::kF32, DequantizeF16, QuantizeF16, VecDotF16, VecDotEachRow<VecDotF16>);
   table[static_cast<int>(T::kF16)].quantize_act = RoundF16AsF32;
-  Set(table, T::kBF16, T::kBF16, DequantizeBF16, QuantizeBF16, VecDotBF16, VecDotMulti<VecDotBF16>);
-  Set(table, T::kQ4_0, T::kQ8_0, DequantizeQ4_0, QuantizeQ4_0, VecDotQ4_0, VecDotMulti<VecDotQ4_0>);
-  Set(table, T::kQ4_1, T::kQ8_1, DequantizeQ4_1, QuantizeQ4_1, VecDotQ4_1, VecDotMulti<VecDotQ4_1>);
-  Set(table, T::kQ5_0, T::kQ8_0, DequantizeQ5_0, QuantizeQ5_0, VecDotQ5_0, VecDotMulti<VecDotQ5_0>);
-  Set(table, T::kQ5_1, T::kQ8_1, DequantizeQ5_1, QuantizeQ5_1, VecDotQ5_1, VecDotMulti<VecDotQ5_1>);
-  Set(table, T::kQ8_0, T::kQ8_0, DequantizeQ8_0, QuantizeQ8_0, VecDotQ8_0, VecDotMulti<VecDotQ8_0>);
+  Set(table, T::kBF16, T::kBF16, DequantizeBF16, QuantizeBF16, VecDotBF16,
+      VecDotEachRow<VecDotBF16>);
+  Set(table, T::kQ4_0, T::kQ8_0, DequantizeQ4_0, QuantizeQ4_0, VecDotQ4_0,
+      VecDotEachRow<VecDotQ4_0>);
+  Set(table, T::kQ4_1, T::kQ8_1, DequantizeQ4_1, QuantizeQ4_1, VecDotQ4_1,
+      VecDotEachRow<VecDotQ4_1>);
+  Set(table, T::kQ5_0, T::kQ8_0, DequantizeQ5_0, QuantizeQ5_0, VecDotQ5_0,
+      VecDotEachRow<VecDotQ5_0>);
+  Set(table, T::kQ5_1, T::kQ8_1, DequantizeQ5_1, QuantizeQ5_1, VecDotQ5_1,
+      VecDotEachRow<VecDotQ5_1>);
+  Set(table, T::kQ8_0, T::kQ8_0, DequantizeQ8_0, QuantizeQ8_0, VecDotQ8_0,
+      VecDotEachRow<VecDotQ8_0>);
   // No quantizers: llama-quantize makes these files (its searches are not reproduced here).
   Set(table, T::kIQ4_NL, T::kQ8_0, DequantizeIQ4_NL, nullptr, VecDotIQ4_NL,
-      VecDotMulti<VecDotIQ4_NL>);
-  Set(table, T::kMXFP4, T::kQ8_0, DequantizeMXFP4, nullptr, VecDotMXFP4, VecDotMulti<VecDotMXFP4>);
+      VecDotEachRow<VecDotIQ4_NL>);
+  Set(table, T::kMXFP4, T::kQ8_0, DequantizeMXFP4, nullptr, VecDotMXFP4,
+      VecDotEachRow<VecDotMXFP4>);
   // Activation-only: no dot product with Q8_1 weights.
   Set(table, T::kQ8_1, T::kQ8_1, DequantizeQ8_1, QuantizeQ8_1, nullptr, nullptr);
 }

@@ -69,13 +69,6 @@ void VecDotLowBit(int64_t k, float* s, const void* vw, const void* va) {
   *s = LowBitLaneSum(acc);
 }
 
-template <VecDotFn kDot>
-void VecDotMulti(int64_t k, const void* w_row, const void* act, size_t act_row_bytes, int n_act,
-                 float* out) {
-  const char* a = static_cast<const char*>(act);
-  for (int j = 0; j < n_act; ++j) kDot(k, &out[j], w_row, a + j * act_row_bytes);
-}
-
 void Set(KernelTable& table, GgmlType type, DequantizeRowFn dequantize, VecDotFn vec_dot,
          VecDotMultiFn vec_dot_multi) {
   table[static_cast<int>(type)] =
@@ -86,11 +79,11 @@ void Set(KernelTable& table, GgmlType type, DequantizeRowFn dequantize, VecDotFn
 
 void RegisterScalarLowBit(KernelTable& table) {
   Set(table, GgmlType::kNVFP4, DequantizeNVFP4, VecDotLowBit<BlockNVFP4>,
-      VecDotMulti<VecDotLowBit<BlockNVFP4>>);
+      VecDotEachRow<VecDotLowBit<BlockNVFP4>>);
   Set(table, GgmlType::kQ1_0, DequantizeScaled<BlockQ1_0, kQK1_0>, VecDotLowBit<BlockQ1_0>,
-      VecDotMulti<VecDotLowBit<BlockQ1_0>>);
+      VecDotEachRow<VecDotLowBit<BlockQ1_0>>);
   Set(table, GgmlType::kQ2_0, DequantizeScaled<BlockQ2_0, kQK2_0>, VecDotLowBit<BlockQ2_0>,
-      VecDotMulti<VecDotLowBit<BlockQ2_0>>);
+      VecDotEachRow<VecDotLowBit<BlockQ2_0>>);
 }
 
 }  // namespace lamina::quant_internal
