@@ -289,6 +289,7 @@ TEST(EngineStats, BytesUsedCountRecurrentStates) {
   const uint64_t cells = static_cast<uint64_t>(n_past) * session.cache().BytesPerToken();
   EXPECT_EQ(eng.stats().kv_bytes_used, cells + ring / 2);  // one sequence's ring of the two
   EXPECT_GT(ring / 2, cells);
+  EXPECT_EQ(eng.stats().draft_kv_bytes, 0u) << "no drafter, no drafter cache";
 }
 
 TEST(EngineStats, BytesUsedCountMtpHiddenStates) {
@@ -312,6 +313,12 @@ TEST(EngineStats, BytesUsedCountMtpHiddenStates) {
   const uint64_t hidden =
       static_cast<uint64_t>(session.n_hidden(0)) * model->hparams().n_embd * sizeof(float);
   EXPECT_EQ(eng.stats().kv_bytes_used, cells + hidden);
+  // The MTP block's own one-layer cache is counted apart, storage and the cells it holds.
+  const engine::Stats st = eng.stats();
+  EXPECT_GT(st.draft_kv_bytes, 0u);
+  EXPECT_GT(st.draft_kv_bytes_used, 0u);
+  EXPECT_LE(st.draft_kv_bytes_used, st.draft_kv_bytes);
+  EXPECT_LT(st.draft_kv_bytes, st.kv_bytes) << "one layer against the target's layers";
 }
 
 }  // namespace

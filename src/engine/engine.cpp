@@ -658,6 +658,17 @@ Stats Engine::stats() const {
     if (n_past > 0) out.kv_bytes_used += ring_per_seq;
     out.kv_bytes_used += static_cast<size_t>(session_.n_hidden(s->seq)) * hidden_per_token;
   }
+  // A lent drafter may serve several slots: each counted once.
+  std::vector<const spec::Drafter*> seen;
+  for (auto& s : slots_) {
+    if (s->drafter == nullptr || std::find(seen.begin(), seen.end(), s->drafter) != seen.end()) {
+      continue;
+    }
+    seen.push_back(s->drafter);
+    const spec::Drafter::CacheBytes b = s->drafter->cache_bytes();
+    out.draft_kv_bytes += b.total;
+    out.draft_kv_bytes_used += b.used;
+  }
   return out;
 }
 

@@ -88,6 +88,10 @@ struct Stats {
   // What the slots hold: their cells, a hybrid model's ring of recurrent states per sequence that
   // holds cells, and the hidden states kept for an MTP head (--spec mtp).
   size_t kv_bytes_used = 0;
+  // The slots' drafters' own caches (--spec draft: the draft model's sessions; --spec mtp: the
+  // MTP block's), storage and the cells they hold; 0 without such drafters.
+  size_t draft_kv_bytes = 0;
+  size_t draft_kv_bytes_used = 0;
   uint64_t draft_tokens = 0;  // speculative decoding: drafted and verified
   uint64_t draft_accepted = 0;
   uint64_t verify_steps = 0;

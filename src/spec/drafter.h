@@ -44,8 +44,22 @@ class Drafter {
     double seconds = 0.0;
   };
   CatchUpWork last_catch_up() const { return catch_up_; }
+  // The drafter's own cache (a draft model's or an MTP block's session; none for lookup):
+  // its whole storage, and the bytes of the cells it holds now.
+  struct CacheBytes {
+    size_t total = 0;
+    size_t used = 0;
+  };
+  virtual CacheBytes cache_bytes() const { return {}; }
 
  protected:
+  // A one-sequence session's cache: its storage and the cells sequence 0 holds.
+  static CacheBytes SessionCacheBytes(const Session& session) {
+    CacheBytes b;
+    b.total = session.cache().BytesTotal() + session.recurrent().bytes();
+    b.used = static_cast<size_t>(session.n_past(0)) * session.cache().BytesPerToken();
+    return b;
+  }
   // An evaluation of `evaluated` cells in one pass that took `seconds`: all but the last are
   // catch-up (their share of the time, in proportion).
   void SetCatchUp(int evaluated, double seconds) {
@@ -83,6 +97,7 @@ class ModelDrafter : public Drafter {
                std::vector<int32_t>* draft) override;
   const Session& session() const { return session_; }
   void set_p_min(float p_min) { p_min_ = p_min; }
+  CacheBytes cache_bytes() const override { return SessionCacheBytes(session_); }
 
  private:
   // Keeps the cells of the longest common prefix of `tokens` and the session's (at most
@@ -113,6 +128,7 @@ class MtpDrafter : public Drafter {
   Status Draft(const std::vector<int32_t>& history, int max_tokens,
                std::vector<int32_t>* draft) override;
   const Session& session() const { return session_; }
+  CacheBytes cache_bytes() const override { return SessionCacheBytes(session_); }
 
  private:
   // Evaluates cells [keep, n_cells) of the block: (h_{c-1}, history[c]); returns the last

@@ -1365,6 +1365,12 @@ void Server::HandleMetrics(http::Response& res) {
          static_cast<double>(s.kv_bytes));
   metric("lamina:kv_cache_used_bytes", "gauge", "KV cache bytes of the cells the slots hold.",
          static_cast<double>(s.kv_bytes_used));
+  metric("lamina:draft_kv_cache_bytes", "gauge",
+         "The drafters' own caches (draft model or MTP block) of all slots.",
+         static_cast<double>(s.draft_kv_bytes));
+  metric("lamina:draft_kv_cache_used_bytes", "gauge",
+         "Bytes of the cells the drafters' own caches hold.",
+         static_cast<double>(s.draft_kv_bytes_used));
   {
     std::lock_guard<std::mutex> lock(stats_mutex_);
     out +=
@@ -1415,7 +1421,9 @@ void Server::HandleMonitor(const http::Request& req, http::Response& res) {
              {{"type", kv_name_},
               {"bits_per_element", kv.BitsPerElement()},
               {"bytes_total", s.kv_bytes},
-              {"bytes_used", s.kv_bytes_used}}},
+              {"bytes_used", s.kv_bytes_used},
+              {"draft_bytes_total", s.draft_kv_bytes},
+              {"draft_bytes_used", s.draft_kv_bytes_used}}},
             {"tokens_predicted_total", s.predicted_tokens},
             {"prompt_tokens_total", s.prompt_tokens},
             {"predicted_per_second",
