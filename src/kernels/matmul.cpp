@@ -16,6 +16,9 @@ void DequantizeRow(const WeightMatrix& w, int64_t row, float* out) {
   const TypeKernels& kern = GetKernels(w.type);
   LAMINA_CHECK(kern.dequantize != nullptr && w.interleave == 0);
   kern.dequantize(w.Row(row), out, w.cols);
+  if (w.scale != 1.0f) {
+    for (int64_t c = 0; c < w.cols; ++c) out[c] *= w.scale;
+  }
 }
 
 bool CanInterleave(const WeightMatrix& w) {
@@ -40,6 +43,17 @@ WeightMatrix InterleaveInto(const WeightMatrix& w, uint8_t* dst) {
 }
 
 namespace {
+
+// y[t][r] *= w.scale for t < n_tokens, r in [r0, r1): the weight's per-tensor scale on outputs
+// already computed (a product per output, so each row's result stays its own).
+void ScaleOutputs(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t n_tokens, float* y,
+                  int64_t y_stride) {
+  if (w.scale == 1.0f) return;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float* yt = y + t * y_stride;
+    for (int64_t r = r0; r < r1; ++r) yt[r] *= w.scale;
+  }
+}
 
 // Interleaved weights: activations quantized to vec_dot_type as for vec_dot (Q8_0 rows then
 // widened to BlockQ8_0Act; Q8_K rows as they are); per group of w.interleave rows, even tiles of
@@ -91,6 +105,7 @@ void MatMulInterleaved(const WeightMatrix& w, const TypeKernels& kern, int64_t r
           for (int64_t r = lo; r < hi; ++r) y[(t0 + j) * y_stride + r] = tile[j * g + (r - r0)];
         }
       }
+      ScaleOutputs(w, lo, hi, n_tokens, y, y_stride);
     }
   });
 }
@@ -169,6 +184,7 @@ void RunRows(const WeightMatrix& w, const TypeKernels& kern, const PreparedAct& 
         for (int j = 0; j < nt; ++j) y[(t0 + j) * y_stride + r] = out[j];
       }
     }
+    ScaleOutputs(w, r0, r1, n_tokens, y, y_stride);
   }
 }
 

@@ -27,6 +27,10 @@ struct WeightMatrix {
   // the type's interleaved layout (TypeKernels::repack; the same bytes in all).
   const uint8_t* data = nullptr;
   int interleave = 0;  // rows per interleaved group; 0: plain rows
+  // The weight is data's values times this (a per-tensor second-level scale, as NVIDIA ModelOpt
+  // NVFP4 conversions carry: "<name>.scale"); MatMul multiplies each output by it, as llama.cpp
+  // multiplies the matmul's result, and DequantizeRow each value.
+  float scale = 1.0f;
   bool valid() const { return data != nullptr; }
   // Plain rows only (interleave == 0).
   const uint8_t* Row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }

@@ -50,7 +50,12 @@ void Model::LoadEmbeddingAndHead(WeightLoader& L) {
   output_norm_ = L.Vector("output_norm.weight", hparams_.n_embd);
   output_ = L.Matrix("output.weight", hparams_.n_embd, hparams_.n_vocab, /*required=*/false);
   tied_ = !output_.valid();
-  if (tied_) output_ = token_embd_;
+  if (tied_) {
+    // llama.cpp refuses (asserts on) a tied NVFP4 head with output.scale: the embedding's rows
+    // are not scaled, so the scale could not apply to one use of the matrix only.
+    L.RefuseScales("output.weight", "output.weight is absent (the head is tied to token_embd)");
+    output_ = token_embd_;
+  }
 }
 
 Status Model::Finish(const WeightLoader& L, uint64_t unread_bytes) {

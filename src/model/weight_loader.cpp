@@ -1,6 +1,8 @@
 // WeightLoader: tensors resolved by name with shape and type checks.
 #include "model/weight_loader.h"
 
+#include <cmath>
+#include <cstring>
 #include <string>
 
 #include "gguf/ggml_types.h"
@@ -23,19 +25,53 @@ std::string UnsupportedType(const std::string& path, const std::string& tensor, 
          ", which lamina cannot compute yet (it computes " + computed + ")";
 }
 
-// NVFP4 checkpoints converted from ModelOpt carry a second-level per-tensor scale beside the
-// matrix ("blk.0.ffn_up.scale" for "blk.0.ffn_up.weight"), which llama.cpp multiplies into the
-// matmul's output. lamina does not apply it, so such a file is refused rather than run wrong.
-std::string UnappliedNvfp4Scale(const gguf::File& file, const std::string& tensor, GgmlType type) {
-  const std::string suffix = ".weight";
-  if (type != GgmlType::kNVFP4 || tensor.size() <= suffix.size() ||
-      tensor.compare(tensor.size() - suffix.size(), suffix.size(), suffix) != 0) {
-    return "";
+// The weights llama.cpp's loader reads a per-tensor scale for (its generic pass over
+// "<weight minus .weight>.scale" and ".input_scale", d32676d): each layer's attention, FFN,
+// shared-expert, expert, recurrent and MTP projections; the output head only when it is NVFP4.
+// A scale beside any other matrix (token_embd, a router, ssm_ba, ...) makes llama.cpp refuse
+// the file, and lamina too.
+constexpr const char* kScaledLayerWeights[] = {
+    "attn_q",         "attn_k",         "attn_v",
+    "attn_output",    "attn_qkv",       "attn_gate",
+    "ffn_gate",       "ffn_down",       "ffn_up",
+    "ffn_gate_shexp", "ffn_down_shexp", "ffn_up_shexp",
+    "ffn_gate_exps",  "ffn_down_exps",  "ffn_up_exps",
+    "ssm_in",         "ssm_out",        "ssm_alpha",
+    "ssm_beta",       "nextn.eh_proj",  "nextn.shared_head_head"};
+
+// "" when `weight` (a "....weight" name) may carry a per-tensor scale, else why not.
+std::string WhyNoScale(const std::string& weight, GgmlType type, WeightUse use) {
+  const std::string base = weight.substr(0, weight.size() - 7);  // without ".weight"
+  if (base == "output") {
+    return type == GgmlType::kNVFP4
+               ? ""
+               : "llama.cpp reads output.scale only for an NVFP4 output.weight "
+                 "(this one is " +
+                     gguf::GgmlTypeNameOf(static_cast<uint32_t>(type)) + ")";
   }
-  const std::string scale = tensor.substr(0, tensor.size() - suffix.size()) + ".scale";
-  if (file.FindTensor(scale) == nullptr) return "";
-  return file.path() + ": tensor " + tensor + " is NVFP4 with a per-tensor scale " + scale +
-         ", which lamina does not apply yet";
+  const std::string why =
+      "llama.cpp applies per-tensor scales to attention, FFN, expert and "
+      "recurrent projections and an NVFP4 output head only";
+  if (use != WeightUse::kMatMul || base.rfind("blk.", 0) != 0) return why;
+  const size_t dot = base.find('.', 4);
+  if (dot == std::string::npos) return why;
+  const std::string role = base.substr(dot + 1);
+  for (const char* r : kScaledLayerWeights) {
+    if (role == r) return "";
+  }
+  return why;
+}
+
+// "[ne0, ne1, ...]".
+std::string ShapeString(const gguf::TensorInfo& t) {
+  std::string s = "[";
+  for (uint32_t d = 0; d < t.n_dims; ++d) s += (d > 0 ? ", " : "") + std::to_string(t.ne[d]);
+  return s + "]";
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() > suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 }  // namespace
 
@@ -47,6 +83,54 @@ const gguf::TensorInfo* WeightLoader::Find(const std::string& name, bool require
 
 void WeightLoader::Fail(const std::string& message) {
   if (status_.ok()) status_ = Error{message};
+}
+
+void WeightLoader::RefuseScales(const std::string& name, const std::string& why) {
+  const std::string base = name.substr(0, name.size() - 7);
+  for (const char* suffix : {".scale", ".input_scale"}) {
+    if (file_.FindTensor(base + suffix) != nullptr) {
+      Fail(file_.path() + ": tensor " + base + suffix + " is not applied: " + why);
+      return;
+    }
+  }
+}
+
+bool WeightLoader::Scales(const std::string& name, GgmlType type, int64_t count, WeightUse use,
+                          std::vector<float>* scales) {
+  scales->clear();
+  if (!EndsWith(name, ".weight")) return true;
+  const std::string base = name.substr(0, name.size() - 7);
+  for (const char* suffix : {".scale", ".input_scale"}) {
+    const std::string sname = base + suffix;
+    const gguf::TensorInfo* t = file_.FindTensor(sname);
+    if (t == nullptr) continue;
+    const std::string at = file_.path() + ": tensor " + sname + " (the per-tensor scale of " + name;
+    if (const std::string why = WhyNoScale(name, type, use); !why.empty()) {
+      Fail(at + ") is not applied: " + why);
+      return false;
+    }
+    if (t->type != GgmlType::kF32 || t->n_dims != 1 || t->ne[0] != count) {
+      Fail(at + ") has type " + gguf::GgmlTypeNameOf(static_cast<uint32_t>(t->type)) +
+           " and shape " + ShapeString(*t) + ", expected F32 [" + std::to_string(count) + "]" +
+           (count > 1 ? " (one per expert)" : ""));
+      return false;
+    }
+    n_params_ += static_cast<uint64_t>(count);
+    n_bytes_ += t->n_bytes;
+    // ".input_scale" (the activations' FP4 scale for ModelOpt's own kernels) is read and checked
+    // as llama.cpp does, which leaves it unused: activations here are f32 / Q8.
+    if (std::string(suffix) != ".scale") continue;
+    scales->resize(static_cast<size_t>(count));
+    std::memcpy(scales->data(), t->data, static_cast<size_t>(count) * sizeof(float));
+    for (int64_t i = 0; i < count; ++i) {
+      if (!std::isfinite((*scales)[i])) {
+        Fail(at + ") holds " + std::to_string((*scales)[i]) + " at index " + std::to_string(i) +
+             ", expected a finite value");
+        return false;
+      }
+    }
+  }
+  return true;
 }
 
 void WeightLoader::Interleave(std::vector<WeightMatrix>& mats, size_t tensor_bytes) {
@@ -76,15 +160,14 @@ WeightMatrix WeightLoader::Matrix(const std::string& name, int64_t cols, int64_t
     Fail(UnsupportedType(file_.path(), name, t->type));
     return w;
   }
-  if (const std::string why = UnappliedNvfp4Scale(file_, name, t->type); !why.empty()) {
-    Fail(why);
-    return w;
-  }
+  std::vector<float> scale;  // [1] or empty
+  if (!Scales(name, t->type, 1, use, &scale)) return w;
   w.type = t->type;
   w.rows = rows;
   w.cols = cols;
   w.row_bytes = RowSize(t->type, cols);
   w.data = t->data;
+  if (!scale.empty()) w.scale = scale[0];
   n_params_ += static_cast<uint64_t>(rows * cols);
   n_bytes_ += t->n_bytes;
   if (use == WeightUse::kMatMul) {
@@ -110,10 +193,8 @@ std::vector<WeightMatrix> WeightLoader::Stacked(const std::string& name, int64_t
     Fail(UnsupportedType(file_.path(), name, t->type));
     return out;
   }
-  if (const std::string why = UnappliedNvfp4Scale(file_, name, t->type); !why.empty()) {
-    Fail(why);
-    return out;
-  }
+  std::vector<float> scales;  // [n_mat] (one per expert) or empty
+  if (!Scales(name, t->type, n_mat, WeightUse::kMatMul, &scales)) return out;
   const size_t row_bytes = RowSize(t->type, cols);
   out.resize(n_mat);
   for (int64_t m = 0; m < n_mat; ++m) {
@@ -123,6 +204,7 @@ std::vector<WeightMatrix> WeightLoader::Stacked(const std::string& name, int64_t
     w.cols = cols;
     w.row_bytes = row_bytes;
     w.data = t->data + static_cast<size_t>(m * rows) * row_bytes;
+    if (!scales.empty()) w.scale = scales[m];
   }
   n_params_ += static_cast<uint64_t>(rows * cols * n_mat);
   n_bytes_ += t->n_bytes;
