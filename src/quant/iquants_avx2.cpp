@@ -102,33 +102,39 @@ inline __m256i OddScales(__m256i s) {
   return _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
 }
 
-// One scale per chunk: int32 lane c of e is chunk c's (OddScales).
-[[gnu::always_inline]] inline __m256i ChunkScale(__m256i e, int c) {
-  return _mm256_permutevar8x32_epi32(e, _mm256_set1_epi32(c));
-}
+// Eight per-chunk int32 words (scales, IQ1_S's deltas): chunk c's is int32 c % 4 of each
+// 128-bit lane of a (c < 4) or b, so one in-lane vpshufb broadcasts it.
+struct ChunkWords {
+  __m256i a, b;
+  // From e with chunk c's word in int32 lane c (both 128-bit lanes get it).
+  [[gnu::always_inline]] static ChunkWords PerChunk(__m256i e) {
+    return {_mm256_permute2x128_si256(e, e, 0x00), _mm256_permute2x128_si256(e, e, 0x11)};
+  }
+  [[gnu::always_inline]] __m256i Get(int c) const {
+    const char k = static_cast<char>(4 * (c % 4));
+    const __m256i pick =
+        _mm256_setr_epi8(k, k + 1, k + 2, k + 3, k, k + 1, k + 2, k + 3, k, k + 1, k + 2, k + 3, k,
+                         k + 1, k + 2, k + 3, k, k + 1, k + 2, k + 3, k, k + 1, k + 2, k + 3, k,
+                         k + 1, k + 2, k + 3, k, k + 1, k + 2, k + 3);
+    return _mm256_shuffle_epi8(c < 4 ? a : b, pick);
+  }
+};
 
-// One scale per 16 values: int32 lane h of e0 is half h's (values 16h..16h+15), of e1 half 8 + h's.
-[[gnu::always_inline]] inline __m256i HalfScale(__m256i e0, __m256i e1, int c) {
-  const int h = 2 * (c % 4);
-  const __m256i pick = _mm256_setr_epi32(h, h, h, h, h + 1, h + 1, h + 1, h + 1);
-  return _mm256_permutevar8x32_epi32(c < 4 ? e0 : e1, pick);
-}
-
-// IQ2_XS / IQ2_S: scales[g] low nibble the scale of values 32g..32g+15, high nibble of
-// 32g+16..32g+31; e0 / e1 as HalfScale's.
-[[gnu::always_inline]] inline void NibbleScales(const uint8_t* scales, __m256i* e0, __m256i* e1) {
-  const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales));
-  const __m128i twice = _mm_unpacklo_epi8(raw, raw);  // byte 2g, 2g + 1: scales[g]
-  const __m256i shift = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+// IQ2_XS / IQ2_S: scales[g] low nibble the scale of values 32g..32g+15 (chunk g's low lane),
+// high nibble of 32g+16..32g+31 (its high lane).
+[[gnu::always_inline]] inline ChunkWords NibbleScales(const uint8_t* scales) {
+  const __m256i x = Bytes8ToI32(scales);  // int32 lane g: scales[g]
+  const __m256i shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
   const __m256i nib = _mm256_set1_epi32(0xF);
-  *e0 = OddScales(_mm256_and_si256(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(twice), shift), nib));
-  *e1 = OddScales(_mm256_and_si256(
-      _mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(twice, 8)), shift), nib));
+  return {OddScales(_mm256_and_si256(
+              _mm256_srlv_epi32(_mm256_permute2x128_si256(x, x, 0x00), shift), nib)),
+          OddScales(_mm256_and_si256(
+              _mm256_srlv_epi32(_mm256_permute2x128_si256(x, x, 0x11), shift), nib))};
 }
 
 // IQ2_XXS / IQ3_XXS: the sign groups and chunk scales of the eight sign words (int32 lane g of
 // sw: group g's four 7-bit sign indices, bits 7l..7l+6, and its scale in the top 4 bits).
-[[gnu::always_inline]] inline void XxsSignsScales(__m256i sw, __m256i* t, __m256i* e) {
+[[gnu::always_inline]] inline void XxsSignsScales(__m256i sw, __m256i* t, ChunkWords* e) {
   // Byte l of int32 lane g: sign index l of group g, so the 32 bytes are in entry order.
   __m256i s = _mm256_and_si256(sw, _mm256_set1_epi32(0x7F));
 #pragma GCC unroll 3
@@ -137,7 +143,7 @@ inline __m256i OddScales(__m256i s) {
         s, _mm256_and_si256(_mm256_slli_epi32(sw, l), _mm256_set1_epi32(0x7F << (8 * l))));
   }
   *t = SignGroups(SignRule(s));
-  *e = OddScales(_mm256_srli_epi32(sw, 28));
+  *e = ChunkWords::PerChunk(OddScales(_mm256_srli_epi32(sw, 28)));
 }
 
 // A super-block's decoder: the constructor reads what all chunks share (signs, scales, grid
@@ -159,12 +165,13 @@ class IqDec<BlockIQ2_XXS> {
   }
   [[gnu::always_inline]] IqChunk Chunk(int c) const {
     const uint8_t* p = q_ + 8 * c;
-    return {Grid4(kIq2xxsGrid.data(), p[0], p[1], p[2], p[3]), SignUnit(t_, c), ChunkScale(e_, c)};
+    return {Grid4(kIq2xxsGrid.data(), p[0], p[1], p[2], p[3]), SignUnit(t_, c), e_.Get(c)};
   }
 
  private:
   const uint8_t* q_;
-  __m256i t_, e_;
+  __m256i t_;
+  ChunkWords e_;
 };
 
 // IQ3_XXS: one byte index per 4 values, the sign words at qs[64..95].
@@ -177,12 +184,13 @@ class IqDec<BlockIQ3_XXS> {
   [[gnu::always_inline]] IqChunk Chunk(int c) const {
     const uint8_t* p = q_ + 8 * c;
     const uint32_t i[8] = {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]};
-    return {Grid8(kIq3xxsGrid.data(), i), SignUnit(t_, c), ChunkScale(e_, c)};
+    return {Grid8(kIq3xxsGrid.data(), i), SignUnit(t_, c), e_.Get(c)};
   }
 
  private:
   const uint8_t* q_;
-  __m256i t_, e_;
+  __m256i t_;
+  ChunkWords e_;
 };
 
 // IQ2_XS: qs[i] bits 0..8 index the grid for values 8i..8i+7, bits 9..15 their sign index.
@@ -195,17 +203,18 @@ class IqDec<BlockIQ2_XS> {
     const __m256i s = _mm256_packus_epi16(_mm256_srli_epi16(Load256(b.qs), 9),
                                           _mm256_srli_epi16(Load256(b.qs + 16), 9));
     t_ = SignGroups(SignRule(_mm256_permute4x64_epi64(s, 0xD8)));
-    NibbleScales(b.scales, &e0_, &e1_);
+    e_ = NibbleScales(b.scales);
   }
   [[gnu::always_inline]] IqChunk Chunk(int c) const {
     const uint16_t* p = q_ + 4 * c;
     return {Grid4(kIq2xsGrid.data(), p[0] & 511u, p[1] & 511u, p[2] & 511u, p[3] & 511u),
-            SignUnit(t_, c), HalfScale(e0_, e1_, c)};
+            SignUnit(t_, c), e_.Get(c)};
   }
 
  private:
   const uint16_t* q_;
-  __m256i t_, e0_, e1_;
+  __m256i t_;
+  ChunkWords e_;
 };
 
 // IQ2_S: entry l of group g indexes the grid by qs[4g + l] and bits 2l, 2l + 1 of qh[g] as bits
@@ -224,17 +233,17 @@ class IqDec<BlockIQ2_S> {
                          _mm256_or_si256(Bytes8ToI32(b.qs + 8 * k), high));
     }
     t_ = SignGroups(Load256(b.qs + kQK_K / 8));
-    NibbleScales(b.scales, &e0_, &e1_);
+    e_ = NibbleScales(b.scales);
   }
   [[gnu::always_inline]] IqChunk Chunk(int c) const {
     const uint32_t* i = idx_ + 4 * c;
-    return {Grid4(kIq2sGrid.data(), i[0], i[1], i[2], i[3]), SignUnit(t_, c),
-            HalfScale(e0_, e1_, c)};
+    return {Grid4(kIq2sGrid.data(), i[0], i[1], i[2], i[3]), SignUnit(t_, c), e_.Get(c)};
   }
 
  private:
   alignas(32) uint32_t idx_[32];  // [32 entries] grid indices
-  __m256i t_, e0_, e1_;
+  __m256i t_;
+  ChunkWords e_;
 };
 
 // IQ3_S: value pair e of group g (4 values) indexes the grid by qs[8g + e] and bit e of qh[g] as
@@ -254,17 +263,18 @@ class IqDec<BlockIQ3_S> {
     }
     t_ = SignGroups(Load256(b.signs));
     const __m256i sc4 = _mm256_set1_epi32(static_cast<int>(Load32(b.scales)));
-    e_ = OddScales(
+    e_ = ChunkWords::PerChunk(OddScales(
         _mm256_and_si256(_mm256_srlv_epi32(sc4, _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-                         _mm256_set1_epi32(0xF)));
+                         _mm256_set1_epi32(0xF))));
   }
   [[gnu::always_inline]] IqChunk Chunk(int c) const {
-    return {Grid8(kIq3sGrid.data(), idx_ + 8 * c), SignUnit(t_, c), ChunkScale(e_, c)};
+    return {Grid8(kIq3sGrid.data(), idx_ + 8 * c), SignUnit(t_, c), e_.Get(c)};
   }
 
  private:
   alignas(32) uint32_t idx_[64];  // [64 value quads] grid indices
-  __m256i t_, e_;
+  __m256i t_;
+  ChunkWords e_;
 };
 
 // IQ1: w = 8 * grid + delta (+-1 bytes), its magnitudes and the signs as w itself (never 0).
@@ -291,18 +301,19 @@ class IqDec<BlockIQ1_S> {
     const __m256i qh =
         _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh)));
     // int32 lane g: group g's delta bytes, all -1 or all +1.
-    delta_ = _mm256_or_si256(_mm256_srai_epi32(_mm256_slli_epi32(qh, 16), 31), _mm256_set1_epi8(1));
-    e_ = OddScales(_mm256_and_si256(_mm256_srli_epi32(qh, 12), _mm256_set1_epi32(7)));
+    delta_ = ChunkWords::PerChunk(
+        _mm256_or_si256(_mm256_srai_epi32(_mm256_slli_epi32(qh, 16), 31), _mm256_set1_epi8(1)));
+    e_ = ChunkWords::PerChunk(
+        OddScales(_mm256_and_si256(_mm256_srli_epi32(qh, 12), _mm256_set1_epi32(7))));
   }
   [[gnu::always_inline]] IqChunk Chunk(int c) const {
     const uint32_t* i = idx_ + 4 * c;
-    return Iq1Chunk(Grid4(kIq1Grid8.data(), i[0], i[1], i[2], i[3]), ChunkScale(delta_, c),
-                    ChunkScale(e_, c));
+    return Iq1Chunk(Grid4(kIq1Grid8.data(), i[0], i[1], i[2], i[3]), delta_.Get(c), e_.Get(c));
   }
 
  private:
   alignas(32) uint32_t idx_[32];  // [32 entries] grid indices
-  __m256i delta_, e_;
+  ChunkWords delta_, e_;
 };
 
 // IQ1_M: entry e of groups 2k, 2k + 1 (values 64k + 8e..+7) has nibble e of qh[4k..4k+3]: bits
@@ -324,19 +335,22 @@ class IqDec<BlockIQ1_M> {
       _mm256_store_si256(reinterpret_cast<__m256i*>(neg_ + 8 * k),
                          _mm256_cmpeq_epi32(_mm256_and_si256(nib, b3), b3));
     }
-    // int32 lane h of e0: scale h of word h / 4 (values 16h..), of e1 half 8 + h's.
+    // Chunk c's low lane: half 2c's scale, bits 3h..3h+2 (h = 2c % 4) of word c / 2; its high
+    // lane half 2c + 1's, 3 bits higher.
     const __m256i words =
         _mm256_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales)));
-    const __m256i thirds = _mm256_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9);
+    const __m256i shift = _mm256_setr_epi32(0, 6, 0, 6, 3, 9, 3, 9);
     const __m256i seven = _mm256_set1_epi32(7);
-    e0_ = OddScales(_mm256_and_si256(
-        _mm256_srlv_epi32(
-            _mm256_permutevar8x32_epi32(words, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)), thirds),
-        seven));
-    e1_ = OddScales(_mm256_and_si256(
-        _mm256_srlv_epi32(
-            _mm256_permutevar8x32_epi32(words, _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3)), thirds),
-        seven));
+    e_ = {OddScales(_mm256_and_si256(
+              _mm256_srlv_epi32(
+                  _mm256_permutevar8x32_epi32(words, _mm256_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1)),
+                  shift),
+              seven)),
+          OddScales(_mm256_and_si256(
+              _mm256_srlv_epi32(
+                  _mm256_permutevar8x32_epi32(words, _mm256_setr_epi32(2, 2, 3, 3, 2, 2, 3, 3)),
+                  shift),
+              seven))};
   }
   [[gnu::always_inline]] IqChunk Chunk(int c) const {
     const uint32_t* i = idx_ + 4 * c;
@@ -344,13 +358,13 @@ class IqDec<BlockIQ1_M> {
     const __m256i delta = _mm256_or_si256(
         _mm256_cvtepi32_epi64(_mm_load_si128(reinterpret_cast<const __m128i*>(neg_ + 4 * c))),
         _mm256_set1_epi8(1));
-    return Iq1Chunk(Grid4(kIq1Grid8.data(), i[0], i[1], i[2], i[3]), delta, HalfScale(e0_, e1_, c));
+    return Iq1Chunk(Grid4(kIq1Grid8.data(), i[0], i[1], i[2], i[3]), delta, e_.Get(c));
   }
 
  private:
   alignas(32) uint32_t idx_[32];  // [32 entries] grid indices
   alignas(32) int32_t neg_[32];   // [32 entries] -1 where the entry's delta is negative, else 0
-  __m256i e0_, e1_;
+  ChunkWords e_;
 };
 
 inline int32_t HorizontalSumI32(__m256i v) {
