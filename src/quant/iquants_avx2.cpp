@@ -136,12 +136,13 @@ struct ChunkWords {
 // sw: group g's four 7-bit sign indices, bits 7l..7l+6, and its scale in the top 4 bits).
 [[gnu::always_inline]] inline void XxsSignsScales(__m256i sw, __m256i* t, ChunkWords* e) {
   // Byte l of int32 lane g: sign index l of group g, so the 32 bytes are in entry order.
-  __m256i s = _mm256_and_si256(sw, _mm256_set1_epi32(0x7F));
-#pragma GCC unroll 3
-  for (int l = 1; l < 4; ++l) {
-    s = _mm256_or_si256(
-        s, _mm256_and_si256(_mm256_slli_epi32(sw, l), _mm256_set1_epi32(0x7F << (8 * l))));
-  }
+  // Fields 2 and 3 up by two bits (to bits 16, 23), then fields 1 and 3 up by one (to 8, 24).
+  const __m256i y =
+      _mm256_or_si256(_mm256_and_si256(sw, _mm256_set1_epi32(0x3FFF)),
+                      _mm256_and_si256(_mm256_slli_epi32(sw, 2), _mm256_set1_epi32(0x3FFF0000)));
+  const __m256i s =
+      _mm256_or_si256(_mm256_and_si256(y, _mm256_set1_epi32(0x007F007F)),
+                      _mm256_and_si256(_mm256_slli_epi32(y, 1), _mm256_set1_epi32(0x7F007F00)));
   *t = SignGroups(SignRule(s));
   *e = ChunkWords::PerChunk(OddScales(_mm256_srli_epi32(sw, 28)));
 }
@@ -420,7 +421,9 @@ void IqMultiDot(int64_t k, const void* w_row, const uint8_t* act, size_t act_row
             _mm256_add_epi32(acc[r], _mm256_madd_epi16(_mm256_maddubs_epi16(ch.u, q8), ch.scl));
       }
     }
-    const float dx = Iq<B>::D(x[i]);
+    // F16C widens d exactly (Iq<B>::D's value; a signalling NaN comes out quiet, which the
+    // multiply by the activation's d below does anyway).
+    const float dx = _cvtsh_ss(IqHalf(x[i]));
 #pragma GCC unroll 2
     for (int j = 0; j < kQuads; ++j) {
       __m128 isum =
