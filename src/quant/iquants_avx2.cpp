@@ -42,6 +42,15 @@ inline __m256i Bytes8ToI32(const void* p) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(p)));
 }
 
+// The grid indices are stored to a small array and read back per entry through a pointer that
+// the compiler cannot see through: otherwise GCC forwards the stores by extracting each index
+// from the vector register (vpextrd, one shuffle per index).
+template <typename T>
+[[gnu::always_inline]] inline const T* Opaque(const T* p) {
+  asm("" : "+r"(p));
+  return p;
+}
+
 // Four 8-byte grid entries in one register: each broadcast from memory (a load, no shuffle) and
 // the four merged by blends. (AVX2 gathers were no faster on the measured core.)
 [[gnu::always_inline]] inline __m256i Grid4(const uint64_t* grid, uint32_t i0, uint32_t i1,
@@ -55,14 +64,13 @@ inline __m256i Bytes8ToI32(const void* p) {
 
 // Eight 4-byte grid entries (indices i[0..7]) the same way.
 [[gnu::always_inline]] inline __m256i Grid8(const uint32_t* grid, const uint32_t* i) {
-  auto bc = [&](uint32_t e) {
-    return _mm256_castps_si256(_mm256_broadcast_ss(reinterpret_cast<const float*>(grid + e)));
+  auto quad = [&](int o) {
+    __m128i v = _mm_cvtsi32_si128(static_cast<int>(grid[i[o]]));
+    v = _mm_insert_epi32(v, static_cast<int>(grid[i[o + 1]]), 1);
+    v = _mm_insert_epi32(v, static_cast<int>(grid[i[o + 2]]), 2);
+    return _mm_insert_epi32(v, static_cast<int>(grid[i[o + 3]]), 3);
   };
-  const __m256i a = _mm256_blend_epi32(_mm256_blend_epi32(bc(i[0]), bc(i[1]), 0x02),
-                                       _mm256_blend_epi32(bc(i[2]), bc(i[3]), 0x08), 0x0C);
-  const __m256i b = _mm256_blend_epi32(_mm256_blend_epi32(bc(i[4]), bc(i[5]), 0x20),
-                                       _mm256_blend_epi32(bc(i[6]), bc(i[7]), 0x80), 0xC0);
-  return _mm256_blend_epi32(a, b, 0xF0);
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(quad(0)), quad(4), 1);
 }
 
 // The sign bytes of 32 7-bit sign indices (bit 7 clear): s | parity(s) << 7, the parity by two
@@ -233,16 +241,18 @@ class IqDec<BlockIQ2_S> {
       _mm256_store_si256(reinterpret_cast<__m256i*>(idx_ + 8 * k),
                          _mm256_or_si256(Bytes8ToI32(b.qs + 8 * k), high));
     }
+    ip_ = Opaque(idx_);
     t_ = SignGroups(Load256(b.qs + kQK_K / 8));
     e_ = NibbleScales(b.scales);
   }
   [[gnu::always_inline]] IqChunk Chunk(int c) const {
-    const uint32_t* i = idx_ + 4 * c;
+    const uint32_t* i = ip_ + 4 * c;
     return {Grid4(kIq2sGrid.data(), i[0], i[1], i[2], i[3]), SignUnit(t_, c), e_.Get(c)};
   }
 
  private:
   alignas(32) uint32_t idx_[32];  // [32 entries] grid indices
+  const uint32_t* ip_;            // idx_, opaque
   __m256i t_;
   ChunkWords e_;
 };
@@ -262,6 +272,7 @@ class IqDec<BlockIQ3_S> {
                          _mm256_or_si256(Bytes8ToI32(b.qs + 8 * g),
                                          _mm256_and_si256(_mm256_sllv_epi32(qh, up), bit8)));
     }
+    ip_ = Opaque(idx_);
     t_ = SignGroups(Load256(b.signs));
     const __m256i sc4 = _mm256_set1_epi32(static_cast<int>(Load32(b.scales)));
     e_ = ChunkWords::PerChunk(OddScales(
@@ -269,11 +280,12 @@ class IqDec<BlockIQ3_S> {
                          _mm256_set1_epi32(0xF))));
   }
   [[gnu::always_inline]] IqChunk Chunk(int c) const {
-    return {Grid8(kIq3sGrid.data(), idx_ + 8 * c), SignUnit(t_, c), e_.Get(c)};
+    return {Grid8(kIq3sGrid.data(), ip_ + 8 * c), SignUnit(t_, c), e_.Get(c)};
   }
 
  private:
   alignas(32) uint32_t idx_[64];  // [64 value quads] grid indices
+  const uint32_t* ip_;            // idx_, opaque
   __m256i t_;
   ChunkWords e_;
 };
@@ -299,6 +311,7 @@ class IqDec<BlockIQ1_S> {
       _mm256_store_si256(reinterpret_cast<__m256i*>(idx_ + 8 * k),
                          _mm256_or_si256(Bytes8ToI32(b.qs + 8 * k), high));
     }
+    ip_ = Opaque(idx_);
     const __m256i qh =
         _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh)));
     // int32 lane g: group g's delta bytes, all -1 or all +1.
@@ -308,12 +321,13 @@ class IqDec<BlockIQ1_S> {
         OddScales(_mm256_and_si256(_mm256_srli_epi32(qh, 12), _mm256_set1_epi32(7))));
   }
   [[gnu::always_inline]] IqChunk Chunk(int c) const {
-    const uint32_t* i = idx_ + 4 * c;
+    const uint32_t* i = ip_ + 4 * c;
     return Iq1Chunk(Grid4(kIq1Grid8.data(), i[0], i[1], i[2], i[3]), delta_.Get(c), e_.Get(c));
   }
 
  private:
   alignas(32) uint32_t idx_[32];  // [32 entries] grid indices
+  const uint32_t* ip_;            // idx_, opaque
   ChunkWords delta_, e_;
 };
 
@@ -333,9 +347,10 @@ class IqDec<BlockIQ1_M> {
       const __m256i high = _mm256_slli_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(7)), 8);
       _mm256_store_si256(reinterpret_cast<__m256i*>(idx_ + 8 * k),
                          _mm256_or_si256(Bytes8ToI32(b.qs + 8 * k), high));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(neg_ + 8 * k),
+      _mm256_store_si256(reinterpret_cast<__m256i*>(idx_ + 32 + 8 * k),
                          _mm256_cmpeq_epi32(_mm256_and_si256(nib, b3), b3));
     }
+    ip_ = Opaque(idx_);
     // Chunk c's low lane: half 2c's scale, bits 3h..3h+2 (h = 2c % 4) of word c / 2; its high
     // lane half 2c + 1's, 3 bits higher.
     const __m256i words =
@@ -354,17 +369,18 @@ class IqDec<BlockIQ1_M> {
               seven))};
   }
   [[gnu::always_inline]] IqChunk Chunk(int c) const {
-    const uint32_t* i = idx_ + 4 * c;
+    const uint32_t* i = ip_ + 4 * c;
     // Entry l's delta: -1 (0xFF | 1) in its 8 bytes where its int32 is all ones, else +1.
     const __m256i delta = _mm256_or_si256(
-        _mm256_cvtepi32_epi64(_mm_load_si128(reinterpret_cast<const __m128i*>(neg_ + 4 * c))),
+        _mm256_cvtepi32_epi64(_mm_load_si128(reinterpret_cast<const __m128i*>(ip_ + 32 + 4 * c))),
         _mm256_set1_epi8(1));
     return Iq1Chunk(Grid4(kIq1Grid8.data(), i[0], i[1], i[2], i[3]), delta, e_.Get(c));
   }
 
  private:
-  alignas(32) uint32_t idx_[32];  // [32 entries] grid indices
-  alignas(32) int32_t neg_[32];   // [32 entries] -1 where the entry's delta is negative, else 0
+  // [2][32 entries]: the grid indices, then -1 where the entry's delta is negative, else 0.
+  alignas(32) uint32_t idx_[64];
+  const uint32_t* ip_;  // idx_, opaque
   ChunkWords e_;
 };
 
