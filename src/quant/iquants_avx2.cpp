@@ -1,9 +1,10 @@
 // AVX2 dot products of the lattice i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M
-// against Q8_K): a super-block is decoded once into eight 256-bit registers of weight magnitudes
-// (the grid entries by gathers, 4 per vpgatherdq or 8 per vpgatherdd), eight of +-1 sign bytes
-// (the 32 sign bytes, 7-bit indices completed by a parity lookup, spread to 32 bytes per chunk by
-// one vpshufb and a bit test) and eight of int16 scales; each activation row then costs per 32
-// values one vpsignb, one vpmaddubsw and one vpmaddwd, and rows in fours share one horizontal
+// against Q8_K). A super-block is decoded chunk by chunk (32 values) and each chunk is used at
+// once by every activation row: the grid entries by broadcast loads and blends (8-byte entries) or
+// inserts (4-byte entries) from the indices as bytes in memory (AVX2 gathers were slower on the
+// measured core), the +-1 sign bytes by one in-lane vpshufb of the super-block's 32 sign bytes
+// (7-bit indices completed by a parity lookup) and a bit test, the scales by one vpshufb; then
+// per row one vpsignb, vpmaddubsw and vpmaddwd per chunk, and rows in fours share one horizontal
 // reduction, their float steps lane by lane. The integer sums and float steps are the scalar
 // twins' (iquants.cpp), so every output is their bits and does not depend on the batch.
 #include <immintrin.h>
@@ -290,9 +291,9 @@ class IqDec<BlockIQ3_S> {
   ChunkWords e_;
 };
 
-// IQ1: w = 8 * grid + delta (+-1 bytes), its magnitudes and the signs as w itself (never 0).
-[[gnu::always_inline]] inline IqChunk Iq1Chunk(__m256i grid8, __m256i delta, __m256i scl) {
-  const __m256i w = _mm256_add_epi8(grid8, delta);
+// IQ1: w = 8 * grid + delta (IQ1_S adds the delta, IQ1_M reads kIq1Grid8Delta), its magnitudes
+// and the signs as w itself (never 0).
+[[gnu::always_inline]] inline IqChunk Iq1Chunk(__m256i w, __m256i scl) {
   return {_mm256_abs_epi8(w), w, scl};
 }
 
@@ -322,7 +323,8 @@ class IqDec<BlockIQ1_S> {
   }
   [[gnu::always_inline]] IqChunk Chunk(int c) const {
     const uint32_t* i = ip_ + 4 * c;
-    return Iq1Chunk(Grid4(kIq1Grid8.data(), i[0], i[1], i[2], i[3]), delta_.Get(c), e_.Get(c));
+    return Iq1Chunk(_mm256_add_epi8(Grid4(kIq1Grid8.data(), i[0], i[1], i[2], i[3]), delta_.Get(c)),
+                    e_.Get(c));
   }
 
  private:
@@ -339,16 +341,13 @@ class IqDec<BlockIQ1_M> {
  public:
   [[gnu::always_inline]] explicit IqDec(const BlockIQ1_M& b) {
     const __m256i nibs = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-    const __m256i b3 = _mm256_set1_epi32(8);
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < 4; ++k) {  // the nibble as bits 8..11 of the kIq1Grid8Delta index
       const __m256i nib =
           _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(Load32(b.qh + 4 * k))), nibs);
-      const __m256i high = _mm256_slli_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(7)), 8);
+      const __m256i high = _mm256_slli_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(0xF)), 8);
       _mm256_store_si256(reinterpret_cast<__m256i*>(idx_ + 8 * k),
                          _mm256_or_si256(Bytes8ToI32(b.qs + 8 * k), high));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(idx_ + 32 + 8 * k),
-                         _mm256_cmpeq_epi32(_mm256_and_si256(nib, b3), b3));
     }
     ip_ = Opaque(idx_);
     // Chunk c's low lane: half 2c's scale, bits 3h..3h+2 (h = 2c % 4) of word c / 2; its high
@@ -370,17 +369,12 @@ class IqDec<BlockIQ1_M> {
   }
   [[gnu::always_inline]] IqChunk Chunk(int c) const {
     const uint32_t* i = ip_ + 4 * c;
-    // Entry l's delta: -1 (0xFF | 1) in its 8 bytes where its int32 is all ones, else +1.
-    const __m256i delta = _mm256_or_si256(
-        _mm256_cvtepi32_epi64(_mm_load_si128(reinterpret_cast<const __m128i*>(ip_ + 32 + 4 * c))),
-        _mm256_set1_epi8(1));
-    return Iq1Chunk(Grid4(kIq1Grid8.data(), i[0], i[1], i[2], i[3]), delta, e_.Get(c));
+    return Iq1Chunk(Grid4(kIq1Grid8Delta.data(), i[0], i[1], i[2], i[3]), e_.Get(c));
   }
 
  private:
-  // [2][32 entries]: the grid indices, then -1 where the entry's delta is negative, else 0.
-  alignas(32) uint32_t idx_[64];
-  const uint32_t* ip_;  // idx_, opaque
+  alignas(32) uint32_t idx_[32];  // [32 entries] kIq1Grid8Delta indices
+  const uint32_t* ip_;            // idx_, opaque
   ChunkWords e_;
 };
 
