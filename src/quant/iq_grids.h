@@ -45,6 +45,19 @@ inline constexpr std::array<uint64_t, 2048> kIq1Grid =
     ExpandGrid<uint64_t, 8>(kIq1sCodes, kIq1sLevels);
 inline constexpr std::array<uint64_t, 2048> kIq1Grid8 =
     ExpandGrid<uint64_t, 8, 8>(kIq1sCodes, kIq1sLevels);
+// The same with the delta added: entry e is 8 * grid[e] + 1 in every byte, entry 2048 + e is
+// 8 * grid[e] - 1 (index = grid index | negative-delta bit << 11), for the AVX2 kernels.
+constexpr std::array<uint64_t, 4096> MakeIq1Grid8Delta() {
+  constexpr auto plus = ExpandGrid<uint64_t, 8, 8, 1>(kIq1sCodes, kIq1sLevels);
+  constexpr auto minus = ExpandGrid<uint64_t, 8, 8, -1>(kIq1sCodes, kIq1sLevels);
+  std::array<uint64_t, 4096> t{};
+  for (size_t e = 0; e < 2048; ++e) {
+    t[e] = plus[e];
+    t[2048 + e] = minus[e];
+  }
+  return t;
+}
+inline constexpr std::array<uint64_t, 4096> kIq1Grid8Delta = MakeIq1Grid8Delta();
 
 // The 8 sign bits of 7-bit sign index s: s plus bit 7 set when s has an odd number of set bits
 // (so every entry negates an even number of values).
