@@ -1,8 +1,8 @@
-// Mixture-of-experts feed-forward shared by qwen2moe, qwen3moe and gpt-oss: a softmax router
-// over all experts (gpt-oss: top-k on the router logits, softmax over the k chosen), top-k
-// selection, SiLU-gated experts stored as 3-D tensors (gpt-oss: swiglu_oai, with per-expert
-// biases), and an optional shared expert gated by sigmoid(w·x). Only the selected experts' rows
-// are read.
+// Mixture-of-experts feed-forward shared by qwen2moe, qwen3moe, mistral3, phimoe and gpt-oss: a
+// softmax router over all experts (gpt-oss: top-k on the router logits, softmax over the k
+// chosen), top-k selection, SiLU-gated experts stored as 3-D tensors (gpt-oss: swiglu_oai, with
+// per-expert biases), and an optional shared expert gated by sigmoid(w·x). Only the selected
+// experts' rows are read.
 #pragma once
 
 #include <cstdint>
