@@ -321,7 +321,16 @@ const std::map<std::string, std::string> kRegenerated = {
      "--type F32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 256 --rope-freqs --seed 3007"},
     {"synth-mistral3-d256.F32",
      "--arch mistral3 --type F32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 256 "
-     "--yarn-factor 4 --yarn-orig-ctx 32 --embd-sd 1 --seed 3006"}};
+     "--yarn-factor 4 --yarn-orig-ctx 32 --embd-sd 1 --seed 3006"},
+    {"synth-mistral3-bias-d256.F32",
+     "--arch mistral3 --biases --type F32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 256 "
+     "--yarn-factor 4 --yarn-orig-ctx 32 --embd-sd 1 --seed 3008"},
+    {"synth-mistral3-moe-d256.F32",
+     "--arch mistral3 --moe --biases --type F32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff "
+     "96 --experts 4 --experts-used 2 --yarn-factor 4 --yarn-orig-ctx 32 --embd-sd 1 --seed 3009"},
+    {"synth-phimoe-d256.F32",
+     "--arch phimoe --type F32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 96 --experts 4 "
+     "--experts-used 2 --ctx 131072 --yarn-orig-ctx 4096 --swa 16 --embd-sd 1 --seed 3010"}};
 
 // The hex sha256 of a file (coreutils' sha256sum), or "" when it cannot be computed.
 std::string Sha256(const std::string& path) {

@@ -108,17 +108,18 @@ std::vector<Refusal> Refusals() {
   const std::string mistral3 = "synth-mistral3-d256.Q8_0.gguf";
   const std::string llama = "synth-llama-d256.IQ4_NL.gguf";
   return {
-      {"mistral3_bias", mistral3,
-       [](auto*, std::vector<Tensor>* t) { t->push_back(Zeros("blk.0.attn_output.bias", {256})); },
-       "tensor blk.0.attn_output.bias is not supported for mistral3"},
-      {"mistral3_ffn_bias", mistral3,
-       [](auto*, std::vector<Tensor>* t) { t->push_back(Zeros("blk.1.ffn_up.bias", {512})); },
-       "tensor blk.1.ffn_up.bias is not supported for mistral3"},
-      {"mistral3_experts", mistral3,
+      {"mistral3_shared_expert", mistral3,
        [](auto*, std::vector<Tensor>* t) {
-         t->push_back(Zeros("blk.0.ffn_gate_inp.weight", {256, 4}));
+         t->push_back(Zeros("blk.0.ffn_gate_shexp.weight", {256, 64}));
        },
-       "tensor blk.0.ffn_gate_inp.weight is not supported for mistral3"},
+       "tensor blk.0.ffn_gate_shexp.weight is not supported for mistral3"},
+      {"mistral3_partial_rope", mistral3,
+       [](std::vector<std::pair<std::string, gguf::Value>>* kv, auto*) {
+         gguf::Value* v = Key(kv, "mistral3.rope.dimension_count");
+         v->u = 32;
+         v->i = 32;
+       },
+       "mistral3.rope.dimension_count"},
       {"unknown_architecture", llama,
        [](std::vector<std::pair<std::string, gguf::Value>>* kv, auto*) {
          Key(kv, "general.architecture")->str = "mamba";

@@ -1,8 +1,8 @@
-// phi3 and mistral3: RoPE frequency factors against ggml's formula, the fixtures' hyper-parameters
-// as llama.cpp reads them (phi3's ignored window, LongRoPE's short factors and attention factor;
-// mistral3's YaRN log multiplier and temperature tuning), the context phi3's short factors
-// serve and the long ones past them, and the metadata and tensors the loaders refuse, naming the
-// key or the tensor.
+// phi3, mistral3 and phimoe: RoPE frequency factors against ggml's formula, the fixtures'
+// hyper-parameters as llama.cpp reads them (phi3's ignored window, LongRoPE's short factors and
+// attention factor; mistral3's YaRN log multiplier and temperature tuning, its biases and
+// experts; phimoe's biases), the context phi3's short factors serve and the long ones past them,
+// and the metadata and tensors the loaders refuse, naming the key or the tensor.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -27,6 +27,9 @@ namespace fs = std::filesystem;
 const std::string kModels = std::string(LAMINA_SOURCE_DIR) + "/tests/fixtures/models/";
 const std::string kPhi3 = kModels + "synth-phi3-d256.Q8_0.gguf";
 const std::string kMistral3 = kModels + "synth-mistral3-d256.Q8_0.gguf";
+const std::string kMistral3Bias = kModels + "synth-mistral3-bias-d256.Q8_0.gguf";
+const std::string kMistral3Moe = kModels + "synth-mistral3-moe-d256.Q8_0.gguf";
+const std::string kPhiMoe = kModels + "synth-phimoe-d256.Q8_0.gguf";
 
 // What a rewrite of a fixture changes: metadata keys set (after `drop` is removed) and tensors
 // left out or added.
@@ -206,19 +209,21 @@ TEST(Mistral3, ValuesItCannotHoldAreRefusedByName) {
   auto key = [](const char* k, float v) {
     return Edit{.drop = k, .set = [k, v](gguf::Writer& w) { w.SetF32(k, v); }};
   };
-  auto bias = [](gguf::Writer& w) { AddVector(w, "blk.1.attn_output.bias", 256, 0.0f); };
-  auto experts = [](gguf::Writer& w) {
-    std::vector<float> r(256 * 4, 0.0f);  // [4 experts, 256]
-    w.AddTensor("blk.0.ffn_gate_inp.weight", GgmlType::kF32, {256, 4}, r.data(), r.size() * 4);
+  auto bias = [](gguf::Writer& w) { AddVector(w, "blk.1.attn_output.bias", 128, 0.0f); };
+  auto shared = [](gguf::Writer& w) {
+    std::vector<float> r(256 * 64, 0.0f);  // [64, 256]
+    w.AddTensor("blk.0.ffn_gate_shexp.weight", GgmlType::kF32, {256, 64}, r.data(), r.size() * 4);
   };
   auto rot = [](gguf::Writer& w) { w.SetU32("mistral3.rope.dimension_count", 32); };
   const Bad bad[] = {
       {key("mistral3.attention.temperature_scale", -0.1f), "attention.temperature_scale"},
       {key("mistral3.attention.temperature_scale", NAN), "attention.temperature_scale"},
       {key("mistral3.rope.scaling.yarn_log_multiplier", -1.0f), "yarn_log_multiplier"},
+      // Partial RoPE: llama.cpp's mistral3 graph asserts n_rot = head_dim.
       {{.drop = "mistral3.rope.dimension_count", .set = rot}, "rope.dimension_count"},
-      {{.set = bias}, "blk.1.attn_output.bias"},
-      {{.set = experts}, "blk.0.ffn_gate_inp.weight"},
+      {{.set = bias}, "blk.1.attn_output.bias has 128 elements, expected 256"},
+      // A shared expert, which llama.cpp's mistral3 never reads.
+      {{.set = shared}, "blk.0.ffn_gate_shexp.weight"},
   };
   for (const Bad& b : bad) {
     Result<std::unique_ptr<Model>> m = LoadEdited(kMistral3, b.edit);
@@ -231,6 +236,101 @@ TEST(Mistral3, ValuesItCannotHoldAreRefusedByName) {
   ASSERT_TRUE(m.ok()) << m.error().message;
   ASSERT_NE((*m)->hparams().rope.freq_factors, nullptr);
   EXPECT_EQ((*m)->hparams().rope.freq_factors[31], 2.0f);
+}
+
+// The last-position logits of `prompt` in a fresh session of `m`.
+std::vector<float> LastLogits(const Model& m, const std::vector<int32_t>& prompt) {
+  ThreadPool pool(1);
+  SessionConfig c;
+  c.n_ctx = 256;
+  Session s(m, c, pool);
+  Result<const float*> r = s.Eval(prompt, false);
+  LAMINA_CHECK(r.ok());
+  return std::vector<float>(*r, *r + m.hparams().n_vocab);
+}
+
+// attn_output.bias and a dense FFN's biases are read when present (llama.cpp's optional
+// tensors) and move the logits; the bias fixture has every one of them.
+TEST(Mistral3, OptionalBiasesAreRead) {
+  if (!fs::exists(kMistral3)) GTEST_SKIP() << kMistral3 << " is absent";
+  const std::vector<int32_t> prompt = {1, 100, 200, 300};
+  Result<std::unique_ptr<Model>> plain = LoadModel(kMistral3);
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  const std::vector<float> base = LastLogits(**plain, prompt);
+  for (const auto& [name, n] :
+       {std::pair{"blk.1.attn_output.bias", 256}, std::pair{"blk.1.ffn_gate.bias", 256},
+        std::pair{"blk.1.ffn_up.bias", 256}, std::pair{"blk.1.ffn_down.bias", 256}}) {
+    const std::string tensor = name;
+    const int len = n;
+    Result<std::unique_ptr<Model>> m =
+        LoadEdited(kMistral3, {.set = [&](gguf::Writer& w) { AddVector(w, tensor, len, 0.5f); }});
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    EXPECT_NE(LastLogits(**m, prompt), base) << tensor;
+  }
+  if (!fs::exists(kMistral3Bias)) GTEST_SKIP() << kMistral3Bias << " is absent";
+  Result<std::unique_ptr<Model>> biased = LoadModel(kMistral3Bias);
+  ASSERT_TRUE(biased.ok()) << biased.error().message;
+  for (const char* t : {"attn_q.bias", "attn_output.bias", "ffn_gate.bias", "ffn_down.bias"})
+    EXPECT_NE((*biased)->file().FindTensor(std::string("blk.1.") + t), nullptr) << t;
+}
+
+// expert_count > 0 makes the FFN a MoE (llama.cpp: router, ffn_{gate,up,down}_exps of
+// feed_forward_length rows each); a missing expert tensor is named.
+TEST(Mistral3, ExpertsAreReadWhenExpertCountSaysSo) {
+  if (!fs::exists(kMistral3Moe)) GTEST_SKIP() << kMistral3Moe << " is absent";
+  Result<std::unique_ptr<Model>> m = LoadModel(kMistral3Moe);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const Hparams& hp = (*m)->hparams();
+  EXPECT_EQ(hp.n_ff, 96);
+  EXPECT_EQ(hp.rope.n_rot, hp.head_dim);
+  // A token reads 2 of the 4 experts: fewer bytes than the weights after the embedding.
+  uint64_t weights = 0;
+  for (const gguf::TensorInfo& t : (*m)->file().tensors())
+    if (t.name != "token_embd.weight") weights += t.n_bytes;
+  EXPECT_LT((*m)->WeightBytesPerToken(), weights);
+  struct Bad {
+    Edit edit;
+    const char* named;
+  };
+  auto ff = [](gguf::Writer& w) { w.SetU32("mistral3.feed_forward_length", 128); };
+  auto count = [](gguf::Writer& w) { w.SetU32("mistral3.expert_count", 8); };
+  const Bad bad[] = {
+      {{.skip_tensor = "blk.1.ffn_up_exps.weight"}, "missing tensor blk.1.ffn_up_exps.weight"},
+      {{.drop = "mistral3.feed_forward_length", .set = ff}, "feed_forward_length"},
+      {{.drop = "mistral3.expert_count", .set = count}, "expert_count"},
+  };
+  for (const Bad& b : bad) {
+    Result<std::unique_ptr<Model>> e = LoadEdited(kMistral3Moe, b.edit);
+    ASSERT_FALSE(e.ok()) << b.named;
+    EXPECT_NE(e.error().message.find(b.named), std::string::npos) << e.error().message;
+  }
+}
+
+TEST(PhiMoe, TheFixtureLoadsAsLlamaCppReadsIt) {
+  if (!fs::exists(kPhiMoe)) GTEST_SKIP() << kPhiMoe << " is absent";
+  Result<std::unique_ptr<Model>> m = LoadModel(kPhiMoe);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const Hparams& hp = (*m)->hparams();
+  EXPECT_TRUE(hp.swa_layers.empty());  // attention.sliding_window 16 is ignored, as for phi3
+  EXPECT_EQ(hp.rope.style, RopeStyle::kNeox);
+  EXPECT_EQ(hp.rope.n_rot, 64);
+  ASSERT_NE(hp.rope.freq_factors, nullptr);
+  EXPECT_EQ(hp.rope_short_ctx, 4096);
+  EXPECT_FLOAT_EQ(hp.rope.attn_factor, std::sqrt(1.0f + std::log(32.0f) / std::log(4096.0f)));
+  EXPECT_EQ(hp.n_ff, 96);
+  // Each bias is required (llama.cpp's loader), and the head is never tied.
+  for (const char* t : {"output.bias", "output_norm.bias", "blk.1.attn_norm.bias",
+                        "blk.0.ffn_norm.bias", "blk.1.attn_output.bias", "output.weight"}) {
+    Result<std::unique_ptr<Model>> e = LoadEdited(kPhiMoe, {.skip_tensor = t});
+    ASSERT_FALSE(e.ok()) << t;
+    EXPECT_NE(e.error().message.find(std::string("missing tensor ") + t), std::string::npos)
+        << e.error().message;
+  }
+  // Q/K/V biases are optional, as in llama.cpp, and read when present.
+  Result<std::unique_ptr<Model>> no_qb = LoadEdited(kPhiMoe, {.skip_tensor = "blk.0.attn_q.bias"});
+  ASSERT_TRUE(no_qb.ok()) << no_qb.error().message;
+  const std::vector<int32_t> prompt = {1, 100, 200, 300};
+  EXPECT_NE(LastLogits(**no_qb, prompt), LastLogits(**m, prompt));
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // lamina-synth: writes a random-weight llama, qwen3moe, qwen3next, qwen35, qwen35moe, gemma3,
-// gpt-oss, phi3 or mistral3 GGUF in a real shape,
+// gpt-oss, phi3, mistral3 or phimoe GGUF in a real shape,
 // for benchmarks and fixtures (e.g. the 181M-parameter llama shape: --dim 1024 --layers 16 --heads
 // 16 --kv-heads 4
 // --ff 2816; a qwen3moe: --arch qwen3moe --experts 64 --experts-used 4 --ff-exp 256
@@ -13,7 +13,10 @@
 // ffn_up, LongRoPE's short and long factors (--yarn-orig-ctx the original context, --ctx the
 // extended one), --rope-dims rotated dimensions and a --swa window llama.cpp ignores; a mistral3
 // takes YaRN (--yarn-factor, --yarn-orig-ctx) with a log multiplier of 1 and attention
-// temperature tuning (scale 0.1, every --yarn-orig-ctx positions)); --rope-freqs adds a llama's
+// temperature tuning (scale 0.1, every --yarn-orig-ctx positions)), and with --moe experts
+// (--experts, --experts-used, each --ff wide, as llama.cpp reads them) and with --biases random
+// Q/K/V, attn_output and dense FFN biases; a phimoe is phi3's attention with Q/K/V, output and
+// norm biases and LongRoPE factors, and experts each --ff wide; --rope-freqs adds a llama's
 // or mistral3's rope_freqs.weight (Llama 3.1's per-pair frequency factors). The tokenizer metadata
 // is copied from another GGUF (--vocab-from), whose vocabulary size sets the embedding rows.
 #include <CLI/CLI.hpp>
@@ -39,6 +42,8 @@ struct SynthOptions {
   int rope_dims = 0;
   float embd_sd = 0.0f;
   bool rope_freqs = false;
+  bool moe = false;     // mistral3: expert FFNs
+  bool biases = false;  // mistral3: Q/K/V, attn_output and dense FFN biases
   std::string type_name = "Q8_0", vocab_from, out_path, arch = "llama";
   uint64_t seed = 42;
 };
@@ -50,11 +55,16 @@ void AddOptions(CLI::App* app, SynthOptions* o) {
   app->add_option("--kv-heads", o->kv_heads);
   app->add_option("--ff", o->ff);
   app->add_option("--ctx", o->ctx);
-  app->add_option(
-         "--arch", o->arch,
-         "llama, qwen3moe, qwen3next, qwen35, qwen35moe, gemma3, gpt-oss, phi3 or mistral3")
+  app->add_option("--arch", o->arch,
+                  "llama, qwen3moe, qwen3next, qwen35, qwen35moe, gemma3, gpt-oss, phi3, mistral3 "
+                  "or phimoe")
       ->check(CLI::IsMember({"llama", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "gemma3",
-                             "gpt-oss", "phi3", "mistral3"}));
+                             "gpt-oss", "phi3", "mistral3", "phimoe"}));
+  app->add_flag("--moe", o->moe,
+                "mistral3: a MoE FFN of --experts experts (--experts-used per token), each --ff "
+                "wide");
+  app->add_flag("--biases", o->biases,
+                "mistral3: random Q/K/V and attn_output biases, and a dense FFN's biases");
   app->add_option("--rope-dims", o->rope_dims, "phi3: rotated dimensions per head (0: all)");
   app->add_flag("--rope-freqs", o->rope_freqs,
                 "llama, mistral3: a rope_freqs.weight of per-pair frequency factors (as Llama "
@@ -108,7 +118,11 @@ bool IsQwen35(const std::string& arch) { return arch == "qwen35" || arch == "qwe
 // original context so that short prompts cross it).
 void SetPhi3OrMistral3Metadata(const SynthOptions& o, int head_dim, gguf::Writer* w) {
   const std::string a = o.arch;
-  if (a == "phi3") {
+  if (a == "phimoe" || (a == "mistral3" && o.moe)) {  // experts as llama.cpp reads them
+    w->SetU32(a + ".expert_count", o.experts);
+    w->SetU32(a + ".expert_used_count", o.experts_used);
+  }
+  if (a == "phi3" || a == "phimoe") {
     const double scale = static_cast<double>(o.ctx) / o.yarn_orig_ctx;
     w->SetU32(a + ".rope.scaling.original_context_length", o.yarn_orig_ctx);
     w->SetF32(a + ".rope.scaling.attn_factor",
@@ -137,7 +151,9 @@ void SetMetadata(const SynthOptions& o, int head_dim, const gguf::File& vocab, g
   w->SetString("general.architecture", a);
   // Not "phi3" in the name: llama.cpp then looks up Phi-3's <|endoftext|>, which the borrowed
   // vocabulary lacks.
-  w->SetString("general.name", "lamina-synth random " + (a == "phi3" ? std::string("phi 3") : a));
+  w->SetString("general.name", "lamina-synth random " + (a == "phi3"     ? std::string("phi 3")
+                                                         : a == "phimoe" ? std::string("phi moe")
+                                                                         : a));
   w->SetU32(a + ".embedding_length", o.dim);
   w->SetU32(a + ".block_count", o.layers + (IsQwen35(a) ? o.nextn : 0));
   w->SetU32(a + ".attention.head_count", o.heads);
@@ -171,7 +187,7 @@ void SetMetadata(const SynthOptions& o, int head_dim, const gguf::File& vocab, g
       w->SetU32(a + ".rope.scaling.original_context_length", o.yarn_orig_ctx);
     }
   }
-  if (a == "phi3" || a == "mistral3") SetPhi3OrMistral3Metadata(o, head_dim, w);
+  if (a == "phi3" || a == "mistral3" || a == "phimoe") SetPhi3OrMistral3Metadata(o, head_dim, w);
   if (moe) {
     w->SetU32(a + ".attention.key_length", head_dim);
     w->SetU32(a + ".attention.value_length", head_dim);
@@ -391,26 +407,64 @@ void AddGptOssLayer(const SynthOptions& o, const std::string& p, int head_dim, G
 }
 
 // A phi3 layer after its attn_norm: fused attn_qkv, ffn_norm, fused ffn_up (gate rows, then up
-// rows); or a mistral3 one: llama's tensors. Norm weights are drawn around 1.
+// rows); or a mistral3 one: llama's tensors (with --biases random biases; with --moe a router
+// and experts each --ff wide instead of the FFN). Norm weights are drawn around 1.
 void AddPhi3OrMistral3Layer(const SynthOptions& o, const std::string& p, int head_dim,
                             GgmlType type, WeightWriter& ww) {
   const int dim = o.dim, q = o.heads * head_dim, kv = o.kv_heads * head_dim, ff = o.ff;
+  const bool bias = o.arch == "mistral3" && o.biases;
   if (o.arch == "phi3") {
     ww.Matrix(p + "attn_qkv.weight", dim, q + 2 * kv, type);
   } else {
     ww.Matrix(p + "attn_q.weight", dim, q, type);
+    if (bias) ww.Random(p + "attn_q.bias", q, 1, 0.2f);
     ww.Matrix(p + "attn_k.weight", dim, kv, type);
+    if (bias) ww.Random(p + "attn_k.bias", kv, 1, 0.2f);
     ww.Matrix(p + "attn_v.weight", dim, kv, type);
+    if (bias) ww.Random(p + "attn_v.bias", kv, 1, 0.2f);
   }
   ww.Matrix(p + "attn_output.weight", q, dim, type);
+  if (bias) ww.Random(p + "attn_output.bias", dim, 1, 0.2f);
   ww.Norm(p + "ffn_norm.weight", dim);
   if (o.arch == "phi3") {
     ww.Matrix(p + "ffn_up.weight", dim, 2 * ff, type);
+  } else if (o.moe) {
+    ww.Matrix(p + "ffn_gate_inp.weight", dim, o.experts, GgmlType::kF32);  // routers stay F32
+    ww.Stacked(p + "ffn_gate_exps.weight", dim, ff, o.experts, type);
+    ww.Stacked(p + "ffn_up_exps.weight", dim, ff, o.experts, type);
+    ww.Stacked(p + "ffn_down_exps.weight", ff, dim, o.experts, type);
+    return;
   } else {
     ww.Matrix(p + "ffn_gate.weight", dim, ff, type);
+    if (bias) ww.Random(p + "ffn_gate.bias", ff, 1, 0.2f);
     ww.Matrix(p + "ffn_up.weight", dim, ff, type);
+    if (bias) ww.Random(p + "ffn_up.bias", ff, 1, 0.2f);
   }
   ww.Matrix(p + "ffn_down.weight", ff, dim, type);
+  if (bias) ww.Random(p + "ffn_down.bias", dim, 1, 0.2f);
+}
+
+// A phimoe layer (Phi-3.5-MoE as llama.cpp loads it): attn_norm with its bias, attn_q/k/v and
+// attn_output with biases, ffn_norm with its bias, the router and experts each --ff wide.
+void AddPhiMoeLayer(const SynthOptions& o, const std::string& p, int head_dim, GgmlType type,
+                    WeightWriter& ww) {
+  const int dim = o.dim, q = o.heads * head_dim, kv = o.kv_heads * head_dim, ff = o.ff;
+  ww.Norm(p + "attn_norm.weight", dim);
+  ww.Random(p + "attn_norm.bias", dim, 1, 0.2f);
+  ww.Matrix(p + "attn_q.weight", dim, q, type);
+  ww.Random(p + "attn_q.bias", q, 1, 0.2f);
+  ww.Matrix(p + "attn_k.weight", dim, kv, type);
+  ww.Random(p + "attn_k.bias", kv, 1, 0.2f);
+  ww.Matrix(p + "attn_v.weight", dim, kv, type);
+  ww.Random(p + "attn_v.bias", kv, 1, 0.2f);
+  ww.Matrix(p + "attn_output.weight", q, dim, type);
+  ww.Random(p + "attn_output.bias", dim, 1, 0.2f);
+  ww.Norm(p + "ffn_norm.weight", dim);
+  ww.Random(p + "ffn_norm.bias", dim, 1, 0.2f);
+  ww.Matrix(p + "ffn_gate_inp.weight", dim, o.experts, GgmlType::kF32);  // routers stay F32
+  ww.Stacked(p + "ffn_gate_exps.weight", dim, ff, o.experts, type);
+  ww.Stacked(p + "ffn_up_exps.weight", dim, ff, o.experts, type);
+  ww.Stacked(p + "ffn_down_exps.weight", ff, dim, o.experts, type);
 }
 
 // A llama or qwen3moe layer after its attn_norm (tensor names start with `p`).
@@ -490,6 +544,10 @@ int Synth(const SynthOptions& o) {
       AddPhi3OrMistral3Layer(o, p, head_dim, type, ww);
       continue;
     }
+    if (o.arch == "phimoe") {
+      AddPhiMoeLayer(o, p, head_dim, type, ww);
+      continue;
+    }
     if (IsQwen35(o.arch)) {
       ww.Norm(p + "attn_norm.weight", o.dim);
     } else {
@@ -511,6 +569,12 @@ int Synth(const SynthOptions& o) {
     ww.Norm("output_norm.weight", o.dim);
     ww.Matrix("output.weight", o.dim, n_vocab, type);
     if (o.arch == "phi3") AddLongRopeFactors(o, head_dim, ww);
+  } else if (o.arch == "phimoe") {
+    ww.Norm("output_norm.weight", o.dim);
+    ww.Random("output_norm.bias", o.dim, 1, 0.2f);
+    ww.Matrix("output.weight", o.dim, n_vocab, type);
+    ww.Random("output.bias", n_vocab, 1, 0.2f);
+    AddLongRopeFactors(o, head_dim, ww);
   } else {
     ww.Ones("output_norm.weight", o.dim);
     ww.Matrix("output.weight", o.dim, n_vocab, type);
@@ -534,8 +598,8 @@ int Synth(const SynthOptions& o) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "Write a random-weight llama, qwen3moe, qwen3next, qwen35, qwen35moe, gemma3, gpt-oss, phi3 "
-      "or mistral3 GGUF"};
+      "Write a random-weight llama, qwen3moe, qwen3next, qwen35, qwen35moe, gemma3, gpt-oss, phi3, "
+      "mistral3 or phimoe GGUF"};
   lamina::SynthOptions options;
   lamina::AddOptions(&app, &options);
   CLI11_PARSE(app, argc, argv);

@@ -76,12 +76,25 @@ inline constexpr Architecture kArchitectures[] = {
                    /*fused_qkv=*/true, /*fused_gate_up=*/true, RopeFactors::kShortLong,
                    /*mistral3=*/false},                                              nullptr},
     // mistral3 (Ministral 3, Mistral Small 3.x, Devstral): llama's layout and "normal" RoPE on
-    // the whole head, YaRN as the file says with rope.scaling.yarn_log_multiplier's attention
-    // factor, llama 4's attention temperature tuning (attention.temperature_scale: queries
-    // scaled by 1 + s ln(floor(p / original context) + 1)), rope_freqs when present.
+    // the whole head (partial RoPE refused: llama.cpp's graph asserts n_rot = head_dim), YaRN as
+    // the file says with rope.scaling.yarn_log_multiplier's attention factor, llama 4's
+    // attention temperature tuning (attention.temperature_scale: queries scaled by
+    // 1 + s ln(floor(p / original context) + 1)), rope_freqs when present; Q/K/V (or attn_qkv),
+    // attn_output and dense ffn_{gate,up,down} biases when present; with expert_count > 0 a MoE
+    // FFN as llama.cpp builds it: softmax router, top-k weights renormalised to sum 1, experts
+    // feed_forward_length wide, no shared expert.
     {"mistral3",  {RopeStyle::kNormal, true,     false,  false, false,        false,
                    /*fused_qkv=*/true, /*fused_gate_up=*/false, RopeFactors::kFreqs,
                    /*mistral3=*/true},                                               nullptr},
+    // phimoe (Phi-3.5-MoE): phi3's attention (NeoX RoPE, LongRoPE's short/long factors and
+    // attention factor, attn_qkv or attn_q/k/v with optional biases, the window ignored) with
+    // attn_output.bias, RMS norms with a bias each (llama.cpp builds them as RMS norms, not
+    // layer norms), and a MoE FFN: softmax router, top-k weights renormalised to sum 1, experts
+    // feed_forward_length wide (llama.cpp's softmax top-k, not the reference's sparsemixer); a
+    // separate output head with its bias.
+    {"phimoe",    {RopeStyle::kNeox,   true,     false,  true,  true,         false,
+                   /*fused_qkv=*/true, /*fused_gate_up=*/false, RopeFactors::kShortLong,
+                   /*mistral3=*/false, /*phimoe=*/true, /*moe_experts_n_ff=*/true},  nullptr},
     // qwen3next: the hybrid of Gated DeltaNet and gated full attention with a MoE FFN, its own
     // loader (qwen3next.cpp documents it).
     {"qwen3next", {},                                                                 LoadQwen3Next},

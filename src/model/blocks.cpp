@@ -24,10 +24,11 @@ void LoadFusedQkv(WeightLoader& L, const Hparams& hp, const std::string& p, Atte
 
 }  // namespace
 
-void LoadAttentionWeights(WeightLoader& L, const Hparams& hp, int layer, bool with_bias,
+void LoadAttentionWeights(WeightLoader& L, const Hparams& hp, int layer, const LayerBiases& biases,
                           bool with_qk_norm, AttentionWeights* w, bool with_fused_qkv) {
   const std::string p = "blk." + std::to_string(layer) + ".";
   w->norm = L.Vector(p + "attn_norm.weight", hp.n_embd);
+  if (biases.norm) w->norm_b = L.Vector(p + "attn_norm.bias", hp.n_embd, biases.required);
   if (with_fused_qkv) LoadFusedQkv(L, hp, p, w);
   if (!w->wqkv.valid()) {
     w->wq = L.Matrix(p + "attn_q.weight", hp.n_embd, hp.q_dim());
@@ -35,7 +36,8 @@ void LoadAttentionWeights(WeightLoader& L, const Hparams& hp, int layer, bool wi
     w->wv = L.Matrix(p + "attn_v.weight", hp.n_embd, hp.kv_dim());
   }
   w->wo = L.Matrix(p + "attn_output.weight", hp.q_dim(), hp.n_embd);
-  if (with_bias && !w->wqkv.valid()) {
+  if (biases.out) w->bo = L.Vector(p + "attn_output.bias", hp.n_embd, biases.required);
+  if (biases.qkv && !w->wqkv.valid()) {
     w->bq = L.Vector(p + "attn_q.bias", hp.q_dim(), false);
     w->bk = L.Vector(p + "attn_k.bias", hp.kv_dim(), false);
     w->bv = L.Vector(p + "attn_v.bias", hp.kv_dim(), false);
@@ -46,13 +48,34 @@ void LoadAttentionWeights(WeightLoader& L, const Hparams& hp, int layer, bool wi
   }
 }
 
+void LoadAttentionWeights(WeightLoader& L, const Hparams& hp, int layer, bool with_bias,
+                          bool with_qk_norm, AttentionWeights* w, bool with_fused_qkv) {
+  LayerBiases biases;
+  biases.qkv = with_bias;
+  LoadAttentionWeights(L, hp, layer, biases, with_qk_norm, w, with_fused_qkv);
+}
+
 void LoadFfnWeights(WeightLoader& L, const Hparams& hp, int layer, FfnWeights* w,
-                    const char* norm_name, bool fused_up) {
+                    const char* norm_name, bool fused_up, bool with_bias) {
   const std::string p = "blk." + std::to_string(layer) + ".";
   w->norm = L.Vector(p + norm_name + ".weight", hp.n_embd);
   if (!fused_up) w->gate = L.Matrix(p + "ffn_gate.weight", hp.n_embd, hp.n_ff);
   w->up = L.Matrix(p + "ffn_up.weight", hp.n_embd, fused_up ? 2 * hp.n_ff : hp.n_ff);
   w->down = L.Matrix(p + "ffn_down.weight", hp.n_ff, hp.n_embd);
+  if (with_bias && !fused_up) {
+    w->gate_b = L.Vector(p + "ffn_gate.bias", hp.n_ff, /*required=*/false);
+    w->up_b = L.Vector(p + "ffn_up.bias", hp.n_ff, false);
+    w->down_b = L.Vector(p + "ffn_down.bias", hp.n_embd, false);
+  }
+}
+
+void NormBatch(const Hparams& hp, const std::vector<float>& weight, const std::vector<float>& bias,
+               int n, const float* x, float* out) {
+  const int64_t d = hp.n_embd;
+  for (int t = 0; t < n; ++t) {
+    RmsNorm(x + t * d, weight.data(), d, hp.rms_eps, out + t * d);
+    if (!bias.empty()) AddInPlace(out + t * d, bias.data(), d);
+  }
 }
 
 void PrepareScratch(const Hparams& hp, int n, ForwardScratch& s) {
@@ -122,8 +145,7 @@ void AttentionOutput(const Hparams& hp, const AttentionWeights& w, int layer, co
   const RopeParams& rope = hp.layer_rope(layer, b.long_rope);
   const int n = b.n_tokens;
   const int64_t d = hp.n_embd, qd = hp.q_dim(), kvd = hp.kv_dim();
-  for (int t = 0; t < n; ++t)
-    RmsNorm(s.x.data() + t * d, w.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);
+  NormBatch(hp, w.norm, w.norm_b, n, s.x.data(), s.xn.data());
   if (w.wqkv.valid()) {
     SplitQkv(hp, w.wqkv, n, s, pool);
   } else {
@@ -160,6 +182,7 @@ void AttentionOutput(const Hparams& hp, const AttentionWeights& w, int layer, co
   attention.Attend(layer, s.q.data(), s.k.data(), s.v.data(), s.attn.data());
   // The output projection goes to a temporary (xn is free now).
   MatMul(w.wo, s.attn.data(), qd, n, s.xn.data(), d, s.matmul, pool);
+  AddBias(s.xn.data(), w.bo, n, d);
 }
 
 void AttentionBlock(const Hparams& hp, const AttentionWeights& w, int layer, const ForwardBatch& b,
@@ -174,6 +197,7 @@ void FfnOutput(const Hparams& hp, const FfnWeights& w, FfnActivation act, const 
   const int64_t d = hp.n_embd, ff = hp.n_ff;
   for (int t = 0; t < n; ++t)
     RmsNorm(s.x.data() + t * d, w.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);
+  const bool ffn_bias = !w.gate_b.empty() || !w.up_b.empty();
   if (!w.gate.valid()) {
     FusedGateUp(hp, w.up, act, n, s, pool);
   } else {
@@ -183,7 +207,11 @@ void FfnOutput(const Hparams& hp, const FfnWeights& w, FfnActivation act, const 
     const std::function<void(int64_t, int64_t)> activate = [&](int64_t r0, int64_t r1) {
       for (int64_t t = 0; t < n; ++t) {
         float* g = s.gate.data() + t * ff + r0;
-        const float* u = s.up.data() + t * ff + r0;
+        float* u = s.up.data() + t * ff + r0;
+        if (ffn_bias) {  // the biases of rows r0..r1, before the activation (llama.cpp's order)
+          if (!w.gate_b.empty()) AddInPlace(g, w.gate_b.data() + r0, r1 - r0);
+          if (!w.up_b.empty()) AddInPlace(u, w.up_b.data() + r0, r1 - r0);
+        }
         if (act == FfnActivation::kGeluTanh) {
           GeluTanhMul(g, u, r1 - r0, g);
         } else {
@@ -194,6 +222,7 @@ void FfnOutput(const Hparams& hp, const FfnWeights& w, FfnActivation act, const 
     MatMulMany(gate_up, 2, s.xn.data(), d, n, s.matmul, pool, &activate);
   }
   MatMul(w.down, s.gate.data(), ff, n, s.xn.data(), d, s.matmul, pool);
+  AddBias(s.xn.data(), w.down_b, n, d);
 }
 
 void FfnBlock(const Hparams& hp, const FfnWeights& w, const ForwardBatch& b, ForwardScratch& s,
@@ -210,15 +239,20 @@ void NormRows(const Hparams& hp, const std::vector<float>& norm, const ForwardBa
 }
 
 void OutputHead(const Hparams& hp, const std::vector<float>& norm, const WeightMatrix& output,
-                const ForwardBatch& b, ForwardScratch& s, ThreadPool& pool, float* logits) {
+                const ForwardBatch& b, ForwardScratch& s, ThreadPool& pool, float* logits,
+                const std::vector<float>* norm_b, const std::vector<float>* output_b) {
   const int64_t d = hp.n_embd;
   int count = 0;
   for (int t = 0; t < b.n_tokens; ++t) {
     if (!b.wants_output(t)) continue;
-    RmsNorm(s.x.data() + t * d, norm.data(), d, hp.rms_eps, s.xn.data() + count * d);
+    float* out = s.xn.data() + count * d;
+    RmsNorm(s.x.data() + t * d, norm.data(), d, hp.rms_eps, out);
+    if (norm_b != nullptr && !norm_b->empty()) AddInPlace(out, norm_b->data(), d);
     ++count;
   }
-  if (count > 0) MatMul(output, s.xn.data(), d, count, logits, hp.n_vocab, s.matmul, pool);
+  if (count == 0) return;
+  MatMul(output, s.xn.data(), d, count, logits, hp.n_vocab, s.matmul, pool);
+  if (output_b != nullptr) AddBias(logits, *output_b, count, hp.n_vocab);
 }
 
 }  // namespace lamina

@@ -17,11 +17,13 @@ void GrowTo(std::vector<T>& v, size_t n) {
 
 struct AttentionWeights {
   std::vector<float> norm;      // [n_embd]
+  std::vector<float> norm_b;    // [n_embd] optional norm bias (phimoe; empty when absent)
   WeightMatrix wq, wk, wv, wo;  // [q_dim x n_embd], [kv_dim x n_embd] x2, [n_embd x q_dim]
   // A fused attn_qkv ([q_dim + 2 kv_dim x n_embd]: Q rows, then K, then V) instead of wq, wk,
   // wv (phi3); invalid when the file holds them apart.
   WeightMatrix wqkv;
   std::vector<float> bq, bk, bv;      // optional biases (empty when absent)
+  std::vector<float> bo;              // [n_embd] optional attn_output.bias (empty when absent)
   std::vector<float> q_norm, k_norm;  // optional per-head RMSNorm weights [head_dim]
 };
 
@@ -30,16 +32,38 @@ struct FfnWeights {
   // [n_ff x n_embd] x2, [n_embd x n_ff]. A fused FFN (phi3) has no gate and an up of
   // [2 n_ff x n_embd]: per token its first n_ff outputs are the gate, the rest the up.
   WeightMatrix gate, up, down;
+  // Optional biases (mistral3; empty when absent), added to each matmul's output.
+  std::vector<float> gate_b, up_b;  // [n_ff]
+  std::vector<float> down_b;        // [n_embd]
+};
+
+// Which optional biases a layer's loader reads (each only when the file has it, unless said).
+struct LayerBiases {
+  bool qkv = false;       // attn_q / attn_k / attn_v (or the fused attn_qkv's) biases
+  bool out = false;       // attn_output.bias
+  bool ffn = false;       // ffn_gate / ffn_up / ffn_down biases of a dense FFN
+  bool norm = false;      // attn_norm.bias (and the FFN's norm bias, in its own loader)
+  bool required = false;  // out and norm are required, not optional (phimoe)
 };
 
 // The attention weights of `layer`: attn_q / attn_k / attn_v, or (with_fused_qkv, when the file
-// has it) the fused attn_qkv and its optional bias.
+// has it) the fused attn_qkv and its optional bias; `biases` says which others are read.
+void LoadAttentionWeights(WeightLoader& loader, const Hparams& hp, int layer,
+                          const LayerBiases& biases, bool with_qk_norm, AttentionWeights* out,
+                          bool with_fused_qkv = false);
+// Q/K/V biases only (biases.qkv = with_bias).
 void LoadAttentionWeights(WeightLoader& loader, const Hparams& hp, int layer, bool with_bias,
                           bool with_qk_norm, AttentionWeights* out, bool with_fused_qkv = false);
 // The FFN's pre-norm is `blk.N.<norm_name>.weight`; `fused_up`: no ffn_gate, an ffn_up of
-// 2 n_ff rows (gate then up).
+// 2 n_ff rows (gate then up); with_bias: the optional ffn_{gate,up,down}.bias.
 void LoadFfnWeights(WeightLoader& loader, const Hparams& hp, int layer, FfnWeights* out,
-                    const char* norm_name = "ffn_norm", bool fused_up = false);
+                    const char* norm_name = "ffn_norm", bool fused_up = false,
+                    bool with_bias = false);
+
+// out[t] = RmsNorm(x[t]) * weight (+ bias when non-empty: phimoe's norms) for n rows
+// ([n, n_embd] each).
+void NormBatch(const Hparams& hp, const std::vector<float>& weight, const std::vector<float>& bias,
+               int n, const float* x, float* out);
 
 // Grows the scratch buffers for n_tokens.
 void PrepareScratch(const Hparams& hp, int n_tokens, ForwardScratch& s);
@@ -47,9 +71,9 @@ void PrepareScratch(const Hparams& hp, int n_tokens, ForwardScratch& s);
 // Token embedding lookup: x[t] = row tokens[t] of the embedding table (dequantized).
 void EmbedTokens(const WeightMatrix& embd, const ForwardBatch& batch, float* x);
 
-// s.xn = Wo · attention(RoPE(Wq·norm(x)), RoPE(Wk·norm(x)), Wv·norm(x)) for the whole batch
-// ([n_tokens, n_embd]; x is left alone), Q and K rotated with the layer's RoPE (its frequency
-// factors included), each query then multiplied by Hparams::attention_temperature.
+// s.xn = Wo · attention(RoPE(Wq·norm(x)), RoPE(Wk·norm(x)), Wv·norm(x)) (+ bo) for the whole
+// batch ([n_tokens, n_embd]; x is left alone), Q and K rotated with the layer's RoPE (its
+// frequency factors included), each query then multiplied by Hparams::attention_temperature.
 void AttentionOutput(const Hparams& hp, const AttentionWeights& w, int layer,
                      const ForwardBatch& batch, AttentionContext& attention, ForwardScratch& s,
                      ThreadPool& pool);
@@ -61,7 +85,8 @@ void AttentionBlock(const Hparams& hp, const AttentionWeights& w, int layer,
 
 enum class FfnActivation { kSilu, kGeluTanh };
 
-// s.xn = down(act(gate·norm(x)) * up·norm(x)) ([n_tokens, n_embd]; x is left alone).
+// s.xn = down(act(gate·norm(x)) * up·norm(x)) ([n_tokens, n_embd]; x is left alone), each
+// matmul's bias added when the weights have one.
 void FfnOutput(const Hparams& hp, const FfnWeights& w, FfnActivation act, const ForwardBatch& batch,
                ForwardScratch& s, ThreadPool& pool);
 
@@ -74,8 +99,11 @@ void FfnBlock(const Hparams& hp, const FfnWeights& w, const ForwardBatch& batch,
 void NormRows(const Hparams& hp, const std::vector<float>& norm, const ForwardBatch& batch,
               const float* x, float* hidden);
 
-// Final norm and output head into logits ([batch.n_outputs(), n_vocab], in batch order).
+// Final norm and output head into logits ([batch.n_outputs(), n_vocab], in batch order);
+// norm_b ([n_embd]) and output_b ([n_vocab]), when non-null, are phimoe's biases.
 void OutputHead(const Hparams& hp, const std::vector<float>& norm, const WeightMatrix& output,
-                const ForwardBatch& batch, ForwardScratch& s, ThreadPool& pool, float* logits);
+                const ForwardBatch& batch, ForwardScratch& s, ThreadPool& pool, float* logits,
+                const std::vector<float>* norm_b = nullptr,
+                const std::vector<float>* output_b = nullptr);
 
 }  // namespace lamina

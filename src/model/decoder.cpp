@@ -26,33 +26,48 @@ class Decoder final : public Model {
                             /*q_rows_per_head_dim=*/1, options.fused_gate_up ? 2 : 1);
     if (!st.ok()) return st;
     if (options.mistral3) {
-      st = ReadMistral3Hparams();
+      st = ReadMistral3Hparams();  // may turn options_.moe on
       if (!st.ok()) return st;
     }
-    if (options.moe) {
+    if (options_.moe) {
       Result<MoeHparams> moe =
-          ReadMoeHparams(*file_, hparams_, options.moe_norm_topk, options.moe_shared_expert);
+          ReadMoeHparams(*file_, hparams_, options_.moe_norm_topk, options_.moe_shared_expert,
+                         options_.moe_experts_n_ff);
       if (!moe.ok()) return moe.error();
       moe_ = *moe;
     }
+    if (options.phimoe && file_->FindTensor("output.weight") == nullptr) {
+      return Error{file_->path() + ": missing tensor output.weight (phimoe's head is not tied)"};
+    }
     WeightLoader L(*file_, RepackTarget());
     LoadEmbeddingAndHead(L);
+    if (options.phimoe) {
+      output_norm_b_ = L.Vector("output_norm.bias", hparams_.n_embd);
+      output_b_ = L.Vector("output.bias", hparams_.n_vocab);
+    }
     LoadRopeFactors(L);
+    LayerBiases biases;
+    biases.qkv = options.attn_bias;
+    biases.out = options.mistral3 || options.phimoe;
+    biases.ffn = options.mistral3;
+    biases.norm = biases.required = options.phimoe;
     layers_.resize(hparams_.n_layer);
     uint64_t expert_bytes = 0;
     for (int i = 0; i < hparams_.n_layer; ++i) {
-      LoadAttentionWeights(L, hparams_, i, options.attn_bias, options.qk_norm, &layers_[i].attn,
+      LoadAttentionWeights(L, hparams_, i, biases, options.qk_norm, &layers_[i].attn,
                            options.fused_qkv);
-      if (options.moe) {
-        expert_bytes += LoadMoeWeights(L, hparams_, moe_, i, &layers_[i].moe);
+      if (options_.moe) {
+        expert_bytes += LoadMoeWeights(L, hparams_, moe_, i, &layers_[i].moe, "ffn_norm",
+                                       /*with_bias=*/false, /*with_norm_bias=*/biases.norm);
       } else {
-        LoadFfnWeights(L, hparams_, i, &layers_[i].ffn, "ffn_norm", options.fused_gate_up);
+        LoadFfnWeights(L, hparams_, i, &layers_[i].ffn, "ffn_norm", options.fused_gate_up,
+                       biases.ffn);
       }
       if (!L.status().ok()) return L.status();  // the first error; later layers add nothing
     }
     // A decoded token reads k of the n_expert experts of each MoE layer.
     const uint64_t unread =
-        options.moe ? expert_bytes / moe_.n_expert * (moe_.n_expert - moe_.n_expert_used) : 0;
+        options_.moe ? expert_bytes / moe_.n_expert * (moe_.n_expert - moe_.n_expert_used) : 0;
     return Finish(L, unread);
   }
 
@@ -68,14 +83,19 @@ class Decoder final : public Model {
         FfnBlock(hparams_, layers_[i].ffn, batch, s, pool);
       }
     }
-    if (batch.hidden != nullptr) NormRows(hparams_, output_norm_, batch, s.x.data(), batch.hidden);
-    OutputHead(hparams_, output_norm_, output_, batch, s, pool, logits);
+    if (batch.hidden != nullptr) {
+      NormBatch(hparams_, output_norm_, output_norm_b_, batch.n_tokens, s.x.data(), batch.hidden);
+    }
+    OutputHead(hparams_, output_norm_, output_, batch, s, pool, logits, &output_norm_b_,
+               &output_b_);
   }
 
   const Model* mtp() const override { return mtp_model_.get(); }
 
   Status AttachMtp(std::unique_ptr<gguf::File> file) override {
-    if (options_.moe) return Error{file->path() + ": an MTP head file needs a dense model"};
+    if (options_.moe || options_.phimoe) {
+      return Error{file->path() + ": an MTP head file needs a dense model"};
+    }
     if (mtp_ != nullptr) return Error{file->path() + ": the model already has an MTP head"};
     Status st = CheckMtpHparams(*file);
     if (!st.ok()) return st;
@@ -210,8 +230,9 @@ class Decoder final : public Model {
     }
   }
 
-  // mistral3: temperature tuning and YaRN's log multiplier; what llama.cpp would read that this
-  // decoder does not (biases, experts) is refused by name.
+  // mistral3: temperature tuning, YaRN's log multiplier, and the experts when expert_count > 0
+  // (options_.moe); what llama.cpp would not run (partial RoPE, a shared expert) is refused by
+  // name.
   Status ReadMistral3Hparams() {
     Hparams& hp = hparams_;
     const gguf::File& f = *file_;
@@ -233,14 +254,23 @@ class Decoder final : public Model {
     hp.rope = ResolveRope(hp.rope, hp.rope_scaling, RopeOverrides{});
     if (hp.rope.n_rot != hp.head_dim) {
       return HparamError(f, ArchKey(hp.arch, "rope.dimension_count"), hp.rope.n_rot,
-                         "mistral3 turns the whole head (" + std::to_string(hp.head_dim) + ")");
+                         "mistral3 turns the whole head (" + std::to_string(hp.head_dim) +
+                             "; llama.cpp's graph asserts it), partial RoPE is not supported");
     }
-    for (const char* t : {"attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias",
-                          "ffn_gate_inp.weight"}) {
+    // As llama.cpp: experts when expert_count says so (its loader reads no shared expert).
+    Result<int64_t> n_expert = f.GetIntOr(ArchKey(hp.arch, "expert_count"), 0);
+    if (!n_expert.ok()) return n_expert.error();
+    if (*n_expert != 0) {
+      options_.moe = true;
+      options_.moe_norm_topk = true;
+      options_.moe_experts_n_ff = true;
+    }
+    for (const char* t : {"ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight",
+                          "ffn_gate_inp_shexp.weight"}) {
       int layer = 0;
       if (FirstLayerTensor(f, hp.n_layer, t, &layer) != nullptr) {
         return Error{f.path() + ": tensor blk." + std::to_string(layer) + "." + t +
-                     " is not supported for mistral3 (its biases and experts are not read)"};
+                     " is not supported for mistral3 (llama.cpp reads no shared expert there)"};
       }
     }
     return Status::Ok();
@@ -251,8 +281,10 @@ class Decoder final : public Model {
   std::vector<Layer> layers_;
   std::unique_ptr<MtpHead> mtp_;
   std::unique_ptr<MtpModel> mtp_model_;
-  std::vector<float> rope_factors_;  // [n_rot / 2] RoPE frequency factors; empty: none
-  std::vector<float> long_factors_;  // [n_rot / 2] phi3's rope_factors_long; empty: none
+  std::vector<float> output_norm_b_;  // [n_embd] phimoe's output_norm.bias; empty: none
+  std::vector<float> output_b_;       // [n_vocab] phimoe's output.bias; empty: none
+  std::vector<float> rope_factors_;   // [n_rot / 2] RoPE frequency factors; empty: none
+  std::vector<float> long_factors_;   // [n_rot / 2] phi3's rope_factors_long; empty: none
 };
 
 }  // namespace

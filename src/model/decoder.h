@@ -31,9 +31,18 @@ struct DecoderOptions {
   bool fused_gate_up = false;  // no ffn_gate: ffn_up's 2 n_ff rows are the gate, then the up
   RopeFactors rope_factors = RopeFactors::kNone;
   // mistral3's extras: attention.temperature_scale (Hparams::attn_temp_scale) and
-  // rope.scaling.yarn_log_multiplier (RopeScalingConfig::yarn_log_mul); RoPE must turn every
-  // head dimension; biases and experts (which llama.cpp would read) are refused by name.
+  // rope.scaling.yarn_log_multiplier (RopeScalingConfig::yarn_log_mul); attn_output.bias and a
+  // dense FFN's ffn_{gate,up,down}.bias when present; a MoE FFN when expert_count > 0 (softmax
+  // router, top-k renormalised, experts feed_forward_length wide, no shared expert, as
+  // llama.cpp). RoPE must turn every head dimension (llama.cpp's graph asserts it), and
+  // shared-expert tensors (which llama.cpp never reads) are refused by name.
   bool mistral3 = false;
+  // phimoe: RMS norms with biases (attn_norm, ffn_norm, output_norm), attn_output.bias and
+  // output.bias, all required, and a separate output.weight (never tied), as llama.cpp loads it.
+  bool phimoe = false;
+  // The experts are feed_forward_length wide and the routing the row's (ReadMoeHparams'
+  // experts_n_ff: expert_feed_forward_length, expert_weights_norm, expert_gating_func unread).
+  bool moe_experts_n_ff = false;
 };
 
 Result<std::unique_ptr<Model>> LoadDecoder(std::unique_ptr<gguf::File> file,

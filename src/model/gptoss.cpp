@@ -33,8 +33,9 @@ class GptOss final : public Model {
     for (int i = 0; i < hparams_.n_layer; ++i) {
       const std::string p = "blk." + std::to_string(i) + ".";
       Layer& l = layers_[i];
-      LoadAttentionWeights(L, hparams_, i, /*with_bias=*/true, /*with_qk_norm=*/false, &l.attn);
-      l.bo = L.Vector(p + "attn_output.bias", hparams_.n_embd);
+      LayerBiases biases;
+      biases.qkv = biases.out = biases.required = true;
+      LoadAttentionWeights(L, hparams_, i, biases, /*with_qk_norm=*/false, &l.attn);
       l.sinks = L.Vector(p + "attn_sinks.weight", hparams_.n_head);
       expert_bytes += LoadMoeWeights(L, hparams_, moe_, i, &l.moe, "post_attention_norm",
                                      /*with_bias=*/true);
@@ -48,15 +49,11 @@ class GptOss final : public Model {
   void Forward(const ForwardBatch& batch, AttentionContext& attention, RecurrentContext&,
                ForwardScratch& s, ThreadPool& pool, float* logits) const override {
     const Hparams& hp = hparams_;
-    const int n = batch.n_tokens;
-    const int64_t d = hp.n_embd;
-    PrepareScratch(hp, n, s);
+    PrepareScratch(hp, batch.n_tokens, s);
     EmbedTokens(token_embd_, batch, s.x.data());
     for (int i = 0; i < hp.n_layer; ++i) {
       const Layer& l = layers_[i];
-      AttentionOutput(hp, l.attn, i, batch, attention, s, pool);
-      for (int t = 0; t < n; ++t) AddInPlace(s.xn.data() + t * d, l.bo.data(), d);
-      AddInPlace(s.x.data(), s.xn.data(), static_cast<int64_t>(n) * d);
+      AttentionBlock(hp, l.attn, i, batch, attention, s, pool);  // its output bias included
       MoeBlock(hp, moe_, l.moe, batch, s, pool);
     }
     OutputHead(hp, output_norm_, output_, batch, s, pool, logits);
@@ -66,8 +63,7 @@ class GptOss final : public Model {
 
  private:
   struct Layer {
-    AttentionWeights attn;
-    std::vector<float> bo;     // [n_embd] attn_output.bias
+    AttentionWeights attn;     // with attn_output.bias (bo)
     std::vector<float> sinks;  // [n_head] attn_sinks.weight
     MoeWeights moe;            // its norm is post_attention_norm
   };

@@ -10,7 +10,7 @@
 namespace lamina {
 
 Result<MoeHparams> ReadMoeHparams(const gguf::File& f, const Hparams& hp, bool default_norm_topk,
-                                  bool with_shared) {
+                                  bool with_shared, bool experts_n_ff) {
   MoeHparams m;
   const std::string& a = hp.arch;
   const std::string count_key = ArchKey(a, "expert_count");
@@ -46,11 +46,15 @@ Result<MoeHparams> ReadMoeHparams(const gguf::File& f, const Hparams& hp, bool d
                        "blk." + std::to_string(router_layer) + ".ffn_gate_inp.weight routes to " +
                            std::to_string(router->ne[1]) + " experts");
   }
-  const std::string ff_exp_key = ArchKey(a, "expert_feed_forward_length");
-  Result<int64_t> ff_exp = f.GetIntOr(ff_exp_key, hp.n_ff / m.n_expert_used);
+  const std::string ff_exp_key =
+      ArchKey(a, experts_n_ff ? "feed_forward_length" : "expert_feed_forward_length");
+  Result<int64_t> ff_exp =
+      experts_n_ff ? Result<int64_t>(hp.n_ff) : f.GetIntOr(ff_exp_key, hp.n_ff / m.n_expert_used);
   if (!ff_exp.ok()) return ff_exp.error();
-  const std::string ff_exp_default = "feed_forward_length " + std::to_string(hp.n_ff) + " / " +
-                                     used_key + " " + std::to_string(m.n_expert_used);
+  const std::string ff_exp_default = experts_n_ff ? ""
+                                                  : "feed_forward_length " +
+                                                        std::to_string(hp.n_ff) + " / " + used_key +
+                                                        " " + std::to_string(m.n_expert_used);
   if (exps != nullptr && exps->ne[1] != *ff_exp) {
     return HparamError(f, ff_exp_key, *ff_exp,
                        exps_name + " has " + std::to_string(exps->ne[1]) + " rows per expert",
@@ -95,6 +99,10 @@ Result<MoeHparams> ReadMoeHparams(const gguf::File& f, const Hparams& hp, bool d
             std::to_string(m.n_expert) + " x " + std::to_string(m.n_ff_exp) +
             (m.n_ff_shexp > 0 ? " + shared " + std::to_string(m.n_ff_shexp) : "") + ")");
   }
+  if (experts_n_ff) {  // as llama.cpp: the routing is the architecture's, whatever the keys say
+    m.norm_topk = default_norm_topk;
+    return m;
+  }
   Result<bool> norm = f.GetBoolOr(ArchKey(a, "expert_weights_norm"), default_norm_topk);
   if (!norm.ok()) return norm.error();
   m.norm_topk = *norm;
@@ -109,9 +117,10 @@ Result<MoeHparams> ReadMoeHparams(const gguf::File& f, const Hparams& hp, bool d
 }
 
 uint64_t LoadMoeWeights(WeightLoader& L, const Hparams& hp, const MoeHparams& m, int layer,
-                        MoeWeights* w, const char* norm_name, bool with_bias) {
+                        MoeWeights* w, const char* norm_name, bool with_bias, bool with_norm_bias) {
   const std::string p = "blk." + std::to_string(layer) + ".";
   w->norm = L.Vector(p + norm_name + ".weight", hp.n_embd);
+  if (with_norm_bias) w->norm_b = L.Vector(p + norm_name + ".bias", hp.n_embd);
   w->router = L.Matrix(p + "ffn_gate_inp.weight", hp.n_embd, m.n_expert);
   const uint64_t before = L.n_bytes();
   w->gate = L.Stacked(p + "ffn_gate_exps.weight", hp.n_embd, m.n_ff_exp, m.n_expert);
@@ -186,8 +195,7 @@ void MoeBlock(const Hparams& hp, const MoeHparams& m, const MoeWeights& w, const
   GrowTo(ms.slots, static_cast<size_t>(n) * k * d);
   GrowTo(ms.shared_g, static_cast<size_t>(n));
 
-  for (int t = 0; t < n; ++t)
-    RmsNorm(s.x.data() + t * d, w.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);
+  NormBatch(hp, w.norm, w.norm_b, n, s.x.data(), s.xn.data());
   MatMul(w.router, s.xn.data(), d, n, ms.probs.data(), m.n_expert, s.matmul, pool);
   if (!w.router_b.empty()) {
     for (int t = 0; t < n; ++t) {

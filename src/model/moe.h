@@ -1,8 +1,8 @@
-// Mixture-of-experts feed-forward shared by qwen2moe, qwen3moe and gpt-oss: a softmax router
-// over all experts (gpt-oss: top-k on the router logits, softmax over the k chosen), top-k
-// selection, SiLU-gated experts stored as 3-D tensors (gpt-oss: swiglu_oai, with per-expert
-// biases), and an optional shared expert gated by sigmoid(w·x). Only the selected experts' rows
-// are read.
+// Mixture-of-experts feed-forward shared by qwen2moe, qwen3moe, mistral3, phimoe and gpt-oss: a
+// softmax router over all experts (gpt-oss: top-k on the router logits, softmax over the k
+// chosen), top-k selection, SiLU-gated experts stored as 3-D tensors (gpt-oss: swiglu_oai, with
+// per-expert biases), and an optional shared expert gated by sigmoid(w·x). Only the selected
+// experts' rows are read.
 #pragma once
 
 #include <cstdint>
@@ -36,14 +36,18 @@ struct MoeHparams {
 // Reads `<arch>.expert_count`, `expert_used_count`, `expert_feed_forward_length` (default
 // n_ff / k, as llama.cpp), `expert_shared_feed_forward_length` (when with_shared, default n_ff)
 // and `expert_weights_norm` (default `default_norm_topk`). Only softmax gating is supported.
+// With `experts_n_ff` (llama.cpp's mistral3 and phimoe) the experts are feed_forward_length
+// wide and the routing is the architecture's: expert_feed_forward_length, expert_weights_norm
+// and expert_gating_func are not read (norm_topk = default_norm_topk).
 // The counts are checked against the first layer's expert tensors (ffn_gate_exps: [n_embd,
 // n_ff_exp, n_expert]; ffn_gate_inp: [n_embd, n_expert]; ffn_gate_shexp: [n_embd, n_ff_shexp])
 // and feed_forward_length, which only sizes scratch here, against the experts' total width.
 Result<MoeHparams> ReadMoeHparams(const gguf::File& file, const Hparams& hp, bool default_norm_topk,
-                                  bool with_shared);
+                                  bool with_shared, bool experts_n_ff = false);
 
 struct MoeWeights {
   std::vector<float> norm;              // [n_embd]
+  std::vector<float> norm_b;            // [n_embd] optional norm bias (phimoe; empty: none)
   WeightMatrix router;                  // [n_expert x n_embd] (ffn_gate_inp)
   std::vector<WeightMatrix> gate, up;   // n_expert x [n_ff_exp x n_embd]
   std::vector<WeightMatrix> down;       // n_expert x [n_embd x n_ff_exp]
@@ -59,11 +63,11 @@ struct MoeWeights {
 
 // Loads layer `layer`'s MoE tensors (the pre-FFN norm is `blk.N.<norm_name>.weight`; with
 // `with_bias` the router's and experts' biases `ffn_gate_inp.bias`, `ffn_{gate,up,down}_exps.bias`
-// too, required); returns the bytes of the routed expert tensors (the part of which a token
-// reads only k / n_expert).
+// too, required; with `with_norm_bias` the norm's `.bias`, required); returns the bytes of the
+// routed expert tensors (the part of which a token reads only k / n_expert).
 uint64_t LoadMoeWeights(WeightLoader& loader, const Hparams& hp, const MoeHparams& moe, int layer,
-                        MoeWeights* out, const char* norm_name = "ffn_norm",
-                        bool with_bias = false);
+                        MoeWeights* out, const char* norm_name = "ffn_norm", bool with_bias = false,
+                        bool with_norm_bias = false);
 
 // Router: for each token, softmax over probs [n_tokens, n_expert] (in place, logits in), then
 // the k largest (ties to the lower id) into ids/weights [n_tokens, k], best first; with
@@ -72,8 +76,8 @@ uint64_t LoadMoeWeights(WeightLoader& loader, const Hparams& hp, const MoeHparam
 void RouteTopK(float* probs, int n_tokens, int n_expert, int k, bool norm_topk, int32_t* ids,
                float* weights, bool softmax_selected = false);
 
-// x += sum_j w_j · expert_j(norm(x)) [+ sigmoid(g·norm(x)) · shared(norm(x))] for the batch.
-// Tokens are grouped by chosen expert and each expert runs once, matrix-matrix, over its
+// x += sum_j w_j · expert_j(norm(x) [+ norm bias]) [+ sigmoid(g·norm(x)) · shared(norm(x))] for the
+// batch. Tokens are grouped by chosen expert and each expert runs once, matrix-matrix, over its
 // tokens; unselected experts are not read.
 void MoeBlock(const Hparams& hp, const MoeHparams& moe, const MoeWeights& w,
               const ForwardBatch& batch, ForwardScratch& s, ThreadPool& pool);
