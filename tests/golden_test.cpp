@@ -134,10 +134,12 @@ double ToleranceFor(const std::string& model_stem, const std::string& kv) {
       // by the recurrent state, from p100 prompt position 5 (dense; llama.cpp's own batch and
       // token-by-token prompts agree exactly there) and 17 (MoE, where llama.cpp's batch and
       // token-by-token prompts differ by the same 0.108 from the same row): 0.097 / 0.108
-      // (scalar: 0.050 / 0.108). Bounds ~50% above.
+      // (scalar: 0.050 / 0.108). Bounds ~50% above. The MoE F32 bound: 7e-5 until the AVX-512
+      // float dots' one-pass order (2026-12-05), which moved its `once` file from 4.0e-5 to
+      // 7.2e-5 (generation step 25; AVX2 2.6e-5, scalar 4.1e-5; p100 4.7e-5 -> 2.1e-5): 1.1e-4.
       {"synth-qwen35-d128.F32", 3.6e-5},
       {"synth-qwen35-d128.Q8_0", 0.15},
-      {"synth-qwen35moe-d128.F32", 7e-5},
+      {"synth-qwen35moe-d128.F32", 1.1e-4},
       {"synth-qwen35moe-d128.Q8_0", 0.16},
       // tests/fixtures gpt-oss (attention sinks, sliding-window layers, swiglu_oai experts):
       // measured below, see docs/GOLDENS.md.

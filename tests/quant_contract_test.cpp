@@ -3,6 +3,7 @@
 // token's logits do not depend on the batch it arrives in (prompt, decode, verify window).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -142,6 +143,47 @@ TEST(QuantContract, TileDotEqualsSingleDotBitForBit) {
             }
           }
         }
+      }
+    }
+  }
+}
+
+// The canonical order of the AVX-512 float dots (F32, F16, BF16), written out element by element:
+// 16 lanes, lane l the fused sum of w[i] a[i] for i = l (mod 16) in increasing i (the k % 16
+// tail, zero-padded, last), then (x[i] + x[i + 8]), + the lane 4 up, (0 + 2) + (1 + 3). Every
+// AVX-512 float kernel (vec_dot, vec_dot_multi, tiles of any shape) must give these bits; the
+// other ISAs keep their own orders (AVX2: 8 lanes and a scalar tail; scalar: double).
+float Avx512FloatOrder(const std::vector<float>& w, const std::vector<float>& a) {
+  float lane[16] = {};
+  for (size_t i = 0; i < w.size(); ++i) lane[i % 16] = std::fma(w[i], a[i], lane[i % 16]);
+  float t8[8], t4[4];
+  for (int i = 0; i < 8; ++i) t8[i] = lane[i] + lane[i + 8];
+  for (int i = 0; i < 4; ++i) t4[i] = t8[i] + t8[i + 4];
+  return (t4[0] + t4[2]) + (t4[1] + t4[3]);
+}
+
+TEST(QuantContract, Avx512FloatDotsKeepTheCanonicalOrder) {
+  if (DetectIsa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512 on this machine";
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const int64_t k : {int64_t{7}, int64_t{16}, int64_t{32}, int64_t{48}, int64_t{405},
+                          int64_t{512}, int64_t{1000}}) {
+    for (GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
+      const TypeKernels& kern = GetKernels(t, Isa::kAvx512);
+      const TypeKernels& act = GetKernels(kern.vec_dot_type, Isa::kAvx512);
+      std::vector<float> xf(k), wf(k), af(k);
+      std::vector<uint8_t> w(RowSize(t, k)), a(RowSize(kern.vec_dot_type, k));
+      for (int rep = 0; rep < 8; ++rep) {
+        for (float& v : xf) v = normal(rng);
+        kern.quantize(xf.data(), w.data(), k);
+        for (float& v : xf) v = normal(rng);
+        act.quantize(xf.data(), a.data(), k);
+        kern.dequantize(w.data(), wf.data(), k);
+        act.dequantize(a.data(), af.data(), k);
+        float got = NAN;
+        kern.vec_dot(k, &got, w.data(), a.data());
+        EXPECT_EQ(F32ToBits(got), F32ToBits(Avx512FloatOrder(wf, af)))
+            << GgmlTypeName(t) << ", k " << k << ", case " << rep;
       }
     }
   }
