@@ -137,7 +137,8 @@ void ScoreBlockQ4(const uint8_t* rows, size_t row_bytes, int head_dim, int nq, c
   const __m512i nib = _mm512_set1_epi8(0x0F);
   for (int g = 0; g < n_groups; ++g) {
     const uint8_t* grp = rows + g * group_bytes;
-    // The scales by scalar moves (a 16-lane gather costs more on this kernel's hosts).
+    // The scales by scalar moves: a 16-lane gather cost ~10% more of this kernel on an AMD
+    // EPYC (Zen 5); docs/PERFORMANCE.md "q4_0 K by vpdpbusd".
     alignas(32) uint16_t ds[16];  // lane 4j + m: cell 4m + j
     for (int j = 0; j < 4; ++j) {
       for (int m = 0; m < 4; ++m) std::memcpy(&ds[4 * j + m], grp + (4 * m + j) * row_bytes, 2);
@@ -266,18 +267,21 @@ constexpr int kAccRows = 64;         // rows per pass (a longer call is split in
 constexpr int kMaxPassQueries = 64;  // queries per pass (their relative limits on the stack)
 
 // The f16 scales of rows [0, n_rows) (n_rows <= kAccRows) as floats, sc[g * kAccRows + j] for
-// group g of row j: 16 rows per conversion, so that a row's groups then cost one broadcast
-// operand each. The halves are collected by scalar moves (a 16-lane gather costs more).
+// group g of row j: 16 rows per gather and conversion, so that a row's groups then cost one
+// broadcast operand each instead of a conversion.
 inline void TileScales(const uint8_t* rows, int n_rows, size_t row_bytes, int n_groups, float* sc) {
   const size_t group_bytes = row_bytes / n_groups;
+  const __m512i offsets =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(row_bytes)));
   for (int j = 0; j < n_rows; j += 16) {
-    const int n = std::min(16, n_rows - j);  // lanes past the rows hold 0 and are never used
+    // Lanes past the rows read nothing (masked) and are never used.
+    const __mmask16 m =
+        static_cast<__mmask16>(n_rows - j >= 16 ? 0xFFFFu : (1u << (n_rows - j)) - 1);
     for (int g = 0; g < n_groups; ++g) {
       const uint8_t* base = rows + j * row_bytes + g * group_bytes;
-      alignas(32) uint16_t h[16] = {};  // [row] the group's f16 scale
-      for (int r = 0; r < n; ++r) std::memcpy(&h[r], base + r * row_bytes, 2);
-      _mm512_storeu_ps(sc + g * kAccRows + j,
-                       _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(h))));
+      const __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, offsets, base, 1);
+      _mm512_storeu_ps(sc + g * kAccRows + j, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
     }
   }
 }
