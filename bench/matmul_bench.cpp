@@ -396,7 +396,7 @@ void BM_KvAttentionKernels(benchmark::State& state) {
   std::vector<float> p(kQueries * kCells, 1.0f / kCells),
       acc(kQueries * kHd);  // [4, cells], [4, hd]
   for (int qi = 0; qi < kQueries; ++qi) {
-    QuantizeQueryInt16(q.data() + qi * kHd, kHd, qq.data() + qi * kHd, qd.data() + qi * 2);
+    QuantizeQueryInt16(f, q.data() + qi * kHd, kHd, qq.data() + qi * kHd, qd.data() + qi * 2);
   }
   const KvScoreFn scorer = BestKvScorer(f);
   const KvRowDecodeFn decode = BestKvRowDecoder(f);

@@ -80,6 +80,23 @@ void AccumulateScalar(const uint8_t* rows, int n_rows, int head_dim, int nq, con
   }
 }
 
+void AnchorScoresScalar(const float* w, int n_terms, const float* tables, const float* rest,
+                        const uint8_t* flags, int n_cells, int nq, const int* lim, float scale,
+                        float* scores, int64_t score_stride) {
+  for (int qi = 0; qi < nq; ++qi) {
+    const float* wq = w + static_cast<int64_t>(qi) * n_terms;
+    float* srow = scores + qi * score_stride;
+    const int n = std::min(lim[qi], n_cells);
+    for (int k = 0; k < n; ++k) {
+      float sum = rest[qi];
+      for (int t = 0; t < n_terms; ++t)
+        sum = std::fma(wq[t], tables[t * kAnchorTileCells + k], sum);
+      const float f = scale * static_cast<float>(flags[k]);
+      srow[k] = srow[k] + f * sum;
+    }
+  }
+}
+
 // The CPU has the kernels' instructions and LAMINA_ISA allows them.
 bool HasAvx2() { return GetCpuFeatures().HasAvx2Set() && IsaAllowed(Isa::kAvx2); }
 
@@ -164,18 +181,21 @@ bool KvIntScoreSupported(KvRowFormat format, int head_dim) {
          head_dim % kScoreGroup == 0;
 }
 
-void QuantizeQueryInt16(const float* q, int head_dim, int16_t* qq, float* qd) {
+int KvQueryCodeMax(KvRowFormat format) { return format == KvRowFormat::kQ4_0 ? 127 : 32767; }
+
+void QuantizeQueryInt16(KvRowFormat format, const float* q, int head_dim, int16_t* qq, float* qd) {
+  const float code_max = static_cast<float>(KvQueryCodeMax(format));
   for (int g = 0; g < head_dim / kScoreGroup; ++g) {
     const float* x = q + g * kScoreGroup;
     float amax = 0.0f;
     for (int i = 0; i < kScoreGroup; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float d = amax / 32767.0f;
+    const float d = amax / code_max;
     const float id = d > 0.0f ? 1.0f / d : 0.0f;
     bool finite = true;  // a NaN or infinite query (a model gone non-finite) scores NaN
     for (int i = 0; i < kScoreGroup; ++i) {
       const int k = i / 16, m = (i % 16) / 2;
       const int slot = 16 * k + (i % 2) * 8 + m;
-      float c = std::clamp(std::nearbyint(x[i] * id), -32767.0f, 32767.0f);
+      float c = std::clamp(std::nearbyint(x[i] * id), -code_max, code_max);
       if (std::isnan(c)) {  // casting NaN to int16 is undefined
         c = 0.0f;
         finite = false;
@@ -195,6 +215,18 @@ KvScoreFn ScalarKvScorer(KvRowFormat format) {
     default:
       return nullptr;
   }
+}
+
+KvAnchorScoreFn ScalarKvAnchorScorer() { return AnchorScoresScalar; }
+
+KvAnchorScoreFn BestKvAnchorScorer() {
+  static const KvAnchorScoreFn best = [] {
+    KvAnchorScoreFn f = nullptr;
+    if (HasAvx512()) f = Avx512KvAnchorScorer();
+    if (f == nullptr && HasAvx2()) f = Avx2KvAnchorScorer();
+    return f != nullptr ? f : AnchorScoresScalar;
+  }();
+  return best;
 }
 
 KvScoreFn BestKvScorer(KvRowFormat format) {

@@ -3,12 +3,16 @@
 // once.
 //
 // Integer scores: int8 and q4_0 K rows can be scored against a query without decoding them to
-// floats. The query is quantized once to int16 per 32-value group (QuantizeQueryInt16) and each
-// group's dot product with the stored codes is an exact int32; a cell's score is then
+// floats. The query is quantized once per 32-value group (QuantizeQueryInt16) and each group's
+// dot product with the stored codes is an exact int32; a cell's score is then
 //   s = 0; for each group g: s = fma(float(dot_g), d_k[g] * d_q[g], s); out = s * scale
 // in that order, so the scalar twin and the SIMD variant agree bit for bit and a score depends
-// only on the query and the cell. The int16 query keeps ~15 bits per group (a relative error of
-// 1.5e-5 of the group's largest value), below the f16 rounding GGML applies to queries.
+// only on the query and the cell. For int8 K the query codes span int16 (~15 bits per group, a
+// relative error of 1.5e-5 of the group's largest value, below the f16 rounding GGML applies
+// to queries). For q4_0 K they span int8, [-127, 127] (GGML's own q8_0 query for Q4_0 keys:
+// a step of 1/127 of the group's largest value, far below the 4-bit key's step of 1/8 of its
+// own), which lets the AVX-512 scorer multiply the stored nibbles as unsigned bytes with
+// vpdpbusd: dot_g = sum q_i c_i - 8 sum q_i, the second sum once per query and group.
 #pragma once
 
 #include <cstdint>
@@ -44,14 +48,19 @@ KvAccumulateFn BestKvAccumulator(KvRowFormat format);
 // Integer scoring needs int8 or q4_0 rows of whole 32-value groups (head_dim % 32 == 0).
 bool KvIntScoreSupported(KvRowFormat format, int head_dim);
 
-// q [head_dim] -> qq [head_dim] int16 codes and qd [head_dim / 32] scales, q ≈ qd[g] * code.
+// The largest query code the scorer of K rows in `format` takes: 32767 (int8), 127 (q4_0).
+int KvQueryCodeMax(KvRowFormat format);
+
+// q [head_dim] -> qq [head_dim] int16 codes in [-KvQueryCodeMax(format), KvQueryCodeMax(format)]
+// and qd [head_dim / 32] scales, q ≈ qd[g] * code, for scoring K rows in `format`.
 // Within each run of 16 values the codes are stored evens first, then odds
 // (qq[16k + m] = code(16k + 2m), qq[16k + 8 + m] = code(16k + 2m + 1), m < 8): the order in
-// which the SIMD scorer pairs them with the row codes.
-void QuantizeQueryInt16(const float* q, int head_dim, int16_t* qq, float* qd);
+// which the int16 SIMD scorers pair them with the row codes.
+void QuantizeQueryInt16(KvRowFormat format, const float* q, int head_dim, int16_t* qq, float* qd);
 
-// out[qi * out_stride + j] = score of query qi (qq + qi * head_dim, qd + qi * head_dim / 32)
-// against row j, for qi < nq and j < n_rows (formula above).
+// out[qi * out_stride + j] = score of query qi (qq + qi * head_dim, qd + qi * head_dim / 32,
+// from QuantizeQueryInt16 with the rows' format) against row j, for qi < nq and j < n_rows
+// (formula above).
 using KvScoreFn = void (*)(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t* qq,
                            const float* qd, float scale, float* out, int64_t out_stride);
 
@@ -62,5 +71,23 @@ KvScoreFn Avx512KvScorer(KvRowFormat format);  // nullptr when none
 // without SIMD the decode-to-f32 path is faster than scalar integer scoring. Every variant
 // gives the scalar twin's bits.
 KvScoreFn BestKvScorer(KvRowFormat format);
+
+// Anchored keys' score corrections (runtime/kv_cache.h) over one tile of n_cells <=
+// kAnchorTileCells cells: for each query qi < nq and cell k < min(lim[qi], n_cells),
+//   sum = rest[qi]; for t < n_terms: sum = fma(w[qi * n_terms + t], tables[t * 64 + k], sum);
+//   scores[qi * score_stride + k] += (scale * float(flags[k])) * sum
+// with each step rounded as written (the sum is the fma chain accumulate_rows runs down one
+// column), so every variant gives the scalar twin's bits and a query's result depends only on
+// its own inputs. Scores outside those cells are not touched. tables [n_terms][64] (whole
+// rows, also past n_cells), w [nq][n_terms], rest [nq], flags [n_cells], lim [nq].
+constexpr int kAnchorTileCells = 64;
+using KvAnchorScoreFn = void (*)(const float* w, int n_terms, const float* tables,
+                                 const float* rest, const uint8_t* flags, int n_cells, int nq,
+                                 const int* lim, float scale, float* scores, int64_t score_stride);
+
+KvAnchorScoreFn ScalarKvAnchorScorer();
+KvAnchorScoreFn Avx2KvAnchorScorer();    // nullptr when none
+KvAnchorScoreFn Avx512KvAnchorScorer();  // nullptr when none
+KvAnchorScoreFn BestKvAnchorScorer();
 
 }  // namespace lamina

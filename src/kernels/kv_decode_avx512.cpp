@@ -1,13 +1,16 @@
 // AVX-512 (F/BW/VL/DQ/VNNI) integer K scorers and fused V accumulation, twins of the scalar
 // ones in kv_decode.cpp (the plain row decoders are in kv_decode_hwy.cpp).
 //
-// Scorer layout: a block of 16 cells is expanded once into int16 codes and reused by every
-// query of the call. Each zmm holds one 16-value run of 4 cells (one cell per 128-bit lane);
-// splitting each dword's 4 bytes into the even pair and the odd pair of int16s lets vpdpwssd
-// multiply them by the query's evens / odds (QuantizeQueryInt16's order), so every lane sums
-// a quarter run of one cell in exact int32. Four accumulators (16 cells) reduce to one vector
-// of 16 cell sums per group with two unpack-add rounds; its lanes come out as
-// lane 4j + m = cell 4m + j, an involution that one vpermd undoes before the store.
+// Scorer layout: a block of 16 cells is expanded once and reused by every query of the call.
+// Each zmm holds one 16-value run of 4 cells (one cell per 128-bit lane). int8 rows: splitting
+// each dword's 4 bytes into the even pair and the odd pair of int16s lets vpdpwssd multiply
+// them by the query's evens / odds (QuantizeQueryInt16's order). q4_0 rows: the nibbles stay
+// unsigned bytes (low nibbles: the group's run 0, high nibbles: run 1, in element order) and
+// vpdpbusd multiplies them by the int8 query (put back in element order once per call); the
+// group's zero point comes off as 8 * (the query's group sum), once per query and group.
+// Either way every lane sums a quarter run of one cell in exact int32. Four accumulators (16
+// cells) reduce to one vector of 16 cell sums per group with two unpack-add rounds; its lanes
+// come out as lane 4j + m = cell 4m + j, an involution that one vpermd undoes before the store.
 // GCC 12's AVX-512 headers build some intrinsics from _mm512_undefined_*(), which its
 // uninitialized-value analysis reports at every use.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -65,9 +68,9 @@ inline __m512i Reduce4(const __m512i a[4]) {
   return _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
 }
 
-template <KvRowFormat F>
-void ScoreBlock(const uint8_t* rows, size_t row_bytes, int head_dim, int nq, const int16_t* qq,
-                const float* qd, float scale, float* out, int64_t out_stride, int n_valid) {
+// int8 rows against int16 queries.
+void ScoreBlockInt8(const uint8_t* rows, size_t row_bytes, int head_dim, int nq, const int16_t* qq,
+                    const float* qd, float scale, float* out, int64_t out_stride, int n_valid) {
   const int n_groups = head_dim / kGroup;
   const size_t group_bytes = row_bytes / n_groups;
   // [run][cell quad][even, odd]: the block's codes as int16 pairs.
@@ -83,17 +86,8 @@ void ScoreBlock(const uint8_t* rows, size_t row_bytes, int head_dim, int nq, con
     dk[g] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
     for (int m = 0; m < 4; ++m) {
       const uint8_t* p = grp + 4 * m * row_bytes + 2;
-      if constexpr (F == KvRowFormat::kInt8) {
-        for (int k = 0; k < 2; ++k) {
-          SplitEvenOdd(LoadRuns4(p + 16 * k, row_bytes), &w[2 * g + k][m][0], &w[2 * g + k][m][1]);
-        }
-      } else {
-        const __m512i b = LoadRuns4(p, row_bytes);
-        const __m512i nib = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
-        const __m512i lo = _mm512_sub_epi8(_mm512_and_si512(b, nib), eight);
-        const __m512i hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(b, 4), nib), eight);
-        SplitEvenOdd(lo, &w[2 * g][m][0], &w[2 * g][m][1]);
-        SplitEvenOdd(hi, &w[2 * g + 1][m][0], &w[2 * g + 1][m][1]);
+      for (int k = 0; k < 2; ++k) {
+        SplitEvenOdd(LoadRuns4(p + 16 * k, row_bytes), &w[2 * g + k][m][0], &w[2 * g + k][m][1]);
       }
     }
   }
@@ -124,19 +118,130 @@ void ScoreBlock(const uint8_t* rows, size_t row_bytes, int head_dim, int nq, con
   }
 }
 
-template <KvRowFormat F>
-void Score(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t* qq,
-           const float* qd, float scale, float* out, int64_t out_stride) {
+constexpr int kMaxQ4Queries = 32;  // q4_0 queries put in element order at once
+
+// q4_0 rows against int8 queries: q32 [nq][head_dim / 4] the codes in element order, four
+// to a dword; zero [nq][n_groups] = 8 * each group's code sum. The block's codes stay unsigned
+// nibbles, transposed so that each dword lane is one cell: per group 8 zmm, one per dword
+// position of the 16-byte run (4 low-nibble ones: elements 4t..4t+3, 4 high: 16+4t..16+4t+3),
+// each meeting its query dword broadcast, so a cell's group sum needs no reduction across
+// lanes. Lane 4j + m = cell 4m + j (the 4x4 dword transpose within each 128-bit lane).
+void ScoreBlockQ4(const uint8_t* rows, size_t row_bytes, int head_dim, int nq, const int32_t* q32,
+                  const int32_t* zero, const float* qd, float scale, float* out, int64_t out_stride,
+                  int n_valid) {
+  const int n_groups = head_dim / kGroup;
+  const size_t group_bytes = row_bytes / n_groups;
+  alignas(64) __m512i w[kMaxHeadDim / kGroup][8];  // [group][dword position] nibbles as bytes
+  alignas(64) __m512 dk[kMaxHeadDim / kGroup];     // [group] K scales
+  const __m512i lane_cell = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  for (int g = 0; g < n_groups; ++g) {
+    const uint8_t* grp = rows + g * group_bytes;
+    // The scales by scalar moves: a 16-lane gather cost ~10% more of this kernel on an AMD
+    // EPYC (Zen 5); docs/PERFORMANCE.md "q4_0 K by vpdpbusd".
+    alignas(32) uint16_t ds[16];  // lane 4j + m: cell 4m + j
+    for (int j = 0; j < 4; ++j) {
+      for (int m = 0; m < 4; ++m) std::memcpy(&ds[4 * j + m], grp + (4 * m + j) * row_bytes, 2);
+    }
+    dk[g] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds)));
+    __m512i v[4];  // cell quad m: cell 4m + j in 128-bit lane j
+    for (int m = 0; m < 4; ++m) v[m] = LoadRuns4(grp + 4 * m * row_bytes + 2, row_bytes);
+    const __m512i t0 = _mm512_unpacklo_epi32(v[0], v[1]), t1 = _mm512_unpackhi_epi32(v[0], v[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(v[2], v[3]), t3 = _mm512_unpackhi_epi32(v[2], v[3]);
+    const __m512i u[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
+                          _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+    for (int t = 0; t < 4; ++t) {
+      w[g][t] = _mm512_and_si512(u[t], nib);
+      w[g][4 + t] = _mm512_and_si512(_mm512_srli_epi16(u[t], 4), nib);
+    }
+  }
+  const __mmask16 store_mask = static_cast<__mmask16>((1u << n_valid) - 1);
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int qi = 0; qi < nq; ++qi) {
+    const int32_t* qv = q32 + static_cast<int64_t>(qi) * (head_dim / 4);
+    const float* qs = qd + static_cast<int64_t>(qi) * n_groups;
+    const int32_t* zq = zero + static_cast<int64_t>(qi) * n_groups;
+    __m512 s = _mm512_setzero_ps();
+    for (int g = 0; g < n_groups; ++g) {
+      // Two chains (low and high nibbles); the zero point starts the first.
+      __m512i lo = _mm512_set1_epi32(-zq[g]), hi = _mm512_setzero_si512();
+      for (int t = 0; t < 4; ++t) {
+        lo = _mm512_dpbusd_epi32(lo, w[g][t], _mm512_set1_epi32(qv[8 * g + t]));
+        hi = _mm512_dpbusd_epi32(hi, w[g][4 + t], _mm512_set1_epi32(qv[8 * g + 4 + t]));
+      }
+      const __m512 f = _mm512_mul_ps(dk[g], _mm512_set1_ps(qs[g]));
+      s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), f, s);
+    }
+    s = _mm512_mul_ps(s, vscale);
+    _mm512_mask_storeu_ps(out + qi * out_stride, store_mask, _mm512_permutexvar_ps(lane_cell, s));
+  }
+}
+
+// q4_0 scores: queries in chunks of kMaxQ4Queries, each put in element order as int8 with its
+// groups' zero-point terms, then the blocks of 16 cells (the tail through a zero-padded copy).
+void ScoreQ4(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t* qq,
+             const float* qd, float scale, float* out, int64_t out_stride) {
   if (head_dim > kMaxHeadDim) {
-    ScalarKvScorer(F)(rows, n_rows, head_dim, nq, qq, qd, scale, out, out_stride);
+    ScalarKvScorer(KvRowFormat::kQ4_0)(rows, n_rows, head_dim, nq, qq, qd, scale, out, out_stride);
     return;
   }
-  const size_t row_bytes = KvRowBytes(F, head_dim);
+  const size_t row_bytes = KvRowBytes(KvRowFormat::kQ4_0, head_dim);
+  const int n_groups = head_dim / kGroup;
+  alignas(64) int32_t q32[kMaxQ4Queries * kMaxHeadDim / 4];        // [query][head_dim / 4]
+  alignas(64) int32_t zero[kMaxQ4Queries * kMaxHeadDim / kGroup];  // [query][group]
+  for (int q0 = 0; q0 < nq; q0 += kMaxQ4Queries) {
+    const int n = std::min(kMaxQ4Queries, nq - q0);
+    for (int qi = 0; qi < n; ++qi) {
+      const int16_t* src = qq + static_cast<int64_t>(q0 + qi) * head_dim;
+      int32_t* dst = q32 + static_cast<int64_t>(qi) * (head_dim / 4);
+      // QuantizeQueryInt16 keeps each run of 16 as evens then odds; codes are in [-127, 127],
+      // so the pack never saturates.
+      for (int g = 0; g < n_groups; ++g) {
+        __m128i sum = _mm_setzero_si128();  // int16 lanes: |sum| <= 4 * 127
+        for (int k = 2 * g; k < 2 * g + 2; ++k) {
+          const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16 * k));
+          const __m128i o = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16 * k + 8));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 4 * k),
+                           _mm_packs_epi16(_mm_unpacklo_epi16(e, o), _mm_unpackhi_epi16(e, o)));
+          sum = _mm_add_epi16(sum, _mm_add_epi16(e, o));
+        }
+        __m128i s32 = _mm_madd_epi16(sum, _mm_set1_epi16(1));
+        s32 = _mm_add_epi32(s32, _mm_shuffle_epi32(s32, 0x4E));
+        s32 = _mm_add_epi32(s32, _mm_shuffle_epi32(s32, 0xB1));
+        zero[qi * n_groups + g] = 8 * _mm_cvtsi128_si32(s32);
+      }
+    }
+    const float* qdc = qd + static_cast<int64_t>(q0) * n_groups;
+    float* oc = out + q0 * out_stride;
+    int j = 0;
+    for (; j + kBlockCells <= n_rows; j += kBlockCells) {
+      PrefetchAhead(rows, n_rows, row_bytes, j + kPrefetchCells, kBlockCells);
+      ScoreBlockQ4(rows + j * row_bytes, row_bytes, head_dim, n, q32, zero, qdc, scale, oc + j,
+                   out_stride, kBlockCells);
+    }
+    if (j < n_rows) {
+      alignas(64) uint8_t pad[kBlockCells * (kMaxHeadDim / 2 + 2 * kMaxHeadDim / kGroup)];
+      const size_t bytes = (n_rows - j) * row_bytes;
+      std::memcpy(pad, rows + j * row_bytes, bytes);
+      std::memset(pad + bytes, 0, kBlockCells * row_bytes - bytes);
+      ScoreBlockQ4(pad, row_bytes, head_dim, n, q32, zero, qdc, scale, oc + j, out_stride,
+                   n_rows - j);
+    }
+  }
+}
+
+void ScoreInt8(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t* qq,
+               const float* qd, float scale, float* out, int64_t out_stride) {
+  if (head_dim > kMaxHeadDim) {
+    ScalarKvScorer(KvRowFormat::kInt8)(rows, n_rows, head_dim, nq, qq, qd, scale, out, out_stride);
+    return;
+  }
+  const size_t row_bytes = KvRowBytes(KvRowFormat::kInt8, head_dim);
   int j = 0;
   for (; j + kBlockCells <= n_rows; j += kBlockCells) {
     PrefetchAhead(rows, n_rows, row_bytes, j + kPrefetchCells, kBlockCells);
-    ScoreBlock<F>(rows + j * row_bytes, row_bytes, head_dim, nq, qq, qd, scale, out + j, out_stride,
-                  kBlockCells);
+    ScoreBlockInt8(rows + j * row_bytes, row_bytes, head_dim, nq, qq, qd, scale, out + j,
+                   out_stride, kBlockCells);
   }
   if (j < n_rows) {
     // The tail runs through a zero-padded copy so the block code never reads past the rows.
@@ -144,7 +249,7 @@ void Score(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t*
     const size_t bytes = (n_rows - j) * row_bytes;
     std::memcpy(pad, rows + j * row_bytes, bytes);
     std::memset(pad + bytes, 0, kBlockCells * row_bytes - bytes);
-    ScoreBlock<F>(pad, row_bytes, head_dim, nq, qq, qd, scale, out + j, out_stride, n_rows - j);
+    ScoreBlockInt8(pad, row_bytes, head_dim, nq, qq, qd, scale, out + j, out_stride, n_rows - j);
   }
 }
 
@@ -370,9 +475,9 @@ KvAccumulateFn Avx512KvAccumulator(KvRowFormat format) {
 KvScoreFn Avx512KvScorer(KvRowFormat format) {
   switch (format) {
     case KvRowFormat::kInt8:
-      return Score<KvRowFormat::kInt8>;
+      return ScoreInt8;
     case KvRowFormat::kQ4_0:
-      return Score<KvRowFormat::kQ4_0>;
+      return ScoreQ4;
     default:
       return nullptr;
   }

@@ -12,6 +12,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -132,7 +133,72 @@ void DecodeQ4Nl(const uint8_t* row, int n_rows, int head_dim, float* out) {
   DecodeRowsScalar(KvRowFormat::kQ4Nl, row, n_rows, head_dim, out);
 }
 
+// Anchored-key corrections: kQ queries' sums for the whole tile (kAnchorTileCells / kLanes
+// vectors each) stay in registers, one fma chain per vector down the terms, then each query's
+// cells below its limit take the flagged, scaled sum (masked loads and stores).
+template <int kQ>
+HWY_INLINE void AnchorBlock(const float* w, int n_terms, const float* tables, const float* rest,
+                            const float* flag_scale, int n_cells, const int* lim, float* scores,
+                            int64_t score_stride) {
+  const DF d;
+  constexpr int kVecs = kAnchorTileCells / kLanes;
+  using VF = hn::Vec<DF>;
+  VF a[kQ][kVecs];
+  for (int q = 0; q < kQ; ++q) {
+    const VF r = hn::Set(d, rest[q]);
+    for (int v = 0; v < kVecs; ++v) a[q][v] = r;
+  }
+  for (int t = 0; t < n_terms; ++t) {
+    const float* row = tables + t * kAnchorTileCells;
+    for (int q = 0; q < kQ; ++q) {
+      const VF wt = hn::Set(d, w[q * n_terms + t]);
+      for (int v = 0; v < kVecs; ++v)
+        a[q][v] = hn::MulAdd(wt, hn::LoadU(d, row + v * kLanes), a[q][v]);
+    }
+  }
+  for (int q = 0; q < kQ; ++q) {
+    const int n = std::min(lim[q], n_cells);
+    float* srow = scores + q * score_stride;
+    for (int v = 0; v < kVecs && v * kLanes < n; ++v) {
+      const auto m = hn::FirstN(d, static_cast<size_t>(std::min(kLanes, n - v * kLanes)));
+      const VF old = hn::MaskedLoad(m, d, srow + v * kLanes);
+      const VF add = hn::Mul(hn::LoadU(d, flag_scale + v * kLanes), a[q][v]);
+      hn::BlendedStore(hn::Add(old, add), m, d, srow + v * kLanes);
+    }
+  }
+}
+
+void AnchorScores(const float* w, int n_terms, const float* tables, const float* rest,
+                  const uint8_t* flags, int n_cells, int nq, const int* lim, float scale,
+                  float* scores, int64_t score_stride) {
+  const DF d;
+  const DI di;
+  const hn::Rebind<uint8_t, DI> d8;
+  // scale * float(flag) per cell, past n_cells 0 (never stored).
+  alignas(64) uint8_t fl[kAnchorTileCells] = {};
+  std::memcpy(fl, flags, std::min(n_cells, kAnchorTileCells));
+  alignas(64) float fs[kAnchorTileCells];
+  const auto vscale = hn::Set(d, scale);
+  for (int v = 0; v < kAnchorTileCells; v += kLanes) {
+    hn::Store(hn::Mul(vscale, hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, fl + v)))), d,
+              fs + v);
+  }
+  // Four queries at once where the registers hold their sums (AVX-512), else one.
+  constexpr int kQ = kLanes >= 16 ? 4 : 1;
+  int qi = 0;
+  for (; qi + kQ <= nq; qi += kQ) {
+    AnchorBlock<kQ>(w + static_cast<int64_t>(qi) * n_terms, n_terms, tables, rest + qi, fs, n_cells,
+                    lim + qi, scores + qi * score_stride, score_stride);
+  }
+  for (; qi < nq; ++qi) {
+    AnchorBlock<1>(w + static_cast<int64_t>(qi) * n_terms, n_terms, tables, rest + qi, fs, n_cells,
+                   lim + qi, scores + qi * score_stride, score_stride);
+  }
+}
+
 }  // namespace
+
+KvAnchorScoreFn HighwayKvAnchorScorer() { return AnchorScores; }
 
 KvRowDecodeFn HighwayKvRowDecoder(KvRowFormat format) {
   switch (format) {
@@ -168,6 +234,20 @@ KvRowDecodeFn Avx2KvRowDecoder(KvRowFormat format) {
 KvRowDecodeFn Avx512KvRowDecoder(KvRowFormat format) {
 #if HWY_TARGETS & HWY_AVX3
   if ((hwy::SupportedTargets() & HWY_AVX3) != 0) return N_AVX3::HighwayKvRowDecoder(format);
+#endif
+  return nullptr;
+}
+
+KvAnchorScoreFn Avx2KvAnchorScorer() {
+#if HWY_TARGETS & HWY_AVX2
+  if ((hwy::SupportedTargets() & HWY_AVX2) != 0) return N_AVX2::HighwayKvAnchorScorer();
+#endif
+  return nullptr;
+}
+
+KvAnchorScoreFn Avx512KvAnchorScorer() {
+#if HWY_TARGETS & HWY_AVX3
+  if ((hwy::SupportedTargets() & HWY_AVX3) != 0) return N_AVX3::HighwayKvAnchorScorer();
 #endif
   return nullptr;
 }

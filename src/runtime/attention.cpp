@@ -63,32 +63,36 @@ void AddAnchorScores(const KvCache& cache, int layer, int seq, int g, int pos0, 
   for (int i = 0; i < n_pairs; ++i) {
     std::copy_n(cache.AnchorOffsetCosSin(pairs[i]), 2 * kCellTile, tables + 2 * i * kCellTile);
   }
-  const AttentionRowKernels& kern = BestAttentionRowKernels();
-  float mask[kCellTile];          // 1 for flagged cells
-  float sum[kCellTile];           // one query's correction per cell
-  float xy[2 * kAnchorMaxPairs];  // one query's weights of the offset tables in this tile
+  static_assert(kCellTile == kAnchorTileCells, "the anchor kernel takes one tile");
+  const KvAnchorScoreFn anchor = BestKvAnchorScorer();
+  // Blocks of queries: their offset-table weights in this tile and their limits.
+  constexpr int kQueryBlock = 32;
+  float xy[kQueryBlock * 2 * kAnchorMaxPairs];  // [kQueryBlock][2 * n_pairs]
+  int lims[kQueryBlock];                        // the query's causal or window limit
   for (int c0 = c_lo; c0 < n_cells; c0 += kCellTile) {
     const int nc = std::min(kCellTile, n_cells - c0);
-    bool any = false;
     const uint8_t* flags = cache.KAnchorFlags(layer, seq, g, c0);  // the tile's cells
-    for (int i = 0; i < nc; ++i) any |= (mask[i] = flags[i]) != 0.0f;
-    if (!any) continue;
+    uint8_t any = 0;  // (no early exit: the loop vectorises)
+    for (int i = 0; i < nc; ++i) any |= flags[i];
+    if (any == 0) continue;
     // cos(p t) = C0 cos(k t) - S0 sin(k t), sin(p t) = S0 cos(k t) + C0 sin(k t) for p = c0 + k,
     // so a query's correction is a weighted sum of the kept pairs' offset tables.
     const float* start = cache.AnchorRunStart(c0 / kCellTile);
-    for (int qi = 0; qi < nq; ++qi) {
-      const int lim = std::min(nc, wb[qi] - c0);  // the query's causal or window limit
-      if (lim <= 0) continue;
-      const float* c = coef + static_cast<size_t>(qi) * stride;
-      for (int i = 0; i < n_pairs; ++i) {
-        const float c0s = start[2 * pairs[i]], s0s = start[2 * pairs[i] + 1];
-        xy[2 * i] = c[2 * i] * c0s + c[2 * i + 1] * s0s;
-        xy[2 * i + 1] = c[2 * i + 1] * c0s - c[2 * i] * s0s;
+    for (int q0 = 0; q0 < nq; q0 += kQueryBlock) {
+      const int n = std::min(kQueryBlock, nq - q0);
+      for (int b = 0; b < n; ++b) {
+        const int qi = q0 + b;
+        lims[b] = wb[qi] - c0;
+        const float* c = coef + static_cast<size_t>(qi) * stride;
+        float* w = xy + b * stride;
+        for (int i = 0; i < n_pairs; ++i) {
+          const float c0s = start[2 * pairs[i]], s0s = start[2 * pairs[i] + 1];
+          w[2 * i] = c[2 * i] * c0s + c[2 * i + 1] * s0s;
+          w[2 * i + 1] = c[2 * i + 1] * c0s - c[2 * i] * s0s;
+        }
       }
-      std::fill_n(sum, kCellTile, rest[qi]);
-      kern.accumulate_rows(xy, tables, 2 * n_pairs, kCellTile, sum);
-      float* srow = scores + static_cast<size_t>(qi) * n_ctx + c0;
-      for (int k = 0; k < lim; ++k) srow[k] += shape.scale * mask[k] * sum[k];
+      anchor(xy, stride, tables, rest + q0, flags, nc, n, lims, shape.scale,
+             scores + static_cast<size_t>(q0) * n_ctx + c0, n_ctx);
     }
   }
 }
@@ -369,7 +373,7 @@ void AttentionCall::LoadQueries(const Chunk& ch) const {
     if (ks_.rotated) Rotate(qr, hd_);
     if (k_f16_) kern_.round_f16(qr, hd_);
     if (score_k_) {
-      QuantizeQueryInt16(qr, hd_, ch.qq + static_cast<size_t>(qi) * hd_,
+      QuantizeQueryInt16(ks_.format, qr, hd_, ch.qq + static_cast<size_t>(qi) * hd_,
                          ch.qd + static_cast<size_t>(qi) * n_qgroups_);
     }
   }
