@@ -1,10 +1,11 @@
-// The interleaved weight layouts (Q8_0, Q4_0 and IQ4_NL as BlockQ8_0x16 / BlockQ4_0x16 /
-// BlockIQ4_NLx16, repacked at load): every ISA's kernel gives the scalar vec_dot of the row before
-// repacking bit for bit, for every batch size and place in the batch, and writes nothing past its
-// tile; the matmul on an interleaved matrix (whole groups, and a row range cutting groups) equals
-// that too; Q4_K, Q5_K, Q6_K and IQ4_XS (BlockQ4_Kx16 / BlockQ5_Kx16 / BlockQ6_Kx16 /
-// BlockIQ4_XSx16) give their scalar twin's bits the same way, within the K-quant bound of vec_dot;
-// the loader repacks a model's matmul weights and keeps the embedding as rows.
+// The interleaved weight layouts (Q8_0, Q4_0, IQ4_NL, MXFP4 and NVFP4 as BlockQ8_0x16 /
+// BlockQ4_0x16 / BlockIQ4_NLx16 / BlockMXFP4x16 / BlockNVFP4x16, repacked at load): every ISA's
+// kernel gives the scalar vec_dot of the row before repacking bit for bit, for every batch size
+// and place in the batch, and writes nothing past its tile; the matmul on an interleaved matrix
+// (whole groups, and a row range cutting groups) equals that too; Q4_K, Q5_K, Q6_K and IQ4_XS
+// (BlockQ4_Kx16 / BlockQ5_Kx16 / BlockQ6_Kx16 / BlockIQ4_XSx16) give their scalar twin's bits the
+// same way, within the K-quant bound of vec_dot; the loader repacks a model's matmul weights
+// (gpt-oss's MXFP4 expert stacks too) and keeps the embedding as rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,7 +26,14 @@ namespace lamina {
 namespace {
 
 constexpr GgmlType kQ8 = GgmlType::kQ8_0;  // the activations' type
-constexpr GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kIQ4_NL};
+constexpr GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kIQ4_NL,
+                               GgmlType::kMXFP4, GgmlType::kNVFP4};
+
+// Row lengths to test: one block, an odd block count, and a longer row (NVFP4 blocks are 64).
+std::vector<int64_t> TestKs(GgmlType type) {
+  if (GetTypeTraits(type).block_size == kQKNvfp4) return {64, 320, 1024};
+  return {32, 352, 1024};
+}
 
 // n_act rows of activations as the matmul makes them: Q8_0 (scalar quantizer) then widened.
 struct Acts {
@@ -52,10 +60,20 @@ void ExpectKernelEqualsScalarVecDot(GgmlType type, std::mt19937& rng) {
   const TypeKernels& scalar = GetKernels(type, Isa::kScalar);
   const int g = scalar.interleave_rows;
   ASSERT_EQ(g, kQ8_0x16Rows);
-  for (const int64_t k : {int64_t{32}, int64_t{352}, int64_t{1024}}) {
+  for (const int64_t k : TestKs(type)) {
     const size_t row_bytes = RowSize(type, k);
     // Every byte value as a code (Q8_0: -128 included), sane scales.
-    const std::vector<uint8_t> rows = RandomWeightRow(type, k * g, rng);  // [g][row_bytes]
+    std::vector<uint8_t> rows = RandomWeightRow(type, k * g, rng);  // [g][row_bytes]
+    if (k == 1024 && (type == GgmlType::kMXFP4 || type == GgmlType::kNVFP4)) {
+      // Every scale code the kernels decode themselves: MXFP4's E8M0 exponents 0..200 (0 and 1
+      // the f32 subnormals; larger ones overflow the products), NVFP4's 256 UE4M3 codes.
+      const size_t bs = GetTypeTraits(type).type_size;
+      for (size_t b = 0; b < rows.size() / bs; ++b) {
+        if (type == GgmlType::kMXFP4) rows[b * bs] = static_cast<uint8_t>(b % 201);
+        for (size_t s = 0; type == GgmlType::kNVFP4 && s < 4; ++s)
+          rows[b * bs + s] = static_cast<uint8_t>((4 * b + s) % 256);
+      }
+    }
     std::vector<uint8_t> group(rows.size());  // one interleaved group of the g rows
     scalar.repack(rows.data(), row_bytes, k, group.data());
     const Acts a = MakeActs(k, kMaxMultiDot, rng);
@@ -100,7 +118,7 @@ TEST(Interleaved, KernelEqualsScalarVecDotBitForBit) {
 // prompt batches of any size, and a row range all give the same bits).
 void ExpectMatMulEqualsScalarVecDot(GgmlType type, std::mt19937& rng, ThreadPool& pool) {
   SCOPED_TRACE(GgmlTypeName(type));
-  const int64_t rows = 48, cols = 352;
+  const int64_t rows = 48, cols = TestKs(type)[1];
   const std::vector<uint8_t> data = RandomWeightRow(type, rows * cols, rng);
   const WeightMatrix plain{type, rows, cols, RowSize(type, cols), data.data()};
   ASSERT_TRUE(CanInterleave(plain));
@@ -455,6 +473,33 @@ TEST(Interleaved, LoaderRepacksMatMulWeightsOnly) {
   EXPECT_EQ(xs_k.type, GgmlType::kIQ4_XS);
   EXPECT_EQ(xs_embd.interleave, 0);
   EXPECT_EQ(xs_k.interleave, kQ8_0x16Rows);
+  // gpt-oss's MXFP4 expert stacks (3-D, one matrix per expert) are repacked per expert, and an
+  // NVFP4 file's matmul weights too.
+  auto oss = gguf::File::Open(std::string(LAMINA_SOURCE_DIR) +
+                              "/tests/fixtures/models/synth-gpt-oss-d256.MXFP4_MOE.gguf");
+  ASSERT_TRUE(oss.ok()) << oss.error().message;
+  const gguf::TensorInfo* gate = (*oss)->FindTensor("blk.0.ffn_gate_exps.weight");
+  ASSERT_NE(gate, nullptr);
+  ASSERT_EQ(gate->type, GgmlType::kMXFP4);
+  std::vector<WeightBuffer> oss_store;
+  WeightLoader oss_loader(**oss, &oss_store);
+  const std::vector<WeightMatrix> experts =
+      oss_loader.Stacked("blk.0.ffn_gate_exps.weight", gate->ne[0], gate->ne[1], gate->ne[2]);
+  ASSERT_TRUE(oss_loader.status().ok());
+  ASSERT_EQ(experts.size(), static_cast<size_t>(gate->ne[2]));
+  for (const WeightMatrix& e : experts) EXPECT_EQ(e.interleave, kQ8_0x16Rows);
+  EXPECT_EQ(oss_store.size(), 1u);
+  auto nv = gguf::File::Open(std::string(LAMINA_SOURCE_DIR) +
+                             "/tests/fixtures/models/synth-llama-d256.NVFP4.gguf");
+  ASSERT_TRUE(nv.ok()) << nv.error().message;
+  const gguf::TensorInfo* nv_q = (*nv)->FindTensor("blk.0.attn_q.weight");
+  ASSERT_NE(nv_q, nullptr);
+  std::vector<WeightBuffer> nv_store;
+  WeightLoader nv_loader(**nv, &nv_store);
+  const WeightMatrix nv_w = nv_loader.Matrix("blk.0.attn_q.weight", nv_q->ne[0], nv_q->ne[1]);
+  ASSERT_TRUE(nv_loader.status().ok());
+  EXPECT_EQ(nv_w.type, GgmlType::kNVFP4);
+  EXPECT_EQ(nv_w.interleave, kQ8_0x16Rows);
   WeightLoader plain_loader(**file);
   const WeightMatrix plain = plain_loader.Matrix("blk.0.attn_q.weight", 128, 128);
   EXPECT_EQ(plain.interleave, 0);

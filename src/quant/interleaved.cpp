@@ -1,8 +1,9 @@
-// Interleaved Q8_0, Q4_0 and IQ4_NL weights (BlockQ8_0x16, BlockQ4_0x16, BlockIQ4_NLx16): the
-// repack the loader runs once per weight matrix, the activation widening (Q8_0ToAct) and the scalar
-// twins of the interleaved matmul kernels. The kernels' per-row order is scalar VecDotQ8_0's /
-// VecDotQ4_0's: per block the exact integer dot, then sumf += float(sumi) * (d_w * d_a) in block
-// order, so every ISA's interleaved kernel gives the scalar vec_dot's bits.
+// Interleaved Q8_0, Q4_0, IQ4_NL and MXFP4 weights (BlockQ8_0x16, BlockQ4_0x16, BlockIQ4_NLx16,
+// BlockMXFP4x16): the repack the loader runs once per weight matrix, the activation widening
+// (Q8_0ToAct) and the scalar twins of the interleaved matmul kernels. The kernels' per-row order is
+// scalar VecDotQ8_0's / VecDotQ4_0's / VecDotTable4's: per block the exact integer dot, then
+// sumf += float(sumi) * (d_w * d_a) in block order (the two products commute bit for bit), so every
+// ISA's interleaved kernel gives the scalar vec_dot's bits.
 #include <cstring>
 
 #include "quant/kernel_registry.h"
@@ -43,6 +44,8 @@ struct Q8_0x16 {
     return v ^ 0x80808080u;
   }
   static constexpr int kChunks = kQK / kChunk;
+  static void SetScale(Block& out, int r, const Src& b) { out.d[r] = b.d; }
+  static float Scale(const Block& b, int r) { return Fp16ToF32(b.d[r]); }
 };
 struct Q4_0x16 {
   using Block = BlockQ4_0x16;
@@ -62,6 +65,8 @@ struct Q4_0x16 {
     return v;
   }
   static constexpr int kChunks = kQK / 2 / kChunk;
+  static void SetScale(Block& out, int r, const Src& b) { out.d[r] = b.d; }
+  static float Scale(const Block& b, int r) { return Fp16ToF32(b.d[r]); }
 };
 
 // IQ4_NL: Q4_0's layout, each nibble indexing the levels; u = level + 128.
@@ -74,6 +79,23 @@ struct IQ4_NLx16 {
   }
   static uint32_t Chunk(const Src& b, int c) { return Q4_0x16::Chunk(b, c); }
   static constexpr int kChunks = Q4_0x16::kChunks;
+  static void SetScale(Block& out, int r, const Src& b) { out.d[r] = b.d; }
+  static float Scale(const Block& b, int r) { return Fp16ToF32(b.d[r]); }
+};
+
+// MXFP4: IQ4_NL's layout with kMxfp4Levels (the doubled E2M1 values) and the E8M0 exponent,
+// halved, as the scale.
+struct MXFP4x16 {
+  using Block = BlockMXFP4x16;
+  using Src = BlockMXFP4;
+  static constexpr int kOffset = 128;
+  static int Code(const Block& b, int r, int j) {
+    return kMxfp4Levels[Q4_0x16::Code(b, r, j)] + 128;
+  }
+  static uint32_t Chunk(const Src& b, int c) { return Q4_0x16::Chunk(b, c); }
+  static constexpr int kChunks = Q4_0x16::kChunks;
+  static void SetScale(Block& out, int r, const Src& b) { out.e[r] = b.e; }
+  static float Scale(const Block& b, int r) { return E8M0ToF32Half(b.e[r]); }
 };
 
 template <class L>
@@ -83,7 +105,7 @@ void Repack(const void* src, size_t row_bytes, int64_t k, void* dst) {
   for (int64_t i = 0; i < k / kQK; ++i) {
     for (int r = 0; r < kRows; ++r) {
       const auto* b = reinterpret_cast<const typename L::Src*>(s + r * row_bytes) + i;
-      out[i].d[r] = b->d;
+      L::SetScale(out[i], r, *b);
       for (int c = 0; c < L::kChunks; ++c) {
         const uint32_t v = L::Chunk(*b, c);
         std::memcpy(out[i].qs + kRows * kChunk * c + kChunk * r, &v, sizeof(v));
@@ -111,7 +133,7 @@ void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, i
     for (int r = 0; r < kRows; ++r) {
       float sumf = 0.0f;
       for (int64_t i = 0; i < nb; ++i) {
-        sumf += static_cast<float>(BlockDot<L>(w[i], r, a[i])) * (Fp16ToF32(w[i].d[r]) * a[i].d);
+        sumf += static_cast<float>(BlockDot<L>(w[i], r, a[i])) * (L::Scale(w[i], r) * a[i].d);
       }
       out[t * out_stride + r] = sumf;
     }
@@ -133,6 +155,10 @@ void RegisterScalarInterleaved(KernelTable& table) {
   nl.interleave_rows = kRows;
   nl.repack = Repack<IQ4_NLx16>;
   nl.gemm_interleaved = Gemm<IQ4_NLx16>;
+  TypeKernels& mx = table[static_cast<int>(GgmlType::kMXFP4)];
+  mx.interleave_rows = kRows;
+  mx.repack = Repack<MXFP4x16>;
+  mx.gemm_interleaved = Gemm<MXFP4x16>;
 }
 
 }  // namespace quant_internal

@@ -1,10 +1,10 @@
-// AVX-512 VNNI kernels for interleaved Q8_0, Q4_0 and IQ4_NL weights (BlockQ8_0x16, ...): one
-// 512-bit lane per row of the 16-row group. Per 4-element chunk one 64-byte load of the unsigned
-// codes (Q4_0: one load, masked and shifted, gives two chunks) serves every token, and each token
-// adds its 4 codes, broadcast to all lanes, by one vpdpbusd; the int32 lanes start at -C * sum(q)
-// (C = 128, 8), so after 8 chunks each holds its row's exact block dot. Then per block and token:
-// convert, (d_w * d_a), multiply and add, lane by lane as the scalar twin (separate multiply and
-// add, no FMA), so every output is the scalar vec_dot's bits. GCC 12's AVX-512 headers
+// AVX-512 VNNI kernels for interleaved Q8_0, Q4_0, IQ4_NL and MXFP4 weights (BlockQ8_0x16, ...):
+// one 512-bit lane per row of the 16-row group. Per 4-element chunk one 64-byte load of the
+// unsigned codes (Q4_0: one load, masked and shifted, gives two chunks) serves every token, and
+// each token adds its 4 codes, broadcast to all lanes, by one vpdpbusd; the int32 lanes start at -C
+// * sum(q) (C = 128, 8), so after 8 chunks each holds its row's exact block dot. Then per block and
+// token: convert, (d_w * d_a), multiply and add, lane by lane as the scalar twin (separate multiply
+// and add, no FMA), so every output is the scalar vec_dot's bits. GCC 12's AVX-512 headers
 // self-initialise their "undefined" vectors, which -Wall reports at every inlined intrinsic (GCC
 // PR105593); the warnings say nothing about this file.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -26,11 +26,27 @@ inline __m512i Broadcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
+// The 16 rows' fp16 scales as f32.
+inline __m512 Fp16Scales(const fp16_t* d) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d)));
+}
+
+// The unsigned codes of chunk c of a 4-bit table type (nibbles as BlockQ4_0x16's): each nibble
+// looks up its level + 128 (the int8 level with its sign bit flipped).
+inline __m512i TableCodes(const int8_t* levels, const uint8_t* qs, int c) {
+  const __m128i lv =
+      _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels)), _mm_set1_epi8(-128));
+  const __m512i v = _mm512_loadu_si512(qs + 64 * (c % 4));
+  const __m512i nib = _mm512_and_si512(c < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F));
+  return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(lv), nib);
+}
+
 // The unsigned codes of chunk c (elements 4c..4c+3 of every row) and the offset they carry.
 struct Q8_0x16 {
   using Block = BlockQ8_0x16;
   static constexpr int kOffset = 128;
   static __m512i Codes(const Block& w, int c) { return _mm512_loadu_si512(w.qs + 64 * c); }
+  static __m512 Scales(const Block& w) { return Fp16Scales(w.d); }
 };
 struct Q4_0x16 {
   using Block = BlockQ4_0x16;
@@ -39,19 +55,28 @@ struct Q4_0x16 {
     const __m512i v = _mm512_loadu_si512(w.qs + 64 * (c % 4));
     return _mm512_and_si512(c < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F));
   }
+  static __m512 Scales(const Block& w) { return Fp16Scales(w.d); }
 };
 
 struct IQ4_NLx16 {
   using Block = BlockIQ4_NLx16;
   static constexpr int kOffset = 128;
-  // Each nibble looks up its level + 128 (the int8 level with its sign bit flipped).
-  static __m512i Codes(const Block& w, int c) {
-    const __m128i levels = _mm_xor_si128(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlLevels)), _mm_set1_epi8(-128));
-    const __m512i v = _mm512_loadu_si512(w.qs + 64 * (c % 4));
-    const __m512i nib =
-        _mm512_and_si512(c < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F));
-    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(levels), nib);
+  static __m512i Codes(const Block& w, int c) { return TableCodes(kIq4NlLevels, w.qs, c); }
+  static __m512 Scales(const Block& w) { return Fp16Scales(w.d); }
+};
+
+// MXFP4: the E2M1 levels the same way; the scale is E8M0ToF32Half of the row's exponent e, built
+// as its f32 bits: (e - 1) << 23, or for e < 2 the subnormals 0x00200000 << e.
+struct MXFP4x16 {
+  using Block = BlockMXFP4x16;
+  static constexpr int kOffset = 128;
+  static __m512i Codes(const Block& w, int c) { return TableCodes(kMxfp4Levels, w.qs, c); }
+  static __m512 Scales(const Block& w) {
+    const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.e)));
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    const __mmask16 tiny = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(tiny, normal, sub));
   }
 };
 
@@ -82,7 +107,7 @@ inline void BlockStep(const typename L::Block& w, const BlockQ8_0Act* const* a, 
       }
     }
   }
-  const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.d)));
+  const __m512 dw = L::Scales(w);
 #pragma GCC unroll 8
   for (int t = 0; t < N; ++t) {
     const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(a[t][i].d));
@@ -135,6 +160,7 @@ void RegisterAvx512Interleaved(KernelTable& table) {
   table[static_cast<int>(GgmlType::kQ8_0)].gemm_interleaved = Gemm<Q8_0x16>;
   table[static_cast<int>(GgmlType::kQ4_0)].gemm_interleaved = Gemm<Q4_0x16>;
   table[static_cast<int>(GgmlType::kIQ4_NL)].gemm_interleaved = Gemm<IQ4_NLx16>;
+  table[static_cast<int>(GgmlType::kMXFP4)].gemm_interleaved = Gemm<MXFP4x16>;
 }
 
 }  // namespace lamina::quant_internal

@@ -43,6 +43,10 @@ void RegisterAvx512Interleaved(KernelTable& table);
 void RegisterScalarInterleavedK(KernelTable& table);
 void RegisterAvx2InterleavedK(KernelTable& table);
 void RegisterAvx512InterleavedK(KernelTable& table);
+// The same for NVFP4 (interleaved_nvfp4*.cpp).
+void RegisterScalarInterleavedNvfp4(KernelTable& table);
+void RegisterAvx2InterleavedNvfp4(KernelTable& table);
+void RegisterAvx512InterleavedNvfp4(KernelTable& table);
 
 // vec_dot_multi for a kernel with nothing to share between activation rows (the scalar twins):
 // kDot once per row.

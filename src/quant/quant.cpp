@@ -40,6 +40,7 @@ const Tables& ScalarTables() {
     quant_internal::RegisterScalarLowBit(t->table);
     quant_internal::RegisterScalarInterleaved(t->table);
     quant_internal::RegisterScalarInterleavedK(t->table);
+    quant_internal::RegisterScalarInterleavedNvfp4(t->table);
     return t;
   }();
   return *tables;
@@ -54,6 +55,7 @@ const Tables& Avx2Tables() {
     quant_internal::RegisterAvx2LowBit(t->table);
     quant_internal::RegisterAvx2Interleaved(t->table);
     quant_internal::RegisterAvx2InterleavedK(t->table);
+    quant_internal::RegisterAvx2InterleavedNvfp4(t->table);
     return t;
   }();
   return *tables;
@@ -68,6 +70,7 @@ const Tables& Avx512Tables() {
     quant_internal::RegisterAvx512LowBit(t->table);
     quant_internal::RegisterAvx512Interleaved(t->table);
     quant_internal::RegisterAvx512InterleavedK(t->table);
+    quant_internal::RegisterAvx512InterleavedNvfp4(t->table);
     return t;
   }();
   return *tables;

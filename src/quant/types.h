@@ -238,6 +238,14 @@ struct BlockIQ4_NLx16 {
 };
 static_assert(sizeof(BlockIQ4_NLx16) == kQ8_0x16Rows * sizeof(BlockIQ4_NL));
 
+// MXFP4 weights repacked at load: the nibble layout of BlockQ4_0x16, the nibbles indexing
+// kMxfp4Levels; e[r] is row r's E8M0 exponent. Same bytes as the 16 rows' blocks.
+struct BlockMXFP4x16 {
+  uint8_t e[kQ8_0x16Rows];
+  uint8_t qs[kQ8_0x16Rows * kQK / 2];
+};
+static_assert(sizeof(BlockMXFP4x16) == kQ8_0x16Rows * sizeof(BlockMXFP4));
+
 // Q4_K weights repacked at load: super-block i of 16 consecutive rows (256 values each). d[r] and
 // dmin[r] are row r's scales; scales[64 * w + 4 * r + b] is byte 4w + b of row r's 12-byte
 // scale/min field (w < 3), so one 64-byte load holds the same word of all 16 rows; and
@@ -421,6 +429,17 @@ struct BlockQ2_0 {
   uint8_t qs[kQK2_0 / 4];
 };
 static_assert(sizeof(BlockQ2_0) == 18);
+
+// NVFP4 weights repacked at load: block i (64 values) of 16 consecutive rows. d[16 * s + r] is
+// row r's UE4M3 scale of sub-block s (s < 4), so one 16-byte load holds a sub-block's scales of
+// all 16 rows; qs[64 * c + 4 * r + e] is the row's byte qs[4c + e] (c < 8): its low nibble
+// indexes kMxfp4Levels for element 16 * (c / 2) + 4 * (c % 2) + e, its high nibble for that
+// element + 8. Same bytes as the 16 rows' blocks.
+struct BlockNVFP4x16 {
+  uint8_t d[kQ8_0x16Rows * kQKNvfp4 / kQKNvfp4Sub];
+  uint8_t qs[kQ8_0x16Rows * kQKNvfp4 / 2];
+};
+static_assert(sizeof(BlockNVFP4x16) == kQ8_0x16Rows * sizeof(BlockNVFP4));
 
 struct TypeTraits {
   const char* name;
