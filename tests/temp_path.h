@@ -12,8 +12,8 @@
 
 namespace lamina::testing_util {
 
-// <gtest's temp dir>/<name> with this process's id before the name: "lamina_kill" becomes
-// "/tmp/p12345_lamina_kill".
+// <gtest's temp dir>/p<pid>_<name>: in process 12345, "lamina_kill" becomes
+// "<temp dir>/p12345_lamina_kill".
 inline std::string UniqueTempPath(const std::string& name) {
   return (std::filesystem::path(::testing::TempDir()) /
           ("p" + std::to_string(::getpid()) + "_" + name))
