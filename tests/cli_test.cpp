@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "process_util.h"
+#include "temp_path.h"
 
 namespace {
 
@@ -96,7 +97,8 @@ TEST(Cli, SamplingIsDeterministicForASeed) {
 TEST(Cli, ScoreSavesLogitsAndComparesKl) {
   REQUIRE_SHARED();
   const std::string text = kShared + "/golden/prompts/prompt_story300.txt";
-  const std::string dump = testing::TempDir() + "/lamina_base.logits";
+  const std::string dump = lamina::testing_util::UniqueTempPath("lamina_base.logits");
+  const lamina::testing_util::RemoveAtExit remove_dump(dump);
   Output base = Lamina("score -m " + Stories() + " -f " + text + " --kv f32 --save-logits " + dump +
                        " --json");
   ASSERT_EQ(base.code, 0);
@@ -132,7 +134,8 @@ TEST(Cli, ExitCodes) {
   EXPECT_EQ(Lamina("").code, 2);
   EXPECT_EQ(Lamina("run --no-such-flag").code, 2);
   EXPECT_EQ(Lamina("run -m /nonexistent.gguf -p hi").code, 3);
-  const std::string bad = testing::TempDir() + "/lamina_bad.gguf";
+  const std::string bad = lamina::testing_util::UniqueTempPath("lamina_bad.gguf");
+  const lamina::testing_util::RemoveAtExit remove_bad(bad);
   std::ofstream(bad) << "not a gguf file at all";
   EXPECT_EQ(Lamina("run -m " + bad + " -p hi").code, 3);
   EXPECT_EQ(Lamina("inspect " + bad).code, 3);
@@ -147,7 +150,8 @@ TEST(Cli, ExitCodes) {
 TEST(Cli, SpeculativeErrorsAreOneLineWithExitCodes) {
   REQUIRE_SHARED();
   const std::string shipped = std::string(LAMINA_SOURCE_DIR) + "/models/lamina-counter.gguf";
-  const std::string bad = testing::TempDir() + "/lamina_bad_draft.gguf";
+  const std::string bad = lamina::testing_util::UniqueTempPath("lamina_bad_draft.gguf");
+  const lamina::testing_util::RemoveAtExit remove_bad(bad);
   std::ofstream(bad) << "GGUF but not really";
   auto err = [](const std::string& args) {
     return lamina::testing_util::RunShell(kBinary + " " + args + " 2>&1 >/dev/null");
@@ -343,7 +347,8 @@ TEST(Cli, GrammarAndJsonSchemaOptions) {
   const std::regex want("(yes|no) [a-z]{2,5}[.]");
   const bool matches = std::regex_match(text, want);
   EXPECT_TRUE(matches) << text;
-  const std::string schema_file = ::testing::TempDir() + "lamina_cli_schema.json";
+  const std::string schema_file = lamina::testing_util::UniqueTempPath("lamina_cli_schema.json");
+  const lamina::testing_util::RemoveAtExit remove_schema_file(schema_file);
   std::ofstream(schema_file) << R"({"type":"object","properties":{"n":{"type":"integer"}},)"
                              << R"("required":["n"]})";
   Output s = Lamina("run -m " + Stories() + " -p \"Once\" -n 40 --temp 0 --json --json-schema " +

@@ -332,7 +332,15 @@ const std::map<std::string, std::string> kRegenerated = {
      "96 --experts 4 --experts-used 2 --yarn-factor 4 --yarn-orig-ctx 32 --embd-sd 1 --seed 3009"},
     {"synth-phimoe-d256.F32",
      "--arch phimoe --type F32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 96 --experts 4 "
-     "--experts-used 2 --ctx 131072 --yarn-orig-ctx 4096 --swa 16 --embd-sd 1 --seed 3010"}};
+     "--experts-used 2 --ctx 131072 --yarn-orig-ctx 4096 --swa 16 --embd-sd 1 --seed 3010"},
+    {"synth-mistral3-moe-nogate-d256.F32",
+     "--arch mistral3 --moe --no-expert-gate --biases --type F32 --dim 256 --layers 2 --heads 4 "
+     "--kv-heads 2 --ff 96 --experts 4 --experts-used 2 --yarn-factor 4 --yarn-orig-ctx 32 "
+     "--embd-sd 1 --seed 3011"},
+    {"synth-phimoe-rot48-d256.F32",
+     "--arch phimoe --type F32 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 96 --experts 4 "
+     "--experts-used 2 --ctx 131072 --yarn-orig-ctx 4096 --rope-dims 48 --swa 16 --embd-sd 1 "
+     "--seed 3012"}};
 
 // The hex sha256 of a file (coreutils' sha256sum), or "" when it cannot be computed.
 std::string Sha256(const std::string& path) {

@@ -18,6 +18,7 @@
 
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "prompt_logits.h"
 #include "quant/types.h"
 #include "runtime/session.h"
 #include "util/fp16.h"
@@ -67,19 +68,8 @@ TensorCopy F32Tensor(const std::string& name, const std::vector<float>& v) {
   return {name, GgmlType::kF32, {static_cast<int64_t>(v.size())}, bytes};
 }
 
-// Logits of every position of a fixed prompt.
-std::vector<float> PromptLogits(const Model& model) {
-  ThreadPool pool(2);
-  SessionConfig sc;
-  sc.n_ctx = 64;
-  Session s(model, sc, pool);
-  std::vector<int32_t> tokens;
-  for (int i = 0; i < 21; ++i) tokens.push_back(1 + (i * 37) % (model.hparams().n_vocab - 1));
-  Result<const float*> logits = s.Eval(tokens, /*all_logits=*/true);
-  EXPECT_TRUE(logits.ok()) << logits.error().message;
-  if (!logits.ok()) return {};
-  return std::vector<float>(*logits, *logits + tokens.size() * model.hparams().n_vocab);
-}
+using testing_util::PromptLogits;
+constexpr int kPromptTokens = 21;  // PromptLogits' prompt length here
 
 // Multiplies every value of one matrix's blocks by 2^k exactly, by moving each block scale's
 // exponent; false (data unchanged or partly changed) where a scale would leave its normal range.
@@ -255,10 +245,11 @@ TEST(Nvfp4Scale, PowerOfTwoScalesMatchWeightsMultipliedByThem) {
     ASSERT_TRUE(a.ok()) << a.error().message;
     ASSERT_TRUE(b.ok()) << b.error().message;
     ASSERT_TRUE(base.ok()) << base.error().message;
-    const std::vector<float> la = PromptLogits(**a), lb = PromptLogits(**b);
+    const std::vector<float> la = PromptLogits(**a, kPromptTokens),
+                             lb = PromptLogits(**b, kPromptTokens);
     ASSERT_FALSE(la.empty());
     EXPECT_EQ(la, lb) << name;
-    EXPECT_NE(la, PromptLogits(**base)) << name << ": the scales changed nothing";
+    EXPECT_NE(la, PromptLogits(**base, kPromptTokens)) << name << ": the scales changed nothing";
     // Each scale and input scale counts as a parameter, as llama.cpp counts every tensor it reads.
     EXPECT_EQ((*b)->ParameterCount(), (*a)->ParameterCount() + 2 * n.values) << name;
   }

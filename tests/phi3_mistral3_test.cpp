@@ -1,8 +1,9 @@
 // phi3, mistral3 and phimoe: RoPE frequency factors against ggml's formula, the fixtures'
 // hyper-parameters as llama.cpp reads them (phi3's ignored window, LongRoPE's short factors and
 // attention factor; mistral3's YaRN log multiplier and temperature tuning, its biases and
-// experts; phimoe's biases), the context phi3's short factors serve and the long ones past them,
-// and the metadata and tensors the loaders refuse, naming the key or the tensor.
+// experts, gated or not; phimoe's biases and its factors over the whole head under partial RoPE),
+// the context phi3's short factors serve and the long ones past them, and the metadata and tensors
+// the loaders refuse, naming the key or the tensor.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -29,7 +30,9 @@ const std::string kPhi3 = kModels + "synth-phi3-d256.Q8_0.gguf";
 const std::string kMistral3 = kModels + "synth-mistral3-d256.Q8_0.gguf";
 const std::string kMistral3Bias = kModels + "synth-mistral3-bias-d256.Q8_0.gguf";
 const std::string kMistral3Moe = kModels + "synth-mistral3-moe-d256.Q8_0.gguf";
+const std::string kMistral3MoeNoGate = kModels + "synth-mistral3-moe-nogate-d256.Q8_0.gguf";
 const std::string kPhiMoe = kModels + "synth-phimoe-d256.Q8_0.gguf";
+const std::string kPhiMoeRot48 = kModels + "synth-phimoe-rot48-d256.Q8_0.gguf";
 
 // What a rewrite of a fixture changes: metadata keys set (after `drop` is removed) and tensors
 // left out or added.
@@ -306,6 +309,48 @@ TEST(Mistral3, ExpertsAreReadWhenExpertCountSaysSo) {
   }
 }
 
+// llama.cpp loads mistral3's ffn_gate_exps as optional; a layer without it runs its experts as
+// down(SiLU(up(x))) (build_moe_ffn with a null gate). The nogate fixture has none (its goldens
+// check the numbers); one layer's gate left out of the gated fixture loads too and changes the
+// logits; phimoe, whose loader requires the gates, refuses a missing one by name.
+TEST(Mistral3, ExpertsWithoutAGateRunSiluOfUp) {
+  if (!fs::exists(kMistral3MoeNoGate)) GTEST_SKIP() << kMistral3MoeNoGate << " is absent";
+  Result<std::unique_ptr<Model>> m = LoadModel(kMistral3MoeNoGate);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ((*m)->hparams().n_ff, 96);
+  for (const char* t : {"blk.0.ffn_gate_exps.weight", "blk.1.ffn_gate_exps.weight"})
+    EXPECT_EQ((*m)->file().FindTensor(t), nullptr) << t;
+  // 2 of 4 experts per token: the up and down stacks, not a gate's, are the unread part.
+  uint64_t weights = 0;
+  for (const gguf::TensorInfo& t : (*m)->file().tensors())
+    if (t.name != "token_embd.weight") weights += t.n_bytes;
+  EXPECT_LT((*m)->WeightBytesPerToken(), weights);
+  // The count check reads ffn_up_exps when no gate exists.
+  Result<std::unique_ptr<Model>> count = LoadEdited(
+      kMistral3MoeNoGate, {.drop = "mistral3.expert_count",
+                           .set = [](gguf::Writer& w) { w.SetU32("mistral3.expert_count", 8); }});
+  ASSERT_FALSE(count.ok());
+  EXPECT_NE(count.error().message.find("blk.0.ffn_up_exps.weight holds 4 experts"),
+            std::string::npos)
+      << count.error().message;
+
+  if (!fs::exists(kMistral3Moe)) GTEST_SKIP() << kMistral3Moe << " is absent";
+  const std::vector<int32_t> prompt = {1, 100, 200, 300};
+  Result<std::unique_ptr<Model>> gated = LoadModel(kMistral3Moe);
+  ASSERT_TRUE(gated.ok()) << gated.error().message;
+  Result<std::unique_ptr<Model>> one =
+      LoadEdited(kMistral3Moe, {.skip_tensor = "blk.1.ffn_gate_exps.weight"});
+  ASSERT_TRUE(one.ok()) << one.error().message;
+  EXPECT_NE(LastLogits(**one, prompt), LastLogits(**gated, prompt));
+  if (!fs::exists(kPhiMoe)) GTEST_SKIP() << kPhiMoe << " is absent";
+  Result<std::unique_ptr<Model>> phimoe =
+      LoadEdited(kPhiMoe, {.skip_tensor = "blk.1.ffn_gate_exps.weight"});
+  ASSERT_FALSE(phimoe.ok());
+  EXPECT_NE(phimoe.error().message.find("missing tensor blk.1.ffn_gate_exps.weight"),
+            std::string::npos)
+      << phimoe.error().message;
+}
+
 TEST(PhiMoe, TheFixtureLoadsAsLlamaCppReadsIt) {
   if (!fs::exists(kPhiMoe)) GTEST_SKIP() << kPhiMoe << " is absent";
   Result<std::unique_ptr<Model>> m = LoadModel(kPhiMoe);
@@ -331,6 +376,40 @@ TEST(PhiMoe, TheFixtureLoadsAsLlamaCppReadsIt) {
   ASSERT_TRUE(no_qb.ok()) << no_qb.error().message;
   const std::vector<int32_t> prompt = {1, 100, 200, 300};
   EXPECT_NE(LastLogits(**no_qb, prompt), LastLogits(**m, prompt));
+}
+
+// Partial RoPE in a phimoe: llama.cpp rotates rope.dimension_count dimensions but sizes the
+// LongRoPE factors for the whole head (n_embd / n_head / 2, its phimoe loader; phi3's are
+// n_rot / 2) and ggml's RoPE reads the first n_rot / 2 of them. Factors one per rotated pair,
+// which llama.cpp refuses to load, are refused by name.
+TEST(PhiMoe, PartialRopeTakesFactorsForTheWholeHead) {
+  if (!fs::exists(kPhiMoeRot48)) GTEST_SKIP() << kPhiMoeRot48 << " is absent";
+  Result<std::unique_ptr<Model>> m = LoadModel(kPhiMoeRot48);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const Hparams& hp = (*m)->hparams();
+  EXPECT_EQ(hp.rope.n_rot, 48);
+  EXPECT_EQ(hp.head_dim, 64);
+  for (const char* name : {"rope_factors_short.weight", "rope_factors_long.weight"}) {
+    const gguf::TensorInfo* t = (*m)->file().FindTensor(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(t->ne[0], 32) << name;
+  }
+  ASSERT_NE(hp.rope.freq_factors, nullptr);
+  ASSERT_NE(hp.rope_long.freq_factors, nullptr);
+  EXPECT_EQ(
+      std::memcmp(hp.rope.freq_factors, (*m)->file().FindTensor("rope_factors_short.weight")->data,
+                  32 * sizeof(float)),
+      0);
+  auto per_rotated_pair = [](const gguf::TensorInfo& t, gguf::Writer& w) {
+    if (t.name != "rope_factors_short.weight") return false;
+    AddVector(w, t.name, 24, 1.0f);
+    return true;
+  };
+  Result<std::unique_ptr<Model>> bad = LoadEdited(kPhiMoeRot48, {.replace = per_rotated_pair});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("rope_factors_short.weight has 24 elements, expected 32"),
+            std::string::npos)
+      << bad.error().message;
 }
 
 }  // namespace

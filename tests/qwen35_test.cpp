@@ -18,6 +18,7 @@
 #include "kv_storage.h"
 #include "model/weight_loader.h"
 #include "mtp_harness.h"
+#include "prompt_logits.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "spec/drafter.h"
@@ -161,18 +162,8 @@ class Qwen35Files : public testing::Test {
   fs::path dir_;
 };
 
-// Logits of every position of a fixed prompt.
-std::vector<float> PromptLogits(const Model& model) {
-  ThreadPool pool(2);
-  SessionConfig sc;
-  sc.n_ctx = 64;
-  Session s(model, sc, pool);
-  std::vector<int32_t> tokens;
-  for (int i = 0; i < 24; ++i) tokens.push_back(1 + (i * 37) % (model.hparams().n_vocab - 1));
-  Result<const float*> logits = s.Eval(tokens, /*all_logits=*/true);
-  if (!logits.ok()) return {};
-  return std::vector<float>(*logits, *logits + tokens.size() * model.hparams().n_vocab);
-}
+using testing_util::PromptLogits;
+constexpr int kPromptTokens = 24;  // PromptLogits' prompt length here
 
 // llama.cpp's layout of a Qwen3.5 file with multi-token prediction: block_count counts the
 // appended block (blk.4: a full-attention layer with the nextn tensors) and
@@ -202,9 +193,9 @@ TEST_F(Qwen35Files, MultiTokenPredictionBlockIsSkippedAndLeavesTheTrunkAlone) {
     ASSERT_TRUE(mtp.ok()) << mtp.error().message;
     EXPECT_EQ((*mtp)->hparams().n_layer, 4);
     EXPECT_EQ((*mtp)->hparams().n_layer_kv, 1);
-    const std::vector<float> with_mtp = PromptLogits(**mtp);
+    const std::vector<float> with_mtp = PromptLogits(**mtp, kPromptTokens);
     ASSERT_FALSE(with_mtp.empty()) << arch;
-    EXPECT_EQ(with_mtp, PromptLogits(**plain)) << arch;
+    EXPECT_EQ(with_mtp, PromptLogits(**plain, kPromptTokens)) << arch;
     EXPECT_NE((*mtp)->mtp(), nullptr) << arch;
     EXPECT_EQ((*plain)->mtp(), nullptr);
     EXPECT_EQ((*mtp)->WeightBytesPerToken(), (*plain)->WeightBytesPerToken()) << arch;

@@ -17,6 +17,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "process_util.h"
+#include "temp_path.h"
 
 namespace {
 
@@ -146,7 +147,8 @@ TEST(MemoryGuard, OversizeBatchIsRefusedAndPromptChunkFitsIt) {
 }
 
 TEST(MemoryGuard, ScoreAndServeAreGuardedToo) {
-  const std::string text = testing::TempDir() + "/robust_score.txt";
+  const std::string text = lamina::testing_util::UniqueTempPath("robust_score.txt");
+  const lamina::testing_util::RemoveAtExit remove_text(text);
   ASSERT_EQ(std::system(("echo '" + Numbers(100) + "' > " + text).c_str()), 0);
   Output score = Lamina("score -m " + kShipped + " -f " + text + " -c 50000000");
   EXPECT_EQ(score.code, 2) << score.out;

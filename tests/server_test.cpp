@@ -52,7 +52,8 @@ class ServerProcess {
  public:
   explicit ServerProcess(std::vector<std::string> args, int port = 0)
       : port_(port > 0 ? port : FreePort()) {
-    log_ = fs::temp_directory_path() / ("lamina-serve-" + std::to_string(port_) + ".log");
+    log_ = fs::temp_directory_path() /
+           ("lamina-serve-" + std::to_string(::getpid()) + "-" + std::to_string(port_) + ".log");
     args.insert(args.begin(), {kBinary, "serve", "--port", std::to_string(port_)});
     pid_ = fork();
     if (pid_ == 0) {

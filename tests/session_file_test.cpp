@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "process_util.h"
 #include "runtime/generate.h"
+#include "temp_path.h"
 #include "util/hash.h"
 
 namespace lamina {
@@ -169,7 +170,8 @@ Output LaminaRun(const std::string& args, bool with_stderr = false) {
 }
 
 TEST(SessionCli, RestoredRunsPrintExactlyWhatPlainRunsPrint) {
-  const std::string file = testing::TempDir() + "/lamina_session_cli.bin";
+  const std::string file = testing_util::UniqueTempPath("lamina_session_cli.bin");
+  const testing_util::RemoveAtExit remove_file(file);
   const std::string p = "Count from 1 to 30, one number per line.";
   const std::string pq = p + " Then count from 5 to 9.";
   for (const char* kv : kModes) {
@@ -202,7 +204,8 @@ TEST(SessionCli, RestoredRunsPrintExactlyWhatPlainRunsPrint) {
 }
 
 TEST(SessionCli, RefusedFilesEndWithCodeThreeOrAreReadAgainOnRequest) {
-  const std::string file = testing::TempDir() + "/lamina_session_refused.bin";
+  const std::string file = testing_util::UniqueTempPath("lamina_session_refused.bin");
+  const testing_util::RemoveAtExit remove_file(file);
   std::filesystem::remove(file);
   const std::string p = "-p \"Count from 1 to 9.\" -n 16 --temp 0";
   ASSERT_EQ(LaminaRun("--session " + file + " " + p).code, 0);
@@ -253,8 +256,10 @@ TEST(SessionCli, RefusedFilesEndWithCodeThreeOrAreReadAgainOnRequest) {
 }
 
 TEST(SessionCli, ChatResumesTheConversation) {
-  const std::string file = testing::TempDir() + "/lamina_session_chat.bin";
-  const std::string log = testing::TempDir() + "/lamina_session_chat.log";
+  const std::string file = testing_util::UniqueTempPath("lamina_session_chat.bin");
+  const testing_util::RemoveAtExit remove_file(file);
+  const std::string log = testing_util::UniqueTempPath("lamina_session_chat.log");
+  const testing_util::RemoveAtExit remove_log(log);
   std::filesystem::remove(file);
   const std::string chat = kBinary + " chat -m " + kModel + " -t 2 -n 24 --temp 0";
   const std::string turn1 = "printf 'Count from 1 to 5.\\n' | ";

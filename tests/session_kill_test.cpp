@@ -12,6 +12,7 @@
 
 #include "model/model.h"
 #include "runtime/session_file.h"
+#include "temp_path.h"
 #include "util/mapped_file.h"
 #include "util/timer.h"
 
@@ -39,7 +40,8 @@ TEST(SessionKill, AKilledSaveLeavesTheOldFileOrTheNewOne) {
   std::vector<int32_t> tokens(kTokens);
   for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % model.hparams().n_vocab);
   ASSERT_TRUE(session.Eval(tokens, false).ok());
-  const std::string dir = testing::TempDir() + "/lamina_kill";
+  const std::string dir = testing_util::UniqueTempPath("lamina_kill");
+  const testing_util::RemoveAtExit remove_dir(dir);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string file = dir + "/state.session";

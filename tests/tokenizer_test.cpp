@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "temp_path.h"
 #include "tokenizer/unicode.h"
 
 namespace lamina {
@@ -551,7 +552,7 @@ TEST(FromGguf, Gpt4oPreTokenizerAsLlamaCpp) {
   gguf::Writer w;
   for (const auto& [k, v] : (*f)->metadata()) w.SetValue(k, v);
   w.SetString("tokenizer.ggml.pre", "gpt-4o");
-  const std::string relabelled = testing::TempDir() + "/vocab-gpt4o.gguf";
+  const std::string relabelled = testing_util::UniqueTempPath("vocab-gpt4o.gguf");
   ASSERT_TRUE(w.WriteFile(relabelled).ok());
   auto g = gguf::File::Open(relabelled);
   ASSERT_TRUE(g.ok()) << g.error().message;
@@ -583,7 +584,7 @@ TEST(FromGguf, TekkenPreTokenizerAsLlamaCpp) {
   gguf::Writer w;
   for (const auto& [k, v] : (*f)->metadata()) w.SetValue(k, v);
   w.SetString("tokenizer.ggml.pre", "tekken");
-  const std::string relabelled = testing::TempDir() + "/vocab-tekken.gguf";
+  const std::string relabelled = testing_util::UniqueTempPath("vocab-tekken.gguf");
   ASSERT_TRUE(w.WriteFile(relabelled).ok());
   auto g = gguf::File::Open(relabelled);
   ASSERT_TRUE(g.ok()) << g.error().message;

@@ -14,9 +14,11 @@
 // extended one), --rope-dims rotated dimensions and a --swa window llama.cpp ignores; a mistral3
 // takes YaRN (--yarn-factor, --yarn-orig-ctx) with a log multiplier of 1 and attention
 // temperature tuning (scale 0.1, every --yarn-orig-ctx positions)), and with --moe experts
-// (--experts, --experts-used, each --ff wide, as llama.cpp reads them) and with --biases random
-// Q/K/V, attn_output and dense FFN biases; a phimoe is phi3's attention with Q/K/V, output and
-// norm biases and LongRoPE factors, and experts each --ff wide; --rope-freqs adds a llama's
+// (--experts, --experts-used, each --ff wide, as llama.cpp reads them; --no-expert-gate leaves
+// ffn_gate_exps out) and with --biases random Q/K/V, attn_output and dense FFN biases; a phimoe
+// is phi3's attention with Q/K/V, output and norm biases and LongRoPE factors (one per pair of
+// the whole head, as llama.cpp's phimoe loader sizes them, whatever --rope-dims says), and
+// experts each --ff wide; --rope-freqs adds a llama's
 // or mistral3's rope_freqs.weight (Llama 3.1's per-pair frequency factors). The tokenizer metadata
 // is copied from another GGUF (--vocab-from), whose vocabulary size sets the embedding rows.
 #include <CLI/CLI.hpp>
@@ -42,8 +44,9 @@ struct SynthOptions {
   int rope_dims = 0;
   float embd_sd = 0.0f;
   bool rope_freqs = false;
-  bool moe = false;     // mistral3: expert FFNs
-  bool biases = false;  // mistral3: Q/K/V, attn_output and dense FFN biases
+  bool moe = false;             // mistral3: expert FFNs
+  bool no_expert_gate = false;  // mistral3 --moe: no ffn_gate_exps (experts SiLU(up))
+  bool biases = false;          // mistral3: Q/K/V, attn_output and dense FFN biases
   std::string type_name = "Q8_0", vocab_from, out_path, arch = "llama";
   uint64_t seed = 42;
 };
@@ -63,9 +66,12 @@ void AddOptions(CLI::App* app, SynthOptions* o) {
   app->add_flag("--moe", o->moe,
                 "mistral3: a MoE FFN of --experts experts (--experts-used per token), each --ff "
                 "wide");
+  app->add_flag("--no-expert-gate", o->no_expert_gate,
+                "mistral3 --moe: leave ffn_gate_exps out (llama.cpp then runs SiLU(up) experts)");
   app->add_flag("--biases", o->biases,
                 "mistral3: random Q/K/V and attn_output biases, and a dense FFN's biases");
-  app->add_option("--rope-dims", o->rope_dims, "phi3: rotated dimensions per head (0: all)");
+  app->add_option("--rope-dims", o->rope_dims,
+                  "phi3, phimoe: rotated dimensions per head (0: all)");
   app->add_flag("--rope-freqs", o->rope_freqs,
                 "llama, mistral3: a rope_freqs.weight of per-pair frequency factors (as Llama "
                 "3.1 files carry), drawn 1 + 4 |N(0, 1)|");
@@ -430,7 +436,7 @@ void AddPhi3OrMistral3Layer(const SynthOptions& o, const std::string& p, int hea
     ww.Matrix(p + "ffn_up.weight", dim, 2 * ff, type);
   } else if (o.moe) {
     ww.Matrix(p + "ffn_gate_inp.weight", dim, o.experts, GgmlType::kF32);  // routers stay F32
-    ww.Stacked(p + "ffn_gate_exps.weight", dim, ff, o.experts, type);
+    if (!o.no_expert_gate) ww.Stacked(p + "ffn_gate_exps.weight", dim, ff, o.experts, type);
     ww.Stacked(p + "ffn_up_exps.weight", dim, ff, o.experts, type);
     ww.Stacked(p + "ffn_down_exps.weight", ff, dim, o.experts, type);
     return;
@@ -491,10 +497,11 @@ void AddLayer(const SynthOptions& o, const std::string& p, bool moe, int head_di
   ww.Matrix(p + "ffn_down.weight", ff, dim, type);
 }
 
-// phi3's LongRoPE factors, one per rotated pair: short 1 + 0.5 |N(0, 1)|, long 1 + 4 |N(0, 1)|
-// (the published ones run from 1 to about 3 and 60).
+// phi3's LongRoPE factors, one per rotated pair (phimoe: per pair of the head, as llama.cpp's
+// phimoe loader wants them): short 1 + 0.5 |N(0, 1)|, long 1 + 4 |N(0, 1)| (the published ones
+// run from 1 to about 3 and 60).
 void AddLongRopeFactors(const SynthOptions& o, int head_dim, WeightWriter& ww) {
-  const int pairs = (o.rope_dims > 0 ? o.rope_dims : head_dim) / 2;
+  const int pairs = (o.rope_dims > 0 && o.arch != "phimoe" ? o.rope_dims : head_dim) / 2;
   ww.AbsNormal("rope_factors_long.weight", pairs, 1.0f, 4.0f);
   ww.AbsNormal("rope_factors_short.weight", pairs, 1.0f, 0.5f);
 }

@@ -45,6 +45,9 @@ void ApplyRope(const RopeParams& p, const float* cos_sin, float* x, int n_heads,
 // In-place softmax over n values; returns nothing. Sum accumulated in double.
 void Softmax(float* x, int64_t n);
 
+// out[i] = silu(x[i]) = x[i] / (1 + exp(-x[i])) (an ungated expert: llama.cpp's ggml_silu)
+void Silu(const float* x, int64_t n, float* out);
+
 // out[i] = silu(gate[i]) * up[i]
 void SiluMul(const float* gate, const float* up, int64_t n, float* out);
 

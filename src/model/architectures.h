@@ -82,12 +82,14 @@ inline constexpr Architecture kArchitectures[] = {
     // 1 + s ln(floor(p / original context) + 1)), rope_freqs when present; Q/K/V (or attn_qkv),
     // attn_output and dense ffn_{gate,up,down} biases when present; with expert_count > 0 a MoE
     // FFN as llama.cpp builds it: softmax router, top-k weights renormalised to sum 1, experts
-    // feed_forward_length wide, no shared expert.
+    // feed_forward_length wide, no shared expert, ffn_gate_exps optional (a layer without it runs
+    // SiLU(up) experts).
     {"mistral3",  {RopeStyle::kNormal, true,     false,  false, false,        false,
                    /*fused_qkv=*/true, /*fused_gate_up=*/false, RopeFactors::kFreqs,
                    /*mistral3=*/true},                                               nullptr},
     // phimoe (Phi-3.5-MoE): phi3's attention (NeoX RoPE, LongRoPE's short/long factors and
-    // attention factor, attn_qkv or attn_q/k/v with optional biases, the window ignored) with
+    // attention factor, attn_qkv or attn_q/k/v with optional biases, the window ignored; the
+    // factors one per pair of the whole head even when rope.dimension_count is smaller) with
     // attn_output.bias, RMS norms with a bias each (llama.cpp builds them as RMS norms, not
     // layer norms), and a MoE FFN: softmax router, top-k weights renormalised to sum 1, experts
     // feed_forward_length wide (llama.cpp's softmax top-k, not the reference's sparsemixer); a

@@ -35,6 +35,7 @@ class Decoder final : public Model {
                          options_.moe_experts_n_ff);
       if (!moe.ok()) return moe.error();
       moe_ = *moe;
+      moe_.gate_optional = options.mistral3;  // llama.cpp: ffn_gate_exps not required
     }
     if (options.phimoe && file_->FindTensor("output.weight") == nullptr) {
       return Error{file_->path() + ": missing tensor output.weight (phimoe's head is not tied)"};
@@ -211,10 +212,12 @@ class Decoder final : public Model {
     MoeWeights moe;  // MoE layers
   };
   // RoPE frequency factors (DecoderOptions::rope_factors) into rope_factors_, pointed to by
-  // hparams_.rope (and so by every copy of it: the KV cache's anchors included).
+  // hparams_.rope (and so by every copy of it: the KV cache's anchors included). One per rotated
+  // pair, but phimoe's are one per pair of the whole head (llama.cpp's phimoe loader sizes them
+  // head_dim / 2 whatever rope.dimension_count says; ggml's RoPE reads the first n_rot / 2).
   void LoadRopeFactors(WeightLoader& L) {
     Hparams& hp = hparams_;
-    const int n = hp.rope.n_rot / 2;
+    const int n = options_.phimoe ? hp.head_dim / 2 : hp.rope.n_rot / 2;
     if (options_.rope_factors == RopeFactors::kFreqs) {
       rope_factors_ = L.Vector("rope_freqs.weight", n, /*required=*/false);
     } else if (options_.rope_factors == RopeFactors::kShortLong) {

@@ -32,11 +32,16 @@ Result<MoeHparams> ReadMoeHparams(const gguf::File& f, const Hparams& hp, bool d
   // The first layer's expert tensors pin the counts down before anything is sized from them.
   int exps_layer = 0;
   int router_layer = 0;
-  const gguf::TensorInfo* exps =
-      FirstLayerTensor(f, hp.n_layer, "ffn_gate_exps.weight", &exps_layer);
+  // ffn_gate_exps, or ffn_up_exps in a file without gates (mistral3's are optional).
+  const char* exps_tensor = "ffn_gate_exps.weight";
+  const gguf::TensorInfo* exps = FirstLayerTensor(f, hp.n_layer, exps_tensor, &exps_layer);
+  if (exps == nullptr) {
+    exps_tensor = "ffn_up_exps.weight";
+    exps = FirstLayerTensor(f, hp.n_layer, exps_tensor, &exps_layer);
+  }
   const gguf::TensorInfo* router =
       FirstLayerTensor(f, hp.n_layer, "ffn_gate_inp.weight", &router_layer);
-  const std::string exps_name = "blk." + std::to_string(exps_layer) + ".ffn_gate_exps.weight";
+  const std::string exps_name = "blk." + std::to_string(exps_layer) + "." + exps_tensor;
   if (exps != nullptr && exps->ne[2] != m.n_expert) {
     return HparamError(f, count_key, m.n_expert,
                        exps_name + " holds " + std::to_string(exps->ne[2]) + " experts");
@@ -123,7 +128,8 @@ uint64_t LoadMoeWeights(WeightLoader& L, const Hparams& hp, const MoeHparams& m,
   if (with_norm_bias) w->norm_b = L.Vector(p + norm_name + ".bias", hp.n_embd);
   w->router = L.Matrix(p + "ffn_gate_inp.weight", hp.n_embd, m.n_expert);
   const uint64_t before = L.n_bytes();
-  w->gate = L.Stacked(p + "ffn_gate_exps.weight", hp.n_embd, m.n_ff_exp, m.n_expert);
+  w->gate = L.Stacked(p + "ffn_gate_exps.weight", hp.n_embd, m.n_ff_exp, m.n_expert,
+                      /*required=*/!m.gate_optional);
   w->up = L.Stacked(p + "ffn_up_exps.weight", hp.n_embd, m.n_ff_exp, m.n_expert);
   w->down = L.Stacked(p + "ffn_down_exps.weight", m.n_ff_exp, hp.n_embd, m.n_expert);
   if (with_bias) {
@@ -224,15 +230,19 @@ void MoeBlock(const Hparams& hp, const MoeHparams& m, const MoeWeights& w, const
       const int t = sel[j] / k;
       std::copy_n(s.xn.data() + t * d, d, ms.in.data() + j * d);
     }
-    MatMul(w.gate[e], ms.in.data(), d, n_sel, ms.gate.data(), ff, s.matmul, pool);
     MatMul(w.up[e], ms.in.data(), d, n_sel, ms.up.data(), ff, s.matmul, pool);
-    AddExpertBias(w.gate_b, e, n_sel, ff, ms.gate.data());
     AddExpertBias(w.up_b, e, n_sel, ff, ms.up.data());
-    if (m.swiglu_oai) {
-      SwigluOaiMul(ms.gate.data(), ms.up.data(), static_cast<int64_t>(n_sel) * ff, m.oai_alpha,
-                   m.oai_limit, ms.gate.data());
+    if (w.gate.empty()) {  // ungated (mistral3 without ffn_gate_exps): SiLU(up)
+      Silu(ms.up.data(), static_cast<int64_t>(n_sel) * ff, ms.gate.data());
     } else {
-      SiluMul(ms.gate.data(), ms.up.data(), static_cast<int64_t>(n_sel) * ff, ms.gate.data());
+      MatMul(w.gate[e], ms.in.data(), d, n_sel, ms.gate.data(), ff, s.matmul, pool);
+      AddExpertBias(w.gate_b, e, n_sel, ff, ms.gate.data());
+      if (m.swiglu_oai) {
+        SwigluOaiMul(ms.gate.data(), ms.up.data(), static_cast<int64_t>(n_sel) * ff, m.oai_alpha,
+                     m.oai_limit, ms.gate.data());
+      } else {
+        SiluMul(ms.gate.data(), ms.up.data(), static_cast<int64_t>(n_sel) * ff, ms.gate.data());
+      }
     }
     MatMul(w.down[e], ms.gate.data(), ff, n_sel, ms.out.data(), d, s.matmul, pool);
     AddExpertBias(w.down_b, e, n_sel, d, ms.out.data());

@@ -1,8 +1,8 @@
 // Mixture-of-experts feed-forward shared by qwen2moe, qwen3moe, mistral3, phimoe and gpt-oss: a
 // softmax router over all experts (gpt-oss: top-k on the router logits, softmax over the k
 // chosen), top-k selection, SiLU-gated experts stored as 3-D tensors (gpt-oss: swiglu_oai, with
-// per-expert biases), and an optional shared expert gated by sigmoid(w·x). Only the selected
-// experts' rows are read.
+// per-expert biases; mistral3 without ffn_gate_exps: SiLU(up), ungated), and an optional shared
+// expert gated by sigmoid(w·x). Only the selected experts' rows are read.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +31,9 @@ struct MoeHparams {
   bool swiglu_oai = false;
   float oai_alpha = 1.702f;
   float oai_limit = 7.0f;
+  // mistral3 (llama.cpp loads its ffn_gate_exps as optional): a layer without ffn_gate_exps runs
+  // each expert as down(SiLU(up(x))), what build_moe_ffn does with a null gate.
+  bool gate_optional = false;
 };
 
 // Reads `<arch>.expert_count`, `expert_used_count`, `expert_feed_forward_length` (default
@@ -39,8 +42,9 @@ struct MoeHparams {
 // With `experts_n_ff` (llama.cpp's mistral3 and phimoe) the experts are feed_forward_length
 // wide and the routing is the architecture's: expert_feed_forward_length, expert_weights_norm
 // and expert_gating_func are not read (norm_topk = default_norm_topk).
-// The counts are checked against the first layer's expert tensors (ffn_gate_exps: [n_embd,
-// n_ff_exp, n_expert]; ffn_gate_inp: [n_embd, n_expert]; ffn_gate_shexp: [n_embd, n_ff_shexp])
+// The counts are checked against the first layer's expert tensors (ffn_gate_exps, or
+// ffn_up_exps in a file without it: [n_embd, n_ff_exp, n_expert]; ffn_gate_inp: [n_embd,
+// n_expert]; ffn_gate_shexp: [n_embd, n_ff_shexp])
 // and feed_forward_length, which only sizes scratch here, against the experts' total width.
 Result<MoeHparams> ReadMoeHparams(const gguf::File& file, const Hparams& hp, bool default_norm_topk,
                                   bool with_shared, bool experts_n_ff = false);
@@ -49,7 +53,7 @@ struct MoeWeights {
   std::vector<float> norm;              // [n_embd]
   std::vector<float> norm_b;            // [n_embd] optional norm bias (phimoe; empty: none)
   WeightMatrix router;                  // [n_expert x n_embd] (ffn_gate_inp)
-  std::vector<WeightMatrix> gate, up;   // n_expert x [n_ff_exp x n_embd]
+  std::vector<WeightMatrix> gate, up;   // n_expert x [n_ff_exp x n_embd]; gate empty: ungated
   std::vector<WeightMatrix> down;       // n_expert x [n_embd x n_ff_exp]
   WeightMatrix shared_gate_inp;         // [1 x n_embd]; invalid without a shared expert
   WeightMatrix shared_gate, shared_up;  // [n_ff_shexp x n_embd]
@@ -63,7 +67,8 @@ struct MoeWeights {
 
 // Loads layer `layer`'s MoE tensors (the pre-FFN norm is `blk.N.<norm_name>.weight`; with
 // `with_bias` the router's and experts' biases `ffn_gate_inp.bias`, `ffn_{gate,up,down}_exps.bias`
-// too, required; with `with_norm_bias` the norm's `.bias`, required); returns the bytes of the
+// too, required; with `with_norm_bias` the norm's `.bias`, required; `ffn_gate_exps` may be absent
+// only with moe.gate_optional); returns the bytes of the
 // routed expert tensors (the part of which a token reads only k / n_expert).
 uint64_t LoadMoeWeights(WeightLoader& loader, const Hparams& hp, const MoeHparams& moe, int layer,
                         MoeWeights* out, const char* norm_name = "ffn_norm", bool with_bias = false,
