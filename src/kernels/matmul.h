@@ -70,8 +70,10 @@ struct MatMulPart {
 constexpr int kMaxMatMulParts = 4;
 
 // MatMul of each part (1..kMaxMatMulParts, all with the same cols) over x in one parallel region
-// when they share a type and plain rows (activations prepared once; Q, K and V of a layer, or
-// its FFN gate and up), else one after another; every output is MatMul's bits. after_rows (all
+// when they read the same activations (activations prepared once; Q, K and V of a layer, or its
+// FFN gate and up): plain rows of one type, or interleaved rows of types with one vec_dot_type
+// (Q4_K and Q6_K alike; under after_rows also one group size); else one after another. Every
+// output is MatMul's bits. after_rows (all
 // parts then have the same rows): called with each range [row_begin, row_end) of rows once every
 // part has them for all tokens, by the thread that computed them (a per-row epilogue, such as
 // the FFN's activation, inside the same region).
