@@ -1,6 +1,8 @@
 // MatMulMany (several matmuls over the same activations in one parallel region) against one
 // MatMul per part: the same bits for every part, token count and thread count, with and without
-// the per-row epilogue, and through the fallback for parts of different types.
+// the per-row epilogue, and through the fallback for parts of different types; plain and
+// interleaved (repacked) weights, including interleaved parts of different types that read the
+// same activations (Q4_K and Q6_K: Q8_K).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -33,6 +35,16 @@ OwnedWeights MakeWeights(GgmlType type, int64_t rows, int64_t cols, std::mt19937
   }
   o.w = {type, rows, cols, row_bytes, o.data.data()};
   return o;
+}
+
+// o's weights repacked into their interleaved layout (o.w unchanged if this ISA has none).
+OwnedWeights Interleaved(const OwnedWeights& o) {
+  OwnedWeights r;
+  r.data = o.data;  // [rows / 16 groups][16 * row_bytes] once repacked
+  r.w = o.w;
+  r.w.data = r.data.data();
+  if (CanInterleave(o.w)) r.w = InterleaveInto(o.w, r.data.data());
+  return r;
 }
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -97,6 +109,66 @@ TEST(MatMulMany, EpilogueSeesEveryRowOnceAfterBothParts) {
       MatMulMany(parts, 2, x.data(), cols, n, scratch, pool, &activate);
       EXPECT_TRUE(SameBits(g0, g1)) << GgmlTypeName(up_type) << ", " << n << " tokens";
       for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(seen[r], 1) << "row " << r;
+    }
+  }
+}
+
+// Interleaved parts: Q, K and V (and gate and up with the epilogue) of one type, and of Q4_K,
+// Q4_K and Q6_K as a Q4_K_M layer has them, each bit for bit one MatMul per part.
+TEST(MatMulMany, InterleavedPartsEqualOneMatMulPerPartBitForBit) {
+  std::mt19937 rng(7);
+  const int64_t cols = 512;
+  using Types = std::vector<GgmlType>;
+  for (const Types& types : {Types{GgmlType::kQ8_0, GgmlType::kQ8_0, GgmlType::kQ8_0},
+                             Types{GgmlType::kQ4_K, GgmlType::kQ4_K, GgmlType::kQ6_K},
+                             Types{GgmlType::kQ6_K, GgmlType::kQ4_K, GgmlType::kQ4_0}}) {
+    std::vector<OwnedWeights> ws;
+    const int64_t part_rows[] = {64, 32, 48};
+    for (int p = 0; p < 3; ++p) {
+      ws.push_back(Interleaved(MakeWeights(types[p], part_rows[p], cols, rng)));
+    }
+    if (ws[0].w.interleave == 0) GTEST_SKIP() << "no interleaved layout at this ISA";
+    for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      for (int64_t n : {1, 3, 8, 9}) {
+        const std::vector<float> x = RandomFloats(n * cols, rng);  // [n, cols]
+        MatMulScratch scratch;
+        std::vector<std::vector<float>> want(3), got(3);  // [n, rows] each
+        MatMulPart parts[3];
+        for (int p = 0; p < 3; ++p) {
+          const WeightMatrix& w = ws[p].w;
+          want[p].assign(n * w.rows, 0.0f);
+          got[p].assign(n * w.rows, -1.0f);
+          MatMul(w, x.data(), cols, n, want[p].data(), w.rows, scratch, pool);
+          parts[p] = {&w, got[p].data(), w.rows};
+        }
+        MatMulMany(parts, 3, x.data(), cols, n, scratch, pool);
+        for (int p = 0; p < 3; ++p) {
+          EXPECT_TRUE(SameBits(want[p], got[p])) << GgmlTypeName(types[p]) << ", part " << p << ", "
+                                                 << n << " tokens, " << threads << " threads";
+        }
+        // Gate and up: the first two parts at equal rows, with the SiLU epilogue.
+        const OwnedWeights& gate = ws[1];
+        const OwnedWeights up = Interleaved(MakeWeights(types[0], gate.w.rows, cols, rng));
+        const int64_t rows = gate.w.rows;
+        std::vector<float> g0(n * rows), u0(n * rows);  // [n, rows]
+        MatMul(gate.w, x.data(), cols, n, g0.data(), rows, scratch, pool);
+        MatMul(up.w, x.data(), cols, n, u0.data(), rows, scratch, pool);
+        SiluMul(g0.data(), u0.data(), n * rows, g0.data());
+        std::vector<float> g1(n * rows), u1(n * rows);  // [n, rows]
+        std::vector<int> seen(rows, 0);                 // [rows] epilogue calls per row
+        const MatMulPart gate_up[] = {{&gate.w, g1.data(), rows}, {&up.w, u1.data(), rows}};
+        const std::function<void(int64_t, int64_t)> activate = [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) ++seen[r];
+          for (int64_t t = 0; t < n; ++t) {
+            SiluMul(g1.data() + t * rows + r0, u1.data() + t * rows + r0, r1 - r0,
+                    g1.data() + t * rows + r0);
+          }
+        };
+        MatMulMany(gate_up, 2, x.data(), cols, n, scratch, pool, &activate);
+        EXPECT_TRUE(SameBits(g0, g1)) << GgmlTypeName(types[1]) << " gate, " << n << " tokens";
+        for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(seen[r], 1) << "row " << r;
+      }
     }
   }
 }

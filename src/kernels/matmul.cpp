@@ -55,13 +55,17 @@ void ScaleOutputs(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t n_token
   }
 }
 
-// Interleaved weights: activations quantized to vec_dot_type as for vec_dot (Q8_0 rows then
-// widened to BlockQ8_0Act; Q8_K rows as they are); per group of w.interleave rows, even tiles of
-// up to kMaxMultiDot tokens. A group straddling [row_begin, row_end) is computed whole into a local
-// tile and only its rows in the range are copied (each row's result is its own).
-void MatMulInterleaved(const WeightMatrix& w, const TypeKernels& kern, int64_t row_begin,
-                       int64_t row_end, const float* x, int64_t x_stride, int64_t n_tokens,
-                       float* y, int64_t y_stride, MatMulScratch& scratch, ThreadPool& pool) {
+// Activations as interleaved kernels of kern read them: quantized to vec_dot_type as for vec_dot
+// (Q8_0 rows then widened to BlockQ8_0Act; Q8_K rows as they are), [n_tokens][row_bytes]. The
+// same bytes for every weight type with this vec_dot_type and these cols.
+struct InterleavedAct {
+  const uint8_t* data = nullptr;
+  size_t row_bytes = 0;
+};
+
+InterleavedAct PrepareInterleavedAct(const WeightMatrix& w, const TypeKernels& kern, const float* x,
+                                     int64_t x_stride, int64_t n_tokens, MatMulScratch& scratch,
+                                     ThreadPool& pool) {
   const bool wide = kern.vec_dot_type == GgmlType::kQ8_0;
   LAMINA_CHECK(kern.gemm_interleaved != nullptr && (wide || kern.vec_dot_type == GgmlType::kQ8_K) &&
                w.interleave == kern.interleave_rows && w.interleave <= kMaxInterleaveRows);
@@ -78,35 +82,53 @@ void MatMulInterleaved(const WeightMatrix& w, const TypeKernels& kern, int64_t r
       if (wide) Q8_0ToAct(q, scratch.act_wide.data() + t * act_row, w.cols);
     }
   });
-  const uint8_t* act = wide ? scratch.act_wide.data() : scratch.act.data();
+  return {wide ? scratch.act_wide.data() : scratch.act.data(), act_row};
+}
+
+// Groups [g_begin, g_end) of interleaved w (w.interleave rows each), only their rows in
+// [row_begin, row_end), against every token of act, into y: even tiles of up to kMaxMultiDot
+// tokens (9 tokens: 5 + 4; a lone token would leave most of a kernel's accumulators idle). A
+// group straddling the range is computed whole into a local tile and only its rows in the range
+// are copied (each row's result is its own).
+void RunGroups(const WeightMatrix& w, const TypeKernels& kern, const InterleavedAct& act,
+               int64_t n_tokens, int64_t g_begin, int64_t g_end, int64_t row_begin, int64_t row_end,
+               float* y, int64_t y_stride) {
   const int g = w.interleave;
   const size_t group_bytes = static_cast<size_t>(g) * w.row_bytes;
-  const int64_t g_begin = row_begin / g, g_end = (row_end + g - 1) / g;
   const size_t y_step = static_cast<size_t>(y_stride);
-  // Token tiles as even as possible, as below (9 tokens: 5 + 4; a lone token would leave most of
-  // a kernel's accumulators idle).
   const int64_t n_token_tiles = (n_tokens + kMaxMultiDot - 1) / kMaxMultiDot;
-  pool.ParallelFor(g_end - g_begin, 1, [&](int64_t i0, int64_t i1) {
-    float tile[kMaxMultiDot * kMaxInterleaveRows];  // [tokens][rows of one group]
-    for (int64_t grp = g_begin + i0; grp < g_begin + i1; ++grp) {
-      const uint8_t* wg = w.data + static_cast<size_t>(grp) * group_bytes;
-      const int64_t r0 = grp * g;
-      const int64_t lo = std::max(r0, row_begin), hi = std::min(r0 + g, row_end);
-      for (int64_t tt = 0; tt < n_token_tiles; ++tt) {
-        const int64_t t0 = tt * n_tokens / n_token_tiles;
-        const int nt = static_cast<int>((tt + 1) * n_tokens / n_token_tiles - t0);
-        const uint8_t* a = act + static_cast<size_t>(t0) * act_row;
-        if (lo == r0 && hi == r0 + g) {
-          kern.gemm_interleaved(w.cols, wg, a, act_row, nt, y + t0 * y_stride + r0, y_step);
-          continue;
-        }
-        kern.gemm_interleaved(w.cols, wg, a, act_row, nt, tile, g);
-        for (int j = 0; j < nt; ++j) {
-          for (int64_t r = lo; r < hi; ++r) y[(t0 + j) * y_stride + r] = tile[j * g + (r - r0)];
-        }
+  float tile[kMaxMultiDot * kMaxInterleaveRows];  // [tokens][rows of one group]
+  for (int64_t grp = g_begin; grp < g_end; ++grp) {
+    const uint8_t* wg = w.data + static_cast<size_t>(grp) * group_bytes;
+    const int64_t r0 = grp * g;
+    const int64_t lo = std::max(r0, row_begin), hi = std::min(r0 + g, row_end);
+    for (int64_t tt = 0; tt < n_token_tiles; ++tt) {
+      const int64_t t0 = tt * n_tokens / n_token_tiles;
+      const int nt = static_cast<int>((tt + 1) * n_tokens / n_token_tiles - t0);
+      const uint8_t* a = act.data + static_cast<size_t>(t0) * act.row_bytes;
+      if (lo == r0 && hi == r0 + g) {
+        kern.gemm_interleaved(w.cols, wg, a, act.row_bytes, nt, y + t0 * y_stride + r0, y_step);
+        continue;
       }
-      ScaleOutputs(w, lo, hi, n_tokens, y, y_stride);
+      kern.gemm_interleaved(w.cols, wg, a, act.row_bytes, nt, tile, g);
+      for (int j = 0; j < nt; ++j) {
+        for (int64_t r = lo; r < hi; ++r) y[(t0 + j) * y_stride + r] = tile[j * g + (r - r0)];
+      }
     }
+    ScaleOutputs(w, lo, hi, n_tokens, y, y_stride);
+  }
+}
+
+// Interleaved weights: activations prepared once, then the groups covering [row_begin, row_end)
+// in one parallel region.
+void MatMulInterleaved(const WeightMatrix& w, const TypeKernels& kern, int64_t row_begin,
+                       int64_t row_end, const float* x, int64_t x_stride, int64_t n_tokens,
+                       float* y, int64_t y_stride, MatMulScratch& scratch, ThreadPool& pool) {
+  const InterleavedAct act = PrepareInterleavedAct(w, kern, x, x_stride, n_tokens, scratch, pool);
+  const int g = w.interleave;
+  const int64_t g_begin = row_begin / g, g_end = (row_end + g - 1) / g;
+  pool.ParallelFor(g_end - g_begin, 1, [&](int64_t i0, int64_t i1) {
+    RunGroups(w, kern, act, n_tokens, g_begin + i0, g_begin + i1, row_begin, row_end, y, y_stride);
   });
 }
 
@@ -216,45 +238,68 @@ void MatMulMany(const MatMulPart* parts, int n_parts, const float* x, int64_t x_
   LAMINA_CHECK(n_parts >= 1 && n_parts <= kMaxMatMulParts);
   if (n_tokens <= 0) return;
   const WeightMatrix& w0 = *parts[0].w;
-  bool shared = w0.interleave == 0;
+  const bool interleaved = w0.interleave != 0;
+  const TypeKernels* kerns[kMaxMatMulParts];  // [n_parts]
+  // Shared: plain rows of one type, or interleaved rows whose types read the same activations
+  // (one vec_dot_type: Q4_K and Q6_K both take Q8_K), with one group size under after_rows.
+  bool shared = true;
   for (int p = 0; p < n_parts; ++p) {
     const WeightMatrix& w = *parts[p].w;
     LAMINA_CHECK(w.valid() && w.cols == w0.cols);
     LAMINA_CHECK(after_rows == nullptr || w.rows == w0.rows);
-    shared = shared && w.type == w0.type && w.interleave == 0;
+    kerns[p] = &GetKernels(w.type);
+    LAMINA_CHECK(kerns[p]->vec_dot != nullptr);
+    if (!interleaved) {
+      shared = shared && w.type == w0.type && w.interleave == 0;
+    } else {
+      shared = shared && w.interleave != 0 && kerns[p]->vec_dot_type == kerns[0]->vec_dot_type &&
+               (after_rows == nullptr || w.interleave == w0.interleave);
+    }
   }
-  if (!shared) {  // each its own region (interleaved or mixed types: activations differ)
+  if (!shared) {  // each its own region (mixed layouts or activation formats)
     for (int p = 0; p < n_parts; ++p) {
       MatMul(*parts[p].w, x, x_stride, n_tokens, parts[p].y, parts[p].y_stride, scratch, pool);
     }
     if (after_rows != nullptr) (*after_rows)(0, w0.rows);
     return;
   }
-  const TypeKernels& kern = GetKernels(w0.type);
-  LAMINA_CHECK(kern.vec_dot != nullptr);
-  const PreparedAct act = PrepareActivations(w0, kern, x, x_stride, n_tokens, scratch, pool);
-  // Units: with after_rows, unit u is row tile u of every part (then after_rows on its rows);
-  // without, the parts' row tiles one after another.
-  int64_t first_unit[kMaxMatMulParts + 1] = {0};  // [n_parts + 1] prefix sums of row tiles
+  // A unit is kRowTile rows of a plain part or one group of an interleaved one.
+  PreparedAct act;
+  InterleavedAct iact;
+  if (interleaved) {
+    iact = PrepareInterleavedAct(w0, *kerns[0], x, x_stride, n_tokens, scratch, pool);
+  } else {
+    act = PrepareActivations(w0, *kerns[0], x, x_stride, n_tokens, scratch, pool);
+  }
+  auto unit_rows = [&](int p) -> int64_t {
+    return interleaved ? parts[p].w->interleave : kRowTile;
+  };
+  // Units [u0, u1) of part p (relative to the part).
+  auto run = [&](int p, int64_t u0, int64_t u1) {
+    const WeightMatrix& w = *parts[p].w;
+    if (interleaved) {
+      RunGroups(w, *kerns[p], iact, n_tokens, u0, u1, 0, w.rows, parts[p].y, parts[p].y_stride);
+    } else {
+      RunRows(w, *kerns[p], act, n_tokens, u0 * kRowTile, std::min(w.rows, u1 * kRowTile),
+              parts[p].y, parts[p].y_stride);
+    }
+  };
+  // Units: with after_rows, unit u is unit u of every part (then after_rows on its rows);
+  // without, the parts' units one after another.
+  int64_t first_unit[kMaxMatMulParts + 1] = {0};  // [n_parts + 1] prefix sums of units
   for (int p = 0; p < n_parts; ++p) {
-    first_unit[p + 1] = first_unit[p] + (parts[p].w->rows + kRowTile - 1) / kRowTile;
+    first_unit[p + 1] = first_unit[p] + (parts[p].w->rows + unit_rows(p) - 1) / unit_rows(p);
   }
   const int64_t n_units = after_rows != nullptr ? first_unit[1] : first_unit[n_parts];
   pool.ParallelFor(n_units, 1, [&](int64_t u0, int64_t u1) {
     if (after_rows != nullptr) {
-      const int64_t r0 = u0 * kRowTile, r1 = std::min(w0.rows, u1 * kRowTile);
-      for (int p = 0; p < n_parts; ++p) {
-        RunRows(*parts[p].w, kern, act, n_tokens, r0, r1, parts[p].y, parts[p].y_stride);
-      }
-      (*after_rows)(r0, r1);
+      for (int p = 0; p < n_parts; ++p) run(p, u0, u1);
+      (*after_rows)(u0 * unit_rows(0), std::min(w0.rows, u1 * unit_rows(0)));
       return;
     }
     for (int p = 0; p < n_parts; ++p) {
       const int64_t lo = std::max(u0, first_unit[p]), hi = std::min(u1, first_unit[p + 1]);
-      if (lo >= hi) continue;
-      const WeightMatrix& w = *parts[p].w;
-      RunRows(w, kern, act, n_tokens, (lo - first_unit[p]) * kRowTile,
-              std::min(w.rows, (hi - first_unit[p]) * kRowTile), parts[p].y, parts[p].y_stride);
+      if (lo < hi) run(p, lo - first_unit[p], hi - first_unit[p]);
     }
   });
 }

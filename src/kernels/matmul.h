@@ -69,12 +69,12 @@ struct MatMulPart {
 };
 constexpr int kMaxMatMulParts = 4;
 
-// MatMul of each part (1..kMaxMatMulParts, all with the same cols) over x in one parallel region
-// when they share a type and plain rows (activations prepared once; Q, K and V of a layer, or
-// its FFN gate and up), else one after another; every output is MatMul's bits. after_rows (all
-// parts then have the same rows): called with each range [row_begin, row_end) of rows once every
-// part has them for all tokens, by the thread that computed them (a per-row epilogue, such as
-// the FFN's activation, inside the same region).
+// MatMul of each part (1..kMaxMatMulParts, same cols) over x in one parallel region when they read
+// the same activations, prepared once (plain rows of one type; interleaved rows of one
+// vec_dot_type, as Q4_K and Q6_K); else one after another; every output is MatMul's bits.
+// after_rows (all parts then have the same rows): called with each range [row_begin, row_end) of
+// rows once every part has them for all tokens, by the thread that computed them (a per-row
+// epilogue, such as the FFN's activation, inside the same region).
 void MatMulMany(
     const MatMulPart* parts, int n_parts, const float* x, int64_t x_stride, int64_t n_tokens,
     MatMulScratch& scratch, ThreadPool& pool,

@@ -3,7 +3,8 @@
 // 4-element chunk one 64-byte load (Q4_K: masked or shifted nibbles; Q6_K: nibbles ORed with their
 // two high bits) gives the unsigned codes of all rows, and each token adds its 4 activation codes,
 // broadcast, by one vpdpbusd into a per-group sum (Q6_K's starts at -32 * bsums[g]); vpmulld
-// applies the rows' group scales (Q4_K from 4 tokens: vpdpwssd on half sub-blocks) and Q4_K's mins
+// applies the rows' group scales (from 4 tokens vpdpwssd: Q4_K on half sub-blocks, Q6_K on the
+// sum split into its low byte and the rest by one vpshufb) and Q4_K's mins
 // term is vpdpwssd of each row's min against the token's bsums pairs; IQ4_XS's nibbles become level
 // + 128 by one vpshufb, and each group's sum starts at -128 * (its bsums). Every sum is exact, and
 // the float steps are the scalar twin's (separate multiply and add, no FMA), so every output is the
@@ -23,6 +24,10 @@
 
 namespace lamina::quant_internal {
 namespace {
+
+// Q6_K scales its group sums by split bytes and vpdpwssd from this many tokens (StepQ6K; fewer
+// would wait on the one vpdpwssd chain per token, as Q4_K's would).
+constexpr int kQ6DpwMinTokens = 4;
 
 inline __m512i Broadcast4(const void* p) {
   int32_t v;
@@ -139,8 +144,17 @@ inline __m512i CodesQ6K(const BlockQ6_Kx16& w, int m, int cl, int ch) {
 
 // One Q6_K super-block of the group against N tokens. Group g = 8n + 2m + hh holds elements
 // 128n + 32m + 16hh + (0..15): ql chunk 16n + 8(m % 2) + 4hh + c4, qh chunk 8n + 4hh + c4.
+//
+// The group sum P (|P| <= 63 * 128 * 16 + 32 * 32,768 < 2^21: past a word) is scaled
+// by split bytes (kDpw, from kQ6DpwMinTokens tokens): one vpshufb puts P's low byte, zero-extended,
+// in the low word and P >> 8 in the high word, and one vpdpwssd against (s, 256 * s) adds
+// s * (P & 255) + 256 * s * (P >> 8) = s * P exactly; 256 * s fits a word for s in [-128, 127].
+// Otherwise vpmulld and vpaddd.
 template <int N>
 inline void StepQ6K(const BlockQ6_Kx16& w, const BlockQ8_K* const* a, int64_t i, __m512* acc) {
+  constexpr bool kDpw = N >= kQ6DpwMinTokens;
+  const __m512i split = _mm512_broadcast_i32x4(  // per dword: byte 0, zero, bytes 1 and 2
+      _mm_setr_epi8(0, -128, 1, 2, 4, -128, 5, 6, 8, -128, 9, 10, 12, -128, 13, 14));
   __m512i sumi[N];
 #pragma GCC unroll 8
   for (int t = 0; t < N; ++t) sumi[t] = _mm512_setzero_si512();
@@ -151,8 +165,12 @@ inline void StepQ6K(const BlockQ6_Kx16& w, const BlockQ8_K* const* a, int64_t i,
 #pragma GCC unroll 2
       for (int hh = 0; hh < 2; ++hh) {
         const int g = 8 * n + 2 * m + hh;
-        const __m512i s = _mm512_cvtepi8_epi32(
+        const __m512i s32 = _mm512_cvtepi8_epi32(
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales + 16 * g)));
+        // kDpw: s in the low word, 256 * s in the high word.
+        const __m512i s = kDpw ? _mm512_ternarylogic_epi32(_mm512_set1_epi32(0xFFFF), s32,
+                                                           _mm512_slli_epi32(s32, 24), 0xEA)
+                               : s32;
         __m512i part[N];
 #pragma GCC unroll 8
         for (int t = 0; t < N; ++t) part[t] = _mm512_set1_epi32(-32 * a[t][i].bsums[g]);
@@ -167,7 +185,8 @@ inline void StepQ6K(const BlockQ6_Kx16& w, const BlockQ8_K* const* a, int64_t i,
         }
 #pragma GCC unroll 8
         for (int t = 0; t < N; ++t) {
-          sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(part[t], s));
+          sumi[t] = kDpw ? _mm512_dpwssd_epi32(sumi[t], _mm512_shuffle_epi8(part[t], split), s)
+                         : _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(part[t], s));
         }
       }
     }
