@@ -599,6 +599,8 @@ void Engine::AfterRow(const Row& row, const float* logits, double step_seconds, 
       rec.draft_seconds = s.draft_seconds;
       rec.catch_up_cells = cu.cells;
       rec.catch_up_seconds = std::min(cu.seconds, s.draft_seconds);
+      ++s.spec.asks;
+      s.spec.catch_up_cells += cu.cells;
     }
     s.controller->Record(rec);
   }

@@ -15,6 +15,8 @@ void SpecStats::Add(const SpecStats& o) {
   plain_steps += o.plain_steps;
   emitted += o.emitted;
   draft_seconds += o.draft_seconds;
+  asks += o.asks;
+  catch_up_cells += o.catch_up_cells;
 }
 
 namespace {

@@ -37,6 +37,8 @@ struct SpecStats {
   int64_t plain_steps = 0;   // forward passes over one token
   int64_t emitted = 0;       // tokens emitted by decode steps (verify and plain)
   double draft_seconds = 0.0;
+  int64_t asks = 0;            // steps that called the drafter (a probe, a draft, or none offered)
+  int64_t catch_up_cells = 0;  // positions the drafter caught up with in those calls
   double acceptance() const { return drafted > 0 ? double(accepted) / double(drafted) : 0.0; }
   // Tokens emitted per verify step (accepted drafts + the target's own token).
   double tokens_per_verify() const {
