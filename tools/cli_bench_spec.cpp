@@ -99,6 +99,7 @@ bool PrintSpecBench(const BenchOptions& o, const std::vector<Task>& tasks,
                        {"verify_steps", leg.stats.verify_steps},
                        {"plain_steps", leg.stats.plain_steps},
                        {"drafter_calls", leg.stats.asks},
+                       {"probes", leg.stats.probes},
                        {"catch_up_cells", leg.stats.catch_up_cells},
                        {"emitted", leg.stats.emitted},
                        {"ids_match", leg.ids_match}});
@@ -120,7 +121,7 @@ bool PrintSpecBench(const BenchOptions& o, const std::vector<Task>& tasks,
 }
 
 // What the leg's cost model measured, in plain steps: windows of 2..9 tokens, a draft pass, a
-// caught-up cell ('-': not measured).
+// caught-up cell (short catch-ups, and bulk ones after a pause) ('-': not measured).
 void PrintCosts(const std::string& mode, const spec::CostModel& c) {
   std::printf("costs %-7s window 2..9:", mode.c_str());
   for (int w = 2; w <= 9; ++w) {
@@ -130,25 +131,26 @@ void PrintCosts(const std::string& mode, const spec::CostModel& c) {
       std::printf(" -");
     }
   }
-  std::printf(" | draft pass %.3f | catch-up cell %.3f | acceptance %.2f\n", c.DraftSteps(1),
-              c.CatchUpSteps(1), c.acceptance());
+  std::printf(" | draft pass %.3f | catch-up cell %.3f (bulk %.3f) | acceptance %.2f\n",
+              c.DraftSteps(1), c.CatchUpSteps(1), c.CatchUpSteps(64) / 64, c.acceptance());
 }
 
 // What each speculative leg asked of its drafter, per 1,000 emitted tokens (every round's
-// together): the drafter's calls (drafts, probes, calls that got no draft), the positions it
-// caught up with in them (an MTP head's batched passes over the cells it missed) and the tokens
-// it drafted. Deterministic for a model, unlike the times: a figure to compare controllers by.
+// together): the drafter's calls (drafts, probes, calls that got no draft), the probes, the
+// positions it caught up with in them (an MTP head's batched passes over the cells it missed) and
+// the tokens it drafted. Deterministic for a model, unlike the times: a figure to compare
+// controllers by.
 void PrintDrafterWork(const std::vector<Task>& tasks, const std::vector<std::string>& modes,
                       std::map<std::string, std::map<std::string, Leg>>& legs) {
-  std::printf("%-6s %-7s %14s %16s %15s\n", "task", "spec", "calls per 1k", "catch-up per 1k",
-              "drafted per 1k");
+  std::printf("%-6s %-7s %14s %15s %16s %15s\n", "task", "spec", "calls per 1k", "probes per 1k",
+              "catch-up per 1k", "drafted per 1k");
   for (const Task& t : tasks) {
     for (const std::string& m : modes) {
       if (m == "off") continue;
       const spec::SpecStats& s = legs[t.name][m].stats;
       const double per = 1000.0 / std::max<double>(1.0, static_cast<double>(s.emitted));
-      std::printf("%-6s %-7s %14.1f %16.1f %15.1f\n", t.name, m.c_str(), s.asks * per,
-                  s.catch_up_cells * per, s.drafted * per);
+      std::printf("%-6s %-7s %14.1f %15.1f %16.1f %15.1f\n", t.name, m.c_str(), s.asks * per,
+                  s.probes * per, s.catch_up_cells * per, s.drafted * per);
     }
   }
 }
