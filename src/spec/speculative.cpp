@@ -170,12 +170,15 @@ bool DraftController::Repays(double rate) const {
          horizon * (1.0 - 1.0 / rate) >= costs_->CatchUpSteps(since_ask_);
 }
 
-int DraftController::MaxProbeGap() const {
+double DraftController::ProbeSteps() const {
   // A probe costs the drafter's pass and, when it drafts, a window token (its catch-up, where
-  // it has one, is paid by any later draft as well): at the longest wait, kProbeShare of the
-  // plain steps it follows.
-  const double cost = costs_->DraftSteps(1) + (costs_->WindowSteps(2) - 1.0);
-  return std::clamp(static_cast<int>(std::ceil(cost / kProbeShare)), kMaxGap, kLongestGap);
+  // it has one, is paid by any later draft as well).
+  return costs_->DraftSteps(1) + (costs_->WindowSteps(2) - 1.0);
+}
+
+int DraftController::MaxProbeGap() const {
+  // At the longest wait, a probe costs kProbeShare of the plain steps it follows.
+  return std::clamp(static_cast<int>(std::ceil(ProbeSteps() / kProbeShare)), kMaxGap, kLongestGap);
 }
 
 int DraftController::Plan(int max_tokens) {
@@ -203,6 +206,12 @@ int DraftController::Plan(int max_tokens) {
       until_probe_ = gap_;
       return 0;
     }
+  }
+  // Probes lose at most kProbeShare of the steps run (past two probes' worth): what they cost
+  // beyond the tokens they gave is counted (Record).
+  if (probe_loss_ + ProbeSteps() >
+      kProbeShare * static_cast<double>(emitted_) + 2.0 * ProbeSteps()) {
+    return 0;
   }
   probing_ = true;
   return 1;
@@ -250,6 +259,11 @@ void DraftController::Record(const StepRecord& r) {
   // The next probe waits twice as long (unless drafting resumes: Plan; or the probe's draft
   // was accepted whole: the same wait), but a probe that got no draft from a drafter whose
   // asking is free (lookup: no match) tries again next step.
+  if (probing_ && costs_->has_step()) {  // the steps it took beyond the tokens it gave
+    const double steps = costs_->WindowSteps(r.drafted + 1) + costs_->DraftSteps(1) +
+                         costs_->CatchUpSteps(r.catch_up_cells);
+    probe_loss_ += std::max(0.0, steps - r.emitted);
+  }
   if (probing_ && (r.drafted > 0 || costs_->DraftSteps(1) > 0.01)) {
     if (r.drafted == 0 || r.accepted < r.drafted) gap_ = std::min(MaxProbeGap(), 2 * gap_);
     until_probe_ = gap_;

@@ -125,7 +125,9 @@ struct StepRecord {
 // drafting does not pay, a one-token probe runs after 8 plain steps, the wait doubling after each
 // probe not accepted whole, back to 8 once drafting pays; the wait grows to at least 32 steps and
 // up to the one at which a probe's expected cost (the drafter's pass and the window's extra token)
-// is 1 % of the plain steps between probes (at most 256). A drafter that probes without catching
+// is 1 % of the plain steps between probes (at most 256), and no probe runs while the probes'
+// loss (steps beyond the tokens they gave) would pass 1 % of the tokens emitted plus two probes'
+// cost. A drafter that probes without catching
 // up (Drafter::Probe: an MTP head) pays only that; any other whose catch-up costs more than 0.02
 // steps per missed position is probed only if drafting at its long-run acceptance would repay it.
 class DraftController {
@@ -143,6 +145,8 @@ class DraftController {
   void set_probes_without_catch_up(bool v) { probes_without_catch_up_ = v; }
   // The longest wait between probes, in plain steps.
   int MaxProbeGap() const;
+  // What a probe is expected to cost, in plain steps.
+  double ProbeSteps() const;
 
  private:
   static constexpr int kMinGap = 8, kMaxGap = 32, kLongestGap = 256;
@@ -163,10 +167,11 @@ class DraftController {
   // Decayed, over steps that asked right after asking: cells caught up, and the tokens the
   // previous step accepted (an MTP head re-evaluates those; a draft model keeps them).
   double cu_cells_ = 0.0, cu_accepted_ = 0.0;
-  int since_ask_ = 0;    // positions the drafter is behind: steps since it last caught up
-  int64_t emitted_ = 0;  // tokens this request's decode steps emitted
-  int idle_ = 0;         // plain steps since the drafter was last asked
-  int since_plain_ = 0;  // windows since the last plain step
+  int since_ask_ = 0;        // positions the drafter is behind: steps since it last caught up
+  int64_t emitted_ = 0;      // tokens this request's decode steps emitted
+  int idle_ = 0;             // plain steps since the drafter was last asked
+  double probe_loss_ = 0.0;  // steps this request's probes took beyond the tokens they gave
+  int since_plain_ = 0;      // windows since the last plain step
   int prev_emitted_ = 1;
   bool ever_asked_ = false;
   bool probing_ = false;  // this step's draft is a probe
