@@ -90,7 +90,7 @@ TEST(MtpHead, GreedyAndKvBytesEqualPlainGreedyInEveryKvMode) {
 
 // After plain steps the head catches up with every position it missed in one batched pass at
 // the next draft, reported as catch-up (cells, seconds) for the cost model, and drafts what a
-// head caught up from scratch drafts.
+// head caught up from scratch drafts; a probe before it skips the catch-up and leaves no cell.
 TEST(MtpHead, ResumingCatchesUpInOneBatchedPass) {
   REQUIRE_HEAD();
   std::unique_ptr<Model> m = LoadWithHead();
@@ -114,6 +114,13 @@ TEST(MtpHead, ResumingCatchesUpInOneBatchedPass) {
     history.push_back(ArgMax(*r, n_vocab));
   }
   std::vector<int32_t> draft;
+  // A probe skips the catch-up: one pass in the next free cell, dropped again.
+  const int held = resumed.session().n_past();
+  ASSERT_TRUE(resumed.Probe(history, &draft).ok());
+  EXPECT_LE(draft.size(), 1u);
+  EXPECT_EQ(resumed.last_catch_up().cells, 0);
+  EXPECT_EQ(resumed.last_catch_up().skipped, kPlain);
+  EXPECT_EQ(resumed.session().n_past(), held);
   ASSERT_TRUE(resumed.Draft(history, 3, &draft).ok());
   EXPECT_EQ(resumed.last_catch_up().cells, kPlain);
   EXPECT_GT(resumed.last_catch_up().seconds, 0.0);
@@ -129,6 +136,12 @@ TEST(MtpHead, ResumingCatchesUpInOneBatchedPass) {
   // Drafting again right away: nothing to catch up but the accepted tokens.
   ASSERT_TRUE(resumed.Draft(history, 3, &draft).ok());
   EXPECT_EQ(resumed.last_catch_up().cells, 0);
+  // A probe with nothing missed is a one-token draft.
+  std::vector<int32_t> probe;
+  ASSERT_TRUE(resumed.Probe(history, &probe).ok());
+  EXPECT_EQ(resumed.last_catch_up().skipped, 0);
+  EXPECT_EQ(probe,
+            std::vector<int32_t>(want.begin(), want.begin() + std::min<size_t>(1, want.size())));
 }
 
 // A copy of the head file with keys overwritten or removed and a tensor dropped or replaced by

@@ -3,7 +3,8 @@
 // (ChatML for a model without one), with each speculative mode, in interleaved rounds (every
 // round runs every task × mode once, in a fresh session). Prints per task and mode the median
 // decode tok/s, the median of the per-round ratios to plain decoding, acceptance and tokens per
-// verify step, then what each leg's cost model measured (one per leg, kept across its runs).
+// verify step, what each leg asked of its drafter per 1,000 tokens (calls, caught-up cells,
+// drafted tokens), then what each leg's cost model measured (one per leg, kept across its runs).
 // The output ids are checked equal to plain decoding's (they must be, at temperature 0).
 #include <algorithm>
 #include <cstdio>
@@ -97,6 +98,10 @@ bool PrintSpecBench(const BenchOptions& o, const std::vector<Task>& tasks,
                        {"drafted", leg.stats.drafted},
                        {"verify_steps", leg.stats.verify_steps},
                        {"plain_steps", leg.stats.plain_steps},
+                       {"drafter_calls", leg.stats.asks},
+                       {"probes", leg.stats.probes},
+                       {"catch_up_cells", leg.stats.catch_up_cells},
+                       {"emitted", leg.stats.emitted},
                        {"ids_match", leg.ids_match}});
         continue;
       }
@@ -116,7 +121,7 @@ bool PrintSpecBench(const BenchOptions& o, const std::vector<Task>& tasks,
 }
 
 // What the leg's cost model measured, in plain steps: windows of 2..9 tokens, a draft pass, a
-// caught-up cell ('-': not measured).
+// caught-up cell (short catch-ups, and bulk ones after a pause) ('-': not measured).
 void PrintCosts(const std::string& mode, const spec::CostModel& c) {
   std::printf("costs %-7s window 2..9:", mode.c_str());
   for (int w = 2; w <= 9; ++w) {
@@ -126,8 +131,28 @@ void PrintCosts(const std::string& mode, const spec::CostModel& c) {
       std::printf(" -");
     }
   }
-  std::printf(" | draft pass %.3f | catch-up cell %.3f | acceptance %.2f\n", c.DraftSteps(1),
-              c.CatchUpSteps(1), c.acceptance());
+  std::printf(" | draft pass %.3f | catch-up cell %.3f (bulk %.3f) | acceptance %.2f\n",
+              c.DraftSteps(1), c.CatchUpSteps(1), c.CatchUpSteps(64) / 64, c.acceptance());
+}
+
+// What each speculative leg asked of its drafter, per 1,000 emitted tokens (every round's
+// together): the drafter's calls (drafts, probes, calls that got no draft), the probes, the
+// positions it caught up with in them (an MTP head's batched passes over the cells it missed) and
+// the tokens it drafted. Deterministic for a model, unlike the times: a figure to compare
+// controllers by.
+void PrintDrafterWork(const std::vector<Task>& tasks, const std::vector<std::string>& modes,
+                      std::map<std::string, std::map<std::string, Leg>>& legs) {
+  std::printf("%-6s %-7s %14s %15s %16s %15s\n", "task", "spec", "calls per 1k", "probes per 1k",
+              "catch-up per 1k", "drafted per 1k");
+  for (const Task& t : tasks) {
+    for (const std::string& m : modes) {
+      if (m == "off") continue;
+      const spec::SpecStats& s = legs[t.name][m].stats;
+      const double per = 1000.0 / std::max<double>(1.0, static_cast<double>(s.emitted));
+      std::printf("%-6s %-7s %14.1f %15.1f %16.1f %15.1f\n", t.name, m.c_str(), s.asks * per,
+                  s.probes * per, s.catch_up_cells * per, s.drafted * per);
+    }
+  }
 }
 
 }  // namespace
@@ -197,6 +222,7 @@ int RunBenchSpec(const BenchOptions& o, const Model& model, ThreadPool& pool) {
   }
   const bool ids_match = PrintSpecBench(o, tasks, modes, legs);
   if (!o.json) {
+    PrintDrafterWork(tasks, modes, legs);
     for (const std::string& m : modes) {
       if (setups[m].options.costs) PrintCosts(m, *setups[m].options.costs);
     }

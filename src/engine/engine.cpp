@@ -40,6 +40,7 @@ struct Engine::Slot {
   std::vector<int32_t> draft;
   double draft_seconds = 0.0;  // drafting time of the window in flight
   bool asked = false;          // the drafter was asked this step
+  bool probing = false;        // and that was a probe
   spec::SpecStats spec;        // the request's drafting figures
 };
 
@@ -329,6 +330,9 @@ void Engine::StartInSlot(Slot& slot, uint64_t id, Request request,
   slot.gen = std::make_unique<Generator>(session_.model().tokenizer(), slot.req.params, prompt);
   slot.controller = std::make_unique<spec::DraftController>(config_.spec.options.costs.get(),
                                                             config_.spec.options.adaptive);
+  if (slot.drafter != nullptr) {
+    slot.controller->set_probes_without_catch_up(slot.drafter->probes_without_catch_up());
+  }
   slot.draft.clear();
   slot.drafting = true;
   slot.spec = spec::SpecStats{};
@@ -425,7 +429,10 @@ void Engine::ProposeWindows() {
     if (k <= 0) continue;
     s->asked = true;
     const double t0 = NowSeconds();
-    Status st = s->drafter->Draft(s->gen->history(), k, &s->draft);
+    // A probe may skip the drafter's catch-up (Drafter::Probe).
+    s->probing = s->controller->probing();
+    Status st = s->probing ? s->drafter->Probe(s->gen->history(), &s->draft)
+                           : s->drafter->Draft(s->gen->history(), k, &s->draft);
     s->draft_seconds = NowSeconds() - t0;
     if (!st.ok() || static_cast<int>(s->draft.size()) < std::max(1, draft_min)) {
       s->draft.clear();
@@ -599,11 +606,16 @@ void Engine::AfterRow(const Row& row, const float* logits, double step_seconds, 
       rec.draft_seconds = s.draft_seconds;
       rec.catch_up_cells = cu.cells;
       rec.catch_up_seconds = std::min(cu.seconds, s.draft_seconds);
+      rec.catch_up_skipped = cu.skipped;
+      ++s.spec.asks;
+      s.spec.probes += s.probing;
+      s.spec.catch_up_cells += cu.cells;
     }
     s.controller->Record(rec);
   }
   s.draft.clear();
   s.asked = false;
+  s.probing = false;
   if (w.last.done) {
     Finish(s, StopReason::kNone);
     return;

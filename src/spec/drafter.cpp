@@ -157,16 +157,11 @@ Status MtpDrafter::Draft(const std::vector<int32_t>& history, int max_tokens,
   if (max_tokens <= 0) return Status::Ok();
   Result<const float*> r = Sync(history, n_cells);
   if (!r.ok()) return r.error();
-  const int n_vocab = session_.model().hparams().n_vocab;
   const int d = session_.model().hparams().n_embd;
   SequenceBatch batch;
   for (;;) {
-    const int32_t best = ArgMax(*r, n_vocab);
-    if (p_min_ > 0.0f) {  // the block's own probability of its choice
-      double sum = 0.0;
-      for (int i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>((*r)[i] - (*r)[best]));
-      if (1.0 / sum < p_min_) break;
-    }
+    int32_t best = 0;
+    if (!Propose(*r, &best)) break;
     draft->push_back(best);
     const int cell = session_.n_past();
     if (static_cast<int>(draft->size()) >= max_tokens || cell >= session_.n_ctx()) break;
@@ -191,7 +186,17 @@ Status MtpDrafter::Prepare(const std::vector<int32_t>& prompt) {
   return r.ok() ? Status::Ok() : Status(r.error());
 }
 
-Result<const float*> MtpDrafter::Sync(const std::vector<int32_t>& history, int n_cells) {
+bool MtpDrafter::Propose(const float* logits, int32_t* token) const {
+  const int n_vocab = session_.model().hparams().n_vocab;
+  *token = ArgMax(logits, n_vocab);
+  if (p_min_ <= 0.0f) return true;
+  double sum = 0.0;  // the block's own probability of its choice
+  for (int i = 0; i < n_vocab; ++i)
+    sum += std::exp(static_cast<double>(logits[i] - logits[*token]));
+  return 1.0 / sum >= p_min_;
+}
+
+int MtpDrafter::KeepAgreeing(const std::vector<int32_t>& history, int n_cells) {
   // Keep the cells paired with the target's states whose tokens still agree (h_{c-1} depends
   // on history[0..c-1] alone).
   int keep = std::min(n_real_, n_cells);
@@ -200,7 +205,38 @@ Result<const float*> MtpDrafter::Sync(const std::vector<int32_t>& history, int n
     if (c >= static_cast<int>(cached.size()) || cached[c] != history[c]) keep = c;
   }
   session_.Truncate(keep);
-  keep = session_.n_past();
+  n_real_ = session_.n_past();
+  return n_real_;
+}
+
+Status MtpDrafter::Probe(const std::vector<int32_t>& history, std::vector<int32_t>* draft) {
+  draft->clear();
+  catch_up_ = CatchUpWork{};
+  const int n = static_cast<int>(history.size());
+  if (n <= 0 || target_.n_past(seq_) != n - 1 || target_.n_hidden(seq_) < n - 1 ||
+      n > session_.n_ctx()) {
+    return Status::Ok();
+  }
+  // Cells [0, keep) agree; [keep, n - 1) are the positions missed, cell n - 1 gives the logits.
+  const int keep = KeepAgreeing(history, n);
+  const int missed = n - 1 - keep;
+  if (keep == 0 || missed <= kProbeLag) return Draft(history, 1, draft);
+  // (history[n-1], h_{n-2}) in the next free cell, `missed` positions early.
+  const int d = session_.model().hparams().n_embd;
+  embd_.assign(target_.Hidden(seq_, n - 2), target_.Hidden(seq_, n - 2) + d);
+  SequenceBatch batch;
+  batch.Add(history[n - 1], 0, keep, true);
+  Result<const float*> r = session_.Decode(batch, embd_.data());
+  if (!r.ok()) return r.error();
+  int32_t best = 0;
+  if (Propose(*r, &best)) draft->push_back(best);
+  session_.Truncate(keep);  // the probe's cell is not the position it stands for
+  catch_up_.skipped = missed;
+  return Status::Ok();
+}
+
+Result<const float*> MtpDrafter::Sync(const std::vector<int32_t>& history, int n_cells) {
+  int keep = KeepAgreeing(history, n_cells);
   if (keep >= n_cells) {  // the last cell is re-evaluated for its logits
     session_.Truncate(n_cells - 1);
     keep = session_.n_past();

@@ -31,6 +31,15 @@ class Drafter {
     (void)prompt;
     return Status::Ok();
   }
+  // A one-token draft that tells the controller whether drafting pays again (a probe while
+  // drafting is paused). By default a Draft of one token; a drafter that would first catch up
+  // with the positions it missed (an MTP head) may skip that and propose from what it holds
+  // (last_catch_up().skipped): a cheaper, rougher proposal, checked by the target like any draft.
+  virtual Status Probe(const std::vector<int32_t>& history, std::vector<int32_t>* draft) {
+    return Draft(history, 1, draft);
+  }
+  // Whether Probe skips the catch-up (its cost is then the drafter's pass alone).
+  virtual bool probes_without_catch_up() const { return false; }
   // The target accepted n_accepted of the last draft's n_drafted tokens.
   virtual void Accepted(int n_drafted, int n_accepted) {
     (void)n_drafted;
@@ -42,6 +51,7 @@ class Drafter {
   struct CatchUpWork {
     int cells = 0;
     double seconds = 0.0;
+    int skipped = 0;  // positions a Probe left to catch up (the drafter is that far behind)
   };
   CatchUpWork last_catch_up() const { return catch_up_; }
   // The drafter's own cache (a draft model's or an MTP block's session; none for lookup):
@@ -115,7 +125,10 @@ class ModelDrafter : public Drafter {
 // early when the block's probability of its choice falls below p_min (no draft when the first
 // one's does). Prepare catches the block's cells up with the prompt (prompt time); each Draft
 // first catches them up with every position the target evaluated since, keeping the cells whose
-// tokens still agree and dropping the chained ones.
+// tokens still agree and dropping the chained ones. A Probe more than kProbeLag positions behind
+// skips that catch-up: it evaluates (history's last token, the target's last state) in the
+// block's next free cell, a position short by the cells it missed, and drops that cell again, so
+// a paused head costs one block pass per probe instead of a pass over every missed position.
 class MtpDrafter : public Drafter {
  public:
   // target: the session the drafts are verified in, holding the history in sequence `seq`;
@@ -127,10 +140,17 @@ class MtpDrafter : public Drafter {
   Status Prepare(const std::vector<int32_t>& prompt) override;
   Status Draft(const std::vector<int32_t>& history, int max_tokens,
                std::vector<int32_t>* draft) override;
+  Status Probe(const std::vector<int32_t>& history, std::vector<int32_t>* draft) override;
+  bool probes_without_catch_up() const override { return true; }
   const Session& session() const { return session_; }
   CacheBytes cache_bytes() const override { return SessionCacheBytes(session_); }
+  static constexpr int kProbeLag = 4;  // a probe this few positions behind catches up first
 
  private:
+  // The cells [0, keep) still in line with history (their tokens agree), the others dropped.
+  int KeepAgreeing(const std::vector<int32_t>& history, int n_cells);
+  // The proposal from logits `r` (none when the block's probability of it is below p_min).
+  bool Propose(const float* logits, int32_t* token) const;
   // Evaluates cells [keep, n_cells) of the block: (h_{c-1}, history[c]); returns the last
   // row's logits.
   Result<const float*> CatchUp(const std::vector<int32_t>& history, int keep, int n_cells);

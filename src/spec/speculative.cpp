@@ -15,6 +15,9 @@ void SpecStats::Add(const SpecStats& o) {
   plain_steps += o.plain_steps;
   emitted += o.emitted;
   draft_seconds += o.draft_seconds;
+  asks += o.asks;
+  probes += o.probes;
+  catch_up_cells += o.catch_up_cells;
 }
 
 namespace {
@@ -27,9 +30,10 @@ constexpr double kMargin = 0.03;        // the gain a draft must promise over a 
 constexpr double kDecay = 0.9;          // a request's outcomes kept per window
 constexpr double kPrior = 2.0;          // positions the long-run acceptance is worth
 constexpr double kProbeCatchUp = 0.02;  // steps per missed cell a probe may pay to catch up
-constexpr int kHorizon = 32;
-constexpr double kFreeSteps = 0.25;  // extra steps a draft beyond the earned length may cost //
-                                     // tokens a resumed drafter is expected to run for
+constexpr int kHorizon = 32;          // the fewest tokens a resumed drafter is expected to run for
+constexpr double kFreeSteps = 0.25;   // extra steps a draft beyond the earned length may cost
+constexpr double kBulkPrior = 0.25;   // a bulk catch-up cell against a short one, unmeasured
+constexpr double kProbeShare = 0.01;  // a probe's cost over the plain steps before it, at most
 }  // namespace
 
 void CostModel::Observe(int entry, double log_seconds) {
@@ -59,7 +63,7 @@ void CostModel::ObserveDraft(int passes, double seconds) {
 
 void CostModel::ObserveCatchUp(int cells, double seconds) {
   if (cells < 1 || !(seconds >= 0.0)) return;
-  Observe(kCatchUp, std::log(std::max(seconds, 1e-9) / cells));
+  Observe(cells > kBulkCells ? kBulkCatchUp : kCatchUp, std::log(std::max(seconds, 1e-9) / cells));
 }
 
 void CostModel::ObserveAcceptance(int drafted, int accepted) {
@@ -109,7 +113,10 @@ double CostModel::DraftSteps(double passes) const {
 }
 
 double CostModel::CatchUpSteps(double cells) const {
-  return n_[kCatchUp] > 0 && has_step() ? cells * Ratio(kCatchUp) : 0.0;
+  if (!has_step()) return 0.0;
+  if (cells > kBulkCells && n_[kBulkCatchUp] > 0) return cells * Ratio(kBulkCatchUp);
+  if (n_[kCatchUp] == 0) return 0.0;
+  return cells * Ratio(kCatchUp) * (cells > kBulkCells ? kBulkPrior : 1.0);
 }
 
 double DraftController::acceptance() const {
@@ -156,9 +163,22 @@ int DraftController::Limit(int max_tokens) const {
 
 bool DraftController::Repays(double rate) const {
   // A drafter that must catch up first (one batched pass over the positions it missed) is
-  // asked only when the time expected to be saved over the next tokens covers it.
+  // asked only when the time expected to be saved over the next tokens covers it: a request is
+  // expected to go on for about as long as it has run (at least kHorizon tokens).
+  const double horizon = std::max<double>(kHorizon, static_cast<double>(emitted_));
   return since_ask_ == 0 || !ever_asked_ ||
-         kHorizon * (1.0 - 1.0 / rate) >= costs_->CatchUpSteps(since_ask_);
+         horizon * (1.0 - 1.0 / rate) >= costs_->CatchUpSteps(since_ask_);
+}
+
+double DraftController::ProbeSteps() const {
+  // A probe costs the drafter's pass and, when it drafts, a window token (its catch-up, where
+  // it has one, is paid by any later draft as well).
+  return costs_->DraftSteps(1) + (costs_->WindowSteps(2) - 1.0);
+}
+
+int DraftController::MaxProbeGap() const {
+  // At the longest wait, a probe costs kProbeShare of the plain steps it follows.
+  return std::clamp(static_cast<int>(std::ceil(ProbeSteps() / kProbeShare)), kMaxGap, kLongestGap);
 }
 
 int DraftController::Plan(int max_tokens) {
@@ -179,7 +199,7 @@ int DraftController::Plan(int max_tokens) {
   if (until_probe_ > 0) return 0;
   // A probe of one token (the costs may have changed too), unless the drafter must first catch
   // up at a price that drafting at its long-run acceptance would not repay (a losing MTP head).
-  if (costs_->CatchUpSteps(since_ask_) > kProbeCatchUp * since_ask_) {
+  if (!probes_without_catch_up_ && costs_->CatchUpSteps(since_ask_) > kProbeCatchUp * since_ask_) {
     int k_opt = 0;
     const double opt = BestRate(max_tokens, std::max(acceptance(), costs_->acceptance()), &k_opt);
     if (k_opt == 0 || !Repays(opt)) {
@@ -187,18 +207,36 @@ int DraftController::Plan(int max_tokens) {
       return 0;
     }
   }
+  // Probes lose at most kProbeShare of the steps run (past two probes' worth): what they cost
+  // beyond the tokens they gave is counted (Record).
+  if (probe_loss_ + ProbeSteps() >
+      kProbeShare * static_cast<double>(emitted_) + 2.0 * ProbeSteps()) {
+    return 0;
+  }
   probing_ = true;
   return 1;
 }
 
 void DraftController::Record(const StepRecord& r) {
   if (r.window_seconds > 0.0) costs_->ObserveWindow(r.drafted + 1, r.window_seconds);
+  emitted_ += r.emitted;
   since_plain_ = r.drafted > 0 ? since_plain_ + 1 : 0;
   if (r.drafted == 0 && until_probe_ > 0) --until_probe_;
   if (!r.asked) {
     ++since_ask_;
+    ++idle_;
     prev_emitted_ = r.emitted;
     return;
+  }
+  // Evidence ages with the plain steps since the drafter was last asked too (a probe after a
+  // long pause tells more about the text now than the windows before it).
+  if (idle_ > 0) {
+    const double age = std::pow(kDecay, static_cast<double>(idle_) / kControlGap);
+    hits_ *= age;
+    misses_ *= age;
+    asks_ *= age;
+    offers_ *= age;
+    idle_ = 0;
   }
   if (r.draft_seconds > 0.0) {
     costs_->ObserveDraft(std::max(1, r.drafted), r.draft_seconds - r.catch_up_seconds);
@@ -218,15 +256,22 @@ void DraftController::Record(const StepRecord& r) {
     misses_ = kDecay * misses_ + (r.accepted < r.drafted ? 1.0 : 0.0);
     costs_->ObserveAcceptance(r.drafted, r.accepted);
   }
-  // The next probe waits twice as long (unless drafting resumes: Plan), but a probe that got
-  // no draft from a drafter whose asking is free (lookup: no match) tries again next step.
+  // The next probe waits twice as long (unless drafting resumes: Plan; or the probe's draft
+  // was accepted whole: the same wait), but a probe that got no draft from a drafter whose
+  // asking is free (lookup: no match) tries again next step.
+  if (probing_ && costs_->has_step()) {  // the steps it took beyond the tokens it gave
+    const double steps = costs_->WindowSteps(r.drafted + 1) + costs_->DraftSteps(1) +
+                         costs_->CatchUpSteps(r.catch_up_cells);
+    probe_loss_ += std::max(0.0, steps - r.emitted);
+  }
   if (probing_ && (r.drafted > 0 || costs_->DraftSteps(1) > 0.01)) {
-    gap_ = std::min(kMaxGap, 2 * gap_);
+    if (r.drafted == 0 || r.accepted < r.drafted) gap_ = std::min(MaxProbeGap(), 2 * gap_);
     until_probe_ = gap_;
   }
   probing_ = false;
   ever_asked_ = true;
-  since_ask_ = 0;
+  // A probe that skipped the catch-up leaves the drafter behind by what it missed and this step.
+  since_ask_ = r.catch_up_skipped > 0 ? r.catch_up_skipped + r.emitted : 0;
   prev_emitted_ = r.emitted;
 }
 

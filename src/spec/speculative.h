@@ -37,6 +37,9 @@ struct SpecStats {
   int64_t plain_steps = 0;   // forward passes over one token
   int64_t emitted = 0;       // tokens emitted by decode steps (verify and plain)
   double draft_seconds = 0.0;
+  int64_t asks = 0;            // steps that called the drafter (a probe, a draft, or none offered)
+  int64_t probes = 0;          // of which probes (one token, while drafting is paused)
+  int64_t catch_up_cells = 0;  // positions the drafter caught up with in those calls
   double acceptance() const { return drafted > 0 ? double(accepted) / double(drafted) : 0.0; }
   // Tokens emitted per verify step (accepted drafts + the target's own token).
   double tokens_per_verify() const {
@@ -60,6 +63,7 @@ struct SpecStats {
 class CostModel {
  public:
   static constexpr int kMaxWindow = 64;  // longer windows are costed as this one
+  static constexpr int kBulkCells = 8;   // a longer catch-up is priced as a bulk one
   void ObserveWindow(int n_tokens, double seconds);
   void ObserveDraft(int passes, double seconds);
   void ObserveCatchUp(int cells, double seconds);
@@ -68,7 +72,10 @@ class CostModel {
   bool has_step() const { return n_[1] > 0; }
   bool measured(int n_tokens) const;
   // In plain steps: a window of n_tokens (1 for one token), `passes` drafter passes, `cells`
-  // cells of catch-up (0 while not measured: the first use measures them).
+  // cells of catch-up (0 while not measured: the first use measures them). Catch-ups of more
+  // than kBulkCells cells (after a pause) are priced apart from the short ones (the accepted
+  // drafts' cells, where a pass's fixed cost is most of it): before one is measured, at a
+  // quarter of a short one's price per cell (optimistic, so that a resumption gets tried).
   double WindowSteps(int n_tokens) const;
   double DraftSteps(double passes) const;
   double CatchUpSteps(double cells) const;
@@ -78,11 +85,13 @@ class CostModel {
  private:
   static constexpr int kDraft = kMaxWindow + 1;
   static constexpr int kCatchUp = kMaxWindow + 2;
+  static constexpr int kBulkCatchUp = kMaxWindow + 3;
   void Observe(int entry, double log_seconds);
   double Ratio(int entry) const;              // entry's time over a plain step's
-  std::array<double, kMaxWindow + 3> log_{};  // [entry] log seconds: windows by length, then
-                                              // per draft pass, per caught-up cell
-  std::array<int, kMaxWindow + 3> n_{};       // [entry] observations
+  std::array<double, kMaxWindow + 4> log_{};  // [entry] log seconds: windows by length, then
+                                              // per draft pass, per caught-up cell (short
+                                              // catch-ups, bulk ones)
+  std::array<int, kMaxWindow + 4> n_{};       // [entry] observations
   double acc_hits_ = 0.0, acc_misses_ = 0.0;  // decayed per-position outcomes
 };
 
@@ -96,10 +105,12 @@ struct StepRecord {
   double draft_seconds = 0.0;   // the drafter's call, catch-up included
   int catch_up_cells = 0;       // positions the drafter caught up with in that call
   double catch_up_seconds = 0.0;
+  int catch_up_skipped = 0;  // positions a probe left to catch up (Drafter::Probe)
 };
 
 // Decides per step how many tokens to draft, 0 for a plain step. With acceptance a per
-// position (geometric: this request's outcomes, decayed per window, with the cost model's
+// position (geometric: this request's outcomes, decayed per window and by 0.9 per 32 plain
+// steps between asks, with the cost model's
 // long-run figure as a prior worth two positions), a draft of k gives E = 1 + a + ... + a^k
 // tokens per step; asking costs DraftSteps(k) + CatchUpSteps(E - 1) (an MTP head re-evaluates
 // the accepted tokens' cells; a draft model keeps them: measured per drafter) and the window
@@ -109,11 +120,16 @@ struct StepRecord {
 // not (long windows are earned, so a wrong prior stays cheap), or longer where its window and
 // draft cost at most a quarter step more (a bandwidth-bound model: up to the maximum). After 32
 // windows in a row one plain step times the unit again. A drafter that must catch up first (a
-// paused MTP head: one batched pass) is asked again only when the gain expected over the next 32
-// tokens covers that catch-up. While drafting does not pay, a one-token probe runs after 8 plain
-// steps, the wait doubling (to 32) after each probe and back to 8 once drafting pays; a drafter
-// whose catch-up costs more than 0.02 steps per missed position is probed only if drafting at its
-// long-run acceptance would repay it.
+// paused MTP head: one batched pass) is asked again only when the gain expected over the next
+// tokens (as many as the request has emitted so far, at least 32) covers that catch-up. While
+// drafting does not pay, a one-token probe runs after 8 plain steps, the wait doubling after each
+// probe not accepted whole, back to 8 once drafting pays; the wait grows to at least 32 steps and
+// up to the one at which a probe's expected cost (the drafter's pass and the window's extra token)
+// is 1 % of the plain steps between probes (at most 256), and no probe runs while the probes'
+// loss (steps beyond the tokens they gave) would pass 1 % of the tokens emitted plus two probes'
+// cost. A drafter that probes without catching
+// up (Drafter::Probe: an MTP head) pays only that; any other whose catch-up costs more than 0.02
+// steps per missed position is probed only if drafting at its long-run acceptance would repay it.
 class DraftController {
  public:
   // costs: shared, outlives the controller; adaptive false: always draft max_tokens.
@@ -123,9 +139,17 @@ class DraftController {
   void Record(const StepRecord& r);
   // The acceptance per position this request's plan uses.
   double acceptance() const;
+  // Whether the step Plan just planned is a probe (the engine asks Drafter::Probe).
+  bool probing() const { return probing_; }
+  // The drafter probes without catching up (Drafter::probes_without_catch_up).
+  void set_probes_without_catch_up(bool v) { probes_without_catch_up_ = v; }
+  // The longest wait between probes, in plain steps.
+  int MaxProbeGap() const;
+  // What a probe is expected to cost, in plain steps.
+  double ProbeSteps() const;
 
  private:
-  static constexpr int kMinGap = 8, kMaxGap = 32;
+  static constexpr int kMinGap = 8, kMaxGap = 32, kLongestGap = 256;
   static constexpr int kControlGap = 32;  // windows in a row before a plain step is timed
   // Expected tokens per plain-step time drafting k at acceptance a.
   double Rate(int k, double a) const;
@@ -143,12 +167,16 @@ class DraftController {
   // Decayed, over steps that asked right after asking: cells caught up, and the tokens the
   // previous step accepted (an MTP head re-evaluates those; a draft model keeps them).
   double cu_cells_ = 0.0, cu_accepted_ = 0.0;
-  int since_ask_ = 0;    // plain steps since the drafter was last asked
-  int since_plain_ = 0;  // windows since the last plain step
+  int since_ask_ = 0;        // positions the drafter is behind: steps since it last caught up
+  int64_t emitted_ = 0;      // tokens this request's decode steps emitted
+  int idle_ = 0;             // plain steps since the drafter was last asked
+  double probe_loss_ = 0.0;  // steps this request's probes took beyond the tokens they gave
+  int since_plain_ = 0;      // windows since the last plain step
   int prev_emitted_ = 1;
   bool ever_asked_ = false;
   bool probing_ = false;  // this step's draft is a probe
-  int gap_ = kMinGap;     // plain steps between probes
+  bool probes_without_catch_up_ = false;
+  int gap_ = kMinGap;  // plain steps between probes
   int until_probe_ = 0;
   int cap_ = 2;  // the longest draft the evidence allows so far
 };
