@@ -4,9 +4,10 @@
 // adds its 4 codes, broadcast to all lanes, by one vpdpbusd; the int32 lanes start at -C * sum(q)
 // (C = 128, 8), so after 8 chunks each holds its row's exact block dot. Then per block and token:
 // convert, (d_w * d_a), multiply and add, lane by lane as the scalar twin (separate multiply and
-// add, no FMA), so every output is the scalar vec_dot's bits. GCC 12's AVX-512 headers
-// self-initialise their "undefined" vectors, which -Wall reports at every inlined intrinsic (GCC
-// PR105593); the warnings say nothing about this file.
+// add, no FMA), so every output is the scalar vec_dot's bits. Q5_0 (BlockQ5_0x16, below) keeps
+// the SIMD row kernel's eight-lane order instead, a pair of rows per register. GCC 12's AVX-512
+// headers self-initialise their "undefined" vectors, which -Wall reports at every inlined intrinsic
+// (GCC PR105593); the warnings say nothing about this file.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
