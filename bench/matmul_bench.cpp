@@ -75,7 +75,8 @@ void BM_MatMul(benchmark::State& state) {
 BENCHMARK(BM_MatMul)
     ->ArgsProduct({{int(GgmlType::kQ8_0), int(GgmlType::kQ4_0), int(GgmlType::kQ4_K),
                     int(GgmlType::kQ6_K), int(GgmlType::kF16), int(GgmlType::kIQ4_NL),
-                    int(GgmlType::kIQ4_XS), int(GgmlType::kMXFP4), int(GgmlType::kNVFP4)},
+                    int(GgmlType::kIQ4_XS), int(GgmlType::kMXFP4), int(GgmlType::kNVFP4),
+                    int(GgmlType::kQ5_0)},
                    {1, 8, 64},
                    {1, 2}})
     ->UseRealTime();
@@ -108,7 +109,8 @@ void BM_MatMulInterleaved(benchmark::State& state) {
 BENCHMARK(BM_MatMulInterleaved)
     ->ArgsProduct({{int(GgmlType::kQ8_0), int(GgmlType::kQ4_0), int(GgmlType::kQ4_K),
                     int(GgmlType::kQ5_K), int(GgmlType::kQ6_K), int(GgmlType::kIQ4_NL),
-                    int(GgmlType::kIQ4_XS), int(GgmlType::kMXFP4), int(GgmlType::kNVFP4)},
+                    int(GgmlType::kIQ4_XS), int(GgmlType::kMXFP4), int(GgmlType::kNVFP4),
+                    int(GgmlType::kQ5_0)},
                    {1, 8, 64},
                    {1, 2}})
     ->UseRealTime();

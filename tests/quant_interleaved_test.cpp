@@ -4,8 +4,9 @@
 // and place in the batch, and writes nothing past its tile; the matmul on an interleaved matrix
 // (whole groups, and a row range cutting groups) equals that too; Q4_K, Q5_K, Q6_K and IQ4_XS
 // (BlockQ4_Kx16 / BlockQ5_Kx16 / BlockQ6_Kx16 / BlockIQ4_XSx16) give their scalar twin's bits the
-// same way, within the K-quant bound of vec_dot; the loader repacks a model's matmul weights
-// (gpt-oss's MXFP4 expert stacks too) and keeps the embedding as rows.
+// same way, within the K-quant bound of vec_dot; Q5_0 (BlockQ5_0x16) gives the vec_dot of its own
+// ISA; the loader repacks a model's matmul weights (gpt-oss's MXFP4 expert stacks too) and keeps
+// the embedding as rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "gguf/gguf.h"
 #include "kernels/matmul.h"
 #include "model/weight_loader.h"
+#include "quant/kernel_registry.h"
 #include "quant/quant.h"
 #include "quant_random.h"
 #include "util/thread_pool.h"
@@ -429,8 +431,9 @@ TEST(InterleavedK, MatMulEqualsScalarTwin) {
   for (GgmlType t : kKTypes) ExpectKMatMulEqualsScalarTwin(t, rng, pool);
 }
 
-// The loader repacks a file's Q8_0 (Q4_K / Q6_K, IQ4_XS) matmul weights (the same results as the
-// mapped rows) and keeps the embedding, read by rows, as it is; without a store it repacks nothing.
+// The loader repacks a file's Q8_0 (Q4_K / Q6_K, IQ4_XS, Q5_0) matmul weights (the same results as
+// the mapped rows) and keeps the embedding, read by rows, as it is; without a store it repacks
+// nothing.
 TEST(Interleaved, LoaderRepacksMatMulWeightsOnly) {
   auto file =
       gguf::File::Open(std::string(LAMINA_SHARED_DIR) + "/models/synth-llama-d128.Q8_0.gguf");
@@ -511,6 +514,124 @@ TEST(Interleaved, LoaderRepacksMatMulWeightsOnly) {
   MatMul(wq, x.data(), 128, 5, y0.data(), 128, scratch, pool);
   MatMul(plain, x.data(), 128, 5, y1.data(), 128, scratch, pool);
   for (size_t i = 0; i < y0.size(); ++i) ASSERT_NEAR(y0[i], y1[i], 1e-4f * (1 + std::fabs(y1[i])));
+  // A Q4_K_M file whose 128-wide rows fell back to Q5_0: repacked where the ISA has a Q5_0 layout
+  // (scalar, AVX-512), with the mapped rows' bits.
+  auto q5 =
+      gguf::File::Open(std::string(LAMINA_SHARED_DIR) + "/models/synth-llama-d128.Q4_K_M.gguf");
+  ASSERT_TRUE(q5.ok()) << q5.error().message;
+  std::vector<WeightBuffer> q5_store;
+  WeightLoader q5_loader(**q5, &q5_store);
+  const WeightMatrix q5_q = q5_loader.Matrix("blk.0.attn_q.weight", 128, 128);
+  ASSERT_TRUE(q5_loader.status().ok());
+  EXPECT_EQ(q5_q.type, GgmlType::kQ5_0);
+  EXPECT_EQ(q5_q.interleave, DetectIsa() == Isa::kAvx2 ? 0 : kQ8_0x16Rows);
+  WeightLoader q5_plain_loader(**q5);
+  const WeightMatrix q5_plain = q5_plain_loader.Matrix("blk.0.attn_q.weight", 128, 128);
+  EXPECT_EQ(q5_plain.interleave, 0);
+  MatMul(q5_q, x.data(), 128, 5, y0.data(), 128, scratch, pool);
+  MatMul(q5_plain, x.data(), 128, 5, y1.data(), 128, scratch, pool);
+  for (size_t i = 0; i < y0.size(); ++i) ASSERT_EQ(F32ToBits(y0[i]), F32ToBits(y1[i])) << i;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q5_0 (BlockQ5_0x16): each ISA keeps its row kernel's order, so an interleaved kernel gives the
+// vec_dot of its own ISA bit for bit (scalar: GGML's per-block order; AVX-512: eight float lanes
+// per row, whose scalar twin is GemmQ5_0x16Lanes), for every batch size and place. AVX2 keeps
+// Q5_0 in plain rows (no interleaved layout at that ISA).
+
+TEST(InterleavedQ5_0, KernelEqualsItsIsaVecDotBitForBit) {
+  constexpr GgmlType kType = GgmlType::kQ5_0;
+  std::mt19937 rng(47);
+  const TypeKernels& scalar = GetKernels(kType, Isa::kScalar);
+  ASSERT_EQ(scalar.interleave_rows, kQ8_0x16Rows);
+  const int g = kQ8_0x16Rows;
+  for (const int64_t k : {int64_t{32}, int64_t{352}, int64_t{1024}}) {
+    SCOPED_TRACE(k);
+    const size_t row_bytes = RowSize(kType, k);
+    const std::vector<uint8_t> rows = RandomWeightRow(kType, k * g, rng);  // [g][row_bytes]
+    std::vector<uint8_t> group(rows.size());  // one interleaved group of the g rows
+    scalar.repack(rows.data(), row_bytes, k, group.data());
+    const Acts a = MakeActs(k, kMaxMultiDot, rng);
+    // The SIMD row kernels' order, as the scalar lane twin computes it.
+    float lanes[kMaxMultiDot][kQ8_0x16Rows];  // [token][row]
+    quant_internal::GemmQ5_0x16Lanes(k, group.data(), a.wide.data(), a.wide_row, kMaxMultiDot,
+                                     &lanes[0][0], g);
+    for (Isa isa : SupportedIsas()) {
+      const TypeKernels& kern = GetKernels(kType, isa);
+      float want[kMaxMultiDot][kQ8_0x16Rows];  // [token][row]: this ISA's vec_dot
+      for (int t = 0; t < kMaxMultiDot; ++t) {
+        for (int r = 0; r < g; ++r) {
+          kern.vec_dot(k, &want[t][r], rows.data() + r * row_bytes, a.q8.data() + t * a.q8_row);
+          if (isa != Isa::kScalar) {
+            ASSERT_EQ(F32ToBits(lanes[t][r]), F32ToBits(want[t][r]))
+                << IsaName(isa) << " lane twin, token " << t << " row " << r;
+          }
+        }
+      }
+      if (isa == Isa::kAvx2) {
+        EXPECT_EQ(kern.interleave_rows, 0);
+        EXPECT_EQ(kern.gemm_interleaved, nullptr);
+        continue;
+      }
+      ASSERT_EQ(kern.interleave_rows, g);
+      ASSERT_EQ(kern.repack, scalar.repack);
+      ASSERT_NE(kern.gemm_interleaved, nullptr);
+      if (isa != Isa::kScalar) {
+        EXPECT_NE(kern.gemm_interleaved, scalar.gemm_interleaved);
+      }
+      for (int n = 1; n <= kMaxMultiDot; ++n) {
+        for (int t0 = 0; t0 + n <= kMaxMultiDot; ++t0) {
+          const size_t stride = g + 3;
+          std::vector<float> out(stride * (n + 1), -12345.0f);  // [n + 1][stride]
+          kern.gemm_interleaved(k, group.data(), a.wide.data() + t0 * a.wide_row, a.wide_row, n,
+                                out.data(), stride);
+          for (int t = 0; t < n; ++t) {
+            for (int r = 0; r < g; ++r) {
+              ASSERT_EQ(F32ToBits(out[t * stride + r]), F32ToBits(want[t0 + t][r]))
+                  << IsaName(isa) << " n " << n << " token " << t0 + t << " row " << r;
+            }
+            for (size_t r = g; r < stride; ++r) ASSERT_EQ(out[t * stride + r], -12345.0f);
+          }
+          for (size_t r = 0; r < stride; ++r) ASSERT_EQ(out[n * stride + r], -12345.0f);
+        }
+      }
+    }
+  }
+}
+
+// The matmul over an interleaved Q5_0 copy equals the plain rows' matmul bit for bit (the
+// default ISA's vec_dot), for decode, small and large batches and row ranges cutting groups.
+TEST(InterleavedQ5_0, MatMulEqualsPlainRowsBitForBit) {
+  constexpr GgmlType kType = GgmlType::kQ5_0;
+  std::mt19937 rng(53);
+  ThreadPool pool(2);
+  const int64_t rows = 48, cols = 352;
+  const std::vector<uint8_t> data = RandomWeightRow(kType, rows * cols, rng);
+  const WeightMatrix plain{kType, rows, cols, RowSize(kType, cols), data.data()};
+  if (!CanInterleave(plain)) {
+    EXPECT_EQ(DetectIsa(), Isa::kAvx2);
+    GTEST_SKIP() << "Q5_0 has no interleaved layout at this ISA";
+  }
+  std::vector<uint8_t> buf(data.size());  // the interleaved copy: [rows / 16 groups]
+  const WeightMatrix w = InterleaveInto(plain, buf.data());
+  EXPECT_EQ(w.interleave, kQ8_0x16Rows);
+  for (int64_t n_tokens : {1, 3, 9, 20}) {
+    const std::vector<float> x = RandomFloats(n_tokens * cols, rng);
+    for (auto [lo, hi] : {std::pair<int64_t, int64_t>{0, rows}, {5, 27}, {16, 32}}) {
+      std::vector<float> y(static_cast<size_t>(n_tokens * rows), NAN);  // [n_tokens, rows]
+      std::vector<float> want(y.size(), NAN);                           // [n_tokens, rows]
+      MatMulScratch scratch;
+      MatMulRows(w, lo, hi, x.data(), cols, n_tokens, y.data(), rows, scratch, pool);
+      MatMulRows(plain, lo, hi, x.data(), cols, n_tokens, want.data(), rows, scratch, pool);
+      for (size_t i = 0; i < y.size(); ++i) {
+        if (std::isnan(want[i])) {
+          ASSERT_TRUE(std::isnan(y[i])) << "wrote outside the range at " << i;
+          continue;
+        }
+        ASSERT_EQ(F32ToBits(y[i]), F32ToBits(want[i])) << "tokens " << n_tokens << " at " << i;
+      }
+    }
+  }
 }
 
 }  // namespace

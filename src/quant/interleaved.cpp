@@ -1,9 +1,13 @@
-// Interleaved Q8_0, Q4_0, IQ4_NL and MXFP4 weights (BlockQ8_0x16, BlockQ4_0x16, BlockIQ4_NLx16,
-// BlockMXFP4x16): the repack the loader runs once per weight matrix, the activation widening
-// (Q8_0ToAct) and the scalar twins of the interleaved matmul kernels. The kernels' per-row order is
-// scalar VecDotQ8_0's / VecDotQ4_0's / VecDotTable4's: per block the exact integer dot, then
-// sumf += float(sumi) * (d_w * d_a) in block order (the two products commute bit for bit), so every
-// ISA's interleaved kernel gives the scalar vec_dot's bits.
+// Interleaved Q8_0, Q4_0, IQ4_NL, MXFP4 and Q5_0 weights (BlockQ8_0x16, BlockQ4_0x16,
+// BlockIQ4_NLx16, BlockMXFP4x16, BlockQ5_0x16): the repack the loader runs once per weight matrix,
+// the activation widening (Q8_0ToAct) and the scalar twins of the interleaved matmul kernels. The
+// kernels' per-row order is scalar VecDotQ8_0's / VecDotQ4_0's / VecDotTable4's: per block the
+// exact integer dot, then sumf += float(sumi) * (d_w * d_a) in block order (the two products
+// commute bit for bit), so every ISA's interleaved kernel gives the scalar vec_dot's bits. Q5_0
+// keeps each ISA's vec_dot order instead (its SIMD row kernels sum eight float lanes, and its
+// interleaved kernels reproduce that): the scalar twin here is VecDotQ5_0's order,
+// GemmQ5_0x16Lanes the SIMD one.
+#include <cmath>
 #include <cstring>
 
 #include "quant/kernel_registry.h"
@@ -98,6 +102,18 @@ struct MXFP4x16 {
   static float Scale(const Block& b, int r) { return E8M0ToF32Half(b.e[r]); }
 };
 
+// Q5_0: row-major fields per block (BlockQ5_0x16); u = q + 16 = nibble | fifth bit << 4.
+struct Q5_0x16 {
+  using Block = BlockQ5_0x16;
+  static constexpr int kOffset = 16;
+  static int Code(const Block& b, int r, int j) {
+    const int jj = j % (kQK / 2);
+    const uint8_t v = b.qs[kQK / 2 * r + jj];
+    const int nib = j < kQK / 2 ? v & 0x0F : v >> 4;
+    return nib | (b.qh[kQK / 8 * r + j / 8] >> (j % 8) & 1) << 4;
+  }
+};
+
 template <class L>
 void Repack(const void* src, size_t row_bytes, int64_t k, void* dst) {
   const auto* s = static_cast<const uint8_t*>(src);
@@ -142,6 +158,49 @@ void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, i
 
 }  // namespace
 
+void RepackQ5_0x16(const void* src, size_t row_bytes, int64_t k, void* dst) {
+  const auto* s = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<BlockQ5_0x16*>(dst);
+  for (int64_t i = 0; i < k / kQK; ++i) {
+    for (int r = 0; r < kRows; ++r) {
+      const auto* b = reinterpret_cast<const BlockQ5_0*>(s + r * row_bytes) + i;
+      out[i].d[r] = b->d;
+      std::memcpy(out[i].qh + kQK / 8 * r, b->qh, kQK / 8);
+      std::memcpy(out[i].qs + kQK / 2 * r, b->qs, kQK / 2);
+    }
+  }
+}
+
+// The SIMD Q5_0 vec_dot's order (legacy_quant_dot.inc, both ISAs): per row eight float lanes,
+// lane c accumulating fma(float(dot of elements 4c..4c+3), d_w * d_a, lane) in block order, then
+// HsumPs's tree ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), plus 0.0f.
+void GemmQ5_0x16Lanes(int64_t k, const void* group, const void* act, size_t act_row_bytes,
+                      int n_act, float* out, size_t out_stride) {
+  const auto* w = static_cast<const BlockQ5_0x16*>(group);
+  const int64_t nb = k / kQK;
+  for (int t = 0; t < n_act; ++t) {
+    const auto* a =
+        reinterpret_cast<const BlockQ8_0Act*>(static_cast<const char*>(act) + t * act_row_bytes);
+    for (int r = 0; r < kRows; ++r) {
+      float lane[8] = {};
+      for (int64_t i = 0; i < nb; ++i) {
+        const float scale = Fp16ToF32(w[i].d[r]) * a[i].d;
+        for (int c = 0; c < 8; ++c) {
+          int32_t dot = 0;
+          for (int e = 0; e < kChunk; ++e) {
+            const int j = kChunk * c + e;
+            dot += (Q5_0x16::Code(w[i], r, j) - Q5_0x16::kOffset) * a[i].qs[j];
+          }
+          lane[c] = std::fma(static_cast<float>(dot), scale, lane[c]);
+        }
+      }
+      const float v0 = lane[0] + lane[4], v1 = lane[1] + lane[5];
+      const float v2 = lane[2] + lane[6], v3 = lane[3] + lane[7];
+      out[t * out_stride + r] = ((v0 + v2) + (v1 + v3)) + 0.0f;
+    }
+  }
+}
+
 void RegisterScalarInterleaved(KernelTable& table) {
   TypeKernels& q8 = table[static_cast<int>(GgmlType::kQ8_0)];
   q8.interleave_rows = kRows;
@@ -159,6 +218,10 @@ void RegisterScalarInterleaved(KernelTable& table) {
   mx.interleave_rows = kRows;
   mx.repack = Repack<MXFP4x16>;
   mx.gemm_interleaved = Gemm<MXFP4x16>;
+  TypeKernels& q5 = table[static_cast<int>(GgmlType::kQ5_0)];
+  q5.interleave_rows = kRows;
+  q5.repack = RepackQ5_0x16;
+  q5.gemm_interleaved = Gemm<Q5_0x16>;
 }
 
 }  // namespace quant_internal

@@ -173,6 +173,13 @@ void RegisterAvx2Interleaved(KernelTable& table) {
   table[static_cast<int>(GgmlType::kQ4_0)].gemm_interleaved = Gemm<Q4_0x16>;
   table[static_cast<int>(GgmlType::kIQ4_NL)].gemm_interleaved = Gemm<IQ4_NLx16>;
   table[static_cast<int>(GgmlType::kMXFP4)].gemm_interleaved = Gemm<MXFP4x16>;
+  // Q5_0 stays in plain rows here: the AVX2 row kernel's eight float lanes per row already
+  // decode a block once for up to 8 tokens, and an interleaved kernel in that order would do the
+  // same work (interleaved.cpp).
+  TypeKernels& q5 = table[static_cast<int>(GgmlType::kQ5_0)];
+  q5.interleave_rows = 0;
+  q5.repack = nullptr;
+  q5.gemm_interleaved = nullptr;
 }
 
 }  // namespace lamina::quant_internal

@@ -4,9 +4,10 @@
 // each token adds its 4 codes, broadcast to all lanes, by one vpdpbusd; the int32 lanes start at -C
 // * sum(q) (C = 128, 8), so after 8 chunks each holds its row's exact block dot. Then per block and
 // token: convert, (d_w * d_a), multiply and add, lane by lane as the scalar twin (separate multiply
-// and add, no FMA), so every output is the scalar vec_dot's bits. GCC 12's AVX-512 headers
-// self-initialise their "undefined" vectors, which -Wall reports at every inlined intrinsic (GCC
-// PR105593); the warnings say nothing about this file.
+// and add, no FMA), so every output is the scalar vec_dot's bits. Q5_0 (BlockQ5_0x16, below) keeps
+// the SIMD row kernel's eight-lane order instead, a pair of rows per register. GCC 12's AVX-512
+// headers self-initialise their "undefined" vectors, which -Wall reports at every inlined intrinsic
+// (GCC PR105593); the warnings say nothing about this file.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -154,6 +155,117 @@ void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, i
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Q5_0 (BlockQ5_0x16) in the SIMD vec_dot's order (GemmQ5_0x16Lanes, interleaved.cpp): per row
+// eight float lanes, lane c summing fma(float(dot of elements 4c..4c+3), d_w * d_a) over the
+// blocks. One 512-bit register holds a pair of rows, eight int32 / f32 lanes each, so per block
+// and token a pair pays one vpdpbusd, one convert, one multiply and one FMA for 16 such lanes
+// (the row kernel pays them per row). The codes go in signed, q = u - 16 (the nibbles, less 16
+// where the 64-bit fifth-bit mask is clear), against the token's codes made unsigned (a + 128,
+// one broadcast of its 32 bytes to both halves); the int32 lanes start at -128 * sum(q) over their
+// 4 elements, computed once per pair and block, so each holds its exact chunk dot.
+
+struct Q5Pair {
+  __m512i q;     // row 2p's signed codes in bytes 0-31, row 2p + 1's in 32-63, element order
+  __m512i init;  // -128 * sum(q) per 4-element lane
+  __m512 dw;     // row 2p's d in lanes 0-7, row 2p + 1's in 8-15
+};
+
+inline Q5Pair PreparePair(const BlockQ5_0x16& w, int p, __m512 dw_all) {
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs + 32 * p));
+  // 128-bit lanes [row 0 low, row 1 low, row 0 high, row 1 high] -> [r0 low, r0 high, r1 ...].
+  const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(b), _mm256_srli_epi16(b, 4), 1);
+  const __m512i nib =
+      _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
+  uint64_t hb;
+  std::memcpy(&hb, w.qh + 8 * p, sizeof(hb));
+  Q5Pair r;
+  r.q = _mm512_mask_sub_epi8(nib, _cvtu64_mask64(~hb), nib, _mm512_set1_epi8(16));
+  r.init = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(static_cast<char>(0x80)),
+                               _mm512_sub_epi8(_mm512_setzero_si512(), r.q));
+  const __m512i idx = _mm512_add_epi32(
+      _mm512_set1_epi32(2 * p), _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0));
+  r.dw = _mm512_permutexvar_ps(idx, dw_all);
+  return r;
+}
+
+// HsumPs's tree over lanes 8s..8s + 7 of v (legacy_avx2.cpp), plus the row kernel's 0.0f.
+inline float HsumLanes8(const float* l) {
+  const float v0 = l[0] + l[4], v1 = l[1] + l[5], v2 = l[2] + l[6], v3 = l[3] + l[7];
+  return ((v0 + v2) + (v1 + v3)) + 0.0f;
+}
+
+// Pairs [p0, p0 + P) against N tokens.
+template <int P, int N>
+void Q5PairsN(int64_t nb, const BlockQ5_0x16* w, const BlockQ8_0Act* const* a, int p0, float* out,
+              size_t out_stride) {
+  __m512 acc[P][N];
+  for (int p = 0; p < P; ++p) {
+    for (int t = 0; t < N; ++t) acc[p][t] = _mm512_setzero_ps();
+  }
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m512 dw_all =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].d)));
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) {
+      const Q5Pair wp = PreparePair(w[i], p0 + p, dw_all);
+#pragma GCC unroll 8
+      for (int t = 0; t < N; ++t) {
+        const __m512i au = _mm512_xor_si512(_mm512_broadcast_i64x4(_mm256_loadu_si256(
+                                                reinterpret_cast<const __m256i*>(a[t][i].qs))),
+                                            flip);
+        const __m512i dot = _mm512_dpbusd_epi32(wp.init, au, wp.q);
+        const __m512 scale = _mm512_mul_ps(wp.dw, _mm512_set1_ps(a[t][i].d));
+        acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[p][t]);
+      }
+    }
+  }
+  for (int p = 0; p < P; ++p) {
+    for (int t = 0; t < N; ++t) {
+      alignas(64) float l[16];
+      _mm512_store_ps(l, acc[p][t]);
+      out[t * out_stride + 2 * (p0 + p)] = HsumLanes8(l);
+      out[t * out_stride + 2 * (p0 + p) + 1] = HsumLanes8(l + 8);
+    }
+  }
+}
+
+template <int N>
+void Q5GemmN(int64_t nb, const BlockQ5_0x16* w, const char* act, size_t act_row_bytes, float* out,
+             size_t out_stride) {
+  const BlockQ8_0Act* a[N];
+  for (int t = 0; t < N; ++t) a[t] = reinterpret_cast<const BlockQ8_0Act*>(act + t * act_row_bytes);
+  // P pairs x N tokens of accumulators stay within the 32 registers with the pairs' codes.
+  constexpr int P = N <= 2 ? 4 : 2;
+  for (int p0 = 0; p0 < kRows / 2; p0 += P) Q5PairsN<P, N>(nb, w, a, p0, out, out_stride);
+}
+
+void GemmQ5_0(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
+              float* out, size_t out_stride) {
+  const auto* w = static_cast<const BlockQ5_0x16*>(group);
+  const char* a = static_cast<const char*>(act);
+  const int64_t nb = k / kQK;
+  switch (n_act) {
+    case 1:
+      return Q5GemmN<1>(nb, w, a, act_row_bytes, out, out_stride);
+    case 2:
+      return Q5GemmN<2>(nb, w, a, act_row_bytes, out, out_stride);
+    case 3:
+      return Q5GemmN<3>(nb, w, a, act_row_bytes, out, out_stride);
+    case 4:
+      return Q5GemmN<4>(nb, w, a, act_row_bytes, out, out_stride);
+    case 5:
+      return Q5GemmN<5>(nb, w, a, act_row_bytes, out, out_stride);
+    case 6:
+      return Q5GemmN<6>(nb, w, a, act_row_bytes, out, out_stride);
+    case 7:
+      return Q5GemmN<7>(nb, w, a, act_row_bytes, out, out_stride);
+    default:
+      return Q5GemmN<8>(nb, w, a, act_row_bytes, out, out_stride);
+  }
+}
+
 }  // namespace
 
 void RegisterAvx512Interleaved(KernelTable& table) {
@@ -161,6 +273,11 @@ void RegisterAvx512Interleaved(KernelTable& table) {
   table[static_cast<int>(GgmlType::kQ4_0)].gemm_interleaved = Gemm<Q4_0x16>;
   table[static_cast<int>(GgmlType::kIQ4_NL)].gemm_interleaved = Gemm<IQ4_NLx16>;
   table[static_cast<int>(GgmlType::kMXFP4)].gemm_interleaved = Gemm<MXFP4x16>;
+  // Q5_0: the AVX2 table turned its interleaving off; this kernel keeps the row kernel's order.
+  TypeKernels& q5 = table[static_cast<int>(GgmlType::kQ5_0)];
+  q5.interleave_rows = kRows;
+  q5.repack = RepackQ5_0x16;
+  q5.gemm_interleaved = GemmQ5_0;
 }
 
 }  // namespace lamina::quant_internal

@@ -35,9 +35,15 @@ void RegisterAvx2LowBit(KernelTable& table);
 void RegisterAvx512LowBit(KernelTable& table);
 // The interleaved layouts (interleaved*.cpp): the scalar file sets interleave_rows, repack and
 // the scalar gemm_interleaved; the SIMD files replace gemm_interleaved only.
+// Q5_0 is the exception: its SIMD vec_dot sums eight float lanes, so the AVX2 file turns its
+// interleaving off again (plain rows keep that order) and the AVX-512 one sets interleave_rows,
+// RepackQ5_0x16 and a kernel in that order; GemmQ5_0x16Lanes is that kernel's scalar twin.
 void RegisterScalarInterleaved(KernelTable& table);
 void RegisterAvx2Interleaved(KernelTable& table);
 void RegisterAvx512Interleaved(KernelTable& table);
+void RepackQ5_0x16(const void* src, size_t row_bytes, int64_t k, void* dst);
+void GemmQ5_0x16Lanes(int64_t k, const void* group, const void* act, size_t act_row_bytes,
+                      int n_act, float* out, size_t out_stride);
 // The same for Q4_K, Q5_K and Q6_K (interleaved_kquants*.cpp); the AVX-512 one also replaces
 // Q8_K's quantize (the activations these kernels read) by its bit-identical twin.
 void RegisterScalarInterleavedK(KernelTable& table);

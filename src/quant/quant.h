@@ -35,17 +35,19 @@ constexpr int kMaxTileRows = 8;  // kernels may block fewer rows per register ti
 constexpr int kMaxTileTokens = 12;
 
 // Interleaved weights (a layout the matmul repacks a weight type into at load: Q8_0, Q4_0,
-// IQ4_NL, Q4_K, Q5_K, Q6_K and IQ4_XS as BlockQ8_0x16, BlockQ4_0x16, BlockIQ4_NLx16, BlockQ4_Kx16,
-// BlockQ5_Kx16, BlockQ6_Kx16 and BlockIQ4_XSx16). RepackFn: rows [0, interleave_rows) of k
-// values, row r at src + r * row_bytes, into one group of interleaved blocks at dst (the same
-// number of bytes).
+// IQ4_NL, MXFP4, NVFP4, Q4_K, Q5_K, Q6_K and IQ4_XS as BlockQ8_0x16, BlockQ4_0x16,
+// BlockIQ4_NLx16, BlockMXFP4x16, BlockNVFP4x16, BlockQ4_Kx16, BlockQ5_Kx16, BlockQ6_Kx16 and
+// BlockIQ4_XSx16; Q5_0 as BlockQ5_0x16 on the scalar and AVX-512 paths, not on AVX2). RepackFn:
+// rows [0, interleave_rows) of k values, row r at src + r * row_bytes, into one group of
+// interleaved blocks at dst (the same number of bytes).
 constexpr int kMaxInterleaveRows = 16;
 using RepackFn = void (*)(const void* src, size_t row_bytes, int64_t k, void* dst);
 // out[t * out_stride + r] = dot(row r of the group, act_t) for r < interleave_rows and
 // t < n_act (1..kMaxMultiDot); act_t (a row of BlockQ8_0Act for Q8_0 vec_dot_type, of BlockQ8_K
 // for Q8_K) at act + t * act_row_bytes. Every output runs the same per-row sequence whatever n_act
 // or the token's place, so a token's result never depends on its batch; for the Q8_0 types it
-// equals the scalar vec_dot of the row before repacking, for Q4_K / Q5_K / Q6_K / IQ4_XS the scalar
+// equals the scalar vec_dot of the row before repacking (Q5_0: the vec_dot of the same ISA), for
+// Q4_K / Q5_K / Q6_K / IQ4_XS the scalar
 // twin's canonical order (interleaved_kquants.cpp), within the K-quant dot bound of vec_dot.
 using GemmInterleavedFn = void (*)(int64_t k, const void* group, const void* act,
                                    size_t act_row_bytes, int n_act, float* out, size_t out_stride);

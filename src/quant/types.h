@@ -245,6 +245,18 @@ struct BlockMXFP4x16 {
   uint8_t qs[kQ8_0x16Rows * kQK / 2];
 };
 static_assert(sizeof(BlockMXFP4x16) == kQ8_0x16Rows * sizeof(BlockMXFP4));
+// Q5_0 weights repacked at load: block i of 16 consecutive rows, each field row by row: d[r] is
+// row r's scale, qh[4 * r + b] its byte qh[b] and qs[16 * r + b] its byte qs[b]. A pair of rows
+// 2p, 2p + 1 thus has its 8 high-bit bytes (one 64-bit mask: bit 32s + j is the fifth bit of
+// element j of row 2p + s) and its 32 nibble bytes contiguous, which the AVX-512 kernel expands
+// into one 512-bit register per pair: row 2p + s's 32 codes in bytes 32s..32s + 31, element order.
+// Same bytes as the 16 rows' blocks.
+struct BlockQ5_0x16 {
+  fp16_t d[kQ8_0x16Rows];
+  uint8_t qh[kQ8_0x16Rows * kQK / 8];
+  uint8_t qs[kQ8_0x16Rows * kQK / 2];
+};
+static_assert(sizeof(BlockQ5_0x16) == kQ8_0x16Rows * sizeof(BlockQ5_0));
 
 // Q4_K weights repacked at load: super-block i of 16 consecutive rows (256 values each). d[r] and
 // dmin[r] are row r's scales; scales[64 * w + 4 * r + b] is byte 4w + b of row r's 12-byte
