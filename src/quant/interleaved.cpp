@@ -112,6 +112,7 @@ struct Q5_0x16 {
     const int nib = j < kQK / 2 ? v & 0x0F : v >> 4;
     return nib | (b.qh[kQK / 8 * r + j / 8] >> (j % 8) & 1) << 4;
   }
+  static float Scale(const Block& b, int r) { return Fp16ToF32(b.d[r]); }
 };
 
 template <class L>
