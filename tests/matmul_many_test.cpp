@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/matmul.h"
@@ -51,6 +52,25 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// Runs the parts ws over x ([n, cols]) by MatMulMany and expects each output to be one MatMul's
+// bits; label(p) names part p in a failure.
+void ExpectManyEqualsSeparate(const std::vector<OwnedWeights>& ws, const std::vector<float>& x,
+                              int64_t cols, int64_t n, MatMulScratch& scratch, ThreadPool& pool,
+                              const std::function<std::string(int)>& label) {
+  const int n_parts = static_cast<int>(ws.size());
+  std::vector<std::vector<float>> want(n_parts), got(n_parts);  // [n, rows] each
+  std::vector<MatMulPart> parts(n_parts);
+  for (int p = 0; p < n_parts; ++p) {
+    const WeightMatrix& w = ws[p].w;
+    want[p].assign(n * w.rows, 0.0f);
+    got[p].assign(n * w.rows, -1.0f);
+    MatMul(w, x.data(), cols, n, want[p].data(), w.rows, scratch, pool);
+    parts[p] = {&w, got[p].data(), w.rows};
+  }
+  MatMulMany(parts.data(), n_parts, x.data(), cols, n, scratch, pool);
+  for (int p = 0; p < n_parts; ++p) EXPECT_TRUE(SameBits(want[p], got[p])) << label(p);
+}
+
 TEST(MatMulMany, EqualsOneMatMulPerPartBitForBit) {
   std::mt19937 rng(5);
   const int64_t cols = 96;
@@ -63,20 +83,10 @@ TEST(MatMulMany, EqualsOneMatMulPerPartBitForBit) {
       for (int64_t n : {1, 2, 9, 13}) {
         const std::vector<float> x = RandomFloats(n * cols, rng);  // [n, cols]
         MatMulScratch scratch;
-        std::vector<std::vector<float>> want(3), got(3);  // [n, rows] each
-        MatMulPart parts[3];
-        for (int p = 0; p < 3; ++p) {
-          const WeightMatrix& w = ws[p].w;
-          want[p].assign(n * w.rows, 0.0f);
-          got[p].assign(n * w.rows, -1.0f);
-          MatMul(w, x.data(), cols, n, want[p].data(), w.rows, scratch, pool);
-          parts[p] = {&w, got[p].data(), w.rows};
-        }
-        MatMulMany(parts, 3, x.data(), cols, n, scratch, pool);
-        for (int p = 0; p < 3; ++p) {
-          EXPECT_TRUE(SameBits(want[p], got[p])) << GgmlTypeName(type) << ", part " << p << ", "
-                                                 << n << " tokens, " << threads << " threads";
-        }
+        ExpectManyEqualsSeparate(ws, x, cols, n, scratch, pool, [&](int p) {
+          return std::string(GgmlTypeName(type)) + ", part " + std::to_string(p) + ", " +
+                 std::to_string(n) + " tokens, " + std::to_string(threads) + " threads";
+        });
       }
     }
   }
@@ -133,20 +143,10 @@ TEST(MatMulMany, InterleavedPartsEqualOneMatMulPerPartBitForBit) {
       for (int64_t n : {1, 3, 8, 9}) {
         const std::vector<float> x = RandomFloats(n * cols, rng);  // [n, cols]
         MatMulScratch scratch;
-        std::vector<std::vector<float>> want(3), got(3);  // [n, rows] each
-        MatMulPart parts[3];
-        for (int p = 0; p < 3; ++p) {
-          const WeightMatrix& w = ws[p].w;
-          want[p].assign(n * w.rows, 0.0f);
-          got[p].assign(n * w.rows, -1.0f);
-          MatMul(w, x.data(), cols, n, want[p].data(), w.rows, scratch, pool);
-          parts[p] = {&w, got[p].data(), w.rows};
-        }
-        MatMulMany(parts, 3, x.data(), cols, n, scratch, pool);
-        for (int p = 0; p < 3; ++p) {
-          EXPECT_TRUE(SameBits(want[p], got[p])) << GgmlTypeName(types[p]) << ", part " << p << ", "
-                                                 << n << " tokens, " << threads << " threads";
-        }
+        ExpectManyEqualsSeparate(ws, x, cols, n, scratch, pool, [&](int p) {
+          return std::string(GgmlTypeName(types[p])) + ", part " + std::to_string(p) + ", " +
+                 std::to_string(n) + " tokens, " + std::to_string(threads) + " threads";
+        });
         // Gate and up: the first two parts at equal rows, with the SiLU epilogue.
         const OwnedWeights& gate = ws[1];
         const OwnedWeights up = Interleaved(MakeWeights(types[0], gate.w.rows, cols, rng));

@@ -55,17 +55,18 @@ void ScaleOutputs(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t n_token
   }
 }
 
-// Activations as interleaved kernels of kern read them: quantized to vec_dot_type as for vec_dot
-// (Q8_0 rows then widened to BlockQ8_0Act; Q8_K rows as they are), [n_tokens][row_bytes]. The
-// same bytes for every weight type with this vec_dot_type and these cols.
-struct InterleavedAct {
+// Activations as a matmul's kernels read them: [n_tokens][row_bytes].
+struct PreparedAct {
   const uint8_t* data = nullptr;
   size_t row_bytes = 0;
 };
 
-InterleavedAct PrepareInterleavedAct(const WeightMatrix& w, const TypeKernels& kern, const float* x,
-                                     int64_t x_stride, int64_t n_tokens, MatMulScratch& scratch,
-                                     ThreadPool& pool) {
+// The interleaved kernels' activations: quantized to vec_dot_type as for vec_dot (Q8_0 rows then
+// widened to BlockQ8_0Act; Q8_K rows as they are). The same bytes for every weight type with this
+// vec_dot_type and these cols.
+PreparedAct PrepareInterleavedAct(const WeightMatrix& w, const TypeKernels& kern, const float* x,
+                                  int64_t x_stride, int64_t n_tokens, MatMulScratch& scratch,
+                                  ThreadPool& pool) {
   const bool wide = kern.vec_dot_type == GgmlType::kQ8_0;
   LAMINA_CHECK(kern.gemm_interleaved != nullptr && (wide || kern.vec_dot_type == GgmlType::kQ8_K) &&
                w.interleave == kern.interleave_rows && w.interleave <= kMaxInterleaveRows);
@@ -90,7 +91,7 @@ InterleavedAct PrepareInterleavedAct(const WeightMatrix& w, const TypeKernels& k
 // tokens (9 tokens: 5 + 4; a lone token would leave most of a kernel's accumulators idle). A
 // group straddling the range is computed whole into a local tile and only its rows in the range
 // are copied (each row's result is its own).
-void RunGroups(const WeightMatrix& w, const TypeKernels& kern, const InterleavedAct& act,
+void RunGroups(const WeightMatrix& w, const TypeKernels& kern, const PreparedAct& act,
                int64_t n_tokens, int64_t g_begin, int64_t g_end, int64_t row_begin, int64_t row_end,
                float* y, int64_t y_stride) {
   const int g = w.interleave;
@@ -124,7 +125,7 @@ void RunGroups(const WeightMatrix& w, const TypeKernels& kern, const Interleaved
 void MatMulInterleaved(const WeightMatrix& w, const TypeKernels& kern, int64_t row_begin,
                        int64_t row_end, const float* x, int64_t x_stride, int64_t n_tokens,
                        float* y, int64_t y_stride, MatMulScratch& scratch, ThreadPool& pool) {
-  const InterleavedAct act = PrepareInterleavedAct(w, kern, x, x_stride, n_tokens, scratch, pool);
+  const PreparedAct act = PrepareInterleavedAct(w, kern, x, x_stride, n_tokens, scratch, pool);
   const int g = w.interleave;
   const int64_t g_begin = row_begin / g, g_end = (row_end + g - 1) / g;
   pool.ParallelFor(g_end - g_begin, 1, [&](int64_t i0, int64_t i1) {
@@ -136,12 +137,8 @@ void MatMulInterleaved(const WeightMatrix& w, const TypeKernels& kern, int64_t r
 
 namespace {
 
-// Activations in the layout w's plain-row kernels read: [n_tokens][row_bytes]; x itself when it
-// already is (f32 activations at stride cols), else prepared into scratch.act.
-struct PreparedAct {
-  const uint8_t* data = nullptr;
-  size_t row_bytes = 0;
-};
+// Activations in the layout w's plain-row kernels read: x itself when it already is (f32
+// activations at stride cols), else prepared into scratch.act.
 
 PreparedAct PrepareActivations(const WeightMatrix& w, const TypeKernels& kern, const float* x,
                                int64_t x_stride, int64_t n_tokens, MatMulScratch& scratch,
@@ -265,7 +262,7 @@ void MatMulMany(const MatMulPart* parts, int n_parts, const float* x, int64_t x_
   }
   // A unit is kRowTile rows of a plain part or one group of an interleaved one.
   PreparedAct act;
-  InterleavedAct iact;
+  PreparedAct iact;
   if (interleaved) {
     iact = PrepareInterleavedAct(w0, *kerns[0], x, x_stride, n_tokens, scratch, pool);
   } else {
