@@ -1,5 +1,7 @@
 // The activation kernels: PolyExp's accuracy against exp, and every SIMD path's bits against the
 // scalar twin's (whole rows, partial vectors, aliasing, rows split into pieces).
+#include "kernels/ops.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "kernels/activation_kernels.h"
-#include "kernels/ops.h"
 
 namespace lamina {
 namespace {
