@@ -247,10 +247,7 @@ KvAccumulateFn ScalarKvIntAccumulator(KvRowFormat format) {
 KvAccumulateFn BestKvAccumulator(KvRowFormat format) {
   static const PerFormat<KvAccumulateFn> best =
       ChooseEach<KvAccumulateFn>([](KvRowFormat f) -> KvAccumulateFn {
-        if (HasAvx512()) {
-          if (KvAccumulateFn int_sums = Avx512KvIntAccumulator(f)) return int_sums;
-          return Avx512KvAccumulator(f);
-        }
+        if (HasAvx512()) return Avx512KvAccumulator(f);
         return HasAvx2() ? Avx2KvAccumulator(f) : nullptr;
       });
   return best[static_cast<int>(format)];

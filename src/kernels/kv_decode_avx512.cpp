@@ -458,32 +458,25 @@ void Accumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, const flo
 }
 
 // Integer V sums of 4-bit rows (kv_decode.h). Per pass of up to kIntAccRows rows the codes are
-// expanded once into byte vectors whose dword lane c holds column c's codes of 4 consecutive
-// rows (a 4x4 dword transpose across the 128-bit lanes, then one byte shuffle within each),
+// expanded once, for all queries, into byte vectors whose dword lane c holds column c's signed
+// levels of 4 consecutive rows (a 4x4 dword transpose across the 128-bit lanes, one byte
+// shuffle within each, the level table, a negation where the row's scale is negative),
 // [group][block of 4 rows][low nibbles: the group's columns 0..15, high: 16..31]. Each query's
-// weights for a group are quantized, split into a high and a low signed byte and packed four
-// rows to a dword; vpdpbusd multiplies them by the codes as unsigned bytes: per 4 rows, query
-// and group, 4 instructions for 32 columns where the float kernel runs 8 fma (and the codes
-// are expanded once per pass for all queries, not once per 4 queries).
+// weights for a group (p * |d|) are quantized to unsigned bytes packed four rows to a dword,
+// and vpdpbusd multiplies them by the levels: per 4 rows, query and group, 2 instructions for
+// 32 columns where the float kernel runs 8 fma, and no zero point to take off.
 constexpr int kIntBlocks = kIntAccRows / 4;
 constexpr int kIntQueries = 8;  // queries whose weights are quantized before their dots
-static_assert(kIntAccRows == kAccRows, "TileScales fills one pass");
+static_assert(kIntAccRows == kAccRows, "a pass's scales fill one [group][kAccRows] table");
 
-// The largest lane of v / the sum of v's lanes, within zmm registers (GCC's _mm512_reduce_*
-// extract halves through an undefined operand that its link-time analysis reports).
+// The largest lane of v, within zmm registers (GCC's _mm512_reduce_max_ps extracts halves
+// through an undefined operand that its link-time analysis reports).
 inline float MaxLanes(__m512 v) {
   v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));
   v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
   v = _mm512_max_ps(v, _mm512_permute_ps(v, 0x4E));
   v = _mm512_max_ps(v, _mm512_permute_ps(v, 0xB1));
   return _mm512_cvtss_f32(v);
-}
-inline int32_t SumLanes(__m512i v) {
-  v = _mm512_add_epi32(v, _mm512_shuffle_i32x4(v, v, 0x4E));
-  v = _mm512_add_epi32(v, _mm512_shuffle_i32x4(v, v, 0xB1));
-  v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_BADC));
-  v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_CDAB));
-  return _mm_cvtsi128_si32(_mm512_castsi512_si128(v));
 }
 
 // Rows r < n (at most 4) of a block, 16 bytes each, `stride` apart, one per 128-bit lane; the
@@ -507,7 +500,7 @@ void IntAccumulatePass(const uint8_t* rows, int n_rows, int head_dim, int nq, co
   alignas(64) float sc[kMaxHeadDim / kGroup * kAccRows];  // [group][row] the rows' scales
   {
     // By scalar moves: a 16-lane gather took ~15% of this kernel on an AMD EPYC (Zen 5).
-    alignas(64) uint16_t ds[kAccRows];  // [row] one group's f16 scales
+    alignas(64) uint16_t ds[kAccRows] = {};  // [row] one group's f16 scales
     for (int g = 0; g < n_groups; ++g) {
       for (int j = 0; j < n_rows; ++j)
         std::memcpy(&ds[j], rows + j * row_bytes + g * group_bytes, 2);
