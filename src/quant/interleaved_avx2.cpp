@@ -258,7 +258,12 @@ void Q5HalfN(int64_t nb, const BlockQ5_0x16* w, int h, const BlockQ8_0Act* const
   }
 }
 
-constexpr int kQ5Tokens = 4;  // tokens per pass over a half's blocks
+constexpr int kQ5Tokens = 8;  // tokens per pass over a half's blocks
+
+using Q5HalfFn = void (*)(int64_t, const BlockQ5_0x16*, int, const BlockQ8_0Act* const*, float*,
+                          size_t);
+constexpr Q5HalfFn kQ5Half[8] = {Q5HalfN<1>, Q5HalfN<2>, Q5HalfN<3>, Q5HalfN<4>,
+                                 Q5HalfN<5>, Q5HalfN<6>, Q5HalfN<7>, Q5HalfN<8>};
 
 void GemmQ5_0(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
               float* out, size_t out_stride) {
@@ -271,23 +276,8 @@ void GemmQ5_0(int64_t k, const void* group, const void* act, size_t act_row_byte
     for (int t = 0; t < n; ++t) {
       a[t] = reinterpret_cast<const BlockQ8_0Act*>(ac + (t0 + t) * act_row_bytes);
     }
-    float* o = out + t0 * out_stride;
-    for (int h = 0; h < kRows / 8; ++h) {
-      switch (n) {
-        case 1:
-          Q5HalfN<1>(nb, w, h, a, o, out_stride);
-          break;
-        case 2:
-          Q5HalfN<2>(nb, w, h, a, o, out_stride);
-          break;
-        case 3:
-          Q5HalfN<3>(nb, w, h, a, o, out_stride);
-          break;
-        default:
-          Q5HalfN<kQ5Tokens>(nb, w, h, a, o, out_stride);
-          break;
-      }
-    }
+    for (int h = 0; h < kRows / 8; ++h)
+      kQ5Half[n - 1](nb, w, h, a, out + t0 * out_stride, out_stride);
   }
 }
 
