@@ -33,7 +33,12 @@ the per-round ratio lamina/peer (min / median / max). The script never builds a 
 
 Example:
   bench/side_by_side.py --llama ../llama.cpp/build --ik-llama ../ik_llama.cpp/build \\
-      -m /tmp/synth-181m.Q8_0.gguf -t 2 --kv f16,int8,k8v4,q4_0 --measure pp512,tg64 --rounds 3
+      -m /path/to/synth-181m.Q8_0.gguf -t 2 --kv f16,int8,k8v4,q4_0 --measure pp512,tg64 --rounds 3
+
+AVX2 code on an AVX-512 host: build each peer CPU-only with AVX-512 off into its own directory
+and pass --lamina-env LAMINA_ISA=avx2, e.g.
+  bench/side_by_side.py --lamina-env LAMINA_ISA=avx2 --llama ../llama.cpp/build-avx2 \\
+      --ik-llama ../ik_llama.cpp/build-avx2 -m /path/to/synth-181m.Q8_0.gguf -t 2 --rounds 3
 """
 
 
@@ -70,10 +75,16 @@ def parse_measures(text):
     return out
 
 
-def run(cmd, verbose):
+def run(cmd, verbose, env=None):
+    """env: extra variables for this command only (on top of this process's environment)."""
     if verbose:
-        print("+ " + " ".join(cmd), file=sys.stderr)
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        print("+ " + "".join("%s=%s " % kv for kv in sorted((env or {}).items())) + " ".join(cmd),
+              file=sys.stderr)
+    full_env = None
+    if env:
+        full_env = dict(os.environ)
+        full_env.update(env)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env)
     if p.returncode != 0:
         sys.stderr.write(p.stderr[-4000:])
         raise RuntimeError("command failed (exit %d): %s" % (p.returncode, " ".join(cmd)))
@@ -85,7 +96,7 @@ def run_lamina(args, kv, depth, n_prompt, n_gen):
            "-p", str(n_prompt), "-n", str(n_gen), "-d", str(depth), "-r", str(args.reps), "--json"]
     if args.kv_window is not None:
         cmd += ["--kv-window", str(args.kv_window)]
-    j = json.loads(run(cmd, args.verbose).strip().splitlines()[-1])
+    j = json.loads(run(cmd, args.verbose, args.lamina_env).strip().splitlines()[-1])
     res = {}
     if n_prompt > 0:
         res[("pp", n_prompt, 0)] = statistics.median(j["pp_samples"])
@@ -143,6 +154,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, epilog=EPILOG,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lamina", default="build/release/lamina", help="lamina binary (default %(default)s)")
+    ap.add_argument("--lamina-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="set NAME=VALUE in lamina's environment only, e.g. LAMINA_ISA=avx2 to time "
+                    "its AVX2 code on an AVX-512 host (repeatable)")
     ap.add_argument("--llama", default=None, help="llama.cpp build directory (holds bin/llama-bench)")
     ap.add_argument("--ik-llama", default=None,
                     help="ik_llama.cpp build directory (holds bin/llama-bench)")
@@ -162,6 +176,13 @@ def main():
     ap.add_argument("-v", "--verbose", action="store_true", help="print each command")
     args = ap.parse_args()
 
+    env = {}
+    for item in args.lamina_env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            ap.error("--lamina-env '%s': expected NAME=VALUE" % item)
+        env[name] = value
+    args.lamina_env = env
     kvs = [k.strip() for k in args.kv.split(",") if k.strip()]
     for k in kvs:
         if k not in KV_MAP:
@@ -198,10 +219,12 @@ def main():
     bw = bandwidth(args.matmul_bench, args.verbose)
     info = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "model": args.model,
             "threads": args.threads, "rounds": args.rounds, "reps": args.reps,
-            "lamina": args.lamina, "peers": dict(peers), "bandwidth_gb_s": bw}
+            "lamina": args.lamina, "lamina_env": env, "peers": dict(peers), "bandwidth_gb_s": bw}
     info["load_start"] = loadavg()
     print("date %s | model %s | %d threads | %d rounds x %d reps | load average %s" %
           (info["date"], args.model, args.threads, args.rounds, args.reps, info["load_start"]))
+    if env:
+        print("lamina environment: " + " ".join("%s=%s" % kv for kv in sorted(env.items())))
     if bw:
         print("read bandwidth (matmul_bench MemoryReadBandwidth): " +
               ", ".join("%.1f GB/s on %s thread%s" % (v, t, "" if t == "1" else "s") for t, v in sorted(bw.items())))

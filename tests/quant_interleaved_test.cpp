@@ -514,8 +514,8 @@ TEST(Interleaved, LoaderRepacksMatMulWeightsOnly) {
   MatMul(wq, x.data(), 128, 5, y0.data(), 128, scratch, pool);
   MatMul(plain, x.data(), 128, 5, y1.data(), 128, scratch, pool);
   for (size_t i = 0; i < y0.size(); ++i) ASSERT_NEAR(y0[i], y1[i], 1e-4f * (1 + std::fabs(y1[i])));
-  // A Q4_K_M file whose 128-wide rows fell back to Q5_0: repacked where the ISA has a Q5_0 layout
-  // (scalar, AVX-512), with the mapped rows' bits.
+  // A Q4_K_M file whose 128-wide rows fell back to Q5_0: repacked on every ISA, with the mapped
+  // rows' bits.
   auto q5 =
       gguf::File::Open(std::string(LAMINA_SHARED_DIR) + "/models/synth-llama-d128.Q4_K_M.gguf");
   ASSERT_TRUE(q5.ok()) << q5.error().message;
@@ -524,7 +524,7 @@ TEST(Interleaved, LoaderRepacksMatMulWeightsOnly) {
   const WeightMatrix q5_q = q5_loader.Matrix("blk.0.attn_q.weight", 128, 128);
   ASSERT_TRUE(q5_loader.status().ok());
   EXPECT_EQ(q5_q.type, GgmlType::kQ5_0);
-  EXPECT_EQ(q5_q.interleave, DetectIsa() == Isa::kAvx2 ? 0 : kQ8_0x16Rows);
+  EXPECT_EQ(q5_q.interleave, kQ8_0x16Rows);
   WeightLoader q5_plain_loader(**q5);
   const WeightMatrix q5_plain = q5_plain_loader.Matrix("blk.0.attn_q.weight", 128, 128);
   EXPECT_EQ(q5_plain.interleave, 0);
@@ -535,9 +535,8 @@ TEST(Interleaved, LoaderRepacksMatMulWeightsOnly) {
 
 // ---------------------------------------------------------------------------------------------
 // Q5_0 (BlockQ5_0x16): each ISA keeps its row kernel's order, so an interleaved kernel gives the
-// vec_dot of its own ISA bit for bit (scalar: GGML's per-block order; AVX-512: eight float lanes
-// per row, whose scalar twin is GemmQ5_0x16Lanes), for every batch size and place. AVX2 keeps
-// Q5_0 in plain rows (no interleaved layout at that ISA).
+// vec_dot of its own ISA bit for bit (scalar: GGML's per-block order; AVX2 and AVX-512: eight
+// float lanes per row, whose scalar twin is GemmQ5_0x16Lanes), for every batch size and place.
 
 TEST(InterleavedQ5_0, KernelEqualsItsIsaVecDotBitForBit) {
   constexpr GgmlType kType = GgmlType::kQ5_0;
@@ -567,11 +566,6 @@ TEST(InterleavedQ5_0, KernelEqualsItsIsaVecDotBitForBit) {
                 << IsaName(isa) << " lane twin, token " << t << " row " << r;
           }
         }
-      }
-      if (isa == Isa::kAvx2) {
-        EXPECT_EQ(kern.interleave_rows, 0);
-        EXPECT_EQ(kern.gemm_interleaved, nullptr);
-        continue;
       }
       ASSERT_EQ(kern.interleave_rows, g);
       ASSERT_EQ(kern.repack, scalar.repack);
@@ -608,10 +602,7 @@ TEST(InterleavedQ5_0, MatMulEqualsPlainRowsBitForBit) {
   const int64_t rows = 48, cols = 352;
   const std::vector<uint8_t> data = RandomWeightRow(kType, rows * cols, rng);
   const WeightMatrix plain{kType, rows, cols, RowSize(kType, cols), data.data()};
-  if (!CanInterleave(plain)) {
-    EXPECT_EQ(DetectIsa(), Isa::kAvx2);
-    GTEST_SKIP() << "Q5_0 has no interleaved layout at this ISA";
-  }
+  ASSERT_TRUE(CanInterleave(plain));
   std::vector<uint8_t> buf(data.size());  // the interleaved copy: [rows / 16 groups]
   const WeightMatrix w = InterleaveInto(plain, buf.data());
   EXPECT_EQ(w.interleave, kQ8_0x16Rows);

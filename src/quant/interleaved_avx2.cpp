@@ -1,6 +1,6 @@
-// AVX2 kernels for interleaved Q8_0, Q4_0, IQ4_NL and MXFP4 weights (BlockQ8_0x16, ...): the 16-row
-// group as two halves of 8 rows, one 256-bit lane per row. Per 4-element chunk one 32-byte load
-// of a half's codes (Q8_0: made signed again, w = u - 128, and split into |w| and sign; Q4_0:
+// AVX2 kernels for interleaved Q8_0, Q4_0, IQ4_NL, MXFP4 and Q5_0 weights (BlockQ8_0x16, ...): the
+// 16-row group as two halves of 8 rows, one 256-bit lane per row. Per 4-element chunk one 32-byte
+// load of a half's codes (Q8_0: made signed again, w = u - 128, and split into |w| and sign; Q4_0:
 // the nibbles, unsigned) serves every token, whose 4 codes are
 // broadcast to all lanes and multiplied by maddubs and madd: exact int32 block dots per row. Then
 // per block and token: convert, (d_w * d_a), multiply and add, lane by lane as the scalar twin (no
@@ -166,6 +166,121 @@ void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, i
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Q5_0 (BlockQ5_0x16) in the AVX2 row kernel's order (GemmQ5_0x16Lanes, interleaved.cpp): per row
+// eight float lanes, lane c summing fma(float(dot of elements 4c..4c+3), d_w * d_a) over the
+// blocks, then HsumPs's tree. Here a register holds lane c of 8 rows (one 32-bit lane per row,
+// as the kernels above), so lane c of every row is its own accumulator acc[c]: per block, half
+// and token, chunk c costs one sign, maddubs, madd, convert and FMA for 8 rows, and the scale
+// d_w * d_a one multiply for 8 rows (the row kernel pays a broadcast per row). Decoding: the 8
+// rows' 16 nibble bytes are transposed to four vectors of 4-byte words (word w: elements
+// 4w..4w+3 in the low nibbles, chunk w; 16 + 4w.. in the high ones, chunk w + 4), the fifth bits
+// come from the rows' qh words by one in-lane byte shuffle and compare per chunk, and the codes
+// go in signed (q = u - 16, as |q| and the token's codes times sign(q)), so every int32 lane is
+// the exact chunk dot.
+
+// Rows [8h, 8h + 8) of one block, decoded chunk by chunk.
+struct Q5Half {
+  __m256i word[4];  // word[w] lane r: bytes 4w..4w+3 of row 8h + r's qs
+  __m256i qh;       // lane r: row 8h + r's 32 fifth bits
+
+  Q5Half(const BlockQ5_0x16& b, int h) {
+    const uint8_t* q = b.qs + 16 * 8 * h;
+    __m256i v[4];  // v[j]: row j in the low 128 bits, row j + 4 in the high ones
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(q + 16 * (j + 4)),
+                                 reinterpret_cast<const __m128i*>(q + 16 * j));
+    }
+    const __m256i lo01 = _mm256_unpacklo_epi32(v[0], v[1]);
+    const __m256i hi01 = _mm256_unpackhi_epi32(v[0], v[1]);
+    const __m256i lo23 = _mm256_unpacklo_epi32(v[2], v[3]);
+    const __m256i hi23 = _mm256_unpackhi_epi32(v[2], v[3]);
+    word[0] = _mm256_unpacklo_epi64(lo01, lo23);
+    word[1] = _mm256_unpackhi_epi64(lo01, lo23);
+    word[2] = _mm256_unpacklo_epi64(hi01, hi23);
+    word[3] = _mm256_unpackhi_epi64(hi01, hi23);
+    qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 4 * 8 * h));
+  }
+
+  // Chunk c's signed codes q = u - 16: lane r's byte e is element 4c + e of row 8h + r.
+  __m256i Codes(int c) const {
+    const __m256i nib = _mm256_and_si256(c < 4 ? word[c] : _mm256_srli_epi16(word[c - 4], 4),
+                                         _mm256_set1_epi8(0x0F));
+    // Byte e of each lane takes qh byte c / 2 of its row and tests bit 4 (c % 2) + e.
+    const __m256i idx = _mm256_add_epi8(_mm256_set_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0,
+                                                         0x0C0C0C0C, 0x08080808, 0x04040404, 0),
+                                        _mm256_set1_epi8(static_cast<char>(c / 2)));
+    const __m256i pick = _mm256_shuffle_epi8(qh, idx);
+    const __m256i sel = _mm256_set1_epi32(static_cast<int>(0x08040201u << (4 * (c % 2))));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(pick, sel), sel);
+    // u - 16 = nib where the fifth bit is set, nib | 0xF0 (nib - 16) where it is clear.
+    return _mm256_or_si256(nib,
+                           _mm256_andnot_si256(set, _mm256_set1_epi8(static_cast<char>(0xF0))));
+  }
+};
+
+// Rows [8h, 8h + 8) against N tokens.
+template <int N>
+void Q5HalfN(int64_t nb, const BlockQ5_0x16* w, int h, const BlockQ8_0Act* const* a, float* out,
+             size_t out_stride) {
+  __m256 acc[8][N];  // [chunk][token]: lane r = row 8h + r's float lane c
+  for (int c = 0; c < 8; ++c) {
+    for (int t = 0; t < N; ++t) acc[c][t] = _mm256_setzero_ps();
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t i = 0; i < nb; ++i) {
+    const Q5Half blk(w[i], h);
+    const __m256 dw = Fp16Scales(w[i].d + 8 * h);
+    __m256 scale[N];
+#pragma GCC unroll 8
+    for (int t = 0; t < N; ++t) scale[t] = _mm256_mul_ps(dw, _mm256_set1_ps(a[t][i].d));
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      const __m256i q = blk.Codes(c);
+      const __m256i x = _mm256_sign_epi8(q, q);
+#pragma GCC unroll 8
+      for (int t = 0; t < N; ++t) {
+        const __m256i y = _mm256_sign_epi8(Broadcast4(a[t][i].qs + 4 * c), q);
+        const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), ones);
+        acc[c][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale[t], acc[c][t]);
+      }
+    }
+  }
+  // HsumPs's tree per row, ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), plus the row
+  // kernel's 0.0f.
+  for (int t = 0; t < N; ++t) {
+    const __m256 v0 = _mm256_add_ps(acc[0][t], acc[4][t]);
+    const __m256 v1 = _mm256_add_ps(acc[1][t], acc[5][t]);
+    const __m256 v2 = _mm256_add_ps(acc[2][t], acc[6][t]);
+    const __m256 v3 = _mm256_add_ps(acc[3][t], acc[7][t]);
+    const __m256 sum = _mm256_add_ps(_mm256_add_ps(v0, v2), _mm256_add_ps(v1, v3));
+    _mm256_storeu_ps(out + t * out_stride + 8 * h, _mm256_add_ps(sum, _mm256_setzero_ps()));
+  }
+}
+
+constexpr int kQ5Tokens = 8;  // tokens per pass over a half's blocks
+
+using Q5HalfFn = void (*)(int64_t, const BlockQ5_0x16*, int, const BlockQ8_0Act* const*, float*,
+                          size_t);
+constexpr Q5HalfFn kQ5Half[8] = {Q5HalfN<1>, Q5HalfN<2>, Q5HalfN<3>, Q5HalfN<4>,
+                                 Q5HalfN<5>, Q5HalfN<6>, Q5HalfN<7>, Q5HalfN<8>};
+
+void GemmQ5_0(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
+              float* out, size_t out_stride) {
+  const auto* w = static_cast<const BlockQ5_0x16*>(group);
+  const char* ac = static_cast<const char*>(act);
+  const int64_t nb = k / kQK;
+  for (int t0 = 0; t0 < n_act; t0 += kQ5Tokens) {
+    const int n = n_act - t0 < kQ5Tokens ? n_act - t0 : kQ5Tokens;
+    const BlockQ8_0Act* a[kQ5Tokens];
+    for (int t = 0; t < n; ++t) {
+      a[t] = reinterpret_cast<const BlockQ8_0Act*>(ac + (t0 + t) * act_row_bytes);
+    }
+    for (int h = 0; h < kRows / 8; ++h)
+      kQ5Half[n - 1](nb, w, h, a, out + t0 * out_stride, out_stride);
+  }
+}
+
 }  // namespace
 
 void RegisterAvx2Interleaved(KernelTable& table) {
@@ -173,13 +288,7 @@ void RegisterAvx2Interleaved(KernelTable& table) {
   table[static_cast<int>(GgmlType::kQ4_0)].gemm_interleaved = Gemm<Q4_0x16>;
   table[static_cast<int>(GgmlType::kIQ4_NL)].gemm_interleaved = Gemm<IQ4_NLx16>;
   table[static_cast<int>(GgmlType::kMXFP4)].gemm_interleaved = Gemm<MXFP4x16>;
-  // Q5_0 stays in plain rows here: the AVX2 row kernel's eight float lanes per row already
-  // decode a block once for up to 8 tokens, and an interleaved kernel in that order would do the
-  // same work (interleaved.cpp).
-  TypeKernels& q5 = table[static_cast<int>(GgmlType::kQ5_0)];
-  q5.interleave_rows = 0;
-  q5.repack = nullptr;
-  q5.gemm_interleaved = nullptr;
+  table[static_cast<int>(GgmlType::kQ5_0)].gemm_interleaved = GemmQ5_0;
 }
 
 }  // namespace lamina::quant_internal

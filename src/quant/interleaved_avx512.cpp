@@ -273,11 +273,8 @@ void RegisterAvx512Interleaved(KernelTable& table) {
   table[static_cast<int>(GgmlType::kQ4_0)].gemm_interleaved = Gemm<Q4_0x16>;
   table[static_cast<int>(GgmlType::kIQ4_NL)].gemm_interleaved = Gemm<IQ4_NLx16>;
   table[static_cast<int>(GgmlType::kMXFP4)].gemm_interleaved = Gemm<MXFP4x16>;
-  // Q5_0: the AVX2 table turned its interleaving off; this kernel keeps the row kernel's order.
-  TypeKernels& q5 = table[static_cast<int>(GgmlType::kQ5_0)];
-  q5.interleave_rows = kRows;
-  q5.repack = RepackQ5_0x16;
-  q5.gemm_interleaved = GemmQ5_0;
+  // Q5_0: this kernel keeps the row kernel's order (GemmQ5_0x16Lanes).
+  table[static_cast<int>(GgmlType::kQ5_0)].gemm_interleaved = GemmQ5_0;
 }
 
 }  // namespace lamina::quant_internal

@@ -35,9 +35,9 @@ void RegisterAvx2LowBit(KernelTable& table);
 void RegisterAvx512LowBit(KernelTable& table);
 // The interleaved layouts (interleaved*.cpp): the scalar file sets interleave_rows, repack and
 // the scalar gemm_interleaved; the SIMD files replace gemm_interleaved only.
-// Q5_0 is the exception: its SIMD vec_dot sums eight float lanes, so the AVX2 file turns its
-// interleaving off again (plain rows keep that order) and the AVX-512 one sets interleave_rows,
-// RepackQ5_0x16 and a kernel in that order; GemmQ5_0x16Lanes is that kernel's scalar twin.
+// Q5_0 keeps each ISA's vec_dot order instead of the scalar one: its SIMD vec_dot sums eight
+// float lanes, and the AVX2 and AVX-512 kernels do the same; GemmQ5_0x16Lanes is their scalar
+// twin.
 void RegisterScalarInterleaved(KernelTable& table);
 void RegisterAvx2Interleaved(KernelTable& table);
 void RegisterAvx512Interleaved(KernelTable& table);

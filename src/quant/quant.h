@@ -37,7 +37,7 @@ constexpr int kMaxTileTokens = 12;
 // Interleaved weights (a layout the matmul repacks a weight type into at load: Q8_0, Q4_0,
 // IQ4_NL, MXFP4, NVFP4, Q4_K, Q5_K, Q6_K and IQ4_XS as BlockQ8_0x16, BlockQ4_0x16,
 // BlockIQ4_NLx16, BlockMXFP4x16, BlockNVFP4x16, BlockQ4_Kx16, BlockQ5_Kx16, BlockQ6_Kx16 and
-// BlockIQ4_XSx16; Q5_0 as BlockQ5_0x16 on the scalar and AVX-512 paths, not on AVX2). RepackFn:
+// BlockIQ4_XSx16; Q5_0 as BlockQ5_0x16). RepackFn:
 // rows [0, interleave_rows) of k values, row r at src + r * row_bytes, into one group of
 // interleaved blocks at dst (the same number of bytes).
 constexpr int kMaxInterleaveRows = 16;
