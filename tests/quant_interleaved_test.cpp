@@ -406,8 +406,7 @@ TEST(InterleavedK, ExtremeCodesEqualScalarTwin) {
       }
       const int n = std::min(kN, kern.gemm_max_tokens);
       std::vector<float> many(static_cast<size_t>(n) * kQ8_0x16Rows);  // [n][row]
-      kern.gemm_interleaved(k, group.data(), acts.data(), act.size(), n, many.data(),
-                            kQ8_0x16Rows);
+      kern.gemm_interleaved(k, group.data(), acts.data(), act.size(), n, many.data(), kQ8_0x16Rows);
       for (int t = 0; t < n; ++t) {
         for (int r = 0; r < kQ8_0x16Rows; ++r) {
           ASSERT_EQ(F32ToBits(many[t * kQ8_0x16Rows + r]), F32ToBits(want[r]))

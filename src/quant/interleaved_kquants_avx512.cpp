@@ -8,7 +8,9 @@
 // term is vpdpwssd of each row's min against the token's bsums pairs; IQ4_XS's nibbles become level
 // + 128 by one vpshufb, and each group's sum starts at -128 * (its bsums). Every sum is exact, and
 // the float steps are the scalar twin's (separate multiply and add, no FMA), so every output is the
-// scalar twin's bits. The file also holds the AVX-512 twin of the Q8_K activation quantizer these
+// scalar twin's bits. Prompt-sized calls (16 to 128 tokens) unpack the group once into a local
+// copy and run tiles of 8..12 tokens from it (GemmWide), with the same sums and float steps. The
+// file also holds the AVX-512 twin of the Q8_K activation quantizer these
 // kernels read (QuantizeQ8K in kquants.cpp: the same codes, bsums and d, bit for bit; compiled,
 // like the kernels, without multiply-add contraction). GCC 12's AVX-512 headers self-initialise
 // their "undefined" vectors, which -Wall reports at every inlined intrinsic (GCC PR105593); the
@@ -367,7 +369,8 @@ void Unpack(const Block& w, WideQ45K* u) {
     for (int c = 0; c < 8; ++c) {
       const __m512i v = Load(w.qs + 64 * (8 * (j / 2) + c));
       __m512i q = _mm512_and_si512(j % 2 == 0 ? v : _mm512_srli_epi16(v, 4), nib);
-      if constexpr (std::is_same_v<Block, BlockQ5_Kx16>) q = _mm512_or_si512(q, HighBitsQ5K(w, j, c));
+      if constexpr (std::is_same_v<Block, BlockQ5_Kx16>)
+        q = _mm512_or_si512(q, HighBitsQ5K(w, j, c));
       _mm512_store_si512(u->codes[8 * j + c], q);
     }
   }
@@ -383,8 +386,9 @@ void Unpack(const BlockQ6_Kx16& w, WideQ6K* u) {
         _mm512_store_si512(u->scale[g], SplitScale(_mm512_cvtepi8_epi32(_mm_loadu_si128(
                                             reinterpret_cast<const __m128i*>(w.scales + 16 * g)))));
         for (int c4 = 0; c4 < 4; ++c4) {
-          _mm512_store_si512(u->codes[4 * g + c4],
-                             CodesQ6K(w, m, 16 * n + 8 * (m % 2) + 4 * hh + c4, 8 * n + 4 * hh + c4));
+          _mm512_store_si512(
+              u->codes[4 * g + c4],
+              CodesQ6K(w, m, 16 * n + 8 * (m % 2) + 4 * hh + c4, 8 * n + 4 * hh + c4));
         }
       }
     }
@@ -454,8 +458,8 @@ inline void WideStep(const WideQ6K& u, const BlockQ8_K* const* a, int64_t i, flo
   alignas(64) int32_t neg[N][16];  // [token][group g]: -32 * bsums[g]
 #pragma GCC unroll 12
   for (int t = 0; t < N; ++t) {
-    const __m512i b = _mm512_cvtepi16_epi32(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t][i].bsums)));
+    const __m512i b =
+        _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t][i].bsums)));
     _mm512_store_si512(neg[t], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(b, 5)));
   }
   __m512i sumi[N];
@@ -495,7 +499,7 @@ void WideTile(const Wide<Block>* u, int ns, int64_t i0, const char* act, size_t 
 template <class Block>
 void GemmWide(int64_t nb, const Block* w, const char* act, size_t act_row_bytes, int n_act,
               float* out, size_t out_stride) {
-  Wide<Block> u[kSlab];                           // [super-block of the slab]
+  Wide<Block> u[kSlab];                            // [super-block of the slab]
   alignas(64) float acc[kMaxGemmTokens][16] = {};  // [token][row]
   const int n_tiles = (n_act + kWideTile - 1) / kWideTile;
   for (int64_t i0 = 0; i0 < nb; i0 += kSlab) {
