@@ -111,7 +111,7 @@ BENCHMARK(BM_MatMulInterleaved)
                     int(GgmlType::kQ5_K), int(GgmlType::kQ6_K), int(GgmlType::kIQ4_NL),
                     int(GgmlType::kIQ4_XS), int(GgmlType::kMXFP4), int(GgmlType::kNVFP4),
                     int(GgmlType::kQ5_0)},
-                   {1, 8, 64},
+                   {1, 8, 64, 512},
                    {1, 2}})
     ->UseRealTime();
 

@@ -300,6 +300,53 @@ TEST(InterleavedK, KernelsEqualScalarTwinBitForBit) {
   for (GgmlType t : kKTypes) ExpectKKernelsEqualScalarTwin(t, rng);
 }
 
+// Prompt-sized calls (up to the kernel's gemm_max_tokens, where the AVX-512 kernels unpack the
+// group once and tile the tokens 8..12 at a time): every token gets its scalar twin's bits one
+// token at a time, whatever the call's size and the token's place, with more super-blocks than
+// the kernels unpack at once.
+TEST(InterleavedK, PromptBatchesEqualScalarTwinBitForBit) {
+  std::mt19937 rng(43);
+  for (GgmlType type : kKTypes) {
+    SCOPED_TRACE(GgmlTypeName(type));
+    const TypeKernels& scalar = GetKernels(type, Isa::kScalar);
+    const int g = scalar.interleave_rows;
+    for (const int64_t k : {kQK_K, 5 * kQK_K, 9 * kQK_K}) {
+      const size_t row_bytes = RowSize(type, k);
+      const std::vector<uint8_t> rows = RandomKRows(type, k * g, rng);  // [g][row_bytes]
+      std::vector<uint8_t> group(rows.size());
+      scalar.repack(rows.data(), row_bytes, k, group.data());
+      const int n_max = kMaxGemmTokens + 3;
+      const KActs a = MakeKActs(k, n_max, rng);
+      std::vector<float> want(static_cast<size_t>(n_max) * g);  // [token][row]
+      for (int t = 0; t < n_max; ++t) {
+        scalar.gemm_interleaved(k, group.data(), a.Row(t), a.q8k_row, 1, &want[t * g], g);
+      }
+      for (Isa isa : SupportedIsas()) {
+        const TypeKernels& kern = GetKernels(type, isa);
+        ASSERT_GE(kern.gemm_max_tokens, kMaxMultiDot);
+        ASSERT_LE(kern.gemm_max_tokens, kMaxGemmTokens);
+        for (const int n : {9, 15, 16, 17, 23, 24, 25, 37, 100, kMaxGemmTokens}) {
+          if (n > kern.gemm_max_tokens) continue;
+          for (const int t0 : {0, 3}) {
+            const size_t stride = g + 3;
+            std::vector<float> out(stride * (n + 1), -12345.0f);  // [n + 1][stride]
+            kern.gemm_interleaved(k, group.data(), a.Row(t0), a.q8k_row, n, out.data(), stride);
+            for (int t = 0; t < n; ++t) {
+              for (int r = 0; r < g; ++r) {
+                ASSERT_EQ(F32ToBits(out[t * stride + r]), F32ToBits(want[(t0 + t) * g + r]))
+                    << IsaName(isa) << " k " << k << " n " << n << " token " << t0 + t << " row "
+                    << r;
+              }
+              for (size_t r = g; r < stride; ++r) ASSERT_EQ(out[t * stride + r], -12345.0f);
+            }
+            for (size_t r = 0; r < stride; ++r) ASSERT_EQ(out[n * stride + r], -12345.0f);
+          }
+        }
+      }
+    }
+  }
+}
+
 // Extreme codes: every Q6_K code 0 or 63 and scales -128 / 127, every Q4_K / Q5_K code 15 / 31
 // with scales and mins 63, every IQ4_XS level -127 with scales -32 (even groups) and 31 (odd),
 // against activations of +-127: the integer sums at their largest.
@@ -347,11 +394,24 @@ TEST(InterleavedK, ExtremeCodesEqualScalarTwin) {
       scalar.vec_dot(k, &ref, rows.data() + r * RowSize(type, k), act.data());
       EXPECT_NEAR(want[r], ref, 1e-5 * std::fabs(ref)) << "row " << r;
     }
+    // The same row for 20 tokens (a prompt-sized call where a kernel allows it).
+    constexpr int kN = 20;
+    std::vector<uint8_t> acts(act.size() * kN);  // [kN][act.size()]
+    for (int t = 0; t < kN; ++t) std::copy(act.begin(), act.end(), acts.begin() + t * act.size());
     for (Isa isa : SupportedIsas()) {
-      GetKernels(type, isa).gemm_interleaved(k, group.data(), act.data(), act.size(), 1, got,
-                                             kQ8_0x16Rows);
+      const TypeKernels& kern = GetKernels(type, isa);
+      kern.gemm_interleaved(k, group.data(), act.data(), act.size(), 1, got, kQ8_0x16Rows);
       for (int r = 0; r < kQ8_0x16Rows; ++r) {
         ASSERT_EQ(F32ToBits(got[r]), F32ToBits(want[r])) << IsaName(isa) << " row " << r;
+      }
+      const int n = std::min(kN, kern.gemm_max_tokens);
+      std::vector<float> many(static_cast<size_t>(n) * kQ8_0x16Rows);  // [n][row]
+      kern.gemm_interleaved(k, group.data(), acts.data(), act.size(), n, many.data(), kQ8_0x16Rows);
+      for (int t = 0; t < n; ++t) {
+        for (int r = 0; r < kQ8_0x16Rows; ++r) {
+          ASSERT_EQ(F32ToBits(many[t * kQ8_0x16Rows + r]), F32ToBits(want[r]))
+              << IsaName(isa) << " token " << t << " row " << r;
+        }
       }
     }
   }

@@ -87,18 +87,20 @@ PreparedAct PrepareInterleavedAct(const WeightMatrix& w, const TypeKernels& kern
 }
 
 // Groups [g_begin, g_end) of interleaved w (w.interleave rows each), only their rows in
-// [row_begin, row_end), against every token of act, into y: even tiles of up to kMaxMultiDot
-// tokens (9 tokens: 5 + 4; a lone token would leave most of a kernel's accumulators idle). A
-// group straddling the range is computed whole into a local tile and only its rows in the range
-// are copied (each row's result is its own).
+// [row_begin, row_end), against every token of act, into y: even tiles of up to the kernel's
+// gemm_max_tokens tokens (kMaxMultiDot = 8: 9 tokens as 5 + 4; a lone token would leave most of a
+// kernel's accumulators idle). A group straddling the range is computed whole into a local tile
+// and only its rows in the range are copied (each row's result is its own).
 void RunGroups(const WeightMatrix& w, const TypeKernels& kern, const PreparedAct& act,
                int64_t n_tokens, int64_t g_begin, int64_t g_end, int64_t row_begin, int64_t row_end,
                float* y, int64_t y_stride) {
   const int g = w.interleave;
   const size_t group_bytes = static_cast<size_t>(g) * w.row_bytes;
   const size_t y_step = static_cast<size_t>(y_stride);
-  const int64_t n_token_tiles = (n_tokens + kMaxMultiDot - 1) / kMaxMultiDot;
-  float tile[kMaxMultiDot * kMaxInterleaveRows];  // [tokens][rows of one group]
+  const int64_t max_tokens = kern.gemm_max_tokens;
+  LAMINA_CHECK(max_tokens >= 1 && max_tokens <= kMaxGemmTokens);
+  const int64_t n_token_tiles = (n_tokens + max_tokens - 1) / max_tokens;
+  float tile[kMaxGemmTokens * kMaxInterleaveRows];  // [tokens][rows of one group]
   for (int64_t grp = g_begin; grp < g_end; ++grp) {
     const uint8_t* wg = w.data + static_cast<size_t>(grp) * group_bytes;
     const int64_t r0 = grp * g;

@@ -8,7 +8,9 @@
 // term is vpdpwssd of each row's min against the token's bsums pairs; IQ4_XS's nibbles become level
 // + 128 by one vpshufb, and each group's sum starts at -128 * (its bsums). Every sum is exact, and
 // the float steps are the scalar twin's (separate multiply and add, no FMA), so every output is the
-// scalar twin's bits. The file also holds the AVX-512 twin of the Q8_K activation quantizer these
+// scalar twin's bits. Prompt-sized calls (16 to 128 tokens) unpack the group once into a local
+// copy and run tiles of 8..12 tokens from it (GemmWide), with the same sums and float steps. The
+// file also holds the AVX-512 twin of the Q8_K activation quantizer these
 // kernels read (QuantizeQ8K in kquants.cpp: the same codes, bsums and d, bit for bit; compiled,
 // like the kernels, without multiply-add contraction). GCC 12's AVX-512 headers self-initialise
 // their "undefined" vectors, which -Wall reports at every inlined intrinsic (GCC PR105593); the
@@ -17,6 +19,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -306,12 +309,230 @@ void GemmN(int64_t nb, const Block* w, const char* act, size_t act_row_bytes, fl
   for (int t = 0; t < N; ++t) _mm512_storeu_ps(out + t * out_stride, acc[t]);
 }
 
+// Prompt batches (from kWideMinTokens tokens, Q4_K, Q5_K and Q6_K): the group is unpacked once per
+// call, kSlab super-blocks at a time, into a local copy (codes as bytes, scales as the vectors
+// vpdpwssd takes, d as floats), and every token runs from that copy in tiles of 8..kWideTile
+// tokens; each token's float accumulator lives in acc between super-blocks. The integer sums are
+// exact and the float steps per super-block those of the scalar twin, so the outputs are the
+// same bits as the one-token kernels'.
+constexpr int kWideMinTokens = 16;
+constexpr int kWideTile = 12;  // tiles of 8..12 tokens for 16 or more
+constexpr int kSlab = 4;       // super-blocks unpacked at a time
+
+// P & 255 zero-extended in the low word and P >> 8 in the high word of each lane (exact for
+// |P| < 2^23), for vpdpwssd against (s, 256 * s).
+inline __m512i SplitBytes() {
+  return _mm512_broadcast_i32x4(
+      _mm_setr_epi8(0, -128, 1, 2, 4, -128, 5, 6, 8, -128, 9, 10, 12, -128, 13, 14));
+}
+// Lane r: s in the low word, 256 * s in the high word (s in [-128, 127]).
+inline __m512i SplitScale(__m512i s32) {
+  return _mm512_ternarylogic_epi32(_mm512_set1_epi32(0xFFFF), s32, _mm512_slli_epi32(s32, 24),
+                                   0xEA);
+}
+
+// One Q4_K or Q5_K super-block of the group, unpacked.
+struct alignas(64) WideQ45K {
+  uint8_t codes[64][64];  // [8 * group j + chunk c][16 rows x 4 codes]: elements 32j + 4c + 0..3
+  int32_t scale[8][16];   // [group j][row]: SplitScale of the 6-bit scale
+  int32_t min[8][16];     // [group j][row]: the 6-bit min in both words
+  float d[16], dmin[16];  // [row]
+};
+// One Q6_K super-block of the group, unpacked.
+struct alignas(64) WideQ6K {
+  uint8_t codes[64][64];  // [4 * group g + chunk c][16 rows x 4 codes]: elements 16g + 4c + 0..3
+  int32_t scale[16][16];  // [group g][row]: SplitScale of the signed scale
+  float d[16];            // [row]
+};
 template <class Block>
-void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
-          float* out, size_t out_stride) {
-  const auto* w = static_cast<const Block*>(group);
-  const char* a = static_cast<const char*>(act);
-  const int64_t nb = k / kQK_K;
+using Wide = std::conditional_t<std::is_same_v<Block, BlockQ6_Kx16>, WideQ6K, WideQ45K>;
+
+template <class Block>
+void Unpack(const Block& w, WideQ45K* u) {
+  const __m512i w0 = Load(w.scales), w1 = Load(w.scales + 64), w2 = Load(w.scales + 128);
+  const __m512i m6 = _mm512_set1_epi32(0x3f3f3f3f), m4 = _mm512_set1_epi32(0x0f0f0f0f),
+                m2 = _mm512_set1_epi32(0x03030303), byte = _mm512_set1_epi32(0xFF);
+  const __m512i sc[2] = {
+      _mm512_and_si512(w0, m6),
+      _mm512_or_si512(_mm512_and_si512(w2, m4),
+                      _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), m2), 4))};
+  const __m512i mn[2] = {
+      _mm512_and_si512(w1, m6),
+      _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), m4),
+                      _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), m2), 4))};
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  for (int j = 0; j < 8; ++j) {
+    const __m512i s = _mm512_and_si512(_mm512_srli_epi32(sc[j / 4], 8 * (j % 4)), byte);
+    _mm512_store_si512(u->scale[j], SplitScale(s));
+    const __m512i m = _mm512_and_si512(_mm512_srli_epi32(mn[j / 4], 8 * (j % 4)), byte);
+    _mm512_store_si512(u->min[j], _mm512_or_si512(m, _mm512_slli_epi32(m, 16)));
+    for (int c = 0; c < 8; ++c) {
+      const __m512i v = Load(w.qs + 64 * (8 * (j / 2) + c));
+      __m512i q = _mm512_and_si512(j % 2 == 0 ? v : _mm512_srli_epi16(v, 4), nib);
+      if constexpr (std::is_same_v<Block, BlockQ5_Kx16>)
+        q = _mm512_or_si512(q, HighBitsQ5K(w, j, c));
+      _mm512_store_si512(u->codes[8 * j + c], q);
+    }
+  }
+  _mm512_store_ps(u->d, LoadHalves(w.d));
+  _mm512_store_ps(u->dmin, LoadHalves(w.dmin));
+}
+
+void Unpack(const BlockQ6_Kx16& w, WideQ6K* u) {
+  for (int n = 0; n < 2; ++n) {
+    for (int m = 0; m < 4; ++m) {
+      for (int hh = 0; hh < 2; ++hh) {
+        const int g = 8 * n + 2 * m + hh;
+        _mm512_store_si512(u->scale[g], SplitScale(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                            reinterpret_cast<const __m128i*>(w.scales + 16 * g)))));
+        for (int c4 = 0; c4 < 4; ++c4) {
+          _mm512_store_si512(
+              u->codes[4 * g + c4],
+              CodesQ6K(w, m, 16 * n + 8 * (m % 2) + 4 * hh + c4, 8 * n + 4 * hh + c4));
+        }
+      }
+    }
+  }
+  _mm512_store_ps(u->d, LoadHalves(w.d));
+}
+
+// acc[t] (in memory) += float(sumi[t]) * (d_w * d_a[t]), or -= for kSub.
+template <int N, bool kSub>
+inline void AddScaledTo(const float* dw, const __m512i* sumi, const BlockQ8_K* const* a, int64_t i,
+                        float (*acc)[16]) {
+  const __m512 d = _mm512_load_ps(dw);
+#pragma GCC unroll 12
+  for (int t = 0; t < N; ++t) {
+    const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(a[t][i].d));
+    const __m512 x = _mm512_mul_ps(_mm512_cvtepi32_ps(sumi[t]), scale);
+    const __m512 v = _mm512_load_ps(acc[t]);
+    _mm512_store_ps(acc[t], kSub ? _mm512_sub_ps(v, x) : _mm512_add_ps(v, x));
+  }
+}
+
+// Super-block i (unpacked in u) against N tokens: Q4_K / Q5_K.
+template <int N>
+inline void WideStep(const WideQ45K& u, const BlockQ8_K* const* a, int64_t i, float (*acc)[16]) {
+  const __m512i split = SplitBytes();
+  __m512i sumi[N];
+#pragma GCC unroll 12
+  for (int t = 0; t < N; ++t) sumi[t] = _mm512_setzero_si512();
+#pragma GCC unroll 1
+  for (int j = 0; j < 8; ++j) {
+    __m512i part[N];
+#pragma GCC unroll 12
+    for (int t = 0; t < N; ++t) part[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      const __m512i q = _mm512_load_si512(u.codes[8 * j + c]);
+#pragma GCC unroll 12
+      for (int t = 0; t < N; ++t) {
+        part[t] = _mm512_dpbusd_epi32(part[t], q, Broadcast4(a[t][i].qs + 32 * j + 4 * c));
+      }
+    }
+    // |part| <= 31 * 128 * 32 < 2^23: split bytes times (s, 256 s) add s * part exactly.
+    const __m512i s = _mm512_load_si512(u.scale[j]);
+#pragma GCC unroll 12
+    for (int t = 0; t < N; ++t) {
+      sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_shuffle_epi8(part[t], split), s);
+    }
+  }
+  AddScaledTo<N, false>(u.d, sumi, a, i, acc);
+#pragma GCC unroll 12
+  for (int t = 0; t < N; ++t) sumi[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) {
+    const __m512i m = _mm512_load_si512(u.min[j]);
+#pragma GCC unroll 12
+    for (int t = 0; t < N; ++t) {
+      sumi[t] = _mm512_dpwssd_epi32(sumi[t], m, Broadcast4(a[t][i].bsums + 2 * j));
+    }
+  }
+  AddScaledTo<N, true>(u.dmin, sumi, a, i, acc);
+}
+
+// Q6_K: each 16-value group's sum starts at -32 * bsums[g] (from neg, this tile's copy).
+template <int N>
+inline void WideStep(const WideQ6K& u, const BlockQ8_K* const* a, int64_t i, float (*acc)[16]) {
+  const __m512i split = SplitBytes();
+  alignas(64) int32_t neg[N][16];  // [token][group g]: -32 * bsums[g]
+#pragma GCC unroll 12
+  for (int t = 0; t < N; ++t) {
+    const __m512i b =
+        _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t][i].bsums)));
+    _mm512_store_si512(neg[t], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(b, 5)));
+  }
+  __m512i sumi[N];
+#pragma GCC unroll 12
+  for (int t = 0; t < N; ++t) sumi[t] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+  for (int g = 0; g < 16; ++g) {
+    __m512i part[N];
+#pragma GCC unroll 12
+    for (int t = 0; t < N; ++t) part[t] = _mm512_set1_epi32(neg[t][g]);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m512i q = _mm512_load_si512(u.codes[4 * g + c]);
+#pragma GCC unroll 12
+      for (int t = 0; t < N; ++t) {
+        part[t] = _mm512_dpbusd_epi32(part[t], q, Broadcast4(a[t][i].qs + 16 * g + 4 * c));
+      }
+    }
+    const __m512i s = _mm512_load_si512(u.scale[g]);
+#pragma GCC unroll 12
+    for (int t = 0; t < N; ++t) {
+      sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_shuffle_epi8(part[t], split), s);
+    }
+  }
+  AddScaledTo<N, false>(u.d, sumi, a, i, acc);
+}
+
+// Super-blocks [i0, i0 + ns) (unpacked in u) against the N tokens at act.
+template <class Block, int N>
+void WideTile(const Wide<Block>* u, int ns, int64_t i0, const char* act, size_t act_row_bytes,
+              float (*acc)[16]) {
+  const BlockQ8_K* a[N];
+  for (int t = 0; t < N; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_row_bytes);
+  for (int s = 0; s < ns; ++s) WideStep<N>(u[s], a, i0 + s, acc);
+}
+
+template <class Block>
+void GemmWide(int64_t nb, const Block* w, const char* act, size_t act_row_bytes, int n_act,
+              float* out, size_t out_stride) {
+  Wide<Block> u[kSlab];                            // [super-block of the slab]
+  alignas(64) float acc[kMaxGemmTokens][16] = {};  // [token][row]
+  const int n_tiles = (n_act + kWideTile - 1) / kWideTile;
+  for (int64_t i0 = 0; i0 < nb; i0 += kSlab) {
+    const int ns = static_cast<int>(std::min<int64_t>(kSlab, nb - i0));
+    for (int s = 0; s < ns; ++s) Unpack(w[i0 + s], &u[s]);
+    for (int tt = 0; tt < n_tiles; ++tt) {
+      const int t0 = tt * n_act / n_tiles, nt = (tt + 1) * n_act / n_tiles - t0;
+      const char* a = act + t0 * act_row_bytes;
+      switch (nt) {  // 8..12 from kWideMinTokens tokens
+        case 8:
+          WideTile<Block, 8>(u, ns, i0, a, act_row_bytes, acc + t0);
+          break;
+        case 9:
+          WideTile<Block, 9>(u, ns, i0, a, act_row_bytes, acc + t0);
+          break;
+        case 10:
+          WideTile<Block, 10>(u, ns, i0, a, act_row_bytes, acc + t0);
+          break;
+        case 11:
+          WideTile<Block, 11>(u, ns, i0, a, act_row_bytes, acc + t0);
+          break;
+        default:
+          WideTile<Block, 12>(u, ns, i0, a, act_row_bytes, acc + t0);
+          break;
+      }
+    }
+  }
+  for (int t = 0; t < n_act; ++t) _mm512_storeu_ps(out + t * out_stride, _mm512_load_ps(acc[t]));
+}
+
+template <class Block>
+void GemmFew(int64_t nb, const Block* w, const char* a, size_t act_row_bytes, int n_act, float* out,
+             size_t out_stride) {
   switch (n_act) {
     case 1:
       return GemmN<Block, 1>(nb, w, a, act_row_bytes, out, out_stride);
@@ -332,6 +553,26 @@ void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, i
   }
 }
 
+template <class Block>
+void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
+          float* out, size_t out_stride) {
+  const auto* w = static_cast<const Block*>(group);
+  const char* a = static_cast<const char*>(act);
+  const int64_t nb = k / kQK_K;
+  constexpr bool kWide = !std::is_same_v<Block, BlockIQ4_XSx16>;
+  if (kWide && n_act >= kWideMinTokens) {
+    if constexpr (kWide) GemmWide<Block>(nb, w, a, act_row_bytes, n_act, out, out_stride);
+    return;
+  }
+  // Even tiles of up to kMaxMultiDot tokens (9: 5 + 4).
+  const int n_tiles = (n_act + kMaxMultiDot - 1) / kMaxMultiDot;
+  for (int tt = 0; tt < n_tiles; ++tt) {
+    const int t0 = tt * n_act / n_tiles, nt = (tt + 1) * n_act / n_tiles - t0;
+    GemmFew<Block>(nb, w, a + t0 * act_row_bytes, act_row_bytes, nt, out + t0 * out_stride,
+                   out_stride);
+  }
+}
+
 }  // namespace
 
 void RegisterAvx512InterleavedK(KernelTable& table) {
@@ -339,6 +580,9 @@ void RegisterAvx512InterleavedK(KernelTable& table) {
   table[static_cast<int>(GgmlType::kQ4_K)].gemm_interleaved = Gemm<BlockQ4_Kx16>;
   table[static_cast<int>(GgmlType::kQ5_K)].gemm_interleaved = Gemm<BlockQ5_Kx16>;
   table[static_cast<int>(GgmlType::kQ6_K)].gemm_interleaved = Gemm<BlockQ6_Kx16>;
+  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    table[static_cast<int>(t)].gemm_max_tokens = kMaxGemmTokens;
+  }
   table[static_cast<int>(GgmlType::kIQ4_XS)].gemm_interleaved = Gemm<BlockIQ4_XSx16>;
 }
 

@@ -43,14 +43,17 @@ constexpr int kMaxTileTokens = 12;
 constexpr int kMaxInterleaveRows = 16;
 using RepackFn = void (*)(const void* src, size_t row_bytes, int64_t k, void* dst);
 // out[t * out_stride + r] = dot(row r of the group, act_t) for r < interleave_rows and
-// t < n_act (1..kMaxMultiDot); act_t (a row of BlockQ8_0Act for Q8_0 vec_dot_type, of BlockQ8_K
-// for Q8_K) at act + t * act_row_bytes. Every output runs the same per-row sequence whatever n_act
-// or the token's place, so a token's result never depends on its batch; for the Q8_0 types it
-// equals the scalar vec_dot of the row before repacking (Q5_0: the vec_dot of the same ISA), for
-// Q4_K / Q5_K / Q6_K / IQ4_XS the scalar
-// twin's canonical order (interleaved_kquants.cpp), within the K-quant dot bound of vec_dot.
+// t < n_act (1..TypeKernels::gemm_max_tokens); act_t (a row of BlockQ8_0Act for Q8_0 vec_dot_type,
+// of BlockQ8_K for Q8_K) at act + t * act_row_bytes. Every output runs the same per-row sequence
+// whatever n_act or the token's place, so a token's result never depends on its batch; for the Q8_0
+// types it equals the scalar vec_dot of the row before repacking (Q5_0: the vec_dot of the same
+// ISA), for Q4_K / Q5_K / Q6_K / IQ4_XS the scalar twin's canonical order
+// (interleaved_kquants.cpp), within the K-quant dot bound of vec_dot.
 using GemmInterleavedFn = void (*)(int64_t k, const void* group, const void* act,
                                    size_t act_row_bytes, int n_act, float* out, size_t out_stride);
+// The most tokens a gemm_interleaved call may take (TypeKernels::gemm_max_tokens; kMaxMultiDot
+// unless a kernel says more): prompt kernels that unpack a group once for many tokens.
+constexpr int kMaxGemmTokens = 128;
 // A row of BlockQ8_0 (k values) as the BlockQ8_0Act row the interleaved kernels read.
 void Q8_0ToAct(const void* q8_row, void* act_row, int64_t k);
 
@@ -84,6 +87,10 @@ struct TypeKernels {
   int interleave_rows = 0;
   RepackFn repack = nullptr;
   GemmInterleavedFn gemm_interleaved = nullptr;
+  // The most tokens one gemm_interleaved call takes (kMaxMultiDot..kMaxGemmTokens): the AVX-512
+  // K-quant kernels unpack each group's codes and scales once per call and run every token of
+  // it from that copy, so the matmul hands them many tokens at a time.
+  int gemm_max_tokens = kMaxMultiDot;
 };
 
 // Kernels for `type` at the best ISA of this CPU.
