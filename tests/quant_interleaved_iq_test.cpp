@@ -1,9 +1,9 @@
 // The interleaved lattice i-quants (IQ2_XXS, IQ2_XS, IQ3_XXS and IQ3_S as BlockIQ2_XXSx16 /
 // BlockIQ2_XSx16 / BlockIQ3_XXSx16 / BlockIQ3_Sx16, repacked at load, Q8_K activations): every
 // ISA with the layout gives the scalar vec_dot of the row before repacking bit for bit, for every
-// batch size and place in the batch, and writes nothing past its tile; AVX2 keeps them in plain
-// rows; the matmul on an interleaved matrix (whole groups and a row range cutting groups) and
-// the loader's repacked weights give the plain rows' bits.
+// batch size (1..64 tokens a call) and place in the batch, and writes nothing past its tile; AVX2
+// keeps them in plain rows; the matmul on an interleaved matrix (whole groups and a row range
+// cutting groups) and the loader's repacked weights give the plain rows' bits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -67,9 +67,10 @@ void ExpectKernelsEqualScalarVecDot(GgmlType type, std::mt19937& rng) {
     const std::vector<uint8_t> rows = RandomIqRows(type, k * g, rng);  // [g][row_bytes]
     std::vector<uint8_t> group(rows.size());
     scalar.repack(rows.data(), row_bytes, k, group.data());
-    const Acts a = MakeActs(k, kMaxMultiDot, rng);
-    float want[kMaxMultiDot][kQ8_0x16Rows];  // [token][row]: the scalar vec_dot
-    for (int t = 0; t < kMaxMultiDot; ++t) {
+    constexpr int kTokens = kMaxInterleaveTokens + 3;
+    const Acts a = MakeActs(k, kTokens, rng);
+    float want[kTokens][kQ8_0x16Rows];  // [token][row]: the scalar vec_dot
+    for (int t = 0; t < kTokens; ++t) {
       for (int r = 0; r < g; ++r)
         scalar.vec_dot(k, &want[t][r], rows.data() + r * row_bytes, a.Row(t));
     }
@@ -81,11 +82,12 @@ void ExpectKernelsEqualScalarVecDot(GgmlType type, std::mt19937& rng) {
         continue;
       }
       ASSERT_EQ(kern.interleave_rows, g);
+      ASSERT_EQ(kern.interleave_max_tokens, kMaxInterleaveTokens);
       ASSERT_EQ(kern.repack, scalar.repack);
       ASSERT_NE(kern.gemm_interleaved, nullptr);
       if (isa != Isa::kScalar) EXPECT_NE(kern.gemm_interleaved, scalar.gemm_interleaved);
-      for (int n = 1; n <= kMaxMultiDot; ++n) {
-        for (int t0 = 0; t0 + n <= kMaxMultiDot; ++t0) {
+      for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 23, kMaxInterleaveTokens}) {
+        for (int t0 : {0, 1, 3}) {
           const size_t stride = g + 3;
           std::vector<float> out(stride * (n + 1), -12345.0f);  // [n + 1][stride]
           kern.gemm_interleaved(k, group.data(), a.Row(t0), a.row, n, out.data(), stride);
@@ -122,7 +124,7 @@ void ExpectMatMulEqualsPlainRows(GgmlType type, std::mt19937& rng, ThreadPool& p
   std::vector<uint8_t> buf(data.size());  // the interleaved copy: [rows / 16 groups]
   const WeightMatrix w = InterleaveInto(plain, buf.data());
   EXPECT_EQ(w.interleave, kQ8_0x16Rows);
-  for (int64_t n_tokens : {1, 3, 20}) {
+  for (int64_t n_tokens : {1, 3, 20, 75}) {
     const std::vector<float> x = RandomFloats(n_tokens * cols, rng);
     for (auto [lo, hi] : {std::pair<int64_t, int64_t>{0, rows}, {5, 27}, {16, 32}}) {
       std::vector<float> y(static_cast<size_t>(n_tokens * rows), NAN);  // [n_tokens, rows]

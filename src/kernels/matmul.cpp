@@ -87,8 +87,9 @@ PreparedAct PrepareInterleavedAct(const WeightMatrix& w, const TypeKernels& kern
 }
 
 // Groups [g_begin, g_end) of interleaved w (w.interleave rows each), only their rows in
-// [row_begin, row_end), against every token of act, into y: even tiles of up to kMaxMultiDot
-// tokens (9 tokens: 5 + 4; a lone token would leave most of a kernel's accumulators idle). A
+// [row_begin, row_end), against every token of act, into y: even tiles of up to
+// kern.interleave_max_tokens tokens (kMaxMultiDot = 8 unless the kernel takes more; 9 tokens:
+// 5 + 4; a lone token would leave most of a kernel's accumulators idle). A
 // group straddling the range is computed whole into a local tile and only its rows in the range
 // are copied (each row's result is its own).
 void RunGroups(const WeightMatrix& w, const TypeKernels& kern, const PreparedAct& act,
@@ -97,8 +98,10 @@ void RunGroups(const WeightMatrix& w, const TypeKernels& kern, const PreparedAct
   const int g = w.interleave;
   const size_t group_bytes = static_cast<size_t>(g) * w.row_bytes;
   const size_t y_step = static_cast<size_t>(y_stride);
-  const int64_t n_token_tiles = (n_tokens + kMaxMultiDot - 1) / kMaxMultiDot;
-  float tile[kMaxMultiDot * kMaxInterleaveRows];  // [tokens][rows of one group]
+  const int64_t max_tokens = kern.interleave_max_tokens;
+  LAMINA_DCHECK(max_tokens >= 1 && max_tokens <= kMaxInterleaveTokens);
+  const int64_t n_token_tiles = (n_tokens + max_tokens - 1) / max_tokens;
+  float tile[kMaxInterleaveTokens * kMaxInterleaveRows];  // [tokens][rows of one group]
   for (int64_t grp = g_begin; grp < g_end; ++grp) {
     const uint8_t* wg = w.data + static_cast<size_t>(grp) * group_bytes;
     const int64_t r0 = grp * g;

@@ -101,6 +101,7 @@ void Set(KernelTable& table) {
   e.interleave_rows = kRows;
   e.repack = Repack<B, X>;
   e.gemm_interleaved = Gemm<B, X, kType>;
+  e.interleave_max_tokens = kMaxInterleaveTokens;
 }
 
 void Unset(KernelTable& table, GgmlType type) {
@@ -108,6 +109,7 @@ void Unset(KernelTable& table, GgmlType type) {
   e.interleave_rows = 0;
   e.repack = nullptr;
   e.gemm_interleaved = nullptr;
+  e.interleave_max_tokens = kMaxMultiDot;
 }
 
 }  // namespace

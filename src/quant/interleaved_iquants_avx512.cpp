@@ -233,10 +233,56 @@ void GemmN(int64_t k, const X* w, const uint8_t* act, size_t act_row_bytes, floa
   }
 }
 
+// More than 8 tokens (up to kMaxInterleaveTokens): GemmN's steps with the tokens' sums in
+// memory, so each half's decode serves every token of the call.
+template <typename X>
+void GemmMany(int64_t k, const X* w, const uint8_t* act, size_t act_row_bytes, int n, float* out,
+              size_t out_stride) {
+  alignas(64) float sumf[kMaxInterleaveTokens][kRows];        // [token][16 rows]
+  alignas(64) int32_t isum[kMaxInterleaveTokens][kRows];      // [token][16 rows]
+  alignas(64) int32_t nbs[kMaxInterleaveTokens][kQK_K / 16];  // [token][half]: -128 * bsums
+  auto row = [&](int t) { return reinterpret_cast<const BlockQ8_K*>(act + t * act_row_bytes); };
+  for (int t = 0; t < n; ++t) _mm512_store_ps(sumf[t], _mm512_setzero_ps());
+  for (int64_t i = 0; i < k / kQK_K; ++i) {
+    for (int t = 0; t < n; ++t) {
+      const __m512i bs = _mm512_cvtepi16_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row(t)[i].bsums)));
+      _mm512_store_si512(nbs[t],
+                         _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bs, 7)));
+      _mm512_store_si512(isum[t], _mm512_setzero_si512());
+    }
+    for (int h = 0; h < kQK_K / 16; ++h) {
+      Half half;
+      DecodeHalf(w[i], h, &half);
+      for (int t = 0; t < n; ++t) {
+        const int8_t* q = row(t)[i].qs + 16 * h;
+        __m512i acc = _mm512_set1_epi32(nbs[t][h]);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          acc = _mm512_dpbusd_epi32(acc, half.w[j], _mm512_set1_epi32(Load32(q + 4 * j)));
+        }
+        _mm512_store_si512(isum[t], _mm512_add_epi32(_mm512_load_si512(isum[t]),
+                                                     _mm512_mullo_epi32(acc, half.scale)));
+      }
+    }
+    const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].d)));
+    for (int t = 0; t < n; ++t) {
+      const __m512 d = _mm512_mul_ps(dx, _mm512_set1_ps(row(t)[i].d));
+      _mm512_store_ps(
+          sumf[t], _mm512_add_ps(_mm512_load_ps(sumf[t]),
+                                 _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_load_si512(isum[t])))));
+    }
+  }
+  for (int t = 0; t < n; ++t) {
+    _mm512_storeu_ps(out + t * out_stride,
+                     _mm512_mul_ps(_mm512_set1_ps(kFinal<X>), _mm512_load_ps(sumf[t])));
+  }
+}
+
 template <typename X>
 void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
           float* out, size_t out_stride) {
-  LAMINA_DCHECK(k % kQK_K == 0 && n_act >= 1 && n_act <= kMaxMultiDot);
+  LAMINA_DCHECK(k % kQK_K == 0 && n_act >= 1 && n_act <= kMaxInterleaveTokens);
   const auto* w = static_cast<const X*>(group);
   const auto* a = static_cast<const uint8_t*>(act);
   switch (n_act) {
@@ -254,8 +300,10 @@ void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, i
       return GemmN<X, 6>(k, w, a, act_row_bytes, out, out_stride);
     case 7:
       return GemmN<X, 7>(k, w, a, act_row_bytes, out, out_stride);
-    default:
+    case 8:
       return GemmN<X, 8>(k, w, a, act_row_bytes, out, out_stride);
+    default:
+      return GemmMany<X>(k, w, a, act_row_bytes, n_act, out, out_stride);
   }
 }
 

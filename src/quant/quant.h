@@ -41,6 +41,7 @@ constexpr int kMaxTileTokens = 12;
 // rows [0, interleave_rows) of k values, row r at src + r * row_bytes, into one group of
 // interleaved blocks at dst (the same number of bytes).
 constexpr int kMaxInterleaveRows = 16;
+constexpr int kMaxInterleaveTokens = 64;  // the most a kernel's interleave_max_tokens may say
 using RepackFn = void (*)(const void* src, size_t row_bytes, int64_t k, void* dst);
 // out[t * out_stride + r] = dot(row r of the group, act_t) for r < interleave_rows and
 // t < n_act (1..kMaxMultiDot); act_t (a row of BlockQ8_0Act for Q8_0 vec_dot_type, of BlockQ8_K
@@ -49,6 +50,8 @@ using RepackFn = void (*)(const void* src, size_t row_bytes, int64_t k, void* ds
 // equals the scalar vec_dot of the row before repacking (Q5_0: the vec_dot of the same ISA), for
 // Q4_K / Q5_K / Q6_K / IQ4_XS the scalar
 // twin's canonical order (interleaved_kquants.cpp), within the K-quant dot bound of vec_dot.
+// IQ2_XXS / IQ2_XS / IQ3_XXS / IQ3_S: the scalar vec_dot of the row before repacking, for n_act up
+// to interleave_max_tokens (64).
 using GemmInterleavedFn = void (*)(int64_t k, const void* group, const void* act,
                                    size_t act_row_bytes, int n_act, float* out, size_t out_stride);
 // A row of BlockQ8_0 (k values) as the BlockQ8_0Act row the interleaved kernels read.
@@ -84,6 +87,10 @@ struct TypeKernels {
   int interleave_rows = 0;
   RepackFn repack = nullptr;
   GemmInterleavedFn gemm_interleaved = nullptr;
+  // The most tokens one gemm_interleaved call takes (kMaxMultiDot..kMaxInterleaveTokens): the
+  // lattice i-quants' kernels decode a super-block of 16 rows once per call, which costs more
+  // than the tokens' dot products, so they take up to 64 tokens at once.
+  int interleave_max_tokens = kMaxMultiDot;
 };
 
 // Kernels for `type` at the best ISA of this CPU.
