@@ -377,7 +377,8 @@ void BM_AttentionRowKernels(benchmark::State& state) {
 BENCHMARK(BM_AttentionRowKernels)->ArgsProduct({{0, 1, 2}, {0, 1, 2, 3}});
 
 // args: row format (KvRowFormat: 1 f16, 2 int8, 3 q4_0, 4 q4_nl), kernel (0 K scores, 1 fused V
-// sum). Decode-step attention's inner kernels as the widest ISA the CPU (and LAMINA_ISA) allows
+// sum, 2 the AVX-512 integer V sum of 4-bit rows, kv_decode.h "Integer V sums", not chosen by
+// default). Decode-step attention's inner kernels as the widest ISA the CPU (and LAMINA_ISA) allows
 // runs them: 4 queries (one GQA group), head_dim 64, over 1,024 cells in tiles of 64 (L2-resident:
 // compute only, no memory). K scores are the integer scorer for int8 / q4_0 and decode + the
 // row kernel's score_rows for f16. "s/cell" is per cell and KV head, all 4 queries.
@@ -385,6 +386,7 @@ void BM_KvAttentionKernels(benchmark::State& state) {
   constexpr int kHd = 64, kCells = 1024, kTile = 64, kQueries = 4;
   const auto f = static_cast<KvRowFormat>(state.range(0));
   const bool score = state.range(1) == 0;
+  const bool int_sums = state.range(1) == 2;
   const size_t rb = KvRowBytes(f, kHd);
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;
@@ -404,7 +406,9 @@ void BM_KvAttentionKernels(benchmark::State& state) {
   }
   const KvScoreFn scorer = BestKvScorer(f);
   const KvRowDecodeFn decode = BestKvRowDecoder(f);
-  const KvAccumulateFn fused = BestKvAccumulator(f);
+  const KvAccumulateFn fused =
+      int_sums ? (GetCpuFeatures().HasAvx512Set() ? Avx512KvIntAccumulator(f) : nullptr)
+               : BestKvAccumulator(f);
   const AttentionRowKernels& rk = BestAttentionRowKernels();
   if ((score && f != KvRowFormat::kF16 && scorer == nullptr) || (!score && fused == nullptr)) {
     state.SkipWithError("no such kernel on this CPU / ISA");
@@ -430,12 +434,14 @@ void BM_KvAttentionKernels(benchmark::State& state) {
     benchmark::DoNotOptimize(acc.data());
   }
   static const char* const kFormat[] = {"f32", "f16", "int8", "q4_0", "q4_nl"};
-  state.SetLabel(std::string(kFormat[state.range(0)]) + (score ? " K scores" : " fused V sum"));
+  state.SetLabel(std::string(kFormat[state.range(0)]) + (score      ? " K scores"
+                                                         : int_sums ? " integer V sum"
+                                                                    : " fused V sum"));
   state.counters["s/cell"] = benchmark::Counter(
       static_cast<double>(kCells) * state.iterations(),
       benchmark::Counter::kIsRate | benchmark::Counter::kInvert, benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_KvAttentionKernels)->ArgsProduct({{1, 2, 3, 4}, {0, 1}});
+BENCHMARK(BM_KvAttentionKernels)->ArgsProduct({{1, 2, 3, 4}, {0, 1, 2}});
 
 // args: 0 vfmadd231ps, 1 vpdpwssd (zmm). 16 independent chains of the instruction over
 // registers, no memory: its throughput on this core, the port limit the attention kernels are

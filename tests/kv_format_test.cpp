@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -676,6 +678,93 @@ TEST(KvAccumulate, Avx512MatchesDecodeThenAccumulate) {
   }
   // head_dim 8 and 16 take the AVX-512 decoder and accumulate_rows themselves.
   CheckFusedAccumulation(Avx512KvAccumulator, Avx512KvRowDecoder, rk, {8, 16, 32, 64, 96, 128});
+}
+
+// Integer V sums of 4-bit rows: the AVX-512 kernel gives its scalar twin's bits (exact int32
+// dots, the same float steps; NaN weights included) for whole and partial passes, limits past
+// and before the rows and more queries than a pass's register block; and the twin stays within
+// the weights' quantization (half a step of amax / kIntAccWeightMax per row and column) of the
+// float decode-then-accumulate, with flat and with peaked (softmax-like) weights.
+TEST(KvIntAccumulate, Avx512MatchesScalarTwinAndFloatSums) {
+  std::mt19937 rng(45);
+  std::normal_distribution<float> normal;
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  const KvAccumulateFn any = Avx512KvIntAccumulator(KvRowFormat::kQ4_0);
+  const bool simd_ok = any != nullptr && HasAvx512Vnni();
+  for (KvRowFormat f : {KvRowFormat::kQ4_0, KvRowFormat::kQ4Nl}) {
+    const KvAccumulateFn twin = ScalarKvIntAccumulator(f);
+    ASSERT_NE(twin, nullptr);
+    const double level_max = f == KvRowFormat::kQ4Nl ? 125.0 : 8.0;
+    for (int hd : {32, 64, 96, 128, 256}) {
+      for (int n : {1, 13, 64, 150}) {
+        for (int nq : {1, 3, 4, 9}) {
+          for (int peaked = 0; peaked < 2; ++peaked) {
+            const size_t rb = KvRowBytes(f, hd);
+            std::vector<uint8_t> rows(rb * n);                               // [n] encoded rows
+            std::vector<float> x(hd), decoded(static_cast<size_t>(n) * hd);  // [hd], [n, hd]
+            for (int r = 0; r < n; ++r) {
+              for (float& v : x) v = 2.0f * normal(rng);
+              EncodeKvRow(f, x.data(), hd, nullptr, rows.data() + r * rb);
+            }
+            ScalarKvRowDecoder(f)(rows.data(), n, hd, decoded.data());
+            const int64_t stride = n + 5;
+            std::vector<float> p(nq * stride);  // [nq, stride]
+            for (float& v : p) v = peaked ? std::exp(4.0f * normal(rng) - 8.0f) : unit(rng);
+            std::vector<int> lim(nq);
+            for (int qi = 0; qi < nq; ++qi) lim[qi] = qi == 1 ? 0 : qi == 2 ? n + 3 : n - qi % 3;
+            std::vector<float> init(static_cast<size_t>(nq) * hd);  // [nq, hd]
+            for (float& v : init) v = normal(rng);
+            std::vector<float> want = init, got = init, ref = init;
+            twin(rows.data(), n, hd, nq, p.data(), stride, lim.data(), want.data());
+            ScalarKvAccumulator(f)(rows.data(), n, hd, nq, p.data(), stride, lim.data(),
+                                   ref.data());
+            for (int qi = 0; qi < nq; ++qi) {
+              const int m = std::clamp(lim[qi], 0, n);
+              double wmax = 0.0;  // max |p_j x_ji| >= max |p_j d_j| (levels are >= 1 in size)
+              for (int j = 0; j < m; ++j) {
+                for (int i = 0; i < hd; ++i) {
+                  wmax = std::max(wmax, std::fabs(double(p[qi * stride + j]) *
+                                                  decoded[static_cast<size_t>(j) * hd + i]));
+                }
+              }
+              const double tol = 0.5 * m * level_max * wmax / kIntAccWeightMax + 1e-5 * (m + 1);
+              for (int i = 0; i < hd; ++i) {
+                const size_t k = static_cast<size_t>(qi) * hd + i;
+                EXPECT_NEAR(want[k], ref[k], tol + 1e-6 * std::fabs(ref[k]))
+                    << int(f) << " hd " << hd << " n " << n << " nq " << nq << " q " << qi;
+              }
+            }
+            if (simd_ok) {
+              Avx512KvIntAccumulator(f)(rows.data(), n, hd, nq, p.data(), stride, lim.data(),
+                                        got.data());
+              EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+                  << int(f) << " hd " << hd << " n " << n << " nq " << nq;
+            }
+          }
+        }
+      }
+    }
+    // A non-finite weight turns the query's sums NaN in both.
+    const int hd = 64, n = 70;
+    const size_t rb = KvRowBytes(f, hd);
+    std::vector<uint8_t> rows(rb * n);
+    std::vector<float> x(hd);
+    for (int r = 0; r < n; ++r) {
+      for (float& v : x) v = normal(rng);
+      EncodeKvRow(f, x.data(), hd, nullptr, rows.data() + r * rb);
+    }
+    std::vector<float> p(2 * n, 0.01f);
+    p[n + 66] = std::numeric_limits<float>::quiet_NaN();
+    const int lim[2] = {n, n};
+    std::vector<float> want(2 * hd, 0.0f), got = want;
+    twin(rows.data(), n, hd, 2, p.data(), n, lim, want.data());
+    EXPECT_FALSE(std::isnan(want[0]));
+    EXPECT_TRUE(std::isnan(want[hd]));
+    if (simd_ok) {
+      Avx512KvIntAccumulator(f)(rows.data(), n, hd, 2, p.data(), n, lim, got.data());
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+    }
+  }
 }
 
 // Integer K scores: the AVX2 and AVX-512 scorers equal their scalar twin bit for bit (exact

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "cli_common.h"
@@ -146,9 +147,22 @@ bool MeasureBench(const BenchOptions& o, const Model& model, const SessionConfig
     for (auto& x : t) x = dist(rng);
     return t;
   };
+  // pp: as llama-bench, one untimed warm-up prompt on the session every repetition reuses (its
+  // cache cleared first); with --no-warmup a fresh session per repetition.
+  std::optional<Session> pp_session;
+  if (o.n_prompt > 0 && o.warmup) {
+    pp_session.emplace(model, sc, pool);
+    if (Result<const float*> r = pp_session->Eval(random_tokens(o.n_prompt), false); !r.ok()) {
+      std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
+      return false;
+    }
+  }
   for (int rep = 0; rep < o.reps; ++rep) {
     if (o.n_prompt > 0) {
-      Session s(model, sc, pool);
+      std::optional<Session> fresh;
+      if (!o.warmup) fresh.emplace(model, sc, pool);
+      Session& s = o.warmup ? *pp_session : *fresh;
+      s.Truncate(0);
       std::vector<int32_t> prompt = random_tokens(o.n_prompt);
       const double t0 = NowSeconds();
       Result<const float*> r = s.Eval(prompt, false);

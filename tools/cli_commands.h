@@ -161,6 +161,10 @@ struct BenchOptions {
   int depth = 0;
   int reps = 3;
   bool json = false;
+  // pp as llama-bench times it: one untimed warm-up prompt, then each repetition on the same
+  // session with its cache cleared (false, --no-warmup: a fresh session per repetition, its
+  // first touch of the scratch buffers timed).
+  bool warmup = true;
   std::string parallel;  // --parallel B[,B...]: batched decode of B sequences per step
   // --spec off,lookup,draft,mtp: greedy generation on a fixed task set (counting, JSON, copying a
   // list, prose) with each mode, interleaved rounds (cli_bench_spec.cpp).

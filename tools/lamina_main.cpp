@@ -268,6 +268,9 @@ void AddBenchCommand(CLI::App* app, Commands* c) {
   cmd->add_option("-r,--reps", c->bench.reps, "Repetitions (the median is reported)")
       ->check(IntRange(1, 1000));
   cmd->add_flag("--json", c->bench.json, "Print one JSON object");
+  cmd->add_flag("!--no-warmup", c->bench.warmup,
+                "pp: a fresh session per repetition, no untimed warm-up prompt (first-touch "
+                "of the scratch buffers timed)");
   cmd->add_option("--parallel", c->bench.parallel,
                   "Batched decode: B sequences per step, e.g. 1,2,4,8 (each at DEPTH)");
   cmd->option_defaults()->group(kGroupSpec);

@@ -80,6 +80,72 @@ void AccumulateScalar(const uint8_t* rows, int n_rows, int head_dim, int nq, con
   }
 }
 
+// Signed level of element i (< 32) of one 4-bit group (q4_0: nibble - 8; q4_nl: its level).
+template <KvRowFormat F>
+inline int GroupLevel(const uint8_t* codes, int i) {
+  const int nibble = i < 16 ? (codes[i] & 0x0F) : (codes[i - 16] >> 4);
+  if constexpr (F == KvRowFormat::kQ4Nl) {
+    return kQ4NlLevels[nibble];
+  } else {
+    return nibble - 8;
+  }
+}
+
+// The integer V sums (kv_decode.h), written out: exact int32 dots, then one fma per column.
+template <KvRowFormat F>
+void IntAccumulateScalar(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
+                         int64_t p_stride, const int* lim, float* acc) {
+  if (head_dim % kScoreGroup != 0) {
+    AccumulateScalar<F>(rows, n_rows, head_dim, nq, p, p_stride, lim, acc);
+    return;
+  }
+  const size_t row_bytes = KvRowBytes(F, head_dim);
+  const int n_groups = head_dim / kScoreGroup;
+  const size_t group_bytes = row_bytes / n_groups;
+  const float wmax = static_cast<float>(kIntAccWeightMax);
+  float w[kIntAccRows];    // [rows of the pass] one query's weights in one group
+  int32_t c[kIntAccRows];  // [rows of the pass] their codes, signed by the row's scale
+  for (int j0 = 0; j0 < n_rows; j0 += kIntAccRows) {
+    const int nr = std::min(kIntAccRows, n_rows - j0);
+    for (int qi = 0; qi < nq; ++qi) {
+      const int m = std::clamp(lim[qi] - j0, 0, nr);
+      const float* pq = p + qi * p_stride + j0;
+      float* a = acc + static_cast<int64_t>(qi) * head_dim;
+      if (m == 0) continue;
+      for (int g = 0; g < n_groups; ++g) {
+        const uint8_t* grp0 = rows + j0 * row_bytes + g * group_bytes;
+        float amax = 0.0f;
+        bool finite = true;
+        for (int j = 0; j < m; ++j) {
+          fp16_t d16;
+          std::memcpy(&d16, grp0 + j * row_bytes, 2);
+          w[j] = pq[j] * std::fabs(Fp16ToF32(d16));
+          amax = std::max(amax, w[j]);
+          finite &= std::fabs(w[j]) <= std::numeric_limits<float>::max();
+        }
+        float* ag = a + g * kScoreGroup;
+        if (!finite) {
+          std::fill(ag, ag + kScoreGroup, std::numeric_limits<float>::quiet_NaN());
+          continue;
+        }
+        if (!(amax >= 1e-30f)) continue;
+        const float inv = wmax / amax, step = amax / wmax;
+        for (int j = 0; j < m; ++j) {
+          fp16_t d16;
+          std::memcpy(&d16, grp0 + j * row_bytes, 2);
+          const float q = std::clamp(std::nearbyint(w[j] * inv), 0.0f, wmax);
+          c[j] = static_cast<int32_t>(q) * (std::signbit(Fp16ToF32(d16)) ? -1 : 1);
+        }
+        for (int i = 0; i < kScoreGroup; ++i) {
+          int32_t v = 0;
+          for (int j = 0; j < m; ++j) v += c[j] * GroupLevel<F>(grp0 + j * row_bytes + 2, i);
+          ag[i] = std::fma(static_cast<float>(v), step, ag[i]);
+        }
+      }
+    }
+  }
+}
+
 void AnchorScoresScalar(const float* w, int n_terms, const float* tables, const float* rest,
                         const uint8_t* flags, int n_cells, int nq, const int* lim, float scale,
                         float* scores, int64_t score_stride) {
@@ -165,6 +231,17 @@ KvAccumulateFn ScalarKvAccumulator(KvRowFormat format) {
       return AccumulateScalar<KvRowFormat::kQ4Nl>;
   }
   return nullptr;
+}
+
+KvAccumulateFn ScalarKvIntAccumulator(KvRowFormat format) {
+  switch (format) {
+    case KvRowFormat::kQ4_0:
+      return IntAccumulateScalar<KvRowFormat::kQ4_0>;
+    case KvRowFormat::kQ4Nl:
+      return IntAccumulateScalar<KvRowFormat::kQ4Nl>;
+    default:
+      return nullptr;
+  }
 }
 
 KvAccumulateFn BestKvAccumulator(KvRowFormat format) {

@@ -45,6 +45,28 @@ KvAccumulateFn Avx512KvAccumulator(KvRowFormat format);  // nullptr when none
 // decodes tiles and accumulates them with the attention row kernels.
 KvAccumulateFn BestKvAccumulator(KvRowFormat format);
 
+// Integer V sums of 4-bit rows (q4_0, q4_nl; head_dim a multiple of 32, else the float
+// accumulator above): the KvAccumulateFn contract for softmax weights (p >= 0; a negative
+// weight counts as 0) with each query's weights quantized. Rows are taken in passes of
+// kIntAccRows from the first; per pass, query and 32-column group:
+//   w_j = p_j * |d_j| (float; d_j the row's group scale; rows j < the query's limit)
+//   amax = max_j w_j; nothing is added when amax < 1e-30, NaN when a w_j is not finite
+//   c_j = clamp(round_half_even(w_j * (kIntAccWeightMax / amax)), 0, kIntAccWeightMax)
+//   for each column: v = sum_j c_j * s_j * L_j (exact int32; L_j the stored level, q4_0: the
+//   nibble - 8, q4_nl: kQ4NlLevels[nibble]; s_j the sign of d_j)
+//   acc = fma(float(v), amax / kIntAccWeightMax, acc)
+// A weight keeps 8 bits relative to the largest of its pass and group. That is not enough
+// for the attention tests' 2e-3 bound against decode-then-accumulate in double
+// (KvAnchoredKeys.AttentionRestoresTheOffsetAndTheErrorShrinks: 2.006e-3; 2.65e-3 with a fixed
+// dither instead of rounding to nearest), so BestKvAccumulator does not choose these
+// kernels: they are kept, tested and benchmarked for a later, finer variant. The AVX-512 kernel
+// multiplies the weights as unsigned bytes by the signed levels with vpdpbusd and gives the scalar
+// twin's bits. A query's result depends only on its own weights and the rows it reads.
+constexpr int kIntAccRows = 64;
+constexpr int kIntAccWeightMax = 255;  // one byte; 65535 (two bytes) is also supported
+KvAccumulateFn ScalarKvIntAccumulator(KvRowFormat format);  // nullptr unless q4_0 / q4_nl
+KvAccumulateFn Avx512KvIntAccumulator(KvRowFormat format);  // nullptr when none
+
 // Integer scoring needs int8 or q4_0 rows of whole 32-value groups (head_dim % 32 == 0).
 bool KvIntScoreSupported(KvRowFormat format, int head_dim);
 

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "kernels/attention_kernels.h"
 #include "kernels/kv_decode.h"
@@ -455,7 +456,231 @@ void Accumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, const flo
     }
   }
 }
+
+// Integer V sums of 4-bit rows (kv_decode.h). Per pass of up to kIntAccRows rows the codes are
+// expanded once, for all queries, into byte vectors whose dword lane c holds column c's signed
+// levels of 4 consecutive rows (a 4x4 dword transpose across the 128-bit lanes, one byte
+// shuffle within each, the level table, a negation where the row's scale is negative),
+// [group][block of 4 rows][low nibbles: the group's columns 0..15, high: 16..31]. Each query's
+// weights for a group (p * |d|) are quantized to unsigned bytes packed four rows to a dword,
+// and vpdpbusd multiplies them by the levels: per 4 rows, query and group, 2 instructions for
+// 32 columns where the float kernel runs 8 fma, and no zero point to take off.
+constexpr int kIntBlocks = kIntAccRows / 4;
+constexpr int kIntQueries = 8;  // queries whose weights are quantized before their dots
+static_assert(kIntAccRows == kAccRows, "a pass's scales fill one [group][kAccRows] table");
+
+// The largest lane of v, within zmm registers (GCC's _mm512_reduce_max_ps extracts halves
+// through an undefined operand that its link-time analysis reports).
+inline float MaxLanes(__m512 v) {
+  v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));
+  v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
+  v = _mm512_max_ps(v, _mm512_permute_ps(v, 0x4E));
+  v = _mm512_max_ps(v, _mm512_permute_ps(v, 0xB1));
+  return _mm512_cvtss_f32(v);
+}
+
+// Rows r < n (at most 4) of a block, 16 bytes each, `stride` apart, one per 128-bit lane; the
+// lanes of missing rows are zero.
+inline __m512i LoadRunsUpTo4(const uint8_t* p, size_t stride, int n) {
+  if (n >= 4) return LoadRuns4(p, stride);
+  alignas(64) uint8_t buf[64] = {};
+  for (int r = 0; r < n; ++r) std::memcpy(buf + 16 * r, p + r * stride, 16);
+  return _mm512_load_si512(buf);
+}
+
+// Rows [0, n_rows) (n_rows <= kIntAccRows) of a call whose first row is j0 rows earlier: a
+// query reads rows below lim[qi] - j0; p points at the pass's first weight.
+template <KvRowFormat F>
+void IntAccumulatePass(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
+                       int64_t p_stride, const int* lim, int j0, float* acc) {
+  constexpr bool kTwoBytes = kIntAccWeightMax > 255;
+  const size_t row_bytes = KvRowBytes(F, head_dim);
+  const int n_groups = head_dim / kGroup;
+  const size_t group_bytes = row_bytes / n_groups;
+  alignas(64) float sc[kMaxHeadDim / kGroup * kAccRows];  // [group][row] the rows' scales
+  {
+    // By scalar moves: a 16-lane gather took ~15% of this kernel on an AMD EPYC (Zen 5).
+    alignas(64) uint16_t ds[kAccRows] = {};  // [row] one group's f16 scales
+    for (int g = 0; g < n_groups; ++g) {
+      for (int j = 0; j < n_rows; ++j)
+        std::memcpy(&ds[j], rows + j * row_bytes + g * group_bytes, 2);
+      for (int k = 0; 16 * k < n_rows; ++k) {
+        _mm512_store_ps(
+            sc + g * kAccRows + 16 * k,
+            _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds + 16 * k))));
+      }
+    }
+  }
+  // [group][block][low nibbles: the group's columns 0..15, high: 16..31] signed levels of 4
+  // rows, negated where the row's scale is negative.
+  alignas(64) __m512i code[kMaxHeadDim / kGroup][kIntBlocks][2];
+  const __m512i transpose = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512i bytes4 =
+      _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  const __m512i levels =
+      F == KvRowFormat::kQ4Nl
+          ? _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kQ4NlLevels)))
+          : _mm512_broadcast_i32x4(
+                _mm_setr_epi8(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7));
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  const int n_blocks = (n_rows + 3) / 4;
+  for (int g = 0; g < n_groups; ++g) {
+    uint64_t negative = 0;  // bit j: row j's scale is negative
+    for (int k = 0; 16 * k < n_rows; ++k) {
+      const __m512 d = _mm512_load_ps(sc + g * kAccRows + 16 * k);
+      negative |= static_cast<uint64_t>(_mm512_movepi32_mask(_mm512_castps_si512(d))) << (16 * k);
+      _mm512_store_ps(sc + g * kAccRows + 16 * k, _mm512_and_ps(d, abs_mask));
+    }
+    for (int b = 0; b < n_blocks; ++b) {
+      __m512i v =
+          LoadRunsUpTo4(rows + 4 * b * row_bytes + g * group_bytes + 2, row_bytes, n_rows - 4 * b);
+      v = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(transpose, v), bytes4);
+      // Byte r of every dword is row 4b + r: its sign bit repeated in each nibble of the mask.
+      const __mmask64 flip = ((negative >> (4 * b)) & 0xF) * 0x1111111111111111ull;
+      const __m512i lo = _mm512_shuffle_epi8(levels, _mm512_and_si512(v, nib));
+      const __m512i hi =
+          _mm512_shuffle_epi8(levels, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
+      code[g][b][0] = _mm512_mask_sub_epi8(lo, flip, _mm512_setzero_si512(), lo);
+      code[g][b][1] = _mm512_mask_sub_epi8(hi, flip, _mm512_setzero_si512(), hi);
+    }
+  }
+  const __m512 wmax = _mm512_set1_ps(static_cast<float>(kIntAccWeightMax));
+  const __m512 flt_max = _mm512_set1_ps(std::numeric_limits<float>::max());
+  // Per chunk of queries: first every (query, group)'s weights as bytes, four rows to a dword
+  // (stored well before the dot loops load them back), then the dots.
+  alignas(64) int32_t wq[kIntQueries][kMaxHeadDim / kGroup][2][16];  // [query][group][hi, lo]
+  float step[kIntQueries][kMaxHeadDim / kGroup];                     // 0: nothing to add
+  int nbq[kIntQueries];                                              // blocks the query reads
+  for (int q0 = 0; q0 < nq; q0 += kIntQueries) {
+    const int n = std::min(kIntQueries, nq - q0);
+    for (int qq = 0; qq < n; ++qq) {
+      const int qi = q0 + qq;
+      const int m = std::clamp(lim[qi] - j0, 0, n_rows);
+      nbq[qq] = (m + 3) / 4;
+      __mmask16 mk[4];  // [16-row chunk] rows below m
+      __m512 pv[4];     // [16-row chunk] the query's weights
+      for (int k = 0; k < 4; ++k) {
+        const int c = std::clamp(m - 16 * k, 0, 16);
+        mk[k] = static_cast<__mmask16>((1u << c) - 1);
+        pv[k] = _mm512_maskz_loadu_ps(mk[k], p + qi * p_stride + 16 * k);
+      }
+      for (int g = 0; g < n_groups; ++g) {
+        step[qq][g] = 0.0f;
+        if (m == 0) continue;
+        __m512 w[4];
+        __m512 amax_v = _mm512_setzero_ps();
+        __mmask16 bad = 0;
+        for (int k = 0; k < 4; ++k) {
+          w[k] = _mm512_maskz_mul_ps(mk[k], pv[k],
+                                     _mm512_maskz_load_ps(mk[k], sc + g * kAccRows + 16 * k));
+          amax_v = _mm512_max_ps(amax_v, w[k]);
+          bad |= _mm512_cmp_ps_mask(_mm512_and_ps(w[k], abs_mask), flt_max, _CMP_NLE_UQ);
+        }
+        if (bad != 0) {
+          float* ag = acc + static_cast<int64_t>(qi) * head_dim + g * kGroup;
+          std::fill(ag, ag + kGroup, std::numeric_limits<float>::quiet_NaN());
+          continue;
+        }
+        const float amax = MaxLanes(amax_v);
+        if (!(amax >= 1e-30f)) continue;
+        const __m512 inv = _mm512_div_ps(wmax, _mm512_set1_ps(amax));
+        step[qq][g] = amax / static_cast<float>(kIntAccWeightMax);
+        __m512i c[4];
+        for (int k = 0; k < 4; ++k) {  // round half even, clamped to [0, kIntAccWeightMax]
+          c[k] = _mm512_cvtps_epi32(_mm512_mul_ps(w[k], inv));
+          c[k] = _mm512_min_epi32(_mm512_max_epi32(c[k], _mm512_setzero_si512()),
+                                  _mm512_set1_epi32(kIntAccWeightMax));
+        }
+        // Dword 4l + k of a pack holds block 4k + l (the packs work per 128-bit lane).
+        auto pack = [](const __m512i* x) {
+          return _mm512_packus_epi16(_mm512_packus_epi32(x[0], x[1]),
+                                     _mm512_packus_epi32(x[2], x[3]));
+        };
+        if constexpr (kTwoBytes) {
+          __m512i hi[4], lo[4];
+          for (int k = 0; k < 4; ++k) {
+            hi[k] = _mm512_srli_epi32(c[k], 8);
+            lo[k] = _mm512_and_si512(c[k], _mm512_set1_epi32(0xFF));
+          }
+          _mm512_store_si512(wq[qq][g][0], pack(hi));
+          _mm512_store_si512(wq[qq][g][1], pack(lo));
+        } else {
+          _mm512_store_si512(wq[qq][g][0], pack(c));
+        }
+      }
+    }
+    for (int qq = 0; qq < n; ++qq) {
+      float* a = acc + static_cast<int64_t>(q0 + qq) * head_dim;
+      const int nb = nbq[qq];
+      for (int g = 0; g < n_groups; ++g) {
+        if (step[qq][g] == 0.0f) continue;
+        const int32_t* wh = wq[qq][g][0];
+        const int32_t* wl = wq[qq][g][1];
+        // Two chains per half and byte (even and odd blocks), in registers: exact int32, any
+        // order. [half]: even blocks' high bytes, odd blocks' high, even low, odd low.
+        __m512i he[2], ho[2], le[2], lo[2];
+        for (int h = 0; h < 2; ++h) he[h] = ho[h] = le[h] = lo[h] = _mm512_setzero_si512();
+        auto block = [&](int b, __m512i* ah, __m512i* al) {
+          const int s = 4 * (b & 3) + (b >> 2);
+          const __m512i bh = _mm512_set1_epi32(wh[s]);
+          for (int h = 0; h < 2; ++h) ah[h] = _mm512_dpbusd_epi32(ah[h], bh, code[g][b][h]);
+          if constexpr (kTwoBytes) {
+            const __m512i bl = _mm512_set1_epi32(wl[s]);
+            for (int h = 0; h < 2; ++h) al[h] = _mm512_dpbusd_epi32(al[h], bl, code[g][b][h]);
+          }
+        };
+        int b = 0;
+        for (; b + 2 <= nb; b += 2) {
+          block(b, he, le);
+          block(b + 1, ho, lo);
+        }
+        if (b < nb) block(b, he, le);
+        float* ag = a + g * kGroup;
+        for (int h = 0; h < 2; ++h) {
+          __m512i v = _mm512_add_epi32(he[h], ho[h]);
+          if constexpr (kTwoBytes) {
+            v = _mm512_add_epi32(_mm512_slli_epi32(v, 8), _mm512_add_epi32(le[h], lo[h]));
+          }
+          _mm512_storeu_ps(ag + 16 * h,
+                           _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(step[qq][g]),
+                                           _mm512_loadu_ps(ag + 16 * h)));
+        }
+      }
+    }
+  }
+}
+
+template <KvRowFormat F>
+void IntAccumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
+                   int64_t p_stride, const int* lim, float* acc) {
+  if (head_dim % kGroup != 0) {
+    Accumulate<F>(rows, n_rows, head_dim, nq, p, p_stride, lim, acc);
+    return;
+  }
+  if (head_dim > kMaxHeadDim) {
+    ScalarKvIntAccumulator(F)(rows, n_rows, head_dim, nq, p, p_stride, lim, acc);
+    return;
+  }
+  const size_t row_bytes = KvRowBytes(F, head_dim);
+  PrefetchAhead(rows, 2 * n_rows, row_bytes, n_rows, n_rows);
+  for (int j0 = 0; j0 < n_rows; j0 += kIntAccRows) {
+    const int nr = std::min(kIntAccRows, n_rows - j0);
+    IntAccumulatePass<F>(rows + j0 * row_bytes, nr, head_dim, nq, p + j0, p_stride, lim, j0, acc);
+  }
+}
 }  // namespace
+
+KvAccumulateFn Avx512KvIntAccumulator(KvRowFormat format) {
+  switch (format) {
+    case KvRowFormat::kQ4_0:
+      return IntAccumulate<KvRowFormat::kQ4_0>;
+    case KvRowFormat::kQ4Nl:
+      return IntAccumulate<KvRowFormat::kQ4Nl>;
+    default:
+      return nullptr;
+  }
+}
 
 KvAccumulateFn Avx512KvAccumulator(KvRowFormat format) {
   switch (format) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/activation_kernels.h"
 #include "util/fp16.h"
 
 namespace lamina {
@@ -104,24 +105,17 @@ void Softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
-void Silu(const float* x, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = x[i] / (1.0f + std::exp(-x[i]));
-}
+// The exp-based activations run on the selected kernels (activation_kernels.h): one polynomial
+// exp, the same bits on every ISA.
+void Silu(const float* x, int64_t n, float* out) { BestActivationKernels().silu(x, n, out); }
 
 void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = (g / (1.0f + std::exp(-g))) * up[i];
-  }
+  BestActivationKernels().silu_mul(gate, up, n, out);
 }
 
 void SwigluOaiMul(const float* gate, const float* up, int64_t n, float alpha, float limit,
                   float* out) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = std::min(gate[i], limit);
-    const float u = std::clamp(up[i], -limit, limit);
-    out[i] = g / (1.0f + std::exp(alpha * (-g))) * (u + 1.0f);
-  }
+  BestActivationKernels().swiglu_oai_mul(gate, up, n, alpha, limit, out);
 }
 
 void GeluTanhMul(const float* gate, const float* up, int64_t n, float* out) {

@@ -1,0 +1,135 @@
+// The activation kernels: PolyExp's accuracy against exp, and every SIMD path's bits against the
+// scalar twin's (whole rows, partial vectors, aliasing, rows split into pieces).
+#include "kernels/ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/activation_kernels.h"
+
+namespace lamina {
+namespace {
+
+// Distance in representable floats between a and b (both finite, same sign or zero).
+int64_t UlpDistance(float a, float b) {
+  int32_t ia, ib;
+  std::memcpy(&ia, &a, sizeof(ia));
+  std::memcpy(&ib, &b, sizeof(ib));
+  return std::llabs(static_cast<int64_t>(ia) - ib);
+}
+
+TEST(OpsPolyExp, WithinTwoUlpOverTheNormalRange) {
+  // exp's result is a normal float for x in [ln(FLT_MIN), ln(FLT_MAX)] ~ [-87.336, 88.722].
+  int64_t worst = 0;
+  float worst_x = 0;
+  auto check = [&](float x) {
+    const float want = static_cast<float>(std::exp(static_cast<double>(x)));
+    const float got = PolyExp(x);
+    const int64_t d = UlpDistance(want, got);
+    if (d > worst) worst = d, worst_x = x;
+  };
+  for (int i = 0; i <= 4000000; ++i) check(-87.33f + (88.72f + 87.33f) * (i / 4000000.0f));
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> small(-1.0f, 1.0f);
+  for (int i = 0; i < 1000000; ++i) check(small(rng));
+  EXPECT_LE(worst, 2) << "at x = " << worst_x;
+  EXPECT_EQ(PolyExp(0.0f), 1.0f);
+}
+
+TEST(OpsPolyExp, SaturatesAndReachesTheSubnormals) {
+  EXPECT_EQ(PolyExp(89.0f), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(PolyExp(1000.0f), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(PolyExp(std::numeric_limits<float>::infinity()),
+            std::numeric_limits<float>::infinity());
+  EXPECT_EQ(PolyExp(-200.0f), 0.0f);
+  EXPECT_EQ(PolyExp(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_TRUE(std::isfinite(PolyExp(88.72f)));
+  // Subnormal results: within two of the smallest subnormal steps of exp.
+  constexpr float kDenormMin = std::numeric_limits<float>::denorm_min();
+  for (float x = -103.9f; x < -87.4f; x += 0.01f) {
+    const float want = static_cast<float>(std::exp(static_cast<double>(x)));
+    EXPECT_LE(std::fabs(PolyExp(x) - want), 2 * kDenormMin) << x;
+  }
+}
+
+TEST(OpsActivations, SiluMatchesTheDefinition) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  const ActivationKernels& k = BestActivationKernels();
+  std::vector<float> x(4096), out(4096);
+  for (float& v : x) v = normal(rng);
+  x[0] = -200.0f, x[1] = 200.0f, x[2] = 0.0f;
+  k.silu(x.data(), static_cast<int64_t>(x.size()), out.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = x[i] / (1.0 + std::exp(-static_cast<double>(x[i])));
+    EXPECT_NEAR(out[i], want, 4e-7 * std::fabs(want) + 1e-37) << x[i];
+  }
+}
+
+// Inputs spanning every branch: ordinary gates, both saturations, the clamp limits.
+std::vector<float> Inputs(std::mt19937& rng, size_t n) {
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::uniform_real_distribution<float> wide(-130.0f, 130.0f);
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = i % 5 == 4 ? wide(rng) : normal(rng);
+  return v;
+}
+
+void ExpectKernelsMatch(const ActivationKernels& simd) {
+  const ActivationKernels& ref = ScalarActivationKernels();
+  std::mt19937 rng(17);
+  for (int64_t n : {1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 100, 1027}) {
+    const std::vector<float> g = Inputs(rng, n), u = Inputs(rng, n);
+    std::vector<float> a(n), b(n);
+    ref.silu(g.data(), n, a.data());
+    simd.silu(g.data(), n, b.data());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), n * sizeof(float))) << "silu n " << n;
+    ref.silu_mul(g.data(), u.data(), n, a.data());
+    simd.silu_mul(g.data(), u.data(), n, b.data());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), n * sizeof(float))) << "silu_mul n " << n;
+    std::vector<float> in_place = g;  // out aliasing gate, as the FFN calls it
+    simd.silu_mul(in_place.data(), u.data(), n, in_place.data());
+    EXPECT_EQ(0, std::memcmp(a.data(), in_place.data(), n * sizeof(float))) << n;
+    ref.swiglu_oai_mul(g.data(), u.data(), n, 1.702f, 7.0f, a.data());
+    simd.swiglu_oai_mul(g.data(), u.data(), n, 1.702f, 7.0f, b.data());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), n * sizeof(float))) << "swiglu_oai n " << n;
+    // A row in pieces (each thread's rows of a parallel FFN) gives the same bits.
+    std::vector<float> pieces(n);
+    for (int64_t i0 = 0; i0 < n; i0 += 5) {
+      const int64_t len = std::min<int64_t>(5, n - i0);
+      simd.silu_mul(g.data() + i0, u.data() + i0, len, pieces.data() + i0);
+    }
+    ref.silu_mul(g.data(), u.data(), n, a.data());
+    EXPECT_EQ(0, std::memcmp(a.data(), pieces.data(), n * sizeof(float))) << "pieces n " << n;
+  }
+}
+
+TEST(OpsActivations, Avx2MatchesScalarTwinBitForBit) {
+  const ActivationKernels* k = Avx2ActivationKernels();
+  if (k == nullptr) GTEST_SKIP() << "no AVX2 kernels on this CPU";
+  ExpectKernelsMatch(*k);
+}
+
+TEST(OpsActivations, Avx512MatchesScalarTwinBitForBit) {
+  const ActivationKernels* k = Avx512ActivationKernels();
+  if (k == nullptr) GTEST_SKIP() << "no AVX-512 kernels on this CPU";
+  ExpectKernelsMatch(*k);
+}
+
+TEST(OpsActivations, PublicEntryPointsUseTheSelectedKernels) {
+  std::mt19937 rng(3);
+  const std::vector<float> g = Inputs(rng, 77), u = Inputs(rng, 77);
+  std::vector<float> a(77), b(77);
+  SiluMul(g.data(), u.data(), 77, a.data());
+  ScalarActivationKernels().silu_mul(g.data(), u.data(), 77, b.data());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * 77));
+}
+
+}  // namespace
+}  // namespace lamina
