@@ -76,7 +76,8 @@ BENCHMARK(BM_MatMul)
     ->ArgsProduct({{int(GgmlType::kQ8_0), int(GgmlType::kQ4_0), int(GgmlType::kQ4_K),
                     int(GgmlType::kQ6_K), int(GgmlType::kF16), int(GgmlType::kIQ4_NL),
                     int(GgmlType::kIQ4_XS), int(GgmlType::kMXFP4), int(GgmlType::kNVFP4),
-                    int(GgmlType::kQ5_0)},
+                    int(GgmlType::kQ5_0), int(GgmlType::kIQ2_XXS), int(GgmlType::kIQ2_XS),
+                    int(GgmlType::kIQ3_XXS), int(GgmlType::kIQ3_S)},
                    {1, 8, 64},
                    {1, 2}})
     ->UseRealTime();
@@ -110,7 +111,8 @@ BENCHMARK(BM_MatMulInterleaved)
     ->ArgsProduct({{int(GgmlType::kQ8_0), int(GgmlType::kQ4_0), int(GgmlType::kQ4_K),
                     int(GgmlType::kQ5_K), int(GgmlType::kQ6_K), int(GgmlType::kIQ4_NL),
                     int(GgmlType::kIQ4_XS), int(GgmlType::kMXFP4), int(GgmlType::kNVFP4),
-                    int(GgmlType::kQ5_0)},
+                    int(GgmlType::kQ5_0), int(GgmlType::kIQ2_XXS), int(GgmlType::kIQ2_XS),
+                    int(GgmlType::kIQ3_XXS), int(GgmlType::kIQ3_S)},
                    {1, 8, 64, 512},
                    {1, 2}})
     ->UseRealTime();

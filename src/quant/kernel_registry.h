@@ -53,6 +53,11 @@ void RegisterAvx512InterleavedK(KernelTable& table);
 void RegisterScalarInterleavedNvfp4(KernelTable& table);
 void RegisterAvx2InterleavedNvfp4(KernelTable& table);
 void RegisterAvx512InterleavedNvfp4(KernelTable& table);
+// The same for IQ2_XXS, IQ2_XS, IQ3_XXS and IQ3_S (interleaved_iquants*.cpp): the AVX2 file
+// turns their interleaving off (plain rows there), the AVX-512 one sets it again with its kernels.
+void RegisterScalarInterleavedIq(KernelTable& table);
+void RegisterAvx2InterleavedIq(KernelTable& table);
+void RegisterAvx512InterleavedIq(KernelTable& table);
 
 // vec_dot_multi for a kernel with nothing to share between activation rows (the scalar twins):
 // kDot once per row.

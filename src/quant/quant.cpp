@@ -41,6 +41,7 @@ const Tables& ScalarTables() {
     quant_internal::RegisterScalarInterleaved(t->table);
     quant_internal::RegisterScalarInterleavedK(t->table);
     quant_internal::RegisterScalarInterleavedNvfp4(t->table);
+    quant_internal::RegisterScalarInterleavedIq(t->table);
     return t;
   }();
   return *tables;
@@ -56,6 +57,7 @@ const Tables& Avx2Tables() {
     quant_internal::RegisterAvx2Interleaved(t->table);
     quant_internal::RegisterAvx2InterleavedK(t->table);
     quant_internal::RegisterAvx2InterleavedNvfp4(t->table);
+    quant_internal::RegisterAvx2InterleavedIq(t->table);
     return t;
   }();
   return *tables;
@@ -71,6 +73,7 @@ const Tables& Avx512Tables() {
     quant_internal::RegisterAvx512Interleaved(t->table);
     quant_internal::RegisterAvx512InterleavedK(t->table);
     quant_internal::RegisterAvx512InterleavedNvfp4(t->table);
+    quant_internal::RegisterAvx512InterleavedIq(t->table);
     return t;
   }();
   return *tables;

@@ -49,11 +49,16 @@ using RepackFn = void (*)(const void* src, size_t row_bytes, int64_t k, void* ds
 // types it equals the scalar vec_dot of the row before repacking (Q5_0: the vec_dot of the same
 // ISA), for Q4_K / Q5_K / Q6_K / IQ4_XS the scalar twin's canonical order
 // (interleaved_kquants.cpp), within the K-quant dot bound of vec_dot.
+// IQ2_XXS / IQ2_XS / IQ3_XXS / IQ3_S: the scalar vec_dot of the row before repacking.
 using GemmInterleavedFn = void (*)(int64_t k, const void* group, const void* act,
                                    size_t act_row_bytes, int n_act, float* out, size_t out_stride);
 // The most tokens a gemm_interleaved call may take (TypeKernels::gemm_max_tokens; kMaxMultiDot
 // unless a kernel says more): prompt kernels that unpack a group once for many tokens.
 constexpr int kMaxGemmTokens = 128;
+// The lattice i-quants' (IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S) gemm_max_tokens on AVX-512: their
+// kernels decode a super-block of 16 rows once per call, which costs more than the tokens' dots.
+constexpr int kLatticeGemmTokens = 64;
+static_assert(kLatticeGemmTokens <= kMaxGemmTokens);
 // A row of BlockQ8_0 (k values) as the BlockQ8_0Act row the interleaved kernels read.
 void Q8_0ToAct(const void* q8_row, void* act_row, int64_t k);
 
@@ -89,7 +94,8 @@ struct TypeKernels {
   GemmInterleavedFn gemm_interleaved = nullptr;
   // The most tokens one gemm_interleaved call takes (kMaxMultiDot..kMaxGemmTokens): the AVX-512
   // K-quant kernels unpack each group's codes and scales once per call and run every token of
-  // it from that copy, so the matmul hands them many tokens at a time.
+  // it from that copy, and the lattice i-quant kernels decode each group once per call (64
+  // tokens, kLatticeGemmTokens), so the matmul hands them many tokens at a time.
   int gemm_max_tokens = kMaxMultiDot;
 };
 
