@@ -1,9 +1,9 @@
 // Activation kernels written once with Highway and compiled for AVX2 + FMA and for AVX-512: the
 // twins of activation_kernels.cpp (the selection is there), with its PolyExp as vector code and
-// GELU as gathers from the same table. A
-// row's last partial vector goes through the same vector code in a padded copy, so every element
-// gets the scalar twin's bits. Compiled without multiply-add contraction (CMakeLists.txt): the
-// fused steps are the explicit MulAdd / NegMulAdd.
+// GELU as gathers from the same table. A row's last partial vector goes through the same vector
+// code in a padded copy, so every element gets the scalar twin's bits. Compiled without
+// multiply-add contraction (CMakeLists.txt): the fused steps are the explicit MulAdd /
+// NegMulAdd.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/activation_kernels_hwy.cpp"
 // Only the targets lamina dispatches to (the static baseline target is always compiled too).
