@@ -301,7 +301,7 @@ TEST(InterleavedK, KernelsEqualScalarTwinBitForBit) {
 }
 
 // Prompt-sized calls (up to the kernel's gemm_max_tokens, where the AVX-512 kernels unpack the
-// group once and tile the tokens 8..12 at a time, the AVX2 ones 4..6 for Q4_K / Q5_K and 7..10
+// group once and tile the tokens 8..12 at a time, the AVX2 ones 6..8 for Q4_K / Q5_K and 7..10
 // for Q6_K): every token gets its scalar twin's bits one
 // token at a time, whatever the call's size and the token's place, with more super-blocks than
 // the kernels unpack at once.

@@ -3,12 +3,12 @@
 // 16-row group is unpacked once per call (codes as bytes, one 256-bit vector per half of 8 rows
 // and 4-value chunk; scales and mins in both words of each row's lane; d as floats), four
 // super-blocks at a time, and every token runs from that copy in tiles. Per chunk and token one
-// maddubs gives each row's pair sums (at most 2 * 63 * 128 in magnitude); those of one scale's
-// chunks are added as words while they fit (Q4_K: 8 chunks, 16 * 15 * 128 < 2^15; Q5_K: 4,
-// 8 * 31 * 128; Q6_K: 2, 4 * 63 * 128) and one madd against the scale adds sc * sum, exact in
-// int32. Q4_K's mins and Q6_K's -32 offset are the AVX2 kernels' madd against the bsums pairs.
-// Every integer sum is exact and the float steps per super-block are the scalar twin's (separate
-// multiply and add, no FMA), so the outputs are the scalar twin's bits, whatever the batch.
+// maddubs gives each row's pair sums (at most 2 * 63 * 128 in magnitude); those of a run of one
+// scale's chunks are added as words, which they fit (Q4_K / Q5_K: 4 chunks, 8 * 31 * 128 < 2^15;
+// Q6_K: 2, 4 * 63 * 128), and one madd against the scale adds sc * sum, exact in int32. Q4_K's mins
+// and Q6_K's -32 offset are the AVX2 kernels' madd against the bsums pairs. Every integer sum is
+// exact and the float steps per super-block are the scalar twin's (separate multiply and add, no
+// FMA), so the outputs are the scalar twin's bits, whatever the batch.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -21,10 +21,9 @@ namespace lamina::quant_internal {
 namespace {
 
 constexpr int kSlab = 4;  // super-blocks unpacked at a time
-// Tokens per register tile. Q4_K / Q5_K keep a word accumulator and an int32 sum per token
-// (2 * 6 + codes + product = 14 of the 16 registers); Q6_K's two-chunk sums need only the int32
-// sum per token besides the codes, scale and two temporaries.
-constexpr int kTileQ45K = 6;
+// Tokens per register tile: an int32 sum per token besides a run's codes (Q4_K / Q5_K: 4 chunks,
+// Q6_K: 2), the scale and two temporaries.
+constexpr int kTileQ45K = 8;
 constexpr int kTileQ6K = 10;
 
 inline __m256i Broadcast4(const void* p) {
@@ -153,31 +152,28 @@ inline void AddScaledTo(const float* dw, const __m256i* sumi, const BlockQ8_K* c
   }
 }
 
-// Super-block i (unpacked in u), rows [8h, 8h + 8), against N tokens: Q4_K / Q5_K.
+// Super-block i (unpacked in u), rows [8h, 8h + 8), against N tokens: Q4_K / Q5_K. Each run of
+// 4 chunks (16 values of one group) is held in registers while every token adds its 4 pair sums
+// as words and one madd by the group's scale.
 template <class Block, int N>
 inline void WideStep(const WideQ45K& u, int h, const BlockQ8_K* const* a, int64_t i,
                      float* const* acc) {
-  // Chunks whose pair sums add as words: Q4_K all 8 of a group, Q5_K 4.
-  constexpr int kRun = std::is_same_v<Block, BlockQ5_Kx16> ? 4 : 8;
   __m256i sumi[N];
 #pragma GCC unroll 12
   for (int t = 0; t < N; ++t) sumi[t] = _mm256_setzero_si256();
 #pragma GCC unroll 1
-  for (int j = 0; j < 8; ++j) {
-    const __m256i s = LoadA(u.scale[h][j]);
-    __m256i part[N];
-#pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) {
-      const __m256i q = LoadA(u.codes[h][8 * j + c]);
+  for (int r = 0; r < 16; ++r) {  // run r: group r / 2, chunks 4 (r % 2) .. + 3
+    const __m256i s = LoadA(u.scale[h][r / 2]);
+    const __m256i q0 = LoadA(u.codes[h][4 * r]), q1 = LoadA(u.codes[h][4 * r + 1]),
+                  q2 = LoadA(u.codes[h][4 * r + 2]), q3 = LoadA(u.codes[h][4 * r + 3]);
 #pragma GCC unroll 12
-      for (int t = 0; t < N; ++t) {
-        const __m256i p = _mm256_maddubs_epi16(q, Broadcast4(a[t][i].qs + 32 * j + 4 * c));
-        part[t] = c % kRun == 0 ? p : _mm256_add_epi16(part[t], p);
-      }
-      if (c % kRun != kRun - 1) continue;
-#pragma GCC unroll 12
-      for (int t = 0; t < N; ++t)
-        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(part[t], s));
+    for (int t = 0; t < N; ++t) {
+      const int8_t* qa = a[t][i].qs + 16 * r;
+      const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(q0, Broadcast4(qa)),
+                                           _mm256_maddubs_epi16(q1, Broadcast4(qa + 4)));
+      const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(q2, Broadcast4(qa + 8)),
+                                           _mm256_maddubs_epi16(q3, Broadcast4(qa + 12)));
+      sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(_mm256_add_epi16(p01, p23), s));
     }
   }
   AddScaledTo<N, false>(u.d + 8 * h, sumi, a, i, acc);
