@@ -113,7 +113,7 @@ BENCHMARK(BM_MatMulInterleaved)
                     int(GgmlType::kIQ4_XS), int(GgmlType::kMXFP4), int(GgmlType::kNVFP4),
                     int(GgmlType::kQ5_0), int(GgmlType::kIQ2_XXS), int(GgmlType::kIQ2_XS),
                     int(GgmlType::kIQ3_XXS), int(GgmlType::kIQ3_S)},
-                   {1, 8, 64, 512},
+                   {1, 4, 8, 9, 64, 512},
                    {1, 2}})
     ->UseRealTime();
 
