@@ -1,5 +1,5 @@
-// The interleaved lattice i-quants (IQ2_XXS, IQ2_XS, IQ3_XXS and IQ3_S as BlockIQ2_XXSx16 /
-// BlockIQ2_XSx16 / BlockIQ3_XXSx16 / BlockIQ3_Sx16, repacked at load, Q8_K activations): every
+// The interleaved lattice i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S and IQ1_M as
+// BlockIQ2_XXSx16 ... BlockIQ1_Mx16, repacked at load, Q8_K activations): every
 // ISA with the layout gives the scalar vec_dot of the row before repacking bit for bit, for every
 // batch size (1..64 tokens a call) and place in the batch, and writes nothing past its tile; AVX2
 // keeps them in plain rows; the matmul on an interleaved matrix (whole groups and a row range
@@ -22,11 +22,12 @@
 namespace lamina {
 namespace {
 
-constexpr GgmlType kIqTypes[] = {GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ3_XXS,
-                                 GgmlType::kIQ3_S};
+constexpr GgmlType kIqTypes[] = {GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S,
+                                 GgmlType::kIQ3_XXS, GgmlType::kIQ3_S,  GgmlType::kIQ1_S,
+                                 GgmlType::kIQ1_M};
 
 // Random rows: every byte random (any grid index, sign and scale is valid), d a sane f16 (the
-// first field of each of these blocks).
+// first field of each of these blocks but IQ1_M, whose d is its scale words' top nibbles).
 std::vector<uint8_t> RandomIqRows(GgmlType t, int64_t n, std::mt19937& rng) {
   std::vector<uint8_t> rows(RowSize(t, n));
   std::uniform_int_distribution<int> byte(0, 255);
@@ -35,7 +36,16 @@ std::vector<uint8_t> RandomIqRows(GgmlType t, int64_t n, std::mt19937& rng) {
   const size_t bs = GetTypeTraits(t).type_size;
   for (size_t off = 0; off < rows.size(); off += bs) {
     const fp16_t d = F32ToFp16(scale(rng));
-    std::memcpy(rows.data() + off, &d, sizeof(d));
+    if (t == GgmlType::kIQ1_M) {  // d is the top nibbles of the four scale words
+      uint16_t sc[4];             // at the block's end
+      std::memcpy(sc, rows.data() + off + bs - 8, 8);
+      for (int w = 0; w < 4; ++w) {
+        sc[w] = static_cast<uint16_t>((sc[w] & 0x0FFF) | (((d >> (4 * w)) & 0xF) << 12));
+      }
+      std::memcpy(rows.data() + off + bs - 8, sc, 8);
+    } else {
+      std::memcpy(rows.data() + off, &d, sizeof(d));
+    }
   }
   return rows;
 }
