@@ -1,8 +1,8 @@
 // The interleaved lattice i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S and IQ1_M as
-// BlockIQ2_XXSx16 ... BlockIQ1_Mx16, repacked at load, Q8_K activations): every
-// ISA with the layout gives the scalar vec_dot of the row before repacking bit for bit, for every
-// batch size (1..64 tokens a call) and place in the batch, and writes nothing past its tile; AVX2
-// keeps them in plain rows; the matmul on an interleaved matrix (whole groups and a row range
+// BlockIQ2_XXSx16 ... BlockIQ1_Mx16, repacked at load, Q8_K activations): every ISA (scalar,
+// AVX2, AVX-512) gives the scalar vec_dot of the row before repacking bit for bit, for every
+// batch size (1..64 tokens a call) and place in the batch, and writes nothing past its tile; the
+// matmul on an interleaved matrix (whole groups and a row range
 // cutting groups) and the loader's repacked weights give the plain rows' bits.
 #include <gtest/gtest.h>
 
@@ -86,16 +86,13 @@ void ExpectKernelsEqualScalarVecDot(GgmlType type, std::mt19937& rng) {
     }
     for (Isa isa : SupportedIsas()) {
       const TypeKernels& kern = GetKernels(type, isa);
-      if (isa == Isa::kAvx2) {
-        EXPECT_EQ(kern.interleave_rows, 0);
-        EXPECT_EQ(kern.gemm_interleaved, nullptr);
-        continue;
-      }
       ASSERT_EQ(kern.interleave_rows, g);
       ASSERT_EQ(kern.gemm_max_tokens, kLatticeGemmTokens);
       ASSERT_EQ(kern.repack, scalar.repack);
       ASSERT_NE(kern.gemm_interleaved, nullptr);
-      if (isa != Isa::kScalar) EXPECT_NE(kern.gemm_interleaved, scalar.gemm_interleaved);
+      if (isa != Isa::kScalar) {
+        EXPECT_NE(kern.gemm_interleaved, scalar.gemm_interleaved);
+      }
       for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 23, kLatticeGemmTokens}) {
         for (int t0 : {0, 1, 3}) {
           const size_t stride = g + 3;
@@ -126,10 +123,6 @@ void ExpectMatMulEqualsPlainRows(GgmlType type, std::mt19937& rng, ThreadPool& p
   const int64_t rows = 48, cols = 3 * kQK_K;
   const std::vector<uint8_t> data = RandomIqRows(type, rows * cols, rng);
   const WeightMatrix plain{type, rows, cols, RowSize(type, cols), data.data()};
-  if (DetectIsa() == Isa::kAvx2) {
-    EXPECT_FALSE(CanInterleave(plain));
-    return;
-  }
   ASSERT_TRUE(CanInterleave(plain));
   std::vector<uint8_t> buf(data.size());  // the interleaved copy: [rows / 16 groups]
   const WeightMatrix w = InterleaveInto(plain, buf.data());
@@ -160,7 +153,7 @@ TEST(InterleavedIq, MatMulEqualsPlainRowsBitForBit) {
   for (GgmlType t : kIqTypes) ExpectMatMulEqualsPlainRows(t, rng, pool);
 }
 
-// The loader repacks the i-quant matmul weights of the synthetic fixtures (not on AVX2) and keeps
+// The loader repacks the i-quant matmul weights of the synthetic fixtures and keeps
 // the embedding as rows; the repacked weights give the mapped rows' bits.
 TEST(InterleavedIq, LoaderRepacksMatMulWeights) {
   std::mt19937 rng(61);
@@ -184,7 +177,7 @@ TEST(InterleavedIq, LoaderRepacksMatMulWeights) {
       const WeightMatrix w = L.Matrix(t, info->ne[0], info->ne[1]);
       const WeightMatrix p = plain_loader.Matrix(t, info->ne[0], info->ne[1]);
       ASSERT_TRUE(L.status().ok() && plain_loader.status().ok());
-      EXPECT_EQ(w.interleave, DetectIsa() == Isa::kAvx2 ? 0 : kQ8_0x16Rows) << t;
+      EXPECT_EQ(w.interleave, kQ8_0x16Rows) << t;
       EXPECT_EQ(p.interleave, 0);
       const int64_t rows = info->ne[1];
       std::vector<float> y0(5 * rows), y1(5 * rows);  // [5 tokens, rows]

@@ -3,8 +3,8 @@
 // per weight matrix and the scalar twin of the interleaved matmul kernels. The twin unpacks each
 // row of the group back into its plain blocks and runs the scalar vec_dot on it (iquants.cpp), so
 // its outputs are that vec_dot's bits by construction; the SIMD kernels compute the same exact
-// integer per super-block and the same float steps, so they give those bits too. The AVX2 path
-// keeps these types in plain rows.
+// integer per super-block and the same float steps, so they give those bits too
+// (interleaved_iquants_avx2.cpp, interleaved_iquants_avx512.cpp).
 #include "quant/interleaved_iquants.h"
 
 #include <cstring>
@@ -135,14 +135,6 @@ void Set(KernelTable& table) {
   e.gemm_max_tokens = kLatticeGemmTokens;
 }
 
-void Unset(KernelTable& table, GgmlType type) {
-  TypeKernels& e = table[static_cast<int>(type)];
-  e.interleave_rows = 0;
-  e.repack = nullptr;
-  e.gemm_interleaved = nullptr;
-  e.gemm_max_tokens = kMaxMultiDot;
-}
-
 }  // namespace
 
 void RegisterScalarInterleavedIq(KernelTable& table) {
@@ -153,14 +145,6 @@ void RegisterScalarInterleavedIq(KernelTable& table) {
   Set<BlockIQ2_S, BlockIQ2_Sx16, GgmlType::kIQ2_S>(table);
   Set<BlockIQ1_S, BlockIQ1_Sx16, GgmlType::kIQ1_S>(table);
   Set<BlockIQ1_M, BlockIQ1_Mx16, GgmlType::kIQ1_M>(table);
-}
-
-// AVX2: plain rows (no interleaved kernel at that ISA; the row kernels already decode a
-// super-block once for up to 8 tokens).
-void RegisterAvx2InterleavedIq(KernelTable& table) {
-  for (GgmlType t : {GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S,
-                     GgmlType::kIQ2_S, GgmlType::kIQ1_S, GgmlType::kIQ1_M})
-    Unset(table, t);
 }
 
 }  // namespace lamina::quant_internal
