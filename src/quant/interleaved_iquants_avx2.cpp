@@ -1,13 +1,13 @@
-// AVX2 kernels of the interleaved lattice i-quants (interleaved_iquants.h, against Q8_K): int32
-// lane r of a register is row 8R + r of the group's half R (two registers per field). Per 16-value
-// half of a super-block the 16 rows' signed weights are decoded once into eight registers (4
-// values per lane; grid entries by AVX2 gathers, signs by a compare and vpsignb) with the rows'
-// scales 2s + 1 as 16-bit words; every token of the call (up to kLatticeGemmTokens) then costs,
-// per 8 rows, four vpmaddubsw of its broadcast codes + 128 against the weights (|w| < 64, so no
-// saturation), four vpmaddwd by the scales and a subtraction of the same sums for codes 0 (128
-// times the weights' sum, computed once per half). That is the row kernels' exact integer per
-// super-block and row, and the float steps are theirs lane by lane: every output is the scalar
-// vec_dot's bits (iquants.cpp), whatever the batch.
+// AVX2 kernels of the interleaved IQ1_S and IQ1_M (BlockIQ1_Sx16, BlockIQ1_Mx16 against Q8_K):
+// int32 lane r of a register is row 8R + r of the group's half R (two registers per field). Per
+// 16-value half of a super-block the 16 rows' signed weights 8 * grid + delta (|w| <= 9) are
+// decoded once into eight registers (4 values per lane, grid entries by AVX2 gathers from
+// kIq1Grid8Delta) with the rows' scales 2s + 1 as 16-bit words; every token of the call (up to
+// kLatticeGemmTokens) then costs, per 8 rows, four vpmaddubsw of its broadcast codes + 128
+// against the weights, four vpmaddwd by the scales and a subtraction of the same sums for codes
+// 0 (128 times the weights' sum, computed once per half). That is the row kernels' exact integer
+// per super-block and row, and the float steps are theirs lane by lane: every output is the
+// scalar vec_dot's bits (iquants.cpp), whatever the batch.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -47,34 +47,6 @@ inline __m256i Load16x8(const uint16_t* p) {  // 8 words widened to 8 int32 lane
   return _mm256_or_si256(o, _mm256_slli_epi32(o, 16));
 }
 
-// Bytes holding 7-bit sign indices s (bit 7 clear) completed to their 8 sign bits.
-[[gnu::always_inline]] inline __m256i SignBytes(__m256i s) {
-  const __m256i nib = _mm256_set1_epi8(0x0F);
-  const __m256i par = _mm256_broadcastsi128_si256(_mm_setr_epi8(
-      0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0));  // parity(i) << 7
-  const __m256i p =
-      _mm256_xor_si256(_mm256_shuffle_epi8(par, _mm256_and_si256(s, nib)),
-                       _mm256_shuffle_epi8(par, _mm256_and_si256(_mm256_srli_epi16(s, 4), nib)));
-  return _mm256_or_si256(s, p);
-}
-
-// Magnitudes u of an entry's two positions with the signs of byte l of each lane of sb (bit j
-// negates value j): *lo values 0..3, *hi values 4..7.
-[[gnu::always_inline]] inline void ApplySigns(__m256i sb, int l, __m256i* lo, __m256i* hi) {
-  const char c = static_cast<char>(l);
-  const __m256i ctrl = _mm256_add_epi8(_mm256_broadcastsi128_si256(_mm_setr_epi8(
-                                           0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12)),
-                                       _mm256_set1_epi8(c));
-  const __m256i rep = _mm256_shuffle_epi8(sb, ctrl);  // byte l of each lane, in all 4 bytes
-  const __m256i one = _mm256_set1_epi8(1);
-  const __m256i b_lo = _mm256_set1_epi32(0x08040201);
-  const __m256i b_hi = _mm256_set1_epi32(static_cast<int>(0x80402010u));
-  const __m256i m_lo = _mm256_cmpeq_epi8(_mm256_and_si256(rep, b_lo), b_lo);  // -1: negative
-  const __m256i m_hi = _mm256_cmpeq_epi8(_mm256_and_si256(rep, b_hi), b_hi);
-  *lo = _mm256_sign_epi8(*lo, _mm256_or_si256(m_lo, one));
-  *hi = _mm256_sign_epi8(*hi, _mm256_or_si256(m_hi, one));
-}
-
 // The 8-byte grid entries idx[r] of 8 rows as two positions: *lo lane r = entry r's bytes 0..3,
 // *hi its bytes 4..7.
 [[gnu::always_inline]] inline void Gather8(__m256i idx, const uint64_t* grid, __m256i* lo,
@@ -85,90 +57,6 @@ inline __m256i Load16x8(const uint16_t* p) {  // 8 words widened to 8 int32 lane
   const __m256 fa = _mm256_castsi256_ps(a), fb = _mm256_castsi256_ps(b);
   *lo = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(fa, fb, 0x88)), 0xD8);
   *hi = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(fa, fb, 0xDD)), 0xD8);
-}
-
-[[gnu::always_inline]] inline __m256i Gather4(__m256i idx, const uint32_t* grid) {
-  return _mm256_i32gather_epi32(reinterpret_cast<const int*>(grid), idx, 4);
-}
-
-// IQ2_XXS / IQ3_XXS: the sign bytes of 8 rows' sign/scale words (byte l of lane r: row r's
-// entry l) and their scales.
-[[gnu::always_inline]] inline __m256i XxsSigns(const uint32_t* sw, __m256i* scale) {
-  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sw));
-  __m256i s = _mm256_and_si256(w, _mm256_set1_epi32(0x7F));
-  for (int l = 1; l < 4; ++l) {
-    s = _mm256_or_si256(
-        s, _mm256_and_si256(_mm256_slli_epi32(w, l), _mm256_set1_epi32(0x7F << (8 * l))));
-  }
-  *scale = OddScale(_mm256_srli_epi32(w, 28));
-  return SignBytes(s);
-}
-
-[[gnu::always_inline]] inline void DecodeRows(const BlockIQ2_XXSx16& b, int h, int R, Half* out) {
-  const int g = h / 2;
-  const __m256i sb = XxsSigns(b.sw + kRows * g + 8 * R, &out->scale[R]);
-  for (int e = 0; e < 2; ++e) {
-    const int l = 2 * (h % 2) + e;
-    __m256i* w = &out->w[R][2 * e];
-    Gather8(Load8x(b.grid + kRows * (4 * g + l) + 8 * R), kIq2xxsGrid.data(), &w[0], &w[1]);
-    ApplySigns(sb, l, &w[0], &w[1]);
-  }
-}
-
-[[gnu::always_inline]] inline void DecodeRows(const BlockIQ2_XSx16& b, int h, int R, Half* out) {
-  const int g = h / 2;
-  out->scale[R] = OddScale(_mm256_srli_epi32(Load8x(b.scales + kRows * g + 8 * R), 4 * (h % 2)));
-  for (int e = 0; e < 2; ++e) {
-    const __m256i q = Load16x8(b.qs + kRows * (2 * h + e) + 8 * R);
-    __m256i* w = &out->w[R][2 * e];
-    Gather8(_mm256_and_si256(q, _mm256_set1_epi32(511)), kIq2xsGrid.data(), &w[0], &w[1]);
-    ApplySigns(SignBytes(_mm256_srli_epi32(q, 9)), 0, &w[0], &w[1]);
-  }
-}
-
-[[gnu::always_inline]] inline void DecodeRows(const BlockIQ2_Sx16& b, int h, int R, Half* out) {
-  const int g = h / 2;
-  const __m256i qh = Load8x(b.qh + kRows * g + 8 * R);
-  out->scale[R] = OddScale(_mm256_srli_epi32(Load8x(b.scales + kRows * g + 8 * R), 4 * (h % 2)));
-  for (int e = 0; e < 2; ++e) {
-    const int l = 2 * (h % 2) + e;  // entry 2h + e
-    const __m256i high =
-        _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, 2 * l), _mm256_set1_epi32(3)), 8);
-    __m256i* w = &out->w[R][2 * e];
-    Gather8(_mm256_or_si256(Load8x(b.grid + kRows * (2 * h + e) + 8 * R), high), kIq2sGrid.data(),
-            &w[0], &w[1]);
-    ApplySigns(Load8x(b.signs + kRows * (2 * h + e) + 8 * R), 0, &w[0], &w[1]);
-  }
-}
-
-[[gnu::always_inline]] inline void DecodeRows(const BlockIQ3_XXSx16& b, int h, int R, Half* out) {
-  const int g = h / 2;
-  const __m256i sb = XxsSigns(b.sw + kRows * g + 8 * R, &out->scale[R]);
-  for (int e = 0; e < 2; ++e) {
-    const int l = 2 * (h % 2) + e;  // positions 8g + 2l, +1
-    __m256i* w = &out->w[R][2 * e];
-    for (int j = 0; j < 2; ++j)
-      w[j] = Gather4(Load8x(b.grid + kRows * (8 * g + 2 * l + j) + 8 * R), kIq3xxsGrid.data());
-    ApplySigns(sb, l, &w[0], &w[1]);
-  }
-}
-
-[[gnu::always_inline]] inline void DecodeRows(const BlockIQ3_Sx16& b, int h, int R, Half* out) {
-  const int g = h / 2;
-  const __m256i qh = Load8x(b.qh + kRows * g + 8 * R);
-  out->scale[R] = OddScale(_mm256_srli_epi32(
-      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales + 8 * R)), 4 * g));
-  for (int e = 0; e < 2; ++e) {
-    const int l = 2 * (h % 2) + e;
-    __m256i* w = &out->w[R][2 * e];
-    for (int j = 0; j < 2; ++j) {
-      const int p = 8 * g + 2 * l + j;
-      const __m256i high = _mm256_slli_epi32(
-          _mm256_and_si256(_mm256_srli_epi32(qh, 2 * l + j), _mm256_set1_epi32(1)), 8);
-      w[j] = Gather4(_mm256_or_si256(Load8x(b.grid + kRows * p + 8 * R), high), kIq3sGrid.data());
-    }
-    ApplySigns(Load8x(b.signs + kRows * (4 * g + l) + 8 * R), 0, &w[0], &w[1]);
-  }
 }
 
 // IQ1: kIq1Grid8Delta's entries are the signed weights 8 * grid + delta already.
@@ -202,7 +90,8 @@ inline __m256i Load16x8(const uint16_t* p) {  // 8 words widened to 8 int32 lane
 }
 
 // Per 8 rows: sum over the 4 positions of (2s + 1) * (codes + 128) . w, codes as the four
-// broadcast words c[j] (already + 128). Each vpmaddubsw pair is at most 2 * 255 * 63 < 2^15.
+// broadcast words c[j] (already + 128). Each vpmaddubsw pair is at most 2 * 255 * 9 < 2^15
+// (any |w| < 64 would do).
 [[gnu::always_inline]] inline __m256i Dot(const Half& hf, int R, const __m256i* c) {
   __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(c[0], hf.w[R][0]), hf.scale[R]);
   for (int j = 1; j < 4; ++j) {
@@ -249,18 +138,9 @@ constexpr bool kIq1 = std::is_same_v<X, BlockIQ1_Sx16> || std::is_same_v<X, Bloc
 // vec_dot.
 template <typename X>
 [[gnu::always_inline]] inline __m256 Scaled(__m256 d, __m256i isum) {
-  const __m256 f = _mm256_cvtepi32_ps(isum);
-  if constexpr (kIq1<X>) {
-    return _mm256_mul_ps(d, _mm256_mul_ps(f, _mm256_set1_ps(0.125f)));
-  } else {
-    return _mm256_mul_ps(d, f);
-  }
+  static_assert(kIq1<X>);
+  return _mm256_mul_ps(d, _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(0.125f)));
 }
-
-template <typename X>
-constexpr float kFinal = std::is_same_v<X, BlockIQ3_Sx16> || kIq1<X> ? 1.0f
-                         : std::is_same_v<X, BlockIQ3_XXSx16>        ? 0.25f
-                                                                     : 0.125f;
 
 inline int32_t Load32(const int8_t* p) {
   int32_t v;
@@ -316,7 +196,7 @@ void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, i
   for (int t = 0; t < n; ++t) {
     for (int R = 0; R < 2; ++R) {
       _mm256_storeu_ps(out + t * out_stride + 8 * R,
-                       _mm256_mul_ps(_mm256_set1_ps(kFinal<X>), _mm256_load_ps(sumf[t] + 8 * R)));
+                       _mm256_mul_ps(_mm256_set1_ps(1.0f), _mm256_load_ps(sumf[t] + 8 * R)));
     }
   }
 }
@@ -331,16 +211,16 @@ void Unset(KernelTable& table, GgmlType type) {
 
 }  // namespace
 
+// IQ1_S and IQ1_M only: the other five types' kernel (the same scheme, gathers and sign masks)
+// was 0.72-0.94x the row kernels at 1 token and 0.92-1.10x at 8 (docs/PERFORMANCE.md), so they
+// keep plain rows here.
 void RegisterAvx2InterleavedIq(KernelTable& table) {
   RegisterScalarInterleavedIq(table);
-  table[static_cast<int>(GgmlType::kIQ2_XXS)].gemm_interleaved = Gemm<BlockIQ2_XXSx16>;
-  table[static_cast<int>(GgmlType::kIQ2_XS)].gemm_interleaved = Gemm<BlockIQ2_XSx16>;
-  table[static_cast<int>(GgmlType::kIQ2_S)].gemm_interleaved = Gemm<BlockIQ2_Sx16>;
-  table[static_cast<int>(GgmlType::kIQ3_XXS)].gemm_interleaved = Gemm<BlockIQ3_XXSx16>;
-  table[static_cast<int>(GgmlType::kIQ3_S)].gemm_interleaved = Gemm<BlockIQ3_Sx16>;
+  for (GgmlType t : {GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S, GgmlType::kIQ3_XXS,
+                     GgmlType::kIQ3_S})
+    Unset(table, t);
   table[static_cast<int>(GgmlType::kIQ1_S)].gemm_interleaved = Gemm<BlockIQ1_Sx16>;
   table[static_cast<int>(GgmlType::kIQ1_M)].gemm_interleaved = Gemm<BlockIQ1_Mx16>;
-  (void)Unset;
 }
 
 }  // namespace lamina::quant_internal
