@@ -80,7 +80,8 @@ BENCHMARK(BM_MatMul)
                     int(GgmlType::kQ6_K), int(GgmlType::kF16), int(GgmlType::kIQ4_NL),
                     int(GgmlType::kIQ4_XS), int(GgmlType::kMXFP4), int(GgmlType::kNVFP4),
                     int(GgmlType::kQ5_0), int(GgmlType::kIQ2_XXS), int(GgmlType::kIQ2_XS),
-                    int(GgmlType::kIQ3_XXS), int(GgmlType::kIQ3_S)},
+                    int(GgmlType::kIQ3_XXS), int(GgmlType::kIQ3_S), int(GgmlType::kIQ2_S),
+                    int(GgmlType::kIQ1_S), int(GgmlType::kIQ1_M)},
                    {1, 8, 64},
                    {1, 2}})
     ->UseRealTime();
@@ -115,7 +116,8 @@ BENCHMARK(BM_MatMulInterleaved)
                     int(GgmlType::kQ5_K), int(GgmlType::kQ6_K), int(GgmlType::kIQ4_NL),
                     int(GgmlType::kIQ4_XS), int(GgmlType::kMXFP4), int(GgmlType::kNVFP4),
                     int(GgmlType::kQ5_0), int(GgmlType::kIQ2_XXS), int(GgmlType::kIQ2_XS),
-                    int(GgmlType::kIQ3_XXS), int(GgmlType::kIQ3_S)},
+                    int(GgmlType::kIQ3_XXS), int(GgmlType::kIQ3_S), int(GgmlType::kIQ2_S),
+                    int(GgmlType::kIQ1_S), int(GgmlType::kIQ1_M)},
                    {1, 4, 8, 9, 64, 512},
                    {1, 2}})
     ->UseRealTime();

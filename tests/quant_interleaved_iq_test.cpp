@@ -1,9 +1,9 @@
-// The interleaved lattice i-quants (IQ2_XXS, IQ2_XS, IQ3_XXS and IQ3_S as BlockIQ2_XXSx16 /
-// BlockIQ2_XSx16 / BlockIQ3_XXSx16 / BlockIQ3_Sx16, repacked at load, Q8_K activations): every
-// ISA with the layout gives the scalar vec_dot of the row before repacking bit for bit, for every
-// batch size (1..64 tokens a call) and place in the batch, and writes nothing past its tile; AVX2
-// keeps them in plain rows; the matmul on an interleaved matrix (whole groups and a row range
-// cutting groups) and the loader's repacked weights give the plain rows' bits.
+// The interleaved lattice i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S and IQ1_M as
+// BlockIQ2_XXSx16 ... BlockIQ1_Mx16, repacked at load, Q8_K activations; AVX2 only IQ1_S and
+// IQ1_M): every ISA with the layout gives the scalar vec_dot of the row before repacking bit for
+// bit, for every batch size (1..64 tokens a call) and place in the batch, and writes nothing past
+// its tile; the matmul on an interleaved matrix (whole groups and a row range cutting groups) and
+// the loader's repacked weights give the plain rows' bits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,11 +22,16 @@
 namespace lamina {
 namespace {
 
-constexpr GgmlType kIqTypes[] = {GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ3_XXS,
-                                 GgmlType::kIQ3_S};
+constexpr GgmlType kIqTypes[] = {GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S,
+                                 GgmlType::kIQ3_XXS, GgmlType::kIQ3_S,  GgmlType::kIQ1_S,
+                                 GgmlType::kIQ1_M};
+
+// AVX2 interleaves IQ1_S and IQ1_M only (the other types' row kernels were faster at decode).
+bool AvxTwoInterleaves(GgmlType t) { return t == GgmlType::kIQ1_S || t == GgmlType::kIQ1_M; }
+bool Interleaves(GgmlType t) { return DetectIsa() != Isa::kAvx2 || AvxTwoInterleaves(t); }
 
 // Random rows: every byte random (any grid index, sign and scale is valid), d a sane f16 (the
-// first field of each of these blocks).
+// first field of each of these blocks but IQ1_M, whose d is its scale words' top nibbles).
 std::vector<uint8_t> RandomIqRows(GgmlType t, int64_t n, std::mt19937& rng) {
   std::vector<uint8_t> rows(RowSize(t, n));
   std::uniform_int_distribution<int> byte(0, 255);
@@ -35,7 +40,16 @@ std::vector<uint8_t> RandomIqRows(GgmlType t, int64_t n, std::mt19937& rng) {
   const size_t bs = GetTypeTraits(t).type_size;
   for (size_t off = 0; off < rows.size(); off += bs) {
     const fp16_t d = F32ToFp16(scale(rng));
-    std::memcpy(rows.data() + off, &d, sizeof(d));
+    if (t == GgmlType::kIQ1_M) {  // d is the top nibbles of the four scale words
+      uint16_t sc[4];             // at the block's end
+      std::memcpy(sc, rows.data() + off + bs - 8, 8);
+      for (int w = 0; w < 4; ++w) {
+        sc[w] = static_cast<uint16_t>((sc[w] & 0x0FFF) | (((d >> (4 * w)) & 0xF) << 12));
+      }
+      std::memcpy(rows.data() + off + bs - 8, sc, 8);
+    } else {
+      std::memcpy(rows.data() + off, &d, sizeof(d));
+    }
   }
   return rows;
 }
@@ -76,7 +90,7 @@ void ExpectKernelsEqualScalarVecDot(GgmlType type, std::mt19937& rng) {
     }
     for (Isa isa : SupportedIsas()) {
       const TypeKernels& kern = GetKernels(type, isa);
-      if (isa == Isa::kAvx2) {
+      if (isa == Isa::kAvx2 && !AvxTwoInterleaves(type)) {
         EXPECT_EQ(kern.interleave_rows, 0);
         EXPECT_EQ(kern.gemm_interleaved, nullptr);
         continue;
@@ -85,7 +99,9 @@ void ExpectKernelsEqualScalarVecDot(GgmlType type, std::mt19937& rng) {
       ASSERT_EQ(kern.gemm_max_tokens, kLatticeGemmTokens);
       ASSERT_EQ(kern.repack, scalar.repack);
       ASSERT_NE(kern.gemm_interleaved, nullptr);
-      if (isa != Isa::kScalar) EXPECT_NE(kern.gemm_interleaved, scalar.gemm_interleaved);
+      if (isa != Isa::kScalar) {
+        EXPECT_NE(kern.gemm_interleaved, scalar.gemm_interleaved);
+      }
       for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 23, kLatticeGemmTokens}) {
         for (int t0 : {0, 1, 3}) {
           const size_t stride = g + 3;
@@ -116,7 +132,7 @@ void ExpectMatMulEqualsPlainRows(GgmlType type, std::mt19937& rng, ThreadPool& p
   const int64_t rows = 48, cols = 3 * kQK_K;
   const std::vector<uint8_t> data = RandomIqRows(type, rows * cols, rng);
   const WeightMatrix plain{type, rows, cols, RowSize(type, cols), data.data()};
-  if (DetectIsa() == Isa::kAvx2) {
+  if (!Interleaves(type)) {
     EXPECT_FALSE(CanInterleave(plain));
     return;
   }
@@ -150,7 +166,8 @@ TEST(InterleavedIq, MatMulEqualsPlainRowsBitForBit) {
   for (GgmlType t : kIqTypes) ExpectMatMulEqualsPlainRows(t, rng, pool);
 }
 
-// The loader repacks the i-quant matmul weights of the synthetic fixtures (not on AVX2) and keeps
+// The loader repacks the i-quant matmul weights of the synthetic fixtures (on AVX2 IQ1_S and
+// IQ1_M only) and keeps
 // the embedding as rows; the repacked weights give the mapped rows' bits.
 TEST(InterleavedIq, LoaderRepacksMatMulWeights) {
   std::mt19937 rng(61);
@@ -174,7 +191,7 @@ TEST(InterleavedIq, LoaderRepacksMatMulWeights) {
       const WeightMatrix w = L.Matrix(t, info->ne[0], info->ne[1]);
       const WeightMatrix p = plain_loader.Matrix(t, info->ne[0], info->ne[1]);
       ASSERT_TRUE(L.status().ok() && plain_loader.status().ok());
-      EXPECT_EQ(w.interleave, DetectIsa() == Isa::kAvx2 ? 0 : kQ8_0x16Rows) << t;
+      EXPECT_EQ(w.interleave, Interleaves(type) ? kQ8_0x16Rows : 0) << t;
       EXPECT_EQ(p.interleave, 0);
       const int64_t rows = info->ne[1];
       std::vector<float> y0(5 * rows), y1(5 * rows);  // [5 tokens, rows]

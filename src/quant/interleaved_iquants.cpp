@@ -1,9 +1,10 @@
-// Interleaved lattice i-quant weights (BlockIQ2_XXSx16, BlockIQ2_XSx16, BlockIQ3_XXSx16,
-// BlockIQ3_Sx16): the repack the loader runs once per weight matrix and the scalar twin of the
-// interleaved matmul kernels. The twin unpacks each row of the group back into its plain blocks
-// and runs the scalar vec_dot on it (iquants.cpp), so its outputs are that vec_dot's bits by
-// construction; the SIMD kernels compute the same exact integer per super-block and the same
-// float steps, so they give those bits too. The AVX2 path keeps these types in plain rows.
+// Interleaved lattice i-quant weights (BlockIQ2_XXSx16, BlockIQ2_XSx16, BlockIQ2_Sx16,
+// BlockIQ3_XXSx16, BlockIQ3_Sx16, BlockIQ1_Sx16, BlockIQ1_Mx16): the repack the loader runs once
+// per weight matrix and the scalar twin of the interleaved matmul kernels. The twin unpacks each
+// row of the group back into its plain blocks and runs the scalar vec_dot on it (iquants.cpp), so
+// its outputs are that vec_dot's bits by construction; the SIMD kernels compute the same exact
+// integer per super-block and the same float steps, so they give those bits too
+// (interleaved_iquants_avx2.cpp, interleaved_iquants_avx512.cpp).
 #include "quant/interleaved_iquants.h"
 
 #include <cstring>
@@ -58,6 +59,36 @@ void Visit(P& b, X& x, int r, F f) {
   f(b.scales, &x.scales[r], 4);
 }
 
+template <typename P, typename X, typename F>
+requires std::is_same_v<std::remove_const_t<X>, BlockIQ2_Sx16>
+void Visit(P& b, X& x, int r, F f) {
+  f(&b.d, &x.d[r], sizeof(fp16_t));
+  for (int e = 0; e < kQK_K / 8; ++e) {
+    f(&b.qs[e], &x.grid[kRows * e + r], 1);
+    f(&b.qs[kQK_K / 8 + e], &x.signs[kRows * e + r], 1);
+  }
+  for (int g = 0; g < kQK_K / 32; ++g) {
+    f(&b.qh[g], &x.qh[kRows * g + r], 1);
+    f(&b.scales[g], &x.scales[kRows * g + r], 1);
+  }
+}
+
+template <typename P, typename X, typename F>
+requires std::is_same_v<std::remove_const_t<X>, BlockIQ1_Sx16>
+void Visit(P& b, X& x, int r, F f) {
+  f(&b.d, &x.d[r], sizeof(fp16_t));
+  for (int e = 0; e < kQK_K / 8; ++e) f(&b.qs[e], &x.grid[kRows * e + r], 1);
+  for (int g = 0; g < kQK_K / 32; ++g) f(&b.qh[g], &x.qh[kRows * g + r], 2);
+}
+
+template <typename P, typename X, typename F>
+requires std::is_same_v<std::remove_const_t<X>, BlockIQ1_Mx16>
+void Visit(P& b, X& x, int r, F f) {
+  for (int e = 0; e < kQK_K / 8; ++e) f(&b.qs[e], &x.grid[kRows * e + r], 1);
+  for (int j = 0; j < kQK_K / 16; ++j) f(&b.qh[j], &x.qh[kRows * j + r], 1);
+  for (int w = 0; w < kQK_K / 64; ++w) f(&b.scales[2 * w], &x.scales[kRows * w + r], 2);
+}
+
 template <typename B, typename X>
 void Repack(const void* src, size_t row_bytes, int64_t k, void* dst) {
   const auto* s = static_cast<const uint8_t*>(src);
@@ -104,14 +135,6 @@ void Set(KernelTable& table) {
   e.gemm_max_tokens = kLatticeGemmTokens;
 }
 
-void Unset(KernelTable& table, GgmlType type) {
-  TypeKernels& e = table[static_cast<int>(type)];
-  e.interleave_rows = 0;
-  e.repack = nullptr;
-  e.gemm_interleaved = nullptr;
-  e.gemm_max_tokens = kMaxMultiDot;
-}
-
 }  // namespace
 
 void RegisterScalarInterleavedIq(KernelTable& table) {
@@ -119,13 +142,9 @@ void RegisterScalarInterleavedIq(KernelTable& table) {
   Set<BlockIQ2_XS, BlockIQ2_XSx16, GgmlType::kIQ2_XS>(table);
   Set<BlockIQ3_XXS, BlockIQ3_XXSx16, GgmlType::kIQ3_XXS>(table);
   Set<BlockIQ3_S, BlockIQ3_Sx16, GgmlType::kIQ3_S>(table);
-}
-
-// AVX2: plain rows (no interleaved kernel at that ISA; the row kernels already decode a
-// super-block once for up to 8 tokens).
-void RegisterAvx2InterleavedIq(KernelTable& table) {
-  for (GgmlType t : {GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S})
-    Unset(table, t);
+  Set<BlockIQ2_S, BlockIQ2_Sx16, GgmlType::kIQ2_S>(table);
+  Set<BlockIQ1_S, BlockIQ1_Sx16, GgmlType::kIQ1_S>(table);
+  Set<BlockIQ1_M, BlockIQ1_Mx16, GgmlType::kIQ1_M>(table);
 }
 
 }  // namespace lamina::quant_internal

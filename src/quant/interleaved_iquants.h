@@ -52,4 +52,34 @@ struct BlockIQ3_Sx16 {
 };
 static_assert(sizeof(BlockIQ3_Sx16) == kQ8_0x16Rows * sizeof(BlockIQ3_S));
 
+// IQ2_S: d[r]; grid[16 * e + r] row r's qs[e] (the low 8 bits of entry e's grid index);
+// signs[16 * e + r] its qs[32 + e]; qh[16 * g + r] its qh[g]; scales[16 * g + r] its scales[g].
+struct BlockIQ2_Sx16 {
+  fp16_t d[kQ8_0x16Rows];
+  uint8_t grid[kQ8_0x16Rows * kQK_K / 8];
+  uint8_t signs[kQ8_0x16Rows * kQK_K / 8];
+  uint8_t qh[kQ8_0x16Rows * kQK_K / 32];
+  uint8_t scales[kQ8_0x16Rows * kQK_K / 32];
+};
+static_assert(sizeof(BlockIQ2_Sx16) == kQ8_0x16Rows * sizeof(BlockIQ2_S));
+
+// IQ1_S: d[r]; grid[16 * e + r] row r's qs[e]; qh[16 * g + r] its word qh[g] (high index bits,
+// scale and delta sign of group g).
+struct BlockIQ1_Sx16 {
+  fp16_t d[kQ8_0x16Rows];
+  uint8_t grid[kQ8_0x16Rows * kQK_K / 8];
+  uint16_t qh[kQ8_0x16Rows * kQK_K / 32];
+};
+static_assert(sizeof(BlockIQ1_Sx16) == kQ8_0x16Rows * sizeof(BlockIQ1_S));
+
+// IQ1_M: grid[16 * e + r] row r's qs[e]; qh[16 * j + r] its qh[j] (entries 2j and 2j + 1's
+// nibbles, so half h's two entries are in qh[h]); scales[16 * w + r] its scale word w (bytes 2w,
+// 2w + 1 of its scales; the four words' top nibbles are its d).
+struct BlockIQ1_Mx16 {
+  uint8_t grid[kQ8_0x16Rows * kQK_K / 8];
+  uint8_t qh[kQ8_0x16Rows * kQK_K / 16];
+  uint16_t scales[kQ8_0x16Rows * kQK_K / 64];
+};
+static_assert(sizeof(BlockIQ1_Mx16) == kQ8_0x16Rows * sizeof(BlockIQ1_M));
+
 }  // namespace lamina

@@ -1,5 +1,6 @@
 // AVX-512 (BW + VL + VNNI) kernels of the interleaved lattice i-quants (BlockIQ2_XXSx16,
-// BlockIQ2_XSx16, BlockIQ3_XXSx16, BlockIQ3_Sx16 against Q8_K): int32 lane r of every register is
+// BlockIQ2_XSx16, BlockIQ2_Sx16, BlockIQ3_XXSx16, BlockIQ3_Sx16, BlockIQ1_Sx16, BlockIQ1_Mx16
+// against Q8_K): int32 lane r of every register is
 // weight row r. Per 16-value half of a super-block the 16 rows' weights are decoded once into four
 // registers (4 values per lane, as bytes w + 128: grid entries by one gather per register, or two
 // for 8-value entries, signs by a masked subtract) and a register of the rows' scales 2s + 1;
@@ -173,10 +174,103 @@ inline __m512i Load128x(const uint8_t* p) {  // 16 bytes widened to 16 int32 lan
   }
 }
 
+[[gnu::always_inline]] inline void DecodeHalf(const BlockIQ2_Sx16& b, int h, Half* out) {
+  const int g = h / 2;
+  const __m512i qh = Load128x(b.qh + kRows * g);
+  out->scale = OddScale(_mm512_srli_epi32(Load128x(b.scales + kRows * g), 4 * (h % 2)));
+#pragma GCC unroll 2
+  for (int e = 0; e < 2; ++e) {
+    const int l = 2 * (h % 2) + e;  // entry 4g + l = 2h + e
+    __mmask64 neg[2];
+    EntryMasks(Load128x(b.signs + kRows * (2 * h + e)), 0, &neg[0], &neg[1]);
+    const __m512i high =
+        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(qh, 2 * l), _mm512_set1_epi32(3)), 8);
+    __m512i u[2];
+    Gather8(_mm512_or_si512(Load128x(b.grid + kRows * (2 * h + e)), high), kIq2sGrid.data(), &u[0],
+            &u[1]);
+    out->w[2 * e] = Offset(u[0], neg[0]);
+    out->w[2 * e + 1] = Offset(u[1], neg[1]);
+  }
+}
+
+// IQ1: entries of kIq1Grid8Delta (8 * grid + delta, index | negative delta << 11) as bytes w + 128.
+[[gnu::always_inline]] inline void Iq1Entry(__m512i idx, Half* out, int e) {
+  const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i u[2];
+  Gather8(idx, kIq1Grid8Delta.data(), &u[0], &u[1]);
+  out->w[2 * e] = _mm512_xor_si512(u[0], c128);
+  out->w[2 * e + 1] = _mm512_xor_si512(u[1], c128);
+}
+
+[[gnu::always_inline]] inline void DecodeHalf(const BlockIQ1_Sx16& b, int h, Half* out) {
+  const int g = h / 2;
+  const __m512i qh =
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + kRows * g)));
+  out->scale = OddScale(_mm512_and_si512(_mm512_srli_epi32(qh, 12), _mm512_set1_epi32(7)));
+  const __m512i neg = _mm512_srli_epi32(_mm512_and_si512(qh, _mm512_set1_epi32(0x8000)), 4);
+#pragma GCC unroll 2
+  for (int e = 0; e < 2; ++e) {
+    const int l = 2 * (h % 2) + e;  // entry 4g + l = 2h + e
+    const __m512i high =
+        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(qh, 3 * l), _mm512_set1_epi32(7)), 8);
+    Iq1Entry(_mm512_ternarylogic_epi32(Load128x(b.grid + kRows * (2 * h + e)), high, neg, 0xFE),
+             out, e);
+  }
+}
+
+[[gnu::always_inline]] inline void DecodeHalf(const BlockIQ1_Mx16& b, int h, Half* out) {
+  const __m512i sc = _mm512_cvtepu16_epi32(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales + kRows * (h / 4))));
+  out->scale = OddScale(_mm512_and_si512(_mm512_srli_epi32(sc, 3 * (h % 4)), _mm512_set1_epi32(7)));
+  const __m512i qh = Load128x(b.qh + kRows * h);  // entries 2h, 2h + 1: low, high nibble
+#pragma GCC unroll 2
+  for (int e = 0; e < 2; ++e) {
+    // nibble bits 0..2 are index bits 8..10 and bit 3 the negative delta (index bit 11)
+    const __m512i nib = _mm512_and_si512(_mm512_srli_epi32(qh, 4 * e), _mm512_set1_epi32(0xF));
+    Iq1Entry(_mm512_or_si512(Load128x(b.grid + kRows * (2 * h + e)), _mm512_slli_epi32(nib, 8)),
+             out, e);
+  }
+}
+
+// The 16 rows' d as floats.
 template <typename X>
-constexpr float kFinal = std::is_same_v<X, BlockIQ3_Sx16>     ? 1.0f
-                         : std::is_same_v<X, BlockIQ3_XXSx16> ? 0.25f
-                                                              : 0.125f;
+[[gnu::always_inline]] inline __m512 LoadD(const X& b) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.d)));
+}
+// IQ1_M: the top nibbles of the four scale words, word 0's lowest.
+template <>
+[[gnu::always_inline]] inline __m512 LoadD(const BlockIQ1_Mx16& b) {
+  __m256i s[4];  // [word][16 rows]
+  for (int w = 0; w < 4; ++w) {
+    s[w] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales + kRows * w));
+  }
+  const __m256i top = _mm256_set1_epi16(static_cast<int16_t>(0xF000));
+  const __m256i lo = _mm256_or_si256(_mm256_srli_epi16(s[0], 12),
+                                     _mm256_srli_epi16(_mm256_and_si256(s[1], top), 8));
+  const __m256i hi = _mm256_or_si256(_mm256_srli_epi16(_mm256_and_si256(s[2], top), 4),
+                                     _mm256_and_si256(s[3], top));
+  return _mm512_cvtph_ps(_mm256_or_si256(lo, hi));
+}
+
+template <typename X>
+constexpr bool kIq1 = std::is_same_v<X, BlockIQ1_Sx16> || std::is_same_v<X, BlockIQ1_Mx16>;
+
+// d * (the super-block's integer), IQ1's integer first divided by 8 (exact), as the scalar
+// vec_dot.
+template <typename X>
+[[gnu::always_inline]] inline __m512 Scaled(__m512 d, __m512i isum) {
+  const __m512 f = _mm512_cvtepi32_ps(isum);
+  if constexpr (kIq1<X>) {
+    return _mm512_mul_ps(d, _mm512_mul_ps(f, _mm512_set1_ps(0.125f)));
+  } else {
+    return _mm512_mul_ps(d, f);
+  }
+}
+
+template <typename X>
+constexpr float kFinal = std::is_same_v<X, BlockIQ3_Sx16> || kIq1<X> ? 1.0f
+                         : std::is_same_v<X, BlockIQ3_XXSx16>        ? 0.25f
+                                                                     : 0.125f;
 
 inline int32_t Load32(const int8_t* p) {
   int32_t v;
@@ -220,11 +314,11 @@ void GemmN(int64_t k, const X* w, const uint8_t* act, size_t act_row_bytes, floa
         isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(acc, half.scale));
       }
     }
-    const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].d)));
+    const __m512 dx = LoadD(w[i]);
 #pragma GCC unroll 8
     for (int t = 0; t < N; ++t) {
       const __m512 d = _mm512_mul_ps(dx, _mm512_set1_ps(y[t][i].d));
-      sumf[t] = _mm512_add_ps(sumf[t], _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum[t])));
+      sumf[t] = _mm512_add_ps(sumf[t], Scaled<X>(d, isum[t]));
     }
   }
 #pragma GCC unroll 8
@@ -265,12 +359,11 @@ void GemmMany(int64_t k, const X* w, const uint8_t* act, size_t act_row_bytes, i
                                                      _mm512_mullo_epi32(acc, half.scale)));
       }
     }
-    const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].d)));
+    const __m512 dx = LoadD(w[i]);
     for (int t = 0; t < n; ++t) {
       const __m512 d = _mm512_mul_ps(dx, _mm512_set1_ps(row(t)[i].d));
-      _mm512_store_ps(
-          sumf[t], _mm512_add_ps(_mm512_load_ps(sumf[t]),
-                                 _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_load_si512(isum[t])))));
+      _mm512_store_ps(sumf[t], _mm512_add_ps(_mm512_load_ps(sumf[t]),
+                                             Scaled<X>(d, _mm512_load_si512(isum[t]))));
     }
   }
   for (int t = 0; t < n; ++t) {
@@ -315,6 +408,9 @@ void RegisterAvx512InterleavedIq(KernelTable& table) {
   table[static_cast<int>(GgmlType::kIQ2_XS)].gemm_interleaved = Gemm<BlockIQ2_XSx16>;
   table[static_cast<int>(GgmlType::kIQ3_XXS)].gemm_interleaved = Gemm<BlockIQ3_XXSx16>;
   table[static_cast<int>(GgmlType::kIQ3_S)].gemm_interleaved = Gemm<BlockIQ3_Sx16>;
+  table[static_cast<int>(GgmlType::kIQ2_S)].gemm_interleaved = Gemm<BlockIQ2_Sx16>;
+  table[static_cast<int>(GgmlType::kIQ1_S)].gemm_interleaved = Gemm<BlockIQ1_Sx16>;
+  table[static_cast<int>(GgmlType::kIQ1_M)].gemm_interleaved = Gemm<BlockIQ1_Mx16>;
 }
 
 }  // namespace lamina::quant_internal
