@@ -1,12 +1,15 @@
 // AVX2 kernels for interleaved Q4_K, Q5_K, Q6_K and IQ4_XS weights (BlockQ4_Kx16, BlockQ5_Kx16,
 // BlockQ6_Kx16, BlockIQ4_XSx16): the 16-row group as two halves of 8 rows, one 256-bit lane per
 // row. Per 4-element chunk one 32-byte load gives a half's unsigned codes, and each token's 4
-// codes, broadcast, go through maddubs (pairs, at most 2 * 63 * 128 in magnitude: no saturation)
-// and madd with the rows' group scale in both words of the lane: exact int32 sc * dot. Q4_K's mins
+// codes, broadcast, go through maddubs (pairs, at most 2 * 63 * 128 in magnitude: no saturation);
+// the pairs of several chunks of one group add up in int16 (8 chunks for Q4_K, 4 for Q5_K, 2 for
+// Q6_K: at most 32256 in magnitude) before one madd with the rows' group scale in both words of
+// the lane: exact int32 sc * dot (IQ4_XS: one madd per chunk). Q4_K's mins
 // and Q6_K's -32 offset are madd of the rows' mins or scale pairs against the token's bsums pairs.
 // IQ4_XS's nibbles become signed levels by one vpshufb; maddubs takes their magnitudes against the
 // token's codes with the levels' signs (pairs at most 2 * 127 * 127). The float steps are the
-// scalar twin's (no FMA), so every output is the scalar twin's bits.
+// scalar twin's (no FMA), so every output is the scalar twin's bits. The first half's pass over
+// each super-block prefetches the one kAhead further on (decode is memory-bound).
 #include <immintrin.h>
 
 #include <cstring>
@@ -19,6 +22,10 @@ namespace {
 
 constexpr int kRows = kQ8_0x16Rows;
 constexpr int kTokens = 4;  // tokens per register block
+// Super-blocks prefetched ahead of the one read (past a group's end: the next group's, which a
+// caller running consecutive groups reads next; a prefetch past the array is harmless and
+// changes no result).
+constexpr int kAhead = 2;
 
 inline __m256i Broadcast4(const void* p) {
   int32_t v;
@@ -239,6 +246,10 @@ void GemmHalfN(int64_t nb, const Block* w, int h, const char* act, size_t act_ro
     acc[t] = _mm256_setzero_ps();
   }
   for (int64_t i = 0; i < nb; ++i) {
+    if (h == 0) {  // the first pass over a super-block prefetches the one kAhead further on
+      const char* next = reinterpret_cast<const char*>(w + i + kAhead);
+      for (size_t b = 0; b < sizeof(Block); b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
+    }
     if constexpr (std::is_same_v<Block, BlockQ6_Kx16>) {
       HalfStepQ6K<N>(w[i], h, a, i, acc);
     } else if constexpr (std::is_same_v<Block, BlockIQ4_XSx16>) {
