@@ -1,8 +1,8 @@
 // Matmul and attention micro-benchmarks: matrix-vector (decode) and matrix-matrix (prompt)
 // products per weight type (plain rows and the interleaved layouts), causal attention per KV mode
-// at several depths, the attention row kernels per ISA, the KV-row attention kernels against the
-// FMA / vpdpwssd port limit, and the machine's memory read bandwidth (the roofline's
-// denominator).
+// at several depths, the attention row kernels per ISA, GELU-tanh and the prompt's pre-norms, the
+// KV-row attention kernels against the FMA / vpdpwssd port limit, and the machine's memory read
+// bandwidth (the roofline's denominator).
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
@@ -11,12 +11,15 @@
 #include <random>
 #include <vector>
 
+#include "kernels/activation_kernels.h"
 #include "kernels/attention_kernels.h"
 #include "kernels/kv_decode.h"
 #include "kernels/matmul.h"
+#include "model/blocks.h"
 #include "runtime/attention.h"
 #include "runtime/kv_cache.h"
 #include "util/cpu_features.h"
+#include "util/fp16.h"
 #include "util/thread_pool.h"
 
 namespace lamina {
@@ -113,7 +116,44 @@ BENCHMARK(BM_MatMulInterleaved)
                     int(GgmlType::kIQ4_XS), int(GgmlType::kMXFP4), int(GgmlType::kNVFP4),
                     int(GgmlType::kQ5_0), int(GgmlType::kIQ2_XXS), int(GgmlType::kIQ2_XS),
                     int(GgmlType::kIQ3_XXS), int(GgmlType::kIQ3_S)},
-                   {1, 8, 64, 512},
+                   {1, 4, 8, 9, 64, 512},
+                   {1, 2}})
+    ->UseRealTime();
+
+// args: type, n_tokens, threads. The same matrix as BM_MatMulInterleaved, 48 copies used in turn
+// (72-147 MB, past the 32 MiB L3), so every call reads its weights from memory as a model's
+// decode step does: the weights' bytes against the kernels' compute when both must overlap.
+void BM_MatMulInterleavedFromMemory(benchmark::State& state) {
+  constexpr int kCopies = 48;
+  const GgmlType type = static_cast<GgmlType>(state.range(0));
+  const int64_t n_tokens = state.range(1);
+  ThreadPool pool(static_cast<int>(state.range(2)));
+  Weights w = MakeWeights(type, 2816, 1024);
+  if (!CanInterleave(w.w)) {
+    state.SkipWithError("no interleaved layout for this type at this ISA");
+    return;
+  }
+  const size_t bytes = w.data.size();
+  std::vector<uint8_t> packed(bytes * kCopies);  // [kCopies][2816 / 16 groups][16 * row_bytes]
+  std::vector<WeightMatrix> copies;
+  for (int c = 0; c < kCopies; ++c)
+    copies.push_back(InterleaveInto(w.w, packed.data() + c * bytes));
+  std::vector<float> x(n_tokens * 1024, 0.5f), y(n_tokens * 2816);  // [n, 1024], [n, 2816]
+  MatMulScratch scratch;
+  int c = 0;
+  for (auto _ : state) {
+    MatMul(copies[c], x.data(), 1024, n_tokens, y.data(), 2816, scratch, pool);
+    c = (c + 1) % kCopies;
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(GgmlTypeName(type));
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(bytes) * state.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_MatMulInterleavedFromMemory)
+    ->ArgsProduct({{int(GgmlType::kQ8_0), int(GgmlType::kQ4_K), int(GgmlType::kQ6_K)},
+                   {1, 8, 9},
                    {1, 2}})
     ->UseRealTime();
 
@@ -326,8 +366,10 @@ BENCHMARK(BM_DecodeAttention)
     ->UseRealTime();
 
 // args: ISA (0 scalar twin, 1 AVX2, 2 AVX-512), kernel (0 score_rows, 1 exp_sum, 2
-// accumulate_rows, 3 max + scale). One GQA group of 4 queries, head_dim 64, over 2,048 decoded
-// rows (512 KiB, cache-resident as a decoded tile is): the row kernels' own speed, no memory.
+// accumulate_rows, 3 max + scale, 4 score_rows2: the queries' scores in pairs, each row read once
+// per pair, as prompt attention's tile runs them; the same bits as 0). One GQA group of 4 queries,
+// head_dim 64, over 2,048 decoded rows (512 KiB, cache-resident as a decoded tile is): the row
+// kernels' own speed, no memory.
 void BM_AttentionRowKernels(benchmark::State& state) {
   const AttentionRowKernels* k = state.range(0) == 0   ? &ScalarAttentionRowKernels()
                                  : state.range(0) == 1 ? Avx2AttentionRowKernels()
@@ -360,6 +402,12 @@ void BM_AttentionRowKernels(benchmark::State& state) {
         case 2:
           k->accumulate_rows(weights.data(), rows.data(), kRows, kHd, acc.data() + h * kHd);
           break;
+        case 4:
+          if (h % 2 == 0) {
+            k->score_rows2(q.data() + h * kHd, q.data() + (h + 1) * kHd, rows.data(), kRows, kHd,
+                           0.125f, scores.data(), weights.data());
+          }
+          break;
         default:
           benchmark::DoNotOptimize(k->max(scores.data(), kRows));
           k->scale(weights.data(), kRows, 1.0f);
@@ -369,12 +417,84 @@ void BM_AttentionRowKernels(benchmark::State& state) {
     benchmark::DoNotOptimize(acc.data());
   }
   static const char* const kIsa[] = {"scalar", "avx2", "avx512"};
-  static const char* const kKernel[] = {"score_rows", "exp_sum", "accumulate_rows", "max+scale"};
+  static const char* const kKernel[] = {"score_rows", "exp_sum", "accumulate_rows", "max+scale",
+                                        "score_rows2"};
   state.SetLabel(std::string(kIsa[state.range(0)]) + " " + kKernel[kernel]);
   state.counters["rows/s"] = benchmark::Counter(static_cast<double>(kRows) * kQueries,
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_AttentionRowKernels)->ArgsProduct({{0, 1, 2}, {0, 1, 2, 3}});
+BENCHMARK(BM_AttentionRowKernels)->ArgsProduct({{0, 1, 2}, {0, 1, 2, 3, 4}});
+
+// GELU-tanh * up (gemma3's FFN) over 512 rows of 1,024: arg 0 scalar twin, 1 AVX2, 2 AVX-512
+// (the table of f16 results), 3 the std::tanh formula per element that the table replaced.
+void BM_GeluTanhMul(benchmark::State& state) {
+  const int isa = static_cast<int>(state.range(0));
+  const ActivationKernels* k = isa == 0   ? &ScalarActivationKernels()
+                               : isa == 1 ? Avx2ActivationKernels()
+                               : isa == 2 ? Avx512ActivationKernels()
+                                          : &ScalarActivationKernels();
+  if (k == nullptr) {
+    state.SkipWithError("this CPU lacks the ISA");
+    return;
+  }
+  constexpr int64_t kN = 512 * 1024;
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> gate(kN), up(kN), out(kN);  // [512, 1024] each
+  for (float& x : gate) x = normal(rng);
+  for (float& x : up) x = normal(rng);
+  for (auto _ : state) {
+    if (isa == 3) {
+      constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+      constexpr float kCoef = 0.044715f;
+      for (int64_t i = 0; i < kN; ++i) {
+        const float g = gate[i];
+        float act = g;
+        if (g <= -10.0f) {
+          act = 0.0f;
+        } else if (g < 10.0f) {
+          const float x = Fp16ToF32(F32ToFp16(g));
+          act = Fp16ToF32(
+              F32ToFp16(0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoef * x * x)))));
+        }
+        out[i] = act * up[i];
+      }
+    } else {
+      k->gelu_tanh_mul(gate.data(), up.data(), kN, out.data());
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  static const char* const kName[] = {"scalar table", "avx2 table", "avx512 table",
+                                      "std::tanh formula"};
+  state.SetLabel(kName[isa]);
+  state.counters["elems/s"] =
+      benchmark::Counter(static_cast<double>(kN), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_GeluTanhMul)->DenseRange(0, 3);
+
+// The pre-norms of a 512-token prompt batch (n_embd 1,024): arg 0 the rows on the calling thread
+// (before), 1 NormBatch's rows over a pool of 2; real time.
+void BM_NormBatch(benchmark::State& state) {
+  Hparams hp;
+  hp.n_embd = 1024;
+  hp.rms_eps = 1e-6f;
+  constexpr int kRows = 512;
+  std::mt19937 rng(6);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(static_cast<size_t>(kRows) * hp.n_embd), out(x.size());  // [512, 1024]
+  std::vector<float> w(hp.n_embd);                                              // [1024]
+  for (float& v : x) v = normal(rng);
+  for (float& v : w) v = normal(rng);
+  ThreadPool pool(2);
+  for (auto _ : state) {
+    NormBatch(hp, w, {}, kRows, x.data(), out.data(), state.range(0) == 1 ? &pool : nullptr);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetLabel(state.range(0) == 1 ? "pool of 2" : "one thread");
+  state.counters["rows/s"] =
+      benchmark::Counter(kRows, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_NormBatch)->DenseRange(0, 1)->UseRealTime();
 
 // args: row format (KvRowFormat: 1 f16, 2 int8, 3 q4_0, 4 q4_nl), kernel (0 K scores, 1 fused V
 // sum, 2 the AVX-512 integer V sum of 4-bit rows, kv_decode.h "Integer V sums", not chosen by

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -612,6 +613,43 @@ TEST(AttentionRowKernels, Avx512MatchesScalarTwins) {
   const AttentionRowKernels* simd = Avx512AttentionRowKernels();
   if (simd == nullptr || !HasAvx512Vnni()) GTEST_SKIP() << "no AVX-512 on this CPU";
   CheckRowKernelsAgainstScalar(simd);
+}
+
+// score_rows2 gives each of its two queries exactly score_rows' bits (on every ISA, scalar
+// included), including a call that starts at an eight-cell offset of a longer one.
+TEST(AttentionRowKernels, ScoreRowsTwoMatchesOneQueryBits) {
+  std::vector<const AttentionRowKernels*> all = {&ScalarAttentionRowKernels()};
+  if (GetCpuFeatures().HasAvx2Set() && Avx2AttentionRowKernels() != nullptr) {
+    all.push_back(Avx2AttentionRowKernels());
+  }
+  if (HasAvx512Vnni() && Avx512AttentionRowKernels() != nullptr) {
+    all.push_back(Avx512AttentionRowKernels());
+  }
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  for (const AttentionRowKernels* k : all) {
+    for (int hd : {8, 24, 32, 64, 128, 256}) {
+      for (int n : {0, 8, 16, 64}) {
+        std::vector<float> q(2 * hd), rows(static_cast<size_t>(n + 8) * hd);  // [2, hd], [n+8, hd]
+        for (float& v : q) v = normal(rng);
+        for (float& v : rows) v = normal(rng);
+        std::vector<float> want0(n + 8), want1(n + 8), got0(n + 8, 7.0f), got1(n + 8, 7.0f);
+        k->score_rows(q.data(), rows.data(), n + 8, hd, 0.125f, want0.data());
+        k->score_rows(q.data() + hd, rows.data(), n + 8, hd, 0.125f, want1.data());
+        // The first n rows in pairs, the last eight from offset n, as the prompt tile does.
+        k->score_rows2(q.data(), q.data() + hd, rows.data(), n, hd, 0.125f, got0.data(),
+                       got1.data());
+        k->score_rows2(q.data(), q.data() + hd, rows.data() + static_cast<size_t>(n) * hd, 8, hd,
+                       0.125f, got0.data() + n, got1.data() + n);
+        for (int j = 0; j < n + 8; ++j) {
+          EXPECT_EQ(std::bit_cast<uint32_t>(want0[j]), std::bit_cast<uint32_t>(got0[j]))
+              << hd << " " << n << " " << j;
+          EXPECT_EQ(std::bit_cast<uint32_t>(want1[j]), std::bit_cast<uint32_t>(got1[j]))
+              << hd << " " << n << " " << j;
+        }
+      }
+    }
+  }
 }
 
 // Fused V accumulation: each SIMD kernel gives exactly the bits of the same ISA's decoder

@@ -1,9 +1,11 @@
-// The activation kernels: PolyExp's accuracy against exp, and every SIMD path's bits against the
-// scalar twin's (whole rows, partial vectors, aliasing, rows split into pieces).
+// The activation kernels: PolyExp's accuracy against exp, GELU-tanh against its formula, and
+// every SIMD path's bits against the scalar twin's (whole rows, partial vectors, aliasing, rows
+// split into pieces).
 #include "kernels/ops.h"
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "kernels/activation_kernels.h"
+#include "util/fp16.h"
 
 namespace lamina {
 namespace {
@@ -99,6 +102,12 @@ void ExpectKernelsMatch(const ActivationKernels& simd) {
     ref.swiglu_oai_mul(g.data(), u.data(), n, 1.702f, 7.0f, a.data());
     simd.swiglu_oai_mul(g.data(), u.data(), n, 1.702f, 7.0f, b.data());
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), n * sizeof(float))) << "swiglu_oai n " << n;
+    ref.gelu_tanh_mul(g.data(), u.data(), n, a.data());
+    simd.gelu_tanh_mul(g.data(), u.data(), n, b.data());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), n * sizeof(float))) << "gelu_tanh_mul n " << n;
+    in_place = g;
+    simd.gelu_tanh_mul(in_place.data(), u.data(), n, in_place.data());
+    EXPECT_EQ(0, std::memcmp(a.data(), in_place.data(), n * sizeof(float))) << n;
     // A row in pieces (each thread's rows of a parallel FFN) gives the same bits.
     std::vector<float> pieces(n);
     for (int64_t i0 = 0; i0 < n; i0 += 5) {
@@ -107,6 +116,58 @@ void ExpectKernelsMatch(const ActivationKernels& simd) {
     }
     ref.silu_mul(g.data(), u.data(), n, a.data());
     EXPECT_EQ(0, std::memcmp(a.data(), pieces.data(), n * sizeof(float))) << "pieces n " << n;
+  }
+}
+
+// GELU-tanh * up as ggml's GEGLU computes it (the formula the table replaced, step for step).
+float GeluTanhMulReference(float g, float u) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  constexpr float kCoef = 0.044715f;
+  float act;
+  if (g <= -10.0f) {
+    act = 0.0f;
+  } else if (g >= 10.0f) {
+    act = g;
+  } else {
+    const float x = Fp16ToF32(F32ToFp16(g));
+    act = Fp16ToF32(
+        F32ToFp16(0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoef * x * x)))));
+  }
+  return act * u;
+}
+
+// Every kernel (scalar twin and each SIMD path) against the formula: every f16 gate value, the
+// +-10 edges, infinities and random gates, bit for bit.
+TEST(OpsActivations, GeluTanhMulMatchesTheFormulaOnEveryPath) {
+  std::vector<float> g;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float x = Fp16ToF32(static_cast<fp16_t>(h));
+    if (!std::isnan(x)) g.push_back(x);
+  }
+  for (float x :
+       {-10.0f, 10.0f, std::nextafter(-10.0f, 0.0f), std::nextafter(10.0f, 0.0f),
+        std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()}) {
+    g.push_back(x);
+  }
+  std::mt19937 rng(29);
+  const std::vector<float> extra = Inputs(rng, 4099);
+  g.insert(g.end(), extra.begin(), extra.end());
+  const int64_t n = static_cast<int64_t>(g.size());
+  std::vector<float> u(n);
+  std::normal_distribution<float> normal;
+  for (float& v : u) v = normal(rng);
+  std::vector<float> want(n);
+  for (int64_t i = 0; i < n; ++i) want[i] = GeluTanhMulReference(g[i], u[i]);
+  std::vector<const ActivationKernels*> all = {&ScalarActivationKernels()};
+  if (const ActivationKernels* k = Avx2ActivationKernels()) all.push_back(k);
+  if (const ActivationKernels* k = Avx512ActivationKernels()) all.push_back(k);
+  for (const ActivationKernels* k : all) {
+    std::vector<float> got(n);
+    k->gelu_tanh_mul(g.data(), u.data(), n, got.data());
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(want[i]), std::bit_cast<uint32_t>(got[i]))
+          << "gate " << g[i] << " up " << u[i];
+    }
   }
 }
 

@@ -301,7 +301,8 @@ TEST(InterleavedK, KernelsEqualScalarTwinBitForBit) {
 }
 
 // Prompt-sized calls (up to the kernel's gemm_max_tokens, where the AVX-512 kernels unpack the
-// group once and tile the tokens 8..12 at a time): every token gets its scalar twin's bits one
+// group once and tile the tokens 8..12 at a time, the AVX2 ones 6..8 for Q4_K / Q5_K and 7..10
+// for Q6_K): every token gets its scalar twin's bits one
 // token at a time, whatever the call's size and the token's place, with more super-blocks than
 // the kernels unpack at once.
 TEST(InterleavedK, PromptBatchesEqualScalarTwinBitForBit) {
@@ -325,7 +326,7 @@ TEST(InterleavedK, PromptBatchesEqualScalarTwinBitForBit) {
         const TypeKernels& kern = GetKernels(type, isa);
         ASSERT_GE(kern.gemm_max_tokens, kMaxMultiDot);
         ASSERT_LE(kern.gemm_max_tokens, kMaxGemmTokens);
-        for (const int n : {9, 15, 16, 17, 23, 24, 25, 37, 100, kMaxGemmTokens}) {
+        for (const int n : {9, 15, 16, 17, 19, 21, 23, 24, 25, 37, 100, kMaxGemmTokens}) {
           if (n > kern.gemm_max_tokens) continue;
           for (const int t0 : {0, 3}) {
             const size_t stride = g + 3;

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "util/cpu_features.h"
+#include "util/fp16.h"
 
 namespace lamina {
 
@@ -45,6 +47,21 @@ float PolyExp(float x) {
   return (p * Pow2(e1)) * Pow2(ni - e1);
 }
 
+const float* GeluTanhF16Table() {
+  static const std::vector<float> table = [] {
+    constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+    constexpr float kCoef = 0.044715f;
+    std::vector<float> t(65536);  // [65536] by f16 bits
+    for (uint32_t h = 0; h < 65536; ++h) {
+      const float x = Fp16ToF32(static_cast<fp16_t>(h));
+      t[h] = Fp16ToF32(
+          F32ToFp16(0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoef * x * x)))));
+    }
+    return t;
+  }();
+  return table.data();
+}
+
 namespace {
 void Silu(const float* x, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] / (1.0f + PolyExp(-x[i]));
@@ -65,10 +82,19 @@ void SwigluOaiMul(const float* gate, const float* up, int64_t n, float alpha, fl
     out[i] = g / (1.0f + PolyExp(alpha * -g)) * (u + 1.0f);
   }
 }
+
+void GeluTanhMul(const float* gate, const float* up, int64_t n, float* out) {
+  const float* table = GeluTanhF16Table();
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float act = g <= -10.0f ? 0.0f : g >= 10.0f ? g : table[F32ToFp16(g)];
+    out[i] = act * up[i];
+  }
+}
 }  // namespace
 
 const ActivationKernels& ScalarActivationKernels() {
-  static const ActivationKernels k{Silu, SiluMul, SwigluOaiMul};
+  static const ActivationKernels k{Silu, SiluMul, SwigluOaiMul, GeluTanhMul};
   return k;
 }
 

@@ -1,8 +1,9 @@
 // Activation kernels written once with Highway and compiled for AVX2 + FMA and for AVX-512: the
-// twins of activation_kernels.cpp (the selection is there), with its PolyExp as vector code. A
-// row's last partial vector goes through the same vector code in a padded copy, so every element
-// gets the scalar twin's bits. Compiled without multiply-add contraction (CMakeLists.txt): the
-// fused steps are the explicit MulAdd / NegMulAdd.
+// twins of activation_kernels.cpp (the selection is there), with its PolyExp as vector code and
+// GELU as gathers from the same table. A row's last partial vector goes through the same vector
+// code in a padded copy, so every element gets the scalar twin's bits. Compiled without
+// multiply-add contraction (CMakeLists.txt): the fused steps are the explicit MulAdd /
+// NegMulAdd.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/activation_kernels_hwy.cpp"
 // Only the targets lamina dispatches to (the static baseline target is always compiled too).
@@ -94,10 +95,26 @@ void SwigluOaiMul(const float* gate, const float* up, int64_t n, float alpha, fl
   });
 }
 
+void GeluTanhMul(const float* gate, const float* up, int64_t n, float* out) {
+  const float* table = GeluTanhF16Table();
+  ForVectors(gate, up, n, out, [table](DF d, VF g, VF u) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    const hn::Rebind<uint16_t, DF> du16;
+    const hn::RebindToSigned<DF> di;
+    // The gate's f16 bits (round to nearest even, as F32ToFp16), zero-extended: table indices.
+    const auto bits = hn::BitCast(du16, hn::DemoteTo(dh, g));
+    const auto idx = hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<DF>(), bits));
+    VF act = hn::GatherIndex(d, table, idx);
+    act = hn::IfThenElse(hn::Ge(g, hn::Set(d, 10.0f)), g, act);
+    act = hn::IfThenZeroElse(hn::Le(g, hn::Set(d, -10.0f)), act);
+    return hn::Mul(act, u);
+  });
+}
+
 }  // namespace
 
 const ActivationKernels* HighwayActivationKernels() {
-  static const ActivationKernels k{Silu, SiluMul, SwigluOaiMul};
+  static const ActivationKernels k{Silu, SiluMul, SwigluOaiMul, GeluTanhMul};
   return &k;
 }
 

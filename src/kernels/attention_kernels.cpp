@@ -17,6 +17,12 @@ void ScoreRows(const float* q, const float* rows, int n_rows, int hd, float scal
   }
 }
 
+void ScoreRows2(const float* q0, const float* q1, const float* rows, int n_rows, int hd,
+                float scale, float* out0, float* out1) {
+  ScoreRows(q0, rows, n_rows, hd, scale, out0);
+  ScoreRows(q1, rows, n_rows, hd, scale, out1);
+}
+
 double ExpSum(float* x, int n, float max) {
   double sum = 0.0;
   for (int j = 0; j < n; ++j) {
@@ -49,7 +55,8 @@ void RoundF16(float* x, int n) {
 }  // namespace
 
 const AttentionRowKernels& ScalarAttentionRowKernels() {
-  static const AttentionRowKernels k{ScoreRows, ExpSum, AccumulateRows, Max, Scale, RoundF16};
+  static const AttentionRowKernels k{ScoreRows, ScoreRows2, ExpSum,  AccumulateRows,
+                                     Max,       Scale,      RoundF16};
   return k;
 }
 

@@ -16,6 +16,10 @@ struct AttentionRowKernels {
   // out[j] = scale * sum_i q[i] * rows[j * hd + i], j < n_rows.
   void (*score_rows)(const float* q, const float* rows, int n_rows, int hd, float scale,
                      float* out);
+  // score_rows for two queries against the same rows (each row read once for both), n_rows a
+  // multiple of 8: out0 and out1 get exactly score_rows(q0, ...) and score_rows(q1, ...)'s bits.
+  void (*score_rows2)(const float* q0, const float* q1, const float* rows, int n_rows, int hd,
+                      float scale, float* out0, float* out1);
   // x[j] = exp(x[j] - max) for j < n; returns the sum of the new x (x[j] = -inf gives 0).
   double (*exp_sum)(float* x, int n, float max);
   // acc[i] += sum_j p[j] * rows[j * hd + i], j < n_rows.

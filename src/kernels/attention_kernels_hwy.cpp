@@ -90,6 +90,50 @@ void ScoreRows(const float* q, const float* rows, int n_rows, int hd, float scal
   }
 }
 
+#if LAMINA_EIGHT_SUM_TREE
+// a0[r] and a1[r] (r < kCells): the lane sums q0 * row r and q1 * row r, each the FMA chain over
+// i that ScoreRows builds for that row, every row vector loaded once for both queries.
+template <int kCells>
+HWY_INLINE void DotTwo(DF d, const float* q0, const float* q1, const float* rows, int hd, VF* a0,
+                       VF* a1) {
+  for (int r = 0; r < kCells; ++r) a0[r] = a1[r] = hn::Zero(d);
+  for (int i = 0; i < hd; i += kLanes) {
+    const VF q0v = hn::LoadU(d, q0 + i);
+    const VF q1v = hn::LoadU(d, q1 + i);
+    for (int r = 0; r < kCells; ++r) {
+      const VF kv = hn::LoadU(d, rows + static_cast<int64_t>(r) * hd + i);
+      a0[r] = hn::MulAdd(q0v, kv, a0[r]);
+      a1[r] = hn::MulAdd(q1v, kv, a1[r]);
+    }
+  }
+}
+#endif
+
+void ScoreRows2(const float* q0, const float* q1, const float* rows, int n_rows, int hd,
+                float scale, float* out0, float* out1) {
+#if LAMINA_EIGHT_SUM_TREE
+  if (hd % kLanes == 0) {
+    const DF d;
+    for (int j = 0; j + 8 <= n_rows; j += 8) {
+      const float* r = rows + static_cast<int64_t>(j) * hd;
+      VF a0[8], a1[8];
+      if constexpr (kLanes == 16) {
+        DotTwo<8>(d, q0, q1, r, hd, a0, a1);  // 16 accumulators of 32 registers
+      } else {
+        // 16 registers: two passes of four cells keep the accumulators in registers.
+        DotTwo<4>(d, q0, q1, r, hd, a0, a1);
+        DotTwo<4>(d, q0, q1, r + 4 * static_cast<int64_t>(hd), hd, a0 + 4, a1 + 4);
+      }
+      StoreEightSums(d, a0, scale, out0 + j);
+      StoreEightSums(d, a1, scale, out1 + j);
+    }
+    return;
+  }
+#endif
+  ScoreRows(q0, rows, n_rows, hd, scale, out0);
+  ScoreRows(q1, rows, n_rows, hd, scale, out1);
+}
+
 // exp(x) for x <= 0 (inputs are x - max); underflows to 0 below about -87.
 HWY_INLINE VF Exp(DF d, VF x) {
   const hn::RebindToSigned<DF> di;
@@ -199,7 +243,8 @@ void RoundF16(float* x, int n) {
 }  // namespace
 
 const AttentionRowKernels* HighwayAttentionRowKernels() {
-  static const AttentionRowKernels k{ScoreRows, ExpSum, AccumulateRows, Max, Scale, RoundF16};
+  static const AttentionRowKernels k{ScoreRows, ScoreRows2, ExpSum,  AccumulateRows,
+                                     Max,       Scale,      RoundF16};
   return &k;
 }
 #undef LAMINA_EIGHT_SUM_TREE

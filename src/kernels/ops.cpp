@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "kernels/activation_kernels.h"
-#include "util/fp16.h"
 
 namespace lamina {
 
@@ -119,22 +118,7 @@ void SwigluOaiMul(const float* gate, const float* up, int64_t n, float alpha, fl
 }
 
 void GeluTanhMul(const float* gate, const float* up, int64_t n, float* out) {
-  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
-  constexpr float kCoef = 0.044715f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    float act;
-    if (g <= -10.0f) {
-      act = 0.0f;
-    } else if (g >= 10.0f) {
-      act = g;
-    } else {
-      const float x = Fp16ToF32(F32ToFp16(g));
-      act = Fp16ToF32(
-          F32ToFp16(0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoef * x * x)))));
-    }
-    out[i] = act * up[i];
-  }
+  BestActivationKernels().gelu_tanh_mul(gate, up, n, out);
 }
 
 void AddInPlace(float* y, const float* x, int64_t n) {

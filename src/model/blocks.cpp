@@ -70,11 +70,20 @@ void LoadFfnWeights(WeightLoader& L, const Hparams& hp, int layer, FfnWeights* w
 }
 
 void NormBatch(const Hparams& hp, const std::vector<float>& weight, const std::vector<float>& bias,
-               int n, const float* x, float* out) {
+               int n, const float* x, float* out, ThreadPool* pool) {
   const int64_t d = hp.n_embd;
-  for (int t = 0; t < n; ++t) {
-    RmsNorm(x + t * d, weight.data(), d, hp.rms_eps, out + t * d);
-    if (!bias.empty()) AddInPlace(out + t * d, bias.data(), d);
+  auto rows = [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      RmsNorm(x + t * d, weight.data(), d, hp.rms_eps, out + t * d);
+      if (!bias.empty()) AddInPlace(out + t * d, bias.data(), d);
+    }
+  };
+  // A prompt batch's rows over the pool; a few rows (decode) are not worth a fork and join.
+  constexpr int kRowsPerTask = 16;
+  if (pool != nullptr && pool->size() > 1 && n >= 2 * kRowsPerTask) {
+    pool->ParallelFor(n, kRowsPerTask, rows);
+  } else {
+    rows(0, n);
   }
 }
 
@@ -145,7 +154,7 @@ void AttentionOutput(const Hparams& hp, const AttentionWeights& w, int layer, co
   const RopeParams& rope = hp.layer_rope(layer, b.long_rope);
   const int n = b.n_tokens;
   const int64_t d = hp.n_embd, qd = hp.q_dim(), kvd = hp.kv_dim();
-  NormBatch(hp, w.norm, w.norm_b, n, s.x.data(), s.xn.data());
+  NormBatch(hp, w.norm, w.norm_b, n, s.x.data(), s.xn.data(), &pool);
   if (w.wqkv.valid()) {
     SplitQkv(hp, w.wqkv, n, s, pool);
   } else {
@@ -195,8 +204,7 @@ void FfnOutput(const Hparams& hp, const FfnWeights& w, FfnActivation act, const 
                ForwardScratch& s, ThreadPool& pool) {
   const int n = b.n_tokens;
   const int64_t d = hp.n_embd, ff = hp.n_ff;
-  for (int t = 0; t < n; ++t)
-    RmsNorm(s.x.data() + t * d, w.norm.data(), d, hp.rms_eps, s.xn.data() + t * d);
+  NormBatch(hp, w.norm, {}, n, s.x.data(), s.xn.data(), &pool);
   const bool ffn_bias = !w.gate_b.empty() || !w.up_b.empty();
   if (!w.gate.valid()) {
     FusedGateUp(hp, w.up, act, n, s, pool);

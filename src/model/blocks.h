@@ -61,9 +61,10 @@ void LoadFfnWeights(WeightLoader& loader, const Hparams& hp, int layer, FfnWeigh
                     bool with_bias = false);
 
 // out[t] = RmsNorm(x[t]) * weight (+ bias when non-empty: phimoe's norms) for n rows
-// ([n, n_embd] each).
+// ([n, n_embd] each); with a pool, the rows are split over its threads (each row computed as
+// alone, so the bits do not depend on the split).
 void NormBatch(const Hparams& hp, const std::vector<float>& weight, const std::vector<float>& bias,
-               int n, const float* x, float* out);
+               int n, const float* x, float* out, ThreadPool* pool = nullptr);
 
 // Grows the scratch buffers for n_tokens.
 void PrepareScratch(const Hparams& hp, int n_tokens, ForwardScratch& s);

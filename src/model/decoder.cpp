@@ -85,7 +85,8 @@ class Decoder final : public Model {
       }
     }
     if (batch.hidden != nullptr) {
-      NormBatch(hparams_, output_norm_, output_norm_b_, batch.n_tokens, s.x.data(), batch.hidden);
+      NormBatch(hparams_, output_norm_, output_norm_b_, batch.n_tokens, s.x.data(), batch.hidden,
+                &pool);
     }
     OutputHead(hparams_, output_norm_, output_, batch, s, pool, logits, &output_norm_b_,
                &output_b_);

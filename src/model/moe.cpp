@@ -201,7 +201,7 @@ void MoeBlock(const Hparams& hp, const MoeHparams& m, const MoeWeights& w, const
   GrowTo(ms.slots, static_cast<size_t>(n) * k * d);
   GrowTo(ms.shared_g, static_cast<size_t>(n));
 
-  NormBatch(hp, w.norm, w.norm_b, n, s.x.data(), s.xn.data());
+  NormBatch(hp, w.norm, w.norm_b, n, s.x.data(), s.xn.data(), &pool);
   MatMul(w.router, s.xn.data(), d, n, ms.probs.data(), m.n_expert, s.matmul, pool);
   if (!w.router_b.empty()) {
     for (int t = 0; t < n; ++t) {

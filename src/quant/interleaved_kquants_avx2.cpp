@@ -13,6 +13,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <initializer_list>
 #include <type_traits>
 
 #include "quant/kernel_registry.h"
@@ -289,12 +290,28 @@ void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, i
   }
 }
 
+// Up to kMaxGemmTokens tokens: prompt-sized calls unpack the group once
+// (interleaved_kquants_wide_avx2.cpp), fewer run Gemm.
+template <class Block, GemmInterleavedFn kWide>
+void GemmAny(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
+             float* out, size_t out_stride) {
+  if (n_act >= kAvx2WideMinTokens)
+    return kWide(k, group, act, act_row_bytes, n_act, out, out_stride);
+  Gemm<Block>(k, group, act, act_row_bytes, n_act, out, out_stride);
+}
+
 }  // namespace
 
 void RegisterAvx2InterleavedK(KernelTable& table) {
-  table[static_cast<int>(GgmlType::kQ4_K)].gemm_interleaved = Gemm<BlockQ4_Kx16>;
-  table[static_cast<int>(GgmlType::kQ5_K)].gemm_interleaved = Gemm<BlockQ5_Kx16>;
-  table[static_cast<int>(GgmlType::kQ6_K)].gemm_interleaved = Gemm<BlockQ6_Kx16>;
+  table[static_cast<int>(GgmlType::kQ4_K)].gemm_interleaved =
+      GemmAny<BlockQ4_Kx16, GemmWideAvx2Q4K>;
+  table[static_cast<int>(GgmlType::kQ5_K)].gemm_interleaved =
+      GemmAny<BlockQ5_Kx16, GemmWideAvx2Q5K>;
+  table[static_cast<int>(GgmlType::kQ6_K)].gemm_interleaved =
+      GemmAny<BlockQ6_Kx16, GemmWideAvx2Q6K>;
+  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    table[static_cast<int>(t)].gemm_max_tokens = kMaxGemmTokens;
+  }
   table[static_cast<int>(GgmlType::kIQ4_XS)].gemm_interleaved = Gemm<BlockIQ4_XSx16>;
 }
 

@@ -396,11 +396,27 @@ void AttentionCall::ScoreChunk(const Chunk& ch) const {
     const int nc = std::min(kCellTile, n_cells - c0);
     // Head rows of consecutive cells are contiguous and hold whole groups: one call.
     decode_k_(cache_.KHead(layer_, ch.seq, ch.g, c0), nc, hd_, ch.tile);
-    for (int qi = 0; qi < ch.nq; ++qi) {
+    // The tile's cells query qi scores (0: none).
+    auto lim_of = [&](int qi) {
       const int lim = std::min(nc, ch.n_kv_of(qi) - c0);
-      if (lim <= 0 || ch.lo_of(qi) >= c0 + nc) continue;
-      kern_.score_rows(ch.qrows + static_cast<size_t>(qi) * hd_, ch.tile, lim, hd_, shape_.scale,
-                       ch.scores + static_cast<size_t>(qi) * n_ctx_ + c0);
+      return lim <= 0 || ch.lo_of(qi) >= c0 + nc ? 0 : lim;
+    };
+    // Queries in pairs: the eight-cell blocks both score read each K row once for the two
+    // (score_rows2), the rest of each query's cells follow alone from that multiple of eight, so
+    // every query's scores keep the bits of one score_rows call over its cells.
+    for (int qi = 0; qi < ch.nq; qi += 2) {
+      const int lim0 = lim_of(qi), lim1 = qi + 1 < ch.nq ? lim_of(qi + 1) : 0;
+      const float* q0 = ch.qrows + static_cast<size_t>(qi) * hd_;  // [hd]
+      float* out0 = ch.scores + static_cast<size_t>(qi) * n_ctx_ + c0;
+      const int both = std::min(lim0, lim1) / 8 * 8;
+      if (both > 0) {
+        kern_.score_rows2(q0, q0 + hd_, ch.tile, both, hd_, shape_.scale, out0, out0 + n_ctx_);
+      }
+      const float* rest = ch.tile + static_cast<size_t>(both) * hd_;  // [nc - both, hd]
+      if (lim0 > both) kern_.score_rows(q0, rest, lim0 - both, hd_, shape_.scale, out0 + both);
+      if (lim1 > both) {
+        kern_.score_rows(q0 + hd_, rest, lim1 - both, hd_, shape_.scale, out0 + n_ctx_ + both);
+      }
     }
   }
   // Window cells: the scores of their exact keys replace the encoded ones.
