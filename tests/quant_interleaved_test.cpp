@@ -350,7 +350,9 @@ TEST(InterleavedK, PromptBatchesEqualScalarTwinBitForBit) {
 
 // Extreme codes: every Q6_K code 0 or 63 and scales -128 / 127, every Q4_K / Q5_K code 15 / 31
 // with scales and mins 63, every IQ4_XS level -127 with scales -32 (even groups) and 31 (odd),
-// against activations of +-127: the integer sums at their largest.
+// against activations of +-127 (sign runs of 7; for Q4_K / Q5_K / Q6_K the second super-block
+// all -127, where the AVX2 kernels' int16 sums of several chunks come closest to -32768): the
+// integer sums at their largest.
 TEST(InterleavedK, ExtremeCodesEqualScalarTwin) {
   std::mt19937 rng(41);
   const int64_t k = 2 * kQK_K;
@@ -382,7 +384,9 @@ TEST(InterleavedK, ExtremeCodesEqualScalarTwin) {
       }
     }
     std::vector<float> x(static_cast<size_t>(k));
-    for (int64_t e = 0; e < k; ++e) x[e] = (e / 7) % 2 ? 1.0f : -1.0f;
+    for (int64_t e = 0; e < k; ++e) {
+      x[e] = (e < kQK_K || type == GgmlType::kIQ4_XS) && (e / 7) % 2 ? 1.0f : -1.0f;
+    }
     std::vector<uint8_t> act(RowSize(GgmlType::kQ8_K, k));
     GetKernels(GgmlType::kQ8_K, Isa::kScalar).quantize(x.data(), act.data(), k);
     std::vector<uint8_t> group(rows.size());

@@ -1,12 +1,15 @@
 // AVX2 kernels for interleaved Q4_K, Q5_K, Q6_K and IQ4_XS weights (BlockQ4_Kx16, BlockQ5_Kx16,
 // BlockQ6_Kx16, BlockIQ4_XSx16): the 16-row group as two halves of 8 rows, one 256-bit lane per
 // row. Per 4-element chunk one 32-byte load gives a half's unsigned codes, and each token's 4
-// codes, broadcast, go through maddubs (pairs, at most 2 * 63 * 128 in magnitude: no saturation)
-// and madd with the rows' group scale in both words of the lane: exact int32 sc * dot. Q4_K's mins
+// codes, broadcast, go through maddubs (pairs, at most 2 * 63 * 128 in magnitude: no saturation);
+// the pairs of several chunks of one group add up in int16 (8 chunks for Q4_K, 4 for Q5_K, 2 for
+// Q6_K: at most 32256 in magnitude) before one madd with the rows' group scale in both words of
+// the lane: exact int32 sc * dot (IQ4_XS: one madd per chunk). Q4_K's mins
 // and Q6_K's -32 offset are madd of the rows' mins or scale pairs against the token's bsums pairs.
 // IQ4_XS's nibbles become signed levels by one vpshufb; maddubs takes their magnitudes against the
 // token's codes with the levels' signs (pairs at most 2 * 127 * 127). The float steps are the
-// scalar twin's (no FMA), so every output is the scalar twin's bits.
+// scalar twin's (no FMA), so every output is the scalar twin's bits. The first half's pass over
+// each super-block prefetches the one kAhead further on (decode is memory-bound).
 #include <immintrin.h>
 
 #include <cstring>
@@ -20,6 +23,10 @@ namespace {
 
 constexpr int kRows = kQ8_0x16Rows;
 constexpr int kTokens = 4;  // tokens per register block
+// Super-blocks prefetched ahead of the one read (past a group's end: the next group's, which a
+// caller running consecutive groups reads next; a prefetch past the array is harmless and
+// changes no result).
+constexpr int kAhead = 2;
 
 inline __m256i Broadcast4(const void* p) {
   int32_t v;
@@ -75,22 +82,32 @@ inline void HalfStepQ45K(const Block& w, int h, const BlockQ8_K* const* a, int64
       _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), m4),
                       _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w1, 6), m2), 4))};
   const __m256i nib = _mm256_set1_epi8(0x0F);
+  // Chunks whose maddubs pairs are summed in int16 before the scale's madd: each pair is at most
+  // 2 * 15 * 128 = 3840 (Q4_K, 8 chunks: 30720) or 2 * 31 * 128 = 7936 (Q5_K, 4 chunks: 31744).
+  constexpr int kRun = std::is_same_v<Block, BlockQ5_Kx16> ? 4 : 8;
   __m256i sumi[N];
   for (int t = 0; t < N; ++t) sumi[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
   for (int j = 0; j < 8; ++j) {
     const __m256i s = DupWord(_mm256_and_si256(_mm256_srli_epi32(sc[j / 4], 8 * (j % 4)), byte));
+#pragma GCC unroll 2
+    for (int c0 = 0; c0 < 8; c0 += kRun) {
+      __m256i s16[N];  // [token]: the run's pair sums, int16 per row lane
 #pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) {
-      const __m256i v = Load(w.qs + 64 * (8 * (j / 2) + c) + 32 * h);
-      __m256i u = _mm256_and_si256(j % 2 == 0 ? v : _mm256_srli_epi16(v, 4), nib);
-      if constexpr (std::is_same_v<Block, BlockQ5_Kx16>) {
-        u = _mm256_or_si256(u, HighBitsQ5K(w, h, j, c));
+      for (int c = c0; c < c0 + kRun; ++c) {
+        const __m256i v = Load(w.qs + 64 * (8 * (j / 2) + c) + 32 * h);
+        __m256i u = _mm256_and_si256(j % 2 == 0 ? v : _mm256_srli_epi16(v, 4), nib);
+        if constexpr (std::is_same_v<Block, BlockQ5_Kx16>) {
+          u = _mm256_or_si256(u, HighBitsQ5K(w, h, j, c));
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < N; ++t) {
+          const __m256i p = _mm256_maddubs_epi16(u, Broadcast4(a[t][i].qs + 32 * j + 4 * c));
+          s16[t] = c == c0 ? p : _mm256_add_epi16(s16[t], p);
+        }
       }
 #pragma GCC unroll 4
-      for (int t = 0; t < N; ++t) {
-        sumi[t] = ScaledDot(sumi[t], u, Broadcast4(a[t][i].qs + 32 * j + 4 * c), s);
-      }
+      for (int t = 0; t < N; ++t) sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(s16[t], s));
     }
   }
   AddScaled<N>(LoadHalves(w.d + 8 * h), sumi, a, i, acc);
@@ -120,50 +137,65 @@ inline __m256i CodesQ6K(const BlockQ6_Kx16& w, int h, int m, int cl, int ch) {
 }
 
 // Rows [8h, 8h + 8) of one Q6_K super-block against N tokens (groups as in the AVX-512 file).
+// Groups go by pairs g = 2p, 2p + 1 (p = 4n + m): one vector holds both groups' scales as int16
+// words per row lane, which is the offset's madd operand against the bsums pair and, with each
+// word duplicated by one vpshufb, the scale of each group's chunks.
 template <int N>
 inline void HalfStepQ6K(const BlockQ6_Kx16& w, int h, const BlockQ8_K* const* a, int64_t i,
                         __m256* acc) {
-  __m256i sumi[N];
-  for (int t = 0; t < N; ++t) sumi[t] = _mm256_setzero_si256();
-  __m256i scale[16];  // [group]: the rows' int8 scales, sign-extended
-#pragma GCC unroll 16
-  for (int g = 0; g < 16; ++g) {
-    scale[g] = _mm256_cvtepi8_epi32(
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.scales + 16 * g + 8 * h)));
-  }
+  const __m256i dup[2] = {_mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1,
+                                           0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13),
+                          _mm256_setr_epi8(2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15,
+                                           2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15)};
+  __m256i sumi[N], corr[N];
+  for (int t = 0; t < N; ++t) sumi[t] = corr[t] = _mm256_setzero_si256();
 #pragma GCC unroll 2
   for (int n = 0; n < 2; ++n) {
 #pragma GCC unroll 4
     for (int m = 0; m < 4; ++m) {
+      const int p = 4 * n + m;
+      const __m128i s0 =
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.scales + 32 * p + 8 * h));
+      const __m128i s1 =
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.scales + 32 * p + 16 + 8 * h));
+      // [row lane]: (scale of group 2p, scale of group 2p + 1), int16
+      const __m256i pair = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));
+#pragma GCC unroll 4
+      for (int t = 0; t < N; ++t) {
+        corr[t] =
+            _mm256_add_epi32(corr[t], _mm256_madd_epi16(pair, Broadcast4(a[t][i].bsums + 2 * p)));
+      }
 #pragma GCC unroll 2
       for (int hh = 0; hh < 2; ++hh) {
-        const int g = 8 * n + 2 * m + hh;
-        const __m256i s = DupWord(scale[g]);
+        const int g = 2 * p + hh;
+        const __m256i s = _mm256_shuffle_epi8(pair, dup[hh]);
+        // Two chunks' maddubs pairs (each at most 2 * 63 * 128 = 16128) summed in int16, then
+        // the scale's madd.
+#pragma GCC unroll 2
+        for (int c2 = 0; c2 < 4; c2 += 2) {
+          __m256i s16[N];  // [token]: two chunks' pair sums, int16 per row lane
+#pragma GCC unroll 2
+          for (int c4 = c2; c4 < c2 + 2; ++c4) {
+            const __m256i u =
+                CodesQ6K(w, h, m, 16 * n + 8 * (m % 2) + 4 * hh + c4, 8 * n + 4 * hh + c4);
 #pragma GCC unroll 4
-        for (int c4 = 0; c4 < 4; ++c4) {
-          const __m256i u =
-              CodesQ6K(w, h, m, 16 * n + 8 * (m % 2) + 4 * hh + c4, 8 * n + 4 * hh + c4);
+            for (int t = 0; t < N; ++t) {
+              const __m256i q = Broadcast4(a[t][i].qs + 16 * g + 4 * c4);
+              const __m256i d = _mm256_maddubs_epi16(u, q);
+              s16[t] = c4 == c2 ? d : _mm256_add_epi16(s16[t], d);
+            }
+          }
 #pragma GCC unroll 4
           for (int t = 0; t < N; ++t) {
-            sumi[t] = ScaledDot(sumi[t], u, Broadcast4(a[t][i].qs + 16 * g + 4 * c4), s);
+            sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(s16[t], s));
           }
         }
       }
     }
   }
-  // The offset: sumi -= 32 * sum_g sc_g * bsums[g], by pairs of groups.
+  // The offset: sumi -= 32 * sum_g sc_g * bsums[g].
 #pragma GCC unroll 4
-  for (int t = 0; t < N; ++t) {
-    __m256i corr = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int p = 0; p < 8; ++p) {
-      const __m256i pair =
-          _mm256_or_si256(_mm256_and_si256(scale[2 * p], _mm256_set1_epi32(0xFFFF)),
-                          _mm256_slli_epi32(scale[2 * p + 1], 16));
-      corr = _mm256_add_epi32(corr, _mm256_madd_epi16(pair, Broadcast4(a[t][i].bsums + 2 * p)));
-    }
-    sumi[t] = _mm256_sub_epi32(sumi[t], _mm256_slli_epi32(corr, 5));
-  }
+  for (int t = 0; t < N; ++t) sumi[t] = _mm256_sub_epi32(sumi[t], _mm256_slli_epi32(corr[t], 5));
   AddScaled<N>(LoadHalves(w.d + 8 * h), sumi, a, i, acc);
 }
 
@@ -215,6 +247,10 @@ void GemmHalfN(int64_t nb, const Block* w, int h, const char* act, size_t act_ro
     acc[t] = _mm256_setzero_ps();
   }
   for (int64_t i = 0; i < nb; ++i) {
+    if (h == 0) {  // the first pass over a super-block prefetches the one kAhead further on
+      const char* next = reinterpret_cast<const char*>(w + i + kAhead);
+      for (size_t b = 0; b < sizeof(Block); b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
+    }
     if constexpr (std::is_same_v<Block, BlockQ6_Kx16>) {
       HalfStepQ6K<N>(w[i], h, a, i, acc);
     } else if constexpr (std::is_same_v<Block, BlockIQ4_XSx16>) {
