@@ -32,19 +32,18 @@ namespace {
 // would wait on the one vpdpwssd chain per token, as Q4_K's would).
 constexpr int kQ6DpwMinTokens = 4;
 
-// Batches (N >= 2) prefetch the weight bytes kPrefetchBlocks super-blocks ahead, spread over a
-// super-block's steps (part p of n: its share of the lines). With several tokens a super-block's
-// dots take longer than its bytes take to arrive, and the hardware prefetcher alone let the weight
-// reads and the dots take turns; prefetches change no result (bytes past the matrix are harmless).
+// Every call prefetches the weight bytes kPrefetchBlocks super-blocks ahead, spread over a
+// super-block's steps (part p of n: its share of the lines). A super-block's dots take longer than
+// its bytes take to arrive (one token included: Q4_K_M decode 1.4x with it), and the hardware
+// prefetcher alone let the weight reads and the dots take turns; prefetches change no result
+// (bytes past the matrix are harmless).
 constexpr int kPrefetchBlocks = 2;
-template <class Block, int N>
+template <class Block>
 inline void PrefetchPart(const Block& w, int p, int n) {
-  if constexpr (N >= 2) {
-    constexpr int kLines = (sizeof(Block) + 63) / 64;
-    const int per = (kLines + n - 1) / n;
-    const char* ahead = reinterpret_cast<const char*>(&w) + kPrefetchBlocks * sizeof(Block);
-    for (int l = p * per; l < (p + 1) * per; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
-  }
+  constexpr int kLines = (sizeof(Block) + 63) / 64;
+  const int per = (kLines + n - 1) / n;
+  const char* ahead = reinterpret_cast<const char*>(&w) + kPrefetchBlocks * sizeof(Block);
+  for (int l = p * per; l < (p + 1) * per; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
 }
 
 inline __m512i Broadcast4(const void* p) {
@@ -102,7 +101,7 @@ inline void StepQ45K(const Block& w, const BlockQ8_K* const* a, int64_t i, __m51
   for (int t = 0; t < N; ++t) sumi[t] = _mm512_setzero_si512();
 #pragma GCC unroll 8
   for (int j = 0; j < 8; ++j) {
-    PrefetchPart<Block, N>(w, j, 8);
+    PrefetchPart(w, j, 8);
     const __m512i s = _mm512_and_si512(_mm512_srli_epi32(sc[j / 4], 8 * (j % 4)), byte);
     __m512i part[N];
 #pragma GCC unroll 8
@@ -184,7 +183,7 @@ inline void StepQ6K(const BlockQ6_Kx16& w, const BlockQ8_K* const* a, int64_t i,
 #pragma GCC unroll 2
       for (int hh = 0; hh < 2; ++hh) {
         const int g = 8 * n + 2 * m + hh;
-        PrefetchPart<BlockQ6_Kx16, N>(w, g, 16);
+        PrefetchPart(w, g, 16);
         const __m512i s32 = _mm512_cvtepi8_epi32(
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales + 16 * g)));
         // kDpw: s in the low word, 256 * s in the high word.
@@ -233,7 +232,7 @@ inline void StepIQ4XS(const BlockIQ4_XSx16& w, const BlockQ8_K* const* a, int64_
   for (int t = 0; t < N; ++t) sumi[t] = _mm512_setzero_si512();
 #pragma GCC unroll 8
   for (int j = 0; j < 8; ++j) {
-    PrefetchPart<BlockIQ4_XSx16, N>(w, j, 8);
+    PrefetchPart(w, j, 8);
     const __m512i ls = _mm512_or_si512(
         _mm512_and_si512(_mm512_srli_epi32(lo4, 4 * j), _mm512_set1_epi32(0xF)),
         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi2, 2 * j), _mm512_set1_epi32(3)),
