@@ -28,21 +28,8 @@ constexpr int kTokens = 4;  // tokens per register block
 // changes no result).
 constexpr int kAhead = 2;
 
-inline __m256i Broadcast4(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return _mm256_set1_epi32(v);
-}
-inline __m256i Load(const uint8_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-inline __m256 LoadHalves(const fp16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-// The low 16 bits of each int32 lane in both of its words.
-inline __m256i DupWord(__m256i v) {
-  return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
-}
+#include "quant/interleaved_kquants_avx2_common.inc"
+
 // acc += sc * dot(u, q) per lane, exact.
 inline __m256i ScaledDot(__m256i acc, __m256i u, __m256i q, __m256i sc) {
   return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), sc));

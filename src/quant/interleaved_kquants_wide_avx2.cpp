@@ -26,25 +26,12 @@ constexpr int kSlab = 4;  // super-blocks unpacked at a time
 constexpr int kTileQ45K = 8;
 constexpr int kTileQ6K = 10;
 
-inline __m256i Broadcast4(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return _mm256_set1_epi32(v);
-}
-inline __m256i Load(const uint8_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
+#include "quant/interleaved_kquants_avx2_common.inc"
+
 inline __m256i LoadA(const void* p) {
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
 }
 inline void StoreA(void* p, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), v); }
-inline __m256 LoadHalves(const fp16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-// The low 16 bits of each int32 lane in both of its words.
-inline __m256i DupWord(__m256i v) {
-  return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
-}
 
 // One Q4_K or Q5_K super-block of the group, unpacked.
 struct alignas(32) WideQ45K {
