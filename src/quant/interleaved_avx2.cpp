@@ -166,6 +166,92 @@ void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, i
   }
 }
 
+// Prompt-sized calls (kAvx2WideMinTokens tokens or more): per block the codes of both halves are
+// split once for every token of the call, then tiles of kWideTile tokens take their int32 block
+// dots from them (each token's broadcast codes serve both halves); the float accumulators live in
+// memory. Each token's block dot, convert, multiply and add are HalfBlockStep's, in the same
+// order, so the bits are Gemm's.
+constexpr int kWideTile = 4;
+
+template <class L, int N>
+inline void WideTile(const typename L::Codes (*codes)[8], const __m256* dw,
+                     const BlockQ8_0Act* const* a, int64_t i, float (*acc)[kRows]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i sum[2][N];  // [half][token]
+  for (int t = 0; t < N; ++t) {
+    sum[0][t] = sum[1][t] = _mm256_set1_epi32(-L::kOffset * a[t][i].sum);
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < 8; ++c) {
+#pragma GCC unroll 8
+    for (int t = 0; t < N; ++t) {
+      const __m256i b = Broadcast4(a[t][i].qs + 4 * c);
+      for (int h = 0; h < 2; ++h) {
+        const __m256i q = codes[h][c].Signed(b);
+        sum[h][t] = _mm256_add_epi32(
+            sum[h][t], _mm256_madd_epi16(_mm256_maddubs_epi16(codes[h][c].x, q), ones));
+        // Keeps each sum one running register (GCC would otherwise spill every product).
+        asm("" : "+x"(sum[h][t]));
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < N; ++t) {
+    const __m256 da = _mm256_set1_ps(a[t][i].d);
+    for (int h = 0; h < 2; ++h) {
+      const __m256 scale = _mm256_mul_ps(dw[h], da);
+      const __m256 prev = _mm256_load_ps(acc[t] + 8 * h);
+      _mm256_store_ps(acc[t] + 8 * h,
+                      _mm256_add_ps(prev, _mm256_mul_ps(_mm256_cvtepi32_ps(sum[h][t]), scale)));
+    }
+  }
+}
+
+template <class L>
+using WideTileFn = void (*)(const typename L::Codes (*)[8], const __m256*,
+                            const BlockQ8_0Act* const*, int64_t, float (*)[kRows]);
+
+template <class L>
+void GemmWide(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
+              float* out, size_t out_stride) {
+  static constexpr WideTileFn<L> kTile[kWideTile] = {WideTile<L, 1>, WideTile<L, 2>, WideTile<L, 3>,
+                                                     WideTile<L, 4>};
+  const auto* w = static_cast<const typename L::Block*>(group);
+  const char* ac = static_cast<const char*>(act);
+  const int64_t nb = k / kQK;
+  const BlockQ8_0Act* a[kMaxGemmTokens];
+  for (int t = 0; t < n_act; ++t)
+    a[t] = reinterpret_cast<const BlockQ8_0Act*>(ac + t * act_row_bytes);
+  alignas(32) float acc[kMaxGemmTokens][kRows] = {};  // [token][row]
+  for (int64_t i = 0; i < nb; ++i) {
+    typename L::Codes codes[2][8];  // [half][chunk]
+    __m256 dw[2];                   // [half]
+    for (int h = 0; h < 2; ++h) {
+      for (int c = 0; c < 8; ++c) codes[h][c] = L::Load(w[i], h, c);
+      dw[h] = L::Scales(w[i], h);
+    }
+    int t0 = 0;
+    for (; t0 + kWideTile <= n_act; t0 += kWideTile) {
+      WideTile<L, kWideTile>(codes, dw, a + t0, i, acc + t0);
+    }
+    if (t0 < n_act) kTile[n_act - t0 - 1](codes, dw, a + t0, i, acc + t0);
+  }
+  for (int t = 0; t < n_act; ++t) {
+    for (int h = 0; h < 2; ++h) {
+      _mm256_storeu_ps(out + t * out_stride + 8 * h, _mm256_load_ps(acc[t] + 8 * h));
+    }
+  }
+}
+
+// Decode and verify calls (up to kMaxMultiDot tokens) run Gemm, prompt-sized ones GemmWide.
+template <class L>
+void GemmAny(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
+             float* out, size_t out_stride) {
+  if (n_act >= kAvx2WideMinTokens)
+    return GemmWide<L>(k, group, act, act_row_bytes, n_act, out, out_stride);
+  Gemm<L>(k, group, act, act_row_bytes, n_act, out, out_stride);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Q5_0 (BlockQ5_0x16) in the AVX2 row kernel's order (GemmQ5_0x16Lanes, interleaved.cpp): per row
 // eight float lanes, lane c summing fma(float(dot of elements 4c..4c+3), d_w * d_a) over the
@@ -284,7 +370,8 @@ void GemmQ5_0(int64_t k, const void* group, const void* act, size_t act_row_byte
 }  // namespace
 
 void RegisterAvx2Interleaved(KernelTable& table) {
-  table[static_cast<int>(GgmlType::kQ8_0)].gemm_interleaved = Gemm<Q8_0x16>;
+  table[static_cast<int>(GgmlType::kQ8_0)].gemm_interleaved = GemmAny<Q8_0x16>;
+  table[static_cast<int>(GgmlType::kQ8_0)].gemm_max_tokens = kMaxGemmTokens;
   table[static_cast<int>(GgmlType::kQ4_0)].gemm_interleaved = Gemm<Q4_0x16>;
   table[static_cast<int>(GgmlType::kIQ4_NL)].gemm_interleaved = Gemm<IQ4_NLx16>;
   table[static_cast<int>(GgmlType::kMXFP4)].gemm_interleaved = Gemm<MXFP4x16>;
