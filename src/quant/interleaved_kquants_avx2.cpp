@@ -56,18 +56,9 @@ inline __m256i HighBitsQ5K(const BlockQ5_Kx16& w, int h, int j, int c) {
 // Rows [8h, 8h + 8) of one Q4_K or Q5_K super-block against N tokens.
 template <class Block, int N>
 inline void HalfStepQ45K(const Block& w, int h, const BlockQ8_K* const* a, int64_t i, __m256* acc) {
-  const __m256i w0 = Load(w.scales + 32 * h), w1 = Load(w.scales + 64 + 32 * h),
-                w2 = Load(w.scales + 128 + 32 * h);
-  const __m256i m6 = _mm256_set1_epi32(0x3f3f3f3f), m4 = _mm256_set1_epi32(0x0f0f0f0f),
-                m2 = _mm256_set1_epi32(0x03030303), byte = _mm256_set1_epi32(0xFF);
-  const __m256i sc[2] = {
-      _mm256_and_si256(w0, m6),
-      _mm256_or_si256(_mm256_and_si256(w2, m4),
-                      _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w0, 6), m2), 4))};
-  const __m256i mn[2] = {
-      _mm256_and_si256(w1, m6),
-      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), m4),
-                      _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w1, 6), m2), 4))};
+  const __m256i byte = _mm256_set1_epi32(0xFF);
+  __m256i sc[2], mn[2];  // lane r: row 8h + r's scales / mins, a byte per group
+  ScalesMinsQ45K(w, h, sc, mn);
   const __m256i nib = _mm256_set1_epi8(0x0F);
   // Chunks whose maddubs pairs are summed in int16 before the scale's madd: each pair is at most
   // 2 * 15 * 128 = 3840 (Q4_K, 8 chunks: 30720) or 2 * 31 * 128 = 7936 (Q5_K, 4 chunks: 31744).

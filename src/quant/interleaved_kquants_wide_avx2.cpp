@@ -54,21 +54,11 @@ constexpr int kTile = std::is_same_v<Block, BlockQ6_Kx16> ? kTileQ6K : kTileQ45K
 
 template <class Block>
 void Unpack(const Block& w, WideQ45K* u) {
-  const __m256i m6 = _mm256_set1_epi32(0x3f3f3f3f), m4 = _mm256_set1_epi32(0x0f0f0f0f),
-                m2 = _mm256_set1_epi32(0x03030303), byte = _mm256_set1_epi32(0xFF);
+  const __m256i byte = _mm256_set1_epi32(0xFF);
   const __m256i nib = _mm256_set1_epi8(0x0F);
   for (int h = 0; h < 2; ++h) {
-    // Lane r: row 8h + r's scale/min words, unpacked as GGML does (scales 0-3, 4-7, mins 0-3, 4-7).
-    const __m256i w0 = Load(w.scales + 32 * h), w1 = Load(w.scales + 64 + 32 * h),
-                  w2 = Load(w.scales + 128 + 32 * h);
-    const __m256i sc[2] = {
-        _mm256_and_si256(w0, m6),
-        _mm256_or_si256(_mm256_and_si256(w2, m4),
-                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w0, 6), m2), 4))};
-    const __m256i mn[2] = {
-        _mm256_and_si256(w1, m6),
-        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), m4),
-                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w1, 6), m2), 4))};
+    __m256i sc[2], mn[2];  // lane r: row 8h + r's scales / mins, a byte per group
+    ScalesMinsQ45K(w, h, sc, mn);
     for (int j = 0; j < 8; ++j) {
       StoreA(u->scale[h][j],
              DupWord(_mm256_and_si256(_mm256_srli_epi32(sc[j / 4], 8 * (j % 4)), byte)));
