@@ -502,8 +502,9 @@ BENCHMARK(BM_NormBatch)->DenseRange(0, 1)->UseRealTime();
 // sum, 2 the AVX-512 integer V sum of 4-bit rows, kv_decode.h "Integer V sums", not chosen by
 // default). Decode-step attention's inner kernels as the widest ISA the CPU (and LAMINA_ISA) allows
 // runs them: 4 queries (one GQA group), head_dim 64, over 1,024 cells in tiles of 64 (L2-resident:
-// compute only, no memory). K scores are the integer scorer for int8 / q4_0 and decode + the
-// row kernel's score_rows for f16. "s/cell" is per cell and KV head, all 4 queries.
+// compute only, no memory). K scores are the integer scorer for int8 / q4_0 and for f16 the
+// one-pass f16 scorer (AVX-512), else decode + the row kernel's score_rows. "s/cell" is per cell
+// and KV head, all 4 queries.
 void BM_KvAttentionKernels(benchmark::State& state) {
   constexpr int kHd = 64, kCells = 1024, kTile = 64, kQueries = 4;
   const auto f = static_cast<KvRowFormat>(state.range(0));
@@ -528,6 +529,7 @@ void BM_KvAttentionKernels(benchmark::State& state) {
   }
   const KvScoreFn scorer = BestKvScorer(f);
   const KvRowDecodeFn decode = BestKvRowDecoder(f);
+  const KvF16ScoreFn f16_scorer = BestKvF16Scorer();  // f16 K in one pass (AVX-512)
   const KvAccumulateFn fused =
       int_sums ? (GetCpuFeatures().HasAvx512Set() ? Avx512KvIntAccumulator(f) : nullptr)
                : BestKvAccumulator(f);
@@ -544,6 +546,8 @@ void BM_KvAttentionKernels(benchmark::State& state) {
         fused(t, kTile, kHd, kQueries, p.data() + c0, kCells, lim, acc.data());
       } else if (f != KvRowFormat::kF16) {
         scorer(t, kTile, kHd, kQueries, qq.data(), qd.data(), 0.125f, p.data() + c0, kCells);
+      } else if (f16_scorer != nullptr) {
+        f16_scorer(t, kTile, kHd, kQueries, q.data(), 0.125f, p.data() + c0, kCells);
       } else {
         decode(t, kTile, kHd, tile.data());
         for (int qi = 0; qi < kQueries; ++qi) {

@@ -146,6 +146,24 @@ void IntAccumulateScalar(const uint8_t* rows, int n_rows, int head_dim, int nq, 
   }
 }
 
+void ScoreF16Scalar(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* q,
+                    float scale, float* out, int64_t out_stride) {
+  const size_t row_bytes = KvRowBytes(KvRowFormat::kF16, head_dim);
+  for (int qi = 0; qi < nq; ++qi) {
+    const float* qv = q + static_cast<int64_t>(qi) * head_dim;
+    for (int j = 0; j < n_rows; ++j) {
+      const uint8_t* row = rows + j * row_bytes;
+      float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // [lane] the four fma chains
+      for (int i = 0; i < head_dim; ++i) {
+        fp16_t k16;
+        std::memcpy(&k16, row + 2 * i, 2);
+        s[i % 4] = std::fma(qv[i], Fp16ToF32(k16), s[i % 4]);
+      }
+      out[qi * out_stride + j] = ((s[0] + s[2]) + (s[1] + s[3])) * scale;
+    }
+  }
+}
+
 void AnchorScoresScalar(const float* w, int n_terms, const float* tables, const float* rest,
                         const uint8_t* flags, int n_cells, int nq, const int* lim, float scale,
                         float* scores, int64_t score_stride) {
@@ -258,7 +276,8 @@ bool KvIntScoreSupported(KvRowFormat format, int head_dim) {
          head_dim % kScoreGroup == 0;
 }
 
-int KvQueryCodeMax(KvRowFormat format) { return format == KvRowFormat::kQ4_0 ? 127 : 32767; }
+// int8 codes for both K formats: GGML's q8_0 query, and what vpdpbusd multiplies.
+int KvQueryCodeMax(KvRowFormat /*format*/) { return 127; }
 
 void QuantizeQueryInt16(KvRowFormat format, const float* q, int head_dim, int16_t* qq, float* qd) {
   const float code_max = static_cast<float>(KvQueryCodeMax(format));
@@ -292,6 +311,17 @@ KvScoreFn ScalarKvScorer(KvRowFormat format) {
     default:
       return nullptr;
   }
+}
+
+bool KvF16ScoreSupported(int head_dim) {
+  return head_dim > 0 && head_dim % 16 == 0 && head_dim <= 512;
+}
+
+KvF16ScoreFn ScalarKvF16Scorer() { return ScoreF16Scalar; }
+
+KvF16ScoreFn BestKvF16Scorer() {
+  static const KvF16ScoreFn best = HasAvx512() ? Avx512KvF16Scorer() : nullptr;
+  return best;
 }
 
 KvAnchorScoreFn ScalarKvAnchorScorer() { return AnchorScoresScalar; }

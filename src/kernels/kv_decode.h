@@ -7,12 +7,12 @@
 // dot product with the stored codes is an exact int32; a cell's score is then
 //   s = 0; for each group g: s = fma(float(dot_g), d_k[g] * d_q[g], s); out = s * scale
 // in that order, so the scalar twin and the SIMD variant agree bit for bit and a score depends
-// only on the query and the cell. For int8 K the query codes span int16 (~15 bits per group, a
-// relative error of 1.5e-5 of the group's largest value, below the f16 rounding GGML applies
-// to queries). For q4_0 K they span int8, [-127, 127] (GGML's own q8_0 query for Q4_0 keys:
-// a step of 1/127 of the group's largest value, far below the 4-bit key's step of 1/8 of its
-// own), which lets the AVX-512 scorer multiply the stored nibbles as unsigned bytes with
-// vpdpbusd: dot_g = sum q_i c_i - 8 sum q_i, the second sum once per query and group.
+// only on the query and the cell. The query codes span int8, [-127, 127] (GGML's own q8_0
+// query for Q8_0 and Q4_0 keys: a step of 1/127 of the group's largest value), which lets the
+// AVX-512 scorer multiply the stored codes as unsigned bytes with vpdpbusd: int8 codes shifted
+// by +128, dot_g = sum q_i (c_i + 128) - 128 sum q_i; q4_0 nibbles as stored,
+// dot_g = sum q_i c_i - 8 sum q_i; the second sum once per query and group. (int8 K took int16
+// query codes, ~15 bits per group, until the scorer moved to vpdpbusd; docs/KV.md.)
 #pragma once
 
 #include <cstdint>
@@ -70,7 +70,7 @@ KvAccumulateFn Avx512KvIntAccumulator(KvRowFormat format);  // nullptr when none
 // Integer scoring needs int8 or q4_0 rows of whole 32-value groups (head_dim % 32 == 0).
 bool KvIntScoreSupported(KvRowFormat format, int head_dim);
 
-// The largest query code the scorer of K rows in `format` takes: 32767 (int8), 127 (q4_0).
+// The largest query code the scorer of K rows in `format` takes: 127 (int8 and q4_0).
 int KvQueryCodeMax(KvRowFormat format);
 
 // q [head_dim] -> qq [head_dim] int16 codes in [-KvQueryCodeMax(format), KvQueryCodeMax(format)]
@@ -93,6 +93,25 @@ KvScoreFn Avx512KvScorer(KvRowFormat format);  // nullptr when none
 // without SIMD the decode-to-f32 path is faster than scalar integer scoring. Every variant
 // gives the scalar twin's bits.
 KvScoreFn BestKvScorer(KvRowFormat format);
+
+// f16 K scores against float queries (head_dim a multiple of 16, at most 512): out[qi *
+// out_stride + j] for qi < nq, j < n_rows, query qi at q + qi * head_dim [nq][head_dim]. Per
+// query and cell, four fma chains over the elements i = 4t + l (lane l < 4, t ascending):
+//   s_l = fma(q[i], k[i], s_l) from 0; out = ((s_0 + s_2) + (s_1 + s_3)) * scale
+// in that order, so every variant gives the scalar twin's bits and a score depends only on the
+// query and the cell. The AVX-512 kernel holds 4 queries in the 4 128-bit lanes of a vector
+// and multiplies them by each cell's 4-element chunk broadcast to all lanes: 16 fma per cell for
+// 4 queries and one short transposing add tree per 4 cells, instead of one 16-lane reduction
+// per cell and query.
+using KvF16ScoreFn = void (*)(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* q,
+                              float scale, float* out, int64_t out_stride);
+
+bool KvF16ScoreSupported(int head_dim);
+KvF16ScoreFn ScalarKvF16Scorer();
+KvF16ScoreFn Avx512KvF16Scorer();  // nullptr when none
+// The AVX-512 kernel when the CPU (and LAMINA_ISA) allow it, else nullptr: the caller decodes
+// tiles and scores them with the attention row kernels.
+KvF16ScoreFn BestKvF16Scorer();
 
 // Anchored keys' score corrections (runtime/kv_cache.h) over one tile of n_cells <=
 // kAnchorTileCells cells: for each query qi < nq and cell k < min(lim[qi], n_cells),

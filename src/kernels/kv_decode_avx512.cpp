@@ -2,15 +2,14 @@
 // ones in kv_decode.cpp (the plain row decoders are in kv_decode_hwy.cpp).
 //
 // Scorer layout: a block of 16 cells is expanded once and reused by every query of the call.
-// Each zmm holds one 16-value run of 4 cells (one cell per 128-bit lane). int8 rows: splitting
-// each dword's 4 bytes into the even pair and the odd pair of int16s lets vpdpwssd multiply
-// them by the query's evens / odds (QuantizeQueryInt16's order). q4_0 rows: the nibbles stay
-// unsigned bytes (low nibbles: the group's run 0, high nibbles: run 1, in element order) and
-// vpdpbusd multiplies them by the int8 query (put back in element order once per call); the
-// group's zero point comes off as 8 * (the query's group sum), once per query and group.
-// Either way every lane sums a quarter run of one cell in exact int32. Four accumulators (16
-// cells) reduce to one vector of 16 cell sums per group with two unpack-add rounds; its lanes
-// come out as lane 4j + m = cell 4m + j, an involution that one vpermd undoes before the store.
+// Both K formats are multiplied as unsigned bytes by the int8 query (put back in element order
+// once per call) with vpdpbusd: int8 codes shifted by +128 (one xor), q4_0 nibbles as they are
+// (low nibbles: the group's run 0, high nibbles: run 1, in element order); the group's zero
+// point comes off as 128 (int8) or 8 (q4_0) times the query's group sum, once per query and
+// group. The codes are transposed per 16-cell block (a 4x4 dword transpose within each 128-bit
+// lane) so that each dword lane is one cell and a cell's group sum needs no reduction across
+// lanes; its lanes come out as lane 4j + m = cell 4m + j, an involution that one vpermd undoes
+// before the store.
 // GCC 12's AVX-512 headers build some intrinsics from _mm512_undefined_*(), which its
 // uninitialized-value analysis reports at every use.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -54,72 +53,61 @@ inline __m512i LoadRuns4(const uint8_t* p, size_t stride) {
                             3);
 }
 
-// Signed bytes -> (even bytes, odd bytes) as int16 pairs per dword.
-inline void SplitEvenOdd(__m512i b, __m512i* even, __m512i* odd) {
-  *even = _mm512_srai_epi16(_mm512_slli_epi16(b, 8), 8);
-  *odd = _mm512_srai_epi16(b, 8);
-}
+constexpr int kMaxByteQueries = 32;  // queries put in element order at once (int8 and q4_0 K)
 
-// Sums of the four dwords of each 128-bit lane of a[0..3]: lane 4j + m = lane j of a[m].
-inline __m512i Reduce4(const __m512i a[4]) {
-  const __m512i s01 =
-      _mm512_add_epi32(_mm512_unpacklo_epi32(a[0], a[1]), _mm512_unpackhi_epi32(a[0], a[1]));
-  const __m512i s23 =
-      _mm512_add_epi32(_mm512_unpacklo_epi32(a[2], a[3]), _mm512_unpackhi_epi32(a[2], a[3]));
-  return _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
-}
-
-// int8 rows against int16 queries.
-void ScoreBlockInt8(const uint8_t* rows, size_t row_bytes, int head_dim, int nq, const int16_t* qq,
-                    const float* qd, float scale, float* out, int64_t out_stride, int n_valid) {
+// int8 rows against int8 queries: q32 [nq][head_dim / 4] the codes in element order, four to
+// a dword; zero [nq][n_groups] = 128 * each group's code sum. The block's codes become unsigned
+// bytes (+128, one xor), transposed so that each dword lane is one cell: per group 8 zmm, one
+// per dword position of the 32-byte group, each meeting its query dword broadcast, so a cell's
+// group sum needs no reduction across lanes. Lane 4j + m = cell 4m + j.
+void ScoreBlockInt8(const uint8_t* rows, size_t row_bytes, int head_dim, int nq, const int32_t* q32,
+                    const int32_t* zero, const float* qd, float scale, float* out,
+                    int64_t out_stride, int n_valid) {
   const int n_groups = head_dim / kGroup;
   const size_t group_bytes = row_bytes / n_groups;
-  // [run][cell quad][even, odd]: the block's codes as int16 pairs.
-  alignas(64) __m512i w[kMaxHeadDim / 16][4][2];
-  // [group]: K scales, lane 4j + m = cell 4m + j.
-  alignas(64) __m512 dk[kMaxHeadDim / kGroup];
+  alignas(64) __m512i w[kMaxHeadDim / kGroup][8];  // [group][dword position] codes + 128
+  alignas(64) __m512 dk[kMaxHeadDim / kGroup];     // [group] K scales
   const __m512i lane_cell = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  const __m512i scale_offsets =
-      _mm512_mullo_epi32(lane_cell, _mm512_set1_epi32(static_cast<int>(row_bytes)));
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
   for (int g = 0; g < n_groups; ++g) {
     const uint8_t* grp = rows + g * group_bytes;
-    const __m512i d = _mm512_i32gather_epi32(scale_offsets, grp, 1);
-    dk[g] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
-    for (int m = 0; m < 4; ++m) {
-      const uint8_t* p = grp + 4 * m * row_bytes + 2;
-      for (int k = 0; k < 2; ++k) {
-        SplitEvenOdd(LoadRuns4(p + 16 * k, row_bytes), &w[2 * g + k][m][0], &w[2 * g + k][m][1]);
-      }
+    alignas(32) uint16_t ds[16];  // lane 4j + m: cell 4m + j
+    for (int j = 0; j < 4; ++j) {
+      for (int m = 0; m < 4; ++m) std::memcpy(&ds[4 * j + m], grp + (4 * m + j) * row_bytes, 2);
+    }
+    dk[g] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds)));
+    for (int h = 0; h < 2; ++h) {  // bytes 16h..16h+15 of the group's codes
+      __m512i v[4];                // cell quad m: cell 4m + j in 128-bit lane j
+      for (int m = 0; m < 4; ++m) v[m] = LoadRuns4(grp + 4 * m * row_bytes + 2 + 16 * h, row_bytes);
+      const __m512i t0 = _mm512_unpacklo_epi32(v[0], v[1]), t1 = _mm512_unpackhi_epi32(v[0], v[1]);
+      const __m512i t2 = _mm512_unpacklo_epi32(v[2], v[3]), t3 = _mm512_unpackhi_epi32(v[2], v[3]);
+      w[g][4 * h + 0] = _mm512_xor_si512(_mm512_unpacklo_epi64(t0, t2), bias);
+      w[g][4 * h + 1] = _mm512_xor_si512(_mm512_unpackhi_epi64(t0, t2), bias);
+      w[g][4 * h + 2] = _mm512_xor_si512(_mm512_unpacklo_epi64(t1, t3), bias);
+      w[g][4 * h + 3] = _mm512_xor_si512(_mm512_unpackhi_epi64(t1, t3), bias);
     }
   }
   const __mmask16 store_mask = static_cast<__mmask16>((1u << n_valid) - 1);
   const __m512 vscale = _mm512_set1_ps(scale);
   for (int qi = 0; qi < nq; ++qi) {
-    const int16_t* qv = qq + static_cast<int64_t>(qi) * head_dim;
+    const int32_t* qv = q32 + static_cast<int64_t>(qi) * (head_dim / 4);
     const float* qs = qd + static_cast<int64_t>(qi) * n_groups;
+    const int32_t* zq = zero + static_cast<int64_t>(qi) * n_groups;
     __m512 s = _mm512_setzero_ps();
     for (int g = 0; g < n_groups; ++g) {
-      __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
-                        _mm512_setzero_si512()};
-      for (int k = 2 * g; k < 2 * g + 2; ++k) {
-        const __m512i qe =
-            _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qv + 16 * k)));
-        const __m512i qo = _mm512_broadcast_i32x4(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(qv + 16 * k + 8)));
-        for (int m = 0; m < 4; ++m) {
-          acc[m] = _mm512_dpwssd_epi32(acc[m], w[k][m][0], qe);
-          acc[m] = _mm512_dpwssd_epi32(acc[m], w[k][m][1], qo);
-        }
+      // Two chains (the group's halves); the zero point starts the first.
+      __m512i lo = _mm512_set1_epi32(-zq[g]), hi = _mm512_setzero_si512();
+      for (int t = 0; t < 4; ++t) {
+        lo = _mm512_dpbusd_epi32(lo, w[g][t], _mm512_set1_epi32(qv[8 * g + t]));
+        hi = _mm512_dpbusd_epi32(hi, w[g][4 + t], _mm512_set1_epi32(qv[8 * g + 4 + t]));
       }
       const __m512 f = _mm512_mul_ps(dk[g], _mm512_set1_ps(qs[g]));
-      s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(Reduce4(acc)), f, s);
+      s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), f, s);
     }
     s = _mm512_mul_ps(s, vscale);
     _mm512_mask_storeu_ps(out + qi * out_stride, store_mask, _mm512_permutexvar_ps(lane_cell, s));
   }
 }
-
-constexpr int kMaxQ4Queries = 32;  // q4_0 queries put in element order at once
 
 // q4_0 rows against int8 queries: q32 [nq][head_dim / 4] the codes in element order, four
 // to a dword; zero [nq][n_groups] = 8 * each group's code sum. The block's codes stay unsigned
@@ -178,20 +166,28 @@ void ScoreBlockQ4(const uint8_t* rows, size_t row_bytes, int head_dim, int nq, c
   }
 }
 
-// q4_0 scores: queries in chunks of kMaxQ4Queries, each put in element order as int8 with its
-// groups' zero-point terms, then the blocks of 16 cells (the tail through a zero-padded copy).
-void ScoreQ4(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t* qq,
-             const float* qd, float scale, float* out, int64_t out_stride) {
+// Block scorer of 16 cells against int8 queries in element order (ScoreBlockInt8 / Q4).
+using ByteBlockFn = void (*)(const uint8_t* rows, size_t row_bytes, int head_dim, int nq,
+                             const int32_t* q32, const int32_t* zero, const float* qd, float scale,
+                             float* out, int64_t out_stride, int n_valid);
+
+// int8 and q4_0 scores: queries in chunks of kMaxByteQueries, each put in element order as int8
+// with its groups' zero-point terms (kZero times the group's code sum: 128 for int8 codes taken
+// as unsigned bytes, 8 for q4_0 nibbles), then the blocks of 16 cells (the tail through a
+// zero-padded copy, so the block code never reads past the rows).
+template <KvRowFormat F, int kZero, ByteBlockFn kBlock>
+void ScoreBytes(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t* qq,
+                const float* qd, float scale, float* out, int64_t out_stride) {
   if (head_dim > kMaxHeadDim) {
-    ScalarKvScorer(KvRowFormat::kQ4_0)(rows, n_rows, head_dim, nq, qq, qd, scale, out, out_stride);
+    ScalarKvScorer(F)(rows, n_rows, head_dim, nq, qq, qd, scale, out, out_stride);
     return;
   }
-  const size_t row_bytes = KvRowBytes(KvRowFormat::kQ4_0, head_dim);
+  const size_t row_bytes = KvRowBytes(F, head_dim);
   const int n_groups = head_dim / kGroup;
-  alignas(64) int32_t q32[kMaxQ4Queries * kMaxHeadDim / 4];        // [query][head_dim / 4]
-  alignas(64) int32_t zero[kMaxQ4Queries * kMaxHeadDim / kGroup];  // [query][group]
-  for (int q0 = 0; q0 < nq; q0 += kMaxQ4Queries) {
-    const int n = std::min(kMaxQ4Queries, nq - q0);
+  alignas(64) int32_t q32[kMaxByteQueries * kMaxHeadDim / 4];        // [query][head_dim / 4]
+  alignas(64) int32_t zero[kMaxByteQueries * kMaxHeadDim / kGroup];  // [query][group]
+  for (int q0 = 0; q0 < nq; q0 += kMaxByteQueries) {
+    const int n = std::min(kMaxByteQueries, nq - q0);
     for (int qi = 0; qi < n; ++qi) {
       const int16_t* src = qq + static_cast<int64_t>(q0 + qi) * head_dim;
       int32_t* dst = q32 + static_cast<int64_t>(qi) * (head_dim / 4);
@@ -209,7 +205,7 @@ void ScoreQ4(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_
         __m128i s32 = _mm_madd_epi16(sum, _mm_set1_epi16(1));
         s32 = _mm_add_epi32(s32, _mm_shuffle_epi32(s32, 0x4E));
         s32 = _mm_add_epi32(s32, _mm_shuffle_epi32(s32, 0xB1));
-        zero[qi * n_groups + g] = 8 * _mm_cvtsi128_si32(s32);
+        zero[qi * n_groups + g] = kZero * _mm_cvtsi128_si32(s32);
       }
     }
     const float* qdc = qd + static_cast<int64_t>(q0) * n_groups;
@@ -217,40 +213,132 @@ void ScoreQ4(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_
     int j = 0;
     for (; j + kBlockCells <= n_rows; j += kBlockCells) {
       PrefetchAhead(rows, n_rows, row_bytes, j + kPrefetchCells, kBlockCells);
-      ScoreBlockQ4(rows + j * row_bytes, row_bytes, head_dim, n, q32, zero, qdc, scale, oc + j,
-                   out_stride, kBlockCells);
+      kBlock(rows + j * row_bytes, row_bytes, head_dim, n, q32, zero, qdc, scale, oc + j,
+             out_stride, kBlockCells);
     }
     if (j < n_rows) {
-      alignas(64) uint8_t pad[kBlockCells * (kMaxHeadDim / 2 + 2 * kMaxHeadDim / kGroup)];
+      alignas(64) uint8_t pad[kBlockCells * (kMaxHeadDim + 2 * kMaxHeadDim / kGroup)];
       const size_t bytes = (n_rows - j) * row_bytes;
       std::memcpy(pad, rows + j * row_bytes, bytes);
       std::memset(pad + bytes, 0, kBlockCells * row_bytes - bytes);
-      ScoreBlockQ4(pad, row_bytes, head_dim, n, q32, zero, qdc, scale, oc + j, out_stride,
-                   n_rows - j);
+      kBlock(pad, row_bytes, head_dim, n, q32, zero, qdc, scale, oc + j, out_stride, n_rows - j);
     }
   }
 }
 
-void ScoreInt8(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t* qq,
-               const float* qd, float scale, float* out, int64_t out_stride) {
-  if (head_dim > kMaxHeadDim) {
-    ScalarKvScorer(KvRowFormat::kInt8)(rows, n_rows, head_dim, nq, qq, qd, scale, out, out_stride);
+// f16 K scores (kv_decode.h). Each block of 16 cells is converted to f32 once, with a 4x4
+// transpose of 128-bit blocks, into vectors that hold one 4-element chunk of 4 cells (cell c in
+// 128-bit lane c): kt [cell quad][chunk]. Each query's chunks are kept replicated to all 4 lanes
+// (qb, made once per call), so a cell quad's chunk meets a query in one fma with a memory
+// operand: per cell 4 fma per query, no broadcast per cell, and lane 4c + l of query m's
+// accumulator is chain l of cell c. Two unpack-add rounds over 4 queries' accumulators give
+// lane 4c + m = (query m, cell c); two transposes (of 128-bit blocks, then within them) give
+// each query its 16 scores in cell order.
+constexpr int kF16QbFloats = 16384;  // replicated query chunks made at once (64 KiB)
+
+// Lane 4c + m of the result: the four lane sums of acc[m] in lane c, as the scalar twin adds
+// them, ((s0 + s2) + (s1 + s3)).
+inline __m512 QuadSums(const __m512* acc) {
+  const __m512 u01 =
+      _mm512_add_ps(_mm512_unpacklo_ps(acc[0], acc[1]), _mm512_unpackhi_ps(acc[0], acc[1]));
+  const __m512 u23 =
+      _mm512_add_ps(_mm512_unpacklo_ps(acc[2], acc[3]), _mm512_unpackhi_ps(acc[2], acc[3]));
+  const __m512d a = _mm512_castps_pd(u01), b = _mm512_castps_pd(u23);
+  return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                       _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+}
+
+// The 4x4 transpose of the 128-bit blocks of v[0..3]: block c of out[t] = block t of v[c].
+inline void TransposeBlocks(const __m512* v, __m512* out) {
+  const __m512 x0 = _mm512_shuffle_f32x4(v[0], v[1], 0x44),
+               x1 = _mm512_shuffle_f32x4(v[0], v[1], 0xEE);
+  const __m512 x2 = _mm512_shuffle_f32x4(v[2], v[3], 0x44),
+               x3 = _mm512_shuffle_f32x4(v[2], v[3], 0xEE);
+  out[0] = _mm512_shuffle_f32x4(x0, x2, 0x88);
+  out[1] = _mm512_shuffle_f32x4(x0, x2, 0xDD);
+  out[2] = _mm512_shuffle_f32x4(x1, x3, 0x88);
+  out[3] = _mm512_shuffle_f32x4(x1, x3, 0xDD);
+}
+
+// One block (kt [4][n_chunks]) against queries m < nm of one quad (qb [4][n_chunks] replicated
+// chunks; rows of missing queries are zero). Stores cells below n_valid.
+inline void ScoreF16Quad(const __m512* kt, int n_chunks, const __m512* qb, int nm, float scale,
+                         float* out, int64_t out_stride, int n_valid) {
+  // [cell quad][query] 16 independent fma chains; per chunk 4 query and 4 K loads feed 16 fma.
+  __m512 acc[4][4];
+  for (int cq = 0; cq < 4; ++cq) {
+    for (int m = 0; m < 4; ++m) acc[cq][m] = _mm512_setzero_ps();
+  }
+  for (int t = 0; t < n_chunks; ++t) {
+    __m512 qv[4];
+    for (int m = 0; m < 4; ++m) qv[m] = qb[m * n_chunks + t];
+    for (int cq = 0; cq < 4; ++cq) {
+      const __m512 k = kt[cq * n_chunks + t];
+      for (int m = 0; m < 4; ++m) acc[cq][m] = _mm512_fmadd_ps(k, qv[m], acc[cq][m]);
+    }
+  }
+  __m512 r[4];  // [cell quad] lane 4c + m: query m, cell 4 * quad + c
+  for (int cq = 0; cq < 4; ++cq) r[cq] = QuadSums(acc[cq]);
+  __m512 y[4];  // [cell within its quad c] lane 4 * quad + m
+  TransposeBlocks(r, y);
+  // Within each 128-bit block: lane 4 * quad + m of y[c] -> lane 4 * quad + c of by_query[m].
+  const __m512 t0 = _mm512_unpacklo_ps(y[0], y[1]), t1 = _mm512_unpackhi_ps(y[0], y[1]);
+  const __m512 t2 = _mm512_unpacklo_ps(y[2], y[3]), t3 = _mm512_unpackhi_ps(y[2], y[3]);
+  const __m512d d0 = _mm512_castps_pd(t0), d1 = _mm512_castps_pd(t1);
+  const __m512d d2 = _mm512_castps_pd(t2), d3 = _mm512_castps_pd(t3);
+  const __m512 by_query[4] = {
+      _mm512_castpd_ps(_mm512_unpacklo_pd(d0, d2)), _mm512_castpd_ps(_mm512_unpackhi_pd(d0, d2)),
+      _mm512_castpd_ps(_mm512_unpacklo_pd(d1, d3)), _mm512_castpd_ps(_mm512_unpackhi_pd(d1, d3))};
+  const __mmask16 mask = static_cast<__mmask16>((1u << n_valid) - 1);
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int m = 0; m < nm; ++m) {
+    _mm512_mask_storeu_ps(out + m * out_stride, mask, _mm512_mul_ps(by_query[m], vscale));
+  }
+}
+
+void ScoreF16(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* q, float scale,
+              float* out, int64_t out_stride) {
+  if (!KvF16ScoreSupported(head_dim)) {
+    ScalarKvF16Scorer()(rows, n_rows, head_dim, nq, q, scale, out, out_stride);
     return;
   }
-  const size_t row_bytes = KvRowBytes(KvRowFormat::kInt8, head_dim);
-  int j = 0;
-  for (; j + kBlockCells <= n_rows; j += kBlockCells) {
-    PrefetchAhead(rows, n_rows, row_bytes, j + kPrefetchCells, kBlockCells);
-    ScoreBlockInt8(rows + j * row_bytes, row_bytes, head_dim, nq, qq, qd, scale, out + j,
-                   out_stride, kBlockCells);
-  }
-  if (j < n_rows) {
-    // The tail runs through a zero-padded copy so the block code never reads past the rows.
-    alignas(64) uint8_t pad[kBlockCells * (kMaxHeadDim + 2 * kMaxHeadDim / kGroup)];
-    const size_t bytes = (n_rows - j) * row_bytes;
-    std::memcpy(pad, rows + j * row_bytes, bytes);
-    std::memset(pad + bytes, 0, kBlockCells * row_bytes - bytes);
-    ScoreBlockInt8(pad, row_bytes, head_dim, nq, qq, qd, scale, out + j, out_stride, n_rows - j);
+  const size_t row_bytes = KvRowBytes(KvRowFormat::kF16, head_dim);
+  const int n_chunks = head_dim / 4;
+  // Queries per chunk of the call: whole quads, at most 16, their replicated chunks in qb.
+  const int chunk_queries = std::min(16, kF16QbFloats / (16 * n_chunks) / 4 * 4);
+  alignas(64) __m512 kt[4 * kMaxHeadDim / 4];  // [cell quad][chunk] one block
+  alignas(64) float qb[kF16QbFloats];          // [query][chunk][16] replicated
+  __m512* qbv = reinterpret_cast<__m512*>(qb);
+  for (int q0 = 0; q0 < nq; q0 += chunk_queries) {
+    const int n = std::min(chunk_queries, nq - q0);
+    const int n_quads = (n + 3) / 4;
+    for (int m = 0; m < 4 * n_quads; ++m) {
+      for (int t = 0; t < n_chunks; ++t) {
+        qbv[m * n_chunks + t] = m < n ? _mm512_broadcast_f32x4(_mm_loadu_ps(
+                                            q + static_cast<int64_t>(q0 + m) * head_dim + 4 * t))
+                                      : _mm512_setzero_ps();
+      }
+    }
+    for (int j = 0; j < n_rows; j += kBlockCells) {
+      const int nv = std::min(kBlockCells, n_rows - j);
+      PrefetchAhead(rows, n_rows, row_bytes, j + kPrefetchCells, kBlockCells);
+      for (int cq = 0; cq < 4; ++cq) {
+        for (int s16 = 0; s16 < head_dim; s16 += 16) {
+          __m512 v[4];  // [cell c] elements s16..s16+15 of cell 4 * cq + c
+          for (int c = 0; c < 4; ++c) {
+            const int cell = 4 * cq + c;
+            v[c] = cell < nv ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                                   rows + (j + cell) * row_bytes + 2 * s16)))
+                             : _mm512_setzero_ps();
+          }
+          TransposeBlocks(v, kt + cq * n_chunks + s16 / 4);
+        }
+      }
+      for (int u = 0; u < n_quads; ++u) {
+        ScoreF16Quad(kt, n_chunks, qbv + 4 * u * n_chunks, std::min(4, n - 4 * u), scale,
+                     out + (q0 + 4 * u) * out_stride + j, out_stride, nv);
+      }
+    }
   }
 }
 
@@ -697,12 +785,14 @@ KvAccumulateFn Avx512KvAccumulator(KvRowFormat format) {
   }
 }
 
+KvF16ScoreFn Avx512KvF16Scorer() { return ScoreF16; }
+
 KvScoreFn Avx512KvScorer(KvRowFormat format) {
   switch (format) {
     case KvRowFormat::kInt8:
-      return ScoreInt8;
+      return ScoreBytes<KvRowFormat::kInt8, 128, ScoreBlockInt8>;
     case KvRowFormat::kQ4_0:
-      return ScoreQ4;
+      return ScoreBytes<KvRowFormat::kQ4_0, 8, ScoreBlockQ4>;
     default:
       return nullptr;
   }

@@ -234,6 +234,8 @@ class AttentionCall {
   const int layer_cells_;
   // Integer scores read K codes directly; otherwise (nullptr) K tiles are decoded to f32.
   const KvScoreFn score_k_;
+  // f16 K scored from its rows in one pass (AVX-512), else nullptr.
+  const KvF16ScoreFn score_f16_;
   const int n_qgroups_;
   const bool k_f16_;
   const bool v_f16_;
@@ -271,6 +273,8 @@ AttentionCall::AttentionCall(const KvCache& cache, int layer, const AttentionSeg
       window_ring_(cache.window_ring()),
       layer_cells_(cache.layer_cells(layer)),
       score_k_(KvIntScoreSupported(ks_.format, hd_) ? BestKvScorer(ks_.format) : nullptr),
+      score_f16_(ks_.format == KvRowFormat::kF16 && KvF16ScoreSupported(hd_) ? BestKvF16Scorer()
+                                                                             : nullptr),
       n_qgroups_(hd_ / 32),
       k_f16_(ks_.format == KvRowFormat::kF16),
       v_f16_(vs_.format == KvRowFormat::kF16),
@@ -383,16 +387,21 @@ void AttentionCall::ScoreChunk(const Chunk& ch) const {
   const int c_lo = ch.c_first, n_cells = ch.n_cells;
   // A query's scores past its own causal limit (or before its sliding window) are computed from
   // cells another query of the block sees and are never read.
-  if (score_k_) {
+  const bool direct = score_k_ != nullptr || score_f16_ != nullptr;  // K read without tiles
+  if (direct) {
     // In runs within one turn of a ring layer's cells (one run for a layer that keeps all).
     for (int c0 = c_lo; c0 < n_cells;) {
       const int c1 = std::min(n_cells, (c0 / layer_cells_ + 1) * layer_cells_);
-      score_k_(cache_.KHead(layer_, ch.seq, ch.g, c0), c1 - c0, hd_, ch.nq, ch.qq, ch.qd,
-               shape_.scale, ch.scores + c0, n_ctx_);
+      const uint8_t* k = cache_.KHead(layer_, ch.seq, ch.g, c0);
+      if (score_k_) {
+        score_k_(k, c1 - c0, hd_, ch.nq, ch.qq, ch.qd, shape_.scale, ch.scores + c0, n_ctx_);
+      } else {
+        score_f16_(k, c1 - c0, hd_, ch.nq, ch.qrows, shape_.scale, ch.scores + c0, n_ctx_);
+      }
       c0 = c1;
     }
   }
-  for (int c0 = c_lo; c0 < (score_k_ ? c_lo : n_cells); c0 += kCellTile) {
+  for (int c0 = c_lo; c0 < (direct ? c_lo : n_cells); c0 += kCellTile) {
     const int nc = std::min(kCellTile, n_cells - c0);
     // Head rows of consecutive cells are contiguous and hold whole groups: one call.
     decode_k_(cache_.KHead(layer_, ch.seq, ch.g, c0), nc, hd_, ch.tile);
