@@ -500,15 +500,17 @@ BENCHMARK(BM_NormBatch)->DenseRange(0, 1)->UseRealTime();
 
 // args: row format (KvRowFormat: 1 f16, 2 int8, 3 q4_0, 4 q4_nl), kernel (0 K scores, 1 fused V
 // sum, 2 the AVX-512 integer V sum of 4-bit rows, kv_decode.h "Integer V sums", not chosen by
-// default). Decode-step attention's inner kernels as the widest ISA the CPU (and LAMINA_ISA) allows
-// runs them: 4 queries (one GQA group), head_dim 64, over 1,024 cells in tiles of 64 (L2-resident:
-// compute only, no memory). K scores are the integer scorer for int8 / q4_0 and for f16 the
-// one-pass f16 scorer (AVX-512), else decode + the row kernel's score_rows. "s/cell" is per cell
-// and KV head, all 4 queries.
+// default; 3, f16 only: K scores by decode + score_rows). Decode-step attention's inner kernels as
+// the widest ISA the CPU (and LAMINA_ISA) allows runs them: 4 queries (one GQA group), head_dim 64,
+// over 1,024 cells in tiles of 64 (L2-resident: compute only, no memory). K scores are the integer
+// scorer for int8 / q4_0 and for f16 the one-pass f16 scorer (AVX-512), else decode + the row
+// kernel's score_rows. "s/cell" is per cell and KV head, all 4 queries.
 void BM_KvAttentionKernels(benchmark::State& state) {
   constexpr int kHd = 64, kCells = 1024, kTile = 64, kQueries = 4;
   const auto f = static_cast<KvRowFormat>(state.range(0));
-  const bool score = state.range(1) == 0;
+  // Kernel 3 (f16 only): decode + score_rows, the K path without the one-pass f16 scorer.
+  const bool tiles = state.range(1) == 3;
+  const bool score = state.range(1) == 0 || tiles;
   const bool int_sums = state.range(1) == 2;
   const size_t rb = KvRowBytes(f, kHd);
   std::mt19937 rng(5);
@@ -529,12 +531,13 @@ void BM_KvAttentionKernels(benchmark::State& state) {
   }
   const KvScoreFn scorer = BestKvScorer(f);
   const KvRowDecodeFn decode = BestKvRowDecoder(f);
-  const KvF16ScoreFn f16_scorer = BestKvF16Scorer();  // f16 K in one pass (AVX-512)
+  const KvF16ScoreFn f16_scorer = tiles ? nullptr : BestKvF16Scorer();  // f16 K in one pass
   const KvAccumulateFn fused =
       int_sums ? (GetCpuFeatures().HasAvx512Set() ? Avx512KvIntAccumulator(f) : nullptr)
                : BestKvAccumulator(f);
   const AttentionRowKernels& rk = BestAttentionRowKernels();
-  if ((score && f != KvRowFormat::kF16 && scorer == nullptr) || (!score && fused == nullptr)) {
+  if ((score && f != KvRowFormat::kF16 && scorer == nullptr) || (!score && fused == nullptr) ||
+      (tiles && f != KvRowFormat::kF16)) {
     state.SkipWithError("no such kernel on this CPU / ISA");
     return;
   }
@@ -560,14 +563,15 @@ void BM_KvAttentionKernels(benchmark::State& state) {
     benchmark::DoNotOptimize(acc.data());
   }
   static const char* const kFormat[] = {"f32", "f16", "int8", "q4_0", "q4_nl"};
-  state.SetLabel(std::string(kFormat[state.range(0)]) + (score      ? " K scores"
+  state.SetLabel(std::string(kFormat[state.range(0)]) + (tiles      ? " K scores, tiles"
+                                                         : score    ? " K scores"
                                                          : int_sums ? " integer V sum"
                                                                     : " fused V sum"));
   state.counters["s/cell"] = benchmark::Counter(
       static_cast<double>(kCells) * state.iterations(),
       benchmark::Counter::kIsRate | benchmark::Counter::kInvert, benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_KvAttentionKernels)->ArgsProduct({{1, 2, 3, 4}, {0, 1, 2}});
+BENCHMARK(BM_KvAttentionKernels)->ArgsProduct({{1, 2, 3, 4}, {0, 1, 2}})->Args({1, 3});
 
 // args: 0 vfmadd231ps, 1 vpdpwssd (zmm). 16 independent chains of the instruction over
 // registers, no memory: its throughput on this core, the port limit the attention kernels are
