@@ -81,7 +81,8 @@ BENCHMARK(BM_MatMul)
                     int(GgmlType::kIQ4_XS), int(GgmlType::kMXFP4), int(GgmlType::kNVFP4),
                     int(GgmlType::kQ5_0), int(GgmlType::kIQ2_XXS), int(GgmlType::kIQ2_XS),
                     int(GgmlType::kIQ3_XXS), int(GgmlType::kIQ3_S), int(GgmlType::kIQ2_S),
-                    int(GgmlType::kIQ1_S), int(GgmlType::kIQ1_M)},
+                    int(GgmlType::kIQ1_S), int(GgmlType::kIQ1_M), int(GgmlType::kQ1_0),
+                    int(GgmlType::kQ2_0)},
                    {1, 8, 64},
                    {1, 2}})
     ->UseRealTime();
@@ -117,7 +118,8 @@ BENCHMARK(BM_MatMulInterleaved)
                     int(GgmlType::kIQ4_XS), int(GgmlType::kMXFP4), int(GgmlType::kNVFP4),
                     int(GgmlType::kQ5_0), int(GgmlType::kIQ2_XXS), int(GgmlType::kIQ2_XS),
                     int(GgmlType::kIQ3_XXS), int(GgmlType::kIQ3_S), int(GgmlType::kIQ2_S),
-                    int(GgmlType::kIQ1_S), int(GgmlType::kIQ1_M)},
+                    int(GgmlType::kIQ1_S), int(GgmlType::kIQ1_M), int(GgmlType::kQ1_0),
+                    int(GgmlType::kQ2_0)},
                    {1, 4, 8, 9, 64, 512},
                    {1, 2}})
     ->UseRealTime();

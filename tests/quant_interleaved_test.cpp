@@ -6,7 +6,9 @@
 // (BlockQ4_Kx16 / BlockQ5_Kx16 / BlockQ6_Kx16 / BlockIQ4_XSx16) give their scalar twin's bits the
 // same way, within the K-quant bound of vec_dot; Q5_0 (BlockQ5_0x16) gives the vec_dot of its own
 // ISA; the loader repacks a model's matmul weights (gpt-oss's MXFP4 expert stacks too) and keeps
-// the embedding as rows.
+// the embedding as rows. Q1_0 and Q2_0 (BlockQ1_0x16 / BlockQ2_0x16, repacked where their ISA has
+// a kernel: scalar and AVX-512) give the scalar vec_dot's bits for 1..64 tokens and row ranges
+// cutting groups, and their fixture files load repacked with the plain rows' bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -686,6 +688,147 @@ TEST(InterleavedQ5_0, MatMulEqualsPlainRowsBitForBit) {
         }
         ASSERT_EQ(F32ToBits(y[i]), F32ToBits(want[i])) << "tokens " << n_tokens << " at " << i;
       }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q1_0 and Q2_0 (BlockQ1_0x16 / BlockQ2_0x16): interleaved on the ISAs with a kernel for them
+// (scalar: the twin; AVX-512), plain rows on AVX2.
+
+constexpr GgmlType kLowBitTypes[] = {GgmlType::kQ1_0, GgmlType::kQ2_0};
+
+std::vector<int64_t> LowBitKs(GgmlType type) {
+  if (type == GgmlType::kQ1_0) return {128, 384, 1024};
+  return {64, 320, 1024};
+}
+
+TEST(InterleavedLowBit, KernelEqualsScalarVecDotBitForBit) {
+  std::mt19937 rng(41);
+  for (GgmlType type : kLowBitTypes) {
+    SCOPED_TRACE(GgmlTypeName(type));
+    const TypeKernels& scalar = GetKernels(type, Isa::kScalar);
+    ASSERT_EQ(scalar.interleave_rows, kQ8_0x16Rows);
+    const int g = kQ8_0x16Rows;
+    for (const int64_t k : LowBitKs(type)) {
+      const size_t row_bytes = RowSize(type, k);
+      std::vector<uint8_t> rows = RandomWeightRow(type, k * g, rng);  // [g][row_bytes]
+      std::vector<uint8_t> group(rows.size());  // one interleaved group of the g rows
+      scalar.repack(rows.data(), row_bytes, k, group.data());
+      // The repack keeps every byte (a permutation of the codes, d as it is).
+      EXPECT_EQ(group.size(), rows.size());
+      const Acts a = MakeActs(k, kMaxMultiDot, rng);
+      float want[kMaxMultiDot][kQ8_0x16Rows];  // [token][row]
+      for (int t = 0; t < kMaxMultiDot; ++t) {
+        for (int r = 0; r < g; ++r) {
+          scalar.vec_dot(k, &want[t][r], rows.data() + r * row_bytes, a.q8.data() + t * a.q8_row);
+        }
+      }
+      for (Isa isa : SupportedIsas()) {
+        const TypeKernels& kern = GetKernels(type, isa);
+        if (isa == Isa::kAvx512) ASSERT_EQ(kern.interleave_rows, kQ8_0x16Rows);
+        if (kern.interleave_rows == 0) {
+          EXPECT_EQ(kern.gemm_interleaved, nullptr) << IsaName(isa);
+          continue;
+        }
+        ASSERT_NE(kern.gemm_interleaved, nullptr);
+        if (isa != Isa::kScalar) EXPECT_NE(kern.gemm_interleaved, scalar.gemm_interleaved);
+        for (int n = 1; n <= kern.gemm_max_tokens && n <= kMaxMultiDot; ++n) {
+          for (int t0 = 0; t0 + n <= kMaxMultiDot; ++t0) {
+            const size_t stride = g + 3;
+            std::vector<float> out(stride * (n + 1), -12345.0f);  // [n + 1][stride]
+            kern.gemm_interleaved(k, group.data(), a.wide.data() + t0 * a.wide_row, a.wide_row, n,
+                                  out.data(), stride);
+            for (int t = 0; t < n; ++t) {
+              for (int r = 0; r < g; ++r) {
+                ASSERT_EQ(F32ToBits(out[t * stride + r]), F32ToBits(want[t0 + t][r]))
+                    << IsaName(isa) << " k " << k << " n " << n << " token " << t0 + t << " row "
+                    << r;
+              }
+              for (size_t r = g; r < stride; ++r) ASSERT_EQ(out[t * stride + r], -12345.0f);
+            }
+            for (size_t r = 0; r < stride; ++r) ASSERT_EQ(out[n * stride + r], -12345.0f);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The matmul over an interleaved copy, 1..64 tokens and row ranges cutting groups, equals the
+// scalar vec_dot of the plain rows.
+TEST(InterleavedLowBit, MatMulEqualsScalarVecDot) {
+  std::mt19937 rng(43);
+  ThreadPool pool(2);
+  for (GgmlType type : kLowBitTypes) {
+    SCOPED_TRACE(GgmlTypeName(type));
+    const int64_t rows = 48, cols = LowBitKs(type)[1];
+    const std::vector<uint8_t> data = RandomWeightRow(type, rows * cols, rng);
+    const WeightMatrix plain{type, rows, cols, RowSize(type, cols), data.data()};
+    if (!CanInterleave(plain)) {
+      EXPECT_EQ(GetKernels(type).interleave_rows, 0);
+      continue;
+    }
+    std::vector<uint8_t> buf(data.size());  // the interleaved copy: [rows / 16 groups]
+    const WeightMatrix w = InterleaveInto(plain, buf.data());
+    EXPECT_EQ(w.interleave, kQ8_0x16Rows);
+    const WeightMatrix odd{type, rows - 8, cols, RowSize(type, cols), data.data()};
+    EXPECT_FALSE(CanInterleave(odd));
+    for (int64_t n_tokens : {1, 2, 5, 8, 9, 20, 64}) {
+      const std::vector<float> x = RandomFloats(n_tokens * cols, rng);
+      for (auto [lo, hi] : {std::pair<int64_t, int64_t>{0, rows}, {5, 27}, {16, 32}, {3, 45}}) {
+        std::vector<float> y(static_cast<size_t>(n_tokens * rows), NAN);  // [n_tokens, rows]
+        MatMulScratch scratch;
+        MatMulRows(w, lo, hi, x.data(), cols, n_tokens, y.data(), rows, scratch, pool);
+        std::vector<uint8_t> a(RowSize(kQ8, cols));
+        for (int64_t j = 0; j < n_tokens; ++j) {
+          GetKernels(kQ8).quantize(x.data() + j * cols, a.data(), cols);
+          for (int64_t r = 0; r < rows; ++r) {
+            const float got = y[j * rows + r];
+            if (r < lo || r >= hi) {
+              ASSERT_TRUE(std::isnan(got)) << "wrote row " << r << " outside the range";
+              continue;
+            }
+            float want = 0.0f;
+            GetKernels(type, Isa::kScalar).vec_dot(cols, &want, plain.Row(r), a.data());
+            ASSERT_EQ(F32ToBits(got), F32ToBits(want))
+                << "tokens " << n_tokens << " token " << j << " row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The fixture files' matmul weights load repacked where the ISA has the layout, and give the
+// plain rows' bits.
+TEST(InterleavedLowBit, LoaderRepacksFixtures) {
+  std::mt19937 rng(47);
+  ThreadPool pool(2);
+  for (const char* name : {"Q1_0", "Q2_0"}) {
+    SCOPED_TRACE(name);
+    auto file = gguf::File::Open(std::string(LAMINA_SOURCE_DIR) +
+                                 "/tests/fixtures/models/synth-llama-d256." + name + ".gguf");
+    ASSERT_TRUE(file.ok()) << file.error().message;
+    const gguf::TensorInfo* info = (*file)->FindTensor("blk.0.ffn_gate.weight");
+    ASSERT_NE(info, nullptr);
+    const int64_t cols = info->ne[0], rows = info->ne[1];
+    std::vector<WeightBuffer> store;
+    WeightLoader L(**file, &store);
+    const WeightMatrix w = L.Matrix("blk.0.ffn_gate.weight", cols, rows);
+    ASSERT_TRUE(L.status().ok());
+    const bool layout = GetKernels(info->type).interleave_rows > 0;
+    EXPECT_EQ(w.interleave, layout ? kQ8_0x16Rows : 0);
+    WeightLoader plain_loader(**file);
+    const WeightMatrix plain = plain_loader.Matrix("blk.0.ffn_gate.weight", cols, rows);
+    EXPECT_EQ(plain.interleave, 0);
+    for (int64_t n : {1, 7, 33}) {
+      const std::vector<float> x = RandomFloats(n * cols, rng);
+      std::vector<float> y0(n * rows), y1(n * rows);  // [n tokens, rows]
+      MatMulScratch scratch;
+      MatMul(w, x.data(), cols, n, y0.data(), rows, scratch, pool);
+      MatMul(plain, x.data(), cols, n, y1.data(), rows, scratch, pool);
+      for (size_t i = 0; i < y0.size(); ++i) ASSERT_EQ(F32ToBits(y0[i]), F32ToBits(y1[i])) << i;
     }
   }
 }

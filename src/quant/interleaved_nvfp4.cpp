@@ -1,9 +1,8 @@
 // Interleaved NVFP4 weights (BlockNVFP4x16): the repack the loader runs once per weight matrix and
 // the scalar twin of the interleaved matmul kernels. The per-row order is the one-row dot's
-// (lowbit_common.inc): eight f32 lanes per row, lane l taking, for every 32-value group in order,
-// (sub-block scale * d_a) * float(integer dot of the group's values 4l..4l+3 with their codes),
-// then the lanes added as LowBitLaneSum, so every ISA's interleaved kernel gives the scalar
-// vec_dot's bits.
+// (lowbit_common.inc): one f32 accumulator per row, taking for every 16-value sub-block in order
+// (sub-block scale * d_a) * float(integer dot of its 16 values with their codes), so every ISA's
+// interleaved kernel gives the scalar vec_dot's bits.
 #include <cstring>
 
 #include "quant/kernel_registry.h"
@@ -29,14 +28,17 @@ void Repack(const void* src, size_t row_bytes, int64_t k, void* dst) {
   }
 }
 
-// Lane l of group g reads chunk 4g + 2 (l / 4) + l % 2 of the block, its low nibbles for
-// l % 4 < 2, else its high nibbles (BlockNVFP4x16's layout).
-inline int LaneDot(const BlockNVFP4x16& w, int r, int g, int l, const BlockQ8_0Act& a) {
-  const int c = 4 * g + 2 * (l / 4) + l % 2;
-  const int shift = l % 4 < 2 ? 0 : 4;
+// Row r's integer dot of sub-block sb with its 16 activation codes: chunks 2 sb + h (h < 2) hold
+// its elements 4h + e in their low nibbles and 8 + 4h + e in their high ones.
+inline int SubDot(const BlockNVFP4x16& w, int r, int sb, const BlockQ8_0Act& a) {
+  const int8_t* q = a.qs + 16 * (sb % 2);
   int isum = 0;
-  for (int e = 0; e < 4; ++e) {
-    isum += kMxfp4Levels[(w.qs[64 * c + 4 * r + e] >> shift) & 0xF] * a.qs[4 * l + e];
+  for (int h = 0; h < 2; ++h) {
+    for (int e = 0; e < 4; ++e) {
+      const uint8_t byte = w.qs[64 * (2 * sb + h) + 4 * r + e];
+      isum += kMxfp4Levels[byte & 0xF] * q[4 * h + e];
+      isum += kMxfp4Levels[byte >> 4] * q[8 + 4 * h + e];
+    }
   }
   return isum;
 }
@@ -48,17 +50,15 @@ void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, i
     const auto* a =
         reinterpret_cast<const BlockQ8_0Act*>(static_cast<const char*>(act) + t * act_row_bytes);
     for (int r = 0; r < kRows; ++r) {
-      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // [8 lanes]
+      float acc = 0.0f;
       for (int64_t i = 0; i < k / kQKNvfp4; ++i) {
-        for (int g = 0; g < 2; ++g) {
-          const BlockQ8_0Act& y = a[2 * i + g];
-          for (int l = 0; l < 8; ++l) {
-            const float scale = kUe4m3Half.v[w[i].d[kRows * (2 * g + l / 4) + r]] * y.d;
-            acc[l] += scale * static_cast<float>(LaneDot(w[i], r, g, l, y));
-          }
+        for (int sb = 0; sb < kSubs; ++sb) {
+          const BlockQ8_0Act& y = a[2 * i + sb / 2];
+          const float scale = kUe4m3Half.v[w[i].d[kRows * sb + r]] * y.d;
+          acc += scale * static_cast<float>(SubDot(w[i], r, sb, y));
         }
       }
-      out[t * out_stride + r] = LowBitLaneSum(acc);
+      out[t * out_stride + r] = acc;
     }
   }
 }

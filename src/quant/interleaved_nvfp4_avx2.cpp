@@ -1,11 +1,12 @@
 // AVX2 kernel for interleaved NVFP4 weights (BlockNVFP4x16): the 16-row group as two halves of 8
-// rows, one 256-bit lane per row. A 32-byte load of a half's chunk c holds two of the one-row
-// dot's eight accumulator lanes (low and high nibbles); each becomes signed E2M1 levels w by one
-// vpshufb, and each token's 4 activation codes, broadcast, are multiplied by maddubs(|w|,
-// sign(q, w)) and madd: the exact int32 lane dots of the scalar twin (|w| <= 12, so no pair
-// saturates). The float steps are the twin's (separate multiply and add, no FMA), so every output
-// is the scalar vec_dot's bits. Tokens go in tiles of up to 4; tiles of more than one token run
-// the block loop in 2 or 4 passes over disjoint chunks (lanes), so the accumulators fit the 16
+// rows, one 256-bit lane per row, one f32 accumulator register per token and half (the one-row
+// dot's order, lowbit_common.inc). A 16-value sub-block of a half is two 32-byte chunk loads;
+// their low and high nibbles become signed E2M1 levels w by one vpshufb each, and each token's
+// four runs of 4 activation codes, broadcast, are multiplied by maddubs(|w|, sign(q, w)), the four
+// int16 results added (at most 8 * 12 * 127 per word, so none saturates) and widened by one madd:
+// the exact int32 sub-block sums of the scalar twin. Then one convert, the scale's multiply, a
+// multiply and an add per sub-block (no FMA), so every output is the scalar vec_dot's bits.
+// Tokens go in tiles of up to 4, so the accumulators and the sub-block's levels fit the 16
 // registers.
 #include <immintrin.h>
 
@@ -41,78 +42,56 @@ inline __m256i Broadcast4(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
-// Chunk c's low-nibble lane (its high nibbles are that lane + 2).
-constexpr int LoLane(int c) { return 4 * ((c / 2) % 2) + c % 2; }
-
-// Pass q of P over rows [8h, 8h + 8): chunks c = q + P m (m < 8 / P), lanes LoLane(c) and
-// LoLane(c) + 2 in accumulator slots 2 m', 2 m' + 1 (m' = (c % 4 - q) / P), for N tokens.
-template <int N, int P>
-void Pass(int64_t nb, const BlockNVFP4x16* w, int h, const BlockQ8_0Act* const* a, int q,
-          float (*lanes)[8][kRows]) {
-  constexpr int kSlots = 8 / P;
-  __m256 acc[N][kSlots];
-  for (int t = 0; t < N; ++t) {
-    for (int s = 0; s < kSlots; ++s) acc[t][s] = _mm256_setzero_ps();
-  }
+// Rows [8h, 8h + 8) against N tokens.
+template <int N>
+void Half(int64_t nb, const BlockNVFP4x16* w, int h, const BlockQ8_0Act* const* a, float* out,
+          size_t out_stride) {
+  __m256 acc[N];  // [tokens] 8 rows
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
   const __m256i levels =
       _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Levels)));
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t i = 0; i < nb; ++i) {
-#pragma GCC unroll 8
-    for (int m = 0; m < 8 / P; ++m) {
-      const int c = q + P * m;
-      const int g = c / 4, slot = 2 * ((c % 4 - q) / P), lo = LoLane(c);
-      const __m256i v =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qs + 64 * c + 32 * h));
-      const __m256i slo = _mm256_shuffle_epi8(levels, _mm256_and_si256(v, m4));
-      const __m256i shi =
-          _mm256_shuffle_epi8(levels, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
-      const __m256i xlo = _mm256_sign_epi8(slo, slo), xhi = _mm256_sign_epi8(shi, shi);
-      const __m256 sw = Ue4m3Half(w[i].d + kRows * (c / 2) + 8 * h);
+#pragma GCC unroll 4
+    for (int sb = 0; sb < 4; ++sb) {
+      // s[2j + n]: chunk 2 sb + j's low (n = 0) or high (n = 1) nibbles' levels, the sub-block's
+      // elements 4j + 8n .. 4j + 8n + 3 of every row; x: their magnitudes.
+      __m256i s[4], x[4];
+#pragma GCC unroll 2
+      for (int j = 0; j < 2; ++j) {
+        const __m256i v = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(w[i].qs + 64 * (2 * sb + j) + 32 * h));
+        s[2 * j] = _mm256_shuffle_epi8(levels, _mm256_and_si256(v, m4));
+        s[2 * j + 1] = _mm256_shuffle_epi8(levels, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+      }
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) x[j] = _mm256_sign_epi8(s[j], s[j]);
+      const __m256 sw = Ue4m3Half(w[i].d + kRows * sb + 8 * h);
 #pragma GCC unroll 4
       for (int t = 0; t < N; ++t) {
-        const BlockQ8_0Act& y = a[t][2 * i + g];
+        const BlockQ8_0Act& y = a[t][2 * i + sb / 2];
+        const int8_t* q = y.qs + 16 * (sb % 2);
         const __m256 scale = _mm256_mul_ps(sw, _mm256_set1_ps(y.d));
-        const __m256i ilo = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(xlo, _mm256_sign_epi8(Broadcast4(y.qs + 4 * lo), slo)), ones);
-        const __m256i ihi = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(xhi, _mm256_sign_epi8(Broadcast4(y.qs + 4 * (lo + 2)), shi)),
-            ones);
-        acc[t][slot] = _mm256_add_ps(acc[t][slot], _mm256_mul_ps(scale, _mm256_cvtepi32_ps(ilo)));
-        acc[t][slot + 1] =
-            _mm256_add_ps(acc[t][slot + 1], _mm256_mul_ps(scale, _mm256_cvtepi32_ps(ihi)));
+        const __m256i p0 = _mm256_maddubs_epi16(x[0], _mm256_sign_epi8(Broadcast4(q), s[0]));
+        const __m256i p1 = _mm256_maddubs_epi16(x[1], _mm256_sign_epi8(Broadcast4(q + 8), s[1]));
+        const __m256i p2 = _mm256_maddubs_epi16(x[2], _mm256_sign_epi8(Broadcast4(q + 4), s[2]));
+        const __m256i p3 = _mm256_maddubs_epi16(x[3], _mm256_sign_epi8(Broadcast4(q + 12), s[3]));
+        const __m256i isum = _mm256_madd_epi16(
+            _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3)), ones);
+        acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(scale, _mm256_cvtepi32_ps(isum)));
       }
     }
   }
-  for (int m = 0; m < 4 / P; ++m) {
-    const int c = q + P * m;
-    for (int t = 0; t < N; ++t) {
-      _mm256_storeu_ps(lanes[t][LoLane(c)] + 8 * h, acc[t][2 * m]);
-      _mm256_storeu_ps(lanes[t][LoLane(c) + 2] + 8 * h, acc[t][2 * m + 1]);
-    }
-  }
+  for (int t = 0; t < N; ++t) _mm256_storeu_ps(out + t * out_stride + 8 * h, acc[t]);
 }
 
-template <int N, int P>
+template <int N>
 void GemmN(int64_t nb, const BlockNVFP4x16* w, const char* act, size_t act_row_bytes, float* out,
            size_t out_stride) {
   const BlockQ8_0Act* a[N];
   for (int t = 0; t < N; ++t) a[t] = reinterpret_cast<const BlockQ8_0Act*>(act + t * act_row_bytes);
-  alignas(32) float lanes[N][8][kRows];  // [tokens][8 accumulator lanes][rows]
-  for (int h = 0; h < kRows / 8; ++h) {
-    for (int q = 0; q < P; ++q) Pass<N, P>(nb, w, h, a, q, lanes);
-  }
-  for (int t = 0; t < N; ++t) {
-    for (int h = 0; h < kRows / 8; ++h) {
-      __m256 l[8];
-      for (int j = 0; j < 8; ++j) l[j] = _mm256_load_ps(lanes[t][j] + 8 * h);
-      // LowBitLaneSum: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
-      const __m256 even = _mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6]));
-      const __m256 odd = _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7]));
-      _mm256_storeu_ps(out + t * out_stride + 8 * h, _mm256_add_ps(even, odd));
-    }
-  }
+  for (int h = 0; h < kRows / 8; ++h) Half<N>(nb, w, h, a, out, out_stride);
 }
 
 void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
@@ -126,16 +105,16 @@ void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, i
     float* ot = out + t * out_stride;
     switch (n) {
       case 1:
-        GemmN<1, 1>(nb, w, at, act_row_bytes, ot, out_stride);
+        GemmN<1>(nb, w, at, act_row_bytes, ot, out_stride);
         break;
       case 2:
-        GemmN<2, 2>(nb, w, at, act_row_bytes, ot, out_stride);
+        GemmN<2>(nb, w, at, act_row_bytes, ot, out_stride);
         break;
       case 3:
-        GemmN<3, 4>(nb, w, at, act_row_bytes, ot, out_stride);
+        GemmN<3>(nb, w, at, act_row_bytes, ot, out_stride);
         break;
       default:
-        GemmN<4, 4>(nb, w, at, act_row_bytes, ot, out_stride);
+        GemmN<4>(nb, w, at, act_row_bytes, ot, out_stride);
         break;
     }
   }

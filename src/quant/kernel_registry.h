@@ -62,6 +62,12 @@ void GemmWideAvx2Q6K(int64_t k, const void* group, const void* act, size_t act_r
 void RegisterScalarInterleavedNvfp4(KernelTable& table);
 void RegisterAvx2InterleavedNvfp4(KernelTable& table);
 void RegisterAvx512InterleavedNvfp4(KernelTable& table);
+// The same for Q1_0 and Q2_0 (interleaved_lowbit*.cpp): the AVX2 registration turns their
+// interleaving off (plain rows there, defined in interleaved_lowbit.cpp), the AVX-512 one sets it
+// again with its kernels.
+void RegisterScalarInterleavedLowBit(KernelTable& table);
+void RegisterAvx2InterleavedLowBit(KernelTable& table);
+void RegisterAvx512InterleavedLowBit(KernelTable& table);
 // The same for IQ2_XXS, IQ2_XS, IQ3_XXS and IQ3_S (interleaved_iquants*.cpp): the AVX2 file
 // turns their interleaving off (plain rows there), the AVX-512 one sets it again with its kernels.
 void RegisterScalarInterleavedIq(KernelTable& table);

@@ -47,7 +47,7 @@ void DequantizeScaled(const void* vx, float* y, int64_t k) {
   }
 }
 
-// The reference dot (lowbit_common.inc states the order).
+// Q1_0's and Q2_0's reference dot (lowbit_common.inc states the order).
 template <typename B>
 void VecDotLowBit(int64_t k, float* s, const void* vw, const void* va) {
   constexpr int kG = LowBit<B>::kGroups;
@@ -69,6 +69,24 @@ void VecDotLowBit(int64_t k, float* s, const void* vw, const void* va) {
   *s = LowBitLaneSum(acc);
 }
 
+// NVFP4's reference dot: one accumulator, the sub-blocks in order (lowbit_common.inc).
+void VecDotNVFP4(int64_t k, float* s, const void* vw, const void* va) {
+  const auto* w = static_cast<const BlockNVFP4*>(vw);
+  const auto* a = static_cast<const BlockQ8_0*>(va);
+  constexpr int kSub = static_cast<int>(kQKNvfp4Sub);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < k / kQKNvfp4; ++i) {
+    for (int sb = 0; sb < 4; ++sb) {
+      const BlockQ8_0& y = a[2 * i + sb / 2];
+      int isum = 0;
+      for (int e = 0; e < kSub; ++e)
+        isum += ValueOf(w[i], kSub * sb + e) * y.qs[kSub * (sb % 2) + e];
+      acc += (kUe4m3Half.v[w[i].d[sb]] * Fp16ToF32(y.d)) * static_cast<float>(isum);
+    }
+  }
+  *s = acc;
+}
+
 void Set(KernelTable& table, GgmlType type, DequantizeRowFn dequantize, VecDotFn vec_dot,
          VecDotMultiFn vec_dot_multi) {
   table[static_cast<int>(type)] =
@@ -78,8 +96,7 @@ void Set(KernelTable& table, GgmlType type, DequantizeRowFn dequantize, VecDotFn
 }  // namespace
 
 void RegisterScalarLowBit(KernelTable& table) {
-  Set(table, GgmlType::kNVFP4, DequantizeNVFP4, VecDotLowBit<BlockNVFP4>,
-      VecDotEachRow<VecDotLowBit<BlockNVFP4>>);
+  Set(table, GgmlType::kNVFP4, DequantizeNVFP4, VecDotNVFP4, VecDotEachRow<VecDotNVFP4>);
   Set(table, GgmlType::kQ1_0, DequantizeScaled<BlockQ1_0, kQK1_0>, VecDotLowBit<BlockQ1_0>,
       VecDotEachRow<VecDotLowBit<BlockQ1_0>>);
   Set(table, GgmlType::kQ2_0, DequantizeScaled<BlockQ2_0, kQK2_0>, VecDotLowBit<BlockQ2_0>,

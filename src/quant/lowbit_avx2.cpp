@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "quant/kernel_registry.h"
 #include "quant/quant.h"

@@ -41,6 +41,7 @@ const Tables& ScalarTables() {
     quant_internal::RegisterScalarInterleaved(t->table);
     quant_internal::RegisterScalarInterleavedK(t->table);
     quant_internal::RegisterScalarInterleavedNvfp4(t->table);
+    quant_internal::RegisterScalarInterleavedLowBit(t->table);
     quant_internal::RegisterScalarInterleavedIq(t->table);
     return t;
   }();
@@ -57,6 +58,7 @@ const Tables& Avx2Tables() {
     quant_internal::RegisterAvx2Interleaved(t->table);
     quant_internal::RegisterAvx2InterleavedK(t->table);
     quant_internal::RegisterAvx2InterleavedNvfp4(t->table);
+    quant_internal::RegisterAvx2InterleavedLowBit(t->table);
     quant_internal::RegisterAvx2InterleavedIq(t->table);
     return t;
   }();
@@ -73,6 +75,7 @@ const Tables& Avx512Tables() {
     quant_internal::RegisterAvx512Interleaved(t->table);
     quant_internal::RegisterAvx512InterleavedK(t->table);
     quant_internal::RegisterAvx512InterleavedNvfp4(t->table);
+    quant_internal::RegisterAvx512InterleavedLowBit(t->table);
     quant_internal::RegisterAvx512InterleavedIq(t->table);
     return t;
   }();

@@ -453,6 +453,27 @@ struct BlockNVFP4x16 {
 };
 static_assert(sizeof(BlockNVFP4x16) == kQ8_0x16Rows * sizeof(BlockNVFP4));
 
+// Q1_0 weights repacked at load: block i (128 values) of 16 consecutive rows. d[r] is row r's
+// scale; qs[64 * g + 8 * p + 4 * h + b] is byte 4g + b of row 2p + h (g < 4 groups of 32 values,
+// p < 8 row pairs, h < 2), so the 8 bytes at qs + 64 g + 8 p are one 64-bit mask: bit j < 32 the
+// sign of row 2p's value 32g + j, bit 32 + j row 2p + 1's. Same bytes as the 16 rows' blocks.
+struct BlockQ1_0x16 {
+  fp16_t d[kQ8_0x16Rows];
+  uint8_t qs[kQ8_0x16Rows * kQK1_0 / 8];
+};
+static_assert(sizeof(BlockQ1_0x16) == kQ8_0x16Rows * sizeof(BlockQ1_0));
+
+// Q2_0 weights repacked at load: block i (64 values) of 16 consecutive rows. d[r] is row r's
+// scale; the 16 bytes at qs + 128 g + 16 p hold the 2-bit codes of group g (values 32g..32g+31)
+// of rows 2p and 2p + 1 (p < 8) by position n < 64 (n < 32: row 2p's value 32g + n, else row
+// 2p + 1's value 32g + n - 32): byte n % 16, bits 2 (n / 16) and 2 (n / 16) + 1. Shifting the
+// 16 bytes right by 0, 2, 4 and 6 gives the codes of positions 0..15, 16..31, 32..47, 48..63.
+struct BlockQ2_0x16 {
+  fp16_t d[kQ8_0x16Rows];
+  uint8_t qs[kQ8_0x16Rows * kQK2_0 / 4];
+};
+static_assert(sizeof(BlockQ2_0x16) == kQ8_0x16Rows * sizeof(BlockQ2_0));
+
 struct TypeTraits {
   const char* name;
   int64_t block_size;  // elements per block
