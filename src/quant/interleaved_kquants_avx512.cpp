@@ -52,6 +52,15 @@ inline __m512i Broadcast4(const void* p) {
   return _mm512_set1_epi32(v);
 }
 inline __m512i Load(const uint8_t* p) { return _mm512_loadu_si512(p); }
+// acc + the dot of u's bytes with the 4 signed bytes at p in every lane: vpdpbusd with the bytes
+// as its broadcast memory operand, one instruction where vpbroadcastd and vpdpbusd are two (the
+// compiler does not fold the broadcast by itself). Used from 2 tokens, where each chunk's codes
+// meet N broadcasts.
+inline __m512i DotBroadcast(__m512i acc, __m512i u, const void* p) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*static_cast<const int32_t*>(p)));
+  return acc;
+}
+
 inline __m512 LoadHalves(const fp16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
@@ -126,7 +135,8 @@ inline void StepQ45K(const Block& w, const BlockQ8_K* const* a, int64_t i, __m51
       if constexpr (kQ5) u = _mm512_or_si512(u, HighBitsQ5K(w, j, c));
 #pragma GCC unroll 8
       for (int t = 0; t < N; ++t) {
-        part[t] = _mm512_dpbusd_epi32(part[t], u, Broadcast4(a[t][i].qs + 32 * j + 4 * c));
+        part[t] = N >= 2 ? DotBroadcast(part[t], u, a[t][i].qs + 32 * j + 4 * c)
+                         : _mm512_dpbusd_epi32(part[t], u, Broadcast4(a[t][i].qs + 32 * j + 4 * c));
       }
     }
 #pragma GCC unroll 8
@@ -253,7 +263,8 @@ inline void StepQ6K(const BlockQ6_Kx16& w, const BlockQ8_K* const* a, int64_t i,
           const int e0 = 16 * g + 4 * c4;
 #pragma GCC unroll 8
           for (int t = 0; t < N; ++t) {
-            part[t] = _mm512_dpbusd_epi32(part[t], u, Broadcast4(a[t][i].qs + e0));
+            part[t] = N >= 2 ? DotBroadcast(part[t], u, a[t][i].qs + e0)
+                             : _mm512_dpbusd_epi32(part[t], u, Broadcast4(a[t][i].qs + e0));
           }
         }
 #pragma GCC unroll 8
