@@ -2,10 +2,11 @@
 // BlockQ5_Kx16, BlockQ6_Kx16, BlockIQ4_XSx16): one 512-bit lane per row of the 16-row group. Per
 // 4-element chunk one 64-byte load (Q4_K: masked or shifted nibbles; Q6_K: nibbles ORed with their
 // two high bits) gives the unsigned codes of all rows, and each token adds its 4 activation codes,
-// broadcast, by one vpdpbusd into a per-group sum (Q6_K's starts at -32 * bsums[g]); vpmulld
-// applies the rows' group scales (from 4 tokens vpdpwssd: Q4_K on half sub-blocks, Q6_K on the
-// sum split into its low byte and the rest by one vpshufb) and Q4_K's mins
-// term is vpdpwssd of each row's min against the token's bsums pairs; IQ4_XS's nibbles become level
+// broadcast (from 2 tokens as vpdpbusd's own {1to16} memory operand), by one vpdpbusd into a
+// per-group sum (Q6_K's starts at -32 * bsums[g]); vpmulld applies the rows' group scales (from 4
+// tokens the sum split into its low byte and the rest by one vpshufb, and one vpdpwssd against
+// (s, 256 s)) and Q4_K's mins term is vpdpwssd of each row's mins against the token's bsums (from
+// 2 tokens on pairs of 32-value sums); IQ4_XS's nibbles become level
 // + 128 by one vpshufb, and each group's sum starts at -128 * (its bsums). Every sum is exact, and
 // the float steps are the scalar twin's (separate multiply and add, no FMA), so every output is the
 // scalar twin's bits. Prompt-sized calls (16 to 128 tokens) unpack the group once into a local
