@@ -113,8 +113,9 @@ inline void StepQ45K(const Block& w, const BlockQ8_K* const* a, int64_t i, __m51
                       _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), m2), 4))};
   const __m512i nib = _mm512_set1_epi8(0x0F);
   // From 4 tokens each 32-value group sum P (|P| <= 31 * 128 * 32 < 2^23) is scaled by split bytes:
-  // one vpshufb and one vpdpwssd against (s, 256 s) add s * P exactly, where vpmulld and its add
-  // take two slots of the dot's ports; fewer tokens would wait on the one vpdpwssd chain.
+  // one vpshufb (off the dot's ports) and one vpdpwssd against (s, 256 s) add s * P exactly, where
+  // two vpdpwssd on half sums, or vpmulld and an add, take two of the dot's slots; fewer tokens
+  // would wait on the one vpdpwssd chain.
   constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_Kx16>;
   constexpr bool kSplit = N >= 4;
   const __m512i split = SplitBytes();
