@@ -575,7 +575,8 @@ void BM_KvAttentionKernels(benchmark::State& state) {
 }
 BENCHMARK(BM_KvAttentionKernels)->ArgsProduct({{1, 2, 3, 4}, {0, 1, 2}})->Args({1, 3});
 
-// args: 0 vfmadd231ps, 1 vpdpwssd (zmm). 16 independent chains of the instruction over
+// args: 0 vfmadd231ps, 1 vpdpwssd (zmm), 2-5 vpdpbusd alone and with the instructions beside it
+// in the K-quant kernels (DpbusdMixChains). 16 independent chains of the instruction over
 // registers, no memory: its throughput on this core, the port limit the attention kernels are
 // measured against ("s/op" per instruction; a kernel's s/cell divided by it is the number of
 // such instruction slots it spends per cell).
@@ -607,6 +608,141 @@ __attribute__((target("avx512f,avx512vnni"))) float DpwssdChains(int64_t n) {
   for (int i = 1; i < 16; ++i) d[0] = _mm512_add_epi32(d[0], d[i]);
   return static_cast<float>(_mm512_reduce_add_epi32(d[0]));
 }
+
+// 16 vpdpbusd chains (the interleaved K-quant kernels' dot, zmm0-15) with what those kernels issue
+// beside it: kMix 0 nothing else; 1 a vpshufb per two vpdpbusd (the split-byte scale step, 8
+// chains); 2 each vpdpbusd's s8 operand broadcast from memory first (vpbroadcastd zmm, m32, as
+// the activations are); 3 a vpdpwssd per two vpdpbusd (8 chains: do the two share ports?). Inline
+// assembly so that the compiler adds no copies. s/op counts the vpdpbusd only, so against kMix 0
+// it shows what the other instruction costs in the dot's ports.
+template <int kMix>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) float DpbusdMixChains(int64_t n,
+                                                                             const int32_t* mem) {
+  asm volatile(
+      "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
+      "vpternlogd $0xff, %%zmm31, %%zmm31, %%zmm31\n\t"  // u: all ones
+      "vpabsb %%zmm31, %%zmm30\n\t"                      // s: ones
+      "vmovdqa64 %%zmm0, %%zmm29\n\t" ::
+          : "xmm0", "xmm29", "xmm30", "xmm31");
+  for (int64_t k = 0; k < n; ++k) {
+    if constexpr (kMix == 0) {
+      asm volatile(
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm1\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm2\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm3\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm4\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm5\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm6\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm7\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm8\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm9\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm10\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm11\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm12\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm13\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm14\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm15\n\t" ::
+              : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+                "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+    } else if constexpr (kMix == 1) {
+      asm volatile(
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm1\n\t"
+          "vpshufb %%zmm29, %%zmm16, %%zmm16\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm2\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm3\n\t"
+          "vpshufb %%zmm29, %%zmm17, %%zmm17\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm4\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm5\n\t"
+          "vpshufb %%zmm29, %%zmm18, %%zmm18\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm6\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm7\n\t"
+          "vpshufb %%zmm29, %%zmm19, %%zmm19\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm8\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm9\n\t"
+          "vpshufb %%zmm29, %%zmm20, %%zmm20\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm10\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm11\n\t"
+          "vpshufb %%zmm29, %%zmm21, %%zmm21\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm12\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm13\n\t"
+          "vpshufb %%zmm29, %%zmm22, %%zmm22\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm14\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm15\n\t"
+          "vpshufb %%zmm29, %%zmm23, %%zmm23\n\t" ::
+              : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+                "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18",
+                "xmm19", "xmm20", "xmm21", "xmm22", "xmm23");
+    } else if constexpr (kMix == 2) {
+      asm volatile(
+          "vpbroadcastd 0(%[p]), %%zmm24\n\t"
+          "vpdpbusd %%zmm24, %%zmm31, %%zmm0\n\t"
+          "vpbroadcastd 4(%[p]), %%zmm25\n\t"
+          "vpdpbusd %%zmm25, %%zmm31, %%zmm1\n\t"
+          "vpbroadcastd 8(%[p]), %%zmm26\n\t"
+          "vpdpbusd %%zmm26, %%zmm31, %%zmm2\n\t"
+          "vpbroadcastd 12(%[p]), %%zmm27\n\t"
+          "vpdpbusd %%zmm27, %%zmm31, %%zmm3\n\t"
+          "vpbroadcastd 16(%[p]), %%zmm24\n\t"
+          "vpdpbusd %%zmm24, %%zmm31, %%zmm4\n\t"
+          "vpbroadcastd 20(%[p]), %%zmm25\n\t"
+          "vpdpbusd %%zmm25, %%zmm31, %%zmm5\n\t"
+          "vpbroadcastd 24(%[p]), %%zmm26\n\t"
+          "vpdpbusd %%zmm26, %%zmm31, %%zmm6\n\t"
+          "vpbroadcastd 28(%[p]), %%zmm27\n\t"
+          "vpdpbusd %%zmm27, %%zmm31, %%zmm7\n\t"
+          "vpbroadcastd 32(%[p]), %%zmm24\n\t"
+          "vpdpbusd %%zmm24, %%zmm31, %%zmm8\n\t"
+          "vpbroadcastd 36(%[p]), %%zmm25\n\t"
+          "vpdpbusd %%zmm25, %%zmm31, %%zmm9\n\t"
+          "vpbroadcastd 40(%[p]), %%zmm26\n\t"
+          "vpdpbusd %%zmm26, %%zmm31, %%zmm10\n\t"
+          "vpbroadcastd 44(%[p]), %%zmm27\n\t"
+          "vpdpbusd %%zmm27, %%zmm31, %%zmm11\n\t"
+          "vpbroadcastd 48(%[p]), %%zmm24\n\t"
+          "vpdpbusd %%zmm24, %%zmm31, %%zmm12\n\t"
+          "vpbroadcastd 52(%[p]), %%zmm25\n\t"
+          "vpdpbusd %%zmm25, %%zmm31, %%zmm13\n\t"
+          "vpbroadcastd 56(%[p]), %%zmm26\n\t"
+          "vpdpbusd %%zmm26, %%zmm31, %%zmm14\n\t"
+          "vpbroadcastd 60(%[p]), %%zmm27\n\t"
+          "vpdpbusd %%zmm27, %%zmm31, %%zmm15\n\t" ::[p] "r"(mem + (k & 31) * 4)
+          : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+            "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm24", "xmm25", "xmm26", "xmm27");
+    } else {
+      asm volatile(
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm1\n\t"
+          "vpdpwssd %%zmm30, %%zmm31, %%zmm16\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm2\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm3\n\t"
+          "vpdpwssd %%zmm30, %%zmm31, %%zmm17\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm4\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm5\n\t"
+          "vpdpwssd %%zmm30, %%zmm31, %%zmm18\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm6\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm7\n\t"
+          "vpdpwssd %%zmm30, %%zmm31, %%zmm19\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm8\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm9\n\t"
+          "vpdpwssd %%zmm30, %%zmm31, %%zmm20\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm10\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm11\n\t"
+          "vpdpwssd %%zmm30, %%zmm31, %%zmm21\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm12\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm13\n\t"
+          "vpdpwssd %%zmm30, %%zmm31, %%zmm22\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm14\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm15\n\t"
+          "vpdpwssd %%zmm30, %%zmm31, %%zmm23\n\t" ::
+              : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+                "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18",
+                "xmm19", "xmm20", "xmm21", "xmm22", "xmm23");
+    }
+  }
+  return static_cast<float>(mem[0]);
+}
 #pragma GCC diagnostic pop
 
 void BM_PortLimit(benchmark::State& state) {
@@ -615,17 +751,44 @@ void BM_PortLimit(benchmark::State& state) {
     return;
   }
   constexpr int64_t kIters = 1 << 16;
+  std::vector<int32_t> mem(256, 0x01020304);  // broadcast sources for arg 4
   float out = 0.0f;
+  const int64_t arg = state.range(0);
   for (auto _ : state) {
-    out += state.range(0) == 0 ? FmaChains(kIters) : DpwssdChains(kIters);
+    switch (arg) {
+      case 0:
+        out += FmaChains(kIters);
+        break;
+      case 1:
+        out += DpwssdChains(kIters);
+        break;
+      case 2:
+        out += DpbusdMixChains<0>(kIters, mem.data());
+        break;
+      case 3:
+        out += DpbusdMixChains<1>(kIters, mem.data());
+        break;
+      case 4:
+        out += DpbusdMixChains<2>(kIters, mem.data());
+        break;
+      default:
+        out += DpbusdMixChains<3>(kIters, mem.data());
+        break;
+    }
     benchmark::DoNotOptimize(out);
   }
-  state.SetLabel(state.range(0) == 0 ? "vfmadd231ps zmm" : "vpdpwssd zmm");
+  static const char* const kLabels[] = {"vfmadd231ps zmm",
+                                        "vpdpwssd zmm",
+                                        "vpdpbusd zmm",
+                                        "vpdpbusd + vpshufb per 2",
+                                        "vpdpbusd, s8 by vpbroadcastd m32",
+                                        "vpdpbusd + vpdpwssd per 2"};
+  state.SetLabel(kLabels[arg]);
   state.counters["s/op"] = benchmark::Counter(
       16.0 * kIters * state.iterations(), benchmark::Counter::kIsRate | benchmark::Counter::kInvert,
       benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_PortLimit)->Arg(0)->Arg(1);
+BENCHMARK(BM_PortLimit)->DenseRange(0, 5);
 
 // Streaming read bandwidth over a buffer far larger than the caches, on 1 or 2 threads. Integer
 // adds into 8 independent accumulators keep the loop far from compute-bound, so it measures the

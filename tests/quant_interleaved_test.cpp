@@ -411,13 +411,16 @@ TEST(InterleavedK, ExtremeCodesEqualScalarTwin) {
       for (int r = 0; r < kQ8_0x16Rows; ++r) {
         ASSERT_EQ(F32ToBits(got[r]), F32ToBits(want[r])) << IsaName(isa) << " row " << r;
       }
-      const int n = std::min(kN, kern.gemm_max_tokens);
-      std::vector<float> many(static_cast<size_t>(n) * kQ8_0x16Rows);  // [n][row]
-      kern.gemm_interleaved(k, group.data(), acts.data(), act.size(), n, many.data(), kQ8_0x16Rows);
-      for (int t = 0; t < n; ++t) {
-        for (int r = 0; r < kQ8_0x16Rows; ++r) {
-          ASSERT_EQ(F32ToBits(many[t * kQ8_0x16Rows + r]), F32ToBits(want[r]))
-              << IsaName(isa) << " token " << t << " row " << r;
+      // 2, 3 and 8 tokens (the decode-batch kernels' paths) and a prompt-sized call.
+      for (const int n : {2, 3, kMaxMultiDot, std::min(kN, kern.gemm_max_tokens)}) {
+        std::vector<float> many(static_cast<size_t>(n) * kQ8_0x16Rows);  // [n][row]
+        kern.gemm_interleaved(k, group.data(), acts.data(), act.size(), n, many.data(),
+                              kQ8_0x16Rows);
+        for (int t = 0; t < n; ++t) {
+          for (int r = 0; r < kQ8_0x16Rows; ++r) {
+            ASSERT_EQ(F32ToBits(many[t * kQ8_0x16Rows + r]), F32ToBits(want[r]))
+                << IsaName(isa) << " n " << n << " token " << t << " row " << r;
+          }
         }
       }
     }

@@ -2,10 +2,11 @@
 // BlockQ5_Kx16, BlockQ6_Kx16, BlockIQ4_XSx16): one 512-bit lane per row of the 16-row group. Per
 // 4-element chunk one 64-byte load (Q4_K: masked or shifted nibbles; Q6_K: nibbles ORed with their
 // two high bits) gives the unsigned codes of all rows, and each token adds its 4 activation codes,
-// broadcast, by one vpdpbusd into a per-group sum (Q6_K's starts at -32 * bsums[g]); vpmulld
-// applies the rows' group scales (from 4 tokens vpdpwssd: Q4_K on half sub-blocks, Q6_K on the
-// sum split into its low byte and the rest by one vpshufb) and Q4_K's mins
-// term is vpdpwssd of each row's min against the token's bsums pairs; IQ4_XS's nibbles become level
+// broadcast (from 2 tokens as vpdpbusd's own {1to16} memory operand), by one vpdpbusd into a
+// per-group sum (Q6_K's starts at -32 * bsums[g]); vpmulld applies the rows' group scales (from 4
+// tokens the sum split into its low byte and the rest by one vpshufb, and one vpdpwssd against
+// (s, 256 s)) and Q4_K's mins term is vpdpwssd of each row's mins against the token's bsums (from
+// 2 tokens on pairs of 32-value sums); IQ4_XS's nibbles become level
 // + 128 by one vpshufb, and each group's sum starts at -128 * (its bsums). Every sum is exact, and
 // the float steps are the scalar twin's (separate multiply and add, no FMA), so every output is the
 // scalar twin's bits. Prompt-sized calls (16 to 128 tokens) unpack the group once into a local
@@ -52,8 +53,29 @@ inline __m512i Broadcast4(const void* p) {
   return _mm512_set1_epi32(v);
 }
 inline __m512i Load(const uint8_t* p) { return _mm512_loadu_si512(p); }
+// acc + the dot of u's bytes with the 4 signed bytes at p in every lane: vpdpbusd with the bytes
+// as its broadcast memory operand, one instruction where vpbroadcastd and vpdpbusd are two (the
+// compiler does not fold the broadcast by itself). Used from 2 tokens, where each chunk's codes
+// meet N broadcasts.
+inline __m512i DotBroadcast(__m512i acc, __m512i u, const void* p) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*static_cast<const int32_t*>(p)));
+  return acc;
+}
+
 inline __m512 LoadHalves(const fp16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// P & 255 zero-extended in the low word and P >> 8 in the high word of each lane (exact for
+// |P| < 2^23), for vpdpwssd against (s, 256 * s).
+inline __m512i SplitBytes() {
+  return _mm512_broadcast_i32x4(
+      _mm_setr_epi8(0, -128, 1, 2, 4, -128, 5, 6, 8, -128, 9, 10, 12, -128, 13, 14));
+}
+// Lane r: s in the low word, 256 * s in the high word (s in [-128, 127]).
+inline __m512i SplitScale(__m512i s32) {
+  return _mm512_ternarylogic_epi32(_mm512_set1_epi32(0xFFFF), s32, _mm512_slli_epi32(s32, 24),
+                                   0xEA);
 }
 
 // acc[t] += float(sumi[t]) * (d_w * d_a[t]), lane by lane as the scalar twin.
@@ -90,44 +112,73 @@ inline void StepQ45K(const Block& w, const BlockQ8_K* const* a, int64_t i, __m51
       _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), m4),
                       _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), m2), 4))};
   const __m512i nib = _mm512_set1_epi8(0x0F);
-  // Q4_K with 4 or more tokens sums each half sub-block (16 values) apart and scales it by one
-  // vpdpwssd (one uop where vpmulld and its add are three); Q5_K's wider codes need the whole
-  // sub-block's int32 sum and vpmulld, and fewer tokens would wait on the longer vpdpwssd chain.
+  // From 4 tokens each 32-value group sum P (|P| <= 31 * 128 * 32 < 2^23) is scaled by split bytes:
+  // one vpshufb (off the dot's ports) and one vpdpwssd against (s, 256 s) add s * P exactly, where
+  // two vpdpwssd on half sums, or vpmulld and an add, take two of the dot's slots; fewer tokens
+  // would wait on the one vpdpwssd chain.
   constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_Kx16>;
-  constexpr bool kDpw = !kQ5 && N >= 4;
-  constexpr int kHalf = kDpw ? 4 : 8;  // chunks per scaled sum
+  constexpr bool kSplit = N >= 4;
+  const __m512i split = SplitBytes();
   __m512i sumi[N];
 #pragma GCC unroll 8
   for (int t = 0; t < N; ++t) sumi[t] = _mm512_setzero_si512();
 #pragma GCC unroll 8
   for (int j = 0; j < 8; ++j) {
     PrefetchPart(w, j, 8);
-    const __m512i s = _mm512_and_si512(_mm512_srli_epi32(sc[j / 4], 8 * (j % 4)), byte);
+    const __m512i s0 = _mm512_and_si512(_mm512_srli_epi32(sc[j / 4], 8 * (j % 4)), byte);
+    const __m512i s = kSplit ? SplitScale(s0) : s0;
     __m512i part[N];
 #pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) {
-      if (c % kHalf == 0) {
+    for (int t = 0; t < N; ++t) part[t] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-        for (int t = 0; t < N; ++t) part[t] = _mm512_setzero_si512();
-      }
+    for (int c = 0; c < 8; ++c) {
       const __m512i v = Load(w.qs + 64 * (8 * (j / 2) + c));
       __m512i u = _mm512_and_si512(j % 2 == 0 ? v : _mm512_srli_epi16(v, 4), nib);
       if constexpr (kQ5) u = _mm512_or_si512(u, HighBitsQ5K(w, j, c));
 #pragma GCC unroll 8
       for (int t = 0; t < N; ++t) {
-        part[t] = _mm512_dpbusd_epi32(part[t], u, Broadcast4(a[t][i].qs + 32 * j + 4 * c));
+        part[t] = N >= 2 ? DotBroadcast(part[t], u, a[t][i].qs + 32 * j + 4 * c)
+                         : _mm512_dpbusd_epi32(part[t], u, Broadcast4(a[t][i].qs + 32 * j + 4 * c));
       }
-      if (c % kHalf != kHalf - 1) continue;
+    }
 #pragma GCC unroll 8
-      for (int t = 0; t < N; ++t) {
-        // Q4_K: |part| <= 15 * 128 * 16 fits the low word, and s (0..63) sits in the low word
-        // with a zero high word, so vpdpwssd adds exactly part * s.
-        sumi[t] = kDpw ? _mm512_dpwssd_epi32(sumi[t], part[t], s)
+    for (int t = 0; t < N; ++t) {
+      sumi[t] = kSplit ? _mm512_dpwssd_epi32(sumi[t], _mm512_shuffle_epi8(part[t], split), s)
                        : _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(part[t], s));
-      }
     }
   }
   AddScaled<N>(LoadHalves(w.d), sumi, a, i, acc);
+  const __m512 dmin = LoadHalves(w.dmin);
+  if constexpr (N >= 2) {
+    // summ = sum_j mn_j * B_j, B_j = bsums[2j] + bsums[2j + 1] (|B_j| <= 32 * 127): four
+    // vpdpwssd of the rows' (mn_2k, mn_2k+1) words against the token's (B_2k, B_2k+1), where the
+    // one-token kernel runs eight of the min in both words against (bsums[2j], bsums[2j + 1]).
+    const __m512i lo = _mm512_broadcast_i32x4(  // per dword: bytes 0 and 1 as words
+        _mm_setr_epi8(0, -128, 1, -128, 4, -128, 5, -128, 8, -128, 9, -128, 12, -128, 13, -128));
+    const __m512i hi = _mm512_broadcast_i32x4(  // bytes 2 and 3 as words
+        _mm_setr_epi8(2, -128, 3, -128, 6, -128, 7, -128, 10, -128, 11, -128, 14, -128, 15, -128));
+    const __m512i mpair[4] = {// [k]: row r's (mn_2k, mn_2k+1) words in lane r
+                              _mm512_shuffle_epi8(mn[0], lo), _mm512_shuffle_epi8(mn[0], hi),
+                              _mm512_shuffle_epi8(mn[1], lo), _mm512_shuffle_epi8(mn[1], hi)};
+    alignas(32) int16_t pairs[N][16];  // [token]: B_0..B_3, (again), B_4..B_7, (again)
+#pragma GCC unroll 8
+    for (int t = 0; t < N; ++t) {
+      const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t][i].bsums));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(pairs[t]), _mm256_hadd_epi16(b, b));
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < N; ++t) {
+      __m512i summ = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        summ =
+            _mm512_dpwssd_epi32(summ, mpair[k], Broadcast4(pairs[t] + 2 * (k % 2) + 8 * (k / 2)));
+      }
+      const __m512 scale = _mm512_mul_ps(dmin, _mm512_set1_ps(a[t][i].d));
+      acc[t] = _mm512_sub_ps(acc[t], _mm512_mul_ps(_mm512_cvtepi32_ps(summ), scale));
+    }
+    return;
+  }
   // summ = sum_j mn_j * (bsums[2j] + bsums[2j + 1]): the min in both words of the lane.
   __m512i mdup[8];  // [group j]: row r's min j in both words of lane r
 #pragma GCC unroll 8
@@ -135,7 +186,6 @@ inline void StepQ45K(const Block& w, const BlockQ8_K* const* a, int64_t i, __m51
     const __m512i m = _mm512_and_si512(_mm512_srli_epi32(mn[j / 4], 8 * (j % 4)), byte);
     mdup[j] = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
   }
-  const __m512 dmin = LoadHalves(w.dmin);
 #pragma GCC unroll 8
   for (int t = 0; t < N; ++t) {
     __m512i summ = _mm512_setzero_si512();
@@ -173,6 +223,20 @@ inline void StepQ6K(const BlockQ6_Kx16& w, const BlockQ8_K* const* a, int64_t i,
   constexpr bool kDpw = N >= kQ6DpwMinTokens;
   const __m512i split = _mm512_broadcast_i32x4(  // per dword: byte 0, zero, bytes 1 and 2
       _mm_setr_epi8(0, -128, 1, 2, 4, -128, 5, 6, 8, -128, 9, 10, 12, -128, 13, 14));
+  // From 2 tokens the groups' starts -32 * bsums[g] come from one vector per token (sign-extend,
+  // shift, negate, store) and a broadcast load each, where a multiply and a broadcast from a
+  // general register per token and group took four to five instructions.
+  constexpr bool kNegVec = N >= 2;
+  alignas(64) int32_t neg[N][16];  // [token][group g]: -32 * bsums[g]
+  if constexpr (kNegVec) {
+#pragma GCC unroll 8
+    for (int t = 0; t < N; ++t) {
+      const __m512i b = _mm512_cvtepi16_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t][i].bsums)));
+      _mm512_store_si512(neg[t], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(b, 5)));
+    }
+    asm("" ::: "memory");  // read neg back by broadcast loads, not by shuffles of its registers
+  }
   __m512i sumi[N];
 #pragma GCC unroll 8
   for (int t = 0; t < N; ++t) sumi[t] = _mm512_setzero_si512();
@@ -192,14 +256,17 @@ inline void StepQ6K(const BlockQ6_Kx16& w, const BlockQ8_K* const* a, int64_t i,
                                : s32;
         __m512i part[N];
 #pragma GCC unroll 8
-        for (int t = 0; t < N; ++t) part[t] = _mm512_set1_epi32(-32 * a[t][i].bsums[g]);
+        for (int t = 0; t < N; ++t) {
+          part[t] = _mm512_set1_epi32(kNegVec ? neg[t][g] : -32 * a[t][i].bsums[g]);
+        }
 #pragma GCC unroll 4
         for (int c4 = 0; c4 < 4; ++c4) {
           const __m512i u = CodesQ6K(w, m, 16 * n + 8 * (m % 2) + 4 * hh + c4, 8 * n + 4 * hh + c4);
           const int e0 = 16 * g + 4 * c4;
 #pragma GCC unroll 8
           for (int t = 0; t < N; ++t) {
-            part[t] = _mm512_dpbusd_epi32(part[t], u, Broadcast4(a[t][i].qs + e0));
+            part[t] = N >= 2 ? DotBroadcast(part[t], u, a[t][i].qs + e0)
+                             : _mm512_dpbusd_epi32(part[t], u, Broadcast4(a[t][i].qs + e0));
           }
         }
 #pragma GCC unroll 8
@@ -335,18 +402,6 @@ void GemmN(int64_t nb, const Block* w, const char* act, size_t act_row_bytes, fl
 constexpr int kWideMinTokens = 16;
 constexpr int kWideTile = 12;  // tiles of 8..12 tokens for 16 or more
 constexpr int kSlab = 4;       // super-blocks unpacked at a time
-
-// P & 255 zero-extended in the low word and P >> 8 in the high word of each lane (exact for
-// |P| < 2^23), for vpdpwssd against (s, 256 * s).
-inline __m512i SplitBytes() {
-  return _mm512_broadcast_i32x4(
-      _mm_setr_epi8(0, -128, 1, 2, 4, -128, 5, 6, 8, -128, 9, 10, 12, -128, 13, 14));
-}
-// Lane r: s in the low word, 256 * s in the high word (s in [-128, 127]).
-inline __m512i SplitScale(__m512i s32) {
-  return _mm512_ternarylogic_epi32(_mm512_set1_epi32(0xFFFF), s32, _mm512_slli_epi32(s32, 24),
-                                   0xEA);
-}
 
 // One Q4_K or Q5_K super-block of the group, unpacked.
 struct alignas(64) WideQ45K {
