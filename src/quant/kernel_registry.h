@@ -44,8 +44,8 @@ void RegisterAvx512Interleaved(KernelTable& table);
 void RepackQ5_0x16(const void* src, size_t row_bytes, int64_t k, void* dst);
 void GemmQ5_0x16Lanes(int64_t k, const void* group, const void* act, size_t act_row_bytes,
                       int n_act, float* out, size_t out_stride);
-// The same for Q4_K, Q5_K and Q6_K (interleaved_kquants*.cpp); the AVX-512 one also replaces
-// Q8_K's quantize (the activations these kernels read) by its bit-identical twin.
+// The same for Q4_K, Q5_K and Q6_K (interleaved_kquants*.cpp); the AVX2 and AVX-512 ones also
+// replace Q8_K's quantize (the activations these kernels read) by its bit-identical twin.
 void RegisterScalarInterleavedK(KernelTable& table);
 void RegisterAvx2InterleavedK(KernelTable& table);
 void RegisterAvx512InterleavedK(KernelTable& table);
