@@ -354,10 +354,11 @@ void RegisterAvx2InterleavedK(KernelTable& table) {
       GemmAny<BlockQ5_Kx16, GemmWideAvx2Q5K>;
   table[static_cast<int>(GgmlType::kQ6_K)].gemm_interleaved =
       GemmAny<BlockQ6_Kx16, GemmWideAvx2Q6K>;
-  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+  table[static_cast<int>(GgmlType::kIQ4_XS)].gemm_interleaved =
+      GemmAny<BlockIQ4_XSx16, GemmWideAvx2IQ4XS>;
+  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIQ4_XS}) {
     table[static_cast<int>(t)].gemm_max_tokens = kMaxGemmTokens;
   }
-  table[static_cast<int>(GgmlType::kIQ4_XS)].gemm_interleaved = Gemm<BlockIQ4_XSx16>;
   table[static_cast<int>(GgmlType::kQ8_K)].quantize = QuantizeQ8K;
 }
 
