@@ -1,9 +1,11 @@
 // Micro-benchmarks for the F32/F16/BF16, legacy-quant, IQ4_NL and MXFP4 kernels at every ISA this
 // CPU has: one k=4096 dot, a single-thread matvec (weight bytes/s: decode is bandwidth bound), and
-// the 8-activation multi-dot used for prompt processing (items/s = multiply-adds * 2, i.e. FLOP/s).
+// the 8-activation multi-dot used for prompt processing (items/s = multiply-adds * 2, i.e. FLOP/s),
+// and the Q8_0 / Q8_K activation quantizers.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -103,6 +105,25 @@ void BM_MultiDot8(benchmark::State& state, GgmlType type, Isa isa) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.size()));
 }
 
+// The activation quantizers the matmul runs once per token row (Q8_0 for the legacy and 4-bit table
+// types, Q8_K for the K-quants): 64 rows of 4096 normal floats (items/s = floats quantized).
+void BM_QuantizeAct(benchmark::State& state, GgmlType type, Isa isa) {
+  constexpr int64_t kRows = 64, kCols = 4096;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(kRows * kCols));  // [kRows, kCols]
+  for (float& f : x) f = dist(rng);
+  const size_t row_bytes = RowSize(type, kCols);
+  std::vector<uint8_t> out(row_bytes * kRows);  // [kRows][row_bytes]
+  const QuantizeRowFn quantize = GetKernels(type, isa).quantize;
+  for (auto _ : state) {
+    for (int64_t r = 0; r < kRows; ++r)
+      quantize(x.data() + r * kCols, out.data() + r * row_bytes, kCols);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kRows * kCols);
+}
+
 bool RegisterAll() {
   for (Isa isa : SupportedIsas()) {
     for (GgmlType t : kTypes) {
@@ -115,6 +136,11 @@ bool RegisterAll() {
           ->Unit(benchmark::kMicrosecond);
       benchmark::RegisterBenchmark(("MultiDot8/" + suffix).c_str(), BM_MultiDot8, t, isa)
           ->Args({2048, 2048})
+          ->Unit(benchmark::kMicrosecond);
+    }
+    for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ8_K}) {
+      const std::string name = std::string("QuantizeAct/") + GgmlTypeName(t) + "/" + IsaName(isa);
+      benchmark::RegisterBenchmark(name.c_str(), BM_QuantizeAct, t, isa)
           ->Unit(benchmark::kMicrosecond);
     }
   }

@@ -118,6 +118,61 @@ TEST(Interleaved, KernelEqualsScalarVecDotBitForBit) {
   for (GgmlType t : kTypes) ExpectKernelEqualsScalarVecDot(t, rng);
 }
 
+// Prompt-sized calls (up to the kernel's gemm_max_tokens: the AVX2 kernels split each block's
+// codes once per call from kAvx2WideMinTokens tokens and run tiles of 4 or 6 tokens from them,
+// Q5_0's tiles of 8): every token gets the bits of its vec_dot (Q5_0: the ISA's own, the others
+// the scalar one), whatever the call's size and the token's place.
+void ExpectPromptBatchesEqualVecDot(GgmlType type, std::mt19937& rng) {
+  SCOPED_TRACE(GgmlTypeName(type));
+  const TypeKernels& scalar = GetKernels(type, Isa::kScalar);
+  const int g = scalar.interleave_rows;
+  ASSERT_EQ(g, kQ8_0x16Rows);
+  for (const int64_t k : TestKs(type)) {
+    const size_t row_bytes = RowSize(type, k);
+    const std::vector<uint8_t> rows = RandomWeightRow(type, k * g, rng);  // [g][row_bytes]
+    std::vector<uint8_t> group(rows.size());  // one interleaved group of the g rows
+    scalar.repack(rows.data(), row_bytes, k, group.data());
+    const int n_max = kMaxGemmTokens + 3;
+    const Acts a = MakeActs(k, n_max, rng);
+    for (Isa isa : SupportedIsas()) {
+      const TypeKernels& kern = GetKernels(type, isa);
+      const TypeKernels& ref = type == GgmlType::kQ5_0 ? kern : scalar;
+      std::vector<float> want(static_cast<size_t>(n_max) * g);  // [token][row]
+      for (int t = 0; t < n_max; ++t) {
+        for (int r = 0; r < g; ++r) {
+          ref.vec_dot(k, &want[t * g + r], rows.data() + r * row_bytes, a.q8.data() + t * a.q8_row);
+        }
+      }
+      ASSERT_GE(kern.gemm_max_tokens, kMaxMultiDot);
+      ASSERT_LE(kern.gemm_max_tokens, kMaxGemmTokens);
+      for (const int n : {9, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 37, 100, kMaxGemmTokens}) {
+        if (n > kern.gemm_max_tokens) continue;
+        for (const int t0 : {0, 3}) {
+          const size_t stride = g + 3;
+          std::vector<float> out(stride * (n + 1), -12345.0f);  // [n + 1][stride]
+          kern.gemm_interleaved(k, group.data(), a.wide.data() + t0 * a.wide_row, a.wide_row, n,
+                                out.data(), stride);
+          for (int t = 0; t < n; ++t) {
+            for (int r = 0; r < g; ++r) {
+              ASSERT_EQ(F32ToBits(out[t * stride + r]), F32ToBits(want[(t0 + t) * g + r]))
+                  << IsaName(isa) << " k " << k << " n " << n << " token " << t0 + t << " row "
+                  << r;
+            }
+            for (size_t r = g; r < stride; ++r) ASSERT_EQ(out[t * stride + r], -12345.0f);
+          }
+          for (size_t r = 0; r < stride; ++r) ASSERT_EQ(out[n * stride + r], -12345.0f);
+        }
+      }
+    }
+  }
+}
+
+TEST(Interleaved, PromptBatchesEqualVecDotBitForBit) {
+  std::mt19937 rng(31);
+  for (GgmlType t : kTypes) ExpectPromptBatchesEqualVecDot(t, rng);
+  ExpectPromptBatchesEqualVecDot(GgmlType::kQ5_0, rng);
+}
+
 // The matmul over an interleaved copy equals the scalar vec_dot of the plain rows (so decode,
 // prompt batches of any size, and a row range all give the same bits).
 void ExpectMatMulEqualsScalarVecDot(GgmlType type, std::mt19937& rng, ThreadPool& pool) {
@@ -132,7 +187,7 @@ void ExpectMatMulEqualsScalarVecDot(GgmlType type, std::mt19937& rng, ThreadPool
   EXPECT_FALSE(CanInterleave(w));
   const WeightMatrix odd{type, rows - 8, cols, RowSize(type, cols), data.data()};
   EXPECT_FALSE(CanInterleave(odd));
-  for (int64_t n_tokens : {1, 3, 20}) {
+  for (int64_t n_tokens : {1, 3, 20, 37, 130}) {
     const std::vector<float> x = RandomFloats(n_tokens * cols, rng);
     for (auto [lo, hi] : {std::pair<int64_t, int64_t>{0, rows}, {5, 27}, {16, 32}}) {
       std::vector<float> y(static_cast<size_t>(n_tokens * rows), NAN);  // [n_tokens, rows]
@@ -444,7 +499,7 @@ TEST(InterleavedK, ActivationQuantizerEqualsScalarTwin) {
     std::vector<uint8_t> want(row, 0xAB), got(row, 0xCD);
     GetKernels(GgmlType::kQ8_K, Isa::kScalar).quantize(x.data(), want.data(), k);
     for (Isa isa : SupportedIsas()) {
-      if (isa == Isa::kAvx512) {  // its own twin, not the scalar one inherited
+      if (isa != Isa::kScalar) {  // its own twin, not the scalar one inherited
         EXPECT_NE(GetKernels(GgmlType::kQ8_K, isa).quantize,
                   GetKernels(GgmlType::kQ8_K, Isa::kScalar).quantize);
       }
@@ -676,7 +731,7 @@ TEST(InterleavedQ5_0, MatMulEqualsPlainRowsBitForBit) {
   std::vector<uint8_t> buf(data.size());  // the interleaved copy: [rows / 16 groups]
   const WeightMatrix w = InterleaveInto(plain, buf.data());
   EXPECT_EQ(w.interleave, kQ8_0x16Rows);
-  for (int64_t n_tokens : {1, 3, 9, 20}) {
+  for (int64_t n_tokens : {1, 3, 9, 20, 37, 130}) {
     const std::vector<float> x = RandomFloats(n_tokens * cols, rng);
     for (auto [lo, hi] : {std::pair<int64_t, int64_t>{0, rows}, {5, 27}, {16, 32}}) {
       std::vector<float> y(static_cast<size_t>(n_tokens * rows), NAN);  // [n_tokens, rows]

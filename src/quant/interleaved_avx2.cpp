@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <initializer_list>
 
 #include "quant/kernel_registry.h"
 
@@ -35,6 +36,9 @@ inline __m256 Fp16Scales(const fp16_t* d) {
 struct Q8_0x16 {
   using Block = BlockQ8_0x16;
   static constexpr int kOffset = 0;  // the codes are made signed again here
+  // Whether a block's 8 chunks of maddubs pair sums add up as words (GemmWide): |w| * 128 * 16
+  // must stay below 2^15 (Q4_0: 15, MXFP4: 12; Q8_0 and IQ4_NL: up to 128, one chunk each).
+  static constexpr bool kWordSums = false;
   struct Codes {
     __m256i x, s;
     __m256i Signed(__m256i q) const { return _mm256_sign_epi8(q, s); }
@@ -49,6 +53,7 @@ struct Q8_0x16 {
 struct Q4_0x16 {
   using Block = BlockQ4_0x16;
   static constexpr int kOffset = 8;
+  static constexpr bool kWordSums = true;
   struct Codes {
     __m256i x;
     __m256i Signed(__m256i q) const { return q; }
@@ -76,6 +81,7 @@ inline Q8_0x16::Codes TableCodes(const int8_t* levels, const uint8_t* qs, int h,
 struct IQ4_NLx16 {
   using Block = BlockIQ4_NLx16;
   static constexpr int kOffset = 0;
+  static constexpr bool kWordSums = false;
   using Codes = Q8_0x16::Codes;
   static Codes Load(const Block& w, int h, int c) { return TableCodes(kIq4NlLevels, w.qs, h, c); }
   static __m256 Scales(const Block& w, int h) { return Fp16Scales(w.d + 8 * h); }
@@ -86,6 +92,7 @@ struct IQ4_NLx16 {
 struct MXFP4x16 {
   using Block = BlockMXFP4x16;
   static constexpr int kOffset = 0;
+  static constexpr bool kWordSums = true;
   using Codes = Q8_0x16::Codes;
   static Codes Load(const Block& w, int h, int c) { return TableCodes(kMxfp4Levels, w.qs, h, c); }
   static __m256 Scales(const Block& w, int h) {
@@ -167,31 +174,58 @@ void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, i
 }
 
 // Prompt-sized calls (kAvx2WideMinTokens tokens or more): per block the codes of both halves are
-// split once for every token of the call, then tiles of kWideTile tokens take their int32 block
-// dots from them (each token's broadcast codes serve both halves); the float accumulators live in
-// memory. Each token's block dot, convert, multiply and add are HalfBlockStep's, in the same
-// order, so the bits are Gemm's.
-constexpr int kWideTile = 4;
+// split once for every token of the call, then tiles of WideTokens<L> tokens take their int32
+// block dots from them (each token's broadcast codes serve both halves); the float accumulators
+// live in memory. Q4_0 and MXFP4 (kWordSums) add a block's 8 maddubs pair sums as words, exact
+// (at most 8 * 2 * 15 * 128 = 30720 in magnitude), and widen them by one madd; the others take
+// one madd per chunk. Each token's block dot is the same exact integer and its convert, multiply
+// and add are HalfBlockStep's, in the same order, so the bits are Gemm's.
+template <class L>
+constexpr int WideTokens() {  // registers: a sum per token and half, a chunk's codes, temporaries
+  return L::kWordSums ? 6 : 4;
+}
 
 template <class L, int N>
 inline void WideTile(const typename L::Codes (*codes)[8], const __m256* dw,
                      const BlockQ8_0Act* const* a, int64_t i, float (*acc)[kRows]) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i sum[2][N];  // [half][token]
-  for (int t = 0; t < N; ++t) {
-    sum[0][t] = sum[1][t] = _mm256_set1_epi32(-L::kOffset * a[t][i].sum);
-  }
+  if constexpr (L::kWordSums) {
+    __m256i pairs[2][N];  // [half][token]: the pair sums so far, as words
 #pragma GCC unroll 8
-  for (int c = 0; c < 8; ++c) {
+    for (int c = 0; c < 8; ++c) {
 #pragma GCC unroll 8
+      for (int t = 0; t < N; ++t) {
+        const __m256i b = Broadcast4(a[t][i].qs + 4 * c);
+        for (int h = 0; h < 2; ++h) {
+          const __m256i p = _mm256_maddubs_epi16(codes[h][c].x, codes[h][c].Signed(b));
+          pairs[h][t] = c == 0 ? p : _mm256_add_epi16(pairs[h][t], p);
+          asm("" : "+x"(pairs[h][t]));
+        }
+      }
+    }
     for (int t = 0; t < N; ++t) {
-      const __m256i b = Broadcast4(a[t][i].qs + 4 * c);
+      const __m256i offset = _mm256_set1_epi32(-L::kOffset * a[t][i].sum);
       for (int h = 0; h < 2; ++h) {
-        const __m256i q = codes[h][c].Signed(b);
-        sum[h][t] = _mm256_add_epi32(
-            sum[h][t], _mm256_madd_epi16(_mm256_maddubs_epi16(codes[h][c].x, q), ones));
-        // Keeps each sum one running register (GCC would otherwise spill every product).
-        asm("" : "+x"(sum[h][t]));
+        sum[h][t] = _mm256_add_epi32(offset, _mm256_madd_epi16(pairs[h][t], ones));
+      }
+    }
+  } else {
+    for (int t = 0; t < N; ++t) {
+      sum[0][t] = sum[1][t] = _mm256_set1_epi32(-L::kOffset * a[t][i].sum);
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+#pragma GCC unroll 8
+      for (int t = 0; t < N; ++t) {
+        const __m256i b = Broadcast4(a[t][i].qs + 4 * c);
+        for (int h = 0; h < 2; ++h) {
+          const __m256i q = codes[h][c].Signed(b);
+          sum[h][t] = _mm256_add_epi32(
+              sum[h][t], _mm256_madd_epi16(_mm256_maddubs_epi16(codes[h][c].x, q), ones));
+          // Keeps each sum one running register (GCC would otherwise spill every product).
+          asm("" : "+x"(sum[h][t]));
+        }
       }
     }
   }
@@ -207,15 +241,20 @@ inline void WideTile(const typename L::Codes (*codes)[8], const __m256* dw,
   }
 }
 
-template <class L>
-using WideTileFn = void (*)(const typename L::Codes (*)[8], const __m256*,
-                            const BlockQ8_0Act* const*, int64_t, float (*)[kRows]);
+// WideTile for nt (1..N) tokens.
+template <class L, int N>
+inline void WideTileOf(int nt, const typename L::Codes (*codes)[8], const __m256* dw,
+                       const BlockQ8_0Act* const* a, int64_t i, float (*acc)[kRows]) {
+  if constexpr (N > 1) {
+    if (nt < N) return WideTileOf<L, N - 1>(nt, codes, dw, a, i, acc);
+  }
+  WideTile<L, N>(codes, dw, a, i, acc);
+}
 
 template <class L>
 void GemmWide(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
               float* out, size_t out_stride) {
-  static constexpr WideTileFn<L> kTile[kWideTile] = {WideTile<L, 1>, WideTile<L, 2>, WideTile<L, 3>,
-                                                     WideTile<L, 4>};
+  constexpr int kN = WideTokens<L>();
   const auto* w = static_cast<const typename L::Block*>(group);
   const char* ac = static_cast<const char*>(act);
   const int64_t nb = k / kQK;
@@ -231,10 +270,8 @@ void GemmWide(int64_t k, const void* group, const void* act, size_t act_row_byte
       dw[h] = L::Scales(w[i], h);
     }
     int t0 = 0;
-    for (; t0 + kWideTile <= n_act; t0 += kWideTile) {
-      WideTile<L, kWideTile>(codes, dw, a + t0, i, acc + t0);
-    }
-    if (t0 < n_act) kTile[n_act - t0 - 1](codes, dw, a + t0, i, acc + t0);
+    for (; t0 + kN <= n_act; t0 += kN) WideTile<L, kN>(codes, dw, a + t0, i, acc + t0);
+    if (t0 < n_act) WideTileOf<L, kN>(n_act - t0, codes, dw, a + t0, i, acc + t0);
   }
   for (int t = 0; t < n_act; ++t) {
     for (int h = 0; h < 2; ++h) {
@@ -367,15 +404,129 @@ void GemmQ5_0(int64_t k, const void* group, const void* act, size_t act_row_byte
   }
 }
 
+// Prompt-sized Q5_0 calls (kAvx2WideMinTokens tokens or more): kQ5Slab blocks at a time are
+// decoded once per call (per half and chunk the codes' magnitudes and the signed codes, and d_w),
+// then tiles of up to kQ5Tokens tokens run chunk by chunk: lane c's accumulators of a tile's
+// tokens stay in registers over the slab's blocks (in block order, as Q5HalfN) and live in memory
+// between slabs; each token's d_w * d_a per block is multiplied once per slab. Every chunk dot,
+// FMA and the final tree are Q5HalfN's, so are the bits.
+constexpr int kQ5Slab = 8;  // blocks decoded at a time
+
+struct alignas(32) WideQ5 {
+  __m256i x[2][8], q[2][8];  // [half][chunk]: |codes| and the signed codes, lane r = row 8h + r
+  __m256 dw[2];              // [half]
+};
+
+// Blocks [i0, i0 + ns) (decoded in u) against N tokens, half h: acc[t] (the token's [half][chunk]
+// lanes) += each chunk's dot times scale.
+template <int N>
+void Q5WideTile(const WideQ5* u, int ns, int64_t i0, const BlockQ8_0Act* const* a,
+                __m256 (*acc)[2][8]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 scale[kQ5Slab][2][N];  // [block][half][token]
+  for (int s = 0; s < ns; ++s) {
+    for (int t = 0; t < N; ++t) {
+      const __m256 da = _mm256_set1_ps(a[t][i0 + s].d);
+      for (int h = 0; h < 2; ++h) scale[s][h][t] = _mm256_mul_ps(u[s].dw[h], da);
+    }
+  }
+  for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 1
+    for (int c = 0; c < 8; ++c) {
+      __m256 sum[N];  // [token]: lane c of the half's rows
+#pragma GCC unroll 8
+      for (int t = 0; t < N; ++t) sum[t] = acc[t][h][c];
+#pragma GCC unroll 1
+      for (int s = 0; s < ns; ++s) {
+        const __m256i x = u[s].x[h][c], q = u[s].q[h][c];
+#pragma GCC unroll 8
+        for (int t = 0; t < N; ++t) {
+          const __m256i y = _mm256_sign_epi8(Broadcast4(a[t][i0 + s].qs + 4 * c), q);
+          const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), ones);
+          sum[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale[s][h][t], sum[t]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int t = 0; t < N; ++t) acc[t][h][c] = sum[t];
+    }
+  }
+}
+
+// Q5WideTile for nt (1..N) tokens.
+template <int N>
+inline void Q5WideTileOf(int nt, const WideQ5* u, int ns, int64_t i0, const BlockQ8_0Act* const* a,
+                         __m256 (*acc)[2][8]) {
+  if constexpr (N > 1) {
+    if (nt < N) return Q5WideTileOf<N - 1>(nt, u, ns, i0, a, acc);
+  }
+  Q5WideTile<N>(u, ns, i0, a, acc);
+}
+
+void GemmQ5_0Wide(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
+                  float* out, size_t out_stride) {
+  const auto* w = static_cast<const BlockQ5_0x16*>(group);
+  const char* ac = static_cast<const char*>(act);
+  const int64_t nb = k / kQK;
+  const BlockQ8_0Act* a[kMaxGemmTokens];
+  for (int t = 0; t < n_act; ++t)
+    a[t] = reinterpret_cast<const BlockQ8_0Act*>(ac + t * act_row_bytes);
+  WideQ5 u[kQ5Slab];                 // [block of the slab]
+  __m256 acc[kMaxGemmTokens][2][8];  // [token][half][chunk]: lane r = row 8h + r's lane c
+  for (int t = 0; t < n_act; ++t) {
+    for (int h = 0; h < 2; ++h) {
+      for (int c = 0; c < 8; ++c) acc[t][h][c] = _mm256_setzero_ps();
+    }
+  }
+  const int n_tiles = (n_act + kQ5Tokens - 1) / kQ5Tokens;
+  for (int64_t i0 = 0; i0 < nb; i0 += kQ5Slab) {
+    const int ns = nb - i0 < kQ5Slab ? static_cast<int>(nb - i0) : kQ5Slab;
+    for (int s = 0; s < ns; ++s) {
+      for (int h = 0; h < 2; ++h) {
+        const Q5Half blk(w[i0 + s], h);
+        for (int c = 0; c < 8; ++c) {
+          const __m256i q = blk.Codes(c);
+          u[s].q[h][c] = q;
+          u[s].x[h][c] = _mm256_sign_epi8(q, q);
+        }
+        u[s].dw[h] = Fp16Scales(w[i0 + s].d + 8 * h);
+      }
+    }
+    for (int tt = 0; tt < n_tiles; ++tt) {
+      const int t0 = tt * n_act / n_tiles, nt = (tt + 1) * n_act / n_tiles - t0;
+      Q5WideTileOf<kQ5Tokens>(nt, u, ns, i0, a + t0, acc + t0);
+    }
+  }
+  // Q5HalfN's tree per row and its 0.0f.
+  for (int t = 0; t < n_act; ++t) {
+    for (int h = 0; h < 2; ++h) {
+      const __m256* l = acc[t][h];
+      const __m256 v0 = _mm256_add_ps(l[0], l[4]), v1 = _mm256_add_ps(l[1], l[5]);
+      const __m256 v2 = _mm256_add_ps(l[2], l[6]), v3 = _mm256_add_ps(l[3], l[7]);
+      const __m256 sum = _mm256_add_ps(_mm256_add_ps(v0, v2), _mm256_add_ps(v1, v3));
+      _mm256_storeu_ps(out + t * out_stride + 8 * h, _mm256_add_ps(sum, _mm256_setzero_ps()));
+    }
+  }
+}
+
+void GemmQ5_0Any(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
+                 float* out, size_t out_stride) {
+  if (n_act >= kAvx2WideMinTokens)
+    return GemmQ5_0Wide(k, group, act, act_row_bytes, n_act, out, out_stride);
+  GemmQ5_0(k, group, act, act_row_bytes, n_act, out, out_stride);
+}
+
 }  // namespace
 
 void RegisterAvx2Interleaved(KernelTable& table) {
   table[static_cast<int>(GgmlType::kQ8_0)].gemm_interleaved = GemmAny<Q8_0x16>;
   table[static_cast<int>(GgmlType::kQ8_0)].gemm_max_tokens = kMaxGemmTokens;
-  table[static_cast<int>(GgmlType::kQ4_0)].gemm_interleaved = Gemm<Q4_0x16>;
-  table[static_cast<int>(GgmlType::kIQ4_NL)].gemm_interleaved = Gemm<IQ4_NLx16>;
-  table[static_cast<int>(GgmlType::kMXFP4)].gemm_interleaved = Gemm<MXFP4x16>;
-  table[static_cast<int>(GgmlType::kQ5_0)].gemm_interleaved = GemmQ5_0;
+  table[static_cast<int>(GgmlType::kQ4_0)].gemm_interleaved = GemmAny<Q4_0x16>;
+  table[static_cast<int>(GgmlType::kIQ4_NL)].gemm_interleaved = GemmAny<IQ4_NLx16>;
+  table[static_cast<int>(GgmlType::kMXFP4)].gemm_interleaved = GemmAny<MXFP4x16>;
+  table[static_cast<int>(GgmlType::kQ5_0)].gemm_interleaved = GemmQ5_0Any;
+  for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kIQ4_NL, GgmlType::kMXFP4, GgmlType::kQ5_0}) {
+    table[static_cast<int>(t)].gemm_max_tokens = kMaxGemmTokens;
+  }
 }
 
 }  // namespace lamina::quant_internal

@@ -13,6 +13,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <initializer_list>
 
 #include "quant/kernel_registry.h"
 
@@ -280,11 +281,14 @@ void GemmQ5_0(int64_t k, const void* group, const void* act, size_t act_row_byte
 
 void RegisterAvx512Interleaved(KernelTable& table) {
   table[static_cast<int>(GgmlType::kQ8_0)].gemm_interleaved = Gemm<Q8_0x16>;
-  // The AVX2 Q8_0 kernel this replaces took prompt-sized calls; this one takes kMaxMultiDot.
-  table[static_cast<int>(GgmlType::kQ8_0)].gemm_max_tokens = kMaxMultiDot;
   table[static_cast<int>(GgmlType::kQ4_0)].gemm_interleaved = Gemm<Q4_0x16>;
   table[static_cast<int>(GgmlType::kIQ4_NL)].gemm_interleaved = Gemm<IQ4_NLx16>;
   table[static_cast<int>(GgmlType::kMXFP4)].gemm_interleaved = Gemm<MXFP4x16>;
+  // The AVX2 kernels these replace took prompt-sized calls; these take kMaxMultiDot.
+  for (GgmlType t :
+       {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kIQ4_NL, GgmlType::kMXFP4, GgmlType::kQ5_0}) {
+    table[static_cast<int>(t)].gemm_max_tokens = kMaxMultiDot;
+  }
   // Q5_0: this kernel keeps the row kernel's order (GemmQ5_0x16Lanes).
   table[static_cast<int>(GgmlType::kQ5_0)].gemm_interleaved = GemmQ5_0;
 }

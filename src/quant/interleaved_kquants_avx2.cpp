@@ -9,7 +9,9 @@
 // IQ4_XS's nibbles become signed levels by one vpshufb; maddubs takes their magnitudes against the
 // token's codes with the levels' signs (pairs at most 2 * 127 * 127). The float steps are the
 // scalar twin's (no FMA), so every output is the scalar twin's bits. The first half's pass over
-// each super-block prefetches the one kAhead further on (decode is memory-bound).
+// each super-block prefetches the one kAhead further on (decode is memory-bound). The file also
+// holds the AVX2 twin of the Q8_K activation quantizer these kernels read (QuantizeQ8K in
+// kquants.cpp: the same codes, bsums and d, bit for bit).
 #include <immintrin.h>
 
 #include <cstring>
@@ -268,6 +270,71 @@ void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, i
   }
 }
 
+// One block of 256 floats as BlockQ8_K, exactly as the scalar QuantizeQ8K (kquants.cpp): the
+// first element of largest magnitude gives iscale = -127 / max, codes min(127,
+// round-half-even(iscale * x)) by the 1.5 * 2^23 trick (multiply, then add), bsums per 16 (exact
+// int32 sums), d = 1 / iscale.
+void QuantizeBlockQ8K(const float* x, BlockQ8_K* y) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 v[32];  // [32 runs of 8 values]
+  __m256 amax = _mm256_setzero_ps();
+  for (int g = 0; g < 32; ++g) {
+    v[g] = _mm256_loadu_ps(x + 8 * g);
+    amax = _mm256_max_ps(_mm256_and_ps(v[g], abs_mask), amax);  // a NaN lane keeps amax
+  }
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  const float am = _mm_cvtss_f32(m);
+  if (!(am > 0.0f)) {  // the scalar twin's amax stays 0 (zeros, or NaNs it never picks)
+    std::memset(y, 0, sizeof(BlockQ8_K));
+    return;
+  }
+  float max = 0.0f;
+  for (int g = 0; g < 32; ++g) {
+    const int hit = _mm256_movemask_ps(
+        _mm256_cmp_ps(_mm256_and_ps(v[g], abs_mask), _mm256_set1_ps(am), _CMP_EQ_OQ));
+    if (hit != 0) {
+      max = x[8 * g + __builtin_ctz(hit)];
+      break;
+    }
+  }
+  const float iscale = -127.f / max;
+  const __m256 s = _mm256_set1_ps(iscale), magic = _mm256_set1_ps(12582912.f);
+  const __m256i mant = _mm256_set1_epi32(0x007fffff), half = _mm256_set1_epi32(0x00400000);
+  __m256i sums[16];              // [group of 16]: lane sums of its two runs
+  for (int j = 0; j < 8; ++j) {  // 32 values: runs 4j .. 4j + 3
+    __m256i q[4];
+    for (int r = 0; r < 4; ++r) {
+      const __m256i bits =
+          _mm256_castps_si256(_mm256_add_ps(_mm256_mul_ps(v[4 * j + r], s), magic));
+      q[r] = _mm256_min_epi32(_mm256_sub_epi32(_mm256_and_si256(bits, mant), half),
+                              _mm256_set1_epi32(127));
+    }
+    // The in-lane packs interleave 4-value pieces; the permute restores the order.
+    const __m256i p =
+        _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y->qs + 32 * j),
+                        _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    sums[2 * j] = _mm256_add_epi32(q[0], q[1]);
+    sums[2 * j + 1] = _mm256_add_epi32(q[2], q[3]);
+  }
+  __m128i total[4];  // [4 groups each]: the groups' sums
+  for (int g = 0; g < 4; ++g) {
+    const __m256i u = _mm256_hadd_epi32(_mm256_hadd_epi32(sums[4 * g], sums[4 * g + 1]),
+                                        _mm256_hadd_epi32(sums[4 * g + 2], sums[4 * g + 3]));
+    total[g] = _mm_add_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
+  }
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(y->bsums), _mm_packs_epi32(total[0], total[1]));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(y->bsums + 8), _mm_packs_epi32(total[2], total[3]));
+  y->d = 1 / iscale;
+}
+
+void QuantizeQ8K(const float* x, void* vy, int64_t k) {
+  auto* y = static_cast<BlockQ8_K*>(vy);
+  for (int64_t i = 0; i < k / kQK_K; ++i) QuantizeBlockQ8K(x + i * kQK_K, y + i);
+}
+
 // Up to kMaxGemmTokens tokens: prompt-sized calls unpack the group once
 // (interleaved_kquants_wide_avx2.cpp), fewer run Gemm.
 template <class Block, GemmInterleavedFn kWide>
@@ -287,10 +354,12 @@ void RegisterAvx2InterleavedK(KernelTable& table) {
       GemmAny<BlockQ5_Kx16, GemmWideAvx2Q5K>;
   table[static_cast<int>(GgmlType::kQ6_K)].gemm_interleaved =
       GemmAny<BlockQ6_Kx16, GemmWideAvx2Q6K>;
-  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+  table[static_cast<int>(GgmlType::kIQ4_XS)].gemm_interleaved =
+      GemmAny<BlockIQ4_XSx16, GemmWideAvx2IQ4XS>;
+  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIQ4_XS}) {
     table[static_cast<int>(t)].gemm_max_tokens = kMaxGemmTokens;
   }
-  table[static_cast<int>(GgmlType::kIQ4_XS)].gemm_interleaved = Gemm<BlockIQ4_XSx16>;
+  table[static_cast<int>(GgmlType::kQ8_K)].quantize = QuantizeQ8K;
 }
 
 }  // namespace lamina::quant_internal

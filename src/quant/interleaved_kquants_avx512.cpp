@@ -656,6 +656,8 @@ void RegisterAvx512InterleavedK(KernelTable& table) {
     table[static_cast<int>(t)].gemm_max_tokens = kMaxGemmTokens;
   }
   table[static_cast<int>(GgmlType::kIQ4_XS)].gemm_interleaved = Gemm<BlockIQ4_XSx16>;
+  // The AVX2 IQ4_XS kernel this replaces took prompt-sized calls; this one tiles them by 8.
+  table[static_cast<int>(GgmlType::kIQ4_XS)].gemm_max_tokens = kMaxMultiDot;
 }
 
 }  // namespace lamina::quant_internal

@@ -1,12 +1,13 @@
-// AVX2 prompt-sized kernels for interleaved Q4_K, Q5_K and Q6_K weights (BlockQ4_Kx16,
-// BlockQ5_Kx16, BlockQ6_Kx16), from kAvx2WideMinTokens tokens a call: each super-block of the
-// 16-row group is unpacked once per call (codes as bytes, one 256-bit vector per half of 8 rows
-// and 4-value chunk; scales and mins in both words of each row's lane; d as floats), four
-// super-blocks at a time, and every token runs from that copy in tiles. Per chunk and token one
-// maddubs gives each row's pair sums (at most 2 * 63 * 128 in magnitude); those of a run of one
+// AVX2 prompt-sized kernels for interleaved Q4_K, Q5_K, Q6_K and IQ4_XS weights (BlockQ4_Kx16,
+// BlockQ5_Kx16, BlockQ6_Kx16, BlockIQ4_XSx16), from kAvx2WideMinTokens tokens a call: each
+// super-block of the 16-row group is unpacked once per call (codes as bytes, one 256-bit vector per
+// half of 8 rows and 4-value chunk; scales and mins in both words of each row's lane; d as floats),
+// four super-blocks at a time, and every token runs from that copy in tiles. Per chunk and token
+// one maddubs gives each row's pair sums (at most 2 * 63 * 128 in magnitude); those of a run of one
 // scale's chunks are added as words, which they fit (Q4_K / Q5_K: 4 chunks, 8 * 31 * 128 < 2^15;
 // Q6_K: 2, 4 * 63 * 128), and one madd against the scale adds sc * sum, exact in int32. Q4_K's mins
-// and Q6_K's -32 offset are the AVX2 kernels' madd against the bsums pairs. Every integer sum is
+// and Q6_K's -32 offset are the AVX2 kernels' madd against the bsums pairs. IQ4_XS keeps its levels
+// and their magnitudes (one madd per chunk, as the 1-8-token kernel). Every integer sum is
 // exact and the float steps per super-block are the scalar twin's (separate multiply and add, no
 // FMA), so the outputs are the scalar twin's bits, whatever the batch.
 #include <immintrin.h>
@@ -25,6 +26,7 @@ constexpr int kSlab = 4;  // super-blocks unpacked at a time
 // Q6_K: 2), the scale and two temporaries.
 constexpr int kTileQ45K = 8;
 constexpr int kTileQ6K = 10;
+constexpr int kTileIQ4XS = 8;  // a sum per token, a chunk's magnitudes and levels, the scale
 
 #include "quant/interleaved_kquants_avx2_common.inc"
 
@@ -47,10 +49,21 @@ struct alignas(32) WideQ6K {
   int32_t pair[2][8][8];     // [half][pair p][row]: scales 2p (low word) and 2p + 1 (high word)
   float d[16];               // [row]
 };
+// One IQ4_XS super-block of the group, unpacked.
+struct alignas(32) WideIQ4XS {
+  uint8_t mag[2][64][32];  // [half][8 * group j + chunk c][8 rows x 4 |levels|]: 32j + 4c + 0..3
+  int8_t lvl[2][64][32];   // [half][8 * group j + chunk c][8 rows x 4 levels], the same values
+  int32_t scale[2][8][8];  // [half][group j][row]: ls - 32 in both words
+  float d[16];             // [row]
+};
 template <class Block>
-using Wide = std::conditional_t<std::is_same_v<Block, BlockQ6_Kx16>, WideQ6K, WideQ45K>;
+using Wide = std::conditional_t<
+    std::is_same_v<Block, BlockQ6_Kx16>, WideQ6K,
+    std::conditional_t<std::is_same_v<Block, BlockIQ4_XSx16>, WideIQ4XS, WideQ45K>>;
 template <class Block>
-constexpr int kTile = std::is_same_v<Block, BlockQ6_Kx16> ? kTileQ6K : kTileQ45K;
+constexpr int kTile = std::is_same_v<Block, BlockQ6_Kx16>     ? kTileQ6K
+                      : std::is_same_v<Block, BlockIQ4_XSx16> ? kTileIQ4XS
+                                                              : kTileQ45K;
 
 template <class Block>
 void Unpack(const Block& w, WideQ45K* u) {
@@ -108,6 +121,38 @@ void Unpack(const BlockQ6_Kx16& w, WideQ6K* u) {
                            : m == 2 ? hb
                                     : _mm256_srli_epi16(hb, 2);
         StoreA(u->codes[h][4 * g + c], _mm256_or_si256(lo, _mm256_and_si256(hs, high)));
+      }
+    }
+  }
+  _mm256_store_ps(u->d, LoadHalves(w.d));
+  _mm256_store_ps(u->d + 8, LoadHalves(w.d + 8));
+}
+
+// IQ4_XS: group j's chunk c holds elements 32j + 4c .. + 3, the low nibbles of qs chunk 4j + c
+// for c < 4, the high ones of chunk 4j + c - 4 after (HalfStepIQ4XS's pairing).
+void Unpack(const BlockIQ4_XSx16& w, WideIQ4XS* u) {
+  const __m256i table =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlLevels)));
+  const __m256i nib = _mm256_set1_epi8(0x0F);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i lo4 = Load(w.scales_l + 32 * h);
+    const __m256i hi2 = _mm256_cvtepu16_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales_h + 8 * h)));
+    for (int j = 0; j < 8; ++j) {
+      const __m256i ls = _mm256_or_si256(
+          _mm256_and_si256(_mm256_srli_epi32(lo4, 4 * j), _mm256_set1_epi32(0xF)),
+          _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hi2, 2 * j), _mm256_set1_epi32(3)),
+                            4));
+      StoreA(u->scale[h][j], DupWord(_mm256_sub_epi32(ls, _mm256_set1_epi32(32))));
+      for (int c = 0; c < 4; ++c) {
+        const __m256i v = Load(w.qs + 64 * (4 * j + c) + 32 * h);
+        const __m256i ll = _mm256_shuffle_epi8(table, _mm256_and_si256(v, nib));
+        const __m256i lh =
+            _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
+        StoreA(u->lvl[h][8 * j + c], ll);
+        StoreA(u->mag[h][8 * j + c], _mm256_abs_epi8(ll));
+        StoreA(u->lvl[h][8 * j + 4 + c], lh);
+        StoreA(u->mag[h][8 * j + 4 + c], _mm256_abs_epi8(lh));
       }
     }
   }
@@ -203,6 +248,31 @@ inline void WideStep(const WideQ6K& u, int h, const BlockQ8_K* const* a, int64_t
   AddScaledTo<N, false>(u.d + 8 * h, sumi, a, i, acc);
 }
 
+// IQ4_XS: sumi = sum_j (ls_j - 32) * dot_j, one maddubs (the levels' magnitudes against the
+// token's codes with the levels' signs, pairs at most 2 * 127 * 127) and one madd by the scale per
+// chunk, as HalfStepIQ4XS.
+template <class Block, int N>
+inline void WideStep(const WideIQ4XS& u, int h, const BlockQ8_K* const* a, int64_t i,
+                     float* const* acc) {
+  __m256i sumi[N];
+#pragma GCC unroll 12
+  for (int t = 0; t < N; ++t) sumi[t] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+  for (int j = 0; j < 8; ++j) {
+    const __m256i s = LoadA(u.scale[h][j]);
+#pragma GCC unroll 1
+    for (int c = 0; c < 8; ++c) {
+      const __m256i m = LoadA(u.mag[h][8 * j + c]), l = LoadA(u.lvl[h][8 * j + c]);
+#pragma GCC unroll 12
+      for (int t = 0; t < N; ++t) {
+        const __m256i q = _mm256_sign_epi8(Broadcast4(a[t][i].qs + 32 * j + 4 * c), l);
+        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(m, q), s));
+      }
+    }
+  }
+  AddScaledTo<N, false>(u.d + 8 * h, sumi, a, i, acc);
+}
+
 // Super-blocks [i0, i0 + ns) (unpacked in u) against the N tokens at act, both halves.
 template <class Block, int N>
 void WideTile(const Wide<Block>* u, int ns, int64_t i0, const char* act, size_t act_row_bytes,
@@ -267,6 +337,10 @@ void GemmWideAvx2Q5K(int64_t k, const void* group, const void* act, size_t act_r
 void GemmWideAvx2Q6K(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
                      float* out, size_t out_stride) {
   GemmWide<BlockQ6_Kx16>(k, group, act, act_row_bytes, n_act, out, out_stride);
+}
+void GemmWideAvx2IQ4XS(int64_t k, const void* group, const void* act, size_t act_row_bytes,
+                       int n_act, float* out, size_t out_stride) {
+  GemmWide<BlockIQ4_XSx16>(k, group, act, act_row_bytes, n_act, out, out_stride);
 }
 
 }  // namespace lamina::quant_internal

@@ -44,12 +44,12 @@ void RegisterAvx512Interleaved(KernelTable& table);
 void RepackQ5_0x16(const void* src, size_t row_bytes, int64_t k, void* dst);
 void GemmQ5_0x16Lanes(int64_t k, const void* group, const void* act, size_t act_row_bytes,
                       int n_act, float* out, size_t out_stride);
-// The same for Q4_K, Q5_K and Q6_K (interleaved_kquants*.cpp); the AVX-512 one also replaces
-// Q8_K's quantize (the activations these kernels read) by its bit-identical twin.
+// The same for Q4_K, Q5_K and Q6_K (interleaved_kquants*.cpp); the AVX2 and AVX-512 ones also
+// replace Q8_K's quantize (the activations these kernels read) by its bit-identical twin.
 void RegisterScalarInterleavedK(KernelTable& table);
 void RegisterAvx2InterleavedK(KernelTable& table);
 void RegisterAvx512InterleavedK(KernelTable& table);
-// The AVX2 Q4_K, Q5_K and Q6_K kernels for prompt-sized calls (kAvx2WideMinTokens to
+// The AVX2 Q4_K, Q5_K, Q6_K and IQ4_XS kernels for prompt-sized calls (kAvx2WideMinTokens to
 // kMaxGemmTokens tokens; interleaved_kquants_wide_avx2.cpp): each group unpacked once per call.
 constexpr int kAvx2WideMinTokens = 16;
 void GemmWideAvx2Q4K(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
@@ -58,6 +58,8 @@ void GemmWideAvx2Q5K(int64_t k, const void* group, const void* act, size_t act_r
                      float* out, size_t out_stride);
 void GemmWideAvx2Q6K(int64_t k, const void* group, const void* act, size_t act_row_bytes, int n_act,
                      float* out, size_t out_stride);
+void GemmWideAvx2IQ4XS(int64_t k, const void* group, const void* act, size_t act_row_bytes,
+                       int n_act, float* out, size_t out_stride);
 // The same for NVFP4 (interleaved_nvfp4*.cpp).
 void RegisterScalarInterleavedNvfp4(KernelTable& table);
 void RegisterAvx2InterleavedNvfp4(KernelTable& table);

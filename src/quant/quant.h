@@ -93,9 +93,11 @@ struct TypeKernels {
   RepackFn repack = nullptr;
   GemmInterleavedFn gemm_interleaved = nullptr;
   // The most tokens one gemm_interleaved call takes (kMaxMultiDot..kMaxGemmTokens): the AVX-512
-  // K-quant kernels unpack each group's codes and scales once per call and run every token of
-  // it from that copy, and the lattice i-quant kernels decode each group once per call (64
-  // tokens, kLatticeGemmTokens), so the matmul hands them many tokens at a time.
+  // K-quant kernels (Q4_K, Q5_K, Q6_K) and the AVX2 wide kernels (Q4_K, Q5_K, Q6_K, IQ4_XS in
+  // interleaved_kquants_wide_avx2.cpp; Q8_0, Q4_0, IQ4_NL, MXFP4 and Q5_0 in interleaved_avx2.cpp)
+  // unpack each group's codes and scales once per call, from kAvx2WideMinTokens tokens on AVX2,
+  // and run every token of it from that copy, and the lattice i-quant kernels decode each group
+  // once per call (64 tokens, kLatticeGemmTokens), so the matmul hands them many tokens at a time.
   int gemm_max_tokens = kMaxMultiDot;
 };
 
