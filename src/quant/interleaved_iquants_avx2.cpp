@@ -357,10 +357,25 @@ template <typename Lo, typename Hi>
   }
 }
 
-// Row r's 8 scale bytes f[16 g + r] (g < 8) at dst + 32 r (bytes 8..31 of each row: filler).
+// Row r's 8 scale bytes f[16 g + r] (g < 8) at dst + 8 r: three rounds of unpacks, 128-bit.
 [[gnu::always_inline]] inline void ScalesToRows(const uint8_t* f, uint8_t* dst) {
-  auto unit = [f](int u) { return f + 16 * (u % 8); };
-  BytesToRows(unit, unit, dst, 32);
+  auto ld = [f](int g) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(f + 16 * g)); };
+  __m128i a[4][2];  // [pair of groups][row half]: words (g 2p, 2p + 1) of rows
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {
+    a[q][0] = _mm_unpacklo_epi8(ld(2 * q), ld(2 * q + 1));
+    a[q][1] = _mm_unpackhi_epi8(ld(2 * q), ld(2 * q + 1));
+  }
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {  // rows 4k..4k+3
+    const int h = k / 2;
+    const auto u = [k](__m128i x, __m128i y) {
+      return k % 2 == 0 ? _mm_unpacklo_epi16(x, y) : _mm_unpackhi_epi16(x, y);
+    };
+    const __m128i lo = u(a[0][h], a[1][h]), hi = u(a[2][h], a[3][h]);  // groups 0..3 | 4..7
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 8 * (4 * k)), _mm_unpacklo_epi32(lo, hi));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 8 * (4 * k + 2)), _mm_unpackhi_epi32(lo, hi));
+  }
 }
 
 // Per super-block of the 16 rows: what the row decoders read as vectors, in row order.
@@ -415,9 +430,9 @@ struct Few<BlockIQ3_XXSx16> {
 // and the scales transposed.
 template <>
 struct Few<BlockIQ2_XSx16> {
-  alignas(32) uint8_t signs[kRows * 32];   // [16 rows][32 entries] sign indices
-  alignas(32) uint8_t scales[kRows * 32];  // [16 rows][8 groups, filler]
-  alignas(32) uint8_t tmp[32 * kRows];     // [32 entries][16 rows] sign indices
+  alignas(32) uint8_t signs[kRows * 32];  // [16 rows][32 entries] sign indices
+  alignas(32) uint8_t scales[kRows * 8];  // [16 rows][8 groups]
+  alignas(32) uint8_t tmp[32 * kRows];    // [32 entries][16 rows] sign indices
   [[gnu::always_inline]] void Prepare(const BlockIQ2_XSx16& b) {
 #pragma GCC unroll 16
     for (int e = 0; e < 32; e += 2) {  // [entry e | entry e + 1], 16 rows each
@@ -435,7 +450,7 @@ struct Few<BlockIQ2_XSx16> {
    public:
     [[gnu::always_inline]] Dec(const Few& f, const BlockIQ2_XSx16& b, int r) : q_(b.qs + r) {
       t_ = SignGroups(SignRule(Load256(f.signs + 32 * r)));
-      e_ = NibbleScales(f.scales + 32 * r);
+      e_ = NibbleScales(f.scales + 8 * r);
     }
     [[gnu::always_inline]] IqChunk Chunk(int c) const {
       const uint16_t* p = q_ + kRows * 4 * c;
@@ -455,10 +470,10 @@ struct Few<BlockIQ2_XSx16> {
 // sign bytes and scales transposed.
 template <>
 struct Few<BlockIQ2_Sx16> {
-  alignas(32) uint32_t idx_[32 * kRows];   // [32 entries][16 rows] grid indices
-  alignas(32) uint8_t signs[kRows * 32];   // [16 rows][32 entries]
-  alignas(32) uint8_t scales[kRows * 32];  // [16 rows][8 groups, filler]
-  const uint32_t* idx;                     // idx_, opaque
+  alignas(32) uint32_t idx_[32 * kRows];  // [32 entries][16 rows] grid indices
+  alignas(32) uint8_t signs[kRows * 32];  // [16 rows][32 entries]
+  alignas(32) uint8_t scales[kRows * 8];  // [16 rows][8 groups]
+  const uint32_t* idx;                    // idx_, opaque
   [[gnu::always_inline]] void Prepare(const BlockIQ2_Sx16& b) {
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
@@ -485,7 +500,7 @@ struct Few<BlockIQ2_Sx16> {
    public:
     [[gnu::always_inline]] Dec(const Few& f, const BlockIQ2_Sx16&, int r) : i_(f.idx + r) {
       t_ = SignGroups(Load256(f.signs + 32 * r));
-      e_ = NibbleScales(f.scales + 32 * r);
+      e_ = NibbleScales(f.scales + 8 * r);
     }
     [[gnu::always_inline]] IqChunk Chunk(int c) const {
       const uint32_t* i = i_ + kRows * 4 * c;
