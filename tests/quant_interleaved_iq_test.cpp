@@ -1,9 +1,9 @@
 // The interleaved lattice i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S and IQ1_M as
-// BlockIQ2_XXSx16 ... BlockIQ1_Mx16, repacked at load, Q8_K activations): every ISA (scalar,
-// AVX2, AVX-512) gives the scalar vec_dot of the row before repacking bit for bit, for every
-// batch size (1..64 tokens a call) and place in the batch, and writes nothing past its tile; the
-// matmul on an interleaved matrix (whole groups and a row range
-// cutting groups) and the loader's repacked weights give the plain rows' bits.
+// BlockIQ2_XXSx16 ... BlockIQ1_Mx16, repacked at load, Q8_K activations; AVX2 all but
+// IQ3_XXS): every ISA with the layout gives the scalar vec_dot of the row before repacking bit for
+// bit, for every batch size (1..64 tokens a call) and place in the batch, and writes nothing past
+// its tile; the matmul on an interleaved matrix (whole groups and a row range cutting groups) and
+// the loader's repacked weights give the plain rows' bits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,6 +25,10 @@ namespace {
 constexpr GgmlType kIqTypes[] = {GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S,
                                  GgmlType::kIQ3_XXS, GgmlType::kIQ3_S,  GgmlType::kIQ1_S,
                                  GgmlType::kIQ1_M};
+
+// AVX2 interleaves every type but IQ3_XXS (its row kernel stayed faster at decode).
+bool AvxTwoInterleaves(GgmlType t) { return t != GgmlType::kIQ3_XXS; }
+bool Interleaves(GgmlType t) { return DetectIsa() != Isa::kAvx2 || AvxTwoInterleaves(t); }
 
 // Random rows: every byte random (any grid index, sign and scale is valid), d a sane f16 (the
 // first field of each of these blocks but IQ1_M, whose d is its scale words' top nibbles).
@@ -86,6 +90,11 @@ void ExpectKernelsEqualScalarVecDot(GgmlType type, std::mt19937& rng) {
     }
     for (Isa isa : SupportedIsas()) {
       const TypeKernels& kern = GetKernels(type, isa);
+      if (isa == Isa::kAvx2 && !AvxTwoInterleaves(type)) {
+        EXPECT_EQ(kern.interleave_rows, 0);
+        EXPECT_EQ(kern.gemm_interleaved, nullptr);
+        continue;
+      }
       ASSERT_EQ(kern.interleave_rows, g);
       ASSERT_EQ(kern.gemm_max_tokens, kLatticeGemmTokens);
       ASSERT_EQ(kern.repack, scalar.repack);
@@ -123,6 +132,10 @@ void ExpectMatMulEqualsPlainRows(GgmlType type, std::mt19937& rng, ThreadPool& p
   const int64_t rows = 48, cols = 3 * kQK_K;
   const std::vector<uint8_t> data = RandomIqRows(type, rows * cols, rng);
   const WeightMatrix plain{type, rows, cols, RowSize(type, cols), data.data()};
+  if (!Interleaves(type)) {
+    EXPECT_FALSE(CanInterleave(plain));
+    return;
+  }
   ASSERT_TRUE(CanInterleave(plain));
   std::vector<uint8_t> buf(data.size());  // the interleaved copy: [rows / 16 groups]
   const WeightMatrix w = InterleaveInto(plain, buf.data());
@@ -153,7 +166,8 @@ TEST(InterleavedIq, MatMulEqualsPlainRowsBitForBit) {
   for (GgmlType t : kIqTypes) ExpectMatMulEqualsPlainRows(t, rng, pool);
 }
 
-// The loader repacks the i-quant matmul weights of the synthetic fixtures and keeps
+// The loader repacks the i-quant matmul weights of the synthetic fixtures (on AVX2 all but
+// IQ3_XXS) and keeps
 // the embedding as rows; the repacked weights give the mapped rows' bits.
 TEST(InterleavedIq, LoaderRepacksMatMulWeights) {
   std::mt19937 rng(61);
@@ -177,7 +191,7 @@ TEST(InterleavedIq, LoaderRepacksMatMulWeights) {
       const WeightMatrix w = L.Matrix(t, info->ne[0], info->ne[1]);
       const WeightMatrix p = plain_loader.Matrix(t, info->ne[0], info->ne[1]);
       ASSERT_TRUE(L.status().ok() && plain_loader.status().ok());
-      EXPECT_EQ(w.interleave, kQ8_0x16Rows) << t;
+      EXPECT_EQ(w.interleave, Interleaves(type) ? kQ8_0x16Rows : 0) << t;
       EXPECT_EQ(p.interleave, 0);
       const int64_t rows = info->ne[1];
       std::vector<float> y0(5 * rows), y1(5 * rows);  // [5 tokens, rows]
