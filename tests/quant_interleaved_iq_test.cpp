@@ -1,6 +1,6 @@
 // The interleaved lattice i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S and IQ1_M as
-// BlockIQ2_XXSx16 ... BlockIQ1_Mx16, repacked at load, Q8_K activations; AVX2 only IQ1_S and
-// IQ1_M): every ISA with the layout gives the scalar vec_dot of the row before repacking bit for
+// BlockIQ2_XXSx16 ... BlockIQ1_Mx16, repacked at load, Q8_K activations; AVX2 all but
+// IQ3_XXS): every ISA with the layout gives the scalar vec_dot of the row before repacking bit for
 // bit, for every batch size (1..64 tokens a call) and place in the batch, and writes nothing past
 // its tile; the matmul on an interleaved matrix (whole groups and a row range cutting groups) and
 // the loader's repacked weights give the plain rows' bits.
@@ -26,8 +26,8 @@ constexpr GgmlType kIqTypes[] = {GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType
                                  GgmlType::kIQ3_XXS, GgmlType::kIQ3_S,  GgmlType::kIQ1_S,
                                  GgmlType::kIQ1_M};
 
-// AVX2 interleaves IQ1_S and IQ1_M only (the other types' row kernels were faster at decode).
-bool AvxTwoInterleaves(GgmlType t) { return t == GgmlType::kIQ1_S || t == GgmlType::kIQ1_M; }
+// AVX2 interleaves every type but IQ3_XXS (its row kernel stayed faster at decode).
+bool AvxTwoInterleaves(GgmlType t) { return t != GgmlType::kIQ3_XXS; }
 bool Interleaves(GgmlType t) { return DetectIsa() != Isa::kAvx2 || AvxTwoInterleaves(t); }
 
 // Random rows: every byte random (any grid index, sign and scale is valid), d a sane f16 (the
@@ -166,8 +166,8 @@ TEST(InterleavedIq, MatMulEqualsPlainRowsBitForBit) {
   for (GgmlType t : kIqTypes) ExpectMatMulEqualsPlainRows(t, rng, pool);
 }
 
-// The loader repacks the i-quant matmul weights of the synthetic fixtures (on AVX2 IQ1_S and
-// IQ1_M only) and keeps
+// The loader repacks the i-quant matmul weights of the synthetic fixtures (on AVX2 all but
+// IQ3_XXS) and keeps
 // the embedding as rows; the repacked weights give the mapped rows' bits.
 TEST(InterleavedIq, LoaderRepacksMatMulWeights) {
   std::mt19937 rng(61);
