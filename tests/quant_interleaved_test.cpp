@@ -90,7 +90,9 @@ void ExpectKernelEqualsScalarVecDot(GgmlType type, std::mt19937& rng) {
     for (Isa isa : SupportedIsas()) {
       const TypeKernels& kern = GetKernels(type, isa);
       ASSERT_NE(kern.gemm_interleaved, nullptr);
-      if (isa != Isa::kScalar) EXPECT_NE(kern.gemm_interleaved, scalar.gemm_interleaved);
+      if (isa != Isa::kScalar) {
+        EXPECT_NE(kern.gemm_interleaved, scalar.gemm_interleaved);
+      }
       for (int n = 1; n <= kMaxMultiDot; ++n) {
         // Tokens start at every offset 0..kMaxMultiDot - n, so a token's place varies too.
         for (int t0 = 0; t0 + n <= kMaxMultiDot; ++t0) {
@@ -173,23 +175,18 @@ TEST(Interleaved, PromptBatchesEqualVecDotBitForBit) {
   ExpectPromptBatchesEqualVecDot(GgmlType::kQ5_0, rng);
 }
 
-// The matmul over an interleaved copy equals the scalar vec_dot of the plain rows (so decode,
-// prompt batches of any size, and a row range all give the same bits).
-void ExpectMatMulEqualsScalarVecDot(GgmlType type, std::mt19937& rng, ThreadPool& pool) {
-  SCOPED_TRACE(GgmlTypeName(type));
-  const int64_t rows = 48, cols = TestKs(type)[1];
-  const std::vector<uint8_t> data = RandomWeightRow(type, rows * cols, rng);
-  const WeightMatrix plain{type, rows, cols, RowSize(type, cols), data.data()};
-  ASSERT_TRUE(CanInterleave(plain));
-  std::vector<uint8_t> buf(data.size());  // the interleaved copy: [rows / 16 groups]
-  const WeightMatrix w = InterleaveInto(plain, buf.data());
-  EXPECT_EQ(w.interleave, kQ8_0x16Rows);
-  EXPECT_FALSE(CanInterleave(w));
-  const WeightMatrix odd{type, rows - 8, cols, RowSize(type, cols), data.data()};
-  EXPECT_FALSE(CanInterleave(odd));
-  for (int64_t n_tokens : {1, 3, 20, 37, 130}) {
+// The matmul over the interleaved copy `w` of `plain`, for each token count and each row range
+// [lo, hi), writes exactly the rows of the range, each the scalar vec_dot of the plain row
+// against Q8_0 activations.
+void ExpectRangesEqualScalarVecDot(const WeightMatrix& w, const WeightMatrix& plain,
+                                   std::initializer_list<int64_t> token_counts,
+                                   std::initializer_list<std::pair<int64_t, int64_t>> ranges,
+                                   std::mt19937& rng, ThreadPool& pool) {
+  const GgmlType type = plain.type;
+  const int64_t rows = plain.rows, cols = plain.cols;
+  for (int64_t n_tokens : token_counts) {
     const std::vector<float> x = RandomFloats(n_tokens * cols, rng);
-    for (auto [lo, hi] : {std::pair<int64_t, int64_t>{0, rows}, {5, 27}, {16, 32}}) {
+    for (auto [lo, hi] : ranges) {
       std::vector<float> y(static_cast<size_t>(n_tokens * rows), NAN);  // [n_tokens, rows]
       MatMulScratch scratch;
       MatMulRows(w, lo, hi, x.data(), cols, n_tokens, y.data(), rows, scratch, pool);
@@ -210,6 +207,24 @@ void ExpectMatMulEqualsScalarVecDot(GgmlType type, std::mt19937& rng, ThreadPool
       }
     }
   }
+}
+
+// The matmul over an interleaved copy equals the scalar vec_dot of the plain rows (so decode,
+// prompt batches of any size, and a row range all give the same bits).
+void ExpectMatMulEqualsScalarVecDot(GgmlType type, std::mt19937& rng, ThreadPool& pool) {
+  SCOPED_TRACE(GgmlTypeName(type));
+  const int64_t rows = 48, cols = TestKs(type)[1];
+  const std::vector<uint8_t> data = RandomWeightRow(type, rows * cols, rng);
+  const WeightMatrix plain{type, rows, cols, RowSize(type, cols), data.data()};
+  ASSERT_TRUE(CanInterleave(plain));
+  std::vector<uint8_t> buf(data.size());  // the interleaved copy: [rows / 16 groups]
+  const WeightMatrix w = InterleaveInto(plain, buf.data());
+  EXPECT_EQ(w.interleave, kQ8_0x16Rows);
+  EXPECT_FALSE(CanInterleave(w));
+  const WeightMatrix odd{type, rows - 8, cols, RowSize(type, cols), data.data()};
+  EXPECT_FALSE(CanInterleave(odd));
+  ExpectRangesEqualScalarVecDot(w, plain, {1, 3, 20, 37, 130}, {{0, rows}, {5, 27}, {16, 32}}, rng,
+                                pool);
 }
 
 TEST(Interleaved, MatMulEqualsScalarVecDot) {
@@ -784,13 +799,17 @@ TEST(InterleavedLowBit, KernelEqualsScalarVecDotBitForBit) {
       }
       for (Isa isa : SupportedIsas()) {
         const TypeKernels& kern = GetKernels(type, isa);
-        if (isa == Isa::kAvx512) ASSERT_EQ(kern.interleave_rows, kQ8_0x16Rows);
+        if (isa == Isa::kAvx512) {
+          ASSERT_EQ(kern.interleave_rows, kQ8_0x16Rows);
+        }
         if (kern.interleave_rows == 0) {
           EXPECT_EQ(kern.gemm_interleaved, nullptr) << IsaName(isa);
           continue;
         }
         ASSERT_NE(kern.gemm_interleaved, nullptr);
-        if (isa != Isa::kScalar) EXPECT_NE(kern.gemm_interleaved, scalar.gemm_interleaved);
+        if (isa != Isa::kScalar) {
+          EXPECT_NE(kern.gemm_interleaved, scalar.gemm_interleaved);
+        }
         for (int n = 1; n <= kern.gemm_max_tokens && n <= kMaxMultiDot; ++n) {
           for (int t0 = 0; t0 + n <= kMaxMultiDot; ++t0) {
             const size_t stride = g + 3;
@@ -832,29 +851,8 @@ TEST(InterleavedLowBit, MatMulEqualsScalarVecDot) {
     EXPECT_EQ(w.interleave, kQ8_0x16Rows);
     const WeightMatrix odd{type, rows - 8, cols, RowSize(type, cols), data.data()};
     EXPECT_FALSE(CanInterleave(odd));
-    for (int64_t n_tokens : {1, 2, 5, 8, 9, 20, 64}) {
-      const std::vector<float> x = RandomFloats(n_tokens * cols, rng);
-      for (auto [lo, hi] : {std::pair<int64_t, int64_t>{0, rows}, {5, 27}, {16, 32}, {3, 45}}) {
-        std::vector<float> y(static_cast<size_t>(n_tokens * rows), NAN);  // [n_tokens, rows]
-        MatMulScratch scratch;
-        MatMulRows(w, lo, hi, x.data(), cols, n_tokens, y.data(), rows, scratch, pool);
-        std::vector<uint8_t> a(RowSize(kQ8, cols));
-        for (int64_t j = 0; j < n_tokens; ++j) {
-          GetKernels(kQ8).quantize(x.data() + j * cols, a.data(), cols);
-          for (int64_t r = 0; r < rows; ++r) {
-            const float got = y[j * rows + r];
-            if (r < lo || r >= hi) {
-              ASSERT_TRUE(std::isnan(got)) << "wrote row " << r << " outside the range";
-              continue;
-            }
-            float want = 0.0f;
-            GetKernels(type, Isa::kScalar).vec_dot(cols, &want, plain.Row(r), a.data());
-            ASSERT_EQ(F32ToBits(got), F32ToBits(want))
-                << "tokens " << n_tokens << " token " << j << " row " << r;
-          }
-        }
-      }
-    }
+    ExpectRangesEqualScalarVecDot(w, plain, {1, 2, 5, 8, 9, 20, 64},
+                                  {{0, rows}, {5, 27}, {16, 32}, {3, 45}}, rng, pool);
   }
 }
 
