@@ -59,6 +59,32 @@ Acts MakeActs(int64_t k, int n, std::mt19937& rng) {
   return a;
 }
 
+// kern.gemm_interleaved over one group of kQ8_0x16Rows rows, for every call of 1..max_tokens
+// tokens starting at every offset of a's kMaxMultiDot rows, gives want's bits and writes nothing
+// past the group's rows or the call's tokens.
+void ExpectGemmCallsEqual(const TypeKernels& kern, Isa isa, int64_t k, const uint8_t* group,
+                          const Acts& a, const float (&want)[kMaxMultiDot][kQ8_0x16Rows],
+                          int max_tokens) {
+  const int g = kQ8_0x16Rows;
+  for (int n = 1; n <= max_tokens; ++n) {
+    // Tokens start at every offset 0..kMaxMultiDot - n, so a token's place varies too.
+    for (int t0 = 0; t0 + n <= kMaxMultiDot; ++t0) {
+      const size_t stride = g + 3;
+      std::vector<float> out(stride * (n + 1), -12345.0f);  // [n + 1][stride]
+      kern.gemm_interleaved(k, group, a.wide.data() + t0 * a.wide_row, a.wide_row, n, out.data(),
+                            stride);
+      for (int t = 0; t < n; ++t) {
+        for (int r = 0; r < g; ++r) {
+          ASSERT_EQ(F32ToBits(out[t * stride + r]), F32ToBits(want[t0 + t][r]))
+              << IsaName(isa) << " k " << k << " n " << n << " token " << t0 + t << " row " << r;
+        }
+        for (size_t r = g; r < stride; ++r) ASSERT_EQ(out[t * stride + r], -12345.0f);
+      }
+      for (size_t r = 0; r < stride; ++r) ASSERT_EQ(out[n * stride + r], -12345.0f);
+    }
+  }
+}
+
 void ExpectKernelEqualsScalarVecDot(GgmlType type, std::mt19937& rng) {
   SCOPED_TRACE(GgmlTypeName(type));
   const TypeKernels& scalar = GetKernels(type, Isa::kScalar);
@@ -93,24 +119,7 @@ void ExpectKernelEqualsScalarVecDot(GgmlType type, std::mt19937& rng) {
       if (isa != Isa::kScalar) {
         EXPECT_NE(kern.gemm_interleaved, scalar.gemm_interleaved);
       }
-      for (int n = 1; n <= kMaxMultiDot; ++n) {
-        // Tokens start at every offset 0..kMaxMultiDot - n, so a token's place varies too.
-        for (int t0 = 0; t0 + n <= kMaxMultiDot; ++t0) {
-          const size_t stride = g + 3;
-          std::vector<float> out(stride * (n + 1), -12345.0f);  // [n + 1][stride]
-          kern.gemm_interleaved(k, group.data(), a.wide.data() + t0 * a.wide_row, a.wide_row, n,
-                                out.data(), stride);
-          for (int t = 0; t < n; ++t) {
-            for (int r = 0; r < g; ++r) {
-              ASSERT_EQ(F32ToBits(out[t * stride + r]), F32ToBits(want[t0 + t][r]))
-                  << IsaName(isa) << " k " << k << " n " << n << " token " << t0 + t << " row "
-                  << r;
-            }
-            for (size_t r = g; r < stride; ++r) ASSERT_EQ(out[t * stride + r], -12345.0f);
-          }
-          for (size_t r = 0; r < stride; ++r) ASSERT_EQ(out[n * stride + r], -12345.0f);
-        }
-      }
+      ExpectGemmCallsEqual(kern, isa, k, group.data(), a, want, kMaxMultiDot);
     }
   }
 }
@@ -810,23 +819,8 @@ TEST(InterleavedLowBit, KernelEqualsScalarVecDotBitForBit) {
         if (isa != Isa::kScalar) {
           EXPECT_NE(kern.gemm_interleaved, scalar.gemm_interleaved);
         }
-        for (int n = 1; n <= kern.gemm_max_tokens && n <= kMaxMultiDot; ++n) {
-          for (int t0 = 0; t0 + n <= kMaxMultiDot; ++t0) {
-            const size_t stride = g + 3;
-            std::vector<float> out(stride * (n + 1), -12345.0f);  // [n + 1][stride]
-            kern.gemm_interleaved(k, group.data(), a.wide.data() + t0 * a.wide_row, a.wide_row, n,
-                                  out.data(), stride);
-            for (int t = 0; t < n; ++t) {
-              for (int r = 0; r < g; ++r) {
-                ASSERT_EQ(F32ToBits(out[t * stride + r]), F32ToBits(want[t0 + t][r]))
-                    << IsaName(isa) << " k " << k << " n " << n << " token " << t0 + t << " row "
-                    << r;
-              }
-              for (size_t r = g; r < stride; ++r) ASSERT_EQ(out[t * stride + r], -12345.0f);
-            }
-            for (size_t r = 0; r < stride; ++r) ASSERT_EQ(out[n * stride + r], -12345.0f);
-          }
-        }
+        ExpectGemmCallsEqual(kern, isa, k, group.data(), a, want,
+                             std::min(kern.gemm_max_tokens, kMaxMultiDot));
       }
     }
   }
