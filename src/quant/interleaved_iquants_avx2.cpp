@@ -695,14 +695,6 @@ void Gemm(int64_t k, const void* group, const void* act, size_t act_row_bytes, i
   }
 }
 
-void Unset(KernelTable& table, GgmlType type) {
-  TypeKernels& e = table[static_cast<int>(type)];
-  e.interleave_rows = 0;
-  e.repack = nullptr;
-  e.gemm_interleaved = nullptr;
-  e.gemm_max_tokens = kMaxMultiDot;
-}
-
 }  // namespace
 
 // Every type but IQ3_XXS: its few-token path measured 0.88-0.90x its row kernel at 1 token in
@@ -713,7 +705,7 @@ void RegisterAvx2InterleavedIq(KernelTable& table) {
   table[static_cast<int>(GgmlType::kIQ2_XXS)].gemm_interleaved = Gemm<BlockIQ2_XXSx16>;
   table[static_cast<int>(GgmlType::kIQ2_XS)].gemm_interleaved = Gemm<BlockIQ2_XSx16>;
   table[static_cast<int>(GgmlType::kIQ2_S)].gemm_interleaved = Gemm<BlockIQ2_Sx16>;
-  Unset(table, GgmlType::kIQ3_XXS);
+  UnsetInterleaved(table, GgmlType::kIQ3_XXS);
   (void)Gemm<BlockIQ3_XXSx16>;
   table[static_cast<int>(GgmlType::kIQ3_S)].gemm_interleaved = Gemm<BlockIQ3_Sx16>;
   table[static_cast<int>(GgmlType::kIQ1_S)].gemm_interleaved = Gemm<BlockIQ1_Sx16>;

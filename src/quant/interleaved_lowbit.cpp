@@ -108,14 +108,6 @@ void Set(KernelTable& table) {
   e.gemm_max_tokens = kMaxMultiDot;
 }
 
-void Unset(KernelTable& table, GgmlType type) {
-  TypeKernels& e = table[static_cast<int>(type)];
-  e.interleave_rows = 0;
-  e.repack = nullptr;
-  e.gemm_interleaved = nullptr;
-  e.gemm_max_tokens = kMaxMultiDot;
-}
-
 }  // namespace
 
 void RegisterScalarInterleavedLowBit(KernelTable& table) {
@@ -124,8 +116,8 @@ void RegisterScalarInterleavedLowBit(KernelTable& table) {
 }
 
 void RegisterAvx2InterleavedLowBit(KernelTable& table) {
-  Unset(table, GgmlType::kQ1_0);
-  Unset(table, GgmlType::kQ2_0);
+  UnsetInterleaved(table, GgmlType::kQ1_0);
+  UnsetInterleaved(table, GgmlType::kQ2_0);
 }
 
 }  // namespace lamina::quant_internal

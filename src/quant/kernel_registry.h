@@ -14,6 +14,16 @@ constexpr int kTypeTableSize = 43;  // > largest GgmlType value used (Q2_0 = 42)
 
 using KernelTable = TypeKernels[kTypeTableSize];
 
+// Takes a type's interleaved layout out of an ISA's table (after its scalar entries were copied
+// in), so its matrices stay in plain rows on that ISA.
+inline void UnsetInterleaved(KernelTable& table, GgmlType type) {
+  TypeKernels& e = table[static_cast<int>(type)];
+  e.interleave_rows = 0;
+  e.repack = nullptr;
+  e.gemm_interleaved = nullptr;
+  e.gemm_max_tokens = kMaxMultiDot;
+}
+
 // Scalar reference kernels (the twins). Fill every field they implement.
 // F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL, MXFP4
 void RegisterScalarLegacy(KernelTable& table);
