@@ -15,7 +15,7 @@ for src in fuzz/fuzz_*.cpp; do
   echo "fuzz smoke: ${name} for ${seconds} s" >&2
   log="build/fuzz/smoke-${name}.log"
   if ! bash scripts/fuzz.sh "${name#fuzz_}" "$seconds" >"$log" 2>&1; then
-    grep -E 'ERROR|SUMMARY|runtime error|^fuzz_' "$log" | head -20 >&2 || true
+    grep -E 'ERROR|SUMMARY|runtime error|^fuzz_|terminate called|what\(\)|invariant failed' "$log" | head -20 >&2 || true
     echo "fuzz smoke: ${name} found a failing input (a crash-* file here; log ${log})" >&2
     exit 1
   fi

@@ -122,6 +122,26 @@ TEST_F(ApiLimits, EveryNumericFieldIsRangeChecked) {
   }
 }
 
+// A refusal quotes the value it refused, cut at 64 bytes: the cut lands on a character boundary
+// whatever the value holds (2-, 3- and 4-byte characters at every offset), so the error body is
+// valid UTF-8 and serialises without a replacement (a strict dump throws on a broken character).
+TEST_F(ApiLimits, RefusalsQuoteValuesOnCharacterBoundaries) {
+  for (const char* ch : {"\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80"}) {
+    for (int offset = 0; offset < 4; ++offset) {
+      std::string text(56 + offset, 'a');
+      for (int i = 0; i < 6; ++i) text += ch;
+      for (const json& v : {json(text), json::array({text}), json{{"k", text}}}) {
+        for (const char* key : {"temperature", "n_predict", "top_p"}) {
+          SCOPED_TRACE(std::string(key) + " " + v.dump());
+          const ApiError err = Refused(With(key, v));
+          EXPECT_NO_THROW((void)ErrorBody(err).dump()) << err.message;
+          EXPECT_NE(err.message.find("..."), std::string::npos) << err.message;
+        }
+      }
+    }
+  }
+}
+
 // The reported case: a temperature of 1e30 was a 200 with no tokens.
 TEST_F(ApiLimits, HugeTemperatureIsRefused) {
   for (Route route : {Route::kNative, Route::kOaiCompletion, Route::kChat}) {

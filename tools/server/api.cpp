@@ -11,6 +11,7 @@
 #include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "runtime/grammar.h"
+#include "tokenizer/unicode.h"
 
 namespace lamina::cli::api {
 
@@ -101,10 +102,15 @@ bool Fail(ApiError* err, const std::string& message) {
   return false;
 }
 
-// A value as a message shows it: its JSON, cut at 64 bytes.
+// A value as a message shows it: its JSON, cut at 64 bytes on a character boundary (an error
+// body is JSON, so the message stays valid UTF-8 whatever the value holds).
 std::string Shown(const json& v) {
   std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (text.size() > 64) text = text.substr(0, 64) + "...";
+  if (text.size() > 64) {
+    text.resize(64);
+    text.resize(64 - unicode::IncompleteTailLength(text));
+    text += "...";
+  }
   return text;
 }
 
