@@ -249,8 +249,9 @@ void VocabTokenizer::FindEndOfGeneration() {
       "<EOT>",
       "_<EOT>",
       "<|eom_id|>",
-      "<\xEF\xBD\x9C"
-      "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+      // One text, split so that the hex escapes end where they should.
+      ("<\xEF\xBD\x9C"
+       "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"),
   };
   std::vector<TokenId> eog;
   for (const char* text : kEogTexts) {
