@@ -117,14 +117,14 @@ inline void TransposeDwords(const __m512i* v, __m512i* u) {
 using ExpandGroupFn = void (*)(const uint8_t* grp, size_t row_bytes, ByteGroup* out);
 
 // Group g of kNq queries against an expanded group: s[k] = fma(float(dot_g), dk * qd, s[k]).
-// Two chains per query (the group's two halves of 4 dwords); the zero point starts the first.
+// Two chains per query (the group's two halves of 4 dwords); the zero point (zq, negated) starts the first.
 // The query dwords are broadcast from memory into vpdpbusd, the codes stay in registers.
 template <int kNq>
 inline void DotGroup(const ByteGroup& e, const int32_t* qv, int q_stride, const int32_t* zq,
                      const float* qs, int n_groups, __m512* s) {
   for (int k = 0; k < kNq; ++k) {
     const int32_t* q = qv + k * q_stride;
-    __m512i lo = _mm512_set1_epi32(-zq[k * n_groups]), hi = _mm512_setzero_si512();
+    __m512i lo = _mm512_set1_epi32(zq[k * n_groups]), hi = _mm512_setzero_si512();
     for (int t = 0; t < 4; ++t) {
       lo = _mm512_dpbusd_epi32(lo, e.w[t], _mm512_set1_epi32(q[t]));
       hi = _mm512_dpbusd_epi32(hi, e.w[4 + t], _mm512_set1_epi32(q[4 + t]));
@@ -170,7 +170,7 @@ template <int kHd, int kGroupBytes, int kNq, ExpandGroupFn kExpand>
 }
 
 // int8 or q4_0 rows of a 16-cell block against int8 queries: q32 [nq][head_dim / 4] the codes in
-// element order, four to a dword; zero [nq][n_groups] = kZero * each group's code sum (128:
+// element order, four to a dword; zero [nq][n_groups] = -kZero * each group's code sum (128:
 // int8 codes as unsigned bytes, 8: q4_0 nibbles). The block's codes are transposed so that each
 // dword lane is one cell: per group 8 zmm, one per dword position, each meeting its query dword
 // broadcast, so a cell's group sum needs no reduction across lanes. Queries in chunks of 4,
@@ -230,7 +230,7 @@ void ScoreBlocks(const uint8_t* rows, int n_rows, int head_dim, int nq, const in
 }
 
 // int8 and q4_0 scores: queries in chunks of kMaxByteQueries, each put in element order as int8
-// with its groups' zero-point terms (kZero times the group's code sum: 128 for int8 codes taken
+// with its groups' zero-point terms (-kZero times the group's code sum: 128 for int8 codes taken
 // as unsigned bytes, 8 for q4_0 nibbles), then the blocks of 16 cells (the tail through a
 // zero-padded copy, so the block code never reads past the rows).
 template <KvRowFormat F, int kZero, int kGroupBytes, ExpandGroupFn kExpand>
@@ -263,7 +263,7 @@ void ScoreBytes(const uint8_t* rows, int n_rows, int head_dim, int nq, const int
         __m128i s32 = _mm_madd_epi16(sum, _mm_set1_epi16(1));
         s32 = _mm_add_epi32(s32, _mm_shuffle_epi32(s32, 0x4E));
         s32 = _mm_add_epi32(s32, _mm_shuffle_epi32(s32, 0xB1));
-        zero[qi * n_groups + g] = kZero * _mm_cvtsi128_si32(s32);
+        zero[qi * n_groups + g] = -kZero * _mm_cvtsi128_si32(s32);
       }
     }
     const float* qdc = qd + static_cast<int64_t>(q0) * n_groups;
