@@ -117,8 +117,8 @@ inline void TransposeDwords(const __m512i* v, __m512i* u) {
 using ExpandGroupFn = void (*)(const uint8_t* grp, size_t row_bytes, ByteGroup* out);
 
 // Group g of kNq queries against an expanded group: s[k] = fma(float(dot_g), dk * qd, s[k]).
-// Two chains per query (the group's two halves of 4 dwords); the zero point (zq, negated) starts the first.
-// The query dwords are broadcast from memory into vpdpbusd, the codes stay in registers.
+// Two chains per query (the group's two halves of 4 dwords); the zero point (zq, negated)
+// starts the first. The query dwords are broadcast from memory, the codes stay in registers.
 template <int kNq>
 inline void DotGroup(const ByteGroup& e, const int32_t* qv, int q_stride, const int32_t* zq,
                      const float* qs, int n_groups, __m512* s) {
