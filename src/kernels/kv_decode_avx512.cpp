@@ -55,134 +55,192 @@ inline __m512i LoadRuns4(const uint8_t* p, size_t stride) {
 
 constexpr int kMaxByteQueries = 32;  // queries put in element order at once (int8 and q4_0 K)
 
-// int8 rows against int8 queries: q32 [nq][head_dim / 4] the codes in element order, four to
-// a dword; zero [nq][n_groups] = 128 * each group's code sum. The block's codes become unsigned
-// bytes (+128, one xor), transposed so that each dword lane is one cell: per group 8 zmm, one
-// per dword position of the 32-byte group, each meeting its query dword broadcast, so a cell's
-// group sum needs no reduction across lanes. Lane 4j + m = cell 4m + j.
-void ScoreBlockInt8(const uint8_t* rows, size_t row_bytes, int head_dim, int nq, const int32_t* q32,
-                    const int32_t* zero, const float* qd, float scale, float* out,
-                    int64_t out_stride, int n_valid) {
-  const int n_groups = head_dim / kGroup;
-  const size_t group_bytes = row_bytes / n_groups;
-  alignas(64) __m512i w[kMaxHeadDim / kGroup][8];  // [group][dword position] codes + 128
-  alignas(64) __m512 dk[kMaxHeadDim / kGroup];     // [group] K scales
-  const __m512i lane_cell = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+// One group of a 16-cell block expanded for vpdpbusd: w[t] holds dword position t of the group's
+// codes as unsigned bytes (one cell per dword lane, lane 4j + m = cell 4m + j), dk the cells'
+// K scales in the same lane order.
+struct ByteGroup {
+  __m512i w[8];
+  __m512 dk;
+};
+
+// The group's 16 f16 scales (2 bytes at the start of each cell's group, `row_bytes` apart) in
+// lane order. By scalar moves: a 16-lane gather cost ~10% more of the q4_0 scorer on an AMD
+// EPYC (Zen 5); docs/PERFORMANCE.md "q4_0 K by vpdpbusd".
+inline __m512 LoadGroupScales(const uint8_t* grp, size_t row_bytes) {
+  alignas(32) uint16_t ds[16];  // lane 4j + m: cell 4m + j
+  for (int j = 0; j < 4; ++j) {
+    for (int m = 0; m < 4; ++m) std::memcpy(&ds[4 * j + m], grp + (4 * m + j) * row_bytes, 2);
+  }
+  return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds)));
+}
+
+// The 4x4 dword transpose within each 128-bit lane of v[0..3] (cell quad m: cell 4m + j in
+// 128-bit lane j): u[t] lane 4j + m = dword t of cell 4m + j.
+inline void TransposeDwords(const __m512i* v, __m512i* u) {
+  const __m512i t0 = _mm512_unpacklo_epi32(v[0], v[1]), t1 = _mm512_unpackhi_epi32(v[0], v[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(v[2], v[3]), t3 = _mm512_unpackhi_epi32(v[2], v[3]);
+  u[0] = _mm512_unpacklo_epi64(t0, t2);
+  u[1] = _mm512_unpackhi_epi64(t0, t2);
+  u[2] = _mm512_unpacklo_epi64(t1, t3);
+  u[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+// int8 codes of group `grp` (each cell's { fp16 d; int8 q[32] }) as unsigned bytes, +128 by one
+// xor: w[4h + t] = dword t of bytes 16h..16h+15.
+[[gnu::always_inline]] inline void ExpandGroupInt8(const uint8_t* grp, size_t row_bytes,
+                                                   ByteGroup* out) {
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (int g = 0; g < n_groups; ++g) {
-    const uint8_t* grp = rows + g * group_bytes;
-    alignas(32) uint16_t ds[16];  // lane 4j + m: cell 4m + j
-    for (int j = 0; j < 4; ++j) {
-      for (int m = 0; m < 4; ++m) std::memcpy(&ds[4 * j + m], grp + (4 * m + j) * row_bytes, 2);
-    }
-    dk[g] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds)));
-    for (int h = 0; h < 2; ++h) {  // bytes 16h..16h+15 of the group's codes
-      __m512i v[4];                // cell quad m: cell 4m + j in 128-bit lane j
-      for (int m = 0; m < 4; ++m) v[m] = LoadRuns4(grp + 4 * m * row_bytes + 2 + 16 * h, row_bytes);
-      const __m512i t0 = _mm512_unpacklo_epi32(v[0], v[1]), t1 = _mm512_unpackhi_epi32(v[0], v[1]);
-      const __m512i t2 = _mm512_unpacklo_epi32(v[2], v[3]), t3 = _mm512_unpackhi_epi32(v[2], v[3]);
-      w[g][4 * h + 0] = _mm512_xor_si512(_mm512_unpacklo_epi64(t0, t2), bias);
-      w[g][4 * h + 1] = _mm512_xor_si512(_mm512_unpackhi_epi64(t0, t2), bias);
-      w[g][4 * h + 2] = _mm512_xor_si512(_mm512_unpacklo_epi64(t1, t3), bias);
-      w[g][4 * h + 3] = _mm512_xor_si512(_mm512_unpackhi_epi64(t1, t3), bias);
-    }
-  }
-  const __mmask16 store_mask = static_cast<__mmask16>((1u << n_valid) - 1);
-  const __m512 vscale = _mm512_set1_ps(scale);
-  for (int qi = 0; qi < nq; ++qi) {
-    const int32_t* qv = q32 + static_cast<int64_t>(qi) * (head_dim / 4);
-    const float* qs = qd + static_cast<int64_t>(qi) * n_groups;
-    const int32_t* zq = zero + static_cast<int64_t>(qi) * n_groups;
-    __m512 s = _mm512_setzero_ps();
-    for (int g = 0; g < n_groups; ++g) {
-      // Two chains (the group's halves); the zero point starts the first.
-      __m512i lo = _mm512_set1_epi32(-zq[g]), hi = _mm512_setzero_si512();
-      for (int t = 0; t < 4; ++t) {
-        lo = _mm512_dpbusd_epi32(lo, w[g][t], _mm512_set1_epi32(qv[8 * g + t]));
-        hi = _mm512_dpbusd_epi32(hi, w[g][4 + t], _mm512_set1_epi32(qv[8 * g + 4 + t]));
-      }
-      const __m512 f = _mm512_mul_ps(dk[g], _mm512_set1_ps(qs[g]));
-      s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), f, s);
-    }
-    s = _mm512_mul_ps(s, vscale);
-    _mm512_mask_storeu_ps(out + qi * out_stride, store_mask, _mm512_permutexvar_ps(lane_cell, s));
+  out->dk = LoadGroupScales(grp, row_bytes);
+  for (int h = 0; h < 2; ++h) {
+    __m512i v[4], u[4];  // cell quad m: cell 4m + j in 128-bit lane j
+    for (int m = 0; m < 4; ++m) v[m] = LoadRuns4(grp + 4 * m * row_bytes + 2 + 16 * h, row_bytes);
+    TransposeDwords(v, u);
+    for (int t = 0; t < 4; ++t) out->w[4 * h + t] = _mm512_xor_si512(u[t], bias);
   }
 }
 
-// q4_0 rows against int8 queries: q32 [nq][head_dim / 4] the codes in element order, four
-// to a dword; zero [nq][n_groups] = 8 * each group's code sum. The block's codes stay unsigned
-// nibbles, transposed so that each dword lane is one cell: per group 8 zmm, one per dword
-// position of the 16-byte run (4 low-nibble ones: elements 4t..4t+3, 4 high: 16+4t..16+4t+3),
-// each meeting its query dword broadcast, so a cell's group sum needs no reduction across
-// lanes. Lane 4j + m = cell 4m + j (the 4x4 dword transpose within each 128-bit lane).
-void ScoreBlockQ4(const uint8_t* rows, size_t row_bytes, int head_dim, int nq, const int32_t* q32,
-                  const int32_t* zero, const float* qd, float scale, float* out, int64_t out_stride,
-                  int n_valid) {
-  const int n_groups = head_dim / kGroup;
-  const size_t group_bytes = row_bytes / n_groups;
-  alignas(64) __m512i w[kMaxHeadDim / kGroup][8];  // [group][dword position] nibbles as bytes
-  alignas(64) __m512 dk[kMaxHeadDim / kGroup];     // [group] K scales
-  const __m512i lane_cell = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+// q4_0 nibbles of group `grp` (each cell's { fp16 d; uint8 qs[16] }) as bytes: w[t] the low
+// nibbles of dword t (elements 4t..4t+3), w[4 + t] the high ones (16+4t..16+4t+3).
+[[gnu::always_inline]] inline void ExpandGroupQ4(const uint8_t* grp, size_t row_bytes,
+                                                 ByteGroup* out) {
   const __m512i nib = _mm512_set1_epi8(0x0F);
-  for (int g = 0; g < n_groups; ++g) {
-    const uint8_t* grp = rows + g * group_bytes;
-    // The scales by scalar moves: a 16-lane gather cost ~10% more of this kernel on an AMD
-    // EPYC (Zen 5); docs/PERFORMANCE.md "q4_0 K by vpdpbusd".
-    alignas(32) uint16_t ds[16];  // lane 4j + m: cell 4m + j
-    for (int j = 0; j < 4; ++j) {
-      for (int m = 0; m < 4; ++m) std::memcpy(&ds[4 * j + m], grp + (4 * m + j) * row_bytes, 2);
-    }
-    dk[g] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds)));
-    __m512i v[4];  // cell quad m: cell 4m + j in 128-bit lane j
-    for (int m = 0; m < 4; ++m) v[m] = LoadRuns4(grp + 4 * m * row_bytes + 2, row_bytes);
-    const __m512i t0 = _mm512_unpacklo_epi32(v[0], v[1]), t1 = _mm512_unpackhi_epi32(v[0], v[1]);
-    const __m512i t2 = _mm512_unpacklo_epi32(v[2], v[3]), t3 = _mm512_unpackhi_epi32(v[2], v[3]);
-    const __m512i u[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
-                          _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
-    for (int t = 0; t < 4; ++t) {
-      w[g][t] = _mm512_and_si512(u[t], nib);
-      w[g][4 + t] = _mm512_and_si512(_mm512_srli_epi16(u[t], 4), nib);
-    }
-  }
-  const __mmask16 store_mask = static_cast<__mmask16>((1u << n_valid) - 1);
-  const __m512 vscale = _mm512_set1_ps(scale);
-  for (int qi = 0; qi < nq; ++qi) {
-    const int32_t* qv = q32 + static_cast<int64_t>(qi) * (head_dim / 4);
-    const float* qs = qd + static_cast<int64_t>(qi) * n_groups;
-    const int32_t* zq = zero + static_cast<int64_t>(qi) * n_groups;
-    __m512 s = _mm512_setzero_ps();
-    for (int g = 0; g < n_groups; ++g) {
-      // Two chains (low and high nibbles); the zero point starts the first.
-      __m512i lo = _mm512_set1_epi32(-zq[g]), hi = _mm512_setzero_si512();
-      for (int t = 0; t < 4; ++t) {
-        lo = _mm512_dpbusd_epi32(lo, w[g][t], _mm512_set1_epi32(qv[8 * g + t]));
-        hi = _mm512_dpbusd_epi32(hi, w[g][4 + t], _mm512_set1_epi32(qv[8 * g + 4 + t]));
-      }
-      const __m512 f = _mm512_mul_ps(dk[g], _mm512_set1_ps(qs[g]));
-      s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), f, s);
-    }
-    s = _mm512_mul_ps(s, vscale);
-    _mm512_mask_storeu_ps(out + qi * out_stride, store_mask, _mm512_permutexvar_ps(lane_cell, s));
+  out->dk = LoadGroupScales(grp, row_bytes);
+  __m512i v[4], u[4];  // cell quad m: cell 4m + j in 128-bit lane j
+  for (int m = 0; m < 4; ++m) v[m] = LoadRuns4(grp + 4 * m * row_bytes + 2, row_bytes);
+  TransposeDwords(v, u);
+  for (int t = 0; t < 4; ++t) {
+    out->w[t] = _mm512_and_si512(u[t], nib);
+    out->w[4 + t] = _mm512_and_si512(_mm512_srli_epi16(u[t], 4), nib);
   }
 }
 
-// Block scorer of 16 cells against int8 queries in element order (ScoreBlockInt8 / Q4).
-using ByteBlockFn = void (*)(const uint8_t* rows, size_t row_bytes, int head_dim, int nq,
-                             const int32_t* q32, const int32_t* zero, const float* qd, float scale,
-                             float* out, int64_t out_stride, int n_valid);
+using ExpandGroupFn = void (*)(const uint8_t* grp, size_t row_bytes, ByteGroup* out);
+
+// Group g of kNq queries against an expanded group: s[k] = fma(float(dot_g), dk * qd, s[k]).
+// Two chains per query (the group's two halves of 4 dwords); the zero point (zq, negated)
+// starts the first. The query dwords are broadcast from memory, the codes stay in registers.
+template <int kNq>
+inline void DotGroup(const ByteGroup& e, const int32_t* qv, int q_stride, const int32_t* zq,
+                     const float* qs, int n_groups, __m512* s) {
+  for (int k = 0; k < kNq; ++k) {
+    const int32_t* q = qv + k * q_stride;
+    __m512i lo = _mm512_set1_epi32(zq[k * n_groups]), hi = _mm512_setzero_si512();
+    for (int t = 0; t < 4; ++t) {
+      lo = _mm512_dpbusd_epi32(lo, e.w[t], _mm512_set1_epi32(q[t]));
+      hi = _mm512_dpbusd_epi32(hi, e.w[4 + t], _mm512_set1_epi32(q[4 + t]));
+    }
+    const __m512 f = _mm512_mul_ps(e.dk, _mm512_set1_ps(qs[k * n_groups]));
+    s[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), f, s[k]);
+  }
+}
+
+// Queries [q0, q0 + kNq) of a block: groups outer, each group expanded once (q0 == 0; kept in
+// `keep` when later query chunks reuse it) or taken back from `keep`, and met by every query of
+// the chunk while its codes are in registers. kHd > 0: head_dim (and so every row offset) known
+// at compile time; 0: head_dim at run time.
+template <int kHd, int kGroupBytes, int kNq, ExpandGroupFn kExpand>
+[[gnu::always_inline]] inline void ScoreBlockChunk(const uint8_t* rows, int head_dim, int q0,
+                                                   bool store, ByteGroup* keep, const int32_t* q32,
+                                                   const int32_t* zero, const float* qd,
+                                                   float scale, float* out, int64_t out_stride,
+                                                   __mmask16 store_mask) {
+  const int n_groups = (kHd > 0 ? kHd : head_dim) / kGroup;
+  const size_t row_bytes = static_cast<size_t>(n_groups) * kGroupBytes;
+  const int q_stride = n_groups * kGroup / 4;
+  __m512 s[kNq];
+  for (int k = 0; k < kNq; ++k) s[k] = _mm512_setzero_ps();
+  for (int g = 0; g < n_groups; ++g) {
+    ByteGroup e;
+    if (q0 == 0) {
+      kExpand(rows + g * kGroupBytes, row_bytes, &e);
+      if (store) keep[g] = e;
+    } else {
+      e = keep[g];
+    }
+    DotGroup<kNq>(e, q32 + static_cast<int64_t>(q0) * q_stride + 8 * g, q_stride,
+                  zero + static_cast<int64_t>(q0) * n_groups + g, qd + q0 * n_groups + g, n_groups,
+                  s);
+  }
+  const __m512i lane_cell = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int k = 0; k < kNq; ++k) {
+    _mm512_mask_storeu_ps(out + (q0 + k) * out_stride, store_mask,
+                          _mm512_permutexvar_ps(lane_cell, _mm512_mul_ps(s[k], vscale)));
+  }
+}
+
+// int8 or q4_0 rows of a 16-cell block against int8 queries: q32 [nq][head_dim / 4] the codes in
+// element order, four to a dword; zero [nq][n_groups] = -kZero * each group's code sum (128:
+// int8 codes as unsigned bytes, 8: q4_0 nibbles). The block's codes are transposed so that each
+// dword lane is one cell: per group 8 zmm, one per dword position, each meeting its query dword
+// broadcast, so a cell's group sum needs no reduction across lanes. Queries in chunks of 4,
+// each chunk's scores in registers; the first chunk expands each group, later ones reuse it.
+template <int kHd, int kGroupBytes, ExpandGroupFn kExpand>
+[[gnu::always_inline]] inline void ScoreBlockBytes(const uint8_t* rows, int head_dim, int nq,
+                                                   const int32_t* q32, const int32_t* zero,
+                                                   const float* qd, float scale, float* out,
+                                                   int64_t out_stride, int n_valid) {
+  alignas(64) ByteGroup keep[kMaxHeadDim / kGroup];  // [group] expanded codes when nq > 4
+  const __mmask16 store_mask = static_cast<__mmask16>((1u << n_valid) - 1);
+  const bool store = nq > 4;
+  for (int q0 = 0; q0 < nq; q0 += 4) {
+    switch (std::min(4, nq - q0)) {
+      case 4:
+        ScoreBlockChunk<kHd, kGroupBytes, 4, kExpand>(rows, head_dim, q0, store, keep, q32, zero,
+                                                      qd, scale, out, out_stride, store_mask);
+        break;
+      case 3:
+        ScoreBlockChunk<kHd, kGroupBytes, 3, kExpand>(rows, head_dim, q0, store, keep, q32, zero,
+                                                      qd, scale, out, out_stride, store_mask);
+        break;
+      case 2:
+        ScoreBlockChunk<kHd, kGroupBytes, 2, kExpand>(rows, head_dim, q0, store, keep, q32, zero,
+                                                      qd, scale, out, out_stride, store_mask);
+        break;
+      default:
+        ScoreBlockChunk<kHd, kGroupBytes, 1, kExpand>(rows, head_dim, q0, store, keep, q32, zero,
+                                                      qd, scale, out, out_stride, store_mask);
+        break;
+    }
+  }
+}
+
+// The blocks of 16 cells of rows [0, n_rows) for one chunk of queries (the tail through a
+// zero-padded copy, so the block code never reads past the rows), with the block code inlined:
+// the address arithmetic of the 16 rows is set up once per call, not per block.
+template <int kHd, int kGroupBytes, ExpandGroupFn kExpand>
+void ScoreBlocks(const uint8_t* rows, int n_rows, int head_dim, int nq, const int32_t* q32,
+                 const int32_t* zero, const float* qd, float scale, float* out,
+                 int64_t out_stride) {
+  const size_t row_bytes = static_cast<size_t>((kHd > 0 ? kHd : head_dim) / kGroup) * kGroupBytes;
+  int j = 0;
+  for (; j + kBlockCells <= n_rows; j += kBlockCells) {
+    PrefetchAhead(rows, n_rows, row_bytes, j + kPrefetchCells, kBlockCells);
+    ScoreBlockBytes<kHd, kGroupBytes, kExpand>(rows + j * row_bytes, head_dim, nq, q32, zero, qd,
+                                               scale, out + j, out_stride, kBlockCells);
+  }
+  if (j < n_rows) {
+    alignas(64) uint8_t pad[kBlockCells * (kMaxHeadDim + 2 * kMaxHeadDim / kGroup)];
+    const size_t bytes = (n_rows - j) * row_bytes;
+    std::memcpy(pad, rows + j * row_bytes, bytes);
+    std::memset(pad + bytes, 0, kBlockCells * row_bytes - bytes);
+    ScoreBlockBytes<kHd, kGroupBytes, kExpand>(pad, head_dim, nq, q32, zero, qd, scale, out + j,
+                                               out_stride, n_rows - j);
+  }
+}
 
 // int8 and q4_0 scores: queries in chunks of kMaxByteQueries, each put in element order as int8
-// with its groups' zero-point terms (kZero times the group's code sum: 128 for int8 codes taken
+// with its groups' zero-point terms (-kZero times the group's code sum: 128 for int8 codes taken
 // as unsigned bytes, 8 for q4_0 nibbles), then the blocks of 16 cells (the tail through a
 // zero-padded copy, so the block code never reads past the rows).
-template <KvRowFormat F, int kZero, ByteBlockFn kBlock>
+template <KvRowFormat F, int kZero, int kGroupBytes, ExpandGroupFn kExpand>
 void ScoreBytes(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t* qq,
                 const float* qd, float scale, float* out, int64_t out_stride) {
   if (head_dim > kMaxHeadDim) {
     ScalarKvScorer(F)(rows, n_rows, head_dim, nq, qq, qd, scale, out, out_stride);
     return;
   }
-  const size_t row_bytes = KvRowBytes(F, head_dim);
+  static_assert(kGroupBytes == (F == KvRowFormat::kInt8 ? 2 + kGroup : 2 + kGroup / 2));
   const int n_groups = head_dim / kGroup;
   alignas(64) int32_t q32[kMaxByteQueries * kMaxHeadDim / 4];        // [query][head_dim / 4]
   alignas(64) int32_t zero[kMaxByteQueries * kMaxHeadDim / kGroup];  // [query][group]
@@ -205,23 +263,21 @@ void ScoreBytes(const uint8_t* rows, int n_rows, int head_dim, int nq, const int
         __m128i s32 = _mm_madd_epi16(sum, _mm_set1_epi16(1));
         s32 = _mm_add_epi32(s32, _mm_shuffle_epi32(s32, 0x4E));
         s32 = _mm_add_epi32(s32, _mm_shuffle_epi32(s32, 0xB1));
-        zero[qi * n_groups + g] = kZero * _mm_cvtsi128_si32(s32);
+        zero[qi * n_groups + g] = -kZero * _mm_cvtsi128_si32(s32);
       }
     }
     const float* qdc = qd + static_cast<int64_t>(q0) * n_groups;
     float* oc = out + q0 * out_stride;
-    int j = 0;
-    for (; j + kBlockCells <= n_rows; j += kBlockCells) {
-      PrefetchAhead(rows, n_rows, row_bytes, j + kPrefetchCells, kBlockCells);
-      kBlock(rows + j * row_bytes, row_bytes, head_dim, n, q32, zero, qdc, scale, oc + j,
-             out_stride, kBlockCells);
-    }
-    if (j < n_rows) {
-      alignas(64) uint8_t pad[kBlockCells * (kMaxHeadDim + 2 * kMaxHeadDim / kGroup)];
-      const size_t bytes = (n_rows - j) * row_bytes;
-      std::memcpy(pad, rows + j * row_bytes, bytes);
-      std::memset(pad + bytes, 0, kBlockCells * row_bytes - bytes);
-      kBlock(pad, row_bytes, head_dim, n, q32, zero, qdc, scale, oc + j, out_stride, n_rows - j);
+    // Head dims of common models with every row offset known at compile time.
+    if (head_dim == 64) {
+      ScoreBlocks<64, kGroupBytes, kExpand>(rows, n_rows, head_dim, n, q32, zero, qdc, scale, oc,
+                                            out_stride);
+    } else if (head_dim == 128) {
+      ScoreBlocks<128, kGroupBytes, kExpand>(rows, n_rows, head_dim, n, q32, zero, qdc, scale, oc,
+                                             out_stride);
+    } else {
+      ScoreBlocks<0, kGroupBytes, kExpand>(rows, n_rows, head_dim, n, q32, zero, qdc, scale, oc,
+                                           out_stride);
     }
   }
 }
@@ -790,9 +846,9 @@ KvF16ScoreFn Avx512KvF16Scorer() { return ScoreF16; }
 KvScoreFn Avx512KvScorer(KvRowFormat format) {
   switch (format) {
     case KvRowFormat::kInt8:
-      return ScoreBytes<KvRowFormat::kInt8, 128, ScoreBlockInt8>;
+      return ScoreBytes<KvRowFormat::kInt8, 128, 34, ExpandGroupInt8>;
     case KvRowFormat::kQ4_0:
-      return ScoreBytes<KvRowFormat::kQ4_0, 8, ScoreBlockQ4>;
+      return ScoreBytes<KvRowFormat::kQ4_0, 8, 18, ExpandGroupQ4>;
     default:
       return nullptr;
   }
