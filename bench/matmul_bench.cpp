@@ -18,6 +18,7 @@
 #include "model/blocks.h"
 #include "runtime/attention.h"
 #include "runtime/kv_cache.h"
+#include "util/bandwidth.h"
 #include "util/cpu_features.h"
 #include "util/fp16.h"
 #include "util/thread_pool.h"
@@ -794,26 +795,15 @@ BENCHMARK(BM_PortLimit)->DenseRange(0, 5);
 // adds into 8 independent accumulators keep the loop far from compute-bound, so it measures the
 // memory system (the roofline's denominator).
 void BM_MemoryReadBandwidth(benchmark::State& state) {
-  const size_t n = size_t{1} << 30;  // 1 GiB
-  std::vector<uint64_t> buf(n / sizeof(uint64_t), 1);
+  // The probe `lamina bench --roofline` runs, over 1 GiB.
+  ReadBandwidthProbe probe(size_t{1} << 30);
   ThreadPool pool(static_cast<int>(state.range(0)));
-  std::vector<uint64_t> partial(pool.size() * 8);
-  for (auto _ : state) {
-    pool.ParallelFor(static_cast<int64_t>(buf.size()), 1 << 18,
-                     [&](int64_t b, int64_t e, int slot) {
-                       uint64_t acc[8] = {};
-                       for (int64_t i = b; i + 8 <= e; i += 8) {
-                         for (int j = 0; j < 8; ++j) acc[j] += buf[i + j];
-                       }
-                       uint64_t s = 0;
-                       for (uint64_t a : acc) s += a;
-                       partial[slot * 8] += s;
-                     });
-    benchmark::DoNotOptimize(partial.data());
-  }
+  double gbs = 0.0;
+  for (auto _ : state) gbs = probe.Measure(pool, 1);
+  benchmark::DoNotOptimize(gbs);
   state.counters["GB/s"] =
-      benchmark::Counter(static_cast<double>(n) * state.iterations(), benchmark::Counter::kIsRate,
-                         benchmark::Counter::kIs1000);
+      benchmark::Counter(static_cast<double>(probe.bytes()) * state.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_MemoryReadBandwidth)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 

@@ -440,3 +440,41 @@ TEST(RunChatJson, SplitsReasoningContentAndToolCalls) {
   EXPECT_FALSE(j.contains("content"));
   EXPECT_FALSE(j.contains("reasoning"));
 }
+
+// --roofline: the probe's figures per repetition, the exact bytes per token and the share, in
+// JSON and as one table line; refused (usage) where there is no tg to measure.
+TEST(Cli, BenchRoofline) {
+  REQUIRE_SHARED();
+  Output o = Lamina("bench -m " + Stories() + " -p 0 -n 4 -r 2 -t 1 --roofline --json");
+  ASSERT_EQ(o.code, 0);
+  const auto j = nlohmann::json::parse(o.out);
+  const auto& r = j["roofline"];
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r["bw_before_gbs"].size(), 2u);
+  EXPECT_EQ(r["bw_after_gbs"].size(), 2u);
+  EXPECT_EQ(r["shares"].size(), 2u);
+  EXPECT_GE(r["probe_bytes"].get<double>(), 256.0 * 1024 * 1024);
+  EXPECT_GT(r["measured_gbs"].get<double>(), 0.0);
+  EXPECT_GT(r["achieved_gbs"].get<double>(), 0.0);
+  EXPECT_GT(r["share"].get<double>(), 0.0);
+  // The parts add up to bytes_per_token; at depth 0 the 4 steps read 1.5 + 4 / 2 cells on
+  // average and write one.
+  const double parts = r["weight_bytes"].get<double>() + r["embedding_row_bytes"].get<double>() +
+                       r["kv_bytes"].get<double>() + r["state_bytes"].get<double>();
+  EXPECT_DOUBLE_EQ(parts, j["bytes_per_token"].get<double>());
+  EXPECT_GT(r["kv_bytes"].get<double>(), 0.0);
+  Output t = Lamina("bench -m " + Stories() + " -p 0 -n 2 -r 1 -t 1 --roofline");
+  ASSERT_EQ(t.code, 0);
+  EXPECT_NE(t.out.find("roofline "), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("GB/s"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("share "), std::string::npos) << t.out;
+  for (const char* bad : {" -n 0 --roofline", " -np 1,2 --roofline", " --spec off --roofline"}) {
+    Output u = LaminaErr("bench -m " + Stories() + " -p 0 -r 1" + bad);
+    EXPECT_EQ(u.code, 2) << bad;
+    EXPECT_TRUE(Has(u.out, "--roofline")) << u.out;
+  }
+  // Without the flag there is no roofline object.
+  Output plain = Lamina("bench -m " + Stories() + " -p 0 -n 2 -r 1 -t 1 --json");
+  ASSERT_EQ(plain.code, 0);
+  EXPECT_FALSE(nlohmann::json::parse(plain.out).contains("roofline"));
+}

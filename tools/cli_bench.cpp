@@ -2,6 +2,8 @@
 // fresh cache; tg: N single-token decodes after DEPTH tokens are already in the cache. Reports
 // the median over REPS, and the decode roofline from the bytes each token reads. --parallel B:
 // B sequences decode together, one token each per forward pass (the server's batched decode).
+// --roofline: tg's bytes per second against a read-bandwidth probe run on the same threads before
+// and after each repetition, so the share compares figures of the same minute.
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -11,6 +13,7 @@
 #include "cli_common.h"
 #include "cli_spec.h"
 #include "runtime/session.h"
+#include "util/bandwidth.h"
 #include "util/timer.h"
 
 namespace lamina::cli {
@@ -135,11 +138,20 @@ int RunParallelBench(const BenchOptions& o, const Model& model, SessionConfig sc
 struct BenchSamples {
   std::vector<double> pp, tg;
   size_t kv_bytes_per_token = 0;
+  // --roofline: the probe's GB/s right before and right after each tg repetition.
+  std::vector<double> bw_before, bw_after;
 };
 
+// Passes of the probe per measurement: at least 1 GB read, so one figure spans ~25 ms or more.
+int ProbePasses(const ReadBandwidthProbe& probe) {
+  return static_cast<int>(
+      std::max<size_t>(2, (size_t{1000000000} + probe.bytes() - 1) / probe.bytes()));
+}
+
 // Runs the pp and tg tests REPS times; false (after the message) when an evaluation fails.
+// `probe` (--roofline, else nullptr) runs before and after each tg repetition.
 bool MeasureBench(const BenchOptions& o, const Model& model, const SessionConfig& sc,
-                  ThreadPool& pool, BenchSamples* out) {
+                  ThreadPool& pool, ReadBandwidthProbe* probe, BenchSamples* out) {
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> dist(0, model.hparams().n_vocab - 1);
   auto random_tokens = [&](int n) {
@@ -180,6 +192,7 @@ bool MeasureBench(const BenchOptions& o, const Model& model, const SessionConfig
       // prompt: decode speed depends on how many cells are read, not on what they hold.
       if (o.depth > 0) s.FillWithRandomCells(o.depth, 1234 + rep);
       std::vector<int32_t> gen = random_tokens(o.n_gen + 1);
+      if (probe != nullptr) out->bw_before.push_back(probe->Measure(pool, ProbePasses(*probe)));
       // One untimed warm-up step first (first-touch of scratch buffers), as llama-bench does.
       if (Result<const float*> r = s.Eval(&gen[o.n_gen], 1, false); !r.ok()) {
         std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
@@ -194,27 +207,75 @@ bool MeasureBench(const BenchOptions& o, const Model& model, const SessionConfig
         }
       }
       out->tg.push_back(o.n_gen / (NowSeconds() - t0));
+      if (probe != nullptr) out->bw_after.push_back(probe->Measure(pool, ProbePasses(*probe)));
     }
   }
   return true;
 }
 
+// What one timed decode step reads, averaged over the tg steps, in bytes.
+struct DecodeBytes {
+  double weights = 0;   // every matrix and vector but the embedding table (the head included)
+  double embd_row = 0;  // the token's embedding row (0 when the head is tied: read as the head)
+  double kv = 0;        // K/V cells read, plus the one cell written
+  double state = 0;     // hybrid models: the recurrent layers' conv tails and delta states
+  double total() const { return weights + embd_row + kv + state; }
+};
+
+DecodeBytes DecodeBytesPerToken(const BenchOptions& o, const Model& model,
+                                size_t kv_bytes_per_token) {
+  DecodeBytes b;
+  b.weights = static_cast<double>(model.WeightBytesPerToken());
+  const gguf::TensorInfo* embd = model.file().FindTensor("token_embd.weight");
+  if (embd != nullptr && model.file().FindTensor("output.weight") != nullptr && embd->ne[1] > 0) {
+    b.embd_row = static_cast<double>(embd->n_bytes) / static_cast<double>(embd->ne[1]);
+  }
+  // The warm-up token sits at position DEPTH; timed step i (0-based) at DEPTH + 1 + i attends
+  // DEPTH + 2 + i cells, DEPTH + 1.5 + N / 2 on average, and writes its own.
+  const double cells_read = o.depth + 1.5 + o.n_gen / 2.0;
+  b.kv = static_cast<double>(kv_bytes_per_token) * (cells_read + 1.0);
+  // Hybrid models also read (and write back) every recurrent layer's conv tail and delta state.
+  const RecurrentShape& rec = model.hparams().recurrent;
+  b.state = static_cast<double>(rec.n_layer) *
+            static_cast<double>(rec.conv_floats() + rec.state_floats()) * sizeof(float);
+  return b;
+}
+
+// --roofline's figures: medians over the tg repetitions.
+struct RooflineFigures {
+  double achieved_gbs = 0;  // tg tok/s x bytes per token
+  double measured_gbs = 0;  // the probe, mean of before and after each repetition
+  double share = 0;         // achieved / measured, per repetition
+  std::vector<double> shares;
+};
+
+RooflineFigures Roofline(const BenchSamples& s, double bytes_per_token) {
+  RooflineFigures r;
+  std::vector<double> achieved, measured;
+  for (size_t i = 0; i < s.tg.size() && i < s.bw_before.size() && i < s.bw_after.size(); ++i) {
+    const double a = s.tg[i] * bytes_per_token / 1e9;
+    const double m = (s.bw_before[i] + s.bw_after[i]) / 2.0;
+    achieved.push_back(a);
+    measured.push_back(m);
+    r.shares.push_back(m > 0 ? a / m : 0.0);
+  }
+  r.achieved_gbs = Median(achieved);
+  r.measured_gbs = Median(measured);
+  r.share = Median(r.shares);
+  return r;
+}
+
 // The medians and the decode roofline, as a table or one JSON object.
 void PrintBench(const BenchOptions& o, const Model& model, const SessionConfig& sc,
-                const ThreadPool& pool, const BenchSamples& s) {
+                const ThreadPool& pool, const ReadBandwidthProbe* probe, const BenchSamples& s) {
   const std::vector<double>& pp = s.pp;
   const std::vector<double>& tg = s.tg;
   const double pp_med = Median(pp), tg_med = Median(tg);
-  // Bytes read per decoded token: all weights but the embedding rows, plus the K/V cells
-  // attended (depth, the warm-up token and half the generated tokens on average).
-  const double kv_read = static_cast<double>(s.kv_bytes_per_token) * (o.depth + 1 + o.n_gen / 2.0);
-  // Hybrid models also read (and write back) every recurrent layer's conv tail and delta state.
-  const RecurrentShape& rec = model.hparams().recurrent;
-  const double state_read = static_cast<double>(rec.n_layer) *
-                            static_cast<double>(rec.conv_floats() + rec.state_floats()) *
-                            sizeof(float);
-  const double bytes_per_token =
-      static_cast<double>(model.WeightBytesPerToken()) + kv_read + state_read;
+  const DecodeBytes bytes = DecodeBytesPerToken(o, model, s.kv_bytes_per_token);
+  const double bytes_per_token = bytes.total();
+  const double state_read = bytes.state;
+  const bool roofline = probe != nullptr && o.n_gen > 0;
+  const RooflineFigures rf = roofline ? Roofline(s, bytes_per_token) : RooflineFigures{};
   if (o.json) {
     nlohmann::json j;
     j["model"] = o.common.model_path;
@@ -231,6 +292,20 @@ void PrintBench(const BenchOptions& o, const Model& model, const SessionConfig& 
     j["tg_samples"] = tg;
     j["bytes_per_token"] = bytes_per_token;
     j["state_bytes_per_token"] = state_read;
+    if (roofline) {
+      j["roofline"] = {{"weight_bytes", bytes.weights},
+                       {"embedding_row_bytes", bytes.embd_row},
+                       {"kv_bytes", bytes.kv},
+                       {"state_bytes", bytes.state},
+                       {"probe_bytes", probe->bytes()},
+                       {"probe_passes", ProbePasses(*probe)},
+                       {"bw_before_gbs", s.bw_before},
+                       {"bw_after_gbs", s.bw_after},
+                       {"shares", rf.shares},
+                       {"achieved_gbs", rf.achieved_gbs},
+                       {"measured_gbs", rf.measured_gbs},
+                       {"share", rf.share}};
+    }
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("model %s | %.1fM params | %d threads | kv %s\n", o.common.model_path.c_str(),
@@ -242,6 +317,18 @@ void PrintBench(const BenchOptions& o, const Model& model, const SessionConfig& 
       if (state_read > 0) std::printf(", %.2f MB of it recurrent state", state_read / 1e6);
       std::printf(")\n");
     }
+    if (roofline) {
+      std::printf("roofline %.3f MB/token (weights %.3f, embedding row %.4f, KV %.3f",
+                  bytes_per_token / 1e6, bytes.weights / 1e6, bytes.embd_row / 1e6, bytes.kv / 1e6);
+      if (state_read > 0) std::printf(", state %.3f", state_read / 1e6);
+      std::printf(
+          ") | achieved %.1f GB/s | measured %.1f GB/s (read probe, %zu MiB x %d, %d threads, "
+          "before and after each rep) | share %.1f%% (reps:",
+          rf.achieved_gbs, rf.measured_gbs, probe->bytes() >> 20, ProbePasses(*probe), pool.size(),
+          100.0 * rf.share);
+      for (double x : rf.shares) std::printf(" %.1f", 100.0 * x);
+      std::printf(")\n");
+    }
   }
 }
 
@@ -250,6 +337,11 @@ void PrintBench(const BenchOptions& o, const Model& model, const SessionConfig& 
 int RunBench(const BenchOptions& o) {
   if (o.n_prompt < 0 || o.n_gen < 0 || o.depth < 0 || o.reps < 1) {
     std::fprintf(stderr, "lamina: -p, -n, -d must be >= 0 and -r >= 1\n");
+    return kExitUsage;
+  }
+  if (o.roofline && (o.n_gen < 1 || !o.parallel.empty() || !o.spec.empty())) {
+    std::fprintf(stderr,
+                 "lamina: --roofline measures tg: it needs -n >= 1 and no --parallel or --spec\n");
     return kExitUsage;
   }
   LoadedModel lm = LoadModelForCli(o.common);
@@ -266,9 +358,11 @@ int RunBench(const BenchOptions& o) {
     return rc;
   }
   if (!o.parallel.empty()) return RunParallelBench(o, model, sc, pool);
+  std::optional<ReadBandwidthProbe> probe;
+  if (o.roofline) probe.emplace(ReadBandwidthProbe::DefaultBytes());
   BenchSamples samples;
-  if (!MeasureBench(o, model, sc, pool, &samples)) return kExitFailure;
-  PrintBench(o, model, sc, pool, samples);
+  if (!MeasureBench(o, model, sc, pool, probe ? &*probe : nullptr, &samples)) return kExitFailure;
+  PrintBench(o, model, sc, pool, probe ? &*probe : nullptr, samples);
   return kExitOk;
 }
 
