@@ -219,7 +219,7 @@ int DraftController::Plan(int max_tokens) {
   // whatever the model predicts; a resumption must be repaid at the measured rate).
   double weight = 0.0;
   const double realized = Realized(&weight);
-  const bool proven = weight >= kRealMin;
+  const bool proven = real_steps_ >= kRealMin;  // this request's own evidence
   const double rate = proven ? std::min(best, realized) : best;
   if (k > 0 && rate >= 1.0 + kMargin * q && Repays(rate)) {
     gap_ = kMinGap;
@@ -280,7 +280,7 @@ void DraftController::Record(const StepRecord& r) {
   // the tokens it gave; one sample counts within kRealClamp of the cost model's prediction (a
   // preempted step barely moves it). A resumption's bulk catch-up is left out: it is paid once
   // for the windows after it, and Repays prices it.
-  if (r.window_seconds > 0.0 && costs_->has_step()) {
+  if (r.drafted > 0 && r.window_seconds > 0.0 && costs_->has_step()) {
     const bool bulk = r.catch_up_cells > CostModel::kBulkCells;
     const double predicted = costs_->WindowSteps(r.drafted + 1) +
                              costs_->DraftSteps(std::max(1, r.drafted)) +
@@ -317,7 +317,7 @@ void DraftController::Record(const StepRecord& r) {
   }
   if (probing_ && (r.drafted > 0 || costs_->DraftSteps(1) > 0.01)) {
     double weight = 0.0;
-    const bool loses = Realized(&weight) < 1.0 && weight >= kRealMin;
+    const bool loses = Realized(&weight) < 1.0 && real_steps_ >= kRealMin;
     if (r.drafted == 0 || r.accepted < r.drafted || loses) {
       gap_ = std::min(MaxProbeGap(), 2 * gap_);
     }
