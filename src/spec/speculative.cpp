@@ -219,7 +219,9 @@ int DraftController::Plan(int max_tokens) {
   // whatever the model predicts; a resumption must be repaid at the measured rate).
   double weight = 0.0;
   const double realized = Realized(&weight);
-  const bool proven = real_steps_ >= kRealMin;  // this request's own evidence
+  // (A drafter whose asking is free, prompt lookup, has no pass the model could misprice: its
+  // windows are priced as measured, and their mix of lengths and acceptances is the model's.)
+  const bool proven = real_steps_ >= kRealMin && costs_->DraftSteps(1) > 0.01;
   const double rate = proven ? std::min(best, realized) : best;
   if (k > 0 && rate >= 1.0 + kMargin * q && Repays(rate)) {
     gap_ = kMinGap;
@@ -317,7 +319,8 @@ void DraftController::Record(const StepRecord& r) {
   }
   if (probing_ && (r.drafted > 0 || costs_->DraftSteps(1) > 0.01)) {
     double weight = 0.0;
-    const bool loses = Realized(&weight) < 1.0 && real_steps_ >= kRealMin;
+    const bool loses =
+        Realized(&weight) < 1.0 && real_steps_ >= kRealMin && costs_->DraftSteps(1) > 0.01;
     if (r.drafted == 0 || r.accepted < r.drafted || loses) {
       gap_ = std::min(MaxProbeGap(), 2 * gap_);
     }
