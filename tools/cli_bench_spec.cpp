@@ -1,11 +1,13 @@
 // `lamina bench --spec off,lookup,draft,mtp`: greedy generation on a fixed task set (counting to
 // 300, a JSON object, copying a 50-item list, prose), each task in the model's chat template
 // (ChatML for a model without one), with each speculative mode, in interleaved rounds (every
-// round runs every task × mode once, in a fresh session). Prints per task and mode the median
-// decode tok/s, the median of the per-round ratios to plain decoding, acceptance and tokens per
-// verify step, what each leg asked of its drafter per 1,000 tokens (calls, caught-up cells,
-// drafted tokens), then what each leg's cost model measured (one per leg, kept across its runs).
-// The output ids are checked equal to plain decoding's (they must be, at temperature 0).
+// round runs every task × mode once, in a fresh session, the modes' order rotated each round,
+// after one warm-up round that is not counted; a second "off" is a control leg). Prints per task
+// and mode the median decode tok/s, the median of the per-round ratios to plain decoding,
+// acceptance and tokens per verify step, what each leg asked of its drafter per 1,000 tokens
+// (calls, caught-up cells, drafted tokens), then what each leg's cost model measured (one per leg,
+// kept across its runs). The output ids are checked equal to plain decoding's (they must be, at
+// temperature 0).
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -51,20 +53,24 @@ double Median(std::vector<double> v) {
 struct Leg {
   std::vector<double> tok_s, ratio;
   spec::SpecStats stats;
+  double decode_seconds = 0.0;  // every round's together
+  int64_t tokens = 0;           // every round's together
   int n_tokens = 0;
   bool ids_match = true;
 };
 
-// --spec's modes, each once, "off" (the baseline) first; false (after the message) for an
-// unknown one.
+// --spec's modes, each once, "off" (the baseline) first; a second "off" is a control leg, "off2"
+// (plain decoding measured again: the bench's own noise floor). False (after the message) for
+// an unknown mode.
 bool ParseSpecModes(const std::string& list, std::vector<std::string>* modes) {
   for (size_t start = 0; start <= list.size();) {
     const size_t comma = std::min(list.find(',', start), list.size());
-    const std::string m = list.substr(start, comma - start);
+    std::string m = list.substr(start, comma - start);
     if (m != "off" && m != "lookup" && m != "draft" && m != "mtp") {
       std::fprintf(stderr, "lamina: --spec takes off, lookup, draft and mtp, comma-separated\n");
       return false;
     }
+    if (m == "off" && std::find(modes->begin(), modes->end(), m) != modes->end()) m = "off2";
     if (std::find(modes->begin(), modes->end(), m) == modes->end()) modes->push_back(m);
     start = comma + 1;
   }
@@ -146,11 +152,39 @@ void PrintDrafterWork(const std::vector<Task>& tasks, const std::vector<std::str
               "catch-up per 1k", "drafted per 1k");
   for (const Task& t : tasks) {
     for (const std::string& m : modes) {
-      if (m == "off") continue;
+      if (m == "off" || m == "off2") continue;
       const spec::SpecStats& s = legs[t.name][m].stats;
       const double per = 1000.0 / std::max<double>(1.0, static_cast<double>(s.emitted));
       std::printf("%-6s %-7s %14.1f %15.1f %16.1f %15.1f\n", t.name, m.c_str(), s.asks * per,
                   s.probes * per, s.catch_up_cells * per, s.drafted * per);
+    }
+  }
+}
+
+// Where each speculative leg's decode time went, in the plain leg's steps (its decode time per
+// token, every round's together) per 1,000 emitted tokens: the plain steps' forward passes, the
+// verify windows', the drafter's calls (of which catch-ups), the rest (sampling, bookkeeping) and
+// the total (1,000 would be plain speed); and the tokens the verify steps gave per plain step
+// their windows and the drafter's calls took (above 1: drafting paid for itself).
+void PrintTimeSplit(const std::vector<Task>& tasks, const std::vector<std::string>& modes,
+                    std::map<std::string, std::map<std::string, Leg>>& legs) {
+  std::printf("%-6s %-7s %9s %9s %9s %9s %9s %9s %12s\n", "task", "spec", "plain", "windows",
+              "drafter", "catch-up", "other", "total", "tok/step");
+  for (const Task& t : tasks) {
+    const Leg& off = legs[t.name]["off"];
+    const double step = off.decode_seconds / std::max<double>(1.0, static_cast<double>(off.tokens));
+    for (const std::string& m : modes) {
+      if (m == "off" || m == "off2") continue;
+      const Leg& leg = legs[t.name][m];
+      const spec::SpecStats& s = leg.stats;
+      const double per = 1000.0 / std::max<double>(1.0, static_cast<double>(leg.tokens)) / step;
+      const double passes = s.plain_seconds + s.window_seconds + s.draft_seconds;
+      const double spent = (s.window_seconds + s.draft_seconds) / step;
+      std::printf("%-6s %-7s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %12.2f\n", t.name, m.c_str(),
+                  s.plain_seconds * per, s.window_seconds * per, s.draft_seconds * per,
+                  s.catch_up_seconds * per, (leg.decode_seconds - passes) * per,
+                  leg.decode_seconds * per,
+                  spent > 0.0 ? static_cast<double>(s.accepted + s.verify_steps) / spent : 0.0);
     }
   }
 }
@@ -176,7 +210,7 @@ int RunBenchSpec(const BenchOptions& o, const Model& model, ThreadPool& pool) {
   std::map<std::string, SpecSetup> setups;
   for (const std::string& m : modes) {
     SpecCliOptions so = o.spec_options;
-    so.mode = m;
+    so.mode = m == "off2" ? "off" : m;
     if (!MakeSpecSetup(so, o.common.model_path, model, sc.n_ctx, pool, &setups[m], &rc,
                        /*build_drafter=*/false)) {
       return rc;
@@ -185,7 +219,10 @@ int RunBenchSpec(const BenchOptions& o, const Model& model, ThreadPool& pool) {
   }
   const std::vector<Task> tasks = Tasks();
   std::map<std::string, std::map<std::string, Leg>> legs;  // task → mode → figures
-  for (int round = 0; round < o.reps; ++round) {
+  // Round 0 warms up (the weights' pages, the allocator, each leg's cost model) and is not
+  // counted; in round r the legs run in an order rotated by r, so that no leg always runs first
+  // or right after another.
+  for (int round = 0; round <= o.reps; ++round) {
     for (const Task& t : tasks) {
       const std::vector<int32_t> prompt =
           tok.Encode(chat::RenderChatPrompt(chat, {chat::ChatMessage{"user", t.user}}, tok).value(),
@@ -193,9 +230,10 @@ int RunBenchSpec(const BenchOptions& o, const Model& model, ThreadPool& pool) {
       GenerateOptions go;
       go.params.sampler.temperature = 0.0f;
       go.params.n_predict = t.n_predict;
-      std::vector<int32_t> plain_ids;
-      double plain_tok_s = 0.0;
-      for (const std::string& m : modes) {
+      std::map<std::string, std::vector<int32_t>> ids;  // mode → this round's output
+      std::map<std::string, double> tok_s;              // mode → this round's decode speed
+      for (size_t i = 0; i < modes.size(); ++i) {
+        const std::string& m = modes[(i + round) % modes.size()];
         Session session(model, sc, pool);
         SpecSetup& setup = setups[m];
         setup.drafter = NewDrafter(options[m], setup, pool, &session);
@@ -205,24 +243,27 @@ int RunBenchSpec(const BenchOptions& o, const Model& model, ThreadPool& pool) {
           std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
           return kExitFailure;
         }
-        const double tok_s = r->tokens.size() / std::max(r->decode_seconds, 1e-9);
+        ids[m] = r->tokens;
+        tok_s[m] = r->tokens.size() / std::max(r->decode_seconds, 1e-9);
+        if (round == 0) continue;
         Leg& leg = legs[t.name][m];
-        leg.tok_s.push_back(tok_s);
+        leg.tok_s.push_back(tok_s[m]);
         leg.n_tokens = static_cast<int>(r->tokens.size());
         leg.stats.Add(stats);
-        if (m == "off") {
-          plain_ids = r->tokens;
-          plain_tok_s = tok_s;
-        } else {
-          leg.ids_match = leg.ids_match && r->tokens == plain_ids;
-        }
-        leg.ratio.push_back(tok_s / std::max(plain_tok_s, 1e-9));
+        leg.decode_seconds += r->decode_seconds;
+        leg.tokens += static_cast<int64_t>(r->tokens.size());
+      }
+      for (const std::string& m : modes) {
+        Leg& leg = legs[t.name][m];
+        leg.ids_match = leg.ids_match && ids[m] == ids["off"];
+        if (round > 0) leg.ratio.push_back(tok_s[m] / std::max(tok_s["off"], 1e-9));
       }
     }
   }
   const bool ids_match = PrintSpecBench(o, tasks, modes, legs);
   if (!o.json) {
     PrintDrafterWork(tasks, modes, legs);
+    PrintTimeSplit(tasks, modes, legs);
     for (const std::string& m : modes) {
       if (setups[m].options.costs) PrintCosts(m, *setups[m].options.costs);
     }

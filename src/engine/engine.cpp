@@ -594,6 +594,7 @@ void Engine::AfterRow(const Row& row, const float* logits, double step_seconds, 
     s.spec.accepted += w.accepted;
     s.spec.emitted += w.emitted;
     (k > 0 ? s.spec.verify_steps : s.spec.plain_steps) += 1;
+    (k > 0 ? s.spec.window_seconds : s.spec.plain_seconds) += step_seconds;
     if (s.asked) s.spec.draft_seconds += s.draft_seconds;
     spec::StepRecord rec;
     rec.asked = s.asked;
@@ -610,6 +611,7 @@ void Engine::AfterRow(const Row& row, const float* logits, double step_seconds, 
       ++s.spec.asks;
       s.spec.probes += s.probing;
       s.spec.catch_up_cells += cu.cells;
+      s.spec.catch_up_seconds += rec.catch_up_seconds;
     }
     s.controller->Record(rec);
   }

@@ -15,6 +15,9 @@ void SpecStats::Add(const SpecStats& o) {
   plain_steps += o.plain_steps;
   emitted += o.emitted;
   draft_seconds += o.draft_seconds;
+  catch_up_seconds += o.catch_up_seconds;
+  window_seconds += o.window_seconds;
+  plain_seconds += o.plain_seconds;
   asks += o.asks;
   probes += o.probes;
   catch_up_cells += o.catch_up_cells;
@@ -34,6 +37,9 @@ constexpr int kHorizon = 32;          // the fewest tokens a resumed drafter is 
 constexpr double kFreeSteps = 0.25;   // extra steps a draft beyond the earned length may cost
 constexpr double kBulkPrior = 0.25;   // a bulk catch-up cell against a short one, unmeasured
 constexpr double kProbeShare = 0.01;  // a probe's cost over the plain steps before it, at most
+constexpr double kRealPrior = 2.0;    // plain steps of evidence the long-run realized rate is worth
+constexpr double kRealMin = 2.0;      // plain steps of evidence before the realized rate vetoes
+constexpr double kRealClamp = 2.0;    // a step's measured cost counts within [1/c, c]x predicted
 }  // namespace
 
 void CostModel::Observe(int entry, double log_seconds) {
@@ -70,6 +76,12 @@ void CostModel::ObserveAcceptance(int drafted, int accepted) {
   if (drafted <= 0) return;
   acc_hits_ = 0.95 * acc_hits_ + accepted;
   acc_misses_ = 0.95 * acc_misses_ + (accepted < drafted ? 1.0 : 0.0);
+}
+
+void CostModel::ObserveRealized(int tokens, double steps) {
+  if (tokens < 1 || !(steps > 0.0)) return;
+  real_tokens_ = 0.95 * real_tokens_ + tokens;
+  real_steps_ = 0.95 * real_steps_ + steps;
 }
 
 double CostModel::acceptance() const { return (acc_hits_ + 1.0) / (acc_hits_ + acc_misses_ + 2.0); }
@@ -170,6 +182,17 @@ bool DraftController::Repays(double rate) const {
          horizon * (1.0 - 1.0 / rate) >= costs_->CatchUpSteps(since_ask_);
 }
 
+double DraftController::Realized(double* weight) const {
+  double tokens = real_tokens_, steps = real_steps_;
+  if (costs_->realized_steps() > 0.0) {  // the long-run figure, worth at most kRealPrior steps
+    const double w = std::min(kRealPrior, costs_->realized_steps());
+    tokens += w * costs_->realized_tokens() / costs_->realized_steps();
+    steps += w;
+  }
+  *weight = steps;
+  return steps > 0.0 ? tokens / steps : 0.0;
+}
+
 double DraftController::ProbeSteps() const {
   // A probe costs the drafter's pass and, when it drafts, a window token (its catch-up, where
   // it has one, is paid by any later draft as well).
@@ -191,7 +214,16 @@ int DraftController::Plan(int max_tokens) {
   int k = 0;
   const double best = BestRate(Limit(max_tokens), acceptance(), &k);
   const double q = (offers_ + 1.0) / (asks_ + 1.0);
-  if (k > 0 && best >= 1.0 + kMargin * q && Repays(best)) {
+  // What asking has given, measured: the cost model's prediction must not be above it (a
+  // drafter whose windows and passes took a plain step or more per token they gave stops,
+  // whatever the model predicts; a resumption must be repaid at the measured rate).
+  double weight = 0.0;
+  const double realized = Realized(&weight);
+  // (A drafter whose asking is free, prompt lookup, has no pass the model could misprice: its
+  // windows are priced as measured, and their mix of lengths and acceptances is the model's.)
+  const bool proven = real_steps_ >= kRealMin && costs_->DraftSteps(1) > 0.01;
+  const double rate = proven ? std::min(best, realized) : best;
+  if (k > 0 && rate >= 1.0 + kMargin * q && Repays(rate)) {
     gap_ = kMinGap;
     until_probe_ = gap_;
     return k;
@@ -207,10 +239,12 @@ int DraftController::Plan(int max_tokens) {
       return 0;
     }
   }
-  // Probes lose at most kProbeShare of the steps run (past two probes' worth): what they cost
-  // beyond the tokens they gave is counted (Record).
+  // Probes lose at most kProbeShare of the steps run (past two probes' worth; one where asking
+  // the drafter has been measured to lose): what they cost beyond the tokens they gave is
+  // counted (Record).
+  const double free_probes = proven && realized < 1.0 ? 1.0 : 2.0;
   if (probe_loss_ + ProbeSteps() >
-      kProbeShare * static_cast<double>(emitted_) + 2.0 * ProbeSteps()) {
+      kProbeShare * static_cast<double>(emitted_) + free_probes * ProbeSteps()) {
     return 0;
   }
   probing_ = true;
@@ -236,11 +270,30 @@ void DraftController::Record(const StepRecord& r) {
     misses_ *= age;
     asks_ *= age;
     offers_ *= age;
+    real_tokens_ *= age;
+    real_steps_ *= age;
     idle_ = 0;
   }
   if (r.draft_seconds > 0.0) {
     costs_->ObserveDraft(std::max(1, r.drafted), r.draft_seconds - r.catch_up_seconds);
     costs_->ObserveCatchUp(r.catch_up_cells, r.catch_up_seconds);
+  }
+  // What this step took, measured in plain steps (its window and the drafter's call), against
+  // the tokens it gave; one sample counts within kRealClamp of the cost model's prediction (a
+  // preempted step barely moves it). A resumption's bulk catch-up is left out: it is paid once
+  // for the windows after it, and Repays prices it.
+  if (r.drafted > 0 && r.window_seconds > 0.0 && costs_->has_step()) {
+    const bool bulk = r.catch_up_cells > CostModel::kBulkCells;
+    const double predicted = costs_->WindowSteps(r.drafted + 1) +
+                             costs_->DraftSteps(std::max(1, r.drafted)) +
+                             (bulk ? 0.0 : costs_->CatchUpSteps(r.catch_up_cells));
+    const double measured =
+        (r.window_seconds + r.draft_seconds - (bulk ? r.catch_up_seconds : 0.0)) /
+        costs_->step_seconds();
+    const double steps = std::clamp(measured, predicted / kRealClamp, predicted * kRealClamp);
+    real_tokens_ = kDecay * real_tokens_ + r.emitted;
+    real_steps_ = kDecay * real_steps_ + steps;
+    costs_->ObserveRealized(r.emitted, steps);
   }
   if (ever_asked_ && since_ask_ == 0) {  // the catch-up of a drafter asked step after step
     cu_cells_ = kDecay * cu_cells_ + r.catch_up_cells;
@@ -257,15 +310,20 @@ void DraftController::Record(const StepRecord& r) {
     costs_->ObserveAcceptance(r.drafted, r.accepted);
   }
   // The next probe waits twice as long (unless drafting resumes: Plan; or the probe's draft
-  // was accepted whole: the same wait), but a probe that got no draft from a drafter whose
-  // asking is free (lookup: no match) tries again next step.
+  // was accepted whole by a drafter not measured to lose: the same wait), but a probe that got
+  // no draft from a drafter whose asking is free (lookup: no match) tries again next step.
   if (probing_ && costs_->has_step()) {  // the steps it took beyond the tokens it gave
     const double steps = costs_->WindowSteps(r.drafted + 1) + costs_->DraftSteps(1) +
                          costs_->CatchUpSteps(r.catch_up_cells);
     probe_loss_ += std::max(0.0, steps - r.emitted);
   }
   if (probing_ && (r.drafted > 0 || costs_->DraftSteps(1) > 0.01)) {
-    if (r.drafted == 0 || r.accepted < r.drafted) gap_ = std::min(MaxProbeGap(), 2 * gap_);
+    double weight = 0.0;
+    const bool loses =
+        Realized(&weight) < 1.0 && real_steps_ >= kRealMin && costs_->DraftSteps(1) > 0.01;
+    if (r.drafted == 0 || r.accepted < r.drafted || loses) {
+      gap_ = std::min(MaxProbeGap(), 2 * gap_);
+    }
     until_probe_ = gap_;
   }
   probing_ = false;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,12 +32,15 @@ struct SpecOptions {
 };
 
 struct SpecStats {
-  int64_t drafted = 0;       // tokens proposed and verified
-  int64_t accepted = 0;      // of which the target accepted
-  int64_t verify_steps = 0;  // forward passes over a window with at least one draft
-  int64_t plain_steps = 0;   // forward passes over one token
-  int64_t emitted = 0;       // tokens emitted by decode steps (verify and plain)
-  double draft_seconds = 0.0;
+  int64_t drafted = 0;            // tokens proposed and verified
+  int64_t accepted = 0;           // of which the target accepted
+  int64_t verify_steps = 0;       // forward passes over a window with at least one draft
+  int64_t plain_steps = 0;        // forward passes over one token
+  int64_t emitted = 0;            // tokens emitted by decode steps (verify and plain)
+  double draft_seconds = 0.0;     // the drafter's calls (catch-ups included)
+  double catch_up_seconds = 0.0;  // of which catching up with positions evaluated since
+  double window_seconds = 0.0;    // forward passes of the verify steps (timed alone)
+  double plain_seconds = 0.0;     // forward passes of the plain steps (timed alone)
   int64_t asks = 0;            // steps that called the drafter (a probe, a draft, or none offered)
   int64_t probes = 0;          // of which probes (one token, while drafting is paused)
   int64_t catch_up_cells = 0;  // positions the drafter caught up with in those calls
@@ -81,18 +85,28 @@ class CostModel {
   double CatchUpSteps(double cells) const;
   // The per-position acceptance the drafter has shown across requests (0.5 before any).
   double acceptance() const;
+  // What asking the drafter gave across requests: a step that asked took `steps` plain steps
+  // (its window and the drafter's call, measured) and emitted `tokens`. Decayed by 0.95 per
+  // step, so it holds the last ~20.
+  void ObserveRealized(int tokens, double steps);
+  // The decayed sums (0 before any): tokens emitted and plain steps taken by steps that asked.
+  double realized_tokens() const { return real_tokens_; }
+  double realized_steps() const { return real_steps_; }
+  // A plain step's time (the unit), in seconds; 0 before one is measured.
+  double step_seconds() const { return has_step() ? std::exp(log_[1]) : 0.0; }
 
  private:
   static constexpr int kDraft = kMaxWindow + 1;
   static constexpr int kCatchUp = kMaxWindow + 2;
   static constexpr int kBulkCatchUp = kMaxWindow + 3;
   void Observe(int entry, double log_seconds);
-  double Ratio(int entry) const;              // entry's time over a plain step's
-  std::array<double, kMaxWindow + 4> log_{};  // [entry] log seconds: windows by length, then
-                                              // per draft pass, per caught-up cell (short
-                                              // catch-ups, bulk ones)
-  std::array<int, kMaxWindow + 4> n_{};       // [entry] observations
-  double acc_hits_ = 0.0, acc_misses_ = 0.0;  // decayed per-position outcomes
+  double Ratio(int entry) const;                 // entry's time over a plain step's
+  std::array<double, kMaxWindow + 4> log_{};     // [entry] log seconds: windows by length, then
+                                                 // per draft pass, per caught-up cell (short
+                                                 // catch-ups, bulk ones)
+  std::array<int, kMaxWindow + 4> n_{};          // [entry] observations
+  double acc_hits_ = 0.0, acc_misses_ = 0.0;     // decayed per-position outcomes
+  double real_tokens_ = 0.0, real_steps_ = 0.0;  // decayed outcomes of the steps that asked
 };
 
 // One finished decode step of a sequence, as the controller sees it.
@@ -130,6 +144,13 @@ struct StepRecord {
 // cost. A drafter that probes without catching
 // up (Drafter::Probe: an MTP head) pays only that; any other whose catch-up costs more than 0.02
 // steps per missed position is probed only if drafting at its long-run acceptance would repay it.
+// What the steps that asked took is measured too (their windows and the drafter's calls, in
+// plain steps, against the tokens they emitted; decayed per step and per 32 idle steps, with
+// the cost model's long-run figure as a prior worth two steps): once two steps of evidence
+// are in, the plan's rate is at most that measured one, so a drafter whose windows and passes
+// took a plain step or more per token stops whatever the model predicts, and a resumption must
+// repay its catch-up at the measured rate. While it is measured to lose, a probe accepted whole
+// doubles the wait too, and the probes' loss allowance is one probe's cost instead of two.
 class DraftController {
  public:
   // costs: shared, outlives the controller; adaptive false: always draft max_tokens.
@@ -159,6 +180,10 @@ class DraftController {
   int Limit(int max_tokens) const;
   // Whether drafting at `rate` repays the catch-up the drafter needs first.
   bool Repays(double rate) const;
+  // The tokens per plain step that asking the drafter has given, measured (this request's steps
+  // that asked, with the cost model's long-run figure as a prior worth kRealPrior steps), and
+  // in *weight the plain steps of evidence behind it.
+  double Realized(double* weight) const;
 
   CostModel* costs_;
   bool adaptive_;
@@ -167,6 +192,8 @@ class DraftController {
   // Decayed, over steps that asked right after asking: cells caught up, and the tokens the
   // previous step accepted (an MTP head re-evaluates those; a draft model keeps them).
   double cu_cells_ = 0.0, cu_accepted_ = 0.0;
+  // Decayed, over the steps that asked: the tokens they emitted and the plain steps they took.
+  double real_tokens_ = 0.0, real_steps_ = 0.0;
   int since_ask_ = 0;        // positions the drafter is behind: steps since it last caught up
   int64_t emitted_ = 0;      // tokens this request's decode steps emitted
   int idle_ = 0;             // plain steps since the drafter was last asked
