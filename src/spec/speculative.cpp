@@ -25,7 +25,6 @@ void SpecStats::Add(const SpecStats& o) {
 
 namespace {
 constexpr double kAlpha = 0.25;         // the averages' weight of a new observation
-constexpr double kShare = 0.5;          // the other times' share of a window's residual (load)
 constexpr int kWarm = 3;                // samples of a time taken as their minimum
 constexpr double kClamp = 0.5;          // the most log residual one sample counts for
 constexpr double kPriorSlope = 0.25;    // steps per window token before any window is measured

@@ -146,8 +146,9 @@ struct StepRecord {
 // steps per missed position is probed only if drafting at its long-run acceptance would repay it.
 // What the steps that asked took is measured too (their windows and the drafter's calls, in
 // plain steps, against the tokens they emitted; decayed per step and per 32 idle steps, with
-// the cost model's long-run figure as a prior worth two steps): once two steps of evidence
-// are in, the plan's rate is at most that measured one, so a drafter whose windows and passes
+// the cost model's long-run figure as a prior worth two steps): for a drafter whose asking costs
+// a pass (an MTP head, a draft model; not prompt lookup), once the request has two steps of its
+// own evidence the plan's rate is at most that measured one, so a drafter whose windows and passes
 // took a plain step or more per token stops whatever the model predicts, and a resumption must
 // repay its catch-up at the measured rate. While it is measured to lose, a probe accepted whole
 // doubles the wait too, and the probes' loss allowance is one probe's cost instead of two.
