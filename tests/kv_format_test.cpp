@@ -724,14 +724,16 @@ TEST(KvAccumulate, Avx512MatchesDecodeThenAccumulate) {
 // and before the rows and more queries than a pass's register block; and the twin stays within
 // the weights' quantization (half a step of amax / kIntAccWeightMax per row and column) of the
 // float decode-then-accumulate, with flat and with peaked (softmax-like) weights.
-TEST(KvIntAccumulate, Avx512MatchesScalarTwinAndFloatSums) {
-  std::mt19937 rng(45);
+// scalar / simd: the twin and the AVX-512 kernel of one weight width (weight_max).
+void CheckIntAccumulate(KvAccumulateFn (*scalar)(KvRowFormat), KvAccumulateFn (*simd)(KvRowFormat),
+                        int weight_max, uint32_t seed) {
+  std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-  const KvAccumulateFn any = Avx512KvIntAccumulator(KvRowFormat::kQ4_0);
+  const KvAccumulateFn any = simd(KvRowFormat::kQ4_0);
   const bool simd_ok = any != nullptr && HasAvx512Vnni();
   for (KvRowFormat f : {KvRowFormat::kQ4_0, KvRowFormat::kQ4Nl}) {
-    const KvAccumulateFn twin = ScalarKvIntAccumulator(f);
+    const KvAccumulateFn twin = scalar(f);
     ASSERT_NE(twin, nullptr);
     const double level_max = f == KvRowFormat::kQ4Nl ? 125.0 : 8.0;
     for (int hd : {32, 64, 96, 128, 256}) {
@@ -766,7 +768,7 @@ TEST(KvIntAccumulate, Avx512MatchesScalarTwinAndFloatSums) {
                                                   decoded[static_cast<size_t>(j) * hd + i]));
                 }
               }
-              const double tol = 0.5 * m * level_max * wmax / kIntAccWeightMax + 1e-5 * (m + 1);
+              const double tol = 0.5 * m * level_max * wmax / weight_max + 1e-5 * (m + 1);
               for (int i = 0; i < hd; ++i) {
                 const size_t k = static_cast<size_t>(qi) * hd + i;
                 EXPECT_NEAR(want[k], ref[k], tol + 1e-6 * std::fabs(ref[k]))
@@ -774,8 +776,7 @@ TEST(KvIntAccumulate, Avx512MatchesScalarTwinAndFloatSums) {
               }
             }
             if (simd_ok) {
-              Avx512KvIntAccumulator(f)(rows.data(), n, hd, nq, p.data(), stride, lim.data(),
-                                        got.data());
+              simd(f)(rows.data(), n, hd, nq, p.data(), stride, lim.data(), got.data());
               EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
                   << int(f) << " hd " << hd << " n " << n << " nq " << nq;
             }
@@ -800,10 +801,19 @@ TEST(KvIntAccumulate, Avx512MatchesScalarTwinAndFloatSums) {
     EXPECT_FALSE(std::isnan(want[0]));
     EXPECT_TRUE(std::isnan(want[hd]));
     if (simd_ok) {
-      Avx512KvIntAccumulator(f)(rows.data(), n, hd, 2, p.data(), n, lim, got.data());
+      simd(f)(rows.data(), n, hd, 2, p.data(), n, lim, got.data());
       EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
     }
   }
+}
+
+TEST(KvIntAccumulate, Avx512MatchesScalarTwinAndFloatSums) {
+  CheckIntAccumulate(ScalarKvIntAccumulator, Avx512KvIntAccumulator, kIntAccWeightMax, 45);
+}
+
+// The same for int16 pairs of rows (vpdpwssd): 15-bit weights, 128x finer.
+TEST(KvInt16Accumulate, Avx512MatchesScalarTwinAndFloatSums) {
+  CheckIntAccumulate(ScalarKvInt16Accumulator, Avx512KvInt16Accumulator, kInt16AccWeightMax, 46);
 }
 
 // Integer K scores: the AVX2 and AVX-512 scorers equal their scalar twin bit for bit (exact

@@ -67,6 +67,18 @@ constexpr int kIntAccWeightMax = 255;  // one byte; 65535 (two bytes) is also su
 KvAccumulateFn ScalarKvIntAccumulator(KvRowFormat format);  // nullptr unless q4_0 / q4_nl
 KvAccumulateFn Avx512KvIntAccumulator(KvRowFormat format);  // nullptr when none
 
+// Integer V sums in int16 pairs of rows: the contract and formula above with kInt16AccWeightMax
+// in place of kIntAccWeightMax, so a weight keeps 15 bits relative to the largest of its pass and
+// group, and its code with the row's sign, c_j * s_j, is an int16. The AVX-512 kernel widens the
+// levels of two rows to int16 once per pass (the same words for every query) and multiplies them
+// by both rows' weights at once with vpdpwssd: per 2 rows, query and 32 columns 2 instructions
+// where the float kernel runs 8 fma. It gives the scalar twin's bits; BestKvAccumulator chooses
+// it for q4_0 and q4_nl rows on AVX-512 (the 2e-3 attention bound holds; docs/KV.md "Integer V
+// sums in int16 pairs").
+constexpr int kInt16AccWeightMax = 32767;
+KvAccumulateFn ScalarKvInt16Accumulator(KvRowFormat format);  // nullptr unless q4_0 / q4_nl
+KvAccumulateFn Avx512KvInt16Accumulator(KvRowFormat format);  // nullptr when none
+
 // Integer scoring needs int8 or q4_0 rows of whole 32-value groups (head_dim % 32 == 0).
 bool KvIntScoreSupported(KvRowFormat format, int head_dim);
 

@@ -813,6 +813,216 @@ void IntAccumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, const 
     IntAccumulatePass<F>(rows + j0 * row_bytes, nr, head_dim, nq, p + j0, p_stride, lim, j0, acc);
   }
 }
+
+// Integer V sums in int16 pairs of rows (kv_decode.h). Per pass of up to kIntAccRows rows, each
+// block of up to 4 queries first quantizes its weights p * d per group to int16 (the row's sign
+// included), two rows to a dword ([query][group][row pair]); then, per row pair and group, both
+// rows' 16 code bytes are interleaved (unpack), zero-extended to words and split into nibbles, so
+// that dword lane c holds column c's level of the two rows (low nibbles: the group's columns
+// 0..15, high: 16..31), and vpdpwssd multiplies them by each query's broadcast weight pair: 4
+// queries x 2 halves = 8 independent chains per group. (Two groups at once, 16 chains, measured
+// slower: GCC 12 copied the accumulators between registers every row pair.)
+constexpr int kInt16Queries = 4;  // queries per register block
+constexpr int kInt16Pairs = kIntAccRows / 2;
+
+// The levels of two rows' nibbles, one group: a and b the rows' 16 code bytes; lo / hi dword
+// lane c = (row a, row b) levels of column c / 16 + c as int16.
+template <KvRowFormat F>
+inline void PairLevels(__m128i a, __m128i b, __m512i table, __m512i* lo, __m512i* hi) {
+  const __m256i ab = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi8(a, b)),
+                                             _mm_unpackhi_epi8(a, b), 1);
+  const __m512i w = _mm512_cvtepu8_epi16(ab);  // word 2c + r: code byte c of row r
+  const __m512i l = _mm512_and_si512(w, _mm512_set1_epi16(0x0F));
+  const __m512i h = _mm512_srli_epi16(w, 4);
+  if constexpr (F == KvRowFormat::kQ4Nl) {
+    *lo = _mm512_permutexvar_epi16(l, table);
+    *hi = _mm512_permutexvar_epi16(h, table);
+  } else {
+    *lo = _mm512_sub_epi16(l, table);  // table: 8 in every word
+    *hi = _mm512_sub_epi16(h, table);
+  }
+}
+
+// kNq queries, groups [g, g + kG): row pairs [0, n_pairs) of a pass of n_rows rows; wq the
+// queries' weight pairs [query][group][pair]; accumulates into acc[q] + 32 g.. unless step is 0.
+template <KvRowFormat F, int kNq, int kG>
+inline void Int16Dots(const uint8_t* rows, int n_rows, size_t row_bytes, size_t group_bytes, int g,
+                      int n_pairs, const int32_t (*wq)[kMaxHeadDim / kGroup][kInt16Pairs],
+                      const float (*step)[kMaxHeadDim / kGroup], float* const* acc) {
+  const __m512i table = F == KvRowFormat::kQ4Nl
+                            ? _mm512_cvtepi8_epi16(_mm256_castsi128_si256(
+                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(kQ4NlLevels))))
+                            : _mm512_set1_epi16(8);
+  __m512i a[kNq][kG][2];  // [query][group][low, high nibbles] exact int32 sums
+#pragma GCC unroll 8
+  for (int q = 0; q < kNq; ++q) {
+#pragma GCC unroll 8
+    for (int gi = 0; gi < kG; ++gi) a[q][gi][0] = a[q][gi][1] = _mm512_setzero_si512();
+  }
+  for (int k = 0; k < n_pairs; ++k) {
+    const uint8_t* r0 = rows + 2 * k * row_bytes + g * group_bytes + 2;
+    // A missing second row (an odd pass) repeats the first: its weight is 0.
+    const uint8_t* r1 = 2 * k + 1 < n_rows ? r0 + row_bytes : r0;
+    __m512i lv[kG][2];  // [group][low, high nibbles]
+#pragma GCC unroll 8
+    for (int gi = 0; gi < kG; ++gi) {
+      PairLevels<F>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r0 + gi * group_bytes)),
+                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1 + gi * group_bytes)), table,
+                    &lv[gi][0], &lv[gi][1]);
+    }
+#pragma GCC unroll 8
+    for (int q = 0; q < kNq; ++q) {
+#pragma GCC unroll 8
+      for (int gi = 0; gi < kG; ++gi) {
+        const __m512i b = _mm512_set1_epi32(wq[q][g + gi][k]);
+        a[q][gi][0] = _mm512_dpwssd_epi32(a[q][gi][0], lv[gi][0], b);
+        a[q][gi][1] = _mm512_dpwssd_epi32(a[q][gi][1], lv[gi][1], b);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int q = 0; q < kNq; ++q) {
+#pragma GCC unroll 8
+    for (int gi = 0; gi < kG; ++gi) {
+      const float s = step[q][g + gi];
+      if (s == 0.0f) continue;
+      float* ag = acc[q] + (g + gi) * kGroup;
+#pragma GCC unroll 8
+      for (int h = 0; h < 2; ++h) {
+        _mm512_storeu_ps(ag + 16 * h,
+                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[q][gi][h]), _mm512_set1_ps(s),
+                                         _mm512_loadu_ps(ag + 16 * h)));
+      }
+    }
+  }
+}
+
+template <KvRowFormat F, int kNq>
+inline void Int16DotsAllGroups(const uint8_t* rows, int n_rows, size_t row_bytes,
+                               size_t group_bytes, int n_groups, int n_pairs,
+                               const int32_t (*wq)[kMaxHeadDim / kGroup][kInt16Pairs],
+                               const float (*step)[kMaxHeadDim / kGroup], float* const* acc) {
+  for (int g = 0; g < n_groups; ++g) {
+    Int16Dots<F, kNq, 1>(rows, n_rows, row_bytes, group_bytes, g, n_pairs, wq, step, acc);
+  }
+}
+
+// Rows [0, n_rows) (n_rows <= kIntAccRows) of a call whose first row is j0 rows earlier: a
+// query reads rows below lim[qi] - j0; p points at the pass's first weight.
+template <KvRowFormat F>
+void Int16AccumulatePass(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
+                         int64_t p_stride, const int* lim, int j0, float* acc) {
+  const size_t row_bytes = KvRowBytes(F, head_dim);
+  const int n_groups = head_dim / kGroup;
+  const size_t group_bytes = row_bytes / n_groups;
+  alignas(64) float sc[kMaxHeadDim / kGroup * kAccRows];  // [group][row] |scale|
+  uint64_t negative[kMaxHeadDim / kGroup];                // [group] bit j: row j's scale < 0
+  TileScales(rows, n_rows, row_bytes, n_groups, sc);
+  for (int g = 0; g < n_groups; ++g) {
+    negative[g] = 0;
+    for (int k = 0; 16 * k < n_rows; ++k) {
+      const __m512 d = _mm512_load_ps(sc + g * kAccRows + 16 * k);
+      negative[g] |= static_cast<uint64_t>(_mm512_movepi32_mask(_mm512_castps_si512(d)))
+                     << (16 * k);
+      _mm512_store_ps(sc + g * kAccRows + 16 * k,
+                      _mm512_and_ps(d, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF))));
+    }
+  }
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  const __m512 flt_max = _mm512_set1_ps(std::numeric_limits<float>::max());
+  const float wmax = static_cast<float>(kInt16AccWeightMax);
+  alignas(64) int32_t wq[kInt16Queries][kMaxHeadDim / kGroup][kInt16Pairs];  // weight pairs
+  float step[kInt16Queries][kMaxHeadDim / kGroup];                           // 0: nothing to add
+  for (int q0 = 0; q0 < nq; q0 += kInt16Queries) {
+    const int n = std::min(kInt16Queries, nq - q0);
+    int m_max = 0;
+    float* aq[kInt16Queries];
+    for (int qq = 0; qq < n; ++qq) {
+      const int qi = q0 + qq;
+      aq[qq] = acc + static_cast<int64_t>(qi) * head_dim;
+      const int m = std::clamp(lim[qi] - j0, 0, n_rows);
+      m_max = std::max(m_max, m);
+      __mmask16 mk[4];  // [16-row chunk] rows below m
+      __m512 pv[4];     // [16-row chunk] the query's weights
+      for (int k = 0; k < 4; ++k) {
+        const int c = std::clamp(m - 16 * k, 0, 16);
+        mk[k] = static_cast<__mmask16>((1u << c) - 1);
+        pv[k] = _mm512_maskz_loadu_ps(mk[k], p + qi * p_stride + 16 * k);
+      }
+      for (int g = 0; g < n_groups; ++g) {
+        step[qq][g] = 0.0f;
+        if (m == 0) continue;
+        __m512 w[4];
+        __m512 amax_v = _mm512_setzero_ps();
+        __mmask16 bad = 0;
+        for (int k = 0; k < 4; ++k) {
+          w[k] = _mm512_maskz_mul_ps(mk[k], pv[k],
+                                     _mm512_maskz_load_ps(mk[k], sc + g * kAccRows + 16 * k));
+          amax_v = _mm512_max_ps(amax_v, w[k]);
+          bad |= _mm512_cmp_ps_mask(_mm512_and_ps(w[k], abs_mask), flt_max, _CMP_NLE_UQ);
+        }
+        if (bad != 0) {
+          std::fill(aq[qq] + g * kGroup, aq[qq] + (g + 1) * kGroup,
+                    std::numeric_limits<float>::quiet_NaN());
+          continue;
+        }
+        const float amax = MaxLanes(amax_v);
+        if (!(amax >= 1e-30f)) continue;
+        const __m512 inv = _mm512_set1_ps(wmax / amax);
+        step[qq][g] = amax / wmax;
+        for (int k = 0; k < 4; ++k) {
+          // Round half even; w <= amax keeps the code <= kInt16AccWeightMax, and a negative
+          // weight's code is clamped to 0. Then the row's sign; vpmovdw packs two rows a dword.
+          __m512i c = _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(w[k], inv)),
+                                       _mm512_setzero_si512());
+          c = _mm512_mask_sub_epi32(c, static_cast<__mmask16>(negative[g] >> (16 * k)),
+                                    _mm512_setzero_si512(), c);
+          _mm256_store_si256(reinterpret_cast<__m256i*>(wq[qq][g] + 8 * k),
+                             _mm512_cvtepi32_epi16(c));
+        }
+      }
+    }
+    const int n_pairs = (m_max + 1) / 2;
+    if (n_pairs == 0) continue;
+    switch (n) {
+      case 1:
+        Int16DotsAllGroups<F, 1>(rows, n_rows, row_bytes, group_bytes, n_groups, n_pairs, wq, step,
+                                 aq);
+        break;
+      case 2:
+        Int16DotsAllGroups<F, 2>(rows, n_rows, row_bytes, group_bytes, n_groups, n_pairs, wq, step,
+                                 aq);
+        break;
+      case 3:
+        Int16DotsAllGroups<F, 3>(rows, n_rows, row_bytes, group_bytes, n_groups, n_pairs, wq, step,
+                                 aq);
+        break;
+      default:
+        Int16DotsAllGroups<F, 4>(rows, n_rows, row_bytes, group_bytes, n_groups, n_pairs, wq, step,
+                                 aq);
+        break;
+    }
+  }
+}
+
+template <KvRowFormat F>
+void Int16Accumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
+                     int64_t p_stride, const int* lim, float* acc) {
+  if (head_dim % kGroup != 0) {
+    Accumulate<F>(rows, n_rows, head_dim, nq, p, p_stride, lim, acc);
+    return;
+  }
+  if (head_dim > kMaxHeadDim) {
+    ScalarKvInt16Accumulator(F)(rows, n_rows, head_dim, nq, p, p_stride, lim, acc);
+    return;
+  }
+  const size_t row_bytes = KvRowBytes(F, head_dim);
+  PrefetchAhead(rows, 2 * n_rows, row_bytes, n_rows, n_rows);
+  for (int j0 = 0; j0 < n_rows; j0 += kIntAccRows) {
+    const int nr = std::min(kIntAccRows, n_rows - j0);
+    Int16AccumulatePass<F>(rows + j0 * row_bytes, nr, head_dim, nq, p + j0, p_stride, lim, j0, acc);
+  }
+}
 }  // namespace
 
 KvAccumulateFn Avx512KvIntAccumulator(KvRowFormat format) {
@@ -821,6 +1031,17 @@ KvAccumulateFn Avx512KvIntAccumulator(KvRowFormat format) {
       return IntAccumulate<KvRowFormat::kQ4_0>;
     case KvRowFormat::kQ4Nl:
       return IntAccumulate<KvRowFormat::kQ4Nl>;
+    default:
+      return nullptr;
+  }
+}
+
+KvAccumulateFn Avx512KvInt16Accumulator(KvRowFormat format) {
+  switch (format) {
+    case KvRowFormat::kQ4_0:
+      return Int16Accumulate<KvRowFormat::kQ4_0>;
+    case KvRowFormat::kQ4Nl:
+      return Int16Accumulate<KvRowFormat::kQ4Nl>;
     default:
       return nullptr;
   }
