@@ -3,11 +3,12 @@
 // 4-element chunk one 64-byte load (Q4_K: masked or shifted nibbles; Q6_K: nibbles ORed with their
 // two high bits) gives the unsigned codes of all rows, and each token adds its 4 activation codes,
 // broadcast (from 2 tokens as vpdpbusd's own {1to16} memory operand), by one vpdpbusd into a
-// per-group sum (Q6_K's starts at -32 * bsums[g]); vpmulld applies the rows' group scales (from 4
-// tokens the sum split into its low byte and the rest by one vpshufb, and one vpdpwssd against
-// (s, 256 s)) and Q4_K's mins term is vpdpwssd of each row's mins against the token's bsums (from
-// 2 tokens on pairs of 32-value sums); IQ4_XS's nibbles become level
-// + 128 by one vpshufb, and each group's sum starts at -128 * (its bsums). Every sum is exact, and
+// per-group sum (Q6_K's starts at -32 * bsums[g]; from 4 tokens that offset is added once per
+// super-block by vpdpwssd); vpmulld applies the rows' group scales (from 4 tokens the sum split
+// into its low byte and the rest by one vpshufb, and one vpdpwssd against (s, 256 s)) and Q4_K's
+// mins term is vpdpwssd of each row's mins against the token's bsums (from 2 tokens on pairs of
+// 32-value sums); IQ4_XS's nibbles become level + 128 by one vpshufb, and each group's sum starts
+// at -128 * (its bsums). Every sum is exact, and
 // the float steps are the scalar twin's (separate multiply and add, no FMA), so every output is the
 // scalar twin's bits. Prompt-sized calls (16 to 128 tokens) unpack the group once into a local
 // copy and run tiles of 8..12 tokens from it (GemmWide), with the same sums and float steps. The
