@@ -3,11 +3,12 @@
 // 4-element chunk one 64-byte load (Q4_K: masked or shifted nibbles; Q6_K: nibbles ORed with their
 // two high bits) gives the unsigned codes of all rows, and each token adds its 4 activation codes,
 // broadcast (from 2 tokens as vpdpbusd's own {1to16} memory operand), by one vpdpbusd into a
-// per-group sum (Q6_K's starts at -32 * bsums[g]); vpmulld applies the rows' group scales (from 4
-// tokens the sum split into its low byte and the rest by one vpshufb, and one vpdpwssd against
-// (s, 256 s)) and Q4_K's mins term is vpdpwssd of each row's mins against the token's bsums (from
-// 2 tokens on pairs of 32-value sums); IQ4_XS's nibbles become level
-// + 128 by one vpshufb, and each group's sum starts at -128 * (its bsums). Every sum is exact, and
+// per-group sum (Q6_K's starts at -32 * bsums[g]; from 4 tokens that offset is added once per
+// super-block by vpdpwssd); vpmulld applies the rows' group scales (from 4 tokens the sum split
+// into its low byte and the rest by one vpshufb, and one vpdpwssd against (s, 256 s)) and Q4_K's
+// mins term is vpdpwssd of each row's mins against the token's bsums (from 2 tokens on pairs of
+// 32-value sums); IQ4_XS's nibbles become level + 128 by one vpshufb, and each group's sum starts
+// at -128 * (its bsums). Every sum is exact, and
 // the float steps are the scalar twin's (separate multiply and add, no FMA), so every output is the
 // scalar twin's bits. Prompt-sized calls (16 to 128 tokens) unpack the group once into a local
 // copy and run tiles of 8..12 tokens from it (GemmWide), with the same sums and float steps. The
@@ -44,7 +45,9 @@ inline void PrefetchPart(const Block& w, int p, int n) {
   constexpr int kLines = (sizeof(Block) + 63) / 64;
   const int per = (kLines + n - 1) / n;
   const char* ahead = reinterpret_cast<const char*>(&w) + kPrefetchBlocks * sizeof(Block);
-  for (int l = p * per; l < (p + 1) * per; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+  for (int l = p * per; l < std::min((p + 1) * per, kLines); ++l) {
+    _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+  }
 }
 
 inline __m512i Broadcast4(const void* p) {
@@ -59,6 +62,13 @@ inline __m512i Load(const uint8_t* p) { return _mm512_loadu_si512(p); }
 // meet N broadcasts.
 inline __m512i DotBroadcast(__m512i acc, __m512i u, const void* p) {
   asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*static_cast<const int32_t*>(p)));
+  return acc;
+}
+
+// acc + the word-pair dot of u with the 2 words at p broadcast to every lane (vpdpwssd's {1to16}
+// memory operand, as DotBroadcast).
+inline __m512i DotWordsBroadcast(__m512i acc, __m512i u, const void* p) {
+  asm("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*static_cast<const int32_t*>(p)));
   return acc;
 }
 
@@ -198,16 +208,24 @@ inline void StepQ45K(const Block& w, const BlockQ8_K* const* a, int64_t i, __m51
   }
 }
 
-// The unsigned 6-bit codes of quarter m (0..3) for ql chunk cl and qh chunk ch.
+// The unsigned 6-bit codes of quarter m (0..3) for ql chunk cl and qh chunk ch: (low nibble) |
+// (bits 2m, 2m + 1 of the qh byte at bits 4, 5), merged by one vpternlogd (for m < 2 with the ql
+// bytes as its memory operand, which GCC does not fold by itself).
 inline __m512i CodesQ6K(const BlockQ6_Kx16& w, int m, int cl, int ch) {
-  const __m512i l = Load(w.ql + 64 * cl), h = Load(w.qh + 64 * ch);
-  const __m512i lo = _mm512_and_si512(m < 2 ? l : _mm512_srli_epi16(l, 4), _mm512_set1_epi8(0x0F));
-  // Bits 2m, 2m + 1 of each qh byte moved to bits 4, 5.
+  const __m512i h = Load(w.qh + 64 * ch);
   const __m512i hs = m == 0   ? _mm512_slli_epi16(h, 4)
                      : m == 1 ? _mm512_slli_epi16(h, 2)
                      : m == 2 ? h
                               : _mm512_srli_epi16(h, 2);
-  return _mm512_or_si512(lo, _mm512_and_si512(hs, _mm512_set1_epi8(0x30)));
+  __m512i u = _mm512_and_si512(hs, _mm512_set1_epi8(0x30));
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  if (m < 2) {  // u | (nib & ql)
+    asm("vpternlogd $0xF8, %2, %1, %0"
+        : "+v"(u)
+        : "v"(nib), "m"(*reinterpret_cast<const __m512i*>(w.ql + 64 * cl)));
+    return u;
+  }
+  return _mm512_ternarylogic_epi32(u, nib, _mm512_srli_epi16(Load(w.ql + 64 * cl), 4), 0xF8);
 }
 
 // One Q6_K super-block of the group against N tokens. Group g = 8n + 2m + hh holds elements
@@ -218,16 +236,21 @@ inline __m512i CodesQ6K(const BlockQ6_Kx16& w, int m, int cl, int ch) {
 // in the low word and P >> 8 in the high word, and one vpdpwssd against (s, 256 * s) adds
 // s * (P & 255) + 256 * s * (P >> 8) = s * P exactly; 256 * s fits a word for s in [-128, 127].
 // Otherwise vpmulld and vpaddd.
+//
+// The -32 offset: with kDpw each group's sum starts at zero (P = sum u * a, |P| < 2^17) and each
+// token's sum gets -32 * sum_g s_g * bsums[g] once per super-block, by eight vpdpwssd of the rows'
+// (-32 s_2k, -32 s_2k+1) words (|32 s| <= 4,096) against the token's (bsums[2k], bsums[2k + 1])
+// as a broadcast operand: 8 instructions per token where a start of -32 * bsums[g] per group took
+// 16 broadcast loads. 2 or 3 tokens start each group at -32 * bsums[g], broadcast from one
+// vector per token (sign-extend, shift, negate, store); one token by a multiply and a broadcast.
+// Every way gives the same integer sums.
 template <int N>
 inline void StepQ6K(const BlockQ6_Kx16& w, const BlockQ8_K* const* a, int64_t i, __m512* acc) {
   constexpr bool kDpw = N >= kQ6DpwMinTokens;
   const __m512i split = _mm512_broadcast_i32x4(  // per dword: byte 0, zero, bytes 1 and 2
       _mm_setr_epi8(0, -128, 1, 2, 4, -128, 5, 6, 8, -128, 9, 10, 12, -128, 13, 14));
-  // From 2 tokens the groups' starts -32 * bsums[g] come from one vector per token (sign-extend,
-  // shift, negate, store) and a broadcast load each, where a multiply and a broadcast from a
-  // general register per token and group took four to five instructions.
-  constexpr bool kNegVec = N >= 2;
-  alignas(64) int32_t neg[N][16];  // [token][group g]: -32 * bsums[g]
+  constexpr bool kNegVec = N >= 2 && !kDpw;
+  alignas(64) int32_t neg[kNegVec ? N : 1][16];  // [token][group g]: -32 * bsums[g]
   if constexpr (kNegVec) {
 #pragma GCC unroll 8
     for (int t = 0; t < N; ++t) {
@@ -240,6 +263,8 @@ inline void StepQ6K(const BlockQ6_Kx16& w, const BlockQ8_K* const* a, int64_t i,
   __m512i sumi[N];
 #pragma GCC unroll 8
   for (int t = 0; t < N; ++t) sumi[t] = _mm512_setzero_si512();
+  __m512i s_even;     // kDpw: the even group's scales, sign-extended (lane r: row r)
+  __m512i offset[8];  // kDpw, [k]: lane r holds words (-32 s_2k, -32 s_2k+1) of row r
 #pragma GCC unroll 2
   for (int n = 0; n < 2; ++n) {
 #pragma GCC unroll 4
@@ -254,10 +279,21 @@ inline void StepQ6K(const BlockQ6_Kx16& w, const BlockQ8_K* const* a, int64_t i,
         const __m512i s = kDpw ? _mm512_ternarylogic_epi32(_mm512_set1_epi32(0xFFFF), s32,
                                                            _mm512_slli_epi32(s32, 24), 0xEA)
                                : s32;
+        if constexpr (kDpw) {
+          if (hh == 0) {
+            s_even = s32;
+          } else {
+            const __m512i pair = _mm512_ternarylogic_epi32(_mm512_set1_epi32(0xFFFF), s_even,
+                                                           _mm512_slli_epi32(s32, 16), 0xEA);
+            offset[g / 2] = _mm512_mullo_epi16(pair, _mm512_set1_epi16(-32));
+          }
+        }
         __m512i part[N];
 #pragma GCC unroll 8
         for (int t = 0; t < N; ++t) {
-          part[t] = _mm512_set1_epi32(kNegVec ? neg[t][g] : -32 * a[t][i].bsums[g]);
+          part[t] = kDpw      ? _mm512_setzero_si512()
+                    : kNegVec ? _mm512_set1_epi32(neg[t][g])
+                              : _mm512_set1_epi32(-32 * a[t][i].bsums[g]);
         }
 #pragma GCC unroll 4
         for (int c4 = 0; c4 < 4; ++c4) {
@@ -274,6 +310,15 @@ inline void StepQ6K(const BlockQ6_Kx16& w, const BlockQ8_K* const* a, int64_t i,
           sumi[t] = kDpw ? _mm512_dpwssd_epi32(sumi[t], _mm512_shuffle_epi8(part[t], split), s)
                          : _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(part[t], s));
         }
+      }
+    }
+  }
+  if constexpr (kDpw) {
+#pragma GCC unroll 8
+    for (int t = 0; t < N; ++t) {
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        sumi[t] = DotWordsBroadcast(sumi[t], offset[k], a[t][i].bsums + 2 * k);
       }
     }
   }
