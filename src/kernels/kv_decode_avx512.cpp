@@ -414,6 +414,32 @@ constexpr int kMaxPassQueries = 64;  // queries per pass (their relative limits 
 // The f16 scales of rows [0, n_rows) (n_rows <= kAccRows) as floats, sc[g * kAccRows + j] for
 // group g of row j: 16 rows per gather and conversion, so that a row's groups then cost one
 // broadcast operand each instead of a conversion.
+// One query's weights of a 64-row tile: rows below m loaded, the rest masked to zero.
+inline void LoadTileWeights(const float* p_row, int m, __mmask16* mk, __m512* pv) {
+  for (int k = 0; k < 4; ++k) {
+    const int c = std::clamp(m - 16 * k, 0, 16);
+    mk[k] = static_cast<__mmask16>((1u << c) - 1);
+    pv[k] = _mm512_maskz_loadu_ps(mk[k], p_row + 16 * k);
+  }
+}
+
+// A group's weights p·|d| per row (sc_g: the tile's |d| of that group), their lane maxima in
+// *amax_v, and the mask of lanes whose weight is not finite.
+inline __mmask16 GroupWeights(const __mmask16* mk, const __m512* pv, const float* sc_g, __m512* w,
+                              __m512* amax_v) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  const __m512 flt_max = _mm512_set1_ps(std::numeric_limits<float>::max());
+  __m512 amax = _mm512_setzero_ps();
+  __mmask16 bad = 0;
+  for (int k = 0; k < 4; ++k) {
+    w[k] = _mm512_maskz_mul_ps(mk[k], pv[k], _mm512_maskz_load_ps(mk[k], sc_g + 16 * k));
+    amax = _mm512_max_ps(amax, w[k]);
+    bad |= _mm512_cmp_ps_mask(_mm512_and_ps(w[k], abs_mask), flt_max, _CMP_NLE_UQ);
+  }
+  *amax_v = amax;
+  return bad;
+}
+
 inline void TileScales(const uint8_t* rows, int n_rows, size_t row_bytes, int n_groups, float* sc) {
   const size_t group_bytes = row_bytes / n_groups;
   const __m512i offsets =
@@ -690,7 +716,6 @@ void IntAccumulatePass(const uint8_t* rows, int n_rows, int head_dim, int nq, co
     }
   }
   const __m512 wmax = _mm512_set1_ps(static_cast<float>(kIntAccWeightMax));
-  const __m512 flt_max = _mm512_set1_ps(std::numeric_limits<float>::max());
   // Per chunk of queries: first every (query, group)'s weights as bytes, four rows to a dword
   // (stored well before the dot loops load them back), then the dots.
   alignas(64) int32_t wq[kIntQueries][kMaxHeadDim / kGroup][2][16];  // [query][group][hi, lo]
@@ -704,23 +729,13 @@ void IntAccumulatePass(const uint8_t* rows, int n_rows, int head_dim, int nq, co
       nbq[qq] = (m + 3) / 4;
       __mmask16 mk[4];  // [16-row chunk] rows below m
       __m512 pv[4];     // [16-row chunk] the query's weights
-      for (int k = 0; k < 4; ++k) {
-        const int c = std::clamp(m - 16 * k, 0, 16);
-        mk[k] = static_cast<__mmask16>((1u << c) - 1);
-        pv[k] = _mm512_maskz_loadu_ps(mk[k], p + qi * p_stride + 16 * k);
-      }
+      LoadTileWeights(p + qi * p_stride, m, mk, pv);
       for (int g = 0; g < n_groups; ++g) {
         step[qq][g] = 0.0f;
         if (m == 0) continue;
-        __m512 w[4];
-        __m512 amax_v = _mm512_setzero_ps();
-        __mmask16 bad = 0;
-        for (int k = 0; k < 4; ++k) {
-          w[k] = _mm512_maskz_mul_ps(mk[k], pv[k],
-                                     _mm512_maskz_load_ps(mk[k], sc + g * kAccRows + 16 * k));
-          amax_v = _mm512_max_ps(amax_v, w[k]);
-          bad |= _mm512_cmp_ps_mask(_mm512_and_ps(w[k], abs_mask), flt_max, _CMP_NLE_UQ);
-        }
+        __m512 w[4];  // [16-row chunk] the weights times the group's |d|
+        __m512 amax_v;
+        const __mmask16 bad = GroupWeights(mk, pv, sc + g * kAccRows, w, &amax_v);
         if (bad != 0) {
           float* ag = acc + static_cast<int64_t>(qi) * head_dim + g * kGroup;
           std::fill(ag, ag + kGroup, std::numeric_limits<float>::quiet_NaN());
@@ -928,8 +943,6 @@ void Int16AccumulatePass(const uint8_t* rows, int n_rows, int head_dim, int nq, 
                       _mm512_and_ps(d, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF))));
     }
   }
-  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
-  const __m512 flt_max = _mm512_set1_ps(std::numeric_limits<float>::max());
   const float wmax = static_cast<float>(kInt16AccWeightMax);
   alignas(64) int32_t wq[kInt16Queries][kMaxHeadDim / kGroup][kInt16Pairs];  // weight pairs
   float step[kInt16Queries][kMaxHeadDim / kGroup];                           // 0: nothing to add
@@ -944,23 +957,13 @@ void Int16AccumulatePass(const uint8_t* rows, int n_rows, int head_dim, int nq, 
       m_max = std::max(m_max, m);
       __mmask16 mk[4];  // [16-row chunk] rows below m
       __m512 pv[4];     // [16-row chunk] the query's weights
-      for (int k = 0; k < 4; ++k) {
-        const int c = std::clamp(m - 16 * k, 0, 16);
-        mk[k] = static_cast<__mmask16>((1u << c) - 1);
-        pv[k] = _mm512_maskz_loadu_ps(mk[k], p + qi * p_stride + 16 * k);
-      }
+      LoadTileWeights(p + qi * p_stride, m, mk, pv);
       for (int g = 0; g < n_groups; ++g) {
         step[qq][g] = 0.0f;
         if (m == 0) continue;
-        __m512 w[4];
-        __m512 amax_v = _mm512_setzero_ps();
-        __mmask16 bad = 0;
-        for (int k = 0; k < 4; ++k) {
-          w[k] = _mm512_maskz_mul_ps(mk[k], pv[k],
-                                     _mm512_maskz_load_ps(mk[k], sc + g * kAccRows + 16 * k));
-          amax_v = _mm512_max_ps(amax_v, w[k]);
-          bad |= _mm512_cmp_ps_mask(_mm512_and_ps(w[k], abs_mask), flt_max, _CMP_NLE_UQ);
-        }
+        __m512 w[4];  // [16-row chunk] the weights times the group's |d|
+        __m512 amax_v;
+        const __mmask16 bad = GroupWeights(mk, pv, sc + g * kAccRows, w, &amax_v);
         if (bad != 0) {
           std::fill(aq[qq] + g * kGroup, aq[qq] + (g + 1) * kGroup,
                     std::numeric_limits<float>::quiet_NaN());
