@@ -2,11 +2,13 @@
 #include "util/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "util/check.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <x86intrin.h>
 #endif
 
 namespace lamina {
@@ -17,7 +19,22 @@ inline void CpuRelax() {
   _mm_pause();
 #endif
 }
-constexpr int kSpinIterations = 20000;
+// A cheap monotonic tick count for bounding spins (the TSC; a few GHz), no system call.
+inline uint64_t Ticks() {
+#if defined(__x86_64__)
+  return __rdtsc();
+#else
+  return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+#endif
+}
+// A worker spins this long for the next region before it sleeps on the condition variable
+// (~1 ms at 2-4 GHz): a decode step's regions come microseconds apart, so a worker that
+// slept between them would cost a futex wake per region.
+constexpr uint64_t kWorkerSpinTicks = uint64_t{4} << 20;
+// The caller spins this long (~50-100 µs) on the last chunks before it yields the core: the
+// other threads' last chunks normally end within microseconds, and a sched_yield per wait is a
+// system call (a hypervisor exit on a VM); only a preempted thread keeps it waiting longer.
+constexpr uint64_t kJoinSpinTicks = uint64_t{1} << 18;
 constexpr uint64_t kChunkBits = 20;
 constexpr uint64_t kChunkMask = (1ull << kChunkBits) - 1;
 inline uint64_t Tag(uint64_t w) { return w >> (2 * kChunkBits); }
@@ -26,8 +43,10 @@ inline uint64_t Next(uint64_t w) { return w & kChunkMask; }
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
-  if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (n_threads <= 0)
+    n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   n_threads_ = n_threads;
+  bounds_.resize(static_cast<size_t>(kChunksPerThread * n_threads_) + 1);
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
 }
 
@@ -45,12 +64,10 @@ void ThreadPool::RunChunks(uint64_t job_tag, int slot) {
   for (;;) {
     if (Tag(w) != job_tag || Next(w) >= NChunks(w)) return;
     if (!work_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel)) continue;
-    // Claimed chunk Next(w) of job_tag: the job cannot finish (and fn_ cannot change) until
-    // this chunk is counted in done_.
-    const int64_t c = static_cast<int64_t>(Next(w));
-    const int64_t begin = c * chunk_size_;
-    const int64_t end = std::min(n_items_, begin + chunk_size_);
-    (*fn_)(begin, end, slot);
+    // Claimed chunk Next(w) of job_tag: the job cannot finish (and fn_, bounds_ cannot change)
+    // until this chunk is counted in done_.
+    const size_t c = static_cast<size_t>(Next(w));
+    (*fn_)(bounds_[c], bounds_[c + 1], slot);
     done_.fetch_add(1, std::memory_order_acq_rel);
     w = work_.load(std::memory_order_acquire);
   }
@@ -60,18 +77,18 @@ void ThreadPool::WorkerLoop(int slot) {
   uint64_t last_tag = 0;
   for (;;) {
     uint64_t w = work_.load(std::memory_order_acquire);
+    uint64_t spin_start = Ticks();
     int spins = 0;
     while (Tag(w) == last_tag && !stop_.load(std::memory_order_relaxed)) {
-      if (++spins < kSpinIterations) {
+      // The clock is read every 64 pauses only.
+      if ((++spins & 63) != 0 || Ticks() - spin_start < kWorkerSpinTicks) {
         CpuRelax();
       } else {
         std::unique_lock<std::mutex> lock(mu_);
         sleepers_.fetch_add(1);
-        cv_.wait(lock, [&] {
-          return Tag(work_.load()) != last_tag || stop_.load();
-        });
+        cv_.wait(lock, [&] { return Tag(work_.load()) != last_tag || stop_.load(); });
         sleepers_.fetch_sub(1);
-        spins = 0;
+        spin_start = Ticks();
       }
       w = work_.load(std::memory_order_acquire);
     }
@@ -81,22 +98,51 @@ void ThreadPool::WorkerLoop(int slot) {
   }
 }
 
+int64_t ThreadPool::SplitChunks(int64_t n, int64_t grain) {
+  const int64_t max_chunks = (n + grain - 1) / grain;
+  const int64_t k = std::min<int64_t>(max_chunks, kChunksPerThread * n_threads_);
+  if (max_chunks < 2 * k) {
+    // Few items: even chunks (ceil(n / k) items each).
+    const int64_t size = (n + k - 1) / k;
+    int64_t c = 0;
+    for (int64_t b = 0; b < n; b += size) bounds_[static_cast<size_t>(c++)] = b;
+    bounds_[static_cast<size_t>(c)] = n;
+    return c;
+  }
+  // Chunks of decreasing size, weights k, k - 1, ..., 1 (each at least `grain` items): the big
+  // ones first keep the claims few, the small ones last leave a thread at most a small chunk to
+  // wait for at the join (k even chunks left one thread idle for up to 1 / k of the loop).
+  // Which thread runs which chunk never changes a result.
+  const int64_t total_weight = k * (k + 1) / 2;
+  int64_t begin = 0, weight_done = 0, c = 0;
+  for (int64_t i = 0; i < k && begin < n; ++i) {
+    weight_done += k - i;
+    int64_t end = (n * weight_done + total_weight - 1) / total_weight;  // ceil
+    end = std::min(n, std::max(end, begin + grain));
+    if (n - end < grain) end = n;  // no runt chunk at the end
+    bounds_[static_cast<size_t>(c++)] = begin;
+    begin = end;
+  }
+  bounds_[static_cast<size_t>(c)] = n;
+  return c;
+}
+
 void ThreadPool::ParallelFor(int64_t n, int64_t grain,
                              const std::function<void(int64_t, int64_t, int)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
-  // A few chunks per thread balance uneven progress without much claiming traffic.
-  const int64_t max_chunks = std::max<int64_t>(1, (n + grain - 1) / grain);
-  const int64_t n_chunks = std::min<int64_t>(max_chunks, n_threads_ == 1 ? 1 : 4 * n_threads_);
-  if (n_chunks <= 1) {
+  if (n_threads_ == 1) {
     fn(0, n, 0);
     return;
   }
-  LAMINA_CHECK(static_cast<uint64_t>(n_chunks) <= kChunkMask);
+  const int64_t real_chunks = SplitChunks(n, grain);
+  if (real_chunks <= 1) {
+    fn(0, n, 0);
+    return;
+  }
+  LAMINA_CHECK(static_cast<uint64_t>(real_chunks) <= kChunkMask);
+  ++regions_;
   fn_ = &fn;
-  n_items_ = n;
-  chunk_size_ = (n + n_chunks - 1) / n_chunks;
-  const int64_t real_chunks = (n + chunk_size_ - 1) / chunk_size_;
   done_.store(0, std::memory_order_relaxed);
   tag_ = (tag_ + 1) & ((1ull << (64 - 2 * kChunkBits)) - 1);
   if (tag_ == 0) tag_ = 1;
@@ -107,9 +153,10 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     cv_.notify_all();
   }
   RunChunks(tag_, 0);
+  const uint64_t spin_start = Ticks();
   int spins = 0;
   while (done_.load(std::memory_order_acquire) != real_chunks) {
-    if (++spins < 1000) {
+    if ((++spins & 63) != 0 || Ticks() - spin_start < kJoinSpinTicks) {
       CpuRelax();
     } else {
       std::this_thread::yield();

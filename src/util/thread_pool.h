@@ -1,8 +1,10 @@
 // A small persistent thread pool for data-parallel loops. The calling thread takes part, so
 // ThreadPool(1) runs everything inline. Work is split into chunks that threads claim from an
 // atomic counter: a descheduled worker (a busy machine) delays nothing, because whoever runs
-// takes the remaining chunks. Workers spin briefly before sleeping, because decode issues
-// hundreds of short loops per token and a futex wake per loop would dominate.
+// takes the remaining chunks, and the chunks shrink towards the end of a loop so the last ones
+// leave little to wait for. Workers spin (~1 ms) before sleeping and the caller spins on the
+// join before it yields, because decode issues dozens of short loops per token and a futex wake
+// or sched_yield per loop (a system call; a hypervisor exit on a VM) would dominate.
 #pragma once
 
 #include <atomic>
@@ -24,8 +26,11 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  // Parallel regions run so far (loops split over more than one chunk; a loop run inline on
+  // the caller is not one): each is a fork and a join.
+  uint64_t regions() const { return regions_; }
 
-  // Splits [0, n) into contiguous chunks of at least `grain` items and runs
+  // Splits [0, n) into contiguous chunks of about `grain` items or more and runs
   // fn(begin, end, thread_slot) on them from all threads; waits for all. thread_slot in
   // [0, size()) is unique among concurrently running calls (for per-thread scratch).
   void ParallelFor(int64_t n, int64_t grain,
@@ -37,6 +42,11 @@ class ThreadPool {
   void WorkerLoop(int slot);
   // Claims and runs chunks of the current job until none are left.
   void RunChunks(uint64_t job_tag, int slot);
+  // Fills bounds_ with the chunks of [0, n) for `grain`; returns how many.
+  int64_t SplitChunks(int64_t n, int64_t grain);
+
+  // Chunks per thread and loop: a few balance uneven progress without much claiming traffic.
+  static constexpr int kChunksPerThread = 4;
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -45,9 +55,10 @@ class ThreadPool {
   std::atomic<uint64_t> work_{0};
   std::atomic<int64_t> done_{0};
   const std::function<void(int64_t, int64_t, int)>* fn_ = nullptr;
-  int64_t n_items_ = 0;
-  int64_t chunk_size_ = 1;
+  // [kChunksPerThread * n_threads_ + 1] chunk c of the current loop: [bounds_[c], bounds_[c + 1])
+  std::vector<int64_t> bounds_;
   uint64_t tag_ = 0;
+  uint64_t regions_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<int> sleepers_{0};
   std::mutex mu_;

@@ -1,0 +1,61 @@
+// ThreadPool::ParallelFor: every item runs exactly once in contiguous chunks, whatever the
+// thread count, the item count and the grain (even and decreasing chunk splits).
+#include "util/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+namespace lamina {
+namespace {
+
+TEST(ThreadPool, EveryItemOnceInChunksOfAtLeastGrain) {
+  for (int threads : {1, 2, 3, 4}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 2, 3, 7, 16, 31, 64, 96, 176, 1000, 4097}) {
+      for (int64_t grain : {1, 2, 4, 16, 100}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));  // [n] runs per item
+        std::mutex mu;
+        std::vector<std::pair<int64_t, int64_t>> chunks;
+        pool.ParallelFor(n, grain, [&](int64_t b, int64_t e, int slot) {
+          EXPECT_GE(slot, 0);
+          EXPECT_LT(slot, threads);
+          for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+          std::lock_guard<std::mutex> lock(mu);
+          chunks.emplace_back(b, e);
+        });
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1)
+              << "threads " << threads << " n " << n << " grain " << grain << " item " << i;
+        std::sort(chunks.begin(), chunks.end());
+        ASSERT_LE(chunks.size(), static_cast<size_t>(4 * threads));
+        for (const auto& [b, e] : chunks) {
+          ASSERT_LT(b, e);
+          // Decreasing splits (n >= 2 chunks' worth of grains per chunk) keep every chunk
+          // at least `grain` items.
+          if (n >= 8 * threads * grain) EXPECT_GE(e - b, grain);
+        }
+        // Larger chunks first: a thread that claims the last chunks waits for little.
+        if (threads > 1 && n >= 8 * threads * grain && chunks.size() > 2) {
+          EXPECT_GE(chunks.front().second - chunks.front().first,
+                    chunks.back().second - chunks.back().first);
+        }
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, ManyShortRegionsInARow) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> sum{0};
+  for (int r = 0; r < 20000; ++r) {
+    pool.ParallelFor(64, 1, [&](int64_t b, int64_t e) { sum.fetch_add(e - b); });
+  }
+  EXPECT_EQ(sum.load(), int64_t{64} * 20000);
+}
+
+}  // namespace
+}  // namespace lamina
