@@ -6,6 +6,7 @@
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -815,6 +816,52 @@ void BM_MemoryReadBandwidth(benchmark::State& state) {
                          benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_MemoryReadBandwidth)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// args: type, threads. Does the one-token matmul stream at the probe's rate? 256 MiB of copies
+// of the 2816 x 1024 FFN matrix in the interleaved layout (8x the 32 MiB L3), read in turn by
+// one-token matmuls, and the same-size ReadBandwidthProbe buffer read on the same pool; each
+// iteration runs the probe once and the matmuls once over the whole set, so both see the same
+// minute of the machine. Counters: both GB/s and their ratio (the kernel's share of the probe).
+void BM_GemmStreamVsProbe(benchmark::State& state) {
+  constexpr size_t kSetBytes = size_t{256} << 20;
+  const GgmlType type = static_cast<GgmlType>(state.range(0));
+  ThreadPool pool(static_cast<int>(state.range(1)));
+  Weights w = MakeWeights(type, 2816, 1024);
+  if (!CanInterleave(w.w)) {
+    state.SkipWithError("no interleaved layout for this type at this ISA");
+    return;
+  }
+  const size_t bytes = w.data.size();
+  const size_t n_copies = kSetBytes / bytes;
+  std::vector<uint8_t> packed(bytes * n_copies);  // [n_copies][2816 / 16 groups][16 * row_bytes]
+  std::vector<WeightMatrix> copies;
+  for (size_t c = 0; c < n_copies; ++c)
+    copies.push_back(InterleaveInto(w.w, packed.data() + c * bytes));
+  ReadBandwidthProbe probe(packed.size());
+  std::vector<float> x(1024, 0.5f), y(2816);  // [1, 1024], [1, 2816]
+  MatMulScratch scratch;
+  double probe_s = 0.0, gemm_s = 0.0;
+  for (auto _ : state) {
+    probe_s += static_cast<double>(probe.bytes()) / 1e9 / probe.Measure(pool, 1);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const WeightMatrix& m : copies) {
+      MatMul(m, x.data(), 1024, 1, y.data(), 2816, scratch, pool);
+      benchmark::DoNotOptimize(y.data());
+    }
+    gemm_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  const double n = static_cast<double>(state.iterations());
+  const double probe_gbs = static_cast<double>(probe.bytes()) * n / probe_s / 1e9;
+  const double gemm_gbs = static_cast<double>(packed.size()) * n / gemm_s / 1e9;
+  state.SetLabel(GgmlTypeName(type));
+  state.counters["probe_GB/s"] = probe_gbs;
+  state.counters["gemm_GB/s"] = gemm_gbs;
+  state.counters["share"] = gemm_gbs / probe_gbs;
+}
+BENCHMARK(BM_GemmStreamVsProbe)
+    ->ArgsProduct({{int(GgmlType::kQ8_0), int(GgmlType::kQ4_K)}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace lamina

@@ -441,23 +441,31 @@ TEST(RunChatJson, SplitsReasoningContentAndToolCalls) {
   EXPECT_FALSE(j.contains("reasoning"));
 }
 
-// --roofline: the probe's figures per repetition, the exact bytes per token and the share, in
-// JSON and as one table line; refused (usage) where there is no tg to measure.
+// --roofline: the probe's figures per segment of 16 steps (20 steps: 16 + 4 per repetition), the
+// exact bytes per token and the share, in JSON and as one table line; refused (usage) where there
+// is no tg to measure.
 TEST(Cli, BenchRoofline) {
   REQUIRE_SHARED();
-  Output o = Lamina("bench -m " + Stories() + " -p 0 -n 4 -r 2 -t 1 --roofline --json");
+  Output o = Lamina("bench -m " + Stories() + " -p 0 -n 20 -r 2 -t 1 --roofline --json");
   ASSERT_EQ(o.code, 0);
   const auto j = nlohmann::json::parse(o.out);
   const auto& r = j["roofline"];
   ASSERT_TRUE(r.is_object());
-  EXPECT_EQ(r["bw_before_gbs"].size(), 2u);
-  EXPECT_EQ(r["bw_after_gbs"].size(), 2u);
-  EXPECT_EQ(r["shares"].size(), 2u);
+  EXPECT_EQ(r["segment_tokens"].get<int>(), 16);
+  EXPECT_EQ(r["segment_steps"], nlohmann::json({16, 4, 16, 4}));
+  EXPECT_EQ(r["segment_rep"], nlohmann::json({0, 0, 1, 1}));
+  EXPECT_EQ(r["segment_seconds"].size(), 4u);
+  EXPECT_EQ(r["bw_before_gbs"].size(), 4u);
+  EXPECT_EQ(r["bw_after_gbs"].size(), 4u);
+  // A segment's probe after is the next one's before, within a repetition.
+  EXPECT_EQ(r["bw_after_gbs"][0], r["bw_before_gbs"][1]);
+  EXPECT_EQ(r["shares"].size(), 4u);
+  EXPECT_EQ(r["rep_shares"].size(), 2u);
   EXPECT_GE(r["probe_bytes"].get<double>(), 256.0 * 1024 * 1024);
   EXPECT_GT(r["measured_gbs"].get<double>(), 0.0);
   EXPECT_GT(r["achieved_gbs"].get<double>(), 0.0);
   EXPECT_GT(r["share"].get<double>(), 0.0);
-  // The parts add up to bytes_per_token; at depth 0 the 4 steps read 1.5 + 4 / 2 cells on
+  // The parts add up to bytes_per_token; at depth 0 the 20 steps read 1.5 + 20 / 2 cells on
   // average and write one.
   const double parts = r["weight_bytes"].get<double>() + r["embedding_row_bytes"].get<double>() +
                        r["kv_bytes"].get<double>() + r["state_bytes"].get<double>();

@@ -2,8 +2,9 @@
 // fresh cache; tg: N single-token decodes after DEPTH tokens are already in the cache. Reports
 // the median over REPS, and the decode roofline from the bytes each token reads. --parallel B:
 // B sequences decode together, one token each per forward pass (the server's batched decode).
-// --roofline: tg's bytes per second against a read-bandwidth probe run on the same threads before
-// and after each repetition, so the share compares figures of the same minute.
+// --roofline: tg's bytes per second against a read-bandwidth probe run on the same threads
+// between segments of kRooflineSegment tokens, so each share compares figures a fraction of a
+// second apart.
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -138,18 +139,25 @@ int RunParallelBench(const BenchOptions& o, const Model& model, SessionConfig sc
 struct BenchSamples {
   std::vector<double> pp, tg;
   size_t kv_bytes_per_token = 0;
-  // --roofline: the probe's GB/s right before and right after each tg repetition.
-  std::vector<double> bw_before, bw_after;
+  // --roofline: per segment of tg steps, its repetition, steps, seconds and the probe's GB/s
+  // right before and right after it.
+  std::vector<int> seg_rep, seg_tokens;
+  std::vector<double> seg_seconds, bw_before, bw_after;
+  double regions_per_step = 0;  // the pool's parallel regions per timed tg step (last repetition)
 };
 
-// Passes of the probe per measurement: at least 1 GB read, so one figure spans ~25 ms or more.
-int ProbePasses(const ReadBandwidthProbe& probe) {
-  return static_cast<int>(
-      std::max<size_t>(2, (size_t{1000000000} + probe.bytes() - 1) / probe.bytes()));
-}
+// --roofline: tg steps per segment between two probes. A segment of the 181M file is ~0.1 s and
+// a probe ~10 ms, so the VM's bandwidth, which drifts by a quarter within minutes, is measured
+// around each segment rather than around a whole repetition.
+constexpr int kRooflineSegment = 16;
+
+// Passes of the probe per measurement: one over its buffer (>= 256 MiB, past the L3), so a probe
+// is a fraction of a segment.
+int ProbePasses(const ReadBandwidthProbe&) { return 1; }
 
 // Runs the pp and tg tests REPS times; false (after the message) when an evaluation fails.
-// `probe` (--roofline, else nullptr) runs before and after each tg repetition.
+// `probe` (--roofline, else nullptr) runs before the first tg segment of each repetition and
+// after every segment; only the segments are timed.
 bool MeasureBench(const BenchOptions& o, const Model& model, const SessionConfig& sc,
                   ThreadPool& pool, ReadBandwidthProbe* probe, BenchSamples* out) {
   std::mt19937 rng(1234);
@@ -192,22 +200,42 @@ bool MeasureBench(const BenchOptions& o, const Model& model, const SessionConfig
       // prompt: decode speed depends on how many cells are read, not on what they hold.
       if (o.depth > 0) s.FillWithRandomCells(o.depth, 1234 + rep);
       std::vector<int32_t> gen = random_tokens(o.n_gen + 1);
-      if (probe != nullptr) out->bw_before.push_back(probe->Measure(pool, ProbePasses(*probe)));
       // One untimed warm-up step first (first-touch of scratch buffers), as llama-bench does.
       if (Result<const float*> r = s.Eval(&gen[o.n_gen], 1, false); !r.ok()) {
         std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
         return false;
       }
-      const double t0 = NowSeconds();
-      for (int i = 0; i < o.n_gen; ++i) {
-        Result<const float*> r = s.Eval(&gen[i], 1, false);
-        if (!r.ok()) {
-          std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
-          return false;
+      // Without the probe one segment of all N steps; with it, segments of kRooflineSegment
+      // steps with a probe before each and after the last.
+      const int seg = probe != nullptr ? kRooflineSegment : o.n_gen;
+      double bw_prev = probe != nullptr ? probe->Measure(pool, ProbePasses(*probe)) : 0.0;
+      double seconds = 0.0;
+      uint64_t regions = 0;
+      for (int i0 = 0; i0 < o.n_gen; i0 += seg) {
+        const int i1 = std::min(o.n_gen, i0 + seg);
+        const double t0 = NowSeconds();
+        const uint64_t regions0 = pool.regions();
+        for (int i = i0; i < i1; ++i) {
+          Result<const float*> r = s.Eval(&gen[i], 1, false);
+          if (!r.ok()) {
+            std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
+            return false;
+          }
         }
+        const double dt = NowSeconds() - t0;
+        regions += pool.regions() - regions0;
+        seconds += dt;
+        if (probe == nullptr) continue;
+        const double bw_next = probe->Measure(pool, ProbePasses(*probe));
+        out->seg_rep.push_back(rep);
+        out->seg_tokens.push_back(i1 - i0);
+        out->seg_seconds.push_back(dt);
+        out->bw_before.push_back(bw_prev);
+        out->bw_after.push_back(bw_next);
+        bw_prev = bw_next;
       }
-      out->tg.push_back(o.n_gen / (NowSeconds() - t0));
-      if (probe != nullptr) out->bw_after.push_back(probe->Measure(pool, ProbePasses(*probe)));
+      out->tg.push_back(o.n_gen / seconds);
+      out->regions_per_step = static_cast<double>(regions) / o.n_gen;
     }
   }
   return true;
@@ -241,24 +269,28 @@ DecodeBytes DecodeBytesPerToken(const BenchOptions& o, const Model& model,
   return b;
 }
 
-// --roofline's figures: medians over the tg repetitions.
+// --roofline's figures: medians over the tg segments (every repetition's).
 struct RooflineFigures {
-  double achieved_gbs = 0;  // tg tok/s x bytes per token
-  double measured_gbs = 0;  // the probe, mean of before and after each repetition
-  double share = 0;         // achieved / measured, per repetition
-  std::vector<double> shares;
+  double achieved_gbs = 0;     // segment's steps x bytes per token / its seconds
+  double measured_gbs = 0;     // the probe, mean of the one before and the one after the segment
+  double share = 0;            // achieved / measured, per segment
+  std::vector<double> shares;  // per segment
+  std::vector<double> rep_shares;  // per repetition: the median of its segments' shares
 };
 
 RooflineFigures Roofline(const BenchSamples& s, double bytes_per_token) {
   RooflineFigures r;
   std::vector<double> achieved, measured;
-  for (size_t i = 0; i < s.tg.size() && i < s.bw_before.size() && i < s.bw_after.size(); ++i) {
-    const double a = s.tg[i] * bytes_per_token / 1e9;
+  std::vector<std::vector<double>> per_rep(s.tg.size());  // [reps][segments]
+  for (size_t i = 0; i < s.seg_seconds.size(); ++i) {
+    const double a = s.seg_tokens[i] * bytes_per_token / s.seg_seconds[i] / 1e9;
     const double m = (s.bw_before[i] + s.bw_after[i]) / 2.0;
     achieved.push_back(a);
     measured.push_back(m);
     r.shares.push_back(m > 0 ? a / m : 0.0);
+    per_rep[static_cast<size_t>(s.seg_rep[i])].push_back(r.shares.back());
   }
+  for (const std::vector<double>& v : per_rep) r.rep_shares.push_back(Median(v));
   r.achieved_gbs = Median(achieved);
   r.measured_gbs = Median(measured);
   r.share = Median(r.shares);
@@ -299,9 +331,15 @@ void PrintBench(const BenchOptions& o, const Model& model, const SessionConfig& 
                        {"state_bytes", bytes.state},
                        {"probe_bytes", probe->bytes()},
                        {"probe_passes", ProbePasses(*probe)},
+                       {"regions_per_step", s.regions_per_step},
+                       {"segment_tokens", kRooflineSegment},
+                       {"segment_rep", s.seg_rep},
+                       {"segment_steps", s.seg_tokens},
+                       {"segment_seconds", s.seg_seconds},
                        {"bw_before_gbs", s.bw_before},
                        {"bw_after_gbs", s.bw_after},
                        {"shares", rf.shares},
+                       {"rep_shares", rf.rep_shares},
                        {"achieved_gbs", rf.achieved_gbs},
                        {"measured_gbs", rf.measured_gbs},
                        {"share", rf.share}};
@@ -323,11 +361,11 @@ void PrintBench(const BenchOptions& o, const Model& model, const SessionConfig& 
       if (state_read > 0) std::printf(", state %.3f", state_read / 1e6);
       std::printf(
           ") | achieved %.1f GB/s | measured %.1f GB/s (read probe, %zu MiB x %d, %d threads, "
-          "before and after each rep) | share %.1f%% (reps:",
+          "around each %d-step segment) | share %.1f%% (median of %zu segments; reps:",
           rf.achieved_gbs, rf.measured_gbs, probe->bytes() >> 20, ProbePasses(*probe), pool.size(),
-          100.0 * rf.share);
-      for (double x : rf.shares) std::printf(" %.1f", 100.0 * x);
-      std::printf(")\n");
+          kRooflineSegment, 100.0 * rf.share, rf.shares.size());
+      for (double x : rf.rep_shares) std::printf(" %.1f", 100.0 * x);
+      std::printf(") | %.1f parallel regions per step\n", s.regions_per_step);
     }
   }
 }

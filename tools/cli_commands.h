@@ -166,8 +166,8 @@ struct BenchOptions {
   // first touch of the scratch buffers timed).
   bool warmup = true;
   std::string parallel;  // --parallel B[,B...]: batched decode of B sequences per step
-  // --roofline: a streaming-read bandwidth probe on the same threads before and after each tg
-  // repetition; tg's bytes per second against it (cli_bench.cpp).
+  // --roofline: a streaming-read bandwidth probe on the same threads around every 16-step tg
+  // segment; each segment's bytes per second against it (cli_bench.cpp).
   bool roofline = false;
   // --spec off,lookup,draft,mtp: greedy generation on a fixed task set (counting, JSON, copying a
   // list, prose) with each mode, interleaved rounds (cli_bench_spec.cpp).
