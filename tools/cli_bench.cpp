@@ -20,9 +20,12 @@
 namespace lamina::cli {
 
 namespace {
+// The middle value; of an even count, the mean of the two middle values.
 double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
+  const size_t h = v.size() / 2;
+  return v.size() % 2 == 1 ? v[h] : 0.5 * (v[h - 1] + v[h]);
 }
 }  // namespace
 
