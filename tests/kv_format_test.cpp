@@ -476,8 +476,11 @@ TEST(KvCacheWriter, CopyPrefixAndRewriteMatchTheSource) {
     auto bytes = [&](int seq, int cells) {
       std::vector<uint8_t> b;
       for (int h = 0; h < c.n_kv_heads; ++h) {
-        b.insert(b.end(), cache.KHead(0, seq, h, 0),
-                 cache.KHead(0, seq, h, 0) + cells * cache.k_head_bytes());
+        std::vector<uint8_t> row(cache.k_head_bytes());  // one cell's K row (rows or tiles)
+        for (int p = 0; p < cells; ++p) {
+          cache.KRow(0, seq, h, p, row.data());
+          b.insert(b.end(), row.begin(), row.end());
+        }
         b.insert(b.end(), cache.VHead(0, seq, h, 0),
                  cache.VHead(0, seq, h, 0) + cells * cache.v_head_bytes());
         if (cache.k_anchored()) {
@@ -872,6 +875,91 @@ TEST(KvIntScore, SimdMatchesScalarTwinAndDecodedScores) {
           std::fill(b.begin(), b.end(), -1.0f);
           simd(rows.data(), n, hd, nq, qq.data(), qd.data(), 0.125f, b.data(), stride);
           EXPECT_EQ(a, b) << "avx2 " << int(f) << " hd " << hd << " n " << n;
+        }
+      }
+    }
+  }
+}
+
+// int8 tiles: a row converts to its tile slot and back byte for byte (every head_dim the format
+// holds, a partial last chunk included), the tile decoder gives the row decoder's values, and
+// every tile scorer gives the row scorers' bits for the same cells, from any first cell of a
+// tile to any end, without writing outside the wanted cells.
+TEST(KvTileScore, TilesRoundTripAndScoreAsRows) {
+  std::mt19937 rng(35);
+  std::normal_distribution<float> normal;
+  for (int hd : {2, 6, 8, 30, 32, 64, 96, 128, 256}) {
+    const size_t rb = KvRowBytes(KvRowFormat::kInt8, hd);
+    ASSERT_GT(rb, 0u) << hd;
+    const int n_tiles = 5, n = n_tiles * kKvTileCells;
+    std::vector<uint8_t> rows(rb * n), tiles(rb * n, 0xAB), back(rb);
+    std::vector<float> x(hd);
+    for (int c = 0; c < n; ++c) {
+      for (float& v : x) v = 3.0f * normal(rng);
+      EncodeKvRow(KvRowFormat::kInt8, x.data(), hd, nullptr, rows.data() + c * rb);
+      TileKvRow(rows.data() + c * rb, hd, tiles.data() + (c / kKvTileCells) * kKvTileCells * rb,
+                c % kKvTileCells);
+    }
+    for (int c = 0; c < n; ++c) {
+      UntileKvRow(tiles.data() + (c / kKvTileCells) * kKvTileCells * rb, c % kKvTileCells, hd,
+                  back.data());
+      ASSERT_EQ(0, std::memcmp(back.data(), rows.data() + c * rb, rb)) << hd << " cell " << c;
+    }
+    EXPECT_EQ(std::count(tiles.begin(), tiles.end(), 0xAB),
+              std::count(rows.begin(), rows.end(), 0xAB))
+        << "every byte of a tile belongs to one cell";
+    std::vector<float> want(static_cast<size_t>(n) * hd), got(want.size());  // [n, hd]
+    ScalarKvRowDecoder(KvRowFormat::kInt8)(rows.data(), n, hd, want.data());
+    DecodeKvTileCells(tiles.data() + kKvTileCells * rb, 3, n - 19, hd, got.data());
+    EXPECT_TRUE(std::equal(got.begin(), got.begin() + static_cast<size_t>(n - 19) * hd,
+                           want.begin() + static_cast<size_t>(19) * hd))
+        << hd;
+    if (!KvIntScoreSupported(KvRowFormat::kInt8, hd)) continue;
+    for (int nq : {1, 2, 3, 4, 5, 37}) {
+      std::vector<float> q(static_cast<size_t>(nq) * hd);  // [nq, hd]
+      for (float& v : q) v = normal(rng);
+      std::vector<int16_t> qq(q.size());
+      std::vector<float> qd(static_cast<size_t>(nq) * hd / 32);
+      for (int qi = 0; qi < nq; ++qi) {
+        QuantizeQueryInt16(KvRowFormat::kInt8, q.data() + qi * hd, hd, qq.data() + qi * hd,
+                           qd.data() + qi * hd / 32);
+      }
+      const int64_t stride = n + 3;
+      std::vector<float> ref(nq * stride);  // [nq, stride] the row scorer over every cell
+      ScalarKvScorer(KvRowFormat::kInt8)(rows.data(), n, hd, nq, qq.data(), qd.data(), 0.125f,
+                                         ref.data(), stride);
+      struct Named {
+        const char* name;
+        KvTileScoreFn fn;
+      };
+      std::vector<Named> scorers = {{"scalar", ScalarKvTileScorer()}};
+      if (HasAvx512Vnni() && Avx512KvTileScorer() != nullptr) {
+        scorers.push_back({"avx512", Avx512KvTileScorer()});
+      }
+      if (GetCpuFeatures().HasAvx2Set() && Avx2KvTileScorer() != nullptr) {
+        scorers.push_back({"avx2", Avx2KvTileScorer()});
+      }
+      if (BestKvTileScorer() != nullptr) scorers.push_back({"best", BestKvTileScorer()});
+      for (const Named& sc : scorers) {
+        for (auto [c0, c1] : {std::pair{0, n}, {5, 16}, {16, 17}, {3, 61}, {33, 80}, {79, 80}}) {
+          const uint8_t* t = tiles.data() + (c0 / kKvTileCells) * kKvTileCells * rb;
+          std::vector<float> out(nq * stride + 32, -1.0f);  // 16 guard floats each side
+          sc.fn(t, c0 % kKvTileCells, c1 - c0, hd, nq, qq.data(), qd.data(), 0.125f,
+                out.data() + 16, stride);
+          for (int qi = 0; qi < nq; ++qi) {
+            for (int j = -16; j < stride + (qi + 1 == nq ? 16 : 0); ++j) {
+              const float o = out[16 + qi * stride + j];
+              if (j >= 0 && j < c1 - c0) {
+                ASSERT_EQ(std::bit_cast<uint32_t>(o),
+                          std::bit_cast<uint32_t>(ref[qi * stride + c0 + j]))
+                    << sc.name << " hd " << hd << " nq " << nq << " cells " << c0 << ".." << c1
+                    << " query " << qi << " cell " << c0 + j;
+              } else if (j < 0 ? qi == 0 : j >= c1 - c0) {
+                ASSERT_EQ(o, -1.0f) << sc.name << " wrote outside its cells: hd " << hd << " "
+                                    << c0 << ".." << c1 << " query " << qi << " at " << j;
+              }
+            }
+          }
         }
       }
     }
