@@ -532,8 +532,8 @@ void BM_KvAttentionKernels(benchmark::State& state) {
   }
   std::vector<uint8_t> k_tile_bytes(k_tiles ? rows.size() : 0);  // the same cells as int8 tiles
   for (int c = 0; k_tiles && c < kCells; ++c) {
-    TileKvRow(rows.data() + c * rb, kHd, k_tile_bytes.data() + (c / kKvTileCells) * kKvTileCells * rb,
-              c % kKvTileCells);
+    TileKvRow(rows.data() + c * rb, kHd,
+              k_tile_bytes.data() + (c / kKvTileCells) * kKvTileCells * rb, c % kKvTileCells);
   }
   const KvTileScoreFn tile_scorer = BestKvTileScorer();
   for (float& v : q) v = normal(rng);
@@ -584,7 +584,7 @@ void BM_KvAttentionKernels(benchmark::State& state) {
   }
   static const char* const kFormat[] = {"f32", "f16", "int8", "q4_0", "q4_nl"};
   state.SetLabel(std::string(kFormat[state.range(0)]) + (k_tiles    ? " K scores, int8 tiles"
-                                                         : tiles      ? " K scores, tiles"
+                                                         : tiles    ? " K scores, tiles"
                                                          : score    ? " K scores"
                                                          : int_sums ? " integer V sum"
                                                          : float_v  ? " float fused V sum"

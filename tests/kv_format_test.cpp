@@ -955,8 +955,8 @@ TEST(KvTileScore, TilesRoundTripAndScoreAsRows) {
                     << sc.name << " hd " << hd << " nq " << nq << " cells " << c0 << ".." << c1
                     << " query " << qi << " cell " << c0 + j;
               } else if (j < 0 ? qi == 0 : j >= c1 - c0) {
-                ASSERT_EQ(o, -1.0f) << sc.name << " wrote outside its cells: hd " << hd << " "
-                                    << c0 << ".." << c1 << " query " << qi << " at " << j;
+                ASSERT_EQ(o, -1.0f) << sc.name << " wrote outside its cells: hd " << hd << " " << c0
+                                    << ".." << c1 << " query " << qi << " at " << j;
               }
             }
           }

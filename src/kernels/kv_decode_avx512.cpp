@@ -121,8 +121,8 @@ inline void TransposeDwords(const __m512i* v, __m512i* u) {
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
   out->dk = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(grp)));
   for (int t = 0; t < 8; ++t) {
-    out->w[t] = _mm512_xor_si512(
-        _mm512_loadu_si512(grp + 2 * kBlockCells + 4 * kBlockCells * t), bias);
+    out->w[t] =
+        _mm512_xor_si512(_mm512_loadu_si512(grp + 2 * kBlockCells + 4 * kBlockCells * t), bias);
   }
 }
 
@@ -197,30 +197,25 @@ template <int kHd, int kGroupBytes, ExpandGroupFn kExpand, bool kTiled = false>
                                                    int64_t out_stride, int n_valid,
                                                    __mmask16 tile_mask = 0) {
   alignas(64) ByteGroup keep[kMaxHeadDim / kGroup];  // [group] expanded codes when nq > 4
-  const __mmask16 store_mask =
-      kTiled ? tile_mask : static_cast<__mmask16>((1u << n_valid) - 1);
+  const __mmask16 store_mask = kTiled ? tile_mask : static_cast<__mmask16>((1u << n_valid) - 1);
   const bool store = nq > 4;
   for (int q0 = 0; q0 < nq; q0 += 4) {
     switch (std::min(4, nq - q0)) {
       case 4:
-        ScoreBlockChunk<kHd, kGroupBytes, 4, kExpand, kTiled>(rows, head_dim, q0, store, keep, q32,
-                                                              zero,
-                                                      qd, scale, out, out_stride, store_mask);
+        ScoreBlockChunk<kHd, kGroupBytes, 4, kExpand, kTiled>(
+            rows, head_dim, q0, store, keep, q32, zero, qd, scale, out, out_stride, store_mask);
         break;
       case 3:
-        ScoreBlockChunk<kHd, kGroupBytes, 3, kExpand, kTiled>(rows, head_dim, q0, store, keep, q32,
-                                                              zero,
-                                                      qd, scale, out, out_stride, store_mask);
+        ScoreBlockChunk<kHd, kGroupBytes, 3, kExpand, kTiled>(
+            rows, head_dim, q0, store, keep, q32, zero, qd, scale, out, out_stride, store_mask);
         break;
       case 2:
-        ScoreBlockChunk<kHd, kGroupBytes, 2, kExpand, kTiled>(rows, head_dim, q0, store, keep, q32,
-                                                              zero,
-                                                      qd, scale, out, out_stride, store_mask);
+        ScoreBlockChunk<kHd, kGroupBytes, 2, kExpand, kTiled>(
+            rows, head_dim, q0, store, keep, q32, zero, qd, scale, out, out_stride, store_mask);
         break;
       default:
-        ScoreBlockChunk<kHd, kGroupBytes, 1, kExpand, kTiled>(rows, head_dim, q0, store, keep, q32,
-                                                              zero,
-                                                      qd, scale, out, out_stride, store_mask);
+        ScoreBlockChunk<kHd, kGroupBytes, 1, kExpand, kTiled>(
+            rows, head_dim, q0, store, keep, q32, zero, qd, scale, out, out_stride, store_mask);
         break;
     }
   }

@@ -277,7 +277,7 @@ AttentionCall::AttentionCall(const KvCache& cache, int layer, const AttentionSeg
       score_k_(KvIntScoreSupported(ks_.format, hd_) && !cache.k_tiled() ? BestKvScorer(ks_.format)
                                                                         : nullptr),
       score_k_tiles_(KvIntScoreSupported(ks_.format, hd_) && cache.k_tiled() ? BestKvTileScorer()
-                                                                              : nullptr),
+                                                                             : nullptr),
       score_f16_(ks_.format == KvRowFormat::kF16 && KvF16ScoreSupported(hd_) ? BestKvF16Scorer()
                                                                              : nullptr),
       n_qgroups_(hd_ / 32),
@@ -340,8 +340,9 @@ Chunk AttentionCall::StartChunk(const Unit& unit, int g, int c_lo, int c_hi, int
   ch.qrows = ch.scores + static_cast<size_t>(max_queries_) * n_ctx_;
   ch.acc = ch.qrows + static_cast<size_t>(max_queries_) * hd_;
   ch.tile = ch.acc + static_cast<size_t>(max_queries_) * hd_;
-  ch.qq = score_k_ || score_k_tiles_ ? scratch_.per_thread_q.data() + static_cast<size_t>(max_queries_) * hd_ * thread
-                   : nullptr;
+  ch.qq = score_k_ || score_k_tiles_
+              ? scratch_.per_thread_q.data() + static_cast<size_t>(max_queries_) * hd_ * thread
+              : nullptr;
   ch.qd = ch.acc;
   ch.wb = wb;
   ch.lims = lims;

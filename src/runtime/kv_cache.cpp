@@ -91,7 +91,7 @@ int KvLayerCells(const KvCacheConfig& c, int layer) {
 }
 
 uint64_t KvCacheBytes(const KvCacheConfig& c) {
-  uint64_t layer_cells = 0;  // cells per sequence and KV head, all layers
+  uint64_t layer_cells = 0;              // cells per sequence and KV head, all layers
   for (int l = 0; l < c.n_layer; ++l) {  // each head's cells in whole tiles
     const uint64_t cells = KvLayerCells(c, l);
     layer_cells = SatAdd(layer_cells, (cells + kKvTileCells - 1) / kKvTileCells * kKvTileCells);
@@ -515,7 +515,7 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
   const int first_stored = pos0 + n - cells_[layer];
   // Work items are (row, head) pairs, so even a single decoded token's heads spread over the pool.
   auto encode = [&](int64_t item0, int64_t item1) {
-    std::vector<float> tmp(hd);  // [head_dim] rotation scratch
+    std::vector<float> tmp(hd);                // [head_dim] rotation scratch
     std::vector<uint8_t> krow(k_head_bytes_);  // [k_head_bytes_] one encoded key row
     // anchored keys: [3 * head_dim + n_rot] scratch and one alternative encoded row
     std::vector<float> anchor_scratch(k_anchored_ ? 3 * hd : 0);
@@ -550,8 +550,8 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
         EncodeAnchoredK(layer, seq, pos, h, k + i * re + h * hd, anchor_scratch.data(), alt.data());
       } else {
         // Encoded as a row, then stored into its row or tile slot.
-        EncodeHead(k_spec_, /*stochastic=*/false, layer, pos, h, k + i * re + h * hd,
-                   krow.data(), tmp.data());
+        EncodeHead(k_spec_, /*stochastic=*/false, layer, pos, h, k + i * re + h * hd, krow.data(),
+                   tmp.data());
         StoreKRow(layer, seq, h, pos, krow.data());
       }
       EncodeHead(v_spec_, v_stochastic, layer, pos, h, vrow + h * hd,

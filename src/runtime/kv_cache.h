@@ -429,8 +429,8 @@ class KvCache {
   std::vector<int> ring_floor_;     // [n_seq, n_layer] a ring layer holds no cell below this
   // [n_seq, n_layer, n_kv_heads, head_cells] x k_head_bytes_ (rows, or int8 tiles)
   std::vector<uint8_t> k_;
-  std::vector<uint8_t> v_;          // [n_seq, n_layer, n_kv_heads, head_cells] x v_head_bytes_
-  std::vector<int> lengths_;        // [n_seq, n_layer]
+  std::vector<uint8_t> v_;    // [n_seq, n_layer, n_kv_heads, head_cells] x v_head_bytes_
+  std::vector<int> lengths_;  // [n_seq, n_layer]
   bool k_anchored_ = false;
   float anchor_mscale_ = 1.0f;
   std::vector<float> anchor_run_cs_;     // [n_ctx / kAnchorAngleRun (rounded up), n_rot / 2, 2]
