@@ -176,27 +176,34 @@ void ScoreTilesQueries(const uint8_t* tiles, int first, int n_cells, int head_di
       alignas(32) int32_t want[kBlockCells];
       for (int l = 0; l < kBlockCells; ++l) want[l] = base + l >= first && base + l < end ? -1 : 0;
       const __m256i mask = _mm256_load_si256(reinterpret_cast<const __m256i*>(want));
-      for (int qi = 0; qi < nq; ++qi) {
-        const int32_t* qv = q32 + static_cast<int64_t>(qi) * (head_dim / 4);
-        const float* qs = qd + static_cast<int64_t>(qi) * n_groups;
-        __m256 s = _mm256_setzero_ps();
-        for (int g = 0; g < n_groups; ++g) {
-          const uint8_t* grp = tile + g * tile_group;
-          const uint8_t* codes = grp + 2 * kTile + 4 * kBlockCells * h;  // chunk t at 64 t
+      __m256 s[kMaxQueries];  // per query: its scores of the 8 cells
+      for (int qi = 0; qi < nq; ++qi) s[qi] = _mm256_setzero_ps();
+      for (int g = 0; g < n_groups; ++g) {
+        const uint8_t* grp = tile + g * tile_group;
+        const uint8_t* codes = grp + 2 * kTile + 4 * kBlockCells * h;  // chunk t at 64 t
+        // The group's codes and their magnitudes, once for every query.
+        __m256i k[kGroup / 4], a[kGroup / 4];
+        for (int t = 0; t < kGroup / 4; ++t) {
+          k[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 4 * kTile * t));
+          a[t] = _mm256_abs_epi8(k[t]);
+        }
+        const __m256 dk = _mm256_cvtph_ps(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + 2 * kBlockCells * h)));
+        for (int qi = 0; qi < nq; ++qi) {
+          const int32_t* qv = q32 + static_cast<int64_t>(qi) * (head_dim / 4) + g * kGroup / 4;
           __m256i dot = _mm256_setzero_si256();
           for (int t = 0; t < kGroup / 4; ++t) {
-            const __m256i k =
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 4 * kTile * t));
-            const __m256i q = _mm256_set1_epi32(qv[g * kGroup / 4 + t]);
-            const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(k), _mm256_sign_epi8(q, k));
+            const __m256i q = _mm256_set1_epi32(qv[t]);
+            const __m256i p = _mm256_maddubs_epi16(a[t], _mm256_sign_epi8(q, k[t]));
             dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p, ones));
           }
-          const __m256 dk = _mm256_cvtph_ps(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + 2 * kBlockCells * h)));
-          const __m256 f = _mm256_mul_ps(dk, _mm256_set1_ps(qs[g]));
-          s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), f, s);
+          const __m256 f = _mm256_mul_ps(dk, _mm256_set1_ps(qd[qi * n_groups + g]));
+          s[qi] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), f, s[qi]);
         }
-        _mm256_maskstore_ps(out + qi * out_stride + (base - first), mask, _mm256_mul_ps(s, vscale));
+      }
+      for (int qi = 0; qi < nq; ++qi) {
+        _mm256_maskstore_ps(out + qi * out_stride + (base - first), mask,
+                            _mm256_mul_ps(s[qi], vscale));
       }
     }
   }
