@@ -966,6 +966,73 @@ TEST(KvTileScore, TilesRoundTripAndScoreAsRows) {
   }
 }
 
+// The cache's int8 keys live in tiles, yet every cell reads back as the row the writer encoded
+// (KRow, ReadHeadRows), a context that is not a multiple of the tile and a cut mid-tile leave
+// zero rows behind, and session state keeps the row layout: exported state is the encoded rows,
+// imports into tiles and exports again byte for byte.
+TEST(KvTileScore, CacheKeepsRowsInTiles) {
+  for (KvType type : {KvType::kInt8, KvType::kK8V4, KvType::kK8V4Nl}) {
+    KvCacheConfig c;
+    c.n_layer = 2;
+    c.n_ctx = 100;  // not a multiple of kKvTileCells
+    c.n_kv_heads = 2;
+    c.head_dim = 64;
+    c.n_seq = 2;
+    c.type = type;
+    KvCache cache(c);
+    ASSERT_TRUE(cache.k_tiled());
+    std::mt19937 rng(12);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int n = 90, row = c.n_kv_heads * c.head_dim, hd = c.head_dim;
+    std::vector<float> k(static_cast<size_t>(n) * row), v(k.size());  // [n, row]
+    for (size_t i = 0; i < k.size(); ++i) k[i] = normal(rng), v[i] = normal(rng);
+    for (int l = 0; l < c.n_layer; ++l) {
+      cache.Write(l, 0, 0, 37, k.data(), v.data());
+      for (int p = 37; p < n; ++p) cache.Write(l, 0, p, 1, k.data() + p * row, v.data() + p * row);
+    }
+    std::vector<uint8_t> want(cache.k_head_bytes()), got(want.size());
+    std::vector<float> dec(static_cast<size_t>(n) * hd), ref(hd);  // [n, hd], [hd]
+    for (int h = 0; h < c.n_kv_heads; ++h) {
+      cache.ReadHeadRows(0, 1, 0, h, n, dec.data());
+      for (int p = 0; p < n; ++p) {
+        EncodeKvRow(KvRowFormat::kInt8, k.data() + p * row + h * hd, hd, nullptr, want.data());
+        cache.KRow(1, 0, h, p, got.data());
+        ASSERT_EQ(want, got) << KvTypeName(type) << " head " << h << " cell " << p;
+        DecodeKvRow(KvRowFormat::kInt8, want.data(), hd, ref.data());
+        ASSERT_TRUE(std::equal(ref.begin(), ref.end(), dec.begin() + p * hd)) << p;
+      }
+    }
+    const uint64_t bytes = cache.SequenceStateBytes(n);
+    std::vector<uint8_t> state(bytes), again(bytes);
+    cache.ExportSequence(0, n, state.data());
+    // Layer 0, head 0's K rows come first: the encoded rows themselves.
+    for (int p = 0; p < n; ++p) {
+      EncodeKvRow(KvRowFormat::kInt8, k.data() + p * row, hd, nullptr, want.data());
+      ASSERT_EQ(0, std::memcmp(state.data() + p * want.size(), want.data(), want.size())) << p;
+    }
+    ASSERT_TRUE(cache.CheckSequenceState(n, state.data()).ok());
+    cache.ImportSequence(1, n, state.data());
+    cache.ExportSequence(1, n, again.data());
+    EXPECT_EQ(state, again) << KvTypeName(type);
+    // A cut mid-tile: the dropped cells of the tile read as zero rows, the kept ones unchanged.
+    cache.Truncate(1, 41);
+    const std::vector<uint8_t> zero(cache.k_head_bytes(), 0);
+    for (int p = 41; p < 48; ++p) {
+      cache.KRow(0, 1, 1, p, got.data());
+      EXPECT_EQ(got, zero) << p;
+    }
+    EncodeKvRow(KvRowFormat::kInt8, k.data() + 40 * row + hd, hd, nullptr, want.data());
+    cache.KRow(0, 1, 1, 40, got.data());
+    EXPECT_EQ(got, want);
+    // Rewritten, it matches the sequence that was never cut.
+    for (int l = 0; l < c.n_layer; ++l) {
+      cache.Write(l, 1, 41, n - 41, k.data() + 41 * row, v.data() + 41 * row);
+    }
+    cache.ExportSequence(1, n, again.data());
+    EXPECT_EQ(state, again) << KvTypeName(type);
+  }
+}
+
 // Anchored-key corrections: the AVX2 and AVX-512 kernels equal the scalar twin bit for bit
 // (the same fma chain per cell, then the same product and sum), for partial tiles, limits
 // below, inside and past the tile, queries beyond a register block, and no terms at all; cells

@@ -9,7 +9,9 @@
 // group. The codes are transposed per 16-cell block (a 4x4 dword transpose within each 128-bit
 // lane) so that each dword lane is one cell and a cell's group sum needs no reduction across
 // lanes; its lanes come out as lane 4j + m = cell 4m + j, an involution that one vpermd undoes
-// before the store.
+// before the store. The cache's int8 keys are stored as tiles already in that order (kv_format.h,
+// lane = cell): the tile scorer (ScoreTiles) loads each 4-dim chunk of 16 cells as it is, so a
+// group is 8 loads and 8 xors, shared by every query, and no transpose or permute.
 // GCC 12's AVX-512 headers build some intrinsics from _mm512_undefined_*(), which its
 // uninitialized-value analysis reports at every use.
 #pragma GCC diagnostic ignored "-Wuninitialized"
