@@ -17,10 +17,11 @@ namespace lamina {
 // (anchored keys) flags, read through the ring where there is one.
 inline std::vector<uint8_t> KvWindowCells(const KvCache& c, int l, int seq, int window) {
   const int len = c.Length(seq, l);
-  std::vector<uint8_t> bytes;
+  std::vector<uint8_t> bytes, krow(c.k_head_bytes());  // krow: one cell's K row (rows or tiles)
   for (int h = 0; h < c.config().n_kv_heads; ++h) {
     for (int p = std::max(0, len - window); p < len; ++p) {
-      bytes.insert(bytes.end(), c.KHead(l, seq, h, p), c.KHead(l, seq, h, p) + c.k_head_bytes());
+      c.KRow(l, seq, h, p, krow.data());
+      bytes.insert(bytes.end(), krow.begin(), krow.end());
       bytes.insert(bytes.end(), c.VHead(l, seq, h, p), c.VHead(l, seq, h, p) + c.v_head_bytes());
       if (c.k_anchored()) bytes.push_back(*c.KAnchorFlags(l, seq, h, p));
     }

@@ -64,6 +64,40 @@ void ScoreScalar(const uint8_t* rows, int n_rows, int head_dim, int nq, const in
   }
 }
 
+// The tiled twin of ScoreScalar<kInt8>: the same group dots (exact int32) and the same float
+// steps in the same order, reading each cell's scale and codes from its tile slot.
+void ScoreTilesScalar(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
+                      const int16_t* qq, const float* qd, float scale, float* out,
+                      int64_t out_stride) {
+  const int n_groups = head_dim / kScoreGroup;
+  const size_t tile_group = static_cast<size_t>(kKvTileCells) * (2 + kScoreGroup);
+  const size_t tile_bytes = tile_group * n_groups;
+  for (int qi = 0; qi < nq; ++qi) {
+    const int16_t* qv = qq + static_cast<int64_t>(qi) * head_dim;
+    const float* qs = qd + static_cast<int64_t>(qi) * n_groups;
+    for (int j = 0; j < n_cells; ++j) {
+      const int c = first + j, cell = c % kKvTileCells;
+      const uint8_t* tile = tiles + (c / kKvTileCells) * tile_bytes;
+      float s = 0.0f;
+      for (int g = 0; g < n_groups; ++g) {
+        const uint8_t* grp = tile + g * tile_group;
+        fp16_t d16;
+        std::memcpy(&d16, grp + 2 * cell, 2);
+        const uint8_t* codes = grp + 2 * kKvTileCells + 4 * cell;  // chunk t at 64 t
+        const int16_t* qg = qv + g * kScoreGroup;
+        int32_t dot = 0;
+        for (int i = 0; i < kScoreGroup; ++i) {
+          const int code = static_cast<int8_t>(codes[64 * (i / 4) + i % 4]);
+          const int r = i % 16;  // query codes: each run of 16 evens first, then odds
+          dot += code * qg[16 * (i / 16) + (r % 2) * 8 + r / 2];
+        }
+        s = std::fma(static_cast<float>(dot), Fp16ToF32(d16) * qs[g], s);
+      }
+      out[qi * out_stride + j] = s * scale;
+    }
+  }
+}
+
 template <KvRowFormat F>
 void AccumulateScalar(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
                       int64_t p_stride, const int* lim, float* acc) {
@@ -348,6 +382,18 @@ KvAnchorScoreFn BestKvAnchorScorer() {
     if (HasAvx512()) f = Avx512KvAnchorScorer();
     if (f == nullptr && HasAvx2()) f = Avx2KvAnchorScorer();
     return f != nullptr ? f : AnchorScoresScalar;
+  }();
+  return best;
+}
+
+KvTileScoreFn ScalarKvTileScorer() { return ScoreTilesScalar; }
+
+KvTileScoreFn BestKvTileScorer() {
+  static const KvTileScoreFn best = [] {
+    KvTileScoreFn f = nullptr;
+    if (HasAvx512()) f = Avx512KvTileScorer();
+    if (f == nullptr && HasAvx2()) f = Avx2KvTileScorer();
+    return f;
   }();
   return best;
 }

@@ -143,6 +143,85 @@ void Score(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t*
                     out + q0 * out_stride, out_stride);
   }
 }
+// int8 tiles (kv_format.h): per tile, half (8 cells, one per dword lane) and group, each chunk
+// of 4 dims is one 32-byte load. vpmaddubsw takes the codes' magnitudes as unsigned bytes (at
+// most 128) and the broadcast query chunk with the codes' signs (|q| <= 127), so a pair sums to
+// at most 2 * 128 * 127 and never saturates; vpmaddwd by ones widens each cell's 4 products to
+// one int32, so the group dot is exact and the float steps are the scalar twin's, lane by lane.
+void ScoreTilesQueries(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
+                       const int16_t* qq, const float* qd, float scale, float* out,
+                       int64_t out_stride) {
+  constexpr int kTile = 16;
+  const int n_groups = head_dim / kGroup;
+  const size_t tile_group = static_cast<size_t>(kTile) * (2 + kGroup);
+  const size_t tile_bytes = tile_group * n_groups;
+  // Queries in element order as int8, four to a dword: [nq][head_dim / 4].
+  alignas(32) int32_t q32[kMaxQueries * kMaxHeadDim / 4];
+  for (int qi = 0; qi < nq; ++qi) {
+    const int16_t* src = qq + static_cast<int64_t>(qi) * head_dim;
+    auto* dst = reinterpret_cast<int8_t*>(q32 + static_cast<int64_t>(qi) * (head_dim / 4));
+    for (int i = 0; i < head_dim; ++i) {
+      const int r = i % 16;  // each run of 16 holds evens first, then odds
+      dst[i] = static_cast<int8_t>(src[16 * (i / 16) + (r % 2) * 8 + r / 2]);
+    }
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256 vscale = _mm256_set1_ps(scale);
+  const int end = first + n_cells;  // cells counted from the first tile's start
+  for (int c = 0; c < end; c += kTile) {
+    const uint8_t* tile = tiles + (c / kTile) * tile_bytes;
+    for (int h = 0; h < 2; ++h) {
+      const int base = c + kBlockCells * h;  // cell of lane 0
+      if (base + kBlockCells <= first || base >= end) continue;
+      alignas(32) int32_t want[kBlockCells];
+      for (int l = 0; l < kBlockCells; ++l) want[l] = base + l >= first && base + l < end ? -1 : 0;
+      const __m256i mask = _mm256_load_si256(reinterpret_cast<const __m256i*>(want));
+      __m256 s[kMaxQueries];  // per query: its scores of the 8 cells
+      for (int qi = 0; qi < nq; ++qi) s[qi] = _mm256_setzero_ps();
+      for (int g = 0; g < n_groups; ++g) {
+        const uint8_t* grp = tile + g * tile_group;
+        const uint8_t* codes = grp + 2 * kTile + 4 * kBlockCells * h;  // chunk t at 64 t
+        // The group's codes and their magnitudes, once for every query.
+        __m256i k[kGroup / 4], a[kGroup / 4];
+        for (int t = 0; t < kGroup / 4; ++t) {
+          k[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 4 * kTile * t));
+          a[t] = _mm256_abs_epi8(k[t]);
+        }
+        const __m256 dk = _mm256_cvtph_ps(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + 2 * kBlockCells * h)));
+        for (int qi = 0; qi < nq; ++qi) {
+          const int32_t* qv = q32 + static_cast<int64_t>(qi) * (head_dim / 4) + g * kGroup / 4;
+          __m256i dot = _mm256_setzero_si256();
+          for (int t = 0; t < kGroup / 4; ++t) {
+            const __m256i q = _mm256_set1_epi32(qv[t]);
+            const __m256i p = _mm256_maddubs_epi16(a[t], _mm256_sign_epi8(q, k[t]));
+            dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p, ones));
+          }
+          const __m256 f = _mm256_mul_ps(dk, _mm256_set1_ps(qd[qi * n_groups + g]));
+          s[qi] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), f, s[qi]);
+        }
+      }
+      for (int qi = 0; qi < nq; ++qi) {
+        _mm256_maskstore_ps(out + qi * out_stride + (base - first), mask,
+                            _mm256_mul_ps(s[qi], vscale));
+      }
+    }
+  }
+}
+
+void ScoreTiles(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
+                const int16_t* qq, const float* qd, float scale, float* out, int64_t out_stride) {
+  if (head_dim > kMaxHeadDim) {
+    ScalarKvTileScorer()(tiles, first, n_cells, head_dim, nq, qq, qd, scale, out, out_stride);
+    return;
+  }
+  for (int q0 = 0; q0 < nq; q0 += kMaxQueries) {
+    ScoreTilesQueries(tiles, first, n_cells, head_dim, std::min(kMaxQueries, nq - q0),
+                      qq + static_cast<int64_t>(q0) * head_dim, qd + q0 * (head_dim / kGroup),
+                      scale, out + q0 * out_stride, out_stride);
+  }
+}
+
 // Fused V decode + weighted accumulation: 16 columns of each row are decoded into registers
 // once and meet up to 4 queries' weights, so the row is never written out as floats. The
 // values and the fma order per accumulator are those of DecodeInt8 / DecodeQ4 / DecodeF16
@@ -278,6 +357,8 @@ KvAccumulateFn Avx2KvAccumulator(KvRowFormat format) {
       return nullptr;
   }
 }
+
+KvTileScoreFn Avx2KvTileScorer() { return ScoreTiles; }
 
 KvScoreFn Avx2KvScorer(KvRowFormat format) {
   switch (format) {

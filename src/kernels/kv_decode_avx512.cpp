@@ -9,7 +9,9 @@
 // group. The codes are transposed per 16-cell block (a 4x4 dword transpose within each 128-bit
 // lane) so that each dword lane is one cell and a cell's group sum needs no reduction across
 // lanes; its lanes come out as lane 4j + m = cell 4m + j, an involution that one vpermd undoes
-// before the store.
+// before the store. The cache's int8 keys are stored as tiles already in that order (kv_format.h,
+// lane = cell): the tile scorer (ScoreTiles) loads each 4-dim chunk of 16 cells as it is, so a
+// group is 8 loads and 8 xors, shared by every query, and no transpose or permute.
 // GCC 12's AVX-512 headers build some intrinsics from _mm512_undefined_*(), which its
 // uninitialized-value analysis reports at every use.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -114,6 +116,18 @@ inline void TransposeDwords(const __m512i* v, __m512i* u) {
   }
 }
 
+// Group `grp` of an int8 tile (kv_format.h): its 16 scales in cell order and its 8 chunks of 4
+// dims, one cell per dword lane already, as unsigned bytes (+128 by one xor); lane = cell.
+[[gnu::always_inline]] inline void ExpandTileGroupInt8(const uint8_t* grp, size_t /*row_bytes*/,
+                                                       ByteGroup* out) {
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  out->dk = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(grp)));
+  for (int t = 0; t < 8; ++t) {
+    out->w[t] =
+        _mm512_xor_si512(_mm512_loadu_si512(grp + 2 * kBlockCells + 4 * kBlockCells * t), bias);
+  }
+}
+
 using ExpandGroupFn = void (*)(const uint8_t* grp, size_t row_bytes, ByteGroup* out);
 
 // Group g of kNq queries against an expanded group: s[k] = fma(float(dot_g), dk * qd, s[k]).
@@ -137,8 +151,9 @@ inline void DotGroup(const ByteGroup& e, const int32_t* qv, int q_stride, const 
 // Queries [q0, q0 + kNq) of a block: groups outer, each group expanded once (q0 == 0; kept in
 // `keep` when later query chunks reuse it) or taken back from `keep`, and met by every query of
 // the chunk while its codes are in registers. kHd > 0: head_dim (and so every row offset) known
-// at compile time; 0: head_dim at run time.
-template <int kHd, int kGroupBytes, int kNq, ExpandGroupFn kExpand>
+// at compile time; 0: head_dim at run time. kTiled: an int8 tile (groups 16 cells wide, lane =
+// cell), else 16 rows (lanes transposed, put back in cell order before the store).
+template <int kHd, int kGroupBytes, int kNq, ExpandGroupFn kExpand, bool kTiled = false>
 [[gnu::always_inline]] inline void ScoreBlockChunk(const uint8_t* rows, int head_dim, int q0,
                                                    bool store, ByteGroup* keep, const int32_t* q32,
                                                    const int32_t* zero, const float* qd,
@@ -152,7 +167,7 @@ template <int kHd, int kGroupBytes, int kNq, ExpandGroupFn kExpand>
   for (int g = 0; g < n_groups; ++g) {
     ByteGroup e;
     if (q0 == 0) {
-      kExpand(rows + g * kGroupBytes, row_bytes, &e);
+      kExpand(rows + g * (kTiled ? kBlockCells : 1) * kGroupBytes, row_bytes, &e);
       if (store) keep[g] = e;
     } else {
       e = keep[g];
@@ -164,8 +179,9 @@ template <int kHd, int kGroupBytes, int kNq, ExpandGroupFn kExpand>
   const __m512i lane_cell = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   const __m512 vscale = _mm512_set1_ps(scale);
   for (int k = 0; k < kNq; ++k) {
+    const __m512 v = _mm512_mul_ps(s[k], vscale);
     _mm512_mask_storeu_ps(out + (q0 + k) * out_stride, store_mask,
-                          _mm512_permutexvar_ps(lane_cell, _mm512_mul_ps(s[k], vscale)));
+                          kTiled ? v : _mm512_permutexvar_ps(lane_cell, v));
   }
 }
 
@@ -175,31 +191,33 @@ template <int kHd, int kGroupBytes, int kNq, ExpandGroupFn kExpand>
 // dword lane is one cell: per group 8 zmm, one per dword position, each meeting its query dword
 // broadcast, so a cell's group sum needs no reduction across lanes. Queries in chunks of 4,
 // each chunk's scores in registers; the first chunk expands each group, later ones reuse it.
-template <int kHd, int kGroupBytes, ExpandGroupFn kExpand>
+// kTiled: an int8 tile, store_mask the wanted cells (else the first n_valid).
+template <int kHd, int kGroupBytes, ExpandGroupFn kExpand, bool kTiled = false>
 [[gnu::always_inline]] inline void ScoreBlockBytes(const uint8_t* rows, int head_dim, int nq,
                                                    const int32_t* q32, const int32_t* zero,
                                                    const float* qd, float scale, float* out,
-                                                   int64_t out_stride, int n_valid) {
+                                                   int64_t out_stride, int n_valid,
+                                                   __mmask16 tile_mask = 0) {
   alignas(64) ByteGroup keep[kMaxHeadDim / kGroup];  // [group] expanded codes when nq > 4
-  const __mmask16 store_mask = static_cast<__mmask16>((1u << n_valid) - 1);
+  const __mmask16 store_mask = kTiled ? tile_mask : static_cast<__mmask16>((1u << n_valid) - 1);
   const bool store = nq > 4;
   for (int q0 = 0; q0 < nq; q0 += 4) {
     switch (std::min(4, nq - q0)) {
       case 4:
-        ScoreBlockChunk<kHd, kGroupBytes, 4, kExpand>(rows, head_dim, q0, store, keep, q32, zero,
-                                                      qd, scale, out, out_stride, store_mask);
+        ScoreBlockChunk<kHd, kGroupBytes, 4, kExpand, kTiled>(
+            rows, head_dim, q0, store, keep, q32, zero, qd, scale, out, out_stride, store_mask);
         break;
       case 3:
-        ScoreBlockChunk<kHd, kGroupBytes, 3, kExpand>(rows, head_dim, q0, store, keep, q32, zero,
-                                                      qd, scale, out, out_stride, store_mask);
+        ScoreBlockChunk<kHd, kGroupBytes, 3, kExpand, kTiled>(
+            rows, head_dim, q0, store, keep, q32, zero, qd, scale, out, out_stride, store_mask);
         break;
       case 2:
-        ScoreBlockChunk<kHd, kGroupBytes, 2, kExpand>(rows, head_dim, q0, store, keep, q32, zero,
-                                                      qd, scale, out, out_stride, store_mask);
+        ScoreBlockChunk<kHd, kGroupBytes, 2, kExpand, kTiled>(
+            rows, head_dim, q0, store, keep, q32, zero, qd, scale, out, out_stride, store_mask);
         break;
       default:
-        ScoreBlockChunk<kHd, kGroupBytes, 1, kExpand>(rows, head_dim, q0, store, keep, q32, zero,
-                                                      qd, scale, out, out_stride, store_mask);
+        ScoreBlockChunk<kHd, kGroupBytes, 1, kExpand, kTiled>(
+            rows, head_dim, q0, store, keep, q32, zero, qd, scale, out, out_stride, store_mask);
         break;
     }
   }
@@ -229,6 +247,33 @@ void ScoreBlocks(const uint8_t* rows, int n_rows, int head_dim, int nq, const in
   }
 }
 
+// Queries qq [n][head_dim] (QuantizeQueryInt16's order) put in element order as int8, four to a
+// dword: q32 [n][head_dim / 4]; zero [n][n_groups] = -kZero times each group's code sum.
+inline void PrepareByteQueries(const int16_t* qq, int n, int head_dim, int kZero, int32_t* q32,
+                               int32_t* zero) {
+  const int n_groups = head_dim / kGroup;
+  for (int qi = 0; qi < n; ++qi) {
+    const int16_t* src = qq + static_cast<int64_t>(qi) * head_dim;
+    int32_t* dst = q32 + static_cast<int64_t>(qi) * (head_dim / 4);
+    // QuantizeQueryInt16 keeps each run of 16 as evens then odds; codes are in [-127, 127],
+    // so the pack never saturates.
+    for (int g = 0; g < n_groups; ++g) {
+      __m128i sum = _mm_setzero_si128();  // int16 lanes: |sum| <= 4 * 127
+      for (int k = 2 * g; k < 2 * g + 2; ++k) {
+        const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16 * k));
+        const __m128i o = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16 * k + 8));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 4 * k),
+                         _mm_packs_epi16(_mm_unpacklo_epi16(e, o), _mm_unpackhi_epi16(e, o)));
+        sum = _mm_add_epi16(sum, _mm_add_epi16(e, o));
+      }
+      __m128i s32 = _mm_madd_epi16(sum, _mm_set1_epi16(1));
+      s32 = _mm_add_epi32(s32, _mm_shuffle_epi32(s32, 0x4E));
+      s32 = _mm_add_epi32(s32, _mm_shuffle_epi32(s32, 0xB1));
+      zero[qi * n_groups + g] = -kZero * _mm_cvtsi128_si32(s32);
+    }
+  }
+}
+
 // int8 and q4_0 scores: queries in chunks of kMaxByteQueries, each put in element order as int8
 // with its groups' zero-point terms (-kZero times the group's code sum: 128 for int8 codes taken
 // as unsigned bytes, 8 for q4_0 nibbles), then the blocks of 16 cells (the tail through a
@@ -246,26 +291,7 @@ void ScoreBytes(const uint8_t* rows, int n_rows, int head_dim, int nq, const int
   alignas(64) int32_t zero[kMaxByteQueries * kMaxHeadDim / kGroup];  // [query][group]
   for (int q0 = 0; q0 < nq; q0 += kMaxByteQueries) {
     const int n = std::min(kMaxByteQueries, nq - q0);
-    for (int qi = 0; qi < n; ++qi) {
-      const int16_t* src = qq + static_cast<int64_t>(q0 + qi) * head_dim;
-      int32_t* dst = q32 + static_cast<int64_t>(qi) * (head_dim / 4);
-      // QuantizeQueryInt16 keeps each run of 16 as evens then odds; codes are in [-127, 127],
-      // so the pack never saturates.
-      for (int g = 0; g < n_groups; ++g) {
-        __m128i sum = _mm_setzero_si128();  // int16 lanes: |sum| <= 4 * 127
-        for (int k = 2 * g; k < 2 * g + 2; ++k) {
-          const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16 * k));
-          const __m128i o = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16 * k + 8));
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 4 * k),
-                           _mm_packs_epi16(_mm_unpacklo_epi16(e, o), _mm_unpackhi_epi16(e, o)));
-          sum = _mm_add_epi16(sum, _mm_add_epi16(e, o));
-        }
-        __m128i s32 = _mm_madd_epi16(sum, _mm_set1_epi16(1));
-        s32 = _mm_add_epi32(s32, _mm_shuffle_epi32(s32, 0x4E));
-        s32 = _mm_add_epi32(s32, _mm_shuffle_epi32(s32, 0xB1));
-        zero[qi * n_groups + g] = -kZero * _mm_cvtsi128_si32(s32);
-      }
-    }
+    PrepareByteQueries(qq + static_cast<int64_t>(q0) * head_dim, n, head_dim, kZero, q32, zero);
     const float* qdc = qd + static_cast<int64_t>(q0) * n_groups;
     float* oc = out + q0 * out_stride;
     // Head dims of common models with every row offset known at compile time.
@@ -278,6 +304,50 @@ void ScoreBytes(const uint8_t* rows, int n_rows, int head_dim, int nq, const int
     } else {
       ScoreBlocks<0, kGroupBytes, kExpand>(rows, n_rows, head_dim, n, q32, zero, qdc, scale, oc,
                                            out_stride);
+    }
+  }
+}
+
+// The tiles holding cells [first, first + n_cells) for one chunk of queries: each tile's groups
+// are loaded as they are (lane = cell), its wanted cells stored through a mask.
+template <int kHd>
+void ScoreTileRun(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
+                  const int32_t* q32, const int32_t* zero, const float* qd, float scale, float* out,
+                  int64_t out_stride) {
+  constexpr int kGroupBytes = 2 + kGroup;
+  const size_t row_bytes = static_cast<size_t>((kHd > 0 ? kHd : head_dim) / kGroup) * kGroupBytes;
+  const int end = first + n_cells;  // cells counted from the first tile's start
+  for (int c = 0; c < end; c += kBlockCells) {
+    PrefetchAhead(tiles, end, row_bytes, c + kPrefetchCells, kBlockCells);
+    const int lo = std::max(first - c, 0), hi = std::min(end - c, kBlockCells);
+    const auto mask = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
+    // Lane l of the tile's scores goes to out[c + l - first] (masked lanes are not touched).
+    ScoreBlockBytes<kHd, kGroupBytes, ExpandTileGroupInt8, true>(
+        tiles + c * row_bytes, head_dim, nq, q32, zero, qd, scale, out + (c - first), out_stride,
+        kBlockCells, mask);
+  }
+}
+
+void ScoreTiles(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
+                const int16_t* qq, const float* qd, float scale, float* out, int64_t out_stride) {
+  if (head_dim > kMaxHeadDim) {
+    ScalarKvTileScorer()(tiles, first, n_cells, head_dim, nq, qq, qd, scale, out, out_stride);
+    return;
+  }
+  const int n_groups = head_dim / kGroup;
+  alignas(64) int32_t q32[kMaxByteQueries * kMaxHeadDim / 4];        // [query][head_dim / 4]
+  alignas(64) int32_t zero[kMaxByteQueries * kMaxHeadDim / kGroup];  // [query][group]
+  for (int q0 = 0; q0 < nq; q0 += kMaxByteQueries) {
+    const int n = std::min(kMaxByteQueries, nq - q0);
+    PrepareByteQueries(qq + static_cast<int64_t>(q0) * head_dim, n, head_dim, 128, q32, zero);
+    const float* qdc = qd + static_cast<int64_t>(q0) * n_groups;
+    float* oc = out + q0 * out_stride;
+    if (head_dim == 64) {
+      ScoreTileRun<64>(tiles, first, n_cells, head_dim, n, q32, zero, qdc, scale, oc, out_stride);
+    } else if (head_dim == 128) {
+      ScoreTileRun<128>(tiles, first, n_cells, head_dim, n, q32, zero, qdc, scale, oc, out_stride);
+    } else {
+      ScoreTileRun<0>(tiles, first, n_cells, head_dim, n, q32, zero, qdc, scale, oc, out_stride);
     }
   }
 }
@@ -1066,6 +1136,8 @@ KvAccumulateFn Avx512KvAccumulator(KvRowFormat format) {
 }
 
 KvF16ScoreFn Avx512KvF16Scorer() { return ScoreF16; }
+
+KvTileScoreFn Avx512KvTileScorer() { return ScoreTiles; }
 
 KvScoreFn Avx512KvScorer(KvRowFormat format) {
   switch (format) {

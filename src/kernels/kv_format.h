@@ -17,6 +17,17 @@
 //           level of x / d, d = m / (125 (1 + 0.01 s)), m the signed value of largest magnitude
 //           and s in [-20, 20] chosen for the least squared error (s = 0 maps m to the top
 //           level). 12% less squared error than q4_0 with its scale search at the same bytes.
+//   int8 tiles (the cache's int8 keys): kKvTileCells = 16 consecutive cells of one KV head in
+//           the bytes of their 16 rows (16 * KvRowBytes(kInt8, head_dim)), group by group: per
+//           group g of G values, at g * 16 * (2 + G): fp16 d[16] (cell c's scale at d[c]), then
+//           the codes in chunks of 4 dims, chunk t (dims 4t .. 4t + w - 1, w = min(4, G - 4t))
+//           holding cell c's w codes at byte 64t + c * w. For G a multiple of 4 a chunk is one
+//           64-byte vector with one cell per 32-bit lane, ready for vpdpbusd against a
+//           broadcast 4-byte query chunk (32 dims x 16 cells: 8 vpdpbusd per query, no
+//           transpose). Codes are stored signed, as in the rows (an all-zero tile is 16 zero
+//           rows, so Truncate and ZeroCells stay plain memsets; the AVX-512 scorer shifts them
+//           by +128 with one xor per 64 bytes, shared by every query of a tile). A cell's row
+//           converts to and from its tile slot byte for byte (TileKvRow / UntileKvRow).
 // Stochastic rounding replaces the round-to-nearest step by floor(y + u), u in [0, 1) drawn
 // from a counter-based hash of (seed, layer, position, element), so the bytes stored for a cell
 // depend only on its values and coordinates, never on the order of writes.
@@ -54,6 +65,15 @@ void EncodeKvRow(KvRowFormat format, const float* x, int head_dim, const Roundin
                  uint8_t* out);
 // Decodes one head row to floats.
 void DecodeKvRow(KvRowFormat format, const uint8_t* row, int head_dim, float* out);
+
+// int8 tiles (layout above): cells per tile, and the conversions of one cell's row (head_dim
+// values, KvRowBytes(kInt8, head_dim) bytes) to and from its slot `cell` of a tile.
+inline constexpr int kKvTileCells = 16;
+void TileKvRow(const uint8_t* row, int head_dim, uint8_t* tile, int cell);
+void UntileKvRow(const uint8_t* tile, int cell, int head_dim, uint8_t* row);
+// Decodes cells [first, first + n) of the consecutive int8 tiles at `tiles` (first <
+// kKvTileCells) into out [n, head_dim]: the values DecodeKvRow gives for their rows.
+void DecodeKvTileCells(const uint8_t* tiles, int first, int n, int head_dim, float* out);
 
 // Uniform [0, 1) from the counter-based hash (SplitMix64 finaliser over the packed key).
 float StochasticUniform(const RoundingKey& key, uint32_t element);

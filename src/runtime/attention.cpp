@@ -232,8 +232,10 @@ class AttentionCall {
   const int window_ring_;
   // Cells the layer stores per KV head (a sliding-window ring's, or n_ctx).
   const int layer_cells_;
-  // Integer scores read K codes directly; otherwise (nullptr) K tiles are decoded to f32.
+  // Integer scores read K codes directly (rows, or the cache's int8 tiles: KvCache::KTile);
+  // otherwise (both nullptr) K tiles are decoded to f32.
   const KvScoreFn score_k_;
+  const KvTileScoreFn score_k_tiles_;
   // f16 K scored from its rows in one pass (AVX-512), else nullptr.
   const KvF16ScoreFn score_f16_;
   const int n_qgroups_;
@@ -272,7 +274,10 @@ AttentionCall::AttentionCall(const KvCache& cache, int layer, const AttentionSeg
       decode_exact_(BestKvRowDecoder(KvRowFormat::kF16)),
       window_ring_(cache.window_ring()),
       layer_cells_(cache.layer_cells(layer)),
-      score_k_(KvIntScoreSupported(ks_.format, hd_) ? BestKvScorer(ks_.format) : nullptr),
+      score_k_(KvIntScoreSupported(ks_.format, hd_) && !cache.k_tiled() ? BestKvScorer(ks_.format)
+                                                                        : nullptr),
+      score_k_tiles_(KvIntScoreSupported(ks_.format, hd_) && cache.k_tiled() ? BestKvTileScorer()
+                                                                             : nullptr),
       score_f16_(ks_.format == KvRowFormat::kF16 && KvF16ScoreSupported(hd_) ? BestKvF16Scorer()
                                                                              : nullptr),
       n_qgroups_(hd_ / 32),
@@ -288,7 +293,7 @@ AttentionCall::AttentionCall(const KvCache& cache, int layer, const AttentionSeg
   if (scratch_.per_thread.size() < per_thread_ * pool.size()) {
     scratch_.per_thread.resize(per_thread_ * pool.size());
   }
-  if (score_k_ != nullptr) {
+  if (score_k_ != nullptr || score_k_tiles_ != nullptr) {
     const size_t q_per_thread = static_cast<size_t>(max_queries_) * hd_;
     if (scratch_.per_thread_q.size() < q_per_thread * pool.size()) {
       scratch_.per_thread_q.resize(q_per_thread * pool.size());
@@ -335,8 +340,9 @@ Chunk AttentionCall::StartChunk(const Unit& unit, int g, int c_lo, int c_hi, int
   ch.qrows = ch.scores + static_cast<size_t>(max_queries_) * n_ctx_;
   ch.acc = ch.qrows + static_cast<size_t>(max_queries_) * hd_;
   ch.tile = ch.acc + static_cast<size_t>(max_queries_) * hd_;
-  ch.qq = score_k_ ? scratch_.per_thread_q.data() + static_cast<size_t>(max_queries_) * hd_ * thread
-                   : nullptr;
+  ch.qq = score_k_ || score_k_tiles_
+              ? scratch_.per_thread_q.data() + static_cast<size_t>(max_queries_) * hd_ * thread
+              : nullptr;
   ch.qd = ch.acc;
   ch.wb = wb;
   ch.lims = lims;
@@ -376,7 +382,7 @@ void AttentionCall::LoadQueries(const Chunk& ch) const {
     std::copy_n(ch.q + t * q_stride_ + static_cast<int64_t>(h) * hd_, hd_, qr);
     if (ks_.rotated) Rotate(qr, hd_);
     if (k_f16_) kern_.round_f16(qr, hd_);
-    if (score_k_) {
+    if (score_k_ || score_k_tiles_) {
       QuantizeQueryInt16(ks_.format, qr, hd_, ch.qq + static_cast<size_t>(qi) * hd_,
                          ch.qd + static_cast<size_t>(qi) * n_qgroups_);
     }
@@ -387,11 +393,20 @@ void AttentionCall::ScoreChunk(const Chunk& ch) const {
   const int c_lo = ch.c_first, n_cells = ch.n_cells;
   // A query's scores past its own causal limit (or before its sliding window) are computed from
   // cells another query of the block sees and are never read.
-  const bool direct = score_k_ != nullptr || score_f16_ != nullptr;  // K read without tiles
+  // K read without decoded tiles
+  const bool direct = score_k_ != nullptr || score_k_tiles_ != nullptr || score_f16_ != nullptr;
   if (direct) {
     // In runs within one turn of a ring layer's cells (one run for a layer that keeps all).
     for (int c0 = c_lo; c0 < n_cells;) {
       const int c1 = std::min(n_cells, (c0 / layer_cells_ + 1) * layer_cells_);
+      if (score_k_tiles_) {
+        // From the tile holding c0 (scoring may start mid-tile: a sliding window, a chunk).
+        const KvCache::KTileRef t = cache_.KTile(layer_, ch.seq, ch.g, c0);
+        score_k_tiles_(t.tile, t.cell, c1 - c0, hd_, ch.nq, ch.qq, ch.qd, shape_.scale,
+                       ch.scores + c0, n_ctx_);
+        c0 = c1;
+        continue;
+      }
       const uint8_t* k = cache_.KHead(layer_, ch.seq, ch.g, c0);
       if (score_k_) {
         score_k_(k, c1 - c0, hd_, ch.nq, ch.qq, ch.qd, shape_.scale, ch.scores + c0, n_ctx_);
@@ -403,8 +418,13 @@ void AttentionCall::ScoreChunk(const Chunk& ch) const {
   }
   for (int c0 = c_lo; c0 < (direct ? c_lo : n_cells); c0 += kCellTile) {
     const int nc = std::min(kCellTile, n_cells - c0);
-    // Head rows of consecutive cells are contiguous and hold whole groups: one call.
-    decode_k_(cache_.KHead(layer_, ch.seq, ch.g, c0), nc, hd_, ch.tile);
+    // Head rows (or tiles) of consecutive cells are contiguous and hold whole groups: one call.
+    if (cache_.k_tiled()) {
+      const KvCache::KTileRef t = cache_.KTile(layer_, ch.seq, ch.g, c0);
+      DecodeKvTileCells(t.tile, t.cell, nc, hd_, ch.tile);
+    } else {
+      decode_k_(cache_.KHead(layer_, ch.seq, ch.g, c0), nc, hd_, ch.tile);
+    }
     // The tile's cells query qi scores (0: none).
     auto lim_of = [&](int qi) {
       const int lim = std::min(nc, ch.n_kv_of(qi) - c0);

@@ -91,8 +91,11 @@ int KvLayerCells(const KvCacheConfig& c, int layer) {
 }
 
 uint64_t KvCacheBytes(const KvCacheConfig& c) {
-  uint64_t layer_cells = 0;  // cells per sequence and KV head, all layers
-  for (int l = 0; l < c.n_layer; ++l) layer_cells = SatAdd(layer_cells, KvLayerCells(c, l));
+  uint64_t layer_cells = 0;              // cells per sequence and KV head, all layers
+  for (int l = 0; l < c.n_layer; ++l) {  // each head's cells in whole tiles
+    const uint64_t cells = KvLayerCells(c, l);
+    layer_cells = SatAdd(layer_cells, (cells + kKvTileCells - 1) / kKvTileCells * kKvTileCells);
+  }
   const uint64_t head_rows = SatMul(SatMul(layer_cells, c.n_seq), c.n_kv_heads);
   uint64_t per_row =
       KvRowBytes(KSpec(c.type).format, c.head_dim) + KvRowBytes(VSpec(c.type).format, c.head_dim);
@@ -116,12 +119,15 @@ KvCache::KvCache(const KvCacheConfig& config)
   LAMINA_CHECK(ValidateKvConfig(config).ok());
   k_head_bytes_ = KvRowBytes(k_spec_.format, config.head_dim);
   v_head_bytes_ = KvRowBytes(v_spec_.format, config.head_dim);
+  k_tiled_ = k_spec_.format == KvRowFormat::kInt8;
   cells_.resize(config.n_layer);
+  head_cells_.resize(config.n_layer);
   layer_base_.resize(config.n_layer);
   for (int l = 0; l < config.n_layer; ++l) {
     cells_[l] = KvLayerCells(config, l);
+    head_cells_[l] = (cells_[l] + kKvTileCells - 1) / kKvTileCells * kKvTileCells;
     layer_base_[l] = seq_cells_;
-    seq_cells_ += static_cast<size_t>(cells_[l]) * config.n_kv_heads;
+    seq_cells_ += static_cast<size_t>(head_cells_[l]) * config.n_kv_heads;
     if (cells_[l] < config.n_ctx) ring_cells_ = std::max(ring_cells_, cells_[l]);
   }
   ring_floor_.assign(static_cast<size_t>(config.n_seq) * config.n_layer, 0);
@@ -207,9 +213,14 @@ void KvCache::ReadHeadRows(int side, int layer, int seq, int head, int n, float*
   const int cells = cells_[layer];
   for (int p0 = 0; p0 < n;) {  // runs within one turn of a ring
     const int p1 = std::min(n, (p0 / cells + 1) * cells);
-    BestKvRowDecoder(spec.format)(
-        side == 0 ? KHead(layer, seq, head, p0) : VHead(layer, seq, head, p0), p1 - p0, hd,
-        out + static_cast<size_t>(p0) * hd);
+    float* dst = out + static_cast<size_t>(p0) * hd;
+    if (side == 0 && k_tiled_) {
+      const KTileRef t = KTile(layer, seq, head, p0);
+      DecodeKvTileCells(t.tile, t.cell, p1 - p0, hd, dst);
+    } else {
+      BestKvRowDecoder(spec.format)(
+          side == 0 ? KHead(layer, seq, head, p0) : VHead(layer, seq, head, p0), p1 - p0, hd, dst);
+    }
     p0 = p1;
   }
   if (spec.rotated) {
@@ -221,6 +232,62 @@ void KvCache::ReadHeadRows(int side, int layer, int seq, int head, int n, float*
     if (!*KAnchorFlags(layer, seq, head, p)) continue;
     AnchorOffset(KAnchor(layer, seq, head), p, offset.data());
     for (int e = 0; e < hd; ++e) out[static_cast<size_t>(p) * hd + e] += offset[e];
+  }
+}
+
+void KvCache::KRow(int layer, int seq, int head, int pos, uint8_t* out) const {
+  if (k_tiled_) {
+    const KTileRef t = KTile(layer, seq, head, pos);
+    UntileKvRow(t.tile, t.cell, config_.head_dim, out);
+  } else {
+    std::memcpy(out, KHead(layer, seq, head, pos), k_head_bytes_);
+  }
+}
+
+void KvCache::StoreKRow(int layer, int seq, int head, int pos, const uint8_t* row) {
+  const size_t at = HeadIndex(layer, seq, head, pos);
+  if (k_tiled_) {
+    const int cell = static_cast<int>(at % kKvTileCells);
+    TileKvRow(row, config_.head_dim, k_.data() + (at - cell) * k_head_bytes_, cell);
+  } else {
+    std::memcpy(k_.data() + at * k_head_bytes_, row, k_head_bytes_);
+  }
+}
+
+void KvCache::ZeroKCells(int layer, int seq, int head, int p0, int m) {
+  if (!k_tiled_) {
+    std::memset(k_.data() + HeadIndex(layer, seq, head, p0) * k_head_bytes_, 0, m * k_head_bytes_);
+    return;
+  }
+  const std::vector<uint8_t> zero(k_head_bytes_, 0);  // [k_head_bytes_] an all-zero row
+  for (int p = p0; p < p0 + m;) {
+    const size_t at = HeadIndex(layer, seq, head, p);
+    if (at % kKvTileCells == 0 && p + kKvTileCells <= p0 + m) {  // a whole tile
+      std::memset(k_.data() + at * k_head_bytes_, 0, kKvTileCells * k_head_bytes_);
+      p += kKvTileCells;
+    } else {
+      StoreKRow(layer, seq, head, p++, zero.data());
+    }
+  }
+}
+
+void KvCache::CopyKCells(int layer, int src_seq, int dst_seq, int head, int p0, int m) {
+  if (!k_tiled_) {
+    std::memcpy(k_.data() + HeadIndex(layer, dst_seq, head, p0) * k_head_bytes_,
+                KHead(layer, src_seq, head, p0), m * k_head_bytes_);
+    return;
+  }
+  std::vector<uint8_t> row(k_head_bytes_);  // [k_head_bytes_] one cell's row
+  for (int p = p0; p < p0 + m;) {
+    const size_t at = HeadIndex(layer, dst_seq, head, p);
+    if (at % kKvTileCells == 0 && p + kKvTileCells <= p0 + m) {  // a whole tile
+      std::memcpy(k_.data() + at * k_head_bytes_, KTile(layer, src_seq, head, p).tile,
+                  kKvTileCells * k_head_bytes_);
+      p += kKvTileCells;
+    } else {
+      KRow(layer, src_seq, head, p, row.data());
+      StoreKRow(layer, dst_seq, head, p++, row.data());
+    }
   }
 }
 
@@ -320,7 +387,7 @@ void KvCache::ZeroCells(int layer, int seq, int pos0, int n) {
   for (int p0 = pos0; p0 < pos0 + n;) {  // runs within one turn of a ring
     const int m = std::min(pos0 + n, (p0 / cells + 1) * cells) - p0;
     for (int h = 0; h < config_.n_kv_heads; ++h) {
-      std::memset(k_.data() + HeadIndex(layer, seq, h, p0) * k_head_bytes_, 0, m * k_head_bytes_);
+      ZeroKCells(layer, seq, h, p0, m);
       std::memset(v_.data() + HeadIndex(layer, seq, h, p0) * v_head_bytes_, 0, m * v_head_bytes_);
       if (k_anchored_) std::memset(k_anchor_flag_.data() + HeadIndex(layer, seq, h, p0), 0, m);
     }
@@ -448,7 +515,8 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
   const int first_stored = pos0 + n - cells_[layer];
   // Work items are (row, head) pairs, so even a single decoded token's heads spread over the pool.
   auto encode = [&](int64_t item0, int64_t item1) {
-    std::vector<float> tmp(hd);  // [head_dim] rotation scratch
+    std::vector<float> tmp(hd);                // [head_dim] rotation scratch
+    std::vector<uint8_t> krow(k_head_bytes_);  // [k_head_bytes_] one encoded key row
     // anchored keys: [3 * head_dim + n_rot] scratch and one alternative encoded row
     std::vector<float> anchor_scratch(k_anchored_ ? 3 * hd : 0);
     std::vector<uint8_t> alt(k_anchored_ ? k_head_bytes_ : 0);
@@ -481,8 +549,10 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
       if (k_anchored_) {
         EncodeAnchoredK(layer, seq, pos, h, k + i * re + h * hd, anchor_scratch.data(), alt.data());
       } else {
-        EncodeHead(k_spec_, /*stochastic=*/false, layer, pos, h, k + i * re + h * hd,
-                   k_.data() + HeadIndex(layer, seq, h, pos) * k_head_bytes_, tmp.data());
+        // Encoded as a row, then stored into its row or tile slot.
+        EncodeHead(k_spec_, /*stochastic=*/false, layer, pos, h, k + i * re + h * hd, krow.data(),
+                   tmp.data());
+        StoreKRow(layer, seq, h, pos, krow.data());
       }
       EncodeHead(v_spec_, v_stochastic, layer, pos, h, vrow + h * hd,
                  v_.data() + HeadIndex(layer, seq, h, pos) * v_head_bytes_, tmp.data());
@@ -576,8 +646,12 @@ void KvCache::ExportSequence(int seq, int n, uint8_t* out) const {
       out += sizeof(m0);
     }
     for (int h = 0; h < config_.n_kv_heads; ++h) {
-      for (int p = f; p < n; ++p, out += k_head_bytes_) {
-        std::memcpy(out, p >= m0 ? KHead(layer, seq, h, p) : zeros.data(), k_head_bytes_);
+      for (int p = f; p < n; ++p, out += k_head_bytes_) {  // rows, whatever the storage
+        if (p >= m0) {
+          KRow(layer, seq, h, p, out);
+        } else {
+          std::memcpy(out, zeros.data(), k_head_bytes_);
+        }
       }
       for (int p = f; p < n; ++p, out += v_head_bytes_) {
         std::memcpy(out, p >= m0 ? VHead(layer, seq, h, p) : zeros.data(), v_head_bytes_);
@@ -629,9 +703,7 @@ void KvCache::ImportSequence(int seq, int n, const uint8_t* in) {
       ring_floor_[Index(layer, seq)] = std::clamp(static_cast<int>(m0), f, n);
     }
     for (int h = 0; h < config_.n_kv_heads; ++h) {
-      for (int p = f; p < n; ++p, in += k_head_bytes_) {
-        std::memcpy(k_.data() + HeadIndex(layer, seq, h, p) * k_head_bytes_, in, k_head_bytes_);
-      }
+      for (int p = f; p < n; ++p, in += k_head_bytes_) StoreKRow(layer, seq, h, p, in);
       for (int p = f; p < n; ++p, in += v_head_bytes_) {
         std::memcpy(v_.data() + HeadIndex(layer, seq, h, p) * v_head_bytes_, in, v_head_bytes_);
       }
@@ -774,8 +846,7 @@ void KvCache::CopyPrefix(int src_seq, int dst_seq, int n) {
     for (int p0 = c0; p0 < n;) {  // runs within one turn of a ring
       const int m = std::min(n, (p0 / cells_[layer] + 1) * cells_[layer]) - p0;
       for (int h = 0; h < config_.n_kv_heads; ++h) {
-        std::memcpy(k_.data() + HeadIndex(layer, dst_seq, h, p0) * k_head_bytes_,
-                    KHead(layer, src_seq, h, p0), k_head_bytes_ * m);
+        CopyKCells(layer, src_seq, dst_seq, h, p0, m);
         std::memcpy(v_.data() + HeadIndex(layer, dst_seq, h, p0) * v_head_bytes_,
                     VHead(layer, src_seq, h, p0), v_head_bytes_ * m);
         if (k_anchored_) {

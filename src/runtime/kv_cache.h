@@ -1,7 +1,9 @@
 // The KV cache. One write operation (Write) is the only code that touches cell storage: every
 // path — prompt batch, single-token decode, verify windows, several sequences — goes through
 // it, so all paths produce identical bytes by construction. Truncate and CopyPrefix are the
-// other mutations. Attention reads encoded head rows through KHead/VHead and the row formats.
+// other mutations. Attention reads encoded head rows through KHead/VHead and the row formats,
+// and int8 keys through KTile: they are stored as tiles of 16 cells (kv_format.h), which the
+// writer fills slot by slot from each cell's row, so every path still stores the same bytes.
 //
 // Modes (K | V): f32 | f32, f16 | f16, int8 | int8, q4_0 rotated | q4_0 rotated,
 // k8v4 = int8 unrotated | q4_0 rotated. Formats are defined in kernels/kv_format.h.
@@ -228,23 +230,45 @@ class KvCache {
 
   // Encoded head rows. Storage is head-major per (sequence, layer): the rows of one KV head
   // for consecutive cells are contiguous, so attention streams one head's cells sequentially
-  // and can decode a whole tile of cells in one call.
+  // and can decode a whole tile of cells in one call. Each head's cells are allocated in a
+  // multiple of kKvTileCells (n_ctx rounded up; rings are multiples of 64 already).
   // Of a ring layer, only positions the ring holds are meaningful, and consecutive positions
   // are contiguous up to a multiple of layer_cells(layer).
+  // int8 keys (k_tiled(): modes int8, k8v4, k8v4nl) are stored as int8 tiles of kKvTileCells
+  // consecutive cells (kernels/kv_format.h) in the same bytes as those cells' rows: read them
+  // through KTile (scorers, decoders) or KRow (one cell's row), never through KHead.
+  bool k_tiled() const { return k_tiled_; }
   const uint8_t* KHead(int layer, int seq, int head, int pos) const {
     return k_.data() + HeadIndex(layer, seq, head, pos) * k_head_bytes_;
   }
   const uint8_t* VHead(int layer, int seq, int head, int pos) const {
     return v_.data() + HeadIndex(layer, seq, head, pos) * v_head_bytes_;
   }
+  // The one accessor of tiled keys: the tile holding position pos of (layer, seq, head) and
+  // pos's cell in it. The tiles of consecutive positions are contiguous up to a multiple of
+  // layer_cells(layer) (tiles never wrap around a ring).
+  struct KTileRef {
+    const uint8_t* tile;  // [kKvTileCells * k_head_bytes()] one int8 tile
+    int cell;             // < kKvTileCells
+  };
+  KTileRef KTile(int layer, int seq, int head, int pos) const {
+    const size_t at = HeadIndex(layer, seq, head, pos);
+    const int cell = static_cast<int>(at % kKvTileCells);  // head bases are whole tiles
+    return {k_.data() + (at - cell) * k_head_bytes_, cell};
+  }
+  // One cell's encoded K row ([k_head_bytes()], the row format's layout whatever the storage:
+  // the bytes session files hold).
+  void KRow(int layer, int seq, int head, int pos, uint8_t* out) const;
   size_t k_head_bytes() const { return k_head_bytes_; }
   size_t v_head_bytes() const { return v_head_bytes_; }
   size_t k_row_bytes() const { return k_head_bytes_ * config_.n_kv_heads; }
   size_t v_row_bytes() const { return v_head_bytes_ * config_.n_kv_heads; }
 
-  // Whole storage of one layer and sequence ([n_kv_heads, layer_cells(layer)] head rows), for
-  // tests comparing write paths byte by byte.
-  const uint8_t* KStorage(int layer, int seq) const { return KHead(layer, seq, 0, 0); }
+  // Whole storage of one layer and sequence ([n_kv_heads, layer_cells(layer) rounded up to
+  // kKvTileCells] head rows, or tiles), for tests comparing write paths byte by byte.
+  const uint8_t* KStorage(int layer, int seq) const {
+    return k_.data() + HeadIndex(layer, seq, 0, 0) * k_head_bytes_;
+  }
   const uint8_t* VStorage(int layer, int seq) const { return VHead(layer, seq, 0, 0); }
 
   // Anchored keys (q4_0 mode; see the top of this file).
@@ -339,12 +363,20 @@ class KvCache {
   size_t Index(int layer, int seq) const {
     return static_cast<size_t>(seq) * config_.n_layer + layer;
   }
-  // Head rows are [n_seq][n_layer][n_kv_heads][layer_cells] (layer_base_: a layer's offset
-  // within a sequence's seq_cells_ rows); a ring layer's position p is in slot p % cells.
+  // Head rows are [n_seq][n_layer][n_kv_heads][head_cells] (layer_base_: a layer's offset
+  // within a sequence's seq_cells_ rows; head_cells_: layer_cells rounded up to kKvTileCells, so
+  // every head starts a tile); a ring layer's position p is in slot p % cells.
   size_t HeadIndex(int layer, int seq, int head, int pos) const {
     return static_cast<size_t>(seq) * seq_cells_ + layer_base_[layer] +
-           static_cast<size_t>(head) * cells_[layer] + static_cast<size_t>(pos % cells_[layer]);
+           static_cast<size_t>(head) * head_cells_[layer] +
+           static_cast<size_t>(pos % cells_[layer]);
   }
+  // Stores one cell's encoded K row (k_head_bytes_) into its row or tile slot.
+  void StoreKRow(int layer, int seq, int head, int pos, const uint8_t* row);
+  // Zeroes, or copies from src_seq, the K cells [p0, p0 + m) of one head (within one turn of a
+  // ring): whole tiles at once, the cells of partial tiles one by one.
+  void ZeroKCells(int layer, int seq, int head, int p0, int m);
+  void CopyKCells(int layer, int src_seq, int dst_seq, int head, int p0, int m);
   // Encodes one head row (head_dim values at src) of one side into dst.
   void EncodeHead(const KvSideSpec& spec, bool stochastic, int layer, int pos, int head,
                   const float* src, uint8_t* dst, float* tmp) const;
@@ -388,20 +420,23 @@ class KvCache {
   KvSideSpec v_spec_;
   size_t k_head_bytes_ = 0;
   size_t v_head_bytes_ = 0;
+  bool k_tiled_ = false;            // int8 keys in tiles (kv_format.h)
   std::vector<int> cells_;          // [n_layer] cells per KV head (KvLayerCells)
+  std::vector<int> head_cells_;     // [n_layer] cells_ rounded up to kKvTileCells
   std::vector<size_t> layer_base_;  // [n_layer] first head row of a layer within a sequence
   size_t seq_cells_ = 0;            // head rows per sequence, all layers
   int ring_cells_ = 0;              // the ring layers' cells (0: none)
   std::vector<int> ring_floor_;     // [n_seq, n_layer] a ring layer holds no cell below this
-  std::vector<uint8_t> k_;          // [n_seq, n_layer, n_kv_heads, layer_cells] x k_head_bytes_
-  std::vector<uint8_t> v_;          // [n_seq, n_layer, n_kv_heads, layer_cells] x v_head_bytes_
-  std::vector<int> lengths_;        // [n_seq, n_layer]
+  // [n_seq, n_layer, n_kv_heads, head_cells] x k_head_bytes_ (rows, or int8 tiles)
+  std::vector<uint8_t> k_;
+  std::vector<uint8_t> v_;    // [n_seq, n_layer, n_kv_heads, head_cells] x v_head_bytes_
+  std::vector<int> lengths_;  // [n_seq, n_layer]
   bool k_anchored_ = false;
   float anchor_mscale_ = 1.0f;
   std::vector<float> anchor_run_cs_;     // [n_ctx / kAnchorAngleRun (rounded up), n_rot / 2, 2]
   std::vector<float> anchor_offset_cs_;  // [n_rot / 2, 2, kAnchorAngleRun]
   std::vector<float> k_anchor_;          // [n_seq, n_layer, n_kv_heads, head_dim]
-  std::vector<uint8_t> k_anchor_flag_;   // [n_seq, n_layer, n_kv_heads, layer_cells] (anchored)
+  std::vector<uint8_t> k_anchor_flag_;   // [n_seq, n_layer, n_kv_heads, head_cells] (anchored)
   int window_ = 0;                       // effective window (0 for lossless modes)
   int ring_ = 0;                         // window_ + kKvWindowSlack (0 without a window)
   size_t ring_row_bytes_ = 0;            // one f16 head row
