@@ -602,10 +602,10 @@ BENCHMARK(BM_KvAttentionKernels)
     ->Args({4, 4});
 
 // args: 0 vfmadd231ps, 1 vpdpwssd (zmm), 2-5 vpdpbusd alone and with the instructions beside it
-// in the K-quant kernels (DpbusdMixChains). 16 independent chains of the instruction over
-// registers, no memory: its throughput on this core, the port limit the attention kernels are
-// measured against ("s/op" per instruction; a kernel's s/cell divided by it is the number of
-// such instruction slots it spends per cell).
+// in the K-quant kernels, 6-7 in 8 chains and in one (DpbusdMixChains). 16 independent chains of
+// the instruction over registers, no memory: its throughput on this core, the port limit the
+// attention kernels are measured against ("s/op" per instruction; a kernel's s/cell divided by it
+// is the number of such instruction slots it spends per cell).
 // GCC 12's AVX-512 headers build some intrinsics from _mm512_undefined_*(), which its
 // uninitialized-value analysis reports at every use.
 #pragma GCC diagnostic push
@@ -638,9 +638,11 @@ __attribute__((target("avx512f,avx512vnni"))) float DpwssdChains(int64_t n) {
 // 16 vpdpbusd chains (the interleaved K-quant kernels' dot, zmm0-15) with what those kernels issue
 // beside it: kMix 0 nothing else; 1 a vpshufb per two vpdpbusd (the split-byte scale step, 8
 // chains); 2 each vpdpbusd's s8 operand broadcast from memory first (vpbroadcastd zmm, m32, as
-// the activations are); 3 a vpdpwssd per two vpdpbusd (8 chains: do the two share ports?). Inline
-// assembly so that the compiler adds no copies. s/op counts the vpdpbusd only, so against kMix 0
-// it shows what the other instruction costs in the dot's ports.
+// the activations are); 3 a vpdpwssd per two vpdpbusd (8 chains: do the two share ports?); 4 only
+// 8 chains, each s8 operand vpdpbusd's {1to16} memory broadcast (the 8-token kernels' dot: one
+// chain per token); 5 one chain (the latency). Inline assembly so that the compiler adds no
+// copies. s/op counts the vpdpbusd only, so against kMix 0 it shows what the other instruction
+// costs in the dot's ports.
 template <int kMix>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) float DpbusdMixChains(int64_t n,
                                                                              const int32_t* mem) {
@@ -736,6 +738,44 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) float DpbusdMixChains(int
           "vpdpbusd %%zmm27, %%zmm31, %%zmm15\n\t" ::[p] "r"(mem + (k & 31) * 4)
           : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
             "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm24", "xmm25", "xmm26", "xmm27");
+    } else if constexpr (kMix == 4) {
+      asm volatile(
+          "vpdpbusd 0(%[p])%{1to16%}, %%zmm31, %%zmm0\n\t"
+          "vpdpbusd 4(%[p])%{1to16%}, %%zmm31, %%zmm1\n\t"
+          "vpdpbusd 8(%[p])%{1to16%}, %%zmm31, %%zmm2\n\t"
+          "vpdpbusd 12(%[p])%{1to16%}, %%zmm31, %%zmm3\n\t"
+          "vpdpbusd 16(%[p])%{1to16%}, %%zmm31, %%zmm4\n\t"
+          "vpdpbusd 20(%[p])%{1to16%}, %%zmm31, %%zmm5\n\t"
+          "vpdpbusd 24(%[p])%{1to16%}, %%zmm31, %%zmm6\n\t"
+          "vpdpbusd 28(%[p])%{1to16%}, %%zmm31, %%zmm7\n\t"
+          "vpdpbusd 32(%[p])%{1to16%}, %%zmm31, %%zmm0\n\t"
+          "vpdpbusd 36(%[p])%{1to16%}, %%zmm31, %%zmm1\n\t"
+          "vpdpbusd 40(%[p])%{1to16%}, %%zmm31, %%zmm2\n\t"
+          "vpdpbusd 44(%[p])%{1to16%}, %%zmm31, %%zmm3\n\t"
+          "vpdpbusd 48(%[p])%{1to16%}, %%zmm31, %%zmm4\n\t"
+          "vpdpbusd 52(%[p])%{1to16%}, %%zmm31, %%zmm5\n\t"
+          "vpdpbusd 56(%[p])%{1to16%}, %%zmm31, %%zmm6\n\t"
+          "vpdpbusd 60(%[p])%{1to16%}, %%zmm31, %%zmm7\n\t" ::[p] "r"(mem + (k & 31) * 4)
+          : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7");
+    } else if constexpr (kMix == 5) {
+      asm volatile(
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t"
+          "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t" ::
+              : "xmm0");
     } else {
       asm volatile(
           "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t"
@@ -797,8 +837,14 @@ void BM_PortLimit(benchmark::State& state) {
       case 4:
         out += DpbusdMixChains<2>(kIters, mem.data());
         break;
-      default:
+      case 5:
         out += DpbusdMixChains<3>(kIters, mem.data());
+        break;
+      case 6:
+        out += DpbusdMixChains<4>(kIters, mem.data());
+        break;
+      default:
+        out += DpbusdMixChains<5>(kIters, mem.data());
         break;
     }
     benchmark::DoNotOptimize(out);
@@ -808,13 +854,15 @@ void BM_PortLimit(benchmark::State& state) {
                                         "vpdpbusd zmm",
                                         "vpdpbusd + vpshufb per 2",
                                         "vpdpbusd, s8 by vpbroadcastd m32",
-                                        "vpdpbusd + vpdpwssd per 2"};
+                                        "vpdpbusd + vpdpwssd per 2",
+                                        "vpdpbusd, 8 chains, s8 by {1to16} m32",
+                                        "vpdpbusd, 1 chain (latency)"};
   state.SetLabel(kLabels[arg]);
   state.counters["s/op"] = benchmark::Counter(
       16.0 * kIters * state.iterations(), benchmark::Counter::kIsRate | benchmark::Counter::kInvert,
       benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_PortLimit)->DenseRange(0, 5);
+BENCHMARK(BM_PortLimit)->DenseRange(0, 7);
 
 // Streaming read bandwidth over a buffer far larger than the caches, on 1 or 2 threads. Integer
 // adds into 8 independent accumulators keep the loop far from compute-bound, so it measures the
