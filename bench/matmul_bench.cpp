@@ -567,10 +567,10 @@ void BM_KvAttentionKernels(benchmark::State& state) {
     benchmark::DoNotOptimize(acc.data());
   }
   static const char* const kFormat[] = {"f32", "f16", "int8", "q4_0", "q4_nl"};
-  state.SetLabel(std::string(kFormat[state.range(0)]) + (tiles      ? " K scores, tiles"
-                                                         : score    ? " K scores"
-                                                         : float_v  ? " float fused V sum"
-                                                                    : " V sum"));
+  state.SetLabel(std::string(kFormat[state.range(0)]) + (tiles     ? " K scores, tiles"
+                                                         : score   ? " K scores"
+                                                         : float_v ? " float fused V sum"
+                                                                   : " V sum"));
   state.counters["s/cell"] = benchmark::Counter(
       static_cast<double>(kCells) * state.iterations(),
       benchmark::Counter::kIsRate | benchmark::Counter::kInvert, benchmark::Counter::kIs1000);

@@ -414,7 +414,8 @@ constexpr int kMaxPassQueries = 64;  // queries per pass (their relative limits 
 // The f16 scales of rows [0, n_rows) (n_rows <= kAccRows) as floats, sc[g * kAccRows + j] for
 // group g of row j, so that a row's groups then cost one broadcast operand each instead of a
 // conversion. More than 4 groups a row: 16 rows per gather.
-inline void TileScalesGathered(const uint8_t* rows, int n_rows, size_t row_bytes, int n_groups, float* sc) {
+inline void TileScalesGathered(const uint8_t* rows, int n_rows, size_t row_bytes, int n_groups,
+                               float* sc) {
   const size_t group_bytes = row_bytes / n_groups;
   const __m512i offsets =
       _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
@@ -443,9 +444,9 @@ inline void TileScales(const uint8_t* rows, int n_rows, size_t row_bytes, int n_
     return;
   }
   const int gw = static_cast<int>(row_bytes / n_groups) / 2;  // words per group
-  const int per = std::min(8, 63 / gw + 1);                    // groups per 128 bytes
-  const __m512i iota = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
-                                        17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const int per = std::min(8, 63 / gw + 1);                   // groups per 128 bytes
+  const __m512i iota = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17,
+                                        16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   const __m512i pick = _mm512_mullo_epi16(iota, _mm512_set1_epi16(static_cast<int16_t>(gw)));
   alignas(64) uint16_t ds[4 * kAccRows + 8];  // [row][group] the f16 scales, then spare words
   const int n_blocks = n_rows * n_groups;
@@ -458,9 +459,7 @@ inline void TileScales(const uint8_t* rows, int n_rows, size_t row_bytes, int n_
       lo = _mm512_loadu_si512(src);
       hi = _mm512_loadu_si512(src + 64);
     } else {  // the last groups: no byte past the rows is read
-      auto bytes = [](int64_t n) {
-        return n >= 64 ? ~0ull : n <= 0 ? 0ull : (1ull << n) - 1;
-      };
+      auto bytes = [](int64_t n) { return n >= 64 ? ~0ull : n <= 0 ? 0ull : (1ull << n) - 1; };
       lo = _mm512_maskz_loadu_epi8(bytes(left), src);
       hi = _mm512_maskz_loadu_epi8(bytes(left - 64), src + 64);
     }
@@ -479,9 +478,9 @@ inline void TileScales(const uint8_t* rows, int n_rows, size_t row_bytes, int n_
     const __m512i v0 = _mm512_loadu_si512(base);
     const __m512i v1 = n_groups > 2 ? _mm512_loadu_si512(base + 32) : v0;
     for (int g = 0; g < n_groups; ++g) {
-      _mm512_store_ps(sc + g * kAccRows + 16 * k,
-                      _mm512_cvtph_ps(_mm512_castsi512_si256(
-                          _mm512_permutex2var_epi16(v0, order[g], v1))));
+      _mm512_store_ps(
+          sc + g * kAccRows + 16 * k,
+          _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(v0, order[g], v1))));
     }
   }
 }
@@ -658,23 +657,27 @@ void Accumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, const flo
 
 // Integer V sums in int16 pairs of rows (kv_decode.h). Per pass of up to kIntAccRows rows, each
 // block of up to 4 queries first quantizes its weights p * d per group to int16 (the row's sign
-// included), two rows to a dword ([query][group][row pair]); then, per row pair and group, both
-// rows' 16 code bytes are interleaved (unpack), zero-extended to words and split into nibbles, so
-// that dword lane c holds column c's level of the two rows (low nibbles: the group's columns
-// 0..15, high: 16..31), and vpdpwssd multiplies them by each query's broadcast weight pair: 4
-// queries x 2 halves = 8 independent chains per group. (Two groups at once, 16 chains, measured
-// slower: GCC 12 copied the accumulators between registers every row pair.)
+// included), two rows to a dword ([query][group][row pair]): the (query, group) slots 8 at a time,
+// so that one reduction tree and one division serve 8 maxima and the slots' chains overlap. Then,
+// per row pair and group, both rows' 16 code bytes are zero-extended to dwords, the second
+// row's shifted to the high words, and split into nibbles, so that dword lane c holds column c's
+// level of the two rows (low nibbles: the group's columns 0..15, high: 16..31), and vpdpwssd
+// multiplies them by each query's broadcast weight pair: 4 queries x 2 halves = 8 independent
+// chains per group. (Two groups at once, 16 chains, measured slower: GCC 12 copied the
+// accumulators between registers every row pair.)
 static_assert(kIntAccRows == kAccRows, "a pass's scales fill one [group][kAccRows] table");
 constexpr int kInt16Queries = 4;  // queries per register block
 constexpr int kInt16Pairs = kIntAccRows / 2;
 
 // The levels of two rows' nibbles, one group: a and b the rows' 16 code bytes; lo / hi dword
-// lane c = (row a, row b) levels of column c / 16 + c as int16.
+// lane c = (row a, row b) levels of column c / 16 + c as int16. Each row's bytes are
+// zero-extended to dwords (one load-and-extend each), row b's moved to the high words.
 template <KvRowFormat F>
-inline void PairLevels(__m128i a, __m128i b, __m512i table, __m512i* lo, __m512i* hi) {
-  const __m256i ab = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi8(a, b)),
-                                             _mm_unpackhi_epi8(a, b), 1);
-  const __m512i w = _mm512_cvtepu8_epi16(ab);  // word 2c + r: code byte c of row r
+inline void PairLevels(const uint8_t* a, const uint8_t* b, __m512i table, __m512i* lo,
+                       __m512i* hi) {
+  const __m512i wa = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
+  const __m512i wb = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+  const __m512i w = _mm512_or_si512(wa, _mm512_slli_epi32(wb, 16));  // word 2c + r: byte c of r
   const __m512i l = _mm512_and_si512(w, _mm512_set1_epi16(0x0F));
   const __m512i h = _mm512_srli_epi16(w, 4);
   if constexpr (F == KvRowFormat::kQ4Nl) {
@@ -709,9 +712,7 @@ inline void Int16Dots(const uint8_t* rows, int n_rows, size_t row_bytes, size_t 
     __m512i lv[kG][2];  // [group][low, high nibbles]
 #pragma GCC unroll 8
     for (int gi = 0; gi < kG; ++gi) {
-      PairLevels<F>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r0 + gi * group_bytes)),
-                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1 + gi * group_bytes)), table,
-                    &lv[gi][0], &lv[gi][1]);
+      PairLevels<F>(r0 + gi * group_bytes, r1 + gi * group_bytes, table, &lv[gi][0], &lv[gi][1]);
     }
 #pragma GCC unroll 8
     for (int q = 0; q < kNq; ++q) {
@@ -740,11 +741,13 @@ inline void Int16Dots(const uint8_t* rows, int n_rows, size_t row_bytes, size_t 
   }
 }
 
+// Not inlined: inside the pass, GCC 12 copied the 8 accumulators between registers every row
+// pair (16 extra moves per 8 vpdpwssd).
 template <KvRowFormat F, int kNq>
-inline void Int16DotsAllGroups(const uint8_t* rows, int n_rows, size_t row_bytes,
-                               size_t group_bytes, int n_groups, int n_pairs,
-                               const int32_t (*wq)[kMaxHeadDim / kGroup][kInt16Pairs],
-                               const float (*step)[kMaxHeadDim / kGroup], float* const* acc) {
+__attribute__((noinline)) void Int16DotsAllGroups(
+    const uint8_t* rows, int n_rows, size_t row_bytes, size_t group_bytes, int n_groups,
+    int n_pairs, const int32_t (*wq)[kMaxHeadDim / kGroup][kInt16Pairs],
+    const float (*step)[kMaxHeadDim / kGroup], float* const* acc) {
   for (int g = 0; g < n_groups; ++g) {
     Int16Dots<F, kNq, 1>(rows, n_rows, row_bytes, group_bytes, g, n_pairs, wq, step, acc);
   }
@@ -753,9 +756,9 @@ inline void Int16DotsAllGroups(const uint8_t* rows, int n_rows, size_t row_bytes
 // One query's weights of a pass: rows below m loaded, the rest zero; a negative weight is 0
 // (max with the zero first keeps a NaN).
 inline void LoadTileWeights(const float* p_row, int m, __mmask16* mk, __m512* pv) {
+  const uint64_t rows = m >= 64 ? ~0ull : (1ull << m) - 1;  // bit j: row j (0 <= m <= 64)
   for (int k = 0; k < 4; ++k) {
-    const int c = std::clamp(m - 16 * k, 0, 16);
-    mk[k] = static_cast<__mmask16>((1u << c) - 1);
+    mk[k] = static_cast<__mmask16>(rows >> (16 * k));
     pv[k] = _mm512_max_ps(_mm512_setzero_ps(), _mm512_maskz_loadu_ps(mk[k], p_row + 16 * k));
   }
 }
@@ -779,23 +782,35 @@ inline __mmask16 GroupWeights(const __mmask16* mk, const __m512* pv, const float
   return bad;
 }
 
-// The lane maxima of two groups at once: lanes 0..7 the largest lane of a, 8..15 of b.
-inline __m512 MaxLanes2(__m512 a, __m512 b) {
-  __m512 m = _mm512_max_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
-  m = _mm512_max_ps(m, _mm512_shuffle_f32x4(m, m, 0xB1));
-  m = _mm512_max_ps(m, _mm512_permute_ps(m, 0x4E));
-  return _mm512_max_ps(m, _mm512_permute_ps(m, 0xB1));
+// The lane maxima of 8 vectors at once, as one transposing tree: 128-bit lane l of the result
+// holds the largest lane of v[l] in its floats 0 and 1 and of v[4 + l] in 2 and 3 (MaxLane8).
+inline __m512 MaxLanes8(const __m512* v) {
+  __m512 a[4];  // lanes 0..7: partial maxima of v[2i], 8..15: of v[2i + 1]
+  for (int i = 0; i < 4; ++i) {
+    a[i] = _mm512_max_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+  }
+  __m512 b[2];  // 128-bit lane l: partial maxima of v[4i + l]
+  for (int i = 0; i < 2; ++i) {
+    b[i] = _mm512_max_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xDD));
+  }
+  const __m512 t =
+      _mm512_max_ps(_mm512_shuffle_ps(b[0], b[1], 0x44), _mm512_shuffle_ps(b[0], b[1], 0xEE));
+  return _mm512_max_ps(t, _mm512_permute_ps(t, 0xB1));
 }
+// The float of MaxLanes8's result that holds v[i]'s maximum.
+constexpr int MaxLane8(int i) { return 4 * (i & 3) + 2 * (i >> 2); }
 
 // The codes of one group's signed weights w [4][16 rows] at inv = kInt16AccWeightMax / amax,
 // rounded half even (|w| <= amax keeps them within +-kInt16AccWeightMax; the sign is the
 // row's), stored two rows to a dword in row order: wq[k] = (row 2k, row 2k + 1).
 inline void StoreWeightCodes(const __m512* w, __m512 inv, int32_t* wq) {
   // Word i of a pair of dword vectors (x, y): the low half of x[i] for i < 16, else of y[i - 16].
-  const __m512i even = _mm512_setr_epi32(0x00020000, 0x00060004, 0x000A0008, 0x000E000C,
-                                         0x00120010, 0x00160014, 0x001A0018, 0x001E001C,
-                                         0x00220020, 0x00260024, 0x002A0028, 0x002E002C,
-                                         0x00320030, 0x00360034, 0x003A0038, 0x003E003C);
+  const __m512i even =
+      _mm512_setr_epi32(0x00020000, 0x00060004, 0x000A0008, 0x000E000C, 0x00120010, 0x00160014,
+                        0x001A0018, 0x001E001C, 0x00220020, 0x00260024, 0x002A0028, 0x002E002C,
+                        0x00320030, 0x00360034, 0x003A0038, 0x003E003C);
   __m512i c[4];
   for (int k = 0; k < 4; ++k) c[k] = _mm512_cvtps_epi32(_mm512_mul_ps(w[k], inv));
   _mm512_store_si512(wq, _mm512_permutex2var_epi16(c[0], even, c[1]));
@@ -820,39 +835,46 @@ void Int16AccumulatePass(const uint8_t* rows, int n_rows, int head_dim, int nq, 
     const int n = std::min(kInt16Queries, nq - q0);
     int m_max = 0;
     float* aq[kInt16Queries];
+    __mmask16 mk[kInt16Queries][4];  // [query][16-row chunk] rows below the query's limit
+    __m512 pv[kInt16Queries][4];     // [query][16-row chunk] its weights
     for (int qq = 0; qq < n; ++qq) {
       const int qi = q0 + qq;
       aq[qq] = acc + static_cast<int64_t>(qi) * head_dim;
       const int m = std::clamp(lim[qi] - j0, 0, n_rows);
       m_max = std::max(m_max, m);
-      std::fill(step[qq], step[qq] + n_groups, 0.0f);
-      if (m == 0) continue;
-      __mmask16 mk[4];  // [16-row chunk] rows below m
-      __m512 pv[4];     // [16-row chunk] the query's weights
-      LoadTileWeights(p + qi * p_stride, m, mk, pv);
-      // Groups in twos: one reduction and one division for both.
-      for (int g = 0; g < n_groups; g += 2) {
-        const int ng = std::min(2, n_groups - g);
-        __m512 w[2][4];  // [group][16-row chunk] the signed weights p·d
-        __m512 amax_v[2];
-        bool ok[2];
-        for (int gi = 0; gi < ng; ++gi) {
-          ok[gi] = GroupWeights(mk, pv, sc + (g + gi) * kAccRows, w[gi], &amax_v[gi]) == 0;
-          if (!ok[gi]) {
-            std::fill(aq[qq] + (g + gi) * kGroup, aq[qq] + (g + gi + 1) * kGroup,
-                      std::numeric_limits<float>::quiet_NaN());
-          }
+      LoadTileWeights(p + qi * p_stride, m, mk[qq], pv[qq]);
+    }
+    // Slots s = qq * n_groups + g in batches of 8: their weights, one reduction tree and one
+    // division for the batch, then the codes (independent chains for the core to overlap).
+    const int n_slots = n * n_groups;
+    for (int s0 = 0; s0 < n_slots; s0 += 8) {
+      const int ns = std::min(8, n_slots - s0);
+      __m512 w[8][4];  // [slot][16-row chunk] the signed weights p·d
+      __m512 amax_v[8];
+      __mmask16 bad[8];
+      for (int i = 0; i < 8; ++i) {
+        amax_v[i] = _mm512_setzero_ps();
+        if (i >= ns) continue;
+        const int qq = (s0 + i) / n_groups, g = (s0 + i) % n_groups;
+        bad[i] = GroupWeights(mk[qq], pv[qq], sc + g * kAccRows, w[i], &amax_v[i]);
+      }
+      const __m512 amax = MaxLanes8(amax_v);
+      const __m512 inv = _mm512_div_ps(wmax_v, amax);
+      alignas(64) float amax_s[16];
+      _mm512_store_ps(amax_s, amax);
+      for (int i = 0; i < ns; ++i) {
+        const int qq = (s0 + i) / n_groups, g = (s0 + i) % n_groups;
+        step[qq][g] = 0.0f;
+        if (bad[i] != 0) {
+          std::fill(aq[qq] + g * kGroup, aq[qq] + (g + 1) * kGroup,
+                    std::numeric_limits<float>::quiet_NaN());
+          continue;
         }
-        const __m512 amax = MaxLanes2(amax_v[0], ng == 2 ? amax_v[1] : amax_v[0]);
-        const __m512 inv = _mm512_div_ps(wmax_v, amax);  // lanes 0..7: group g, 8..15: g + 1
-        const float amax_s[2] = {_mm512_cvtss_f32(amax),
-                                 _mm_cvtss_f32(_mm512_extractf32x4_ps(amax, 2))};
-        for (int gi = 0; gi < ng; ++gi) {
-          if (!ok[gi] || !(amax_s[gi] >= 1e-30f)) continue;
-          step[qq][g + gi] = amax_s[gi] / wmax;
-          StoreWeightCodes(w[gi], _mm512_shuffle_f32x4(inv, inv, gi == 0 ? 0x00 : 0xAA),
-                           wq[qq][g + gi]);
-        }
+        const float a = amax_s[MaxLane8(i)];
+        if (!(a >= 1e-30f)) continue;
+        step[qq][g] = a / wmax;
+        StoreWeightCodes(w[i], _mm512_permutexvar_ps(_mm512_set1_epi32(MaxLane8(i)), inv),
+                         wq[qq][g]);
       }
     }
     const int n_pairs = (m_max + 1) / 2;
