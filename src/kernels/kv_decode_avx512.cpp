@@ -413,9 +413,8 @@ constexpr int kMaxPassQueries = 64;  // queries per pass (their relative limits 
 
 // The f16 scales of rows [0, n_rows) (n_rows <= kAccRows) as floats, sc[g * kAccRows + j] for
 // group g of row j, so that a row's groups then cost one broadcast operand each instead of a
-// conversion. More than 4 groups a row: 16 rows per gather.
-inline void TileScalesGathered(const uint8_t* rows, int n_rows, size_t row_bytes, int n_groups,
-                               float* sc) {
+// conversion: 16 rows per gather.
+inline void TileScales(const uint8_t* rows, int n_rows, size_t row_bytes, int n_groups, float* sc) {
   const size_t group_bytes = row_bytes / n_groups;
   const __m512i offsets =
       _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
@@ -432,26 +431,28 @@ inline void TileScalesGathered(const uint8_t* rows, int n_rows, size_t row_bytes
   }
 }
 
-// The same for at most 4 groups a row (head_dim <= 128), without gathers (a 16-lane gather took
-// ~15% of the int16 V kernel on an AMD EPYC, Zen 5). A head's rows are contiguous whole groups,
-// a 2-byte scale and its codes each (group_bytes: 18 or 34), so the scales of up to 8
-// consecutive groups lie within 128 bytes: two loads and one word permute pick them out, in
-// row-major order ([row][group], ds); then one permute per group and 16 rows puts them in row
-// order for the conversion.
-inline void TileScales(const uint8_t* rows, int n_rows, size_t row_bytes, int n_groups, float* sc) {
+// The same for 4-bit rows (the int16 V sums; more than 4 groups a row: TileScales), without gathers
+// (a 16-lane gather took ~15% of the int16 V kernel on an AMD EPYC, Zen 5). A head's rows are
+// contiguous whole groups, an f16 scale and 16 code bytes each, so the scales of 8 consecutive
+// groups lie within 128 bytes: two loads and one word permute pick them out in row-major order
+// ([row][group]), they are joined in registers (a store and reloads across them stalled on store
+// forwarding), and one permute per group and 16 rows puts them in row order for the conversion. Not
+// inlined: it changed the register allocation of the callers' row loops for the worse.
+__attribute__((noinline)) void TileScales4Bit(const uint8_t* rows, int n_rows, size_t row_bytes,
+                                              int n_groups, float* sc) {
+  const int gw = static_cast<int>(row_bytes / n_groups) / 2;  // words per group: 9
   if (n_groups > 4) {
-    TileScalesGathered(rows, n_rows, row_bytes, n_groups, sc);
+    TileScales(rows, n_rows, row_bytes, n_groups, sc);
     return;
   }
-  const int gw = static_cast<int>(row_bytes / n_groups) / 2;  // words per group
-  const int per = std::min(8, 63 / gw + 1);                   // groups per 128 bytes
   const __m512i iota = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17,
                                         16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   const __m512i pick = _mm512_mullo_epi16(iota, _mm512_set1_epi16(static_cast<int16_t>(gw)));
-  alignas(64) uint16_t ds[4 * kAccRows + 8];  // [row][group] the f16 scales, then spare words
   const int n_blocks = n_rows * n_groups;
   const int64_t total = static_cast<int64_t>(n_rows) * static_cast<int64_t>(row_bytes);
-  for (int b = 0; b < n_blocks; b += per) {
+  // The scales of groups [b, b + 8) in words 0..7 (none past the rows: zero).
+  auto window = [&](int b) __attribute__((always_inline)) {
+    if (b >= n_blocks) return _mm_setzero_si128();
     const uint8_t* src = rows + static_cast<size_t>(b) * 2 * gw;
     const int64_t left = total - static_cast<int64_t>(b) * 2 * gw;  // bytes from src on
     __m512i lo, hi;
@@ -463,25 +464,31 @@ inline void TileScales(const uint8_t* rows, int n_rows, size_t row_bytes, int n_
       lo = _mm512_maskz_loadu_epi8(bytes(left), src);
       hi = _mm512_maskz_loadu_epi8(bytes(left - 64), src + 64);
     }
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(ds + b),
-                     _mm512_castsi512_si128(_mm512_permutex2var_epi16(lo, pick, hi)));
-  }
-  // Word j of the permute for group g: ds[(16k + j) * n_groups + g] (j < 16).
+    return _mm512_castsi512_si128(_mm512_permutex2var_epi16(lo, pick, hi));
+  };
+  // Word j of the permute for group g: the scale of group g of row 16k + j, from the chunk's
+  // scales in row-major order ([16 rows][n_groups], two vectors).
   __m512i order[4];
   for (int g = 0; g < n_groups; ++g) {
     order[g] = _mm512_add_epi16(_mm512_mullo_epi16(iota, _mm512_set1_epi16(n_groups)),
                                 _mm512_set1_epi16(static_cast<int16_t>(g)));
   }
-  for (int k = 0; 16 * k < n_rows; ++k) {
-    // Words past the rows' scales are not used (their lanes are masked later).
-    const uint16_t* base = ds + 16 * k * n_groups;  // [16 rows][n_groups]
-    const __m512i v0 = _mm512_loadu_si512(base);
-    const __m512i v1 = n_groups > 2 ? _mm512_loadu_si512(base + 32) : v0;
+  auto to_rows = [&](int k, __m512i v0, __m512i v1) __attribute__((always_inline)) {
     for (int g = 0; g < n_groups; ++g) {
       _mm512_store_ps(
           sc + g * kAccRows + 16 * k,
           _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(v0, order[g], v1))));
     }
+  };
+  auto four = [&](int b) __attribute__((always_inline)) {  // groups [b, b + 32)
+    const __m256i y0 = _mm256_set_m128i(window(b + 8), window(b));
+    const __m256i y1 = _mm256_set_m128i(window(b + 24), window(b + 16));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1);
+  };
+  for (int k = 0; 16 * k < n_rows; ++k) {
+    const int b = 16 * k * n_groups;
+    const __m512i v0 = four(b);
+    to_rows(k, v0, n_groups > 2 ? four(b + 32) : v0);
   }
 }
 
@@ -826,7 +833,7 @@ void Int16AccumulatePass(const uint8_t* rows, int n_rows, int head_dim, int nq, 
   const int n_groups = head_dim / kGroup;
   const size_t group_bytes = row_bytes / n_groups;
   alignas(64) float sc[kMaxHeadDim / kGroup * kAccRows];  // [group][row] the rows' scales d
-  TileScales(rows, n_rows, row_bytes, n_groups, sc);
+  TileScales4Bit(rows, n_rows, row_bytes, n_groups, sc);
   const float wmax = static_cast<float>(kInt16AccWeightMax);
   const __m512 wmax_v = _mm512_set1_ps(wmax);
   alignas(64) int32_t wq[kInt16Queries][kMaxHeadDim / kGroup][kInt16Pairs];  // weight pairs
