@@ -503,9 +503,8 @@ void BM_NormBatch(benchmark::State& state) {
 BENCHMARK(BM_NormBatch)->DenseRange(0, 1)->UseRealTime();
 
 // args: row format (KvRowFormat: 1 f16, 2 int8, 3 q4_0, 4 q4_nl), kernel (0 K scores, 1 the V
-// sum BestKvAccumulator chooses, 2 the AVX-512 8-bit integer V sum of 4-bit rows, kv_decode.h
-// "Integer V sums", not chosen by default; 3, f16 only: K scores by decode + score_rows; 4, 4-bit
-// rows only: the AVX-512 float fused V sum, which int16 pairs replaced as the default; 5, int8
+// sum BestKvAccumulator chooses; 3, f16 only: K scores by decode + score_rows; 4, 4-bit rows
+// only: the AVX-512 float fused V sum, which int16 pairs replaced as the default; 5, int8
 // only: K scores over the cache's 16-cell int8 tiles, kv_format.h, the same cells). Decode-step
 // attention's inner kernels as the widest ISA the CPU (and LAMINA_ISA) allows runs them: 4 queries
 // (one GQA group), head_dim 64, over 1,024 cells in tiles of 64 (L2-resident: compute only, no
@@ -518,7 +517,6 @@ void BM_KvAttentionKernels(benchmark::State& state) {
   // Kernel 3 (f16 only): decode + score_rows, the K path without the one-pass f16 scorer.
   const bool tiles = state.range(1) == 3;
   const bool score = state.range(1) == 0 || tiles;
-  const bool int_sums = state.range(1) == 2;
   const bool float_v = state.range(1) == 4;
   // Kernel 5 (int8 only): the K scorer over the cache's int8 tiles (kv_format.h).
   const bool k_tiles = state.range(1) == 5;
@@ -549,9 +547,8 @@ void BM_KvAttentionKernels(benchmark::State& state) {
   const KvRowDecodeFn decode = BestKvRowDecoder(f);
   const KvF16ScoreFn f16_scorer = tiles ? nullptr : BestKvF16Scorer();  // f16 K in one pass
   const KvAccumulateFn fused =
-      int_sums  ? (GetCpuFeatures().HasAvx512Set() ? Avx512KvIntAccumulator(f) : nullptr)
-      : float_v ? (GetCpuFeatures().HasAvx512Set() ? Avx512KvAccumulator(f) : nullptr)
-                : BestKvAccumulator(f);
+      float_v ? (GetCpuFeatures().HasAvx512Set() ? Avx512KvAccumulator(f) : nullptr)
+              : BestKvAccumulator(f);
   const AttentionRowKernels& rk = BestAttentionRowKernels();
   if ((score && f != KvRowFormat::kF16 && scorer == nullptr) || (!score && fused == nullptr) ||
       (tiles && f != KvRowFormat::kF16) ||
@@ -584,18 +581,17 @@ void BM_KvAttentionKernels(benchmark::State& state) {
     benchmark::DoNotOptimize(acc.data());
   }
   static const char* const kFormat[] = {"f32", "f16", "int8", "q4_0", "q4_nl"};
-  state.SetLabel(std::string(kFormat[state.range(0)]) + (k_tiles    ? " K scores, int8 tiles"
-                                                         : tiles    ? " K scores, tiles"
-                                                         : score    ? " K scores"
-                                                         : int_sums ? " integer V sum"
-                                                         : float_v  ? " float fused V sum"
-                                                                    : " V sum"));
+  state.SetLabel(std::string(kFormat[state.range(0)]) + (k_tiles   ? " K scores, int8 tiles"
+                                                         : tiles   ? " K scores, tiles"
+                                                         : score   ? " K scores"
+                                                         : float_v ? " float fused V sum"
+                                                                   : " V sum"));
   state.counters["s/cell"] = benchmark::Counter(
       static_cast<double>(kCells) * state.iterations(),
       benchmark::Counter::kIsRate | benchmark::Counter::kInvert, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_KvAttentionKernels)
-    ->ArgsProduct({{1, 2, 3, 4}, {0, 1, 2}})
+    ->ArgsProduct({{1, 2, 3, 4}, {0, 1}})
     ->Args({1, 3})
     ->Args({2, 5})
     ->Args({3, 4})

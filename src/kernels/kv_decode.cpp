@@ -126,7 +126,6 @@ inline int GroupLevel(const uint8_t* codes, int i) {
 }
 
 // The integer V sums (kv_decode.h), written out: exact int32 dots, then one fma per column.
-// kWmax: kIntAccWeightMax (bytes) or kInt16AccWeightMax (int16 pairs of rows).
 template <KvRowFormat F, int kWmax>
 void IntAccumulateScalar(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
                          int64_t p_stride, const int* lim, float* acc) {
@@ -154,7 +153,8 @@ void IntAccumulateScalar(const uint8_t* rows, int n_rows, int head_dim, int nq, 
         for (int j = 0; j < m; ++j) {
           fp16_t d16;
           std::memcpy(&d16, grp0 + j * row_bytes, 2);
-          w[j] = pq[j] * std::fabs(Fp16ToF32(d16));
+          const float pj = pq[j] < 0.0f ? 0.0f : pq[j];  // a negative weight is 0; NaN stays
+          w[j] = pj * std::fabs(Fp16ToF32(d16));
           amax = std::max(amax, w[j]);
           finite &= std::fabs(w[j]) <= std::numeric_limits<float>::max();
         }
@@ -284,17 +284,6 @@ KvAccumulateFn ScalarKvAccumulator(KvRowFormat format) {
       return AccumulateScalar<KvRowFormat::kQ4Nl>;
   }
   return nullptr;
-}
-
-KvAccumulateFn ScalarKvIntAccumulator(KvRowFormat format) {
-  switch (format) {
-    case KvRowFormat::kQ4_0:
-      return IntAccumulateScalar<KvRowFormat::kQ4_0, kIntAccWeightMax>;
-    case KvRowFormat::kQ4Nl:
-      return IntAccumulateScalar<KvRowFormat::kQ4Nl, kIntAccWeightMax>;
-    default:
-      return nullptr;
-  }
 }
 
 KvAccumulateFn ScalarKvInt16Accumulator(KvRowFormat format) {

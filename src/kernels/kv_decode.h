@@ -47,34 +47,24 @@ KvAccumulateFn BestKvAccumulator(KvRowFormat format);
 
 // Integer V sums of 4-bit rows (q4_0, q4_nl; head_dim a multiple of 32, else the float
 // accumulator above): the KvAccumulateFn contract for softmax weights (p >= 0; a negative
-// weight counts as 0) with each query's weights quantized. Rows are taken in passes of
-// kIntAccRows from the first; per pass, query and 32-column group:
-//   w_j = p_j * |d_j| (float; d_j the row's group scale; rows j < the query's limit)
+// weight, -inf included, counts as 0) with each query's weights quantized. Rows are taken in
+// passes of kIntAccRows from the first; per pass, query and 32-column group:
+//   w_j = max(p_j, 0) * |d_j| (float; d_j the row's group scale; rows j < the query's limit)
 //   amax = max_j w_j; nothing is added when amax < 1e-30, NaN when a w_j is not finite
-//   c_j = clamp(round_half_even(w_j * (kIntAccWeightMax / amax)), 0, kIntAccWeightMax)
+//   c_j = clamp(round_half_even(w_j * (kInt16AccWeightMax / amax)), 0, kInt16AccWeightMax)
 //   for each column: v = sum_j c_j * s_j * L_j (exact int32; L_j the stored level, q4_0: the
 //   nibble - 8, q4_nl: kQ4NlLevels[nibble]; s_j the sign of d_j)
-//   acc = fma(float(v), amax / kIntAccWeightMax, acc)
-// A weight keeps 8 bits relative to the largest of its pass and group. That is not enough
-// for the attention tests' 2e-3 bound against decode-then-accumulate in double
-// (KvAnchoredKeys.AttentionRestoresTheOffsetAndTheErrorShrinks: 2.006e-3; 2.65e-3 with a fixed
-// dither instead of rounding to nearest), so BestKvAccumulator does not choose these
-// kernels: they are kept, tested and benchmarked for a later, finer variant. The AVX-512 kernel
-// multiplies the weights as unsigned bytes by the signed levels with vpdpbusd and gives the scalar
-// twin's bits. A query's result depends only on its own weights and the rows it reads.
+//   acc = fma(float(v), amax / kInt16AccWeightMax, acc)
+// A weight keeps 15 bits relative to the largest of its pass and group, and its code with the
+// row's sign, c_j * s_j, is an int16. The AVX-512 kernel rounds the signed products p_j * d_j
+// (|p_j * d_j| is w_j bit for bit, and rounding half even is symmetric), widens the levels of
+// two rows to int16 once per pass (the same words for every query) and multiplies them by both
+// rows' weights at once with vpdpwssd: per 2 rows, query and 32 columns 2 instructions where the
+// float kernel runs 8 fma. It gives the scalar twin's bits; BestKvAccumulator chooses it for
+// q4_0 and q4_nl rows on AVX-512 (the 2e-3 attention bound holds; docs/KV.md "Integer V sums in
+// int16 pairs"). (An 8-bit variant, vpdpbusd on byte weights, missed that bound and was
+// removed.) A query's result depends only on its own weights and the rows it reads.
 constexpr int kIntAccRows = 64;
-constexpr int kIntAccWeightMax = 255;  // one byte; 65535 (two bytes) is also supported
-KvAccumulateFn ScalarKvIntAccumulator(KvRowFormat format);  // nullptr unless q4_0 / q4_nl
-KvAccumulateFn Avx512KvIntAccumulator(KvRowFormat format);  // nullptr when none
-
-// Integer V sums in int16 pairs of rows: the contract and formula above with kInt16AccWeightMax
-// in place of kIntAccWeightMax, so a weight keeps 15 bits relative to the largest of its pass and
-// group, and its code with the row's sign, c_j * s_j, is an int16. The AVX-512 kernel widens the
-// levels of two rows to int16 once per pass (the same words for every query) and multiplies them
-// by both rows' weights at once with vpdpwssd: per 2 rows, query and 32 columns 2 instructions
-// where the float kernel runs 8 fma. It gives the scalar twin's bits; BestKvAccumulator chooses
-// it for q4_0 and q4_nl rows on AVX-512 (the 2e-3 attention bound holds; docs/KV.md "Integer V
-// sums in int16 pairs").
 constexpr int kInt16AccWeightMax = 32767;
 KvAccumulateFn ScalarKvInt16Accumulator(KvRowFormat format);  // nullptr unless q4_0 / q4_nl
 KvAccumulateFn Avx512KvInt16Accumulator(KvRowFormat format);  // nullptr when none

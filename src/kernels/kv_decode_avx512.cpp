@@ -482,34 +482,8 @@ constexpr int kAccRows = 64;         // rows per pass (a longer call is split in
 constexpr int kMaxPassQueries = 64;  // queries per pass (their relative limits on the stack)
 
 // The f16 scales of rows [0, n_rows) (n_rows <= kAccRows) as floats, sc[g * kAccRows + j] for
-// group g of row j: 16 rows per gather and conversion, so that a row's groups then cost one
-// broadcast operand each instead of a conversion.
-// One query's weights of a 64-row tile: rows below m loaded, the rest masked to zero.
-inline void LoadTileWeights(const float* p_row, int m, __mmask16* mk, __m512* pv) {
-  for (int k = 0; k < 4; ++k) {
-    const int c = std::clamp(m - 16 * k, 0, 16);
-    mk[k] = static_cast<__mmask16>((1u << c) - 1);
-    pv[k] = _mm512_maskz_loadu_ps(mk[k], p_row + 16 * k);
-  }
-}
-
-// A group's weights p·|d| per row (sc_g: the tile's |d| of that group), their lane maxima in
-// *amax_v, and the mask of lanes whose weight is not finite.
-inline __mmask16 GroupWeights(const __mmask16* mk, const __m512* pv, const float* sc_g, __m512* w,
-                              __m512* amax_v) {
-  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
-  const __m512 flt_max = _mm512_set1_ps(std::numeric_limits<float>::max());
-  __m512 amax = _mm512_setzero_ps();
-  __mmask16 bad = 0;
-  for (int k = 0; k < 4; ++k) {
-    w[k] = _mm512_maskz_mul_ps(mk[k], pv[k], _mm512_maskz_load_ps(mk[k], sc_g + 16 * k));
-    amax = _mm512_max_ps(amax, w[k]);
-    bad |= _mm512_cmp_ps_mask(_mm512_and_ps(w[k], abs_mask), flt_max, _CMP_NLE_UQ);
-  }
-  *amax_v = amax;
-  return bad;
-}
-
+// group g of row j, so that a row's groups then cost one broadcast operand each instead of a
+// conversion: 16 rows per gather.
 inline void TileScales(const uint8_t* rows, int n_rows, size_t row_bytes, int n_groups, float* sc) {
   const size_t group_bytes = row_bytes / n_groups;
   const __m512i offsets =
@@ -524,6 +498,67 @@ inline void TileScales(const uint8_t* rows, int n_rows, size_t row_bytes, int n_
       const __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, offsets, base, 1);
       _mm512_storeu_ps(sc + g * kAccRows + j, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
     }
+  }
+}
+
+// The same for 4-bit rows (the int16 V sums; more than 4 groups a row: TileScales), without gathers
+// (a 16-lane gather took ~15% of the int16 V kernel on an AMD EPYC, Zen 5). A head's rows are
+// contiguous whole groups, an f16 scale and 16 code bytes each, so the scales of 8 consecutive
+// groups lie within 128 bytes: two loads and one word permute pick them out in row-major order
+// ([row][group]), they are joined in registers (a store and reloads across them stalled on store
+// forwarding), and one permute per group and 16 rows puts them in row order for the conversion. Not
+// inlined: it changed the register allocation of the callers' row loops for the worse.
+__attribute__((noinline)) void TileScales4Bit(const uint8_t* rows, int n_rows, size_t row_bytes,
+                                              int n_groups, float* sc) {
+  const int gw = static_cast<int>(row_bytes / n_groups) / 2;  // words per group: 9
+  if (n_groups > 4) {
+    TileScales(rows, n_rows, row_bytes, n_groups, sc);
+    return;
+  }
+  const __m512i iota = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17,
+                                        16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i pick = _mm512_mullo_epi16(iota, _mm512_set1_epi16(static_cast<int16_t>(gw)));
+  const int n_blocks = n_rows * n_groups;
+  const int64_t total = static_cast<int64_t>(n_rows) * static_cast<int64_t>(row_bytes);
+  // The scales of groups [b, b + 8) in words 0..7 (none past the rows: zero).
+  auto window = [&](int b) __attribute__((always_inline)) {
+    if (b >= n_blocks) return _mm_setzero_si128();
+    const uint8_t* src = rows + static_cast<size_t>(b) * 2 * gw;
+    const int64_t left = total - static_cast<int64_t>(b) * 2 * gw;  // bytes from src on
+    __m512i lo, hi;
+    if (left >= 128) {
+      lo = _mm512_loadu_si512(src);
+      hi = _mm512_loadu_si512(src + 64);
+    } else {  // the last groups: no byte past the rows is read
+      auto bytes = [](int64_t n) { return n >= 64 ? ~0ull : n <= 0 ? 0ull : (1ull << n) - 1; };
+      lo = _mm512_maskz_loadu_epi8(bytes(left), src);
+      hi = _mm512_maskz_loadu_epi8(bytes(left - 64), src + 64);
+    }
+    return _mm512_castsi512_si128(_mm512_permutex2var_epi16(lo, pick, hi));
+  };
+  // Word j of the permute for group g: the scale of group g of row 16k + j, from the chunk's
+  // scales in row-major order ([16 rows][n_groups], two vectors).
+  __m512i order[4];
+  for (int g = 0; g < n_groups; ++g) {
+    order[g] = _mm512_add_epi16(_mm512_mullo_epi16(iota, _mm512_set1_epi16(n_groups)),
+                                _mm512_set1_epi16(static_cast<int16_t>(g)));
+  }
+  auto to_rows = [&](int k, __m512i v0, __m512i v1) __attribute__((always_inline)) {
+    for (int g = 0; g < n_groups; ++g) {
+      _mm512_store_ps(
+          sc + g * kAccRows + 16 * k,
+          _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(v0, order[g], v1))));
+    }
+  };
+  auto four = [&](int b) __attribute__((always_inline)) {  // groups [b, b + 32)
+    const __m256i y0 = _mm256_set_m128i(window(b + 8), window(b));
+    const __m256i y1 = _mm256_set_m128i(window(b + 24), window(b + 16));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1);
+  };
+  for (int k = 0; 16 * k < n_rows; ++k) {
+    const int b = 16 * k * n_groups;
+    const __m512i v0 = four(b);
+    to_rows(k, v0, n_groups > 2 ? four(b + 32) : v0);
   }
 }
 
@@ -697,226 +732,29 @@ void Accumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, const flo
   }
 }
 
-// Integer V sums of 4-bit rows (kv_decode.h). Per pass of up to kIntAccRows rows the codes are
-// expanded once, for all queries, into byte vectors whose dword lane c holds column c's signed
-// levels of 4 consecutive rows (a 4x4 dword transpose across the 128-bit lanes, one byte
-// shuffle within each, the level table, a negation where the row's scale is negative),
-// [group][block of 4 rows][low nibbles: the group's columns 0..15, high: 16..31]. Each query's
-// weights for a group (p * |d|) are quantized to unsigned bytes packed four rows to a dword,
-// and vpdpbusd multiplies them by the levels: per 4 rows, query and group, 2 instructions for
-// 32 columns where the float kernel runs 8 fma, and no zero point to take off.
-constexpr int kIntBlocks = kIntAccRows / 4;
-constexpr int kIntQueries = 8;  // queries whose weights are quantized before their dots
-static_assert(kIntAccRows == kAccRows, "a pass's scales fill one [group][kAccRows] table");
-
-// The largest lane of v, within zmm registers (GCC's _mm512_reduce_max_ps extracts halves
-// through an undefined operand that its link-time analysis reports).
-inline float MaxLanes(__m512 v) {
-  v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));
-  v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
-  v = _mm512_max_ps(v, _mm512_permute_ps(v, 0x4E));
-  v = _mm512_max_ps(v, _mm512_permute_ps(v, 0xB1));
-  return _mm512_cvtss_f32(v);
-}
-
-// Rows r < n (at most 4) of a block, 16 bytes each, `stride` apart, one per 128-bit lane; the
-// lanes of missing rows are zero.
-inline __m512i LoadRunsUpTo4(const uint8_t* p, size_t stride, int n) {
-  if (n >= 4) return LoadRuns4(p, stride);
-  alignas(64) uint8_t buf[64] = {};
-  for (int r = 0; r < n; ++r) std::memcpy(buf + 16 * r, p + r * stride, 16);
-  return _mm512_load_si512(buf);
-}
-
-// Rows [0, n_rows) (n_rows <= kIntAccRows) of a call whose first row is j0 rows earlier: a
-// query reads rows below lim[qi] - j0; p points at the pass's first weight.
-template <KvRowFormat F>
-void IntAccumulatePass(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
-                       int64_t p_stride, const int* lim, int j0, float* acc) {
-  constexpr bool kTwoBytes = kIntAccWeightMax > 255;
-  const size_t row_bytes = KvRowBytes(F, head_dim);
-  const int n_groups = head_dim / kGroup;
-  const size_t group_bytes = row_bytes / n_groups;
-  alignas(64) float sc[kMaxHeadDim / kGroup * kAccRows];  // [group][row] the rows' scales
-  {
-    // By scalar moves: a 16-lane gather took ~15% of this kernel on an AMD EPYC (Zen 5).
-    alignas(64) uint16_t ds[kAccRows] = {};  // [row] one group's f16 scales
-    for (int g = 0; g < n_groups; ++g) {
-      for (int j = 0; j < n_rows; ++j)
-        std::memcpy(&ds[j], rows + j * row_bytes + g * group_bytes, 2);
-      for (int k = 0; 16 * k < n_rows; ++k) {
-        _mm512_store_ps(
-            sc + g * kAccRows + 16 * k,
-            _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds + 16 * k))));
-      }
-    }
-  }
-  // [group][block][low nibbles: the group's columns 0..15, high: 16..31] signed levels of 4
-  // rows, negated where the row's scale is negative.
-  alignas(64) __m512i code[kMaxHeadDim / kGroup][kIntBlocks][2];
-  const __m512i transpose = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  const __m512i bytes4 =
-      _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
-  const __m512i nib = _mm512_set1_epi8(0x0F);
-  const __m512i levels =
-      F == KvRowFormat::kQ4Nl
-          ? _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kQ4NlLevels)))
-          : _mm512_broadcast_i32x4(
-                _mm_setr_epi8(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7));
-  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
-  const int n_blocks = (n_rows + 3) / 4;
-  for (int g = 0; g < n_groups; ++g) {
-    uint64_t negative = 0;  // bit j: row j's scale is negative
-    for (int k = 0; 16 * k < n_rows; ++k) {
-      const __m512 d = _mm512_load_ps(sc + g * kAccRows + 16 * k);
-      negative |= static_cast<uint64_t>(_mm512_movepi32_mask(_mm512_castps_si512(d))) << (16 * k);
-      _mm512_store_ps(sc + g * kAccRows + 16 * k, _mm512_and_ps(d, abs_mask));
-    }
-    for (int b = 0; b < n_blocks; ++b) {
-      __m512i v =
-          LoadRunsUpTo4(rows + 4 * b * row_bytes + g * group_bytes + 2, row_bytes, n_rows - 4 * b);
-      v = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(transpose, v), bytes4);
-      // Byte r of every dword is row 4b + r: its sign bit repeated in each nibble of the mask.
-      const __mmask64 flip = ((negative >> (4 * b)) & 0xF) * 0x1111111111111111ull;
-      const __m512i lo = _mm512_shuffle_epi8(levels, _mm512_and_si512(v, nib));
-      const __m512i hi =
-          _mm512_shuffle_epi8(levels, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
-      code[g][b][0] = _mm512_mask_sub_epi8(lo, flip, _mm512_setzero_si512(), lo);
-      code[g][b][1] = _mm512_mask_sub_epi8(hi, flip, _mm512_setzero_si512(), hi);
-    }
-  }
-  const __m512 wmax = _mm512_set1_ps(static_cast<float>(kIntAccWeightMax));
-  // Per chunk of queries: first every (query, group)'s weights as bytes, four rows to a dword
-  // (stored well before the dot loops load them back), then the dots.
-  alignas(64) int32_t wq[kIntQueries][kMaxHeadDim / kGroup][2][16];  // [query][group][hi, lo]
-  float step[kIntQueries][kMaxHeadDim / kGroup];                     // 0: nothing to add
-  int nbq[kIntQueries];                                              // blocks the query reads
-  for (int q0 = 0; q0 < nq; q0 += kIntQueries) {
-    const int n = std::min(kIntQueries, nq - q0);
-    for (int qq = 0; qq < n; ++qq) {
-      const int qi = q0 + qq;
-      const int m = std::clamp(lim[qi] - j0, 0, n_rows);
-      nbq[qq] = (m + 3) / 4;
-      __mmask16 mk[4];  // [16-row chunk] rows below m
-      __m512 pv[4];     // [16-row chunk] the query's weights
-      LoadTileWeights(p + qi * p_stride, m, mk, pv);
-      for (int g = 0; g < n_groups; ++g) {
-        step[qq][g] = 0.0f;
-        if (m == 0) continue;
-        __m512 w[4];  // [16-row chunk] the weights times the group's |d|
-        __m512 amax_v;
-        const __mmask16 bad = GroupWeights(mk, pv, sc + g * kAccRows, w, &amax_v);
-        if (bad != 0) {
-          float* ag = acc + static_cast<int64_t>(qi) * head_dim + g * kGroup;
-          std::fill(ag, ag + kGroup, std::numeric_limits<float>::quiet_NaN());
-          continue;
-        }
-        const float amax = MaxLanes(amax_v);
-        if (!(amax >= 1e-30f)) continue;
-        const __m512 inv = _mm512_div_ps(wmax, _mm512_set1_ps(amax));
-        step[qq][g] = amax / static_cast<float>(kIntAccWeightMax);
-        __m512i c[4];
-        for (int k = 0; k < 4; ++k) {  // round half even, clamped to [0, kIntAccWeightMax]
-          c[k] = _mm512_cvtps_epi32(_mm512_mul_ps(w[k], inv));
-          c[k] = _mm512_min_epi32(_mm512_max_epi32(c[k], _mm512_setzero_si512()),
-                                  _mm512_set1_epi32(kIntAccWeightMax));
-        }
-        // Dword 4l + k of a pack holds block 4k + l (the packs work per 128-bit lane).
-        auto pack = [](const __m512i* x) {
-          return _mm512_packus_epi16(_mm512_packus_epi32(x[0], x[1]),
-                                     _mm512_packus_epi32(x[2], x[3]));
-        };
-        if constexpr (kTwoBytes) {
-          __m512i hi[4], lo[4];
-          for (int k = 0; k < 4; ++k) {
-            hi[k] = _mm512_srli_epi32(c[k], 8);
-            lo[k] = _mm512_and_si512(c[k], _mm512_set1_epi32(0xFF));
-          }
-          _mm512_store_si512(wq[qq][g][0], pack(hi));
-          _mm512_store_si512(wq[qq][g][1], pack(lo));
-        } else {
-          _mm512_store_si512(wq[qq][g][0], pack(c));
-        }
-      }
-    }
-    for (int qq = 0; qq < n; ++qq) {
-      float* a = acc + static_cast<int64_t>(q0 + qq) * head_dim;
-      const int nb = nbq[qq];
-      for (int g = 0; g < n_groups; ++g) {
-        if (step[qq][g] == 0.0f) continue;
-        const int32_t* wh = wq[qq][g][0];
-        const int32_t* wl = wq[qq][g][1];
-        // Two chains per half and byte (even and odd blocks), in registers: exact int32, any
-        // order. [half]: even blocks' high bytes, odd blocks' high, even low, odd low.
-        __m512i he[2], ho[2], le[2], lo[2];
-        for (int h = 0; h < 2; ++h) he[h] = ho[h] = le[h] = lo[h] = _mm512_setzero_si512();
-        auto block = [&](int b, __m512i* ah, __m512i* al) {
-          const int s = 4 * (b & 3) + (b >> 2);
-          const __m512i bh = _mm512_set1_epi32(wh[s]);
-          for (int h = 0; h < 2; ++h) ah[h] = _mm512_dpbusd_epi32(ah[h], bh, code[g][b][h]);
-          if constexpr (kTwoBytes) {
-            const __m512i bl = _mm512_set1_epi32(wl[s]);
-            for (int h = 0; h < 2; ++h) al[h] = _mm512_dpbusd_epi32(al[h], bl, code[g][b][h]);
-          }
-        };
-        int b = 0;
-        for (; b + 2 <= nb; b += 2) {
-          block(b, he, le);
-          block(b + 1, ho, lo);
-        }
-        if (b < nb) block(b, he, le);
-        float* ag = a + g * kGroup;
-        for (int h = 0; h < 2; ++h) {
-          __m512i v = _mm512_add_epi32(he[h], ho[h]);
-          if constexpr (kTwoBytes) {
-            v = _mm512_add_epi32(_mm512_slli_epi32(v, 8), _mm512_add_epi32(le[h], lo[h]));
-          }
-          _mm512_storeu_ps(ag + 16 * h,
-                           _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(step[qq][g]),
-                                           _mm512_loadu_ps(ag + 16 * h)));
-        }
-      }
-    }
-  }
-}
-
-template <KvRowFormat F>
-void IntAccumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
-                   int64_t p_stride, const int* lim, float* acc) {
-  if (head_dim % kGroup != 0) {
-    Accumulate<F>(rows, n_rows, head_dim, nq, p, p_stride, lim, acc);
-    return;
-  }
-  if (head_dim > kMaxHeadDim) {
-    ScalarKvIntAccumulator(F)(rows, n_rows, head_dim, nq, p, p_stride, lim, acc);
-    return;
-  }
-  const size_t row_bytes = KvRowBytes(F, head_dim);
-  PrefetchAhead(rows, 2 * n_rows, row_bytes, n_rows, n_rows);
-  for (int j0 = 0; j0 < n_rows; j0 += kIntAccRows) {
-    const int nr = std::min(kIntAccRows, n_rows - j0);
-    IntAccumulatePass<F>(rows + j0 * row_bytes, nr, head_dim, nq, p + j0, p_stride, lim, j0, acc);
-  }
-}
-
 // Integer V sums in int16 pairs of rows (kv_decode.h). Per pass of up to kIntAccRows rows, each
 // block of up to 4 queries first quantizes its weights p * d per group to int16 (the row's sign
-// included), two rows to a dword ([query][group][row pair]); then, per row pair and group, both
-// rows' 16 code bytes are interleaved (unpack), zero-extended to words and split into nibbles, so
-// that dword lane c holds column c's level of the two rows (low nibbles: the group's columns
-// 0..15, high: 16..31), and vpdpwssd multiplies them by each query's broadcast weight pair: 4
-// queries x 2 halves = 8 independent chains per group. (Two groups at once, 16 chains, measured
-// slower: GCC 12 copied the accumulators between registers every row pair.)
+// included), two rows to a dword ([query][group][row pair]): the (query, group) slots 8 at a time,
+// so that one reduction tree and one division serve 8 maxima and the slots' chains overlap. Then,
+// per row pair and group, both rows' 16 code bytes are zero-extended to dwords, the second
+// row's shifted to the high words, and split into nibbles, so that dword lane c holds column c's
+// level of the two rows (low nibbles: the group's columns 0..15, high: 16..31), and vpdpwssd
+// multiplies them by each query's broadcast weight pair: 4 queries x 2 halves = 8 independent
+// chains per group. (Two groups at once, 16 chains, measured slower: GCC 12 copied the
+// accumulators between registers every row pair.)
+static_assert(kIntAccRows == kAccRows, "a pass's scales fill one [group][kAccRows] table");
 constexpr int kInt16Queries = 4;  // queries per register block
 constexpr int kInt16Pairs = kIntAccRows / 2;
 
 // The levels of two rows' nibbles, one group: a and b the rows' 16 code bytes; lo / hi dword
-// lane c = (row a, row b) levels of column c / 16 + c as int16.
+// lane c = (row a, row b) levels of column c / 16 + c as int16. Each row's bytes are
+// zero-extended to dwords (one load-and-extend each), row b's moved to the high words.
 template <KvRowFormat F>
-inline void PairLevels(__m128i a, __m128i b, __m512i table, __m512i* lo, __m512i* hi) {
-  const __m256i ab = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi8(a, b)),
-                                             _mm_unpackhi_epi8(a, b), 1);
-  const __m512i w = _mm512_cvtepu8_epi16(ab);  // word 2c + r: code byte c of row r
+inline void PairLevels(const uint8_t* a, const uint8_t* b, __m512i table, __m512i* lo,
+                       __m512i* hi) {
+  const __m512i wa = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
+  const __m512i wb = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+  const __m512i w = _mm512_or_si512(wa, _mm512_slli_epi32(wb, 16));  // word 2c + r: byte c of r
   const __m512i l = _mm512_and_si512(w, _mm512_set1_epi16(0x0F));
   const __m512i h = _mm512_srli_epi16(w, 4);
   if constexpr (F == KvRowFormat::kQ4Nl) {
@@ -951,9 +789,7 @@ inline void Int16Dots(const uint8_t* rows, int n_rows, size_t row_bytes, size_t 
     __m512i lv[kG][2];  // [group][low, high nibbles]
 #pragma GCC unroll 8
     for (int gi = 0; gi < kG; ++gi) {
-      PairLevels<F>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r0 + gi * group_bytes)),
-                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1 + gi * group_bytes)), table,
-                    &lv[gi][0], &lv[gi][1]);
+      PairLevels<F>(r0 + gi * group_bytes, r1 + gi * group_bytes, table, &lv[gi][0], &lv[gi][1]);
     }
 #pragma GCC unroll 8
     for (int q = 0; q < kNq; ++q) {
@@ -982,14 +818,80 @@ inline void Int16Dots(const uint8_t* rows, int n_rows, size_t row_bytes, size_t 
   }
 }
 
+// Not inlined: inside the pass, GCC 12 copied the 8 accumulators between registers every row
+// pair (16 extra moves per 8 vpdpwssd).
 template <KvRowFormat F, int kNq>
-inline void Int16DotsAllGroups(const uint8_t* rows, int n_rows, size_t row_bytes,
-                               size_t group_bytes, int n_groups, int n_pairs,
-                               const int32_t (*wq)[kMaxHeadDim / kGroup][kInt16Pairs],
-                               const float (*step)[kMaxHeadDim / kGroup], float* const* acc) {
+__attribute__((noinline)) void Int16DotsAllGroups(
+    const uint8_t* rows, int n_rows, size_t row_bytes, size_t group_bytes, int n_groups,
+    int n_pairs, const int32_t (*wq)[kMaxHeadDim / kGroup][kInt16Pairs],
+    const float (*step)[kMaxHeadDim / kGroup], float* const* acc) {
   for (int g = 0; g < n_groups; ++g) {
     Int16Dots<F, kNq, 1>(rows, n_rows, row_bytes, group_bytes, g, n_pairs, wq, step, acc);
   }
+}
+
+// One query's weights of a pass: rows below m loaded, the rest zero; a negative weight is 0
+// (max with the zero first keeps a NaN).
+inline void LoadTileWeights(const float* p_row, int m, __mmask16* mk, __m512* pv) {
+  const uint64_t rows = m >= 64 ? ~0ull : (1ull << m) - 1;  // bit j: row j (0 <= m <= 64)
+  for (int k = 0; k < 4; ++k) {
+    mk[k] = static_cast<__mmask16>(rows >> (16 * k));
+    pv[k] = _mm512_max_ps(_mm512_setzero_ps(), _mm512_maskz_loadu_ps(mk[k], p_row + 16 * k));
+  }
+}
+
+// A group's signed weights p·d per row (sc_g: the pass's scales d of that group), the lane
+// maxima of |p·d| in *amax_v, and the mask of lanes whose weight is not finite. |p·d| is
+// p·|d| bit for bit: a product's rounding does not depend on its sign.
+inline __mmask16 GroupWeights(const __mmask16* mk, const __m512* pv, const float* sc_g, __m512* w,
+                              __m512* amax_v) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  const __m512 flt_max = _mm512_set1_ps(std::numeric_limits<float>::max());
+  __m512 amax = _mm512_setzero_ps();
+  __mmask16 bad = 0;
+  for (int k = 0; k < 4; ++k) {
+    w[k] = _mm512_maskz_mul_ps(mk[k], pv[k], _mm512_maskz_load_ps(mk[k], sc_g + 16 * k));
+    const __m512 a = _mm512_and_ps(w[k], abs_mask);
+    amax = _mm512_max_ps(amax, a);
+    bad |= _mm512_cmp_ps_mask(a, flt_max, _CMP_NLE_UQ);
+  }
+  *amax_v = amax;
+  return bad;
+}
+
+// The lane maxima of 8 vectors at once, as one transposing tree: 128-bit lane l of the result
+// holds the largest lane of v[l] in its floats 0 and 1 and of v[4 + l] in 2 and 3 (MaxLane8).
+inline __m512 MaxLanes8(const __m512* v) {
+  __m512 a[4];  // lanes 0..7: partial maxima of v[2i], 8..15: of v[2i + 1]
+  for (int i = 0; i < 4; ++i) {
+    a[i] = _mm512_max_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+  }
+  __m512 b[2];  // 128-bit lane l: partial maxima of v[4i + l]
+  for (int i = 0; i < 2; ++i) {
+    b[i] = _mm512_max_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xDD));
+  }
+  const __m512 t =
+      _mm512_max_ps(_mm512_shuffle_ps(b[0], b[1], 0x44), _mm512_shuffle_ps(b[0], b[1], 0xEE));
+  return _mm512_max_ps(t, _mm512_permute_ps(t, 0xB1));
+}
+// The float of MaxLanes8's result that holds v[i]'s maximum.
+constexpr int MaxLane8(int i) { return 4 * (i & 3) + 2 * (i >> 2); }
+
+// The codes of one group's signed weights w [4][16 rows] at inv = kInt16AccWeightMax / amax,
+// rounded half even (|w| <= amax keeps them within +-kInt16AccWeightMax; the sign is the
+// row's), stored two rows to a dword in row order: wq[k] = (row 2k, row 2k + 1).
+inline void StoreWeightCodes(const __m512* w, __m512 inv, int32_t* wq) {
+  // Word i of a pair of dword vectors (x, y): the low half of x[i] for i < 16, else of y[i - 16].
+  const __m512i even =
+      _mm512_setr_epi32(0x00020000, 0x00060004, 0x000A0008, 0x000E000C, 0x00120010, 0x00160014,
+                        0x001A0018, 0x001E001C, 0x00220020, 0x00260024, 0x002A0028, 0x002E002C,
+                        0x00320030, 0x00360034, 0x003A0038, 0x003E003C);
+  __m512i c[4];
+  for (int k = 0; k < 4; ++k) c[k] = _mm512_cvtps_epi32(_mm512_mul_ps(w[k], inv));
+  _mm512_store_si512(wq, _mm512_permutex2var_epi16(c[0], even, c[1]));
+  _mm512_store_si512(wq + 16, _mm512_permutex2var_epi16(c[2], even, c[3]));
 }
 
 // Rows [0, n_rows) (n_rows <= kIntAccRows) of a call whose first row is j0 rows earlier: a
@@ -1000,59 +902,56 @@ void Int16AccumulatePass(const uint8_t* rows, int n_rows, int head_dim, int nq, 
   const size_t row_bytes = KvRowBytes(F, head_dim);
   const int n_groups = head_dim / kGroup;
   const size_t group_bytes = row_bytes / n_groups;
-  alignas(64) float sc[kMaxHeadDim / kGroup * kAccRows];  // [group][row] |scale|
-  uint64_t negative[kMaxHeadDim / kGroup];                // [group] bit j: row j's scale < 0
-  TileScales(rows, n_rows, row_bytes, n_groups, sc);
-  for (int g = 0; g < n_groups; ++g) {
-    negative[g] = 0;
-    for (int k = 0; 16 * k < n_rows; ++k) {
-      const __m512 d = _mm512_load_ps(sc + g * kAccRows + 16 * k);
-      negative[g] |= static_cast<uint64_t>(_mm512_movepi32_mask(_mm512_castps_si512(d)))
-                     << (16 * k);
-      _mm512_store_ps(sc + g * kAccRows + 16 * k,
-                      _mm512_and_ps(d, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF))));
-    }
-  }
+  alignas(64) float sc[kMaxHeadDim / kGroup * kAccRows];  // [group][row] the rows' scales d
+  TileScales4Bit(rows, n_rows, row_bytes, n_groups, sc);
   const float wmax = static_cast<float>(kInt16AccWeightMax);
+  const __m512 wmax_v = _mm512_set1_ps(wmax);
   alignas(64) int32_t wq[kInt16Queries][kMaxHeadDim / kGroup][kInt16Pairs];  // weight pairs
   float step[kInt16Queries][kMaxHeadDim / kGroup];                           // 0: nothing to add
   for (int q0 = 0; q0 < nq; q0 += kInt16Queries) {
     const int n = std::min(kInt16Queries, nq - q0);
     int m_max = 0;
     float* aq[kInt16Queries];
+    __mmask16 mk[kInt16Queries][4];  // [query][16-row chunk] rows below the query's limit
+    __m512 pv[kInt16Queries][4];     // [query][16-row chunk] its weights
     for (int qq = 0; qq < n; ++qq) {
       const int qi = q0 + qq;
       aq[qq] = acc + static_cast<int64_t>(qi) * head_dim;
       const int m = std::clamp(lim[qi] - j0, 0, n_rows);
       m_max = std::max(m_max, m);
-      __mmask16 mk[4];  // [16-row chunk] rows below m
-      __m512 pv[4];     // [16-row chunk] the query's weights
-      LoadTileWeights(p + qi * p_stride, m, mk, pv);
-      for (int g = 0; g < n_groups; ++g) {
+      LoadTileWeights(p + qi * p_stride, m, mk[qq], pv[qq]);
+    }
+    // Slots s = qq * n_groups + g in batches of 8: their weights, one reduction tree and one
+    // division for the batch, then the codes (independent chains for the core to overlap).
+    const int n_slots = n * n_groups;
+    for (int s0 = 0; s0 < n_slots; s0 += 8) {
+      const int ns = std::min(8, n_slots - s0);
+      __m512 w[8][4];  // [slot][16-row chunk] the signed weights p·d
+      __m512 amax_v[8];
+      __mmask16 bad[8];
+      for (int i = 0; i < 8; ++i) {
+        amax_v[i] = _mm512_setzero_ps();
+        if (i >= ns) continue;
+        const int qq = (s0 + i) / n_groups, g = (s0 + i) % n_groups;
+        bad[i] = GroupWeights(mk[qq], pv[qq], sc + g * kAccRows, w[i], &amax_v[i]);
+      }
+      const __m512 amax = MaxLanes8(amax_v);
+      const __m512 inv = _mm512_div_ps(wmax_v, amax);
+      alignas(64) float amax_s[16];
+      _mm512_store_ps(amax_s, amax);
+      for (int i = 0; i < ns; ++i) {
+        const int qq = (s0 + i) / n_groups, g = (s0 + i) % n_groups;
         step[qq][g] = 0.0f;
-        if (m == 0) continue;
-        __m512 w[4];  // [16-row chunk] the weights times the group's |d|
-        __m512 amax_v;
-        const __mmask16 bad = GroupWeights(mk, pv, sc + g * kAccRows, w, &amax_v);
-        if (bad != 0) {
+        if (bad[i] != 0) {
           std::fill(aq[qq] + g * kGroup, aq[qq] + (g + 1) * kGroup,
                     std::numeric_limits<float>::quiet_NaN());
           continue;
         }
-        const float amax = MaxLanes(amax_v);
-        if (!(amax >= 1e-30f)) continue;
-        const __m512 inv = _mm512_set1_ps(wmax / amax);
-        step[qq][g] = amax / wmax;
-        for (int k = 0; k < 4; ++k) {
-          // Round half even; w <= amax keeps the code <= kInt16AccWeightMax, and a negative
-          // weight's code is clamped to 0. Then the row's sign; vpmovdw packs two rows a dword.
-          __m512i c = _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(w[k], inv)),
-                                       _mm512_setzero_si512());
-          c = _mm512_mask_sub_epi32(c, static_cast<__mmask16>(negative[g] >> (16 * k)),
-                                    _mm512_setzero_si512(), c);
-          _mm256_store_si256(reinterpret_cast<__m256i*>(wq[qq][g] + 8 * k),
-                             _mm512_cvtepi32_epi16(c));
-        }
+        const float a = amax_s[MaxLane8(i)];
+        if (!(a >= 1e-30f)) continue;
+        step[qq][g] = a / wmax;
+        StoreWeightCodes(w[i], _mm512_permutexvar_ps(_mm512_set1_epi32(MaxLane8(i)), inv),
+                         wq[qq][g]);
       }
     }
     const int n_pairs = (m_max + 1) / 2;
@@ -1097,17 +996,6 @@ void Int16Accumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, cons
   }
 }
 }  // namespace
-
-KvAccumulateFn Avx512KvIntAccumulator(KvRowFormat format) {
-  switch (format) {
-    case KvRowFormat::kQ4_0:
-      return IntAccumulate<KvRowFormat::kQ4_0>;
-    case KvRowFormat::kQ4Nl:
-      return IntAccumulate<KvRowFormat::kQ4Nl>;
-    default:
-      return nullptr;
-  }
-}
 
 KvAccumulateFn Avx512KvInt16Accumulator(KvRowFormat format) {
   switch (format) {
