@@ -35,10 +35,12 @@ constexpr double kProbeCatchUp = 0.02;  // steps per missed cell a probe may pay
 constexpr int kHorizon = 32;          // the fewest tokens a resumed drafter is expected to run for
 constexpr double kFreeSteps = 0.25;   // extra steps a draft beyond the earned length may cost
 constexpr double kBulkPrior = 0.25;   // a bulk catch-up cell against a short one, unmeasured
-constexpr double kProbeShare = 0.01;  // a probe's cost over the plain steps before it, at most
+constexpr double kProbeShare = 0.01;  // the probes' loss over the tokens emitted, at most
+constexpr double kGapShare = 0.008;   // a probe's cost over the plain steps before it, at most
 constexpr double kRealPrior = 2.0;    // plain steps of evidence the long-run realized rate is worth
 constexpr double kRealMin = 2.0;      // plain steps of evidence before the realized rate vetoes
 constexpr double kRealClamp = 2.0;    // a step's measured cost counts within [1/c, c]x predicted
+constexpr double kPassCost = 0.01;    // steps per pass above which asking the drafter costs a pass
 }  // namespace
 
 void CostModel::Observe(int entry, double log_seconds) {
@@ -130,6 +132,25 @@ double CostModel::CatchUpSteps(double cells) const {
   return cells * Ratio(kCatchUp) * (cells > kBulkCells ? kBulkPrior : 1.0);
 }
 
+DraftController::DraftController(CostModel* costs, bool adaptive)
+    : costs_(costs), adaptive_(adaptive) {
+  // The schedule a paused drafter left: the stream of requests is probed as one (a request
+  // does not restart the back-off at 8 steps, nor get probes of its own for free).
+  if (adaptive_ && costs_->DraftSteps(1) > kPassCost && costs_->probe_gap() > kMinGap) {
+    gap_ = std::min(costs_->probe_gap(), kLongestGap);
+    until_probe_ = std::clamp(costs_->probe_wait(), 0, gap_);
+  }
+}
+
+void DraftController::KeepSchedule() {
+  if (!adaptive_ || costs_->DraftSteps(1) <= kPassCost) return;
+  if (gap_ > kMinGap) {
+    costs_->SetProbeSchedule(gap_, until_probe_);
+  } else {
+    costs_->SetProbeSchedule(0, 0);
+  }
+}
+
 double DraftController::acceptance() const {
   const double a0 = costs_->acceptance();
   const double hits = hits_ + kPrior * a0, misses = misses_ + kPrior * (1.0 - a0);
@@ -199,8 +220,9 @@ double DraftController::ProbeSteps() const {
 }
 
 int DraftController::MaxProbeGap() const {
-  // At the longest wait, a probe costs kProbeShare of the plain steps it follows.
-  return std::clamp(static_cast<int>(std::ceil(ProbeSteps() / kProbeShare)), kMaxGap, kLongestGap);
+  // At the longest wait, a probe costs kGapShare of the plain steps it follows (under the 1 %
+  // of the loss allowance, so that a head whose proposals are all rejected stays below it).
+  return std::clamp(static_cast<int>(std::ceil(ProbeSteps() / kGapShare)), kMaxGap, kLongestGap);
 }
 
 int DraftController::Plan(int max_tokens) {
@@ -220,7 +242,7 @@ int DraftController::Plan(int max_tokens) {
   const double realized = Realized(&weight);
   // (A drafter whose asking is free, prompt lookup, has no pass the model could misprice: its
   // windows are priced as measured, and their mix of lengths and acceptances is the model's.)
-  const bool proven = real_steps_ >= kRealMin && costs_->DraftSteps(1) > 0.01;
+  const bool proven = real_steps_ >= kRealMin && costs_->DraftSteps(1) > kPassCost;
   const double rate = proven ? std::min(best, realized) : best;
   if (k > 0 && rate >= 1.0 + kMargin * q && Repays(rate)) {
     gap_ = kMinGap;
@@ -259,6 +281,7 @@ void DraftController::Record(const StepRecord& r) {
     ++since_ask_;
     ++idle_;
     prev_emitted_ = r.emitted;
+    KeepSchedule();
     return;
   }
   // Evidence ages with the plain steps since the drafter was last asked too (a probe after a
@@ -316,10 +339,10 @@ void DraftController::Record(const StepRecord& r) {
                          costs_->CatchUpSteps(r.catch_up_cells);
     probe_loss_ += std::max(0.0, steps - r.emitted);
   }
-  if (probing_ && (r.drafted > 0 || costs_->DraftSteps(1) > 0.01)) {
+  if (probing_ && (r.drafted > 0 || costs_->DraftSteps(1) > kPassCost)) {
     double weight = 0.0;
     const bool loses =
-        Realized(&weight) < 1.0 && real_steps_ >= kRealMin && costs_->DraftSteps(1) > 0.01;
+        Realized(&weight) < 1.0 && real_steps_ >= kRealMin && costs_->DraftSteps(1) > kPassCost;
     if (r.drafted == 0 || r.accepted < r.drafted || loses) {
       gap_ = std::min(MaxProbeGap(), 2 * gap_);
     }
@@ -330,6 +353,7 @@ void DraftController::Record(const StepRecord& r) {
   // A probe that skipped the catch-up leaves the drafter behind by what it missed and this step.
   since_ask_ = r.catch_up_skipped > 0 ? r.catch_up_skipped + r.emitted : 0;
   prev_emitted_ = r.emitted;
+  KeepSchedule();
 }
 
 int DraftBudget(const Session& session, int seq, int draft_max, int remaining) {
