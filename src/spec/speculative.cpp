@@ -244,9 +244,22 @@ int DraftController::Plan(int max_tokens) {
   // windows are priced as measured, and their mix of lengths and acceptances is the model's.)
   const bool proven = real_steps_ >= kRealMin && costs_->DraftSteps(1) > kPassCost;
   const double rate = proven ? std::min(best, realized) : best;
-  if (k > 0 && rate >= 1.0 + kMargin * q && Repays(rate)) {
-    gap_ = kMinGap;
-    until_probe_ = gap_;
+  // A resumption (a bulk catch-up over the pause first) is priced at the measured rate, the
+  // long-run figure included, even before this request has two steps of its own: a trial that
+  // catches up a whole pause is not made against the measurement that asking loses.
+  const bool resumes = since_ask_ > CostModel::kBulkCells && ever_asked_;
+  const double resume_rate =
+      weight >= kRealMin && costs_->DraftSteps(1) > kPassCost ? std::min(rate, realized) : rate;
+  if (k > 0 && rate >= 1.0 + kMargin * q && Repays(resumes ? resume_rate : rate)) {
+    // Drafting the evidence supports restarts the probes' back-off at 8; a trial against the
+    // long-run measurement that asking loses (a request without two steps of its own yet: the
+    // veto stops it after them) keeps the back-off, so that it does not undo a kept schedule.
+    const bool long_run_loses =
+        costs_->DraftSteps(1) > kPassCost && costs_->realized_tokens() < costs_->realized_steps();
+    if (proven || !long_run_loses) {
+      gap_ = kMinGap;
+      until_probe_ = gap_;
+    }
     return k;
   }
   if (until_probe_ > 0) return 0;

@@ -151,7 +151,7 @@ struct StepRecord {
 // drafting does not pay, a one-token probe runs after 8 plain steps, the wait doubling after each
 // probe not accepted whole, back to 8 once drafting pays; the wait grows to at least 32 steps and
 // up to the one at which a probe's expected cost (the drafter's pass and the window's extra token)
-// is 1 % of the plain steps between probes (at most 256), and no probe runs while the probes'
+// is 0.8 % of the plain steps between probes (at most 256), and no probe runs while the probes'
 // loss (steps beyond the tokens they gave) would pass 1 % of the tokens emitted plus two probes'
 // cost. A drafter that probes without catching
 // up (Drafter::Probe: an MTP head) pays only that; any other whose catch-up costs more than 0.02
