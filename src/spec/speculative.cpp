@@ -197,8 +197,10 @@ bool DraftController::Repays(double rate) const {
   // A drafter that must catch up first (one batched pass over the positions it missed) is
   // asked only when the time expected to be saved over the next tokens covers it: a request is
   // expected to go on for about as long as it has run (at least kHorizon tokens).
+  // (A request's first ask after a few plain steps is not held back; one after a kept probe
+  // wait catches up as a resumption does.)
   const double horizon = std::max<double>(kHorizon, static_cast<double>(emitted_));
-  return since_ask_ == 0 || !ever_asked_ ||
+  return since_ask_ == 0 || (!ever_asked_ && since_ask_ <= CostModel::kBulkCells) ||
          horizon * (1.0 - 1.0 / rate) >= costs_->CatchUpSteps(since_ask_);
 }
 
@@ -247,7 +249,7 @@ int DraftController::Plan(int max_tokens) {
   // A resumption (a bulk catch-up over the pause first) is priced at the measured rate, the
   // long-run figure included, even before this request has two steps of its own: a trial that
   // catches up a whole pause is not made against the measurement that asking loses.
-  const bool resumes = since_ask_ > CostModel::kBulkCells && ever_asked_;
+  const bool resumes = since_ask_ > CostModel::kBulkCells;
   const double resume_rate =
       weight >= kRealMin && costs_->DraftSteps(1) > kPassCost ? std::min(rate, realized) : rate;
   if (k > 0 && rate >= 1.0 + kMargin * q && Repays(resumes ? resume_rate : rate)) {
