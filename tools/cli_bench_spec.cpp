@@ -78,7 +78,7 @@ struct Leg {
   std::vector<double> cpu_ratio;  // [rounds] speed per CPU second over plain decoding's
   spec::SpecStats stats;
   double decode_seconds = 0.0;  // every round's together
-  double cpu_seconds = 0.0;     // every round's together (decode: after the prompt's last chunk)
+  double cpu_seconds = 0.0;     // every round's together (decode: from the first token's text)
   int64_t tokens = 0;           // every round's together
   int n_tokens = 0;
   int requests = 0;  // counted requests
@@ -288,13 +288,17 @@ int RunBenchSpec(const BenchOptions& o, const Model& model, ThreadPool& pool) {
           SpecSetup& setup = setups[m];
           setup.drafter = NewDrafter(options[m], setup, pool, &session);
           spec::SpecStats stats;
+          // The decode's CPU time starts at the first token's text: after the prompt and what
+          // the drafter does with it (an MTP head's or a draft model's prompt pass, which the
+          // wall clock counts as prompt time too).
           double cpu_start = CpuSeconds();
-          // The decode's CPU time starts after the prompt's last chunk.
-          auto on_progress = [&cpu_start](int processed, int total) {
-            if (processed >= total) cpu_start = CpuSeconds();
+          bool started = false;
+          auto on_text = [&cpu_start, &started](const std::string&) {
+            if (!started) cpu_start = CpuSeconds();
+            started = true;
+            return true;
           };
-          Result<GenerateResult> r =
-              GenerateWithSpec(session, prompt, go, setup, &stats, {}, on_progress);
+          Result<GenerateResult> r = GenerateWithSpec(session, prompt, go, setup, &stats, on_text);
           const double cpu_seconds = CpuSeconds() - cpu_start;
           if (!r.ok()) {
             std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
