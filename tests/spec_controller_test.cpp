@@ -322,7 +322,7 @@ TEST(DraftController, ABreakEvenHeadNeverLosesOnShortRequests) {
     tokens += sim.tokens;
     seconds += sim.true_seconds;
   }
-  EXPECT_GT(tokens * Sim::kStep / seconds, 0.985);  // 0.993 measured
+  EXPECT_GT(tokens * Sim::kStep / seconds, 0.985);  // 0.996 measured (0.993 before kept probes)
 }
 
 // A head that never pays, over a stream of short requests sharing one cost model (a chat's
