@@ -294,8 +294,9 @@ TEST(DraftController, AHeadThatRecoversResumesDrafting) {
 // 47-100 %, as the bench's JSON, copy and prose) and a long one (count) share one cost model,
 // as a chat's turns or the bench's rounds do: after the first request each runs at >= 0.97x
 // plain (the windows and probes of a head that loses stop being paid for), the whole series at
-// >= 0.985x (0.976-0.997 per request and 0.993 here; the controller before the measured
-// veto: 0.956-0.993, three short requests under 0.97).
+// >= 0.985x (0.983-1.000 per request and 0.996 here, 0.976-0.997 and 0.993 before probe schedules
+// were kept; the controller before the measured veto: 0.956-0.993, three short requests under
+// 0.97).
 TEST(DraftController, ABreakEvenHeadNeverLosesOnShortRequests) {
   Machine m = MtpHead();
   m.window = [](int w) { return 1.0 + 0.6 * (w - 1); };
