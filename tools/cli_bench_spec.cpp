@@ -1,14 +1,19 @@
 // `lamina bench --spec off,lookup,draft,mtp`: greedy generation on a fixed task set (counting to
 // 300, a JSON object, copying a 50-item list, prose), each task in the model's chat template
 // (ChatML for a model without one), with each speculative mode, in interleaved rounds (every
-// round runs every task × mode once, in a fresh session, the modes' order rotated each round,
-// after one warm-up round that is not counted; a second "off" is a control leg). Prints per task
-// and mode the median decode tok/s, the median of the per-round ratios to plain decoding,
-// acceptance and tokens per verify step, what each leg asked of its drafter per 1,000 tokens
-// (calls, caught-up cells, drafted tokens), then what each leg's cost model measured (one per leg,
-// kept across its runs). The output ids are checked equal to plain decoding's (they must be, at
-// temperature 0).
+// round runs every task's requests, each request with every mode right after one another in a
+// fresh session, the modes' order rotated per request; a task shorter than kRoundTokens is
+// requested several times per round; one warm-up round is not counted; a second "off" is a
+// control leg). Prints per task and mode the median decode tok/s, the median of the per-round
+// ratios to plain decoding by wall clock with their middle half, the same by the process's CPU
+// time, the control leg's middle half beside it, acceptance and tokens per verify step, what each
+// leg asked of its drafter per 1,000 tokens (calls, probes, caught-up cells, drafted tokens,
+// verify windows), then what each leg's cost model measured (one per leg, kept across its runs).
+// The output ids are checked equal to plain decoding's (they must be, at temperature 0).
+#include <time.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -45,17 +50,38 @@ std::vector<Task> Tasks() {
           {"prose", "Tell me a short story about a brave little fox.", 256}};
 }
 
-double Median(std::vector<double> v) {
+// A task shorter than this is requested several times per round (at most kMaxRequests), so
+// that each round's ratio rests on about as many tokens as a long task's.
+constexpr int kRoundTokens = 400;
+constexpr int kMaxRequests = 6;
+
+// The q-quantile of v (nearest rank; 0.5: the median).
+double Quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
+  return v[i];
+}
+double Median(const std::vector<double>& v) { return Quantile(v, 0.5); }
+
+// The process's CPU time (every thread's), in seconds: unlike the wall clock, it does not grow
+// while the process waits for a core another process holds.
+double CpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 struct Leg {
-  std::vector<double> tok_s, ratio;
+  std::vector<double> tok_s;      // [rounds] decode tokens per wall second
+  std::vector<double> ratio;      // [rounds] wall-clock speed over plain decoding's
+  std::vector<double> cpu_ratio;  // [rounds] speed per CPU second over plain decoding's
   spec::SpecStats stats;
   double decode_seconds = 0.0;  // every round's together
+  double cpu_seconds = 0.0;     // every round's together (decode: from the first token's text)
   int64_t tokens = 0;           // every round's together
   int n_tokens = 0;
+  int requests = 0;  // counted requests
   bool ids_match = true;
 };
 
@@ -85,11 +111,19 @@ bool PrintSpecBench(const BenchOptions& o, const std::vector<Task>& tasks,
                     std::map<std::string, std::map<std::string, Leg>>& legs) {
   nlohmann::json out = nlohmann::json::array();
   if (!o.json) {
-    std::printf("%-6s %-7s %7s %9s %8s %8s %10s %s\n", "task", "spec", "tokens", "tok/s", "x plain",
-                "accept", "tok/verify", "same ids");
+    std::printf("%-6s %-7s %6s %5s %8s %7s %11s %7s %11s %8s %10s %s\n", "task", "spec", "tokens",
+                "reqs", "tok/s", "x plain", "(mid half)", "x cpu", "control", "accept",
+                "tok/verify", "same ids");
   }
   bool all_match = true;
   for (const Task& t : tasks) {
+    // The control leg's middle half: plain decoding against itself, the noise each ratio has.
+    char control[32] = "-";
+    if (legs[t.name].count("off2") > 0) {
+      const Leg& c = legs[t.name]["off2"];
+      std::snprintf(control, sizeof control, "%.2f-%.2f", Quantile(c.ratio, 0.25),
+                    Quantile(c.ratio, 0.75));
+    }
     for (const std::string& m : modes) {
       const Leg& leg = legs[t.name][m];
       all_match = all_match && leg.ids_match;
@@ -97,8 +131,13 @@ bool PrintSpecBench(const BenchOptions& o, const std::vector<Task>& tasks,
         out.push_back({{"task", t.name},
                        {"spec", m},
                        {"tokens", leg.n_tokens},
+                       {"requests", leg.requests},
                        {"tok_s", Median(leg.tok_s)},
                        {"ratio", Median(leg.ratio)},
+                       {"ratio_p25", Quantile(leg.ratio, 0.25)},
+                       {"ratio_p75", Quantile(leg.ratio, 0.75)},
+                       {"cpu_ratio", Median(leg.cpu_ratio)},
+                       {"control", control},
                        {"acceptance", leg.stats.acceptance()},
                        {"tokens_per_verify", leg.stats.tokens_per_verify()},
                        {"drafted", leg.stats.drafted},
@@ -112,13 +151,17 @@ bool PrintSpecBench(const BenchOptions& o, const std::vector<Task>& tasks,
         continue;
       }
       if (m == "off") {
-        std::printf("%-6s %-7s %7d %9.1f %8s %8s %10s %s\n", t.name, m.c_str(), leg.n_tokens,
-                    Median(leg.tok_s), "1.00", "-", "-", "-");
+        std::printf("%-6s %-7s %6d %5d %8.1f %7s %11s %7s %11s %8s %10s %s\n", t.name, m.c_str(),
+                    leg.n_tokens, leg.requests, Median(leg.tok_s), "1.00", "-", "1.00", control,
+                    "-", "-", "-");
       } else {
-        std::printf("%-6s %-7s %7d %9.1f %8.2f %7.1f%% %10.2f %s\n", t.name, m.c_str(),
-                    leg.n_tokens, Median(leg.tok_s), Median(leg.ratio),
-                    100.0 * leg.stats.acceptance(), leg.stats.tokens_per_verify(),
-                    leg.ids_match ? "yes" : "NO");
+        char mid[32];
+        std::snprintf(mid, sizeof mid, "%.2f-%.2f", Quantile(leg.ratio, 0.25),
+                      Quantile(leg.ratio, 0.75));
+        std::printf("%-6s %-7s %6d %5d %8.1f %7.2f %11s %7.2f %11s %7.1f%% %10.2f %s\n", t.name,
+                    m.c_str(), leg.n_tokens, leg.requests, Median(leg.tok_s), Median(leg.ratio),
+                    mid, Median(leg.cpu_ratio), control, 100.0 * leg.stats.acceptance(),
+                    leg.stats.tokens_per_verify(), leg.ids_match ? "yes" : "NO");
       }
     }
   }
@@ -148,15 +191,15 @@ void PrintCosts(const std::string& mode, const spec::CostModel& c) {
 // controllers by.
 void PrintDrafterWork(const std::vector<Task>& tasks, const std::vector<std::string>& modes,
                       std::map<std::string, std::map<std::string, Leg>>& legs) {
-  std::printf("%-6s %-7s %14s %15s %16s %15s\n", "task", "spec", "calls per 1k", "probes per 1k",
-              "catch-up per 1k", "drafted per 1k");
+  std::printf("%-6s %-7s %14s %15s %16s %15s %15s\n", "task", "spec", "calls per 1k",
+              "probes per 1k", "catch-up per 1k", "drafted per 1k", "windows per 1k");
   for (const Task& t : tasks) {
     for (const std::string& m : modes) {
       if (m == "off" || m == "off2") continue;
       const spec::SpecStats& s = legs[t.name][m].stats;
       const double per = 1000.0 / std::max<double>(1.0, static_cast<double>(s.emitted));
-      std::printf("%-6s %-7s %14.1f %15.1f %16.1f %15.1f\n", t.name, m.c_str(), s.asks * per,
-                  s.probes * per, s.catch_up_cells * per, s.drafted * per);
+      std::printf("%-6s %-7s %14.1f %15.1f %16.1f %15.1f %15.1f\n", t.name, m.c_str(), s.asks * per,
+                  s.probes * per, s.catch_up_cells * per, s.drafted * per, s.verify_steps * per);
     }
   }
 }
@@ -220,8 +263,12 @@ int RunBenchSpec(const BenchOptions& o, const Model& model, ThreadPool& pool) {
   const std::vector<Task> tasks = Tasks();
   std::map<std::string, std::map<std::string, Leg>> legs;  // task → mode → figures
   // Round 0 warms up (the weights' pages, the allocator, each leg's cost model) and is not
-  // counted; in round r the legs run in an order rotated by r, so that no leg always runs first
-  // or right after another.
+  // counted; it also sets how many requests of each task a round makes (a short task several,
+  // so that a round's ratio rests on ~kRoundTokens tokens). Every request runs every leg right
+  // after one another (the legs share the load of that moment), in an order rotated per request,
+  // so that no leg always runs first or right after another.
+  std::map<std::string, int> requests;  // task → requests per counted round
+  int turn = 0;                         // requests so far: the rotation
   for (int round = 0; round <= o.reps; ++round) {
     for (const Task& t : tasks) {
       const std::vector<int32_t> prompt =
@@ -230,33 +277,69 @@ int RunBenchSpec(const BenchOptions& o, const Model& model, ThreadPool& pool) {
       GenerateOptions go;
       go.params.sampler.temperature = 0.0f;
       go.params.n_predict = t.n_predict;
-      std::map<std::string, std::vector<int32_t>> ids;  // mode → this round's output
-      std::map<std::string, double> tok_s;              // mode → this round's decode speed
-      for (size_t i = 0; i < modes.size(); ++i) {
-        const std::string& m = modes[(i + round) % modes.size()];
-        Session session(model, sc, pool);
-        SpecSetup& setup = setups[m];
-        setup.drafter = NewDrafter(options[m], setup, pool, &session);
-        spec::SpecStats stats;
-        Result<GenerateResult> r = GenerateWithSpec(session, prompt, go, setup, &stats);
-        if (!r.ok()) {
-          std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
-          return kExitFailure;
+      // mode → this round's decode tokens, wall seconds and CPU seconds
+      std::map<std::string, double> tokens, wall, cpu;
+      const int n_requests = round == 0 ? 1 : requests[t.name];
+      for (int q = 0; q < n_requests; ++q, ++turn) {
+        std::map<std::string, std::vector<int32_t>> ids;  // mode → this request's output
+        for (size_t i = 0; i < modes.size(); ++i) {
+          const std::string& m = modes[(i + turn) % modes.size()];
+          Session session(model, sc, pool);
+          SpecSetup& setup = setups[m];
+          setup.drafter = NewDrafter(options[m], setup, pool, &session);
+          spec::SpecStats stats;
+          // The decode's CPU time starts at the first token's text: after the prompt and what
+          // the drafter does with it (an MTP head's or a draft model's prompt pass, which the
+          // wall clock counts as prompt time too).
+          double cpu_start = CpuSeconds();
+          bool started = false;
+          auto on_text = [&cpu_start, &started](const std::string&) {
+            if (!started) cpu_start = CpuSeconds();
+            started = true;
+            return true;
+          };
+          Result<GenerateResult> r = GenerateWithSpec(session, prompt, go, setup, &stats, on_text);
+          const double cpu_seconds = CpuSeconds() - cpu_start;
+          if (!r.ok()) {
+            std::fprintf(stderr, "lamina: %s\n", r.error().message.c_str());
+            return kExitFailure;
+          }
+          ids[m] = r->tokens;
+          if (round == 0) {
+            if (m == "off") {
+              requests[t.name] =
+                  std::clamp<int>((kRoundTokens + static_cast<int>(r->tokens.size()) - 1) /
+                                      std::max<int>(1, static_cast<int>(r->tokens.size())),
+                                  1, kMaxRequests);
+            }
+            continue;
+          }
+          tokens[m] += static_cast<double>(r->tokens.size());
+          wall[m] += r->decode_seconds;
+          cpu[m] += cpu_seconds;
+          Leg& leg = legs[t.name][m];
+          leg.n_tokens = static_cast<int>(r->tokens.size());
+          leg.stats.Add(stats);
+          leg.decode_seconds += r->decode_seconds;
+          leg.cpu_seconds += cpu_seconds;
+          leg.tokens += static_cast<int64_t>(r->tokens.size());
+          ++leg.requests;
         }
-        ids[m] = r->tokens;
-        tok_s[m] = r->tokens.size() / std::max(r->decode_seconds, 1e-9);
-        if (round == 0) continue;
-        Leg& leg = legs[t.name][m];
-        leg.tok_s.push_back(tok_s[m]);
-        leg.n_tokens = static_cast<int>(r->tokens.size());
-        leg.stats.Add(stats);
-        leg.decode_seconds += r->decode_seconds;
-        leg.tokens += static_cast<int64_t>(r->tokens.size());
+        for (const std::string& m : modes) {
+          Leg& leg = legs[t.name][m];
+          leg.ids_match = leg.ids_match && ids[m] == ids["off"];
+        }
       }
+      if (round == 0) continue;
+      // The round's speeds: its requests' tokens over their seconds, each leg against plain.
+      auto speed = [&](std::map<std::string, double>& sec, const std::string& m) {
+        return tokens[m] / std::max(sec[m], 1e-9);
+      };
       for (const std::string& m : modes) {
         Leg& leg = legs[t.name][m];
-        leg.ids_match = leg.ids_match && ids[m] == ids["off"];
-        if (round > 0) leg.ratio.push_back(tok_s[m] / std::max(tok_s["off"], 1e-9));
+        leg.tok_s.push_back(speed(wall, m));
+        leg.ratio.push_back(speed(wall, m) / std::max(speed(wall, "off"), 1e-9));
+        leg.cpu_ratio.push_back(speed(cpu, m) / std::max(speed(cpu, "off"), 1e-9));
       }
     }
   }

@@ -283,7 +283,12 @@ void AddBenchCommand(CLI::App* app, Commands* c) {
   cmd->option_defaults()->group(kGroupSpec);
   cmd->add_option("--spec", c->bench.spec,
                   "Speculative decoding on a fixed task set: off,lookup,draft,mtp (with -md, "
-                  "--draft-max, --draft-p-min, --lookup-ngram, --kv-draft)");
+                  "--draft-max, --draft-p-min, --lookup-ngram, --kv-draft). Each request runs "
+                  "every leg back to back (order rotated), short tasks several requests per "
+                  "round, after one warm-up round; -r rounds. A second off (off,off) is a "
+                  "control leg: its middle half of per-round ratios is printed beside each "
+                  "ratio (wall clock, with the middle half, and by the process's CPU time), so "
+                  "a ratio inside it is noise");
   cmd->add_option("--model-draft", c->bench.spec_options.draft_model, "Draft model (-md)");
   cmd->add_option("--draft-max", c->bench.spec_options.draft_max,
                   "Tokens drafted per step (default: 8)")

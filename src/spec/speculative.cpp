@@ -35,10 +35,12 @@ constexpr double kProbeCatchUp = 0.02;  // steps per missed cell a probe may pay
 constexpr int kHorizon = 32;          // the fewest tokens a resumed drafter is expected to run for
 constexpr double kFreeSteps = 0.25;   // extra steps a draft beyond the earned length may cost
 constexpr double kBulkPrior = 0.25;   // a bulk catch-up cell against a short one, unmeasured
-constexpr double kProbeShare = 0.01;  // a probe's cost over the plain steps before it, at most
+constexpr double kProbeShare = 0.01;  // the probes' loss over the tokens emitted, at most
+constexpr double kGapShare = 0.008;   // a probe's cost over the plain steps before it, at most
 constexpr double kRealPrior = 2.0;    // plain steps of evidence the long-run realized rate is worth
 constexpr double kRealMin = 2.0;      // plain steps of evidence before the realized rate vetoes
 constexpr double kRealClamp = 2.0;    // a step's measured cost counts within [1/c, c]x predicted
+constexpr double kPassCost = 0.01;    // steps per pass above which asking the drafter costs a pass
 }  // namespace
 
 void CostModel::Observe(int entry, double log_seconds) {
@@ -130,6 +132,25 @@ double CostModel::CatchUpSteps(double cells) const {
   return cells * Ratio(kCatchUp) * (cells > kBulkCells ? kBulkPrior : 1.0);
 }
 
+DraftController::DraftController(CostModel* costs, bool adaptive)
+    : costs_(costs), adaptive_(adaptive) {
+  // The schedule a paused drafter left: the stream of requests is probed as one (a request
+  // does not restart the back-off at 8 steps, nor get probes of its own for free).
+  if (adaptive_ && costs_->DraftSteps(1) > kPassCost && costs_->probe_gap() > kMinGap) {
+    gap_ = std::min(costs_->probe_gap(), kLongestGap);
+    until_probe_ = std::clamp(costs_->probe_wait(), 0, gap_);
+  }
+}
+
+void DraftController::KeepSchedule() {
+  if (!adaptive_ || costs_->DraftSteps(1) <= kPassCost) return;
+  if (gap_ > kMinGap) {
+    costs_->SetProbeSchedule(gap_, until_probe_);
+  } else {
+    costs_->SetProbeSchedule(0, 0);
+  }
+}
+
 double DraftController::acceptance() const {
   const double a0 = costs_->acceptance();
   const double hits = hits_ + kPrior * a0, misses = misses_ + kPrior * (1.0 - a0);
@@ -176,8 +197,10 @@ bool DraftController::Repays(double rate) const {
   // A drafter that must catch up first (one batched pass over the positions it missed) is
   // asked only when the time expected to be saved over the next tokens covers it: a request is
   // expected to go on for about as long as it has run (at least kHorizon tokens).
+  // (A request's first ask after a few plain steps is not held back; one after a kept probe
+  // wait catches up as a resumption does.)
   const double horizon = std::max<double>(kHorizon, static_cast<double>(emitted_));
-  return since_ask_ == 0 || !ever_asked_ ||
+  return since_ask_ == 0 || (!ever_asked_ && since_ask_ <= CostModel::kBulkCells) ||
          horizon * (1.0 - 1.0 / rate) >= costs_->CatchUpSteps(since_ask_);
 }
 
@@ -199,8 +222,9 @@ double DraftController::ProbeSteps() const {
 }
 
 int DraftController::MaxProbeGap() const {
-  // At the longest wait, a probe costs kProbeShare of the plain steps it follows.
-  return std::clamp(static_cast<int>(std::ceil(ProbeSteps() / kProbeShare)), kMaxGap, kLongestGap);
+  // At the longest wait, a probe costs kGapShare of the plain steps it follows (under the 1 %
+  // of the loss allowance, so that a head whose proposals are all rejected stays below it).
+  return std::clamp(static_cast<int>(std::ceil(ProbeSteps() / kGapShare)), kMaxGap, kLongestGap);
 }
 
 int DraftController::Plan(int max_tokens) {
@@ -220,11 +244,24 @@ int DraftController::Plan(int max_tokens) {
   const double realized = Realized(&weight);
   // (A drafter whose asking is free, prompt lookup, has no pass the model could misprice: its
   // windows are priced as measured, and their mix of lengths and acceptances is the model's.)
-  const bool proven = real_steps_ >= kRealMin && costs_->DraftSteps(1) > 0.01;
+  const bool proven = real_steps_ >= kRealMin && costs_->DraftSteps(1) > kPassCost;
   const double rate = proven ? std::min(best, realized) : best;
-  if (k > 0 && rate >= 1.0 + kMargin * q && Repays(rate)) {
-    gap_ = kMinGap;
-    until_probe_ = gap_;
+  // A resumption (a bulk catch-up over the pause first) is priced at the measured rate, the
+  // long-run figure included, even before this request has two steps of its own: a trial that
+  // catches up a whole pause is not made against the measurement that asking loses.
+  const bool resumes = since_ask_ > CostModel::kBulkCells;
+  const double resume_rate =
+      weight >= kRealMin && costs_->DraftSteps(1) > kPassCost ? std::min(rate, realized) : rate;
+  if (k > 0 && rate >= 1.0 + kMargin * q && Repays(resumes ? resume_rate : rate)) {
+    // Drafting the evidence supports restarts the probes' back-off at 8; a trial against the
+    // long-run measurement that asking loses (a request without two steps of its own yet: the
+    // veto stops it after them) keeps the back-off, so that it does not undo a kept schedule.
+    const bool long_run_loses =
+        costs_->DraftSteps(1) > kPassCost && costs_->realized_tokens() < costs_->realized_steps();
+    if (proven || !long_run_loses) {
+      gap_ = kMinGap;
+      until_probe_ = gap_;
+    }
     return k;
   }
   if (until_probe_ > 0) return 0;
@@ -259,6 +296,7 @@ void DraftController::Record(const StepRecord& r) {
     ++since_ask_;
     ++idle_;
     prev_emitted_ = r.emitted;
+    KeepSchedule();
     return;
   }
   // Evidence ages with the plain steps since the drafter was last asked too (a probe after a
@@ -316,10 +354,10 @@ void DraftController::Record(const StepRecord& r) {
                          costs_->CatchUpSteps(r.catch_up_cells);
     probe_loss_ += std::max(0.0, steps - r.emitted);
   }
-  if (probing_ && (r.drafted > 0 || costs_->DraftSteps(1) > 0.01)) {
+  if (probing_ && (r.drafted > 0 || costs_->DraftSteps(1) > kPassCost)) {
     double weight = 0.0;
     const bool loses =
-        Realized(&weight) < 1.0 && real_steps_ >= kRealMin && costs_->DraftSteps(1) > 0.01;
+        Realized(&weight) < 1.0 && real_steps_ >= kRealMin && costs_->DraftSteps(1) > kPassCost;
     if (r.drafted == 0 || r.accepted < r.drafted || loses) {
       gap_ = std::min(MaxProbeGap(), 2 * gap_);
     }
@@ -330,6 +368,7 @@ void DraftController::Record(const StepRecord& r) {
   // A probe that skipped the catch-up leaves the drafter behind by what it missed and this step.
   since_ask_ = r.catch_up_skipped > 0 ? r.catch_up_skipped + r.emitted : 0;
   prev_emitted_ = r.emitted;
+  KeepSchedule();
 }
 
 int DraftBudget(const Session& session, int seq, int draft_max, int remaining) {

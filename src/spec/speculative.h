@@ -94,6 +94,17 @@ class CostModel {
   double realized_steps() const { return real_steps_; }
   // A plain step's time (the unit), in seconds; 0 before one is measured.
   double step_seconds() const { return has_step() ? std::exp(log_[1]) : 0.0; }
+  // The probe schedule of a paused drafter whose asking costs a pass (an MTP head, a draft
+  // model), kept across requests: the wait between probes that the last request's controller
+  // reached and the plain steps left before its next probe (0, 0: none kept, or drafting paid).
+  // A new request continues it, so a head that loses is probed about once per MaxProbeGap plain
+  // steps of the whole stream of requests, not 3-4 times in each short one.
+  void SetProbeSchedule(int gap, int wait) {
+    probe_gap_ = gap;
+    probe_wait_ = wait;
+  }
+  int probe_gap() const { return probe_gap_; }
+  int probe_wait() const { return probe_wait_; }
 
  private:
   static constexpr int kDraft = kMaxWindow + 1;
@@ -107,6 +118,7 @@ class CostModel {
   std::array<int, kMaxWindow + 4> n_{};          // [entry] observations
   double acc_hits_ = 0.0, acc_misses_ = 0.0;     // decayed per-position outcomes
   double real_tokens_ = 0.0, real_steps_ = 0.0;  // decayed outcomes of the steps that asked
+  int probe_gap_ = 0, probe_wait_ = 0;           // the kept probe schedule (SetProbeSchedule)
 };
 
 // One finished decode step of a sequence, as the controller sees it.
@@ -139,7 +151,7 @@ struct StepRecord {
 // drafting does not pay, a one-token probe runs after 8 plain steps, the wait doubling after each
 // probe not accepted whole, back to 8 once drafting pays; the wait grows to at least 32 steps and
 // up to the one at which a probe's expected cost (the drafter's pass and the window's extra token)
-// is 1 % of the plain steps between probes (at most 256), and no probe runs while the probes'
+// is 0.8 % of the plain steps between probes (at most 256), and no probe runs while the probes'
 // loss (steps beyond the tokens they gave) would pass 1 % of the tokens emitted plus two probes'
 // cost. A drafter that probes without catching
 // up (Drafter::Probe: an MTP head) pays only that; any other whose catch-up costs more than 0.02
@@ -154,8 +166,10 @@ struct StepRecord {
 // doubles the wait too, and the probes' loss allowance is one probe's cost instead of two.
 class DraftController {
  public:
-  // costs: shared, outlives the controller; adaptive false: always draft max_tokens.
-  DraftController(CostModel* costs, bool adaptive) : costs_(costs), adaptive_(adaptive) {}
+  // costs: shared, outlives the controller; adaptive false: always draft max_tokens. A drafter
+  // whose asking costs a pass starts from the probe schedule earlier requests left paused
+  // (CostModel::probe_gap): its first probe comes when that wait is over, not 8 steps in.
+  DraftController(CostModel* costs, bool adaptive);
   // The tokens to draft this step (at most max_tokens), 0 for a plain step.
   int Plan(int max_tokens);
   void Record(const StepRecord& r);
@@ -185,6 +199,9 @@ class DraftController {
   // that asked, with the cost model's long-run figure as a prior worth kRealPrior steps), and
   // in *weight the plain steps of evidence behind it.
   double Realized(double* weight) const;
+  // Keeps the probe schedule in the cost model for the next request (a drafter that costs a
+  // pass; none while drafting pays).
+  void KeepSchedule();
 
   CostModel* costs_;
   bool adaptive_;
