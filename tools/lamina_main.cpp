@@ -275,8 +275,9 @@ void AddBenchCommand(CLI::App* app, Commands* c) {
                   "Batched decode: B sequences per step, e.g. 1,2,4,8 (each at DEPTH)");
   cmd->add_flag("--roofline", c->bench.roofline,
                 "tg against memory bandwidth measured in this run: a streaming read of a buffer "
-                "8x the L3 (at least 256 MiB) on the same threads before and after every "
-                "16-step segment of each repetition (only the segments are timed); prints "
+                "8x the L3 (at least 256 MiB), two passes, the faster counted, on the same threads "
+                "before and after every 16-step segment of each repetition (only the segments "
+                "are timed); prints "
                 "bytes/token, GB/s achieved and measured, and the share: the median of the "
                 "per-segment shares (each against the mean of its two probes; every sample in "
                 "--json)");

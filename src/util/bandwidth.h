@@ -21,7 +21,9 @@ class ReadBandwidthProbe {
   static size_t DefaultBytes();
 
   // Reads the whole buffer `passes` times over `pool` (every thread of it, chunks claimed as
-  // the matmuls claim theirs); the bytes read per second over all passes, in GB/s (1e9).
+  // the matmuls claim theirs); the fastest pass's bytes read per second, in GB/s (1e9): what the
+  // memory gave at its best in those moments, so a share against it is never flattered by one
+  // slow pass.
   double Measure(ThreadPool& pool, int passes);
 
   size_t bytes() const { return words_.size() * sizeof(uint64_t); }
