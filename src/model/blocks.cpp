@@ -87,6 +87,25 @@ void NormBatch(const Hparams& hp, const std::vector<float>& weight, const std::v
   }
 }
 
+void PrefetchNext(ThreadPool& pool, const NextWeights& next) {
+  PrefetchRange r[2];
+  int n = 0;
+  for (const WeightMatrix* w : {next.a, next.b}) {
+    if (w != nullptr && w->valid()) {
+      r[n++] = {w->data, static_cast<size_t>(w->rows) * w->row_bytes};
+    }
+  }
+  pool.PrefetchWhileIdle(r, n);
+}
+
+NextWeights FirstWeights(const AttentionWeights& w) {
+  return w.wqkv.valid() ? NextWeights{&w.wqkv} : NextWeights{&w.wq, &w.wk};
+}
+
+NextWeights FirstWeights(const FfnWeights& w) {
+  return w.gate.valid() ? NextWeights{&w.gate, &w.up} : NextWeights{&w.up};
+}
+
 void PrepareScratch(const Hparams& hp, int n, ForwardScratch& s) {
   auto grow = [](std::vector<float>& v, size_t size) {
     if (v.size() < size) v.resize(size);
@@ -150,11 +169,13 @@ void FusedGateUp(const Hparams& hp, const WeightMatrix& up, FfnActivation act, i
 }  // namespace
 
 void AttentionOutput(const Hparams& hp, const AttentionWeights& w, int layer, const ForwardBatch& b,
-                     AttentionContext& attention, ForwardScratch& s, ThreadPool& pool) {
+                     AttentionContext& attention, ForwardScratch& s, ThreadPool& pool,
+                     const NextWeights& next) {
   const RopeParams& rope = hp.layer_rope(layer, b.long_rope);
   const int n = b.n_tokens;
   const int64_t d = hp.n_embd, qd = hp.q_dim(), kvd = hp.kv_dim();
   NormBatch(hp, w.norm, w.norm_b, n, s.x.data(), s.xn.data(), &pool);
+  PrefetchNext(pool, {&w.wo});  // during Q/K/V, the attention and the serial work after it
   if (w.wqkv.valid()) {
     SplitQkv(hp, w.wqkv, n, s, pool);
   } else {
@@ -190,21 +211,24 @@ void AttentionOutput(const Hparams& hp, const AttentionWeights& w, int layer, co
   });
   attention.Attend(layer, s.q.data(), s.k.data(), s.v.data(), s.attn.data());
   // The output projection goes to a temporary (xn is free now).
+  PrefetchNext(pool, next);
   MatMul(w.wo, s.attn.data(), qd, n, s.xn.data(), d, s.matmul, pool);
   AddBias(s.xn.data(), w.bo, n, d);
 }
 
 void AttentionBlock(const Hparams& hp, const AttentionWeights& w, int layer, const ForwardBatch& b,
-                    AttentionContext& attention, ForwardScratch& s, ThreadPool& pool) {
-  AttentionOutput(hp, w, layer, b, attention, s, pool);
+                    AttentionContext& attention, ForwardScratch& s, ThreadPool& pool,
+                    const NextWeights& next) {
+  AttentionOutput(hp, w, layer, b, attention, s, pool, next);
   AddInPlace(s.x.data(), s.xn.data(), static_cast<int64_t>(b.n_tokens) * hp.n_embd);
 }
 
 void FfnOutput(const Hparams& hp, const FfnWeights& w, FfnActivation act, const ForwardBatch& b,
-               ForwardScratch& s, ThreadPool& pool) {
+               ForwardScratch& s, ThreadPool& pool, const NextWeights& next) {
   const int n = b.n_tokens;
   const int64_t d = hp.n_embd, ff = hp.n_ff;
   NormBatch(hp, w.norm, {}, n, s.x.data(), s.xn.data(), &pool);
+  PrefetchNext(pool, {&w.down});
   const bool ffn_bias = !w.gate_b.empty() || !w.up_b.empty();
   if (!w.gate.valid()) {
     FusedGateUp(hp, w.up, act, n, s, pool);
@@ -229,13 +253,14 @@ void FfnOutput(const Hparams& hp, const FfnWeights& w, FfnActivation act, const 
     };
     MatMulMany(gate_up, 2, s.xn.data(), d, n, s.matmul, pool, &activate);
   }
+  PrefetchNext(pool, next);
   MatMul(w.down, s.gate.data(), ff, n, s.xn.data(), d, s.matmul, pool);
   AddBias(s.xn.data(), w.down_b, n, d);
 }
 
 void FfnBlock(const Hparams& hp, const FfnWeights& w, const ForwardBatch& b, ForwardScratch& s,
-              ThreadPool& pool) {
-  FfnOutput(hp, w, FfnActivation::kSilu, b, s, pool);
+              ThreadPool& pool, const NextWeights& next) {
+  FfnOutput(hp, w, FfnActivation::kSilu, b, s, pool, next);
   AddInPlace(s.x.data(), s.xn.data(), static_cast<int64_t>(b.n_tokens) * hp.n_embd);
 }
 

@@ -66,6 +66,17 @@ void LoadFfnWeights(WeightLoader& loader, const Hparams& hp, int layer, FfnWeigh
 void NormBatch(const Hparams& hp, const std::vector<float>& weight, const std::vector<float>& bias,
                int n, const float* x, float* out, ThreadPool* pool = nullptr);
 
+// The matrices the step reads first after a block (the next block's), up to two, for the
+// block's last loop to prefetch while its threads wait (ThreadPool::PrefetchWhileIdle);
+// empty: none. A hint only: results never depend on it.
+struct NextWeights {
+  const WeightMatrix* a = nullptr;
+  const WeightMatrix* b = nullptr;
+};
+
+// Sets the pool's prefetch hint to the given matrices' data (invalid or null ones skipped).
+void PrefetchNext(ThreadPool& pool, const NextWeights& next);
+
 // Grows the scratch buffers for n_tokens.
 void PrepareScratch(const Hparams& hp, int n_tokens, ForwardScratch& s);
 
@@ -75,25 +86,32 @@ void EmbedTokens(const WeightMatrix& embd, const ForwardBatch& batch, float* x);
 // s.xn = Wo · attention(RoPE(Wq·norm(x)), RoPE(Wk·norm(x)), Wv·norm(x)) (+ bo) for the whole
 // batch ([n_tokens, n_embd]; x is left alone), Q and K rotated with the layer's RoPE (its
 // frequency factors included), each query then multiplied by Hparams::attention_temperature.
+// `next`: what the step reads after Wo (prefetched during its loop).
 void AttentionOutput(const Hparams& hp, const AttentionWeights& w, int layer,
                      const ForwardBatch& batch, AttentionContext& attention, ForwardScratch& s,
-                     ThreadPool& pool);
+                     ThreadPool& pool, const NextWeights& next = {});
 
 // x += AttentionOutput(...).
 void AttentionBlock(const Hparams& hp, const AttentionWeights& w, int layer,
                     const ForwardBatch& batch, AttentionContext& attention, ForwardScratch& s,
-                    ThreadPool& pool);
+                    ThreadPool& pool, const NextWeights& next = {});
 
 enum class FfnActivation { kSilu, kGeluTanh };
 
 // s.xn = down(act(gate·norm(x)) * up·norm(x)) ([n_tokens, n_embd]; x is left alone), each
-// matmul's bias added when the weights have one.
+// matmul's bias added when the weights have one; `next`: what the step reads after the down
+// projection (prefetched during its loop).
 void FfnOutput(const Hparams& hp, const FfnWeights& w, FfnActivation act, const ForwardBatch& batch,
-               ForwardScratch& s, ThreadPool& pool);
+               ForwardScratch& s, ThreadPool& pool, const NextWeights& next = {});
 
 // x += down(silu(gate·norm(x)) * up·norm(x)).
 void FfnBlock(const Hparams& hp, const FfnWeights& w, const ForwardBatch& batch, ForwardScratch& s,
-              ThreadPool& pool);
+              ThreadPool& pool, const NextWeights& next = {});
+
+// The first matrices of an attention block (Q, or the fused QKV) and of an FFN block (gate
+// and up, or the fused up), for NextWeights.
+NextWeights FirstWeights(const AttentionWeights& w);
+NextWeights FirstWeights(const FfnWeights& w);
 
 // hidden[t] = RmsNorm(x[t], norm) for every token of the batch ([n_tokens, n_embd] each): the
 // normed final state ForwardBatch::hidden asks for.

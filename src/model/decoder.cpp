@@ -76,14 +76,20 @@ class Decoder final : public Model {
                ForwardScratch& s, ThreadPool& pool, float* logits) const override {
     PrepareScratch(hparams_, batch.n_tokens, s);
     EmbedTokens(token_embd_, batch, s.x.data());
+    // Each block names the matrices read after it, which its last loop prefetches while the
+    // threads wait (the head's, then the first layer's for the next step).
     for (int i = 0; i < hparams_.n_layer; ++i) {
-      AttentionBlock(hparams_, layers_[i].attn, i, batch, attention, s, pool);
+      const NextWeights after_ffn =
+          i + 1 < hparams_.n_layer ? FirstWeights(layers_[i + 1].attn) : NextWeights{&output_};
+      AttentionBlock(hparams_, layers_[i].attn, i, batch, attention, s, pool,
+                     options_.moe ? NextWeights{} : FirstWeights(layers_[i].ffn));
       if (options_.moe) {
         MoeBlock(hparams_, moe_, layers_[i].moe, batch, s, pool);
       } else {
-        FfnBlock(hparams_, layers_[i].ffn, batch, s, pool);
+        FfnBlock(hparams_, layers_[i].ffn, batch, s, pool, after_ffn);
       }
     }
+    if (!layers_.empty()) PrefetchNext(pool, FirstWeights(layers_[0].attn));
     if (batch.hidden != nullptr) {
       NormBatch(hparams_, output_norm_, output_norm_b_, batch.n_tokens, s.x.data(), batch.hidden,
                 &pool);

@@ -90,6 +90,10 @@ int SequenceBatch::n_outputs() const {
 namespace {
 using Segment = AttentionSegment;
 
+// Attention of at most this many query-cell pairs times q_dim runs on the calling thread
+// (128 cells of a 1,024-wide query; ~10 us on one core).
+constexpr int64_t kInlineAttentionWork = int64_t{1} << 17;
+
 std::vector<Segment> Segments(const ForwardBatch& b) {
   std::vector<Segment> out;
   for (int t = 0; t < b.n_tokens; ++t) {
@@ -135,8 +139,16 @@ class Session::CacheAttention final : public AttentionContext {
         s_.cache_.Write(layer, g->seq, g->pos0, g->n, k + g->begin * kvd, v + g->begin * kvd,
                         g->n > 1 ? &s_.pool_ : nullptr);
       }
+      // Attention over few cells runs on this thread: the pool's fork and join would cost
+      // about what its other threads save, and meanwhile they prefetch the output projection
+      // (ThreadPool::PrefetchWhileIdle). The split never changes a result.
+      int64_t work = 0;  // query-cell pairs times q_dim
+      for (const Segment* g = first; g != first + n; ++g) {
+        work += static_cast<int64_t>(g->n) * (g->pos0 + g->n) * hp.q_dim();
+      }
+      ThreadPool& pool = work <= kInlineAttentionWork ? s_.inline_pool_ : s_.pool_;
       CausalAttentionSegments(s_.cache_, layer, first, n, q, out, shape, s_.attention_scratch_,
-                              s_.pool_);
+                              pool);
     }
   }
 

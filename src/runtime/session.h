@@ -147,6 +147,8 @@ class Session {
   void StoreHidden(const ForwardBatch& batch);
   const Model& model_;
   ThreadPool& pool_;
+  // Runs attention that is too small for a fork and join (a short context) on the caller.
+  ThreadPool inline_pool_{1};
   KvCache cache_;
   RecurrentState recurrent_;
   const WriteObserver* observer_ = nullptr;  // planted faults; not owned

@@ -4,7 +4,10 @@
 // takes the remaining chunks, and the chunks shrink towards the end of a loop so the last ones
 // leave little to wait for. Workers spin (~0.4 ms) before sleeping, because decode issues dozens
 // of short loops per token and a futex wake per loop would dominate; the caller spins ~25 us on
-// the join, then yields (on a busy machine the thread it waits for may need its core).
+// the join, then yields (on a busy machine the thread it waits for may need its core). While a
+// thread waits, at a join or for the next loop, it prefetches the memory the caller says the
+// next loop will read (PrefetchWhileIdle), so the memory bus stays busy through the joins and
+// the caller's serial work between loops.
 #pragma once
 
 #include <atomic>
@@ -17,8 +20,19 @@
 
 namespace lamina {
 
+// A byte range a later parallel loop will read (a weight matrix).
+struct PrefetchRange {
+  const void* data = nullptr;
+  size_t bytes = 0;
+};
+
 class ThreadPool {
  public:
+  static constexpr int kMaxPrefetchRanges = 4;
+  // Bytes prefetched per hint at most, all threads together: a fraction of a core's L2, about
+  // what a decode step's joins and serial work leave idle per loop on a quiet machine.
+  static constexpr int64_t kPrefetchBudget = int64_t{256} << 10;
+
   // n_threads counts the caller; n_threads <= 0 means "all hardware threads".
   explicit ThreadPool(int n_threads);
   ~ThreadPool();
@@ -38,10 +52,19 @@ class ThreadPool {
   void ParallelFor(int64_t n, int64_t grain,
                    const std::function<void(int64_t begin, int64_t end)>& fn);
 
+  // A hint: the next loop after the following one reads ranges[0..n) (n <= kMaxPrefetchRanges)
+  // from their start. Until the next hint, a thread with nothing to do (the caller at a join
+  // with the last chunks on other threads, a worker between loops) prefetches their first
+  // kPrefetchBudget bytes (interleaved over the ranges, shared by the threads). It changes no
+  // result; n = 0 clears it. A 1-thread pool ignores it.
+  void PrefetchWhileIdle(const PrefetchRange* ranges, int n);
+
  private:
   void WorkerLoop(int slot);
   // Claims and runs chunks of the current job until none are left.
   void RunChunks(uint64_t job_tag, int slot);
+  // Prefetches the next piece of the hint; false when none is left.
+  bool PrefetchPiece();
   // Fills bounds_ with the chunks of [0, n) for `grain`; returns how many.
   int64_t SplitChunks(int64_t n, int64_t grain);
 
@@ -59,6 +82,11 @@ class ThreadPool {
   std::vector<int64_t> bounds_;
   uint64_t tag_ = 0;
   uint64_t regions_ = 0;
+  // The prefetch hint: ranges (read racily by the threads, hence atomics) and the next piece.
+  std::atomic<uintptr_t> pf_data_[kMaxPrefetchRanges] = {};
+  std::atomic<int64_t> pf_bytes_[kMaxPrefetchRanges] = {};
+  std::atomic<int> pf_n_{0};
+  std::atomic<int64_t> pf_next_{0};
   std::atomic<bool> stop_{false};
   std::atomic<int> sleepers_{0};
   std::mutex mu_;
