@@ -57,5 +57,22 @@ TEST(ThreadPool, ManyShortRegionsInARow) {
   EXPECT_EQ(sum.load(), int64_t{64} * 20000);
 }
 
+// A prefetch hint (a real buffer, a null one, one replaced while loops run) changes nothing:
+// every item still runs once, and the idle threads' prefetches never fault.
+TEST(ThreadPool, PrefetchHintChangesNoResult) {
+  std::vector<char> buffer(1 << 20, 1);  // [1 MiB] what the "next loop" reads
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    std::atomic<int64_t> sum{0};
+    for (int r = 0; r < 2000; ++r) {
+      const PrefetchRange ranges[] = {
+          {buffer.data(), buffer.size()}, {buffer.data() + 4096, 100}, {nullptr, 0}};
+      pool.PrefetchWhileIdle(ranges, r % 4 == 3 ? 0 : 1 + r % 3);
+      pool.ParallelFor(64, 1, [&](int64_t b, int64_t e) { sum.fetch_add(e - b); });
+    }
+    EXPECT_EQ(sum.load(), int64_t{64} * 2000) << threads << " threads";
+  }
+}
+
 }  // namespace
 }  // namespace lamina

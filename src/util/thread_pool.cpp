@@ -86,7 +86,8 @@ bool ThreadPool::PrefetchPiece() {
   // ranges: a prefetch of any address is harmless.
   const int r = static_cast<int>(piece % n);
   const int64_t begin = piece / n * kPrefetchPiece;
-  const int64_t end = std::min(begin + kPrefetchPiece, pf_bytes_[r].load(std::memory_order_relaxed));
+  const int64_t end =
+      std::min(begin + kPrefetchPiece, pf_bytes_[r].load(std::memory_order_relaxed));
   const char* base = reinterpret_cast<const char*>(pf_data_[r].load(std::memory_order_relaxed));
 #if defined(__x86_64__)
   for (int64_t o = begin; o < end; o += 64) _mm_prefetch(base + o, _MM_HINT_T1);
