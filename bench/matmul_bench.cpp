@@ -391,7 +391,7 @@ void BM_AttentionStreamVsProbe(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(1)));
   std::mt19937 rng(2);
   std::normal_distribution<float> normal;
-  constexpr int kRows = 256;                         // positions written per call
+  constexpr int kRows = 256;                          // positions written per call
   std::vector<float> k(kRows * 256), v(kRows * 256);  // [kRows, n_kv_heads * head_dim]
   for (float& x : k) x = normal(rng);
   for (float& x : v) x = normal(rng);
