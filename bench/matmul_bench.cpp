@@ -371,6 +371,64 @@ BENCHMARK(BM_DecodeAttention)
                    {0, 1}})
     ->UseRealTime();
 
+// args: kv type, threads, huge pages (0: the KV arena in ordinary 4 KiB pages, 1: advised as
+// transparent huge pages, the cache's default). Does decode attention at depth stream at the
+// probe's rate? One decode step's attention over all 16 layers of the 181M shape at 16K cells
+// (16 heads, 4 KV heads, head_dim 64; f16: 268 MB of K and V, 8x the L3), layer after layer on
+// the real thread split, and the same-size ReadBandwidthProbe on the same pool in each
+// iteration. Counters: both GB/s, the share, and the step's attention time per layer.
+void BM_AttentionStreamVsProbe(benchmark::State& state) {
+  constexpr int kLayers = 16, kDepth = 16384;
+  KvCacheConfig c;
+  c.n_layer = kLayers;
+  c.n_ctx = kDepth + 1;
+  c.n_kv_heads = 4;
+  c.head_dim = 64;
+  c.type = static_cast<KvType>(state.range(0));
+  c.rope.n_rot = 64;
+  c.huge_pages = state.range(2) != 0;
+  KvCache cache(c);
+  ThreadPool pool(static_cast<int>(state.range(1)));
+  std::mt19937 rng(2);
+  std::normal_distribution<float> normal;
+  constexpr int kRows = 256;                          // positions written per call
+  std::vector<float> k(kRows * 256), v(kRows * 256);  // [kRows, n_kv_heads * head_dim]
+  for (float& x : k) x = normal(rng);
+  for (float& x : v) x = normal(rng);
+  for (int l = 0; l < kLayers; ++l) {
+    for (int p = 0; p < kDepth; p += kRows) cache.Write(l, 0, p, kRows, k.data(), v.data(), &pool);
+  }
+  std::vector<float> q(16 * 64, 0.1f), out(16 * 64);  // [1, n_head * head_dim]
+  AttentionScratch scratch;
+  const AttentionShape shape{16, 4, 64, 0.125f};
+  const double kv_bytes = static_cast<double>(cache.BytesPerToken()) * kDepth;
+  ReadBandwidthProbe probe(static_cast<size_t>(kv_bytes));
+  double probe_s = 0.0, attn_s = 0.0;
+  for (auto _ : state) {
+    probe_s += static_cast<double>(probe.bytes()) / 1e9 / probe.Measure(pool, 1);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int l = 0; l < kLayers; ++l) {
+      CausalAttention(cache, l, 0, kDepth - 1, 1, q.data(), out.data(), shape, scratch, pool);
+      benchmark::DoNotOptimize(out.data());
+    }
+    attn_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  const double n = static_cast<double>(state.iterations());
+  const double probe_gbs = static_cast<double>(probe.bytes()) * n / probe_s / 1e9;
+  const double attn_gbs = kv_bytes * n / attn_s / 1e9;
+  state.SetLabel(std::string(KvTypeName(c.type)) + (c.huge_pages ? " huge" : " 4K"));
+  state.counters["probe_GB/s"] = probe_gbs;
+  state.counters["attn_GB/s"] = attn_gbs;
+  state.counters["share"] = attn_gbs / probe_gbs;
+  state.counters["us/layer"] = attn_s / n / kLayers * 1e6;
+}
+BENCHMARK(BM_AttentionStreamVsProbe)
+    ->ArgsProduct({{int(KvType::kF16), int(KvType::kInt8), int(KvType::kK8V4), int(KvType::kQ4_0)},
+                   {1, 2},
+                   {0, 1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
 // args: ISA (0 scalar twin, 1 AVX2, 2 AVX-512), kernel (0 score_rows, 1 exp_sum, 2
 // accumulate_rows, 3 max + scale, 4 score_rows2: the queries' scores in pairs, each row read once
 // per pair, as prompt attention's tile runs them; the same bits as 0). One GQA group of 4 queries,

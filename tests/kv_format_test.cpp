@@ -1137,3 +1137,63 @@ TEST(KvAnchorScore, SimdMatchesScalarTwin) {
 
 }  // namespace
 }  // namespace lamina
+
+namespace lamina {
+namespace {
+
+TEST(HugePageAllocator, LargeBuffersAreAlignedAndKeepTheirBytes) {
+  for (const bool advise : {false, true}) {
+    using Buffer = std::vector<uint8_t, HugePageAllocator<uint8_t>>;
+    Buffer big{HugePageAllocator<uint8_t>(advise)};
+    big.assign(kHugePageBytes + 12345, 7);  // [bytes] not a whole number of huge pages
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(big.data()) % kHugePageBytes, 0u);
+    big[kHugePageBytes + 12344] = 9;
+    Buffer copy = big;
+    EXPECT_EQ(copy, big);
+    EXPECT_EQ(copy.get_allocator().advise, advise);
+    Buffer moved = std::move(copy);
+    EXPECT_EQ(moved, big);
+    Buffer small{HugePageAllocator<uint8_t>(advise)};
+    small.assign(100, 3);  // below a huge page: an ordinary allocation
+    EXPECT_EQ(small[99], 3);
+  }
+}
+
+// The arena's pages change no result: attention over the same cells in huge pages and in
+// ordinary pages gives the same bits, in every mode.
+TEST(KvCacheHugePages, AttentionBitsDoNotDependOnThePages) {
+  constexpr int kCells = 9000, n_kv = 2, hd = 64;  // more than two 4,096-cell chunks
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> k(static_cast<size_t>(kCells) * n_kv * hd), v(k.size());  // [cells, n_kv*hd]
+  for (float& x : k) x = normal(rng);
+  for (float& x : v) x = normal(rng);
+  std::vector<float> q(8 * hd);  // [1, n_head * hd]
+  for (float& x : q) x = normal(rng);
+  const AttentionShape shape{8, n_kv, hd, 0.125f};
+  ThreadPool pool(2);
+  for (const KvType type :
+       {KvType::kF16, KvType::kInt8, KvType::kK8V4, KvType::kQ4_0, KvType::kF32}) {
+    std::vector<float> out[2];  // [huge pages off, on][n_head * hd]
+    for (const bool huge : {false, true}) {
+      KvCacheConfig c;
+      c.n_layer = 1;
+      c.n_ctx = kCells;
+      c.n_kv_heads = n_kv;
+      c.head_dim = hd;
+      c.type = type;
+      c.rope.n_rot = hd;
+      c.huge_pages = huge;
+      KvCache cache(c);
+      cache.Write(0, 0, 0, kCells, k.data(), v.data(), &pool);
+      AttentionScratch scratch;
+      out[huge].resize(q.size());
+      CausalAttention(cache, 0, 0, kCells - 1, 1, q.data(), out[huge].data(), shape, scratch, pool);
+    }
+    EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)))
+        << KvTypeName(type);
+  }
+}
+
+}  // namespace
+}  // namespace lamina

@@ -132,6 +132,8 @@ KvCache::KvCache(const KvCacheConfig& config)
   }
   ring_floor_.assign(static_cast<size_t>(config.n_seq) * config.n_layer, 0);
   const size_t head_rows = seq_cells_ * config.n_seq;
+  k_ = CellBytes(HugePageAllocator<uint8_t>(config.huge_pages));
+  v_ = CellBytes(HugePageAllocator<uint8_t>(config.huge_pages));
   k_.assign(head_rows * k_head_bytes_, 0);
   v_.assign(head_rows * v_head_bytes_, 0);
   lengths_.assign(static_cast<size_t>(config.n_seq) * config.n_layer, 0);

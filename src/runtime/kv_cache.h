@@ -34,6 +34,7 @@
 #include "kernels/kv_format.h"
 #include "kernels/ops.h"
 #include "runtime/write_observer.h"
+#include "util/huge_pages.h"
 #include "util/status.h"
 #include "util/thread_pool.h"
 
@@ -143,6 +144,9 @@ struct KvCacheConfig {
   // the top of this file) unless swa_full, or unless the ring would not be smaller than n_ctx.
   std::vector<int> sliding_window;
   bool swa_full = false;  // keep every cell of sliding-window layers (--swa-full)
+  // The cells' arena in transparent huge pages where the kernel gives them (util/huge_pages.h);
+  // false: ordinary pages (the same bytes; for measuring the difference).
+  bool huge_pages = true;
 };
 
 // Cells per sequence and KV head that layer `layer` of a cache with this config stores: n_ctx,
@@ -427,9 +431,11 @@ class KvCache {
   size_t seq_cells_ = 0;            // head rows per sequence, all layers
   int ring_cells_ = 0;              // the ring layers' cells (0: none)
   std::vector<int> ring_floor_;     // [n_seq, n_layer] a ring layer holds no cell below this
+  // The cells' bytes, in huge pages where the kernel gives them (KvCacheConfig::huge_pages).
+  using CellBytes = std::vector<uint8_t, HugePageAllocator<uint8_t>>;
   // [n_seq, n_layer, n_kv_heads, head_cells] x k_head_bytes_ (rows, or int8 tiles)
-  std::vector<uint8_t> k_;
-  std::vector<uint8_t> v_;    // [n_seq, n_layer, n_kv_heads, head_cells] x v_head_bytes_
+  CellBytes k_;
+  CellBytes v_;               // [n_seq, n_layer, n_kv_heads, head_cells] x v_head_bytes_
   std::vector<int> lengths_;  // [n_seq, n_layer]
   bool k_anchored_ = false;
   float anchor_mscale_ = 1.0f;
