@@ -148,62 +148,111 @@ void Score(const uint8_t* rows, int n_rows, int head_dim, int nq, const int16_t*
 // most 128) and the broadcast query chunk with the codes' signs (|q| <= 127), so a pair sums to
 // at most 2 * 128 * 127 and never saturates; vpmaddwd by ones widens each cell's 4 products to
 // one int32, so the group dot is exact and the float steps are the scalar twin's, lane by lane.
+// (An unsigned query q + 128 against the signed codes would save the vpsignb, but a pair can
+// reach 2 * 255 * 127 > 32767 and saturate, so the signs stay on the query.) Up to 4 queries
+// meet each loaded chunk (its load and vpabsb shared), their dots and scores kept in registers
+// for the whole half tile; per chunk and query: a broadcast load, vpsignb, vpmaddubsw,
+// vpmaddwd, vpaddd.
+constexpr int kTileQueries = 4;  // queries per register block
+
+// Scores of the 8 cells of half h of one tile against kNq queries: q32 [kNq][head_dim / 4]
+// (int8 codes in element order, four to a dword), qd [kNq][n_groups], stored at out (cell 0 of
+// the half) where mask is set (every lane when mask is null).
+template <int kNq>
+inline void ScoreTileHalf(const uint8_t* tile, size_t tile_group, int h, int n_groups,
+                          const int32_t* q32, int64_t q32_stride, const float* qd, __m256 vscale,
+                          const __m256i* mask, float* out, int64_t out_stride) {
+  constexpr int kTile = kKvTileCells;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 s[kNq];  // per query: its scores of the 8 cells
+  for (int qi = 0; qi < kNq; ++qi) s[qi] = _mm256_setzero_ps();
+  for (int g = 0; g < n_groups; ++g) {
+    const uint8_t* grp = tile + g * tile_group;
+    const uint8_t* codes = grp + 2 * kTile + 4 * kBlockCells * h;  // chunk t at 64 t
+    __m256i dot[kNq];
+    for (int qi = 0; qi < kNq; ++qi) dot[qi] = _mm256_setzero_si256();
+    for (int t = 0; t < kGroup / 4; ++t) {
+      const __m256i k = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 4 * kTile * t));
+      const __m256i a = _mm256_abs_epi8(k);
+      for (int qi = 0; qi < kNq; ++qi) {
+        const __m256i q = _mm256_set1_epi32(q32[qi * q32_stride + g * (kGroup / 4) + t]);
+        const __m256i p = _mm256_maddubs_epi16(a, _mm256_sign_epi8(q, k));
+        dot[qi] = _mm256_add_epi32(dot[qi], _mm256_madd_epi16(p, ones));
+      }
+    }
+    const __m256 dk = _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + 2 * kBlockCells * h)));
+    for (int qi = 0; qi < kNq; ++qi) {
+      const __m256 f = _mm256_mul_ps(dk, _mm256_set1_ps(qd[qi * n_groups + g]));
+      s[qi] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[qi]), f, s[qi]);
+    }
+  }
+  for (int qi = 0; qi < kNq; ++qi) {
+    const __m256 v = _mm256_mul_ps(s[qi], vscale);
+    if (mask == nullptr) {
+      _mm256_storeu_ps(out + qi * out_stride, v);
+    } else {
+      _mm256_maskstore_ps(out + qi * out_stride, *mask, v);
+    }
+  }
+}
+
 void ScoreTilesQueries(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
                        const int16_t* qq, const float* qd, float scale, float* out,
                        int64_t out_stride) {
-  constexpr int kTile = 16;
+  constexpr int kTile = kKvTileCells;
   const int n_groups = head_dim / kGroup;
   const size_t tile_group = static_cast<size_t>(kTile) * (2 + kGroup);
   const size_t tile_bytes = tile_group * n_groups;
-  // Queries in element order as int8, four to a dword: [nq][head_dim / 4].
+  const int q32_stride = head_dim / 4;
+  // Queries in element order as int8, four to a dword: [nq][head_dim / 4]. Each run of 16
+  // int16 codes holds evens first, then odds: interleaved back and packed (|code| <= 127).
   alignas(32) int32_t q32[kMaxQueries * kMaxHeadDim / 4];
   for (int qi = 0; qi < nq; ++qi) {
-    const int16_t* src = qq + static_cast<int64_t>(qi) * head_dim;
-    auto* dst = reinterpret_cast<int8_t*>(q32 + static_cast<int64_t>(qi) * (head_dim / 4));
-    for (int i = 0; i < head_dim; ++i) {
-      const int r = i % 16;  // each run of 16 holds evens first, then odds
-      dst[i] = static_cast<int8_t>(src[16 * (i / 16) + (r % 2) * 8 + r / 2]);
+    for (int k = 0; k < head_dim; k += 16) {
+      const int16_t* src = qq + static_cast<int64_t>(qi) * head_dim + k;
+      const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+      const __m128i o = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 8));
+      const __m128i b = _mm_packs_epi16(_mm_unpacklo_epi16(e, o), _mm_unpackhi_epi16(e, o));
+      _mm_store_si128(reinterpret_cast<__m128i*>(q32 + qi * q32_stride + k / 4), b);
     }
   }
-  const __m256i ones = _mm256_set1_epi16(1);
   const __m256 vscale = _mm256_set1_ps(scale);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const int end = first + n_cells;  // cells counted from the first tile's start
   for (int c = 0; c < end; c += kTile) {
     const uint8_t* tile = tiles + (c / kTile) * tile_bytes;
     for (int h = 0; h < 2; ++h) {
       const int base = c + kBlockCells * h;  // cell of lane 0
       if (base + kBlockCells <= first || base >= end) continue;
-      alignas(32) int32_t want[kBlockCells];
-      for (int l = 0; l < kBlockCells; ++l) want[l] = base + l >= first && base + l < end ? -1 : 0;
-      const __m256i mask = _mm256_load_si256(reinterpret_cast<const __m256i*>(want));
-      __m256 s[kMaxQueries];  // per query: its scores of the 8 cells
-      for (int qi = 0; qi < nq; ++qi) s[qi] = _mm256_setzero_ps();
-      for (int g = 0; g < n_groups; ++g) {
-        const uint8_t* grp = tile + g * tile_group;
-        const uint8_t* codes = grp + 2 * kTile + 4 * kBlockCells * h;  // chunk t at 64 t
-        // The group's codes and their magnitudes, once for every query.
-        __m256i k[kGroup / 4], a[kGroup / 4];
-        for (int t = 0; t < kGroup / 4; ++t) {
-          k[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 4 * kTile * t));
-          a[t] = _mm256_abs_epi8(k[t]);
+      // Lanes of wanted cells: first <= base + l < end.
+      const __m256i cell = _mm256_add_epi32(lane, _mm256_set1_epi32(base));
+      const __m256i mask = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(first), cell),
+                                               _mm256_cmpgt_epi32(_mm256_set1_epi32(end), cell));
+      const __m256i* m = base >= first && base + kBlockCells <= end ? nullptr : &mask;
+      float* o = out + (base - first);
+      for (int q0 = 0; q0 < nq; q0 += kTileQueries) {
+        const int32_t* qv = q32 + q0 * q32_stride;
+        const float* qs = qd + q0 * n_groups;
+        float* oq = o + q0 * out_stride;
+        switch (std::min(kTileQueries, nq - q0)) {
+          case 1:
+            ScoreTileHalf<1>(tile, tile_group, h, n_groups, qv, q32_stride, qs, vscale, m, oq,
+                             out_stride);
+            break;
+          case 2:
+            ScoreTileHalf<2>(tile, tile_group, h, n_groups, qv, q32_stride, qs, vscale, m, oq,
+                             out_stride);
+            break;
+          case 3:
+            ScoreTileHalf<3>(tile, tile_group, h, n_groups, qv, q32_stride, qs, vscale, m, oq,
+                             out_stride);
+            break;
+          default:
+            ScoreTileHalf<4>(tile, tile_group, h, n_groups, qv, q32_stride, qs, vscale, m, oq,
+                             out_stride);
+            break;
         }
-        const __m256 dk = _mm256_cvtph_ps(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + 2 * kBlockCells * h)));
-        for (int qi = 0; qi < nq; ++qi) {
-          const int32_t* qv = q32 + static_cast<int64_t>(qi) * (head_dim / 4) + g * kGroup / 4;
-          __m256i dot = _mm256_setzero_si256();
-          for (int t = 0; t < kGroup / 4; ++t) {
-            const __m256i q = _mm256_set1_epi32(qv[t]);
-            const __m256i p = _mm256_maddubs_epi16(a[t], _mm256_sign_epi8(q, k[t]));
-            dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p, ones));
-          }
-          const __m256 f = _mm256_mul_ps(dk, _mm256_set1_ps(qd[qi * n_groups + g]));
-          s[qi] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), f, s[qi]);
-        }
-      }
-      for (int qi = 0; qi < nq; ++qi) {
-        _mm256_maskstore_ps(out + qi * out_stride + (base - first), mask,
-                            _mm256_mul_ps(s[qi], vscale));
       }
     }
   }
