@@ -562,8 +562,8 @@ BENCHMARK(BM_NormBatch)->DenseRange(0, 1)->UseRealTime();
 
 // args: row format (KvRowFormat: 1 f16, 2 int8, 3 q4_0, 4 q4_nl), kernel (0 K scores, 1 the V
 // sum BestKvAccumulator chooses; 3, f16 only: K scores by decode + score_rows; 4, 4-bit rows
-// only: the AVX-512 float fused V sum, which int16 pairs replaced as the default; 5, int8
-// only: K scores over the cache's 16-cell int8 tiles, kv_format.h, the same cells). Decode-step
+// only: the AVX-512 float fused V sum, which int16 pairs replaced as the default; 5, int8 and
+// q4_0 only: K scores over the cache's 16-cell key tiles, kv_format.h, the same cells). Decode-step
 // attention's inner kernels as the widest ISA the CPU (and LAMINA_ISA) allows runs them: 4 queries
 // (one GQA group), head_dim 64, over 1,024 cells in tiles of 64 (L2-resident: compute only, no
 // memory). K scores are the integer scorer for int8 / q4_0 and for f16 the one-pass f16 scorer
@@ -576,7 +576,7 @@ void BM_KvAttentionKernels(benchmark::State& state) {
   const bool tiles = state.range(1) == 3;
   const bool score = state.range(1) == 0 || tiles;
   const bool float_v = state.range(1) == 4;
-  // Kernel 5 (int8 only): the K scorer over the cache's int8 tiles (kv_format.h).
+  // Kernel 5 (int8, q4_0): the K scorer over the cache's key tiles (kv_format.h).
   const bool k_tiles = state.range(1) == 5;
   const size_t rb = KvRowBytes(f, kHd);
   std::mt19937 rng(5);
@@ -587,12 +587,12 @@ void BM_KvAttentionKernels(benchmark::State& state) {
     for (float& v : x) v = normal(rng);
     EncodeKvRow(f, x.data(), kHd, nullptr, rows.data() + c * rb);
   }
-  std::vector<uint8_t> k_tile_bytes(k_tiles ? rows.size() : 0);  // the same cells as int8 tiles
+  std::vector<uint8_t> k_tile_bytes(k_tiles ? rows.size() : 0);  // the same cells as tiles
   for (int c = 0; k_tiles && c < kCells; ++c) {
     TileKvRow(rows.data() + c * rb, kHd,
-              k_tile_bytes.data() + (c / kKvTileCells) * kKvTileCells * rb, c % kKvTileCells);
+              k_tile_bytes.data() + (c / kKvTileCells) * kKvTileCells * rb, c % kKvTileCells, f);
   }
-  const KvTileScoreFn tile_scorer = BestKvTileScorer();
+  const KvTileScoreFn tile_scorer = BestKvTileScorer(f);
   for (float& v : q) v = normal(rng);
   std::vector<int16_t> qq(kQueries * kHd);     // [4, hd]
   std::vector<float> qd(kQueries * kHd / 32);  // [4, hd / 32]
@@ -609,8 +609,7 @@ void BM_KvAttentionKernels(benchmark::State& state) {
               : BestKvAccumulator(f);
   const AttentionRowKernels& rk = BestAttentionRowKernels();
   if ((score && f != KvRowFormat::kF16 && scorer == nullptr) || (!score && fused == nullptr) ||
-      (tiles && f != KvRowFormat::kF16) ||
-      (k_tiles && (f != KvRowFormat::kInt8 || tile_scorer == nullptr))) {
+      (tiles && f != KvRowFormat::kF16) || (k_tiles && tile_scorer == nullptr)) {
     state.SkipWithError("no such kernel on this CPU / ISA");
     return;
   }
@@ -639,7 +638,7 @@ void BM_KvAttentionKernels(benchmark::State& state) {
     benchmark::DoNotOptimize(acc.data());
   }
   static const char* const kFormat[] = {"f32", "f16", "int8", "q4_0", "q4_nl"};
-  state.SetLabel(std::string(kFormat[state.range(0)]) + (k_tiles   ? " K scores, int8 tiles"
+  state.SetLabel(std::string(kFormat[state.range(0)]) + (k_tiles   ? " K scores, tiles"
                                                          : tiles   ? " K scores, tiles"
                                                          : score   ? " K scores"
                                                          : float_v ? " float fused V sum"
@@ -652,6 +651,7 @@ BENCHMARK(BM_KvAttentionKernels)
     ->ArgsProduct({{1, 2, 3, 4}, {0, 1}})
     ->Args({1, 3})
     ->Args({2, 5})
+    ->Args({3, 5})
     ->Args({3, 4})
     ->Args({4, 4});
 

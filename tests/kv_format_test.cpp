@@ -1031,6 +1031,166 @@ TEST(KvTileScore, CacheKeepsRowsInTiles) {
   }
 }
 
+// q4_0 tiles (the cache's q4_0 keys): a row converts to its tile slot and back byte for byte
+// (every head_dim the format holds, a partial last chunk of code bytes included), the tile
+// decoder gives the row decoder's values, and every q4_0 tile scorer gives the q4_0 row scorers'
+// bits for the same cells, from any first cell of a tile to any end, writing only those cells.
+TEST(KvTileScore, Q4TilesRoundTripAndScoreAsRows) {
+  const KvRowFormat f = KvRowFormat::kQ4_0;
+  std::mt19937 rng(36);
+  std::normal_distribution<float> normal;
+  for (int hd : {2, 6, 8, 10, 30, 32, 64, 96, 128, 256}) {
+    const size_t rb = KvRowBytes(f, hd);
+    ASSERT_GT(rb, 0u) << hd;
+    const int n_tiles = 5, n = n_tiles * kKvTileCells;
+    std::vector<uint8_t> rows(rb * n), tiles(rb * n, 0xAB), back(rb);
+    std::vector<float> x(hd);
+    for (int c = 0; c < n; ++c) {
+      for (float& v : x) v = 3.0f * normal(rng);
+      EncodeKvRow(f, x.data(), hd, nullptr, rows.data() + c * rb);
+      TileKvRow(rows.data() + c * rb, hd, tiles.data() + (c / kKvTileCells) * kKvTileCells * rb,
+                c % kKvTileCells, f);
+    }
+    for (int c = 0; c < n; ++c) {
+      UntileKvRow(tiles.data() + (c / kKvTileCells) * kKvTileCells * rb, c % kKvTileCells, hd,
+                  back.data(), f);
+      ASSERT_EQ(0, std::memcmp(back.data(), rows.data() + c * rb, rb)) << hd << " cell " << c;
+    }
+    EXPECT_EQ(std::count(tiles.begin(), tiles.end(), 0xAB),
+              std::count(rows.begin(), rows.end(), 0xAB))
+        << "every byte of a tile belongs to one cell";
+    std::vector<float> want(static_cast<size_t>(n) * hd), got(want.size());  // [n, hd]
+    ScalarKvRowDecoder(f)(rows.data(), n, hd, want.data());
+    DecodeKvTileCells(tiles.data() + kKvTileCells * rb, 3, n - 19, hd, got.data(), f);
+    EXPECT_TRUE(std::equal(got.begin(), got.begin() + static_cast<size_t>(n - 19) * hd,
+                           want.begin() + static_cast<size_t>(19) * hd))
+        << hd;
+    if (!KvIntScoreSupported(f, hd)) continue;
+    for (int nq : {1, 2, 3, 4, 5, 37}) {
+      std::vector<float> q(static_cast<size_t>(nq) * hd);  // [nq, hd]
+      for (float& v : q) v = normal(rng);
+      std::vector<int16_t> qq(q.size());
+      std::vector<float> qd(static_cast<size_t>(nq) * hd / 32);
+      for (int qi = 0; qi < nq; ++qi) {
+        QuantizeQueryInt16(f, q.data() + qi * hd, hd, qq.data() + qi * hd,
+                           qd.data() + qi * hd / 32);
+      }
+      const int64_t stride = n + 3;
+      std::vector<float> ref(nq * stride);  // [nq, stride] the row scorer over every cell
+      ScalarKvScorer(f)(rows.data(), n, hd, nq, qq.data(), qd.data(), 0.125f, ref.data(), stride);
+      struct Named {
+        const char* name;
+        KvTileScoreFn fn;
+      };
+      std::vector<Named> scorers = {{"scalar", ScalarKvTileScorer(f)}};
+      if (HasAvx512Vnni() && Avx512KvTileScorer(f) != nullptr) {
+        scorers.push_back({"avx512", Avx512KvTileScorer(f)});
+      }
+      if (GetCpuFeatures().HasAvx2Set() && Avx2KvTileScorer(f) != nullptr) {
+        scorers.push_back({"avx2", Avx2KvTileScorer(f)});
+      }
+      if (BestKvTileScorer(f) != nullptr) scorers.push_back({"best", BestKvTileScorer(f)});
+      for (const Named& sc : scorers) {
+        ASSERT_NE(sc.fn, nullptr) << sc.name;
+        for (auto [c0, c1] : {std::pair{0, n}, {5, 16}, {16, 17}, {3, 61}, {33, 80}, {79, 80}}) {
+          const uint8_t* t = tiles.data() + (c0 / kKvTileCells) * kKvTileCells * rb;
+          std::vector<float> out(nq * stride + 32, -1.0f);  // 16 guard floats each side
+          sc.fn(t, c0 % kKvTileCells, c1 - c0, hd, nq, qq.data(), qd.data(), 0.125f,
+                out.data() + 16, stride);
+          for (int qi = 0; qi < nq; ++qi) {
+            for (int j = -16; j < stride + (qi + 1 == nq ? 16 : 0); ++j) {
+              const float o = out[16 + qi * stride + j];
+              if (j >= 0 && j < c1 - c0) {
+                ASSERT_EQ(std::bit_cast<uint32_t>(o),
+                          std::bit_cast<uint32_t>(ref[qi * stride + c0 + j]))
+                    << sc.name << " hd " << hd << " nq " << nq << " cells " << c0 << ".." << c1
+                    << " query " << qi << " cell " << c0 + j;
+              } else if (j < 0 ? qi == 0 : j >= c1 - c0) {
+                ASSERT_EQ(o, -1.0f) << sc.name << " wrote outside its cells: hd " << hd << " " << c0
+                                    << ".." << c1 << " query " << qi << " at " << j;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(ScalarKvTileScorer(KvRowFormat::kF16), nullptr);
+  EXPECT_EQ(BestKvTileScorer(KvRowFormat::kQ4Nl), nullptr);
+}
+
+// The cache's q4_0 keys (anchored) live in tiles: every cell's row (KRow) decodes to what
+// ReadHeadRows gives before the rotation and anchor are undone, session state keeps the row
+// layout and survives import and export byte for byte, a cut mid-tile leaves zero rows (and
+// flags) behind, and rewriting the cut cells restores the uncut state; CopyPrefix copies tiles.
+TEST(KvTileScore, CacheKeepsQ4RowsInTiles) {
+  for (int hd : {16, 64}) {
+    KvCacheConfig c;
+    c.n_layer = 2;
+    c.n_ctx = 100;  // not a multiple of kKvTileCells
+    c.n_kv_heads = 2;
+    c.head_dim = hd;
+    c.n_seq = 3;
+    c.type = KvType::kQ4_0;
+    c.rope.n_rot = hd;
+    KvCache cache(c);
+    ASSERT_TRUE(cache.k_tiled());
+    ASSERT_TRUE(cache.k_anchored());
+    std::mt19937 rng(13);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int n = 90, row = c.n_kv_heads * hd;
+    std::vector<float> k(static_cast<size_t>(n) * row), v(k.size());  // [n, row]
+    for (size_t i = 0; i < k.size(); ++i) k[i] = normal(rng) + (i % hd == 3 ? 4.0f : 0.0f);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = normal(rng);
+    for (int l = 0; l < c.n_layer; ++l) {
+      cache.Write(l, 0, 0, 37, k.data(), v.data());
+      for (int p = 37; p < n; ++p) cache.Write(l, 0, p, 1, k.data() + p * row, v.data() + p * row);
+    }
+    const size_t rb = cache.k_head_bytes();
+    std::vector<uint8_t> got(rb), all(rb * n);  // [rb], [n, rb]
+    std::vector<float> from_rows(static_cast<size_t>(n) * hd), from_tiles(from_rows.size());
+    for (int h = 0; h < c.n_kv_heads; ++h) {
+      for (int p = 0; p < n; ++p) cache.KRow(1, 0, h, p, all.data() + p * rb);
+      ScalarKvRowDecoder(KvRowFormat::kQ4_0)(all.data(), n, hd, from_rows.data());
+      const KvCache::KTileRef t = cache.KTile(1, 0, h, 0);
+      EXPECT_EQ(t.cell, 0);
+      DecodeKvTileCells(t.tile, 0, n, hd, from_tiles.data(), KvRowFormat::kQ4_0);
+      ASSERT_EQ(from_rows, from_tiles) << "head " << h;
+    }
+    const uint64_t bytes = cache.SequenceStateBytes(n);
+    std::vector<uint8_t> state(bytes), again(bytes);
+    cache.ExportSequence(0, n, state.data());
+    // Layer 0, head 0's K rows come first: the cells' rows.
+    for (int p = 0; p < n; ++p) {
+      cache.KRow(0, 0, 0, p, got.data());
+      ASSERT_EQ(0, std::memcmp(state.data() + p * rb, got.data(), rb)) << p;
+    }
+    ASSERT_TRUE(cache.CheckSequenceState(n, state.data()).ok());
+    cache.ImportSequence(1, n, state.data());
+    cache.ExportSequence(1, n, again.data());
+    EXPECT_EQ(state, again) << hd;
+    cache.CopyPrefix(0, 2, n);
+    cache.ExportSequence(2, n, again.data());
+    EXPECT_EQ(state, again) << hd;
+    // A cut mid-tile: the dropped cells of the tile read as zero rows, the kept ones unchanged.
+    cache.Truncate(1, 41);
+    const std::vector<uint8_t> zero(rb, 0);
+    for (int p = 41; p < 48; ++p) {
+      cache.KRow(0, 1, 1, p, got.data());
+      EXPECT_EQ(got, zero) << p;
+    }
+    std::vector<uint8_t> want(rb);
+    cache.KRow(0, 0, 1, 40, want.data());
+    cache.KRow(0, 1, 1, 40, got.data());
+    EXPECT_EQ(got, want);
+    for (int l = 0; l < c.n_layer; ++l) {
+      cache.Write(l, 1, 41, n - 41, k.data() + 41 * row, v.data() + 41 * row);
+    }
+    cache.ExportSequence(1, n, again.data());
+    EXPECT_EQ(state, again) << hd;
+  }
+}
+
 // Anchored-key corrections: the AVX2 and AVX-512 kernels equal the scalar twin bit for bit
 // (the same fma chain per cell, then the same product and sum), for partial tiles, limits
 // below, inside and past the tile, queries beyond a register block, and no terms at all; cells

@@ -64,13 +64,15 @@ void ScoreScalar(const uint8_t* rows, int n_rows, int head_dim, int nq, const in
   }
 }
 
-// The tiled twin of ScoreScalar<kInt8>: the same group dots (exact int32) and the same float
-// steps in the same order, reading each cell's scale and codes from its tile slot.
+// The tiled twin of ScoreScalar<F> (int8 or q4_0 tiles): the same group dots (exact int32) and
+// the same float steps in the same order, reading each cell's scale and codes from its tile slot.
+template <KvRowFormat F>
 void ScoreTilesScalar(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
                       const int16_t* qq, const float* qd, float scale, float* out,
                       int64_t out_stride) {
+  constexpr int kCodeBytes = F == KvRowFormat::kInt8 ? kScoreGroup : kScoreGroup / 2;
   const int n_groups = head_dim / kScoreGroup;
-  const size_t tile_group = static_cast<size_t>(kKvTileCells) * (2 + kScoreGroup);
+  const size_t tile_group = static_cast<size_t>(kKvTileCells) * (2 + kCodeBytes);
   const size_t tile_bytes = tile_group * n_groups;
   for (int qi = 0; qi < nq; ++qi) {
     const int16_t* qv = qq + static_cast<int64_t>(qi) * head_dim;
@@ -87,7 +89,14 @@ void ScoreTilesScalar(const uint8_t* tiles, int first, int n_cells, int head_dim
         const int16_t* qg = qv + g * kScoreGroup;
         int32_t dot = 0;
         for (int i = 0; i < kScoreGroup; ++i) {
-          const int code = static_cast<int8_t>(codes[64 * (i / 4) + i % 4]);
+          int code;
+          if constexpr (F == KvRowFormat::kInt8) {
+            code = static_cast<int8_t>(codes[64 * (i / 4) + i % 4]);
+          } else {  // dim i < 16: the low nibble of code byte i, else the high one of i - 16
+            const int b = i % 16;
+            const int byte = codes[64 * (b / 4) + b % 4];
+            code = (i < 16 ? byte & 0x0F : byte >> 4) - 8;
+          }
           const int r = i % 16;  // query codes: each run of 16 evens first, then odds
           dot += code * qg[16 * (i / 16) + (r % 2) * 8 + r / 2];
         }
@@ -375,16 +384,26 @@ KvAnchorScoreFn BestKvAnchorScorer() {
   return best;
 }
 
-KvTileScoreFn ScalarKvTileScorer() { return ScoreTilesScalar; }
+KvTileScoreFn ScalarKvTileScorer(KvRowFormat format) {
+  switch (format) {
+    case KvRowFormat::kInt8:
+      return ScoreTilesScalar<KvRowFormat::kInt8>;
+    case KvRowFormat::kQ4_0:
+      return ScoreTilesScalar<KvRowFormat::kQ4_0>;
+    default:
+      return nullptr;
+  }
+}
 
-KvTileScoreFn BestKvTileScorer() {
-  static const KvTileScoreFn best = [] {
-    KvTileScoreFn f = nullptr;
-    if (HasAvx512()) f = Avx512KvTileScorer();
-    if (f == nullptr && HasAvx2()) f = Avx2KvTileScorer();
-    return f;
-  }();
-  return best;
+KvTileScoreFn BestKvTileScorer(KvRowFormat format) {
+  static const PerFormat<KvTileScoreFn> best =
+      ChooseEach<KvTileScoreFn>([](KvRowFormat f) -> KvTileScoreFn {
+        KvTileScoreFn fn = nullptr;
+        if (HasAvx512()) fn = Avx512KvTileScorer(f);
+        if (fn == nullptr && HasAvx2()) fn = Avx2KvTileScorer(f);
+        return fn;
+      });
+  return best[static_cast<int>(format)];
 }
 
 KvScoreFn BestKvScorer(KvRowFormat format) {

@@ -96,22 +96,25 @@ KvScoreFn Avx512KvScorer(KvRowFormat format);  // nullptr when none
 // gives the scalar twin's bits.
 KvScoreFn BestKvScorer(KvRowFormat format);
 
-// Integer scores of int8 K tiles (kv_format.h; the cache's int8 keys): cells [first, first +
-// n_cells) of the consecutive tiles at `tiles` (first < kKvTileCells: where scoring starts in the
-// first tile), out[qi * out_stride + j] = the score of cell first + j against query qi, by the
-// formula above: bit for bit what the row scorers give for the same cell's row. Whole tiles are
-// read (never a tile past the one holding the last wanted cell); only wanted cells are written.
-// head_dim a multiple of 32 (KvIntScoreSupported).
+// Integer scores of K tiles (kv_format.h; the cache's int8 and q4_0 keys): cells [first,
+// first + n_cells) of the consecutive tiles at `tiles` (first < kKvTileCells: where scoring starts
+// in the first tile), out[qi * out_stride + j] = the score of cell first + j against query qi, by
+// the formula above: bit for bit what the row scorers give for the same cell's row. Whole tiles
+// are read (never a tile past the one holding the last wanted cell); only wanted cells are
+// written. head_dim a multiple of 32 (KvIntScoreSupported). The factories take the tiles' row
+// format (int8 or q4_0; nullptr for others).
 using KvTileScoreFn = void (*)(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
                                const int16_t* qq, const float* qd, float scale, float* out,
                                int64_t out_stride);
 
-KvTileScoreFn ScalarKvTileScorer();
-KvTileScoreFn Avx2KvTileScorer();    // vpmaddubsw / vpmaddwd over 8 cells per ymm
-KvTileScoreFn Avx512KvTileScorer();  // vpdpbusd over 16 cells per zmm (needs VNNI)
+KvTileScoreFn ScalarKvTileScorer(KvRowFormat format = KvRowFormat::kInt8);
+// vpmaddubsw / vpmaddwd over 8 cells per ymm
+KvTileScoreFn Avx2KvTileScorer(KvRowFormat format = KvRowFormat::kInt8);
+// vpdpbusd over 16 cells per zmm (needs VNNI)
+KvTileScoreFn Avx512KvTileScorer(KvRowFormat format = KvRowFormat::kInt8);
 // The AVX-512 scorer when the CPU has AVX-512 VNNI, else the AVX2 one, else nullptr (as
 // BestKvScorer: without SIMD attention decodes tiles to f32).
-KvTileScoreFn BestKvTileScorer();
+KvTileScoreFn BestKvTileScorer(KvRowFormat format = KvRowFormat::kInt8);
 
 // f16 K scores against float queries (head_dim a multiple of 16, at most 512): out[qi *
 // out_stride + j] for qi < nq, j < n_rows, query qi at q + qi * head_dim [nq][head_dim]. Per

@@ -271,6 +271,99 @@ void ScoreTiles(const uint8_t* tiles, int first, int n_cells, int head_dim, int 
   }
 }
 
+// q4_0 tiles (kv_format.h): per tile, half (8 cells, one per dword lane) and group, each chunk of
+// 4 code bytes is one 32-byte load whose low nibbles are dims 4t..4t+3 and high nibbles dims
+// 16+4t..16+4t+3, as unsigned bytes for vpmaddubsw against the broadcast query chunk. A pair
+// sums to at most 2 * 15 * 127 and the 8 products of a group to 30,480 in int16, so the int16
+// sum is exact; one vpmaddwd by ones widens it to each cell's int32, and the zero point comes off
+// as 8 times the query's group sum: the scalar twin's exact group dot, then its float steps.
+void ScoreQ4TilesQueries(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
+                         const int16_t* qq, const float* qd, float scale, float* out,
+                         int64_t out_stride) {
+  constexpr int kTile = 16, kCodeBytes = kGroup / 2;
+  const int n_groups = head_dim / kGroup;
+  const size_t tile_group = static_cast<size_t>(kTile) * (2 + kCodeBytes);
+  const size_t tile_bytes = tile_group * n_groups;
+  // Queries in element order as int8, four to a dword: [nq][head_dim / 4]; zero [nq][n_groups]
+  // = -8 times each group's code sum.
+  alignas(32) int32_t q32[kMaxQueries * kMaxHeadDim / 4];
+  int32_t zero[kMaxQueries * kMaxHeadDim / kGroup];
+  for (int qi = 0; qi < nq; ++qi) {
+    const int16_t* src = qq + static_cast<int64_t>(qi) * head_dim;
+    auto* dst = reinterpret_cast<int8_t*>(q32 + static_cast<int64_t>(qi) * (head_dim / 4));
+    for (int g = 0; g < n_groups; ++g) {
+      int32_t sum = 0;
+      for (int i = g * kGroup; i < (g + 1) * kGroup; ++i) {
+        const int r = i % 16;  // each run of 16 holds evens first, then odds
+        dst[i] = static_cast<int8_t>(src[16 * (i / 16) + (r % 2) * 8 + r / 2]);
+        sum += dst[i];
+      }
+      zero[qi * n_groups + g] = -8 * sum;
+    }
+  }
+  const __m256i ones = _mm256_set1_epi16(1), nib = _mm256_set1_epi8(0x0F);
+  const __m256 vscale = _mm256_set1_ps(scale);
+  const int end = first + n_cells;  // cells counted from the first tile's start
+  for (int c = 0; c < end; c += kTile) {
+    const uint8_t* tile = tiles + (c / kTile) * tile_bytes;
+    for (int h = 0; h < 2; ++h) {
+      const int base = c + kBlockCells * h;  // cell of lane 0
+      if (base + kBlockCells <= first || base >= end) continue;
+      alignas(32) int32_t want[kBlockCells];
+      for (int l = 0; l < kBlockCells; ++l) want[l] = base + l >= first && base + l < end ? -1 : 0;
+      const __m256i mask = _mm256_load_si256(reinterpret_cast<const __m256i*>(want));
+      __m256 s[kMaxQueries];  // per query: its scores of the 8 cells
+      for (int qi = 0; qi < nq; ++qi) s[qi] = _mm256_setzero_ps();
+      for (int g = 0; g < n_groups; ++g) {
+        const uint8_t* grp = tile + g * tile_group;
+        const uint8_t* codes = grp + 2 * kTile + 4 * kBlockCells * h;  // chunk t at 64 t
+        // The group's nibbles as bytes, once for every query: k[t] dims 4t..4t+3 (t < 8).
+        __m256i k[kGroup / 4];
+        for (int t = 0; t < kCodeBytes / 4; ++t) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 64 * t));
+          k[t] = _mm256_and_si256(v, nib);
+          k[4 + t] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+        }
+        const __m256 dk = _mm256_cvtph_ps(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + 2 * kBlockCells * h)));
+        for (int qi = 0; qi < nq; ++qi) {
+          const int32_t* qv = q32 + static_cast<int64_t>(qi) * (head_dim / 4) + g * kGroup / 4;
+          __m256i p[kGroup / 4];  // summed as a tree (the int16 sum is exact in any order)
+          for (int t = 0; t < kGroup / 4; ++t) {
+            p[t] = _mm256_maddubs_epi16(k[t], _mm256_set1_epi32(qv[t]));
+          }
+          for (int w = kGroup / 8; w > 0; w /= 2) {
+            for (int t = 0; t < w; ++t) p[t] = _mm256_add_epi16(p[t], p[t + w]);
+          }
+          const __m256i p16 = p[0];
+          const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(p16, ones),
+                                               _mm256_set1_epi32(zero[qi * n_groups + g]));
+          const __m256 f = _mm256_mul_ps(dk, _mm256_set1_ps(qd[qi * n_groups + g]));
+          s[qi] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), f, s[qi]);
+        }
+      }
+      for (int qi = 0; qi < nq; ++qi) {
+        _mm256_maskstore_ps(out + qi * out_stride + (base - first), mask,
+                            _mm256_mul_ps(s[qi], vscale));
+      }
+    }
+  }
+}
+
+void ScoreQ4Tiles(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
+                  const int16_t* qq, const float* qd, float scale, float* out, int64_t out_stride) {
+  if (head_dim > kMaxHeadDim) {
+    ScalarKvTileScorer(KvRowFormat::kQ4_0)(tiles, first, n_cells, head_dim, nq, qq, qd, scale, out,
+                                           out_stride);
+    return;
+  }
+  for (int q0 = 0; q0 < nq; q0 += kMaxQueries) {
+    ScoreQ4TilesQueries(tiles, first, n_cells, head_dim, std::min(kMaxQueries, nq - q0),
+                        qq + static_cast<int64_t>(q0) * head_dim, qd + q0 * (head_dim / kGroup),
+                        scale, out + q0 * out_stride, out_stride);
+  }
+}
+
 // Fused V decode + weighted accumulation: 16 columns of each row are decoded into registers
 // once and meet up to 4 queries' weights, so the row is never written out as floats. The
 // values and the fma order per accumulator are those of DecodeInt8 / DecodeQ4 / DecodeF16
@@ -407,7 +500,16 @@ KvAccumulateFn Avx2KvAccumulator(KvRowFormat format) {
   }
 }
 
-KvTileScoreFn Avx2KvTileScorer() { return ScoreTiles; }
+KvTileScoreFn Avx2KvTileScorer(KvRowFormat format) {
+  switch (format) {
+    case KvRowFormat::kInt8:
+      return ScoreTiles;
+    case KvRowFormat::kQ4_0:
+      return ScoreQ4Tiles;
+    default:
+      return nullptr;
+  }
+}
 
 KvScoreFn Avx2KvScorer(KvRowFormat format) {
   switch (format) {

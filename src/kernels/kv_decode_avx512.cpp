@@ -9,9 +9,10 @@
 // group. The codes are transposed per 16-cell block (a 4x4 dword transpose within each 128-bit
 // lane) so that each dword lane is one cell and a cell's group sum needs no reduction across
 // lanes; its lanes come out as lane 4j + m = cell 4m + j, an involution that one vpermd undoes
-// before the store. The cache's int8 keys are stored as tiles already in that order (kv_format.h,
-// lane = cell): the tile scorer (ScoreTiles) loads each 4-dim chunk of 16 cells as it is, so a
-// group is 8 loads and 8 xors, shared by every query, and no transpose or permute.
+// before the store. The cache's int8 and q4_0 keys are stored as tiles already in that order
+// (kv_format.h, lane = cell): the tile scorer (ScoreTiles) loads each 4-dim chunk of 16 cells as
+// it is, so an int8 group is 8 loads and 8 xors and a q4_0 group 4 loads, 8 ands and 4 shifts,
+// shared by every query, and no transpose or permute.
 // GCC 12's AVX-512 headers build some intrinsics from _mm512_undefined_*(), which its
 // uninitialized-value analysis reports at every use.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -125,6 +126,20 @@ inline void TransposeDwords(const __m512i* v, __m512i* u) {
   for (int t = 0; t < 8; ++t) {
     out->w[t] =
         _mm512_xor_si512(_mm512_loadu_si512(grp + 2 * kBlockCells + 4 * kBlockCells * t), bias);
+  }
+}
+
+// Group `grp` of a q4_0 tile (kv_format.h): its 16 scales in cell order and its 4 chunks of 4
+// code bytes, one cell per dword lane already: w[t] the low nibbles of chunk t (dims 4t..4t+3),
+// w[4 + t] the high ones (dims 16+4t..16+4t+3), as ExpandGroupQ4 gives them but in cell order.
+[[gnu::always_inline]] inline void ExpandTileGroupQ4(const uint8_t* grp, size_t /*row_bytes*/,
+                                                     ByteGroup* out) {
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  out->dk = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(grp)));
+  for (int t = 0; t < 4; ++t) {
+    const __m512i v = _mm512_loadu_si512(grp + 2 * kBlockCells + 4 * kBlockCells * t);
+    out->w[t] = _mm512_and_si512(v, nib);
+    out->w[4 + t] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
   }
 }
 
@@ -310,11 +325,10 @@ void ScoreBytes(const uint8_t* rows, int n_rows, int head_dim, int nq, const int
 
 // The tiles holding cells [first, first + n_cells) for one chunk of queries: each tile's groups
 // are loaded as they are (lane = cell), its wanted cells stored through a mask.
-template <int kHd>
+template <int kHd, int kGroupBytes, ExpandGroupFn kExpand>
 void ScoreTileRun(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
                   const int32_t* q32, const int32_t* zero, const float* qd, float scale, float* out,
                   int64_t out_stride) {
-  constexpr int kGroupBytes = 2 + kGroup;
   const size_t row_bytes = static_cast<size_t>((kHd > 0 ? kHd : head_dim) / kGroup) * kGroupBytes;
   const int end = first + n_cells;  // cells counted from the first tile's start
   for (int c = 0; c < end; c += kBlockCells) {
@@ -322,32 +336,38 @@ void ScoreTileRun(const uint8_t* tiles, int first, int n_cells, int head_dim, in
     const int lo = std::max(first - c, 0), hi = std::min(end - c, kBlockCells);
     const auto mask = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
     // Lane l of the tile's scores goes to out[c + l - first] (masked lanes are not touched).
-    ScoreBlockBytes<kHd, kGroupBytes, ExpandTileGroupInt8, true>(
-        tiles + c * row_bytes, head_dim, nq, q32, zero, qd, scale, out + (c - first), out_stride,
-        kBlockCells, mask);
+    ScoreBlockBytes<kHd, kGroupBytes, kExpand, true>(tiles + c * row_bytes, head_dim, nq, q32, zero,
+                                                     qd, scale, out + (c - first), out_stride,
+                                                     kBlockCells, mask);
   }
 }
 
+// int8 (kZero 128, groups of 34 bytes per cell) or q4_0 (kZero 8, 18 bytes) tiles.
+template <KvRowFormat F, int kZero, int kGroupBytes, ExpandGroupFn kExpand>
 void ScoreTiles(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
                 const int16_t* qq, const float* qd, float scale, float* out, int64_t out_stride) {
   if (head_dim > kMaxHeadDim) {
-    ScalarKvTileScorer()(tiles, first, n_cells, head_dim, nq, qq, qd, scale, out, out_stride);
+    ScalarKvTileScorer(F)(tiles, first, n_cells, head_dim, nq, qq, qd, scale, out, out_stride);
     return;
   }
+  static_assert(kGroupBytes == (F == KvRowFormat::kInt8 ? 2 + kGroup : 2 + kGroup / 2));
   const int n_groups = head_dim / kGroup;
   alignas(64) int32_t q32[kMaxByteQueries * kMaxHeadDim / 4];        // [query][head_dim / 4]
   alignas(64) int32_t zero[kMaxByteQueries * kMaxHeadDim / kGroup];  // [query][group]
   for (int q0 = 0; q0 < nq; q0 += kMaxByteQueries) {
     const int n = std::min(kMaxByteQueries, nq - q0);
-    PrepareByteQueries(qq + static_cast<int64_t>(q0) * head_dim, n, head_dim, 128, q32, zero);
+    PrepareByteQueries(qq + static_cast<int64_t>(q0) * head_dim, n, head_dim, kZero, q32, zero);
     const float* qdc = qd + static_cast<int64_t>(q0) * n_groups;
     float* oc = out + q0 * out_stride;
     if (head_dim == 64) {
-      ScoreTileRun<64>(tiles, first, n_cells, head_dim, n, q32, zero, qdc, scale, oc, out_stride);
+      ScoreTileRun<64, kGroupBytes, kExpand>(tiles, first, n_cells, head_dim, n, q32, zero, qdc,
+                                             scale, oc, out_stride);
     } else if (head_dim == 128) {
-      ScoreTileRun<128>(tiles, first, n_cells, head_dim, n, q32, zero, qdc, scale, oc, out_stride);
+      ScoreTileRun<128, kGroupBytes, kExpand>(tiles, first, n_cells, head_dim, n, q32, zero, qdc,
+                                              scale, oc, out_stride);
     } else {
-      ScoreTileRun<0>(tiles, first, n_cells, head_dim, n, q32, zero, qdc, scale, oc, out_stride);
+      ScoreTileRun<0, kGroupBytes, kExpand>(tiles, first, n_cells, head_dim, n, q32, zero, qdc,
+                                            scale, oc, out_stride);
     }
   }
 }
@@ -1025,7 +1045,16 @@ KvAccumulateFn Avx512KvAccumulator(KvRowFormat format) {
 
 KvF16ScoreFn Avx512KvF16Scorer() { return ScoreF16; }
 
-KvTileScoreFn Avx512KvTileScorer() { return ScoreTiles; }
+KvTileScoreFn Avx512KvTileScorer(KvRowFormat format) {
+  switch (format) {
+    case KvRowFormat::kInt8:
+      return ScoreTiles<KvRowFormat::kInt8, 128, 34, ExpandTileGroupInt8>;
+    case KvRowFormat::kQ4_0:
+      return ScoreTiles<KvRowFormat::kQ4_0, 8, 18, ExpandTileGroupQ4>;
+    default:
+      return nullptr;
+  }
+}
 
 KvScoreFn Avx512KvScorer(KvRowFormat format) {
   switch (format) {

@@ -32,44 +32,51 @@ size_t KvRowBytes(KvRowFormat format, int head_dim) {
 }
 
 namespace {
-// Byte offset, within a tile's group of g values, of cell `cell`'s code of dim i (< g).
-inline size_t TileCodeOffset(int g, int cell, int i) {
-  const int t = i / 4, w = std::min(4, g - 4 * t);
+// Code bytes per group of a tiled format's rows: g (int8) or g / 2 (q4_0 nibbles).
+inline int TileGroupCodeBytes(KvRowFormat format, int g) {
+  LAMINA_CHECK(format == KvRowFormat::kInt8 || format == KvRowFormat::kQ4_0);
+  return format == KvRowFormat::kInt8 ? g : g / 2;
+}
+
+// Byte offset, within a tile's group of b code bytes per cell, of cell `cell`'s code byte i (< b).
+inline size_t TileCodeOffset(int b, int cell, int i) {
+  const int t = i / 4, w = std::min(4, b - 4 * t);
   return 2 * kKvTileCells + static_cast<size_t>(kKvTileCells) * 4 * t + cell * w + (i - 4 * t);
 }
 }  // namespace
 
-void TileKvRow(const uint8_t* row, int head_dim, uint8_t* tile, int cell) {
-  const int g = KvGroupSize(head_dim);
-  const size_t tile_group = static_cast<size_t>(kKvTileCells) * (2 + g);
-  for (int b = 0; b < head_dim / g; ++b) {
-    const uint8_t* src = row + b * (2 + g);  // { fp16 d; int8 q[g] }
-    uint8_t* dst = tile + b * tile_group;
+void TileKvRow(const uint8_t* row, int head_dim, uint8_t* tile, int cell, KvRowFormat format) {
+  const int g = KvGroupSize(head_dim), b = TileGroupCodeBytes(format, g);
+  const size_t tile_group = static_cast<size_t>(kKvTileCells) * (2 + b);
+  for (int k = 0; k < head_dim / g; ++k) {
+    const uint8_t* src = row + k * (2 + b);  // { fp16 d; b code bytes }
+    uint8_t* dst = tile + k * tile_group;
     std::memcpy(dst + 2 * cell, src, 2);
-    for (int i = 0; i < g; ++i) dst[TileCodeOffset(g, cell, i)] = src[2 + i];
+    for (int i = 0; i < b; ++i) dst[TileCodeOffset(b, cell, i)] = src[2 + i];
   }
 }
 
-void UntileKvRow(const uint8_t* tile, int cell, int head_dim, uint8_t* row) {
-  const int g = KvGroupSize(head_dim);
-  const size_t tile_group = static_cast<size_t>(kKvTileCells) * (2 + g);
-  for (int b = 0; b < head_dim / g; ++b) {
-    const uint8_t* src = tile + b * tile_group;
-    uint8_t* dst = row + b * (2 + g);
+void UntileKvRow(const uint8_t* tile, int cell, int head_dim, uint8_t* row, KvRowFormat format) {
+  const int g = KvGroupSize(head_dim), b = TileGroupCodeBytes(format, g);
+  const size_t tile_group = static_cast<size_t>(kKvTileCells) * (2 + b);
+  for (int k = 0; k < head_dim / g; ++k) {
+    const uint8_t* src = tile + k * tile_group;
+    uint8_t* dst = row + k * (2 + b);
     std::memcpy(dst, src + 2 * cell, 2);
-    for (int i = 0; i < g; ++i) dst[2 + i] = src[TileCodeOffset(g, cell, i)];
+    for (int i = 0; i < b; ++i) dst[2 + i] = src[TileCodeOffset(b, cell, i)];
   }
 }
 
-void DecodeKvTileCells(const uint8_t* tiles, int first, int n, int head_dim, float* out) {
-  const size_t row_bytes = KvRowBytes(KvRowFormat::kInt8, head_dim);
+void DecodeKvTileCells(const uint8_t* tiles, int first, int n, int head_dim, float* out,
+                       KvRowFormat format) {
+  const size_t row_bytes = KvRowBytes(format, head_dim);
   std::vector<uint8_t> row(row_bytes);  // [row_bytes] one cell's row
   uint8_t* r = row.data();
   for (int j = 0; j < n; ++j) {
     const int c = first + j;
     UntileKvRow(tiles + (c / kKvTileCells) * kKvTileCells * row_bytes, c % kKvTileCells, head_dim,
-                r);
-    DecodeKvRow(KvRowFormat::kInt8, r, head_dim, out + static_cast<size_t>(j) * head_dim);
+                r, format);
+    DecodeKvRow(format, r, head_dim, out + static_cast<size_t>(j) * head_dim);
   }
 }
 

@@ -28,6 +28,21 @@
 //           rows, so Truncate and ZeroCells stay plain memsets; the AVX-512 scorer shifts them
 //           by +128 with one xor per 64 bytes, shared by every query of a tile). A cell's row
 //           converts to and from its tile slot byte for byte (TileKvRow / UntileKvRow).
+//   q4_0 tiles (the cache's q4_0 keys): the int8 tile layout over each row's code bytes, i.e.
+//           b = G/2 nibble bytes per cell and group instead of G: per group g at
+//           g * 16 * (2 + G/2): fp16 d[16], then chunk t of 4 code bytes (qs[4t .. 4t + w - 1],
+//           w = min(4, G/2 - 4t)) holding cell c's w bytes at byte 64t + c * w. For G = 32 a
+//           group is 32 + 4 * 64 = 288 bytes and chunk t (t < 4) is one 64-byte vector, cell c
+//           in dword lane c, whose low nibbles are dims 4t .. 4t+3 and high nibbles dims
+//           16 + 4t .. 16 + 4t + 3 (the row's own nibble order): one load, one vpand gives the
+//           unsigned codes of 4 dims x 16 cells and one vpsrlw + vpand those of the 4 dims 16
+//           further, each ready for vpdpbusd against a broadcast 4-byte query chunk; the
+//           zero point 8 comes off per query and group, as for rows. Keeping the row's nibble
+//           pairing (dims i and i + 16 in one byte) costs 3 ops per 64 bytes of codes (8
+//           vpdpbusd operands per group from 4 loads), as cheap as any other pairing, and keeps
+//           the tile <-> row conversion a byte copy. An all-zero tile is 16 zero rows.
+//           The anchored form (runtime/kv_cache.h) adds no per-group terms: its flag byte
+//           per cell stays outside the tile.
 // Stochastic rounding replaces the round-to-nearest step by floor(y + u), u in [0, 1) drawn
 // from a counter-based hash of (seed, layer, position, element), so the bytes stored for a cell
 // depend only on its values and coordinates, never on the order of writes.
@@ -66,14 +81,17 @@ void EncodeKvRow(KvRowFormat format, const float* x, int head_dim, const Roundin
 // Decodes one head row to floats.
 void DecodeKvRow(KvRowFormat format, const uint8_t* row, int head_dim, float* out);
 
-// int8 tiles (layout above): cells per tile, and the conversions of one cell's row (head_dim
-// values, KvRowBytes(kInt8, head_dim) bytes) to and from its slot `cell` of a tile.
+// Key tiles (int8 or q4_0 rows; layout above): cells per tile, and the conversions of one cell's
+// row (head_dim values, KvRowBytes(format, head_dim) bytes) to and from its slot `cell` of a tile.
 inline constexpr int kKvTileCells = 16;
-void TileKvRow(const uint8_t* row, int head_dim, uint8_t* tile, int cell);
-void UntileKvRow(const uint8_t* tile, int cell, int head_dim, uint8_t* row);
-// Decodes cells [first, first + n) of the consecutive int8 tiles at `tiles` (first <
+void TileKvRow(const uint8_t* row, int head_dim, uint8_t* tile, int cell,
+               KvRowFormat format = KvRowFormat::kInt8);
+void UntileKvRow(const uint8_t* tile, int cell, int head_dim, uint8_t* row,
+                 KvRowFormat format = KvRowFormat::kInt8);
+// Decodes cells [first, first + n) of the consecutive tiles at `tiles` (first <
 // kKvTileCells) into out [n, head_dim]: the values DecodeKvRow gives for their rows.
-void DecodeKvTileCells(const uint8_t* tiles, int first, int n, int head_dim, float* out);
+void DecodeKvTileCells(const uint8_t* tiles, int first, int n, int head_dim, float* out,
+                       KvRowFormat format = KvRowFormat::kInt8);
 
 // Uniform [0, 1) from the counter-based hash (SplitMix64 finaliser over the packed key).
 float StochasticUniform(const RoundingKey& key, uint32_t element);

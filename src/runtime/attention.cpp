@@ -232,7 +232,8 @@ class AttentionCall {
   const int window_ring_;
   // Cells the layer stores per KV head (a sliding-window ring's, or n_ctx).
   const int layer_cells_;
-  // Integer scores read K codes directly (rows, or the cache's int8 tiles: KvCache::KTile);
+  // Integer scores read K codes directly (rows, or the cache's int8 / q4_0 tiles:
+  // KvCache::KTile);
   // otherwise (both nullptr) K tiles are decoded to f32.
   const KvScoreFn score_k_;
   const KvTileScoreFn score_k_tiles_;
@@ -276,8 +277,9 @@ AttentionCall::AttentionCall(const KvCache& cache, int layer, const AttentionSeg
       layer_cells_(cache.layer_cells(layer)),
       score_k_(KvIntScoreSupported(ks_.format, hd_) && !cache.k_tiled() ? BestKvScorer(ks_.format)
                                                                         : nullptr),
-      score_k_tiles_(KvIntScoreSupported(ks_.format, hd_) && cache.k_tiled() ? BestKvTileScorer()
-                                                                             : nullptr),
+      score_k_tiles_(KvIntScoreSupported(ks_.format, hd_) && cache.k_tiled()
+                         ? BestKvTileScorer(ks_.format)
+                         : nullptr),
       score_f16_(ks_.format == KvRowFormat::kF16 && KvF16ScoreSupported(hd_) ? BestKvF16Scorer()
                                                                              : nullptr),
       n_qgroups_(hd_ / 32),
@@ -421,7 +423,7 @@ void AttentionCall::ScoreChunk(const Chunk& ch) const {
     // Head rows (or tiles) of consecutive cells are contiguous and hold whole groups: one call.
     if (cache_.k_tiled()) {
       const KvCache::KTileRef t = cache_.KTile(layer_, ch.seq, ch.g, c0);
-      DecodeKvTileCells(t.tile, t.cell, nc, hd_, ch.tile);
+      DecodeKvTileCells(t.tile, t.cell, nc, hd_, ch.tile, ks_.format);
     } else {
       decode_k_(cache_.KHead(layer_, ch.seq, ch.g, c0), nc, hd_, ch.tile);
     }

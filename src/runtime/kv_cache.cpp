@@ -119,7 +119,7 @@ KvCache::KvCache(const KvCacheConfig& config)
   LAMINA_CHECK(ValidateKvConfig(config).ok());
   k_head_bytes_ = KvRowBytes(k_spec_.format, config.head_dim);
   v_head_bytes_ = KvRowBytes(v_spec_.format, config.head_dim);
-  k_tiled_ = k_spec_.format == KvRowFormat::kInt8;
+  k_tiled_ = k_spec_.format == KvRowFormat::kInt8 || k_spec_.format == KvRowFormat::kQ4_0;
   cells_.resize(config.n_layer);
   head_cells_.resize(config.n_layer);
   layer_base_.resize(config.n_layer);
@@ -218,7 +218,7 @@ void KvCache::ReadHeadRows(int side, int layer, int seq, int head, int n, float*
     float* dst = out + static_cast<size_t>(p0) * hd;
     if (side == 0 && k_tiled_) {
       const KTileRef t = KTile(layer, seq, head, p0);
-      DecodeKvTileCells(t.tile, t.cell, p1 - p0, hd, dst);
+      DecodeKvTileCells(t.tile, t.cell, p1 - p0, hd, dst, k_spec_.format);
     } else {
       BestKvRowDecoder(spec.format)(
           side == 0 ? KHead(layer, seq, head, p0) : VHead(layer, seq, head, p0), p1 - p0, hd, dst);
@@ -240,7 +240,7 @@ void KvCache::ReadHeadRows(int side, int layer, int seq, int head, int n, float*
 void KvCache::KRow(int layer, int seq, int head, int pos, uint8_t* out) const {
   if (k_tiled_) {
     const KTileRef t = KTile(layer, seq, head, pos);
-    UntileKvRow(t.tile, t.cell, config_.head_dim, out);
+    UntileKvRow(t.tile, t.cell, config_.head_dim, out, k_spec_.format);
   } else {
     std::memcpy(out, KHead(layer, seq, head, pos), k_head_bytes_);
   }
@@ -250,7 +250,7 @@ void KvCache::StoreKRow(int layer, int seq, int head, int pos, const uint8_t* ro
   const size_t at = HeadIndex(layer, seq, head, pos);
   if (k_tiled_) {
     const int cell = static_cast<int>(at % kKvTileCells);
-    TileKvRow(row, config_.head_dim, k_.data() + (at - cell) * k_head_bytes_, cell);
+    TileKvRow(row, config_.head_dim, k_.data() + (at - cell) * k_head_bytes_, cell, k_spec_.format);
   } else {
     std::memcpy(k_.data() + at * k_head_bytes_, row, k_head_bytes_);
   }
@@ -356,7 +356,7 @@ float KvCache::EncodedError(const KvSideSpec& spec, const uint8_t* row, const fl
 }
 
 void KvCache::EncodeAnchoredK(int layer, int seq, int pos, int head, const float* k, float* scratch,
-                              uint8_t* alt) {
+                              uint8_t* alt, uint8_t* out) {
   const int hd = config_.head_dim;
   float* offset = scratch;        // [head_dim]
   float* residual = offset + hd;  // [head_dim]
@@ -368,18 +368,17 @@ void KvCache::EncodeAnchoredK(int layer, int seq, int pos, int head, const float
     finite = finite && std::isfinite(residual[e]);
   }
   const size_t at = HeadIndex(layer, seq, head, pos);
-  uint8_t* slot = k_.data() + at * k_head_bytes_;
-  EncodeHead(k_spec_, /*stochastic=*/false, layer, pos, head, k, slot, tmp);
+  EncodeHead(k_spec_, /*stochastic=*/false, layer, pos, head, k, out, tmp);
   if (!finite) {
     k_anchor_flag_[at] = 0;
     return;
   }
-  const float plain_error = EncodedError(k_spec_, slot, k, tmp);
+  const float plain_error = EncodedError(k_spec_, out, k, tmp);
   EncodeHead(k_spec_, /*stochastic=*/false, layer, pos, head, residual, alt, tmp);
   const float anchored_error = EncodedError(k_spec_, alt, residual, tmp);
   // Ties go to the anchored form: the first cell's residual is zero and encodes exactly.
   const bool anchored = anchored_error <= plain_error;
-  if (anchored) std::memcpy(slot, alt, k_head_bytes_);
+  if (anchored) std::memcpy(out, alt, k_head_bytes_);
   k_anchor_flag_[at] = anchored ? 1 : 0;
 }
 
@@ -548,14 +547,15 @@ void KvCache::Write(int layer, int seq, int pos0, int n, const float* k, const f
         if (skip_windowed_encode) continue;
       }
       const float* vrow = v + i * re;
+      // Encoded as a row, then stored into its row or tile slot.
       if (k_anchored_) {
-        EncodeAnchoredK(layer, seq, pos, h, k + i * re + h * hd, anchor_scratch.data(), alt.data());
+        EncodeAnchoredK(layer, seq, pos, h, k + i * re + h * hd, anchor_scratch.data(), alt.data(),
+                        krow.data());
       } else {
-        // Encoded as a row, then stored into its row or tile slot.
         EncodeHead(k_spec_, /*stochastic=*/false, layer, pos, h, k + i * re + h * hd, krow.data(),
                    tmp.data());
-        StoreKRow(layer, seq, h, pos, krow.data());
       }
+      StoreKRow(layer, seq, h, pos, krow.data());
       EncodeHead(v_spec_, v_stochastic, layer, pos, h, vrow + h * hd,
                  v_.data() + HeadIndex(layer, seq, h, pos) * v_head_bytes_, tmp.data());
       if (in_ring && encode_windowed_twice) {

@@ -2,8 +2,8 @@
 // path — prompt batch, single-token decode, verify windows, several sequences — goes through
 // it, so all paths produce identical bytes by construction. Truncate and CopyPrefix are the
 // other mutations. Attention reads encoded head rows through KHead/VHead and the row formats,
-// and int8 keys through KTile: they are stored as tiles of 16 cells (kv_format.h), which the
-// writer fills slot by slot from each cell's row, so every path still stores the same bytes.
+// and int8 and q4_0 keys through KTile: they are stored as tiles of 16 cells (kv_format.h), which
+// the writer fills slot by slot from each cell's row, so every path still stores the same bytes.
 //
 // Modes (K | V): f32 | f32, f16 | f16, int8 | int8, q4_0 rotated | q4_0 rotated,
 // k8v4 = int8 unrotated | q4_0 rotated. Formats are defined in kernels/kv_format.h.
@@ -238,9 +238,10 @@ class KvCache {
   // multiple of kKvTileCells (n_ctx rounded up; rings are multiples of 64 already).
   // Of a ring layer, only positions the ring holds are meaningful, and consecutive positions
   // are contiguous up to a multiple of layer_cells(layer).
-  // int8 keys (k_tiled(): modes int8, k8v4, k8v4nl) are stored as int8 tiles of kKvTileCells
-  // consecutive cells (kernels/kv_format.h) in the same bytes as those cells' rows: read them
-  // through KTile (scorers, decoders) or KRow (one cell's row), never through KHead.
+  // int8 and q4_0 keys (k_tiled(): modes int8, k8v4, k8v4nl, q4_0) are stored as tiles of
+  // kKvTileCells consecutive cells (kernels/kv_format.h: int8 or q4_0 tiles) in the same bytes as
+  // those cells' rows: read them through KTile (scorers, decoders) or KRow (one cell's row),
+  // never through KHead.
   bool k_tiled() const { return k_tiled_; }
   const uint8_t* KHead(int layer, int seq, int head, int pos) const {
     return k_.data() + HeadIndex(layer, seq, head, pos) * k_head_bytes_;
@@ -252,7 +253,7 @@ class KvCache {
   // pos's cell in it. The tiles of consecutive positions are contiguous up to a multiple of
   // layer_cells(layer) (tiles never wrap around a ring).
   struct KTileRef {
-    const uint8_t* tile;  // [kKvTileCells * k_head_bytes()] one int8 tile
+    const uint8_t* tile;  // [kKvTileCells * k_head_bytes()] one int8 or q4_0 tile
     int cell;             // < kKvTileCells
   };
   KTileRef KTile(int layer, int seq, int head, int pos) const {
@@ -387,10 +388,10 @@ class KvCache {
   // Squared error of an encoded row against its source (tmp: [head_dim]).
   float EncodedError(const KvSideSpec& spec, const uint8_t* row, const float* src,
                      float* tmp) const;
-  // Encodes one key head row plainly and anchored, keeps the better one and sets its flag.
-  // scratch: [3 * head_dim]; alt: [k_head_bytes_].
+  // Encodes one key head row plainly and anchored into out (a row, [k_head_bytes_]), keeps the
+  // better one and sets its flag. scratch: [3 * head_dim]; alt: [k_head_bytes_].
   void EncodeAnchoredK(int layer, int seq, int pos, int head, const float* k, float* scratch,
-                       uint8_t* alt);
+                       uint8_t* alt, uint8_t* out);
   void ZeroCells(int layer, int seq, int pos0, int n);
   size_t RingIndex(int layer, int seq, int head, int pos) const {
     return (Index(layer, seq) * config_.n_kv_heads + head) * ring_ +
@@ -424,7 +425,7 @@ class KvCache {
   KvSideSpec v_spec_;
   size_t k_head_bytes_ = 0;
   size_t v_head_bytes_ = 0;
-  bool k_tiled_ = false;            // int8 keys in tiles (kv_format.h)
+  bool k_tiled_ = false;            // int8 or q4_0 keys in tiles (kv_format.h)
   std::vector<int> cells_;          // [n_layer] cells per KV head (KvLayerCells)
   std::vector<int> head_cells_;     // [n_layer] cells_ rounded up to kKvTileCells
   std::vector<size_t> layer_base_;  // [n_layer] first head row of a layer within a sequence
@@ -433,7 +434,7 @@ class KvCache {
   std::vector<int> ring_floor_;     // [n_seq, n_layer] a ring layer holds no cell below this
   // The cells' bytes, in huge pages where the kernel gives them (KvCacheConfig::huge_pages).
   using CellBytes = std::vector<uint8_t, HugePageAllocator<uint8_t>>;
-  // [n_seq, n_layer, n_kv_heads, head_cells] x k_head_bytes_ (rows, or int8 tiles)
+  // [n_seq, n_layer, n_kv_heads, head_cells] x k_head_bytes_ (rows, or key tiles)
   CellBytes k_;
   CellBytes v_;               // [n_seq, n_layer, n_kv_heads, head_cells] x v_head_bytes_
   std::vector<int> lengths_;  // [n_seq, n_layer]
