@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -142,6 +143,63 @@ TEST(MtpHead, ResumingCatchesUpInOneBatchedPass) {
   EXPECT_EQ(resumed.last_catch_up().skipped, 0);
   EXPECT_EQ(probe,
             std::vector<int32_t>(want.begin(), want.begin() + std::min<size_t>(1, want.size())));
+}
+
+// The target's kept hidden states: with the whole context's store allocated up front, a decode
+// step writes its row in place (the store never moves, so no step touches a fresh page or
+// copies the store), and the rows equal those of a store grown on demand, of a batch of two
+// sequences (copied from the batch's rows) and of a prefix copied to another sequence.
+TEST(MtpHead, KeptHiddenRowsAreWrittenInPlaceAndEqualEveryOtherPath) {
+  REQUIRE_HEAD();
+  std::unique_ptr<Model> m = LoadWithHead();
+  ASSERT_NE(m, nullptr);
+  const int n_vocab = m->hparams().n_vocab;
+  const size_t d = m->hparams().n_embd;
+  ThreadPool pool(2);
+  SessionConfig sc;
+  sc.n_ctx = 128;
+  sc.n_seq = 2;
+  Session whole(*m, sc, pool), grown(*m, sc, pool), both(*m, sc, pool);
+  whole.KeepHidden();
+  grown.KeepHidden(/*whole_context=*/false);
+  both.KeepHidden();
+  std::vector<int32_t> history = ChatPrompt(*m, "Count from 1 to 20, one number per line.");
+  const int n_prompt = static_cast<int>(history.size());
+  Result<const float*> r = whole.Eval(history, false);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(grown.Eval(history, false).ok());
+  const float* store = whole.Hidden(0, 0);
+  history.push_back(ArgMax(*r, n_vocab));
+  for (int i = 0; i < 40; ++i) {
+    r = whole.Eval(&history.back(), 1, false);
+    ASSERT_TRUE(r.ok());
+    ASSERT_TRUE(grown.Eval(&history.back(), 1, false).ok());
+    history.push_back(ArgMax(*r, n_vocab));
+  }
+  const int n = static_cast<int>(history.size()) - 1;  // positions evaluated
+  ASSERT_EQ(whole.n_hidden(0), n);
+  ASSERT_EQ(grown.n_hidden(0), n);
+  EXPECT_EQ(whole.Hidden(0, 0), store);  // never reallocated
+  for (int p = 0; p < n; ++p) {
+    ASSERT_EQ(std::memcmp(whole.Hidden(0, p), grown.Hidden(0, p), d * sizeof(float)), 0) << p;
+  }
+  // The prompt for sequence 1 and the first token for sequence 0 in one batch: the batch's rows
+  // are copied to each sequence's store.
+  SequenceBatch b;
+  for (int p = 0; p < n_prompt; ++p) b.Add(history[p], 1, p, p == n_prompt - 1);
+  ASSERT_TRUE(both.Eval(history.data(), 1, false).ok());  // sequence 0, position 0
+  b.Add(history[1], 0, 1, true);
+  ASSERT_TRUE(both.Decode(b).ok());
+  ASSERT_EQ(both.n_hidden(1), n_prompt);
+  ASSERT_EQ(both.n_hidden(0), 2);
+  for (int p = 0; p < n_prompt; ++p) {
+    ASSERT_EQ(std::memcmp(both.Hidden(1, p), whole.Hidden(0, p), d * sizeof(float)), 0) << p;
+  }
+  EXPECT_EQ(std::memcmp(both.Hidden(0, 1), whole.Hidden(0, 1), d * sizeof(float)), 0);
+  // A prefix copied over a longer one keeps the rows it copies.
+  both.CopyPrefix(0, 1, 2);
+  ASSERT_EQ(both.n_hidden(1), 2);
+  EXPECT_EQ(std::memcmp(both.Hidden(1, 1), whole.Hidden(0, 1), d * sizeof(float)), 0);
 }
 
 // A copy of the head file with keys overwritten or removed and a tensor dropped or replaced by

@@ -104,8 +104,12 @@ class Session {
   Result<const float*> Decode(const SequenceBatch& batch, const float* embd);
 
   // From now on, keeps every evaluated token's normed final hidden state (ForwardBatch::hidden)
-  // by sequence and position, what an MTP drafter pairs with the next token.
-  void KeepHidden();
+  // by sequence and position, what an MTP drafter pairs with the next token. whole_context:
+  // every sequence's store ([n_ctx, n_embd], what MtpPlanBytes plans) is allocated and zeroed
+  // now, so that decode steps write their rows in place into memory already touched (no page
+  // fault, no reallocation mid-decode); false: grown on demand (a session that reads back only
+  // its last rows, such as the MTP block's own).
+  void KeepHidden(bool whole_context = true);
   // Positions [0, n_hidden(seq)) of sequence `seq` have their hidden state kept (cells copied by
   // CopyPrefix keep theirs; restored or random cells have none).
   int n_hidden(int seq) const { return hidden_.empty() ? 0 : n_hidden_[seq]; }
@@ -143,8 +147,12 @@ class Session {
   class StateRecurrent;
   // Runs a batch already checked; n_out logits rows land in logits_.
   Result<const float*> Run(const ForwardBatch& batch, int n_out);
-  // Copies the batch's hidden rows (batch_hidden_) to hidden_ by sequence and position.
-  void StoreHidden(const ForwardBatch& batch);
+  // Where the forward pass writes the batch's hidden rows ([n_tokens, n_embd]): a batch of one
+  // sequence straight into hidden_ at its positions, several into batch_hidden_.
+  float* HiddenRows(const std::vector<AttentionSegment>& segments, int n_tokens);
+  // Records the rows the pass wrote at `rows` (copied to hidden_ by sequence and position when
+  // they went to batch_hidden_).
+  void StoreHidden(const std::vector<AttentionSegment>& segments, const float* rows);
   const Model& model_;
   ThreadPool& pool_;
   // Runs attention that is too small for a fork and join (a short context) on the caller.
@@ -159,8 +167,8 @@ class Session {
   std::vector<int> n_past_;                   // [n_seq]
   std::vector<std::vector<int32_t>> tokens_;  // [n_seq][n_past]
   uint64_t memory_limit_ = UINT64_MAX;
-  // KeepHidden: per sequence [n_ctx, n_embd] (grown on demand) and the valid length; the
-  // batch's rows [n_tokens, n_embd]. Empty unless kept.
+  // KeepHidden: per sequence [n_ctx, n_embd] (allocated whole, or grown on demand) and the
+  // valid length; a batch of several sequences' rows [n_tokens, n_embd]. Empty unless kept.
   std::vector<std::vector<float>> hidden_;
   std::vector<int> n_hidden_;  // [n_seq]
   std::vector<float> batch_hidden_;

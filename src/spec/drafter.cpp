@@ -114,7 +114,7 @@ MtpDrafter::MtpDrafter(Session& target, int seq, const SessionConfig& config, Th
     : target_(target), seq_(seq), session_(*target.model().mtp(), config, pool), p_min_(p_min) {
   LAMINA_CHECK(config.n_seq == 1);
   target_.KeepHidden();
-  session_.KeepHidden();
+  session_.KeepHidden(/*whole_context=*/false);  // the block reads back its last cell's row only
 }
 
 Result<const float*> MtpDrafter::CatchUp(const std::vector<int32_t>& history, int keep,
