@@ -950,7 +950,8 @@ void BM_GemmStreamVsProbe(benchmark::State& state) {
   }
   const size_t bytes = w.data.size();
   const size_t n_copies = kSetBytes / bytes;
-  std::vector<uint8_t> packed(bytes * n_copies);  // [n_copies][2816 / 16 groups][16 * row_bytes]
+  // [n_copies][2816 / 16 groups][16 * row_bytes], in huge pages as the model's repacked weights
+  std::vector<uint8_t, HugePageAllocator<uint8_t>> packed(bytes * n_copies);
   std::vector<WeightMatrix> copies;
   for (size_t c = 0; c < n_copies; ++c)
     copies.push_back(InterleaveInto(w.w, packed.data() + c * bytes));

@@ -17,6 +17,7 @@
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "tokenizer/tokenizer.h"
+#include "util/huge_pages.h"
 #include "util/status.h"
 #include "util/thread_pool.h"
 
@@ -24,13 +25,17 @@ namespace lamina {
 
 class WeightLoader;  // weight_loader.h
 
-// A 64-byte-aligned weight buffer the model owns (weights repacked at load).
+// A 64-byte-aligned weight buffer the model owns (weights repacked at load); its interior 2 MiB
+// extents are advised as transparent huge pages before the repacked bytes are written, so the
+// matmuls stream them with one TLB entry per 2 MiB (huge_pages.h).
 struct AlignedDelete {
   void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t(64)); }
 };
 using WeightBuffer = std::unique_ptr<uint8_t[], AlignedDelete>;
 inline WeightBuffer NewWeightBuffer(size_t n) {
-  return WeightBuffer(static_cast<uint8_t*>(::operator new[](n, std::align_val_t(64))));
+  WeightBuffer buf(static_cast<uint8_t*>(::operator new[](n, std::align_val_t(64))));
+  AdviseHugePages(buf.get(), n);
+  return buf;
 }
 
 enum class RopeScalingType { kNone, kLinear, kYarn };

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "util/huge_pages.h"
 #include "util/thread_pool.h"
 
 namespace lamina {
@@ -29,7 +30,9 @@ class ReadBandwidthProbe {
   size_t bytes() const { return words_.size() * sizeof(uint64_t); }
 
  private:
-  std::vector<uint64_t> words_;    // [bytes / 8] the streamed buffer
+  // [bytes / 8] the streamed buffer, in transparent huge pages as the KV cells and the repacked
+  // weights are (huge_pages.h): the probe is a ceiling only if it streams the way they do.
+  std::vector<uint64_t, HugePageAllocator<uint64_t>> words_;
   std::vector<uint64_t> partial_;  // [threads * 8] one sum per thread, a cache line apart
 };
 

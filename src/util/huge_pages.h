@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <new>
 #include <type_traits>
@@ -16,6 +17,19 @@
 namespace lamina {
 
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+
+// Advises the whole huge pages inside [p, p + bytes) as transparent huge pages (a buffer that
+// was not allocated huge-page aligned: its interior 2 MiB extents). Call before the buffer is
+// first written; returns the bytes advised (0 where none fits or the kernel refuses). Advice
+// only: the bytes are the same either way.
+inline size_t AdviseHugePages(void* p, size_t bytes) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t first = (begin + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  const uintptr_t last = (begin + bytes) / kHugePageBytes * kHugePageBytes;
+  if (last <= first) return 0;
+  if (::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE) != 0) return 0;
+  return last - first;
+}
 
 template <typename T>
 struct HugePageAllocator {
