@@ -140,6 +140,32 @@ TEST(DraftController, StopsDraftingWhenWindowsDoNotPay) {
   EXPECT_GT(sim.Speedup(), 0.95);
 }
 
+// Prompt lookup (asking is free) after a copying request, on text where its matches are mostly
+// rejected and on text where they pay: the measured rate's veto, which now covers free
+// drafters too, keeps the losing one near plain speed and does not stop the paying one.
+TEST(DraftController, AFreeDrafterThatLosesStopsAfterACopyingRequest) {
+  Machine m;
+  m.window = [](int w) { return 1.0 + 0.4 * (w - 1); };  // a 2-token window: 1.4 steps
+  CostModel costs;
+  for (double a : {0.97, 0.15}) {
+    for (double offer : {1.0, 0.3}) {
+      DraftController copy(&costs, true);
+      Sim warm;
+      warm.Run(copy, m, 0.97, 400);
+      m.offer = offer;
+      DraftController c(&costs, true);
+      Sim sim;
+      sim.Run(c, m, a, 1000, 1);
+      if (a < 0.5) {
+        EXPECT_GT(sim.TrueSpeedup(), 0.97) << "offer " << offer;
+      } else {
+        EXPECT_GT(sim.TrueSpeedup(), 1.1) << "offer " << offer;  // 1.15 at most with offer 0.3
+      }
+      m.offer = 1.0;
+    }
+  }
+}
+
 TEST(DraftController, DraftsLongWindowsWhenTheyPay) {
   CostModel costs;
   DraftController c(&costs, true);

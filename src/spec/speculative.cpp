@@ -242,9 +242,10 @@ int DraftController::Plan(int max_tokens) {
   // whatever the model predicts; a resumption must be repaid at the measured rate).
   double weight = 0.0;
   const double realized = Realized(&weight);
-  // (A drafter whose asking is free, prompt lookup, has no pass the model could misprice: its
-  // windows are priced as measured, and their mix of lengths and acceptances is the model's.)
-  const bool proven = real_steps_ >= kRealMin && costs_->DraftSteps(1) > kPassCost;
+  // This holds for a drafter whose asking is free (prompt lookup) too: its windows are priced
+  // as measured, but the model's mix of lengths and acceptances can still promise a gain the
+  // windows do not give (counting: one-token matches, mostly rejected, each window 1.4 steps).
+  const bool proven = real_steps_ >= kRealMin;
   const double rate = proven ? std::min(best, realized) : best;
   // A resumption (a bulk catch-up over the pause first) is priced at the measured rate, the
   // long-run figure included, even before this request has two steps of its own: a trial that
@@ -356,8 +357,7 @@ void DraftController::Record(const StepRecord& r) {
   }
   if (probing_ && (r.drafted > 0 || costs_->DraftSteps(1) > kPassCost)) {
     double weight = 0.0;
-    const bool loses =
-        Realized(&weight) < 1.0 && real_steps_ >= kRealMin && costs_->DraftSteps(1) > kPassCost;
+    const bool loses = Realized(&weight) < 1.0 && real_steps_ >= kRealMin;
     if (r.drafted == 0 || r.accepted < r.drafted || loses) {
       gap_ = std::min(MaxProbeGap(), 2 * gap_);
     }
