@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <vector>
@@ -879,167 +880,15 @@ TEST(KvIntScore, SimdMatchesScalarTwinAndDecodedScores) {
   }
 }
 
-// int8 tiles: a row converts to its tile slot and back byte for byte (every head_dim the format
-// holds, a partial last chunk included), the tile decoder gives the row decoder's values, and
-// every tile scorer gives the row scorers' bits for the same cells, from any first cell of a
-// tile to any end, without writing outside the wanted cells.
-TEST(KvTileScore, TilesRoundTripAndScoreAsRows) {
-  std::mt19937 rng(35);
+// Tiles of format f: a row converts to its tile slot and back byte for byte (every head_dim
+// in head_dims, a partial last chunk included), the tile decoder gives the row decoder's values,
+// and every tile scorer of f gives the row scorers' bits for the same cells, from any first cell
+// of a tile to any end, without writing outside the wanted cells.
+void CheckTilesRoundTripAndScoreAsRows(KvRowFormat f, uint32_t seed,
+                                       std::initializer_list<int> head_dims) {
+  std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
-  for (int hd : {2, 6, 8, 30, 32, 64, 96, 128, 256}) {
-    const size_t rb = KvRowBytes(KvRowFormat::kInt8, hd);
-    ASSERT_GT(rb, 0u) << hd;
-    const int n_tiles = 5, n = n_tiles * kKvTileCells;
-    std::vector<uint8_t> rows(rb * n), tiles(rb * n, 0xAB), back(rb);
-    std::vector<float> x(hd);
-    for (int c = 0; c < n; ++c) {
-      for (float& v : x) v = 3.0f * normal(rng);
-      EncodeKvRow(KvRowFormat::kInt8, x.data(), hd, nullptr, rows.data() + c * rb);
-      TileKvRow(rows.data() + c * rb, hd, tiles.data() + (c / kKvTileCells) * kKvTileCells * rb,
-                c % kKvTileCells);
-    }
-    for (int c = 0; c < n; ++c) {
-      UntileKvRow(tiles.data() + (c / kKvTileCells) * kKvTileCells * rb, c % kKvTileCells, hd,
-                  back.data());
-      ASSERT_EQ(0, std::memcmp(back.data(), rows.data() + c * rb, rb)) << hd << " cell " << c;
-    }
-    EXPECT_EQ(std::count(tiles.begin(), tiles.end(), 0xAB),
-              std::count(rows.begin(), rows.end(), 0xAB))
-        << "every byte of a tile belongs to one cell";
-    std::vector<float> want(static_cast<size_t>(n) * hd), got(want.size());  // [n, hd]
-    ScalarKvRowDecoder(KvRowFormat::kInt8)(rows.data(), n, hd, want.data());
-    DecodeKvTileCells(tiles.data() + kKvTileCells * rb, 3, n - 19, hd, got.data());
-    EXPECT_TRUE(std::equal(got.begin(), got.begin() + static_cast<size_t>(n - 19) * hd,
-                           want.begin() + static_cast<size_t>(19) * hd))
-        << hd;
-    if (!KvIntScoreSupported(KvRowFormat::kInt8, hd)) continue;
-    for (int nq : {1, 2, 3, 4, 5, 37}) {
-      std::vector<float> q(static_cast<size_t>(nq) * hd);  // [nq, hd]
-      for (float& v : q) v = normal(rng);
-      std::vector<int16_t> qq(q.size());
-      std::vector<float> qd(static_cast<size_t>(nq) * hd / 32);
-      for (int qi = 0; qi < nq; ++qi) {
-        QuantizeQueryInt16(KvRowFormat::kInt8, q.data() + qi * hd, hd, qq.data() + qi * hd,
-                           qd.data() + qi * hd / 32);
-      }
-      const int64_t stride = n + 3;
-      std::vector<float> ref(nq * stride);  // [nq, stride] the row scorer over every cell
-      ScalarKvScorer(KvRowFormat::kInt8)(rows.data(), n, hd, nq, qq.data(), qd.data(), 0.125f,
-                                         ref.data(), stride);
-      struct Named {
-        const char* name;
-        KvTileScoreFn fn;
-      };
-      std::vector<Named> scorers = {{"scalar", ScalarKvTileScorer()}};
-      if (HasAvx512Vnni() && Avx512KvTileScorer() != nullptr) {
-        scorers.push_back({"avx512", Avx512KvTileScorer()});
-      }
-      if (GetCpuFeatures().HasAvx2Set() && Avx2KvTileScorer() != nullptr) {
-        scorers.push_back({"avx2", Avx2KvTileScorer()});
-      }
-      if (BestKvTileScorer() != nullptr) scorers.push_back({"best", BestKvTileScorer()});
-      for (const Named& sc : scorers) {
-        for (auto [c0, c1] : {std::pair{0, n}, {5, 16}, {16, 17}, {3, 61}, {33, 80}, {79, 80}}) {
-          const uint8_t* t = tiles.data() + (c0 / kKvTileCells) * kKvTileCells * rb;
-          std::vector<float> out(nq * stride + 32, -1.0f);  // 16 guard floats each side
-          sc.fn(t, c0 % kKvTileCells, c1 - c0, hd, nq, qq.data(), qd.data(), 0.125f,
-                out.data() + 16, stride);
-          for (int qi = 0; qi < nq; ++qi) {
-            for (int j = -16; j < stride + (qi + 1 == nq ? 16 : 0); ++j) {
-              const float o = out[16 + qi * stride + j];
-              if (j >= 0 && j < c1 - c0) {
-                ASSERT_EQ(std::bit_cast<uint32_t>(o),
-                          std::bit_cast<uint32_t>(ref[qi * stride + c0 + j]))
-                    << sc.name << " hd " << hd << " nq " << nq << " cells " << c0 << ".." << c1
-                    << " query " << qi << " cell " << c0 + j;
-              } else if (j < 0 ? qi == 0 : j >= c1 - c0) {
-                ASSERT_EQ(o, -1.0f) << sc.name << " wrote outside its cells: hd " << hd << " " << c0
-                                    << ".." << c1 << " query " << qi << " at " << j;
-              }
-            }
-          }
-        }
-      }
-    }
-  }
-}
-
-// The cache's int8 keys live in tiles, yet every cell reads back as the row the writer encoded
-// (KRow, ReadHeadRows), a context that is not a multiple of the tile and a cut mid-tile leave
-// zero rows behind, and session state keeps the row layout: exported state is the encoded rows,
-// imports into tiles and exports again byte for byte.
-TEST(KvTileScore, CacheKeepsRowsInTiles) {
-  for (KvType type : {KvType::kInt8, KvType::kK8V4, KvType::kK8V4Nl}) {
-    KvCacheConfig c;
-    c.n_layer = 2;
-    c.n_ctx = 100;  // not a multiple of kKvTileCells
-    c.n_kv_heads = 2;
-    c.head_dim = 64;
-    c.n_seq = 2;
-    c.type = type;
-    KvCache cache(c);
-    ASSERT_TRUE(cache.k_tiled());
-    std::mt19937 rng(12);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    const int n = 90, row = c.n_kv_heads * c.head_dim, hd = c.head_dim;
-    std::vector<float> k(static_cast<size_t>(n) * row), v(k.size());  // [n, row]
-    for (size_t i = 0; i < k.size(); ++i) k[i] = normal(rng), v[i] = normal(rng);
-    for (int l = 0; l < c.n_layer; ++l) {
-      cache.Write(l, 0, 0, 37, k.data(), v.data());
-      for (int p = 37; p < n; ++p) cache.Write(l, 0, p, 1, k.data() + p * row, v.data() + p * row);
-    }
-    std::vector<uint8_t> want(cache.k_head_bytes()), got(want.size());
-    std::vector<float> dec(static_cast<size_t>(n) * hd), ref(hd);  // [n, hd], [hd]
-    for (int h = 0; h < c.n_kv_heads; ++h) {
-      cache.ReadHeadRows(0, 1, 0, h, n, dec.data());
-      for (int p = 0; p < n; ++p) {
-        EncodeKvRow(KvRowFormat::kInt8, k.data() + p * row + h * hd, hd, nullptr, want.data());
-        cache.KRow(1, 0, h, p, got.data());
-        ASSERT_EQ(want, got) << KvTypeName(type) << " head " << h << " cell " << p;
-        DecodeKvRow(KvRowFormat::kInt8, want.data(), hd, ref.data());
-        ASSERT_TRUE(std::equal(ref.begin(), ref.end(), dec.begin() + p * hd)) << p;
-      }
-    }
-    const uint64_t bytes = cache.SequenceStateBytes(n);
-    std::vector<uint8_t> state(bytes), again(bytes);
-    cache.ExportSequence(0, n, state.data());
-    // Layer 0, head 0's K rows come first: the encoded rows themselves.
-    for (int p = 0; p < n; ++p) {
-      EncodeKvRow(KvRowFormat::kInt8, k.data() + p * row, hd, nullptr, want.data());
-      ASSERT_EQ(0, std::memcmp(state.data() + p * want.size(), want.data(), want.size())) << p;
-    }
-    ASSERT_TRUE(cache.CheckSequenceState(n, state.data()).ok());
-    cache.ImportSequence(1, n, state.data());
-    cache.ExportSequence(1, n, again.data());
-    EXPECT_EQ(state, again) << KvTypeName(type);
-    // A cut mid-tile: the dropped cells of the tile read as zero rows, the kept ones unchanged.
-    cache.Truncate(1, 41);
-    const std::vector<uint8_t> zero(cache.k_head_bytes(), 0);
-    for (int p = 41; p < 48; ++p) {
-      cache.KRow(0, 1, 1, p, got.data());
-      EXPECT_EQ(got, zero) << p;
-    }
-    EncodeKvRow(KvRowFormat::kInt8, k.data() + 40 * row + hd, hd, nullptr, want.data());
-    cache.KRow(0, 1, 1, 40, got.data());
-    EXPECT_EQ(got, want);
-    // Rewritten, it matches the sequence that was never cut.
-    for (int l = 0; l < c.n_layer; ++l) {
-      cache.Write(l, 1, 41, n - 41, k.data() + 41 * row, v.data() + 41 * row);
-    }
-    cache.ExportSequence(1, n, again.data());
-    EXPECT_EQ(state, again) << KvTypeName(type);
-  }
-}
-
-// q4_0 tiles (the cache's q4_0 keys): a row converts to its tile slot and back byte for byte
-// (every head_dim the format holds, a partial last chunk of code bytes included), the tile
-// decoder gives the row decoder's values, and every q4_0 tile scorer gives the q4_0 row scorers'
-// bits for the same cells, from any first cell of a tile to any end, writing only those cells.
-TEST(KvTileScore, Q4TilesRoundTripAndScoreAsRows) {
-  const KvRowFormat f = KvRowFormat::kQ4_0;
-  std::mt19937 rng(36);
-  std::normal_distribution<float> normal;
-  for (int hd : {2, 6, 8, 10, 30, 32, 64, 96, 128, 256}) {
+  for (int hd : head_dims) {
     const size_t rb = KvRowBytes(f, hd);
     ASSERT_GT(rb, 0u) << hd;
     const int n_tiles = 5, n = n_tiles * kKvTileCells;
@@ -1115,6 +964,84 @@ TEST(KvTileScore, Q4TilesRoundTripAndScoreAsRows) {
       }
     }
   }
+}
+
+// int8 tiles (the cache's int8 keys).
+TEST(KvTileScore, TilesRoundTripAndScoreAsRows) {
+  CheckTilesRoundTripAndScoreAsRows(KvRowFormat::kInt8, 35, {2, 6, 8, 30, 32, 64, 96, 128, 256});
+}
+
+// The cache's int8 keys live in tiles, yet every cell reads back as the row the writer encoded
+// (KRow, ReadHeadRows), a context that is not a multiple of the tile and a cut mid-tile leave
+// zero rows behind, and session state keeps the row layout: exported state is the encoded rows,
+// imports into tiles and exports again byte for byte.
+TEST(KvTileScore, CacheKeepsRowsInTiles) {
+  for (KvType type : {KvType::kInt8, KvType::kK8V4, KvType::kK8V4Nl}) {
+    KvCacheConfig c;
+    c.n_layer = 2;
+    c.n_ctx = 100;  // not a multiple of kKvTileCells
+    c.n_kv_heads = 2;
+    c.head_dim = 64;
+    c.n_seq = 2;
+    c.type = type;
+    KvCache cache(c);
+    ASSERT_TRUE(cache.k_tiled());
+    std::mt19937 rng(12);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int n = 90, row = c.n_kv_heads * c.head_dim, hd = c.head_dim;
+    std::vector<float> k(static_cast<size_t>(n) * row), v(k.size());  // [n, row]
+    for (size_t i = 0; i < k.size(); ++i) k[i] = normal(rng), v[i] = normal(rng);
+    for (int l = 0; l < c.n_layer; ++l) {
+      cache.Write(l, 0, 0, 37, k.data(), v.data());
+      for (int p = 37; p < n; ++p) cache.Write(l, 0, p, 1, k.data() + p * row, v.data() + p * row);
+    }
+    std::vector<uint8_t> want(cache.k_head_bytes()), got(want.size());
+    std::vector<float> dec(static_cast<size_t>(n) * hd), ref(hd);  // [n, hd], [hd]
+    for (int h = 0; h < c.n_kv_heads; ++h) {
+      cache.ReadHeadRows(0, 1, 0, h, n, dec.data());
+      for (int p = 0; p < n; ++p) {
+        EncodeKvRow(KvRowFormat::kInt8, k.data() + p * row + h * hd, hd, nullptr, want.data());
+        cache.KRow(1, 0, h, p, got.data());
+        ASSERT_EQ(want, got) << KvTypeName(type) << " head " << h << " cell " << p;
+        DecodeKvRow(KvRowFormat::kInt8, want.data(), hd, ref.data());
+        ASSERT_TRUE(std::equal(ref.begin(), ref.end(), dec.begin() + p * hd)) << p;
+      }
+    }
+    const uint64_t bytes = cache.SequenceStateBytes(n);
+    std::vector<uint8_t> state(bytes), again(bytes);
+    cache.ExportSequence(0, n, state.data());
+    // Layer 0, head 0's K rows come first: the encoded rows themselves.
+    for (int p = 0; p < n; ++p) {
+      EncodeKvRow(KvRowFormat::kInt8, k.data() + p * row, hd, nullptr, want.data());
+      ASSERT_EQ(0, std::memcmp(state.data() + p * want.size(), want.data(), want.size())) << p;
+    }
+    ASSERT_TRUE(cache.CheckSequenceState(n, state.data()).ok());
+    cache.ImportSequence(1, n, state.data());
+    cache.ExportSequence(1, n, again.data());
+    EXPECT_EQ(state, again) << KvTypeName(type);
+    // A cut mid-tile: the dropped cells of the tile read as zero rows, the kept ones unchanged.
+    cache.Truncate(1, 41);
+    const std::vector<uint8_t> zero(cache.k_head_bytes(), 0);
+    for (int p = 41; p < 48; ++p) {
+      cache.KRow(0, 1, 1, p, got.data());
+      EXPECT_EQ(got, zero) << p;
+    }
+    EncodeKvRow(KvRowFormat::kInt8, k.data() + 40 * row + hd, hd, nullptr, want.data());
+    cache.KRow(0, 1, 1, 40, got.data());
+    EXPECT_EQ(got, want);
+    // Rewritten, it matches the sequence that was never cut.
+    for (int l = 0; l < c.n_layer; ++l) {
+      cache.Write(l, 1, 41, n - 41, k.data() + 41 * row, v.data() + 41 * row);
+    }
+    cache.ExportSequence(1, n, again.data());
+    EXPECT_EQ(state, again) << KvTypeName(type);
+  }
+}
+
+// q4_0 tiles (the cache's q4_0 keys); no tile format for f16 or q4_nl rows.
+TEST(KvTileScore, Q4TilesRoundTripAndScoreAsRows) {
+  CheckTilesRoundTripAndScoreAsRows(KvRowFormat::kQ4_0, 36,
+                                    {2, 6, 8, 10, 30, 32, 64, 96, 128, 256});
   EXPECT_EQ(ScalarKvTileScorer(KvRowFormat::kF16), nullptr);
   EXPECT_EQ(BestKvTileScorer(KvRowFormat::kQ4Nl), nullptr);
 }
