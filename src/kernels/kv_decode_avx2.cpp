@@ -197,17 +197,11 @@ inline void ScoreTileHalf(const uint8_t* tile, size_t tile_group, int h, int n_g
   }
 }
 
-void ScoreTilesQueries(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
-                       const int16_t* qq, const float* qd, float scale, float* out,
-                       int64_t out_stride) {
-  constexpr int kTile = kKvTileCells;
-  const int n_groups = head_dim / kGroup;
-  const size_t tile_group = static_cast<size_t>(kTile) * (2 + kGroup);
-  const size_t tile_bytes = tile_group * n_groups;
+// Queries in element order as int8, four to a dword: q32 [nq][head_dim / 4]. Each run of 16
+// int16 codes in qq holds evens first, then odds (QuantizeQueryInt16): interleaved back and
+// packed (|code| <= 127). q32 is 16-byte aligned; head_dim a multiple of 16.
+inline void PackQueryBytes(const int16_t* qq, int nq, int head_dim, int32_t* q32) {
   const int q32_stride = head_dim / 4;
-  // Queries in element order as int8, four to a dword: [nq][head_dim / 4]. Each run of 16
-  // int16 codes holds evens first, then odds: interleaved back and packed (|code| <= 127).
-  alignas(32) int32_t q32[kMaxQueries * kMaxHeadDim / 4];
   for (int qi = 0; qi < nq; ++qi) {
     for (int k = 0; k < head_dim; k += 16) {
       const int16_t* src = qq + static_cast<int64_t>(qi) * head_dim + k;
@@ -217,6 +211,18 @@ void ScoreTilesQueries(const uint8_t* tiles, int first, int n_cells, int head_di
       _mm_store_si128(reinterpret_cast<__m128i*>(q32 + qi * q32_stride + k / 4), b);
     }
   }
+}
+
+void ScoreTilesQueries(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
+                       const int16_t* qq, const float* qd, float scale, float* out,
+                       int64_t out_stride) {
+  constexpr int kTile = kKvTileCells;
+  const int n_groups = head_dim / kGroup;
+  const size_t tile_group = static_cast<size_t>(kTile) * (2 + kGroup);
+  const size_t tile_bytes = tile_group * n_groups;
+  const int q32_stride = head_dim / 4;
+  alignas(32) int32_t q32[kMaxQueries * kMaxHeadDim / 4];  // [nq][head_dim / 4] int8 x 4
+  PackQueryBytes(qq, nq, head_dim, q32);
   const __m256 vscale = _mm256_set1_ps(scale);
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const int end = first + n_cells;  // cells counted from the first tile's start
@@ -288,16 +294,13 @@ void ScoreQ4TilesQueries(const uint8_t* tiles, int first, int n_cells, int head_
   // = -8 times each group's code sum.
   alignas(32) int32_t q32[kMaxQueries * kMaxHeadDim / 4];
   int32_t zero[kMaxQueries * kMaxHeadDim / kGroup];
+  PackQueryBytes(qq, nq, head_dim, q32);
   for (int qi = 0; qi < nq; ++qi) {
-    const int16_t* src = qq + static_cast<int64_t>(qi) * head_dim;
-    auto* dst = reinterpret_cast<int8_t*>(q32 + static_cast<int64_t>(qi) * (head_dim / 4));
+    const auto* codes =
+        reinterpret_cast<const int8_t*>(q32 + static_cast<int64_t>(qi) * (head_dim / 4));
     for (int g = 0; g < n_groups; ++g) {
       int32_t sum = 0;
-      for (int i = g * kGroup; i < (g + 1) * kGroup; ++i) {
-        const int r = i % 16;  // each run of 16 holds evens first, then odds
-        dst[i] = static_cast<int8_t>(src[16 * (i / 16) + (r % 2) * 8 + r / 2]);
-        sum += dst[i];
-      }
+      for (int i = g * kGroup; i < (g + 1) * kGroup; ++i) sum += codes[i];
       zero[qi * n_groups + g] = -8 * sum;
     }
   }
