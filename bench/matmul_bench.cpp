@@ -561,8 +561,8 @@ void BM_NormBatch(benchmark::State& state) {
 BENCHMARK(BM_NormBatch)->DenseRange(0, 1)->UseRealTime();
 
 // args: row format (KvRowFormat: 1 f16, 2 int8, 3 q4_0, 4 q4_nl), kernel (0 K scores, 1 the V
-// sum BestKvAccumulator chooses; 3, f16 only: K scores by decode + score_rows; 4, 4-bit rows
-// only: the AVX-512 float fused V sum, which int16 pairs replaced as the default; 5, int8 and
+// sum BestKvAccumulator chooses; 3, f16 only: K scores by decode + score_rows; 4, int8 and 4-bit
+// rows: the AVX-512 float fused V sum, which int16 pairs replaced as the default; 5, int8 and
 // q4_0 only: K scores over the cache's 16-cell key tiles, kv_format.h, the same cells). Decode-step
 // attention's inner kernels as the widest ISA the CPU (and LAMINA_ISA) allows runs them: 4 queries
 // (one GQA group), head_dim 64, over 1,024 cells in tiles of 64 (L2-resident: compute only, no
@@ -652,6 +652,7 @@ BENCHMARK(BM_KvAttentionKernels)
     ->Args({1, 3})
     ->Args({2, 5})
     ->Args({3, 5})
+    ->Args({2, 4})
     ->Args({3, 4})
     ->Args({4, 4});
 

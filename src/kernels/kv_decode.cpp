@@ -123,9 +123,11 @@ void AccumulateScalar(const uint8_t* rows, int n_rows, int head_dim, int nq, con
   }
 }
 
-// Signed level of element i (< 32) of one 4-bit group (q4_0: nibble - 8; q4_nl: its level).
+// Signed level of element i (< 32) of one group (int8: the code; q4_0: nibble - 8; q4_nl: its
+// level).
 template <KvRowFormat F>
 inline int GroupLevel(const uint8_t* codes, int i) {
+  if constexpr (F == KvRowFormat::kInt8) return static_cast<int8_t>(codes[i]);
   const int nibble = i < 16 ? (codes[i] & 0x0F) : (codes[i - 16] >> 4);
   if constexpr (F == KvRowFormat::kQ4Nl) {
     return kQ4NlLevels[nibble];
@@ -297,6 +299,8 @@ KvAccumulateFn ScalarKvAccumulator(KvRowFormat format) {
 
 KvAccumulateFn ScalarKvInt16Accumulator(KvRowFormat format) {
   switch (format) {
+    case KvRowFormat::kInt8:
+      return IntAccumulateScalar<KvRowFormat::kInt8, kInt16AccWeightMax>;
     case KvRowFormat::kQ4_0:
       return IntAccumulateScalar<KvRowFormat::kQ4_0, kInt16AccWeightMax>;
     case KvRowFormat::kQ4Nl:
@@ -310,7 +314,7 @@ KvAccumulateFn BestKvAccumulator(KvRowFormat format) {
   static const PerFormat<KvAccumulateFn> best =
       ChooseEach<KvAccumulateFn>([](KvRowFormat f) -> KvAccumulateFn {
         if (HasAvx512()) {
-          // 4-bit rows: integer V sums in int16 pairs (kv_decode.h), 1.06-1.1x the float kernel.
+          // int8 and 4-bit rows: integer V sums in int16 pairs (kv_decode.h); docs/PERFORMANCE.md.
           if (KvAccumulateFn i16 = Avx512KvInt16Accumulator(f)) return i16;
           return Avx512KvAccumulator(f);
         }

@@ -45,28 +45,32 @@ KvAccumulateFn Avx512KvAccumulator(KvRowFormat format);  // nullptr when none
 // decodes tiles and accumulates them with the attention row kernels.
 KvAccumulateFn BestKvAccumulator(KvRowFormat format);
 
-// Integer V sums of 4-bit rows (q4_0, q4_nl; head_dim a multiple of 32, else the float
-// accumulator above): the KvAccumulateFn contract for softmax weights (p >= 0; a negative
+// Integer V sums of int8 and 4-bit rows (int8, q4_0, q4_nl; head_dim a multiple of 32, else
+// the float accumulator above): the KvAccumulateFn contract for softmax weights (p >= 0; a negative
 // weight, -inf included, counts as 0) with each query's weights quantized. Rows are taken in
 // passes of kIntAccRows from the first; per pass, query and 32-column group:
 //   w_j = max(p_j, 0) * |d_j| (float; d_j the row's group scale; rows j < the query's limit)
 //   amax = max_j w_j; nothing is added when amax < 1e-30, NaN when a w_j is not finite
 //   c_j = clamp(round_half_even(w_j * (kInt16AccWeightMax / amax)), 0, kInt16AccWeightMax)
-//   for each column: v = sum_j c_j * s_j * L_j (exact int32; L_j the stored level, q4_0: the
-//   nibble - 8, q4_nl: kQ4NlLevels[nibble]; s_j the sign of d_j)
+//   for each column: v = sum_j c_j * s_j * L_j (exact int32; L_j the stored level, int8: the
+//   code, q4_0: the nibble - 8, q4_nl: kQ4NlLevels[nibble]; s_j the sign of d_j; at most
+//   64 rows x 32767 x 128 < 2^28 in size, well inside int32)
 //   acc = fma(float(v), amax / kInt16AccWeightMax, acc)
 // A weight keeps 15 bits relative to the largest of its pass and group, and its code with the
 // row's sign, c_j * s_j, is an int16. The AVX-512 kernel rounds the signed products p_j * d_j
 // (|p_j * d_j| is w_j bit for bit, and rounding half even is symmetric), widens the levels of
 // two rows to int16 once per pass (the same words for every query) and multiplies them by both
 // rows' weights at once with vpdpwssd: per 2 rows, query and 32 columns 2 instructions where the
-// float kernel runs 8 fma. It gives the scalar twin's bits; BestKvAccumulator chooses it for
-// q4_0 and q4_nl rows on AVX-512 (the 2e-3 attention bound holds; docs/KV.md "Integer V sums in
-// int16 pairs"). (An 8-bit variant, vpdpbusd on byte weights, missed that bound and was
-// removed.) A query's result depends only on its own weights and the rows it reads.
+// float kernel runs 8 fma (int8 rows: both rows' 32 codes sign-extended to words and
+// interleaved, the sums put back in column order once per pass). It gives the scalar twin's
+// bits; BestKvAccumulator chooses it for int8, q4_0 and q4_nl rows on AVX-512 (the 2e-3
+// attention bound holds; docs/KV.md "Integer V sums in int16 pairs"). (An 8-bit variant, vpdpbusd
+// on byte weights, missed that bound and was removed.) A query's result depends only on its own
+// weights and the rows it reads.
 constexpr int kIntAccRows = 64;
 constexpr int kInt16AccWeightMax = 32767;
-KvAccumulateFn ScalarKvInt16Accumulator(KvRowFormat format);  // nullptr unless q4_0 / q4_nl
+// nullptr unless int8 / q4_0 / q4_nl
+KvAccumulateFn ScalarKvInt16Accumulator(KvRowFormat format);
 KvAccumulateFn Avx512KvInt16Accumulator(KvRowFormat format);  // nullptr when none
 
 // Integer scoring needs int8 or q4_0 rows of whole 32-value groups (head_dim % 32 == 0).

@@ -769,9 +769,21 @@ constexpr int kInt16Pairs = kIntAccRows / 2;
 // The levels of two rows' nibbles, one group: a and b the rows' 16 code bytes; lo / hi dword
 // lane c = (row a, row b) levels of column c / 16 + c as int16. Each row's bytes are
 // zero-extended to dwords (one load-and-extend each), row b's moved to the high words.
+// int8 rows: a and b the rows' 32 codes, each sign-extended to words (one load-and-extend) and
+// the two rows' words interleaved within 128-bit lanes, so that dword lane 4l + i of lo / hi
+// holds column 8l + i / 8l + 4 + i (l, i < 4): Int8PairOrder puts the sums back in column order.
 template <KvRowFormat F>
 inline void PairLevels(const uint8_t* a, const uint8_t* b, __m512i table, __m512i* lo,
                        __m512i* hi) {
+  if constexpr (F == KvRowFormat::kInt8) {
+    const __m512i wa =
+        _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
+    const __m512i wb =
+        _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)));
+    *lo = _mm512_unpacklo_epi16(wa, wb);
+    *hi = _mm512_unpackhi_epi16(wa, wb);
+    return;
+  }
   const __m512i wa = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
   const __m512i wb = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
   const __m512i w = _mm512_or_si512(wa, _mm512_slli_epi32(wb, 16));  // word 2c + r: byte c of r
@@ -784,6 +796,15 @@ inline void PairLevels(const uint8_t* a, const uint8_t* b, __m512i table, __m512
     *lo = _mm512_sub_epi16(l, table);  // table: 8 in every word
     *hi = _mm512_sub_epi16(h, table);
   }
+}
+
+// An int8 group's two sums from PairLevels' lane order to columns 0..15 (*lo) and 16..31 (*hi).
+inline void Int8PairOrder(__m512i* lo, __m512i* hi) {
+  const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(8));
+  const __m512i a = _mm512_permutex2var_epi32(*lo, first, *hi);
+  *hi = _mm512_permutex2var_epi32(*lo, second, *hi);
+  *lo = a;
 }
 
 // kNq queries, groups [g, g + kG): row pairs [0, n_pairs) of a pass of n_rows rows; wq the
@@ -828,6 +849,7 @@ inline void Int16Dots(const uint8_t* rows, int n_rows, size_t row_bytes, size_t 
       const float s = step[q][g + gi];
       if (s == 0.0f) continue;
       float* ag = acc[q] + (g + gi) * kGroup;
+      if constexpr (F == KvRowFormat::kInt8) Int8PairOrder(&a[q][gi][0], &a[q][gi][1]);
 #pragma GCC unroll 8
       for (int h = 0; h < 2; ++h) {
         _mm512_storeu_ps(ag + 16 * h,
@@ -923,7 +945,11 @@ void Int16AccumulatePass(const uint8_t* rows, int n_rows, int head_dim, int nq, 
   const int n_groups = head_dim / kGroup;
   const size_t group_bytes = row_bytes / n_groups;
   alignas(64) float sc[kMaxHeadDim / kGroup * kAccRows];  // [group][row] the rows' scales d
-  TileScales4Bit(rows, n_rows, row_bytes, n_groups, sc);
+  if constexpr (F == KvRowFormat::kInt8) {
+    TileScales(rows, n_rows, row_bytes, n_groups, sc);
+  } else {
+    TileScales4Bit(rows, n_rows, row_bytes, n_groups, sc);
+  }
   const float wmax = static_cast<float>(kInt16AccWeightMax);
   const __m512 wmax_v = _mm512_set1_ps(wmax);
   alignas(64) int32_t wq[kInt16Queries][kMaxHeadDim / kGroup][kInt16Pairs];  // weight pairs
@@ -1019,6 +1045,8 @@ void Int16Accumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, cons
 
 KvAccumulateFn Avx512KvInt16Accumulator(KvRowFormat format) {
   switch (format) {
+    case KvRowFormat::kInt8:
+      return Int16Accumulate<KvRowFormat::kInt8>;
     case KvRowFormat::kQ4_0:
       return Int16Accumulate<KvRowFormat::kQ4_0>;
     case KvRowFormat::kQ4Nl:
