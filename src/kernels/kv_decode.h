@@ -146,10 +146,11 @@ KvF16ScoreFn BestKvF16Scorer();
 // Every other score, unflagged cells' included, is not touched: an unflagged cell's
 // correction would be fma(scale * 0, sum, score) = score + (+/-0), which leaves every
 // score but -0.0 as it is (that one would become +0.0, the same softmax weight: exp(+/-0) = 1),
-// so skipping it changes no attention output. The SIMD kernels choose per tile: with at most
-// kAnchorSparseCells flagged cells they visit those cells only, the queries in the lanes (a
-// cell's table column broadcast), so the cost follows the flagged cells; with more, the cells
-// in the lanes over the whole tile, storing the flagged ones. tables [n_terms][64] (whole rows,
+// so skipping it changes no attention output. The SIMD kernels choose per tile (the bits are the
+// same either way): with few flagged cells (at most 8, or kAnchorSparseCells for more than 4
+// queries) they visit those cells only, the queries in the lanes (a cell's table column
+// broadcast), so the cost follows the flagged cells; with more, the cells in the lanes over the
+// whole tile, storing the flagged ones. tables [n_terms][64] (whole rows,
 // also past n_cells), w [n_terms][nq] (term-major: a term's weights of all the queries are
 // consecutive), rest [nq], flags [n_cells], lim [nq].
 constexpr int kAnchorTileCells = 64;

@@ -253,7 +253,11 @@ void AnchorScores(const float* w, int n_terms, const float* tables, const float*
   }
   const uint64_t bits = FlagBits(fl);
   if (bits == 0) return;
-  if (std::popcount(bits) <= kAnchorSparseCells) {
+  // Sparse where it costs less than the dense form: one group of cells, or two when the dense
+  // form would take more than one pass of four queries (measured: bench/matmul_bench.cpp,
+  // BM_KvAnchorScores).
+  const int n_flagged = std::popcount(bits);
+  if (n_flagged <= kSparseGroup || (n_flagged <= kAnchorSparseCells && nq > 4)) {
     // The flagged cells and their scale * float(flag), padded with cell 0.
     // (A fixed count without branches: past the last, countr_zero(0) & 63 = 0.)
     alignas(64) int idx[kAnchorSparseCells];
