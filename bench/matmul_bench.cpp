@@ -656,6 +656,41 @@ BENCHMARK(BM_KvAttentionKernels)
     ->Args({3, 4})
     ->Args({4, 4});
 
+// args: percent of cells flagged (anchored q4_0 keys, runtime/kv_cache.h), queries. The anchor
+// score correction BestKvAnchorScorer runs (the widest ISA the CPU and LAMINA_ISA allow): 16
+// terms (8 kept pairs), 1,024 cells in tiles of 64 (L1/L2-resident: compute only), flags at
+// random positions. "s/tile" is per 64-cell tile and KV head, all the queries.
+void BM_KvAnchorScores(benchmark::State& state) {
+  constexpr int kTerms = 16, kCells = 1024, kTile = kAnchorTileCells;
+  const int percent = static_cast<int>(state.range(0)), nq = static_cast<int>(state.range(1));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> pct(0, 99);
+  std::vector<float> w(static_cast<size_t>(nq) * kTerms), tables(kTerms * kTile), rest(nq);
+  // [nq, kTerms], [kTerms, 64], [nq]
+  for (float& v : w) v = normal(rng);
+  for (float& v : tables) v = normal(rng);
+  for (float& v : rest) v = normal(rng);
+  std::vector<uint8_t> flags(kCells);  // [kCells]
+  int64_t flagged = 0;
+  for (uint8_t& f : flags) flagged += f = pct(rng) < percent;
+  std::vector<float> scores(static_cast<size_t>(nq) * kCells);  // [nq, kCells]
+  const std::vector<int> lim(nq, kTile);
+  const KvAnchorScoreFn anchor = BestKvAnchorScorer();
+  for (auto _ : state) {
+    for (int c0 = 0; c0 < kCells; c0 += kTile) {
+      anchor(w.data(), kTerms, tables.data(), rest.data(), flags.data() + c0, kTile, nq, lim.data(),
+             0.125f, scores.data() + c0, kCells);
+    }
+    benchmark::DoNotOptimize(scores.data());
+  }
+  state.SetLabel(std::to_string(flagged) + " of " + std::to_string(kCells) + " cells flagged");
+  state.counters["s/tile"] = benchmark::Counter(
+      static_cast<double>(kCells / kTile) * state.iterations(),
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_KvAnchorScores)->ArgsProduct({{0, 2, 7, 25, 100}, {4, 32}});
+
 // args: 0 vfmadd231ps, 1 vpdpwssd (zmm), 2-5 vpdpbusd alone and with the instructions beside it
 // in the K-quant kernels, 6-7 in 8 chains and in one (DpbusdMixChains). 16 independent chains of
 // the instruction over registers, no memory: its throughput on this core, the port limit the

@@ -1214,7 +1214,7 @@ TEST(KvAnchorScore, SimdMatchesScalarTwin) {
             } else {
               double sum = rest[qi];
               for (int t = 0; t < n_terms; ++t)
-                sum += double(w[qi * n_terms + t]) * tables[t * kAnchorTileCells + k];
+                sum += double(w[t * nq + qi]) * tables[t * kAnchorTileCells + k];
               EXPECT_NEAR(want[i], before[i] + 0.125 * sum, 1e-5);
             }
           }
@@ -1229,6 +1229,77 @@ TEST(KvAnchorScore, SimdMatchesScalarTwin) {
              0.125f, got.data(), stride);
           EXPECT_EQ(want, got) << name << " terms " << n_terms << " cells " << n_cells << " nq "
                                << nq;
+        }
+      }
+    }
+  }
+}
+
+// Sparse tiles (at most kAnchorSparseCells flagged cells: the SIMD kernels visit only them) and
+// dense ones, limits cutting the tile anywhere, scores of -0.0: the scalar twin computes each
+// flagged cell's chain as the contract writes it and leaves every other score's bits alone, and
+// the SIMD kernels give its bits.
+TEST(KvAnchorScore, SparseAndDenseTilesMatchScalarTwin) {
+  std::mt19937 rng(36);
+  // Not a power of two: scale * flag * sum rounds, so the last step's fma shows in the bits.
+  const float scale = 1.0f / std::sqrt(72.0f);
+  std::normal_distribution<float> normal;
+  const int flagged_counts[] = {
+      0, 1, 2, 5, kAnchorSparseCells - 1, kAnchorSparseCells, kAnchorSparseCells + 1, 33, 64};
+  for (int n_terms : {0, 1, 7, 16}) {
+    for (int n_cells : {1, 9, 17, 40, 63, 64}) {
+      for (int n_flagged : flagged_counts) {
+        if (n_flagged > n_cells) continue;
+        for (int nq : {1, 2, 3, 4, 5, 8, 9, 32}) {
+          std::vector<float> w(static_cast<size_t>(nq) * n_terms),
+              tables(static_cast<size_t>(std::max(n_terms, 1)) * kAnchorTileCells), rest(nq);
+          for (float& v : w) v = normal(rng);
+          for (float& v : tables) v = normal(rng);
+          for (float& v : rest) v = normal(rng);
+          // n_flagged distinct cells, a few flagged 2 (the contract multiplies by the flag).
+          std::vector<int> cells(n_cells);
+          for (int k = 0; k < n_cells; ++k) cells[k] = k;
+          std::shuffle(cells.begin(), cells.end(), rng);
+          std::vector<uint8_t> flags(n_cells, 0);
+          for (int i = 0; i < n_flagged; ++i) flags[cells[i]] = i % 7 == 3 ? 2 : 1;
+          std::vector<int> lim(nq);
+          std::uniform_int_distribution<int> cut(-3, n_cells + 3);
+          for (int qi = 0; qi < nq; ++qi) lim[qi] = qi == 0 ? n_cells : cut(rng);
+          const int64_t stride = kAnchorTileCells + 5;
+          std::vector<float> before(static_cast<size_t>(nq) * stride);
+          for (size_t i = 0; i < before.size(); ++i) before[i] = i % 11 == 4 ? -0.0f : normal(rng);
+          std::vector<float> want = before;
+          ScalarKvAnchorScorer()(w.data(), n_terms, tables.data(), rest.data(), flags.data(),
+                                 n_cells, nq, lim.data(), scale, want.data(), stride);
+          for (int qi = 0; qi < nq; ++qi) {
+            for (int k = 0; k < stride; ++k) {
+              const size_t i = static_cast<size_t>(qi) * stride + k;
+              float expect = before[i];
+              if (k < std::min(lim[qi], n_cells) && flags[k] != 0) {
+                float sum = rest[qi];
+                for (int t = 0; t < n_terms; ++t)
+                  sum = std::fma(w[t * nq + qi], tables[t * kAnchorTileCells + k], sum);
+                expect = std::fma(scale * static_cast<float>(flags[k]), sum, before[i]);
+              }
+              ASSERT_EQ(F32ToBits(want[i]), F32ToBits(expect))
+                  << "scalar terms " << n_terms << " cells " << n_cells << " flagged " << n_flagged
+                  << " nq " << nq << " q " << qi << " cell " << k;
+            }
+          }
+          const std::pair<const char*, KvAnchorScoreFn> simd[] = {
+              {"avx2", GetCpuFeatures().HasAvx2Set() ? Avx2KvAnchorScorer() : nullptr},
+              {"avx512", HasAvx512Vnni() ? Avx512KvAnchorScorer() : nullptr}};
+          for (const auto& [name, fn] : simd) {
+            if (fn == nullptr) continue;
+            std::vector<float> got = before;
+            fn(w.data(), n_terms, tables.data(), rest.data(), flags.data(), n_cells, nq, lim.data(),
+               scale, got.data(), stride);
+            for (size_t i = 0; i < got.size(); ++i) {
+              ASSERT_EQ(F32ToBits(got[i]), F32ToBits(want[i]))
+                  << name << " terms " << n_terms << " cells " << n_cells << " flagged "
+                  << n_flagged << " nq " << nq << " at " << i;
+            }
+          }
         }
       }
     }

@@ -214,15 +214,15 @@ void AnchorScoresScalar(const float* w, int n_terms, const float* tables, const 
                         const uint8_t* flags, int n_cells, int nq, const int* lim, float scale,
                         float* scores, int64_t score_stride) {
   for (int qi = 0; qi < nq; ++qi) {
-    const float* wq = w + static_cast<int64_t>(qi) * n_terms;
     float* srow = scores + qi * score_stride;
     const int n = std::min(lim[qi], n_cells);
     for (int k = 0; k < n; ++k) {
+      if (flags[k] == 0) continue;  // unflagged: untouched (kv_decode.h)
       float sum = rest[qi];
       for (int t = 0; t < n_terms; ++t)
-        sum = std::fma(wq[t], tables[t * kAnchorTileCells + k], sum);
+        sum = std::fma(w[static_cast<int64_t>(t) * nq + qi], tables[t * kAnchorTileCells + k], sum);
       const float f = scale * static_cast<float>(flags[k]);
-      srow[k] = srow[k] + f * sum;
+      srow[k] = std::fma(f, sum, srow[k]);
     }
   }
 }

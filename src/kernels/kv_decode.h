@@ -140,14 +140,25 @@ KvF16ScoreFn Avx512KvF16Scorer();  // nullptr when none
 KvF16ScoreFn BestKvF16Scorer();
 
 // Anchored keys' score corrections (runtime/kv_cache.h) over one tile of n_cells <=
-// kAnchorTileCells cells: for each query qi < nq and cell k < min(lim[qi], n_cells),
-//   sum = rest[qi]; for t < n_terms: sum = fma(w[qi * n_terms + t], tables[t * 64 + k], sum);
-//   scores[qi * score_stride + k] += (scale * float(flags[k])) * sum
+// kAnchorTileCells cells: for each query qi < nq and flagged cell k (flags[k] != 0) below
+// min(lim[qi], n_cells),
+//   sum = rest[qi]; for t < n_terms: sum = fma(w[t * nq + qi], tables[t * 64 + k], sum);
+//   score = scores[qi * score_stride + k]; score = fma(scale * float(flags[k]), sum, score)
 // with each step rounded as written (the sum is the fma chain accumulate_rows runs down one
-// column), so every variant gives the scalar twin's bits and a query's result depends only on
-// its own inputs. Scores outside those cells are not touched. tables [n_terms][64] (whole
-// rows, also past n_cells), w [nq][n_terms], rest [nq], flags [n_cells], lim [nq].
+// column; the last step one fma, as the AVX2 / AVX-512 kernels always computed it), so every
+// variant gives the scalar twin's bits and a query's result depends only on its own inputs.
+// Every other score, unflagged cells' included, is not touched: an unflagged cell's
+// correction would be fma(scale * 0, sum, score) = score + (+/-0), which leaves every
+// score but -0.0 as it is (that one would become +0.0, the same softmax weight: exp(+/-0) = 1),
+// so skipping it changes no attention output. The SIMD kernels choose per tile (the bits are the
+// same either way): with few flagged cells (at most 8, or kAnchorSparseCells for more than 4
+// queries) they visit those cells only, the queries in the lanes (a cell's table column
+// broadcast), so the cost follows the flagged cells; with more, the cells in the lanes over the
+// whole tile, storing the flagged ones. tables [n_terms][64] (whole rows,
+// also past n_cells), w [n_terms][nq] (term-major: a term's weights of all the queries are
+// consecutive), rest [nq], flags [n_cells], lim [nq].
 constexpr int kAnchorTileCells = 64;
+constexpr int kAnchorSparseCells = 16;
 using KvAnchorScoreFn = void (*)(const float* w, int n_terms, const float* tables,
                                  const float* rest, const uint8_t* flags, int n_cells, int nq,
                                  const int* lim, float scale, float* scores, int64_t score_stride);

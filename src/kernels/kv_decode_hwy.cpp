@@ -13,6 +13,8 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -133,14 +135,18 @@ void DecodeQ4Nl(const uint8_t* row, int n_rows, int head_dim, float* out) {
   DecodeRowsScalar(KvRowFormat::kQ4Nl, row, n_rows, head_dim, out);
 }
 
-// Anchored-key corrections: kQ queries' sums for the whole tile (kAnchorTileCells / kLanes
-// vectors each) stay in registers, one fma chain per vector down the terms, then each query's
-// cells below its limit take the flagged, scaled sum (masked loads and stores).
+// Anchored-key corrections, dense tiles: kQ queries' sums for the whole tile
+// (kAnchorTileCells / kLanes vectors each) stay in registers, one fma chain per vector down the
+// terms, then each query's flagged cells below its limit take fma(scale * flag, sum, score)
+// (masked loads and stores; flagged: fl[k] != 0). w: the first query's weight of term t at w[t *
+// w_stride].
 template <int kQ>
-HWY_INLINE void AnchorBlock(const float* w, int n_terms, const float* tables, const float* rest,
-                            const float* flag_scale, int n_cells, const int* lim, float* scores,
-                            int64_t score_stride) {
+HWY_INLINE void AnchorBlock(const float* w, int64_t w_stride, int n_terms, const float* tables,
+                            const float* rest, const float* flag_scale, const uint8_t* fl,
+                            int n_cells, const int* lim, float* scores, int64_t score_stride) {
   const DF d;
+  const DI di;
+  const hn::Rebind<uint8_t, DI> d8;
   constexpr int kVecs = kAnchorTileCells / kLanes;
   using VF = hn::Vec<DF>;
   VF a[kQ][kVecs];
@@ -151,21 +157,86 @@ HWY_INLINE void AnchorBlock(const float* w, int n_terms, const float* tables, co
   for (int t = 0; t < n_terms; ++t) {
     const float* row = tables + t * kAnchorTileCells;
     for (int q = 0; q < kQ; ++q) {
-      const VF wt = hn::Set(d, w[q * n_terms + t]);
+      const VF wt = hn::Set(d, w[t * w_stride + q]);
       for (int v = 0; v < kVecs; ++v)
         a[q][v] = hn::MulAdd(wt, hn::LoadU(d, row + v * kLanes), a[q][v]);
     }
   }
-  for (int q = 0; q < kQ; ++q) {
-    const int n = std::min(lim[q], n_cells);
-    float* srow = scores + q * score_stride;
-    for (int v = 0; v < kVecs && v * kLanes < n; ++v) {
-      const auto m = hn::FirstN(d, static_cast<size_t>(std::min(kLanes, n - v * kLanes)));
-      const VF old = hn::MaskedLoad(m, d, srow + v * kLanes);
-      const VF add = hn::Mul(hn::LoadU(d, flag_scale + v * kLanes), a[q][v]);
-      hn::BlendedStore(hn::Add(old, add), m, d, srow + v * kLanes);
+  for (int v = 0; v < kVecs && v * kLanes < n_cells; ++v) {
+    const auto flagged =
+        hn::RebindMask(d, hn::Ne(hn::PromoteTo(di, hn::LoadU(d8, fl + v * kLanes)), hn::Zero(di)));
+    const VF fs = hn::LoadU(d, flag_scale + v * kLanes);
+    for (int q = 0; q < kQ; ++q) {
+      const int n = std::min(lim[q], n_cells) - v * kLanes;
+      if (n <= 0) continue;
+      const auto m = hn::And(hn::FirstN(d, static_cast<size_t>(std::min(kLanes, n))), flagged);
+      float* srow = scores + q * score_stride + v * kLanes;
+      const VF old = hn::MaskedLoad(m, d, srow);
+      hn::BlendedStore(hn::MulAdd(fs, a[q][v], old), m, d, srow);
     }
   }
+}
+
+// Anchored-key corrections, sparse tiles: the queries in the lanes (a vector's at a time), the
+// flagged cells kCells at a time (that many independent fma chains, so their latency overlaps;
+// each term's weights are loaded once for them): lane q runs query q's chain on a cell's table
+// column (broadcast), then the queries whose limit the cell is below take fma(scale * flag, sum,
+// score), as the dense tiles do.
+// idx [kAnchorSparseCells]: the flagged cells (bits) ascending, padded with cell 0 (computed,
+// never stored); fs: their scale * float(flag).
+constexpr int kSparseGroup = 8;
+static_assert(kAnchorSparseCells % kSparseGroup == 0, "idx holds whole groups");
+HWY_INLINE void AnchorSparse(const float* w, int n_terms, const float* tables, const float* rest,
+                             uint64_t bits, const int* idx, const float* fs, int nq, const int* lim,
+                             float* scores, int64_t score_stride) {
+  const DF d;
+  using VF = hn::Vec<DF>;
+  constexpr int kCells = kSparseGroup;
+  const int lanes = static_cast<int>(hn::Lanes(d));
+  alignas(64) float sums[kCells][kLanes];  // [cell of the group][lane] the sums
+  for (int q0 = 0; q0 < nq; q0 += lanes) {
+    const int nl = std::min(lanes, nq - q0);
+    const auto m = hn::FirstN(d, static_cast<size_t>(nl));
+    const VF r = hn::MaskedLoad(m, d, rest + q0);
+    int lim_max = 0;  // the cells below some lane's limit
+    for (int l = 0; l < nl; ++l) lim_max = std::max(lim_max, lim[q0 + l]);
+    lim_max = std::min(lim_max, kAnchorTileCells);
+    // The flagged cells below it (the first n of idx).
+    const int n = lim_max <= 0 ? 0 : std::popcount(bits & (~0ull >> (kAnchorTileCells - lim_max)));
+    for (int j = 0; j < n; j += kCells) {
+      VF a[kCells];
+      for (int c = 0; c < kCells; ++c) a[c] = r;
+      for (int t = 0; t < n_terms; ++t) {
+        const VF wt = hn::MaskedLoad(m, d, w + static_cast<int64_t>(t) * nq + q0);
+        const float* row = tables + t * kAnchorTileCells;
+        for (int c = 0; c < kCells; ++c) a[c] = hn::MulAdd(wt, hn::Set(d, row[idx[j + c]]), a[c]);
+      }
+      for (int c = 0; c < kCells; ++c) hn::Store(a[c], d, sums[c]);
+      const int jn = std::min(j + kCells, n);
+      for (int l = 0; l < nl; ++l) {
+        float* srow = scores + (q0 + l) * score_stride;
+        for (int i = j; i < jn && idx[i] < lim[q0 + l]; ++i) {
+          srow[idx[i]] = std::fma(fs[i], sums[i - j][l], srow[idx[i]]);
+        }
+      }
+    }
+  }
+}
+
+// Bit k set when cell k of the (zero-padded) tile is flagged: one byte compare per vector of
+// flags and its mask's bits.
+HWY_INLINE uint64_t FlagBits(const uint8_t* fl) {
+  const hn::ScalableTag<uint8_t> d8;
+  const int n8 = static_cast<int>(hn::Lanes(d8));
+  uint64_t bits = 0;
+  for (int i = 0; i < kAnchorTileCells; i += n8) {
+    uint8_t mask_bytes[8] = {};  // [bit] flagged, lane i + bit
+    hn::StoreMaskBits(d8, hn::Ne(hn::Load(d8, fl + i), hn::Zero(d8)), mask_bytes);
+    uint64_t part;
+    std::memcpy(&part, mask_bytes, 8);
+    bits |= part << i;
+  }
+  return bits;
 }
 
 void AnchorScores(const float* w, int n_terms, const float* tables, const float* rest,
@@ -174,9 +245,31 @@ void AnchorScores(const float* w, int n_terms, const float* tables, const float*
   const DF d;
   const DI di;
   const hn::Rebind<uint8_t, DI> d8;
+  alignas(64) uint8_t fl[kAnchorTileCells] = {};  // [cell] the flags, past n_cells 0
+  if (n_cells >= kAnchorTileCells) {
+    std::memcpy(fl, flags, kAnchorTileCells);
+  } else {
+    std::memcpy(fl, flags, std::max(n_cells, 0));
+  }
+  const uint64_t bits = FlagBits(fl);
+  if (bits == 0) return;
+  // Sparse where it costs less than the dense form: one group of cells, or two when the dense
+  // form would take more than one pass of four queries (measured: bench/matmul_bench.cpp,
+  // BM_KvAnchorScores).
+  const int n_flagged = std::popcount(bits);
+  if (n_flagged <= kSparseGroup || (n_flagged <= kAnchorSparseCells && nq > 4)) {
+    // The flagged cells and their scale * float(flag), padded with cell 0.
+    // (A fixed count without branches: past the last, countr_zero(0) & 63 = 0.)
+    alignas(64) int idx[kAnchorSparseCells];
+    alignas(64) float fs[kAnchorSparseCells];
+    uint64_t b = bits;
+    for (int j = 0; j < kAnchorSparseCells; ++j, b &= b - 1) {
+      idx[j] = std::countr_zero(b) & (kAnchorTileCells - 1);
+      fs[j] = scale * static_cast<float>(fl[idx[j]]);
+    }
+    return AnchorSparse(w, n_terms, tables, rest, bits, idx, fs, nq, lim, scores, score_stride);
+  }
   // scale * float(flag) per cell, past n_cells 0 (never stored).
-  alignas(64) uint8_t fl[kAnchorTileCells] = {};
-  std::memcpy(fl, flags, std::min(n_cells, kAnchorTileCells));
   alignas(64) float fs[kAnchorTileCells];
   const auto vscale = hn::Set(d, scale);
   for (int v = 0; v < kAnchorTileCells; v += kLanes) {
@@ -187,12 +280,12 @@ void AnchorScores(const float* w, int n_terms, const float* tables, const float*
   constexpr int kQ = kLanes >= 16 ? 4 : 1;
   int qi = 0;
   for (; qi + kQ <= nq; qi += kQ) {
-    AnchorBlock<kQ>(w + static_cast<int64_t>(qi) * n_terms, n_terms, tables, rest + qi, fs, n_cells,
-                    lim + qi, scores + qi * score_stride, score_stride);
+    AnchorBlock<kQ>(w + qi, nq, n_terms, tables, rest + qi, fs, fl, n_cells, lim + qi,
+                    scores + qi * score_stride, score_stride);
   }
   for (; qi < nq; ++qi) {
-    AnchorBlock<1>(w + static_cast<int64_t>(qi) * n_terms, n_terms, tables, rest + qi, fs, n_cells,
-                   lim + qi, scores + qi * score_stride, score_stride);
+    AnchorBlock<1>(w + qi, nq, n_terms, tables, rest + qi, fs, fl, n_cells, lim + qi,
+                   scores + qi * score_stride, score_stride);
   }
 }
 

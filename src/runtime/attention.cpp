@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "kernels/attention_kernels.h"
 #include "kernels/kv_decode.h"
@@ -27,7 +29,7 @@ constexpr int64_t kMaxStoredChunks = 512;
 // m [cos(p t) (qx ax + qy ay) + sin(p t) (qy ax - qx ay)]: two coefficients per kept pair and
 // query, times the cos and sin of the cell's angle (from the cache's angle tables); the
 // dimensions RoPE leaves alone add a constant q . a. q: the queries as RoPE left them (not
-// rotated for the cache). Scratch: coef [nq][2 * kept pairs] (the accumulators, free until
+// rotated for the cache). Scratch: coef [2 * kept pairs][nq] (the accumulators, free until
 // pass 2; kept pairs <= head_dim / 2, so it fits), rest [nq] (the query rows, done with after
 // pass 1), tables [2 * kept pairs][kCellTile] (the tile).
 // Cells a query reads from the window's exact copy (wb[qi] and later) are not corrected.
@@ -44,15 +46,14 @@ void AddAnchorScores(const KvCache& cache, int layer, int seq, int g, int pos0, 
   for (int j = 0; j < n_rot / 2 && n_pairs < kAnchorMaxPairs; ++j) {
     if (a[cache.PairX(j)] != 0.0f || a[cache.PairY(j)] != 0.0f) pairs[n_pairs++] = j;
   }
-  const int stride = 2 * n_pairs;  // per query: a cos and a sin coefficient per kept pair
+  const int n_terms = 2 * n_pairs;  // per query: a cos and a sin coefficient per kept pair
   for (int qi = 0; qi < nq; ++qi) {
     const int t = t0 + qi / group, h = g * group + qi % group;
     const float* qr = q + t * q_stride + static_cast<int64_t>(h) * hd;
-    float* c = coef + static_cast<size_t>(qi) * stride;
     for (int i = 0; i < n_pairs; ++i) {
       const int x = cache.PairX(pairs[i]), y = cache.PairY(pairs[i]);
-      c[2 * i] = m * (qr[x] * a[x] + qr[y] * a[y]);
-      c[2 * i + 1] = m * (qr[y] * a[x] - qr[x] * a[y]);
+      coef[static_cast<size_t>(2 * i) * nq + qi] = m * (qr[x] * a[x] + qr[y] * a[y]);
+      coef[static_cast<size_t>(2 * i + 1) * nq + qi] = m * (qr[y] * a[x] - qr[x] * a[y]);
     }
     float r = 0.0f;
     for (int e = n_rot; e < hd; ++e) r += qr[e] * a[e];
@@ -67,31 +68,45 @@ void AddAnchorScores(const KvCache& cache, int layer, int seq, int g, int pos0, 
   const KvAnchorScoreFn anchor = BestKvAnchorScorer();
   // Blocks of queries: their offset-table weights in this tile and their limits.
   constexpr int kQueryBlock = 32;
-  float xy[kQueryBlock * 2 * kAnchorMaxPairs];  // [kQueryBlock][2 * n_pairs]
+  float xy[kQueryBlock * 2 * kAnchorMaxPairs];  // [2 * n_pairs][n] (term-major)
   int lims[kQueryBlock];                        // the query's causal or window limit
+  float cs[2 * kAnchorMaxPairs];  // [n_pairs][2] the tile's run-start cos, sin of each kept pair
   for (int c0 = c_lo; c0 < n_cells; c0 += kCellTile) {
     const int nc = std::min(kCellTile, n_cells - c0);
     const uint8_t* flags = cache.KAnchorFlags(layer, seq, g, c0);  // the tile's cells
-    uint8_t any = 0;  // (no early exit: the loop vectorises)
-    for (int i = 0; i < nc; ++i) any |= flags[i];
+    uint64_t any = 0;  // (no early exit: the loops vectorise)
+    if (nc == kCellTile) {
+      for (int i = 0; i < kCellTile; i += 8) {
+        uint64_t word;
+        std::memcpy(&word, flags + i, 8);
+        any |= word;
+      }
+    } else {
+      for (int i = 0; i < nc; ++i) any |= flags[i];
+    }
     if (any == 0) continue;
     // cos(p t) = C0 cos(k t) - S0 sin(k t), sin(p t) = S0 cos(k t) + C0 sin(k t) for p = c0 + k,
     // so a query's correction is a weighted sum of the kept pairs' offset tables.
     const float* start = cache.AnchorRunStart(c0 / kCellTile);
+    for (int i = 0; i < n_pairs; ++i) {
+      cs[2 * i] = start[2 * pairs[i]];
+      cs[2 * i + 1] = start[2 * pairs[i] + 1];
+    }
     for (int q0 = 0; q0 < nq; q0 += kQueryBlock) {
       const int n = std::min(kQueryBlock, nq - q0);
-      for (int b = 0; b < n; ++b) {
-        const int qi = q0 + b;
-        lims[b] = wb[qi] - c0;
-        const float* c = coef + static_cast<size_t>(qi) * stride;
-        float* w = xy + b * stride;
-        for (int i = 0; i < n_pairs; ++i) {
-          const float c0s = start[2 * pairs[i]], s0s = start[2 * pairs[i] + 1];
-          w[2 * i] = c[2 * i] * c0s + c[2 * i + 1] * s0s;
-          w[2 * i + 1] = c[2 * i + 1] * c0s - c[2 * i] * s0s;
+      for (int b = 0; b < n; ++b) lims[b] = wb[q0 + b] - c0;
+      for (int i = 0; i < n_pairs; ++i) {
+        const float c0s = cs[2 * i], s0s = cs[2 * i + 1];
+        const float* ce = coef + static_cast<size_t>(2 * i) * nq + q0;      // [n] cos coefficients
+        const float* co = coef + static_cast<size_t>(2 * i + 1) * nq + q0;  // [n] sin coefficients
+        float* we = xy + 2 * i * n;                                         // [n]
+        float* wo = xy + (2 * i + 1) * n;                                   // [n]
+        for (int b = 0; b < n; ++b) {  // (vectorises: the queries are consecutive)
+          we[b] = ce[b] * c0s + co[b] * s0s;
+          wo[b] = co[b] * c0s - ce[b] * s0s;
         }
       }
-      anchor(xy, stride, tables, rest + q0, flags, nc, n, lims, shape.scale,
+      anchor(xy, n_terms, tables, rest + q0, flags, nc, n, lims, shape.scale,
              scores + static_cast<size_t>(q0) * n_ctx + c0, n_ctx);
     }
   }
