@@ -1181,6 +1181,18 @@ TEST(KvF16Score, SimdMatchesScalarTwinAndDecodedScores) {
   }
 }
 
+// The SIMD anchor scorers this CPU runs, by name.
+std::vector<std::pair<const char*, KvAnchorScoreFn>> SimdAnchorScorers() {
+  std::vector<std::pair<const char*, KvAnchorScoreFn>> out;
+  if (GetCpuFeatures().HasAvx2Set() && Avx2KvAnchorScorer() != nullptr) {
+    out.emplace_back("avx2", Avx2KvAnchorScorer());
+  }
+  if (HasAvx512Vnni() && Avx512KvAnchorScorer() != nullptr) {
+    out.emplace_back("avx512", Avx512KvAnchorScorer());
+  }
+  return out;
+}
+
 TEST(KvAnchorScore, SimdMatchesScalarTwin) {
   std::mt19937 rng(35);
   std::normal_distribution<float> normal;
@@ -1219,11 +1231,7 @@ TEST(KvAnchorScore, SimdMatchesScalarTwin) {
             }
           }
         }
-        const std::pair<const char*, KvAnchorScoreFn> simd[] = {
-            {"avx2", GetCpuFeatures().HasAvx2Set() ? Avx2KvAnchorScorer() : nullptr},
-            {"avx512", HasAvx512Vnni() ? Avx512KvAnchorScorer() : nullptr}};
-        for (const auto& [name, fn] : simd) {
-          if (fn == nullptr) continue;
+        for (const auto& [name, fn] : SimdAnchorScorers()) {
           std::vector<float> got = before;
           fn(w.data(), n_terms, tables.data(), rest.data(), flags.data(), n_cells, nq, lim.data(),
              0.125f, got.data(), stride);
@@ -1286,11 +1294,7 @@ TEST(KvAnchorScore, SparseAndDenseTilesMatchScalarTwin) {
                   << " nq " << nq << " q " << qi << " cell " << k;
             }
           }
-          const std::pair<const char*, KvAnchorScoreFn> simd[] = {
-              {"avx2", GetCpuFeatures().HasAvx2Set() ? Avx2KvAnchorScorer() : nullptr},
-              {"avx512", HasAvx512Vnni() ? Avx512KvAnchorScorer() : nullptr}};
-          for (const auto& [name, fn] : simd) {
-            if (fn == nullptr) continue;
+          for (const auto& [name, fn] : SimdAnchorScorers()) {
             std::vector<float> got = before;
             fn(w.data(), n_terms, tables.data(), rest.data(), flags.data(), n_cells, nq, lim.data(),
                scale, got.data(), stride);
