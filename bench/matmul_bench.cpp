@@ -566,9 +566,9 @@ BENCHMARK(BM_NormBatch)->DenseRange(0, 1)->UseRealTime();
 // q4_0 only: K scores over the cache's 16-cell key tiles, kv_format.h, the same cells). Decode-step
 // attention's inner kernels as the widest ISA the CPU (and LAMINA_ISA) allows runs them: 4 queries
 // (one GQA group), head_dim 64, over 1,024 cells in tiles of 64 (L2-resident: compute only, no
-// memory). K scores are the integer scorer for int8 / q4_0 and for f16 the one-pass f16 scorer
-// (AVX-512), else decode + the row kernel's score_rows. "s/cell" is per cell and KV head, all 4
-// queries.
+// memory). K scores are the integer scorer for int8 / q4_0 and for f16 the f16 tile scorer
+// (the cache's 16-cell f16 key tiles, kv_format.h; BestKvF16TileScorer). "s/cell" is per cell
+// and KV head, all 4 queries.
 void BM_KvAttentionKernels(benchmark::State& state) {
   constexpr int kHd = 64, kCells = 1024, kTile = 64, kQueries = 4;
   const auto f = static_cast<KvRowFormat>(state.range(0));
@@ -587,8 +587,11 @@ void BM_KvAttentionKernels(benchmark::State& state) {
     for (float& v : x) v = normal(rng);
     EncodeKvRow(f, x.data(), kHd, nullptr, rows.data() + c * rb);
   }
-  std::vector<uint8_t> k_tile_bytes(k_tiles ? rows.size() : 0);  // the same cells as tiles
-  for (int c = 0; k_tiles && c < kCells; ++c) {
+  // f16 K scores read f16 tiles too.
+  const bool f16_tiles = f == KvRowFormat::kF16 && state.range(1) == 0;
+  // the same cells as tiles
+  std::vector<uint8_t> k_tile_bytes(k_tiles || f16_tiles ? rows.size() : 0);
+  for (int c = 0; (k_tiles || f16_tiles) && c < kCells; ++c) {
     TileKvRow(rows.data() + c * rb, kHd,
               k_tile_bytes.data() + (c / kKvTileCells) * kKvTileCells * rb, c % kKvTileCells, f);
   }
@@ -603,7 +606,7 @@ void BM_KvAttentionKernels(benchmark::State& state) {
   }
   const KvScoreFn scorer = BestKvScorer(f);
   const KvRowDecodeFn decode = BestKvRowDecoder(f);
-  const KvF16ScoreFn f16_scorer = tiles ? nullptr : BestKvF16Scorer();  // f16 K in one pass
+  const KvF16TileScoreFn f16_scorer = f16_tiles ? BestKvF16TileScorer() : nullptr;
   const KvAccumulateFn fused =
       float_v ? (GetCpuFeatures().HasAvx512Set() ? Avx512KvAccumulator(f) : nullptr)
               : BestKvAccumulator(f);
@@ -625,7 +628,8 @@ void BM_KvAttentionKernels(benchmark::State& state) {
       } else if (f != KvRowFormat::kF16) {
         scorer(t, kTile, kHd, kQueries, qq.data(), qd.data(), 0.125f, p.data() + c0, kCells);
       } else if (f16_scorer != nullptr) {
-        f16_scorer(t, kTile, kHd, kQueries, q.data(), 0.125f, p.data() + c0, kCells);
+        f16_scorer(k_tile_bytes.data() + c0 * rb, 0, kTile, kHd, kQueries, q.data(), 0.125f,
+                   p.data() + c0, kCells);
       } else {
         decode(t, kTile, kHd, tile.data());
         for (int qi = 0; qi < kQueries; ++qi) {
@@ -638,11 +642,11 @@ void BM_KvAttentionKernels(benchmark::State& state) {
     benchmark::DoNotOptimize(acc.data());
   }
   static const char* const kFormat[] = {"f32", "f16", "int8", "q4_0", "q4_nl"};
-  state.SetLabel(std::string(kFormat[state.range(0)]) + (k_tiles   ? " K scores, tiles"
-                                                         : tiles   ? " K scores, tiles"
-                                                         : score   ? " K scores"
-                                                         : float_v ? " float fused V sum"
-                                                                   : " V sum"));
+  state.SetLabel(std::string(kFormat[state.range(0)]) + (k_tiles || f16_tiles ? " K scores, tiles"
+                                                         : tiles              ? " K scores, decoded"
+                                                         : score              ? " K scores"
+                                                         : float_v            ? " float fused V sum"
+                                                                              : " V sum"));
   state.counters["s/cell"] = benchmark::Counter(
       static_cast<double>(kCells) * state.iterations(),
       benchmark::Counter::kIsRate | benchmark::Counter::kInvert, benchmark::Counter::kIs1000);

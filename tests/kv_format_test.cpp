@@ -984,12 +984,12 @@ TEST(KvTileScore, TilesRoundTripAndScoreAsRows) {
   CheckTilesRoundTripAndScoreAsRows(KvRowFormat::kInt8, 35, {2, 6, 8, 30, 32, 64, 96, 128, 256});
 }
 
-// The cache's int8 keys live in tiles, yet every cell reads back as the row the writer encoded
-// (KRow, ReadHeadRows), a context that is not a multiple of the tile and a cut mid-tile leave
-// zero rows behind, and session state keeps the row layout: exported state is the encoded rows,
-// imports into tiles and exports again byte for byte.
+// The cache's int8 (and f16) keys live in tiles, yet every cell reads back as the row the writer
+// encoded (KRow, ReadHeadRows), a context that is not a multiple of the tile and a cut mid-tile
+// leave zero rows behind, and session state keeps the row layout: exported state is the encoded
+// rows, imports into tiles and exports again byte for byte.
 TEST(KvTileScore, CacheKeepsRowsInTiles) {
-  for (KvType type : {KvType::kInt8, KvType::kK8V4, KvType::kK8V4Nl}) {
+  for (KvType type : {KvType::kInt8, KvType::kK8V4, KvType::kK8V4Nl, KvType::kF16}) {
     KvCacheConfig c;
     c.n_layer = 2;
     c.n_ctx = 100;  // not a multiple of kKvTileCells
@@ -999,6 +999,7 @@ TEST(KvTileScore, CacheKeepsRowsInTiles) {
     c.type = type;
     KvCache cache(c);
     ASSERT_TRUE(cache.k_tiled());
+    const KvRowFormat kf = cache.k_spec().format;
     std::mt19937 rng(12);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     const int n = 90, row = c.n_kv_heads * c.head_dim, hd = c.head_dim;
@@ -1013,10 +1014,10 @@ TEST(KvTileScore, CacheKeepsRowsInTiles) {
     for (int h = 0; h < c.n_kv_heads; ++h) {
       cache.ReadHeadRows(0, 1, 0, h, n, dec.data());
       for (int p = 0; p < n; ++p) {
-        EncodeKvRow(KvRowFormat::kInt8, k.data() + p * row + h * hd, hd, nullptr, want.data());
+        EncodeKvRow(kf, k.data() + p * row + h * hd, hd, nullptr, want.data());
         cache.KRow(1, 0, h, p, got.data());
         ASSERT_EQ(want, got) << KvTypeName(type) << " head " << h << " cell " << p;
-        DecodeKvRow(KvRowFormat::kInt8, want.data(), hd, ref.data());
+        DecodeKvRow(kf, want.data(), hd, ref.data());
         ASSERT_TRUE(std::equal(ref.begin(), ref.end(), dec.begin() + p * hd)) << p;
       }
     }
@@ -1025,7 +1026,7 @@ TEST(KvTileScore, CacheKeepsRowsInTiles) {
     cache.ExportSequence(0, n, state.data());
     // Layer 0, head 0's K rows come first: the encoded rows themselves.
     for (int p = 0; p < n; ++p) {
-      EncodeKvRow(KvRowFormat::kInt8, k.data() + p * row, hd, nullptr, want.data());
+      EncodeKvRow(kf, k.data() + p * row, hd, nullptr, want.data());
       ASSERT_EQ(0, std::memcmp(state.data() + p * want.size(), want.data(), want.size())) << p;
     }
     ASSERT_TRUE(cache.CheckSequenceState(n, state.data()).ok());
@@ -1039,7 +1040,7 @@ TEST(KvTileScore, CacheKeepsRowsInTiles) {
       cache.KRow(0, 1, 1, p, got.data());
       EXPECT_EQ(got, zero) << p;
     }
-    EncodeKvRow(KvRowFormat::kInt8, k.data() + 40 * row + hd, hd, nullptr, want.data());
+    EncodeKvRow(kf, k.data() + 40 * row + hd, hd, nullptr, want.data());
     cache.KRow(0, 1, 1, 40, got.data());
     EXPECT_EQ(got, want);
     // Rewritten, it matches the sequence that was never cut.
@@ -1051,7 +1052,7 @@ TEST(KvTileScore, CacheKeepsRowsInTiles) {
   }
 }
 
-// q4_0 tiles (the cache's q4_0 keys); no tile format for f16 or q4_nl rows.
+// q4_0 tiles (the cache's q4_0 keys); no integer tile scorer for f16 or q4_nl rows.
 TEST(KvTileScore, Q4TilesRoundTripAndScoreAsRows) {
   CheckTilesRoundTripAndScoreAsRows(KvRowFormat::kQ4_0, 36,
                                     {2, 6, 8, 10, 30, 32, 64, 96, 128, 256});
@@ -1135,45 +1136,82 @@ TEST(KvTileScore, CacheKeepsQ4RowsInTiles) {
 // (the same fma chain per cell, then the same product and sum), for partial tiles, limits
 // below, inside and past the tile, queries beyond a register block, and no terms at all; cells
 // past a query's limit are left alone.
-// The one-pass f16 K scorer: the AVX-512 kernel gives the scalar twin's bits (query counts that
-// fill 0-4 lanes of a quad and span chunks of queries, cell counts around the 16-cell blocks),
-// and both agree with the decoded rows scored by the row kernels to float rounding.
-TEST(KvF16Score, SimdMatchesScalarTwinAndDecodedScores) {
+// f16 tiles (the cache's f16 keys) round-trip rows byte for byte and decode as rows. The f16
+// tile scorers: the scalar twin computes the canonical order of kv_decode.h (four fma chains
+// over i % 4, checked against that formula evaluated on the rows), agrees with the decoded rows
+// scored by the row kernels to float rounding, and every SIMD variant this CPU runs gives its
+// bits, for head_dims not a multiple of 4, odd cell counts, ranges starting and ending mid-tile
+// and 1..32 queries (AVX-512 runs of 4, AVX2 runs of 3 and 2 + 2); cells outside the range are
+// not written.
+TEST(KvF16Score, TilesScoreInTheCanonicalOrderOnEveryIsa) {
+  CheckTilesRoundTripAndScoreAsRows(KvRowFormat::kF16, 37, {1, 3, 16, 64, 100, 128});
   std::mt19937 rng(34);
   std::normal_distribution<float> normal;
   const AttentionRowKernels& ref = ScalarAttentionRowKernels();
-  EXPECT_FALSE(KvF16ScoreSupported(8));
-  EXPECT_FALSE(KvF16ScoreSupported(1024));
-  for (int hd : {16, 64, 128, 512}) {
-    ASSERT_TRUE(KvF16ScoreSupported(hd));
-    for (int n : {1, 7, 15, 16, 17, 64, 77}) {
-      for (int nq : {1, 3, 4, 5, 17, 37}) {
-        const size_t rb = KvRowBytes(KvRowFormat::kF16, hd);
-        std::vector<uint8_t> rows(rb * n);
-        std::vector<float> x(hd), q(static_cast<size_t>(nq) * hd),
-            decoded(static_cast<size_t>(n) * hd);  // [hd], [nq, hd], [n, hd]
-        for (int r = 0; r < n; ++r) {
-          for (float& v : x) v = 3.0f * normal(rng);
-          EncodeKvRow(KvRowFormat::kF16, x.data(), hd, nullptr, rows.data() + r * rb);
-        }
-        ScalarKvRowDecoder(KvRowFormat::kF16)(rows.data(), n, hd, decoded.data());
-        for (float& v : q) v = normal(rng);
-        const int64_t stride = n + 3;
-        std::vector<float> a(nq * stride, -1.0f), b(nq * stride, -1.0f), want(n);
-        ScalarKvF16Scorer()(rows.data(), n, hd, nq, q.data(), 0.125f, a.data(), stride);
+  struct Named {
+    const char* name;
+    KvF16TileScoreFn fn;
+  };
+  std::vector<Named> simd;
+  if (GetCpuFeatures().HasAvx2Set() && Avx2KvF16TileScorer() != nullptr) {
+    simd.push_back({"avx2", Avx2KvF16TileScorer()});
+  }
+  if (HasAvx512Vnni() && Avx512KvF16TileScorer() != nullptr) {
+    simd.push_back({"avx512", Avx512KvF16TileScorer()});
+  }
+  for (int hd : {1, 3, 6, 16, 64, 100, 128, 512}) {
+    const size_t rb = KvRowBytes(KvRowFormat::kF16, hd);
+    const int n_tiles = 5, n = n_tiles * kKvTileCells;
+    std::vector<uint8_t> rows(rb * n), tiles(rb * n);
+    std::vector<float> x(hd), decoded(static_cast<size_t>(n) * hd);  // [hd], [n, hd]
+    for (int c = 0; c < n; ++c) {
+      for (float& v : x) v = 3.0f * normal(rng);
+      EncodeKvRow(KvRowFormat::kF16, x.data(), hd, nullptr, rows.data() + c * rb);
+      TileKvRow(rows.data() + c * rb, hd, tiles.data() + (c / kKvTileCells) * kKvTileCells * rb,
+                c % kKvTileCells, KvRowFormat::kF16);
+    }
+    ScalarKvRowDecoder(KvRowFormat::kF16)(rows.data(), n, hd, decoded.data());
+    for (int nq : {1, 2, 3, 4, 5, 7, 8, 13, 32}) {
+      std::vector<float> q(static_cast<size_t>(nq) * hd);  // [nq, hd]
+      for (float& v : q) v = normal(rng);
+      for (auto [c0, c1] :
+           {std::pair{0, n}, {0, 1}, {5, 6}, {3, 29}, {16, 33}, {17, 80}, {31, 77}}) {
+        const int m = c1 - c0;
+        const uint8_t* t = tiles.data() + (c0 / kKvTileCells) * kKvTileCells * rb;
+        const int64_t stride = m + 5;
+        // [16 guard, nq * stride, 16 guard]
+        std::vector<float> a(nq * stride + 32, -1.0f), b(a.size());
+        ScalarKvF16TileScorer()(t, c0 % kKvTileCells, m, hd, nq, q.data(), 0.125f, a.data() + 16,
+                                stride);
         for (int qi = 0; qi < nq; ++qi) {
-          ref.score_rows(q.data() + qi * hd, decoded.data(), n, hd, 0.125f, want.data());
-          for (int j = 0; j < n; ++j) {
-            EXPECT_NEAR(a[qi * stride + j], want[j], 1e-5 * (1.0 + std::fabs(want[j])) * hd / 16)
-                << "hd " << hd << " n " << n;
+          const float* qv = q.data() + qi * hd;
+          std::vector<float> want(m);
+          ref.score_rows(qv, decoded.data() + static_cast<size_t>(c0) * hd, m, hd, 0.125f,
+                         want.data());
+          for (int j = 0; j < m; ++j) {
+            float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // the canonical order over the cell's row
+            for (int i = 0; i < hd; ++i) {
+              s[i % 4] = std::fma(qv[i], decoded[static_cast<size_t>(c0 + j) * hd + i], s[i % 4]);
+            }
+            const float canonical = ((s[0] + s[2]) + (s[1] + s[3])) * 0.125f;
+            const float got = a[16 + qi * stride + j];
+            ASSERT_EQ(F32ToBits(got), F32ToBits(canonical)) << "hd " << hd << " cell " << c0 + j;
+            ASSERT_NEAR(got, want[j], 1e-5 * (1.0 + std::fabs(want[j])) * (1 + hd / 16))
+                << "hd " << hd << " cell " << c0 + j;
           }
-          for (int j = n; j < stride; ++j) EXPECT_EQ(a[qi * stride + j], -1.0f);
         }
-        if (KvF16ScoreFn simd = Avx512KvF16Scorer(); simd != nullptr && HasAvx512Vnni()) {
-          simd(rows.data(), n, hd, nq, q.data(), 0.125f, b.data(), stride);
+        for (size_t i = 0; i < a.size(); ++i) {
+          const int64_t at = static_cast<int64_t>(i) - 16;
+          const bool wanted = at >= 0 && at % stride < m && at / stride < nq;
+          if (!wanted) ASSERT_EQ(a[i], -1.0f) << "scalar wrote outside its cells at " << at;
+        }
+        for (const Named& v : simd) {
+          std::fill(b.begin(), b.end(), -1.0f);
+          v.fn(t, c0 % kKvTileCells, m, hd, nq, q.data(), 0.125f, b.data() + 16, stride);
           for (size_t i = 0; i < a.size(); ++i) {
             ASSERT_EQ(F32ToBits(a[i]), F32ToBits(b[i]))
-                << "avx512 hd " << hd << " n " << n << " nq " << nq << " at " << i;
+                << v.name << " hd " << hd << " nq " << nq << " cells " << c0 << ".." << c1 << " at "
+                << static_cast<int64_t>(i) - 16;
           }
         }
       }

@@ -192,17 +192,18 @@ void IntAccumulateScalar(const uint8_t* rows, int n_rows, int head_dim, int nq, 
   }
 }
 
-void ScoreF16Scalar(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* q,
-                    float scale, float* out, int64_t out_stride) {
-  const size_t row_bytes = KvRowBytes(KvRowFormat::kF16, head_dim);
+void ScoreF16TilesScalar(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
+                         const float* q, float scale, float* out, int64_t out_stride) {
+  const size_t tile_bytes = KvRowBytes(KvRowFormat::kF16, head_dim) * kKvTileCells;
   for (int qi = 0; qi < nq; ++qi) {
     const float* qv = q + static_cast<int64_t>(qi) * head_dim;
-    for (int j = 0; j < n_rows; ++j) {
-      const uint8_t* row = rows + j * row_bytes;
-      float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // [lane] the four fma chains
+    for (int j = 0; j < n_cells; ++j) {
+      const int c = first + j, cell = c % kKvTileCells;
+      const uint8_t* tile = tiles + (c / kKvTileCells) * tile_bytes;  // [head_dim][16] halves
+      float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};                          // [chain] the four chains
       for (int i = 0; i < head_dim; ++i) {
         fp16_t k16;
-        std::memcpy(&k16, row + 2 * i, 2);
+        std::memcpy(&k16, tile + 2 * (static_cast<size_t>(i) * kKvTileCells + cell), 2);
         s[i % 4] = std::fma(qv[i], Fp16ToF32(k16), s[i % 4]);
       }
       out[qi * out_stride + j] = ((s[0] + s[2]) + (s[1] + s[3])) * scale;
@@ -365,14 +366,15 @@ KvScoreFn ScalarKvScorer(KvRowFormat format) {
   }
 }
 
-bool KvF16ScoreSupported(int head_dim) {
-  return head_dim > 0 && head_dim % 16 == 0 && head_dim <= 512;
-}
+KvF16TileScoreFn ScalarKvF16TileScorer() { return ScoreF16TilesScalar; }
 
-KvF16ScoreFn ScalarKvF16Scorer() { return ScoreF16Scalar; }
-
-KvF16ScoreFn BestKvF16Scorer() {
-  static const KvF16ScoreFn best = HasAvx512() ? Avx512KvF16Scorer() : nullptr;
+KvF16TileScoreFn BestKvF16TileScorer() {
+  static const KvF16TileScoreFn best = [] {
+    KvF16TileScoreFn f = nullptr;
+    if (HasAvx512()) f = Avx512KvF16TileScorer();
+    if (f == nullptr && HasAvx2()) f = Avx2KvF16TileScorer();
+    return f != nullptr ? f : ScoreF16TilesScalar;
+  }();
   return best;
 }
 

@@ -120,24 +120,29 @@ KvTileScoreFn Avx512KvTileScorer(KvRowFormat format = KvRowFormat::kInt8);
 // BestKvScorer: without SIMD attention decodes tiles to f32).
 KvTileScoreFn BestKvTileScorer(KvRowFormat format = KvRowFormat::kInt8);
 
-// f16 K scores against float queries (head_dim a multiple of 16, at most 512): out[qi *
-// out_stride + j] for qi < nq, j < n_rows, query qi at q + qi * head_dim [nq][head_dim]. Per
-// query and cell, four fma chains over the elements i = 4t + l (lane l < 4, t ascending):
+// f16 K scores of f16 tiles (kv_format.h; the cache's f16 keys) against float queries: cells
+// [first, first + n_cells) of the consecutive tiles at `tiles` (first < kKvTileCells),
+// out[qi * out_stride + j] = the score of cell first + j against query qi (q + qi * head_dim,
+// [nq][head_dim]), any head_dim > 0. The canonical order, per query and cell: four fma chains
+// over the dims i = 4t + l (chain l < 4, t ascending),
 //   s_l = fma(q[i], k[i], s_l) from 0; out = ((s_0 + s_2) + (s_1 + s_3)) * scale
-// in that order, so every variant gives the scalar twin's bits and a score depends only on the
-// query and the cell. The AVX-512 kernel holds 4 queries in the 4 128-bit lanes of a vector
-// and multiplies them by each cell's 4-element chunk broadcast to all lanes: 16 fma per cell for
-// 4 queries and one short transposing add tree per 4 cells, instead of one 16-lane reduction
-// per cell and query.
-using KvF16ScoreFn = void (*)(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* q,
-                              float scale, float* out, int64_t out_stride);
+// with each step rounded as written. It depends on neither the number of queries nor the ISA,
+// so every variant gives the scalar twin's bits and a score depends only on the query and the
+// cell. The SIMD kernels hold one dim of 16 (AVX-512) or 8 (AVX2, each half of a tile) cells in
+// the lanes of a vector, converted once, and run the four chains of up to 4 (AVX2: 3) queries at
+// once, one fma per query and dim with the query element broadcast from memory: 16 (12)
+// independent chains hide the fma latency, and the chains' sums are lane-wise adds. Whole tiles
+// are read (never one past the tile holding the last wanted cell); only wanted cells are written.
+using KvF16TileScoreFn = void (*)(const uint8_t* tiles, int first, int n_cells, int head_dim,
+                                  int nq, const float* q, float scale, float* out,
+                                  int64_t out_stride);
 
-bool KvF16ScoreSupported(int head_dim);
-KvF16ScoreFn ScalarKvF16Scorer();
-KvF16ScoreFn Avx512KvF16Scorer();  // nullptr when none
-// The AVX-512 kernel when the CPU (and LAMINA_ISA) allow it, else nullptr: the caller decodes
-// tiles and scores them with the attention row kernels.
-KvF16ScoreFn BestKvF16Scorer();
+KvF16TileScoreFn ScalarKvF16TileScorer();
+KvF16TileScoreFn Avx2KvF16TileScorer();    // nullptr when none
+KvF16TileScoreFn Avx512KvF16TileScorer();  // nullptr when none
+// The widest kernel the CPU (and LAMINA_ISA) allow, else the scalar twin: f16 keys are always
+// scored from their tiles, so f16 attention gives the same bits on every ISA.
+KvF16TileScoreFn BestKvF16TileScorer();
 
 // Anchored keys' score corrections (runtime/kv_cache.h) over one tile of n_cells <=
 // kAnchorTileCells cells: for each query qi < nq and flagged cell k (flags[k] != 0) below

@@ -486,6 +486,92 @@ void AccumulateEncoded(const uint8_t* rows, int n_rows, int head_dim, int nq, co
   }
 }
 
+// f16 K tiles (kv_format.h, kv_decode.h): per half tile (8 cells, lane = cell) and dim, one
+// 16-byte load and one vcvtph2ps shared by up to 3 queries; each query's chain i % 4 takes one
+// fma with its element i broadcast. 3 queries x 4 chains are 12 independent accumulators (16
+// ymm registers hold 4 queries' 16 only with nothing left for K); the chains' sums and the
+// scale are lane-wise, in the scalar twin's order.
+constexpr int kF16Queries = 3;
+
+template <int kNq>
+inline void ScoreF16HalfQueries(const uint8_t* half, int head_dim, const float* q, __m256 vscale,
+                                const __m256i* mask, float* out, int64_t out_stride) {
+  __m256 acc[kNq][4];  // [query][chain]
+  for (int m = 0; m < kNq; ++m) {
+    for (int l = 0; l < 4; ++l) acc[m][l] = _mm256_setzero_ps();
+  }
+  // Dim i of the half tile's 8 cells: 16 bytes at 32 i.
+  auto load = [&](int i) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(half + 32 * i)));
+  };
+  int i = 0;
+  for (; i + 4 <= head_dim; i += 4) {
+    for (int l = 0; l < 4; ++l) {
+      const __m256 kv = load(i + l);
+      for (int m = 0; m < kNq; ++m) {
+        acc[m][l] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + m * head_dim + i + l), kv, acc[m][l]);
+      }
+    }
+  }
+  for (int l = 0; l < 4; ++l) {  // the last head_dim % 4 dims
+    if (i + l >= head_dim) break;
+    const __m256 kv = load(i + l);
+    for (int m = 0; m < kNq; ++m) {
+      acc[m][l] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + m * head_dim + i + l), kv, acc[m][l]);
+    }
+  }
+  for (int m = 0; m < kNq; ++m) {
+    const __m256 s =
+        _mm256_add_ps(_mm256_add_ps(acc[m][0], acc[m][2]), _mm256_add_ps(acc[m][1], acc[m][3]));
+    const __m256 r = _mm256_mul_ps(s, vscale);
+    if (mask == nullptr) {
+      _mm256_storeu_ps(out + m * out_stride, r);
+    } else {
+      _mm256_maskstore_ps(out + m * out_stride, *mask, r);
+    }
+  }
+}
+
+void ScoreF16Tiles(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
+                   const float* q, float scale, float* out, int64_t out_stride) {
+  constexpr int kTile = kKvTileCells;
+  const size_t tile_bytes = KvRowBytes(KvRowFormat::kF16, head_dim) * kTile;
+  const __m256 vscale = _mm256_set1_ps(scale);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const int end = first + n_cells;  // cells counted from the first tile's start
+  for (int c = 0; c < end; c += kTile) {
+    const uint8_t* tile = tiles + (c / kTile) * tile_bytes;
+    for (int h = 0; h < 2; ++h) {
+      const int base = c + kBlockCells * h;  // cell of lane 0
+      if (base + kBlockCells <= first || base >= end) continue;
+      // Lanes of wanted cells: first <= base + l < end.
+      const __m256i cell = _mm256_add_epi32(lane, _mm256_set1_epi32(base));
+      const __m256i mask = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(first), cell),
+                                               _mm256_cmpgt_epi32(_mm256_set1_epi32(end), cell));
+      const __m256i* m = base >= first && base + kBlockCells <= end ? nullptr : &mask;
+      float* o = out + (base - first);
+      const uint8_t* half = tile + 2 * kBlockCells * h;
+      // Runs of 3 queries; 4 left go as 2 + 2 (8 chains each) rather than 3 + 1 (4 chains).
+      for (int q0 = 0, run; q0 < nq; q0 += run) {
+        run = nq - q0 == 4 ? 2 : std::min(kF16Queries, nq - q0);
+        const float* qv = q + static_cast<int64_t>(q0) * head_dim;
+        float* oq = o + q0 * out_stride;
+        switch (run) {
+          case 1:
+            ScoreF16HalfQueries<1>(half, head_dim, qv, vscale, m, oq, out_stride);
+            break;
+          case 2:
+            ScoreF16HalfQueries<2>(half, head_dim, qv, vscale, m, oq, out_stride);
+            break;
+          default:
+            ScoreF16HalfQueries<3>(half, head_dim, qv, vscale, m, oq, out_stride);
+            break;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 KvAccumulateFn Avx2KvAccumulator(KvRowFormat format) {
@@ -513,6 +599,8 @@ KvTileScoreFn Avx2KvTileScorer(KvRowFormat format) {
       return nullptr;
   }
 }
+
+KvF16TileScoreFn Avx2KvF16TileScorer() { return ScoreF16Tiles; }
 
 KvScoreFn Avx2KvScorer(KvRowFormat format) {
   switch (format) {

@@ -372,117 +372,70 @@ void ScoreTiles(const uint8_t* tiles, int first, int n_cells, int head_dim, int 
   }
 }
 
-// f16 K scores (kv_decode.h). Each block of 16 cells is converted to f32 once, with a 4x4
-// transpose of 128-bit blocks, into vectors that hold one 4-element chunk of 4 cells (cell c in
-// 128-bit lane c): kt [cell quad][chunk]. Each query's chunks are kept replicated to all 4 lanes
-// (qb, made once per call), so a cell quad's chunk meets a query in one fma with a memory
-// operand: per cell 4 fma per query, no broadcast per cell, and lane 4c + l of query m's
-// accumulator is chain l of cell c. Two unpack-add rounds over 4 queries' accumulators give
-// lane 4c + m = (query m, cell c); two transposes (of 128-bit blocks, then within them) give
-// each query its 16 scores in cell order.
-constexpr int kF16QbFloats = 16384;  // replicated query chunks made at once (64 KiB)
-
-// Lane 4c + m of the result: the four lane sums of acc[m] in lane c, as the scalar twin adds
-// them, ((s0 + s2) + (s1 + s3)).
-inline __m512 QuadSums(const __m512* acc) {
-  const __m512 u01 =
-      _mm512_add_ps(_mm512_unpacklo_ps(acc[0], acc[1]), _mm512_unpackhi_ps(acc[0], acc[1]));
-  const __m512 u23 =
-      _mm512_add_ps(_mm512_unpacklo_ps(acc[2], acc[3]), _mm512_unpackhi_ps(acc[2], acc[3]));
-  const __m512d a = _mm512_castps_pd(u01), b = _mm512_castps_pd(u23);
-  return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
-                       _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-}
-
-// The 4x4 transpose of the 128-bit blocks of v[0..3]: block c of out[t] = block t of v[c].
-inline void TransposeBlocks(const __m512* v, __m512* out) {
-  const __m512 x0 = _mm512_shuffle_f32x4(v[0], v[1], 0x44),
-               x1 = _mm512_shuffle_f32x4(v[0], v[1], 0xEE);
-  const __m512 x2 = _mm512_shuffle_f32x4(v[2], v[3], 0x44),
-               x3 = _mm512_shuffle_f32x4(v[2], v[3], 0xEE);
-  out[0] = _mm512_shuffle_f32x4(x0, x2, 0x88);
-  out[1] = _mm512_shuffle_f32x4(x0, x2, 0xDD);
-  out[2] = _mm512_shuffle_f32x4(x1, x3, 0x88);
-  out[3] = _mm512_shuffle_f32x4(x1, x3, 0xDD);
-}
-
-// One block (kt [4][n_chunks]) against queries m < nm of one quad (qb [4][n_chunks] replicated
-// chunks; rows of missing queries are zero). Stores cells below n_valid.
-inline void ScoreF16Quad(const __m512* kt, int n_chunks, const __m512* qb, int nm, float scale,
-                         float* out, int64_t out_stride, int n_valid) {
-  // [cell quad][query] 16 independent fma chains; per chunk 4 query and 4 K loads feed 16 fma.
-  __m512 acc[4][4];
-  for (int cq = 0; cq < 4; ++cq) {
-    for (int m = 0; m < 4; ++m) acc[cq][m] = _mm512_setzero_ps();
+// f16 K tiles (kv_format.h, kv_decode.h): per tile and dim, the 16 cells' halves are one
+// 32-byte load and one vcvtph2ps (lane = cell), shared by up to 4 queries; each query's chain
+// i % 4 takes one fma with its element i broadcast from memory. 4 queries x 4 chains are 16
+// independent accumulators; the chains' sums and the scale are lane-wise, in the scalar twin's
+// order, and the tile's wanted cells go out through a mask.
+template <int kNq>
+inline void ScoreF16TileQueries(const uint8_t* tile, int head_dim, const float* q, __m512 vscale,
+                                __mmask16 mask, float* out, int64_t out_stride) {
+  __m512 acc[kNq][4];  // [query][chain]
+  for (int m = 0; m < kNq; ++m) {
+    for (int l = 0; l < 4; ++l) acc[m][l] = _mm512_setzero_ps();
   }
-  for (int t = 0; t < n_chunks; ++t) {
-    __m512 qv[4];
-    for (int m = 0; m < 4; ++m) qv[m] = qb[m * n_chunks + t];
-    for (int cq = 0; cq < 4; ++cq) {
-      const __m512 k = kt[cq * n_chunks + t];
-      for (int m = 0; m < 4; ++m) acc[cq][m] = _mm512_fmadd_ps(k, qv[m], acc[cq][m]);
+  const __m256i* k = reinterpret_cast<const __m256i*>(tile);  // [head_dim] 16 halves each
+  int i = 0;
+  for (; i + 4 <= head_dim; i += 4) {
+    for (int l = 0; l < 4; ++l) {
+      const __m512 kv = _mm512_cvtph_ps(_mm256_loadu_si256(k + i + l));
+      for (int m = 0; m < kNq; ++m) {
+        acc[m][l] = _mm512_fmadd_ps(_mm512_set1_ps(q[m * head_dim + i + l]), kv, acc[m][l]);
+      }
     }
   }
-  __m512 r[4];  // [cell quad] lane 4c + m: query m, cell 4 * quad + c
-  for (int cq = 0; cq < 4; ++cq) r[cq] = QuadSums(acc[cq]);
-  __m512 y[4];  // [cell within its quad c] lane 4 * quad + m
-  TransposeBlocks(r, y);
-  // Within each 128-bit block: lane 4 * quad + m of y[c] -> lane 4 * quad + c of by_query[m].
-  const __m512 t0 = _mm512_unpacklo_ps(y[0], y[1]), t1 = _mm512_unpackhi_ps(y[0], y[1]);
-  const __m512 t2 = _mm512_unpacklo_ps(y[2], y[3]), t3 = _mm512_unpackhi_ps(y[2], y[3]);
-  const __m512d d0 = _mm512_castps_pd(t0), d1 = _mm512_castps_pd(t1);
-  const __m512d d2 = _mm512_castps_pd(t2), d3 = _mm512_castps_pd(t3);
-  const __m512 by_query[4] = {
-      _mm512_castpd_ps(_mm512_unpacklo_pd(d0, d2)), _mm512_castpd_ps(_mm512_unpackhi_pd(d0, d2)),
-      _mm512_castpd_ps(_mm512_unpacklo_pd(d1, d3)), _mm512_castpd_ps(_mm512_unpackhi_pd(d1, d3))};
-  const __mmask16 mask = static_cast<__mmask16>((1u << n_valid) - 1);
-  const __m512 vscale = _mm512_set1_ps(scale);
-  for (int m = 0; m < nm; ++m) {
-    _mm512_mask_storeu_ps(out + m * out_stride, mask, _mm512_mul_ps(by_query[m], vscale));
+  for (int l = 0; l < 4; ++l) {  // the last head_dim % 4 dims
+    if (i + l >= head_dim) break;
+    const __m512 kv = _mm512_cvtph_ps(_mm256_loadu_si256(k + i + l));
+    for (int m = 0; m < kNq; ++m) {
+      acc[m][l] = _mm512_fmadd_ps(_mm512_set1_ps(q[m * head_dim + i + l]), kv, acc[m][l]);
+    }
+  }
+  for (int m = 0; m < kNq; ++m) {
+    const __m512 s =
+        _mm512_add_ps(_mm512_add_ps(acc[m][0], acc[m][2]), _mm512_add_ps(acc[m][1], acc[m][3]));
+    _mm512_mask_storeu_ps(out + m * out_stride, mask, _mm512_mul_ps(s, vscale));
   }
 }
 
-void ScoreF16(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* q, float scale,
-              float* out, int64_t out_stride) {
-  if (!KvF16ScoreSupported(head_dim)) {
-    ScalarKvF16Scorer()(rows, n_rows, head_dim, nq, q, scale, out, out_stride);
-    return;
-  }
+void ScoreF16Tiles(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
+                   const float* q, float scale, float* out, int64_t out_stride) {
   const size_t row_bytes = KvRowBytes(KvRowFormat::kF16, head_dim);
-  const int n_chunks = head_dim / 4;
-  // Queries per chunk of the call: whole quads, at most 16, their replicated chunks in qb.
-  const int chunk_queries = std::min(16, kF16QbFloats / (16 * n_chunks) / 4 * 4);
-  alignas(64) __m512 kt[4 * kMaxHeadDim / 4];  // [cell quad][chunk] one block
-  alignas(64) float qb[kF16QbFloats];          // [query][chunk][16] replicated
-  __m512* qbv = reinterpret_cast<__m512*>(qb);
-  for (int q0 = 0; q0 < nq; q0 += chunk_queries) {
-    const int n = std::min(chunk_queries, nq - q0);
-    const int n_quads = (n + 3) / 4;
-    for (int m = 0; m < 4 * n_quads; ++m) {
-      for (int t = 0; t < n_chunks; ++t) {
-        qbv[m * n_chunks + t] = m < n ? _mm512_broadcast_f32x4(_mm_loadu_ps(
-                                            q + static_cast<int64_t>(q0 + m) * head_dim + 4 * t))
-                                      : _mm512_setzero_ps();
-      }
-    }
-    for (int j = 0; j < n_rows; j += kBlockCells) {
-      const int nv = std::min(kBlockCells, n_rows - j);
-      PrefetchAhead(rows, n_rows, row_bytes, j + kPrefetchCells, kBlockCells);
-      for (int cq = 0; cq < 4; ++cq) {
-        for (int s16 = 0; s16 < head_dim; s16 += 16) {
-          __m512 v[4];  // [cell c] elements s16..s16+15 of cell 4 * cq + c
-          for (int c = 0; c < 4; ++c) {
-            const int cell = 4 * cq + c;
-            v[c] = cell < nv ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-                                   rows + (j + cell) * row_bytes + 2 * s16)))
-                             : _mm512_setzero_ps();
-          }
-          TransposeBlocks(v, kt + cq * n_chunks + s16 / 4);
-        }
-      }
-      for (int u = 0; u < n_quads; ++u) {
-        ScoreF16Quad(kt, n_chunks, qbv + 4 * u * n_chunks, std::min(4, n - 4 * u), scale,
-                     out + (q0 + 4 * u) * out_stride + j, out_stride, nv);
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const int end = first + n_cells;  // cells counted from the first tile's start
+  for (int c = 0; c < end; c += kKvTileCells) {
+    PrefetchAhead(tiles, end, row_bytes, c + kPrefetchCells, kKvTileCells);
+    const uint8_t* tile = tiles + c * row_bytes;
+    const int lo = std::max(first - c, 0), hi = std::min(end - c, kKvTileCells);
+    const auto mask = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
+    // Lane l of the tile's scores goes to out[c + l - first] (masked lanes are not touched).
+    float* o = out + (c - first);
+    for (int q0 = 0; q0 < nq; q0 += 4) {
+      const float* qv = q + static_cast<int64_t>(q0) * head_dim;
+      float* oq = o + q0 * out_stride;
+      switch (std::min(4, nq - q0)) {
+        case 1:
+          ScoreF16TileQueries<1>(tile, head_dim, qv, vscale, mask, oq, out_stride);
+          break;
+        case 2:
+          ScoreF16TileQueries<2>(tile, head_dim, qv, vscale, mask, oq, out_stride);
+          break;
+        case 3:
+          ScoreF16TileQueries<3>(tile, head_dim, qv, vscale, mask, oq, out_stride);
+          break;
+        default:
+          ScoreF16TileQueries<4>(tile, head_dim, qv, vscale, mask, oq, out_stride);
+          break;
       }
     }
   }
@@ -1071,7 +1024,7 @@ KvAccumulateFn Avx512KvAccumulator(KvRowFormat format) {
   }
 }
 
-KvF16ScoreFn Avx512KvF16Scorer() { return ScoreF16; }
+KvF16TileScoreFn Avx512KvF16TileScorer() { return ScoreF16Tiles; }
 
 KvTileScoreFn Avx512KvTileScorer(KvRowFormat format) {
   switch (format) {

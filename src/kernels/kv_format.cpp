@@ -46,6 +46,12 @@ inline size_t TileCodeOffset(int b, int cell, int i) {
 }  // namespace
 
 void TileKvRow(const uint8_t* row, int head_dim, uint8_t* tile, int cell, KvRowFormat format) {
+  if (format == KvRowFormat::kF16) {  // dim i of the cell: half i * kKvTileCells + cell
+    for (int i = 0; i < head_dim; ++i) {
+      std::memcpy(tile + 2 * (static_cast<size_t>(i) * kKvTileCells + cell), row + 2 * i, 2);
+    }
+    return;
+  }
   const int g = KvGroupSize(head_dim), b = TileGroupCodeBytes(format, g);
   const size_t tile_group = static_cast<size_t>(kKvTileCells) * (2 + b);
   for (int k = 0; k < head_dim / g; ++k) {
@@ -57,6 +63,12 @@ void TileKvRow(const uint8_t* row, int head_dim, uint8_t* tile, int cell, KvRowF
 }
 
 void UntileKvRow(const uint8_t* tile, int cell, int head_dim, uint8_t* row, KvRowFormat format) {
+  if (format == KvRowFormat::kF16) {
+    for (int i = 0; i < head_dim; ++i) {
+      std::memcpy(row + 2 * i, tile + 2 * (static_cast<size_t>(i) * kKvTileCells + cell), 2);
+    }
+    return;
+  }
   const int g = KvGroupSize(head_dim), b = TileGroupCodeBytes(format, g);
   const size_t tile_group = static_cast<size_t>(kKvTileCells) * (2 + b);
   for (int k = 0; k < head_dim / g; ++k) {
@@ -70,6 +82,18 @@ void UntileKvRow(const uint8_t* tile, int cell, int head_dim, uint8_t* row, KvRo
 void DecodeKvTileCells(const uint8_t* tiles, int first, int n, int head_dim, float* out,
                        KvRowFormat format) {
   const size_t row_bytes = KvRowBytes(format, head_dim);
+  if (format == KvRowFormat::kF16) {  // straight from the tiles' halves
+    for (int j = 0; j < n; ++j) {
+      const int c = first + j;
+      const uint8_t* tile = tiles + (c / kKvTileCells) * kKvTileCells * row_bytes;
+      for (int i = 0; i < head_dim; ++i) {
+        fp16_t h;
+        std::memcpy(&h, tile + 2 * (static_cast<size_t>(i) * kKvTileCells + c % kKvTileCells), 2);
+        out[static_cast<size_t>(j) * head_dim + i] = Fp16ToF32(h);
+      }
+    }
+    return;
+  }
   std::vector<uint8_t> row(row_bytes);  // [row_bytes] one cell's row
   uint8_t* r = row.data();
   for (int j = 0; j < n; ++j) {

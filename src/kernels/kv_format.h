@@ -43,6 +43,12 @@
 //           the tile <-> row conversion a byte copy. An all-zero tile is 16 zero rows.
 //           The anchored form (runtime/kv_cache.h) adds no per-group terms: its flag byte
 //           per cell stays outside the tile.
+//   f16 tiles (the cache's f16 keys): kKvTileCells = 16 consecutive cells of one KV head in
+//           the bytes of their 16 rows, dim-major: fp16 h[head_dim][16], cell c's element i at
+//           h[i][c]. One dim of 16 cells is one 32-byte run (one vcvtph2ps to a zmm, lane =
+//           cell), met by one fma per query with the query's element broadcast: no transpose,
+//           no reduction across lanes (kv_decode.h gives the scorer's summation order). An
+//           all-zero tile is 16 zero rows.
 // Stochastic rounding replaces the round-to-nearest step by floor(y + u), u in [0, 1) drawn
 // from a counter-based hash of (seed, layer, position, element), so the bytes stored for a cell
 // depend only on its values and coordinates, never on the order of writes.
@@ -81,8 +87,9 @@ void EncodeKvRow(KvRowFormat format, const float* x, int head_dim, const Roundin
 // Decodes one head row to floats.
 void DecodeKvRow(KvRowFormat format, const uint8_t* row, int head_dim, float* out);
 
-// Key tiles (int8 or q4_0 rows; layout above): cells per tile, and the conversions of one cell's
-// row (head_dim values, KvRowBytes(format, head_dim) bytes) to and from its slot `cell` of a tile.
+// Key tiles (int8, q4_0 or f16 rows; layout above): cells per tile, and the conversions of one
+// cell's row (head_dim values, KvRowBytes(format, head_dim) bytes) to and from its slot `cell` of a
+// tile.
 inline constexpr int kKvTileCells = 16;
 void TileKvRow(const uint8_t* row, int head_dim, uint8_t* tile, int cell,
                KvRowFormat format = KvRowFormat::kInt8);

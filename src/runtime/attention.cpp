@@ -252,8 +252,8 @@ class AttentionCall {
   // otherwise (both nullptr) K tiles are decoded to f32.
   const KvScoreFn score_k_;
   const KvTileScoreFn score_k_tiles_;
-  // f16 K scored from its rows in one pass (AVX-512), else nullptr.
-  const KvF16ScoreFn score_f16_;
+  // f16 K scored from the cache's f16 tiles (every ISA: the same bits), else nullptr.
+  const KvF16TileScoreFn score_f16_;
   const int n_qgroups_;
   const bool k_f16_;
   const bool v_f16_;
@@ -295,8 +295,8 @@ AttentionCall::AttentionCall(const KvCache& cache, int layer, const AttentionSeg
       score_k_tiles_(KvIntScoreSupported(ks_.format, hd_) && cache.k_tiled()
                          ? BestKvTileScorer(ks_.format)
                          : nullptr),
-      score_f16_(ks_.format == KvRowFormat::kF16 && KvF16ScoreSupported(hd_) ? BestKvF16Scorer()
-                                                                             : nullptr),
+      score_f16_(ks_.format == KvRowFormat::kF16 && cache.k_tiled() ? BestKvF16TileScorer()
+                                                                    : nullptr),
       n_qgroups_(hd_ / 32),
       k_f16_(ks_.format == KvRowFormat::kF16),
       v_f16_(vs_.format == KvRowFormat::kF16),
@@ -416,19 +416,20 @@ void AttentionCall::ScoreChunk(const Chunk& ch) const {
     // In runs within one turn of a ring layer's cells (one run for a layer that keeps all).
     for (int c0 = c_lo; c0 < n_cells;) {
       const int c1 = std::min(n_cells, (c0 / layer_cells_ + 1) * layer_cells_);
-      if (score_k_tiles_) {
-        // From the tile holding c0 (scoring may start mid-tile: a sliding window, a chunk).
-        const KvCache::KTileRef t = cache_.KTile(layer_, ch.seq, ch.g, c0);
-        score_k_tiles_(t.tile, t.cell, c1 - c0, hd_, ch.nq, ch.qq, ch.qd, shape_.scale,
-                       ch.scores + c0, n_ctx_);
+      if (score_k_) {
+        score_k_(cache_.KHead(layer_, ch.seq, ch.g, c0), c1 - c0, hd_, ch.nq, ch.qq, ch.qd,
+                 shape_.scale, ch.scores + c0, n_ctx_);
         c0 = c1;
         continue;
       }
-      const uint8_t* k = cache_.KHead(layer_, ch.seq, ch.g, c0);
-      if (score_k_) {
-        score_k_(k, c1 - c0, hd_, ch.nq, ch.qq, ch.qd, shape_.scale, ch.scores + c0, n_ctx_);
+      // From the tile holding c0 (scoring may start mid-tile: a sliding window, a chunk).
+      const KvCache::KTileRef t = cache_.KTile(layer_, ch.seq, ch.g, c0);
+      if (score_k_tiles_) {
+        score_k_tiles_(t.tile, t.cell, c1 - c0, hd_, ch.nq, ch.qq, ch.qd, shape_.scale,
+                       ch.scores + c0, n_ctx_);
       } else {
-        score_f16_(k, c1 - c0, hd_, ch.nq, ch.qrows, shape_.scale, ch.scores + c0, n_ctx_);
+        score_f16_(t.tile, t.cell, c1 - c0, hd_, ch.nq, ch.qrows, shape_.scale, ch.scores + c0,
+                   n_ctx_);
       }
       c0 = c1;
     }

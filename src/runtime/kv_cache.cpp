@@ -119,7 +119,8 @@ KvCache::KvCache(const KvCacheConfig& config)
   LAMINA_CHECK(ValidateKvConfig(config).ok());
   k_head_bytes_ = KvRowBytes(k_spec_.format, config.head_dim);
   v_head_bytes_ = KvRowBytes(v_spec_.format, config.head_dim);
-  k_tiled_ = k_spec_.format == KvRowFormat::kInt8 || k_spec_.format == KvRowFormat::kQ4_0;
+  k_tiled_ = k_spec_.format == KvRowFormat::kInt8 || k_spec_.format == KvRowFormat::kQ4_0 ||
+             k_spec_.format == KvRowFormat::kF16;
   cells_.resize(config.n_layer);
   head_cells_.resize(config.n_layer);
   layer_base_.resize(config.n_layer);

@@ -2,8 +2,9 @@
 // path — prompt batch, single-token decode, verify windows, several sequences — goes through
 // it, so all paths produce identical bytes by construction. Truncate and CopyPrefix are the
 // other mutations. Attention reads encoded head rows through KHead/VHead and the row formats,
-// and int8 and q4_0 keys through KTile: they are stored as tiles of 16 cells (kv_format.h), which
-// the writer fills slot by slot from each cell's row, so every path still stores the same bytes.
+// and f16, int8 and q4_0 keys through KTile: they are stored as tiles of 16 cells (kv_format.h),
+// which the writer fills slot by slot from each cell's row, so every path still stores the same
+// bytes.
 //
 // Modes (K | V): f32 | f32, f16 | f16, int8 | int8, q4_0 rotated | q4_0 rotated,
 // k8v4 = int8 unrotated | q4_0 rotated. Formats are defined in kernels/kv_format.h.
@@ -238,9 +239,9 @@ class KvCache {
   // multiple of kKvTileCells (n_ctx rounded up; rings are multiples of 64 already).
   // Of a ring layer, only positions the ring holds are meaningful, and consecutive positions
   // are contiguous up to a multiple of layer_cells(layer).
-  // int8 and q4_0 keys (k_tiled(): modes int8, k8v4, k8v4nl, q4_0) are stored as tiles of
-  // kKvTileCells consecutive cells (kernels/kv_format.h: int8 or q4_0 tiles) in the same bytes as
-  // those cells' rows: read them through KTile (scorers, decoders) or KRow (one cell's row),
+  // f16, int8 and q4_0 keys (k_tiled(): every mode but f32) are stored as tiles of
+  // kKvTileCells consecutive cells (kernels/kv_format.h: f16, int8 or q4_0 tiles) in the same bytes
+  // as those cells' rows: read them through KTile (scorers, decoders) or KRow (one cell's row),
   // never through KHead.
   bool k_tiled() const { return k_tiled_; }
   const uint8_t* KHead(int layer, int seq, int head, int pos) const {
@@ -253,7 +254,7 @@ class KvCache {
   // pos's cell in it. The tiles of consecutive positions are contiguous up to a multiple of
   // layer_cells(layer) (tiles never wrap around a ring).
   struct KTileRef {
-    const uint8_t* tile;  // [kKvTileCells * k_head_bytes()] one int8 or q4_0 tile
+    const uint8_t* tile;  // [kKvTileCells * k_head_bytes()] one f16, int8 or q4_0 tile
     int cell;             // < kKvTileCells
   };
   KTileRef KTile(int layer, int seq, int head, int pos) const {
@@ -425,7 +426,7 @@ class KvCache {
   KvSideSpec v_spec_;
   size_t k_head_bytes_ = 0;
   size_t v_head_bytes_ = 0;
-  bool k_tiled_ = false;            // int8 or q4_0 keys in tiles (kv_format.h)
+  bool k_tiled_ = false;            // f16, int8 or q4_0 keys in tiles (kv_format.h)
   std::vector<int> cells_;          // [n_layer] cells per KV head (KvLayerCells)
   std::vector<int> head_cells_;     // [n_layer] cells_ rounded up to kKvTileCells
   std::vector<size_t> layer_base_;  // [n_layer] first head row of a layer within a sequence
