@@ -150,6 +150,39 @@ void SplitQkv(const Hparams& hp, const WeightMatrix& wqkv, int n, ForwardScratch
   }
 }
 
+// Whether two RoPE parameter sets compute the same tables (field by field; freq_factors by
+// address, as their owner never changes them).
+bool SameRope(const RopeParams& a, const RopeParams& b) {
+  return a.n_rot == b.n_rot && a.freq_base == b.freq_base && a.freq_scale == b.freq_scale &&
+         a.ext_factor == b.ext_factor && a.attn_factor == b.attn_factor &&
+         a.beta_fast == b.beta_fast && a.beta_slow == b.beta_slow && a.n_ctx_orig == b.n_ctx_orig &&
+         a.style == b.style && std::equal(a.sections, a.sections + 4, b.sections) &&
+         a.freq_factors == b.freq_factors;
+}
+
+// The RoPE tables of the batch's positions for `rope` ([n_tokens, n_rot]): the previous
+// layer's when it had the same parameters and positions (a decode step computes them once,
+// not once per layer), else computed now.
+const float* RopeTablesFor(const RopeParams& rope, const ForwardBatch& b, ForwardScratch& s,
+                           ThreadPool& pool) {
+  ForwardScratch::RopeTables& rt = s.rope_tables;
+  const size_t n = static_cast<size_t>(b.n_tokens);
+  if (rt.valid && rt.pos.size() == n && SameRope(rt.params, rope) &&
+      std::equal(b.pos, b.pos + n, rt.pos.begin())) {
+    return rt.cos_sin.data();
+  }
+  rt.valid = false;
+  rt.cos_sin.resize(n * rope.n_rot);
+  rt.pos.assign(b.pos, b.pos + n);
+  float* cos_sin = rt.cos_sin.data();
+  pool.ParallelFor(b.n_tokens, 4, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) RopeCache(rope, b.pos[t], cos_sin + t * rope.n_rot);
+  });
+  rt.params = rope;
+  rt.valid = true;
+  return rt.cos_sin.data();
+}
+
 // s.gate = act(gate) * up per token from one matmul of a fused ffn_up ([gate | up] per row).
 void FusedGateUp(const Hparams& hp, const WeightMatrix& up, FfnActivation act, int n,
                  ForwardScratch& s, ThreadPool& pool) {
@@ -187,6 +220,7 @@ void AttentionOutput(const Hparams& hp, const AttentionWeights& w, int layer, co
   AddBias(s.q.data(), w.bq, n, qd);
   AddBias(s.k.data(), w.bk, n, kvd);
   AddBias(s.v.data(), w.bv, n, kvd);
+  const float* rope_tables = RopeTablesFor(rope, b, s, pool);  // [n_tokens, n_rot]
   pool.ParallelFor(n, 4, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       float* q = s.q.data() + t * qd;
@@ -199,8 +233,7 @@ void AttentionOutput(const Hparams& hp, const AttentionWeights& w, int layer, co
           RmsNorm(k + h * hp.head_dim, w.k_norm.data(), hp.head_dim, hp.rms_eps,
                   k + h * hp.head_dim);
       }
-      float* cs = s.rope.data() + t * rope.n_rot;
-      RopeCache(rope, b.pos[t], cs);
+      const float* cs = rope_tables + t * rope.n_rot;
       ApplyRope(rope, cs, q, hp.n_head, hp.head_dim);
       ApplyRope(rope, cs, k, hp.n_head_kv, hp.head_dim);
       if (hp.attn_temp_scale != 0.0f) {

@@ -210,6 +210,15 @@ struct ForwardScratch {
   std::vector<float> gate;  // [n_tokens, n_ff]
   std::vector<float> up;    // [n_tokens, n_ff]
   std::vector<float> rope;  // [n_tokens, n_rot]
+  // The dense blocks' RoPE tables (RopeCache per token), kept across a step's layers: a layer
+  // whose RoPE parameters and positions match the last table's reuses it (the same function of
+  // the same inputs, so the same bits); any other layer recomputes it.
+  struct RopeTables {
+    std::vector<float> cos_sin;  // [n_tokens, n_rot]
+    std::vector<int32_t> pos;    // [n_tokens] the positions the table holds
+    RopeParams params;           // the parameters it was computed with
+    bool valid = false;
+  } rope_tables;
   // A fused matmul's output before its split (phi3): [n_tokens, q_dim + 2 kv_dim] (attn_qkv)
   // or [n_tokens, 2 n_ff] (ffn_up holding gate and up); empty for other models.
   std::vector<float> fused;
