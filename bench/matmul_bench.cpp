@@ -563,7 +563,8 @@ BENCHMARK(BM_NormBatch)->DenseRange(0, 1)->UseRealTime();
 // args: row format (KvRowFormat: 1 f16, 2 int8, 3 q4_0, 4 q4_nl), kernel (0 K scores, 1 the V
 // sum BestKvAccumulator chooses; 3, f16 only: K scores by decode + score_rows; 4, int8 and 4-bit
 // rows: the AVX-512 float fused V sum, which int16 pairs replaced as the default; 5, int8 and
-// q4_0 only: K scores over the cache's 16-cell key tiles, kv_format.h, the same cells). Decode-step
+// q4_0 only: K scores over the cache's 16-cell key tiles, kv_format.h, the same cells; 6: the V
+// sum of 1 over all the cells in one call, as attention calls it per run of tiles). Decode-step
 // attention's inner kernels as the widest ISA the CPU (and LAMINA_ISA) allows runs them: 4 queries
 // (one GQA group), head_dim 64, over 1,024 cells in tiles of 64 (L2-resident: compute only, no
 // memory). K scores are the integer scorer for int8 / q4_0 and for f16 the f16 tile scorer
@@ -578,6 +579,8 @@ void BM_KvAttentionKernels(benchmark::State& state) {
   const bool float_v = state.range(1) == 4;
   // Kernel 5 (int8, q4_0): the K scorer over the cache's key tiles (kv_format.h).
   const bool k_tiles = state.range(1) == 5;
+  // Kernel 6: the V sum over all the cells in one call (attention's call per run of tiles).
+  const bool v_run = state.range(1) == 6;
   const size_t rb = KvRowBytes(f, kHd);
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;
@@ -617,8 +620,10 @@ void BM_KvAttentionKernels(benchmark::State& state) {
     return;
   }
   const int lim[kQueries] = {kTile, kTile, kTile, kTile};
+  const int run_lim[kQueries] = {kCells, kCells, kCells, kCells};
   for (auto _ : state) {
-    for (int c0 = 0; c0 < kCells; c0 += kTile) {
+    if (v_run) fused(rows.data(), kCells, kHd, kQueries, p.data(), kCells, run_lim, acc.data());
+    for (int c0 = 0; c0 < (v_run ? 0 : kCells); c0 += kTile) {
       const uint8_t* t = rows.data() + c0 * rb;
       if (k_tiles) {
         tile_scorer(k_tile_bytes.data() + c0 * rb, 0, kTile, kHd, kQueries, qq.data(), qd.data(),
@@ -646,6 +651,7 @@ void BM_KvAttentionKernels(benchmark::State& state) {
                                                          : tiles              ? " K scores, decoded"
                                                          : score              ? " K scores"
                                                          : float_v            ? " float fused V sum"
+                                                         : v_run              ? " V sum, one call"
                                                                               : " V sum"));
   state.counters["s/cell"] = benchmark::Counter(
       static_cast<double>(kCells) * state.iterations(),
@@ -658,7 +664,10 @@ BENCHMARK(BM_KvAttentionKernels)
     ->Args({3, 5})
     ->Args({2, 4})
     ->Args({3, 4})
-    ->Args({4, 4});
+    ->Args({4, 4})
+    ->Args({2, 6})
+    ->Args({3, 6})
+    ->Args({4, 6});
 
 // args: percent of cells flagged (anchored q4_0 keys, runtime/kv_cache.h), queries. The anchor
 // score correction BestKvAnchorScorer runs (the widest ISA the CPU and LAMINA_ISA allow): 16

@@ -734,7 +734,8 @@ TEST(KvAccumulate, Avx512MatchesDecodeThenAccumulate) {
 // int32 dots, the same float steps; NaN weights included) for whole and partial passes, limits past
 // and before the rows and more queries than a pass's register block; and the twin stays within
 // the weights' quantization (half a step of amax / kInt16AccWeightMax per row and column) of the
-// float decode-then-accumulate, with flat and with peaked (softmax-like) weights.
+// float decode-then-accumulate, with flat and with peaked (softmax-like) weights; a call per pass
+// gives the one call's bits.
 // scalar / simd: the twin and the AVX-512 kernel of one weight width (weight_max).
 void CheckIntAccumulate(KvAccumulateFn (*scalar)(KvRowFormat), KvAccumulateFn (*simd)(KvRowFormat),
                         int weight_max, uint32_t seed) {
@@ -792,6 +793,16 @@ void CheckIntAccumulate(KvAccumulateFn (*scalar)(KvRowFormat), KvAccumulateFn (*
               simd(f)(rows.data(), n, hd, nq, p.data(), stride, lim.data(), got.data());
               EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
                   << int(f) << " hd " << hd << " n " << n << " nq " << nq;
+              // One call per pass (attention's call per tile) gives the one call's bits.
+              std::vector<float> split = init;
+              for (int j0 = 0; j0 < n; j0 += kIntAccRows) {
+                std::vector<int> rel(nq);  // [nq] the limits relative to the pass
+                for (int qi = 0; qi < nq; ++qi) rel[qi] = lim[qi] - j0;
+                simd(f)(rows.data() + j0 * rb, std::min(kIntAccRows, n - j0), hd, nq, p.data() + j0,
+                        stride, rel.data(), split.data());
+              }
+              EXPECT_EQ(0, std::memcmp(want.data(), split.data(), want.size() * sizeof(float)))
+                  << int(f) << " hd " << hd << " n " << n << " nq " << nq << " per pass";
             }
           }
         }

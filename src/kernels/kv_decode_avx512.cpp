@@ -761,7 +761,8 @@ inline void Int8PairOrder(__m512i* lo, __m512i* hi) {
 }
 
 // kNq queries, groups [g, g + kG): row pairs [0, n_pairs) of a pass of n_rows rows; wq the
-// queries' weight pairs [query][group][pair]; accumulates into acc[q] + 32 g.. unless step is 0.
+// queries' weight pairs [query][group][pair]; accumulates into acc[q] + 32 g.. unless step is 0
+// (NaN: the group's sums become NaN).
 template <KvRowFormat F, int kNq, int kG>
 inline void Int16Dots(const uint8_t* rows, int n_rows, size_t row_bytes, size_t group_bytes, int g,
                       int n_pairs, const int32_t (*wq)[kMaxHeadDim / kGroup][kInt16Pairs],
@@ -802,6 +803,10 @@ inline void Int16Dots(const uint8_t* rows, int n_rows, size_t row_bytes, size_t 
       const float s = step[q][g + gi];
       if (s == 0.0f) continue;
       float* ag = acc[q] + (g + gi) * kGroup;
+      if (s != s) {  // a weight not finite
+        std::fill(ag, ag + kGroup, std::numeric_limits<float>::quiet_NaN());
+        continue;
+      }
       if constexpr (F == KvRowFormat::kInt8) Int8PairOrder(&a[q][gi][0], &a[q][gi][1]);
 #pragma GCC unroll 8
       for (int h = 0; h < 2; ++h) {
@@ -889,109 +894,160 @@ inline void StoreWeightCodes(const __m512* w, __m512 inv, int32_t* wq) {
   _mm512_store_si512(wq + 16, _mm512_permutex2var_epi16(c[2], even, c[3]));
 }
 
-// Rows [0, n_rows) (n_rows <= kIntAccRows) of a call whose first row is j0 rows earlier: a
-// query reads rows below lim[qi] - j0; p points at the pass's first weight.
+// One (pass, query block)'s prepared weights: what its dot loop reads.
+struct Int16Block {
+  alignas(64) int32_t wq[kInt16Queries][kMaxHeadDim / kGroup][kInt16Pairs];  // weight pairs
+  // [query][group] the step; 0: nothing to add; NaN: a weight not finite (the sums become NaN)
+  float step[kInt16Queries][kMaxHeadDim / kGroup];
+  float* aq[kInt16Queries];  // [n] the queries' accumulators
+  const uint8_t* rows;       // the pass's first row
+  int n_rows;                // rows of the pass
+  int n;                     // queries of the block
+  int n_pairs;               // row pairs some query of the block reads (0: none)
+};
+
+// Quantizes the weights of queries [q0, q0 + n) (n <= kInt16Queries) over rows [0, n_rows)
+// (n_rows <= kIntAccRows) of a call whose first row is j0 rows earlier: a query reads rows below
+// lim[qi] - j0; p points at the pass's first weight; sc the pass's scales [group][row].
 template <KvRowFormat F>
-void Int16AccumulatePass(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
-                         int64_t p_stride, const int* lim, int j0, float* acc) {
+void PrepareInt16Block(const uint8_t* rows, int n_rows, int head_dim, int q0, int n, const float* p,
+                       int64_t p_stride, const int* lim, int j0, const float* sc, float* acc,
+                       Int16Block* blk) {
+  const int n_groups = head_dim / kGroup;
+  const __m512 wmax_v = _mm512_set1_ps(static_cast<float>(kInt16AccWeightMax));
+  blk->rows = rows;
+  blk->n_rows = n_rows;
+  blk->n = n;
+  int m_max = 0;
+  __mmask16 mk[kInt16Queries][4];  // [query][16-row chunk] rows below the query's limit
+  __m512 pv[kInt16Queries][4];     // [query][16-row chunk] its weights
+  for (int qq = 0; qq < n; ++qq) {
+    const int qi = q0 + qq;
+    blk->aq[qq] = acc + static_cast<int64_t>(qi) * head_dim;
+    const int m = std::clamp(lim[qi] - j0, 0, n_rows);
+    m_max = std::max(m_max, m);
+    LoadTileWeights(p + qi * p_stride, m, mk[qq], pv[qq]);
+  }
+  // Slots s = qq * n_groups + g in batches of 8: their weights, one reduction tree and one
+  // division for the batch, then the codes (independent chains for the core to overlap).
+  const int n_slots = n * n_groups;
+  for (int s0 = 0; s0 < n_slots; s0 += 8) {
+    const int ns = std::min(8, n_slots - s0);
+    __m512 w[8][4];  // [slot][16-row chunk] the signed weights p·d
+    __m512 amax_v[8];
+    __mmask16 bad[8];
+    for (int i = 0; i < 8; ++i) {
+      amax_v[i] = _mm512_setzero_ps();
+      if (i >= ns) continue;
+      const int qq = (s0 + i) / n_groups, g = (s0 + i) % n_groups;
+      bad[i] = GroupWeights(mk[qq], pv[qq], sc + g * kAccRows, w[i], &amax_v[i]);
+    }
+    const __m512 amax = MaxLanes8(amax_v);
+    const __m512 inv = _mm512_div_ps(wmax_v, amax);
+    alignas(64) float amax_s[16];
+    _mm512_store_ps(amax_s, amax);
+    for (int i = 0; i < ns; ++i) {
+      const int qq = (s0 + i) / n_groups, g = (s0 + i) % n_groups;
+      float& step = blk->step[qq][g];
+      step = 0.0f;
+      if (bad[i] != 0) {
+        step = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
+      const float a = amax_s[MaxLane8(i)];
+      if (!(a >= 1e-30f)) continue;
+      step = a / static_cast<float>(kInt16AccWeightMax);
+      StoreWeightCodes(w[i], _mm512_permutexvar_ps(_mm512_set1_epi32(MaxLane8(i)), inv),
+                       blk->wq[qq][g]);
+    }
+  }
+  blk->n_pairs = (m_max + 1) / 2;
+}
+
+// The dot loop of a prepared block: its sums added to the queries' accumulators (NaN where a
+// weight was not finite).
+template <KvRowFormat F>
+void RunInt16Block(const Int16Block& blk, int head_dim) {
+  if (blk.n_pairs == 0) return;
   const size_t row_bytes = KvRowBytes(F, head_dim);
   const int n_groups = head_dim / kGroup;
   const size_t group_bytes = row_bytes / n_groups;
-  alignas(64) float sc[kMaxHeadDim / kGroup * kAccRows];  // [group][row] the rows' scales d
-  if constexpr (F == KvRowFormat::kInt8) {
-    TileScales(rows, n_rows, row_bytes, n_groups, sc);
-  } else {
-    TileScales4Bit(rows, n_rows, row_bytes, n_groups, sc);
-  }
-  const float wmax = static_cast<float>(kInt16AccWeightMax);
-  const __m512 wmax_v = _mm512_set1_ps(wmax);
-  alignas(64) int32_t wq[kInt16Queries][kMaxHeadDim / kGroup][kInt16Pairs];  // weight pairs
-  float step[kInt16Queries][kMaxHeadDim / kGroup];                           // 0: nothing to add
-  for (int q0 = 0; q0 < nq; q0 += kInt16Queries) {
-    const int n = std::min(kInt16Queries, nq - q0);
-    int m_max = 0;
-    float* aq[kInt16Queries];
-    __mmask16 mk[kInt16Queries][4];  // [query][16-row chunk] rows below the query's limit
-    __m512 pv[kInt16Queries][4];     // [query][16-row chunk] its weights
-    for (int qq = 0; qq < n; ++qq) {
-      const int qi = q0 + qq;
-      aq[qq] = acc + static_cast<int64_t>(qi) * head_dim;
-      const int m = std::clamp(lim[qi] - j0, 0, n_rows);
-      m_max = std::max(m_max, m);
-      LoadTileWeights(p + qi * p_stride, m, mk[qq], pv[qq]);
-    }
-    // Slots s = qq * n_groups + g in batches of 8: their weights, one reduction tree and one
-    // division for the batch, then the codes (independent chains for the core to overlap).
-    const int n_slots = n * n_groups;
-    for (int s0 = 0; s0 < n_slots; s0 += 8) {
-      const int ns = std::min(8, n_slots - s0);
-      __m512 w[8][4];  // [slot][16-row chunk] the signed weights p·d
-      __m512 amax_v[8];
-      __mmask16 bad[8];
-      for (int i = 0; i < 8; ++i) {
-        amax_v[i] = _mm512_setzero_ps();
-        if (i >= ns) continue;
-        const int qq = (s0 + i) / n_groups, g = (s0 + i) % n_groups;
-        bad[i] = GroupWeights(mk[qq], pv[qq], sc + g * kAccRows, w[i], &amax_v[i]);
-      }
-      const __m512 amax = MaxLanes8(amax_v);
-      const __m512 inv = _mm512_div_ps(wmax_v, amax);
-      alignas(64) float amax_s[16];
-      _mm512_store_ps(amax_s, amax);
-      for (int i = 0; i < ns; ++i) {
-        const int qq = (s0 + i) / n_groups, g = (s0 + i) % n_groups;
-        step[qq][g] = 0.0f;
-        if (bad[i] != 0) {
-          std::fill(aq[qq] + g * kGroup, aq[qq] + (g + 1) * kGroup,
-                    std::numeric_limits<float>::quiet_NaN());
-          continue;
-        }
-        const float a = amax_s[MaxLane8(i)];
-        if (!(a >= 1e-30f)) continue;
-        step[qq][g] = a / wmax;
-        StoreWeightCodes(w[i], _mm512_permutexvar_ps(_mm512_set1_epi32(MaxLane8(i)), inv),
-                         wq[qq][g]);
-      }
-    }
-    const int n_pairs = (m_max + 1) / 2;
-    if (n_pairs == 0) continue;
-    switch (n) {
-      case 1:
-        Int16DotsAllGroups<F, 1>(rows, n_rows, row_bytes, group_bytes, n_groups, n_pairs, wq, step,
-                                 aq);
-        break;
-      case 2:
-        Int16DotsAllGroups<F, 2>(rows, n_rows, row_bytes, group_bytes, n_groups, n_pairs, wq, step,
-                                 aq);
-        break;
-      case 3:
-        Int16DotsAllGroups<F, 3>(rows, n_rows, row_bytes, group_bytes, n_groups, n_pairs, wq, step,
-                                 aq);
-        break;
-      default:
-        Int16DotsAllGroups<F, 4>(rows, n_rows, row_bytes, group_bytes, n_groups, n_pairs, wq, step,
-                                 aq);
-        break;
-    }
+  switch (blk.n) {
+    case 1:
+      Int16DotsAllGroups<F, 1>(blk.rows, blk.n_rows, row_bytes, group_bytes, n_groups, blk.n_pairs,
+                               blk.wq, blk.step, blk.aq);
+      break;
+    case 2:
+      Int16DotsAllGroups<F, 2>(blk.rows, blk.n_rows, row_bytes, group_bytes, n_groups, blk.n_pairs,
+                               blk.wq, blk.step, blk.aq);
+      break;
+    case 3:
+      Int16DotsAllGroups<F, 3>(blk.rows, blk.n_rows, row_bytes, group_bytes, n_groups, blk.n_pairs,
+                               blk.wq, blk.step, blk.aq);
+      break;
+    default:
+      Int16DotsAllGroups<F, 4>(blk.rows, blk.n_rows, row_bytes, group_bytes, n_groups, blk.n_pairs,
+                               blk.wq, blk.step, blk.aq);
+      break;
   }
 }
 
+// Passes of kIntAccRows rows from the first, query blocks of kInt16Queries within each, as one
+// sequence of blocks whose weights are prepared one block ahead: block i + 1's preparation (a
+// chain of reductions, a division and conversions, independent of block i's sums) comes before
+// block i's dot loop, so that the core runs the two side by side. Each block's sums are added in
+// pass order as before, and a pass's scales are read when its first block is prepared, which
+// also prefetches the next pass's rows (past the call: a hint for the caller's next rows).
 template <KvRowFormat F>
 void Int16Accumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, const float* p,
                      int64_t p_stride, const int* lim, float* acc) {
+  const size_t row_bytes = KvRowBytes(F, head_dim);
   if (head_dim % kGroup != 0) {
-    Accumulate<F>(rows, n_rows, head_dim, nq, p, p_stride, lim, acc);
+    // One float call per pass: it adds the same rows in the same order, and prefetches only
+    // the next pass's rows.
+    for (int j0 = 0; j0 < n_rows; j0 += kIntAccRows) {
+      const int nr = std::min(kIntAccRows, n_rows - j0);
+      int rel[kMaxPassQueries];  // [nq] the limits relative to the pass
+      for (int q0 = 0; q0 < nq; q0 += kMaxPassQueries) {
+        const int n = std::min(kMaxPassQueries, nq - q0);
+        for (int q = 0; q < n; ++q) rel[q] = lim[q0 + q] - j0;
+        Accumulate<F>(rows + j0 * row_bytes, nr, head_dim, n, p + q0 * p_stride + j0, p_stride, rel,
+                      acc + static_cast<int64_t>(q0) * head_dim);
+      }
+    }
     return;
   }
   if (head_dim > kMaxHeadDim) {
     ScalarKvInt16Accumulator(F)(rows, n_rows, head_dim, nq, p, p_stride, lim, acc);
     return;
   }
-  const size_t row_bytes = KvRowBytes(F, head_dim);
-  PrefetchAhead(rows, 2 * n_rows, row_bytes, n_rows, n_rows);
-  for (int j0 = 0; j0 < n_rows; j0 += kIntAccRows) {
-    const int nr = std::min(kIntAccRows, n_rows - j0);
-    Int16AccumulatePass<F>(rows + j0 * row_bytes, nr, head_dim, nq, p + j0, p_stride, lim, j0, acc);
+  const int n_groups = head_dim / kGroup;
+  const int n_blocks = (nq + kInt16Queries - 1) / kInt16Queries;
+  const int n_passes = (n_rows + kIntAccRows - 1) / kIntAccRows;
+  const int n_items = n_passes * n_blocks;
+  alignas(64) float sc[kMaxHeadDim / kGroup * kAccRows];  // [group][row] one pass's scales d
+  Int16Block blk[2];                                      // blocks i and i + 1
+  auto prepare = [&](int i) {
+    const int t = i / n_blocks, b = i % n_blocks;
+    const int j0 = t * kIntAccRows, nr = std::min(kIntAccRows, n_rows - j0);
+    const uint8_t* pass = rows + j0 * row_bytes;
+    if (b == 0) {
+      PrefetchAhead(rows, j0 + 2 * nr, row_bytes, j0 + nr, nr);
+      if constexpr (F == KvRowFormat::kInt8) {
+        TileScales(pass, nr, row_bytes, n_groups, sc);
+      } else {
+        TileScales4Bit(pass, nr, row_bytes, n_groups, sc);
+      }
+    }
+    const int q0 = b * kInt16Queries;
+    PrepareInt16Block<F>(pass, nr, head_dim, q0, std::min(kInt16Queries, nq - q0), p + j0, p_stride,
+                         lim, j0, sc, acc, &blk[i & 1]);
+  };
+  if (n_items == 0) return;
+  prepare(0);
+  for (int i = 0; i < n_items; ++i) {
+    if (i + 1 < n_items) prepare(i + 1);
+    RunInt16Block<F>(blk[i & 1], head_dim);
   }
 }
 }  // namespace

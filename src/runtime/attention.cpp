@@ -242,6 +242,10 @@ class AttentionCall {
   const KvRowDecodeFn decode_v_;
   // V rows decoded in registers and accumulated at once, where that is the faster path.
   const KvAccumulateFn accumulate_v_;
+  // accumulate_v_ takes a chunk's tiles in one call where every query reads from the chunk's
+  // first tile on (the integer V sums: its passes are the tiles, and it prepares the next one's
+  // weights during this one's sums).
+  const bool v_runs_;
   // The recent window's exact copies (f16 rows in each side's frame), when the cache has one.
   const KvRowDecodeFn decode_exact_;
   const int window_ring_;
@@ -287,6 +291,7 @@ AttentionCall::AttentionCall(const KvCache& cache, int layer, const AttentionSeg
       decode_k_(BestKvRowDecoder(ks_.format)),
       decode_v_(BestKvRowDecoder(vs_.format)),
       accumulate_v_(BestKvAccumulator(vs_.format)),
+      v_runs_(accumulate_v_ != nullptr && accumulate_v_ == Avx512KvInt16Accumulator(vs_.format)),
       decode_exact_(BestKvRowDecoder(KvRowFormat::kF16)),
       window_ring_(cache.window_ring()),
       layer_cells_(cache.layer_cells(layer)),
@@ -512,7 +517,25 @@ void AttentionCall::NormaliseScores(const Chunk& ch, float* slot) const {
 
 void AttentionCall::SumValues(const Chunk& ch) const {
   const int n_cells = ch.n_cells;
-  for (int c0 = ch.c_first; c0 < n_cells; c0 += kCellTile) {
+  // One call per run of tiles within a turn of the layer's cells, when no query's sliding window
+  // starts past the first tile: each query's rows are then those below its window, the same
+  // per tile as the loop below gives (a kIntAccRows pass is a kCellTile tile; static_assert
+  // below), tiles past every query's window left out.
+  static_assert(kIntAccRows == kCellTile);
+  bool runs = v_runs_;
+  int end = ch.c_first;  // past the last tile any query reads encoded
+  for (int qi = 0; qi < ch.nq && runs; ++qi) {
+    runs = ch.lo_of(qi) < ch.c_first + kCellTile;
+    end = std::max(end, std::min(n_cells, ch.wb[qi]));
+  }
+  for (int c0 = ch.c_first; runs && c0 < end;) {
+    const int c1 = std::min(end, (c0 / layer_cells_ + 1) * layer_cells_);
+    for (int qi = 0; qi < ch.nq; ++qi) ch.lims[qi] = std::clamp(ch.wb[qi] - c0, 0, c1 - c0);
+    accumulate_v_(cache_.VHead(layer_, ch.seq, ch.g, c0), c1 - c0, hd_, ch.nq, ch.scores + c0,
+                  n_ctx_, ch.lims, ch.acc);
+    c0 = c1;
+  }
+  for (int c0 = ch.c_first; !runs && c0 < n_cells; c0 += kCellTile) {
     const int nc = std::min(kCellTile, n_cells - c0);
     bool any_encoded = false;  // a tile every query reads exactly (or none sees) is not decoded
     for (int qi = 0; qi < ch.nq; ++qi) {
