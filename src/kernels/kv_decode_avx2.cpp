@@ -213,6 +213,27 @@ inline void PackQueryBytes(const int16_t* qq, int nq, int head_dim, int32_t* q32
   }
 }
 
+// Calls half(tile, h, m, o) for each half tile (kBlockCells cells; h = 0, 1) holding a cell of
+// [first, first + n_cells), counted from the first tile's start: tile is the tile's index, o the
+// half's first cell's offset from `first` (may be negative), m the wanted lanes' mask (first <=
+// cell < first + n_cells), nullptr when every lane is wanted.
+template <typename HalfFn>
+inline void ForEachHalfTile(int first, int n_cells, HalfFn&& half) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const int end = first + n_cells;
+  for (int c = 0; c < end; c += kKvTileCells) {
+    for (int h = 0; h < 2; ++h) {
+      const int base = c + kBlockCells * h;  // cell of lane 0
+      if (base + kBlockCells <= first || base >= end) continue;
+      const __m256i cell = _mm256_add_epi32(lane, _mm256_set1_epi32(base));
+      const __m256i mask = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(first), cell),
+                                               _mm256_cmpgt_epi32(_mm256_set1_epi32(end), cell));
+      half(c / kKvTileCells, h, base >= first && base + kBlockCells <= end ? nullptr : &mask,
+           base - first);
+    }
+  }
+}
+
 void ScoreTilesQueries(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
                        const int16_t* qq, const float* qd, float scale, float* out,
                        int64_t out_stride) {
@@ -224,44 +245,33 @@ void ScoreTilesQueries(const uint8_t* tiles, int first, int n_cells, int head_di
   alignas(32) int32_t q32[kMaxQueries * kMaxHeadDim / 4];  // [nq][head_dim / 4] int8 x 4
   PackQueryBytes(qq, nq, head_dim, q32);
   const __m256 vscale = _mm256_set1_ps(scale);
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  const int end = first + n_cells;  // cells counted from the first tile's start
-  for (int c = 0; c < end; c += kTile) {
-    const uint8_t* tile = tiles + (c / kTile) * tile_bytes;
-    for (int h = 0; h < 2; ++h) {
-      const int base = c + kBlockCells * h;  // cell of lane 0
-      if (base + kBlockCells <= first || base >= end) continue;
-      // Lanes of wanted cells: first <= base + l < end.
-      const __m256i cell = _mm256_add_epi32(lane, _mm256_set1_epi32(base));
-      const __m256i mask = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(first), cell),
-                                               _mm256_cmpgt_epi32(_mm256_set1_epi32(end), cell));
-      const __m256i* m = base >= first && base + kBlockCells <= end ? nullptr : &mask;
-      float* o = out + (base - first);
-      for (int q0 = 0; q0 < nq; q0 += kTileQueries) {
-        const int32_t* qv = q32 + q0 * q32_stride;
-        const float* qs = qd + q0 * n_groups;
-        float* oq = o + q0 * out_stride;
-        switch (std::min(kTileQueries, nq - q0)) {
-          case 1:
-            ScoreTileHalf<1>(tile, tile_group, h, n_groups, qv, q32_stride, qs, vscale, m, oq,
-                             out_stride);
-            break;
-          case 2:
-            ScoreTileHalf<2>(tile, tile_group, h, n_groups, qv, q32_stride, qs, vscale, m, oq,
-                             out_stride);
-            break;
-          case 3:
-            ScoreTileHalf<3>(tile, tile_group, h, n_groups, qv, q32_stride, qs, vscale, m, oq,
-                             out_stride);
-            break;
-          default:
-            ScoreTileHalf<4>(tile, tile_group, h, n_groups, qv, q32_stride, qs, vscale, m, oq,
-                             out_stride);
-            break;
-        }
+  ForEachHalfTile(first, n_cells, [&](int t, int h, const __m256i* m, int offset) {
+    const uint8_t* tile = tiles + t * tile_bytes;
+    float* o = out + offset;
+    for (int q0 = 0; q0 < nq; q0 += kTileQueries) {
+      const int32_t* qv = q32 + q0 * q32_stride;
+      const float* qs = qd + q0 * n_groups;
+      float* oq = o + q0 * out_stride;
+      switch (std::min(kTileQueries, nq - q0)) {
+        case 1:
+          ScoreTileHalf<1>(tile, tile_group, h, n_groups, qv, q32_stride, qs, vscale, m, oq,
+                           out_stride);
+          break;
+        case 2:
+          ScoreTileHalf<2>(tile, tile_group, h, n_groups, qv, q32_stride, qs, vscale, m, oq,
+                           out_stride);
+          break;
+        case 3:
+          ScoreTileHalf<3>(tile, tile_group, h, n_groups, qv, q32_stride, qs, vscale, m, oq,
+                           out_stride);
+          break;
+        default:
+          ScoreTileHalf<4>(tile, tile_group, h, n_groups, qv, q32_stride, qs, vscale, m, oq,
+                           out_stride);
+          break;
       }
     }
-  }
+  });
 }
 
 void ScoreTiles(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
@@ -537,39 +547,28 @@ void ScoreF16Tiles(const uint8_t* tiles, int first, int n_cells, int head_dim, i
   constexpr int kTile = kKvTileCells;
   const size_t tile_bytes = KvRowBytes(KvRowFormat::kF16, head_dim) * kTile;
   const __m256 vscale = _mm256_set1_ps(scale);
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  const int end = first + n_cells;  // cells counted from the first tile's start
-  for (int c = 0; c < end; c += kTile) {
-    const uint8_t* tile = tiles + (c / kTile) * tile_bytes;
-    for (int h = 0; h < 2; ++h) {
-      const int base = c + kBlockCells * h;  // cell of lane 0
-      if (base + kBlockCells <= first || base >= end) continue;
-      // Lanes of wanted cells: first <= base + l < end.
-      const __m256i cell = _mm256_add_epi32(lane, _mm256_set1_epi32(base));
-      const __m256i mask = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(first), cell),
-                                               _mm256_cmpgt_epi32(_mm256_set1_epi32(end), cell));
-      const __m256i* m = base >= first && base + kBlockCells <= end ? nullptr : &mask;
-      float* o = out + (base - first);
-      const uint8_t* half = tile + 2 * kBlockCells * h;
-      // Runs of 3 queries; 4 left go as 2 + 2 (8 chains each) rather than 3 + 1 (4 chains).
-      for (int q0 = 0, run; q0 < nq; q0 += run) {
-        run = nq - q0 == 4 ? 2 : std::min(kF16Queries, nq - q0);
-        const float* qv = q + static_cast<int64_t>(q0) * head_dim;
-        float* oq = o + q0 * out_stride;
-        switch (run) {
-          case 1:
-            ScoreF16HalfQueries<1>(half, head_dim, qv, vscale, m, oq, out_stride);
-            break;
-          case 2:
-            ScoreF16HalfQueries<2>(half, head_dim, qv, vscale, m, oq, out_stride);
-            break;
-          default:
-            ScoreF16HalfQueries<3>(half, head_dim, qv, vscale, m, oq, out_stride);
-            break;
-        }
+  ForEachHalfTile(first, n_cells, [&](int t, int h, const __m256i* m, int offset) {
+    const uint8_t* tile = tiles + t * tile_bytes;
+    float* o = out + offset;
+    const uint8_t* half = tile + 2 * kBlockCells * h;
+    // Runs of 3 queries; 4 left go as 2 + 2 (8 chains each) rather than 3 + 1 (4 chains).
+    for (int q0 = 0, run; q0 < nq; q0 += run) {
+      run = nq - q0 == 4 ? 2 : std::min(kF16Queries, nq - q0);
+      const float* qv = q + static_cast<int64_t>(q0) * head_dim;
+      float* oq = o + q0 * out_stride;
+      switch (run) {
+        case 1:
+          ScoreF16HalfQueries<1>(half, head_dim, qv, vscale, m, oq, out_stride);
+          break;
+        case 2:
+          ScoreF16HalfQueries<2>(half, head_dim, qv, vscale, m, oq, out_stride);
+          break;
+        default:
+          ScoreF16HalfQueries<3>(half, head_dim, qv, vscale, m, oq, out_stride);
+          break;
       }
     }
-  }
+  });
 }
 
 }  // namespace
