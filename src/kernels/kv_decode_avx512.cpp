@@ -578,50 +578,58 @@ inline void DecodeColumns(const uint8_t* row, const float* sc, int col, __m512 l
   }
 }
 
-// kNq queries over rows [j0, j1), columns [col, col + 16 * kV).
+// kNq queries over rows [j0, j1), columns [col, col + 16 * kV). Query q's weights are
+// p[q * p_stride + j] and its accumulators acc[q * acc_stride + c]: one base and one stride, not
+// an array of pointers, so that GCC keeps every accumulator in a register (with 4 + 4 pointers it
+// spilled two accumulators to the stack, a store-to-load chain per row that halved the loop).
 template <KvRowFormat F, int kNq, int kV>
 inline void AccumulateBlock(const uint8_t* rows, size_t row_bytes, const float* sc, int col, int j0,
-                            int j1, const float* const* p, float* const* acc) {
+                            int j1, const float* p, int64_t p_stride, float* acc,
+                            int64_t acc_stride) {
   const __m512 levels = Levels16<F>();
   __m512 a[kNq][kV];
   for (int q = 0; q < kNq; ++q) {
-    for (int k = 0; k < kV; ++k) a[q][k] = _mm512_loadu_ps(acc[q] + col + 16 * k);
+    for (int k = 0; k < kV; ++k) a[q][k] = _mm512_loadu_ps(acc + q * acc_stride + col + 16 * k);
   }
-  for (int j = j0; j < j1; ++j) {
+  const uint8_t* row = rows + static_cast<size_t>(j0) * row_bytes;
+  for (int j = j0; j < j1; ++j, row += row_bytes) {
     __m512 v[kV];
-    DecodeColumns<F, kV>(rows + j * row_bytes, sc + j, col, levels, v);
+    DecodeColumns<F, kV>(row, sc + j, col, levels, v);
     for (int q = 0; q < kNq; ++q) {
-      const __m512 pj = _mm512_set1_ps(p[q][j]);
+      const __m512 pj = _mm512_set1_ps(p[q * p_stride + j]);
       for (int k = 0; k < kV; ++k) a[q][k] = _mm512_fmadd_ps(pj, v[k], a[q][k]);
     }
   }
   for (int q = 0; q < kNq; ++q) {
-    for (int k = 0; k < kV; ++k) _mm512_storeu_ps(acc[q] + col + 16 * k, a[q][k]);
+    for (int k = 0; k < kV; ++k) _mm512_storeu_ps(acc + q * acc_stride + col + 16 * k, a[q][k]);
   }
 }
 
+// Queries [0, n) of a block (n <= kAccQueries), their weights and accumulators as in
+// AccumulateBlock; rows [0, common) are every query's, query q's own run up to end[q].
 template <KvRowFormat F, int kV>
 inline void AccumulateColumns(const uint8_t* rows, size_t row_bytes, const float* sc, int col,
-                              int n, int common, const int* end, const float* const* p,
-                              float* const* acc) {
+                              int n, int common, const int* end, const float* p, int64_t p_stride,
+                              float* acc, int64_t acc_stride) {
   switch (n) {
     case 1:
-      AccumulateBlock<F, 1, kV>(rows, row_bytes, sc, col, 0, common, p, acc);
+      AccumulateBlock<F, 1, kV>(rows, row_bytes, sc, col, 0, common, p, p_stride, acc, acc_stride);
       break;
     case 2:
-      AccumulateBlock<F, 2, kV>(rows, row_bytes, sc, col, 0, common, p, acc);
+      AccumulateBlock<F, 2, kV>(rows, row_bytes, sc, col, 0, common, p, p_stride, acc, acc_stride);
       break;
     case 3:
-      AccumulateBlock<F, 3, kV>(rows, row_bytes, sc, col, 0, common, p, acc);
+      AccumulateBlock<F, 3, kV>(rows, row_bytes, sc, col, 0, common, p, p_stride, acc, acc_stride);
       break;
     default:
-      AccumulateBlock<F, 4, kV>(rows, row_bytes, sc, col, 0, common, p, acc);
+      AccumulateBlock<F, 4, kV>(rows, row_bytes, sc, col, 0, common, p, p_stride, acc, acc_stride);
       break;
   }
   // Each query's own rows past the common ones, in the same row order.
   for (int q = 0; q < n; ++q) {
     if (end[q] > common) {
-      AccumulateBlock<F, 1, kV>(rows, row_bytes, sc, col, common, end[q], p + q, acc + q);
+      AccumulateBlock<F, 1, kV>(rows, row_bytes, sc, col, common, end[q], p + q * p_stride,
+                                p_stride, acc + q * acc_stride, acc_stride);
     }
   }
 }
@@ -637,21 +645,22 @@ void AccumulatePass(const uint8_t* rows, int n_rows, int head_dim, int nq, const
   }
   for (int q0 = 0; q0 < nq; q0 += kAccQueries) {
     const int n = std::min(kAccQueries, nq - q0);
-    const float* pq[kAccQueries];
-    float* aq[kAccQueries];
+    const float* pq = p + q0 * p_stride;                    // [n][p_stride]
+    float* aq = acc + static_cast<int64_t>(q0) * head_dim;  // [n][head_dim]
     int end[kAccQueries];
     int common = n_rows;  // rows every query of the block reads
     for (int q = 0; q < n; ++q) {
-      pq[q] = p + (q0 + q) * p_stride;
-      aq[q] = acc + static_cast<int64_t>(q0 + q) * head_dim;
       end[q] = std::clamp(lim[q0 + q], 0, n_rows);
       common = std::min(common, end[q]);
     }
     int col = 0;
     for (; col + 16 * kAccVectors <= head_dim; col += 16 * kAccVectors) {
-      AccumulateColumns<F, kAccVectors>(rows, row_bytes, sc, col, n, common, end, pq, aq);
+      AccumulateColumns<F, kAccVectors>(rows, row_bytes, sc, col, n, common, end, pq, p_stride, aq,
+                                        head_dim);
     }
-    if (col < head_dim) AccumulateColumns<F, 2>(rows, row_bytes, sc, col, n, common, end, pq, aq);
+    if (col < head_dim) {
+      AccumulateColumns<F, 2>(rows, row_bytes, sc, col, n, common, end, pq, p_stride, aq, head_dim);
+    }
   }
 }
 
