@@ -35,7 +35,10 @@ constexpr int kBlockCells = 16;  // cells expanded at once
 constexpr int kMaxHeadDim = 512;
 
 // Rows this far ahead of the one being read are prefetched: the hardware prefetcher stops at
-// each 4 KiB page, and a KV head's rows are one long run of pages.
+// each 4 KiB page, and a KV head's rows are one long run of pages. Not for f16 rows and tiles:
+// there the hardware's own stream is faster without them (2 threads, 16K cells: f16 attention
+// 517-580 us per layer with the prefetches, 381-428 without, 4 KiB and huge pages alike; the
+// int8 and 4-bit formats' V sums lose 20-40% without theirs; docs/PERFORMANCE.md).
 constexpr int kPrefetchCells = 64;
 
 // Prefetches rows [j, j + n) where they exist.
@@ -414,7 +417,7 @@ void ScoreF16Tiles(const uint8_t* tiles, int first, int n_cells, int head_dim, i
   const __m512 vscale = _mm512_set1_ps(scale);
   const int end = first + n_cells;  // cells counted from the first tile's start
   for (int c = 0; c < end; c += kKvTileCells) {
-    PrefetchAhead(tiles, end, row_bytes, c + kPrefetchCells, kKvTileCells);
+    // No software prefetch (kPrefetchCells).
     const uint8_t* tile = tiles + c * row_bytes;
     const int lo = std::max(first - c, 0), hi = std::min(end - c, kKvTileCells);
     const auto mask = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
@@ -699,8 +702,9 @@ void Accumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, const flo
     return;
   }
   const size_t row_bytes = KvRowBytes(F, head_dim);
-  // The caller's next tile of rows usually follows these (a hint: it never faults).
-  PrefetchAhead(rows, 2 * n_rows, row_bytes, n_rows, n_rows);
+  // The caller's next tile of rows usually follows these (a hint: it never faults); not f16's
+  // (kPrefetchCells).
+  if constexpr (F != KvRowFormat::kF16) PrefetchAhead(rows, 2 * n_rows, row_bytes, n_rows, n_rows);
   // Passes of kAccRows rows in row order: every accumulator still takes its rows in order.
   int rel[kMaxPassQueries];  // [nq] the limits relative to the pass
   for (int j0 = 0; j0 < n_rows; j0 += kAccRows) {
