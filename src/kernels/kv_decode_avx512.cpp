@@ -379,8 +379,11 @@ void ScoreTiles(const uint8_t* tiles, int first, int n_cells, int head_dim, int 
 // 32-byte load and one vcvtph2ps (lane = cell), shared by up to 4 queries; each query's chain
 // i % 4 takes one fma with its element i broadcast from memory. 4 queries x 4 chains are 16
 // independent accumulators; the chains' sums and the scale are lane-wise, in the scalar twin's
-// order, and the tile's wanted cells go out through a mask.
-template <int kNq>
+// order, and the tile's wanted cells go out through a mask. kTail: head_dim % 4 != 0. The tail
+// and a loop that may run zero times made GCC keep the 16 accumulators in a stack array (zeroed,
+// stored and reloaded per tile); without them (a separate instance, a do-while where head_dim
+// >= 4) they live in registers only: 3.9 -> 3.3 ns per cell and KV head.
+template <int kNq, bool kTail>
 inline void ScoreF16TileQueries(const uint8_t* tile, int head_dim, const float* q, __m512 vscale,
                                 __mmask16 mask, float* out, int64_t out_stride) {
   __m512 acc[kNq][4];  // [query][chain]
@@ -389,19 +392,29 @@ inline void ScoreF16TileQueries(const uint8_t* tile, int head_dim, const float* 
   }
   const __m256i* k = reinterpret_cast<const __m256i*>(tile);  // [head_dim] 16 halves each
   int i = 0;
-  for (; i + 4 <= head_dim; i += 4) {
+  auto four_dims = [&] {
     for (int l = 0; l < 4; ++l) {
       const __m512 kv = _mm512_cvtph_ps(_mm256_loadu_si256(k + i + l));
       for (int m = 0; m < kNq; ++m) {
         acc[m][l] = _mm512_fmadd_ps(_mm512_set1_ps(q[m * head_dim + i + l]), kv, acc[m][l]);
       }
     }
+  };
+  if constexpr (!kTail) {
+    do {  // head_dim >= 4
+      four_dims();
+      i += 4;
+    } while (i < head_dim);
+  } else {
+    for (; i + 4 <= head_dim; i += 4) four_dims();
   }
-  for (int l = 0; l < 4; ++l) {  // the last head_dim % 4 dims
-    if (i + l >= head_dim) break;
-    const __m512 kv = _mm512_cvtph_ps(_mm256_loadu_si256(k + i + l));
-    for (int m = 0; m < kNq; ++m) {
-      acc[m][l] = _mm512_fmadd_ps(_mm512_set1_ps(q[m * head_dim + i + l]), kv, acc[m][l]);
+  if constexpr (kTail) {
+    for (int l = 0; l < 4; ++l) {  // the last head_dim % 4 dims
+      if (i + l >= head_dim) break;
+      const __m512 kv = _mm512_cvtph_ps(_mm256_loadu_si256(k + i + l));
+      for (int m = 0; m < kNq; ++m) {
+        acc[m][l] = _mm512_fmadd_ps(_mm512_set1_ps(q[m * head_dim + i + l]), kv, acc[m][l]);
+      }
     }
   }
   for (int m = 0; m < kNq; ++m) {
@@ -411,8 +424,9 @@ inline void ScoreF16TileQueries(const uint8_t* tile, int head_dim, const float* 
   }
 }
 
-void ScoreF16Tiles(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
-                   const float* q, float scale, float* out, int64_t out_stride) {
+template <bool kTail>
+void ScoreF16TilesOf(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
+                     const float* q, float scale, float* out, int64_t out_stride) {
   const size_t row_bytes = KvRowBytes(KvRowFormat::kF16, head_dim);
   const __m512 vscale = _mm512_set1_ps(scale);
   const int end = first + n_cells;  // cells counted from the first tile's start
@@ -428,19 +442,28 @@ void ScoreF16Tiles(const uint8_t* tiles, int first, int n_cells, int head_dim, i
       float* oq = o + q0 * out_stride;
       switch (std::min(4, nq - q0)) {
         case 1:
-          ScoreF16TileQueries<1>(tile, head_dim, qv, vscale, mask, oq, out_stride);
+          ScoreF16TileQueries<1, kTail>(tile, head_dim, qv, vscale, mask, oq, out_stride);
           break;
         case 2:
-          ScoreF16TileQueries<2>(tile, head_dim, qv, vscale, mask, oq, out_stride);
+          ScoreF16TileQueries<2, kTail>(tile, head_dim, qv, vscale, mask, oq, out_stride);
           break;
         case 3:
-          ScoreF16TileQueries<3>(tile, head_dim, qv, vscale, mask, oq, out_stride);
+          ScoreF16TileQueries<3, kTail>(tile, head_dim, qv, vscale, mask, oq, out_stride);
           break;
         default:
-          ScoreF16TileQueries<4>(tile, head_dim, qv, vscale, mask, oq, out_stride);
+          ScoreF16TileQueries<4, kTail>(tile, head_dim, qv, vscale, mask, oq, out_stride);
           break;
       }
     }
+  }
+}
+
+void ScoreF16Tiles(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
+                   const float* q, float scale, float* out, int64_t out_stride) {
+  if (head_dim % 4 == 0) {
+    ScoreF16TilesOf<false>(tiles, first, n_cells, head_dim, nq, q, scale, out, out_stride);
+  } else {
+    ScoreF16TilesOf<true>(tiles, first, n_cells, head_dim, nq, q, scale, out, out_stride);
   }
 }
 
