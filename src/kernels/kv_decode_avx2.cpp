@@ -500,10 +500,12 @@ void AccumulateEncoded(const uint8_t* rows, int n_rows, int head_dim, int nq, co
 // 16-byte load and one vcvtph2ps shared by up to 3 queries; each query's chain i % 4 takes one
 // fma with its element i broadcast. 3 queries x 4 chains are 12 independent accumulators (16
 // ymm registers hold 4 queries' 16 only with nothing left for K); the chains' sums and the
-// scale are lane-wise, in the scalar twin's order.
+// scale are lane-wise, in the scalar twin's order. kTail: head_dim % 4 != 0, its own instance
+// (as the AVX-512 scorer's: the tail and a loop that may run zero times made GCC keep the
+// accumulators in a stack array, stored every 4 dims).
 constexpr int kF16Queries = 3;
 
-template <int kNq>
+template <int kNq, bool kTail>
 inline void ScoreF16HalfQueries(const uint8_t* half, int head_dim, const float* q, __m256 vscale,
                                 const __m256i* mask, float* out, int64_t out_stride) {
   __m256 acc[kNq][4];  // [query][chain]
@@ -515,19 +517,27 @@ inline void ScoreF16HalfQueries(const uint8_t* half, int head_dim, const float* 
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(half + 32 * i)));
   };
   int i = 0;
-  for (; i + 4 <= head_dim; i += 4) {
+  auto four_dims = [&] {
     for (int l = 0; l < 4; ++l) {
       const __m256 kv = load(i + l);
       for (int m = 0; m < kNq; ++m) {
         acc[m][l] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + m * head_dim + i + l), kv, acc[m][l]);
       }
     }
-  }
-  for (int l = 0; l < 4; ++l) {  // the last head_dim % 4 dims
-    if (i + l >= head_dim) break;
-    const __m256 kv = load(i + l);
-    for (int m = 0; m < kNq; ++m) {
-      acc[m][l] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + m * head_dim + i + l), kv, acc[m][l]);
+  };
+  if constexpr (!kTail) {
+    do {  // head_dim >= 4
+      four_dims();
+      i += 4;
+    } while (i < head_dim);
+  } else {
+    for (; i + 4 <= head_dim; i += 4) four_dims();
+    for (int l = 0; l < 4; ++l) {  // the last head_dim % 4 dims
+      if (i + l >= head_dim) break;
+      const __m256 kv = load(i + l);
+      for (int m = 0; m < kNq; ++m) {
+        acc[m][l] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + m * head_dim + i + l), kv, acc[m][l]);
+      }
     }
   }
   for (int m = 0; m < kNq; ++m) {
@@ -542,8 +552,9 @@ inline void ScoreF16HalfQueries(const uint8_t* half, int head_dim, const float* 
   }
 }
 
-void ScoreF16Tiles(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
-                   const float* q, float scale, float* out, int64_t out_stride) {
+template <bool kTail>
+void ScoreF16TilesOf(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
+                     const float* q, float scale, float* out, int64_t out_stride) {
   constexpr int kTile = kKvTileCells;
   const size_t tile_bytes = KvRowBytes(KvRowFormat::kF16, head_dim) * kTile;
   const __m256 vscale = _mm256_set1_ps(scale);
@@ -558,17 +569,26 @@ void ScoreF16Tiles(const uint8_t* tiles, int first, int n_cells, int head_dim, i
       float* oq = o + q0 * out_stride;
       switch (run) {
         case 1:
-          ScoreF16HalfQueries<1>(half, head_dim, qv, vscale, m, oq, out_stride);
+          ScoreF16HalfQueries<1, kTail>(half, head_dim, qv, vscale, m, oq, out_stride);
           break;
         case 2:
-          ScoreF16HalfQueries<2>(half, head_dim, qv, vscale, m, oq, out_stride);
+          ScoreF16HalfQueries<2, kTail>(half, head_dim, qv, vscale, m, oq, out_stride);
           break;
         default:
-          ScoreF16HalfQueries<3>(half, head_dim, qv, vscale, m, oq, out_stride);
+          ScoreF16HalfQueries<3, kTail>(half, head_dim, qv, vscale, m, oq, out_stride);
           break;
       }
     }
   });
+}
+
+void ScoreF16Tiles(const uint8_t* tiles, int first, int n_cells, int head_dim, int nq,
+                   const float* q, float scale, float* out, int64_t out_stride) {
+  if (head_dim % 4 == 0) {
+    ScoreF16TilesOf<false>(tiles, first, n_cells, head_dim, nq, q, scale, out, out_stride);
+  } else {
+    ScoreF16TilesOf<true>(tiles, first, n_cells, head_dim, nq, q, scale, out, out_stride);
+  }
 }
 
 }  // namespace
