@@ -47,12 +47,14 @@ inline __m512i TableCodes(const int8_t* levels, const uint8_t* qs, int c) {
 struct Q8_0x16 {
   using Block = BlockQ8_0x16;
   static constexpr int kOffset = 128;
+  static constexpr bool kPrefetchOneToken = false;  // BlockStep
   static __m512i Codes(const Block& w, int c) { return _mm512_loadu_si512(w.qs + 64 * c); }
   static __m512 Scales(const Block& w) { return Fp16Scales(w.d); }
 };
 struct Q4_0x16 {
   using Block = BlockQ4_0x16;
   static constexpr int kOffset = 8;
+  static constexpr bool kPrefetchOneToken = true;
   static __m512i Codes(const Block& w, int c) {
     const __m512i v = _mm512_loadu_si512(w.qs + 64 * (c % 4));
     return _mm512_and_si512(c < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F));
@@ -63,6 +65,7 @@ struct Q4_0x16 {
 struct IQ4_NLx16 {
   using Block = BlockIQ4_NLx16;
   static constexpr int kOffset = 128;
+  static constexpr bool kPrefetchOneToken = true;
   static __m512i Codes(const Block& w, int c) { return TableCodes(kIq4NlLevels, w.qs, c); }
   static __m512 Scales(const Block& w) { return Fp16Scales(w.d); }
 };
@@ -72,6 +75,7 @@ struct IQ4_NLx16 {
 struct MXFP4x16 {
   using Block = BlockMXFP4x16;
   static constexpr int kOffset = 128;
+  static constexpr bool kPrefetchOneToken = true;
   static __m512i Codes(const Block& w, int c) { return TableCodes(kMxfp4Levels, w.qs, c); }
   static __m512 Scales(const Block& w) {
     const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.e)));
@@ -85,17 +89,21 @@ struct MXFP4x16 {
 // One block of the group against N tokens: acc[t] += float(dot) * (d_w * d_a[t]).
 // Every call prefetches the weight bytes this far ahead, one line per chunk (a block's 8 chunks and
 // one more cover its bytes). With several tokens a block's dots take longer than its bytes take to
-// arrive, and the hardware prefetcher alone let the weight reads and the dots take turns (one token
-// reads at the roofline either way: neutral on Q8_0, ~3% on Q4_0); prefetches change no result
-// (bytes past the matrix are harmless).
+// arrive, and the hardware prefetcher alone let the weight reads and the dots take turns. One
+// token: Q4_0 gains a few percent from them, Q8_0 (544-byte blocks, 9 lines a call) loses ~8%
+// (AMD EPYC Zen 5, weights in huge pages: depth-0 decode 242-258 tok/s with them, 266-275
+// without, docs/PERFORMANCE.md), so a layout says whether one token prefetches
+// (kPrefetchOneToken). Prefetches change no result (bytes past the matrix are harmless).
 constexpr int kPrefetchBlocks = 8;
 
 template <class L, int N>
 inline void BlockStep(const typename L::Block& w, const BlockQ8_0Act* const* a, int64_t i,
                       __m512* acc) {
-  const char* ahead = reinterpret_cast<const char*>(&w) + kPrefetchBlocks * sizeof(w);
+  if constexpr (N > 1 || L::kPrefetchOneToken) {
+    const char* ahead = reinterpret_cast<const char*>(&w) + kPrefetchBlocks * sizeof(w);
 #pragma GCC unroll 9
-  for (size_t b = 0; b < sizeof(w); b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
+    for (size_t b = 0; b < sizeof(w); b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
+  }
   __m512i sum[N];
 #pragma GCC unroll 8
   for (int t = 0; t < N; ++t) sum[t] = _mm512_set1_epi32(-L::kOffset * a[t][i].sum);
