@@ -22,6 +22,7 @@
 #include "util/bandwidth.h"
 #include "util/cpu_features.h"
 #include "util/fp16.h"
+#include "util/huge_pages.h"
 #include "util/thread_pool.h"
 
 namespace lamina {
@@ -428,6 +429,74 @@ BENCHMARK(BM_AttentionStreamVsProbe)
                    {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+
+// args: rounds of arithmetic per 64-byte line (0: the stream alone), threads. Does a thread's
+// stream overlap its arithmetic? Each thread reads its half of a 256 MiB buffer (huge pages, as
+// the KV cells) line by line; per line, `rounds` dependent multiply-adds on each of the line's 16
+// floats (16 independent chains, as attention's accumulators). Measured three ways in each
+// iteration: the stream with its arithmetic (ns/line), the same arithmetic over a 256 KiB
+// L2-resident slice (compute_ns/line), and the bare stream (stream_ns/line). "overlap" is the
+// share of the shorter of the two that the combined run hid: 1 = max(compute, stream), 0 =
+// compute + stream, one after the other (decode attention's K and V phases at 16K, 2 threads).
+void BM_StreamComputeOverlap(benchmark::State& state) {
+  const int rounds = static_cast<int>(state.range(0));
+  ThreadPool pool(static_cast<int>(state.range(1)));
+  constexpr size_t kFloats = size_t{64} << 20;                      // 256 MiB
+  constexpr size_t kL2Floats = size_t{64} << 10;                    // 256 KiB
+  std::vector<float, HugePageAllocator<float>> buf(kFloats, 1.0f);  // [kFloats / 16, 16] lines
+  const int n_threads = pool.size();
+  std::vector<float> sink(static_cast<size_t>(n_threads) * 16);  // [threads, 16] one line each
+  // Lines [b, e) of `base` (wrapped within `span` floats) with the arithmetic; returns nothing,
+  // leaves one line of sums per thread.
+  auto run = [&](const float* base, size_t span, bool arithmetic) {
+    pool.ParallelFor(n_threads, 1, [&](int64_t t0, int64_t t1, int slot) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const size_t lines = kFloats / 16 / n_threads;
+        float a[16];  // [16] the line's chains
+        for (int k = 0; k < 16; ++k) a[k] = 0.0f;
+        for (size_t l = 0; l < lines; ++l) {
+          const float* x = base + ((static_cast<size_t>(t) * lines + l) * 16) % span;
+          if (!arithmetic) {
+            for (int k = 0; k < 16; ++k) a[k] += x[k];
+            continue;
+          }
+          for (int k = 0; k < 16; ++k) a[k] = a[k] * 0.999f + x[k];
+          for (int r = 1; r < rounds; ++r) {
+            for (int k = 0; k < 16; ++k) a[k] = a[k] * 0.999f + 0.5f;
+          }
+        }
+        std::copy(a, a + 16, sink.begin() + static_cast<size_t>(slot) * 16);
+      }
+    });
+  };
+  double both_s = 0.0, compute_s = 0.0, stream_s = 0.0;
+  auto timed = [](auto&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (auto _ : state) {
+    both_s += timed([&] { run(buf.data(), kFloats, rounds > 0); });
+    compute_s += timed([&] { run(buf.data(), kL2Floats, rounds > 0); });
+    stream_s += timed([&] { run(buf.data(), kFloats, false); });
+    benchmark::DoNotOptimize(sink.data());
+  }
+  const double per_line = 1e9 / (static_cast<double>(state.iterations()) * (kFloats / 16) /
+                                 static_cast<double>(n_threads));
+  const double both = both_s * per_line, compute = compute_s * per_line,
+               stream = stream_s * per_line;
+  state.counters["ns/line"] = both;
+  state.counters["compute_ns/line"] = compute;
+  state.counters["stream_ns/line"] = stream;
+  state.counters["overlap"] =
+      rounds > 0 ? (compute + stream - both) / std::max(1e-9, std::min(compute, stream)) : 0.0;
+  state.counters["stream_GB/s"] = 64.0 * n_threads / stream;
+}
+BENCHMARK(BM_StreamComputeOverlap)
+    ->ArgsProduct({{0, 1, 2, 4, 8}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
 
 // args: ISA (0 scalar twin, 1 AVX2, 2 AVX-512), kernel (0 score_rows, 1 exp_sum, 2
 // accumulate_rows, 3 max + scale, 4 score_rows2: the queries' scores in pairs, each row read once
