@@ -446,8 +446,8 @@ void BM_StreamComputeOverlap(benchmark::State& state) {
   std::vector<float, HugePageAllocator<float>> buf(kFloats, 1.0f);  // [kFloats / 16, 16] lines
   const int n_threads = pool.size();
   std::vector<float> sink(static_cast<size_t>(n_threads) * 16);  // [threads, 16] one line each
-  // Lines [b, e) of `base` (wrapped within `span` floats) with the arithmetic; returns nothing,
-  // leaves one line of sums per thread.
+  // Each thread's share of the lines from `base`, wrapped within `span` floats, with or without
+  // the arithmetic; leaves one line of sums per thread in `sink`.
   auto run = [&](const float* base, size_t span, bool arithmetic) {
     pool.ParallelFor(n_threads, 1, [&](int64_t t0, int64_t t1, int slot) {
       for (int64_t t = t0; t < t1; ++t) {

@@ -407,8 +407,6 @@ inline void ScoreF16TileQueries(const uint8_t* tile, int head_dim, const float* 
     } while (i < head_dim);
   } else {
     for (; i + 4 <= head_dim; i += 4) four_dims();
-  }
-  if constexpr (kTail) {
     for (int l = 0; l < 4; ++l) {  // the last head_dim % 4 dims
       if (i + l >= head_dim) break;
       const __m512 kv = _mm512_cvtph_ps(_mm256_loadu_si256(k + i + l));
