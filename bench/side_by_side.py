@@ -4,6 +4,7 @@ interleaved round by round."""
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -26,7 +27,9 @@ q4_0 -> q4_0/q4_0 (f32 -> f32/f32). llama.cpp runs with flash attention on (-fa 
 quantized V cache requires; lamina's KV window keeps its default unless --kv-window is given.
 
 Each round runs, per (KV mode, depth): lamina bench once, then each peer's llama-bench once
-(same -p/-n/-t, -d when the depth is not 0, -r REPS). A round's figure is the median of that
+(same -p/-n/-t, -d when the depth is not 0, -r REPS). A llama-bench without -d (ik_llama.cpp's,
+llama.cpp's before it had one) times tgN@D as -gp D,N where it has that (N tokens timed after an
+untimed D-token prompt, the same steps); one with neither prints n/a at a depth. A round's figure is the median of that
 invocation's samples. Printed per measurement: each engine's median over rounds and, per peer,
 the per-round ratio lamina/peer (min / median / max). The script never builds a peer: point
 --llama (llama.cpp) and/or --ik-llama (ik_llama.cpp) at a CPU-only build directory.
@@ -105,17 +108,39 @@ def run_lamina(args, kv, depth, n_prompt, n_gen):
     return res, j
 
 
-def run_llama(args, bench, kv, depth, n_prompt, n_gen):
+def depth_option(bench):
+    """How a llama-bench times decode at a depth: "-d", "-gp" or None (neither)."""
+    try:
+        text = subprocess.run([bench, "--help"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if re.search(r"^\s*-d,|--n-depth", text, re.M):
+        return "-d"
+    if re.search(r"^\s*-gp\b", text, re.M):
+        return "-gp"
+    return None
+
+
+def run_llama(args, bench, kv, depth, n_prompt, n_gen, how):
     ctk, ctv = KV_MAP[kv]
     cmd = [bench, "-m", args.model, "-t", str(args.threads), "-ctk", ctk, "-ctv", ctv,
-           "-fa", "1", "-p", str(n_prompt), "-n", str(n_gen), "-r", str(args.reps), "-o", "json"]
-    if depth > 0:  # older llama-bench builds (ik_llama.cpp's) have no -d
-        cmd += ["-d", str(depth)]
+           "-fa", "1", "-r", str(args.reps), "-o", "json"]
+    gp = depth > 0 and how == "-gp"
+    if depth > 0 and how is None:
+        return {}, []  # a depth's group is decode only (parse_measures): n/a
+    if gp:
+        cmd += ["-p", "0", "-n", "0", "-gp", "%d,%d" % (depth, n_gen)]
+    else:
+        cmd += ["-p", str(n_prompt), "-n", str(n_gen)]
+        if depth > 0:
+            cmd += ["-d", str(depth)]
     rows = json.loads(run(cmd, args.verbose))
     res = {}
     for r in rows:
         samples = r.get("samples_ts") or [r["avg_ts"]]
-        if r["n_prompt"] > 0 and r["n_gen"] == 0:
+        if gp and r["n_prompt"] == depth and r["n_gen"] == n_gen:
+            res[("tg", n_gen, depth)] = statistics.median(samples)
+        elif r["n_prompt"] > 0 and r["n_gen"] == 0:
             res[("pp", r["n_prompt"], 0)] = statistics.median(samples)
         elif r["n_gen"] > 0 and r["n_prompt"] == 0:
             res[("tg", r["n_gen"], r.get("n_depth", 0))] = statistics.median(samples)
@@ -202,6 +227,7 @@ def main():
             ap.error("no llama-bench in %s or %s/bin (build %s's llama-bench target there)"
                      % (d, d, name))
         peers.append((name, bench))
+    depth_how = {name: depth_option(bench) for name, bench in peers}
     if not peers:
         ap.error("give --llama and/or --ik-llama (a peer's build directory)")
     if not os.path.isfile(args.model):
@@ -239,7 +265,8 @@ def main():
             for depth, g in sorted(groups.items()):
                 res = {"lamina": run_lamina(args, kv, depth, g["pp"], g["tg"])[0]}
                 for name, bench in peers:
-                    res[name], rows = run_llama(args, bench, kv, depth, g["pp"], g["tg"])
+                    res[name], rows = run_llama(args, bench, kv, depth, g["pp"], g["tg"],
+                                                depth_how[name])
                     if rows and name not in builds:
                         builds[name] = "%s (build %s)" % (rows[0].get("build_commit"),
                                                           rows[0].get("build_number"))
@@ -249,16 +276,21 @@ def main():
                     s = samples.setdefault((kv, m), {n: [] for n in names})
                     for n in names:
                         if m not in res[n]:
+                            if n != "lamina" and depth > 0 and depth_how[n] is None:
+                                continue  # this peer's llama-bench cannot time a depth: n/a
                             raise RuntimeError("no %s figure from %s" % (label(m), n))
                         s[n].append(res[n][m])
                     print("round %d  %-5s %-12s " % (rnd + 1, kv, label(m)) +
-                          "  ".join("%s %9.2f" % (n, res[n][m]) for n in names) + " tok/s",
+                          "  ".join("%s %9s" % (n, "%.2f" % res[n][m] if m in res[n] else "n/a")
+                                    for n in names) + " tok/s",
                           file=sys.stderr, flush=True)
 
     info["peer_builds"] = builds
     info["load_end"] = loadavg()
     for name, _ in peers:
-        print("%s: %s, llama-bench -fa 1" % (name, builds.get(name)))
+        how = {"-d": "-d for depths", "-gp": "-gp DEPTH,N for depths",
+               None: "no depth option: n/a at depths"}[depth_how[name]]
+        print("%s: %s, llama-bench -fa 1, %s" % (name, builds.get(name), how))
     print("load average at the end %s" % info["load_end"])
     hdr = "| KV (lamina / peer) | test | lamina tok/s | " + " | ".join(
         "%s tok/s | lamina/%s min / median / max" % (n, n) for n, _ in peers) + " |"
@@ -273,6 +305,10 @@ def main():
             cells = []
             for n, _ in peers:
                 ratios = [a / b for a, b in zip(s["lamina"], s[n]) if b > 0]
+                if not ratios:
+                    row[n] = None
+                    cells.append("n/a | n/a")
+                    continue
                 row[n] = {"median": statistics.median(s[n]), "ratio_min": min(ratios),
                           "ratio_median": statistics.median(ratios), "ratio_max": max(ratios)}
                 cells.append("%.1f | %.2fx / %.2fx / %.2fx" %
