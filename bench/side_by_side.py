@@ -29,10 +29,11 @@ quantized V cache requires; lamina's KV window keeps its default unless --kv-win
 Each round runs, per (KV mode, depth): lamina bench once, then each peer's llama-bench once
 (same -p/-n/-t, -d when the depth is not 0, -r REPS). A llama-bench without -d (ik_llama.cpp's,
 llama.cpp's before it had one) times tgN@D as -gp D,N where it has that (N tokens timed after an
-untimed D-token prompt, the same steps); one with neither prints n/a at a depth. A round's figure is the median of that
-invocation's samples. Printed per measurement: each engine's median over rounds and, per peer,
-the per-round ratio lamina/peer (min / median / max). The script never builds a peer: point
---llama (llama.cpp) and/or --ik-llama (ik_llama.cpp) at a CPU-only build directory.
+untimed D-token prompt, the same steps); one with neither prints n/a at a depth. A round's
+figure is the median of that invocation's samples. Printed per measurement: each engine's
+median over rounds and, per peer, the per-round ratio lamina/peer (min / median / max). The
+script never builds a peer: point --llama (llama.cpp) and/or --ik-llama (ik_llama.cpp) at a
+CPU-only build directory.
 
 Example:
   bench/side_by_side.py --llama ../llama.cpp/build --ik-llama ../ik_llama.cpp/build \\
