@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "runtime/attention.h"
 #include "runtime/kv_cache.h"
 #include "util/cpu_features.h"
+#include "util/fp16.h"
 
 namespace lamina {
 namespace {
@@ -133,6 +135,46 @@ TEST(KvFormat, Q4NlHasLessErrorThanQ4_0OnRotatedGaussianRows) {
       EXPECT_TRUE(std::fabs(level - kQ4NlLevels[below]) < 1e-3f ||
                   std::fabs(level - kQ4NlLevels[above]) < 1e-3f)
           << t << " -> " << level;
+    }
+  }
+}
+
+// f16 rows are F32ToFp16 element by element on every path the writer takes (F16C where the CPU has
+// it): ties to even, f16 subnormals and underflow, overflow to infinity, infinities and NaNs with
+// their payloads, at head sizes with and without a partial vector.
+TEST(KvFormat, F16RowsAreF32ToFp16Bits) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<uint32_t> bits;
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            1.0f + 1.0f / 2048,
+                            1.0f + 3.0f / 2048,
+                            65504.0f,
+                            65520.0f,
+                            1e6f,
+                            -1e6f,
+                            6.1e-5f,
+                            5.96e-8f,
+                            2.98e-8f,
+                            1e-10f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::denorm_min()};
+  for (int head_dim : {1, 7, 16, 64, 72, 128, 131}) {
+    std::vector<float> x(static_cast<size_t>(head_dim));
+    for (int i = 0; i < head_dim; ++i) {
+      const uint32_t b = bits(rng);
+      float f;
+      std::memcpy(&f, &b, sizeof(f));  // any bit pattern: NaNs with payloads included
+      x[i] = i % 3 == 0 ? specials[(i / 3) % std::size(specials)] : f;
+    }
+    std::vector<uint8_t> row(KvRowBytes(KvRowFormat::kF16, head_dim));
+    EncodeKvRow(KvRowFormat::kF16, x.data(), head_dim, nullptr, row.data());
+    for (int i = 0; i < head_dim; ++i) {
+      fp16_t got;
+      std::memcpy(&got, row.data() + 2 * i, sizeof(got));
+      ASSERT_EQ(got, F32ToFp16(x[i])) << "head_dim " << head_dim << " element " << i;
     }
   }
 }

@@ -1,6 +1,6 @@
 // The activation kernels: PolyExp's accuracy against exp, GELU-tanh against its formula, and
 // every SIMD path's bits against the scalar twin's (whole rows, partial vectors, aliasing, rows
-// split into pieces).
+// split into pieces); RmsNormRows against RmsNorm row by row.
 #include "kernels/ops.h"
 
 #include <gtest/gtest.h>
@@ -190,6 +190,51 @@ TEST(OpsActivations, PublicEntryPointsUseTheSelectedKernels) {
   SiluMul(g.data(), u.data(), 77, a.data());
   ScalarActivationKernels().silu_mul(g.data(), u.data(), 77, b.data());
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * 77));
+}
+
+// RMSNorm as GGML computes it: the squares summed in double in index order, one row.
+void RmsNormOneRow(const float* x, const float* w, int64_t n, float eps, float* out) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(sum / n) + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = w != nullptr ? (x[i] * scale) * w[i] : x[i] * scale;
+}
+
+// RmsNorm, and a batch of rows normalised side by side, give every row GGML's order's bits: any row
+// count (the groups of kRmsNormRowsAtOnce and a remainder), strides past the row, rows of 1 to
+// 1,025 values with magnitudes far apart (where a different order of the double sum would show), no
+// weight, and in place.
+TEST(OpsRmsNormRows, EveryRowIsRmsNormsBits) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f), mag(-30.0f, 30.0f);
+  for (int64_t n : {1, 3, 64, 128, 1000, 1025}) {
+    for (int64_t rows : {1, 2, 3, 4, 5, 7, 8, 9, 16}) {
+      const int64_t stride = n + (rows % 3);
+      std::vector<float> x(static_cast<size_t>(rows * stride)), w(static_cast<size_t>(n));
+      for (float& v : x) v = u(rng) * std::exp2(std::round(mag(rng)));
+      for (float& v : w) v = u(rng);
+      for (const float* wp :
+           {static_cast<const float*>(w.data()), static_cast<const float*>(nullptr)}) {
+        std::vector<float> want(x.size(), 0.0f), got(x.size(), 0.0f);  // [rows][stride]
+        for (int64_t r = 0; r < rows; ++r) {
+          RmsNormOneRow(x.data() + r * stride, wp, n, 1e-6f, want.data() + r * stride);
+          std::vector<float> one(static_cast<size_t>(n));
+          RmsNorm(x.data() + r * stride, wp, n, 1e-6f, one.data());
+          ASSERT_EQ(0, std::memcmp(one.data(), want.data() + r * stride, sizeof(float) * n));
+        }
+        RmsNormRows(x.data(), stride, wp, n, 1e-6f, rows, got.data(), stride);
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * x.size()))
+            << "n " << n << " rows " << rows;
+        std::vector<float> in_place = x;
+        RmsNormRows(in_place.data(), stride, wp, n, 1e-6f, rows, in_place.data(), stride);
+        for (int64_t r = 0; r < rows; ++r) {
+          ASSERT_EQ(0, std::memcmp(want.data() + r * stride, in_place.data() + r * stride,
+                                   sizeof(float) * n))
+              << "in place, n " << n << " rows " << rows << " row " << r;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "quant/quant.h"
 #include "util/check.h"
 
 namespace lamina {
@@ -326,8 +327,10 @@ void EncodeKvRow(KvRowFormat format, const float* x, int head_dim, const Roundin
       std::memcpy(out, x, 4u * head_dim);
       return;
     case KvRowFormat::kF16: {
-      fp16_t* o = reinterpret_cast<fp16_t*>(out);
-      for (int i = 0; i < head_dim; ++i) o[i] = F32ToFp16(x[i]);
+      // F16's row quantizer: F32ToFp16 element by element, by F16C where the CPU has it (the
+      // same bits: round to nearest even, NaN payloads kept), off the writer's scalar loop.
+      static const QuantizeRowFn to_f16 = GetKernels(GgmlType::kF16).quantize;
+      to_f16(x, out, head_dim);
       return;
     }
     case KvRowFormat::kInt8:

@@ -8,15 +8,63 @@
 
 namespace lamina {
 
-void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out) {
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+namespace {
+// sums[r] = sum of double(x[r * stride + i])^2 over i in index order, for R rows side by side
+// (R independent add chains; each row's order and bits are the one-row loop's).
+template <int R>
+void SumSquares(const float* x, int64_t stride, int64_t n, double* sums) {
+  double s[R] = {};
+  for (int64_t i = 0; i < n; ++i) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const double v = x[r * stride + i];
+      s[r] += v * v;
+    }
+  }
+  for (int r = 0; r < R; ++r) sums[r] = s[r];
+}
+
+void ScaleRow(const float* x, const float* w, int64_t n, float eps, double sum, float* out) {
   const float mean = static_cast<float>(sum / n);
   const float scale = 1.0f / std::sqrt(mean + eps);
   if (w != nullptr) {
     for (int64_t i = 0; i < n; ++i) out[i] = (x[i] * scale) * w[i];
   } else {
     for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale;
+  }
+}
+}  // namespace
+
+void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out) {
+  double sum;
+  SumSquares<1>(x, 0, n, &sum);
+  ScaleRow(x, w, n, eps, sum, out);
+}
+
+void RmsNormRows(const float* x, int64_t x_stride, const float* w, int64_t n, float eps,
+                 int64_t rows, float* out, int64_t out_stride) {
+  static_assert(kRmsNormRowsAtOnce == 4);
+  for (int64_t r0 = 0; r0 < rows; r0 += kRmsNormRowsAtOnce) {
+    const int64_t m = std::min<int64_t>(kRmsNormRowsAtOnce, rows - r0);
+    const float* xr = x + r0 * x_stride;
+    double sums[kRmsNormRowsAtOnce];
+    switch (m) {
+      case 1:
+        SumSquares<1>(xr, x_stride, n, sums);
+        break;
+      case 2:
+        SumSquares<2>(xr, x_stride, n, sums);
+        break;
+      case 3:
+        SumSquares<3>(xr, x_stride, n, sums);
+        break;
+      default:
+        SumSquares<4>(xr, x_stride, n, sums);
+        break;
+    }
+    for (int64_t r = 0; r < m; ++r) {
+      ScaleRow(xr + r * x_stride, w, n, eps, sums[r], out + (r0 + r) * out_stride);
+    }
   }
 }
 

@@ -9,6 +9,15 @@ namespace lamina {
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]; w may be nullptr (no scale). out may alias x.
 void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out);
 
+// RmsNorm of `rows` rows of n values: row r at x + r * x_stride into out + r * out_stride, each
+// row's bits RmsNorm's. The squares' double sum is a chain of n dependent adds per row (index
+// order, as GGML), so rows are summed kRmsNormRowsAtOnce at a time as independent chains: a batch
+// of rows takes about one row's add latency per that many rows. Out row r may alias x row r, no
+// other x row.
+constexpr int kRmsNormRowsAtOnce = 4;
+void RmsNormRows(const float* x, int64_t x_stride, const float* w, int64_t n, float eps,
+                 int64_t rows, float* out, int64_t out_stride);
+
 enum class RopeStyle { kNormal, kNeox };  // adjacent pairs (llama) / halves (NeoX, qwen)
 
 // Per-position rotation table for one head row: cos/sin of each rotated pair.

@@ -73,9 +73,9 @@ void NormBatch(const Hparams& hp, const std::vector<float>& weight, const std::v
                int n, const float* x, float* out, ThreadPool* pool) {
   const int64_t d = hp.n_embd;
   auto rows = [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      RmsNorm(x + t * d, weight.data(), d, hp.rms_eps, out + t * d);
-      if (!bias.empty()) AddInPlace(out + t * d, bias.data(), d);
+    RmsNormRows(x + t0 * d, d, weight.data(), d, hp.rms_eps, t1 - t0, out + t0 * d, d);
+    if (!bias.empty()) {
+      for (int64_t t = t0; t < t1; ++t) AddInPlace(out + t * d, bias.data(), d);
     }
   };
   // A prompt batch's rows over the pool; a few rows (decode) are not worth a fork and join.
@@ -225,13 +225,11 @@ void AttentionOutput(const Hparams& hp, const AttentionWeights& w, int layer, co
     for (int64_t t = t0; t < t1; ++t) {
       float* q = s.q.data() + t * qd;
       float* k = s.k.data() + t * kvd;
-      if (!w.q_norm.empty()) {
-        for (int h = 0; h < hp.n_head; ++h)
-          RmsNorm(q + h * hp.head_dim, w.q_norm.data(), hp.head_dim, hp.rms_eps,
-                  q + h * hp.head_dim);
-        for (int h = 0; h < hp.n_head_kv; ++h)
-          RmsNorm(k + h * hp.head_dim, w.k_norm.data(), hp.head_dim, hp.rms_eps,
-                  k + h * hp.head_dim);
+      if (!w.q_norm.empty()) {  // each head's row in place
+        RmsNormRows(q, hp.head_dim, w.q_norm.data(), hp.head_dim, hp.rms_eps, hp.n_head, q,
+                    hp.head_dim);
+        RmsNormRows(k, hp.head_dim, w.k_norm.data(), hp.head_dim, hp.rms_eps, hp.n_head_kv, k,
+                    hp.head_dim);
       }
       const float* cs = rope_tables + t * rope.n_rot;
       ApplyRope(rope, cs, q, hp.n_head, hp.head_dim);
@@ -300,8 +298,7 @@ void FfnBlock(const Hparams& hp, const FfnWeights& w, const ForwardBatch& b, For
 void NormRows(const Hparams& hp, const std::vector<float>& norm, const ForwardBatch& b,
               const float* x, float* hidden) {
   const int64_t d = hp.n_embd;
-  for (int t = 0; t < b.n_tokens; ++t)
-    RmsNorm(x + t * d, norm.data(), d, hp.rms_eps, hidden + t * d);
+  RmsNormRows(x, d, norm.data(), d, hp.rms_eps, b.n_tokens, hidden, d);
 }
 
 void OutputHead(const Hparams& hp, const std::vector<float>& norm, const WeightMatrix& output,
@@ -309,12 +306,17 @@ void OutputHead(const Hparams& hp, const std::vector<float>& norm, const WeightM
                 const std::vector<float>* norm_b, const std::vector<float>* output_b) {
   const int64_t d = hp.n_embd;
   int count = 0;
-  for (int t = 0; t < b.n_tokens; ++t) {
-    if (!b.wants_output(t)) continue;
-    float* out = s.xn.data() + count * d;
-    RmsNorm(s.x.data() + t * d, norm.data(), d, hp.rms_eps, out);
-    if (norm_b != nullptr && !norm_b->empty()) AddInPlace(out, norm_b->data(), d);
-    ++count;
+  for (int t = 0; t < b.n_tokens; ++t) count += b.wants_output(t) ? 1 : 0;
+  if (count == b.n_tokens) {  // every row (a batch of sequences' last tokens, a verify window)
+    RmsNormRows(s.x.data(), d, norm.data(), d, hp.rms_eps, count, s.xn.data(), d);
+  } else {
+    for (int t = 0, c = 0; t < b.n_tokens; ++t) {
+      if (b.wants_output(t))
+        RmsNorm(s.x.data() + t * d, norm.data(), d, hp.rms_eps, s.xn.data() + c++ * d);
+    }
+  }
+  if (norm_b != nullptr && !norm_b->empty()) {
+    for (int c = 0; c < count; ++c) AddInPlace(s.xn.data() + c * d, norm_b->data(), d);
   }
   if (count == 0) return;
   MatMul(output, s.xn.data(), d, count, logits, hp.n_vocab, s.matmul, pool);
