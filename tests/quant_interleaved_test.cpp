@@ -509,7 +509,8 @@ TEST(InterleavedK, ExtremeCodesEqualScalarTwin) {
 
 // The Q8_K activation quantizer: every ISA's gives the scalar twin's bytes (codes, bsums, d),
 // including a block whose largest magnitude appears twice with both signs, an all-zero block,
-// a block with a NaN, and large and tiny blocks.
+// blocks with NaNs (payloads too: their codes are whatever the rounding trick makes of them, and
+// bsums sums those bytes), and large and tiny blocks.
 TEST(InterleavedK, ActivationQuantizerEqualsScalarTwin) {
   std::mt19937 rng(47);
   const int64_t k = 8 * kQK_K;
@@ -519,7 +520,9 @@ TEST(InterleavedK, ActivationQuantizerEqualsScalarTwin) {
     x[kQK_K + 3] = -100.0f;
     std::fill(x.begin() + 2 * kQK_K, x.begin() + 3 * kQK_K, 0.0f);  // block 2: zeros
     x[3 * kQK_K + 5] = NAN;                                         // block 3: one NaN
-    x[4 * kQK_K + rep] = (rep % 3 - 1) * 1e4f;                      // block 4: one outlier
+    x[5 * kQK_K + 9] = BitsToF32(0x7fc00000u | (static_cast<uint32_t>(rep) * 0x2F3Bu));  // payload
+    x[5 * kQK_K + 30] = -BitsToF32(0x7f812345u + static_cast<uint32_t>(rep));  // signalling
+    x[4 * kQK_K + rep] = (rep % 3 - 1) * 1e4f;  // block 4: one outlier
     const size_t row = RowSize(GgmlType::kQ8_K, k);
     std::vector<uint8_t> want(row, 0xAB), got(row, 0xCD);
     GetKernels(GgmlType::kQ8_K, Isa::kScalar).quantize(x.data(), want.data(), k);
