@@ -1,15 +1,20 @@
 // Micro-benchmarks for the F32/F16/BF16, legacy-quant, IQ4_NL and MXFP4 kernels at every ISA this
 // CPU has: one k=4096 dot, a single-thread matvec (weight bytes/s: decode is bandwidth bound), and
 // the 8-activation multi-dot used for prompt processing (items/s = multiply-adds * 2, i.e. FLOP/s),
-// and the Q8_0 / Q8_K activation quantizers.
+// the Q8_0 / Q8_K activation quantizers, the KV encoders' scale search (kv_encode.h) and whole KV
+// rows encoded (int8, q4_0, q4_nl; the rotation of 4-bit rows timed on its own).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/kv_encode.h"
+#include "kernels/kv_format.h"
 #include "quant/quant.h"
 #include "quant/types.h"
 #include "util/fp16.h"
@@ -124,6 +129,74 @@ void BM_QuantizeAct(benchmark::State& state, GgmlType type, Isa isa) {
   state.SetItemsProcessed(state.iterations() * kRows * kCols);
 }
 
+const KvRowFormat kKvFormats[] = {KvRowFormat::kInt8, KvRowFormat::kQ4_0, KvRowFormat::kQ4Nl};
+
+const char* KvFormatName(KvRowFormat f) {
+  return f == KvRowFormat::kInt8 ? "int8" : f == KvRowFormat::kQ4_0 ? "q4_0" : "q4_nl";
+}
+
+// The scale search's first round as the encoders run it: 12 candidate scales of one 32-value
+// group, over 1,024 groups of normal floats (items/s = candidates evaluated).
+void BM_KvScaleErrors(benchmark::State& state, KvRowFormat format, Isa isa) {
+  constexpr int kGroups = 1024, kG = 32, kN = 12;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(kGroups * kG);  // [kGroups, kG]
+  for (float& f : x) f = dist(rng);
+  std::vector<float> d(kGroups * kN), err(kN);  // d [kGroups, kN]
+  for (int b = 0; b < kGroups; ++b) {
+    float amax = 0.0f;
+    for (int i = 0; i < kG; ++i) amax = std::max(amax, std::fabs(x[b * kG + i]));
+    for (int k = 0; k < kN; ++k) d[b * kN + k] = amax / (127.0f - kN * k / 4.0f);
+  }
+  const KvScaleErrorsFn fn = isa == Isa::kScalar ? ScalarKvScaleErrors(format)
+                             : isa == Isa::kAvx2 ? Avx2KvScaleErrors(format)
+                                                 : Avx512KvScaleErrors(format);
+  for (auto _ : state) {
+    for (int b = 0; b < kGroups; ++b) {
+      fn(x.data() + b * kG, kG, d.data() + b * kN, kN, err.data());
+      benchmark::DoNotOptimize(err.data());
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kGroups * kN);
+}
+
+// Whole head rows encoded as the cache's writer does (the best twin LAMINA_ISA allows): 1,024
+// rows of 128 normal floats (items/s = rows).
+void BM_EncodeKvRow(benchmark::State& state, KvRowFormat format) {
+  constexpr int kRows = 1024, kHd = 128;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(kRows * kHd);  // [kRows, kHd]
+  for (float& f : x) f = dist(rng);
+  const size_t rb = KvRowBytes(format, kHd);
+  std::vector<uint8_t> out(rb * kRows);  // [kRows][rb]
+  for (auto _ : state) {
+    for (int r = 0; r < kRows; ++r) {
+      EncodeKvRow(format, x.data() + r * kHd, kHd, nullptr, out.data() + r * rb);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kRows);
+}
+
+// The Walsh-Hadamard rotation of 1,024 rows of 128 floats, forward then back (items/s = rows).
+void BM_RotateKvRow(benchmark::State& state) {
+  constexpr int kRows = 1024, kHd = 128;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(kRows * kHd);  // [kRows, kHd]
+  for (float& f : x) f = dist(rng);
+  for (auto _ : state) {
+    for (int r = 0; r < kRows; ++r) {
+      Rotate(x.data() + r * kHd, kHd);
+      InverseRotate(x.data() + r * kHd, kHd);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kRows);
+}
+
 bool RegisterAll() {
   for (Isa isa : SupportedIsas()) {
     for (GgmlType t : kTypes) {
@@ -143,7 +216,18 @@ bool RegisterAll() {
       benchmark::RegisterBenchmark(name.c_str(), BM_QuantizeAct, t, isa)
           ->Unit(benchmark::kMicrosecond);
     }
+    for (KvRowFormat f : kKvFormats) {
+      const std::string name = std::string("KvScaleErrors/") + KvFormatName(f) + "/" + IsaName(isa);
+      benchmark::RegisterBenchmark(name.c_str(), BM_KvScaleErrors, f, isa)
+          ->Unit(benchmark::kMicrosecond);
+    }
   }
+  for (KvRowFormat f : kKvFormats) {
+    benchmark::RegisterBenchmark((std::string("EncodeKvRow/") + KvFormatName(f)).c_str(),
+                                 BM_EncodeKvRow, f)
+        ->Unit(benchmark::kMicrosecond);
+  }
+  benchmark::RegisterBenchmark("RotateKvRow", BM_RotateKvRow)->Unit(benchmark::kMicrosecond);
   return true;
 }
 

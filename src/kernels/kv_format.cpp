@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/kv_encode.h"
 #include "quant/quant.h"
 #include "util/check.h"
 
@@ -114,7 +115,7 @@ constexpr float kQ4ScaleStep = 0.1f;
 constexpr int kInt8ScaleSteps = 40;
 constexpr float kInt8ScaleStep = 0.25f;
 
-uint64_t Mix64(uint64_t z) {
+constexpr uint64_t Mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
@@ -131,54 +132,86 @@ inline float RoundHalfEven(float v) {
 // Least-error step in [lo, hi] (ties: the first seen): every 4th step, then the neighbours of the
 // best within 3. Error(0) (the plain scale) is always evaluated, so the plain scale is never beaten
 // by a worse one. About 17 evaluations instead of 41; the errors are bumpy in the step, so this
-// finds the best step most of the time, not always.
-template <typename ErrorFn>
-int SearchScaleStep(int lo, int hi, ErrorFn error) {
+// finds the best step most of the time, not always. `errors(steps, n, err)` evaluates n <=
+// kKvScaleCandidates steps at once, one call per round (0 and the coarse steps, then the
+// neighbours); the choice replays each round's steps in the order given.
+template <typename ErrorsFn>
+int SearchScaleStep(int lo, int hi, ErrorsFn errors) {
+  int steps[kKvScaleCandidates];  // [n] this round's steps, in the order they are considered
+  float err[kKvScaleCandidates];  // [n] their errors
+  LAMINA_CHECK(lo <= 0 && 2 + (hi - lo) / 4 <= kKvScaleCandidates);
+  int n = 0;
+  steps[n++] = 0;
+  for (int step = lo; step <= hi; step += 4) {
+    if (step != 0) steps[n++] = step;
+  }
+  errors(steps, n, err);
   int best = 0;
-  float best_err = error(0);
-  auto consider = [&](int step) {
-    if (step < lo || step > hi || step == 0) return;
-    const float e = error(step);
-    if (e < best_err) {
-      best_err = e;
-      best = step;
+  float best_err = err[0];
+  auto replay = [&](int first) {
+    for (int k = first; k < n; ++k) {
+      if (err[k] < best_err) {
+        best_err = err[k];
+        best = steps[k];
+      }
     }
   };
-  for (int step = lo; step <= hi; step += 4) consider(step);
+  replay(1);
   const int center = best;
+  n = 0;
   for (int delta = 1; delta <= 3; ++delta) {
-    consider(center - delta);
-    consider(center + delta);
+    for (const int step : {center - delta, center + delta}) {
+      if (step >= lo && step <= hi && step != 0) steps[n++] = step;
+    }
+  }
+  if (n > 0) {
+    errors(steps, n, err);
+    replay(0);
   }
   return best;
 }
 
-// Squared error of int8 codes for x against the stored (fp16) form of scale d.
-float Int8Error(const float* x, int g, float d) {
-  const float ds = Fp16ToF32(F32ToFp16(d));
-  const float id = ds != 0.0f ? 1.0f / ds : 0.0f;
-  float err = 0.0f;
-  for (int i = 0; i < g; ++i) {
-    const float c = std::clamp(RoundHalfEven(x[i] * id), -127.0f, 127.0f);
-    const float e = ds * c - x[i];
-    err += e * e;
+// The largest |x[i]| (NaNs skipped; 0 when none is above 0). Eight running maxima instead of one
+// (a max does not depend on the order it is taken in), so the loop vectorises.
+float GroupAbsMax(const float* x, int g) {
+  float lane_max[8] = {};
+  int i = 0;
+  for (; i + 8 <= g; i += 8) {
+    for (int l = 0; l < 8; ++l) lane_max[l] = std::max(lane_max[l], std::fabs(x[i + l]));
   }
-  return err;
+  for (; i < g; ++i) lane_max[0] = std::max(lane_max[0], std::fabs(x[i]));
+  float amax = 0.0f;
+  for (const float m : lane_max) amax = std::max(amax, m);
+  return amax;
+}
+
+// The first x[i] of magnitude amax = GroupAbsMax(x, g) (0 when amax is 0): the signed value of
+// largest magnitude that a running "if |x[i]| > best" loop keeps.
+float GroupSignedMax(const float* x, int g, float amax) {
+  if (!(amax > 0.0f)) return 0.0f;
+  for (int i = 0; i < g; ++i) {
+    if (std::fabs(x[i]) == amax) return x[i];
+  }
+  return 0.0f;
 }
 
 void EncodeInt8Group(const float* x, int g, const RoundingKey* key, uint32_t element0,
                      uint8_t* out) {
-  float amax = 0.0f;
-  for (int i = 0; i < g; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float amax = GroupAbsMax(x, g);
   // The scale maps amax to 127 - 0.25 s (s in [0, 40]); s = 0 is amax / 127 and larger s give
   // coarser steps that never clip. The encoder keeps the s with the least squared error of the
   // codes against the stored fp16 scale: ~28% lower RMS error for 8-value groups, ~12% for 32.
   // Scales beyond the fp16 range saturate (codes then clamp) rather than become inf.
   float d = std::min(amax / 127.0f, kFp16Max);
   if (amax > 0.0f && amax / 127.0f < kFp16Max) {
-    const int s = SearchScaleStep(0, kInt8ScaleSteps, [&](int step) {
-      const float cand = amax / (127.0f - kInt8ScaleStep * step);
-      return cand > kFp16Max ? INFINITY : Int8Error(x, g, cand);
+    static const KvScaleErrorsFn int8_errors = BestKvScaleErrors(KvRowFormat::kInt8);
+    const int s = SearchScaleStep(0, kInt8ScaleSteps, [&](const int* steps, int n, float* err) {
+      float cand[kKvScaleCandidates];  // [n]
+      for (int k = 0; k < n; ++k) cand[k] = amax / (127.0f - kInt8ScaleStep * steps[k]);
+      int8_errors(x, g, cand, n, err);
+      for (int k = 0; k < n; ++k) {
+        if (cand[k] > kFp16Max) err[k] = INFINITY;
+      }
     });
     d = amax / (127.0f - kInt8ScaleStep * s);
   }
@@ -187,46 +220,33 @@ void EncodeInt8Group(const float* x, int g, const RoundingKey* key, uint32_t ele
   const float id = ds != 0.0f ? 1.0f / ds : 0.0f;
   std::memcpy(out, &d16, 2);
   int8_t* q = reinterpret_cast<int8_t*>(out + 2);
-  for (int i = 0; i < g; ++i) {
-    const float y = x[i] * id;
-    const float r = key ? std::floor(y + StochasticUniform(*key, element0 + i)) : RoundHalfEven(y);
-    // NaN (a finite row whose rotation overflowed) codes as 0 rather than an undefined cast.
-    q[i] = std::isnan(r) ? 0 : static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+  // NaN (a finite row whose rotation overflowed) codes as 0 rather than an undefined cast.
+  auto code = [](float r) {
+    return std::isnan(r) ? int8_t{0} : static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+  };
+  if (key == nullptr) {
+    for (int i = 0; i < g; ++i) q[i] = code(RoundHalfEven(x[i] * id));
+  } else {
+    for (int i = 0; i < g; ++i) {
+      q[i] = code(std::floor(x[i] * id + StochasticUniform(*key, element0 + i)));
+    }
   }
-}
-
-// Squared error of encoding x with scale d (the fp16-rounded scale decodes).
-float Q4Error(const float* x, int g, float d) {
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  const float dq = Fp16ToF32(F32ToFp16(d));
-  float err = 0.0f;
-  for (int i = 0; i < g; ++i) {
-    // Truncation toward zero then the clamp equals trunc-then-clamp of GGML's formula.
-    // The same in float first, so that NaN and +-inf never reach the integer cast.
-    const float t = x[i] * id + 8.5f;
-    const int c = t >= 0.0f ? (t < 15.0f ? static_cast<int>(t) : 15) : 0;
-    const float e = dq * static_cast<float>(c - 8) - x[i];
-    err += e * e;
-  }
-  return err;
 }
 
 void EncodeQ4Group(const float* x, int g, const RoundingKey* key, uint32_t element0, uint8_t* out) {
-  float amax = 0.0f, max = 0.0f;
-  for (int i = 0; i < g; ++i) {
-    if (std::fabs(x[i]) > amax) {
-      amax = std::fabs(x[i]);
-      max = x[i];
-    }
-  }
+  const float amax = GroupAbsMax(x, g), max = GroupSignedMax(x, g, amax);
   // GGML's scale maps the value of largest magnitude to code 0 (d = max / -8). The encoder
   // also tries nearby scales and keeps the one with the least squared error: the block format
   // and its decoding are unchanged, the error drops by ~6% (32-value blocks) to ~13% (8).
   float d = std::clamp(max / -8.0f, -kFp16Max, kFp16Max);
   if (amax > 0.0f && amax < kFp16Max) {
-    const int s = SearchScaleStep(-kQ4ScaleSteps, kQ4ScaleSteps, [&](int step) {
-      return Q4Error(x, g, max / (-8.0f + kQ4ScaleStep * step));
-    });
+    static const KvScaleErrorsFn q4_errors = BestKvScaleErrors(KvRowFormat::kQ4_0);
+    const int s =
+        SearchScaleStep(-kQ4ScaleSteps, kQ4ScaleSteps, [&](const int* steps, int n, float* err) {
+          float cand[kKvScaleCandidates];  // [n]
+          for (int k = 0; k < n; ++k) cand[k] = max / (-8.0f + kQ4ScaleStep * steps[k]);
+          q4_errors(x, g, cand, n, err);
+        });
     d = max / (-8.0f + kQ4ScaleStep * s);
   }
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
@@ -242,53 +262,25 @@ void EncodeQ4Group(const float* x, int g, const RoundingKey* key, uint32_t eleme
   };
   for (int i = 0; i < half; ++i) qs[i] = static_cast<uint8_t>(code(i) | (code(i + half) << 4));
 }
-// q4_nl: the midpoints between neighbouring levels (a value's nearest level is the number of
-// midpoints below it).
-struct Q4NlTables {
-  float level[16];
-  float mid[15];
-  constexpr Q4NlTables() : level(), mid() {
-    for (int k = 0; k < 16; ++k) level[k] = kQ4NlLevels[k];
-    for (int k = 0; k < 15; ++k) mid[k] = 0.5f * (level[k] + level[k + 1]);
-  }
-};
-constexpr Q4NlTables kQ4Nl;
+// q4_nl's levels as floats.
+constexpr float Q4NlLevel(int k) { return static_cast<float>(kQ4NlLevels[k]); }
 constexpr int kQ4NlScaleSteps = 20;
 constexpr float kQ4NlScaleStep = 0.01f;
 
-inline int Q4NlNearest(float t) {
-  int c = 0;
-  for (int k = 0; k < 15; ++k) c += t > kQ4Nl.mid[k];
-  return c;
-}
-
-// Squared error of encoding x with scale d (the fp16-rounded scale decodes).
-float Q4NlError(const float* x, int g, float d) {
-  const float dq = Fp16ToF32(F32ToFp16(d));
-  const float id = dq != 0.0f ? 1.0f / dq : 0.0f;
-  float err = 0.0f;
-  for (int i = 0; i < g; ++i) {
-    const float e = dq * kQ4Nl.level[Q4NlNearest(x[i] * id)] - x[i];
-    err += e * e;
-  }
-  return err;
-}
-
 void EncodeQ4NlGroup(const float* x, int g, const RoundingKey* key, uint32_t element0,
                      uint8_t* out) {
-  float amax = 0.0f, max = 0.0f;
-  for (int i = 0; i < g; ++i) {
-    if (std::fabs(x[i]) > amax) {
-      amax = std::fabs(x[i]);
-      max = x[i];
-    }
-  }
-  const float top = kQ4Nl.level[15];
+  const float amax = GroupAbsMax(x, g), max = GroupSignedMax(x, g, amax);
+  const float top = Q4NlLevel(15);
   float d = std::clamp(max / top, -kFp16Max, kFp16Max);
   if (amax > 0.0f && amax < kFp16Max) {
-    const int s = SearchScaleStep(-kQ4NlScaleSteps, kQ4NlScaleSteps, [&](int step) {
-      return Q4NlError(x, g, max / (top * (1.0f + kQ4NlScaleStep * step)));
-    });
+    static const KvScaleErrorsFn q4nl_errors = BestKvScaleErrors(KvRowFormat::kQ4Nl);
+    const int s = SearchScaleStep(-kQ4NlScaleSteps, kQ4NlScaleSteps,
+                                  [&](const int* steps, int n, float* err) {
+                                    float cand[kKvScaleCandidates];  // [n]
+                                    for (int k = 0; k < n; ++k)
+                                      cand[k] = max / (top * (1.0f + kQ4NlScaleStep * steps[k]));
+                                    q4nl_errors(x, g, cand, n, err);
+                                  });
     d = max / (top * (1.0f + kQ4NlScaleStep * s));
   }
   const fp16_t d16 = F32ToFp16(d);
@@ -299,14 +291,14 @@ void EncodeQ4NlGroup(const float* x, int g, const RoundingKey* key, uint32_t ele
   const int half = g / 2;
   auto code = [&](int i) -> uint8_t {
     const float t = x[i] * id;
-    if (!key) return static_cast<uint8_t>(Q4NlNearest(t));
+    if (!key) return static_cast<uint8_t>(KvQ4NlNearest(t));
     // Stochastic: between the two levels around t, the upper one with probability equal to
     // t's fraction of the way there (the expectation is t within the levels' range).
-    if (!(t > kQ4Nl.level[0])) return 0;  // also NaN
-    if (t >= kQ4Nl.level[15]) return 15;
+    if (!(t > Q4NlLevel(0))) return 0;  // also NaN
+    if (t >= Q4NlLevel(15)) return 15;
     int k = 0;
-    while (t >= kQ4Nl.level[k + 1]) ++k;
-    const float frac = (t - kQ4Nl.level[k]) / (kQ4Nl.level[k + 1] - kQ4Nl.level[k]);
+    while (t >= Q4NlLevel(k + 1)) ++k;
+    const float frac = (t - Q4NlLevel(k)) / (Q4NlLevel(k + 1) - Q4NlLevel(k));
     return static_cast<uint8_t>(k + (StochasticUniform(*key, element0 + i) < frac ? 1 : 0));
   };
   for (int i = 0; i < half; ++i) qs[i] = static_cast<uint8_t>(code(i) | (code(i + half) << 4));
@@ -402,42 +394,56 @@ int RotationBlock(int n) { return n & -n; }
 
 namespace {
 // The fixed sign of element i within a rotation block.
-inline float RotationSign(int i) {
+constexpr float RotationSign(int i) {
   return (Mix64(kRotationSeed + static_cast<uint64_t>(i)) & 1) ? -1.0f : 1.0f;
 }
 
-void Hadamard(float* x, int n) {
-  for (int len = 1; len < n; len <<= 1) {
-    for (int i = 0; i < n; i += 2 * len) {
-      for (int j = i; j < i + len; ++j) {
-        const float a = x[j], b = x[j + len];
-        x[j] = a + b;
-        x[j + len] = a - b;
-      }
-    }
+// The signs of the first kRotationSignTable elements, computed at compile time (a rotation runs
+// per KV row written and per query and output of every rotated head).
+constexpr int kRotationSignTable = 512;
+struct RotationSigns {
+  float sign[kRotationSignTable];
+  constexpr RotationSigns() : sign() {
+    for (int i = 0; i < kRotationSignTable; ++i) sign[i] = RotationSign(i);
   }
+};
+constexpr RotationSigns kRotationSigns;
+
+// signs[i] = RotationSign(i) for i < b: the table, or `spill` filled for larger blocks.
+const float* RotationSignsFor(int b, std::vector<float>& spill) {
+  if (b <= kRotationSignTable) return kRotationSigns.sign;
+  spill.resize(b);
+  for (int i = 0; i < b; ++i) spill[i] = RotationSign(i);
+  return spill.data();
 }
+
 }  // namespace
 
 void Rotate(float* x, int n) {
+  static const KvHadamardFn hadamard = BestKvHadamard();
   const int b = RotationBlock(n);
   const float norm = 1.0f / std::sqrt(static_cast<float>(b));
+  std::vector<float> spill;
+  const float* signs = RotationSignsFor(b, spill);  // [b]
   for (int off = 0; off < n; off += b) {
     float* blk = x + off;
-    for (int i = 0; i < b; ++i) blk[i] *= RotationSign(i);
-    Hadamard(blk, b);
+    for (int i = 0; i < b; ++i) blk[i] *= signs[i];
+    hadamard(blk, b);
     for (int i = 0; i < b; ++i) blk[i] *= norm;
   }
 }
 
 void InverseRotate(float* x, int n) {
   // R = H D / sqrt(b) with H symmetric, so R^-1 = R^T = D H / sqrt(b).
+  static const KvHadamardFn hadamard = BestKvHadamard();
   const int b = RotationBlock(n);
   const float norm = 1.0f / std::sqrt(static_cast<float>(b));
+  std::vector<float> spill;
+  const float* signs = RotationSignsFor(b, spill);  // [b]
   for (int off = 0; off < n; off += b) {
     float* blk = x + off;
-    Hadamard(blk, b);
-    for (int i = 0; i < b; ++i) blk[i] *= norm * RotationSign(i);
+    hadamard(blk, b);
+    for (int i = 0; i < b; ++i) blk[i] *= norm * signs[i];
   }
 }
 
