@@ -254,13 +254,18 @@ void EncodeQ4Group(const float* x, int g, const RoundingKey* key, uint32_t eleme
   std::memcpy(out, &d16, 2);
   uint8_t* qs = out + 2;
   const int half = g / 2;
-  auto code = [&](int i) -> uint8_t {
-    const float y = x[i] * id + 8.0f;
-    const float r =
-        key ? std::floor(y + StochasticUniform(*key, element0 + i)) : std::trunc(y + 0.5f);
+  auto code_of = [](float r) {
     return std::isnan(r) ? uint8_t{8} : static_cast<uint8_t>(std::clamp(r, 0.0f, 15.0f));
   };
-  for (int i = 0; i < half; ++i) qs[i] = static_cast<uint8_t>(code(i) | (code(i + half) << 4));
+  if (key == nullptr) {  // branch-free per element, so the loop vectorises
+    auto code = [&](int i) { return code_of(std::trunc((x[i] * id + 8.0f) + 0.5f)); };
+    for (int i = 0; i < half; ++i) qs[i] = static_cast<uint8_t>(code(i) | (code(i + half) << 4));
+  } else {
+    auto code = [&](int i) {
+      return code_of(std::floor((x[i] * id + 8.0f) + StochasticUniform(*key, element0 + i)));
+    };
+    for (int i = 0; i < half; ++i) qs[i] = static_cast<uint8_t>(code(i) | (code(i + half) << 4));
+  }
 }
 // q4_nl's levels as floats.
 constexpr float Q4NlLevel(int k) { return static_cast<float>(kQ4NlLevels[k]); }
@@ -289,9 +294,13 @@ void EncodeQ4NlGroup(const float* x, int g, const RoundingKey* key, uint32_t ele
   const float id = dq != 0.0f ? 1.0f / dq : 0.0f;
   uint8_t* qs = out + 2;
   const int half = g / 2;
+  if (key == nullptr) {
+    auto code = [&](int i) { return static_cast<uint8_t>(KvQ4NlNearest(x[i] * id)); };
+    for (int i = 0; i < half; ++i) qs[i] = static_cast<uint8_t>(code(i) | (code(i + half) << 4));
+    return;
+  }
   auto code = [&](int i) -> uint8_t {
     const float t = x[i] * id;
-    if (!key) return static_cast<uint8_t>(KvQ4NlNearest(t));
     // Stochastic: between the two levels around t, the upper one with probability equal to
     // t's fraction of the way there (the expectation is t within the levels' range).
     if (!(t > Q4NlLevel(0))) return 0;  // also NaN
