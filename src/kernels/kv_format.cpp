@@ -1,5 +1,5 @@
-// KV head-row codecs and the Hadamard rotation (scalar; the attention kernels decode tiles
-// through DecodeKvRow).
+// KV head-row codecs and the Hadamard rotation (the scale search and the butterflies run as
+// kv_encode.h kernels; the attention kernels decode tiles through DecodeKvRow).
 #include "kernels/kv_format.h"
 
 #include <algorithm>
