@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/kv_encode.h"
 #include "util/cpu_features.h"
 
 namespace lamina {
@@ -336,23 +337,15 @@ void QuantizeQueryInt16(KvRowFormat format, const float* q, int head_dim, int16_
   const float code_max = static_cast<float>(KvQueryCodeMax(format));
   for (int g = 0; g < head_dim / kScoreGroup; ++g) {
     const float* x = q + g * kScoreGroup;
-    // The largest |x[i]| by eight running maxima (the same value as one; the loop vectorises).
-    float lane_max[8] = {};
-    for (int i = 0; i < kScoreGroup; i += 8) {
-      for (int l = 0; l < 8; ++l) lane_max[l] = std::max(lane_max[l], std::fabs(x[i + l]));
-    }
-    float amax = 0.0f;
-    for (const float m : lane_max) amax = std::max(amax, m);
+    const float amax = KvAbsMax(x, kScoreGroup);
     const float d = amax / code_max;
     const float id = d > 0.0f ? 1.0f / d : 0.0f;
     bool finite = true;  // a NaN or infinite query (a model gone non-finite) scores NaN
     for (int i = 0; i < kScoreGroup; ++i) {
       const int k = i / 16, m = (i % 16) / 2;
       const int slot = 16 * k + (i % 2) * 8 + m;
-      // nearbyint without the libm call: (v + 1.5 * 2^23) - 1.5 * 2^23 rounds to nearest even
-      // exactly as it does for |v| < 2^22, and beyond that both clamp to the same code.
-      constexpr float kMagic = 12582912.0f;
-      float c = std::clamp((x[i] * id + kMagic) - kMagic, -code_max, code_max);
+      // nearbyint's code: equal for |v| < 2^22, and beyond that both clamp to the same one.
+      float c = std::clamp(KvRoundHalfEven(x[i] * id), -code_max, code_max);
       if (std::isnan(c)) {  // casting NaN to int16 is undefined
         c = 0.0f;
         finite = false;

@@ -8,19 +8,12 @@
 namespace lamina {
 
 namespace {
-// Round half to even: adding and subtracting 1.5 * 2^23 rounds in the FPU's default
-// (nearest-even) mode exactly like nearbyint for |v| < 2^22.
-inline float RoundHalfEven(float v) {
-  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
-  return (v + kMagic) - kMagic;
-}
-
 float Int8Error(const float* x, int g, float d) {
   const float ds = Fp16ToF32(F32ToFp16(d));
   const float id = ds != 0.0f ? 1.0f / ds : 0.0f;
   float err = 0.0f;
   for (int i = 0; i < g; ++i) {
-    const float c = std::clamp(RoundHalfEven(x[i] * id), -127.0f, 127.0f);
+    const float c = std::clamp(KvRoundHalfEven(x[i] * id), -127.0f, 127.0f);
     const float e = ds * c - x[i];
     err += e * e;
   }

@@ -3,6 +3,9 @@
 // defines the formats, the search and the rotation).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+
 #include "kernels/kv_format.h"
 
 namespace lamina {
@@ -18,6 +21,28 @@ struct KvQ4NlMidpoints {
   }
 };
 inline constexpr KvQ4NlMidpoints kKvQ4NlMidpoints;
+
+// Round half to even, as the int8 codes ask: adding and subtracting 1.5 * 2^23 rounds in the
+// FPU's default (nearest-even) mode exactly like nearbyint for |v| < 2^22, without a libm call,
+// so loops over it vectorise. Larger |v| come out within a few units of v (callers clamp them).
+inline float KvRoundHalfEven(float v) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  return (v + kMagic) - kMagic;
+}
+
+// The largest |x[i]| of x[n] (NaNs skipped; 0 when none is above 0). Eight running maxima
+// instead of one (a max does not depend on the order it is taken in), so the loop vectorises.
+inline float KvAbsMax(const float* x, int n) {
+  float lane_max[8] = {};
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) lane_max[l] = std::max(lane_max[l], std::fabs(x[i + l]));
+  }
+  for (; i < n; ++i) lane_max[0] = std::max(lane_max[0], std::fabs(x[i]));
+  float amax = 0.0f;
+  for (const float m : lane_max) amax = std::max(amax, m);
+  return amax;
+}
 
 // The nearest q4_nl level's index of t (0 for NaN).
 inline int KvQ4NlNearest(float t) {

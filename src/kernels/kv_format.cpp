@@ -121,14 +121,6 @@ constexpr uint64_t Mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// Round half to even, as the int8 definition asks. Adding and subtracting 1.5 * 2^23 rounds in
-// the FPU's default (nearest-even) mode exactly like nearbyint for |v| < 2^22, without a libm
-// call, so the scale-search loops vectorise.
-inline float RoundHalfEven(float v) {
-  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
-  return (v + kMagic) - kMagic;
-}
-
 // Least-error step in [lo, hi] (ties: the first seen): every 4th step, then the neighbours of the
 // best within 3. Error(0) (the plain scale) is always evaluated, so the plain scale is never beaten
 // by a worse one. About 17 evaluations instead of 41; the errors are bumpy in the step, so this
@@ -171,21 +163,7 @@ int SearchScaleStep(int lo, int hi, ErrorsFn errors) {
   return best;
 }
 
-// The largest |x[i]| (NaNs skipped; 0 when none is above 0). Eight running maxima instead of one
-// (a max does not depend on the order it is taken in), so the loop vectorises.
-float GroupAbsMax(const float* x, int g) {
-  float lane_max[8] = {};
-  int i = 0;
-  for (; i + 8 <= g; i += 8) {
-    for (int l = 0; l < 8; ++l) lane_max[l] = std::max(lane_max[l], std::fabs(x[i + l]));
-  }
-  for (; i < g; ++i) lane_max[0] = std::max(lane_max[0], std::fabs(x[i]));
-  float amax = 0.0f;
-  for (const float m : lane_max) amax = std::max(amax, m);
-  return amax;
-}
-
-// The first x[i] of magnitude amax = GroupAbsMax(x, g) (0 when amax is 0): the signed value of
+// The first x[i] of magnitude amax = KvAbsMax(x, g) (0 when amax is 0): the signed value of
 // largest magnitude that a running "if |x[i]| > best" loop keeps.
 float GroupSignedMax(const float* x, int g, float amax) {
   if (!(amax > 0.0f)) return 0.0f;
@@ -197,7 +175,7 @@ float GroupSignedMax(const float* x, int g, float amax) {
 
 void EncodeInt8Group(const float* x, int g, const RoundingKey* key, uint32_t element0,
                      uint8_t* out) {
-  const float amax = GroupAbsMax(x, g);
+  const float amax = KvAbsMax(x, g);
   // The scale maps amax to 127 - 0.25 s (s in [0, 40]); s = 0 is amax / 127 and larger s give
   // coarser steps that never clip. The encoder keeps the s with the least squared error of the
   // codes against the stored fp16 scale: ~28% lower RMS error for 8-value groups, ~12% for 32.
@@ -225,7 +203,7 @@ void EncodeInt8Group(const float* x, int g, const RoundingKey* key, uint32_t ele
     return std::isnan(r) ? int8_t{0} : static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
   };
   if (key == nullptr) {
-    for (int i = 0; i < g; ++i) q[i] = code(RoundHalfEven(x[i] * id));
+    for (int i = 0; i < g; ++i) q[i] = code(KvRoundHalfEven(x[i] * id));
   } else {
     for (int i = 0; i < g; ++i) {
       q[i] = code(std::floor(x[i] * id + StochasticUniform(*key, element0 + i)));
@@ -234,7 +212,7 @@ void EncodeInt8Group(const float* x, int g, const RoundingKey* key, uint32_t ele
 }
 
 void EncodeQ4Group(const float* x, int g, const RoundingKey* key, uint32_t element0, uint8_t* out) {
-  const float amax = GroupAbsMax(x, g), max = GroupSignedMax(x, g, amax);
+  const float amax = KvAbsMax(x, g), max = GroupSignedMax(x, g, amax);
   // GGML's scale maps the value of largest magnitude to code 0 (d = max / -8). The encoder
   // also tries nearby scales and keeps the one with the least squared error: the block format
   // and its decoding are unchanged, the error drops by ~6% (32-value blocks) to ~13% (8).
@@ -274,7 +252,7 @@ constexpr float kQ4NlScaleStep = 0.01f;
 
 void EncodeQ4NlGroup(const float* x, int g, const RoundingKey* key, uint32_t element0,
                      uint8_t* out) {
-  const float amax = GroupAbsMax(x, g), max = GroupSignedMax(x, g, amax);
+  const float amax = KvAbsMax(x, g), max = GroupSignedMax(x, g, amax);
   const float top = Q4NlLevel(15);
   float d = std::clamp(max / top, -kFp16Max, kFp16Max);
   if (amax > 0.0f && amax < kFp16Max) {
