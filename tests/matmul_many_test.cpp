@@ -1,6 +1,7 @@
 // MatMulMany (several matmuls over the same activations in one parallel region) against one
 // MatMul per part: the same bits for every part, token count and thread count, with and without
-// the per-row epilogue, and through the fallback for parts of different types; plain and
+// the per-row epilogue, and through the fallback for parts of different types; F16 weights
+// against vec_dot on the rounded activations (made per thread for few tokens); plain and
 // interleaved (repacked) weights, including interleaved parts of different types that read the
 // same activations (Q4_K and Q6_K: Q8_K).
 #include <gtest/gtest.h>
@@ -88,6 +89,45 @@ TEST(MatMulMany, EqualsOneMatMulPerPartBitForBit) {
                  std::to_string(n) + " tokens, " + std::to_string(threads) + " threads";
         });
       }
+    }
+  }
+}
+
+// F16 weights round their activations to f16 per thread for a few tokens (each thread its own
+// copy, made on its first chunk of a loop) and once on the caller for more: every output must be
+// vec_dot's bits on the caller-rounded row, on either side of the switch, for any thread count,
+// with strided activations and one scratch reused across calls of every size.
+TEST(MatMulMany, F16EqualsVecDotOnRoundedRowsForEveryThreadCount) {
+  std::mt19937 rng(9);
+  const int64_t cols = 80, rows = 40, x_stride = 96;  // 40: two whole row tiles and a part
+  const OwnedWeights w = MakeWeights(GgmlType::kF16, rows, cols, rng);
+  const TypeKernels& kern = GetKernels(GgmlType::kF16);
+  ASSERT_NE(kern.quantize_act, nullptr);
+  for (int threads : {1, 2, 3, 4}) {
+    ThreadPool pool(threads);
+    MatMulScratch scratch;  // reused by every call below
+    for (int64_t n : {1, 2, 9, 16, 17, 24, 5, 1}) {
+      // [n, x_stride] with values past cols that must not be read; magnitudes around f16's
+      // subnormals, normals and its largest.
+      std::vector<float> x = RandomFloats(n * x_stride, rng);
+      for (int64_t i = 0; i < n * x_stride; ++i) {
+        x[i] *= i % 7 == 0 ? 1e-6f : (i % 11 == 0 ? 2e4f : 1.0f);
+      }
+      std::vector<float> want(n * rows);  // [n, rows]
+      std::vector<float> rounded(cols);   // [cols]
+      for (int64_t t = 0; t < n; ++t) {
+        kern.quantize_act(x.data() + t * x_stride, rounded.data(), cols);
+        for (int64_t r = 0; r < rows; ++r) {
+          kern.vec_dot(cols, &want[t * rows + r], w.data.data() + r * w.w.row_bytes,
+                       rounded.data());
+        }
+      }
+      std::vector<float> one(n * rows, -1.0f), many(n * rows, -1.0f);  // [n, rows]
+      MatMul(w.w, x.data(), x_stride, n, one.data(), rows, scratch, pool);
+      const MatMulPart parts[] = {{&w.w, many.data(), rows}};
+      MatMulMany(parts, 1, x.data(), x_stride, n, scratch, pool);
+      EXPECT_TRUE(SameBits(want, one)) << n << " tokens, " << threads << " threads (MatMul)";
+      EXPECT_TRUE(SameBits(want, many)) << n << " tokens, " << threads << " threads (Many)";
     }
   }
 }

@@ -55,10 +55,47 @@ void ScaleOutputs(const WeightMatrix& w, int64_t r0, int64_t r1, int64_t n_token
   }
 }
 
-// Activations as a matmul's kernels read them: [n_tokens][row_bytes].
+// Activations as a matmul's kernels read them: [n_tokens][row_bytes]. For a few tokens (at most
+// kLocalActTokens: decode steps, verify windows), F16 weights' f16-rounded activations are made
+// by each thread for itself from x on its first chunk of the loop (Local): one shared copy
+// rounded on the caller kept the other threads waiting, a verify window's matmuls 10-20% of
+// their time (docs/PERFORMANCE.md). The same values either way: rounding is per element.
+constexpr int64_t kLocalActTokens = 16;
 struct PreparedAct {
   const uint8_t* data = nullptr;
   size_t row_bytes = 0;
+  // Per-thread rounding (data == nullptr): x [n_tokens, x_stride], the rounding, each slot's
+  // buffer at per_thread + slot * per_thread_stride, ready[slot] once made.
+  const float* x = nullptr;
+  int64_t x_stride = 0;
+  int64_t n_tokens = 0;
+  int64_t cols = 0;
+  void (*round)(const float* x, void* y, int64_t k) = nullptr;
+  uint8_t* per_thread = nullptr;
+  size_t per_thread_stride = 0;
+  uint8_t* ready = nullptr;
+
+  // Whether y [n_tokens, y_stride] (rows columns) shares bytes with x: a thread's outputs must
+  // not change what a later thread rounds.
+  bool Overlaps(const float* y, int64_t y_stride, int64_t rows) const {
+    if (data != nullptr) return false;
+    const float* x_end = x + (n_tokens - 1) * x_stride + cols;
+    const float* y_end = y + (n_tokens - 1) * y_stride + rows;
+    return x < y_end && y < x_end;
+  }
+  // The activations as thread `slot` reads them (rounded on its first call in a loop).
+  PreparedAct Local(int slot) const {
+    if (data != nullptr) return *this;
+    uint8_t* dst = per_thread + static_cast<size_t>(slot) * per_thread_stride;
+    if (ready[slot] == 0) {
+      for (int64_t t = 0; t < n_tokens; ++t) round(x + t * x_stride, dst + t * row_bytes, cols);
+      ready[slot] = 1;
+    }
+    PreparedAct local;
+    local.data = dst;
+    local.row_bytes = row_bytes;
+    return local;
+  }
 };
 
 // The interleaved kernels' activations: quantized to vec_dot_type as for vec_dot (Q8_0 rows then
@@ -149,6 +186,25 @@ PreparedAct PrepareActivations(const WeightMatrix& w, const TypeKernels& kern, c
   if (kern.vec_dot_type == GgmlType::kF32 && kern.quantize_act == nullptr && x_stride == w.cols) {
     return {reinterpret_cast<const uint8_t*>(x), act_row_bytes};
   }
+  if (kern.quantize_act != nullptr && n_tokens <= kLocalActTokens) {
+    // F16 weights, few tokens: each thread rounds its own copy (PreparedAct::Local), 64-byte
+    // aligned slots of [n_tokens][cols] f32.
+    const size_t stride = (act_row_bytes * static_cast<size_t>(n_tokens) + 63) / 64 * 64;
+    scratch.act_per_thread.resize(stride * static_cast<size_t>(pool.size()) + 64);
+    scratch.act_ready.assign(static_cast<size_t>(pool.size()), 0);
+    const uintptr_t base = reinterpret_cast<uintptr_t>(scratch.act_per_thread.data());
+    PreparedAct act;
+    act.row_bytes = act_row_bytes;
+    act.x = x;
+    act.x_stride = x_stride;
+    act.n_tokens = n_tokens;
+    act.cols = w.cols;
+    act.round = kern.quantize_act;
+    act.per_thread = scratch.act_per_thread.data() + ((64 - base % 64) % 64);
+    act.per_thread_stride = stride;
+    act.ready = scratch.act_ready.data();
+    return act;
+  }
   scratch.act.resize(act_row_bytes * static_cast<size_t>(n_tokens));
   uint8_t* dst = scratch.act.data();
   if (kern.quantize_act != nullptr) {  // F16 weights: f16-rounded activations kept as f32
@@ -224,9 +280,10 @@ void MatMulRows(const WeightMatrix& w, int64_t row_begin, int64_t row_end, const
                              scratch, pool);
   }
   const PreparedAct act = PrepareActivations(w, kern, x, x_stride, n_tokens, scratch, pool);
+  LAMINA_CHECK(!act.Overlaps(y, y_stride, row_end));
   const int64_t n_row_tiles = (row_end - row_begin + kRowTile - 1) / kRowTile;
-  pool.ParallelFor(n_row_tiles, 1, [&](int64_t tile0, int64_t tile1) {
-    RunRows(w, kern, act, n_tokens, row_begin + tile0 * kRowTile,
+  pool.ParallelFor(n_row_tiles, 1, [&](int64_t tile0, int64_t tile1, int slot) {
+    RunRows(w, kern, act.Local(slot), n_tokens, row_begin + tile0 * kRowTile,
             std::min(row_end, row_begin + tile1 * kRowTile), y, y_stride);
   });
 }
@@ -269,18 +326,21 @@ void MatMulMany(const MatMulPart* parts, int n_parts, const float* x, int64_t x_
     iact = PrepareInterleavedAct(w0, *kerns[0], x, x_stride, n_tokens, scratch, pool);
   } else {
     act = PrepareActivations(w0, *kerns[0], x, x_stride, n_tokens, scratch, pool);
+    for (int p = 0; p < n_parts; ++p) {
+      LAMINA_CHECK(!act.Overlaps(parts[p].y, parts[p].y_stride, parts[p].w->rows));
+    }
   }
   auto unit_rows = [&](int p) -> int64_t {
     return interleaved ? parts[p].w->interleave : kRowTile;
   };
   // Units [u0, u1) of part p (relative to the part).
-  auto run = [&](int p, int64_t u0, int64_t u1) {
+  auto run = [&](int p, int64_t u0, int64_t u1, int slot) {
     const WeightMatrix& w = *parts[p].w;
     if (interleaved) {
       RunGroups(w, *kerns[p], iact, n_tokens, u0, u1, 0, w.rows, parts[p].y, parts[p].y_stride);
     } else {
-      RunRows(w, *kerns[p], act, n_tokens, u0 * kRowTile, std::min(w.rows, u1 * kRowTile),
-              parts[p].y, parts[p].y_stride);
+      RunRows(w, *kerns[p], act.Local(slot), n_tokens, u0 * kRowTile,
+              std::min(w.rows, u1 * kRowTile), parts[p].y, parts[p].y_stride);
     }
   };
   // Units: with after_rows, unit u is unit u of every part (then after_rows on its rows);
@@ -290,15 +350,15 @@ void MatMulMany(const MatMulPart* parts, int n_parts, const float* x, int64_t x_
     first_unit[p + 1] = first_unit[p] + (parts[p].w->rows + unit_rows(p) - 1) / unit_rows(p);
   }
   const int64_t n_units = after_rows != nullptr ? first_unit[1] : first_unit[n_parts];
-  pool.ParallelFor(n_units, 1, [&](int64_t u0, int64_t u1) {
+  pool.ParallelFor(n_units, 1, [&](int64_t u0, int64_t u1, int slot) {
     if (after_rows != nullptr) {
-      for (int p = 0; p < n_parts; ++p) run(p, u0, u1);
+      for (int p = 0; p < n_parts; ++p) run(p, u0, u1, slot);
       (*after_rows)(u0 * unit_rows(0), std::min(w0.rows, u1 * unit_rows(0)));
       return;
     }
     for (int p = 0; p < n_parts; ++p) {
       const int64_t lo = std::max(u0, first_unit[p]), hi = std::min(u1, first_unit[p + 1]);
-      if (lo < hi) run(p, lo - first_unit[p], hi - first_unit[p]);
+      if (lo < hi) run(p, lo - first_unit[p], hi - first_unit[p], slot);
     }
   });
 }

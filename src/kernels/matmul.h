@@ -47,6 +47,11 @@ WeightMatrix InterleaveInto(const WeightMatrix& w, uint8_t* dst);
 struct MatMulScratch {
   std::vector<uint8_t> act;       // [n_tokens][row bytes of cols in vec_dot_type]
   std::vector<uint8_t> act_wide;  // interleaved weights: [n_tokens][cols / 32] BlockQ8_0Act
+  // F16 weights and a few tokens: each thread's own f16-rounded copy of the activations,
+  // [threads][n_tokens][cols] f32 (made by the thread on its first chunk of a loop), and whether
+  // thread slot s has made its copy for the current loop ([threads]).
+  std::vector<uint8_t> act_per_thread;
+  std::vector<uint8_t> act_ready;
 };
 
 // y[t][r] = sum_c w[r][c] * x[t][c] for t < n_tokens.

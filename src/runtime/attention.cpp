@@ -2,6 +2,7 @@
 #include "runtime/attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -622,13 +623,37 @@ void AttentionCall::RunWave(const std::vector<Unit>& units, size_t u0, size_t u1
   if (scratch_.chunks.size() < static_cast<size_t>(n_slots) * slot_floats_) {
     scratch_.chunks.resize(static_cast<size_t>(n_slots) * slot_floats_);
   }
-  pool.ParallelFor(n_items, 1, [&](int64_t begin, int64_t end, int thread) {
+  // The items in the order threads take them, one at a time: the costliest first (cells times
+  // queries; ties in item order), so that what is left at the end of the wave is small and a
+  // thread waits at the join for at most a short item, not a whole chunk of cells (a step at
+  // depth ends each KV head with a short chunk: in item order the long ones came last). Which
+  // thread runs an item never changes a result (each has its slot or its output rows).
+  struct Item {
+    int64_t cost;
+    int32_t unit;  // index into units
+    int32_t item;  // g * n_chunks + chunk within the unit
+  };
+  std::vector<Item> order;  // [n_items]
+  order.reserve(static_cast<size_t>(n_items));
+  for (size_t u = u0; u < u1; ++u) {
+    const Unit& unit = units[u];
+    const int n_cells = segments_[unit.seg].pos0 + unit.t0 + unit.nt;
+    for (int64_t item = 0; item < static_cast<int64_t>(shape_.n_head_kv) * unit.n_chunks; ++item) {
+      const int ch = static_cast<int>(item % unit.n_chunks);
+      const int64_t cells = std::min(n_cells, (ch + 1) * kCellChunk) - ch * kCellChunk;
+      order.push_back({cells * unit.nt, static_cast<int32_t>(u), static_cast<int32_t>(item)});
+    }
+  }
+  LAMINA_CHECK(static_cast<int64_t>(order.size()) == n_items);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Item& a, const Item& b) { return a.cost > b.cost; });
+  std::atomic<int64_t> next{0};
+  pool.ParallelFor(pool.size(), 1, [&](int64_t, int64_t, int thread) {
     std::vector<int> wb(max_queries_), lims(max_queries_);  // [max_queries]
-    size_t u = u0;
-    for (int64_t flat = begin; flat < end; ++flat) {
-      while (u + 1 < u1 && flat >= units[u + 1].first_item) ++u;
-      const Unit& unit = units[u];
-      const int64_t item = flat - unit.first_item;  // g * n_chunks + chunk
+    for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n_items;
+         i = next.fetch_add(1, std::memory_order_relaxed)) {
+      const Unit& unit = units[order[i].unit];
+      const int64_t item = order[i].item;
       const int g = static_cast<int>(item / unit.n_chunks);
       const int ch = static_cast<int>(item % unit.n_chunks);
       const int n_cells = segments_[unit.seg].pos0 + unit.t0 + unit.nt;
