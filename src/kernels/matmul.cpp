@@ -98,6 +98,15 @@ struct PreparedAct {
   }
 };
 
+// bytes of v at a 64-byte boundary (v grown to hold them): the kernels' 512-bit loads of an
+// activation row then do not straddle cache lines (a 9-token F16 window's matmuls ran 16% longer
+// on rows 16 bytes off, docs/PERFORMANCE.md).
+uint8_t* Aligned64(std::vector<uint8_t>& v, size_t bytes) {
+  v.resize(bytes + 64);
+  const uintptr_t base = reinterpret_cast<uintptr_t>(v.data());
+  return v.data() + (64 - base % 64) % 64;
+}
+
 // The interleaved kernels' activations: quantized to vec_dot_type as for vec_dot (Q8_0 rows then
 // widened to BlockQ8_0Act; Q8_K rows as they are). The same bytes for every weight type with this
 // vec_dot_type and these cols.
@@ -110,17 +119,18 @@ PreparedAct PrepareInterleavedAct(const WeightMatrix& w, const TypeKernels& kern
   const TypeKernels& act_kern = GetKernels(kern.vec_dot_type);
   const size_t q_row = RowSize(kern.vec_dot_type, w.cols);
   const size_t act_row = wide ? static_cast<size_t>(w.cols / kQK) * sizeof(BlockQ8_0Act) : q_row;
-  scratch.act.resize(q_row * static_cast<size_t>(n_tokens));  // [n_tokens][q_row]
-  if (wide)
-    scratch.act_wide.resize(act_row * static_cast<size_t>(n_tokens));  // [n_tokens][act_row]
+  uint8_t* q_rows =
+      Aligned64(scratch.act, q_row * static_cast<size_t>(n_tokens));  // [n_tokens][q_row]
+  uint8_t* wide_rows =                                                // [n_tokens][act_row]
+      wide ? Aligned64(scratch.act_wide, act_row * static_cast<size_t>(n_tokens)) : nullptr;
   pool.ParallelFor(n_tokens, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      uint8_t* q = scratch.act.data() + t * q_row;
+      uint8_t* q = q_rows + t * q_row;
       act_kern.quantize(x + t * x_stride, q, w.cols);
-      if (wide) Q8_0ToAct(q, scratch.act_wide.data() + t * act_row, w.cols);
+      if (wide) Q8_0ToAct(q, wide_rows + t * act_row, w.cols);
     }
   });
-  return {wide ? scratch.act_wide.data() : scratch.act.data(), act_row};
+  return {wide ? wide_rows : q_rows, act_row};
 }
 
 // Groups [g_begin, g_end) of interleaved w (w.interleave rows each), only their rows in
@@ -190,9 +200,8 @@ PreparedAct PrepareActivations(const WeightMatrix& w, const TypeKernels& kern, c
     // F16 weights, few tokens: each thread rounds its own copy (PreparedAct::Local), 64-byte
     // aligned slots of [n_tokens][cols] f32.
     const size_t stride = (act_row_bytes * static_cast<size_t>(n_tokens) + 63) / 64 * 64;
-    scratch.act_per_thread.resize(stride * static_cast<size_t>(pool.size()) + 64);
+    uint8_t* slots = Aligned64(scratch.act_per_thread, stride * static_cast<size_t>(pool.size()));
     scratch.act_ready.assign(static_cast<size_t>(pool.size()), 0);
-    const uintptr_t base = reinterpret_cast<uintptr_t>(scratch.act_per_thread.data());
     PreparedAct act;
     act.row_bytes = act_row_bytes;
     act.x = x;
@@ -200,13 +209,12 @@ PreparedAct PrepareActivations(const WeightMatrix& w, const TypeKernels& kern, c
     act.n_tokens = n_tokens;
     act.cols = w.cols;
     act.round = kern.quantize_act;
-    act.per_thread = scratch.act_per_thread.data() + ((64 - base % 64) % 64);
+    act.per_thread = slots;
     act.per_thread_stride = stride;
     act.ready = scratch.act_ready.data();
     return act;
   }
-  scratch.act.resize(act_row_bytes * static_cast<size_t>(n_tokens));
-  uint8_t* dst = scratch.act.data();
+  uint8_t* dst = Aligned64(scratch.act, act_row_bytes * static_cast<size_t>(n_tokens));
   if (kern.quantize_act != nullptr) {  // F16 weights: f16-rounded activations kept as f32
     for (int64_t t = 0; t < n_tokens; ++t) {
       kern.quantize_act(x + t * x_stride, dst + t * act_row_bytes, w.cols);
