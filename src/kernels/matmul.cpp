@@ -79,9 +79,10 @@ struct PreparedAct {
   // not change what a later thread rounds.
   bool Overlaps(const float* y, int64_t y_stride, int64_t rows) const {
     if (data != nullptr) return false;
-    const float* x_end = x + (n_tokens - 1) * x_stride + cols;
-    const float* y_end = y + (n_tokens - 1) * y_stride + rows;
-    return x < y_end && y < x_end;
+    // Addresses as integers: x and y may be unrelated arrays.
+    const auto at = [](const float* p) { return reinterpret_cast<uintptr_t>(p); };
+    return at(x) < at(y + (n_tokens - 1) * y_stride + rows) &&
+           at(y) < at(x + (n_tokens - 1) * x_stride + cols);
   }
   // The activations as thread `slot` reads them (rounded on its first call in a loop).
   PreparedAct Local(int slot) const {

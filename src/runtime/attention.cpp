@@ -116,7 +116,6 @@ void AddAnchorScores(const KvCache& cache, int layer, int seq, int g, int pos0, 
 // A unit is one token block of one segment; its work items are (KV head, cell chunk).
 struct Unit {
   int seg, t0, nt, n_chunks;
-  int64_t first_item;  // within its wave
   int64_t first_slot;  // its chunks' stored results (-1: one chunk, written out directly)
 };
 
@@ -127,14 +126,14 @@ std::vector<Unit> MakeUnits(const AttentionSegment* segments, int n_segments) {
     for (int t0 = 0; t0 < segments[s].n; t0 += kTokenBlock) {
       const int nt = std::min(kTokenBlock, segments[s].n - t0);
       const int n_cells = segments[s].pos0 + t0 + nt;
-      units.push_back({s, t0, nt, (n_cells + kCellChunk - 1) / kCellChunk, 0, -1});
+      units.push_back({s, t0, nt, (n_cells + kCellChunk - 1) / kCellChunk, -1});
     }
   }
   return units;
 }
 
 // Lays out the wave of units from u0 whose stored chunks fit kMaxStoredChunks (a unit alone
-// may exceed it): sets their first item and slot, and returns the wave's end.
+// may exceed it): sets their first slot, counts their items, and returns the wave's end.
 size_t PlanWave(std::vector<Unit>& units, size_t u0, int n_head_kv, int64_t* n_items,
                 int64_t* n_slots) {
   size_t u1 = u0;
@@ -143,7 +142,6 @@ size_t PlanWave(std::vector<Unit>& units, size_t u0, int n_head_kv, int64_t* n_i
     const int64_t unit_items = static_cast<int64_t>(n_head_kv) * unit.n_chunks;
     const int64_t unit_slots = unit.n_chunks > 1 ? unit_items : 0;
     if (u1 > u0 && *n_slots + unit_slots > kMaxStoredChunks) break;
-    unit.first_item = *n_items;
     unit.first_slot = unit.n_chunks > 1 ? *n_slots : -1;
     *n_items += unit_items;
     *n_slots += unit_slots;
@@ -630,8 +628,9 @@ void AttentionCall::RunWave(const std::vector<Unit>& units, size_t u0, size_t u1
   // thread runs an item never changes a result (each has its slot or its output rows).
   struct Item {
     int64_t cost;
-    int32_t unit;  // index into units
-    int32_t item;  // g * n_chunks + chunk within the unit
+    int32_t unit;        // index into units
+    int32_t item;        // g * n_chunks + chunk within the unit
+    int32_t c_lo, c_hi;  // the chunk's cells
   };
   std::vector<Item> order;  // [n_items]
   order.reserve(static_cast<size_t>(n_items));
@@ -639,9 +638,10 @@ void AttentionCall::RunWave(const std::vector<Unit>& units, size_t u0, size_t u1
     const Unit& unit = units[u];
     const int n_cells = segments_[unit.seg].pos0 + unit.t0 + unit.nt;
     for (int64_t item = 0; item < static_cast<int64_t>(shape_.n_head_kv) * unit.n_chunks; ++item) {
-      const int ch = static_cast<int>(item % unit.n_chunks);
-      const int64_t cells = std::min(n_cells, (ch + 1) * kCellChunk) - ch * kCellChunk;
-      order.push_back({cells * unit.nt, static_cast<int32_t>(u), static_cast<int32_t>(item)});
+      const int c_lo = static_cast<int>(item % unit.n_chunks) * kCellChunk;
+      const int c_hi = std::min(n_cells, c_lo + kCellChunk);
+      order.push_back({static_cast<int64_t>(c_hi - c_lo) * unit.nt, static_cast<int32_t>(u),
+                       static_cast<int32_t>(item), c_lo, c_hi});
     }
   }
   LAMINA_CHECK(static_cast<int64_t>(order.size()) == n_items);
@@ -652,14 +652,11 @@ void AttentionCall::RunWave(const std::vector<Unit>& units, size_t u0, size_t u1
     std::vector<int> wb(max_queries_), lims(max_queries_);  // [max_queries]
     for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n_items;
          i = next.fetch_add(1, std::memory_order_relaxed)) {
-      const Unit& unit = units[order[i].unit];
-      const int64_t item = order[i].item;
-      const int g = static_cast<int>(item / unit.n_chunks);
-      const int ch = static_cast<int>(item % unit.n_chunks);
-      const int n_cells = segments_[unit.seg].pos0 + unit.t0 + unit.nt;
-      const int c_lo = ch * kCellChunk, c_hi = std::min(n_cells, c_lo + kCellChunk);
-      float* slot = unit.first_slot < 0 ? nullptr : SlotOf(unit, item);
-      RunChunk(unit, g, c_lo, c_hi, slot, thread, wb.data(), lims.data());
+      const Item& it = order[i];
+      const Unit& unit = units[it.unit];
+      float* slot = unit.first_slot < 0 ? nullptr : SlotOf(unit, it.item);
+      RunChunk(unit, it.item / unit.n_chunks, it.c_lo, it.c_hi, slot, thread, wb.data(),
+               lims.data());
     }
   });
   // The merges are a few multiply-adds per stored value: on this thread, without waking the
