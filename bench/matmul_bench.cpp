@@ -5,11 +5,14 @@
 // bandwidth (the roofline's denominator).
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "kernels/activation_kernels.h"
@@ -318,6 +321,48 @@ void BM_FmaPeak(benchmark::State& state) {
       benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->UseRealTime();
+
+// args: kind (0: the FMA chains, 1: the vpdpbusd chains), cpu. The same chains on one thread
+// pinned to one CPU: whether every core of a (virtual) machine runs them at the same rate. A
+// 2-thread figure that scales less than 2x may be one slow core rather than the code (on the
+// Zen 5 VM of docs/PERFORMANCE.md, CPU 1 once ran vpdpbusd at 78% of CPU 0's rate and FMA at
+// 100%, and minutes later both alike).
+void BM_CorePeak(benchmark::State& state) {
+  if (DetectIsa() < Isa::kAvx512) {
+    state.SkipWithError("needs AVX-512 VNNI");
+    return;
+  }
+  const int cpu = static_cast<int>(state.range(1));
+  if (cpu >= CPU_SETSIZE || cpu >= static_cast<int>(std::thread::hardware_concurrency())) {
+    state.SkipWithError("no such CPU");
+    return;
+  }
+  const bool vnni = state.range(0) != 0;
+  int sink = 0;
+  std::thread t([&] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) != 0) {
+      sink = -1;
+      return;
+    }
+    constexpr int64_t kSteps = 1 << 16;
+    for (auto _ : state) {
+      // The seed depends on the last result, so no call is hoisted out of the loop.
+      const int seed = sink & 1;
+      sink += vnni ? DpbusdChains(kSteps, seed)
+                   : static_cast<int>(FmaChains(kSteps, static_cast<float>(seed)));
+    }
+    state.counters[vnni ? "GMAC/s" : "GFLOP/s"] = benchmark::Counter(
+        (vnni ? 64.0 : 32.0) * 16 * kSteps * static_cast<double>(state.iterations()),
+        benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  });
+  t.join();
+  if (sink == -1) state.SkipWithError("cannot pin to this CPU");
+  benchmark::DoNotOptimize(sink);
+}
+BENCHMARK(BM_CorePeak)->ArgsProduct({{0, 1}, {0, 1, 2, 3}})->UseRealTime();
 
 // args: kv type, depth, threads, keys. One decode step of one layer of the 181M shape (16 heads,
 // 4 KV heads, head_dim 64, RoPE over all 64 dimensions). keys 0: Gaussian rows (a random-weight
