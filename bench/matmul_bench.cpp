@@ -329,7 +329,7 @@ BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->UseRealTime();
 // 100%, and minutes later both alike).
 void BM_CorePeak(benchmark::State& state) {
   if (DetectIsa() < Isa::kAvx512) {
-    state.SkipWithError("needs AVX-512 VNNI");
+    state.SkipWithError("needs AVX-512 (VNNI)");
     return;
   }
   const int cpu = static_cast<int>(state.range(1));
@@ -339,14 +339,13 @@ void BM_CorePeak(benchmark::State& state) {
   }
   const bool vnni = state.range(0) != 0;
   int sink = 0;
+  bool pinned = false;
   std::thread t([&] {
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);
-    if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) != 0) {
-      sink = -1;
-      return;
-    }
+    pinned = pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+    if (!pinned) return;
     constexpr int64_t kSteps = 1 << 16;
     for (auto _ : state) {
       // The seed depends on the last result, so no call is hoisted out of the loop.
@@ -359,7 +358,7 @@ void BM_CorePeak(benchmark::State& state) {
         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   });
   t.join();
-  if (sink == -1) state.SkipWithError("cannot pin to this CPU");
+  if (!pinned) state.SkipWithError("cannot pin to this CPU");
   benchmark::DoNotOptimize(sink);
 }
 BENCHMARK(BM_CorePeak)->ArgsProduct({{0, 1}, {0, 1, 2, 3}})->UseRealTime();
