@@ -5,8 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <mutex>
+#include <random>
+#include <thread>
 #include <vector>
 
 namespace lamina {
@@ -55,6 +59,41 @@ TEST(ThreadPool, ManyShortRegionsInARow) {
     pool.ParallelFor(64, 1, [&](int64_t b, int64_t e) { sum.fetch_add(e - b); });
   }
   EXPECT_EQ(sum.load(), int64_t{64} * 20000);
+}
+
+// Threads that take other threads' chunks (a chunk that sleeps holds its thread up), more threads
+// than cores, and workers that fell asleep between loops: every item still runs exactly once,
+// and no two chunks running at the same time share a thread slot.
+TEST(ThreadPool, EveryItemOnceWhenThreadsTakeEachOthersChunks) {
+  std::mt19937 rng(7);
+  for (int threads : {2, 3, 5, 8}) {
+    ThreadPool pool(threads);
+    std::vector<std::atomic<int>> busy(static_cast<size_t>(threads));  // [threads] chunks running
+    for (int r = 0; r < 300; ++r) {
+      const int64_t n = 1 + static_cast<int64_t>(rng() % 200);
+      const int64_t grain = std::array<int64_t, 4>{1, 2, 3, 7}[rng() % 4];
+      const uint32_t slow = rng();  // bit i: chunks starting at items = i (mod 32) sleep
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));  // [n] runs per item
+      std::atomic<bool> slot_shared{false};
+      pool.ParallelFor(n, grain, [&](int64_t b, int64_t e, int slot) {
+        ASSERT_GE(slot, 0);
+        ASSERT_LT(slot, threads);
+        if (busy[static_cast<size_t>(slot)].fetch_add(1) != 0) slot_shared = true;
+        if ((slow >> (b % 32)) & 1 && r % 3 == 0) {
+          std::this_thread::sleep_for(std::chrono::microseconds(30));
+        }
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+        busy[static_cast<size_t>(slot)].fetch_sub(1);
+      });
+      ASSERT_FALSE(slot_shared) << threads << " threads, loop " << r;
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1)
+            << threads << " threads, loop " << r << ", n " << n << ", item " << i;
+      }
+      // Now and then a pause past the workers' spin: they sleep, and the next loop wakes them.
+      if (r % 50 == 49) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    }
+  }
 }
 
 // A prefetch hint (a real buffer, a null one, one replaced while loops run) changes nothing:
