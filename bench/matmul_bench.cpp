@@ -191,6 +191,36 @@ BENCHMARK(BM_MatMulCacheResident)
                     int(GgmlType::kF32)},
                    {1, 2, 3, 4, 8, 9, 64}});
 
+// args: type, n_tokens. 256 x 1024 in the type's interleaved layout (136-210 KiB: L2-resident),
+// one thread: the K-quant kernels' compute for decode and short windows (BM_MatMulCacheResident's
+// 384 columns are not a multiple of a K-quant's 256-value super-block).
+void BM_KQuantCacheResident(benchmark::State& state) {
+  const GgmlType type = static_cast<GgmlType>(state.range(0));
+  const int64_t n_tokens = state.range(1);
+  ThreadPool pool(1);
+  Weights w = MakeWeights(type, 256, 1024);
+  if (!CanInterleave(w.w)) {
+    state.SkipWithError("no interleaved layout for this type at this ISA");
+    return;
+  }
+  std::vector<uint8_t> packed(w.data.size());  // [256 / 16 groups][16 * row_bytes]
+  const WeightMatrix wi = InterleaveInto(w.w, packed.data());
+  std::vector<float> x(n_tokens * 1024, 0.5f), y(n_tokens * 256);  // [n, 1024], [n, 256]
+  MatMulScratch scratch;
+  for (auto _ : state) {
+    MatMul(wi, x.data(), 1024, n_tokens, y.data(), 256, scratch, pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(GgmlTypeName(type));
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(w.data.size()) * state.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_KQuantCacheResident)
+    ->ArgsProduct({{int(GgmlType::kQ4_K), int(GgmlType::kQ5_K), int(GgmlType::kQ6_K),
+                    int(GgmlType::kIQ4_XS)},
+                   {1, 2, 3, 4, 8}});
+
 // args: n_tokens, threads. Every weight matmul of one forward step of the shipped model's shape
 // (5 layers of Q/K/V/O, gate/up/down, f16, 384 wide, FFN 1,024, 2 KV heads x 64, then the 1,024 x
 // 384 output head for every token as a verify window needs): 16.6 MB of weights, more than the L2

@@ -1,18 +1,18 @@
 // AVX-512 VNNI kernels for interleaved Q4_K, Q5_K, Q6_K and IQ4_XS weights (BlockQ4_Kx16,
 // BlockQ5_Kx16, BlockQ6_Kx16, BlockIQ4_XSx16): one 512-bit lane per row of the 16-row group. Per
-// 4-element chunk one 64-byte load (Q4_K: masked or shifted nibbles; Q6_K: nibbles ORed with their
-// two high bits) gives the unsigned codes of all rows, and each token adds its 4 activation codes,
-// broadcast (from 2 tokens as vpdpbusd's own {1to16} memory operand), by one vpdpbusd into a
+// 4-element chunk one 64-byte load (Q4_K: masked or shifted nibbles; Q6_K: nibbles ORed with
+// their two high bits; up to 3 tokens each load serves every group whose codes it holds) gives the
+// unsigned codes of all rows, and each token adds its 4 activation codes, broadcast (as vpdpbusd's
+// own {1to16} memory operand), by one vpdpbusd into a
 // per-group sum (Q6_K's starts at -32 * bsums[g]; from 4 tokens that offset is added once per
 // super-block by vpdpwssd); vpmulld applies the rows' group scales (from 4 tokens the sum split
 // into its low byte and the rest by one vpshufb, and one vpdpwssd against (s, 256 s)) and Q4_K's
-// mins term is vpdpwssd of each row's mins against the token's bsums (from 2 tokens on pairs of
-// 32-value sums); IQ4_XS's nibbles become level + 128 by one vpshufb, and each group's sum starts
-// at -128 * (its bsums). Every sum is exact, and
-// the float steps are the scalar twin's (separate multiply and add, no FMA), so every output is the
-// scalar twin's bits. Prompt-sized calls (16 to 128 tokens) unpack the group once into a local
-// copy and run tiles of 8..12 tokens from it (GemmWide), with the same sums and float steps. The
-// file also holds the AVX-512 twin of the Q8_K activation quantizer these
+// mins term is vpdpwssd of each row's mins against the token's bsums on pairs of 32-value sums;
+// IQ4_XS's nibbles become level + 128 by one vpshufb, and each group's sum starts at -128 * (its
+// bsums). Every sum is exact, and the float steps are the scalar twin's (separate multiply and add,
+// no FMA), so every output is the scalar twin's bits. Prompt-sized calls (16 to 128 tokens) unpack
+// the group once into a local copy and run tiles of 8..12 tokens from it (GemmWide), with the same
+// sums and float steps. The file also holds the AVX-512 twin of the Q8_K activation quantizer these
 // kernels read (QuantizeQ8K in kquants.cpp: the same codes, bsums and d, bit for bit; compiled,
 // like the kernels, without multiply-add contraction). GCC 12's AVX-512 headers self-initialise
 // their "undefined" vectors, which -Wall reports at every inlined intrinsic (GCC PR105593); the
@@ -58,8 +58,7 @@ inline __m512i Broadcast4(const void* p) {
 inline __m512i Load(const uint8_t* p) { return _mm512_loadu_si512(p); }
 // acc + the dot of u's bytes with the 4 signed bytes at p in every lane: vpdpbusd with the bytes
 // as its broadcast memory operand, one instruction where vpbroadcastd and vpdpbusd are two (the
-// compiler does not fold the broadcast by itself). Used from 2 tokens, where each chunk's codes
-// meet N broadcasts.
+// compiler does not fold the broadcast by itself).
 inline __m512i DotBroadcast(__m512i acc, __m512i u, const void* p) {
   asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*static_cast<const int32_t*>(p)));
   return acc;
@@ -129,79 +128,119 @@ inline void StepQ45K(const Block& w, const BlockQ8_K* const* a, int64_t i, __m51
   constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_Kx16>;
   constexpr bool kSplit = N >= 4;
   const __m512i split = SplitBytes();
+  // Up to 3 tokens the groups run in pairs (2h, 2h + 1), each chunk's bytes (and Q5_K's fifth
+  // bits) loaded once for both nibbles: the loads, not the dots, bound these kernels, and GCC
+  // folds a load into every use. Q4_K's high nibbles are dotted in place: v & 0xF0 = 16 * code,
+  // one instruction where a shift and a mask are two; the odd groups' sums are thus 16 times
+  // theirs, add into sumi_hi, and sumi += sumi_hi / 16 at the end, exact (|16 s P| summed over
+  // 4 groups < 2^28).
+  constexpr bool kPairs = N <= 3;
   __m512i sumi[N];
 #pragma GCC unroll 8
   for (int t = 0; t < N; ++t) sumi[t] = _mm512_setzero_si512();
+  if constexpr (kPairs) {
+    const __m512i high_nib = _mm512_set1_epi8(static_cast<char>(0xF0));
+    __m512i sumi_hi[N];
 #pragma GCC unroll 8
-  for (int j = 0; j < 8; ++j) {
-    PrefetchPart(w, j, 8);
-    const __m512i s0 = _mm512_and_si512(_mm512_srli_epi32(sc[j / 4], 8 * (j % 4)), byte);
-    const __m512i s = kSplit ? SplitScale(s0) : s0;
-    __m512i part[N];
+    for (int t = 0; t < N; ++t) sumi_hi[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int h = 0; h < 4; ++h) {
+      PrefetchPart(w, 2 * h, 8);
+      PrefetchPart(w, 2 * h + 1, 8);
+      __m512i part[2][N];  // [group 2h + o][token]
 #pragma GCC unroll 8
-    for (int t = 0; t < N; ++t) part[t] = _mm512_setzero_si512();
+      for (int t = 0; t < N; ++t) part[0][t] = part[1][t] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) {
-      const __m512i v = Load(w.qs + 64 * (8 * (j / 2) + c));
-      __m512i u = _mm512_and_si512(j % 2 == 0 ? v : _mm512_srli_epi16(v, 4), nib);
-      if constexpr (kQ5) u = _mm512_or_si512(u, HighBitsQ5K(w, j, c));
+      for (int c = 0; c < 8; ++c) {
+        __m512i v = Load(w.qs + 64 * (8 * h + c));
+        asm("" : "+v"(v));  // one load: GCC would fold it into both masks
+        __m512i u[2];
+        if constexpr (kQ5) {  // the fifth bits of both groups from one qh load
+          __m512i hb = Load(w.qh + 64 * c);
+          asm("" : "+v"(hb));
+          const __m512i five = _mm512_set1_epi8(0x10);
+          const auto bit4 = [&](int j) {  // bit j of each qh byte moved to bit 4
+            return j <= 4 ? _mm512_slli_epi16(hb, 4 - j) : _mm512_srli_epi16(hb, j - 4);
+          };
+          u[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(bit4(2 * h), five), nib, v, 0xF8);
+          u[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(bit4(2 * h + 1), five), nib,
+                                           _mm512_srli_epi16(v, 4), 0xF8);
+        } else {
+          u[0] = _mm512_and_si512(v, nib);
+          u[1] = _mm512_and_si512(v, high_nib);
+        }
+#pragma GCC unroll 2
+        for (int o = 0; o < 2; ++o) {
 #pragma GCC unroll 8
-      for (int t = 0; t < N; ++t) {
-        part[t] = N >= 2 ? DotBroadcast(part[t], u, a[t][i].qs + 32 * j + 4 * c)
-                         : _mm512_dpbusd_epi32(part[t], u, Broadcast4(a[t][i].qs + 32 * j + 4 * c));
+          for (int t = 0; t < N; ++t) {
+            part[o][t] = DotBroadcast(part[o][t], u[o], a[t][i].qs + 32 * (2 * h + o) + 4 * c);
+          }
+        }
+      }
+#pragma GCC unroll 2
+      for (int o = 0; o < 2; ++o) {
+        const int j = 2 * h + o;
+        const __m512i s = _mm512_and_si512(_mm512_srli_epi32(sc[j / 4], 8 * (j % 4)), byte);
+        __m512i* into = o == 1 && !kQ5 ? sumi_hi : sumi;
+#pragma GCC unroll 8
+        for (int t = 0; t < N; ++t) {
+          into[t] = _mm512_add_epi32(into[t], _mm512_mullo_epi32(part[o][t], s));
+        }
       }
     }
 #pragma GCC unroll 8
     for (int t = 0; t < N; ++t) {
-      sumi[t] = kSplit ? _mm512_dpwssd_epi32(sumi[t], _mm512_shuffle_epi8(part[t], split), s)
-                       : _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(part[t], s));
+      sumi[t] = _mm512_add_epi32(sumi[t], _mm512_srai_epi32(sumi_hi[t], 4));
+    }
+  } else {
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      PrefetchPart(w, j, 8);
+      const __m512i s0 = _mm512_and_si512(_mm512_srli_epi32(sc[j / 4], 8 * (j % 4)), byte);
+      const __m512i s = kSplit ? SplitScale(s0) : s0;
+      __m512i part[N];
+#pragma GCC unroll 8
+      for (int t = 0; t < N; ++t) part[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) {
+        const __m512i v = Load(w.qs + 64 * (8 * (j / 2) + c));
+        __m512i u = _mm512_and_si512(j % 2 == 0 ? v : _mm512_srli_epi16(v, 4), nib);
+        if constexpr (kQ5) u = _mm512_or_si512(u, HighBitsQ5K(w, j, c));
+#pragma GCC unroll 8
+        for (int t = 0; t < N; ++t) {
+          part[t] = DotBroadcast(part[t], u, a[t][i].qs + 32 * j + 4 * c);
+        }
+      }
+#pragma GCC unroll 8
+      for (int t = 0; t < N; ++t) {
+        sumi[t] = kSplit ? _mm512_dpwssd_epi32(sumi[t], _mm512_shuffle_epi8(part[t], split), s)
+                         : _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(part[t], s));
+      }
     }
   }
   AddScaled<N>(LoadHalves(w.d), sumi, a, i, acc);
   const __m512 dmin = LoadHalves(w.dmin);
-  if constexpr (N >= 2) {
-    // summ = sum_j mn_j * B_j, B_j = bsums[2j] + bsums[2j + 1] (|B_j| <= 32 * 127): four
-    // vpdpwssd of the rows' (mn_2k, mn_2k+1) words against the token's (B_2k, B_2k+1), where the
-    // one-token kernel runs eight of the min in both words against (bsums[2j], bsums[2j + 1]).
-    const __m512i lo = _mm512_broadcast_i32x4(  // per dword: bytes 0 and 1 as words
-        _mm_setr_epi8(0, -128, 1, -128, 4, -128, 5, -128, 8, -128, 9, -128, 12, -128, 13, -128));
-    const __m512i hi = _mm512_broadcast_i32x4(  // bytes 2 and 3 as words
-        _mm_setr_epi8(2, -128, 3, -128, 6, -128, 7, -128, 10, -128, 11, -128, 14, -128, 15, -128));
-    const __m512i mpair[4] = {// [k]: row r's (mn_2k, mn_2k+1) words in lane r
-                              _mm512_shuffle_epi8(mn[0], lo), _mm512_shuffle_epi8(mn[0], hi),
-                              _mm512_shuffle_epi8(mn[1], lo), _mm512_shuffle_epi8(mn[1], hi)};
-    alignas(32) int16_t pairs[N][16];  // [token]: B_0..B_3, (again), B_4..B_7, (again)
+  // summ = sum_j mn_j * B_j, B_j = bsums[2j] + bsums[2j + 1] (|B_j| <= 32 * 127): four
+  // vpdpwssd of the rows' (mn_2k, mn_2k+1) words against the token's (B_2k, B_2k+1).
+  const __m512i lo = _mm512_broadcast_i32x4(  // per dword: bytes 0 and 1 as words
+      _mm_setr_epi8(0, -128, 1, -128, 4, -128, 5, -128, 8, -128, 9, -128, 12, -128, 13, -128));
+  const __m512i hi = _mm512_broadcast_i32x4(  // bytes 2 and 3 as words
+      _mm_setr_epi8(2, -128, 3, -128, 6, -128, 7, -128, 10, -128, 11, -128, 14, -128, 15, -128));
+  const __m512i mpair[4] = {// [k]: row r's (mn_2k, mn_2k+1) words in lane r
+                            _mm512_shuffle_epi8(mn[0], lo), _mm512_shuffle_epi8(mn[0], hi),
+                            _mm512_shuffle_epi8(mn[1], lo), _mm512_shuffle_epi8(mn[1], hi)};
+  alignas(32) int16_t pairs[N][16];  // [token]: B_0..B_3, (again), B_4..B_7, (again)
 #pragma GCC unroll 8
-    for (int t = 0; t < N; ++t) {
-      const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t][i].bsums));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(pairs[t]), _mm256_hadd_epi16(b, b));
-    }
-#pragma GCC unroll 8
-    for (int t = 0; t < N; ++t) {
-      __m512i summ = _mm512_setzero_si512();
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-        summ =
-            _mm512_dpwssd_epi32(summ, mpair[k], Broadcast4(pairs[t] + 2 * (k % 2) + 8 * (k / 2)));
-      }
-      const __m512 scale = _mm512_mul_ps(dmin, _mm512_set1_ps(a[t][i].d));
-      acc[t] = _mm512_sub_ps(acc[t], _mm512_mul_ps(_mm512_cvtepi32_ps(summ), scale));
-    }
-    return;
-  }
-  // summ = sum_j mn_j * (bsums[2j] + bsums[2j + 1]): the min in both words of the lane.
-  __m512i mdup[8];  // [group j]: row r's min j in both words of lane r
-#pragma GCC unroll 8
-  for (int j = 0; j < 8; ++j) {
-    const __m512i m = _mm512_and_si512(_mm512_srli_epi32(mn[j / 4], 8 * (j % 4)), byte);
-    mdup[j] = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+  for (int t = 0; t < N; ++t) {
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t][i].bsums));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(pairs[t]), _mm256_hadd_epi16(b, b));
   }
 #pragma GCC unroll 8
   for (int t = 0; t < N; ++t) {
     __m512i summ = _mm512_setzero_si512();
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) {
-      summ = _mm512_dpwssd_epi32(summ, mdup[j], Broadcast4(a[t][i].bsums + 2 * j));
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      summ = _mm512_dpwssd_epi32(summ, mpair[k], Broadcast4(pairs[t] + 2 * (k % 2) + 8 * (k / 2)));
     }
     const __m512 scale = _mm512_mul_ps(dmin, _mm512_set1_ps(a[t][i].d));
     acc[t] = _mm512_sub_ps(acc[t], _mm512_mul_ps(_mm512_cvtepi32_ps(summ), scale));
@@ -263,8 +302,67 @@ inline void StepQ6K(const BlockQ6_Kx16& w, const BlockQ8_K* const* a, int64_t i,
   __m512i sumi[N];
 #pragma GCC unroll 8
   for (int t = 0; t < N; ++t) sumi[t] = _mm512_setzero_si512();
-  __m512i s_even;     // kDpw: the even group's scales, sign-extended (lane r: row r)
-  __m512i offset[8];  // kDpw, [k]: lane r holds words (-32 s_2k, -32 s_2k+1) of row r
+  if constexpr (!kDpw) {
+    // Few tokens: the four groups 8n + 2m + hh (m = 0..3) run together, so each qh chunk and
+    // each ql chunk is loaded once for all the codes it holds (loads, not dots, bound these
+    // kernels; one group at a time loaded a qh chunk 4 times and a ql chunk twice).
+    const __m512i nib = _mm512_set1_epi8(0x0F), top2 = _mm512_set1_epi8(0x30);
+#pragma GCC unroll 2
+    for (int n = 0; n < 2; ++n) {
+#pragma GCC unroll 2
+      for (int hh = 0; hh < 2; ++hh) {
+        __m512i part[4][N];  // [m][token]: group 8n + 2m + hh
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; ++m) {
+          const int g = 8 * n + 2 * m + hh;
+          PrefetchPart(w, g, 16);
+#pragma GCC unroll 8
+          for (int t = 0; t < N; ++t) {
+            part[m][t] =
+                kNegVec ? _mm512_set1_epi32(neg[t][g]) : _mm512_set1_epi32(-32 * a[t][i].bsums[g]);
+          }
+        }
+#pragma GCC unroll 4
+        for (int c4 = 0; c4 < 4; ++c4) {
+          // One load each: GCC would fold them into every use.
+          __m512i h = Load(w.qh + 64 * (8 * n + 4 * hh + c4));
+          __m512i la = Load(w.ql + 64 * (16 * n + 4 * hh + c4));      // m = 0, 2
+          __m512i lb = Load(w.ql + 64 * (16 * n + 8 + 4 * hh + c4));  // m = 1, 3
+          asm("" : "+v"(h), "+v"(la), "+v"(lb));
+          const __m512i u[4] = {
+              _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_slli_epi16(h, 4), top2), nib, la,
+                                        0xF8),
+              _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_slli_epi16(h, 2), top2), nib, lb,
+                                        0xF8),
+              _mm512_ternarylogic_epi32(_mm512_and_si512(h, top2), nib, _mm512_srli_epi16(la, 4),
+                                        0xF8),
+              _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(h, 2), top2), nib,
+                                        _mm512_srli_epi16(lb, 4), 0xF8)};
+#pragma GCC unroll 4
+          for (int m = 0; m < 4; ++m) {
+            const int e0 = 16 * (8 * n + 2 * m + hh) + 4 * c4;
+#pragma GCC unroll 8
+            for (int t = 0; t < N; ++t)
+              part[m][t] = DotBroadcast(part[m][t], u[m], a[t][i].qs + e0);
+          }
+        }
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; ++m) {
+          const __m512i s = _mm512_cvtepi8_epi32(_mm_loadu_si128(
+              reinterpret_cast<const __m128i*>(w.scales + 16 * (8 * n + 2 * m + hh))));
+#pragma GCC unroll 8
+          for (int t = 0; t < N; ++t) {
+            sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(part[m][t], s));
+          }
+        }
+      }
+    }
+    AddScaled<N>(LoadHalves(w.d), sumi, a, i, acc);
+    return;
+  }
+  // From here kDpw: one group at a time.
+  __m512i s_even;     // the even group's scales, sign-extended (lane r: row r)
+  __m512i offset[8];  // [k]: lane r holds words (-32 s_2k, -32 s_2k+1) of row r
 #pragma GCC unroll 2
   for (int n = 0; n < 2; ++n) {
 #pragma GCC unroll 4
@@ -275,51 +373,40 @@ inline void StepQ6K(const BlockQ6_Kx16& w, const BlockQ8_K* const* a, int64_t i,
         PrefetchPart(w, g, 16);
         const __m512i s32 = _mm512_cvtepi8_epi32(
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales + 16 * g)));
-        // kDpw: s in the low word, 256 * s in the high word.
-        const __m512i s = kDpw ? _mm512_ternarylogic_epi32(_mm512_set1_epi32(0xFFFF), s32,
-                                                           _mm512_slli_epi32(s32, 24), 0xEA)
-                               : s32;
-        if constexpr (kDpw) {
-          if (hh == 0) {
-            s_even = s32;
-          } else {
-            const __m512i pair = _mm512_ternarylogic_epi32(_mm512_set1_epi32(0xFFFF), s_even,
-                                                           _mm512_slli_epi32(s32, 16), 0xEA);
-            offset[g / 2] = _mm512_mullo_epi16(pair, _mm512_set1_epi16(-32));
-          }
+        // s in the low word, 256 * s in the high word.
+        const __m512i s = _mm512_ternarylogic_epi32(_mm512_set1_epi32(0xFFFF), s32,
+                                                    _mm512_slli_epi32(s32, 24), 0xEA);
+        if (hh == 0) {
+          s_even = s32;
+        } else {
+          const __m512i pair = _mm512_ternarylogic_epi32(_mm512_set1_epi32(0xFFFF), s_even,
+                                                         _mm512_slli_epi32(s32, 16), 0xEA);
+          offset[g / 2] = _mm512_mullo_epi16(pair, _mm512_set1_epi16(-32));
         }
         __m512i part[N];
 #pragma GCC unroll 8
-        for (int t = 0; t < N; ++t) {
-          part[t] = kDpw      ? _mm512_setzero_si512()
-                    : kNegVec ? _mm512_set1_epi32(neg[t][g])
-                              : _mm512_set1_epi32(-32 * a[t][i].bsums[g]);
-        }
+        for (int t = 0; t < N; ++t) part[t] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int c4 = 0; c4 < 4; ++c4) {
           const __m512i u = CodesQ6K(w, m, 16 * n + 8 * (m % 2) + 4 * hh + c4, 8 * n + 4 * hh + c4);
           const int e0 = 16 * g + 4 * c4;
 #pragma GCC unroll 8
           for (int t = 0; t < N; ++t) {
-            part[t] = N >= 2 ? DotBroadcast(part[t], u, a[t][i].qs + e0)
-                             : _mm512_dpbusd_epi32(part[t], u, Broadcast4(a[t][i].qs + e0));
+            part[t] = DotBroadcast(part[t], u, a[t][i].qs + e0);
           }
         }
 #pragma GCC unroll 8
         for (int t = 0; t < N; ++t) {
-          sumi[t] = kDpw ? _mm512_dpwssd_epi32(sumi[t], _mm512_shuffle_epi8(part[t], split), s)
-                         : _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(part[t], s));
+          sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_shuffle_epi8(part[t], split), s);
         }
       }
     }
   }
-  if constexpr (kDpw) {
 #pragma GCC unroll 8
-    for (int t = 0; t < N; ++t) {
+  for (int t = 0; t < N; ++t) {
 #pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) {
-        sumi[t] = DotWordsBroadcast(sumi[t], offset[k], a[t][i].bsums + 2 * k);
-      }
+    for (int k = 0; k < 8; ++k) {
+      sumi[t] = DotWordsBroadcast(sumi[t], offset[k], a[t][i].bsums + 2 * k);
     }
   }
   AddScaled<N>(LoadHalves(w.d), sumi, a, i, acc);
@@ -358,14 +445,15 @@ inline void StepIQ4XS(const BlockIQ4_XSx16& w, const BlockQ8_K* const* a, int64_
     }
 #pragma GCC unroll 4
     for (int c4 = 0; c4 < 4; ++c4) {
-      const __m512i v = Load(w.qs + 64 * (4 * j + c4));
+      __m512i v = Load(w.qs + 64 * (4 * j + c4));
+      asm("" : "+v"(v));  // one load: GCC would fold it into both nibbles' instructions
       const __m512i ul = _mm512_shuffle_epi8(table, _mm512_and_si512(v, nib));
       const __m512i uh = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
       const int e0 = 32 * j + 4 * c4;
 #pragma GCC unroll 8
       for (int t = 0; t < N; ++t) {
-        lo[t] = _mm512_dpbusd_epi32(lo[t], ul, Broadcast4(a[t][i].qs + e0));
-        hi[t] = _mm512_dpbusd_epi32(hi[t], uh, Broadcast4(a[t][i].qs + e0 + 16));
+        lo[t] = DotBroadcast(lo[t], ul, a[t][i].qs + e0);
+        hi[t] = DotBroadcast(hi[t], uh, a[t][i].qs + e0 + 16);
       }
     }
 #pragma GCC unroll 8
