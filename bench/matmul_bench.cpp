@@ -93,27 +93,40 @@ BENCHMARK(BM_MatMul)
                    {1, 2}})
     ->UseRealTime();
 
-// args: type, n_tokens, threads. BM_MatMul's 2816 x 1024 matrix repacked into the type's
-// interleaved layout (as the loader does for matmul weights), so the two compare plain rows with
-// the interleaved kernels on the same weights.
-void BM_MatMulInterleaved(benchmark::State& state) {
-  const GgmlType type = static_cast<GgmlType>(state.range(0));
-  const int64_t n_tokens = state.range(1);
-  ThreadPool pool(static_cast<int>(state.range(2)));
-  Weights w = MakeWeights(type, 2816, 1024);
+// A rows x 1024 matrix of `type` repacked into its interleaved layout (as the loader does for
+// matmul weights) and multiplied by n_tokens rows of activations on `threads` threads; labels
+// the type. False (the benchmark skipped) when the type has no interleaved layout at this ISA.
+bool RunInterleaved(benchmark::State& state, GgmlType type, int64_t rows, int64_t n_tokens,
+                    int threads, size_t* weight_bytes) {
+  ThreadPool pool(threads);
+  Weights w = MakeWeights(type, rows, 1024);
   if (!CanInterleave(w.w)) {
     state.SkipWithError("no interleaved layout for this type at this ISA");
-    return;
+    return false;
   }
-  std::vector<uint8_t> packed(w.data.size());  // [2816 / 16 groups][16 * row_bytes]
+  std::vector<uint8_t> packed(w.data.size());  // [rows / 16 groups][16 * row_bytes]
   const WeightMatrix wi = InterleaveInto(w.w, packed.data());
-  std::vector<float> x(n_tokens * 1024, 0.5f), y(n_tokens * 2816);  // [n, 1024], [n, 2816]
+  std::vector<float> x(n_tokens * 1024, 0.5f), y(n_tokens * rows);  // [n, 1024], [n, rows]
   MatMulScratch scratch;
   for (auto _ : state) {
-    MatMul(wi, x.data(), 1024, n_tokens, y.data(), 2816, scratch, pool);
+    MatMul(wi, x.data(), 1024, n_tokens, y.data(), rows, scratch, pool);
     benchmark::DoNotOptimize(y.data());
   }
   state.SetLabel(GgmlTypeName(type));
+  *weight_bytes = w.data.size();
+  return true;
+}
+
+// args: type, n_tokens, threads. BM_MatMul's 2816 x 1024 matrix repacked into the type's
+// interleaved layout, so the two compare plain rows with the interleaved kernels on the same
+// weights.
+void BM_MatMulInterleaved(benchmark::State& state) {
+  const int64_t n_tokens = state.range(1);
+  size_t bytes = 0;
+  if (!RunInterleaved(state, static_cast<GgmlType>(state.range(0)), 2816, n_tokens,
+                      static_cast<int>(state.range(2)), &bytes)) {
+    return;
+  }
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * 2816 * 1024 * n_tokens * state.iterations(),
                          benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
@@ -195,25 +208,13 @@ BENCHMARK(BM_MatMulCacheResident)
 // one thread: the K-quant kernels' compute for decode and short windows (BM_MatMulCacheResident's
 // 384 columns are not a multiple of a K-quant's 256-value super-block).
 void BM_KQuantCacheResident(benchmark::State& state) {
-  const GgmlType type = static_cast<GgmlType>(state.range(0));
-  const int64_t n_tokens = state.range(1);
-  ThreadPool pool(1);
-  Weights w = MakeWeights(type, 256, 1024);
-  if (!CanInterleave(w.w)) {
-    state.SkipWithError("no interleaved layout for this type at this ISA");
+  size_t bytes = 0;
+  if (!RunInterleaved(state, static_cast<GgmlType>(state.range(0)), 256, state.range(1), 1,
+                      &bytes)) {
     return;
   }
-  std::vector<uint8_t> packed(w.data.size());  // [256 / 16 groups][16 * row_bytes]
-  const WeightMatrix wi = InterleaveInto(w.w, packed.data());
-  std::vector<float> x(n_tokens * 1024, 0.5f), y(n_tokens * 256);  // [n, 1024], [n, 256]
-  MatMulScratch scratch;
-  for (auto _ : state) {
-    MatMul(wi, x.data(), 1024, n_tokens, y.data(), 256, scratch, pool);
-    benchmark::DoNotOptimize(y.data());
-  }
-  state.SetLabel(GgmlTypeName(type));
   state.counters["GB/s"] =
-      benchmark::Counter(static_cast<double>(w.data.size()) * state.iterations(),
+      benchmark::Counter(static_cast<double>(bytes) * state.iterations(),
                          benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_KQuantCacheResident)
