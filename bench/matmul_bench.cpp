@@ -204,10 +204,11 @@ BENCHMARK(BM_MatMulCacheResident)
                     int(GgmlType::kF32)},
                    {1, 2, 3, 4, 8, 9, 64}});
 
-// args: type, n_tokens. 256 x 1024 in the type's interleaved layout (136-210 KiB: L2-resident),
-// one thread: the K-quant kernels' compute for decode and short windows (BM_MatMulCacheResident's
-// 384 columns are not a multiple of a K-quant's 256-value super-block).
-void BM_KQuantCacheResident(benchmark::State& state) {
+// args: type, n_tokens. 256 x 1024 in the type's interleaved layout (136-272 KiB: L2-resident),
+// one thread: the interleaved kernels' compute for decode and short windows, K-quants included
+// (BM_MatMulCacheResident's plain rows have 384 columns, not a multiple of a K-quant's 256-value
+// super-block).
+void BM_InterleavedCacheResident(benchmark::State& state) {
   size_t bytes = 0;
   if (!RunInterleaved(state, static_cast<GgmlType>(state.range(0)), 256, state.range(1), 1,
                       &bytes)) {
@@ -217,9 +218,10 @@ void BM_KQuantCacheResident(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(bytes) * state.iterations(),
                          benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_KQuantCacheResident)
-    ->ArgsProduct({{int(GgmlType::kQ4_K), int(GgmlType::kQ5_K), int(GgmlType::kQ6_K),
-                    int(GgmlType::kIQ4_XS)},
+BENCHMARK(BM_InterleavedCacheResident)
+    ->ArgsProduct({{int(GgmlType::kQ8_0), int(GgmlType::kQ4_0), int(GgmlType::kIQ4_NL),
+                    int(GgmlType::kMXFP4), int(GgmlType::kQ4_K), int(GgmlType::kQ5_K),
+                    int(GgmlType::kQ6_K), int(GgmlType::kIQ4_XS)},
                    {1, 2, 3, 4, 8}});
 
 // args: n_tokens, threads. Every weight matmul of one forward step of the shipped model's shape

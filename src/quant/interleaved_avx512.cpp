@@ -1,7 +1,8 @@
 // AVX-512 VNNI kernels for interleaved Q8_0, Q4_0, IQ4_NL and MXFP4 weights (BlockQ8_0x16, ...):
 // one 512-bit lane per row of the 16-row group. Per 4-element chunk one 64-byte load of the
-// unsigned codes (Q4_0: one load, masked and shifted, gives two chunks) serves every token, and
-// each token adds its 4 codes, broadcast to all lanes, by one vpdpbusd; the int32 lanes start at -C
+// unsigned codes (4-bit types: one load, masked and shifted, gives two chunks; up to 4 tokens it
+// is loaded once for both) serves every token, and each token adds its 4 codes, broadcast to all
+// lanes, by one vpdpbusd; the int32 lanes start at -C
 // * sum(q) (C = 128, 8), so after 8 chunks each holds its row's exact block dot. Then per block and
 // token: convert, (d_w * d_a), multiply and add, lane by lane as the scalar twin (separate multiply
 // and add, no FMA), so every output is the scalar vec_dot's bits. Q5_0 (BlockQ5_0x16, below) keeps
@@ -28,6 +29,22 @@ inline __m512i Broadcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
+// acc + the dot of u's bytes with the 4 signed bytes at p in every lane: vpdpbusd with the bytes
+// as its broadcast memory operand (GCC does not fold the broadcast by itself).
+inline __m512i DotBroadcast(__m512i acc, __m512i u, const int8_t* p) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0"
+      : "+v"(acc)
+      : "v"(u), "m"(*reinterpret_cast<const int32_t*>(p)));
+  return acc;
+}
+
+// 64 bytes loaded once for all their uses (GCC folds a load into each instruction that reads it).
+inline __m512i LoadOnce(const uint8_t* p) {
+  __m512i v = _mm512_loadu_si512(p);
+  asm("" : "+v"(v));
+  return v;
+}
+
 // The 16 rows' fp16 scales as f32.
 inline __m512 Fp16Scales(const fp16_t* d) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d)));
@@ -42,12 +59,22 @@ inline __m512i TableCodes(const int8_t* levels, const uint8_t* qs, int c) {
   const __m512i nib = _mm512_and_si512(c < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F));
   return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(lv), nib);
 }
+// Chunks cp and cp + 4 of a 4-bit table type (the low and high nibbles of one 64-byte load).
+inline void TableCodePair(const int8_t* levels, const uint8_t* qs, int cp, __m512i* lo,
+                          __m512i* hi) {
+  const __m512i table = _mm512_broadcast_i32x4(_mm_xor_si128(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(levels)), _mm_set1_epi8(-128)));
+  const __m512i v = LoadOnce(qs + 64 * cp), nib = _mm512_set1_epi8(0x0F);
+  *lo = _mm512_shuffle_epi8(table, _mm512_and_si512(v, nib));
+  *hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
+}
 
 // The unsigned codes of chunk c (elements 4c..4c+3 of every row) and the offset they carry.
 struct Q8_0x16 {
   using Block = BlockQ8_0x16;
   static constexpr int kOffset = 128;
   static constexpr bool kPrefetchOneToken = false;  // BlockStep
+  static constexpr bool kNibbles = false;           // BlockStep: CodePair
   static __m512i Codes(const Block& w, int c) { return _mm512_loadu_si512(w.qs + 64 * c); }
   static __m512 Scales(const Block& w) { return Fp16Scales(w.d); }
 };
@@ -59,6 +86,14 @@ struct Q4_0x16 {
     const __m512i v = _mm512_loadu_si512(w.qs + 64 * (c % 4));
     return _mm512_and_si512(c < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F));
   }
+  // Chunks cp and cp + 4 from one load; the high nibbles in place (16 * code: kHighTimes16).
+  static constexpr bool kNibbles = true;
+  static constexpr bool kHighTimes16 = true;
+  static void CodePair(const Block& w, int cp, __m512i* lo, __m512i* hi) {
+    const __m512i v = LoadOnce(w.qs + 64 * cp);
+    *lo = _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
+    *hi = _mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(0xF0)));
+  }
   static __m512 Scales(const Block& w) { return Fp16Scales(w.d); }
 };
 
@@ -67,6 +102,11 @@ struct IQ4_NLx16 {
   static constexpr int kOffset = 128;
   static constexpr bool kPrefetchOneToken = true;
   static __m512i Codes(const Block& w, int c) { return TableCodes(kIq4NlLevels, w.qs, c); }
+  static constexpr bool kNibbles = true;
+  static constexpr bool kHighTimes16 = false;
+  static void CodePair(const Block& w, int cp, __m512i* lo, __m512i* hi) {
+    TableCodePair(kIq4NlLevels, w.qs, cp, lo, hi);
+  }
   static __m512 Scales(const Block& w) { return Fp16Scales(w.d); }
 };
 
@@ -77,6 +117,11 @@ struct MXFP4x16 {
   static constexpr int kOffset = 128;
   static constexpr bool kPrefetchOneToken = true;
   static __m512i Codes(const Block& w, int c) { return TableCodes(kMxfp4Levels, w.qs, c); }
+  static constexpr bool kNibbles = true;
+  static constexpr bool kHighTimes16 = false;
+  static void CodePair(const Block& w, int cp, __m512i* lo, __m512i* hi) {
+    TableCodePair(kMxfp4Levels, w.qs, cp, lo, hi);
+  }
   static __m512 Scales(const Block& w) {
     const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.e)));
     const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
@@ -95,6 +140,8 @@ struct MXFP4x16 {
 // without, docs/PERFORMANCE.md), so a layout says whether one token prefetches
 // (kPrefetchOneToken). Prefetches change no result (bytes past the matrix are harmless).
 constexpr int kPrefetchBlocks = 8;
+// Up to this many tokens the 4-bit layouts take two chunks per load (BlockStep).
+constexpr int kPairMaxTokens = 4;
 
 template <class L, int N>
 inline void BlockStep(const typename L::Block& w, const BlockQ8_0Act* const* a, int64_t i,
@@ -107,7 +154,28 @@ inline void BlockStep(const typename L::Block& w, const BlockQ8_0Act* const* a, 
   __m512i sum[N];
 #pragma GCC unroll 8
   for (int t = 0; t < N; ++t) sum[t] = _mm512_set1_epi32(-L::kOffset * a[t][i].sum);
-  if constexpr (N == 1) {
+  if constexpr (L::kNibbles && N <= kPairMaxTokens) {
+    // 4-bit codes, few tokens: chunks cp and cp + 4 from one load (the loads bound these
+    // kernels), into two chains per token; Q4_0's high nibbles dotted as 16 * code and the chain
+    // divided by 16 at the end (exact). Integer addition keeps every sum exact.
+    __m512i high[N];
+#pragma GCC unroll 8
+    for (int t = 0; t < N; ++t) high[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int cp = 0; cp < 4; ++cp) {
+      __m512i lo, hi;
+      L::CodePair(w, cp, &lo, &hi);
+#pragma GCC unroll 8
+      for (int t = 0; t < N; ++t) {
+        sum[t] = DotBroadcast(sum[t], lo, a[t][i].qs + 4 * cp);
+        high[t] = DotBroadcast(high[t], hi, a[t][i].qs + 4 * (cp + 4));
+      }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < N; ++t) {
+      sum[t] = _mm512_add_epi32(sum[t], L::kHighTimes16 ? _mm512_srai_epi32(high[t], 4) : high[t]);
+    }
+  } else if constexpr (N == 1) {
     // Decode: two chains (even and odd chunks) halve the vpdpbusd latency chain; integer
     // addition keeps the sum exact.
     __m512i odd = _mm512_setzero_si512();
