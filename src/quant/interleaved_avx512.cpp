@@ -50,20 +50,24 @@ inline __m512 Fp16Scales(const fp16_t* d) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d)));
 }
 
+// A 4-bit table type's 16 levels + 128 (the int8 levels with their sign bits flipped), in every
+// 128-bit lane, for vpshufb.
+inline __m512i LevelTable(const int8_t* levels) {
+  return _mm512_broadcast_i32x4(_mm_xor_si128(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(levels)), _mm_set1_epi8(-128)));
+}
+
 // The unsigned codes of chunk c of a 4-bit table type (nibbles as BlockQ4_0x16's): each nibble
-// looks up its level + 128 (the int8 level with its sign bit flipped).
+// looks up its level + 128.
 inline __m512i TableCodes(const int8_t* levels, const uint8_t* qs, int c) {
-  const __m128i lv =
-      _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels)), _mm_set1_epi8(-128));
   const __m512i v = _mm512_loadu_si512(qs + 64 * (c % 4));
   const __m512i nib = _mm512_and_si512(c < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F));
-  return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(lv), nib);
+  return _mm512_shuffle_epi8(LevelTable(levels), nib);
 }
 // Chunks cp and cp + 4 of a 4-bit table type (the low and high nibbles of one 64-byte load).
 inline void TableCodePair(const int8_t* levels, const uint8_t* qs, int cp, __m512i* lo,
                           __m512i* hi) {
-  const __m512i table = _mm512_broadcast_i32x4(_mm_xor_si128(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(levels)), _mm_set1_epi8(-128)));
+  const __m512i table = LevelTable(levels);
   const __m512i v = LoadOnce(qs + 64 * cp), nib = _mm512_set1_epi8(0x0F);
   *lo = _mm512_shuffle_epi8(table, _mm512_and_si512(v, nib));
   *hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));

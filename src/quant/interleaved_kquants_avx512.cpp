@@ -56,6 +56,12 @@ inline __m512i Broadcast4(const void* p) {
   return _mm512_set1_epi32(v);
 }
 inline __m512i Load(const uint8_t* p) { return _mm512_loadu_si512(p); }
+// 64 bytes loaded once for all their uses (GCC folds a load into each instruction that reads it).
+inline __m512i LoadOnce(const uint8_t* p) {
+  __m512i v = _mm512_loadu_si512(p);
+  asm("" : "+v"(v));
+  return v;
+}
 // acc + the dot of u's bytes with the 4 signed bytes at p in every lane: vpdpbusd with the bytes
 // as its broadcast memory operand, one instruction where vpbroadcastd and vpdpbusd are two (the
 // compiler does not fold the broadcast by itself).
@@ -152,12 +158,10 @@ inline void StepQ45K(const Block& w, const BlockQ8_K* const* a, int64_t i, __m51
       for (int t = 0; t < N; ++t) part[0][t] = part[1][t] = _mm512_setzero_si512();
 #pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) {
-        __m512i v = Load(w.qs + 64 * (8 * h + c));
-        asm("" : "+v"(v));  // one load: GCC would fold it into both masks
+        const __m512i v = LoadOnce(w.qs + 64 * (8 * h + c));
         __m512i u[2];
         if constexpr (kQ5) {  // the fifth bits of both groups from one qh load
-          __m512i hb = Load(w.qh + 64 * c);
-          asm("" : "+v"(hb));
+          const __m512i hb = LoadOnce(w.qh + 64 * c);
           const __m512i five = _mm512_set1_epi8(0x10);
           const auto bit4 = [&](int j) {  // bit j of each qh byte moved to bit 4
             return j <= 4 ? _mm512_slli_epi16(hb, 4 - j) : _mm512_srli_epi16(hb, j - 4);
@@ -190,7 +194,7 @@ inline void StepQ45K(const Block& w, const BlockQ8_K* const* a, int64_t i, __m51
     }
 #pragma GCC unroll 8
     for (int t = 0; t < N; ++t) {
-      sumi[t] = _mm512_add_epi32(sumi[t], _mm512_srai_epi32(sumi_hi[t], 4));
+      if constexpr (!kQ5) sumi[t] = _mm512_add_epi32(sumi[t], _mm512_srai_epi32(sumi_hi[t], 4));
     }
   } else {
 #pragma GCC unroll 8
@@ -324,11 +328,9 @@ inline void StepQ6K(const BlockQ6_Kx16& w, const BlockQ8_K* const* a, int64_t i,
         }
 #pragma GCC unroll 4
         for (int c4 = 0; c4 < 4; ++c4) {
-          // One load each: GCC would fold them into every use.
-          __m512i h = Load(w.qh + 64 * (8 * n + 4 * hh + c4));
-          __m512i la = Load(w.ql + 64 * (16 * n + 4 * hh + c4));      // m = 0, 2
-          __m512i lb = Load(w.ql + 64 * (16 * n + 8 + 4 * hh + c4));  // m = 1, 3
-          asm("" : "+v"(h), "+v"(la), "+v"(lb));
+          const __m512i h = LoadOnce(w.qh + 64 * (8 * n + 4 * hh + c4));
+          const __m512i la = LoadOnce(w.ql + 64 * (16 * n + 4 * hh + c4));      // m = 0, 2
+          const __m512i lb = LoadOnce(w.ql + 64 * (16 * n + 8 + 4 * hh + c4));  // m = 1, 3
           const __m512i u[4] = {
               _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_slli_epi16(h, 4), top2), nib, la,
                                         0xF8),
@@ -445,8 +447,7 @@ inline void StepIQ4XS(const BlockIQ4_XSx16& w, const BlockQ8_K* const* a, int64_
     }
 #pragma GCC unroll 4
     for (int c4 = 0; c4 < 4; ++c4) {
-      __m512i v = Load(w.qs + 64 * (4 * j + c4));
-      asm("" : "+v"(v));  // one load: GCC would fold it into both nibbles' instructions
+      const __m512i v = LoadOnce(w.qs + 64 * (4 * j + c4));
       const __m512i ul = _mm512_shuffle_epi8(table, _mm512_and_si512(v, nib));
       const __m512i uh = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
       const int e0 = 32 * j + 4 * c4;
