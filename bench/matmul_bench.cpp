@@ -1222,7 +1222,9 @@ void BM_GemmStreamVsProbe(benchmark::State& state) {
   state.counters["share"] = gemm_gbs / probe_gbs;
 }
 BENCHMARK(BM_GemmStreamVsProbe)
-    ->ArgsProduct({{int(GgmlType::kQ8_0), int(GgmlType::kQ4_K)}, {1, 2}})
+    ->ArgsProduct({{int(GgmlType::kQ8_0), int(GgmlType::kQ4_K), int(GgmlType::kQ5_K),
+                    int(GgmlType::kQ6_K), int(GgmlType::kIQ4_XS), int(GgmlType::kQ4_0)},
+                   {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
