@@ -40,13 +40,13 @@ constexpr int kQ6DpwMinTokens = 4;
 // the weight reads and the dots take turns.
 // - Up to kBurstMaxTokens tokens (decode, bound by the weights' stream): all its lines at once as
 //   the step's first group starts, by one prefetch instruction in a loop. From memory, 2 threads
-//   (BM_GemmStreamVsProbe/T/2, share of the read probe): Q4_K 0.85-0.87 -> 0.90-0.94, Q5_K
-//   0.90-0.92 -> 1.01-1.05, Q6_K 0.89-0.94 -> 1.05-1.08, IQ4_XS 0.86-0.89 -> 0.95-1.02. The same
-//   prefetches unrolled (each its own instruction, or 2 or 4 to a turn) streamed no better than
-//   the spread form; GCC 12 removed a loop of prefetch intrinsics from some of these functions
-//   (a prefetch has no effect it must keep), hence asm volatile. In L2, where nothing needs
-//   fetching, the loop costs one token 4% (Q4_K) to 22% (Q6_K, 53 lines). Q4_0's small blocks gain
-//   nothing from it (BlockStep).
+//   (BM_GemmStreamVsProbe/T/2, share of the read probe, 5 rounds): Q4_K 0.83-0.87 -> 0.90-0.97,
+//   Q5_K 0.81-0.92 -> 0.97-1.05, Q6_K 0.79-0.94 -> 0.98-1.08, IQ4_XS 0.79-0.90 -> 0.89-1.02.
+//   The same prefetches unrolled (each its own instruction, or 2 or 4 to a turn) streamed no
+//   better than the spread form; GCC 12 removed a loop of prefetch intrinsics from some of these
+//   functions (a prefetch has no effect it must keep), hence asm volatile. In L2, where nothing
+//   needs fetching, the loop costs one token 4% (Q4_K) to 22% (Q6_K, 53 lines). Q4_0's small blocks
+//   gain nothing from it (BlockStep).
 // - With more tokens (compute-bound): spread over the step's groups (part p of n: its share of
 //   the lines); the burst ran B = 8 decode ~8% slower.
 constexpr int kPrefetchBlocks = 2;
