@@ -23,38 +23,11 @@ namespace {
 
 constexpr int kRows = kQ8_0x16Rows;
 
-inline __m512i Broadcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return _mm512_set1_epi32(v);
-}
-
-// acc + the dot of u's bytes with the 4 signed bytes at p in every lane: vpdpbusd with the bytes
-// as its broadcast memory operand (GCC does not fold the broadcast by itself).
-inline __m512i DotBroadcast(__m512i acc, __m512i u, const int8_t* p) {
-  asm("vpdpbusd %2%{1to16%}, %1, %0"
-      : "+v"(acc)
-      : "v"(u), "m"(*reinterpret_cast<const int32_t*>(p)));
-  return acc;
-}
-
-// 64 bytes loaded once for all their uses (GCC folds a load into each instruction that reads it).
-inline __m512i LoadOnce(const uint8_t* p) {
-  __m512i v = _mm512_loadu_si512(p);
-  asm("" : "+v"(v));
-  return v;
-}
+#include "quant/interleaved_avx512_common.inc"
 
 // The 16 rows' fp16 scales as f32.
 inline __m512 Fp16Scales(const fp16_t* d) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d)));
-}
-
-// A 4-bit table type's 16 levels + 128 (the int8 levels with their sign bits flipped), in every
-// 128-bit lane, for vpshufb.
-inline __m512i LevelTable(const int8_t* levels) {
-  return _mm512_broadcast_i32x4(_mm_xor_si128(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(levels)), _mm_set1_epi8(-128)));
 }
 
 // The unsigned codes of chunk c of a 4-bit table type (nibbles as BlockQ4_0x16's): each nibble

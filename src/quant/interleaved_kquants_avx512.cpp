@@ -67,25 +67,9 @@ inline void PrefetchPart(const Block& w, int p, int n) {
   }
 }
 
-inline __m512i Broadcast4(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return _mm512_set1_epi32(v);
-}
+#include "quant/interleaved_avx512_common.inc"
+
 inline __m512i Load(const uint8_t* p) { return _mm512_loadu_si512(p); }
-// 64 bytes loaded once for all their uses (GCC folds a load into each instruction that reads it).
-inline __m512i LoadOnce(const uint8_t* p) {
-  __m512i v = _mm512_loadu_si512(p);
-  asm("" : "+v"(v));
-  return v;
-}
-// acc + the dot of u's bytes with the 4 signed bytes at p in every lane: vpdpbusd with the bytes
-// as its broadcast memory operand, one instruction where vpbroadcastd and vpdpbusd are two (the
-// compiler does not fold the broadcast by itself).
-inline __m512i DotBroadcast(__m512i acc, __m512i u, const void* p) {
-  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*static_cast<const int32_t*>(p)));
-  return acc;
-}
 
 // acc + the word-pair dot of u with the 2 words at p broadcast to every lane (vpdpwssd's {1to16}
 // memory operand, as DotBroadcast).
@@ -438,9 +422,7 @@ inline void StepQ6K(const BlockQ6_Kx16& w, const BlockQ8_K* const* a, int64_t i,
 // summed apart (shorter vpdpbusd chains) and added before the scale's vpmulld.
 template <int N>
 inline void StepIQ4XS(const BlockIQ4_XSx16& w, const BlockQ8_K* const* a, int64_t i, __m512* acc) {
-  const __m512i table = _mm512_broadcast_i32x4(  // level + 128: the sign bit flipped
-      _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlLevels)),
-                    _mm_set1_epi8(static_cast<char>(0x80))));
+  const __m512i table = LevelTable(kIq4NlLevels);  // level + 128: the sign bit flipped
   const __m512i lo4 = Load(w.scales_l);
   const __m512i hi2 =
       _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales_h)));
