@@ -1307,8 +1307,8 @@ TEST(KvAnchorScore, SimdMatchesScalarTwin) {
         std::vector<float> want(static_cast<size_t>(nq) * stride);
         for (float& v : want) v = normal(rng);
         const std::vector<float> before = want;
-        ScalarKvAnchorScorer()(w.data(), n_terms, tables.data(), rest.data(), flags.data(), n_cells,
-                               nq, lim.data(), 0.125f, want.data(), stride);
+        ScalarKvAnchorScorer()(w.data(), 0, n_terms, tables.data(), rest.data(), flags.data(),
+                               n_cells, nq, lim.data(), 0.125f, want.data(), stride);
         for (int qi = 0; qi < nq; ++qi) {
           for (int k = 0; k < stride; ++k) {
             const size_t i = static_cast<size_t>(qi) * stride + k;
@@ -1324,8 +1324,8 @@ TEST(KvAnchorScore, SimdMatchesScalarTwin) {
         }
         for (const auto& [name, fn] : SimdAnchorScorers()) {
           std::vector<float> got = before;
-          fn(w.data(), n_terms, tables.data(), rest.data(), flags.data(), n_cells, nq, lim.data(),
-             0.125f, got.data(), stride);
+          fn(w.data(), 0, n_terms, tables.data(), rest.data(), flags.data(), n_cells, nq,
+             lim.data(), 0.125f, got.data(), stride);
           EXPECT_EQ(want, got) << name << " terms " << n_terms << " cells " << n_cells << " nq "
                                << nq;
         }
@@ -1368,7 +1368,7 @@ TEST(KvAnchorScore, SparseAndDenseTilesMatchScalarTwin) {
           std::vector<float> before(static_cast<size_t>(nq) * stride);
           for (size_t i = 0; i < before.size(); ++i) before[i] = i % 11 == 4 ? -0.0f : normal(rng);
           std::vector<float> want = before;
-          ScalarKvAnchorScorer()(w.data(), n_terms, tables.data(), rest.data(), flags.data(),
+          ScalarKvAnchorScorer()(w.data(), 0, n_terms, tables.data(), rest.data(), flags.data(),
                                  n_cells, nq, lim.data(), scale, want.data(), stride);
           for (int qi = 0; qi < nq; ++qi) {
             for (int k = 0; k < stride; ++k) {
@@ -1387,13 +1387,86 @@ TEST(KvAnchorScore, SparseAndDenseTilesMatchScalarTwin) {
           }
           for (const auto& [name, fn] : SimdAnchorScorers()) {
             std::vector<float> got = before;
-            fn(w.data(), n_terms, tables.data(), rest.data(), flags.data(), n_cells, nq, lim.data(),
-               scale, got.data(), stride);
+            fn(w.data(), 0, n_terms, tables.data(), rest.data(), flags.data(), n_cells, nq,
+               lim.data(), scale, got.data(), stride);
             for (size_t i = 0; i < got.size(); ++i) {
               ASSERT_EQ(F32ToBits(got[i]), F32ToBits(want[i]))
                   << name << " terms " << n_terms << " cells " << n_cells << " flagged "
                   << n_flagged << " nq " << nq << " at " << i;
             }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Runs of several tiles, each with its own weights: empty, sparse and dense tiles mixed (the
+// SIMD kernels collect the sparse tiles' cells across tiles, more of them than one segment
+// holds), a partial last tile, limits anywhere in the run. Each flagged cell's chain uses its own
+// tile's weights and table column, bit for bit as the contract writes it, in every variant.
+TEST(KvAnchorScore, RunsOfTilesMatchScalarTwin) {
+  std::mt19937 rng(37);
+  const float scale = 1.0f / std::sqrt(72.0f);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> kind(0, 4);
+  for (int n_terms : {0, 6, 16}) {
+    for (int n_cells : {64, 130, 1000, 1300, 2048}) {
+      for (int nq : {1, 4, 5, 17, 32}) {
+        const int n_tiles = (n_cells + kAnchorTileCells - 1) / kAnchorTileCells;
+        const int64_t w_tile_stride = static_cast<int64_t>(n_terms) * nq + 3;
+        std::vector<float> w(static_cast<size_t>(n_tiles) * w_tile_stride),
+            tables(static_cast<size_t>(std::max(n_terms, 1)) * kAnchorTileCells), rest(nq);
+        for (float& v : w) v = normal(rng);
+        for (float& v : tables) v = normal(rng);
+        for (float& v : rest) v = normal(rng);
+        // Per tile: none, one, a sparse group, two groups or most cells flagged.
+        std::vector<uint8_t> flags(n_cells, 0);
+        for (int i = 0; i < n_tiles; ++i) {
+          const int counts[] = {0, 1, 8, kAnchorSparseCells, 50};
+          const int want = counts[kind(rng)];
+          const int c0 = i * kAnchorTileCells;
+          const int nc = std::min(kAnchorTileCells, n_cells - c0);
+          std::vector<int> cells(nc);
+          for (int k = 0; k < nc; ++k) cells[k] = k;
+          std::shuffle(cells.begin(), cells.end(), rng);
+          for (int j = 0; j < std::min(want, nc); ++j) flags[c0 + cells[j]] = j % 5 == 2 ? 3 : 1;
+        }
+        std::vector<int> lim(nq);
+        std::uniform_int_distribution<int> cut(-3, n_cells + 3);
+        for (int qi = 0; qi < nq; ++qi) lim[qi] = qi == 0 ? n_cells : cut(rng);
+        const int64_t stride = n_cells + 5;
+        std::vector<float> before(static_cast<size_t>(nq) * stride);
+        for (size_t i = 0; i < before.size(); ++i) before[i] = i % 13 == 4 ? -0.0f : normal(rng);
+        std::vector<float> want = before;
+        ScalarKvAnchorScorer()(w.data(), w_tile_stride, n_terms, tables.data(), rest.data(),
+                               flags.data(), n_cells, nq, lim.data(), scale, want.data(), stride);
+        for (int qi = 0; qi < nq; ++qi) {
+          for (int c = 0; c < stride; ++c) {
+            const size_t i = static_cast<size_t>(qi) * stride + c;
+            float expect = before[i];
+            if (c < std::min(lim[qi], n_cells) && flags[c] != 0) {
+              const float* wt = w.data() + c / kAnchorTileCells * w_tile_stride;
+              float sum = rest[qi];
+              for (int t = 0; t < n_terms; ++t) {
+                sum = std::fma(wt[t * nq + qi], tables[t * kAnchorTileCells + c % kAnchorTileCells],
+                               sum);
+              }
+              expect = std::fma(scale * static_cast<float>(flags[c]), sum, before[i]);
+            }
+            ASSERT_EQ(F32ToBits(want[i]), F32ToBits(expect))
+                << "scalar terms " << n_terms << " cells " << n_cells << " nq " << nq << " q " << qi
+                << " cell " << c;
+          }
+        }
+        for (const auto& [name, fn] : SimdAnchorScorers()) {
+          std::vector<float> got = before;
+          fn(w.data(), w_tile_stride, n_terms, tables.data(), rest.data(), flags.data(), n_cells,
+             nq, lim.data(), scale, got.data(), stride);
+          for (size_t i = 0; i < got.size(); ++i) {
+            ASSERT_EQ(F32ToBits(got[i]), F32ToBits(want[i]))
+                << name << " terms " << n_terms << " cells " << n_cells << " nq " << nq << " at "
+                << i;
           }
         }
       }

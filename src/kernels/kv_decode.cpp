@@ -212,19 +212,22 @@ void ScoreF16TilesScalar(const uint8_t* tiles, int first, int n_cells, int head_
   }
 }
 
-void AnchorScoresScalar(const float* w, int n_terms, const float* tables, const float* rest,
-                        const uint8_t* flags, int n_cells, int nq, const int* lim, float scale,
-                        float* scores, int64_t score_stride) {
+void AnchorScoresScalar(const float* w, int64_t w_tile_stride, int n_terms, const float* tables,
+                        const float* rest, const uint8_t* flags, int n_cells, int nq,
+                        const int* lim, float scale, float* scores, int64_t score_stride) {
   for (int qi = 0; qi < nq; ++qi) {
     float* srow = scores + qi * score_stride;
     const int n = std::min(lim[qi], n_cells);
-    for (int k = 0; k < n; ++k) {
-      if (flags[k] == 0) continue;  // unflagged: untouched (kv_decode.h)
+    for (int c = 0; c < n; ++c) {
+      if (flags[c] == 0) continue;  // unflagged: untouched (kv_decode.h)
+      const int k = c % kAnchorTileCells;
+      const float* wt = w + c / kAnchorTileCells * w_tile_stride;  // [n_terms][nq] its tile's
       float sum = rest[qi];
       for (int t = 0; t < n_terms; ++t)
-        sum = std::fma(w[static_cast<int64_t>(t) * nq + qi], tables[t * kAnchorTileCells + k], sum);
-      const float f = scale * static_cast<float>(flags[k]);
-      srow[k] = std::fma(f, sum, srow[k]);
+        sum =
+            std::fma(wt[static_cast<int64_t>(t) * nq + qi], tables[t * kAnchorTileCells + k], sum);
+      const float f = scale * static_cast<float>(flags[c]);
+      srow[c] = std::fma(f, sum, srow[c]);
     }
   }
 }

@@ -144,11 +144,12 @@ KvF16TileScoreFn Avx512KvF16TileScorer();  // nullptr when none
 // scored from their tiles, so f16 attention gives the same bits on every ISA.
 KvF16TileScoreFn BestKvF16TileScorer();
 
-// Anchored keys' score corrections (runtime/kv_cache.h) over one tile of n_cells <=
-// kAnchorTileCells cells: for each query qi < nq and flagged cell k (flags[k] != 0) below
+// Anchored keys' score corrections (runtime/kv_cache.h) over a run of n_cells cells in tiles
+// of kAnchorTileCells (tile i: cells [64 i, 64 i + 64), its weights w_i = w + i * w_tile_stride):
+// for each query qi < nq and flagged cell c = 64 i + k (flags[c] != 0) below
 // min(lim[qi], n_cells),
-//   sum = rest[qi]; for t < n_terms: sum = fma(w[t * nq + qi], tables[t * 64 + k], sum);
-//   score = scores[qi * score_stride + k]; score = fma(scale * float(flags[k]), sum, score)
+//   sum = rest[qi]; for t < n_terms: sum = fma(w_i[t * nq + qi], tables[t * 64 + k], sum);
+//   score = scores[qi * score_stride + c]; score = fma(scale * float(flags[c]), sum, score)
 // with each step rounded as written (the sum is the fma chain accumulate_rows runs down one
 // column; the last step one fma, as the AVX2 / AVX-512 kernels always computed it), so every
 // variant gives the scalar twin's bits and a query's result depends only on its own inputs.
@@ -158,15 +159,17 @@ KvF16TileScoreFn BestKvF16TileScorer();
 // so skipping it changes no attention output. The SIMD kernels choose per tile (the bits are the
 // same either way): with few flagged cells (at most 8, or kAnchorSparseCells for more than 4
 // queries) they visit those cells only, the queries in the lanes (a cell's table column
-// broadcast), so the cost follows the flagged cells; with more, the cells in the lanes over the
-// whole tile, storing the flagged ones. tables [n_terms][64] (whole rows,
-// also past n_cells), w [n_terms][nq] (term-major: a term's weights of all the queries are
-// consecutive), rest [nq], flags [n_cells], lim [nq].
+// broadcast), collected over the run's sparse tiles so that eight cells' chains run at once
+// whichever tiles they are in; with more, the cells in the lanes over the whole tile, storing
+// the flagged ones. tables [n_terms][64] (whole rows, also past n_cells), w_i [n_terms][nq]
+// (term-major: a term's weights of all the queries are consecutive; only tiles with a flagged
+// cell are read), rest [nq], flags [n_cells], lim [nq] (relative to the run's first cell).
 constexpr int kAnchorTileCells = 64;
 constexpr int kAnchorSparseCells = 16;
-using KvAnchorScoreFn = void (*)(const float* w, int n_terms, const float* tables,
-                                 const float* rest, const uint8_t* flags, int n_cells, int nq,
-                                 const int* lim, float scale, float* scores, int64_t score_stride);
+using KvAnchorScoreFn = void (*)(const float* w, int64_t w_tile_stride, int n_terms,
+                                 const float* tables, const float* rest, const uint8_t* flags,
+                                 int n_cells, int nq, const int* lim, float scale, float* scores,
+                                 int64_t score_stride);
 
 KvAnchorScoreFn ScalarKvAnchorScorer();
 KvAnchorScoreFn Avx2KvAnchorScorer();    // nullptr when none

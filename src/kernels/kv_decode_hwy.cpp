@@ -139,11 +139,12 @@ void DecodeQ4Nl(const uint8_t* row, int n_rows, int head_dim, float* out) {
 // (kAnchorTileCells / kLanes vectors each) stay in registers, one fma chain per vector down the
 // terms, then each query's flagged cells below its limit take fma(scale * flag, sum, score)
 // (masked loads and stores; flagged: fl[k] != 0). w: the first query's weight of term t at w[t *
-// w_stride].
+// w_stride]; lim relative to the cell lim_base cells before the tile.
 template <int kQ>
 HWY_INLINE void AnchorBlock(const float* w, int64_t w_stride, int n_terms, const float* tables,
                             const float* rest, const float* flag_scale, const uint8_t* fl,
-                            int n_cells, const int* lim, float* scores, int64_t score_stride) {
+                            int n_cells, const int* lim, int lim_base, float* scores,
+                            int64_t score_stride) {
   const DF d;
   const DI di;
   const hn::Rebind<uint8_t, DI> d8;
@@ -167,7 +168,7 @@ HWY_INLINE void AnchorBlock(const float* w, int64_t w_stride, int n_terms, const
         hn::RebindMask(d, hn::Ne(hn::PromoteTo(di, hn::LoadU(d8, fl + v * kLanes)), hn::Zero(di)));
     const VF fs = hn::LoadU(d, flag_scale + v * kLanes);
     for (int q = 0; q < kQ; ++q) {
-      const int n = std::min(lim[q], n_cells) - v * kLanes;
+      const int n = std::min(lim[q] - lim_base, n_cells) - v * kLanes;
       if (n <= 0) continue;
       const auto m = hn::And(hn::FirstN(d, static_cast<size_t>(std::min(kLanes, n))), flagged);
       float* srow = scores + q * score_stride + v * kLanes;
@@ -178,48 +179,82 @@ HWY_INLINE void AnchorBlock(const float* w, int64_t w_stride, int n_terms, const
 }
 
 // Anchored-key corrections, sparse tiles: the queries in the lanes (a vector's at a time), the
-// flagged cells kCells at a time (that many independent fma chains, so their latency overlaps;
-// each term's weights are loaded once for them): lane q runs query q's chain on a cell's table
-// column (broadcast), then the queries whose limit the cell is below take fma(scale * flag, sum,
-// score), as the dense tiles do.
-// idx [kAnchorSparseCells]: the flagged cells (bits) ascending, padded with cell 0 (computed,
-// never stored); fs: their scale * float(flag).
+// flagged cells of a segment's sparse tiles kSparseGroup at a time whichever tiles they are in
+// (that many independent fma chains, so their latency overlaps; each cell reads its own tile's
+// weights): lane q runs query q's chain on a cell's table column (broadcast), then the queries
+// whose limit the cell is below take fma(scale * flag, sum, score), as the dense tiles do.
+// cells [n]: the flagged cells (relative to the run) ascending; wofs [n]: where their tile's
+// weights start in w; fs [n]: scale * float(flag).
 constexpr int kSparseGroup = 8;
-static_assert(kAnchorSparseCells % kSparseGroup == 0, "idx holds whole groups");
-HWY_INLINE void AnchorSparse(const float* w, int n_terms, const float* tables, const float* rest,
-                             uint64_t bits, const int* idx, const float* fs, int nq, const int* lim,
-                             float* scores, int64_t score_stride) {
-  const DF d;
-  using VF = hn::Vec<DF>;
+// One block of nl queries from q0 in the lanes of D (nl <= Lanes(D); all of them: unmasked
+// loads).
+template <class D>
+HWY_INLINE void AnchorSparseQueries(D d, int q0, int nl, const float* w, int n_terms,
+                                    const float* tables, const float* rest, const int* cells,
+                                    const int64_t* wofs, const float* fs, int n, int nq,
+                                    const int* lim, float* scores, int64_t score_stride) {
+  using VF = hn::Vec<D>;
   constexpr int kCells = kSparseGroup;
-  const int lanes = static_cast<int>(hn::Lanes(d));
+  const bool full = nl == static_cast<int>(hn::Lanes(d));
+  const auto m = hn::FirstN(d, static_cast<size_t>(nl));
+  const VF r = full ? hn::LoadU(d, rest + q0) : hn::MaskedLoad(m, d, rest + q0);
+  int lim_max = 0;  // the cells below some lane's limit
+  for (int l = 0; l < nl; ++l) lim_max = std::max(lim_max, lim[q0 + l]);
+  // The flagged cells below it (the first nb: cells ascend).
+  const int nb = static_cast<int>(std::lower_bound(cells, cells + n, lim_max) - cells);
   alignas(64) float sums[kCells][kLanes];  // [cell of the group][lane] the sums
-  for (int q0 = 0; q0 < nq; q0 += lanes) {
-    const int nl = std::min(lanes, nq - q0);
-    const auto m = hn::FirstN(d, static_cast<size_t>(nl));
-    const VF r = hn::MaskedLoad(m, d, rest + q0);
-    int lim_max = 0;  // the cells below some lane's limit
-    for (int l = 0; l < nl; ++l) lim_max = std::max(lim_max, lim[q0 + l]);
-    lim_max = std::min(lim_max, kAnchorTileCells);
-    // The flagged cells below it (the first n of idx).
-    const int n = lim_max <= 0 ? 0 : std::popcount(bits & (~0ull >> (kAnchorTileCells - lim_max)));
-    for (int j = 0; j < n; j += kCells) {
-      VF a[kCells];
-      for (int c = 0; c < kCells; ++c) a[c] = r;
+  for (int j = 0; j < nb; j += kCells) {
+    const int jn = std::min(j + kCells, nb);
+    VF a[kCells];
+    const float* wc[kCells];   // [cell] its tile's weights of term 0, lane 0 = query q0
+    const float* col[kCells];  // [cell] its table column, term 0
+    for (int c = 0; c < kCells; ++c) {
+      a[c] = r;
+      const int i = std::min(j + c, jn - 1);  // past the group's last: computed, not stored
+      wc[c] = w + wofs[i] + q0;
+      col[c] = tables + cells[i] % kAnchorTileCells;
+    }
+    auto load_w = [&](const float* p) { return full ? hn::LoadU(d, p) : hn::MaskedLoad(m, d, p); };
+    if (wofs[j] == wofs[jn - 1]) {  // one tile's cells (they ascend): its weights loaded once
       for (int t = 0; t < n_terms; ++t) {
-        const VF wt = hn::MaskedLoad(m, d, w + static_cast<int64_t>(t) * nq + q0);
-        const float* row = tables + t * kAnchorTileCells;
-        for (int c = 0; c < kCells; ++c) a[c] = hn::MulAdd(wt, hn::Set(d, row[idx[j + c]]), a[c]);
+        const VF wv = load_w(wc[0] + static_cast<int64_t>(t) * nq);
+        for (int c = 0; c < kCells; ++c)
+          a[c] = hn::MulAdd(wv, hn::Set(d, col[c][t * kAnchorTileCells]), a[c]);
       }
-      for (int c = 0; c < kCells; ++c) hn::Store(a[c], d, sums[c]);
-      const int jn = std::min(j + kCells, n);
-      for (int l = 0; l < nl; ++l) {
-        float* srow = scores + (q0 + l) * score_stride;
-        for (int i = j; i < jn && idx[i] < lim[q0 + l]; ++i) {
-          srow[idx[i]] = std::fma(fs[i], sums[i - j][l], srow[idx[i]]);
-        }
+    } else {
+      for (int t = 0; t < n_terms; ++t) {
+        const int64_t wt = static_cast<int64_t>(t) * nq;
+        for (int c = 0; c < kCells; ++c)
+          a[c] = hn::MulAdd(load_w(wc[c] + wt), hn::Set(d, col[c][t * kAnchorTileCells]), a[c]);
       }
     }
+    for (int c = 0; c < kCells; ++c) hn::StoreU(a[c], d, sums[c]);
+    for (int l = 0; l < nl; ++l) {
+      float* srow = scores + (q0 + l) * score_stride;
+      for (int i = j; i < jn && cells[i] < lim[q0 + l]; ++i) {
+        srow[cells[i]] = std::fma(fs[i], sums[i - j][l], srow[cells[i]]);
+      }
+    }
+  }
+}
+
+// Every query block of the segment's sparse cells.
+HWY_NOINLINE void AnchorSparse(const float* w, int n_terms, const float* tables, const float* rest,
+                               const int* cells, const int64_t* wofs, const float* fs, int n,
+                               int nq, const int* lim, float* scores, int64_t score_stride) {
+  const DF d;
+  const int lanes = static_cast<int>(hn::Lanes(d));
+  for (int q0 = 0; q0 < nq; q0 += lanes) {
+    const int nl = std::min(lanes, nq - q0);
+#if HWY_TARGET != HWY_SCALAR
+    if (nl == 4 && lanes > 4) {  // a decode step's GQA group: 128-bit vectors, unmasked
+      AnchorSparseQueries(hn::Full128<float>(), q0, nl, w, n_terms, tables, rest, cells, wofs, fs,
+                          n, nq, lim, scores, score_stride);
+      continue;
+    }
+#endif
+    AnchorSparseQueries(d, q0, nl, w, n_terms, tables, rest, cells, wofs, fs, n, nq, lim, scores,
+                        score_stride);
   }
 }
 
@@ -231,7 +266,7 @@ HWY_INLINE uint64_t FlagBits(const uint8_t* fl) {
   uint64_t bits = 0;
   for (int i = 0; i < kAnchorTileCells; i += n8) {
     uint8_t mask_bytes[8] = {};  // [bit] flagged, lane i + bit
-    hn::StoreMaskBits(d8, hn::Ne(hn::Load(d8, fl + i), hn::Zero(d8)), mask_bytes);
+    hn::StoreMaskBits(d8, hn::Ne(hn::LoadU(d8, fl + i), hn::Zero(d8)), mask_bytes);
     uint64_t part;
     std::memcpy(&part, mask_bytes, 8);
     bits |= part << i;
@@ -239,36 +274,15 @@ HWY_INLINE uint64_t FlagBits(const uint8_t* fl) {
   return bits;
 }
 
-void AnchorScores(const float* w, int n_terms, const float* tables, const float* rest,
-                  const uint8_t* flags, int n_cells, int nq, const int* lim, float scale,
-                  float* scores, int64_t score_stride) {
+// One dense tile (more flagged cells than the sparse form takes): w its weights, fl its flags
+// zero-padded to a whole tile, lim relative to the cell lim_base cells before the tile.
+HWY_NOINLINE void AnchorDenseTile(const float* w, int n_terms, const float* tables,
+                                  const float* rest, const uint8_t* fl, int n_cells, int nq,
+                                  const int* lim, int lim_base, float scale, float* scores,
+                                  int64_t score_stride) {
   const DF d;
   const DI di;
   const hn::Rebind<uint8_t, DI> d8;
-  alignas(64) uint8_t fl[kAnchorTileCells] = {};  // [cell] the flags, past n_cells 0
-  if (n_cells >= kAnchorTileCells) {
-    std::memcpy(fl, flags, kAnchorTileCells);
-  } else {
-    std::memcpy(fl, flags, std::max(n_cells, 0));
-  }
-  const uint64_t bits = FlagBits(fl);
-  if (bits == 0) return;
-  // Sparse where it costs less than the dense form: one group of cells, or two when the dense
-  // form would take more than one pass of four queries (measured: bench/matmul_bench.cpp,
-  // BM_KvAnchorScores).
-  const int n_flagged = std::popcount(bits);
-  if (n_flagged <= kSparseGroup || (n_flagged <= kAnchorSparseCells && nq > 4)) {
-    // The flagged cells and their scale * float(flag), padded with cell 0.
-    // (A fixed count without branches: past the last, countr_zero(0) & 63 = 0.)
-    alignas(64) int idx[kAnchorSparseCells];
-    alignas(64) float fs[kAnchorSparseCells];
-    uint64_t b = bits;
-    for (int j = 0; j < kAnchorSparseCells; ++j, b &= b - 1) {
-      idx[j] = std::countr_zero(b) & (kAnchorTileCells - 1);
-      fs[j] = scale * static_cast<float>(fl[idx[j]]);
-    }
-    return AnchorSparse(w, n_terms, tables, rest, bits, idx, fs, nq, lim, scores, score_stride);
-  }
   // scale * float(flag) per cell, past n_cells 0 (never stored).
   alignas(64) float fs[kAnchorTileCells];
   const auto vscale = hn::Set(d, scale);
@@ -280,12 +294,60 @@ void AnchorScores(const float* w, int n_terms, const float* tables, const float*
   constexpr int kQ = kLanes >= 16 ? 4 : 1;
   int qi = 0;
   for (; qi + kQ <= nq; qi += kQ) {
-    AnchorBlock<kQ>(w + qi, nq, n_terms, tables, rest + qi, fs, fl, n_cells, lim + qi,
+    AnchorBlock<kQ>(w + qi, nq, n_terms, tables, rest + qi, fs, fl, n_cells, lim + qi, lim_base,
                     scores + qi * score_stride, score_stride);
   }
   for (; qi < nq; ++qi) {
-    AnchorBlock<1>(w + qi, nq, n_terms, tables, rest + qi, fs, fl, n_cells, lim + qi,
+    AnchorBlock<1>(w + qi, nq, n_terms, tables, rest + qi, fs, fl, n_cells, lim + qi, lim_base,
                    scores + qi * score_stride, score_stride);
+  }
+}
+
+// Tiles per segment: the sparse cells of this many tiles are collected, then run as groups.
+constexpr int kSegmentTiles = 16;
+
+void AnchorScores(const float* w, int64_t w_tile_stride, int n_terms, const float* tables,
+                  const float* rest, const uint8_t* flags, int n_cells, int nq, const int* lim,
+                  float scale, float* scores, int64_t score_stride) {
+  // The segment's sparse cells (at most kAnchorSparseCells a tile) in cell order.
+  alignas(64) int cells[kSegmentTiles * kAnchorSparseCells];
+  alignas(64) int64_t wofs[kSegmentTiles * kAnchorSparseCells];
+  alignas(64) float fs[kSegmentTiles * kAnchorSparseCells];
+  const int n_tiles = (n_cells + kAnchorTileCells - 1) / kAnchorTileCells;
+  for (int s0 = 0; s0 < n_tiles; s0 += kSegmentTiles) {
+    int n = 0;
+    for (int i = s0; i < std::min(n_tiles, s0 + kSegmentTiles); ++i) {
+      const int c0 = i * kAnchorTileCells;
+      const int nc = std::min(kAnchorTileCells, n_cells - c0);
+      alignas(64) uint8_t pad[kAnchorTileCells];  // a last partial tile's flags, zero-padded
+      const uint8_t* fl = flags + c0;
+      if (nc < kAnchorTileCells) {
+        std::memset(pad, 0, sizeof(pad));
+        std::memcpy(pad, fl, static_cast<size_t>(nc));
+        fl = pad;
+      }
+      const uint64_t bits = FlagBits(fl);
+      if (bits == 0) continue;
+      // Sparse where it costs less than the dense form: one group of cells, or two when the
+      // dense form would take more than one pass of four queries (measured: bench/matmul_bench.cpp,
+      // BM_KvAnchorScores).
+      const int n_flagged = std::popcount(bits);
+      const int64_t wo = i * w_tile_stride;
+      if (n_flagged <= kSparseGroup || (n_flagged <= kAnchorSparseCells && nq > 4)) {
+        for (uint64_t b = bits; b != 0; b &= b - 1) {
+          const int k = std::countr_zero(b);
+          cells[n] = c0 + k;
+          wofs[n] = wo;
+          fs[n] = scale * static_cast<float>(fl[k]);
+          ++n;
+        }
+        continue;
+      }
+      AnchorDenseTile(w + wo, n_terms, tables, rest, fl, nc, nq, lim, c0, scale, scores + c0,
+                      score_stride);
+    }
+    if (n > 0)
+      AnchorSparse(w, n_terms, tables, rest, cells, wofs, fs, n, nq, lim, scores, score_stride);
   }
 }
 

@@ -65,51 +65,86 @@ void AddAnchorScores(const KvCache& cache, int layer, int seq, int g, int pos0, 
   for (int i = 0; i < n_pairs; ++i) {
     std::copy_n(cache.AnchorOffsetCosSin(pairs[i]), 2 * kCellTile, tables + 2 * i * kCellTile);
   }
-  static_assert(kCellTile == kAnchorTileCells, "the anchor kernel takes one tile");
+  static_assert(kCellTile == kAnchorTileCells, "the anchor kernel's tiles are attention's");
   const KvAnchorScoreFn anchor = BestKvAnchorScorer();
-  // Blocks of queries: their offset-table weights in this tile and their limits.
+  // Runs of up to kRunTiles tiles per kernel call (within one turn of a ring layer's cells), so
+  // that the kernel runs the sparse tiles' cells together; blocks of queries within a run.
   constexpr int kQueryBlock = 32;
-  float xy[kQueryBlock * 2 * kAnchorMaxPairs];  // [2 * n_pairs][n] (term-major)
-  int lims[kQueryBlock];                        // the query's causal or window limit
-  float cs[2 * kAnchorMaxPairs];  // [n_pairs][2] the tile's run-start cos, sin of each kept pair
-  for (int c0 = c_lo; c0 < n_cells; c0 += kCellTile) {
-    const int nc = std::min(kCellTile, n_cells - c0);
-    const uint8_t* flags = cache.KAnchorFlags(layer, seq, g, c0);  // the tile's cells
-    uint64_t any = 0;  // (no early exit: the loops vectorise)
-    if (nc == kCellTile) {
-      for (int i = 0; i < kCellTile; i += 8) {
-        uint64_t word;
-        std::memcpy(&word, flags + i, 8);
-        any |= word;
-      }
-    } else {
-      for (int i = 0; i < nc; ++i) any |= flags[i];
+  constexpr int kRunTiles = 16;
+  const int64_t tile_stride = 2 * n_pairs * kQueryBlock;  // floats of one tile's weights at most
+  // [kRunTiles][2 * n_pairs][n] each tile's offset-table weights (term-major), tiles
+  // tile_stride apart
+  float xy[kRunTiles * 2 * kAnchorMaxPairs * kQueryBlock];
+  int lims[kQueryBlock];    // the query's causal or window limit, relative to the run
+  bool flagged[kRunTiles];  // [tile of the run] some cell of it is flagged
+  const int ring = cache.layer_cells(layer);
+  // Run [r0, r1)'s flags and its tiles' run-start entries of the kept pairs (floats
+  // [2 * pairs[0], 2 * pairs[n_pairs - 1] + 2) of each), fetched ahead of the run before it:
+  // the KV stream evicts them between chunks, and read one tile at a time each is a miss.
+  auto prefetch_run = [&](int r0, int r1) {
+    const uint8_t* f = cache.KAnchorFlags(layer, seq, g, r0);
+    for (int c = 0; c < r1 - r0; c += 64) __builtin_prefetch(f + c);
+    if (n_pairs == 0) return;
+    for (int c0 = r0; c0 < r1; c0 += kCellTile) {
+      const float* start = cache.AnchorRunStart(c0 / kCellTile);
+      const char* lo = reinterpret_cast<const char*>(start + 2 * pairs[0]);
+      const char* hi = reinterpret_cast<const char*>(start + 2 * pairs[n_pairs - 1] + 1);
+      for (const char* p = lo; p < hi + 64; p += 64) __builtin_prefetch(p);
     }
-    if (any == 0) continue;
-    // cos(p t) = C0 cos(k t) - S0 sin(k t), sin(p t) = S0 cos(k t) + C0 sin(k t) for p = c0 + k,
-    // so a query's correction is a weighted sum of the kept pairs' offset tables.
-    const float* start = cache.AnchorRunStart(c0 / kCellTile);
-    for (int i = 0; i < n_pairs; ++i) {
-      cs[2 * i] = start[2 * pairs[i]];
-      cs[2 * i + 1] = start[2 * pairs[i] + 1];
+  };
+  auto run_end = [&](int r0) {
+    return std::min({n_cells, r0 + kRunTiles * kCellTile, (r0 / ring + 1) * ring});
+  };
+  if (c_lo < n_cells) prefetch_run(c_lo, run_end(c_lo));
+  for (int r0 = c_lo; r0 < n_cells;) {
+    const int r1 = run_end(r0);
+    if (r1 < n_cells) prefetch_run(r1, run_end(r1));
+    const uint8_t* flags = cache.KAnchorFlags(layer, seq, g, r0);  // [r1 - r0] the run's cells
+    bool any_tile = false;
+    for (int c0 = r0, i = 0; c0 < r1; c0 += kCellTile, ++i) {
+      const int nc = std::min(kCellTile, r1 - c0);
+      const uint8_t* f = flags + (c0 - r0);
+      uint64_t any = 0;  // (no early exit: the loops vectorise)
+      if (nc == kCellTile) {
+        for (int j = 0; j < kCellTile; j += 8) {
+          uint64_t word;
+          std::memcpy(&word, f + j, 8);
+          any |= word;
+        }
+      } else {
+        for (int j = 0; j < nc; ++j) any |= f[j];
+      }
+      flagged[i] = any != 0;
+      any_tile |= flagged[i];
+    }
+    if (!any_tile) {
+      r0 = r1;
+      continue;
     }
     for (int q0 = 0; q0 < nq; q0 += kQueryBlock) {
       const int n = std::min(kQueryBlock, nq - q0);
-      for (int b = 0; b < n; ++b) lims[b] = wb[q0 + b] - c0;
-      for (int i = 0; i < n_pairs; ++i) {
-        const float c0s = cs[2 * i], s0s = cs[2 * i + 1];
-        const float* ce = coef + static_cast<size_t>(2 * i) * nq + q0;      // [n] cos coefficients
-        const float* co = coef + static_cast<size_t>(2 * i + 1) * nq + q0;  // [n] sin coefficients
-        float* we = xy + 2 * i * n;                                         // [n]
-        float* wo = xy + (2 * i + 1) * n;                                   // [n]
-        for (int b = 0; b < n; ++b) {  // (vectorises: the queries are consecutive)
-          we[b] = ce[b] * c0s + co[b] * s0s;
-          wo[b] = co[b] * c0s - ce[b] * s0s;
+      for (int b = 0; b < n; ++b) lims[b] = wb[q0 + b] - r0;
+      for (int c0 = r0, t = 0; c0 < r1; c0 += kCellTile, ++t) {
+        if (!flagged[t]) continue;  // the kernel reads no weights of a tile without flags
+        // cos(p t) = C0 cos(k t) - S0 sin(k t), sin(p t) = S0 cos(k t) + C0 sin(k t) for
+        // p = c0 + k, so a query's correction is a weighted sum of the kept pairs' offset tables.
+        const float* start = cache.AnchorRunStart(c0 / kCellTile);
+        for (int i = 0; i < n_pairs; ++i) {
+          const float c0s = start[2 * pairs[i]], s0s = start[2 * pairs[i] + 1];
+          const float* ce = coef + static_cast<size_t>(2 * i) * nq + q0;      // [n] cos coefs
+          const float* co = coef + static_cast<size_t>(2 * i + 1) * nq + q0;  // [n] sin coefs
+          float* we = xy + t * tile_stride + 2 * i * n;                       // [n]
+          float* wo = xy + t * tile_stride + (2 * i + 1) * n;                 // [n]
+          for (int b = 0; b < n; ++b) {  // (vectorises: the queries are consecutive)
+            we[b] = ce[b] * c0s + co[b] * s0s;
+            wo[b] = co[b] * c0s - ce[b] * s0s;
+          }
         }
       }
-      anchor(xy, n_terms, tables, rest + q0, flags, nc, n, lims, shape.scale,
-             scores + static_cast<size_t>(q0) * n_ctx + c0, n_ctx);
+      anchor(xy, tile_stride, n_terms, tables, rest + q0, flags, r1 - r0, n, lims, shape.scale,
+             scores + static_cast<size_t>(q0) * n_ctx + r0, n_ctx);
     }
+    r0 = r1;
   }
 }
 
@@ -412,6 +447,16 @@ void AttentionCall::LoadQueries(const Chunk& ch) const {
 
 void AttentionCall::ScoreChunk(const Chunk& ch) const {
   const int c_lo = ch.c_first, n_cells = ch.n_cells;
+  if (cache_.k_anchored()) {
+    // The chunk's anchor flags, which AddAnchorScores reads after the K scores: fetched now, they
+    // arrive while the keys are scored (the KV stream evicts them between steps).
+    for (int c0 = c_lo; c0 < n_cells;) {
+      const int c1 = std::min(n_cells, (c0 / layer_cells_ + 1) * layer_cells_);
+      const uint8_t* f = cache_.KAnchorFlags(layer_, ch.seq, ch.g, c0);  // [c1 - c0]
+      for (int c = 0; c < c1 - c0; c += 64) __builtin_prefetch(f + c);
+      c0 = c1;
+    }
+  }
   // A query's scores past its own causal limit (or before its sliding window) are computed from
   // cells another query of the block sees and are never read.
   // K read without decoded tiles
