@@ -1334,6 +1334,23 @@ TEST(KvAnchorScore, SimdMatchesScalarTwin) {
   }
 }
 
+// The anchor tests' query limits: the first query sees every cell, the others stop anywhere
+// from before the first cell to past the last.
+std::vector<int> AnchorLimits(int nq, int n_cells, std::mt19937& rng) {
+  std::vector<int> lim(nq);  // [nq]
+  std::uniform_int_distribution<int> cut(-3, n_cells + 3);
+  for (int qi = 0; qi < nq; ++qi) lim[qi] = qi == 0 ? n_cells : cut(rng);
+  return lim;
+}
+
+// Scores before the correction: normal values, with -0.0 at every `period`-th from index 4.
+std::vector<float> AnchorScoresBefore(size_t n, int period, std::mt19937& rng) {
+  std::normal_distribution<float> normal;
+  std::vector<float> before(n);  // [nq * stride]
+  for (size_t i = 0; i < n; ++i) before[i] = i % period == 4 ? -0.0f : normal(rng);
+  return before;
+}
+
 // Sparse tiles (at most kAnchorSparseCells flagged cells: the SIMD kernels visit only them) and
 // dense ones, limits cutting the tile anywhere, scores of -0.0: the scalar twin computes each
 // flagged cell's chain as the contract writes it and leaves every other score's bits alone, and
@@ -1361,12 +1378,10 @@ TEST(KvAnchorScore, SparseAndDenseTilesMatchScalarTwin) {
           std::shuffle(cells.begin(), cells.end(), rng);
           std::vector<uint8_t> flags(n_cells, 0);
           for (int i = 0; i < n_flagged; ++i) flags[cells[i]] = i % 7 == 3 ? 2 : 1;
-          std::vector<int> lim(nq);
-          std::uniform_int_distribution<int> cut(-3, n_cells + 3);
-          for (int qi = 0; qi < nq; ++qi) lim[qi] = qi == 0 ? n_cells : cut(rng);
+          const std::vector<int> lim = AnchorLimits(nq, n_cells, rng);
           const int64_t stride = kAnchorTileCells + 5;
-          std::vector<float> before(static_cast<size_t>(nq) * stride);
-          for (size_t i = 0; i < before.size(); ++i) before[i] = i % 11 == 4 ? -0.0f : normal(rng);
+          const std::vector<float> before =
+              AnchorScoresBefore(static_cast<size_t>(nq) * stride, 11, rng);
           std::vector<float> want = before;
           ScalarKvAnchorScorer()(w.data(), 0, n_terms, tables.data(), rest.data(), flags.data(),
                                  n_cells, nq, lim.data(), scale, want.data(), stride);
@@ -1432,12 +1447,10 @@ TEST(KvAnchorScore, RunsOfTilesMatchScalarTwin) {
           std::shuffle(cells.begin(), cells.end(), rng);
           for (int j = 0; j < std::min(want, nc); ++j) flags[c0 + cells[j]] = j % 5 == 2 ? 3 : 1;
         }
-        std::vector<int> lim(nq);
-        std::uniform_int_distribution<int> cut(-3, n_cells + 3);
-        for (int qi = 0; qi < nq; ++qi) lim[qi] = qi == 0 ? n_cells : cut(rng);
+        const std::vector<int> lim = AnchorLimits(nq, n_cells, rng);
         const int64_t stride = n_cells + 5;
-        std::vector<float> before(static_cast<size_t>(nq) * stride);
-        for (size_t i = 0; i < before.size(); ++i) before[i] = i % 13 == 4 ? -0.0f : normal(rng);
+        const std::vector<float> before =
+            AnchorScoresBefore(static_cast<size_t>(nq) * stride, 13, rng);
         std::vector<float> want = before;
         ScalarKvAnchorScorer()(w.data(), w_tile_stride, n_terms, tables.data(), rest.data(),
                                flags.data(), n_cells, nq, lim.data(), scale, want.data(), stride);

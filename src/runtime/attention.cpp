@@ -78,12 +78,11 @@ void AddAnchorScores(const KvCache& cache, int layer, int seq, int g, int pos0, 
   int lims[kQueryBlock];    // the query's causal or window limit, relative to the run
   bool flagged[kRunTiles];  // [tile of the run] some cell of it is flagged
   const int ring = cache.layer_cells(layer);
-  // Run [r0, r1)'s flags and its tiles' run-start entries of the kept pairs (floats
-  // [2 * pairs[0], 2 * pairs[n_pairs - 1] + 2) of each), fetched ahead of the run before it:
-  // the KV stream evicts them between chunks, and read one tile at a time each is a miss.
+  // The run-start entries of the kept pairs (floats [2 * pairs[0], 2 * pairs[n_pairs - 1] + 2)
+  // of each tile's) for run [r0, r1), fetched during the run before it: the KV stream evicts
+  // them between chunks, and read one tile at a time each is a miss. (ScoreChunk fetched the
+  // flags.)
   auto prefetch_run = [&](int r0, int r1) {
-    const uint8_t* f = cache.KAnchorFlags(layer, seq, g, r0);
-    for (int c = 0; c < r1 - r0; c += 64) __builtin_prefetch(f + c);
     if (n_pairs == 0) return;
     for (int c0 = r0; c0 < r1; c0 += kCellTile) {
       const float* start = cache.AnchorRunStart(c0 / kCellTile);
