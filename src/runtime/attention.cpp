@@ -78,26 +78,8 @@ void AddAnchorScores(const KvCache& cache, int layer, int seq, int g, int pos0, 
   int lims[kQueryBlock];    // the query's causal or window limit, relative to the run
   bool flagged[kRunTiles];  // [tile of the run] some cell of it is flagged
   const int ring = cache.layer_cells(layer);
-  // The run-start entries of the kept pairs (floats [2 * pairs[0], 2 * pairs[n_pairs - 1] + 2)
-  // of each tile's) for run [r0, r1), fetched during the run before it: the KV stream evicts
-  // them between chunks, and read one tile at a time each is a miss. (ScoreChunk fetched the
-  // flags.)
-  auto prefetch_run = [&](int r0, int r1) {
-    if (n_pairs == 0) return;
-    for (int c0 = r0; c0 < r1; c0 += kCellTile) {
-      const float* start = cache.AnchorRunStart(c0 / kCellTile);
-      const char* lo = reinterpret_cast<const char*>(start + 2 * pairs[0]);
-      const char* hi = reinterpret_cast<const char*>(start + 2 * pairs[n_pairs - 1] + 1);
-      for (const char* p = lo; p < hi + 64; p += 64) __builtin_prefetch(p);
-    }
-  };
-  auto run_end = [&](int r0) {
-    return std::min({n_cells, r0 + kRunTiles * kCellTile, (r0 / ring + 1) * ring});
-  };
-  if (c_lo < n_cells) prefetch_run(c_lo, run_end(c_lo));
   for (int r0 = c_lo; r0 < n_cells;) {
-    const int r1 = run_end(r0);
-    if (r1 < n_cells) prefetch_run(r1, run_end(r1));
+    const int r1 = std::min({n_cells, r0 + kRunTiles * kCellTile, (r0 / ring + 1) * ring});
     const uint8_t* flags = cache.KAnchorFlags(layer, seq, g, r0);  // [r1 - r0] the run's cells
     bool any_tile = false;
     for (int c0 = r0, i = 0; c0 < r1; c0 += kCellTile, ++i) {
