@@ -853,7 +853,8 @@ BENCHMARK(BM_KvAnchorScores)->ArgsProduct({{0, 2, 7, 25, 100}, {4, 32}});
 // in the K-quant kernels, 6-7 in 8 chains and in one (DpbusdMixChains). 16 independent chains of
 // the instruction over registers, no memory: its throughput on this core, the port limit the
 // attention kernels are measured against ("s/op" per instruction; a kernel's s/cell divided by it
-// is the number of such instruction slots it spends per cell).
+// is the number of such instruction slots it spends per cell). 8: the 8-token Q4_K kernel's chunk
+// as it runs (DpbusdQ4KChunks); 9: the 4-bit V sum's row-pair step as it runs (DpwssdQ4VPairs).
 // GCC 12's AVX-512 headers build some intrinsics from _mm512_undefined_*(), which its
 // uninitialized-value analysis reports at every use.
 #pragma GCC diagnostic push
@@ -1101,6 +1102,61 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) float DpbusdQ4KChunks(int
   asm volatile("vcvtdq2ps %%zmm0, %%zmm0\n\tvmovss %%xmm0, %0" : "=m"(out)::"xmm0");
   return out;
 }
+// The 4-bit V sum's row-pair step as Int16Dots runs it (kernels/kv_decode_avx512.cpp, q4_0, 4
+// queries): two rows' 16 code bytes of one 32-value group zero-extended to dwords (vpmovzxbd from
+// memory), the second shifted into the high words and ORed in, split into nibbles (vpandd, vpsrlw),
+// both less 8 (vpsubw), then per query one weight pair broadcast (vpbroadcastd m32) into two
+// vpdpwssd: 8 chains, 8 vpdpwssd a step. Rows 36 bytes apart (a head of 64 values: two groups of
+// an f16 scale and 16 code bytes); codes and weights in L1. s/op per vpdpwssd, against kMix 1's
+// port limit: what the unpacking costs the dot's ports. Eight per cell: 4 queries x 64 values / 32
+// products per vpdpwssd.
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) float DpwssdQ4VPairs(int64_t n,
+                                                                            const uint8_t* rows,
+                                                                            const int32_t* wq) {
+  asm volatile(
+      "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
+      "vpternlogd $0xff, %%zmm30, %%zmm30, %%zmm30\n\t"
+      "vpsrlw $12, %%zmm30, %%zmm30\n\t"  // 0x000F in every word
+      "vpsrlw $15, %%zmm30, %%zmm31\n\t"
+      "vpsllw $3, %%zmm31, %%zmm31\n\t" ::  // 8 in every word
+      : "xmm0", "xmm30", "xmm31");
+#define LAMINA_Q4V_PAIR(roff, woff)       \
+  "vpmovzxbd " #roff                      \
+  "(%[r]), %%zmm20\n\t"                   \
+  "vpmovzxbd " #roff                      \
+  "+36(%[r]), %%zmm21\n\t"                \
+  "vpslld $16, %%zmm21, %%zmm21\n\t"      \
+  "vpord %%zmm21, %%zmm20, %%zmm20\n\t"   \
+  "vpandd %%zmm30, %%zmm20, %%zmm22\n\t"  \
+  "vpsrlw $4, %%zmm20, %%zmm23\n\t"       \
+  "vpsubw %%zmm31, %%zmm22, %%zmm22\n\t"  \
+  "vpsubw %%zmm31, %%zmm23, %%zmm23\n\t"  \
+  "vpbroadcastd " #woff                   \
+  "(%[w]), %%zmm24\n\t"                   \
+  "vpdpwssd %%zmm24, %%zmm22, %%zmm0\n\t" \
+  "vpdpwssd %%zmm24, %%zmm23, %%zmm1\n\t" \
+  "vpbroadcastd " #woff                   \
+  "+256(%[w]), %%zmm25\n\t"               \
+  "vpdpwssd %%zmm25, %%zmm22, %%zmm2\n\t" \
+  "vpdpwssd %%zmm25, %%zmm23, %%zmm3\n\t" \
+  "vpbroadcastd " #woff                   \
+  "+512(%[w]), %%zmm26\n\t"               \
+  "vpdpwssd %%zmm26, %%zmm22, %%zmm4\n\t" \
+  "vpdpwssd %%zmm26, %%zmm23, %%zmm5\n\t" \
+  "vpbroadcastd " #woff                   \
+  "+768(%[w]), %%zmm27\n\t"               \
+  "vpdpwssd %%zmm27, %%zmm22, %%zmm6\n\t" \
+  "vpdpwssd %%zmm27, %%zmm23, %%zmm7\n\t"
+  for (int64_t k = 0; k < n; ++k) {
+    asm volatile(LAMINA_Q4V_PAIR(2, 0) LAMINA_Q4V_PAIR(74, 4)::[r] "r"(rows), [w] "r"(wq)
+                 : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm20", "xmm21",
+                   "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27");
+  }
+#undef LAMINA_Q4V_PAIR
+  float out;
+  asm volatile("vcvtdq2ps %%zmm0, %%zmm0\n\tvmovss %%xmm0, %0" : "=m"(out)::"xmm0");
+  return out;
+}
 #pragma GCC diagnostic pop
 
 void BM_PortLimit(benchmark::State& state) {
@@ -1109,9 +1165,11 @@ void BM_PortLimit(benchmark::State& state) {
     return;
   }
   constexpr int64_t kIters = 1 << 16;
-  std::vector<int32_t> mem(256, 0x01020304);  // broadcast sources for arg 4
-  std::vector<uint8_t> codes(256, 0x35);      // arg 8: 4 chunks of 64 code bytes
-  std::vector<int8_t> act(8 * 1168, 3);       // arg 8: [8 tokens][1168 bytes]
+  std::vector<int32_t> mem(256, 0x01020304);           // broadcast sources for arg 4
+  std::vector<uint8_t> codes(256, 0x35);               // arg 8: 4 chunks of 64 code bytes
+  std::vector<int8_t> act(8 * 1168, 3);                // arg 8: [8 tokens][1168 bytes]
+  std::vector<uint8_t> v_rows(4 * 36, 0x5A);           // arg 9: 4 rows of a 64-value q4_0 head
+  std::vector<int32_t> v_weights(4 * 64, 0x00030002);  // arg 9: [query][64] weight pairs
   float out = 0.0f;
   const int64_t arg = state.range(0);
   for (auto _ : state) {
@@ -1140,8 +1198,11 @@ void BM_PortLimit(benchmark::State& state) {
       case 7:
         out += DpbusdMixChains<5>(kIters, mem.data());
         break;
-      default:
+      case 8:
         out += DpbusdQ4KChunks(kIters, codes.data(), act.data());  // 16 kIters vpdpbusd
+        break;
+      default:
+        out += DpwssdQ4VPairs(kIters, v_rows.data(), v_weights.data());  // 16 kIters vpdpwssd
         break;
     }
     benchmark::DoNotOptimize(out);
@@ -1154,13 +1215,14 @@ void BM_PortLimit(benchmark::State& state) {
                                         "vpdpbusd + vpdpwssd per 2",
                                         "vpdpbusd, 8 chains, s8 by {1to16} m32",
                                         "vpdpbusd, 1 chain (latency)",
-                                        "Q4_K 8-token chunks: vpandd m512 + 8 {1to16}"};
+                                        "Q4_K 8-token chunks: vpandd m512 + 8 {1to16}",
+                                        "q4_0 V row pairs: 2 vpmovzxbd m128 + 6 + 4 bcast / 8"};
   state.SetLabel(kLabels[arg]);
   state.counters["s/op"] = benchmark::Counter(
       16.0 * kIters * state.iterations(), benchmark::Counter::kIsRate | benchmark::Counter::kInvert,
       benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_PortLimit)->DenseRange(0, 8);
+BENCHMARK(BM_PortLimit)->DenseRange(0, 9);
 
 // Streaming read bandwidth over a buffer far larger than the caches, on 1 or 2 threads. Integer
 // adds into 8 independent accumulators keep the loop far from compute-bound, so it measures the
