@@ -860,21 +860,25 @@ void CheckIntAccumulate(KvAccumulateFn (*scalar)(KvRowFormat), KvAccumulateFn (*
       for (float& v : x) v = normal(rng);
       EncodeKvRow(f, x.data(), hd, nullptr, rows.data() + r * rb);
     }
-    std::vector<float> p(3 * n, 0.01f);
+    // Query 1's NaN is in its short last pass, query 3's infinity in a whole first pass (the
+    // SIMD kernel reads whole passes without masks).
+    std::vector<float> p(4 * n, 0.01f);
     p[n + 66] = std::numeric_limits<float>::quiet_NaN();
     p[3] = -0.5f;
     p[40] = -std::numeric_limits<float>::infinity();
-    std::fill(p.begin() + 2 * n, p.end(), 0.0f);
-    const int lim[3] = {n, n, n};
-    std::vector<float> want(3 * hd, 0.0f), got = want;
-    std::fill(want.begin() + 2 * hd, want.end(), 1.5f);
+    std::fill(p.begin() + 2 * n, p.begin() + 3 * n, 0.0f);
+    p[3 * n + 10] = std::numeric_limits<float>::infinity();
+    const int lim[4] = {n, n, n, n};
+    std::vector<float> want(4 * hd, 0.0f), got = want;
+    std::fill(want.begin() + 2 * hd, want.begin() + 3 * hd, 1.5f);
     got = want;
-    twin(rows.data(), n, hd, 3, p.data(), n, lim, want.data());
+    twin(rows.data(), n, hd, 4, p.data(), n, lim, want.data());
     EXPECT_FALSE(std::isnan(want[0]));
     EXPECT_TRUE(std::isnan(want[hd]));
     for (int i = 0; i < hd; ++i) EXPECT_EQ(want[2 * hd + i], 1.5f);
+    EXPECT_TRUE(std::isnan(want[3 * hd]));
     if (simd_ok) {
-      simd(f)(rows.data(), n, hd, 3, p.data(), n, lim, got.data());
+      simd(f)(rows.data(), n, hd, 4, p.data(), n, lim, got.data());
       EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
     }
   }
