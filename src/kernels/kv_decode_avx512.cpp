@@ -505,16 +505,39 @@ inline void TileScales(const uint8_t* rows, int n_rows, size_t row_bytes, int n_
 // ([row][group]), they are joined in registers (a store and reloads across them stalled on store
 // forwarding), and one permute per group and 16 rows puts them in row order for the conversion. Not
 // inlined: it changed the register allocation of the callers' row loops for the worse.
-__attribute__((noinline)) void TileScales4Bit(const uint8_t* rows, int n_rows, size_t row_bytes,
-                                              int n_groups, float* sc) {
-  const int gw = static_cast<int>(row_bytes / n_groups) / 2;  // words per group: 9
+// What TileScales4Bit needs of a head's row layout, made once per call of the V sum.
+struct Scales4BitPlan {
+  __m512i pick;      // word i: word gw * i (the scale of group i from a group-aligned window)
+  __m512i order[4];  // [group] word j: n_groups * j + group (row j's scale of that group)
+  size_t row_bytes;
+  int gw;  // words per group: 9
+  int n_groups;
+};
+
+inline Scales4BitPlan MakeScales4BitPlan(size_t row_bytes, int n_groups) {
+  Scales4BitPlan plan;
+  plan.row_bytes = row_bytes;
+  plan.n_groups = n_groups;
+  plan.gw = static_cast<int>(row_bytes / n_groups) / 2;
+  const __m512i iota = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17,
+                                        16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  plan.pick = _mm512_mullo_epi16(iota, _mm512_set1_epi16(static_cast<int16_t>(plan.gw)));
+  for (int g = 0; g < 4; ++g) {
+    plan.order[g] = _mm512_add_epi16(_mm512_mullo_epi16(iota, _mm512_set1_epi16(n_groups)),
+                                     _mm512_set1_epi16(static_cast<int16_t>(g)));
+  }
+  return plan;
+}
+
+__attribute__((noinline)) void TileScales4Bit(const Scales4BitPlan& plan, const uint8_t* rows,
+                                              int n_rows, float* sc) {
+  const size_t row_bytes = plan.row_bytes;
+  const int n_groups = plan.n_groups, gw = plan.gw;
   if (n_groups > 4) {
     TileScales(rows, n_rows, row_bytes, n_groups, sc);
     return;
   }
-  const __m512i iota = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17,
-                                        16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  const __m512i pick = _mm512_mullo_epi16(iota, _mm512_set1_epi16(static_cast<int16_t>(gw)));
+  const __m512i pick = plan.pick;
   const int n_blocks = n_rows * n_groups;
   const int64_t total = static_cast<int64_t>(n_rows) * static_cast<int64_t>(row_bytes);
   // The scales of groups [b, b + 8) in words 0..7 (none past the rows: zero).
@@ -535,11 +558,7 @@ __attribute__((noinline)) void TileScales4Bit(const uint8_t* rows, int n_rows, s
   };
   // Word j of the permute for group g: the scale of group g of row 16k + j, from the chunk's
   // scales in row-major order ([16 rows][n_groups], two vectors).
-  __m512i order[4];
-  for (int g = 0; g < n_groups; ++g) {
-    order[g] = _mm512_add_epi16(_mm512_mullo_epi16(iota, _mm512_set1_epi16(n_groups)),
-                                _mm512_set1_epi16(static_cast<int16_t>(g)));
-  }
+  const __m512i* order = plan.order;
   auto to_rows = [&](int k, __m512i v0, __m512i v1) __attribute__((always_inline)) {
     for (int g = 0; g < n_groups; ++g) {
       _mm512_store_ps(
@@ -1051,8 +1070,9 @@ void Int16Accumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, cons
   const int n_items = n_passes * n_blocks;
   alignas(64) float sc[kMaxHeadDim / kGroup * kAccRows];  // [group][row] one pass's scales d
   Int16Block blk[2];                                      // blocks i and i + 1
-  auto prepare = [&](int i) {
-    const int t = i / n_blocks, b = i % n_blocks;
+  const Scales4BitPlan plan = MakeScales4BitPlan(row_bytes, n_groups);
+  int t = 0, b = 0;  // the next block to prepare: pass t, query block b
+  auto prepare = [&](Int16Block* out) {
     const int j0 = t * kIntAccRows, nr = std::min(kIntAccRows, n_rows - j0);
     const uint8_t* pass = rows + j0 * row_bytes;
     if (b == 0) {
@@ -1060,17 +1080,18 @@ void Int16Accumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, cons
       if constexpr (F == KvRowFormat::kInt8) {
         TileScales(pass, nr, row_bytes, n_groups, sc);
       } else {
-        TileScales4Bit(pass, nr, row_bytes, n_groups, sc);
+        TileScales4Bit(plan, pass, nr, sc);
       }
     }
     const int q0 = b * kInt16Queries;
     PrepareInt16Block<F>(pass, nr, head_dim, q0, std::min(kInt16Queries, nq - q0), p + j0, p_stride,
-                         lim, j0, sc, acc, &blk[i & 1]);
+                         lim, j0, sc, acc, out);
+    if (++b == n_blocks) b = 0, ++t;
   };
   if (n_items == 0) return;
-  prepare(0);
+  prepare(&blk[0]);
   for (int i = 0; i < n_items; ++i) {
-    if (i + 1 < n_items) prepare(i + 1);
+    if (i + 1 < n_items) prepare(&blk[(i + 1) & 1]);
     RunInt16Block<F>(blk[i & 1], head_dim);
   }
 }
