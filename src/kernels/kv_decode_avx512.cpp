@@ -498,13 +498,6 @@ inline void TileScales(const uint8_t* rows, int n_rows, size_t row_bytes, int n_
   }
 }
 
-// The same for 4-bit rows (the int16 V sums; more than 4 groups a row: TileScales), without gathers
-// (a 16-lane gather took ~15% of the int16 V kernel on an AMD EPYC, Zen 5). A head's rows are
-// contiguous whole groups, an f16 scale and 16 code bytes each, so the scales of 8 consecutive
-// groups lie within 128 bytes: two loads and one word permute pick them out in row-major order
-// ([row][group]), they are joined in registers (a store and reloads across them stalled on store
-// forwarding), and one permute per group and 16 rows puts them in row order for the conversion. Not
-// inlined: it changed the register allocation of the callers' row loops for the worse.
 // What TileScales4Bit needs of a head's row layout, made once per call of the V sum.
 struct Scales4BitPlan {
   __m512i pick;      // word i: word gw * i (the scale of group i from a group-aligned window)
@@ -529,6 +522,13 @@ inline Scales4BitPlan MakeScales4BitPlan(size_t row_bytes, int n_groups) {
   return plan;
 }
 
+// TileScales for 4-bit rows (the int16 V sums; more than 4 groups a row: TileScales), without
+// gathers (a 16-lane gather took ~15% of the int16 V kernel on an AMD EPYC, Zen 5). A head's rows
+// are contiguous whole groups, an f16 scale and 16 code bytes each, so the scales of 8 consecutive
+// groups lie within 128 bytes: two loads and one word permute pick them out in row-major order
+// ([row][group]), they are joined in registers (a store and reloads across them stalled on store
+// forwarding), and one permute per group and 16 rows puts them in row order for the conversion. Not
+// inlined: it changed the register allocation of the callers' row loops for the worse.
 __attribute__((noinline)) void TileScales4Bit(const Scales4BitPlan& plan, const uint8_t* rows,
                                               int n_rows, float* sc) {
   const size_t row_bytes = plan.row_bytes;
@@ -1086,7 +1086,10 @@ void Int16Accumulate(const uint8_t* rows, int n_rows, int head_dim, int nq, cons
     const int q0 = b * kInt16Queries;
     PrepareInt16Block<F>(pass, nr, head_dim, q0, std::min(kInt16Queries, nq - q0), p + j0, p_stride,
                          lim, j0, sc, acc, out);
-    if (++b == n_blocks) b = 0, ++t;
+    if (++b == n_blocks) {
+      b = 0;
+      ++t;
+    }
   };
   if (n_items == 0) return;
   prepare(&blk[0]);
