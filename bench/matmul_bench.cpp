@@ -1120,33 +1120,29 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) float DpwssdQ4VPairs(int6
       "vpsrlw $15, %%zmm30, %%zmm31\n\t"
       "vpsllw $3, %%zmm31, %%zmm31\n\t" ::  // 8 in every word
       : "xmm0", "xmm30", "xmm31");
-#define LAMINA_Q4V_PAIR(roff, woff)       \
-  "vpmovzxbd " #roff                      \
-  "(%[r]), %%zmm20\n\t"                   \
-  "vpmovzxbd " #roff                      \
-  "+36(%[r]), %%zmm21\n\t"                \
-  "vpslld $16, %%zmm21, %%zmm21\n\t"      \
-  "vpord %%zmm21, %%zmm20, %%zmm20\n\t"   \
-  "vpandd %%zmm30, %%zmm20, %%zmm22\n\t"  \
-  "vpsrlw $4, %%zmm20, %%zmm23\n\t"       \
-  "vpsubw %%zmm31, %%zmm22, %%zmm22\n\t"  \
-  "vpsubw %%zmm31, %%zmm23, %%zmm23\n\t"  \
-  "vpbroadcastd " #woff                   \
-  "(%[w]), %%zmm24\n\t"                   \
-  "vpdpwssd %%zmm24, %%zmm22, %%zmm0\n\t" \
-  "vpdpwssd %%zmm24, %%zmm23, %%zmm1\n\t" \
-  "vpbroadcastd " #woff                   \
-  "+256(%[w]), %%zmm25\n\t"               \
-  "vpdpwssd %%zmm25, %%zmm22, %%zmm2\n\t" \
-  "vpdpwssd %%zmm25, %%zmm23, %%zmm3\n\t" \
-  "vpbroadcastd " #woff                   \
-  "+512(%[w]), %%zmm26\n\t"               \
-  "vpdpwssd %%zmm26, %%zmm22, %%zmm4\n\t" \
-  "vpdpwssd %%zmm26, %%zmm23, %%zmm5\n\t" \
-  "vpbroadcastd " #woff                   \
-  "+768(%[w]), %%zmm27\n\t"               \
-  "vpdpwssd %%zmm27, %%zmm22, %%zmm6\n\t" \
+// clang-format off
+#define LAMINA_Q4V_PAIR(roff, woff)               \
+  "vpmovzxbd " #roff "(%[r]), %%zmm20\n\t"        \
+  "vpmovzxbd " #roff "+36(%[r]), %%zmm21\n\t"     \
+  "vpslld $16, %%zmm21, %%zmm21\n\t"              \
+  "vpord %%zmm21, %%zmm20, %%zmm20\n\t"           \
+  "vpandd %%zmm30, %%zmm20, %%zmm22\n\t"          \
+  "vpsrlw $4, %%zmm20, %%zmm23\n\t"               \
+  "vpsubw %%zmm31, %%zmm22, %%zmm22\n\t"          \
+  "vpsubw %%zmm31, %%zmm23, %%zmm23\n\t"          \
+  "vpbroadcastd " #woff "(%[w]), %%zmm24\n\t"     \
+  "vpdpwssd %%zmm24, %%zmm22, %%zmm0\n\t"         \
+  "vpdpwssd %%zmm24, %%zmm23, %%zmm1\n\t"         \
+  "vpbroadcastd " #woff "+256(%[w]), %%zmm25\n\t" \
+  "vpdpwssd %%zmm25, %%zmm22, %%zmm2\n\t"         \
+  "vpdpwssd %%zmm25, %%zmm23, %%zmm3\n\t"         \
+  "vpbroadcastd " #woff "+512(%[w]), %%zmm26\n\t" \
+  "vpdpwssd %%zmm26, %%zmm22, %%zmm4\n\t"         \
+  "vpdpwssd %%zmm26, %%zmm23, %%zmm5\n\t"         \
+  "vpbroadcastd " #woff "+768(%[w]), %%zmm27\n\t" \
+  "vpdpwssd %%zmm27, %%zmm22, %%zmm6\n\t"         \
   "vpdpwssd %%zmm27, %%zmm23, %%zmm7\n\t"
+  // clang-format on
   for (int64_t k = 0; k < n; ++k) {
     asm volatile(LAMINA_Q4V_PAIR(2, 0) LAMINA_Q4V_PAIR(74, 4)::[r] "r"(rows), [w] "r"(wq)
                  : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm20", "xmm21",

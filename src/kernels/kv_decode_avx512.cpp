@@ -918,14 +918,6 @@ inline __mmask16 GroupWeights(const __mmask16* mk, const __m512* pv, const float
   return bad;
 }
 
-// The largest lane of v.
-inline float MaxLane(__m512 v) {
-  const __m256 a = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  __m128 b = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  b = _mm_max_ps(b, _mm_movehl_ps(b, b));
-  return _mm_cvtss_f32(_mm_max_ss(b, _mm_movehdup_ps(b)));
-}
-
 // The codes of one group's signed weights w [4][16 rows] at inv = kInt16AccWeightMax / amax,
 // rounded half even (|w| <= amax keeps them within +-kInt16AccWeightMax; the sign is the
 // row's), stored two rows to a dword in row order: wq[k] = (row 2k, row 2k + 1).
@@ -997,7 +989,7 @@ void PrepareInt16Block(const uint8_t* rows, int n_rows, int head_dim, int q0, in
         step = std::numeric_limits<float>::quiet_NaN();
         continue;
       }
-      const float a = MaxLane(amax_v);
+      const float a = _mm512_reduce_max_ps(amax_v);
       if (!(a >= 1e-30f)) continue;
       step = a / static_cast<float>(kInt16AccWeightMax);
       StoreWeightCodes(w, _mm512_set1_ps(static_cast<float>(kInt16AccWeightMax) / a),
