@@ -130,6 +130,21 @@ TEST(Cli, BenchJson) {
   EXPECT_GT(j["tg_tok_s"].get<double>(), 0.0);
 }
 
+// --parallel: every count once per repetition; vs_1 only where a one-stream run exists, 1 for it.
+TEST(Cli, BenchParallelRatiosAgainstTheSameRepetition) {
+  REQUIRE_SHARED();
+  Output o = Lamina("bench -m " + Stories() + " --parallel 2,1 -p 0 -n 4 -r 3 --json");
+  ASSERT_EQ(o.code, 0);
+  const auto rows = nlohmann::json::parse(o.out)["parallel"];
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["streams"], 2);
+  EXPECT_GT(rows[0]["vs_1"].get<double>(), 0.0);
+  EXPECT_EQ(rows[1]["vs_1"].get<double>(), 1.0);
+  Output without_one = Lamina("bench -m " + Stories() + " --parallel 2 -p 0 -n 4 -r 1 --json");
+  ASSERT_EQ(without_one.code, 0);
+  EXPECT_FALSE(nlohmann::json::parse(without_one.out)["parallel"][0].contains("vs_1"));
+}
+
 TEST(Cli, ExitCodes) {
   EXPECT_EQ(Lamina("").code, 2);
   EXPECT_EQ(Lamina("run --no-such-flag").code, 2);

@@ -106,24 +106,37 @@ int RunParallelBench(const BenchOptions& o, const Model& model, SessionConfig sc
                 KvTypeName(sc.kv_type), o.depth, o.n_gen);
     std::printf("%8s %16s %16s %10s\n", "streams", "aggregate tok/s", "per-stream tok/s", "vs 1");
   }
-  double single = 0.0;
-  for (int b : counts) {
-    std::vector<double> agg, per;
-    for (int rep = 0; rep < o.reps; ++rep) {
-      Result<ParallelFigure> f = BenchParallel(model, sc, o, b, rep, pool);
+  // Repetitions interleave the counts (round r runs every count once, in order), so that a
+  // count's ratio to one stream compares runs of the same minute: "vs 1" is the median over
+  // rounds of each round's aggregate over its one-stream run (this host's speed drifts between
+  // minutes far more than within one).
+  const size_t n_counts = counts.size();
+  std::vector<std::vector<double>> agg(n_counts), per(n_counts);  // [count][rep]
+  for (int rep = 0; rep < o.reps; ++rep) {
+    for (size_t c = 0; c < n_counts; ++c) {
+      Result<ParallelFigure> f = BenchParallel(model, sc, o, counts[c], rep, pool);
       if (!f.ok()) {
         std::fprintf(stderr, "lamina: %s\n", f.error().message.c_str());
         return kExitFailure;
       }
-      agg.push_back(f->aggregate_tok_s);
-      per.push_back(f->per_seq_tok_s);
+      agg[c].push_back(f->aggregate_tok_s);
+      per[c].push_back(f->per_seq_tok_s);
     }
-    const double a = Median(agg), p = Median(per);
-    if (b == 1) single = a;
-    rows.push_back({{"streams", b}, {"aggregate_tok_s", a}, {"per_stream_tok_s", p}});
-    if (!o.json) {
-      std::printf("%8d %16.2f %16.2f %9.2fx\n", b, a, p, single > 0 ? a / single : 0.0);
+  }
+  const auto one = std::find(counts.begin(), counts.end(), 1);
+  for (size_t c = 0; c < n_counts; ++c) {
+    const double a = Median(agg[c]), p = Median(per[c]);
+    double vs_one = 0.0;  // 0: no one-stream run to compare with
+    if (one != counts.end()) {
+      const std::vector<double>& base = agg[static_cast<size_t>(one - counts.begin())];
+      std::vector<double> ratios(agg[c].size());
+      for (size_t r = 0; r < ratios.size(); ++r) ratios[r] = agg[c][r] / base[r];
+      vs_one = Median(ratios);
     }
+    nlohmann::json row = {{"streams", counts[c]}, {"aggregate_tok_s", a}, {"per_stream_tok_s", p}};
+    if (vs_one > 0) row["vs_1"] = vs_one;
+    rows.push_back(row);
+    if (!o.json) std::printf("%8d %16.2f %16.2f %9.2fx\n", counts[c], a, p, vs_one);
   }
   if (o.json) {
     nlohmann::json j = {{"model", o.common.model_path},

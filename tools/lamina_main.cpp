@@ -272,7 +272,8 @@ void AddBenchCommand(CLI::App* app, Commands* c) {
                 "pp: a fresh session per repetition, no untimed warm-up prompt (first-touch "
                 "of the scratch buffers timed)");
   cmd->add_option("--parallel", c->bench.parallel,
-                  "Batched decode: B sequences per step, e.g. 1,2,4,8 (each at DEPTH)");
+                  "Batched decode: B sequences per step, e.g. 1,2,4,8 (each at DEPTH); the "
+                  "counts take turns in each repetition, vs 1 the median of per-repetition ratios");
   cmd->add_flag("--roofline", c->bench.roofline,
                 "tg against memory bandwidth measured in this run: a streaming read of a buffer "
                 "8x the L3 (at least 256 MiB), two passes, the faster counted, on the same threads "
