@@ -285,6 +285,11 @@ void BM_ShippedWeightRead(benchmark::State& state) {
 }
 BENCHMARK(BM_ShippedWeightRead)->Arg(1)->Arg(2)->UseRealTime();
 
+// GCC 12's AVX-512 reductions (_mm512_reduce_add_*) build on _mm512_undefined_*(), which its
+// uninitialized-value analysis reports at every use (as for the port-limit loops below).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // 16 independent 512-bit FMA chains (this file is built for the baseline ISA; the function
 // alone targets AVX-512).
 __attribute__((target("avx512f,fma"))) float FmaChains(int64_t steps, float seed) {
@@ -314,6 +319,7 @@ __attribute__((target("avx512f,avx512vnni"))) int DpbusdChains(int64_t steps, in
   for (int a = 1; a < 16; ++a) t = _mm512_add_epi32(t, acc[a]);
   return _mm512_reduce_add_epi32(t);
 }
+#pragma GCC diagnostic pop
 
 void BM_VnniPeak(benchmark::State& state) {
   if (DetectIsa() < Isa::kAvx512) {

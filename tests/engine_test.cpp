@@ -156,7 +156,9 @@ TEST_P(EngineBatching, SlotsSteppedTogetherMatchEachRequestAlone) {
   EXPECT_EQ(together.cache().has_rings(), ring);
   const engine::Stats st = eng.stats();
   EXPECT_EQ(st.requests, static_cast<uint64_t>(n_slots));
-  if (c.drafting) EXPECT_GT(st.verify_steps, 0u);
+  if (c.drafting) {
+    EXPECT_GT(st.verify_steps, 0u);
+  }
 
   // Alone: each request by itself through engine::Generate, on the same sequence index of a
   // fresh session (stochastic rounding is keyed by the sequence's coordinates).

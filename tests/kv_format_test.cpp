@@ -1260,7 +1260,9 @@ TEST(KvF16Score, TilesScoreInTheCanonicalOrderOnEveryIsa) {
         for (size_t i = 0; i < a.size(); ++i) {
           const int64_t at = static_cast<int64_t>(i) - 16;
           const bool wanted = at >= 0 && at % stride < m && at / stride < nq;
-          if (!wanted) ASSERT_EQ(a[i], -1.0f) << "scalar wrote outside its cells at " << at;
+          if (!wanted) {
+            ASSERT_EQ(a[i], -1.0f) << "scalar wrote outside its cells at " << at;
+          }
         }
         for (const Named& v : simd) {
           std::fill(b.begin(), b.end(), -1.0f);

@@ -37,10 +37,10 @@ const std::string kPhiMoeRot48 = kModels + "synth-phimoe-rot48-d256.Q8_0.gguf";
 // What a rewrite of a fixture changes: metadata keys set (after `drop` is removed) and tensors
 // left out or added.
 struct Edit {
-  std::string drop;                        // a metadata key removed ("" none)
-  std::function<void(gguf::Writer&)> set;  // keys (or tensors) added
-  std::string skip_tensor;                 // a tensor left out ("" none)
-  std::function<bool(const gguf::TensorInfo&, gguf::Writer&)> replace;  // true: written here
+  std::string drop = {};                        // a metadata key removed ("" none)
+  std::function<void(gguf::Writer&)> set = {};  // keys (or tensors) added
+  std::string skip_tensor = {};                 // a tensor left out ("" none)
+  std::function<bool(const gguf::TensorInfo&, gguf::Writer&)> replace = {};  // true: written here
 };
 
 // The fixture rewritten with `edit`, then loaded.
