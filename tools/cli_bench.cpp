@@ -106,10 +106,10 @@ int RunParallelBench(const BenchOptions& o, const Model& model, SessionConfig sc
                 KvTypeName(sc.kv_type), o.depth, o.n_gen);
     std::printf("%8s %16s %16s %10s\n", "streams", "aggregate tok/s", "per-stream tok/s", "vs 1");
   }
-  // Repetitions interleave the counts (round r runs every count once, in order), so that a
+  // Repetitions interleave the counts (repetition r runs every count once, in order), so that a
   // count's ratio to one stream compares runs of the same minute: "vs 1" is the median over
-  // rounds of each round's aggregate over its one-stream run (this host's speed drifts between
-  // minutes far more than within one).
+  // repetitions of each one's aggregate over its one-stream run (a shared machine's speed drifts
+  // between minutes far more than within one).
   const size_t n_counts = counts.size();
   std::vector<std::vector<double>> agg(n_counts), per(n_counts);  // [count][rep]
   for (int rep = 0; rep < o.reps; ++rep) {
