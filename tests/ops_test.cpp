@@ -201,7 +201,8 @@ void RmsNormOneRow(const float* x, const float* w, int64_t n, float eps, float* 
 }
 
 // RmsNorm, and a batch of rows normalised side by side, give every row GGML's order's bits: any row
-// count (the groups of kRmsNormRowsAtOnce and a remainder), strides past the row, rows of 1 to
+// count (the groups of kRmsNormRowsAtOnce and a remainder; on AVX-512 the 8-row twin,
+// Avx512SumSquares8 and Avx512ScaleRow, for 8, 9 and 16 rows), strides past the row, rows of 1 to
 // 1,025 values with magnitudes far apart (where a different order of the double sum would show), no
 // weight, and in place.
 TEST(OpsRmsNormRows, EveryRowIsRmsNormsBits) {

@@ -103,14 +103,14 @@ TEST(Qwen35Fixtures, LayerPatternAndShapes) {
 // A copy of `src` with metadata overwritten (u32 values, or a removed key when the value is
 // absent), tensors dropped, and `extra` tensors appended (name -> a tensor of src to copy).
 struct Rewrite {
-  std::map<std::string, uint32_t> set_u32;
-  std::map<std::string, std::vector<int32_t>> set_i32_array;
-  std::string drop_key;
-  std::string drop_tensor;
-  std::vector<std::pair<std::string, std::string>> extra;  // (new name, source name)
+  std::map<std::string, uint32_t> set_u32 = {};
+  std::map<std::string, std::vector<int32_t>> set_i32_array = {};
+  std::string drop_key = {};
+  std::string drop_tensor = {};
+  std::vector<std::pair<std::string, std::string>> extra = {};  // (new name, source name)
   // Tensors written as F32 instead (replacing src's of that name, in its place, or appended):
   // name -> (ne, values).
-  std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> f32;
+  std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> f32 = {};
 };
 
 std::string Write(const std::string& src, const std::string& dst, const Rewrite& r) {
@@ -586,7 +586,9 @@ void CheckEngineTwoSlots(const Model& model, bool echo) {
   EXPECT_EQ(mtp.tokens, plain.tokens) << echo;
   EXPECT_TRUE(mtp.kv == plain.kv) << echo << ": KV bytes differ";
   EXPECT_GT(mtp.drafted, 10u) << echo;
-  if (echo) EXPECT_GT(mtp.accepted, mtp.drafted * 9 / 10);
+  if (echo) {
+    EXPECT_GT(mtp.accepted, mtp.drafted * 9 / 10);
+  }
 }
 
 TEST_F(Qwen35Files, MtpEngineTwoSlotsEqualPlainGreedy) {

@@ -292,9 +292,9 @@ struct CountCase {
   std::string fixture;                                     // the real model file rewritten
   std::vector<std::pair<std::string, gguf::Value>> edits;  // metadata set or replaced
   std::vector<std::string> fragments;                      // all in the error message
-  std::string drop_prefix;                                 // tensors left out ("": none)
+  std::string drop_prefix = {};                            // tensors left out ("": none)
   // Applied to the serialized file (for what the writer cannot express); nullptr: none.
-  std::function<void(std::vector<uint8_t>*)> poke;
+  std::function<void(std::vector<uint8_t>*)> poke = {};
 };
 
 // Writes `c.fixture` with the case's edits as a new file; "" when the fixture is absent.

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/activation_kernels.h"
+#include "util/cpu_features.h"
 
 namespace lamina {
 
@@ -24,9 +25,13 @@ void SumSquares(const float* x, int64_t stride, int64_t n, double* sums) {
   for (int r = 0; r < R; ++r) sums[r] = s[r];
 }
 
-void ScaleRow(const float* x, const float* w, int64_t n, float eps, double sum, float* out) {
+float RmsScale(double sum, int64_t n, float eps) {
   const float mean = static_cast<float>(sum / n);
-  const float scale = 1.0f / std::sqrt(mean + eps);
+  return 1.0f / std::sqrt(mean + eps);
+}
+
+void ScaleRow(const float* x, const float* w, int64_t n, float eps, double sum, float* out) {
+  const float scale = RmsScale(sum, n, eps);
   if (w != nullptr) {
     for (int64_t i = 0; i < n; ++i) out[i] = (x[i] * scale) * w[i];
   } else {
@@ -44,7 +49,20 @@ void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out) {
 void RmsNormRows(const float* x, int64_t x_stride, const float* w, int64_t n, float eps,
                  int64_t rows, float* out, int64_t out_stride) {
   static_assert(kRmsNormRowsAtOnce == 4);
-  for (int64_t r0 = 0; r0 < rows; r0 += kRmsNormRowsAtOnce) {
+  static const bool kAvx512 =
+      GetCpuFeatures().HasAvx512Set() && IsaAllowed(Isa::kAvx512);  // chosen once
+  int64_t r0 = 0;
+  if (kAvx512) {
+    for (; r0 + 8 <= rows; r0 += 8) {
+      double sums[8];
+      Avx512SumSquares8(x + r0 * x_stride, x_stride, n, sums);
+      for (int64_t r = 0; r < 8; ++r) {
+        Avx512ScaleRow(x + (r0 + r) * x_stride, w, n, RmsScale(sums[r], n, eps),
+                       out + (r0 + r) * out_stride);
+      }
+    }
+  }
+  for (; r0 < rows; r0 += kRmsNormRowsAtOnce) {
     const int64_t m = std::min<int64_t>(kRmsNormRowsAtOnce, rows - r0);
     const float* xr = x + r0 * x_stride;
     double sums[kRmsNormRowsAtOnce];
