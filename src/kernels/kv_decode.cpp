@@ -232,10 +232,6 @@ void AnchorScoresScalar(const float* w, int64_t w_tile_stride, int n_terms, cons
   }
 }
 
-// The CPU has the kernels' instructions and LAMINA_ISA allows them.
-bool HasAvx2() { return GetCpuFeatures().HasAvx2Set() && IsaAllowed(Isa::kAvx2); }
-
-bool HasAvx512() { return GetCpuFeatures().HasAvx512Set() && IsaAllowed(Isa::kAvx512); }
 }  // namespace
 
 KvRowDecodeFn ScalarKvRowDecoder(KvRowFormat format) {

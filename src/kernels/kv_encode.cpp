@@ -73,9 +73,6 @@ void HadamardBest(float* x, int b) {
   }
 }
 
-bool HasAvx2() { return GetCpuFeatures().HasAvx2Set() && IsaAllowed(Isa::kAvx2); }
-bool HasAvx512() { return GetCpuFeatures().HasAvx512Set() && IsaAllowed(Isa::kAvx512); }
-
 KvScaleErrorsFn PickBest(KvRowFormat format) {
   KvScaleErrorsFn f = nullptr;
   if (HasAvx512()) f = Avx512KvScaleErrors(format);

@@ -49,8 +49,7 @@ void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out) {
 void RmsNormRows(const float* x, int64_t x_stride, const float* w, int64_t n, float eps,
                  int64_t rows, float* out, int64_t out_stride) {
   static_assert(kRmsNormRowsAtOnce == 4);
-  static const bool kAvx512 =
-      GetCpuFeatures().HasAvx512Set() && IsaAllowed(Isa::kAvx512);  // chosen once
+  static const bool kAvx512 = HasAvx512();  // chosen once
   int64_t r0 = 0;
   if (kAvx512) {
     for (; r0 + 8 <= rows; r0 += 8) {

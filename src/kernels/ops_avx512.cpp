@@ -55,10 +55,10 @@ void Avx512SumSquares8(const float* x, int64_t stride, int64_t n, double* sums) 
     }
   }
   for (; i < n; ++i) {
-    const __m512d v = _mm512_cvtps_pd(
-        _mm256_setr_ps(x[i], x[stride + i], x[2 * stride + i], x[3 * stride + i], x[4 * stride + i],
-                       x[5 * stride + i], x[6 * stride + i], x[7 * stride + i]));
-    s = _mm512_add_pd(s, _mm512_mul_pd(v, v));
+    s = add_square(
+        s, _mm512_cvtps_pd(_mm256_setr_ps(x[i], x[stride + i], x[2 * stride + i], x[3 * stride + i],
+                                          x[4 * stride + i], x[5 * stride + i], x[6 * stride + i],
+                                          x[7 * stride + i])));
   }
   _mm512_storeu_pd(sums, s);
 }

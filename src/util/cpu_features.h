@@ -93,4 +93,8 @@ inline Isa IsaCap() {
 // its kernels need).
 inline bool IsaAllowed(Isa level) { return static_cast<int>(level) <= static_cast<int>(IsaCap()); }
 
+// The CPU has a kernel family's instructions and LAMINA_ISA allows them.
+inline bool HasAvx2() { return GetCpuFeatures().HasAvx2Set() && IsaAllowed(Isa::kAvx2); }
+inline bool HasAvx512() { return GetCpuFeatures().HasAvx512Set() && IsaAllowed(Isa::kAvx512); }
+
 }  // namespace lamina
