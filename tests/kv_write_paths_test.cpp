@@ -13,6 +13,7 @@
 // restored on truncate).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "kv_storage.h"
 #include "model/model.h"
 #include "probe/faults.h"
+#include "runtime/attention.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
 #include "runtime/session_file.h"
@@ -422,6 +424,129 @@ TEST_P(KvWritePaths, SequencesBatchedTogetherMatchEachAlone) {
     together[i].state = RecurrentStateFloats(s, i);
     EXPECT_EQ(Compare(alone[i], together[i], n_vocab), "")
         << "sequence " << i << " batched vs alone";
+  }
+}
+
+// Decode steps of several sequences, one token each and no sequence twice (a server's slots):
+// the session spreads such a step over the pool a sequence at a time, each thread writing its
+// sequences' cells and running their attention (Session's CacheAttention::AttendBySequence;
+// with two threads, at least two sequences and a short context it always does, where the
+// cache keeps no window and the layer is no ring). Every sequence's logits, cells and
+// recurrent state equal the ones it gets alone. Prompts of different lengths, each sequence's
+// own continuation, the steps' order of sequences shuffled, and sequences finishing at
+// different steps (4, 3, 2 sequences a step; the last one alone).
+TEST_P(KvWritePaths, DecodeStepsOfSeveralSequencesMatchEachAlone) {
+  const Model& m = *model_;
+  SessionConfig sc = sc_;
+  ThreadPool pool(2);
+  const int n_vocab = m.hparams().n_vocab;
+  const std::vector<int32_t> base = TestTokens(m, 150);
+  const std::vector<int> prompts = {40, 17, 29, 8};
+  const std::vector<int> lengths = {90, 75, 60, 70};
+  const int n_seq = static_cast<int>(lengths.size());
+  std::vector<std::vector<int32_t>> streams(n_seq);
+  for (int i = 0; i < n_seq; ++i) {
+    for (int t = 0; t < lengths[i]; ++t) {
+      streams[i].push_back(base[(t * (2 * i + 1) + 3 * i) % base.size()]);
+    }
+    streams[i][0] = base[0];  // each begins with BOS
+  }
+  std::vector<PathRun> alone;
+  for (int i = 0; i < n_seq; ++i) {
+    alone.push_back(RunPath(m, sc, streams[i], Path::kTokenByToken, pool));
+  }
+
+  sc.n_seq = n_seq;
+  Session s(m, sc, pool);
+  std::vector<PathRun> together(n_seq);
+  for (int i = 0; i < n_seq; ++i) {
+    together[i].logits.resize(streams[i].size() * n_vocab);
+    Result<const float*> r = s.EvalSeq(i, streams[i].data(), prompts[i], true);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    std::memcpy(together[i].logits.data(), *r, sizeof(float) * prompts[i] * n_vocab);
+  }
+  std::mt19937 rng(5);
+  std::vector<int> done = prompts;
+  int steps = 0;
+  while (done != lengths) {
+    std::vector<int> order;
+    for (int i = 0; i < n_seq; ++i) {
+      if (done[i] < lengths[i]) order.push_back(i);
+    }
+    std::shuffle(order.begin(), order.end(), rng);
+    SequenceBatch batch;
+    for (int i : order) batch.Add(streams[i][done[i]], i, done[i], true);
+    Result<const float*> r = s.Decode(batch);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    for (size_t row = 0; row < order.size(); ++row) {
+      const int i = order[row];
+      std::memcpy(together[i].logits.data() + static_cast<size_t>(done[i]) * n_vocab,
+                  *r + row * n_vocab, sizeof(float) * n_vocab);
+      ++done[i];
+    }
+    ++steps;
+  }
+  EXPECT_EQ(steps, 62);  // the longest continuation: 70 - 8
+  for (int i = 0; i < n_seq; ++i) {
+    together[i].storage = KvStorageBytes(s.cache(), i);
+    together[i].state = RecurrentStateFloats(s, i);
+    EXPECT_EQ(Compare(alone[i], together[i], n_vocab), "")
+        << "sequence " << i << " in steps of several sequences vs alone";
+  }
+}
+
+// The same past one attention chunk (kAttentionCellChunk cells: each sequence's attention then
+// merges two chunks through its thread's scratch) and over many cells a step, where the session
+// spreads a step only because its sequences balance over the threads: four sequences sharing a
+// random prefix of 4,100 cells (FillWithRandomCells, CopyPrefix), each continued by its own
+// tokens in steps of all four, against each continued alone; f16 and k8v4.
+TEST(KvWritePathsLong, DecodeStepsOfSeveralSequencesPastOneAttentionChunk) {
+  if (!std::filesystem::exists(kMistral3)) GTEST_SKIP() << kMistral3 << " is absent";
+  Result<std::unique_ptr<Model>> model = LoadModel(kMistral3);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  const Model& m = **model;
+  const int n_vocab = m.hparams().n_vocab;
+  constexpr int kDepth = kAttentionCellChunk + 4;
+  constexpr int kSteps = 6;
+  constexpr int kSeqs = 4;
+  const std::vector<int32_t> base = TestTokens(m, 40);
+  ThreadPool pool(2);
+  for (KvType type : {KvType::kF16, KvType::kK8V4}) {
+    SessionConfig sc;
+    sc.n_ctx = kDepth + kSteps;
+    sc.kv_type = type;
+    sc.kv_seed = 99;
+    std::vector<std::vector<float>> alone(kSeqs);  // [seq][kSteps * n_vocab]
+    for (int i = 0; i < kSeqs; ++i) {
+      Session a(m, sc, pool);
+      a.FillWithRandomCells(kDepth, 17);
+      for (int t = 0; t < kSteps; ++t) {
+        Result<const float*> r = a.Eval({base[(5 * i + 3 * t) % base.size()]}, false);
+        ASSERT_TRUE(r.ok()) << r.error().message;
+        alone[i].insert(alone[i].end(), *r, *r + n_vocab);
+      }
+    }
+    sc.n_seq = kSeqs;
+    Session s(m, sc, pool);
+    s.FillWithRandomCells(kDepth, 17);
+    for (int i = 1; i < kSeqs; ++i) s.CopyPrefix(0, i, kDepth);
+    for (int t = 0; t < kSteps; ++t) {
+      SequenceBatch batch;
+      for (int j = 0; j < kSeqs; ++j) {
+        const int i = (j + t) % kSeqs;  // a different order each step
+        batch.Add(base[(5 * i + 3 * t) % base.size()], i, kDepth + t, true);
+      }
+      Result<const float*> r = s.Decode(batch);
+      ASSERT_TRUE(r.ok()) << r.error().message;
+      for (int j = 0; j < kSeqs; ++j) {
+        const int i = (j + t) % kSeqs;
+        EXPECT_EQ(std::memcmp(*r + static_cast<size_t>(j) * n_vocab,
+                              alone[i].data() + static_cast<size_t>(t) * n_vocab,
+                              sizeof(float) * n_vocab),
+                  0)
+            << KvTypeName(type) << ": sequence " << i << ", step " << t;
+      }
+    }
   }
 }
 

@@ -98,6 +98,32 @@ TEST(ThreadPool, EveryItemOnceWhenThreadsTakeEachOthersChunks) {
 
 // A prefetch hint (a real buffer, a null one, one replaced while loops run) changes nothing:
 // every item still runs once, and the idle threads' prefetches never fault.
+// A one-thread pool runs its loops on the calling thread and keeps no state while it does, so
+// the threads of another pool may share one as their inline pool (the session does, spreading
+// a decode step's sequences over its threads).
+TEST(ThreadPool, OneThreadPoolSharedByAnotherPoolsThreads) {
+  ThreadPool pool(3);
+  ThreadPool inline_pool(1);
+  constexpr int kItems = 64, kInner = 200;
+  std::vector<int64_t> sums(kItems, -1);  // [item] what its inner loops added up
+  pool.ParallelFor(kItems, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      int64_t sum = 0;
+      for (int r = 0; r < 10; ++r) {
+        inline_pool.ParallelFor(kInner, 7, [&](int64_t b, int64_t e, int slot) {
+          EXPECT_EQ(slot, 0);
+          for (int64_t j = b; j < e; ++j) sum += j + i;
+        });
+      }
+      sums[i] = sum;
+    }
+  });
+  for (int i = 0; i < kItems; ++i) {
+    EXPECT_EQ(sums[i], 10 * (int64_t{kInner} * (kInner - 1) / 2 + int64_t{kInner} * i)) << i;
+  }
+  EXPECT_EQ(inline_pool.regions(), 0u);
+}
+
 TEST(ThreadPool, PrefetchHintChangesNoResult) {
   std::vector<char> buffer(1 << 20, 1);  // [1 MiB] what the "next loop" reads
   for (int threads : {1, 2, 3}) {

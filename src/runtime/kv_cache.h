@@ -197,7 +197,10 @@ class KvCache {
   // Non-finite input is not stored: the cells are written as zeros and the first such event is
   // kept in nonfinite_error() for the session to report.
   // The encoding of the n rows runs on `pool` when given (each row lands in its own bytes, so
-  // the result is the same on any number of threads).
+  // the result is the same on any number of threads). Calls for different sequences may run
+  // at the same time (a decode step's sequences spread over threads) when no write observer is
+  // set and every row is finite: a sequence's cells, window copies, ring, length and anchor are
+  // its own, and only a non-finite row or an observer touches state the sequences share.
   void Write(int layer, int seq, int pos0, int n, const float* k, const float* v,
              ThreadPool* pool = nullptr);
 

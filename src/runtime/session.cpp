@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "util/memory.h"
@@ -94,6 +95,17 @@ using Segment = AttentionSegment;
 // (128 cells of a 1,024-wide query; ~10 us on one core).
 constexpr int64_t kInlineAttentionWork = int64_t{1} << 17;
 
+// Whether every value of x [n] is finite: no exponent field of all ones (inf or NaN).
+bool AllFinite(const float* x, int64_t n) {
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof(bits));
+    bad |= static_cast<uint32_t>((bits & 0x7F800000u) == 0x7F800000u);
+  }
+  return bad == 0;
+}
+
 std::vector<Segment> Segments(const ForwardBatch& b) {
   std::vector<Segment> out;
   for (int t = 0; t < b.n_tokens; ++t) {
@@ -125,6 +137,7 @@ class Session::CacheAttention final : public AttentionContext {
                                hp.attention_scale(),
                                hp.sliding_window(layer),
                                s_.model_.AttentionSinks(layer)};
+    if (AttendBySequence(layer, q, k, v, out, shape)) return;
     // Per piece (all segments without a window, and in a layer that keeps every cell when only
     // sliding-window rings need pieces): every segment's cells first (one-token segments
     // encode on this thread: a pool dispatch would cost more than the row), then attention
@@ -153,6 +166,57 @@ class Session::CacheAttention final : public AttentionContext {
   }
 
  private:
+  // A decode step of several sequences (one token each, no two of the same sequence), spread
+  // over the pool a sequence at a time: each thread writes its sequences' cells through the
+  // single writer and runs their attention itself, so the one-token writes no longer queue on
+  // the caller and no thread reads the cells another one just wrote. Each segment's attention
+  // is CausalAttention's for it alone (its chunks are fixed by cell index), so the split changes
+  // no result; a window's or a ring's pieces (Split) are these segments then, one token of each
+  // sequence. Taken where every thread gets a sequence and the sequences balance over the
+  // threads (or their attention is too short for the pool's items to pay); not with a write
+  // observer or a non-finite row (the serial path reports it). Returns false, having done
+  // nothing, where the step does not qualify.
+  bool AttendBySequence(int layer, const float* q, const float* k, const float* v, float* out,
+                        const AttentionShape& shape) {
+    const Hparams& hp = s_.model_.hparams();
+    const int n_threads = s_.pool_.size();
+    const int n = static_cast<int>(segments_.size());
+    if (n_threads < 2 || n < n_threads || s_.cache_.config().write_observer != nullptr) {
+      return false;
+    }
+    int64_t total = 0, largest = 0;  // query-cell pairs times q_dim
+    seen_.assign(s_.n_seq(), 0);
+    for (const Segment& g : segments_) {
+      if (g.n != 1 || seen_[g.seq] != 0) return false;
+      seen_[g.seq] = 1;
+      const int cells =
+          shape.sliding_window > 0 ? std::min(g.pos0 + 1, shape.sliding_window) : g.pos0 + 1;
+      const int64_t work = static_cast<int64_t>(cells) * hp.q_dim();
+      total += work;
+      largest = std::max(largest, work);
+    }
+    if (total > n_threads * kInlineAttentionWork && 2 * n_threads * largest > total) return false;
+    const size_t kvd = hp.kv_dim();
+    if (!AllFinite(k, static_cast<int64_t>(n) * kvd) ||
+        !AllFinite(v, static_cast<int64_t>(n) * kvd)) {
+      return false;
+    }
+    // Slot 0 (the caller) shares the pool path's scratch; the others have their own.
+    if (s_.sequence_scratch_.size() + 1 < static_cast<size_t>(n_threads)) {
+      s_.sequence_scratch_.resize(n_threads - 1);
+    }
+    s_.pool_.ParallelFor(n, 1, [&](int64_t i0, int64_t i1, int slot) {
+      AttentionScratch& scratch =
+          slot == 0 ? s_.attention_scratch_ : s_.sequence_scratch_[slot - 1];
+      for (int64_t i = i0; i < i1; ++i) {
+        const Segment& g = segments_[i];
+        s_.cache_.Write(layer, g.seq, g.pos0, 1, k + g.begin * kvd, v + g.begin * kvd, nullptr);
+        CausalAttentionSegments(s_.cache_, layer, &g, 1, q, out, shape, scratch, s_.inline_pool_);
+      }
+    });
+    return true;
+  }
+
   // With a window or a sliding-window ring, a sequence may write at most kKvWindowSlack cells
   // before attention reads them (its window's exact copies, or the cells of its sliding window,
   // must still be in the ring): the segments are cut into pieces holding at most that many
@@ -188,6 +252,7 @@ class Session::CacheAttention final : public AttentionContext {
   std::vector<int> whole_begin_;  // {0, segments_.size()}: the segments as one piece
   std::vector<Segment> pieces_;   // segments_, cut where a piece would pass the slack
   std::vector<int> piece_begin_;  // [n_pieces + 1] each piece's first entry of pieces_
+  std::vector<char> seen_;        // [n_seq] AttendBySequence: sequences met in the batch
 };
 
 // Bridges the model's Gated DeltaNet layers to the recurrent state: per segment of one

@@ -162,6 +162,9 @@ class Session {
   const WriteObserver* observer_ = nullptr;  // planted faults; not owned
   ForwardScratch scratch_;
   AttentionScratch attention_scratch_;
+  // [pool threads - 1] the other threads' scratch when a decode step's sequences are spread
+  // over the pool (CacheAttention::AttendBySequence; the caller uses attention_scratch_)
+  std::vector<AttentionScratch> sequence_scratch_;
   std::vector<float> logits_;                 // [n_outputs, n_vocab]
   std::vector<int32_t> positions_;            // [n_tokens] Eval's positions
   std::vector<int> n_past_;                   // [n_seq]

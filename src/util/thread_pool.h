@@ -1,5 +1,6 @@
 // A small persistent thread pool for data-parallel loops. The calling thread takes part, so
-// ThreadPool(1) runs everything inline. Each thread gets a contiguous share of a loop's items,
+// ThreadPool(1) runs everything inline (and keeps no state while it does: threads of another
+// pool may share one as their inline pool). Each thread gets a contiguous share of a loop's items,
 // split into chunks that shrink towards its share's end; it claims its own chunks front first
 // from a lane (a cache line) that only it touches while it has work, then takes the last chunks
 // of other threads' lanes from their back: a descheduled worker (a busy machine) delays nothing,
