@@ -427,14 +427,14 @@ TEST_P(KvWritePaths, SequencesBatchedTogetherMatchEachAlone) {
   }
 }
 
-// Decode steps of several sequences, one token each and no sequence twice (a server's slots):
-// the session spreads such a step over the pool a sequence at a time, each thread writing its
-// sequences' cells and running their attention (Session's CacheAttention::AttendBySequence;
-// with two threads, at least two sequences and a short context it always does, where the
-// cache keeps no window and the layer is no ring). Every sequence's logits, cells and
-// recurrent state equal the ones it gets alone. Prompts of different lengths, each sequence's
-// own continuation, the steps' order of sequences shuffled, and sequences finishing at
-// different steps (4, 3, 2 sequences a step; the last one alone).
+// Decode steps of several sequences, each bringing one token or a short verify window and no
+// sequence twice (a server's slots): the session spreads such a step over the pool a sequence
+// at a time, each thread writing its sequences' cells and running their attention (Session's
+// CacheAttention::AttendBySequence; with two threads, at least two sequences and a short
+// context it always does). Every sequence's logits, cells and recurrent state equal the ones it
+// gets alone. Prompts of different lengths, each sequence's own continuation, the steps' order
+// of sequences shuffled, windows of 2-6 tokens whose wrong tail is rejected (truncated and
+// rewritten), and sequences finishing at different steps (the last one alone).
 TEST_P(KvWritePaths, DecodeStepsOfSeveralSequencesMatchEachAlone) {
   const Model& m = *model_;
   SessionConfig sc = sc_;
@@ -467,7 +467,7 @@ TEST_P(KvWritePaths, DecodeStepsOfSeveralSequencesMatchEachAlone) {
   }
   std::mt19937 rng(5);
   std::vector<int> done = prompts;
-  int steps = 0;
+  int steps = 0, windows = 0;
   while (done != lengths) {
     std::vector<int> order;
     for (int i = 0; i < n_seq; ++i) {
@@ -475,18 +475,34 @@ TEST_P(KvWritePaths, DecodeStepsOfSeveralSequencesMatchEachAlone) {
     }
     std::shuffle(order.begin(), order.end(), rng);
     SequenceBatch batch;
-    for (int i : order) batch.Add(streams[i][done[i]], i, done[i], true);
+    std::vector<int> take(n_seq, 0), accept(n_seq, 0);
+    for (int i : order) {
+      const int left = lengths[i] - done[i];
+      take[i] = rng() % 2 == 0 ? 1 : std::uniform_int_distribution<int>(1, std::min(6, left))(rng);
+      accept[i] = take[i];
+      std::vector<int32_t> tokens(streams[i].begin() + done[i],
+                                  streams[i].begin() + done[i] + take[i]);
+      if (take[i] > 1 && rng() % 3 == 0) {  // a verify window: keep a prefix, reject the rest
+        accept[i] = std::uniform_int_distribution<int>(1, take[i] - 1)(rng);
+        for (int j = accept[i]; j < take[i]; ++j) tokens[j] = (tokens[j] + 1 + j) % n_vocab;
+      }
+      windows += take[i] > 1;
+      for (int j = 0; j < take[i]; ++j) batch.Add(tokens[j], i, done[i] + j, true);
+    }
     Result<const float*> r = s.Decode(batch);
     ASSERT_TRUE(r.ok()) << r.error().message;
-    for (size_t row = 0; row < order.size(); ++row) {
-      const int i = order[row];
+    size_t row = 0;
+    for (int i : order) {
       std::memcpy(together[i].logits.data() + static_cast<size_t>(done[i]) * n_vocab,
-                  *r + row * n_vocab, sizeof(float) * n_vocab);
-      ++done[i];
+                  *r + row * n_vocab, sizeof(float) * accept[i] * n_vocab);
+      row += take[i];
+      done[i] += accept[i];
+      if (accept[i] < take[i]) s.Truncate(i, done[i]);
     }
     ++steps;
   }
-  EXPECT_EQ(steps, 62);  // the longest continuation: 70 - 8
+  EXPECT_GT(steps, 10);
+  EXPECT_GT(windows, 10);
   for (int i = 0; i < n_seq; ++i) {
     together[i].storage = KvStorageBytes(s.cache(), i);
     together[i].state = RecurrentStateFloats(s, i);

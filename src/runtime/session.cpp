@@ -95,6 +95,11 @@ using Segment = AttentionSegment;
 // (128 cells of a 1,024-wide query; ~10 us on one core).
 constexpr int64_t kInlineAttentionWork = int64_t{1} << 17;
 
+// A step's sequences are spread over the threads (CacheAttention::AttendBySequence) when each
+// brings at most this many tokens: a decode token or a verify window, not a prompt chunk.
+constexpr int kMaxTokensBySequence = 16;
+static_assert(kMaxTokensBySequence <= kKvWindowSlack, "a window's pieces hold whole segments");
+
 // Whether every value of x [n] is finite: no exponent field of all ones (inf or NaN).
 bool AllFinite(const float* x, int64_t n) {
   uint32_t bad = 0;
@@ -166,16 +171,17 @@ class Session::CacheAttention final : public AttentionContext {
   }
 
  private:
-  // A decode step of several sequences (one token each, no two of the same sequence), spread
-  // over the pool a sequence at a time: each thread writes its sequences' cells through the
-  // single writer and runs their attention itself, so the one-token writes no longer queue on
-  // the caller and no thread reads the cells another one just wrote. Each segment's attention
-  // is CausalAttention's for it alone (its chunks are fixed by cell index), so the split changes
-  // no result; a window's or a ring's pieces (Split) are these segments then, one token of each
-  // sequence. Taken where every thread gets a sequence and the sequences balance over the
-  // threads (or their attention is too short for the pool's items to pay); not with a write
-  // observer or a non-finite row (the serial path reports it). Returns false, having done
-  // nothing, where the step does not qualify.
+  // A decode step of several sequences (a token each, or a short verify window: at most
+  // kMaxTokensBySequence; no sequence twice), spread over the pool a sequence at a time: each
+  // thread writes its sequences' cells through the single writer and runs their attention
+  // itself, so the writes no longer queue on the caller and no thread reads the cells another
+  // one just wrote. Each segment's attention is CausalAttention's for it alone (its chunks are
+  // fixed by cell index), so the split changes no result; a window's or a ring's pieces
+  // (Split) are these segments then (each under kKvWindowSlack tokens). Taken where every
+  // thread gets a sequence and the sequences balance over the threads (or their attention is
+  // too short for the pool's items to pay); not with a write observer or a non-finite row (the
+  // serial path reports it). Returns false, having done nothing, where the step does not
+  // qualify.
   bool AttendBySequence(int layer, const float* q, const float* k, const float* v, float* out,
                         const AttentionShape& shape) {
     const Hparams& hp = s_.model_.hparams();
@@ -185,20 +191,25 @@ class Session::CacheAttention final : public AttentionContext {
       return false;
     }
     int64_t total = 0, largest = 0;  // query-cell pairs times q_dim
+    int64_t n_rows = 0;              // the batch's rows, every segment's
     seen_.assign(s_.n_seq(), 0);
     for (const Segment& g : segments_) {
-      if (g.n != 1 || seen_[g.seq] != 0) return false;
+      if (g.n > kMaxTokensBySequence || seen_[g.seq] != 0) return false;
       seen_[g.seq] = 1;
-      const int cells =
-          shape.sliding_window > 0 ? std::min(g.pos0 + 1, shape.sliding_window) : g.pos0 + 1;
-      const int64_t work = static_cast<int64_t>(cells) * hp.q_dim();
+      n_rows += g.n;
+      int64_t pairs = 0;  // the segment's query-cell pairs
+      for (int t = 0; t < g.n; ++t) {
+        const int cells = g.pos0 + t + 1;
+        pairs += shape.sliding_window > 0 ? std::min(cells, shape.sliding_window) : cells;
+      }
+      const int64_t work = pairs * hp.q_dim();
       total += work;
       largest = std::max(largest, work);
     }
     if (total > n_threads * kInlineAttentionWork && 2 * n_threads * largest > total) return false;
     const size_t kvd = hp.kv_dim();
-    if (!AllFinite(k, static_cast<int64_t>(n) * kvd) ||
-        !AllFinite(v, static_cast<int64_t>(n) * kvd)) {
+    if (!AllFinite(k, n_rows * static_cast<int64_t>(kvd)) ||
+        !AllFinite(v, n_rows * static_cast<int64_t>(kvd))) {
       return false;
     }
     // Slot 0 (the caller) shares the pool path's scratch; the others have their own.
@@ -210,7 +221,7 @@ class Session::CacheAttention final : public AttentionContext {
           slot == 0 ? s_.attention_scratch_ : s_.sequence_scratch_[slot - 1];
       for (int64_t i = i0; i < i1; ++i) {
         const Segment& g = segments_[i];
-        s_.cache_.Write(layer, g.seq, g.pos0, 1, k + g.begin * kvd, v + g.begin * kvd, nullptr);
+        s_.cache_.Write(layer, g.seq, g.pos0, g.n, k + g.begin * kvd, v + g.begin * kvd, nullptr);
         CausalAttentionSegments(s_.cache_, layer, &g, 1, q, out, shape, scratch, s_.inline_pool_);
       }
     });
