@@ -105,7 +105,7 @@ def measure_spec(args):
     control = [r["ratio"] for r in rows if r["spec"] == "off2"]
     same = all(r["ids_match"] for r in rows)
     met = low["ratio"] >= 0.97 and copy and copy[0] >= 1.5 and same
-    text = "lowest %.2fx (%s, %s), lookup on copy %s, control %s, ids %s" % (
+    text = "lowest %.3fx (%s, %s), lookup on copy %s, control %s, ids %s" % (
         low["ratio"], low["spec"], low["task"], "%.2fx" % copy[0] if copy else "n/a",
         "/".join("%.2f" % c for c in control) or "n/a", "equal" if same else "DIFFER")
     return met, text
