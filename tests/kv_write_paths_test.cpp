@@ -345,6 +345,31 @@ TEST_P(KvWritePaths, SlidingWindowRingSavedAndRestoredMidRun) {
 // interleaved at random, some steps a wrong draft that is written, rejected and rewritten, some
 // sequences idle), through Session::Decode. Each sequence's cells and logits must equal those
 // of the same stream alone in its own session.
+// Sequence i's own token stream of lengths[i] tokens drawn from base: token t is
+// base[(t * (a * i + 1) + b * i) % base.size()], the first one BOS (base[0]).
+std::vector<std::vector<int32_t>> SequenceStreams(const std::vector<int32_t>& base,
+                                                  const std::vector<int>& lengths, int a, int b) {
+  std::vector<std::vector<int32_t>> streams(lengths.size());
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const int si = static_cast<int>(i);
+    for (int t = 0; t < lengths[i]; ++t) {
+      streams[i].push_back(base[(t * (a * si + 1) + b * si) % base.size()]);
+    }
+    streams[i][0] = base[0];
+  }
+  return streams;
+}
+
+// Each stream run alone, in a one-sequence session, by `path`.
+std::vector<PathRun> EachAlone(const Model& m, const SessionConfig& sc,
+                               const std::vector<std::vector<int32_t>>& streams, Path path,
+                               ThreadPool& pool) {
+  std::vector<PathRun> alone;
+  for (const std::vector<int32_t>& stream : streams)
+    alone.push_back(RunPath(m, sc, stream, path, pool));
+  return alone;
+}
+
 TEST_P(KvWritePaths, SequencesBatchedTogetherMatchEachAlone) {
   const Model& m = *model_;
   SessionConfig sc = sc_;
@@ -353,16 +378,8 @@ TEST_P(KvWritePaths, SequencesBatchedTogetherMatchEachAlone) {
   const std::vector<int32_t> base = TestTokens(m, 150);
   const std::vector<int> lengths = {150, 97, 123, 60};
   const int n_seq = static_cast<int>(lengths.size());
-  std::vector<std::vector<int32_t>> streams(n_seq);
-  for (int i = 0; i < n_seq; ++i) {
-    for (int t = 0; t < lengths[i]; ++t)
-      streams[i].push_back(base[(t * (i + 1) + i) % base.size()]);
-    streams[i][0] = base[0];  // each begins with BOS
-  }
-  std::vector<PathRun> alone;
-  for (int i = 0; i < n_seq; ++i) {
-    alone.push_back(RunPath(m, sc, streams[i], Path::kBatch, pool));
-  }
+  const std::vector<std::vector<int32_t>> streams = SequenceStreams(base, lengths, 1, 1);
+  const std::vector<PathRun> alone = EachAlone(m, sc, streams, Path::kBatch, pool);
 
   sc.n_seq = n_seq;
   Session s(m, sc, pool);
@@ -444,17 +461,8 @@ TEST_P(KvWritePaths, DecodeStepsOfSeveralSequencesMatchEachAlone) {
   const std::vector<int> prompts = {40, 17, 29, 8};
   const std::vector<int> lengths = {90, 75, 60, 70};
   const int n_seq = static_cast<int>(lengths.size());
-  std::vector<std::vector<int32_t>> streams(n_seq);
-  for (int i = 0; i < n_seq; ++i) {
-    for (int t = 0; t < lengths[i]; ++t) {
-      streams[i].push_back(base[(t * (2 * i + 1) + 3 * i) % base.size()]);
-    }
-    streams[i][0] = base[0];  // each begins with BOS
-  }
-  std::vector<PathRun> alone;
-  for (int i = 0; i < n_seq; ++i) {
-    alone.push_back(RunPath(m, sc, streams[i], Path::kTokenByToken, pool));
-  }
+  const std::vector<std::vector<int32_t>> streams = SequenceStreams(base, lengths, 2, 3);
+  const std::vector<PathRun> alone = EachAlone(m, sc, streams, Path::kTokenByToken, pool);
 
   sc.n_seq = n_seq;
   Session s(m, sc, pool);
