@@ -8,6 +8,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 EPILOG = """
@@ -114,7 +115,8 @@ def measure_spec(args):
 def measure_pp512(args):
     parts, met = [], True
     for name, path in (("Q8_0", args.q8), ("Q4_K_M", args.q4k)):
-        out = "%s.pp512.json" % args.scratch
+        fd, out = tempfile.mkstemp(prefix="lamina-targets-", suffix=".json")
+        os.close(fd)
         cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "side_by_side.py"),
                "--lamina", args.lamina, "-m", path, "-t", str(args.threads), "--measure", "pp512",
                "--rounds", "1", "--json", out]
@@ -204,7 +206,6 @@ def main():
                 ap.error("no file %s: give --models DIR or --q8 / --q4k" % p)
     if args.draft and not os.path.isfile(args.draft):
         args.draft = None
-    args.scratch = "/tmp/lamina-targets-%d" % os.getpid()
 
     print("date %s | %s | %d threads | %d rounds | load average %s" %
           (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), cpu_name(), args.threads,
